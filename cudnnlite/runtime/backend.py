@@ -1,0 +1,95 @@
+"""The interface both backends implement.
+
+A backend compiles a ``ModuleSpec`` into a ``Module`` once (memoized per device) and
+hands out ``Kernel`` objects that launch like ``cupy.RawKernel``:
+``kernel(grid, block, args, shared_mem=0)``. Kernel arguments are arrays of the
+backend's kind, NumPy scalars of the exact C type, or ``numpy.void`` structs.
+"""
+
+from __future__ import annotations
+
+import abc
+import threading
+from collections.abc import Sequence
+from typing import Any
+
+from .kernel import ModuleSpec
+
+Dim = int | tuple[int, ...]
+
+
+def dim3(value: Dim, what: str) -> tuple[int, int, int]:
+    """Normalizes a grid or block size to three positive ints."""
+    dims = (value,) if isinstance(value, int) else tuple(value)
+    if not 1 <= len(dims) <= 3 or any(not isinstance(d, int) or d < 1 for d in dims):
+        raise ValueError(f"{what} must be 1 to 3 positive ints, got {value!r}")
+    return tuple(dims) + (1,) * (3 - len(dims))  # type: ignore[return-value]
+
+
+class Kernel(abc.ABC):
+    """A compiled kernel, callable like ``cupy.RawKernel``."""
+
+    name: str
+    spec: ModuleSpec
+
+    @abc.abstractmethod
+    def __call__(self, grid: Dim, block: Dim, args: Sequence[Any], shared_mem: int = 0) -> None: ...
+
+    def __repr__(self) -> str:
+        return f"<{type(self).__name__} {self.name} from {self.spec.label()}>"
+
+
+class Module(abc.ABC):
+    spec: ModuleSpec
+
+    @abc.abstractmethod
+    def get_function(self, name: str) -> Kernel: ...
+
+
+class Backend(abc.ABC):
+    """``name`` is ``"cuda"`` or ``"cpu"``; ``xp`` is the array module (cupy / numpy)."""
+
+    name: str
+
+    def __init__(self) -> None:
+        self._modules: dict[tuple[str, ModuleSpec], Module] = {}
+        self._lock = threading.Lock()
+
+    @property
+    @abc.abstractmethod
+    def xp(self) -> Any: ...
+
+    @abc.abstractmethod
+    def device_key(self) -> str:
+        """The device the modules are built for (``cuda:0``, ``cpu``)."""
+
+    @abc.abstractmethod
+    def arch(self) -> str:
+        """The tuning-DB arch name: ``sm_90``, ``cpu``."""
+
+    @abc.abstractmethod
+    def _build(self, spec: ModuleSpec) -> Module: ...
+
+    def module(self, spec: ModuleSpec) -> Module:
+        """The compiled module for ``spec`` on the current device, built once."""
+        key = (self.device_key(), spec)
+        mod = self._modules.get(key)
+        if mod is None:
+            with self._lock:
+                mod = self._modules.get(key)
+                if mod is None:
+                    mod = self._build(spec)
+                    self._modules[key] = mod
+        return mod
+
+    def kernel(self, spec: ModuleSpec, name: str) -> Kernel:
+        return self.module(spec).get_function(name)
+
+    @abc.abstractmethod
+    def synchronize(self) -> None: ...
+
+    def empty(self, shape: Sequence[int], dtype: Any) -> Any:
+        return self.xp.empty(tuple(shape), dtype=dtype)
+
+    def __repr__(self) -> str:
+        return f"<{type(self).__name__} {self.device_key()} ({self.arch()})>"

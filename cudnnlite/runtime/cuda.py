@@ -1,0 +1,130 @@
+"""The CUDA backend: ``cupy.RawModule`` through NVRTC, CuPy's disk cache, CuPy's
+current stream and memory pool. Works with cupy-cuda12x and cupy-cuda13x.
+
+Nothing here imports CuPy or touches a GPU until a module is built.
+"""
+
+from __future__ import annotations
+
+import importlib
+from collections.abc import Sequence
+from typing import Any
+
+from ..errors import BadParamError, CompileError, ExecutionError, NotSupportedError
+from .backend import Backend, Dim, Kernel, Module, dim3
+from .kernel import ModuleSpec
+from .sources import common_headers_digest, cuda_src_dir, source_path
+
+# Dynamic shared memory a kernel may use without opting in (CUDA's default limit).
+_DEFAULT_DYNAMIC_SMEM = 48 * 1024
+
+
+def import_cupy() -> Any:
+    try:
+        return importlib.import_module("cupy")
+    except ImportError as exc:
+        raise NotSupportedError(
+            "the CUDA backend needs CuPy: pip install 'cudnnlite[cuda13]' (or [cuda12])"
+        ) from exc
+
+
+def _missing_header(log: str) -> bool:
+    return "cannot open source file" in log or "could not open source file" in log
+
+
+class CudaKernel(Kernel):
+    def __init__(self, spec: ModuleSpec, name: str, function: Any) -> None:
+        self.spec = spec
+        self.name = name
+        self.function = function
+        self._smem_limit = _DEFAULT_DYNAMIC_SMEM
+
+    def __call__(self, grid: Dim, block: Dim, args: Sequence[Any], shared_mem: int = 0) -> None:
+        if shared_mem < 0:
+            raise BadParamError(f"shared_mem must be >= 0, got {shared_mem}")
+        if shared_mem > self._smem_limit:
+            # Above 48 KiB a kernel must opt in to the larger carve-out.
+            self.function.max_dynamic_shared_size_bytes = shared_mem
+            self._smem_limit = shared_mem
+        try:
+            self.function(dim3(grid, "grid"), dim3(block, "block"), tuple(args), shared_mem=shared_mem)
+        except Exception as exc:  # CUDADriverError and friends
+            if type(exc).__name__ in ("CUDADriverError", "CUDARuntimeError"):
+                raise ExecutionError(f"kernel {self.name} ({self.spec.label()}) failed: {exc}") from exc
+            raise
+
+
+class CudaModule(Module):
+    def __init__(self, spec: ModuleSpec, cupy: Any) -> None:
+        self.spec = spec
+        text = source_path(spec.source).read_text()
+        base = (
+            "-std=c++17",
+            f"-I{cuda_src_dir()}",
+            # CuPy's cache keys on the main source only; the headers' digest keeps it honest.
+            f"-DCUDNNLITE_HEADERS={common_headers_digest()}",
+            *spec.define_options(),
+        )
+        try:
+            self.functions = self._compile(cupy, text, base)
+        except CompileError as first:
+            if not _missing_header(str(first)):
+                raise
+            # CuPy found no CUDA headers (fp16/bf16); add the toolkit's from the pip wheels.
+            from .cuda_toolkit import find_cuda_include_dirs
+
+            extra = tuple(f"-I{d}" for d in find_cuda_include_dirs())
+            if not extra:
+                raise
+            self.functions = self._compile(cupy, text, base + extra)
+
+    def _compile(self, cupy: Any, text: str, options: tuple[str, ...]) -> dict[str, Any]:
+        spec = self.spec
+        try:
+            module = cupy.RawModule(code=text, options=options, name_expressions=list(spec.names))
+            return {name: module.get_function(name) for name in spec.names}
+        except Exception as exc:
+            if type(exc).__name__ != "CompileException":
+                raise
+            raise CompileError(
+                f"NVRTC failed to compile {spec.source}\n  kernels: {', '.join(spec.names)}\n"
+                f"  defines: {dict(spec.defines)}\n{exc}"
+            ) from exc
+
+    def get_function(self, name: str) -> Kernel:
+        try:
+            return CudaKernel(self.spec, name, self.functions[name])
+        except KeyError:
+            raise BadParamError(
+                f"kernel {name!r} is not among the names compiled for {self.spec.label()}"
+            ) from None
+
+
+class CudaBackend(Backend):
+    """Runs kernels on the current CuPy device and stream."""
+
+    name = "cuda"
+
+    @property
+    def xp(self) -> Any:
+        return import_cupy()
+
+    def device_key(self) -> str:
+        return f"cuda:{self.xp.cuda.Device().id}"
+
+    def arch(self) -> str:
+        return "sm_" + str(self.xp.cuda.Device().compute_capability)
+
+    def _build(self, spec: ModuleSpec) -> Module:
+        return CudaModule(spec, self.xp)
+
+    def synchronize(self) -> None:
+        self.xp.cuda.get_current_stream().synchronize()
+
+    @staticmethod
+    def available() -> bool:
+        try:
+            cupy = importlib.import_module("cupy")
+            return cupy.cuda.runtime.getDeviceCount() > 0
+        except Exception:
+            return False

@@ -1,0 +1,1063 @@
+// cuda_emu.h — the device side of the CUDA language for g++, so that a kernel source
+// written for NVRTC runs unchanged on the CPU (cudnnlite's emulator backend).
+//
+// Force-included (`g++ -include cuda_emu.h`) before the kernel source. This file is
+// the execution model; emu_types.h holds the value types, math and atomics.
+//
+// Execution model
+//  - A launch runs its blocks in parallel on OpenMP threads; a block never moves
+//    between OS threads, so `__shared__` is `static thread_local` storage.
+//  - Each CUDA thread of a block is a fiber with its own stack, switched by a
+//    hand-written register swap (x86-64 / AArch64; ucontext elsewhere, slower).
+//  - A block starts in "plain" mode: one fiber runs the threads one after another.
+//    The first barrier or warp operation converts the block to fiber mode; the
+//    threads not yet started then get fibers of their own.
+//  - __syncthreads counts arrivals of live threads (exited threads no longer
+//    count). Arrivals from two different call sites in one round are a divergent
+//    barrier: an error, never a hang. A block whose fibers all wait with no
+//    possible progress is a deadlock: an error naming what each thread waits on.
+//  - Warp operations (shuffles, votes, __syncwarp) meet in a per-warp rendezvous
+//    keyed by mask and wait only for the live lanes of their mask.
+//  - Dynamic shared memory: declare it with DYNAMIC_SHARED(T, name) (see
+//    cuda_src/common/cudnnlite.cuh); a plain `extern __shared__` is refused by the
+//    launcher with a message pointing there.
+//  - Checks mode (CUDNNLITE_EMU_POISON): shared memory, static and dynamic, is
+//    filled with 0xFF bytes (a NaN in every float format) at each block start.
+//  - Schedule (CUDNNLITE_EMU_SCHEDULE=forward|reverse|random) orders the threads.
+//  - Not modelled: inline PTX (asm) — kernels keep a portable path under
+//    CUDNNLITE_EMULATOR; texture/surface objects; cooperative groups grid sync.
+#pragma once
+
+#define CUDNNLITE_EMULATOR 1
+
+#define __global__
+#define __device__
+#define __host__
+#define __noinline__ __attribute__((noinline))
+#define __forceinline__ inline __attribute__((always_inline))
+#define __launch_bounds__(...)
+#define __align__(n) __attribute__((aligned(n)))
+#define __constant__ static
+#define __shared__ static thread_local
+#define __managed__
+// `__restrict__` is a g++ keyword already.
+
+#include <math.h>
+#include <stdio.h>
+#include <stdlib.h>
+
+#include <algorithm>
+#include <atomic>
+#include <cassert>
+#include <chrono>
+#include <cmath>
+#include <cstdint>
+#include <cstring>
+#include <dlfcn.h>
+#include <link.h>
+#include <new>
+#include <random>
+#include <string>
+#include <sys/mman.h>
+#include <tuple>
+#include <type_traits>
+#include <utility>
+#include <vector>
+
+#if !defined(__x86_64__) && !defined(__aarch64__)
+#include <ucontext.h>
+#define EMU_UCONTEXT 1
+#endif
+
+#if defined(__SANITIZE_ADDRESS__)
+#include <sanitizer/asan_interface.h>
+#include <sanitizer/common_interface_defs.h>
+#define EMU_ASAN 1
+#endif
+
+#include "emu_types.h"
+
+// ---------------------------------------------------------------- OpenMP shims
+#if defined(_OPENMP)
+#include <omp.h>
+inline int omp_default_threads() { return omp_get_max_threads(); }
+inline int omp_thread_num() { return omp_get_thread_num(); }
+#else
+inline int omp_default_threads() { return 1; }
+inline int omp_thread_num() { return 0; }
+#endif
+
+
+namespace emu {
+
+// ---------------------------------------------------------------- launch config
+// Filled by the Python launcher (ctypes mirror in emulator/launcher.py).
+struct LaunchConfig {
+    unsigned grid[3];
+    unsigned block[3];
+    unsigned long long shared_bytes;  // dynamic shared memory per block
+    int schedule;                     // 0 forward, 1 reverse, 2 random
+    int poison;                       // fill shared memory with 0xFF at block start
+    int num_threads;                  // OS threads; 0 = OpenMP default
+    unsigned long long seed;          // for the random schedule
+    unsigned long long stack_bytes;   // per fiber
+};
+
+enum Schedule { kForward = 0, kReverse = 1, kRandom = 2 };
+
+// ---------------------------------------------------------------- errors
+// The first error of a launch wins; other blocks stop as soon as they see it.
+struct ErrorSlot {
+    std::atomic<int> set{0};
+    char message[4096];
+};
+inline ErrorSlot g_error;
+
+inline bool launch_failed() { return g_error.set.load(std::memory_order_relaxed) != 0; }
+
+inline void record_error(const std::string& msg) {
+    int expected = 0;
+    if (g_error.set.compare_exchange_strong(expected, 1)) {
+        snprintf(g_error.message, sizeof g_error.message, "%s", msg.c_str());
+    }
+}
+
+// ---------------------------------------------------------------- context switch
+#if !defined(EMU_UCONTEXT)
+// swap(save, next): push the callee-saved registers, store the stack pointer in
+// *save, load `next`, pop and return into the other context.
+extern "C" void emu_swap_context(void** save, void* next);
+extern "C" void emu_fiber_trampoline();
+#if defined(__x86_64__)
+asm(R"(
+    .text
+    .p2align 4
+    .hidden emu_swap_context
+    .globl emu_swap_context
+    .type emu_swap_context,@function
+emu_swap_context:
+    pushq %rbp
+    pushq %rbx
+    pushq %r12
+    pushq %r13
+    pushq %r14
+    pushq %r15
+    subq $8, %rsp
+    stmxcsr (%rsp)
+    fnstcw 4(%rsp)
+    movq %rsp, (%rdi)
+    movq %rsi, %rsp
+    ldmxcsr (%rsp)
+    fldcw 4(%rsp)
+    addq $8, %rsp
+    popq %r15
+    popq %r14
+    popq %r13
+    popq %r12
+    popq %rbx
+    popq %rbp
+    ret
+    .size emu_swap_context,.-emu_swap_context
+
+    .p2align 4
+    .hidden emu_fiber_trampoline
+    .globl emu_fiber_trampoline
+    .type emu_fiber_trampoline,@function
+emu_fiber_trampoline:
+    movq %r12, %rdi
+    call emu_fiber_main
+    ud2
+    .size emu_fiber_trampoline,.-emu_fiber_trampoline
+)");
+#elif defined(__aarch64__)
+asm(R"(
+    .text
+    .p2align 4
+    .hidden emu_swap_context
+    .globl emu_swap_context
+    .type emu_swap_context,%function
+emu_swap_context:
+    sub sp, sp, #176
+    stp x19, x20, [sp, #0]
+    stp x21, x22, [sp, #16]
+    stp x23, x24, [sp, #32]
+    stp x25, x26, [sp, #48]
+    stp x27, x28, [sp, #64]
+    stp x29, x30, [sp, #80]
+    stp d8, d9, [sp, #96]
+    stp d10, d11, [sp, #112]
+    stp d12, d13, [sp, #128]
+    stp d14, d15, [sp, #144]
+    mov x9, sp
+    str x9, [x0]
+    mov sp, x1
+    ldp x19, x20, [sp, #0]
+    ldp x21, x22, [sp, #16]
+    ldp x23, x24, [sp, #32]
+    ldp x25, x26, [sp, #48]
+    ldp x27, x28, [sp, #64]
+    ldp x29, x30, [sp, #80]
+    ldp d8, d9, [sp, #96]
+    ldp d10, d11, [sp, #112]
+    ldp d12, d13, [sp, #128]
+    ldp d14, d15, [sp, #144]
+    add sp, sp, #176
+    ret
+    .size emu_swap_context,.-emu_swap_context
+
+    .p2align 4
+    .hidden emu_fiber_trampoline
+    .globl emu_fiber_trampoline
+    .type emu_fiber_trampoline,%function
+emu_fiber_trampoline:
+    mov x0, x19
+    bl emu_fiber_main
+    brk #0
+    .size emu_fiber_trampoline,.-emu_fiber_trampoline
+)");
+#endif
+#endif
+
+struct Fiber;
+struct Block;
+extern "C" void emu_fiber_main(Fiber* f);
+
+enum class State : int { kRunnable, kBarrier, kWarp, kDone };
+
+struct Site {
+    const char* file = nullptr;
+    int line = 0;
+    const char* what = "";
+    bool same(const Site& o) const { return line == o.line && file == o.file; }
+};
+
+// A pending warp operation: the lanes of `mask` meet here.
+enum class WarpOp : int { kNone, kShfl, kShflUp, kShflDown, kShflXor, kBallot, kAny, kAll, kSync };
+
+struct WarpGroup {
+    bool used = false;
+    WarpOp op = WarpOp::kNone;
+    unsigned mask = 0;
+    unsigned arrived = 0;
+    Site site;
+};
+
+struct Warp {
+    unsigned live = 0;  // lanes that exist and have not exited
+    WarpGroup groups[32];
+    // Per-lane operands and results of the current exchange.
+    unsigned long long value[32];
+    int param[32];
+    int width[32];
+    unsigned long long result[32];
+};
+
+struct Fiber {
+    void* sp = nullptr;
+    char* stack = nullptr;        // lowest usable address
+    size_t stack_size = 0;
+    uint3 tid;                    // threadIdx of the CUDA thread it runs
+    int linear = 0;
+    State state = State::kRunnable;
+    Site waiting_at;              // for deadlock reports
+    bool plain = false;           // runs the plain loop over threads
+    int bar_result = 0;           // predicate count of the barrier round it left
+    int bar_total = 0;            // threads of that round
+#if defined(EMU_UCONTEXT)
+    ucontext_t uc;
+#endif
+};
+
+using KernelThunk = void (*)(void* const* args, const void* kfn);
+
+// Per OS thread: the block it runs, its fibers and their stacks (kept between
+// blocks and launches).
+struct Worker {
+    void* sched_sp = nullptr;
+#if defined(EMU_UCONTEXT)
+    ucontext_t sched_uc;
+#endif
+    Fiber* current = nullptr;
+    std::vector<Fiber*> pool;
+    size_t stack_bytes = 0;
+
+    // The current block.
+    uint3 block_idx;
+    dim3 block_dim, grid_dim;
+    int nthreads = 0;
+    const LaunchConfig* cfg = nullptr;
+    KernelThunk thunk = nullptr;
+    const void* kfn = nullptr;
+    void* const* args = nullptr;
+    std::vector<int> order;       // thread start order
+    int next_plain = 0;           // next index into `order` for the plain loop
+    bool fiber_mode = false;
+    int fibers_used = 0;
+    int live = 0;
+    int done = 0;
+    bool aborted = false;
+    std::vector<Fiber*> ready;    // run queue of the current round
+    std::vector<Fiber*> by_thread;
+    // Barrier round.
+    int bar_arrived = 0;
+    Site bar_site;
+    int bar_count = 0;            // __syncthreads_count/and/or accumulator
+    std::vector<Warp> warps;
+    // Dynamic shared memory.
+    unsigned char* dyn_smem = nullptr;
+    size_t dyn_smem_cap = 0;
+    std::mt19937_64 rng;
+};
+
+// The only thread_local of the emulator itself; every other TLS byte of a kernel
+// module is __shared__ storage (the poisoning below relies on that).
+inline thread_local Worker* t_worker = nullptr;
+
+inline Worker& worker() { return *t_worker; }
+
+[[noreturn]] inline void fail(const std::string& msg);
+
+inline std::string thread_name(const uint3& t) {
+    return "(" + std::to_string(t.x) + "," + std::to_string(t.y) + "," + std::to_string(t.z) + ")";
+}
+
+inline std::string site_name(const Site& s) {
+    return std::string(s.what) + " at " + (s.file ? s.file : "?") + ":" + std::to_string(s.line);
+}
+
+inline std::string where() {
+    Worker& w = worker();
+    return "block " + thread_name(w.block_idx) + " thread " +
+           (w.current ? thread_name(w.current->tid) : std::string("?"));
+}
+
+// ---------------------------------------------------------------- fibers
+inline char* alloc_stack(size_t bytes) {
+    // A guard page below the stack turns an overflow into a fault at the stack,
+    // not silent corruption of a neighbour.
+    size_t page = 4096;
+    void* p = mmap(nullptr, bytes + page, PROT_READ | PROT_WRITE,
+                   MAP_PRIVATE | MAP_ANONYMOUS | MAP_NORESERVE, -1, 0);
+    if (p == MAP_FAILED) return nullptr;
+    mprotect(p, page, PROT_NONE);
+    return static_cast<char*>(p) + page;
+}
+
+inline void free_fiber(Fiber* f) {
+    if (f->stack) munmap(f->stack - 4096, f->stack_size + 4096);
+    delete f;
+}
+
+inline Fiber* get_fiber(Worker& w, int index) {
+    while ((int)w.pool.size() <= index) {
+        Fiber* f = new Fiber();
+        f->stack_size = w.stack_bytes;
+        f->stack = alloc_stack(f->stack_size);
+        if (!f->stack) {
+            delete f;
+            return nullptr;
+        }
+        w.pool.push_back(f);
+    }
+    return w.pool[index];
+}
+
+inline void prepare_fiber(Fiber* f) {
+#if defined(EMU_UCONTEXT)
+    getcontext(&f->uc);
+    f->uc.uc_stack.ss_sp = f->stack;
+    f->uc.uc_stack.ss_size = f->stack_size;
+    f->uc.uc_link = nullptr;
+    makecontext(&f->uc, (void (*)())emu_fiber_main, 1, f);
+#elif defined(__x86_64__)
+    // Initial frame, read by emu_swap_context: [mxcsr|fpucw] r15 r14 r13 r12 rbx
+    // rbp ret. The trampoline receives the fiber in r12; after `ret` the stack
+    // pointer is 16-byte aligned, as the call in the trampoline needs.
+    uintptr_t top = (reinterpret_cast<uintptr_t>(f->stack) + f->stack_size) & ~uintptr_t(15);
+    uint64_t* sp = reinterpret_cast<uint64_t*>(top - 16 - 64);
+    unsigned mxcsr;
+    unsigned short fpucw;
+    asm volatile("stmxcsr %0" : "=m"(mxcsr));
+    asm volatile("fnstcw %0" : "=m"(fpucw));
+    uint64_t control = 0;
+    memcpy(&control, &mxcsr, 4);
+    memcpy(reinterpret_cast<char*>(&control) + 4, &fpucw, 2);
+    sp[0] = control;
+    sp[1] = 0;                                   // r15
+    sp[2] = 0;                                   // r14
+    sp[3] = 0;                                   // r13
+    sp[4] = reinterpret_cast<uint64_t>(f);       // r12
+    sp[5] = 0;                                   // rbx
+    sp[6] = 0;                                   // rbp
+    sp[7] = reinterpret_cast<uint64_t>(&emu_fiber_trampoline);
+    f->sp = sp;
+#elif defined(__aarch64__)
+    uintptr_t top = (reinterpret_cast<uintptr_t>(f->stack) + f->stack_size) & ~uintptr_t(15);
+    uint64_t* sp = reinterpret_cast<uint64_t*>(top - 176);
+    memset(sp, 0, 176);
+    sp[0] = reinterpret_cast<uint64_t>(f);                         // x19
+    sp[11] = reinterpret_cast<uint64_t>(&emu_fiber_trampoline);    // x30
+    f->sp = sp;
+#endif
+}
+
+// Fiber → scheduler.
+inline void yield_to_scheduler(Fiber* f) {
+    Worker& w = worker();
+#if defined(EMU_ASAN)
+    void* fake = nullptr;
+    __sanitizer_start_switch_fiber(&fake, nullptr, 0);
+#endif
+#if defined(EMU_UCONTEXT)
+    swapcontext(&f->uc, &w.sched_uc);
+#else
+    emu_swap_context(&f->sp, w.sched_sp);
+#endif
+#if defined(EMU_ASAN)
+    __sanitizer_finish_switch_fiber(fake, nullptr, nullptr);
+#endif
+}
+
+// Scheduler → fiber.
+inline void resume(Worker& w, Fiber* f) {
+    w.current = f;
+#if defined(EMU_ASAN)
+    void* fake = nullptr;
+    __sanitizer_start_switch_fiber(&fake, f->stack, f->stack_size);
+#endif
+#if defined(EMU_UCONTEXT)
+    swapcontext(&w.sched_uc, &f->uc);
+#else
+    emu_swap_context(&w.sched_sp, f->sp);
+#endif
+#if defined(EMU_ASAN)
+    __sanitizer_finish_switch_fiber(fake, nullptr, nullptr);
+#endif
+    w.current = nullptr;
+}
+
+inline uint3 unflatten(const Worker& w, int linear) {
+    uint3 t;
+    t.x = linear % w.block_dim.x;
+    t.y = (linear / w.block_dim.x) % w.block_dim.y;
+    t.z = linear / (w.block_dim.x * w.block_dim.y);
+    return t;
+}
+
+inline Warp& warp_of(Worker& w, int linear) { return w.warps[linear / 32]; }
+
+// ---------------------------------------------------------------- warp rendezvous
+inline void check_warp_groups(Worker& w, Warp& warp, int warp_index);
+
+inline void release_barrier(Worker& w) {
+    for (int i = 0; i < (int)w.order.size(); ++i) {
+        Fiber* g = w.by_thread[w.order[i]];
+        if (g && g->state == State::kBarrier) {
+            g->state = State::kRunnable;
+            g->bar_result = w.bar_count;
+            g->bar_total = w.bar_arrived;
+            w.ready.push_back(g);
+        }
+    }
+    w.bar_arrived = 0;
+    w.bar_site = Site();
+}
+
+inline void maybe_release_barrier(Worker& w) {
+    if (w.bar_arrived > 0 && w.bar_arrived == w.live) release_barrier(w);
+}
+
+// Completes every warp group whose live lanes have all arrived.
+inline void check_warp_groups(Worker& w, Warp& warp, int warp_index) {
+    for (WarpGroup& g : warp.groups) {
+        if (!g.used) continue;
+        unsigned need = g.mask & warp.live;
+        if ((g.arrived & need) != need) continue;
+        unsigned lanes = g.arrived;
+        for (int lane = 0; lane < 32; ++lane) {
+            if (!(lanes >> lane & 1)) continue;
+            int width = warp.width[lane];
+            int seg = lane & ~(width - 1);
+            int src = lane;
+            switch (g.op) {
+                case WarpOp::kShfl: src = seg + (warp.param[lane] & (width - 1)); break;
+                case WarpOp::kShflUp: {
+                    int s = lane - warp.param[lane];
+                    src = s < seg ? lane : s;
+                    break;
+                }
+                case WarpOp::kShflDown: {
+                    int s = lane + warp.param[lane];
+                    src = s >= seg + width ? lane : s;
+                    break;
+                }
+                case WarpOp::kShflXor: {
+                    int s = lane ^ warp.param[lane];
+                    // Lanes of later segments are out of reach: own value.
+                    src = s >= seg + width ? lane : s;
+                    break;
+                }
+                default: break;
+            }
+            if (g.op == WarpOp::kShfl || g.op == WarpOp::kShflUp || g.op == WarpOp::kShflDown ||
+                g.op == WarpOp::kShflXor) {
+                // A source lane that does not take part (exited, or outside the
+                // mask) gives undefined data on a GPU; here: the lane's own value.
+                warp.result[lane] = (lanes >> src & 1) ? warp.value[src] : warp.value[lane];
+            } else {
+                unsigned ballot = 0;
+                for (int l = 0; l < 32; ++l)
+                    if ((lanes >> l & 1) && warp.value[l]) ballot |= 1u << l;
+                if (g.op == WarpOp::kBallot) warp.result[lane] = ballot;
+                else if (g.op == WarpOp::kAny) warp.result[lane] = ballot != 0;
+                else if (g.op == WarpOp::kAll) warp.result[lane] = ballot == lanes;
+                else warp.result[lane] = 0;
+            }
+            Fiber* lf = w.by_thread[warp_index * 32 + lane];
+            if (lf && lf->state == State::kWarp) {
+                lf->state = State::kRunnable;
+                w.ready.push_back(lf);
+            }
+        }
+        g = WarpGroup();
+    }
+}
+
+inline void convert_to_fiber_mode(Worker& w);
+
+// The block's threads: a warp op or barrier from the plain loop converts the block.
+inline Fiber* current_fiber(const char* what) {
+    Worker& w = worker();
+    Fiber* f = w.current;
+    if (!f) fail(std::string(what) + " called outside a kernel");
+    if (!w.fiber_mode) convert_to_fiber_mode(w);
+    return f;
+}
+
+template <typename T>
+inline unsigned long long to_bits(T v) {
+    static_assert(sizeof(T) <= 8, "warp exchange of values wider than 8 bytes");
+    unsigned long long b = 0;
+    memcpy(&b, &v, sizeof(T));
+    return b;
+}
+
+template <typename T>
+inline T from_bits(unsigned long long b) {
+    T v;
+    memcpy(&v, &b, sizeof(T));
+    return v;
+}
+
+inline const char* op_name(WarpOp op) {
+    switch (op) {
+        case WarpOp::kShfl: return "__shfl_sync";
+        case WarpOp::kShflUp: return "__shfl_up_sync";
+        case WarpOp::kShflDown: return "__shfl_down_sync";
+        case WarpOp::kShflXor: return "__shfl_xor_sync";
+        case WarpOp::kBallot: return "__ballot_sync";
+        case WarpOp::kAny: return "__any_sync";
+        case WarpOp::kAll: return "__all_sync";
+        case WarpOp::kSync: return "__syncwarp";
+        default: return "?";
+    }
+}
+
+inline std::string hex(unsigned v) {
+    char buf[16];
+    snprintf(buf, sizeof buf, "0x%08x", v);
+    return buf;
+}
+
+// One lane arrives at a warp operation; returns its result once every live lane of
+// the mask has arrived.
+inline unsigned long long warp_exchange(WarpOp op, unsigned mask, unsigned long long value, int param,
+                                        int width, const char* file, int line) {
+    Fiber* f = current_fiber(op_name(op));
+    Worker& w = worker();
+    int warp_index = f->linear / 32;
+    int lane = f->linear % 32;
+    Warp& warp = w.warps[warp_index];
+    Site site{file, line, op_name(op)};
+    if (!(mask >> lane & 1))
+        fail(site_name(site) + ": the calling lane " + std::to_string(lane) + " is not in mask " +
+             hex(mask));
+    if (width < 1 || width > 32 || (width & (width - 1)))
+        fail(site_name(site) + ": width " + std::to_string(width) + " is not a power of two in [1, 32]");
+    WarpGroup* group = nullptr;
+    for (WarpGroup& g : warp.groups) {
+        if (!g.used) continue;
+        if (g.mask == mask) {
+            group = &g;
+            break;
+        }
+        if (g.mask & mask)
+            fail("divergent warp operation in warp " + std::to_string(warp_index) + ": " +
+                 site_name(site) + " with mask " + hex(mask) + " while lanes wait in " +
+                 site_name(g.site) + " with overlapping mask " + hex(g.mask));
+    }
+    if (group && group->op != op)
+        fail("divergent warp operation in warp " + std::to_string(warp_index) + ": lane " +
+             std::to_string(lane) + " at " + site_name(site) + " while lanes of mask " + hex(mask) +
+             " wait at " + site_name(group->site));
+    if (!group) {
+        for (WarpGroup& g : warp.groups)
+            if (!g.used) {
+                group = &g;
+                break;
+            }
+        group->used = true;
+        group->op = op;
+        group->mask = mask;
+        group->arrived = 0;
+        group->site = site;
+    }
+    group->arrived |= 1u << lane;
+    warp.value[lane] = value;
+    warp.param[lane] = param;
+    warp.width[lane] = width;
+    f->state = State::kWarp;
+    f->waiting_at = site;
+    check_warp_groups(w, warp, warp_index);
+    // Yield even when this lane completed the group: the scheduler then runs the
+    // lanes in schedule order, which is what CUDNNLITE_EMU_SCHEDULE varies.
+    yield_to_scheduler(f);
+    return warp.result[lane];
+}
+
+// ---------------------------------------------------------------- barrier
+enum class BarrierKind : int { kSync, kCount, kAnd, kOr };
+
+inline int barrier_arrive(BarrierKind kind, int predicate, const char* file, int line,
+                          const char* what) {
+    Fiber* f = current_fiber(what);
+    Worker& w = worker();
+    Site site{file, line, what};
+    if (w.bar_arrived == 0) {
+        w.bar_site = site;
+        w.bar_count = 0;
+    } else if (!w.bar_site.same(site)) {
+        fail("divergent __syncthreads: thread " + thread_name(f->tid) + " reached " +
+             site_name(site) + " while other threads of block " + thread_name(w.block_idx) +
+             " wait at " + site_name(w.bar_site));
+    }
+    w.bar_arrived += 1;
+    w.bar_count += predicate != 0;
+    f->state = State::kBarrier;
+    f->waiting_at = site;
+    maybe_release_barrier(w);
+    yield_to_scheduler(f);
+    switch (kind) {
+        case BarrierKind::kCount: return f->bar_result;
+        case BarrierKind::kAnd: return f->bar_result == f->bar_total;
+        case BarrierKind::kOr: return f->bar_result != 0;
+        default: return 0;
+    }
+}
+
+// ---------------------------------------------------------------- scheduler
+inline void start_thread_fiber(Worker& w, int linear) {
+    Fiber* f = get_fiber(w, w.fibers_used++);
+    if (!f) fail("cannot allocate a fiber stack (" + std::to_string(w.stack_bytes) + " bytes)");
+    f->tid = unflatten(w, linear);
+    f->linear = linear;
+    f->state = State::kRunnable;
+    f->plain = false;
+    f->waiting_at = Site();
+    w.by_thread[linear] = f;
+    prepare_fiber(f);
+    w.ready.push_back(f);
+}
+
+inline void convert_to_fiber_mode(Worker& w) {
+    w.fiber_mode = true;
+    // The threads the plain loop has not started get their own fibers, in order.
+    while (w.next_plain < (int)w.order.size()) start_thread_fiber(w, w.order[w.next_plain++]);
+}
+
+inline void run_thread_body(Worker& w, Fiber* f) {
+    (void)f;
+    w.thunk(w.args, w.kfn);
+}
+
+// Called on a fresh fiber stack.
+extern "C" __attribute__((used, visibility("hidden"))) void emu_fiber_main(Fiber* f) {
+    Worker& w = worker();
+#if defined(EMU_ASAN)
+    __sanitizer_finish_switch_fiber(nullptr, nullptr, nullptr);
+#endif
+    if (f->plain) {
+        // Plain mode: run the threads one after another on this one stack until
+        // one of them meets a barrier or warp op (which converts the block).
+        while (!w.fiber_mode && w.next_plain < (int)w.order.size()) {
+            int linear = w.order[w.next_plain++];
+            f->linear = linear;
+            f->tid = unflatten(w, linear);
+            w.by_thread[linear] = f;
+            run_thread_body(w, f);
+            if (!w.fiber_mode) {
+                w.by_thread[linear] = nullptr;
+                w.live -= 1;
+                w.done += 1;
+                warp_of(w, linear).live &= ~(1u << (linear % 32));
+            }
+        }
+        if (!w.fiber_mode) {
+            f->state = State::kDone;
+            yield_to_scheduler(f);
+        }
+        // Converted while running a thread; that thread has now finished.
+    } else {
+        run_thread_body(w, f);
+    }
+    f->state = State::kDone;
+    w.live -= 1;
+    w.done += 1;
+    Warp& warp = warp_of(w, f->linear);
+    warp.live &= ~(1u << (f->linear % 32));
+    // An exit may complete a barrier or a warp group that waited for this thread.
+    maybe_release_barrier(w);
+    check_warp_groups(w, warp, f->linear / 32);
+    yield_to_scheduler(f);
+    __builtin_unreachable();
+}
+
+inline void report_deadlock(Worker& w) {
+    std::string msg = "deadlock in block " + thread_name(w.block_idx) +
+                      ": no thread can make progress. Waiting threads:";
+    int shown = 0;
+    for (Fiber* g : w.by_thread) {
+        if (!g || g->state == State::kDone) continue;
+        if (shown++ == 8) {
+            msg += " ...";
+            break;
+        }
+        msg += "\n  thread " + thread_name(g->tid) + " waits in " + site_name(g->waiting_at);
+    }
+    record_error(msg);
+}
+
+inline void poison_tls_shared_memory();
+
+inline void run_block(Worker& w, unsigned bx, unsigned by, unsigned bz) {
+    w.block_idx.x = bx;
+    w.block_idx.y = by;
+    w.block_idx.z = bz;
+    w.next_plain = 0;
+    w.fiber_mode = false;
+    w.fibers_used = 0;
+    w.live = w.nthreads;
+    w.done = 0;
+    w.aborted = false;
+    w.ready.clear();
+    std::fill(w.by_thread.begin(), w.by_thread.end(), nullptr);
+    w.bar_arrived = 0;
+    w.bar_site = Site();
+    for (int i = 0; i < (int)w.warps.size(); ++i) {
+        Warp& warp = w.warps[i];
+        int lanes = std::min(32, w.nthreads - i * 32);
+        warp.live = lanes == 32 ? 0xffffffffu : ((1u << lanes) - 1);
+        for (WarpGroup& g : warp.groups) g = WarpGroup();
+    }
+    if (w.cfg->schedule == kRandom) std::shuffle(w.order.begin(), w.order.end(), w.rng);
+    if (w.cfg->poison) {
+        poison_tls_shared_memory();
+        if (w.cfg->shared_bytes) memset(w.dyn_smem, 0xFF, w.cfg->shared_bytes);
+    }
+    Fiber* first = get_fiber(w, w.fibers_used++);
+    if (!first) {
+        record_error("cannot allocate a fiber stack");
+        return;
+    }
+    first->plain = true;
+    first->state = State::kRunnable;
+    prepare_fiber(first);
+    w.ready.push_back(first);
+    std::vector<Fiber*> round;
+    while (w.done < w.nthreads && !w.aborted) {
+        if (w.ready.empty()) {
+            report_deadlock(w);
+            return;
+        }
+        round.swap(w.ready);
+        w.ready.clear();
+        for (Fiber* f : round) {
+            if (f->state != State::kRunnable) continue;
+            resume(w, f);
+            if (w.aborted) return;
+        }
+        round.clear();
+    }
+}
+
+[[noreturn]] inline void fail(const std::string& msg) {
+    Worker* w = t_worker;
+    std::string full = msg;
+    if (w && w->current) full = "in " + where() + ": " + msg;
+    record_error(full);
+    if (w && w->current) {
+        w->aborted = true;
+        Fiber* f = w->current;
+        yield_to_scheduler(f);
+    }
+    // Outside a fiber: nothing sensible to unwind to.
+    fprintf(stderr, "cudnnlite emulator: %s\n", full.c_str());
+    abort();
+}
+
+// ---------------------------------------------------------------- shared memory poisoning
+// Every TLS byte of this module except t_worker is __shared__ storage; find the
+// calling thread's TLS block of this module and fill it.
+struct TlsRange {
+    char* start = nullptr;
+    size_t size = 0;
+};
+
+inline size_t module_tls_size() {
+    static size_t size = [] {
+        Dl_info info;
+        if (!dladdr(reinterpret_cast<void*>(&module_tls_size), &info)) return size_t(0);
+        struct Ctx {
+            void* base;
+            size_t size;
+        } ctx{info.dli_fbase, 0};
+        dl_iterate_phdr(
+            [](dl_phdr_info* pi, size_t, void* data) -> int {
+                Ctx* c = static_cast<Ctx*>(data);
+                if (reinterpret_cast<void*>(pi->dlpi_addr) != c->base) return 0;
+                for (int i = 0; i < pi->dlpi_phnum; ++i)
+                    if (pi->dlpi_phdr[i].p_type == PT_TLS) c->size = pi->dlpi_phdr[i].p_memsz;
+                return 1;
+            },
+            &ctx);
+        return ctx.size;
+    }();
+    return size;
+}
+
+inline void* module_handle() {
+    static void* handle = [] {
+        Dl_info info;
+        if (!dladdr(reinterpret_cast<void*>(&module_handle), &info)) return (void*)nullptr;
+        return dlopen(info.dli_fname, RTLD_NOW | RTLD_NOLOAD);
+    }();
+    return handle;
+}
+
+inline void poison_tls_shared_memory() {
+    size_t size = module_tls_size();
+    void* handle = module_handle();
+    if (!size || !handle) return;
+    Worker* keep = t_worker;  // touching it also makes sure the block is allocated
+    void* block = nullptr;
+    if (dlinfo(handle, RTLD_DI_TLS_DATA, &block) != 0 || !block) return;
+    char* start = static_cast<char*>(block);
+    char* w0 = reinterpret_cast<char*>(&t_worker);
+    char* w1 = w0 + sizeof(t_worker);
+    if (w0 >= start && w1 <= start + size) {
+        memset(start, 0xFF, w0 - start);
+        memset(w1, 0xFF, start + size - w1);
+    } else {
+        memset(start, 0xFF, size);
+    }
+    t_worker = keep;
+}
+
+inline void* dynamic_shared_memory() {
+    Worker& w = worker();
+    return w.dyn_smem;
+}
+
+// ---------------------------------------------------------------- launch
+inline Worker* get_worker(const LaunchConfig& cfg) {
+    if (!t_worker) t_worker = new Worker();
+    Worker& w = *t_worker;
+    if (w.stack_bytes != cfg.stack_bytes) {
+        for (Fiber* f : w.pool) free_fiber(f);
+        w.pool.clear();
+        w.stack_bytes = cfg.stack_bytes;
+    }
+    return &w;
+}
+
+inline void setup_block_shape(Worker& w, const LaunchConfig& cfg) {
+    w.cfg = &cfg;
+    w.block_dim = dim3(cfg.block[0], cfg.block[1], cfg.block[2]);
+    w.grid_dim = dim3(cfg.grid[0], cfg.grid[1], cfg.grid[2]);
+    w.nthreads = int(cfg.block[0] * cfg.block[1] * cfg.block[2]);
+    w.order.resize(w.nthreads);
+    for (int i = 0; i < w.nthreads; ++i)
+        w.order[i] = cfg.schedule == kReverse ? w.nthreads - 1 - i : i;
+    w.by_thread.assign(w.nthreads, nullptr);
+    w.warps.assign((w.nthreads + 31) / 32, Warp());
+    if (cfg.shared_bytes > w.dyn_smem_cap) {
+        free(w.dyn_smem);
+        size_t cap = (cfg.shared_bytes + 255) & ~size_t(255);
+        w.dyn_smem = static_cast<unsigned char*>(aligned_alloc(256, cap));
+        w.dyn_smem_cap = cap;
+    }
+}
+
+inline int launch(KernelThunk thunk, const void* kfn, const LaunchConfig& cfg, void* const* args) {
+    g_error.set.store(0);
+    g_error.message[0] = 0;
+    unsigned long long nblocks = 1ull * cfg.grid[0] * cfg.grid[1] * cfg.grid[2];
+    unsigned long long nthreads = 1ull * cfg.block[0] * cfg.block[1] * cfg.block[2];
+    if (nthreads == 0 || nthreads > 1024 || nblocks == 0) {
+        record_error("invalid launch configuration: grid (" + std::to_string(cfg.grid[0]) + "," +
+                     std::to_string(cfg.grid[1]) + "," + std::to_string(cfg.grid[2]) + "), block (" +
+                     std::to_string(cfg.block[0]) + "," + std::to_string(cfg.block[1]) + "," +
+                     std::to_string(cfg.block[2]) + ") (1..1024 threads per block)");
+        return 1;
+    }
+    long long n = (long long)nblocks;
+#pragma omp parallel num_threads(cfg.num_threads > 0 ? cfg.num_threads : omp_default_threads())
+    {
+        Worker* w = get_worker(cfg);
+        setup_block_shape(*w, cfg);
+        w->thunk = thunk;
+        w->kfn = kfn;
+        w->args = args;
+        w->rng.seed(cfg.seed ^ (0x9E3779B97F4A7C15ull * (unsigned long long)(omp_thread_num() + 1)));
+#pragma omp for schedule(dynamic, 1)
+        for (long long b = 0; b < n; ++b) {
+            if (launch_failed()) continue;
+            unsigned bx = unsigned(b % cfg.grid[0]);
+            unsigned by = unsigned((b / cfg.grid[0]) % cfg.grid[1]);
+            unsigned bz = unsigned(b / ((long long)cfg.grid[0] * cfg.grid[1]));
+            run_block(*w, bx, by, bz);
+        }
+        w->cfg = nullptr;
+    }
+    return launch_failed() ? 1 : 0;
+}
+
+// ---------------------------------------------------------------- kernel entries
+// Typed thunk: unpacks the argument array (pointers to argument values, as
+// cuLaunchKernel takes them) and calls the kernel.
+template <typename... Args, size_t... I>
+inline void call_kernel(void (*k)(Args...), void* const* args, std::index_sequence<I...>) {
+    k(*static_cast<std::remove_cv_t<std::remove_reference_t<Args>>*>(args[I])...);
+}
+
+template <typename... Args>
+inline void thunk_for(void* const* args, const void* kfn) {
+    auto k = reinterpret_cast<void (*)(Args...)>(const_cast<void*>(kfn));
+    call_kernel(k, args, std::index_sequence_for<Args...>{});
+}
+
+// Argument type codes for the Python side, which checks every argument against
+// them: p = pointer; i/u/f + bytes = integer, unsigned, float; b = bool;
+// s<bytes>a<align> = struct passed by value.
+template <typename T>
+inline std::string type_code() {
+    using U = std::remove_cv_t<T>;
+    if constexpr (std::is_pointer_v<U>) return "p";
+    else if constexpr (std::is_same_v<U, bool>) return "b1";
+    else if constexpr (std::is_floating_point_v<U>) return "f" + std::to_string(sizeof(U));
+    else if constexpr (std::is_integral_v<U> && std::is_signed_v<U>) return "i" + std::to_string(sizeof(U));
+    else if constexpr (std::is_integral_v<U>) return "u" + std::to_string(sizeof(U));
+    else if constexpr (std::is_same_v<U, __half>) return "h2";
+    else if constexpr (std::is_same_v<U, __nv_bfloat16>) return "e2";
+    else return "s" + std::to_string(sizeof(U)) + "a" + std::to_string(alignof(U));
+}
+
+struct KernelEntry {
+    const char* name;
+    KernelThunk thunk;
+    const void* kfn;
+    std::string signature;
+};
+
+template <typename... Args>
+inline KernelEntry make_entry(const char* name, void (*k)(Args...)) {
+    std::string sig;
+    ((sig += (sig.empty() ? "" : ","), sig += type_code<Args>()), ...);
+    return KernelEntry{name, &thunk_for<Args...>, reinterpret_cast<const void*>(k), sig};
+}
+
+}  // namespace emu
+
+// ---------------------------------------------------------------- the CUDA names
+#define threadIdx (::emu::worker().current->tid)
+#define blockIdx (::emu::worker().block_idx)
+#define blockDim (::emu::worker().block_dim)
+#define gridDim (::emu::worker().grid_dim)
+#define warpSize 32
+
+#define EMU_BARRIER(kind, p, name) \
+    ::emu::barrier_arrive(::emu::BarrierKind::kind, (p), __FILE__, __LINE__, name)
+#define __syncthreads() ((void)EMU_BARRIER(kSync, 1, "__syncthreads"))
+#define __syncthreads_count(p) EMU_BARRIER(kCount, (p), "__syncthreads_count")
+#define __syncthreads_and(p) EMU_BARRIER(kAnd, (p), "__syncthreads_and")
+#define __syncthreads_or(p) EMU_BARRIER(kOr, (p), "__syncthreads_or")
+
+namespace emu {
+template <typename T>
+inline T shfl(WarpOp op, unsigned mask, T v, int param, int width, const char* file, int line) {
+    return from_bits<T>(warp_exchange(op, mask, to_bits(v), param, width, file, line));
+}
+}  // namespace emu
+
+#define __shfl_sync(mask, v, src, ...) \
+    ::emu::shfl(::emu::WarpOp::kShfl, (mask), (v), (src), EMU_WIDTH(__VA_ARGS__), __FILE__, __LINE__)
+#define __shfl_up_sync(mask, v, d, ...) \
+    ::emu::shfl(::emu::WarpOp::kShflUp, (mask), (v), (int)(d), EMU_WIDTH(__VA_ARGS__), __FILE__, __LINE__)
+#define __shfl_down_sync(mask, v, d, ...) \
+    ::emu::shfl(::emu::WarpOp::kShflDown, (mask), (v), (int)(d), EMU_WIDTH(__VA_ARGS__), __FILE__, __LINE__)
+#define __shfl_xor_sync(mask, v, m, ...) \
+    ::emu::shfl(::emu::WarpOp::kShflXor, (mask), (v), (m), EMU_WIDTH(__VA_ARGS__), __FILE__, __LINE__)
+// Optional width argument, 32 by default.
+#define EMU_WIDTH(...) (::emu::width_or_default(0, ##__VA_ARGS__))
+namespace emu {
+inline int width_or_default(int) { return 32; }
+inline int width_or_default(int, int w) { return w; }
+}  // namespace emu
+
+#define __ballot_sync(mask, p) \
+    ((unsigned)::emu::warp_exchange(::emu::WarpOp::kBallot, (mask), (p) != 0, 0, 32, __FILE__, __LINE__))
+#define __any_sync(mask, p) \
+    ((int)::emu::warp_exchange(::emu::WarpOp::kAny, (mask), (p) != 0, 0, 32, __FILE__, __LINE__))
+#define __all_sync(mask, p) \
+    ((int)::emu::warp_exchange(::emu::WarpOp::kAll, (mask), (p) != 0, 0, 32, __FILE__, __LINE__))
+#define __syncwarp(...) \
+    ((void)::emu::warp_exchange(::emu::WarpOp::kSync, ::emu::mask_or_full(0, ##__VA_ARGS__), 0, 0, 32, __FILE__, __LINE__))
+namespace emu {
+inline unsigned mask_or_full(int) { return 0xffffffffu; }
+inline unsigned mask_or_full(int, unsigned m) { return m; }
+
+// The live lanes of the caller's warp. On a GPU only the converged lanes are
+// reported; the emulator cannot see convergence and reports every live lane.
+inline unsigned activemask() {
+    Worker& w = worker();
+    if (!w.current) fail("__activemask called outside a kernel");
+    return w.warps[w.current->linear / 32].live;
+}
+inline unsigned lanemask_lt() {
+    unsigned lane = worker().current->linear % 32;
+    return (1u << lane) - 1;
+}
+}  // namespace emu
+#define __activemask() (::emu::activemask())
+
+// Dynamic shared memory (see cuda_src/common/cudnnlite.cuh for the CUDA side).
+#define DYNAMIC_SHARED(T, name) T* name = reinterpret_cast<T*>(::emu::dynamic_shared_memory())
+
+// Device-side assert and trap raise an emulator error instead of aborting Python.
+#undef assert
+#define assert(e)                                                                        \
+    ((e) ? (void)0                                                                        \
+         : ::emu::fail(std::string("device assert failed: ") + #e + " at " + __FILE__ + ":" + \
+                       std::to_string(__LINE__)))
+#define __trap() ::emu::fail("__trap() called")
+#define __brkpt() ::emu::fail("__brkpt() called")
+
+inline long long clock64() {
+    return std::chrono::steady_clock::now().time_since_epoch().count();
+}
+#define __nanosleep(ns) ((void)(ns))
+
+// Inline PTX cannot run on a CPU: any `asm` in a kernel source fails to compile
+// with this name in the message, which the launcher turns into a clear error.
+#define asm EMU_INLINE_PTX_IS_NOT_EMULATED
+#define __asm__ EMU_INLINE_PTX_IS_NOT_EMULATED

@@ -1,0 +1,78 @@
+// emu_entry.cpp — the translation unit the emulator compiles for one kernel module.
+//
+// Defines set by the launcher (cudnnlite/runtime/emulator/launcher.py):
+//   CUDNNLITE_EMU_SOURCE   "path/to/kernel.cu" (a string literal)
+//   CUDNNLITE_EMU_KERNELS  EMU_KERNEL(name) EMU_KERNEL(template_name<float, 4>) ...
+// plus the module's own compile-time defines.
+//
+// It exports a small C ABI that ctypes loads: the kernel table, each kernel's
+// argument signature (checked by Python before every launch), and the launch.
+#include "cuda_emu.h"
+
+#include CUDNNLITE_EMU_SOURCE
+
+#define EMU_KERNEL(...) ::emu::make_entry(#__VA_ARGS__, &__VA_ARGS__),
+
+namespace {
+const std::vector<emu::KernelEntry>& kernel_table() {
+    static const std::vector<emu::KernelEntry> table = {CUDNNLITE_EMU_KERNELS};
+    return table;
+}
+}  // namespace
+
+#if defined(EMU_ASAN)
+namespace {
+void asan_report(const char* report) { emu::record_error(std::string("AddressSanitizer: ") + report); }
+}  // namespace
+#endif
+
+extern "C" {
+
+__attribute__((visibility("default"))) int emu_kernel_count() { return (int)kernel_table().size(); }
+
+__attribute__((visibility("default"))) const char* emu_kernel_name(int i) {
+    return kernel_table()[i].name;
+}
+
+__attribute__((visibility("default"))) const char* emu_kernel_signature(int i) {
+    return kernel_table()[i].signature.c_str();
+}
+
+__attribute__((visibility("default"))) int emu_launch(int i, const emu::LaunchConfig* cfg,
+                                                      void* const* args) {
+    const emu::KernelEntry& e = kernel_table()[i];
+#if defined(EMU_ASAN)
+    static bool installed = (__asan_set_error_report_callback(asan_report), true);
+    (void)installed;
+#endif
+    return emu::launch(e.thunk, e.kfn, *cfg, args);
+}
+
+__attribute__((visibility("default"))) const char* emu_last_error() { return emu::g_error.message; }
+
+// Bytes of static __shared__ storage in this module (its whole TLS segment).
+__attribute__((visibility("default"))) unsigned long long emu_static_shared_bytes() {
+    return emu::module_tls_size();
+}
+
+__attribute__((visibility("default"))) int emu_asan_enabled() {
+#if defined(EMU_ASAN)
+    return 1;
+#else
+    return 0;
+#endif
+}
+
+// Redzones around the copies the launcher makes of each array in an ASan build.
+__attribute__((visibility("default"))) void emu_asan_poison(void* p, unsigned long long n, int on) {
+#if defined(EMU_ASAN)
+    if (on) __asan_poison_memory_region(p, n);
+    else __asan_unpoison_memory_region(p, n);
+#else
+    (void)p;
+    (void)n;
+    (void)on;
+#endif
+}
+
+}  // extern "C"

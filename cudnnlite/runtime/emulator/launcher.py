@@ -1,0 +1,381 @@
+"""The CPU emulator backend: compiles a kernel source with g++ after our CUDA header,
+caches the shared library on disk and launches kernels on NumPy arrays through ctypes.
+
+Environment switches (read at each launch, so tests can flip them):
+
+======================  =====================================================
+CUDNNLITE_EMU_SCHEDULE  ``forward`` (default), ``reverse`` or ``random``: the
+                        order threads of a block run in; exposes missing barriers
+CUDNNLITE_EMU_SEED      seed of the random schedule (default 0)
+CUDNNLITE_EMU_POISON    ``1``: fill shared memory with 0xFF (NaN) at each block
+                        start; exposes reads before writes (on in the test suite)
+CUDNNLITE_EMU_THREADS   OS threads running blocks (default: all cores)
+CUDNNLITE_EMU_STACK_KB  stack per CUDA thread (default 256)
+CUDNNLITE_EMU_ASAN      ``1``: AddressSanitizer build; every array is copied into a
+                        buffer with poisoned redzones, out-of-bounds accesses raise
+CUDNNLITE_CACHE_DIR     where compiled libraries go (default ~/.cache/cudnnlite)
+CUDNNLITE_CXX           the C++ compiler (default g++)
+======================  =====================================================
+"""
+
+from __future__ import annotations
+
+import ctypes
+import functools
+import hashlib
+import os
+import re
+import shutil
+import subprocess
+import tempfile
+import threading
+from collections.abc import Sequence
+from pathlib import Path
+from typing import Any
+
+import numpy as np
+
+from ...errors import BadParamError, CompileError, ExecutionError, NotSupportedError
+from ..backend import Backend, Dim, Kernel, Module, dim3
+from ..kernel import ModuleSpec
+from ..sources import common_headers_digest, cuda_src_dir, source_path
+
+INCLUDE_DIR = Path(__file__).resolve().parent / "include"
+_SCHEDULES = {"forward": 0, "reverse": 1, "random": 2}
+
+
+class LaunchConfig(ctypes.Structure):
+    """Mirror of emu::LaunchConfig in cuda_emu.h."""
+
+    _fields_ = [
+        ("grid", ctypes.c_uint * 3),
+        ("block", ctypes.c_uint * 3),
+        ("shared_bytes", ctypes.c_ulonglong),
+        ("schedule", ctypes.c_int),
+        ("poison", ctypes.c_int),
+        ("num_threads", ctypes.c_int),
+        ("seed", ctypes.c_ulonglong),
+        ("stack_bytes", ctypes.c_ulonglong),
+    ]
+
+
+def _env_flag(name: str) -> bool:
+    return os.environ.get(name, "0").strip().lower() in ("1", "true", "yes", "on")
+
+
+def cache_dir() -> Path:
+    root = os.environ.get("CUDNNLITE_CACHE_DIR")
+    base = Path(root) if root else Path(os.environ.get("XDG_CACHE_HOME", Path.home() / ".cache")) / "cudnnlite"
+    return base / "emu"
+
+
+def compiler() -> str:
+    return os.environ.get("CUDNNLITE_CXX", "g++")
+
+
+@functools.cache
+def compiler_version(cxx: str) -> str:
+    exe = shutil.which(cxx)
+    if exe is None:
+        raise NotSupportedError(
+            f"the CPU emulator needs a C++17 compiler; {cxx!r} was not found "
+            "(install g++, or point CUDNNLITE_CXX at one)"
+        )
+    out = subprocess.run([exe, "--version"], capture_output=True, text=True, check=False)
+    return out.stdout.splitlines()[0] if out.stdout else cxx
+
+
+def _header_digest() -> str:
+    h = hashlib.sha256()
+    for path in sorted(INCLUDE_DIR.iterdir()):
+        if path.is_file():
+            h.update(path.name.encode())
+            h.update(path.read_bytes())
+    return h.hexdigest()
+
+
+def compile_flags(asan: bool) -> list[str]:
+    flags = [
+        "-std=gnu++17",
+        "-O2",
+        "-fPIC",
+        "-shared",
+        "-fopenmp",
+        "-fno-strict-aliasing",
+        # Kernels use `#pragma unroll` and CUDA idioms g++ warns about.
+        "-Wno-unknown-pragmas",
+        "-Wno-attributes",
+        "-fvisibility=hidden",
+    ]
+    if asan:
+        flags += ["-fsanitize=address", "-fsanitize-recover=address", "-fno-omit-frame-pointer", "-O1"]
+    return flags
+
+
+_EXTERN_SHARED = re.compile(r"extern\s+__shared__")
+
+
+def _check_source(spec: ModuleSpec, text: str) -> None:
+    if _EXTERN_SHARED.search(text):
+        raise CompileError(
+            f"{spec.source}: `extern __shared__` is not supported by the emulator; declare dynamic "
+            "shared memory with DYNAMIC_SHARED(T, name) from common/cudnnlite.cuh"
+        )
+
+
+def _compile(spec: ModuleSpec, asan: bool) -> Path:
+    src = source_path(spec.source)
+    text = src.read_text()
+    _check_source(spec, text)
+    cxx = compiler()
+    flags = compile_flags(asan)
+    kernels = " ".join(f"EMU_KERNEL({name})" for name in spec.names)
+    defines = [
+        f'-DCUDNNLITE_EMU_SOURCE="{src}"',
+        f"-DCUDNNLITE_EMU_KERNELS={kernels}",
+        *spec.define_options(),
+    ]
+    key = hashlib.sha256()
+    for part in (
+        text,
+        str(src),
+        _header_digest(),
+        common_headers_digest(),
+        compiler_version(cxx),
+        *flags,
+        *defines,
+    ):
+        key.update(part.encode())
+        key.update(b"\0")
+    out_dir = cache_dir()
+    out = out_dir / f"{Path(spec.source).stem}-{key.hexdigest()[:24]}.so"
+    if out.exists():
+        return out
+    out_dir.mkdir(parents=True, exist_ok=True)
+    fd, tmp = tempfile.mkstemp(suffix=".so", dir=out_dir)
+    os.close(fd)
+    cmd = [
+        cxx,
+        *flags,
+        f"-I{INCLUDE_DIR}",
+        f"-I{cuda_src_dir()}",
+        *defines,
+        str(INCLUDE_DIR / "emu_entry.cpp"),
+        "-o",
+        tmp,
+    ]
+    proc = subprocess.run(cmd, capture_output=True, text=True, check=False)
+    if proc.returncode != 0:
+        os.unlink(tmp)
+        log = proc.stderr.strip()
+        hint = ""
+        if "EMU_INLINE_PTX_IS_NOT_EMULATED" in log:
+            hint = (
+                "\nhint: the source uses inline PTX (asm), which the emulator cannot run; "
+                "keep a portable path under `#ifdef CUDNNLITE_EMULATOR`"
+            )
+        raise CompileError(
+            f"g++ failed to compile {spec.source} for the emulator\n"
+            f"  kernels: {', '.join(spec.names)}\n"
+            f"  defines: {dict(spec.defines)}\n{log[-6000:]}{hint}"
+        )
+    os.replace(tmp, out)  # atomic: concurrent compiles of one key are harmless
+    return out
+
+
+class EmulatorKernel(Kernel):
+    def __init__(self, module: EmulatorModule, index: int, name: str, signature: str) -> None:
+        self.module = module
+        self.index = index
+        self.name = name
+        self.spec = module.spec
+        self.signature = signature.split(",") if signature else []
+
+    def _convert(self, args: Sequence[Any], keep: list) -> ctypes.Array:
+        if len(args) != len(self.signature):
+            raise BadParamError(
+                f"kernel {self.name} takes {len(self.signature)} arguments, got {len(args)}"
+            )
+        values = (ctypes.c_void_p * max(1, len(args)))()
+        for i, (arg, code) in enumerate(zip(args, self.signature)):
+            cvalue = self._convert_one(i, arg, code, keep)
+            keep.append(cvalue)
+            values[i] = ctypes.cast(ctypes.pointer(cvalue), ctypes.c_void_p)
+        return values
+
+    def _convert_one(self, i: int, arg: Any, code: str, keep: list) -> Any:
+        where = f"argument {i} of kernel {self.name}"
+        if code == "p":
+            if arg is None:
+                return ctypes.c_void_p(0)
+            if isinstance(arg, np.ndarray):
+                return ctypes.c_void_p(self.module.array_pointer(arg, keep))
+            raise BadParamError(f"{where}: expected a NumPy array (pointer), got {type(arg).__name__}")
+        if code.startswith("s"):
+            size = int(code[1:].split("a")[0])
+            if isinstance(arg, np.void) and arg.dtype.itemsize == size:
+                return ctypes.create_string_buffer(arg.tobytes(), size)
+            raise BadParamError(f"{where}: expected a numpy.void struct of {size} bytes, got {arg!r}")
+        expected = {
+            "b1": np.bool_,
+            "i1": np.int8,
+            "u1": np.uint8,
+            "i2": np.int16,
+            "u2": np.uint16,
+            "i4": np.int32,
+            "u4": np.uint32,
+            "i8": np.int64,
+            "u8": np.uint64,
+            "f4": np.float32,
+            "f8": np.float64,
+            "h2": np.float16,
+            "e2": np.uint16,  # bfloat16 bits
+        }[code]
+        if not isinstance(arg, np.generic) or arg.dtype != np.dtype(expected):
+            raise BadParamError(
+                f"{where}: expected a numpy.{np.dtype(expected).name} scalar (the kernel's C type), "
+                f"got {arg!r} of type {type(arg).__name__}; pass exact NumPy scalars so the same "
+                "call is also correct on the GPU"
+            )
+        return ctypes.create_string_buffer(arg.tobytes(), arg.dtype.itemsize)
+
+    def __call__(self, grid: Dim, block: Dim, args: Sequence[Any], shared_mem: int = 0) -> None:
+        cfg = LaunchConfig()
+        cfg.grid[:] = dim3(grid, "grid")
+        cfg.block[:] = dim3(block, "block")
+        if shared_mem < 0:
+            raise BadParamError(f"shared_mem must be >= 0, got {shared_mem}")
+        cfg.shared_bytes = shared_mem
+        schedule = os.environ.get("CUDNNLITE_EMU_SCHEDULE", "forward").strip().lower()
+        if schedule not in _SCHEDULES:
+            raise BadParamError(
+                f"CUDNNLITE_EMU_SCHEDULE must be one of {sorted(_SCHEDULES)}, got {schedule!r}"
+            )
+        cfg.schedule = _SCHEDULES[schedule]
+        cfg.poison = int(_env_flag("CUDNNLITE_EMU_POISON"))
+        cfg.num_threads = int(os.environ.get("CUDNNLITE_EMU_THREADS", "0"))
+        cfg.seed = int(os.environ.get("CUDNNLITE_EMU_SEED", "0"))
+        cfg.stack_bytes = int(os.environ.get("CUDNNLITE_EMU_STACK_KB", "256")) * 1024
+        keep: list = []
+        with self.module.lock:  # one launch at a time per module: the error slot is global
+            values = self._convert(args, keep)
+            rc = self.module.lib.emu_launch(self.index, ctypes.byref(cfg), values)
+            self.module.copy_back(keep)
+            if rc != 0:
+                message = self.module.lib.emu_last_error().decode(errors="replace")
+                raise ExecutionError(f"kernel {self.name} ({self.spec.label()}) failed: {message}")
+
+
+class _AsanBuffer:
+    """An array's bytes copied between poisoned redzones (ASan builds only)."""
+
+    REDZONE = 64
+
+    def __init__(self, lib: ctypes.CDLL, arr: np.ndarray) -> None:
+        lo, hi = np.lib.array_utils.byte_bounds(arr) if hasattr(np.lib, "array_utils") else np.byte_bounds(arr)
+        self.arr, self.lo, self.nbytes, self.lib = arr, lo, hi - lo, lib
+        raw = ctypes.string_at(lo, self.nbytes)
+        self.buf = np.zeros(self.nbytes + 2 * self.REDZONE + 64, dtype=np.uint8)
+        base = self.buf.ctypes.data
+        start = (base + self.REDZONE + 63) // 64 * 64
+        # keep the element alignment of the original
+        start += lo % 64
+        self.start = start
+        ctypes.memmove(start, raw, self.nbytes)
+        lib.emu_asan_poison(ctypes.c_void_p(base), ctypes.c_ulonglong(start - base), 1)
+        end = start + self.nbytes
+        tail = base + self.buf.nbytes - end
+        lib.emu_asan_poison(ctypes.c_void_p(end), ctypes.c_ulonglong(tail), 1)
+
+    def pointer(self) -> int:
+        return self.start + (self.arr.ctypes.data - self.lo)
+
+    def copy_back(self) -> None:
+        base = self.buf.ctypes.data
+        self.lib.emu_asan_poison(ctypes.c_void_p(base), ctypes.c_ulonglong(self.buf.nbytes), 0)
+        if self.arr.flags.writeable:
+            ctypes.memmove(self.lo, self.start, self.nbytes)
+
+
+class EmulatorModule(Module):
+    def __init__(self, spec: ModuleSpec, asan: bool) -> None:
+        self.spec = spec
+        self.asan = asan
+        self.path = _compile(spec, asan)
+        self.lock = threading.Lock()
+        self.lib = ctypes.CDLL(str(self.path), mode=ctypes.RTLD_LOCAL)
+        lib = self.lib
+        lib.emu_kernel_count.restype = ctypes.c_int
+        lib.emu_kernel_name.restype = ctypes.c_char_p
+        lib.emu_kernel_name.argtypes = [ctypes.c_int]
+        lib.emu_kernel_signature.restype = ctypes.c_char_p
+        lib.emu_kernel_signature.argtypes = [ctypes.c_int]
+        lib.emu_launch.restype = ctypes.c_int
+        lib.emu_launch.argtypes = [ctypes.c_int, ctypes.POINTER(LaunchConfig), ctypes.c_void_p]
+        lib.emu_last_error.restype = ctypes.c_char_p
+        lib.emu_static_shared_bytes.restype = ctypes.c_ulonglong
+        lib.emu_asan_poison.argtypes = [ctypes.c_void_p, ctypes.c_ulonglong, ctypes.c_int]
+        self.kernels: dict[str, EmulatorKernel] = {}
+        for i, name in enumerate(spec.names):
+            sig = lib.emu_kernel_signature(i).decode()
+            self.kernels[name] = EmulatorKernel(self, i, name, sig)
+
+    def get_function(self, name: str) -> Kernel:
+        try:
+            return self.kernels[name]
+        except KeyError:
+            raise BadParamError(
+                f"kernel {name!r} is not among the names compiled for {self.spec.label()}: "
+                f"{list(self.kernels)}"
+            ) from None
+
+    def static_shared_bytes(self) -> int:
+        return int(self.lib.emu_static_shared_bytes())
+
+    def array_pointer(self, arr: np.ndarray, keep: list) -> int:
+        if not self.asan or arr.size == 0:
+            return arr.ctypes.data
+        buf = _AsanBuffer(self.lib, arr)
+        keep.append(buf)
+        return buf.pointer()
+
+    def copy_back(self, keep: list) -> None:
+        for item in keep:
+            if isinstance(item, _AsanBuffer):
+                item.copy_back()
+
+
+class EmulatorBackend(Backend):
+    """Runs the CUDA sources on the CPU, on NumPy arrays."""
+
+    name = "cpu"
+
+    @property
+    def xp(self) -> Any:
+        return np
+
+    def device_key(self) -> str:
+        return "cpu-asan" if _env_flag("CUDNNLITE_EMU_ASAN") else "cpu"
+
+    def arch(self) -> str:
+        return "cpu"
+
+    def _build(self, spec: ModuleSpec) -> Module:
+        asan = _env_flag("CUDNNLITE_EMU_ASAN")
+        if asan:
+            # The ASan runtime arrives with the first instrumented library, after
+            # Python started; tell it not to insist on being first.
+            opts = os.environ.get("ASAN_OPTIONS", "")
+            if "verify_asan_link_order" not in opts:
+                os.environ["ASAN_OPTIONS"] = (opts + ":" if opts else "") + (
+                    "verify_asan_link_order=0:halt_on_error=0:detect_leaks=0"
+                )
+        return EmulatorModule(spec, asan)
+
+    def synchronize(self) -> None:
+        """Emulator launches are synchronous."""
+
+    def timer(self) -> Any:
+        import time
+
+        return time.perf_counter

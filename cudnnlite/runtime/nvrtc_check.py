@@ -1,0 +1,325 @@
+"""NVRTC compile check: compiles kernel modules to CUBIN on a machine without a GPU.
+
+CuPy's compiler asks the driver for a device, so this calls NVRTC directly through
+ctypes. Every ``ModuleSpec`` the library can generate (``variants.all_module_specs()``)
+is compiled for real architectures (``sm_75``, ``sm_80``, ``sm_90`` by default), which
+catches a kernel variant that only the CPU emulator's g++ accepts.
+
+    python -m cudnnlite.runtime.nvrtc_check [--arch sm_90 ...] [--jobs N] [--list]
+"""
+
+from __future__ import annotations
+
+import argparse
+import ctypes
+import os
+import re
+import sys
+import time
+from collections.abc import Iterable, Sequence
+from concurrent.futures import ThreadPoolExecutor
+from dataclasses import dataclass, field
+from pathlib import Path
+
+from ..errors import BadParamError, CompileError, NotSupportedError
+from . import cuda_toolkit
+from .kernel import ModuleSpec
+from .sources import common_headers_digest, cuda_src_dir, source_path
+
+DEFAULT_ARCHS = ("sm_75", "sm_80", "sm_90")
+
+_ARCH_RE = re.compile(r"sm_\d+[af]?")
+
+
+@dataclass(frozen=True)
+class CompileResult:
+    """One successful NVRTC compilation."""
+
+    source: str  # the program name given to NVRTC: the source file's path
+    arch: str
+    cubin: bytes = field(repr=False)
+    lowered_names: dict[str, str]  # name expression -> symbol in the cubin
+    log: str  # NVRTC's log (warnings); empty when clean
+    options: tuple[str, ...]
+    seconds: float
+
+    @property
+    def cubin_size(self) -> int:
+        return len(self.cubin)
+
+
+@dataclass(frozen=True)
+class CheckResult:
+    """Outcome of compiling one (spec, arch) pair in :func:`check_all`."""
+
+    spec: ModuleSpec
+    arch: str
+    ok: bool
+    seconds: float
+    cubin_size: int = 0
+    lowered_names: dict[str, str] = field(default_factory=dict)
+    error: str | None = None  # the CompileError / NotSupportedError message on failure
+    log: str = ""  # NVRTC's warnings on success
+
+
+# ------------------------------------------------------------------ NVRTC calls
+
+
+def _status_text(lib: ctypes.CDLL, rc: int) -> str:
+    msg = lib.nvrtcGetErrorString(rc)
+    return msg.decode() if msg else f"status {rc}"
+
+
+def _strings(values: Sequence[str]) -> ctypes.Array:
+    return (ctypes.c_char_p * len(values))(*(v.encode() for v in values))
+
+
+def _program_log(lib: ctypes.CDLL, prog: ctypes.c_void_p) -> str:
+    size = ctypes.c_size_t()
+    if lib.nvrtcGetProgramLogSize(prog, ctypes.byref(size)) != 0 or size.value <= 1:
+        return ""
+    buf = ctypes.create_string_buffer(size.value)
+    if lib.nvrtcGetProgramLog(prog, buf) != 0:
+        return ""
+    return buf.value.decode(errors="replace").strip()
+
+
+def _format_failure(
+    what: str,
+    program_name: str,
+    arch: str,
+    defines: Sequence[str],
+    name_expressions: Sequence[str],
+    options: Sequence[str],
+    log: str,
+) -> str:
+    return (
+        f"cudnnlite: NVRTC {what}\n"
+        f"  source: {program_name}\n"
+        f"  arch: {arch}\n"
+        f"  defines: {' '.join(defines) or '(none)'}\n"
+        f"  name expressions: {', '.join(name_expressions) or '(none)'}\n"
+        f"  options: {' '.join(options)}\n"
+        f"  NVRTC log:\n{log or '(empty)'}"
+    )
+
+
+def _check_arch(arch: str) -> None:
+    if not _ARCH_RE.fullmatch(arch):
+        # nvrtcGetCUBIN needs a real architecture; compute_XX would only give PTX.
+        raise BadParamError(
+            f"cudnnlite: arch must be a real architecture like 'sm_90', not {arch!r}"
+        )
+
+
+def nvrtc_options(
+    arch: str, defines: Iterable[str] = (), include_dirs: Iterable[Path] | None = None
+) -> list[str]:
+    """The NVRTC options every cudnnlite kernel is compiled with (no GPU needed to compute them)."""
+    _check_arch(arch)
+    if include_dirs is None:
+        include_dirs = cuda_toolkit.find_cuda_include_dirs()
+    return [
+        f"--gpu-architecture={arch}",
+        "-std=c++17",
+        f"-I{cuda_src_dir()}",  # kernels include "common/cudnnlite.cuh"
+        *(f"-I{d}" for d in include_dirs),
+        # The digest of cuda_src/common changes the compile key when a shared header changes.
+        f"-DCUDNNLITE_HEADERS={common_headers_digest()}",
+        *defines,
+    ]
+
+
+def compile_source(
+    source: str,
+    program_name: str,
+    name_expressions: Sequence[str],
+    arch: str = "sm_90",
+    defines: Sequence[str] = (),
+) -> CompileResult:
+    """Compiles CUDA C++ text to a CUBIN for ``arch``; raises CompileError with NVRTC's log.
+
+    ``program_name`` (normally the file's path) is how NVRTC names the source in messages;
+    ``defines`` are ``-DK=V`` options; each name expression (``relu_fwd``,
+    ``act_fwd<float, 2>``) is resolved to its symbol in the cubin.
+    """
+    _check_arch(arch)
+    nvrtc = cuda_toolkit.find_nvrtc()
+    if not nvrtc.supports(arch):
+        raise NotSupportedError(
+            f"cudnnlite: NVRTC {nvrtc.version_string()} ({nvrtc.path}) cannot compile for {arch}; "
+            f"it supports sm_{', sm_'.join(map(str, nvrtc.supported_archs))}"
+        )
+    lib = cuda_toolkit.open_nvrtc(nvrtc)
+    options = nvrtc_options(arch, defines)
+    start = time.perf_counter()
+
+    def fail(what: str, log: str) -> CompileError:
+        return CompileError(
+            _format_failure(what, program_name, arch, defines, name_expressions, options, log)
+        )
+
+    prog = ctypes.c_void_p()
+    rc = lib.nvrtcCreateProgram(
+        ctypes.byref(prog), source.encode(), program_name.encode(), 0, None, None
+    )
+    if rc != 0:
+        raise fail(f"nvrtcCreateProgram failed: {_status_text(lib, rc)}", "")
+    try:
+        for expr in name_expressions:
+            rc = lib.nvrtcAddNameExpression(prog, expr.encode())
+            if rc != 0:
+                raise fail(f"nvrtcAddNameExpression({expr!r}) failed: {_status_text(lib, rc)}", "")
+        # ctypes drops the GIL for the call, so threads compile in parallel.
+        rc = lib.nvrtcCompileProgram(prog, len(options), _strings(options))
+        log = _program_log(lib, prog)
+        if rc != 0:
+            raise fail(f"compilation failed ({_status_text(lib, rc)})", log)
+
+        lowered: dict[str, str] = {}
+        for expr in name_expressions:
+            out = ctypes.c_char_p()
+            rc = lib.nvrtcGetLoweredName(prog, expr.encode(), ctypes.byref(out))
+            if rc != 0 or not out.value:
+                raise fail(f"nvrtcGetLoweredName({expr!r}) failed: {_status_text(lib, rc)}", log)
+            lowered[expr] = out.value.decode()  # owned by the program: copy before destroying
+
+        size = ctypes.c_size_t()
+        rc = lib.nvrtcGetCUBINSize(prog, ctypes.byref(size))
+        if rc != 0 or size.value == 0:
+            raise fail(f"nvrtcGetCUBINSize failed: {_status_text(lib, rc)}", log)
+        buf = ctypes.create_string_buffer(size.value)
+        rc = lib.nvrtcGetCUBIN(prog, buf)
+        if rc != 0:
+            raise fail(f"nvrtcGetCUBIN failed: {_status_text(lib, rc)}", log)
+        cubin = buf.raw
+    finally:
+        lib.nvrtcDestroyProgram(ctypes.byref(prog))
+    return CompileResult(
+        program_name, arch, cubin, lowered, log, tuple(options), time.perf_counter() - start
+    )
+
+
+def compile_to_cubin(
+    spec: ModuleSpec, arch: str = "sm_90", *, source_file: str | os.PathLike | None = None
+) -> CompileResult:
+    """Compiles ``spec`` for ``arch`` from ``cuda_src/<spec.source>``.
+
+    ``source_file`` compiles another file instead (tests use it for broken sources); the
+    spec's names and defines still apply.
+    """
+    path = Path(source_file) if source_file is not None else source_path(spec.source)
+    return compile_source(path.read_text(), str(path), spec.names, arch, spec.define_options())
+
+
+# ------------------------------------------------------------------ the check
+
+
+def _check_one(spec: ModuleSpec, arch: str) -> CheckResult:
+    start = time.perf_counter()
+    try:
+        res = compile_to_cubin(spec, arch)
+    except (CompileError, NotSupportedError, BadParamError, OSError) as exc:
+        # OSError: a spec naming a missing source (FileNotFoundError) is a failure to report.
+        return CheckResult(spec, arch, False, time.perf_counter() - start, error=str(exc))
+    return CheckResult(
+        spec, arch, True, res.seconds, res.cubin_size, res.lowered_names, log=res.log
+    )
+
+
+def check_all(
+    specs: Iterable[ModuleSpec] | None = None,
+    archs: Sequence[str] = DEFAULT_ARCHS,
+    jobs: int | None = None,
+) -> list[CheckResult]:
+    """Compiles every spec for every arch in parallel; results in (spec, arch) order.
+
+    ``specs`` defaults to ``variants.all_module_specs()``. Compile failures are reported
+    in the results; a missing NVRTC or headers raises NotSupportedError up front.
+    """
+    if specs is None:
+        from .variants import all_module_specs  # imports the kernel providers
+
+        specs = all_module_specs()
+    specs = list(specs)
+    # Fail once, clearly, rather than once per (spec, arch).
+    cuda_toolkit.find_nvrtc()
+    cuda_toolkit.find_cuda_include_dirs()
+    tasks = [(spec, arch) for spec in specs for arch in archs]
+    if not tasks:
+        return []
+    workers = max(1, min(jobs or os.cpu_count() or 1, len(tasks)))
+    with ThreadPoolExecutor(max_workers=workers, thread_name_prefix="nvrtc") as pool:
+        return list(pool.map(lambda t: _check_one(*t), tasks))
+
+
+# ------------------------------------------------------------------ command line
+
+
+def _parse(argv: Sequence[str] | None) -> argparse.Namespace:
+    p = argparse.ArgumentParser(
+        prog="python -m cudnnlite.runtime.nvrtc_check",
+        description="Compile every cudnnlite kernel variant with NVRTC (no GPU needed).",
+    )
+    p.add_argument(
+        "--arch",
+        action="append",
+        metavar="sm_XX",
+        help=f"real architecture to compile for; repeatable (default: {' '.join(DEFAULT_ARCHS)})",
+    )
+    p.add_argument(
+        "--jobs", "-j", type=int, default=None, help="parallel compilations (default: CPUs)"
+    )
+    p.add_argument("--list", action="store_true", help="list the module specs and exit")
+    p.add_argument("--verbose", "-v", action="store_true", help="print lowered names and warnings")
+    return p.parse_args(argv)
+
+
+def main(argv: Sequence[str] | None = None, specs: Iterable[ModuleSpec] | None = None) -> int:
+    """Entry point; returns the exit status (0: all compiled, 1: a failure, 2: no NVRTC)."""
+    args = _parse(argv)
+    if specs is None:
+        from .variants import all_module_specs
+
+        specs = all_module_specs()
+    specs = list(specs)
+    if args.list:
+        for spec in specs:
+            print(f"{spec.label()}  {' '.join(spec.names)}")
+        return 0
+    archs = tuple(args.arch or DEFAULT_ARCHS)
+    try:
+        nvrtc = cuda_toolkit.find_nvrtc()
+        headers = cuda_toolkit.find_cuda_include_dirs()
+    except NotSupportedError as exc:
+        print(str(exc), file=sys.stderr)
+        return 2
+    print(f"NVRTC {nvrtc.version_string()}: {nvrtc.path} ({nvrtc.origin})")
+    print(f"headers: {' '.join(map(str, headers))}")
+
+    start = time.perf_counter()
+    results = check_all(specs, archs, args.jobs)
+    width = max((len(r.spec.label()) for r in results), default=0)
+    for r in results:
+        status = "OK  " if r.ok else "FAIL"
+        size = f"{r.cubin_size:>8} B" if r.ok else " " * 10
+        print(
+            f"{status} {r.arch:<6} {r.seconds:6.2f}s {size}  {r.spec.label():<{width}}", flush=True
+        )
+        if args.verbose and r.ok:
+            for expr, sym in r.lowered_names.items():
+                print(f"       {expr} -> {sym}")
+            if r.log:
+                print("\n".join("       " + line for line in r.log.splitlines()))
+        if not r.ok:
+            print("\n".join("       " + line for line in (r.error or "").splitlines()))
+    failed = sum(not r.ok for r in results)
+    print(
+        f"{len(results) - failed} compiled, {failed} failed "
+        f"({len(specs)} modules x {len(archs)} archs, {time.perf_counter() - start:.1f}s wall)"
+    )
+    return 1 if failed else 0
+
+
+if __name__ == "__main__":
+    sys.exit(main())

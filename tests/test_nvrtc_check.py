@@ -1,0 +1,226 @@
+"""NVRTC compile check: every kernel variant must compile to CUBIN for sm_75/80/90.
+
+Needs no GPU, only NVRTC and the CUDA headers (the ``test`` extra installs the pip
+wheels). Without NVRTC these tests skip, unless ``CUDNNLITE_REQUIRE_NVRTC=1`` (CI),
+where they fail with the discovery error.
+"""
+
+from __future__ import annotations
+
+import os
+from pathlib import Path
+
+import pytest
+
+from cudnnlite.errors import BadParamError, CompileError, NotSupportedError
+from cudnnlite.runtime import cuda_toolkit, nvrtc_check
+from cudnnlite.runtime.kernel import ModuleSpec
+
+ARCHS = ("sm_75", "sm_80", "sm_90")
+PROBE = "selftest/nvrtc_probe.cu"
+
+PROBE_SPEC = ModuleSpec.make(
+    PROBE,
+    [
+        "probe_kernel<__half>",
+        "probe_kernel<__nv_bfloat16>",
+        "probe_kernel<float>",
+        "probe_convert<__half, __nv_bfloat16>",
+        "probe_plain",
+    ],
+    {"PROBE_SCALE": 3},
+)
+
+
+@pytest.fixture(scope="module")
+def nvrtc() -> cuda_toolkit.NvrtcLibrary:
+    try:
+        lib = cuda_toolkit.find_nvrtc()
+        cuda_toolkit.find_cuda_include_dirs()
+    except NotSupportedError as exc:
+        if os.environ.get("CUDNNLITE_REQUIRE_NVRTC") == "1":
+            pytest.fail(f"CUDNNLITE_REQUIRE_NVRTC=1 but discovery failed: {exc}")
+        pytest.skip(f"NVRTC not available: {exc}")
+    return lib
+
+
+# ------------------------------------------------------------------ discovery
+
+
+def test_discovery_is_structured(nvrtc: cuda_toolkit.NvrtcLibrary) -> None:
+    assert nvrtc.version >= (12, 0)
+    assert nvrtc.path.name.startswith("libnvrtc")
+    assert 90 in nvrtc.supported_archs or not nvrtc.supported_archs
+    headers = cuda_toolkit.find_cuda_headers()
+    assert (headers.fp16.path / "cuda_fp16.h").is_file()
+    assert (headers.fp16.path / "cuda_bf16.h").is_file()
+    # Headers from another CUDA major than NVRTC's would be a mismatch we avoid when possible.
+    if headers.fp16.major is not None:
+        assert headers.fp16.major == nvrtc.major
+    dirs = cuda_toolkit.find_cuda_include_dirs()
+    assert dirs[0] == headers.fp16.path
+    report = cuda_toolkit.toolkit_report()
+    assert report.ok and report.nvrtc == nvrtc
+
+
+def test_env_override_that_is_not_nvrtc_raises(
+    monkeypatch: pytest.MonkeyPatch, tmp_path: Path
+) -> None:
+    # Runs with or without NVRTC: an explicit path must never fall back silently.
+    monkeypatch.setenv(cuda_toolkit.ENV_NVRTC, str(tmp_path / "libnvrtc.so.99"))
+    cuda_toolkit.clear_caches()
+    try:
+        with pytest.raises(NotSupportedError, match="CUDNNLITE_NVRTC") as info:
+            cuda_toolkit.find_nvrtc()
+        assert "cudnnlite[cuda13]" in str(info.value)
+    finally:
+        monkeypatch.delenv(cuda_toolkit.ENV_NVRTC)
+        cuda_toolkit.clear_caches()
+
+
+def test_not_found_says_what_to_install(monkeypatch: pytest.MonkeyPatch) -> None:
+    monkeypatch.delenv(cuda_toolkit.ENV_NVRTC, raising=False)
+    monkeypatch.setattr(cuda_toolkit, "_nvrtc_candidates", lambda: [])
+    cuda_toolkit.clear_caches()
+    try:
+        with pytest.raises(NotSupportedError) as info:
+            cuda_toolkit.find_nvrtc()
+        msg = str(info.value)
+        assert 'pip install "cudnnlite[cuda13]"' in msg and "cudnnlite[cuda12]" in msg
+    finally:
+        cuda_toolkit.clear_caches()
+
+
+# ------------------------------------------------------------------ compiling
+
+
+@pytest.mark.parametrize("arch", ARCHS)
+def test_probe_compiles(nvrtc: cuda_toolkit.NvrtcLibrary, arch: str) -> None:
+    res = nvrtc_check.compile_to_cubin(PROBE_SPEC, arch)
+    assert res.cubin_size > 0
+    assert res.cubin[:4] == b"\x7fELF"  # a CUBIN is an ELF image
+    assert res.arch == arch
+    assert set(res.lowered_names) == set(PROBE_SPEC.names)
+    # Templates lower to Itanium-mangled symbols; extern "C" keeps its name.
+    half = res.lowered_names["probe_kernel<__half>"]
+    assert half.startswith("_Z") and "probe_kernel" in half
+    assert half != res.lowered_names["probe_kernel<__nv_bfloat16>"]
+    assert res.lowered_names["probe_plain"] == "probe_plain"
+    for sym in res.lowered_names.values():
+        assert sym.encode() in res.cubin
+    assert f"--gpu-architecture={arch}" in res.options
+    assert "-DPROBE_SCALE=3" in res.options
+    assert any(o.startswith("-DCUDNNLITE_HEADERS=") for o in res.options)
+    assert res.source.endswith("nvrtc_probe.cu")
+
+
+BROKEN = """\
+#include "common/cudnnlite.cuh"
+template <typename T>
+__global__ void broken_kernel(T* y) {
+    y[0] = cl::from_float<T>(undefined_thing_xyz * BROKEN_DEFINE);
+}
+"""
+
+
+def test_broken_source_raises_compile_error(
+    nvrtc: cuda_toolkit.NvrtcLibrary, tmp_path: Path
+) -> None:
+    src = tmp_path / "broken_probe.cu"
+    src.write_text(BROKEN)
+    spec = ModuleSpec.make(
+        "selftest/broken_probe.cu", ["broken_kernel<__half>"], {"BROKEN_DEFINE": 7}
+    )
+    with pytest.raises(CompileError) as info:
+        nvrtc_check.compile_to_cubin(spec, "sm_80", source_file=src)
+    msg = str(info.value)
+    assert "-DBROKEN_DEFINE=7" in msg
+    assert "sm_80" in msg
+    assert "broken_kernel<__half>" in msg
+    # NVRTC's own error line, naming the file by the program name we gave it.
+    assert 'identifier "undefined_thing_xyz" is undefined' in msg
+    assert f"{src}(4): error" in msg
+
+
+def test_missing_kernel_name_is_a_compile_error(nvrtc: cuda_toolkit.NvrtcLibrary) -> None:
+    spec = ModuleSpec.make(PROBE, ["probe_kernel<__half>", "no_such_kernel<float>"])
+    with pytest.raises(CompileError, match="no_such_kernel"):
+        nvrtc_check.compile_to_cubin(spec, "sm_90")
+
+
+def test_compile_source_text(nvrtc: cuda_toolkit.NvrtcLibrary) -> None:
+    text = 'extern "C" __global__ void k(float* y) { y[threadIdx.x] = 1.0f; }\n'
+    res = nvrtc_check.compile_source(text, "inline_test.cu", ["k"], "sm_75")
+    assert res.lowered_names == {"k": "k"} and res.cubin_size > 0
+
+
+def test_virtual_arch_is_rejected(nvrtc: cuda_toolkit.NvrtcLibrary) -> None:
+    with pytest.raises(BadParamError, match="real architecture"):
+        nvrtc_check.compile_to_cubin(PROBE_SPEC, "compute_90")
+
+
+def test_unsupported_arch_names_supported_ones(nvrtc: cuda_toolkit.NvrtcLibrary) -> None:
+    if not nvrtc.supported_archs:
+        pytest.skip("this NVRTC does not list its archs")
+    with pytest.raises(NotSupportedError, match="sm_90"):
+        nvrtc_check.compile_to_cubin(PROBE_SPEC, "sm_10")
+
+
+# ------------------------------------------------------------------ check_all / CLI
+
+
+def test_check_all_own_specs(nvrtc: cuda_toolkit.NvrtcLibrary, tmp_path: Path) -> None:
+    specs = [PROBE_SPEC, ModuleSpec.make(PROBE, ["probe_kernel<float>"], {"PROBE_SCALE": 1})]
+    results = nvrtc_check.check_all(specs, ARCHS)
+    assert [(r.spec, r.arch) for r in results] == [(s, a) for s in specs for a in ARCHS]
+    assert all(r.ok and r.cubin_size > 0 and r.seconds > 0 for r in results), [
+        r.error for r in results if not r.ok
+    ]
+
+
+def test_check_all_reports_failures(nvrtc: cuda_toolkit.NvrtcLibrary) -> None:
+    bad = ModuleSpec.make(PROBE, ["no_such_kernel"])
+    missing = ModuleSpec.make("selftest/does_not_exist.cu", ["k"])
+    results = nvrtc_check.check_all([PROBE_SPEC, bad, missing], ("sm_90",))
+    assert [r.ok for r in results] == [True, False, False]
+    assert "no_such_kernel" in (results[1].error or "")
+    assert "does_not_exist.cu" in (results[2].error or "")
+
+
+def test_main_prints_one_line_per_spec_and_arch(
+    nvrtc: cuda_toolkit.NvrtcLibrary, capsys: pytest.CaptureFixture[str]
+) -> None:
+    assert nvrtc_check.main(["--arch", "sm_80", "--arch", "sm_90"], specs=[PROBE_SPEC]) == 0
+    lines = capsys.readouterr().out.splitlines()
+    rows = [ln for ln in lines if ln.startswith(("OK", "FAIL"))]
+    assert len(rows) == 2 and all(r.startswith("OK") for r in rows)
+    assert "sm_80" in rows[0] and "sm_90" in rows[1]
+
+    bad = ModuleSpec.make(PROBE, ["no_such_kernel"])
+    assert nvrtc_check.main(["--arch", "sm_90"], specs=[bad]) == 1
+    assert "FAIL" in capsys.readouterr().out
+
+
+def test_main_list_needs_no_nvrtc(capsys: pytest.CaptureFixture[str]) -> None:
+    assert nvrtc_check.main(["--list"], specs=[PROBE_SPEC]) == 0
+    assert PROBE_SPEC.label() in capsys.readouterr().out
+
+
+_PROVIDERS = ("cudnnlite.ops.activation", "cudnnlite.runtime.selftest")
+
+
+def test_every_registered_variant_compiles(nvrtc: cuda_toolkit.NvrtcLibrary) -> None:
+    """THE CI check: every ModuleSpec the library can generate compiles for sm_75/80/90."""
+    from cudnnlite.runtime.variants import all_module_specs
+
+    try:
+        specs = all_module_specs()
+    except ModuleNotFoundError as exc:
+        # Only a provider module that is not written yet may skip; anything else fails.
+        if exc.name in _PROVIDERS:
+            pytest.skip(f"kernel provider {exc.name} does not exist yet")
+        raise
+    assert specs, "no kernel variants registered"
+    results = nvrtc_check.check_all(specs, ARCHS)
+    failures = [f"{r.spec.label()} {r.arch}:\n{r.error}" for r in results if not r.ok]
+    assert not failures, "\n\n".join(failures)
