@@ -464,9 +464,14 @@ def find_cuda_headers(nvrtc_version: tuple[int, int] | None = None) -> CudaHeade
             "only nvrtc.h): pip install nvidia-cuda-runtime (CUDA 13) or nvidia-cuda-runtime-cu12, "
             f"or {INSTALL_HINT}"
         )
-    # Since CUDA 12.x NVRTC provides <nv/target> itself (cuda_fp16.h skips the include under
-    # __CUDACC_RTC__), so CCCL is required only with older NVRTC.
-    if cccl is None and (nvrtc_version is None or nvrtc_version < (12, 4)):
+    # The fp16/bf16 headers of CUDA 12.2+ skip #include <nv/target> under __CUDACC_RTC__
+    # (NVRTC provides it), so CCCL is required only with older NVRTC or headers.
+    rtc_provides_target = (
+        nvrtc_version is not None
+        and nvrtc_version >= (12, 2)
+        and (fp16.cuda_version or (0,)) >= (12, 2)
+    )
+    if cccl is None and not rtc_provides_target:
         raise NotSupportedError(
             f"cudnnlite: <nv/target> not found ({want} CCCL headers, needed by cuda_fp16.h): "
             f"pip install nvidia-cuda-cccl (CUDA 13) or nvidia-cuda-cccl-cu12, or {INSTALL_HINT}"

@@ -276,12 +276,16 @@ def _parse(argv: Sequence[str] | None) -> argparse.Namespace:
 
 
 def main(argv: Sequence[str] | None = None, specs: Iterable[ModuleSpec] | None = None) -> int:
-    """Entry point; returns the exit status (0: all compiled, 1: a failure, 2: no NVRTC)."""
+    """Entry point; returns the exit status (0: all compiled, 1: a failure, 2: cannot run)."""
     args = _parse(argv)
     if specs is None:
         from .variants import all_module_specs
 
-        specs = all_module_specs()
+        try:
+            specs = all_module_specs()
+        except ImportError as exc:
+            print(f"cudnnlite: cannot import the kernel providers: {exc}", file=sys.stderr)
+            return 2
     specs = list(specs)
     if args.list:
         for spec in specs:

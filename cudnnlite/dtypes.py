@@ -1,0 +1,47 @@
+"""The floating-point types the primitives take: float32, float16 and bfloat16.
+
+NumPy has no bfloat16; cudnnlite uses ``ml_dtypes.bfloat16`` (the type JAX uses),
+which CuPy arrays accept too. ``cudnnlite.bfloat16`` re-exports it.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+from typing import Any
+
+import ml_dtypes
+import numpy as np
+
+bfloat16 = np.dtype(ml_dtypes.bfloat16)
+
+
+@dataclass(frozen=True)
+class DType:
+    """A storage type with its names in each world."""
+
+    numpy: np.dtype
+    short: str  # in problem keys and kernel names: fp32, fp16, bf16
+    ctype: str  # the CUDA C type in name expressions
+
+    @property
+    def itemsize(self) -> int:
+        return self.numpy.itemsize
+
+
+FLOAT32 = DType(np.dtype(np.float32), "fp32", "float")
+FLOAT16 = DType(np.dtype(np.float16), "fp16", "__half")
+BFLOAT16 = DType(bfloat16, "bf16", "__nv_bfloat16")
+FLOAT_TYPES = (FLOAT32, FLOAT16, BFLOAT16)
+_BY_NUMPY = {d.numpy: d for d in FLOAT_TYPES}
+
+
+def lookup(dtype: Any) -> DType | None:
+    """The DType for a NumPy/CuPy dtype, or None if it is not one we compute in."""
+    try:
+        return _BY_NUMPY.get(np.dtype(dtype))
+    except TypeError:
+        return None
+
+
+def names() -> str:
+    return ", ".join(d.numpy.name for d in FLOAT_TYPES)

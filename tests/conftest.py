@@ -1,0 +1,33 @@
+"""Test-suite setup: emulator checks on, and a ``backend`` fixture that runs each test
+body on every available backend (the emulator always, CUDA when a GPU is present)."""
+
+from __future__ import annotations
+
+import os
+
+# Test mode for the emulator: shared memory poisoned with NaN at every block start.
+os.environ.setdefault("CUDNNLITE_EMU_POISON", "1")
+
+import pytest  # noqa: E402
+from hypothesis import settings  # noqa: E402
+
+from cudnnlite.testing import available_backends  # noqa: E402
+
+# Kernel launches on the emulator take milliseconds; keep example counts modest and
+# no deadline (the first call of a test compiles its module).
+settings.register_profile("cudnnlite", max_examples=30, deadline=None)
+settings.load_profile("cudnnlite")
+
+BACKENDS = available_backends()
+
+
+@pytest.fixture(params=BACKENDS)
+def backend(request: pytest.FixtureRequest) -> str:
+    """The name of a backend to run on: ``cpu`` (emulator) or ``cuda``."""
+    return request.param
+
+
+@pytest.fixture
+def emulator_only(backend: str) -> None:
+    if backend != "cpu":
+        pytest.skip("checks an emulator-only behaviour")
