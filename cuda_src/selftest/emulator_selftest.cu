@@ -16,6 +16,10 @@
 //   planted_read_before_write reads shared memory nobody wrote
 //   barrier_loop_bench   `iters` barriers per thread (fiber switch benchmark)
 //   tiled_matmul         16x16 shared-memory tiled C = A*B (barrier-heavy throughput)
+//   half_bf16_ops        16-bit conversions and one op per 16-bit type
+//   planted_deadlock     lane 0 at a barrier, the rest of its warp in __syncwarp
+//   planted_out_of_bounds writes x[n] (AddressSanitizer build catches it)
+//   trap_if              __trap() on request (execution error)
 #include "common/cudnnlite.cuh"
 
 extern "C" __global__ void block_reduce_sum(const float* __restrict__ x, float* __restrict__ out, int n) {
@@ -187,4 +191,26 @@ extern "C" __global__ void half_bf16_ops(const float* __restrict__ a, const floa
     out[6 * i + 3] = __bfloat162float(ba);
     out[6 * i + 4] = __bfloat162float(__hadd(ba, bb));
     out[6 * i + 5] = __bfloat162float(__hmul(ba, bb));
+}
+
+// Bug: lane 0 waits at a block barrier while the other lanes of its warp wait for
+// it in __syncwarp: no thread can proceed (a deadlock error on the emulator).
+extern "C" __global__ void planted_deadlock(int* out) {
+    if (threadIdx.x == 0) {
+        __syncthreads();
+    } else {
+        __syncwarp();
+    }
+    out[threadIdx.x] = 1;
+}
+
+// Bug: writes one element past the end (caught by the AddressSanitizer build).
+extern "C" __global__ void planted_out_of_bounds(float* x, int n) {
+    int i = blockIdx.x * blockDim.x + threadIdx.x;
+    if (i <= n) x[i] = 1.0f;
+}
+
+// Stops the kernel with __trap() when flag != 0 (an execution error).
+extern "C" __global__ void trap_if(int flag) {
+    if (flag != 0 && threadIdx.x == 3) __trap();
 }

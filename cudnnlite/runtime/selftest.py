@@ -22,6 +22,9 @@ EMULATOR_SELFTEST = ModuleSpec.make(
         "barrier_loop_bench",
         "tiled_matmul",
         "half_bf16_ops",
+        "planted_deadlock",
+        "planted_out_of_bounds",
+        "trap_if",
     ],
 )
 

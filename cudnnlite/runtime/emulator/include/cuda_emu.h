@@ -125,7 +125,8 @@ inline void record_error(const std::string& msg) {
 // ---------------------------------------------------------------- context switch
 #if !defined(EMU_UCONTEXT)
 // swap(save, next): push the callee-saved registers, store the stack pointer in
-// *save, load `next`, pop and return into the other context.
+// *save, load `next`, pop and return into the other context. The FP control
+// words (MXCSR, x87 CW) are not switched: no kernel changes rounding modes.
 extern "C" void emu_swap_context(void** save, void* next);
 extern "C" void emu_fiber_trampoline();
 #if defined(__x86_64__)
@@ -142,14 +143,8 @@ emu_swap_context:
     pushq %r13
     pushq %r14
     pushq %r15
-    subq $8, %rsp
-    stmxcsr (%rsp)
-    fnstcw 4(%rsp)
     movq %rsp, (%rdi)
     movq %rsi, %rsp
-    ldmxcsr (%rsp)
-    fldcw 4(%rsp)
-    addq $8, %rsp
     popq %r15
     popq %r14
     popq %r13
@@ -261,6 +256,7 @@ struct Fiber {
     State state = State::kRunnable;
     Site waiting_at;              // for deadlock reports
     bool plain = false;           // runs the plain loop over threads
+    bool ping = false;            // switch-cost benchmark: yields forever
     int bar_result = 0;           // predicate count of the barrier round it left
     int bar_total = 0;            // threads of that round
 #if defined(EMU_UCONTEXT)
@@ -370,26 +366,18 @@ inline void prepare_fiber(Fiber* f) {
     f->uc.uc_link = nullptr;
     makecontext(&f->uc, (void (*)())emu_fiber_main, 1, f);
 #elif defined(__x86_64__)
-    // Initial frame, read by emu_swap_context: [mxcsr|fpucw] r15 r14 r13 r12 rbx
-    // rbp ret. The trampoline receives the fiber in r12; after `ret` the stack
-    // pointer is 16-byte aligned, as the call in the trampoline needs.
+    // Initial frame, read by emu_swap_context: r15 r14 r13 r12 rbx rbp ret. The
+    // trampoline receives the fiber in r12; after `ret` the stack pointer is
+    // 16-byte aligned, as the call in the trampoline needs.
     uintptr_t top = (reinterpret_cast<uintptr_t>(f->stack) + f->stack_size) & ~uintptr_t(15);
-    uint64_t* sp = reinterpret_cast<uint64_t*>(top - 16 - 64);
-    unsigned mxcsr;
-    unsigned short fpucw;
-    asm volatile("stmxcsr %0" : "=m"(mxcsr));
-    asm volatile("fnstcw %0" : "=m"(fpucw));
-    uint64_t control = 0;
-    memcpy(&control, &mxcsr, 4);
-    memcpy(reinterpret_cast<char*>(&control) + 4, &fpucw, 2);
-    sp[0] = control;
-    sp[1] = 0;                                   // r15
-    sp[2] = 0;                                   // r14
-    sp[3] = 0;                                   // r13
-    sp[4] = reinterpret_cast<uint64_t>(f);       // r12
-    sp[5] = 0;                                   // rbx
-    sp[6] = 0;                                   // rbp
-    sp[7] = reinterpret_cast<uint64_t>(&emu_fiber_trampoline);
+    uint64_t* sp = reinterpret_cast<uint64_t*>(top - 16 - 56);
+    sp[0] = 0;                                   // r15
+    sp[1] = 0;                                   // r14
+    sp[2] = 0;                                   // r13
+    sp[3] = reinterpret_cast<uint64_t>(f);       // r12
+    sp[4] = 0;                                   // rbx
+    sp[5] = 0;                                   // rbp
+    sp[6] = reinterpret_cast<uint64_t>(&emu_fiber_trampoline);
     f->sp = sp;
 #elif defined(__aarch64__)
     uintptr_t top = (reinterpret_cast<uintptr_t>(f->stack) + f->stack_size) & ~uintptr_t(15);
@@ -686,6 +674,9 @@ extern "C" __attribute__((used, visibility("hidden"))) void emu_fiber_main(Fiber
 #if defined(EMU_ASAN)
     __sanitizer_finish_switch_fiber(nullptr, nullptr, nullptr);
 #endif
+    if (f->ping) {
+        for (;;) yield_to_scheduler(f);
+    }
     if (f->plain) {
         // Plain mode: run the threads one after another on this one stack until
         // one of them meets a barrier or warp op (which converts the block).
@@ -930,6 +921,30 @@ inline int launch(KernelThunk thunk, const void* kfn, const LaunchConfig& cfg, v
         w->cfg = nullptr;
     }
     return launch_failed() ? 1 : 0;
+}
+
+// ---------------------------------------------------------------- switch benchmark
+// Nanoseconds per context switch: the scheduler and one fiber ping-pong `iters`
+// times (two switches per round trip).
+inline double measure_switch_ns(long long iters, unsigned long long stack_bytes) {
+    if (!t_worker) t_worker = new Worker();
+    Worker& w = *t_worker;
+    if (w.stack_bytes != stack_bytes) {
+        for (Fiber* f : w.pool) free_fiber(f);
+        w.pool.clear();
+        w.stack_bytes = stack_bytes;
+    }
+    Fiber* f = get_fiber(w, 0);
+    if (!f) return -1.0;
+    f->ping = true;
+    f->plain = false;
+    prepare_fiber(f);
+    resume(w, f);  // first entry
+    auto t0 = std::chrono::steady_clock::now();
+    for (long long i = 0; i < iters; ++i) resume(w, f);
+    auto t1 = std::chrono::steady_clock::now();
+    f->ping = false;
+    return std::chrono::duration<double, std::nano>(t1 - t0).count() / (2.0 * iters);
 }
 
 // ---------------------------------------------------------------- kernel entries

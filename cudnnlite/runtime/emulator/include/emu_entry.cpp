@@ -21,8 +21,19 @@ const std::vector<emu::KernelEntry>& kernel_table() {
 }  // namespace
 
 #if defined(EMU_ASAN)
+// The ASan runtime arrives with this library, after Python started: it must not
+// insist on being first, and it reports (then continues) instead of aborting.
+extern "C" __attribute__((visibility("default"))) const char* __asan_default_options() {
+    return "verify_asan_link_order=0:halt_on_error=0:detect_leaks=0:report_globals=0";
+}
+
 namespace {
-void asan_report(const char* report) { emu::record_error(std::string("AddressSanitizer: ") + report); }
+// Runs inside ASan's reporter: no allocation here.
+void asan_report(const char* report) {
+    int expected = 0;
+    if (emu::g_error.set.compare_exchange_strong(expected, 1))
+        snprintf(emu::g_error.message, sizeof emu::g_error.message, "AddressSanitizer: %s", report);
+}
 }  // namespace
 #endif
 
@@ -53,6 +64,10 @@ __attribute__((visibility("default"))) const char* emu_last_error() { return emu
 // Bytes of static __shared__ storage in this module (its whole TLS segment).
 __attribute__((visibility("default"))) unsigned long long emu_static_shared_bytes() {
     return emu::module_tls_size();
+}
+
+__attribute__((visibility("default"))) double emu_measure_switch_ns(long long iters) {
+    return emu::measure_switch_ns(iters, 64 * 1024);
 }
 
 __attribute__((visibility("default"))) int emu_asan_enabled() {
