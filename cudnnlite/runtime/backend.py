@@ -13,6 +13,9 @@ import threading
 from collections.abc import Sequence
 from typing import Any
 
+import numpy as np
+
+from ..errors import BadParamError
 from .kernel import ModuleSpec
 
 Dim = int | tuple[int, ...]
@@ -20,10 +23,25 @@ Dim = int | tuple[int, ...]
 
 def dim3(value: Dim, what: str) -> tuple[int, int, int]:
     """Normalizes a grid or block size to three positive ints."""
-    dims = (value,) if isinstance(value, int) else tuple(value)
-    if not 1 <= len(dims) <= 3 or any(not isinstance(d, int) or d < 1 for d in dims):
-        raise ValueError(f"{what} must be 1 to 3 positive ints, got {value!r}")
-    return tuple(dims) + (1,) * (3 - len(dims))  # type: ignore[return-value]
+    dims = (value,) if isinstance(value, (int, np.integer)) else tuple(value)
+    if not 1 <= len(dims) <= 3 or any(not isinstance(d, (int, np.integer)) or d < 1 for d in dims):
+        raise BadParamError(f"{what} must be 1 to 3 positive ints, got {value!r}")
+    return tuple(int(d) for d in dims) + (1,) * (3 - len(dims))  # type: ignore[return-value]
+
+
+# CUDA's limits for every GPU since sm_30.
+_MAX_BLOCK = (1024, 1024, 64)
+_MAX_GRID = (2**31 - 1, 65535, 65535)
+
+
+def launch_dims(grid: Dim, block: Dim) -> tuple[tuple[int, int, int], tuple[int, int, int]]:
+    """Checked grid and block sizes, as a GPU would accept them."""
+    g, b = dim3(grid, "grid"), dim3(block, "block")
+    if b[0] * b[1] * b[2] > 1024 or any(v > m for v, m in zip(b, _MAX_BLOCK)):
+        raise BadParamError(f"block {b} exceeds CUDA's limits (1024 threads, z <= 64)")
+    if any(v > m for v, m in zip(g, _MAX_GRID)):
+        raise BadParamError(f"grid {g} exceeds CUDA's limits ({_MAX_GRID})")
+    return g, b
 
 
 class Kernel(abc.ABC):

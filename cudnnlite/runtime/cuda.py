@@ -11,7 +11,7 @@ from collections.abc import Sequence
 from typing import Any
 
 from ..errors import BadParamError, CompileError, ExecutionError, NotSupportedError
-from .backend import Backend, Dim, Kernel, Module, dim3
+from .backend import Backend, Dim, Kernel, Module, launch_dims
 from .kernel import ModuleSpec
 from .sources import common_headers_digest, cuda_src_dir, source_path
 
@@ -47,7 +47,8 @@ class CudaKernel(Kernel):
             self.function.max_dynamic_shared_size_bytes = shared_mem
             self._smem_limit = shared_mem
         try:
-            self.function(dim3(grid, "grid"), dim3(block, "block"), tuple(args), shared_mem=shared_mem)
+            g, b = launch_dims(grid, block)
+            self.function(g, b, tuple(args), shared_mem=shared_mem)
         except Exception as exc:  # CUDADriverError and friends
             if type(exc).__name__ in ("CUDADriverError", "CUDARuntimeError"):
                 raise ExecutionError(f"kernel {self.name} ({self.spec.label()}) failed: {exc}") from exc

@@ -36,7 +36,7 @@ from typing import Any
 import numpy as np
 
 from ...errors import BadParamError, CompileError, ExecutionError, NotSupportedError
-from ..backend import Backend, Dim, Kernel, Module, dim3
+from ..backend import Backend, Dim, Kernel, Module, launch_dims
 from ..kernel import ModuleSpec
 from ..sources import common_headers_digest, cuda_src_dir, source_path
 
@@ -249,8 +249,7 @@ class EmulatorKernel(Kernel):
 
     def __call__(self, grid: Dim, block: Dim, args: Sequence[Any], shared_mem: int = 0) -> None:
         cfg = LaunchConfig()
-        cfg.grid[:] = dim3(grid, "grid")
-        cfg.block[:] = dim3(block, "block")
+        cfg.grid[:], cfg.block[:] = launch_dims(grid, block)
         if shared_mem < 0:
             raise BadParamError(f"shared_mem must be >= 0, got {shared_mem}")
         cfg.shared_bytes = shared_mem

@@ -227,7 +227,7 @@ struct Site {
 };
 
 // A pending warp operation: the lanes of `mask` meet here.
-enum class WarpOp : int { kNone, kShfl, kShflUp, kShflDown, kShflXor, kBallot, kAny, kAll, kSync };
+enum class WarpOp : int { kNone, kShfl, kShflUp, kShflDown, kShflXor, kBallot, kAny, kAll, kSync, kActive };
 
 struct WarpGroup {
     bool used = false;
@@ -499,6 +499,7 @@ inline void check_warp_groups(Worker& w, Warp& warp, int warp_index) {
                 if (g.op == WarpOp::kBallot) warp.result[lane] = ballot;
                 else if (g.op == WarpOp::kAny) warp.result[lane] = ballot != 0;
                 else if (g.op == WarpOp::kAll) warp.result[lane] = ballot == lanes;
+                else if (g.op == WarpOp::kActive) warp.result[lane] = lanes;
                 else warp.result[lane] = 0;
             }
             Fiber* lf = w.by_thread[warp_index * 32 + lane];
@@ -547,6 +548,7 @@ inline const char* op_name(WarpOp op) {
         case WarpOp::kAny: return "__any_sync";
         case WarpOp::kAll: return "__all_sync";
         case WarpOp::kSync: return "__syncwarp";
+        case WarpOp::kActive: return "__activemask";
         default: return "?";
     }
 }
@@ -567,6 +569,12 @@ inline unsigned long long warp_exchange(WarpOp op, unsigned mask, unsigned long 
     int lane = f->linear % 32;
     Warp& warp = w.warps[warp_index];
     Site site{file, line, op_name(op)};
+    if (op == WarpOp::kActive) {
+        // The lanes that meet here: every live lane of the warp, or the group's.
+        mask = warp.live;
+        for (WarpGroup& g : warp.groups)
+            if (g.used && g.op == WarpOp::kActive) mask = g.mask;
+    }
     if (!(mask >> lane & 1))
         fail(site_name(site) + ": the calling lane " + std::to_string(lane) + " is not in mask " +
              hex(mask));
@@ -1041,19 +1049,14 @@ namespace emu {
 inline unsigned mask_or_full(int) { return 0xffffffffu; }
 inline unsigned mask_or_full(int, unsigned m) { return m; }
 
-// The live lanes of the caller's warp. On a GPU only the converged lanes are
-// reported; the emulator cannot see convergence and reports every live lane.
-inline unsigned activemask() {
-    Worker& w = worker();
-    if (!w.current) fail("__activemask called outside a kernel");
-    return w.warps[w.current->linear / 32].live;
-}
-inline unsigned lanemask_lt() {
-    unsigned lane = worker().current->linear % 32;
-    return (1u << lane) - 1;
+// A GPU reports the lanes converged at the call. The emulator cannot see
+// convergence: the live lanes of the warp meet here and each gets the set that
+// met, which equals the GPU's answer in converged code.
+inline unsigned activemask(const char* file, int line) {
+    return (unsigned)warp_exchange(WarpOp::kActive, 0xffffffffu, 0, 0, 32, file, line);
 }
 }  // namespace emu
-#define __activemask() (::emu::activemask())
+#define __activemask() (::emu::activemask(__FILE__, __LINE__))
 
 // Dynamic shared memory (see cuda_src/common/cudnnlite.cuh for the CUDA side).
 #define DYNAMIC_SHARED(T, name) T* name = reinterpret_cast<T*>(::emu::dynamic_shared_memory())
