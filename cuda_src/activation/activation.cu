@@ -1,0 +1,323 @@
+// Activation functions, forward and backward, with cuDNN's blending:
+//   forward   y  = alpha * f(x)          + beta * y_prior
+//   backward  dx = alpha * dy * f'(x)    + beta * dx_prior
+// When beta == 0 the output is never read (it may hold NaN or garbage).
+//
+// Kernels (T = float | __half | __nv_bfloat16; MODE = one of the act::k* constants)
+//   act_fwd_contig<T, MODE, VEC>   x and y contiguous. Grid-stride loop over packs of VEC
+//                                  elements: VEC = 16 / sizeof(T) makes one 16-byte load
+//                                  or store per operand and needs every pointer 16-byte
+//                                  aligned; the last n % VEC elements form a scalar tail.
+//                                  VEC = 1 is the scalar path for misaligned pointers.
+//   act_fwd_strided<T, MODE>       any layout of up to 8 dims: each element's offsets come
+//                                  from sizes and per-operand strides (a Layout by value);
+//                                  32-bit index math when n < 2^31.
+//   act_bwd_contig<T, MODE, VEC>   as act_fwd_contig; reads dy, x and (sigmoid, tanh with
+//                                  p.use_y) y, writes dx
+//   act_bwd_strided<T, MODE>       as act_fwd_strided, for the backward pass
+//
+// Defines: none. Every specialization is a template argument, so one module per dtype
+// holds all kernels (cudnnlite/ops/activation.py names them, e.g. act_fwd_contig<__half, 7, 8>).
+//
+// Math is float for every storage type, rounded once at the store. Numerically stable
+// forms: sigmoid as 1/(1+exp(-x)) (exp overflow gives exactly 0), softplus as
+// max(bx,0) + log1p(exp(-|bx|)), gelu through erfc (no cancellation for x << 0),
+// gelu_tanh as x * sigmoid(2u), sigmoid'/tanh' from exp(-|x|) (no 1 - y*y cancellation).
+// NaN inputs give NaN outputs and NaN gradients (identity's gradient is dy unchanged).
+#include "common/cudnnlite.cuh"
+
+namespace act {
+
+// Mode numbers: the order of ACTIVATION_MODES in cudnnlite/ops/activation.py.
+constexpr int kRelu = 0;
+constexpr int kLeakyRelu = 1;    // coef: negative slope
+constexpr int kClippedRelu = 2;  // coef: ceiling
+constexpr int kElu = 3;          // coef: alpha
+constexpr int kSigmoid = 4;
+constexpr int kTanh = 5;
+constexpr int kSwish = 6;     // coef: beta (x * sigmoid(beta x))
+constexpr int kGelu = 7;      // x * Phi(x), erf form
+constexpr int kGeluTanh = 8;  // tanh approximation
+constexpr int kSoftplus = 9;  // coef: beta, threshold: linear above beta x > threshold
+constexpr int kIdentity = 10;
+
+constexpr int kMaxDims = 8;
+constexpr int kMaxOperands = 4;  // strided operands: 0 out, 1 x, 2 dy, 3 y
+
+constexpr float kSqrtHalf = 0.70710678118654752f;      // 1 / sqrt(2)
+constexpr float kInvSqrt2Pi = 0.39894228040143268f;    // 1 / sqrt(2 pi)
+constexpr float kSqrt2OverPi = 0.79788456080286536f;   // sqrt(2 / pi)
+constexpr float kGeluCubic = 0.044715f;
+
+}  // namespace act
+
+// Activation coefficients and blending factors (ops/activation.py: _PARAMS_DTYPE).
+struct ActParams {
+    float coef;       // the mode's coefficient (see act::k*); unused by the others
+    float threshold;  // softplus only
+    float alpha;
+    float beta;       // 0: the output is not read
+    int use_y;        // backward of sigmoid/tanh: derive from y instead of x
+};
+
+// Sizes and strides in elements, innermost dimension FIRST (index 0), dims collapsed
+// by the caller (ops/activation.py: _LAYOUT_DTYPE).
+struct Layout {
+    cl::index_t size[act::kMaxDims];
+    cl::index_t stride[act::kMaxOperands][act::kMaxDims];
+    int ndim;
+    int reserved;
+};
+
+// 16 bytes of T (VEC elements) moved by one vector instruction.
+template <typename T, int VEC>
+struct alignas(sizeof(T) * VEC) Pack {
+    T v[VEC];
+};
+
+namespace act {
+
+__device__ __forceinline__ float sigmoid(float x) { return 1.0f / (1.0f + expf(-x)); }
+
+// x * s where s in [0, 1] is a gate that may underflow to 0 while |x| is infinite:
+// the limit is then a signed zero, not inf * 0 = NaN.
+__device__ __forceinline__ float gated(float x, float s) {
+    return s == 0.0f ? copysignf(0.0f, x) : x * s;
+}
+
+template <int MODE>
+__device__ __forceinline__ float forward(float x, const ActParams& p) {
+    if constexpr (MODE == kRelu) {
+        return x <= 0.0f ? 0.0f : x;  // NaN fails the test and passes through
+    } else if constexpr (MODE == kLeakyRelu) {
+        return x > 0.0f ? x : x * p.coef;
+    } else if constexpr (MODE == kClippedRelu) {
+        return x <= 0.0f ? 0.0f : (x >= p.coef ? p.coef : x);
+    } else if constexpr (MODE == kElu) {
+        return x > 0.0f ? x : p.coef * expm1f(x);
+    } else if constexpr (MODE == kSigmoid) {
+        return sigmoid(x);
+    } else if constexpr (MODE == kTanh) {
+        return tanhf(x);
+    } else if constexpr (MODE == kSwish) {
+        // beta == 0 must give x / 2 even for infinite x (0 * inf would be NaN)
+        const float bx = p.coef == 0.0f ? 0.0f : p.coef * x;
+        return gated(x, sigmoid(bx));
+    } else if constexpr (MODE == kGelu) {
+        return gated(x, 0.5f * erfcf(-x * kSqrtHalf));
+    } else if constexpr (MODE == kGeluTanh) {
+        // 0.5 (1 + tanh(u)) == sigmoid(2u), without 1 + tanh cancelling for x << 0
+        const float u = kSqrt2OverPi * (x + kGeluCubic * x * x * x);
+        return gated(x, sigmoid(2.0f * u));
+    } else if constexpr (MODE == kSoftplus) {
+        const float bx = p.coef * x;
+        if (bx > p.threshold) return x;
+        return (fmaxf(bx, 0.0f) + log1pf(expf(-fabsf(bx)))) / p.coef;
+    } else {
+        static_assert(MODE == kIdentity, "unknown activation mode");
+        return x;
+    }
+}
+
+// dx before blending: dy * f'(x). The piecewise modes select dy or 0 (as PyTorch:
+// dy = inf where f' = 0 gives 0, not NaN) and return NaN for NaN x.
+template <int MODE>
+__device__ __forceinline__ float backward(float dy, float x, float y, const ActParams& p) {
+    if constexpr (MODE == kRelu) {
+        return x > 0.0f ? dy : (x <= 0.0f ? 0.0f : x);
+    } else if constexpr (MODE == kLeakyRelu) {
+        return x > 0.0f ? dy : (x <= 0.0f ? dy * p.coef : x);
+    } else if constexpr (MODE == kClippedRelu) {
+        // gradient 0 at both boundaries (PyTorch's hardtanh convention)
+        return (x > 0.0f && x < p.coef) ? dy : (x != x ? x : 0.0f);
+    } else if constexpr (MODE == kElu) {
+        return x > 0.0f ? dy : dy * (p.coef * expf(x));  // x <= 0: the left formula, as PyTorch
+    } else if constexpr (MODE == kSigmoid) {
+        if (p.use_y) return dy * (y * (1.0f - y));
+        const float e = expf(-fabsf(x));  // s(1-s) = e / (1+e)^2 for either sign of x
+        return dy * (e / ((1.0f + e) * (1.0f + e)));
+    } else if constexpr (MODE == kTanh) {
+        if (p.use_y) return dy * (1.0f - y * y);
+        const float e = expf(-2.0f * fabsf(x));  // sech^2 x = 4e / (1+e)^2
+        return dy * (4.0f * e / ((1.0f + e) * (1.0f + e)));
+    } else if constexpr (MODE == kSwish) {
+        // d/dx x s(bx) = s + b x s (1 - s); at x = +-inf the limit is s itself
+        const float bx = p.coef == 0.0f ? 0.0f : p.coef * x;
+        const float s = sigmoid(bx), sn = sigmoid(-bx);
+        const float d = isinf(x) ? s : s + (x * sn) * (p.coef * s);
+        return dy * d;
+    } else if constexpr (MODE == kGelu) {
+        // Phi(x) + x phi(x); x * x may overflow to inf, giving phi = 0 and x * 0 = 0
+        const float cdf = 0.5f * erfcf(-x * kSqrtHalf);
+        const float d = isinf(x) ? cdf : cdf + x * (kInvSqrt2Pi * expf(-0.5f * x * x));
+        return dy * d;
+    } else if constexpr (MODE == kGeluTanh) {
+        // d/dx x s(2u) = s + 2 x s (1 - s) u'; beyond |x| = 20 the second term is 0
+        // in float, and u' would overflow for huge x
+        float d;
+        if (fabsf(x) > 20.0f) {
+            d = x > 0.0f ? 1.0f : 0.0f;
+        } else {
+            const float u = kSqrt2OverPi * (x + kGeluCubic * x * x * x);
+            const float du = kSqrt2OverPi * (1.0f + 3.0f * kGeluCubic * x * x);
+            const float s = sigmoid(2.0f * u), sn = sigmoid(-2.0f * u);
+            d = s + 2.0f * x * s * sn * du;
+        }
+        return dy * d;
+    } else if constexpr (MODE == kSoftplus) {
+        const float bx = p.coef * x;
+        return bx > p.threshold ? dy : dy * sigmoid(bx);
+    } else {
+        static_assert(MODE == kIdentity, "unknown activation mode");
+        return dy;
+    }
+}
+
+// alpha * v + beta * prior, where prior is only read when beta != 0.
+template <typename T>
+__device__ __forceinline__ T blend(float v, const T* prior, const ActParams& p) {
+    float r = p.alpha * v;
+    if (p.beta != 0.0f) r = fmaf(p.beta, cl::to_float(*prior), r);
+    return cl::from_float<T>(r);
+}
+
+template <typename T, int VEC>
+__device__ __forceinline__ Pack<T, VEC> load_pack(const T* base, cl::index_t k) {
+    return reinterpret_cast<const Pack<T, VEC>*>(base)[k];
+}
+
+template <typename T, int VEC>
+__device__ __forceinline__ void store_pack(T* base, cl::index_t k, const Pack<T, VEC>& v) {
+    reinterpret_cast<Pack<T, VEC>*>(base)[k] = v;
+}
+
+// Calls body(i, off) for every element i of [0, n) owned by this thread in a
+// grid-stride loop, with off[o] the element offset of operand o (Layout order).
+template <int NOPS, typename I, typename Body>
+__device__ __forceinline__ void strided_loop(I n, const Layout& L, Body body) {
+    const I stride = (I)cl::grid_stride();
+    for (I i = (I)cl::global_thread_id(); i < n; i += stride) {
+        cl::index_t off[NOPS];
+#pragma unroll
+        for (int o = 0; o < NOPS; ++o) off[o] = 0;
+        I rem = i;
+        // static indices into L keep the struct in the parameter bank (no local copy)
+#pragma unroll
+        for (int d = 0; d < kMaxDims; ++d) {
+            if (d == L.ndim) break;
+            const I size = (I)L.size[d];
+            const I c = d + 1 == L.ndim ? rem : rem % size;
+            rem = d + 1 == L.ndim ? 0 : rem / size;
+#pragma unroll
+            for (int o = 0; o < NOPS; ++o) off[o] += (cl::index_t)c * L.stride[o][d];
+        }
+        body(off);
+    }
+}
+
+template <int NOPS, typename Body>
+__device__ __forceinline__ void strided_dispatch(cl::index_t n, const Layout& L, Body body) {
+    if (n <= 0x7fffffffLL) strided_loop<NOPS, unsigned>((unsigned)n, L, body);  // 32-bit div/mod
+    else strided_loop<NOPS, cl::index_t>(n, L, body);
+}
+
+}  // namespace act
+
+// ---------------------------------------------------------------- forward
+
+template <typename T, int MODE, int VEC>
+__global__ void __launch_bounds__(256) act_fwd_contig(
+    // pointers
+    const T* x, T* y,
+    // sizes
+    cl::index_t n,
+    // parameters
+    ActParams p) {
+    const cl::index_t packs = n / VEC;
+    const cl::index_t stride = cl::grid_stride();
+    const cl::index_t tid = cl::global_thread_id();
+    for (cl::index_t k = tid; k < packs; k += stride) {
+        const Pack<T, VEC> in = act::load_pack<T, VEC>(x, k);
+        Pack<T, VEC> out;
+        if (p.beta != 0.0f) out = act::load_pack<T, VEC>(y, k);
+#pragma unroll
+        for (int j = 0; j < VEC; ++j) {
+            out.v[j] = act::blend(act::forward<MODE>(cl::to_float(in.v[j]), p), &out.v[j], p);
+        }
+        act::store_pack<T, VEC>(y, k, out);
+    }
+    if constexpr (VEC > 1) {
+        const cl::index_t i = packs * VEC + tid;  // range [packs * VEC, n): fewer than VEC
+        if (i < n) y[i] = act::blend(act::forward<MODE>(cl::to_float(x[i]), p), &y[i], p);
+    }
+}
+
+template <typename T, int MODE>
+__global__ void __launch_bounds__(256) act_fwd_strided(
+    // pointers (to element [0, ..., 0]; strides may be negative or zero)
+    const T* x, T* y,
+    // sizes
+    cl::index_t n, Layout L,
+    // parameters
+    ActParams p) {
+    act::strided_dispatch<2>(n, L, [&](const cl::index_t (&off)[2]) {
+        T* out = y + off[0];
+        *out = act::blend(act::forward<MODE>(cl::to_float(x[off[1]]), p), out, p);
+    });
+}
+
+// ---------------------------------------------------------------- backward
+
+template <typename T, int MODE, int VEC>
+__global__ void __launch_bounds__(256) act_bwd_contig(
+    // pointers (y is read only when p.use_y; pass any valid pointer otherwise)
+    const T* dy, const T* x, const T* y, T* dx,
+    // sizes
+    cl::index_t n,
+    // parameters
+    ActParams p) {
+    const cl::index_t packs = n / VEC;
+    const cl::index_t stride = cl::grid_stride();
+    const cl::index_t tid = cl::global_thread_id();
+    for (cl::index_t k = tid; k < packs; k += stride) {
+        const Pack<T, VEC> g = act::load_pack<T, VEC>(dy, k);
+        Pack<T, VEC> in, fy, out;
+        if constexpr (MODE != act::kIdentity) in = act::load_pack<T, VEC>(x, k);
+        if constexpr (MODE == act::kSigmoid || MODE == act::kTanh) {
+            if (p.use_y) fy = act::load_pack<T, VEC>(y, k);
+        }
+        if (p.beta != 0.0f) out = act::load_pack<T, VEC>(dx, k);
+#pragma unroll
+        for (int j = 0; j < VEC; ++j) {
+            const float xv = MODE == act::kIdentity ? 0.0f : cl::to_float(in.v[j]);
+            const float yv = (MODE == act::kSigmoid || MODE == act::kTanh) && p.use_y
+                                 ? cl::to_float(fy.v[j]) : 0.0f;
+            out.v[j] = act::blend(act::backward<MODE>(cl::to_float(g.v[j]), xv, yv, p), &out.v[j], p);
+        }
+        act::store_pack<T, VEC>(dx, k, out);
+    }
+    if constexpr (VEC > 1) {
+        const cl::index_t i = packs * VEC + tid;
+        if (i < n) {
+            const float yv = p.use_y ? cl::to_float(y[i]) : 0.0f;
+            dx[i] = act::blend(act::backward<MODE>(cl::to_float(dy[i]), cl::to_float(x[i]), yv, p),
+                               &dx[i], p);
+        }
+    }
+}
+
+template <typename T, int MODE>
+__global__ void __launch_bounds__(256) act_bwd_strided(
+    // pointers (to element [0, ..., 0]; y is read only when p.use_y)
+    const T* dy, const T* x, const T* y, T* dx,
+    // sizes
+    cl::index_t n, Layout L,
+    // parameters
+    ActParams p) {
+    act::strided_dispatch<4>(n, L, [&](const cl::index_t (&off)[4]) {
+        T* out = dx + off[0];
+        const float yv = p.use_y ? cl::to_float(y[off[3]]) : 0.0f;
+        *out = act::blend(act::backward<MODE>(cl::to_float(dy[off[2]]), cl::to_float(x[off[1]]), yv, p),
+                          out, p);
+    });
+}

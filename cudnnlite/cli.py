@@ -1,0 +1,274 @@
+"""The ``cudnnlite`` command: ``cudnnlite info`` and ``cudnnlite demo``.
+
+Each subcommand is a pair of functions: ``_add_<name>(subparsers)`` declares its
+arguments and ``_run_<name>(args) -> int`` does the work; ``main`` wires them.
+"""
+
+from __future__ import annotations
+
+import argparse
+import importlib
+import os
+import platform
+import sys
+from collections.abc import Callable, Sequence
+from typing import Any
+
+Section = dict[str, str]
+
+
+# ------------------------------------------------------------------ info
+
+
+def _version_number(v: int) -> str:
+    """CUDA's integer versions: 13000 -> "13.0", 12080 -> "12.8"."""
+    return f"{v // 1000}.{v % 1000 // 10}"
+
+
+def _module_version(name: str) -> str:
+    try:
+        mod = importlib.import_module(name)
+    except Exception as exc:  # ImportError, or a broken install
+        return f"not installed ({type(exc).__name__}: {exc})"
+    return str(getattr(mod, "__version__", "installed"))
+
+
+def _python_section() -> Section:
+    return {
+        "python": f"{platform.python_version()} ({sys.executable})",
+        "platform": f"{platform.system()} {platform.machine()}, {os.cpu_count()} CPUs",
+        "numpy": _module_version("numpy"),
+        "ml_dtypes": _module_version("ml_dtypes"),
+        "pyyaml": _module_version("yaml"),
+    }
+
+
+def _emulator_section() -> Section:
+    from .runtime.emulator import launcher
+
+    cxx = launcher.compiler()
+    try:
+        version = launcher.compiler_version(cxx)
+    except Exception as exc:  # NotSupportedError: no compiler
+        version = f"MISSING: {exc}"
+    threads = os.environ.get("CUDNNLITE_EMU_THREADS") or f"all cores ({os.cpu_count()})"
+    return {
+        "compiler": f"{cxx}: {version}",
+        "cache dir": str(launcher.cache_dir()),
+        "header dir": str(launcher.INCLUDE_DIR),
+        "OS threads": threads,
+    }
+
+
+def _cuda_section() -> Section:
+    try:
+        cupy = importlib.import_module("cupy")
+    except Exception as exc:
+        return {
+            "cupy": f"not installed ({type(exc).__name__}); the CUDA backend needs it: "
+            'pip install "cudnnlite[cuda13]" (or "cudnnlite[cuda12]")'
+        }
+    out: Section = {"cupy": str(cupy.__version__)}
+    rt = cupy.cuda.runtime
+    probes: list[tuple[str, Callable[[], str]]] = [
+        ("CUDA runtime", lambda: _version_number(rt.runtimeGetVersion())),
+        ("CUDA driver", lambda: _version_number(rt.driverGetVersion())),
+        ("CuPy's NVRTC", lambda: ".".join(map(str, cupy.cuda.nvrtc.getVersion()))),
+    ]
+    for key, probe in probes:
+        try:
+            out[key] = probe()
+        except Exception as exc:
+            out[key] = f"unavailable ({type(exc).__name__}: {exc})"
+    try:
+        count = rt.getDeviceCount()
+    except Exception as exc:
+        out["GPUs"] = f"none visible ({type(exc).__name__}: {exc})"
+        return out
+    out["GPUs"] = str(count)
+    for i in range(count):
+        try:
+            p = rt.getDeviceProperties(i)
+            name = p["name"].decode() if isinstance(p["name"], bytes) else str(p["name"])
+            mem = p["totalGlobalMem"] / 2**30
+            out[f"GPU {i}"] = (
+                f"{name}, sm_{p['major']}{p['minor']}, {mem:.0f} GiB, "
+                f"{p['multiProcessorCount']} SMs"
+            )
+        except Exception as exc:
+            out[f"GPU {i}"] = f"unreadable ({type(exc).__name__}: {exc})"
+    return out
+
+
+def _nvrtc_section() -> Section:
+    from .runtime import cuda_toolkit
+
+    report = cuda_toolkit.toolkit_report()
+    out: Section = {}
+    lib = report.nvrtc
+    if lib is not None:
+        archs = ", ".join(f"sm_{a}" for a in lib.supported_archs) or "not listed"
+        out["NVRTC"] = f"{lib.version_string()}: {lib.path}"
+        out["found by"] = lib.origin
+        out["archs"] = archs
+    else:
+        out["NVRTC"] = f"NOT FOUND: {report.nvrtc_error}"
+    if report.headers is not None:
+        out["fp16/bf16 headers"] = str(report.headers.fp16.path)
+        cccl = report.headers.cccl
+        out["CCCL headers"] = str(cccl.path) if cccl else "not needed (NVRTC provides nv/target)"
+    else:
+        out["headers"] = f"NOT FOUND: {report.headers_error}"
+    out["compile check"] = "python -m cudnnlite.runtime.nvrtc_check"
+    return out
+
+
+def _paths_section() -> Section:
+    from .runtime import sources
+
+    out: Section = {"package": os.path.dirname(os.path.abspath(__file__))}
+    for key, finder in (("cuda_src", sources.cuda_src_dir), ("tuning_db", sources.tuning_db_dir)):
+        try:
+            out[key] = str(finder())
+        except FileNotFoundError as exc:
+            out[key] = f"MISSING: {exc}"
+    return out
+
+
+def _backends_section(sections: dict[str, Section]) -> Section:
+    from .runtime.select import forced_backend
+
+    compiler = sections["emulator"].get("compiler", "")
+    cpu = "unavailable (no C++ compiler)" if "MISSING" in compiler else "available"
+    cuda = sections["cuda"]
+    gpus = cuda.get("GPUs", "")
+    if "cupy" in cuda and cuda["cupy"].startswith("not installed"):
+        cuda_state = "unavailable: CuPy is not installed"
+    elif gpus.isdigit() and int(gpus) > 0:
+        cuda_state = f"available ({gpus} GPU{'s' if int(gpus) > 1 else ''})"
+    else:
+        cuda_state = "unavailable: no GPU visible to CuPy"
+    out = {"cpu (emulator)": cpu + "; runs NumPy arrays", "cuda": cuda_state}
+    forced = forced_backend()
+    if forced:
+        out["CUDNNLITE_BACKEND"] = f"{forced} (forces every call onto this backend)"
+    return out
+
+
+def collect_info() -> dict[str, Section]:
+    """Everything ``cudnnlite info`` prints, as sections of key -> text; never raises."""
+    probes: dict[str, Callable[[], Section]] = {
+        "python": _python_section,
+        "emulator": _emulator_section,
+        "cuda": _cuda_section,
+        "nvrtc": _nvrtc_section,
+        "paths": _paths_section,
+    }
+    sections: dict[str, Section] = {}
+    for name, probe in probes.items():
+        try:
+            sections[name] = probe()
+        except Exception as exc:  # a probe must never take `info` down
+            sections[name] = {"error": f"{type(exc).__name__}: {exc}"}
+    try:
+        backends = _backends_section(sections)
+    except Exception as exc:
+        backends = {"error": f"{type(exc).__name__}: {exc}"}
+    env = {k: v for k, v in sorted(os.environ.items()) if k.startswith("CUDNNLITE_")}
+    from . import __version__
+
+    return {
+        "cudnnlite": {"version": __version__},
+        "backends": backends,
+        **sections,
+        "environment": env or {"CUDNNLITE_*": "(none set)"},
+    }
+
+
+def _print_sections(sections: dict[str, Section]) -> None:
+    width = max(len(k) for s in sections.values() for k in s)
+    for title, entries in sections.items():
+        print(title)
+        for key, value in entries.items():
+            print(f"  {key:<{width}}  {value}")
+        print()
+
+
+def _add_info(sub: Any) -> None:
+    p = sub.add_parser(
+        "info",
+        help="show the backends, GPU, NVRTC, emulator compiler and paths",
+        description="Show what cudnnlite finds on this machine; says what is missing and "
+        "how to get it. Needs neither CuPy nor NVRTC.",
+    )
+    p.add_argument("--json", action="store_true", help="print the same as JSON")
+
+
+def _run_info(args: argparse.Namespace) -> int:
+    sections = collect_info()
+    if args.json:
+        import json
+
+        print(json.dumps(sections, indent=2))
+    else:
+        _print_sections(sections)
+    return 0
+
+
+# ------------------------------------------------------------------ demo
+
+
+def _add_demo(sub: Any) -> None:
+    from .demo import DTYPE_CHOICES
+
+    p = sub.add_parser(
+        "demo",
+        help="run the activation layers of a small CNN and check them against the reference",
+        description="Runs each layer's primitives of a small CNN on the chosen backend and "
+        "checks every result against the float64 reference. Exit status 1 if any check fails.",
+    )
+    p.add_argument(
+        "--backend",
+        choices=("auto", "cpu", "cuda"),
+        default="auto",
+        help="auto: CuPy arrays when a GPU is visible, else NumPy on the emulator",
+    )
+    p.add_argument("--dtype", choices=(*DTYPE_CHOICES, "all"), default="all")
+    p.add_argument("--repeats", type=int, default=5, help="timed runs per op (after a warm-up)")
+
+
+def _run_demo(args: argparse.Namespace) -> int:
+    from . import demo
+    from .demo import DTYPE_CHOICES
+
+    dtypes = DTYPE_CHOICES if args.dtype == "all" else (args.dtype,)
+    return demo.run(backend=args.backend, dtypes=dtypes, repeats=args.repeats)
+
+
+# ------------------------------------------------------------------ main
+
+_COMMANDS: dict[str, tuple[Callable[[Any], None], Callable[[argparse.Namespace], int]]] = {
+    "info": (_add_info, _run_info),
+    "demo": (_add_demo, _run_demo),
+}
+
+
+def _parser() -> argparse.ArgumentParser:
+    parser = argparse.ArgumentParser(
+        prog="cudnnlite",
+        description="cuDNN's deep-learning primitives for CuPy and NumPy arrays.",
+    )
+    sub = parser.add_subparsers(dest="command", metavar="COMMAND", required=True)
+    for add, _ in _COMMANDS.values():
+        add(sub)
+    return parser
+
+
+def main(argv: Sequence[str] | None = None) -> int:
+    """Entry point of the ``cudnnlite`` script; returns the exit status."""
+    args = _parser().parse_args(argv)
+    return _COMMANDS[args.command][1](args)
+
+
+if __name__ == "__main__":
+    sys.exit(main())
