@@ -214,6 +214,7 @@ emu_fiber_trampoline:
 #endif
 
 struct Fiber;
+struct Worker;
 struct Block;
 extern "C" void emu_fiber_main(Fiber* f);
 
@@ -249,6 +250,7 @@ struct Warp {
 
 struct Fiber {
     void* sp = nullptr;
+    Worker* owner = nullptr;      // the OS thread's worker: saves a TLS lookup per switch
     char* stack = nullptr;        // lowest usable address
     size_t stack_size = 0;
     uint3 tid;                    // threadIdx of the CUDA thread it runs
@@ -292,7 +294,9 @@ struct Worker {
     int live = 0;
     int done = 0;
     bool aborted = false;
-    std::vector<Fiber*> ready;    // run queue of the current round
+    std::vector<Fiber*> ready;    // runnable fibers for the next round
+    std::vector<Fiber*> round;    // the current round, in schedule order
+    size_t round_pos = 0;
     std::vector<Fiber*> by_thread;
     // Barrier round.
     int bar_arrived = 0;
@@ -347,6 +351,7 @@ inline void free_fiber(Fiber* f) {
 inline Fiber* get_fiber(Worker& w, int index) {
     while ((int)w.pool.size() <= index) {
         Fiber* f = new Fiber();
+        f->owner = &w;
         f->stack_size = w.stack_bytes;
         f->stack = alloc_stack(f->stack_size);
         if (!f->stack) {
@@ -389,17 +394,30 @@ inline void prepare_fiber(Fiber* f) {
 #endif
 }
 
-// Fiber → scheduler.
+// Fiber → the next runnable fiber of the round, directly (one switch), or back to
+// the scheduler when the round is over or the block aborted.
 inline void yield_to_scheduler(Fiber* f) {
-    Worker& w = worker();
+    Worker& w = *f->owner;
+    Fiber* g = nullptr;
+    if (!w.aborted) {
+        while (w.round_pos < w.round.size()) {
+            Fiber* h = w.round[w.round_pos++];
+            if (h->state == State::kRunnable) {
+                g = h;
+                break;
+            }
+        }
+    }
+    if (g == f) return;  // released already and next in turn: keep running
 #if defined(EMU_ASAN)
     void* fake = nullptr;
-    __sanitizer_start_switch_fiber(&fake, nullptr, 0);
+    __sanitizer_start_switch_fiber(&fake, g ? g->stack : nullptr, g ? g->stack_size : 0);
 #endif
+    w.current = g;
 #if defined(EMU_UCONTEXT)
-    swapcontext(&f->uc, &w.sched_uc);
+    swapcontext(&f->uc, g ? &g->uc : &w.sched_uc);
 #else
-    emu_swap_context(&f->sp, w.sched_sp);
+    emu_swap_context(&f->sp, g ? g->sp : w.sched_sp);
 #endif
 #if defined(EMU_ASAN)
     __sanitizer_finish_switch_fiber(fake, nullptr, nullptr);
@@ -737,6 +755,7 @@ inline void report_deadlock(Worker& w) {
 }
 
 inline void poison_tls_shared_memory();
+inline Fiber* next_in_round(Worker& w);
 
 inline void run_block(Worker& w, unsigned bx, unsigned by, unsigned bz) {
     w.block_idx.x = bx;
@@ -749,6 +768,8 @@ inline void run_block(Worker& w, unsigned bx, unsigned by, unsigned bz) {
     w.done = 0;
     w.aborted = false;
     w.ready.clear();
+    w.round.clear();
+    w.round_pos = 0;
     std::fill(w.by_thread.begin(), w.by_thread.end(), nullptr);
     w.bar_arrived = 0;
     w.bar_site = Site();
@@ -772,21 +793,26 @@ inline void run_block(Worker& w, unsigned bx, unsigned by, unsigned bz) {
     first->state = State::kRunnable;
     prepare_fiber(first);
     w.ready.push_back(first);
-    std::vector<Fiber*> round;
     while (w.done < w.nthreads && !w.aborted) {
         if (w.ready.empty()) {
             report_deadlock(w);
             return;
         }
-        round.swap(w.ready);
+        // A round runs every fiber that was runnable when it began; fibers chain
+        // into each other directly and return here when the round is over.
+        w.round.swap(w.ready);
         w.ready.clear();
-        for (Fiber* f : round) {
-            if (f->state != State::kRunnable) continue;
-            resume(w, f);
-            if (w.aborted) return;
-        }
-        round.clear();
+        w.round_pos = 0;
+        if (Fiber* f = next_in_round(w)) resume(w, f);
     }
+}
+
+inline Fiber* next_in_round(Worker& w) {
+    while (w.round_pos < w.round.size()) {
+        Fiber* g = w.round[w.round_pos++];
+        if (g->state == State::kRunnable) return g;
+    }
+    return nullptr;
 }
 
 [[noreturn]] inline void fail(const std::string& msg) {
@@ -942,6 +968,9 @@ inline double measure_switch_ns(long long iters, unsigned long long stack_bytes)
         w.pool.clear();
         w.stack_bytes = stack_bytes;
     }
+    w.round.clear();
+    w.round_pos = 0;
+    w.aborted = false;
     Fiber* f = get_fiber(w, 0);
     if (!f) return -1.0;
     f->ping = true;
