@@ -237,8 +237,9 @@ def test_half_and_bfloat16_rounding_in_kernels(backend: str) -> None:
     ha, hb = a.astype(np.float16), b.astype(np.float16)
     # NumPy's float16 operations round once, to nearest even, like CUDA's __hadd/__hmul.
     np.testing.assert_array_equal(got[:, 0], ha.astype(np.float32))
-    np.testing.assert_array_equal(got[:, 1], (ha + hb).astype(np.float32))
-    np.testing.assert_array_equal(got[:, 2], (ha * hb).astype(np.float32))
+    with np.errstate(over="ignore"):  # products past 65504 round to inf, as on the GPU
+        np.testing.assert_array_equal(got[:, 1], (ha + hb).astype(np.float32))
+        np.testing.assert_array_equal(got[:, 2], (ha * hb).astype(np.float32))
     bf = ml_dtypes.bfloat16
     ba, bb = a.astype(bf), b.astype(bf)
     np.testing.assert_array_equal(got[:, 3], ba.astype(np.float32))
