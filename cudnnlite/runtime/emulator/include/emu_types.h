@@ -135,7 +135,7 @@ constexpr inline unsigned short f2h(float f, int mode) noexcept {
     const uint32_t u = x & 0x7fffffffu;
     if (u > 0x7f800000u) return 0x7fffu;
     if (u == 0x7f800000u) return static_cast<unsigned short>(sign | 0x7c00u);
-    uint32_t t, r;
+    uint32_t t = 0, r = 0;
     if (u >= 0x47800000u) {            // >= 65536: beyond max finite for every mode
         t = 0x7bffu;                   // max finite, with "more than half" cut off
         r = 0xffffffffu;
@@ -230,12 +230,16 @@ inline F int2fp(I v, int mode) noexcept {
     return v < 0 ? -m : m;
 }
 
+// Round to nearest integer, ties to even (independent of the FPU rounding mode).
+_EMU_FI float rne(float v) noexcept { return __builtin_roundevenf(v); }
+_EMU_FI double rne(double v) noexcept { return __builtin_roundeven(v); }
+
 // Floating value -> integer type I with CUDA's cvt semantics: round per mode, NaN -> 0,
 // out-of-range saturates.
 template <class I, class F>
 inline I fp2int(F v, int mode) noexcept {
     if (v != v) return 0;
-    F r = mode == RN ? __builtin_roundeven(v) : mode == RZ ? std::trunc(v)
+    F r = mode == RN ? rne(v) : mode == RZ ? std::trunc(v)
         : mode == RD ? std::floor(v) : std::ceil(v);
     constexpr int bits = sizeof(I) * 8;
     if (std::is_signed<I>::value) {
@@ -347,7 +351,7 @@ inline double normcdf(double x) noexcept {
 template <class F>
 inline void sincospi(F x, F* s, F* c) noexcept {
     if (!std::isfinite(x)) { *s = *c = x - x; return; }      // NaN
-    const F n = __builtin_roundeven(x * F(2));                // exact
+    const F n = rne(x * F(2));                // exact
     const F f = x - n * F(0.5);                               // exact
     const int q = static_cast<int>(std::fmod(static_cast<double>(n), 4.0) + 4.0) & 3;
     const double pf = 3.14159265358979323846 * static_cast<double>(f);
@@ -473,18 +477,7 @@ struct __nv_bfloat16;
 // and integral, round-to-nearest) and conversion operators (integral ones truncate, saturate,
 // NaN -> 0), and the raw-struct conversions.  `= default` keeps them trivial, so shared
 // arrays of them can be declared without initialisers.
-#if !defined(__CUDA_NO_HALF_CONVERSIONS__)
-#define _EMU_H16_HALF_CONV 1
-#else
-#define _EMU_H16_HALF_CONV 0
-#endif
-#if !defined(__CUDA_NO_BFLOAT16_CONVERSIONS__)
-#define _EMU_H16_BF16_CONV 1
-#else
-#define _EMU_H16_BF16_CONV 0
-#endif
-
-#define _EMU_H16_CLASS_BODY(T, RAW, FROM_F, FROM_D, FROM_I, TO_F, TO_I, CONV)                     \
+#define _EMU_H16_BASE(T, RAW)                                                                     \
     unsigned short __x;                                                                          \
     T() = default;                                                                               \
     constexpr T(const RAW& r) : __x(r.x) {}                                                      \
@@ -492,11 +485,9 @@ struct __nv_bfloat16;
     volatile T& operator=(const RAW& r) volatile { __x = r.x; return *this; }                    \
     volatile T& operator=(const volatile RAW& r) volatile { __x = r.x; return *this; }           \
     operator RAW() const { RAW r; r.x = __x; return r; }                                         \
-    operator RAW() const volatile { RAW r; r.x = __x; return r; }                                \
-    _EMU_H16_CONV_MEMBERS_##CONV(T, FROM_F, FROM_D, FROM_I, TO_F, TO_I)
+    operator RAW() const volatile { RAW r; r.x = __x; return r; }
 
-#define _EMU_H16_CONV_MEMBERS_0(T, FROM_F, FROM_D, FROM_I, TO_F, TO_I)
-#define _EMU_H16_CONV_MEMBERS_1(T, FROM_F, FROM_D, FROM_I, TO_F, TO_I)                             \
+#define _EMU_H16_CONVERSIONS(T, FROM_F, FROM_D, FROM_I, TO_F, TO_I)                                \
     constexpr T(float f) : __x(FROM_F(f)) {}                                                     \
     T(double d) : __x(FROM_D(d)) {}                                                              \
     T(short v) : __x(FROM_I(v)) {}                                                               \
@@ -533,21 +524,23 @@ struct __nv_bfloat16;
 #define _EMU_BF16_TO_I(I, b) ::cuda_emu_detail::fp2int<I>(::cuda_emu_detail::bf2f(b), ::cuda_emu_detail::RZ)
 
 struct _EMU_AL(2) __half {
-    _EMU_H16_CLASS_BODY(__half, __half_raw, _EMU_HALF_FROM_F, _EMU_HALF_FROM_D, _EMU_HALF_FROM_I,
-                        _EMU_HALF_TO_F, _EMU_HALF_TO_I, 1)
-#if _EMU_H16_HALF_CONV
+    _EMU_H16_BASE(__half, __half_raw)
+#if !defined(__CUDA_NO_HALF_CONVERSIONS__)
+    _EMU_H16_CONVERSIONS(__half, _EMU_HALF_FROM_F, _EMU_HALF_FROM_D, _EMU_HALF_FROM_I,
+                         _EMU_HALF_TO_F, _EMU_HALF_TO_I)
     explicit __half(const __nv_bfloat16 b);
 #endif
 };
 
 struct _EMU_AL(2) __nv_bfloat16 {
-    _EMU_H16_CLASS_BODY(__nv_bfloat16, __nv_bfloat16_raw, _EMU_BF16_FROM_F, _EMU_BF16_FROM_D,
-                        _EMU_BF16_FROM_I, _EMU_BF16_TO_F, _EMU_BF16_TO_I, 1)
-#if _EMU_H16_BF16_CONV
+    _EMU_H16_BASE(__nv_bfloat16, __nv_bfloat16_raw)
+#if !defined(__CUDA_NO_BFLOAT16_CONVERSIONS__)
+    _EMU_H16_CONVERSIONS(__nv_bfloat16, _EMU_BF16_FROM_F, _EMU_BF16_FROM_D, _EMU_BF16_FROM_I,
+                         _EMU_BF16_TO_F, _EMU_BF16_TO_I)
     explicit __nv_bfloat16(const __half h) : __x(::cuda_emu_detail::f2bf(::cuda_emu_detail::h2f(h.__x), 0)) {}
 #endif
 };
-#if _EMU_H16_HALF_CONV
+#if !defined(__CUDA_NO_HALF_CONVERSIONS__)
 inline __half::__half(const __nv_bfloat16 b) : __x(::cuda_emu_detail::f2h(::cuda_emu_detail::bf2f(b.__x), 0)) {}
 #endif
 
@@ -605,13 +598,17 @@ template <class H, class I> inline H fi(I v, int mode) {
     // Directed modes: rounding the integer to 24 bits in the same direction first composes.
     return ff<H>(mode == RN ? int2f_odd(v) : int2fp<float>(v, mode), mode);
 }
-template <class H> constexpr _EMU_FI bool isnan16(H h) { return (h.__x & 0x7fffu) > 0x7f80u - (std::is_same<H, __half>::value ? 0x0380u : 0u); }
+// NaN: all-ones exponent with a nonzero mantissa (0x7c00 is half's infinity, 0x7f80 bf16's).
+template <class H> constexpr _EMU_FI bool isnan16(H h) {
+    return (h.__x & 0x7fffu) > (std::is_same<H, __half>::value ? 0x7c00u : 0x7f80u);
+}
 
 // Arithmetic: computing in float and rounding once is the correctly rounded 16-bit result
-// (float has >= 2p+2 bits for both formats).
-template <class H> inline H add(H a, H b) { return ff<H>(opaque(tf(a) + tf(b))); }
-template <class H> inline H sub(H a, H b) { return ff<H>(opaque(tf(a) - tf(b))); }
-template <class H> inline H mul(H a, H b) { return ff<H>(opaque(tf(a) * tf(b))); }
+// (float has >= 2p+2 bits for both formats).  Nothing here can be contracted into an fma: each
+// float result goes straight into the rounding.
+template <class H> inline H add(H a, H b) { return ff<H>(tf(a) + tf(b)); }
+template <class H> inline H sub(H a, H b) { return ff<H>(tf(a) - tf(b)); }
+template <class H> inline H mul(H a, H b) { return ff<H>(tf(a) * tf(b)); }
 template <class H> inline H div(H a, H b) { return ff<H>(tf(a) / tf(b)); }
 template <class H> inline H fma(H a, H b, H c) { return fd<H>(fma_odd(tf(a), tf(b), tf(c))); }
 template <class H> inline H neg(H a) { return mk<H>(a.__x ^ 0x8000u); }
@@ -651,11 +648,6 @@ template <class H> inline int isinf16(H a) {
     const float f = tf(a);
     return std::isinf(f) ? (f < 0 ? -1 : 1) : 0;
 }
-
-// Componentwise helpers for the 2-vectors.
-template <class V, class F> inline V map2(V a, F f) { return V(f(a.x), f(a.y)); }
-template <class V, class F> inline V zip2(V a, V b, F f) { return V(f(a.x, b.x), f(a.y, b.y)); }
-template <class V, class F> inline V zip3(V a, V b, V c, F f) { return V(f(a.x, b.x, c.x), f(a.y, b.y, c.y)); }
 
 // Math in float, rounded once.
 template <class H, class F> inline H fmath(H a, F f) { return ff<H>(f(tf(a))); }
@@ -811,7 +803,7 @@ _EMU_ALL_MODES(_EMU_INT_TO_H16, __nv_bfloat16, __ull2bfloat16, unsigned long lon
     inline H htrunc(const H a) { return _EMU_D::fmath(a, [](float f) { return ::truncf(f); }); } \
     inline H hrint(const H a) { return _EMU_D::fmath(a, [](float f) { return __builtin_roundevenf(f); }); } \
     /* 2-vectors: componentwise */                                                               \
-    inline H2 __hadd2(const H2 a, const H2 b) { return _EMU_D::zip2(a, b, __hadd_rn_fn<H>()); }  \
+    inline H2 __hadd2(const H2 a, const H2 b) { return H2(__hadd(a.x, b.x), __hadd(a.y, b.y)); } \
     inline H2 __hsub2(const H2 a, const H2 b) { return H2(__hsub(a.x, b.x), __hsub(a.y, b.y)); } \
     inline H2 __hmul2(const H2 a, const H2 b) { return H2(__hmul(a.x, b.x), __hmul(a.y, b.y)); } \
     inline H2 __h2div(const H2 a, const H2 b) { return H2(__hdiv(a.x, b.x), __hdiv(a.y, b.y)); } \
@@ -856,11 +848,6 @@ _EMU_ALL_MODES(_EMU_INT_TO_H16, __nv_bfloat16, __ull2bfloat16, unsigned long lon
 #define _EMU_H16_MATH2(H2, F) \
     inline H2 h2##F(const H2 a) { return H2(h##F(a.x), h##F(a.y)); }
 
-namespace cuda_emu_detail {
-template <class H> struct __hadd_rn_fn_t { H operator()(H a, H b) const { return add(a, b); } };
-}
-template <class H> inline ::cuda_emu_detail::__hadd_rn_fn_t<H> __hadd_rn_fn() { return {}; }
-
 _EMU_BOTH(_EMU_H16_API)
 
 // ---- Operators (cuda_fp16.hpp / cuda_bf16.hpp) -----------------------------------------------
@@ -885,7 +872,7 @@ _EMU_BOTH(_EMU_H16_API)
     inline bool operator<=(const H& a, const H& b) { return __hle(a, b); }                        \
     inline bool operator>(const H& a, const H& b) { return __hgt(a, b); }                         \
     inline bool operator>=(const H& a, const H& b) { return __hge(a, b); }
-#define _EMU_H16_OPERATORS2(H2)                                                                    \
+#define _EMU_H16_OPERATORS2(H, H2)                                                                 \
     inline H2 operator+(const H2& a, const H2& b) { return __hadd2(a, b); }                       \
     inline H2 operator-(const H2& a, const H2& b) { return __hsub2(a, b); }                       \
     inline H2 operator*(const H2& a, const H2& b) { return __hmul2(a, b); }                       \
@@ -894,8 +881,8 @@ _EMU_BOTH(_EMU_H16_API)
     inline H2& operator-=(H2& a, const H2& b) { a = __hsub2(a, b); return a; }                    \
     inline H2& operator*=(H2& a, const H2& b) { a = __hmul2(a, b); return a; }                    \
     inline H2& operator/=(H2& a, const H2& b) { a = __h2div(a, b); return a; }                    \
-    inline H2& operator++(H2& a) { a = H2(a.x + decltype(a.x)(1.0f), a.y + decltype(a.y)(1.0f)); return a; } \
-    inline H2& operator--(H2& a) { a = H2(a.x - decltype(a.x)(1.0f), a.y - decltype(a.y)(1.0f)); return a; } \
+    inline H2& operator++(H2& a) { const H o = _EMU_D::mk<H>(_EMU_D::h16<H>::one); a = __hadd2(a, H2(o, o)); return a; } \
+    inline H2& operator--(H2& a) { const H o = _EMU_D::mk<H>(_EMU_D::h16<H>::one); a = __hsub2(a, H2(o, o)); return a; } \
     inline H2 operator++(H2& a, int) { H2 r = a; ++a; return r; }                                 \
     inline H2 operator--(H2& a, int) { H2 r = a; --a; return r; }                                 \
     inline H2 operator+(const H2& a) { return a; }                                                \
@@ -911,13 +898,13 @@ _EMU_BOTH(_EMU_H16_API)
 _EMU_H16_OPERATORS(__half)
 #endif
 #if !defined(__CUDA_NO_HALF2_OPERATORS__)
-_EMU_H16_OPERATORS2(__half2)
+_EMU_H16_OPERATORS2(__half, __half2)
 #endif
 #if !defined(__CUDA_NO_BFLOAT16_OPERATORS__)
 _EMU_H16_OPERATORS(__nv_bfloat16)
 #endif
 #if !defined(__CUDA_NO_BFLOAT162_OPERATORS__)
-_EMU_H16_OPERATORS2(__nv_bfloat162)
+_EMU_H16_OPERATORS2(__nv_bfloat16, __nv_bfloat162)
 #endif
 #undef _EMU_H16_OPERATORS
 #undef _EMU_H16_OPERATORS2
@@ -1015,11 +1002,6 @@ inline double rnorm(int dim, const double* a) { return 1.0 / norm(dim, a); }
 
 // ---- Correctly rounded arithmetic in a given mode --------------------------------------------
 // _rn: never contracted into an fma (opaque values); _rz/_rd/_ru: run under fesetround.
-#define _EMU_DIRECTED(T, NAME, PARAMS, EXPR)                                                        \
-    inline T NAME##_rn PARAMS { using _EMU_D::opaque; return opaque(EXPR); }                        \
-    inline T NAME##_rz PARAMS { using _EMU_D::pinned; return _EMU_D::with_rounding(_EMU_D::RZ, [&] { return EXPR; }); } \
-    inline T NAME##_rd PARAMS { using _EMU_D::pinned; return _EMU_D::with_rounding(_EMU_D::RD, [&] { return EXPR; }); } \
-    inline T NAME##_ru PARAMS { using _EMU_D::pinned; return _EMU_D::with_rounding(_EMU_D::RU, [&] { return EXPR; }); }
 // Each EXPR reads its operands through OP(), which is opaque() for _rn and pinned() otherwise.
 #define _EMU_DIRECTED_ALL(T, NAME, PARAMS, EXPR_OF)                                                 \
     inline T NAME##_rn PARAMS { auto OP = [](auto v) { return _EMU_D::opaque(v); }; return _EMU_D::opaque(EXPR_OF); } \
@@ -1045,7 +1027,6 @@ _EMU_DIRECTED_ALL(double, __drcp, (double a), 1.0 / OP(a))
 _EMU_DIRECTED_ALL(double, __dsqrt, (double a), ::sqrt(OP(a)))
 _EMU_DIRECTED_ALL(double, __fma, (double a, double b, double c), ::fma(OP(a), OP(b), OP(c)))
 _EMU_DIRECTED_ALL(float, __double2float, (double a), static_cast<float>(OP(a)))
-#undef _EMU_DIRECTED
 #undef _EMU_DIRECTED_ALL
 
 // ---- Conversions ------------------------------------------------------------------------------
@@ -1267,43 +1248,72 @@ template <class T> _EMU_FI void __stwt(T* p, typename _EMU_D::ident<T>::type v) 
 // a kernel using them would not compile with NVRTC either.
 // ============================================================================================
 namespace cuda_emu_detail {
+// may_alias views, so the bit-pattern atomics on float/double/16-bit objects stay correct under
+// strict aliasing.
 typedef unsigned short __attribute__((may_alias)) u16a;
 typedef unsigned int __attribute__((may_alias)) u32a;
 typedef unsigned long long __attribute__((may_alias)) u64a;
 
-// Generic read-modify-write by compare-and-swap on the bit pattern.
+// Generic read-modify-write by compare-and-swap: *p = f(old), returns old.
 template <class T, class F>
 inline T cas_loop(T* p, F f) {
     T old = __atomic_load_n(p, __ATOMIC_RELAXED);
-    for (;;) {
-        const T nv = f(old);
-        if (__atomic_compare_exchange_n(p, &old, nv, true, __ATOMIC_SEQ_CST, __ATOMIC_RELAXED)) return old;
+    while (!__atomic_compare_exchange_n(p, &old, f(old), true, __ATOMIC_SEQ_CST, __ATOMIC_RELAXED)) {
     }
+    return old;
 }
-// atom.add.f32 flushes subnormal inputs and results to sign-preserving zero (PTX ISA), so
-// float atomicAdd does too.
+// The same on the bit pattern of a 2/4/8-byte object; f maps old bits to new bits.
+template <class F>
+inline unsigned short cas_bits16(void* p, F f) {
+    u16a* q = static_cast<u16a*>(p);
+    unsigned short old = __atomic_load_n(q, __ATOMIC_RELAXED);
+    while (!__atomic_compare_exchange_n(q, &old, static_cast<unsigned short>(f(old)), true, __ATOMIC_SEQ_CST,
+                                        __ATOMIC_RELAXED)) {
+    }
+    return old;
+}
+template <class F>
+inline unsigned int cas_bits32(void* p, F f) {
+    u32a* q = static_cast<u32a*>(p);
+    unsigned int old = __atomic_load_n(q, __ATOMIC_RELAXED);
+    while (!__atomic_compare_exchange_n(q, &old, static_cast<unsigned int>(f(old)), true, __ATOMIC_SEQ_CST,
+                                        __ATOMIC_RELAXED)) {
+    }
+    return old;
+}
+template <class F>
+inline unsigned long long cas_bits64(void* p, F f) {
+    u64a* q = static_cast<u64a*>(p);
+    unsigned long long old = __atomic_load_n(q, __ATOMIC_RELAXED);
+    while (!__atomic_compare_exchange_n(q, &old, static_cast<unsigned long long>(f(old)), true, __ATOMIC_SEQ_CST,
+                                        __ATOMIC_RELAXED)) {
+    }
+    return old;
+}
+// atom.add.f32 "flushes subnormal inputs and results to sign-preserving zero" (PTX ISA), so
+// float atomicAdd does too; the f64/f16/bf16 atomic adds keep subnormals.
 inline float ftz(float x) { return std::fabs(x) < 0x1p-126f ? std::copysign(0.0f, x) : x; }
 inline float atomic_add_f32(float* addr, float val) {
     const float v = ftz(val);
-    const u32a old = cas_loop(reinterpret_cast<u32a*>(addr), [v](u32a o) {
-        return bitcast<u32a>(ftz(ftz(bitcast<float>(o)) + v));
-    });
-    return bitcast<float>(old);
+    return bitcast<float>(cas_bits32(addr, [v](unsigned o) {
+        return bitcast<unsigned>(ftz(ftz(bitcast<float>(o)) + v));
+    }));
+}
+inline double atomic_add_f64(double* addr, double v) {
+    return bitcast<double>(cas_bits64(addr, [v](unsigned long long o) {
+        return bitcast<unsigned long long>(bitcast<double>(o) + v);
+    }));
 }
 template <class H>
 inline H atomic_add_h16(H* addr, H val) {
-    const unsigned short old = cas_loop(reinterpret_cast<u16a*>(addr), [val](unsigned short o) {
-        return add(mk<H>(o), val).__x;
-    });
-    return mk<H>(old);
+    return mk<H>(cas_bits16(addr, [val](unsigned short o) { return add(mk<H>(o), val).__x; }));
 }
 template <class H2>
 inline H2 atomic_add_h16x2(H2* addr, H2 val) {
-    const unsigned old = cas_loop(reinterpret_cast<u32a*>(addr), [val](unsigned o) {
+    return bitcast<H2>(cas_bits32(addr, [val](unsigned o) {
         const H2 a = bitcast<H2>(o);
         return bitcast<unsigned>(H2(add(a.x, val.x), add(a.y, val.y)));
-    });
-    return bitcast<H2>(old);
+    }));
 }
 }  // namespace cuda_emu_detail
 
@@ -1313,12 +1323,7 @@ inline int atomicAdd(int* a, int v) { return __atomic_fetch_add(a, v, _EMU_SC); 
 inline unsigned int atomicAdd(unsigned int* a, unsigned int v) { return __atomic_fetch_add(a, v, _EMU_SC); }
 inline unsigned long long atomicAdd(unsigned long long* a, unsigned long long v) { return __atomic_fetch_add(a, v, _EMU_SC); }
 inline float atomicAdd(float* a, float v) { return _EMU_D::atomic_add_f32(a, v); }
-inline double atomicAdd(double* a, double v) {
-    const auto old = _EMU_D::cas_loop(reinterpret_cast<_EMU_D::u64a*>(a), [v](_EMU_D::u64a o) {
-        return _EMU_D::bitcast<_EMU_D::u64a>(_EMU_D::bitcast<double>(o) + v);
-    });
-    return _EMU_D::bitcast<double>(old);
-}
+inline double atomicAdd(double* a, double v) { return _EMU_D::atomic_add_f64(a, v); }
 inline __half atomicAdd(__half* a, const __half v) { return _EMU_D::atomic_add_h16(a, v); }
 inline __nv_bfloat16 atomicAdd(__nv_bfloat16* a, const __nv_bfloat16 v) { return _EMU_D::atomic_add_h16(a, v); }
 // CUDA guarantees atomicity per 16-bit half only; one 32-bit CAS is stronger.
@@ -1336,7 +1341,8 @@ inline int atomicExch(int* a, int v) { return __atomic_exchange_n(a, v, _EMU_SC)
 inline unsigned int atomicExch(unsigned int* a, unsigned int v) { return __atomic_exchange_n(a, v, _EMU_SC); }
 inline unsigned long long atomicExch(unsigned long long* a, unsigned long long v) { return __atomic_exchange_n(a, v, _EMU_SC); }
 inline float atomicExch(float* a, float v) {
-    return _EMU_D::bitcast<float>(__atomic_exchange_n(reinterpret_cast<_EMU_D::u32a*>(a), _EMU_D::bitcast<_EMU_D::u32a>(v), _EMU_SC));
+    return _EMU_D::bitcast<float>(
+        __atomic_exchange_n(reinterpret_cast<_EMU_D::u32a*>(a), _EMU_D::bitcast<unsigned>(v), _EMU_SC));
 }
 // Min / Max (integers only, see above)
 #define _EMU_ATOMIC_MINMAX(T)                                                                       \
@@ -1413,11 +1419,8 @@ inline void __threadfence_system() { __atomic_thread_fence(__ATOMIC_SEQ_CST); }
 #undef _EMU_BF16_FROM_I
 #undef _EMU_BF16_TO_F
 #undef _EMU_BF16_TO_I
-#undef _EMU_H16_CLASS_BODY
-#undef _EMU_H16_CONV_MEMBERS_0
-#undef _EMU_H16_CONV_MEMBERS_1
-#undef _EMU_H16_HALF_CONV
-#undef _EMU_H16_BF16_CONV
+#undef _EMU_H16_BASE
+#undef _EMU_H16_CONVERSIONS
 #undef _EMU_AL
 #undef _EMU_D
 #undef _EMU_FI
