@@ -1,0 +1,614 @@
+"""Activation functions, forward and backward, with cuDNN's blending.
+
+``activation_forward(x, mode)`` computes ``y = alpha * f(x) + beta * y_prior`` and
+``activation_backward(dy, x, mode)`` computes ``dx = alpha * dy * f'(x) + beta * dx_prior``,
+where the prior is ``out``'s content (read only when beta != 0). The PyTorch-style
+wrappers (``relu``, ``gelu``, ``softplus``, ...) are the forward pass without blending.
+Formulas and derivative conventions: :mod:`cudnnlite.reference.activation`.
+
+Kernels (``cuda_src/activation/activation.cu``), one module per dtype:
+
+- ``act_{fwd,bwd}_contig<T, MODE, VEC>``: every operand contiguous in the same order
+  (C, Fortran, or any dense layout ``out`` shares with the inputs); 16-byte vector
+  loads when every pointer is 16-byte aligned (VEC = 16 / itemsize), else VEC = 1;
+- ``act_{fwd,bwd}_strided<T, MODE>``: anything else, up to 8 dims after dropping
+  size-1 dims and merging dims that are contiguous in every operand.
+
+:func:`last_kernel_name` tells which kernel the calling thread launched last and
+:func:`kernel_name_for` which one a call would launch, as readable names such as
+``act_fwd_vec8_gelu_fp16`` (direction, variant, mode, dtype).
+"""
+
+from __future__ import annotations
+
+import functools
+import math
+import threading
+from collections.abc import Sequence
+from typing import Any
+
+import numpy as np
+
+from .. import dtypes
+from ..errors import BadParamError
+from ..reference.activation import DEFAULT_COEF, DEFAULT_THRESHOLD
+from ..runtime.backend import Backend, Kernel
+from ..runtime.kernel import ModuleSpec
+from ..runtime.select import backend_for
+from ..runtime.variants import register
+from ._arrays import as_array, check_out, float_dtype, same_dtype, same_shape
+
+ACTIVATION_MODES = (
+    "relu",
+    "leaky_relu",
+    "clipped_relu",
+    "elu",
+    "sigmoid",
+    "tanh",
+    "swish",
+    "gelu",
+    "gelu_tanh",
+    "softplus",
+    "identity",
+)
+# The kernel's MODE template argument: the position in ACTIVATION_MODES (act::k* in the .cu).
+_MODE_ID = {name: i for i, name in enumerate(ACTIVATION_MODES)}
+_USES_Y = frozenset((_MODE_ID["sigmoid"], _MODE_ID["tanh"]))
+
+SOURCE = "activation/activation.cu"
+BLOCK = 256
+MAX_DIMS = 8
+_OPERANDS = 4  # strided operand slots: out, x, dy, y
+
+# Mirrors of the kernel's structs (passed by value as numpy.void).
+_PARAMS_DTYPE = np.dtype(
+    [("coef", "<f4"), ("threshold", "<f4"), ("alpha", "<f4"), ("beta", "<f4"), ("use_y", "<i4")],
+    align=True,
+)
+_LAYOUT_DTYPE = np.dtype(
+    [
+        ("size", "<i8", (MAX_DIMS,)),
+        ("stride", "<i8", (_OPERANDS, MAX_DIMS)),
+        ("ndim", "<i4"),
+        ("reserved", "<i4"),
+    ],
+    align=True,
+)
+
+# Grid cap for the grid-stride loops: enough blocks to fill the device a few times over.
+_BLOCKS_PER_SM = 32
+_EMULATOR_MAX_BLOCKS = 256
+
+
+# ------------------------------------------------------------------ kernel names
+
+
+def _vec(dt: dtypes.DType) -> int:
+    return 16 // dt.itemsize
+
+
+def _name_expression(direction: str, variant: str, mode_id: int, dt: dtypes.DType) -> str:
+    if variant == "strided":
+        return f"act_{direction}_strided<{dt.ctype}, {mode_id}>"
+    vec = _vec(dt) if variant == "vec" else 1
+    return f"act_{direction}_contig<{dt.ctype}, {mode_id}, {vec}>"
+
+
+def _readable_name(direction: str, variant: str, mode_id: int, dt: dtypes.DType) -> str:
+    tag = f"vec{_vec(dt)}" if variant == "vec" else variant
+    return f"act_{direction}_{tag}_{ACTIVATION_MODES[mode_id]}_{dt.short}"
+
+
+def module_spec(dt: dtypes.DType) -> ModuleSpec:
+    """The module holding every activation kernel for storage type ``dt``."""
+    names = [
+        _name_expression(direction, variant, mode_id, dt)
+        for direction in ("fwd", "bwd")
+        for mode_id in range(len(ACTIVATION_MODES))
+        for variant in ("vec", "scalar", "strided")
+    ]
+    return ModuleSpec.make(SOURCE, names)
+
+
+@register("activation")
+def module_specs() -> list[ModuleSpec]:
+    return [module_spec(dt) for dt in dtypes.FLOAT_TYPES]
+
+
+class _KernelTable:
+    """The kernels of one (backend, device, dtype), resolved once each."""
+
+    def __init__(self, backend: Backend, dt: dtypes.DType) -> None:
+        self.backend = backend
+        self.dt = dt
+        self.spec = module_spec(dt)
+        self.kernels: dict[tuple[str, str, int], tuple[Kernel, str]] = {}
+        if backend.name == "cuda":
+            sms = backend.xp.cuda.Device().attributes["MultiProcessorCount"]
+            self.max_blocks = int(sms) * _BLOCKS_PER_SM
+        else:
+            self.max_blocks = _EMULATOR_MAX_BLOCKS
+
+    def get(self, direction: str, variant: str, mode_id: int) -> tuple[Kernel, str]:
+        """The kernel and its readable name."""
+        key = (direction, variant, mode_id)
+        entry = self.kernels.get(key)
+        if entry is None:
+            name = _name_expression(direction, variant, mode_id, self.dt)
+            kernel = self.backend.kernel(self.spec, name)
+            entry = self.kernels[key] = (
+                kernel,
+                _readable_name(direction, variant, mode_id, self.dt),
+            )
+        return entry
+
+    def grid(self, units: int) -> int:
+        return max(1, min((units + BLOCK - 1) // BLOCK, self.max_blocks))
+
+
+_TABLES: dict[tuple[int, str, str], _KernelTable] = {}
+_TABLES_LOCK = threading.Lock()
+
+
+def _table(backend: Backend, dt: dtypes.DType) -> _KernelTable:
+    key = (id(backend), backend.device_key(), dt.short)
+    table = _TABLES.get(key)
+    if table is None:
+        with _TABLES_LOCK:
+            table = _TABLES.get(key)
+            if table is None:
+                table = _TABLES[key] = _KernelTable(backend, dt)
+    return table
+
+
+_LAST = threading.local()
+
+
+def last_kernel_name() -> str | None:
+    """The readable name of the last activation kernel this thread launched, e.g.
+    ``act_bwd_strided_softplus_bf16``; None before the first launch. Empty arrays
+    launch nothing and leave it unchanged."""
+    return getattr(_LAST, "name", None)
+
+
+# ------------------------------------------------------------------ argument checks
+
+
+def _mode_id(mode: Any) -> int:
+    mode_id = _MODE_ID.get(mode) if isinstance(mode, str) else None
+    if mode_id is None:
+        raise BadParamError(f"mode: expected one of {', '.join(ACTIVATION_MODES)}, got {mode!r}")
+    return mode_id
+
+
+def _real(name: str, value: Any) -> float:
+    if isinstance(value, bool) or not isinstance(value, (int, float, np.integer, np.floating)):
+        raise BadParamError(f"{name}: expected a real number, got {value!r}")
+    return float(value)
+
+
+def _to_float32(name: str, value: Any) -> float:
+    with np.errstate(over="ignore"):  # overflow gives inf, which the callers reject
+        return float(np.float32(_real(name, value)))
+
+
+def _float32_finite(name: str, value: Any) -> float:
+    v = _to_float32(name, value)
+    if not math.isfinite(v):
+        raise BadParamError(f"{name}: expected a finite number (in float32), got {value!r}")
+    return v
+
+
+def _coef(mode: str, coef: Any) -> float:
+    if mode not in DEFAULT_COEF:
+        if coef is not None:
+            raise BadParamError(
+                f"coef: mode {mode!r} takes no coefficient (modes with one: "
+                f"{', '.join(DEFAULT_COEF)}), got {coef!r}"
+            )
+        return 0.0
+    if coef is None:
+        return DEFAULT_COEF[mode]
+    if mode == "clipped_relu":
+        v = _to_float32("coef", coef)
+        if not v > 0:  # +inf is allowed: relu
+            raise BadParamError(f"coef: clipped_relu's ceiling must be > 0, got {coef!r}")
+        return v
+    v = _float32_finite("coef", coef)
+    if mode == "softplus" and not v > 0:
+        raise BadParamError(f"coef: softplus's beta must be > 0 (in float32), got {coef!r}")
+    return v
+
+
+def _threshold(mode: str, threshold: Any) -> float:
+    if mode != "softplus":
+        if threshold is not None:
+            raise BadParamError(
+                f"threshold: only softplus takes a threshold, not mode {mode!r}; got {threshold!r}"
+            )
+        return 0.0
+    if threshold is None:
+        return DEFAULT_THRESHOLD
+    v = _to_float32("threshold", threshold)
+    if math.isnan(v):
+        raise BadParamError(f"threshold: expected a number, got {threshold!r}")
+    return v
+
+
+@functools.lru_cache(maxsize=512)
+def _params_struct(coef: float, threshold: float, alpha: float, beta: float, use_y: int) -> np.void:
+    return np.array((coef, threshold, alpha, beta, use_y), dtype=_PARAMS_DTYPE)[()]
+
+
+def _checked_params(
+    mode: str, coef: Any, threshold: Any, alpha: Any, beta: Any, use_y: bool
+) -> tuple[np.void, float]:
+    beta32 = _float32_finite("beta", beta)
+    struct = _params_struct(
+        _coef(mode, coef),
+        _threshold(mode, threshold),
+        _float32_finite("alpha", alpha),
+        beta32,
+        int(use_y),
+    )
+    return struct, beta32
+
+
+# Calls repeat the same few argument sets: remember the checked struct per raw argument
+# tuple (typed, so True never passes for 1.0; NaN never hits, so it is always rejected).
+_cached_params = functools.lru_cache(maxsize=1024, typed=True)(_checked_params)
+
+
+def _params(
+    mode: str, coef: Any, threshold: Any, alpha: Any, beta: Any, use_y: bool
+) -> tuple[np.void, float]:
+    """The kernel's ActParams and beta as float32 saw it; BadParamError for bad values."""
+    try:
+        return _cached_params(mode, coef, threshold, alpha, beta, use_y)
+    except TypeError:  # unhashable argument: check it uncached (raises BadParamError)
+        return _checked_params(mode, coef, threshold, alpha, beta, use_y)
+
+
+def _array(name: str, a: Any) -> Any:
+    if isinstance(a, np.ndarray) or hasattr(a, "__cuda_array_interface__"):
+        return a
+    return as_array(name, a)
+
+
+def _empty_like(backend: Backend, x: Any) -> Any:
+    # Same memory order as x when x is dense (order="K"), so a transposed input takes the
+    # contiguous path too; a plain ndarray even for subclasses.
+    if backend.name == "cpu":
+        return np.empty_like(x, subok=False)
+    return backend.xp.empty_like(x)
+
+
+def _output(out: Any, x: Any, backend: Backend, beta: float, inputs: dict[str, Any]) -> Any:
+    if out is None:
+        if beta != 0:
+            raise BadParamError(
+                "beta: blending (beta != 0) reads the prior content of out; pass out="
+            )
+        return _empty_like(backend, x)
+    check_out(out, x.shape, x.dtype, backend, inputs)
+    for size, stride in zip(out.shape, out.strides, strict=True):
+        if stride == 0 and size > 1 and out.size:
+            raise BadParamError(
+                "out: has a zero stride (elements alias each other); pass a dense array"
+            )
+    return out
+
+
+# ------------------------------------------------------------------ layouts
+
+
+def _data_ptr(a: Any) -> int:
+    if isinstance(a, np.ndarray):
+        return a.__array_interface__["data"][0]  # cheaper than a.ctypes.data
+    return int(a.data.ptr)
+
+
+def _flip_negative(arrays: list[Any]) -> list[Any]:
+    """Reverses every axis along which out (arrays[0]) runs backwards, in all operands
+    alike: the elementwise correspondence is unchanged and out becomes ascending."""
+    flips = tuple(slice(None, None, -1) if s < 0 else slice(None) for s in arrays[0].strides)
+    if all(f.step is None for f in flips):
+        return arrays
+    return [a[flips] for a in arrays]
+
+
+def _collapse(shape: Sequence[int], strides: list[list[int]]) -> tuple[list[int], list[list[int]]]:
+    """Drops size-1 dims, orders dims by out's stride (outermost first) and merges
+    neighbours that are contiguous in every operand. Strides are in elements."""
+    dims = [d for d, size in enumerate(shape) if size != 1]
+    dims.sort(key=lambda d: -abs(strides[0][d]))  # stable: ties keep their order
+    sizes: list[int] = []
+    merged: list[list[int]] = [[] for _ in strides]
+    for d in dims:
+        if sizes and all(m[-1] == s[d] * shape[d] for m, s in zip(merged, strides, strict=True)):
+            sizes[-1] *= shape[d]
+            for m, s in zip(merged, strides, strict=True):
+                m[-1] = s[d]
+        else:
+            sizes.append(shape[d])
+            for m, s in zip(merged, strides, strict=True):
+                m.append(s[d])
+    return sizes, merged
+
+
+def _layout_struct(sizes: list[int], strides: list[list[int]]) -> np.void:
+    layout = np.zeros((), dtype=_LAYOUT_DTYPE)
+    nd = len(sizes)
+    layout["ndim"] = nd
+    layout["size"][:nd] = sizes[::-1]  # the kernel wants the innermost dim first
+    for o, s in enumerate(strides):
+        layout["stride"][o, :nd] = s[::-1]
+    return layout[()]
+
+
+class _Plan:
+    """How to run one call: the variant, the (possibly flipped) operand views, and the
+    strided kernel's Layout."""
+
+    __slots__ = ("variant", "arrays", "layout")
+
+    def __init__(self, variant: str, arrays: list[Any], layout: np.void | None = None) -> None:
+        self.variant = variant
+        self.arrays = arrays
+        self.layout = layout
+
+
+def _plan(arrays: list[Any]) -> _Plan | None:
+    """arrays = [out, inputs...], all of one shape and dtype; None when more than
+    MAX_DIMS dims remain after collapsing."""
+    if all(a.flags.c_contiguous for a in arrays) or all(a.flags.f_contiguous for a in arrays):
+        contiguous = True
+    else:
+        arrays = _flip_negative(arrays)
+        itemsize = arrays[0].itemsize
+        strides = [[s // itemsize for s in a.strides] for a in arrays]
+        sizes, merged = _collapse(arrays[0].shape, strides)
+        contiguous = len(sizes) <= 1 and all(not m or m[0] == 1 for m in merged)
+        if not contiguous:
+            if len(sizes) > MAX_DIMS:
+                return None
+            return _Plan("strided", arrays, _layout_struct(sizes, merged))
+    aligned = all(_data_ptr(a) % 16 == 0 for a in arrays)
+    return _Plan("vec" if aligned else "scalar", arrays)
+
+
+# ------------------------------------------------------------------ launching
+
+
+def _launch(
+    direction: str,
+    mode_id: int,
+    dt: dtypes.DType,
+    backend: Backend,
+    arrays: list[Any],
+    params: np.void,
+    run: bool = True,
+) -> str:
+    """Plans and (if ``run``) launches; returns the readable kernel name.
+
+    ``arrays`` is [out, x] forward and [out, x, dy, y] backward (y = x when unused).
+    """
+    plan = _plan(arrays)
+    if plan is None:
+        # More than MAX_DIMS dims that do not collapse: run on contiguous copies
+        # (out's copy carries the prior for blending).
+        copies = [backend.xp.ascontiguousarray(a) for a in arrays]
+        name = _launch(direction, mode_id, dt, backend, copies, params, run)
+        if run:
+            arrays[0][...] = copies[0]
+        return name
+    if not run:
+        return _readable_name(direction, plan.variant, mode_id, dt)
+    table = _table(backend, dt)
+    kernel, name = table.get(direction, plan.variant, mode_id)
+    n = arrays[0].size
+    out, *inputs = plan.arrays
+    if direction == "fwd":
+        pointers = (inputs[0], out)  # x, y
+    else:
+        pointers = (inputs[1], inputs[0], inputs[2], out)  # dy, x, y, dx
+    if plan.variant == "strided":
+        kernel(table.grid(n), BLOCK, (*pointers, np.int64(n), plan.layout, params))
+    else:
+        units = n // _vec(dt) if plan.variant == "vec" else n
+        kernel(table.grid(units), BLOCK, (*pointers, np.int64(n), params))
+    _LAST.name = name
+    return name
+
+
+# ------------------------------------------------------------------ public API
+
+
+def activation_forward(
+    x: Any,
+    mode: str,
+    *,
+    coef: float | None = None,
+    threshold: float | None = None,
+    alpha: float = 1.0,
+    beta: float = 0.0,
+    out: Any = None,
+) -> Any:
+    """``y = alpha * f(x) + beta * y_prior`` for an activation ``mode``.
+
+    Args:
+        x: float32, float16 or bfloat16 array (NumPy runs on the emulator, CuPy on the
+            GPU), any shape and strides.
+        mode: one of :data:`ACTIVATION_MODES`.
+        coef: the mode's coefficient (cuDNN's ``coef``): leaky_relu's negative slope
+            (default 0.01), clipped_relu's ceiling (6.0), elu's alpha (1.0), swish's
+            beta (1.0), softplus's beta (1.0). Other modes take none.
+        threshold: softplus's linear-region threshold (default 20: ``beta*x > 20`` gives x).
+        alpha, beta: blending factors; ``beta != 0`` reads ``out``'s prior content and
+            needs ``out``. With ``beta == 0`` out is never read.
+        out: the result array (same shape and dtype as x; may be x itself).
+
+    Returns:
+        ``out``, or a new array of x's kind, dtype and memory order.
+    """
+    mode_id = _mode_id(mode)
+    backend = backend_for(x, out, names=("x", "out"))
+    x = _array("x", x)
+    dt = float_dtype("x", x)
+    params, beta32 = _params(mode, coef, threshold, alpha, beta, False)
+    out = _output(out, x, backend, beta32, {"x": x})
+    if x.size:
+        _launch("fwd", mode_id, dt, backend, [out, x], params)
+    return out
+
+
+def activation_backward(
+    dy: Any,
+    x: Any,
+    mode: str,
+    *,
+    y: Any = None,
+    coef: float | None = None,
+    threshold: float | None = None,
+    alpha: float = 1.0,
+    beta: float = 0.0,
+    out: Any = None,
+) -> Any:
+    """``dx = alpha * dy * f'(x) + beta * dx_prior`` for an activation ``mode``.
+
+    ``dy``, ``x`` (and ``y``, the forward output, if given) share shape and dtype. For
+    sigmoid and tanh a given ``y`` is used for the derivative (y (1 - y), 1 - y^2), as
+    cuDNN does; other modes ignore it. Derivatives at kinks follow PyTorch (relu'(0) = 0,
+    clipped_relu' = 0 at both ends, elu'(0) = alpha); see
+    :mod:`cudnnlite.reference.activation`. Other arguments as :func:`activation_forward`;
+    ``out`` may be dy or x (in place).
+    """
+    mode_id = _mode_id(mode)
+    backend = backend_for(dy, x, y, out, names=("dy", "x", "y", "out"))
+    dy = _array("dy", dy)
+    x = _array("x", x)
+    y = None if y is None else _array("y", y)
+    dt = float_dtype("x", x)
+    same_dtype(("x", "dy", "y"), (x, dy, y))
+    same_shape(("x", "dy", "y"), (x, dy, y))
+    use_y = y is not None and mode_id in _USES_Y
+    params, beta32 = _params(mode, coef, threshold, alpha, beta, use_y)
+    out = _output(out, x, backend, beta32, {"dy": dy, "x": x, "y": y})
+    if x.size:
+        arrays = [out, x, dy, y if use_y else x]
+        _launch("bwd", mode_id, dt, backend, arrays, params)
+    return out
+
+
+def kernel_name_for(
+    x: Any,
+    mode: str,
+    *,
+    backward: bool = False,
+    dy: Any = None,
+    y: Any = None,
+    out: Any = None,
+) -> str:
+    """The readable name of the kernel a call on these arrays would launch, without
+    launching or compiling anything, e.g. ``act_fwd_vec4_relu_fp32`` (aligned and
+    contiguous), ``act_fwd_scalar_relu_fp32`` (contiguous but misaligned) or
+    ``act_bwd_strided_gelu_bf16``. ``out`` defaults to a fresh array like x."""
+    mode_id = _mode_id(mode)
+    backend = backend_for(x, dy, y, out, names=("x", "dy", "y", "out"))
+    x = _array("x", x)
+    dt = float_dtype("x", x)
+    if out is None:
+        out = _empty_like(backend, x)
+    if backward:
+        dy = x if dy is None else _array("dy", dy)
+        use_y = y is not None and mode_id in _USES_Y
+        arrays = [out, x, dy, _array("y", y) if use_y else x]
+    else:
+        arrays = [out, x]
+    direction = "bwd" if backward else "fwd"
+    return _launch(
+        direction, mode_id, dt, backend, arrays, _params_struct(0, 0, 1, 0, 0), run=False
+    )
+
+
+# ------------------------------------------------------------------ PyTorch-style wrappers
+
+
+def relu(x: Any, *, out: Any = None) -> Any:
+    """max(x, 0) (NaN stays NaN), as ``torch.nn.functional.relu``."""
+    return activation_forward(x, "relu", out=out)
+
+
+def leaky_relu(x: Any, negative_slope: float = 0.01, *, out: Any = None) -> Any:
+    """x if x > 0 else negative_slope * x."""
+    return activation_forward(x, "leaky_relu", coef=negative_slope, out=out)
+
+
+def clipped_relu(x: Any, ceiling: float = 6.0, *, out: Any = None) -> Any:
+    """min(max(x, 0), ceiling); ceiling 6 is relu6."""
+    return activation_forward(x, "clipped_relu", coef=ceiling, out=out)
+
+
+def elu(x: Any, alpha: float = 1.0, *, out: Any = None) -> Any:
+    """x if x > 0 else alpha * (exp(x) - 1)."""
+    return activation_forward(x, "elu", coef=alpha, out=out)
+
+
+def sigmoid(x: Any, *, out: Any = None) -> Any:
+    """1 / (1 + exp(-x))."""
+    return activation_forward(x, "sigmoid", out=out)
+
+
+def tanh(x: Any, *, out: Any = None) -> Any:
+    """tanh(x)."""
+    return activation_forward(x, "tanh", out=out)
+
+
+def silu(x: Any, *, out: Any = None) -> Any:
+    """x * sigmoid(x) (swish with beta 1)."""
+    return activation_forward(x, "swish", out=out)
+
+
+def swish(x: Any, beta: float = 1.0, *, out: Any = None) -> Any:
+    """x * sigmoid(beta * x)."""
+    return activation_forward(x, "swish", coef=beta, out=out)
+
+
+def gelu(x: Any, approximate: str = "none", *, out: Any = None) -> Any:
+    """x * Phi(x); ``approximate="tanh"`` uses the tanh approximation (PyTorch's names)."""
+    if approximate == "none":
+        return activation_forward(x, "gelu", out=out)
+    if approximate == "tanh":
+        return activation_forward(x, "gelu_tanh", out=out)
+    raise BadParamError(f"approximate: expected 'none' or 'tanh', got {approximate!r}")
+
+
+def softplus(x: Any, beta: float = 1.0, threshold: float = 20.0, *, out: Any = None) -> Any:
+    """log(1 + exp(beta x)) / beta, and x where beta * x > threshold."""
+    return activation_forward(x, "softplus", coef=beta, threshold=threshold, out=out)
+
+
+def identity(x: Any, *, out: Any = None) -> Any:
+    """x (a copy into a new array or ``out``)."""
+    return activation_forward(x, "identity", out=out)
+
+
+__all__ = [
+    "ACTIVATION_MODES",
+    "activation_backward",
+    "activation_forward",
+    "clipped_relu",
+    "elu",
+    "gelu",
+    "identity",
+    "kernel_name_for",
+    "last_kernel_name",
+    "leaky_relu",
+    "module_specs",
+    "relu",
+    "sigmoid",
+    "silu",
+    "softplus",
+    "swish",
+    "tanh",
+]
