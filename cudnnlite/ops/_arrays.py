@@ -72,12 +72,11 @@ def check_out(out: Any, shape: Sequence[int], dtype: Any, backend: Backend, inpu
         raise BadParamError("out: the array is read-only")
     xp = backend.xp
     for name, a in inputs.items():
-        if a is None or a is out:
+        if a is None or a is out or not xp.may_share_memory(a, out):
             continue
-        same_view = (
-            a.shape == out.shape and a.strides == out.strides and _data_ptr(a) == _data_ptr(out)
-        )
-        if not same_view and xp.may_share_memory(a, out):
+        # Overlapping memory is fine only as the very same view (in place).
+        same_view = a.shape == out.shape and a.strides == out.strides and _data_ptr(a) == _data_ptr(out)
+        if not same_view:
             raise BadParamError(
                 f"out: overlaps {name} without being the same view; pass out={name} for in-place "
                 "or a separate array"
@@ -86,7 +85,7 @@ def check_out(out: Any, shape: Sequence[int], dtype: Any, backend: Backend, inpu
 
 def _data_ptr(a: Any) -> int:
     if isinstance(a, np.ndarray):
-        return a.ctypes.data
+        return a.__array_interface__["data"][0]
     return int(a.data.ptr)
 
 

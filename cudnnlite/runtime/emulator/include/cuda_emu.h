@@ -81,10 +81,8 @@
 #if defined(_OPENMP)
 #include <omp.h>
 inline int omp_default_threads() { return omp_get_max_threads(); }
-inline int omp_thread_num() { return omp_get_thread_num(); }
 #else
 inline int omp_default_threads() { return 1; }
-inline int omp_thread_num() { return 0; }
 #endif
 
 
@@ -779,7 +777,13 @@ inline void run_block(Worker& w, unsigned bx, unsigned by, unsigned bz) {
         warp.live = lanes == 32 ? 0xffffffffu : ((1u << lanes) - 1);
         for (WarpGroup& g : warp.groups) g = WarpGroup();
     }
-    if (w.cfg->schedule == kRandom) std::shuffle(w.order.begin(), w.order.end(), w.rng);
+    if (w.cfg->schedule == kRandom) {
+        // Seeded per block: the same seed gives the same order whatever thread runs it.
+        unsigned long long id = bx + 1ull * w.grid_dim.x * (by + 1ull * w.grid_dim.y * bz);
+        w.rng.seed(w.cfg->seed * 0x9E3779B97F4A7C15ull + id);
+        for (int i = 0; i < w.nthreads; ++i) w.order[i] = i;
+        std::shuffle(w.order.begin(), w.order.end(), w.rng);
+    }
     if (w.cfg->poison) {
         poison_tls_shared_memory();
         if (w.cfg->shared_bytes) memset(w.dyn_smem, 0xFF, w.cfg->shared_bytes);
@@ -936,14 +940,17 @@ inline int launch(KernelThunk thunk, const void* kfn, const LaunchConfig& cfg, v
         return 1;
     }
     long long n = (long long)nblocks;
-#pragma omp parallel num_threads(cfg.num_threads > 0 ? cfg.num_threads : omp_default_threads())
+    // No more OS threads than blocks; a one-block launch stays on the calling
+    // thread (waking a team costs more than a small kernel).
+    long long want = cfg.num_threads > 0 ? cfg.num_threads : omp_default_threads();
+    int team = (int)std::max(1LL, std::min(want, n));
+#pragma omp parallel num_threads(team) if (team > 1)
     {
         Worker* w = get_worker(cfg);
         setup_block_shape(*w, cfg);
         w->thunk = thunk;
         w->kfn = kfn;
         w->args = args;
-        w->rng.seed(cfg.seed ^ (0x9E3779B97F4A7C15ull * (unsigned long long)(omp_thread_num() + 1)));
 #pragma omp for schedule(dynamic, 1)
         for (long long b = 0; b < n; ++b) {
             if (launch_failed()) continue;
