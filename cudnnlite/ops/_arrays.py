@@ -58,19 +58,36 @@ def as_array(name: str, a: Any) -> Any:
     )
 
 
+def array_module(a: Any) -> Any:
+    """numpy for host arrays, cupy for GPU arrays: outputs are allocated in the kind of
+    the inputs, whatever backend runs the kernel (see CUDNNLITE_BACKEND)."""
+    if isinstance(a, np.ndarray):
+        return np
+    import cupy
+
+    return cupy
+
+
+def empty_like(a: Any) -> Any:
+    """A new array like ``a``, same kind and memory order (order="K"), never a subclass."""
+    if isinstance(a, np.ndarray):
+        return np.empty_like(a, subok=False)
+    return array_module(a).empty_like(a)
+
+
 def check_out(out: Any, shape: Sequence[int], dtype: Any, backend: Backend, inputs: dict[str, Any]) -> None:
-    """``out`` must be a writable array of the backend's kind with the result's shape
+    """``out`` must be a writable array of the inputs' kind with the result's shape
     and dtype. It may be one of the inputs exactly (in place) but must not partly
-    overlap one."""
-    if array_kind(out) != backend.name and backend.name == "cpu" and not isinstance(out, np.ndarray):
-        raise BadParamError(f"out: expected a NumPy array like the inputs, got {type(out).__name__}")
+    overlap one. (``backend`` already checked that the kinds agree.)"""
+    if not hasattr(out, "shape") or not hasattr(out, "dtype"):
+        raise BadParamError(f"out: expected an array, got {type(out).__name__}")
     if tuple(out.shape) != tuple(shape):
         raise BadParamError(f"out: expected shape {tuple(shape)}, got {tuple(out.shape)}")
     if out.dtype != np.dtype(dtype):
         raise BadParamError(f"out: expected dtype {np.dtype(dtype)}, got {out.dtype}")
     if isinstance(out, np.ndarray) and not out.flags.writeable:
         raise BadParamError("out: the array is read-only")
-    xp = backend.xp
+    xp = array_module(out)
     for name, a in inputs.items():
         if a is None or a is out or not xp.may_share_memory(a, out):
             continue

@@ -36,7 +36,15 @@ from ..runtime.backend import Backend, Kernel
 from ..runtime.kernel import ModuleSpec
 from ..runtime.select import backend_for
 from ..runtime.variants import register
-from ._arrays import as_array, check_out, float_dtype, same_dtype, same_shape
+from ._arrays import (
+    array_module,
+    as_array,
+    check_out,
+    empty_like,
+    float_dtype,
+    same_dtype,
+    same_shape,
+)
 
 ACTIVATION_MODES = (
     "relu",
@@ -277,10 +285,8 @@ def _array(name: str, a: Any) -> Any:
 
 def _empty_like(backend: Backend, x: Any) -> Any:
     # Same memory order as x when x is dense (order="K"), so a transposed input takes the
-    # contiguous path too; a plain ndarray even for subclasses.
-    if backend.name == "cpu":
-        return np.empty_like(x, subok=False)
-    return backend.xp.empty_like(x)
+    # contiguous path too; same kind as x even when CUDNNLITE_BACKEND forces the backend.
+    return empty_like(x)
 
 
 def _output(out: Any, x: Any, backend: Backend, beta: float, inputs: dict[str, Any]) -> Any:
@@ -397,7 +403,7 @@ def _launch(
     if plan is None:
         # More than MAX_DIMS dims that do not collapse: run on contiguous copies
         # (out's copy carries the prior for blending).
-        copies = [backend.xp.ascontiguousarray(a) for a in arrays]
+        copies = [array_module(a).ascontiguousarray(a) for a in arrays]
         name = _launch(direction, mode_id, dt, backend, copies, params, run)
         if run:
             arrays[0][...] = copies[0]

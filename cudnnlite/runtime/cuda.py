@@ -10,10 +10,13 @@ import importlib
 from collections.abc import Sequence
 from typing import Any
 
+import numpy as np
+
 from ..errors import BadParamError, CompileError, ExecutionError, NotSupportedError
 from .backend import Backend, Dim, Kernel, Module, launch_dims
 from .kernel import ModuleSpec
 from .sources import common_headers_digest, cuda_src_dir, source_path
+from .transfer import HostToDevice
 
 # Dynamic shared memory a kernel may use without opting in (CUDA's default limit).
 _DEFAULT_DYNAMIC_SMEM = 48 * 1024
@@ -46,13 +49,20 @@ class CudaKernel(Kernel):
             # Above 48 KiB a kernel must opt in to the larger carve-out.
             self.function.max_dynamic_shared_size_bytes = shared_mem
             self._smem_limit = shared_mem
+        g, b = launch_dims(grid, block)
+        # NumPy arrays here come from CUDNNLITE_BACKEND=cuda: run on device copies.
+        copies = [HostToDevice(a) if isinstance(a, np.ndarray) else None for a in args]
+        if any(copies):
+            args = [c.view if c is not None else a for a, c in zip(args, copies)]
         try:
-            g, b = launch_dims(grid, block)
             self.function(g, b, tuple(args), shared_mem=shared_mem)
         except Exception as exc:  # CUDADriverError and friends
             if type(exc).__name__ in ("CUDADriverError", "CUDARuntimeError"):
                 raise ExecutionError(f"kernel {self.name} ({self.spec.label()}) failed: {exc}") from exc
             raise
+        for c in copies:
+            if c is not None:
+                c.copy_back()
 
 
 class CudaModule(Module):

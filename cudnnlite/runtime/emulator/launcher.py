@@ -39,6 +39,7 @@ from ...errors import BadParamError, CompileError, ExecutionError, NotSupportedE
 from ..backend import Backend, Dim, Kernel, Module, launch_dims
 from ..kernel import ModuleSpec
 from ..sources import common_headers_digest, cuda_src_dir, source_path
+from ..transfer import DeviceToHost
 
 INCLUDE_DIR = Path(__file__).resolve().parent / "include"
 _SCHEDULES = {"forward": 0, "reverse": 1, "random": 2}
@@ -218,6 +219,11 @@ class EmulatorKernel(Kernel):
                 return ctypes.c_void_p(0)
             if isinstance(arg, np.ndarray):
                 return ctypes.c_void_p(self.module.array_pointer(arg, keep))
+            if hasattr(arg, "__cuda_array_interface__") and hasattr(arg, "data"):
+                # A GPU array on the emulator (CUDNNLITE_BACKEND=cpu): run on a host copy.
+                copy = DeviceToHost(arg)
+                keep.append(copy)
+                return ctypes.c_void_p(copy.pointer())
             raise BadParamError(f"{where}: expected a NumPy array (pointer), got {type(arg).__name__}")
         if code.startswith("s"):
             size = int(code[1:].split("a")[0])
@@ -355,7 +361,7 @@ class EmulatorModule(Module):
 
     def copy_back(self, keep: list) -> None:
         for item in keep:
-            if isinstance(item, _AsanBuffer):
+            if isinstance(item, (_AsanBuffer, DeviceToHost)):
                 item.copy_back()
 
 
