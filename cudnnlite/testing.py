@@ -59,13 +59,21 @@ ELEMENTWISE_RTOL = {
 ELEMENTWISE_ATOL = {"fp32": 1e-6, "fp16": 1e-4, "bf16": 1e-3}
 
 
-def assert_close(actual: Any, expected64: np.ndarray, dtype: Any, *, rtol: float | None = None,
-                 atol: float | None = None, what: str = "") -> None:
+def assert_close(
+    actual: Any,
+    expected64: np.ndarray,
+    dtype: Any,
+    *,
+    rtol: float | None = None,
+    atol: float | None = None,
+    what: str = "",
+) -> None:
     """Compares a kernel's result with the float64 reference at the dtype's tolerance."""
     dt = dtypes.lookup(dtype)
     assert dt is not None, f"not a float dtype: {dtype}"
     rtol = ELEMENTWISE_RTOL[dt.short] if rtol is None else rtol
     atol = ELEMENTWISE_ATOL[dt.short] if atol is None else atol
     got = to_numpy(actual).astype(np.float64)
-    np.testing.assert_allclose(got, expected64, rtol=rtol, atol=atol, equal_nan=True,
-                               err_msg=f"{what} ({dt.short})")
+    np.testing.assert_allclose(
+        got, expected64, rtol=rtol, atol=atol, equal_nan=True, err_msg=f"{what} ({dt.short})"
+    )

@@ -44,7 +44,9 @@ class FakeRawModule:
     def __init__(self, code: str, options: tuple[str, ...], name_expressions: list[str]) -> None:
         self.code, self.options, self.names = code, options, name_expressions
         FakeRawModule.created.append(self)
-        if "#error" in code or ("cuda_fp16.h" in code and not any("fakeinclude" in o for o in options)):
+        if "#error" in code or (
+            "cuda_fp16.h" in code and not any("fakeinclude" in o for o in options)
+        ):
             msg = 'catastrophic error: cannot open source file "cuda_fp16.h"'
             if "#error" in code:
                 msg = "error: planted"
@@ -71,7 +73,9 @@ def fake_cupy(monkeypatch: pytest.MonkeyPatch) -> types.ModuleType:
     return cupy
 
 
-SPEC = ModuleSpec.make("selftest/emulator_selftest.cu", ["block_reduce_sum", "trap_if"], {"TILE": 4})
+SPEC = ModuleSpec.make(
+    "selftest/emulator_selftest.cu", ["block_reduce_sum", "trap_if"], {"TILE": 4}
+)
 
 
 def test_module_options_and_name_expressions(fake_cupy: types.ModuleType) -> None:
@@ -86,7 +90,9 @@ def test_module_options_and_name_expressions(fake_cupy: types.ModuleType) -> Non
     assert any(o.startswith("-DCUDNNLITE_HEADERS=") for o in raw.options)
 
 
-def test_launch_normalizes_dims_and_opts_into_large_shared_memory(fake_cupy: types.ModuleType) -> None:
+def test_launch_normalizes_dims_and_opts_into_large_shared_memory(
+    fake_cupy: types.ModuleType,
+) -> None:
     kernel = CudaBackend().module(SPEC).get_function("trap_if")
     kernel(4, (32, 2), (np.int32(0),))
     kernel(1, 32, (np.int32(0),), shared_mem=100 * 1024)
@@ -104,7 +110,9 @@ def test_driver_errors_become_execution_errors(fake_cupy: types.ModuleType) -> N
         kernel(1, 1, (np.int32(0),))
 
 
-def test_compile_errors_name_the_source_and_defines(fake_cupy: types.ModuleType, tmp_path: Any) -> None:
+def test_compile_errors_name_the_source_and_defines(
+    fake_cupy: types.ModuleType, tmp_path: Any
+) -> None:
     src = tmp_path / "bad.cu"
     src.write_text("#error planted\n")
     spec = ModuleSpec.make(str(src), ["k"], {"VEC": 4})

@@ -22,23 +22,26 @@ def float_dtype(name: str, a: Any) -> dtypes.DType:
     dt = dtypes.lookup(getattr(a, "dtype", None))
     if dt is None:
         raise BadParamError(
-            f"{name}: expected dtype float32, float16 or bfloat16, got {getattr(a, 'dtype', type(a).__name__)}"
+            f"{name}: expected dtype float32, float16 or bfloat16, "
+            f"got {getattr(a, 'dtype', type(a).__name__)}"
         )
     return dt
 
 
 def same_dtype(names: Sequence[str], arrays: Sequence[Any]) -> None:
     first = arrays[0].dtype
-    for n, a in zip(names[1:], arrays[1:]):
+    for n, a in zip(names[1:], arrays[1:], strict=False):
         if a is not None and a.dtype != first:
             raise BadParamError(f"{n}: expected dtype {first} like {names[0]}, got {a.dtype}")
 
 
 def same_shape(names: Sequence[str], arrays: Sequence[Any]) -> None:
     first = tuple(arrays[0].shape)
-    for n, a in zip(names[1:], arrays[1:]):
+    for n, a in zip(names[1:], arrays[1:], strict=False):
         if a is not None and tuple(a.shape) != first:
-            raise BadParamError(f"{n}: expected shape {first} like {names[0]}, got {tuple(a.shape)}")
+            raise BadParamError(
+                f"{n}: expected shape {first} like {names[0]}, got {tuple(a.shape)}"
+            )
 
 
 def as_array(name: str, a: Any) -> Any:
@@ -54,7 +57,8 @@ def as_array(name: str, a: Any) -> Any:
 
         return cupy.from_dlpack(a)
     raise BadParamError(
-        f"{name}: expected a NumPy or CuPy array (or an object with __dlpack__), got {type(a).__name__}"
+        f"{name}: expected a NumPy or CuPy array (or an object with __dlpack__), "
+        f"got {type(a).__name__}"
     )
 
 
@@ -75,7 +79,9 @@ def empty_like(a: Any) -> Any:
     return array_module(a).empty_like(a)
 
 
-def check_out(out: Any, shape: Sequence[int], dtype: Any, backend: Backend, inputs: dict[str, Any]) -> None:
+def check_out(
+    out: Any, shape: Sequence[int], dtype: Any, backend: Backend, inputs: dict[str, Any]
+) -> None:
     """``out`` must be a writable array of the inputs' kind with the result's shape
     and dtype. It may be one of the inputs exactly (in place) but must not partly
     overlap one. (``backend`` already checked that the kinds agree.)"""
@@ -92,7 +98,9 @@ def check_out(out: Any, shape: Sequence[int], dtype: Any, backend: Backend, inpu
         if a is None or a is out or not xp.may_share_memory(a, out):
             continue
         # Overlapping memory is fine only as the very same view (in place).
-        same_view = a.shape == out.shape and a.strides == out.strides and _data_ptr(a) == _data_ptr(out)
+        same_view = (
+            a.shape == out.shape and a.strides == out.strides and _data_ptr(a) == _data_ptr(out)
+        )
         if not same_view:
             raise BadParamError(
                 f"out: overlaps {name} without being the same view; pass out={name} for in-place "

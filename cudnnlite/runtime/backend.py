@@ -37,9 +37,9 @@ _MAX_GRID = (2**31 - 1, 65535, 65535)
 def launch_dims(grid: Dim, block: Dim) -> tuple[tuple[int, int, int], tuple[int, int, int]]:
     """Checked grid and block sizes, as a GPU would accept them."""
     g, b = dim3(grid, "grid"), dim3(block, "block")
-    if b[0] * b[1] * b[2] > 1024 or any(v > m for v, m in zip(b, _MAX_BLOCK)):
+    if b[0] * b[1] * b[2] > 1024 or any(v > m for v, m in zip(b, _MAX_BLOCK, strict=False)):
         raise BadParamError(f"block {b} exceeds CUDA's limits (1024 threads, z <= 64)")
-    if any(v > m for v, m in zip(g, _MAX_GRID)):
+    if any(v > m for v, m in zip(g, _MAX_GRID, strict=False)):
         raise BadParamError(f"grid {g} exceeds CUDA's limits ({_MAX_GRID})")
     return g, b
 

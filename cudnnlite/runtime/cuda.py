@@ -53,12 +53,14 @@ class CudaKernel(Kernel):
         # NumPy arrays here come from CUDNNLITE_BACKEND=cuda: run on device copies.
         copies = [HostToDevice(a) if isinstance(a, np.ndarray) else None for a in args]
         if any(copies):
-            args = [c.view if c is not None else a for a, c in zip(args, copies)]
+            args = [c.view if c is not None else a for a, c in zip(args, copies, strict=False)]
         try:
             self.function(g, b, tuple(args), shared_mem=shared_mem)
         except Exception as exc:  # CUDADriverError and friends
             if type(exc).__name__ in ("CUDADriverError", "CUDARuntimeError"):
-                raise ExecutionError(f"kernel {self.name} ({self.spec.label()}) failed: {exc}") from exc
+                raise ExecutionError(
+                    f"kernel {self.name} ({self.spec.label()}) failed: {exc}"
+                ) from exc
             raise
         for c in copies:
             if c is not None:

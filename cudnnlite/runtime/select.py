@@ -74,7 +74,9 @@ def backend_for(*arrays: Any, names: tuple[str, ...] | None = None) -> Backend:
             )
         kinds[label] = kind
     if len(set(kinds.values())) > 1:
-        detail = ", ".join(f"{k} is {'a GPU' if v == 'cuda' else 'a host'} array" for k, v in kinds.items())
+        detail = ", ".join(
+            f"{k} is {'a GPU' if v == 'cuda' else 'a host'} array" for k, v in kinds.items()
+        )
         raise BadParamError(f"cannot mix host (NumPy) and GPU (CuPy) arrays in one call: {detail}")
     forced = forced_backend()
     if forced:

@@ -1,4 +1,5 @@
-"""Finds the kernel sources (``cuda_src/``) and tuning DB in a wheel, an editable install or a checkout."""
+"""Finds the kernel sources (``cuda_src/``) and the tuning DB in a wheel, an editable
+install or a checkout."""
 
 from __future__ import annotations
 
@@ -34,7 +35,9 @@ def source_path(relative: str) -> Path:
     """Absolute path of a kernel source given relative to ``cuda_src/``."""
     path = cuda_src_dir() / relative
     if not path.is_file():
-        raise FileNotFoundError(f"cudnnlite: kernel source {relative!r} not found in {cuda_src_dir()}")
+        raise FileNotFoundError(
+            f"cudnnlite: kernel source {relative!r} not found in {cuda_src_dir()}"
+        )
     return path
 
 

@@ -15,12 +15,14 @@ from typing import Any
 import numpy as np
 
 
-def _span(ptr: int, shape: tuple[int, ...], strides: tuple[int, ...], itemsize: int) -> tuple[int, int]:
+def _span(
+    ptr: int, shape: tuple[int, ...], strides: tuple[int, ...], itemsize: int
+) -> tuple[int, int]:
     """[lo, hi) byte addresses covered by a strided view starting at ``ptr``."""
     lo = hi = ptr
     if any(s == 0 for s in shape):
         return ptr, ptr
-    for size, stride in zip(shape, strides):
+    for size, stride in zip(shape, strides, strict=False):
         extent = (size - 1) * stride
         if extent < 0:
             lo += extent

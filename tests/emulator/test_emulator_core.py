@@ -25,13 +25,15 @@ from cudnnlite.runtime.selftest import EMULATOR_SELFTEST
 from cudnnlite.testing import to_backend, to_numpy
 
 
-def run(backend: str, name: str, grid: Any, block: Any, args: Sequence[Any], shared_mem: int = 0) -> None:
+def run(
+    backend: str, name: str, grid: Any, block: Any, args: Sequence[Any], shared_mem: int = 0
+) -> None:
     """Launches self-test kernel `name`; NumPy arrays in `args` are copied to the
     backend and their results copied back in place."""
     kernel = backend_by_name(backend).module(EMULATOR_SELFTEST).get_function(name)
     moved = [to_backend(a, backend) if isinstance(a, np.ndarray) else a for a in args]
     kernel(grid, block, moved, shared_mem=shared_mem)
-    for a, m in zip(args, moved):
+    for a, m in zip(args, moved, strict=False):
         if isinstance(a, np.ndarray) and m is not a:
             a[...] = to_numpy(m)
 
@@ -44,7 +46,9 @@ def env(monkeypatch: pytest.MonkeyPatch) -> Iterator[pytest.MonkeyPatch]:
 # ------------------------------------------------------------------ barriers
 @pytest.mark.parametrize("schedule", ["forward", "reverse", "random"])
 @pytest.mark.parametrize("n", [1, 255, 256, 1000])
-def test_barriers_inside_a_loop(backend: str, env: pytest.MonkeyPatch, schedule: str, n: int) -> None:
+def test_barriers_inside_a_loop(
+    backend: str, env: pytest.MonkeyPatch, schedule: str, n: int
+) -> None:
     env.setenv("CUDNNLITE_EMU_SCHEDULE", schedule)
     x = np.random.default_rng(n).standard_normal(n).astype(np.float32)
     blocks = (n + 255) // 256
@@ -105,7 +109,9 @@ def test_trap_is_an_execution_error(backend: str, emulator_only: None) -> None:
 SHFL, UP, DOWN, XOR, BALLOT, ANY, ALL, SYNCWARP, ACTIVEMASK = range(9)
 
 
-def expected_warp_op(op: int, mask: int, param: int, width: int, pred_mod: int, n: int) -> np.ndarray:
+def expected_warp_op(
+    op: int, mask: int, param: int, width: int, pred_mod: int, n: int
+) -> np.ndarray:
     """CUDA's documented results, lane by lane, for the `warp_op` kernel."""
     out = np.full(n, -1, np.int64)
     for warp in range((n + 31) // 32):
@@ -168,12 +174,19 @@ WARP_CASES = [
 ]
 
 
-@pytest.mark.parametrize("case", WARP_CASES, ids=lambda c: f"op{c[0]}-m{c[1]:08x}-p{c[2]}-w{c[3]}-n{c[5]}")
+@pytest.mark.parametrize(
+    "case", WARP_CASES, ids=lambda c: f"op{c[0]}-m{c[1]:08x}-p{c[2]}-w{c[3]}-n{c[5]}"
+)
 def test_warp_operations(backend: str, case: tuple[int, ...]) -> None:
     op, mask, param, width, pred_mod, n = case
     out = np.zeros(n, np.int32)
-    run(backend, "warp_op", 1, n, (out, np.uint32(mask), np.int32(op), np.int32(param),
-                                   np.int32(width), np.int32(pred_mod)))
+    run(
+        backend,
+        "warp_op",
+        1,
+        n,
+        (out, np.uint32(mask), np.int32(op), np.int32(param), np.int32(width), np.int32(pred_mod)),
+    )
     np.testing.assert_array_equal(out, expected_warp_op(op, mask, param, width, pred_mod, n))
 
 
@@ -220,8 +233,13 @@ def test_tiled_matmul(backend: str, mnk: tuple[int, int, int]) -> None:
     a = rng.standard_normal((m, k)).astype(np.float32)
     b = rng.standard_normal((k, n)).astype(np.float32)
     c = np.zeros((m, n), np.float32)
-    run(backend, "tiled_matmul", ((n + 15) // 16, (m + 15) // 16), (16, 16), (a, b, c, np.int32(m),
-                                                                         np.int32(n), np.int32(k)))
+    run(
+        backend,
+        "tiled_matmul",
+        ((n + 15) // 16, (m + 15) // 16),
+        (16, 16),
+        (a, b, c, np.int32(m), np.int32(n), np.int32(k)),
+    )
     # fp32 dot products of length k: error <= k * 2^-24 * sum|a||b|.
     bound = k * 2.0**-23 * (np.abs(a.astype(np.float64)) @ np.abs(b.astype(np.float64)))
     assert np.all(np.abs(c - a.astype(np.float64) @ b.astype(np.float64)) <= bound + 1e-6)
@@ -288,8 +306,14 @@ def test_poisoning_catches_a_read_before_write(
     assert np.all(out[1::2] == 1.0)
     env.setenv("CUDNNLITE_EMU_POISON", "0")
     # Without poisoning the stale bytes are whatever the last block left.
-    run(backend, "dynamic_reverse", 1, 32, (np.ones(32, np.float32), np.zeros(32, np.float32),
-                                            np.int32(32)), shared_mem=128)
+    run(
+        backend,
+        "dynamic_reverse",
+        1,
+        32,
+        (np.ones(32, np.float32), np.zeros(32, np.float32), np.int32(32)),
+        shared_mem=128,
+    )
 
 
 def test_dynamic_shared_memory_is_poisoned(backend: str, emulator_only: None) -> None:
@@ -320,7 +344,9 @@ def test_fiber_switch_is_measurable(backend: str, emulator_only: None) -> None:
 
 
 # ------------------------------------------------------------------ launch arguments
-def test_arguments_are_checked_against_the_kernel_signature(backend: str, emulator_only: None) -> None:
+def test_arguments_are_checked_against_the_kernel_signature(
+    backend: str, emulator_only: None
+) -> None:
     kernel = backend_by_name("cpu").module(EMULATOR_SELFTEST).get_function("block_reduce_sum")
     x, out = np.zeros(4, np.float32), np.zeros(1, np.float32)
     with pytest.raises(BadParamError, match="takes 3 arguments"):
@@ -365,7 +391,9 @@ def test_compile_error_names_kernel_defines_and_message(
 def test_extern_shared_is_refused_with_the_convention(
     backend: str, emulator_only: None, tmp_path: Path
 ) -> None:
-    spec = _spec_for(tmp_path, 'extern "C" __global__ void k(float* x) { extern __shared__ float s[]; }')
+    spec = _spec_for(
+        tmp_path, 'extern "C" __global__ void k(float* x) { extern __shared__ float s[]; }'
+    )
     with pytest.raises(CompileError, match="DYNAMIC_SHARED"):
         backend_by_name("cpu").module(spec)
 
@@ -385,7 +413,9 @@ def test_inline_ptx_is_refused(backend: str, emulator_only: None, tmp_path: Path
         backend_by_name("cpu").module(spec)
 
 
-def test_compiled_modules_are_cached_on_disk(backend: str, emulator_only: None, tmp_path: Path) -> None:
+def test_compiled_modules_are_cached_on_disk(
+    backend: str, emulator_only: None, tmp_path: Path
+) -> None:
     from cudnnlite.runtime.emulator.launcher import EmulatorModule
 
     spec = _spec_for(tmp_path, 'extern "C" __global__ void k(float* x) { x[threadIdx.x] = 2.0f; }')

@@ -66,7 +66,11 @@ def _env_flag(name: str) -> bool:
 
 def cache_dir() -> Path:
     root = os.environ.get("CUDNNLITE_CACHE_DIR")
-    base = Path(root) if root else Path(os.environ.get("XDG_CACHE_HOME", Path.home() / ".cache")) / "cudnnlite"
+    base = (
+        Path(root)
+        if root
+        else Path(os.environ.get("XDG_CACHE_HOME", Path.home() / ".cache")) / "cudnnlite"
+    )
     return base / "emu"
 
 
@@ -206,7 +210,7 @@ class EmulatorKernel(Kernel):
                 f"kernel {self.name} takes {len(self.signature)} arguments, got {len(args)}"
             )
         values = (ctypes.c_void_p * max(1, len(args)))()
-        for i, (arg, code) in enumerate(zip(args, self.signature)):
+        for i, (arg, code) in enumerate(zip(args, self.signature, strict=False)):
             cvalue = self._convert_one(i, arg, code, keep)
             keep.append(cvalue)
             values[i] = ctypes.cast(ctypes.pointer(cvalue), ctypes.c_void_p)
@@ -224,12 +228,16 @@ class EmulatorKernel(Kernel):
                 copy = DeviceToHost(arg)
                 keep.append(copy)
                 return ctypes.c_void_p(copy.pointer())
-            raise BadParamError(f"{where}: expected a NumPy array (pointer), got {type(arg).__name__}")
+            raise BadParamError(
+                f"{where}: expected a NumPy array (pointer), got {type(arg).__name__}"
+            )
         if code.startswith("s"):
             size = int(code[1:].split("a")[0])
             if isinstance(arg, np.void) and arg.dtype.itemsize == size:
                 return ctypes.create_string_buffer(arg.tobytes(), size)
-            raise BadParamError(f"{where}: expected a numpy.void struct of {size} bytes, got {arg!r}")
+            raise BadParamError(
+                f"{where}: expected a numpy.void struct of {size} bytes, got {arg!r}"
+            )
         expected = {
             "b1": np.bool_,
             "i1": np.int8,
@@ -247,7 +255,8 @@ class EmulatorKernel(Kernel):
         }[code]
         if not isinstance(arg, np.generic) or arg.dtype != np.dtype(expected):
             raise BadParamError(
-                f"{where}: expected a numpy.{np.dtype(expected).name} scalar (the kernel's C type), "
+                f"{where}: expected a numpy.{np.dtype(expected).name} scalar "
+                "(the kernel's C type), "
                 f"got {arg!r} of type {type(arg).__name__}; pass exact NumPy scalars so the same "
                 "call is also correct on the GPU"
             )
@@ -285,7 +294,11 @@ class _AsanBuffer:
     REDZONE = 64
 
     def __init__(self, lib: ctypes.CDLL, arr: np.ndarray) -> None:
-        lo, hi = np.lib.array_utils.byte_bounds(arr) if hasattr(np.lib, "array_utils") else np.byte_bounds(arr)
+        lo, hi = (
+            np.lib.array_utils.byte_bounds(arr)
+            if hasattr(np.lib, "array_utils")
+            else np.byte_bounds(arr)
+        )
         self.arr, self.lo, self.nbytes, self.lib = arr, lo, hi - lo, lib
         raw = ctypes.string_at(lo, self.nbytes)
         self.buf = np.zeros(self.nbytes + 2 * self.REDZONE + 64, dtype=np.uint8)
