@@ -69,8 +69,9 @@ class CpuClock:
     def flush(self) -> None:
         self._flush.fill(1)
 
-    def time_ms(self, fn: Callable[[], Any], warmup: int = 1, repeats: int = 5,
-                flush: bool = True) -> float:
+    def time_ms(
+        self, fn: Callable[[], Any], warmup: int = 1, repeats: int = 5, flush: bool = True
+    ) -> float:
         for _ in range(warmup):
             fn()
         times = []
@@ -98,8 +99,9 @@ class GpuClock:
     def flush(self) -> None:
         self._flush.fill(1)
 
-    def time_ms(self, fn: Callable[[], Any], warmup: int = 2, repeats: int = 10,
-                flush: bool = True) -> float:
+    def time_ms(
+        self, fn: Callable[[], Any], warmup: int = 2, repeats: int = 10, flush: bool = True
+    ) -> float:
         cp = self.cupy
         for _ in range(warmup):
             fn()
@@ -129,8 +131,8 @@ def print_table(title: str, columns: Sequence[str], rows: Sequence[Sequence[Any]
     cells = [[fmt(c) for c in row] for row in rows]
     widths = [max([len(h)] + [len(r[i]) for r in cells]) for i, h in enumerate(columns)]
     print(f"\n{title}")
-    print("  ".join(h.ljust(w) for h, w in zip(columns, widths)))
+    print("  ".join(h.ljust(w) for h, w in zip(columns, widths, strict=True)))
     print("  ".join("-" * w for w in widths))
     for row in cells:
-        print("  ".join(c.ljust(w) for c, w in zip(row, widths)))
+        print("  ".join(c.ljust(w) for c, w in zip(row, widths, strict=False)))
     sys.stdout.flush()

@@ -76,8 +76,8 @@ def bench_matmul(module: Any, sizes: list[int], repeats: int) -> list[dict]:
         c = np.empty((n, n), dtype=np.float32)
         grid = ((n + 15) // 16, (n + 15) // 16)
         args = (a, b, c, np.int32(n), np.int32(n), np.int32(n))
-        emu_ms = clock.time_ms(lambda: kernel(grid, (16, 16), args), repeats=repeats)
-        np_ms = clock.time_ms(lambda: np.matmul(a, b), repeats=repeats)
+        emu_ms = clock.time_ms(lambda g=grid, s=args: kernel(g, (16, 16), s), repeats=repeats)
+        np_ms = clock.time_ms(lambda a=a, b=b: np.matmul(a, b), repeats=repeats)
         flops = 2.0 * n**3
         ref = a.astype(np.float64) @ b.astype(np.float64)
         rows.append(
@@ -111,8 +111,7 @@ def run(small: bool = False) -> dict[str, Any]:
     matmul = bench_matmul(module, sizes=[64, 128] if small else [128, 256, 512], repeats=repeats)
 
     print_table(
-        "emulator: fiber switch (median of "
-        f"{repeats}; goal <= {SWITCH_GOAL_NS:g} ns)",
+        f"emulator: fiber switch (median of {repeats}; goal <= {SWITCH_GOAL_NS:g} ns)",
         ["ns per switch", "goal ns", "ratio to goal"],
         [[switch["switch_ns"], switch["goal_ns"], switch["ratio_to_goal"]]],
     )
@@ -120,19 +119,39 @@ def run(small: bool = False) -> dict[str, Any]:
         "emulator: __syncthreads cost, one OS thread (launch with N barriers minus empty launch)",
         ["threads/block", "barriers", "launch ms", "empty ms", "ns/thread/barrier", "result ok"],
         [
-            [r["threads"], r["iters"], r["launch_ms"], r["empty_launch_ms"],
-             r["ns_per_thread_barrier"], r["result_ok"]]
+            [
+                r["threads"],
+                r["iters"],
+                r["launch_ms"],
+                r["empty_launch_ms"],
+                r["ns_per_thread_barrier"],
+                r["result_ok"],
+            ]
             for r in barrier
         ],
     )
     print_table(
-        f"emulator: tiled_matmul fp32 (16x16 tiles) vs NumPy matmul, {matmul[0]['os_threads']} "
-        "OS threads",
-        ["M=N=K", "emu ms", "emu GFLOP/s", "numpy ms", "numpy GFLOP/s", "numpy x faster",
-         "max |err|"],
+        f"emulator: tiled_matmul fp32 (16x16 tiles) vs NumPy matmul, OS threads: "
+        f"{matmul[0]['os_threads']}",
         [
-            [r["M=N=K"], r["emulator_ms"], r["emulator_gflops"], r["numpy_ms"],
-             r["numpy_gflops"], r["numpy_over_emulator"], r["max_abs_err"]]
+            "M=N=K",
+            "emu ms",
+            "emu GFLOP/s",
+            "numpy ms",
+            "numpy GFLOP/s",
+            "numpy x faster",
+            "max |err|",
+        ],
+        [
+            [
+                r["M=N=K"],
+                r["emulator_ms"],
+                r["emulator_gflops"],
+                r["numpy_ms"],
+                r["numpy_gflops"],
+                r["numpy_over_emulator"],
+                r["max_abs_err"],
+            ]
             for r in matmul
         ],
     )

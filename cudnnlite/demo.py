@@ -10,6 +10,7 @@ the network here as they land.
 from __future__ import annotations
 
 import statistics
+import sys
 import time
 from collections.abc import Callable, Sequence
 from dataclasses import dataclass, field
@@ -85,7 +86,7 @@ def _format_row(r: Row) -> str:
         f"{r.max_err:9.2e}",
         "OK" if r.ok else "FAIL",
     )
-    return "  ".join(f"{c:<{w}}" for c, (_, w) in zip(cells, COLUMNS))
+    return "  ".join(f"{c:<{w}}" for c, (_, w) in zip(cells, COLUMNS, strict=True))
 
 
 def _header() -> str:
@@ -93,12 +94,9 @@ def _header() -> str:
     return line + "\n" + "-" * len(line)
 
 
-def kernel_name(mode: str, dtype: str, direction: str) -> str:
-    """The name of the kernel a call runs (profilers and tuning DBs show this name)."""
-    namer = getattr(activation, "kernel_name", None)
-    if namer is not None:
-        return str(namer(mode, dtype, direction))
-    return f"act_{direction}_{mode}_{dtype}"
+def _launched_kernel() -> str:
+    """The readable name of the kernel the last call launched (profilers show it too)."""
+    return activation.last_kernel_name() or "?"
 
 
 def _median_ms(fn: Callable[[], Any], backend: Backend, repeats: int) -> float:
@@ -140,12 +138,11 @@ def _layer_rows(layer: Layer, dtype: str, xp_name: str, repeats: int, seed: int)
     rows = []
     fwd = Row(layer.name, f"{layer.mode} fwd", layer.shape, dtype, backend.name)
     bwd = Row(layer.name, f"{layer.mode} bwd", layer.shape, dtype, backend.name)
-    fwd.kernel = kernel_name(layer.mode, dtype, "fwd")
-    bwd.kernel = kernel_name(layer.mode, dtype, "bwd")
 
     y = None
     try:
         y = activation.activation_forward(x, layer.mode, **layer.params)
+        fwd.kernel = _launched_kernel()
         fwd.ms = _median_ms(
             lambda: activation.activation_forward(x, layer.mode, **layer.params, out=y),
             backend,
@@ -158,9 +155,10 @@ def _layer_rows(layer: Layer, dtype: str, xp_name: str, repeats: int, seed: int)
     rows.append(fwd)
 
     try:
-        dx = activation.activation_backward(dy, x, layer.mode, y=y, **layer.params)
+        dx = activation.activation_backward(dy, x, layer.mode, **layer.params)
+        bwd.kernel = _launched_kernel()
         bwd.ms = _median_ms(
-            lambda: activation.activation_backward(dy, x, layer.mode, y=y, **layer.params, out=dx),
+            lambda: activation.activation_backward(dy, x, layer.mode, **layer.params, out=dx),
             backend,
             repeats,
         )
@@ -173,7 +171,7 @@ def _layer_rows(layer: Layer, dtype: str, xp_name: str, repeats: int, seed: int)
 
 
 def resolve_backend(choice: str) -> str:
-    """``cpu`` or ``cuda`` for ``--backend auto|cpu|cuda``; raises RuntimeError if cuda is absent."""
+    """``cpu`` or ``cuda`` for ``--backend auto|cpu|cuda``; RuntimeError if cuda is absent."""
     from .runtime.cuda import CudaBackend
 
     if choice == "auto":
@@ -191,15 +189,16 @@ def run(backend: str = "auto", dtypes: Sequence[str] = DTYPE_CHOICES, repeats: i
     try:
         xp_name = resolve_backend(backend)
     except RuntimeError as exc:
-        print(f"cudnnlite demo: {exc}")
+        print(f"cudnnlite demo: {exc}", file=sys.stderr)
         return 2
     arrays = "CuPy arrays on the GPU" if xp_name == "cuda" else "NumPy arrays on the CPU emulator"
     print(
-        "cudnnlite demo: the activation layers of a small CNN (N=2, 32x32 input), forward and\n"
-        f"backward, on {arrays}; every result is checked against the float64 reference.\n"
+        "cudnnlite demo: the activation layers of a small CNN (N=2, 32x32 input),\n"
+        f"forward and backward, on {arrays}.\n"
+        "Every result is checked against the float64 reference (cudnnlite.reference).\n"
         "Convolution, pooling and normalization join this demo as they land; today each\n"
         "layer's activation runs on a synthetic feature map of that layer's output shape.\n"
-        f"Times: median of {repeats} runs after a warm-up (the first call compiles the kernel).\n"
+        f"Times: median of {repeats} runs after a warm-up (the first call compiles).\n"
     )
     print(_header(), flush=True)
     start = time.perf_counter()

@@ -1,0 +1,130 @@
+#!/usr/bin/env bash
+# The one prepared run for a lent GPU machine (an H200 with Python, CuPy for CUDA 13,
+# PyTorch, NumPy, PyYAML and pytest preinstalled; no network, nothing may be installed).
+#
+#   bash benchmarks/device_check.sh        from the repository root; OUT=<dir> to collect
+#
+# 1. the environment: nvidia-smi, the version of every module we import (a missing one
+#    is reported, and the rest still runs), `cudnnlite info`;
+# 2. the whole test suite on the CUDA backend (timeout 270 s), JUnit XML in $OUT;
+# 3. the benchmarks (timeout 150 s), JSON in $OUT (benchmarks/results/ without OUT).
+# Worst case under 8 minutes. It always writes $OUT/device_check_summary.txt.
+# CUDNNLITE_TEST_BACKENDS=cpu runs the same steps on the emulator (to check the script
+# on a machine without a GPU).
+
+# No `set -e`: a failing test must not skip the benchmarks.
+set -uo pipefail
+
+cd "$(dirname "${BASH_SOURCE[0]}")/.." || exit 2
+export PYTHONPATH="$PWD${PYTHONPATH:+:$PYTHONPATH}"
+export PYTHONUNBUFFERED=1  # logs keep up with a run that a timeout cuts short
+OUT_DIR="${OUT:-benchmarks/results}"
+mkdir -p "$OUT_DIR"
+SUMMARY="$OUT_DIR/device_check_summary.txt"
+BACKENDS="${CUDNNLITE_TEST_BACKENDS:-cuda}"
+PY="${PYTHON:-$(command -v python || command -v python3)}"
+START=$SECONDS
+STEP="start"
+
+: >"$SUMMARY"
+note() { printf '%s\n' "$*" | tee -a "$SUMMARY"; }
+finish() {
+    note ""
+    note "device check ended after $((SECONDS - START)) s (last step: $STEP)"
+}
+trap finish EXIT
+
+note "cudnnlite device check, $(date -u +%Y-%m-%dT%H:%M:%SZ), test backends: $BACKENDS"
+note "repo: $PWD; python: $PY; OUT: $OUT_DIR"
+
+# ------------------------------------------------------------------ 1. environment
+STEP="environment"
+echo "== nvidia-smi =="
+if command -v nvidia-smi >/dev/null; then
+    timeout 10 nvidia-smi 2>&1 | tee "$OUT_DIR/nvidia-smi.txt"
+    note "gpu: $(timeout 5 nvidia-smi --query-gpu=name,driver_version,memory.total \
+        --format=csv,noheader 2>&1 | head -n 4 | tr '\n' ';')"
+else
+    note "gpu: nvidia-smi not found"
+fi
+
+echo "== python modules and cudnnlite info =="
+timeout 30 "$PY" - >"$OUT_DIR/environment.txt" 2>&1 <<'PYEOF'
+import importlib, platform, sys
+
+print(f"python {platform.python_version()} ({sys.executable})")
+missing = []
+for name in ("numpy", "cupy", "torch", "yaml", "pytest", "hypothesis", "ml_dtypes", "cudnnlite"):
+    try:
+        mod = importlib.import_module(name)
+        print(f"module {name}: {getattr(mod, '__version__', 'ok')}")
+    except Exception as exc:
+        missing.append(name)
+        print(f"module {name}: IMPORT FAILED: {type(exc).__name__}: {exc}")
+if "cupy" not in missing:
+    import cupy
+    rt = cupy.cuda.runtime
+    try:
+        print(f"cupy: CUDA runtime {rt.runtimeGetVersion()}, driver {rt.driverGetVersion()}, "
+              f"{rt.getDeviceCount()} device(s)")
+    except Exception as exc:
+        print(f"cupy: cannot query CUDA: {type(exc).__name__}: {exc}")
+if "torch" not in missing:
+    import torch
+    print(f"torch: CUDA {torch.version.cuda}, available {torch.cuda.is_available()}")
+if "hypothesis" in missing:
+    print("NOTE: tests/conftest.py imports hypothesis: without it the test suite cannot start")
+if "ml_dtypes" in missing:
+    print("NOTE: cudnnlite imports ml_dtypes (bfloat16): without it nothing of cudnnlite runs")
+if "cudnnlite" not in missing:
+    from cudnnlite.cli import main
+    print()
+    main(["info"])
+PYEOF
+env_rc=$?
+cat "$OUT_DIR/environment.txt"
+grep -E '^(python |module |cupy:|torch:|NOTE:)' "$OUT_DIR/environment.txt" >>"$SUMMARY"
+[[ $env_rc -ne 0 ]] && note "environment step exited with $env_rc"
+
+# ------------------------------------------------------------------ 2. tests
+STEP="tests"
+echo "== tests on backend(s) $BACKENDS =="
+t0=$SECONDS
+CUDNNLITE_TEST_BACKENDS="$BACKENDS" timeout 270 "$PY" -m pytest -q -x -p no:cacheprovider \
+    --junitxml="$OUT_DIR/junit.xml" 2>&1 | tee "$OUT_DIR/pytest.log"
+test_rc=${PIPESTATUS[0]}
+note ""
+case $test_rc in
+    0) note "tests: PASSED in $((SECONDS - t0)) s" ;;
+    124) note "tests: TIMED OUT after 270 s (exit 124)" ;;
+    *) note "tests: FAILED (exit $test_rc) in $((SECONDS - t0)) s" ;;
+esac
+grep -E '^(FAILED|ERROR) ' "$OUT_DIR/pytest.log" | head -n 20 >>"$SUMMARY"
+# pytest's own last line: "12 passed, 3 skipped in 40.1s" and the like
+tail -n 1 "$OUT_DIR/pytest.log" | sed 's/^/  pytest: /' >>"$SUMMARY"
+
+# ------------------------------------------------------------------ 3. benchmarks
+STEP="benchmarks"
+echo "== benchmarks =="
+t0=$SECONDS
+timeout 150 "$PY" benchmarks/run_all.py --out "$OUT_DIR" 2>&1 | tee "$OUT_DIR/benchmarks.log"
+bench_rc=${PIPESTATUS[0]}
+case $bench_rc in
+    0) note "benchmarks: done in $((SECONDS - t0)) s" ;;
+    124) note "benchmarks: TIMED OUT after 150 s (exit 124); the JSON keeps what was measured" ;;
+    *) note "benchmarks: exit $bench_rc after $((SECONDS - t0)) s (see benchmarks.log)" ;;
+esac
+latest="$(ls -t "$OUT_DIR"/benchmarks-*.json 2>/dev/null | head -n 1)"
+if [[ -n "$latest" ]]; then
+    note "benchmark results: $latest"
+    timeout 10 "$PY" benchmarks/run_all.py --summarize "$latest" 2>&1 | tee -a "$SUMMARY"
+else
+    note "benchmark results: none written"
+fi
+
+STEP="done"
+overall=0
+[[ $test_rc -ne 0 || $bench_rc -ne 0 ]] && overall=1
+note ""
+note "overall: $([[ $overall -eq 0 ]] && echo OK || echo 'NOT OK') (tests exit $test_rc, benchmarks exit $bench_rc)"
+exit $overall

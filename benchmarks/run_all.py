@@ -1,0 +1,177 @@
+"""Runs every benchmark, prints its tables, and writes one JSON with every figure.
+
+    python benchmarks/run_all.py [--small] [--out DIR] [--only emulator|activation]
+
+--small runs everything on the emulator with small sizes (CI runs this, so the
+benchmarks keep working). --out DIR writes DIR/benchmarks-<date>.json: the machine
+(GPU, CUDA versions, CPU, compiler, library versions), then each benchmark's figures;
+it is rewritten after each benchmark, so a run cut short keeps what it measured.
+Exit status 0 unless a benchmark crashed: benchmarks measure, they never assert.
+"""
+
+from __future__ import annotations
+
+import argparse
+import datetime as dt
+import json
+import os
+import platform
+import sys
+import time
+import traceback
+from pathlib import Path
+from typing import Any
+
+import _bench
+
+BENCHMARKS = ("emulator", "activation")
+
+
+def _cpu_model() -> str:
+    try:
+        for line in Path("/proc/cpuinfo").read_text().splitlines():
+            if line.startswith("model name"):
+                return line.split(":", 1)[1].strip()
+    except OSError:
+        pass
+    return platform.processor() or platform.machine()
+
+
+def machine_info() -> dict[str, Any]:
+    """What the figures were measured on (``cudnnlite info`` plus CPU and torch)."""
+    _bench.import_cudnnlite()
+    from cudnnlite.cli import collect_info
+
+    info: dict[str, Any] = collect_info()
+    load = [round(v, 2) for v in os.getloadavg()] if hasattr(os, "getloadavg") else None
+    # Emulator figures on a busy machine are slower and noisier: keep the load with them.
+    info["cpu"] = {"model": _cpu_model(), "cores": os.cpu_count(), "load_average": load}
+    try:
+        import torch
+
+        info["torch"] = {"version": torch.__version__, "cuda": str(torch.version.cuda)}
+    except Exception as exc:
+        info["torch"] = {"version": f"not importable ({type(exc).__name__})"}
+    return info
+
+
+def _write(path: Path | None, doc: dict[str, Any]) -> None:
+    if path is None:
+        return
+    path.parent.mkdir(parents=True, exist_ok=True)
+    tmp = path.with_suffix(".tmp")
+    tmp.write_text(json.dumps(doc, indent=2, default=str))
+    tmp.replace(path)
+
+
+def _median(values: list[float]) -> float | None:
+    return _bench.median(values) if values else None
+
+
+def headlines(doc: dict[str, Any]) -> list[str]:
+    """The figures that have goals, one line each, from a results document."""
+    lines = []
+    res = doc.get("results", {})
+    emu = res.get("emulator")
+    if emu:
+        sw = emu["switch"]
+        lines.append(
+            f"emulator fiber switch: {sw['switch_ns']:.1f} ns (goal <= {sw['goal_ns']:g} ns, "
+            f"{sw['ratio_to_goal']:.2f}x the goal)"
+        )
+        for b in emu["barrier"]:
+            lines.append(
+                f"emulator barrier, {b['threads']} threads/block: "
+                f"{b['ns_per_thread_barrier']:.1f} ns per thread per barrier"
+            )
+        m = emu["matmul"][-1]
+        lines.append(
+            f"emulator tiled_matmul {m['M=N=K']}^3: {m['emulator_gflops']:.2f} GFLOP/s on "
+            f"{m['os_threads']} OS thread(s) (NumPy: {m['numpy_gflops']:.1f} GFLOP/s)"
+        )
+    act = res.get("activation")
+    if act:
+        ov = act["overhead"]
+        lines.append(
+            f"activation overhead on {act['target']}: {ov['us_per_call']:.1f} us per call "
+            f"(goal <= {ov['goal_us']:g} us on a GPU)"
+        )
+        rows = [r for r in act["bandwidth"] if "gbs" in r]
+        for dtype in ("fp32", "fp16", "bf16"):
+            for direction in ("fwd", "bwd"):
+                sel = [r for r in rows if r["dtype"] == dtype and r["direction"] == direction]
+                if not sel:
+                    continue
+                worst = min(sel, key=lambda r: r["of_copy"])
+                line = (
+                    f"activation {dtype} {direction} on {act['target']}: median "
+                    f"{_median([r['gbs'] for r in sel]):.1f} GB/s, "
+                    f"{_median([r['of_copy'] for r in sel]):.0%} of copy "
+                    f"(worst {worst['mode']} {worst['of_copy']:.0%})"
+                )
+                torch_ratios = [r["torch_over_ours"] for r in sel if "torch_over_ours" in r]
+                if torch_ratios:
+                    line += f", torch time / ours median {_median(torch_ratios):.2f}"
+                lines.append(line)
+        errors = [r for r in act["bandwidth"] if "error" in r]
+        if errors:
+            lines.append(f"activation: {len(errors)} cases raised, e.g. {errors[0]['error']}")
+    for name, tb in doc.get("errors", {}).items():
+        lines.append(f"{name}: CRASHED: {tb.strip().splitlines()[-1]}")
+    return lines
+
+
+def main(argv: list[str] | None = None) -> int:
+    p = argparse.ArgumentParser(description="Run every cudnnlite benchmark.")
+    p.add_argument("--small", action="store_true", help="emulator only, small sizes (CI)")
+    p.add_argument("--out", type=Path, help="write DIR/benchmarks-<date>.json")
+    p.add_argument("--only", choices=BENCHMARKS, action="append", help="run only this one")
+    p.add_argument(
+        "--summarize",
+        type=Path,
+        metavar="JSON",
+        help="print the headline figures of an earlier run and exit",
+    )
+    args = p.parse_args(argv)
+    if args.summarize:
+        print("\n".join(headlines(json.loads(args.summarize.read_text()))))
+        return 0
+
+    now = dt.datetime.now(dt.timezone.utc)
+    path = args.out / f"benchmarks-{now:%Y-%m-%dT%H%M%SZ}.json" if args.out else None
+    doc: dict[str, Any] = {
+        "date": now.isoformat(timespec="seconds"),
+        "small": args.small,
+        "command": " ".join(sys.argv),
+        "machine": machine_info(),
+        "results": {},
+        "errors": {},
+    }
+    machine = doc["machine"]
+    gpu = machine.get("cuda", {}).get("GPU 0", "no GPU")
+    print(f"cudnnlite benchmarks, {doc['date']}, {'small' if args.small else 'full'} mode")
+    cpu = machine["cpu"]
+    print(f"CPU: {cpu['model']}, {cpu['cores']} cores, load {cpu['load_average']}; GPU: {gpu}")
+    _write(path, doc)
+
+    failed = False
+    for name in args.only or BENCHMARKS:
+        module = __import__(name)
+        start = time.perf_counter()
+        try:
+            doc["results"][name] = module.run(args.small)
+        except Exception:
+            failed = True
+            doc["errors"][name] = traceback.format_exc()
+            print(f"\nbenchmark {name} crashed:\n{doc['errors'][name]}", file=sys.stderr)
+        print(f"[{name}: {time.perf_counter() - start:.1f} s]")
+        _write(path, doc)
+    print("\n== headline figures ==")
+    print("\n".join(headlines(doc)))
+    if path is not None:
+        print(f"\nwrote {path}")
+    return 1 if failed else 0
+
+
+if __name__ == "__main__":
+    sys.exit(main())
