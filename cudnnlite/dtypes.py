@@ -1,7 +1,9 @@
 """The floating-point types the primitives take: float32, float16 and bfloat16.
 
-NumPy has no bfloat16; cudnnlite uses ``ml_dtypes.bfloat16`` (the type JAX uses),
-which CuPy arrays accept too. ``cudnnlite.bfloat16`` re-exports it.
+NumPy has no bfloat16; cudnnlite uses ``ml_dtypes.bfloat16`` (the type JAX uses).
+``cudnnlite.bfloat16`` re-exports it. ml_dtypes is a dependency; where it is missing
+anyway (a bare GPU machine running the device check), bfloat16 is unavailable and
+everything else works.
 """
 
 from __future__ import annotations
@@ -9,10 +11,14 @@ from __future__ import annotations
 from dataclasses import dataclass
 from typing import Any
 
-import ml_dtypes
 import numpy as np
 
-bfloat16 = np.dtype(ml_dtypes.bfloat16)
+try:
+    import ml_dtypes
+except ImportError:  # pragma: no cover - exercised on machines without it
+    ml_dtypes = None
+
+bfloat16 = np.dtype(ml_dtypes.bfloat16) if ml_dtypes is not None else None
 
 
 @dataclass(frozen=True)
@@ -30,8 +36,8 @@ class DType:
 
 FLOAT32 = DType(np.dtype(np.float32), "fp32", "float")
 FLOAT16 = DType(np.dtype(np.float16), "fp16", "__half")
-BFLOAT16 = DType(bfloat16, "bf16", "__nv_bfloat16")
-FLOAT_TYPES = (FLOAT32, FLOAT16, BFLOAT16)
+BFLOAT16 = DType(bfloat16, "bf16", "__nv_bfloat16") if bfloat16 is not None else None
+FLOAT_TYPES = tuple(d for d in (FLOAT32, FLOAT16, BFLOAT16) if d is not None)
 _BY_NUMPY = {d.numpy: d for d in FLOAT_TYPES}
 
 
@@ -45,3 +51,10 @@ def lookup(dtype: Any) -> DType | None:
 
 def names() -> str:
     return ", ".join(d.numpy.name for d in FLOAT_TYPES)
+
+
+def finfo(dtype: Any) -> Any:
+    """``numpy.finfo`` that also knows bfloat16."""
+    if ml_dtypes is not None:
+        return ml_dtypes.finfo(dtype)
+    return np.finfo(dtype)
