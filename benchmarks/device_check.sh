@@ -73,9 +73,9 @@ if "torch" not in missing:
     import torch
     print(f"torch: CUDA {torch.version.cuda}, available {torch.cuda.is_available()}")
 if "hypothesis" in missing:
-    print("NOTE: tests/conftest.py imports hypothesis: without it the test suite cannot start")
+    print("NOTE: without hypothesis the property-test files are skipped")
 if "ml_dtypes" in missing:
-    print("NOTE: cudnnlite imports ml_dtypes (bfloat16): without it nothing of cudnnlite runs")
+    print("NOTE: without ml_dtypes there is no bfloat16: bf16 tests and benchmarks are skipped")
 if "cudnnlite" not in missing:
     from cudnnlite.cli import main
     print()

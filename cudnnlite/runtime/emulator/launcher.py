@@ -13,6 +13,8 @@ CUDNNLITE_EMU_THREADS   OS threads running blocks (default: all cores)
 CUDNNLITE_EMU_STACK_KB  stack per CUDA thread (default 256)
 CUDNNLITE_EMU_ASAN      ``1``: AddressSanitizer build; every array is copied into a
                         buffer with poisoned redzones, out-of-bounds accesses raise
+CUDNNLITE_EMU_PORTABLE  ``1``: build for the baseline of the architecture instead of
+                        this CPU (``-march=native``, the default)
 CUDNNLITE_CACHE_DIR     where compiled libraries go (default ~/.cache/cudnnlite)
 CUDNNLITE_CXX           the C++ compiler (default g++)
 ======================  =====================================================
@@ -90,6 +92,21 @@ def compiler_version(cxx: str) -> str:
     return out.stdout.splitlines()[0] if out.stdout else cxx
 
 
+@functools.cache
+def _cpu_signature() -> str:
+    """What -march=native depends on: the cache may be shared by machines (a home on
+    NFS), and a library built for another CPU could fault on this one."""
+    try:
+        with open("/proc/cpuinfo") as f:
+            info = f.read()
+    except OSError:
+        import platform
+
+        return platform.machine() + platform.processor()
+    keep = [ln for ln in info.splitlines() if ln.startswith(("model name", "flags", "Features"))]
+    return "\n".join(sorted(set(keep)))
+
+
 def _header_digest() -> str:
     h = hashlib.sha256()
     for path in sorted(INCLUDE_DIR.iterdir()):
@@ -112,6 +129,10 @@ def compile_flags(asan: bool) -> list[str]:
         "-Wno-attributes",
         "-fvisibility=hidden",
     ]
+    if not _env_flag("CUDNNLITE_EMU_PORTABLE"):
+        # The library is built on the machine that runs it: use its instruction set
+        # (F16C makes fp16 conversions hardware ones; FMA is contracted as on a GPU).
+        flags.append("-march=native")
     if asan:
         # libstdc++ linked in statically so that all C++ allocations of the module
         # go through ASan's allocator (mixing it with libc's would be a bad free).
@@ -155,6 +176,7 @@ def _compile(spec: ModuleSpec, asan: bool) -> Path:
         _header_digest(),
         common_headers_digest(),
         compiler_version(cxx),
+        _cpu_signature(),
         *flags,
         *defines,
     ):

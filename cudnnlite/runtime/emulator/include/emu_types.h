@@ -60,6 +60,9 @@
 #include <cfenv>
 #include <climits>
 #include <type_traits>
+#if defined(__F16C__)
+#include <immintrin.h>
+#endif
 
 // Small always-inline helper spelling for this file only (undefined at the end).
 #define _EMU_FI inline __attribute__((always_inline))
@@ -579,8 +582,21 @@ template <class H> struct h16;
 template <> struct h16<__half> {
     using V2 = __half2;
     static constexpr unsigned short one = 0x3c00u;
-    static constexpr _EMU_FI float to_f(unsigned short b) { return h2f(b); }
-    static constexpr _EMU_FI unsigned short from_f(float f, int mode) { return f2h(f, mode); }
+    // With F16C (the emulator builds with -march=native) the common cases are one
+    // instruction; NaN and inf keep the bit-exact software path (CUDA's canonical NaN).
+    static constexpr _EMU_FI float to_f(unsigned short b) {
+#if defined(__F16C__)
+        if (!__builtin_is_constant_evaluated() && (b & 0x7c00u) != 0x7c00u) return _cvtsh_ss(b);
+#endif
+        return h2f(b);
+    }
+    static constexpr _EMU_FI unsigned short from_f(float f, int mode) {
+#if defined(__F16C__)
+        if (!__builtin_is_constant_evaluated() && mode == RN && f == f)
+            return static_cast<unsigned short>(_cvtss_sh(f, _MM_FROUND_TO_NEAREST_INT));
+#endif
+        return f2h(f, mode);
+    }
 };
 template <> struct h16<__nv_bfloat16> {
     using V2 = __nv_bfloat162;
