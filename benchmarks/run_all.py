@@ -24,7 +24,7 @@ from typing import Any
 
 import _bench
 
-BENCHMARKS = ("emulator", "activation")
+BENCHMARKS = ("emulator", "activation", "memory_bound")
 
 
 def _cpu_model() -> str:
@@ -116,6 +116,23 @@ def headlines(doc: dict[str, Any]) -> list[str]:
         errors = [r for r in act["bandwidth"] if "error" in r]
         if errors:
             lines.append(f"activation: {len(errors)} cases raised, e.g. {errors[0]['error']}")
+    mb = res.get("memory_bound")
+    if mb:
+        measured = [r for r in mb["rows"] if "gbs" in r]
+        for family in dict.fromkeys(r["family"] for r in measured):
+            sel = [r for r in measured if r["family"] == family]
+            worst = min(sel, key=lambda r: r["of_copy"])
+            line = (
+                f"{family} on {mb['target']}: median {_median([r['of_copy'] for r in sel]):.0%} "
+                f"of copy (worst {worst['name']} {worst['dtype']} {worst['of_copy']:.0%})"
+            )
+            ratios = [r["torch_over_ours"] for r in sel if "torch_over_ours" in r]
+            if ratios:
+                line += f", torch time / ours median {_median(ratios):.2f}, min {min(ratios):.2f}"
+            lines.append(line)
+        errors = [r for r in mb["rows"] if "error" in r]
+        if errors:
+            lines.append(f"memory_bound: {len(errors)} cases raised, e.g. {errors[0]['error']}")
     for name, tb in doc.get("errors", {}).items():
         lines.append(f"{name}: CRASHED: {tb.strip().splitlines()[-1]}")
     return lines
