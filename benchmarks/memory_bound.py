@@ -28,7 +28,7 @@ COPY_RATIO_GOAL = 0.90
 TORCH_RATIO_GOAL = 1.0
 
 # Modules (in benchmarks/) contributing cases; one not present yet is skipped.
-CASE_MODULES = ("mb_pooling_norm", "mb_softmax_tensor")
+CASE_MODULES = ("mb_pooling", "mb_norm", "mb_softmax_tensor")
 
 
 @dataclass

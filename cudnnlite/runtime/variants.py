@@ -18,6 +18,12 @@ _PROVIDERS: dict[str, Callable[[], Iterable[ModuleSpec]]] = {}
 # beyond registration (nothing touches a GPU at import time).
 _PROVIDER_MODULES = (
     "cudnnlite.ops.activation",
+    "cudnnlite.ops.conv",
+    "cudnnlite.ops.dropout",
+    "cudnnlite.ops.norm",
+    "cudnnlite.ops.pooling",
+    "cudnnlite.ops.softmax",
+    "cudnnlite.ops.tensor",
     "cudnnlite.runtime.selftest",
 )
 
@@ -34,7 +40,11 @@ def register(family: str) -> Callable:
 
 def all_module_specs() -> list[ModuleSpec]:
     for name in _PROVIDER_MODULES:
-        importlib.import_module(name)
+        try:
+            importlib.import_module(name)
+        except ModuleNotFoundError as exc:
+            if exc.name != name:  # a module that exists but fails to import is a bug
+                raise
     specs: list[ModuleSpec] = []
     for family in sorted(_PROVIDERS):
         specs.extend(_PROVIDERS[family]())
