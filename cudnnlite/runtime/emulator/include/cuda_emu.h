@@ -1094,6 +1094,11 @@ inline unsigned activemask(const char* file, int line) {
 }  // namespace emu
 #define __activemask() (::emu::activemask(__FILE__, __LINE__))
 
+// Tensor-core fragments (nvcuda::wmma), warp-collective on the emulator.
+#if __has_include("emu_wmma.h")
+#include "emu_wmma.h"
+#endif
+
 // Dynamic shared memory (see cuda_src/common/cudnnlite.cuh for the CUDA side).
 #define DYNAMIC_SHARED(T, name) T* name = reinterpret_cast<T*>(::emu::dynamic_shared_memory())
 

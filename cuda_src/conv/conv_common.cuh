@@ -1,0 +1,84 @@
+// Shared by every convolution kernel: the problem geometry passed by value, tensor
+// indexing for both layouts, and the fused epilogue
+//     y = act(alpha * conv(x, w) + alpha2 * z + bias[k])
+// (cuDNN's ConvolutionBiasActivationForward; z and bias optional, act any activation
+// mode of cuda_src/common/activation_math.cuh, chosen at run time).
+//
+// Layouts: NCHW with filters KCRS, or NHWC with filters KRSC; C in the filter is the
+// channels of one group (C / groups). 1-D convolutions arrive as 2-D with H = R = 1.
+// Mirrors in Python: cudnnlite/solvers/conv/common.py (SHAPE_DTYPE, EPILOGUE_DTYPE).
+#pragma once
+
+#include "common/activation_math.cuh"
+
+struct ConvShape {
+    int n, c, h, w;              // input
+    int k, r, s;                 // filters: K outputs, R x S taps
+    int p, q;                    // output height, width
+    int pad_h, pad_w;            // top and left padding (bottom/right follow from p, q)
+    int stride_h, stride_w;
+    int dil_h, dil_w;
+    int groups;
+    int c_per_group, k_per_group;
+};
+
+struct ConvEpilogue {
+    float alpha;    // scales the convolution
+    float alpha2;   // scales z (when has_z)
+    ActParams act;  // activation coefficients (act.alpha/beta unused)
+    int act_mode;   // an act::k* mode; act::kIdentity for none
+    int has_bias;
+    int has_z;
+    int reserved;
+};
+
+namespace conv {
+
+// Element offsets, 64-bit: tensors may exceed 2^31 elements.
+template <bool NHWC>
+__device__ __forceinline__ cl::index_t x_offset(const ConvShape& s, int n, int c, int h, int w) {
+    return NHWC ? (((cl::index_t)n * s.h + h) * s.w + w) * s.c + c
+                : (((cl::index_t)n * s.c + c) * s.h + h) * s.w + w;
+}
+
+template <bool NHWC>
+__device__ __forceinline__ cl::index_t y_offset(const ConvShape& s, int n, int k, int p, int q) {
+    return NHWC ? (((cl::index_t)n * s.p + p) * s.q + q) * s.k + k
+                : (((cl::index_t)n * s.k + k) * s.p + p) * s.q + q;
+}
+
+// c is the channel within the group (0 .. C/groups - 1).
+template <bool NHWC>
+__device__ __forceinline__ cl::index_t w_offset(const ConvShape& s, int k, int c, int r, int t) {
+    return NHWC ? (((cl::index_t)k * s.r + r) * s.s + t) * s.c_per_group + c
+                : (((cl::index_t)k * s.c_per_group + c) * s.r + r) * s.s + t;
+}
+
+__device__ __forceinline__ float activate(int mode, float v, const ActParams& a) {
+    switch (mode) {
+        case act::kRelu: return act::forward<act::kRelu>(v, a);
+        case act::kLeakyRelu: return act::forward<act::kLeakyRelu>(v, a);
+        case act::kClippedRelu: return act::forward<act::kClippedRelu>(v, a);
+        case act::kElu: return act::forward<act::kElu>(v, a);
+        case act::kSigmoid: return act::forward<act::kSigmoid>(v, a);
+        case act::kTanh: return act::forward<act::kTanh>(v, a);
+        case act::kSwish: return act::forward<act::kSwish>(v, a);
+        case act::kGelu: return act::forward<act::kGelu>(v, a);
+        case act::kGeluTanh: return act::forward<act::kGeluTanh>(v, a);
+        case act::kSoftplus: return act::forward<act::kSoftplus>(v, a);
+        default: return v;  // identity
+    }
+}
+
+// The fused epilogue for one output element; `off` is its offset in y (and z).
+template <typename T>
+__device__ __forceinline__ void store_output(T* __restrict__ y, const T* __restrict__ z,
+                                             const T* __restrict__ bias, const ConvEpilogue& e,
+                                             cl::index_t off, int k, float acc) {
+    float v = e.alpha * acc;
+    if (e.has_z) v = fmaf(e.alpha2, cl::to_float(z[off]), v);
+    if (e.has_bias) v += cl::to_float(bias[k]);
+    y[off] = cl::from_float<T>(activate(e.act_mode, v, e.act));
+}
+
+}  // namespace conv

@@ -1,0 +1,1 @@
+"""Choosing a solver for a problem: registry, heuristics, tuning DB, tuner, plans."""

@@ -1,0 +1,67 @@
+"""The explicit, append-only registry of solvers.
+
+A solver's name never changes once a tuning DB may hold it; new solvers are appended.
+Entries name the class by module path so importing the registry compiles nothing.
+"""
+
+from __future__ import annotations
+
+import functools
+import importlib
+
+from ..errors import BadParamError
+from ..solvers.base import Solver
+
+_ENTRIES: tuple[tuple[str, str], ...] = (
+    # convolution forward
+    ("conv_fwd_direct", "cudnnlite.solvers.conv.direct:DirectSolver"),
+    ("conv_fwd_direct_depthwise", "cudnnlite.solvers.conv.direct:DepthwiseSolver"),
+    ("conv_fwd_implicit_gemm", "cudnnlite.solvers.conv.implicit_gemm:ImplicitGemmSolver"),
+    (
+        "conv_fwd_implicit_precomp_gemm",
+        "cudnnlite.solvers.conv.implicit_gemm:ImplicitPrecompGemmSolver",
+    ),
+    ("conv_fwd_gemm_1x1", "cudnnlite.solvers.conv.gemm_1x1:Gemm1x1Solver"),
+    ("conv_fwd_winograd_f2x2_3x3", "cudnnlite.solvers.conv.winograd:WinogradF2x2Solver"),
+    ("conv_fwd_winograd_f4x4_3x3", "cudnnlite.solvers.conv.winograd:WinogradF4x4Solver"),
+    ("conv_fwd_winograd_fused_f2x2_3x3", "cudnnlite.solvers.conv.winograd:WinogradFusedSolver"),
+    ("conv_fwd_wmma_implicit_gemm", "cudnnlite.solvers.conv.wmma:WmmaImplicitGemmSolver"),
+)
+
+NAMES = tuple(name for name, _ in _ENTRIES)
+
+
+@functools.cache
+def _load(name: str) -> Solver | None:
+    path = dict(_ENTRIES)[name]
+    module_name, _, cls_name = path.partition(":")
+    try:
+        module = importlib.import_module(module_name)
+    except ModuleNotFoundError as exc:
+        if exc.name != module_name:  # a solver module that fails to import is a bug
+            raise
+        return None  # not built yet in this checkout
+    solver = getattr(module, cls_name)()
+    if solver.name != name:
+        raise RuntimeError(f"registry entry {name!r} points at a solver named {solver.name!r}")
+    return solver
+
+
+def solvers(family: str) -> list[Solver]:
+    """Every available solver of a family (e.g. "conv_fwd"), in registry order."""
+    out = []
+    for name in NAMES:
+        solver = _load(name)
+        if solver is not None and solver.family == family:
+            out.append(solver)
+    return out
+
+
+def get(name: str) -> Solver:
+    """The solver called ``name``; BadParamError if there is none."""
+    if name not in NAMES:
+        raise BadParamError(f"algo: unknown solver {name!r}; known: {', '.join(NAMES)}")
+    solver = _load(name)
+    if solver is None:
+        raise BadParamError(f"algo: solver {name!r} is not available in this build")
+    return solver

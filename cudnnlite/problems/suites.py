@@ -1,0 +1,136 @@
+"""Layer tables of real networks: the shapes the tests, benchmarks and tuner use.
+
+Each layer is given at its real size (ImageNet 224x224 input, torchvision's models);
+``problems(suite, n, dtype, layout)`` turns a suite into ConvProblems, and
+``scaled(layer, hw)`` shrinks its spatial size for the emulator while keeping its
+channel structure (C, K, groups, filter, stride, padding).
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass, replace
+
+from .conv import ConvProblem
+
+
+@dataclass(frozen=True)
+class ConvLayer:
+    name: str
+    c: int
+    hw: int  # input height = width
+    k: int
+    f: int  # filter height = width
+    stride: int = 1
+    pad: int = 0
+    groups: int = 1
+
+    def problem(self, n: int = 1, dtype: str = "fp32", layout: str = "NCHW") -> ConvProblem:
+        return ConvProblem(
+            n=n,
+            c=self.c,
+            spatial=(self.hw, self.hw),
+            k=self.k,
+            filter=(self.f, self.f),
+            pads=((self.pad, self.pad), (self.pad, self.pad)),
+            strides=(self.stride, self.stride),
+            dilations=(1, 1),
+            groups=self.groups,
+            layout=layout,
+            dtype=dtype,
+        )
+
+
+def _l(name: str, c: int, hw: int, k: int, f: int, stride: int = 1, groups: int = 1) -> ConvLayer:
+    return ConvLayer(name, c, hw, k, f, stride, f // 2, groups)
+
+
+# Every distinct convolution of ResNet-50 (torchvision v1.5: stride on the 3x3).
+RESNET50 = (
+    _l("conv1", 3, 224, 64, 7, 2),
+    _l("l1.conv1", 64, 56, 64, 1),
+    _l("l1.conv2", 64, 56, 64, 3),
+    _l("l1.conv3", 64, 56, 256, 1),
+    _l("l1.down", 64, 56, 256, 1),
+    _l("l1.b.conv1", 256, 56, 64, 1),
+    _l("l2.conv1", 256, 56, 128, 1),
+    _l("l2.conv2", 128, 56, 128, 3, 2),
+    _l("l2.conv3", 128, 28, 512, 1),
+    _l("l2.down", 256, 56, 512, 1, 2),
+    _l("l2.b.conv1", 512, 28, 128, 1),
+    _l("l2.b.conv2", 128, 28, 128, 3),
+    _l("l3.conv1", 512, 28, 256, 1),
+    _l("l3.conv2", 256, 28, 256, 3, 2),
+    _l("l3.conv3", 256, 14, 1024, 1),
+    _l("l3.down", 512, 28, 1024, 1, 2),
+    _l("l3.b.conv1", 1024, 14, 256, 1),
+    _l("l3.b.conv2", 256, 14, 256, 3),
+    _l("l4.conv1", 1024, 14, 512, 1),
+    _l("l4.conv2", 512, 14, 512, 3, 2),
+    _l("l4.conv3", 512, 7, 2048, 1),
+    _l("l4.down", 1024, 14, 2048, 1, 2),
+    _l("l4.b.conv1", 2048, 7, 512, 1),
+    _l("l4.b.conv2", 512, 7, 512, 3),
+)
+
+# The 3x3 convolutions of VGG-16 (distinct shapes).
+VGG16 = (
+    _l("conv1_1", 3, 224, 64, 3),
+    _l("conv1_2", 64, 224, 64, 3),
+    _l("conv2_1", 64, 112, 128, 3),
+    _l("conv2_2", 128, 112, 128, 3),
+    _l("conv3_1", 128, 56, 256, 3),
+    _l("conv3_2", 256, 56, 256, 3),
+    _l("conv4_1", 256, 28, 512, 3),
+    _l("conv4_2", 512, 28, 512, 3),
+    _l("conv5_1", 512, 14, 512, 3),
+)
+
+# MobileNetV2: the stem, every distinct depthwise 3x3 and pointwise 1x1.
+MOBILENETV2 = (
+    _l("stem", 3, 224, 32, 3, 2),
+    _l("dw32", 32, 112, 32, 3, 1, 32),
+    _l("dw96.s2", 96, 112, 96, 3, 2, 96),
+    _l("dw144", 144, 56, 144, 3, 1, 144),
+    _l("dw144.s2", 144, 56, 144, 3, 2, 144),
+    _l("dw192", 192, 28, 192, 3, 1, 192),
+    _l("dw192.s2", 192, 28, 192, 3, 2, 192),
+    _l("dw384", 384, 14, 384, 3, 1, 384),
+    _l("dw576", 576, 14, 576, 3, 1, 576),
+    _l("dw576.s2", 576, 14, 576, 3, 2, 576),
+    _l("dw960", 960, 7, 960, 3, 1, 960),
+    _l("pw32-16", 32, 112, 16, 1),
+    _l("pw16-96", 16, 112, 96, 1),
+    _l("pw96-24", 96, 56, 24, 1),
+    _l("pw24-144", 24, 56, 144, 1),
+    _l("pw144-24", 144, 56, 24, 1),
+    _l("pw144-32", 144, 28, 32, 1),
+    _l("pw32-192", 32, 28, 192, 1),
+    _l("pw192-32", 192, 28, 32, 1),
+    _l("pw192-64", 192, 14, 64, 1),
+    _l("pw64-384", 64, 14, 384, 1),
+    _l("pw384-64", 384, 14, 64, 1),
+    _l("pw384-96", 384, 14, 96, 1),
+    _l("pw96-576", 96, 14, 576, 1),
+    _l("pw576-96", 576, 14, 96, 1),
+    _l("pw576-160", 576, 7, 160, 1),
+    _l("pw160-960", 160, 7, 960, 1),
+    _l("pw960-160", 960, 7, 160, 1),
+    _l("pw960-320", 960, 7, 320, 1),
+    _l("pw320-1280", 320, 7, 1280, 1),
+)
+
+SUITES = {"resnet50": RESNET50, "vgg16": VGG16, "mobilenetv2": MOBILENETV2}
+
+
+def scaled(layer: ConvLayer, hw: int) -> ConvLayer:
+    """The layer on an hw x hw input (at least the filter's size), channels unchanged."""
+    return replace(layer, hw=max(min(layer.hw, hw), layer.f))
+
+
+def problems(
+    suite: str, n: int = 1, dtype: str = "fp32", layout: str = "NCHW", hw: int | None = None
+) -> list[ConvProblem]:
+    layers = SUITES[suite]
+    if hw is not None:
+        layers = tuple(scaled(layer, hw) for layer in layers)
+    return [layer.problem(n, dtype, layout) for layer in layers]

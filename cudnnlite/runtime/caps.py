@@ -1,0 +1,45 @@
+"""What a device can do, in one table (not arch-name tests scattered in solvers)."""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+
+from .backend import Backend
+
+
+@dataclass(frozen=True)
+class Capabilities:
+    arch: str  # "sm_90", "cpu"
+    sm: int  # compute capability as an int (90); 0 for the emulator
+    fp16_tensor_cores: bool  # WMMA with __half inputs (sm_70+)
+    bf16_tensor_cores: bool  # WMMA with __nv_bfloat16 and TF32 inputs (sm_80+)
+    max_shared_bytes: int  # per block, with the opt-in carve-out
+    emulator: bool
+
+    @property
+    def tf32_tensor_cores(self) -> bool:
+        return self.bf16_tensor_cores
+
+
+_MAX_SMEM = {
+    70: 96 * 1024,
+    75: 64 * 1024,
+    80: 163 * 1024,
+    86: 99 * 1024,
+    89: 99 * 1024,
+    90: 227 * 1024,
+}
+
+# The emulator models every construct the kernels use, WMMA included.
+EMULATOR = Capabilities("cpu", 0, True, True, 227 * 1024, True)
+
+
+def for_sm(sm: int) -> Capabilities:
+    smem = max((v for k, v in _MAX_SMEM.items() if k <= sm), default=48 * 1024)
+    return Capabilities(f"sm_{sm}", sm, sm >= 70, sm >= 80, smem, False)
+
+
+def capabilities(backend: Backend) -> Capabilities:
+    if backend.name == "cpu":
+        return EMULATOR
+    return for_sm(int(backend.arch().removeprefix("sm_")))

@@ -1,0 +1,1 @@
+"""Solvers: one stateless class per algorithm (see base.py and DESIGN.md section 3)."""

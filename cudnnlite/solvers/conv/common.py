@@ -1,0 +1,98 @@
+"""What every convolution solver shares: the kernel-side structs (mirrors of
+cuda_src/conv/conv_common.cuh), the tensors of a call, and the epilogue."""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+from typing import Any
+
+import numpy as np
+
+from ...problems.conv import ConvProblem
+
+_INT_FIELDS = (
+    "n c h w k r s p q pad_h pad_w stride_h stride_w dil_h dil_w groups c_per_group k_per_group"
+).split()
+SHAPE_DTYPE = np.dtype([(f, "<i4") for f in _INT_FIELDS], align=True)
+
+ACT_PARAMS_DTYPE = np.dtype(
+    [("coef", "<f4"), ("threshold", "<f4"), ("alpha", "<f4"), ("beta", "<f4"), ("use_y", "<i4")],
+    align=True,
+)
+EPILOGUE_DTYPE = np.dtype(
+    [
+        ("alpha", "<f4"),
+        ("alpha2", "<f4"),
+        ("act", ACT_PARAMS_DTYPE),
+        ("act_mode", "<i4"),
+        ("has_bias", "<i4"),
+        ("has_z", "<i4"),
+        ("reserved", "<i4"),
+    ],
+    align=True,
+)
+
+IDENTITY_MODE = 10  # act::kIdentity
+
+
+def shape_struct(problem: ConvProblem) -> np.void:
+    """The ConvShape of a 1-D or 2-D problem (1-D as H = R = 1)."""
+    if problem.ndim == 1:
+        (h, w), (r, s) = (1, problem.spatial[0]), (1, problem.filter[0])
+        (p, q), (ph, pw) = (1, problem.out_spatial[0]), (0, problem.pads[0][0])
+        (uh, uw), (dh, dw) = (1, problem.strides[0]), (1, problem.dilations[0])
+    elif problem.ndim == 2:
+        (h, w), (r, s), (p, q) = problem.spatial, problem.filter, problem.out_spatial
+        ph, pw = problem.pads[0][0], problem.pads[1][0]
+        (uh, uw), (dh, dw) = problem.strides, problem.dilations
+    else:
+        raise ValueError("3-D convolutions have no ConvShape")
+    values = (
+        problem.n, problem.c, h, w, problem.k, r, s, p, q, ph, pw, uh, uw, dh, dw,
+        problem.groups, problem.c_per_group, problem.k_per_group,
+    )  # fmt: skip
+    return np.array(values, dtype=np.int32).view(SHAPE_DTYPE)[0]
+
+
+@dataclass(frozen=True)
+class Epilogue:
+    """y = act(alpha * conv + alpha2 * z + bias): the scalars of a call."""
+
+    alpha: float = 1.0
+    alpha2: float = 0.0
+    act_mode: int = IDENTITY_MODE
+    coef: float = 0.0
+    threshold: float = 0.0
+    has_bias: bool = False
+    has_z: bool = False
+
+    def struct(self) -> np.void:
+        e = np.zeros((), EPILOGUE_DTYPE)
+        e["alpha"], e["alpha2"] = self.alpha, self.alpha2
+        e["act"]["coef"], e["act"]["threshold"] = self.coef, self.threshold
+        e["act"]["alpha"] = 1.0
+        e["act_mode"] = self.act_mode
+        e["has_bias"], e["has_z"] = int(self.has_bias), int(self.has_z)
+        return e[()]
+
+
+@dataclass
+class ConvTensors:
+    """The arrays of one call, contiguous in the problem's layout, on the backend.
+
+    x: (n, c, *spatial) or channels-last; w: KCRS or KRSC; y: the output (written);
+    bias: (k,) or None; z: like y or None. When a tensor is None the kernels receive
+    another valid pointer of the same dtype (x) so no backend sees a null argument.
+    """
+
+    x: Any
+    w: Any
+    y: Any
+    bias: Any = None
+    z: Any = None
+
+    def kernel_pointers(self) -> tuple[Any, Any, Any, Any, Any]:
+        """(x, w, y, z-or-y, bias-or-x), the order every conv kernel takes them."""
+        z = self.z if self.z is not None else self.y
+        bias = self.bias if self.bias is not None else self.x
+        return self.x, self.w, self.y, z, bias
