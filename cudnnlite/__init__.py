@@ -6,6 +6,9 @@ compiles nothing.
 """
 
 from . import reference
+from .dispatch.explain import explain, explain_call
+from .dispatch.settings import set_deterministic, set_mode, set_workspace_limit, settings
+from .dispatch.tuner import tune
 from .dtypes import bfloat16
 from .errors import (
     BadParamError,
@@ -30,11 +33,25 @@ from .ops.activation import (
     swish,
     tanh,
 )
+from .ops.conv import ConvPlan, conv1d, conv2d, conv2d_plan
+from .problems.conv import ConvProblem
 
 __version__ = "0.1.0"
 
 __all__ = [
     "ACTIVATION_MODES",
+    "ConvPlan",
+    "ConvProblem",
+    "conv1d",
+    "conv2d",
+    "conv2d_plan",
+    "explain",
+    "explain_call",
+    "set_deterministic",
+    "set_mode",
+    "set_workspace_limit",
+    "settings",
+    "tune",
     "BadParamError",
     "CompileError",
     "CudnnliteError",

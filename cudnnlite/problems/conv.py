@@ -108,6 +108,13 @@ class ConvProblem:
             and all(p == (0, 0) for p in self.pads)
         )
 
+    @property
+    def filter_taps(self) -> int:
+        taps = 1
+        for f in self.filter:
+            taps *= f
+        return taps
+
     def x_shape(self) -> tuple[int, ...]:
         return self._shape(self.c, self.spatial)
 
@@ -129,10 +136,7 @@ class ConvProblem:
         out = 1
         for v in self.out_spatial:
             out *= v
-        taps = 1
-        for f in self.filter:
-            taps *= f
-        return 2 * self.n * self.k * out * self.c_per_group * taps
+        return 2 * self.n * self.k * out * self.c_per_group * self.filter_taps
 
     # ------------------------------------------------------------------ keys
     def key(self) -> str:

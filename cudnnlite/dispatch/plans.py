@@ -1,0 +1,101 @@
+"""Plans: the dispatch path stopped before the launch. A plan holds the problem, the
+chosen solver and config, the prepared runner (compiled kernels) and the workspace,
+so calling it again costs a launch and nothing more. Functional calls go through an
+in-process cache of plans keyed by device, problem, algo and the settings."""
+
+from __future__ import annotations
+
+import threading
+from collections import OrderedDict
+from typing import Any
+
+from ..runtime.backend import Backend
+from . import settings
+from .select import Choice, select
+
+_CACHE_SIZE = 1024
+
+
+class Plan:
+    """A prepared (problem, solver, config) on one backend."""
+
+    def __init__(self, backend: Backend, problem: Any, choice: Choice) -> None:
+        self.backend = backend
+        self.problem = problem
+        self.choice = choice
+        self.solver = choice.solver
+        self.config = choice.config
+        self.runner = choice.solver.prepare(backend, problem, choice.config)
+        self.workspace_bytes = choice.solver.workspace_size(problem, choice.config)
+        self._workspace: Any = None
+        self._lock = threading.Lock()
+
+    @property
+    def source(self) -> str:
+        return self.choice.source
+
+    @property
+    def kernel_names(self) -> list[str]:
+        return self.runner.kernel_names
+
+    def launch(self, tensors: Any, epilogue: Any) -> None:
+        """Runs the runner with this plan's workspace (a fresh one if another thread
+        is using it)."""
+        if not self.workspace_bytes:
+            self.runner(tensors, epilogue, None)
+            return
+        if self._lock.acquire(blocking=False):
+            try:
+                if self._workspace is None:
+                    self._workspace = self.backend.empty((self.workspace_bytes,), "uint8")
+                self.runner(tensors, epilogue, self._workspace)
+            finally:
+                self._lock.release()
+        else:
+            self.runner(tensors, epilogue, self.backend.empty((self.workspace_bytes,), "uint8"))
+
+    def describe(self) -> str:
+        return (
+            f"{self.problem.key()} -> {self.solver.name} [{self.config.label()}] "
+            f"({self.source}; workspace {self.workspace_bytes} B)"
+        )
+
+    def __repr__(self) -> str:
+        return f"<Plan {self.describe()}>"
+
+
+_plans: OrderedDict[tuple, Plan] = OrderedDict()
+_plans_lock = threading.Lock()
+
+
+def _cache_key(backend: Backend, problem: Any, algo: str) -> tuple:
+    st = settings.current()
+    return (
+        backend.device_key(),
+        problem,
+        algo,
+        st,
+        settings.disabled_solvers(),
+        settings.forced_solver() and str(settings.forced_solver()),
+    )
+
+
+def get_plan(backend: Backend, problem: Any, algo: str = "auto") -> Plan:
+    """The cached plan for this call, making it on first use."""
+    key = _cache_key(backend, problem, algo)
+    with _plans_lock:
+        plan = _plans.get(key)
+        if plan is not None:
+            _plans.move_to_end(key)
+            return plan
+    plan = Plan(backend, problem, select(problem, backend, algo))
+    with _plans_lock:
+        _plans[key] = plan
+        while len(_plans) > _CACHE_SIZE:
+            _plans.popitem(last=False)
+    return plan
+
+
+def clear_plan_cache() -> None:
+    with _plans_lock:
+        _plans.clear()

@@ -1,0 +1,157 @@
+"""The autotuner: times every usable (solver, config) of a problem and stores the
+ranking in the user tuning DB.
+
+Method: random operands of the problem's shapes; for each candidate a warm-up launch
+(which also compiles), then repeats until the last three are within 5% of their
+median or the repeat budget is spent; the median is the figure. On a GPU the L2 cache
+is flushed by writing a 256 MiB buffer before every repeat and the launch is timed
+with CUDA events; on the emulator with perf_counter. Candidates whose first timed run
+is 10x slower than the best so far are not repeated (pruning).
+"""
+
+from __future__ import annotations
+
+import statistics
+import time
+from collections.abc import Callable, Iterable
+from typing import Any
+
+import numpy as np
+
+from ..errors import CudnnliteError, NotSupportedError
+from ..runtime.backend import Backend
+from ..runtime.caps import capabilities
+from ..runtime.select import backend_by_name
+from . import registry
+from .select import family_of, usable
+from .tuning_db import Entry, database
+
+_NUMPY_DTYPES = {"fp32": np.float32, "fp16": np.float16}
+
+
+def _numpy_dtype(short: str) -> Any:
+    if short == "bf16":
+        from ..dtypes import bfloat16
+
+        if bfloat16 is None:
+            raise NotSupportedError("bf16 needs ml_dtypes")
+        return bfloat16
+    return _NUMPY_DTYPES[short]
+
+
+class _Timer:
+    def __init__(self, backend: Backend) -> None:
+        self.backend = backend
+        self.gpu = backend.name == "cuda"
+        if self.gpu:
+            cp = backend.xp
+            self._flush = cp.empty(256 << 20, dtype=cp.uint8)
+            self._start, self._end = cp.cuda.Event(), cp.cuda.Event()
+
+    def once_us(self, fn: Callable[[], None]) -> float:
+        if self.gpu:
+            self._flush.fill(1)
+            self._start.record()
+            fn()
+            self._end.record()
+            self._end.synchronize()
+            return self.backend.xp.cuda.get_elapsed_time(self._start, self._end) * 1e3
+        t0 = time.perf_counter()
+        fn()
+        return (time.perf_counter() - t0) * 1e6
+
+
+def _stable_median(timer: _Timer, fn: Callable[[], None], best: float | None,
+                   max_repeats: int) -> float:  # fmt: skip
+    times = [timer.once_us(fn)]
+    if best is not None and times[0] > 10 * best:
+        return times[0]  # hopeless: do not spend repeats on it
+    while len(times) < max_repeats:
+        times.append(timer.once_us(fn))
+        if len(times) >= 3:
+            last = times[-3:]
+            med = statistics.median(last)
+            if max(abs(t - med) for t in last) <= 0.05 * med:
+                break
+    return statistics.median(times)
+
+
+def tune_problem(problem: Any, backend: Backend, *, store: bool = True,
+                 max_repeats: int | None = None) -> list[Entry]:  # fmt: skip
+    """Times every usable (solver, config) for ``problem`` on ``backend``; returns the
+    entries ranked fastest first and (``store``) records them in the user DB."""
+    from ..solvers.conv.common import ConvTensors, Epilogue
+
+    caps = capabilities(backend)
+    xp = backend.xp
+    dt = _numpy_dtype(problem.dtype)
+    rng = np.random.default_rng(0)
+    x = xp.asarray(rng.standard_normal(problem.x_shape(), dtype=np.float32).astype(dt))
+    w = xp.asarray(rng.standard_normal(problem.w_shape(), dtype=np.float32).astype(dt))
+    y = xp.empty(problem.y_shape(), dtype=dt)
+    tensors = ConvTensors(x=x, w=w, y=y)
+    epilogue = Epilogue()
+    timer = _Timer(backend)
+    repeats = max_repeats or (20 if timer.gpu else 3)
+    results: list[Entry] = []
+    best: float | None = None
+    for solver in registry.solvers(family_of(problem)):
+        if not usable(solver, problem, caps):
+            continue
+        for config in solver.configs(problem, caps):
+            if not usable(solver, problem, caps, config):
+                continue
+            size = solver.workspace_size(problem, config)
+            workspace = xp.empty(size, dtype=xp.uint8) if size else None
+            try:
+                runner = solver.prepare(backend, problem, config)
+
+                def run(runner: Any = runner, workspace: Any = workspace) -> None:
+                    runner(tensors, epilogue, workspace)
+
+                run()  # warm-up (and compile)
+                backend.synchronize()
+                t = _stable_median(timer, run, best, repeats)
+            except CudnnliteError as exc:  # a candidate that fails is not a candidate
+                import warnings
+
+                warnings.warn(f"tuning {problem.key()}: {solver.name} failed: {exc}", stacklevel=2)
+                continue
+            results.append(Entry(solver.name, config.to_dict(), t, size))
+            best = t if best is None else min(best, t)
+    results.sort(key=lambda e: e.time_us if e.time_us is not None else float("inf"))
+    if store and results:
+        database(caps.arch).record(problem.key(), results)
+    return results
+
+
+def tune(problems: Any, *, backend: str | Backend = "auto", progress: bool = True,
+         store: bool = True) -> dict[str, list[Entry]]:  # fmt: skip
+    """Tunes one problem or many (``ConvProblem`` objects or their keys) and stores the
+    rankings in the user DB; returns ``{key: ranked entries}``.
+
+    ``backend``: "cuda", "cpu" (the emulator) or "auto" (the GPU when CuPy sees one).
+    A progress bar (tqdm) shows when tuning more than one problem.
+    """
+    from ..problems.conv import ConvProblem
+
+    if isinstance(problems, (ConvProblem, str)):
+        problems = [problems]
+    items = [ConvProblem.parse(p) if isinstance(p, str) else p for p in problems]
+    b = _resolve_backend(backend)
+    iterator: Iterable[Any] = items
+    if progress and len(items) > 1:
+        from tqdm.auto import tqdm
+
+        iterator = tqdm(items, desc=f"tuning on {b.name}", unit="problem")
+    return {p.key(): tune_problem(p, b, store=store) for p in iterator}
+
+
+def _resolve_backend(backend: str | Backend) -> Backend:
+    if isinstance(backend, Backend):
+        return backend
+    if backend == "auto":
+        from ..runtime.cuda import CudaBackend
+
+        return backend_by_name("cuda" if CudaBackend.available() else "cpu")
+    return backend_by_name(backend)

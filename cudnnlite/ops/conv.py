@@ -1,0 +1,444 @@
+"""Convolution forward: ``conv2d`` and ``conv1d`` with PyTorch's argument conventions and
+cuDNN's fused form ``y = act(alpha * conv(x, w) + alpha2 * z + bias)``; plans.
+
+A call validates and normalizes its arguments into a ConvProblem, takes a plan from
+the in-process cache (the dispatcher chooses the solver: explicit ``algo`` → tuning
+DB → heuristics; see cudnnlite/dispatch/select.py) and launches it. Inputs that are
+not contiguous in the layout are copied first; an ``out`` that is not contiguous
+receives a copy of the result.
+"""
+
+from __future__ import annotations
+
+import math
+from collections.abc import Sequence
+from dataclasses import dataclass
+from typing import Any
+
+import numpy as np
+
+from .. import dtypes
+from ..dispatch import registry
+from ..dispatch.plans import Plan, get_plan
+from ..errors import BadParamError, NotSupportedError
+from ..problems.conv import ConvProblem
+from ..runtime.kernel import ModuleSpec
+from ..runtime.select import backend_by_name, backend_for
+from ..runtime.variants import register
+from ..solvers.conv.common import IDENTITY_MODE, ConvTensors, Epilogue
+from ._arrays import array_module, as_array, float_dtype
+from .activation import ACTIVATION_MODES
+
+_LAYOUTS_2D = ("NCHW", "NHWC")
+_LAYOUTS_1D = {"NCW": "NCW", "NWC": "NWC", "NCHW": "NCW", "NHWC": "NWC"}
+_MODE_ID = {m: i for i, m in enumerate(ACTIVATION_MODES)}
+_COEF_DEFAULTS = {
+    "leaky_relu": 0.01,
+    "clipped_relu": 6.0,
+    "elu": 1.0,
+    "swish": 1.0,
+    "softplus": 1.0,
+}
+_INDEX_LIMIT = 2**31
+
+
+@register("conv")
+def module_specs() -> list[ModuleSpec]:
+    specs: list[ModuleSpec] = []
+    for name in registry.NAMES:
+        try:
+            solver = registry.get(name)
+        except BadParamError:
+            continue  # not built in this checkout
+        specs.extend(solver.module_specs())
+    return list(dict.fromkeys(specs))
+
+
+# ------------------------------------------------------------------ argument normalization
+
+
+def _ints(name: str, value: Any, n: int, minimum: int) -> tuple[int, ...]:
+    vals = (value,) * n if isinstance(value, (int, np.integer)) else tuple(value)
+    if len(vals) != n or not all(isinstance(v, (int, np.integer)) and not isinstance(v, bool)
+                                 for v in vals):  # fmt: skip
+        raise BadParamError(f"{name}: expected an int or {n} ints, got {value!r}")
+    if any(v < minimum for v in vals):
+        raise BadParamError(f"{name}: every value must be >= {minimum}, got {value!r}")
+    return tuple(int(v) for v in vals)
+
+
+def _pads(padding: Any, filt: tuple[int, ...], strides: tuple[int, ...],
+          dils: tuple[int, ...]) -> tuple[tuple[int, int], ...]:  # fmt: skip
+    nd = len(filt)
+    if isinstance(padding, str):
+        if padding == "valid":
+            return ((0, 0),) * nd
+        if padding == "same":
+            if any(s != 1 for s in strides):
+                raise BadParamError("padding: 'same' needs stride 1 (as in PyTorch)")
+            pads = []
+            for f, d in zip(filt, dils, strict=True):
+                total = d * (f - 1)
+                pads.append((total // 2, total - total // 2))  # the extra one after
+            return tuple(pads)
+        raise BadParamError(
+            f"padding: expected an int, a tuple, 'same' or 'valid', got {padding!r}"
+        )
+    if isinstance(padding, (int, np.integer)) and not isinstance(padding, bool):
+        p = _ints("padding", padding, 1, 0)[0]
+        return ((p, p),) * nd
+    vals = tuple(padding)
+    if len(vals) == nd:
+        p = _ints("padding", vals, nd, 0)
+        return tuple((v, v) for v in p)
+    if len(vals) == 2 * nd:
+        p = _ints("padding", vals, 2 * nd, 0)
+        return tuple((p[2 * i], p[2 * i + 1]) for i in range(nd))
+    raise BadParamError(
+        f"padding: expected an int, {nd} ints, {2 * nd} ints (before, after per dim), "
+        f"'same' or 'valid', got {padding!r}"
+    )
+
+
+def _finite(name: str, value: Any) -> float:
+    if isinstance(value, bool) or not isinstance(value, (int, float, np.integer, np.floating)):
+        raise BadParamError(f"{name}: expected a real number, got {value!r}")
+    v = float(value)
+    if not math.isfinite(v):
+        raise BadParamError(f"{name}: expected a finite number, got {value!r}")
+    return v
+
+
+def _epilogue(activation: Any, coef: Any, threshold: Any, alpha: Any, alpha2: Any,
+              has_bias: bool, has_z: bool) -> Epilogue:  # fmt: skip
+    a = _finite("alpha", alpha)
+    a2 = _finite("alpha2", 1.0 if alpha2 is None and has_z else (alpha2 or 0.0))
+    if activation is None:
+        if coef is not None or threshold is not None:
+            raise BadParamError("activation_coef/activation_threshold: given without an activation")
+        return Epilogue(a, a2, IDENTITY_MODE, 0.0, 0.0, has_bias, has_z)
+    if activation not in _MODE_ID:
+        raise BadParamError(
+            f"activation: expected None or one of {', '.join(ACTIVATION_MODES)}, got {activation!r}"
+        )
+    if coef is not None and activation not in _COEF_DEFAULTS:
+        raise BadParamError(f"activation_coef: {activation} takes no coefficient")
+    if threshold is not None and activation != "softplus":
+        raise BadParamError("activation_threshold: only softplus takes a threshold")
+    c = (
+        _finite("activation_coef", coef)
+        if coef is not None
+        else _COEF_DEFAULTS.get(activation, 0.0)
+    )
+    t = _finite("activation_threshold", threshold) if threshold is not None else 20.0
+    if activation in ("clipped_relu", "softplus") and c <= 0:
+        raise BadParamError(f"activation_coef: {activation} needs a coefficient > 0, got {c}")
+    return Epilogue(a, a2, _MODE_ID[activation], c, t, has_bias, has_z)
+
+
+@dataclass(frozen=True)
+class _Call:
+    """A validated call: its problem and epilogue."""
+
+    problem: ConvProblem
+    epilogue: Epilogue
+
+
+def make_problem(
+    x_shape: Sequence[int],
+    w_shape: Sequence[int],
+    dtype: Any,
+    *,
+    stride: Any = 1,
+    padding: Any = 0,
+    dilation: Any = 1,
+    groups: int = 1,
+    layout: str = "NCHW",
+    math_mode: str = "default",
+    nd: int = 2,
+) -> ConvProblem:
+    """Validates shapes and hyper-parameters; the ConvProblem they describe."""
+    dt = dtypes.lookup(dtype)
+    if dt is None:
+        raise BadParamError(f"x: expected dtype float32, float16 or bfloat16, got {dtype}")
+    if nd == 2:
+        if layout not in _LAYOUTS_2D:
+            raise BadParamError(f"layout: expected 'NCHW' or 'NHWC', got {layout!r}")
+        lay = layout
+    else:
+        if layout not in _LAYOUTS_1D:
+            raise BadParamError(f"layout: expected 'NCW' or 'NWC', got {layout!r}")
+        lay = _LAYOUTS_1D[layout]
+    if len(x_shape) != nd + 2:
+        raise BadParamError(f"x: expected a {nd + 2}-D array ({lay}), got shape {tuple(x_shape)}")
+    if len(w_shape) != nd + 2:
+        raise BadParamError(f"w: expected a {nd + 2}-D filter array, got shape {tuple(w_shape)}")
+    channels_last = lay[-1] == "C"
+    if channels_last:
+        n, *spatial, c = x_shape
+        k, *filt, cg = w_shape
+    else:
+        n, c, *spatial = x_shape
+        k, cg, *filt = w_shape
+    if not isinstance(groups, (int, np.integer)) or isinstance(groups, bool) or groups < 1:
+        raise BadParamError(f"groups: expected an int >= 1, got {groups!r}")
+    if c % groups:
+        raise BadParamError(f"groups: {groups} does not divide the {c} input channels")
+    if k % groups:
+        raise BadParamError(f"groups: {groups} does not divide the {k} output channels (w)")
+    if cg * groups != c:
+        raise BadParamError(
+            f"w: has {cg} channels per group, expected {c // groups} (x has {c} channels, "
+            f"groups={groups}); check the layout ({lay}: filters "
+            f"{'K,*filter,C' if channels_last else 'K,C,*filter'})"
+        )
+    if min(n, c, k, *spatial, *filt) < 1:
+        raise BadParamError(f"x and w must not be empty: x {tuple(x_shape)}, w {tuple(w_shape)}")
+    strides = _ints("stride", stride, nd, 1)
+    dils = _ints("dilation", dilation, nd, 1)
+    pads = _pads(padding, tuple(filt), strides, dils)
+    if math_mode not in ("default", "tf32"):
+        raise BadParamError(f"math: expected 'default' or 'tf32', got {math_mode!r}")
+    if math_mode == "tf32" and dt.short != "fp32":
+        raise BadParamError("math: 'tf32' applies to float32 inputs only")
+    problem = ConvProblem(
+        n=int(n), c=int(c), spatial=tuple(map(int, spatial)), k=int(k),
+        filter=tuple(map(int, filt)), pads=pads, strides=strides, dilations=dils, groups=int(groups), layout=lay, dtype=dt.short,
+        math=math_mode,
+    )  # fmt: skip
+    for size, f, (b, a), d in zip(spatial, filt, pads, dils, strict=True):
+        if size + b + a < d * (f - 1) + 1:
+            raise BadParamError(
+                f"x: the padded input ({size} + {b} + {a}) is smaller than the dilated filter "
+                f"({d * (f - 1) + 1}): the output would be empty"
+            )
+    for name, shape in (("x", x_shape), ("y", problem.y_shape()), ("w", w_shape)):
+        if math.prod(shape) >= _INDEX_LIMIT:
+            raise NotSupportedError(
+                f"{name}: {math.prod(shape)} elements; convolutions are limited to tensors "
+                f"of fewer than 2^31 elements (32-bit indexing in the kernels)"
+            )
+    return problem
+
+
+def _check_operand(name: str, a: Any, shape: tuple[int, ...], dtype: Any) -> None:
+    if tuple(a.shape) != tuple(shape):
+        raise BadParamError(f"{name}: expected shape {tuple(shape)}, got {tuple(a.shape)}")
+    if a.dtype != dtype:
+        raise BadParamError(f"{name}: expected dtype {dtype} like x, got {a.dtype}")
+
+
+def _contiguous(a: Any) -> Any:
+    if a is None or a.flags.c_contiguous:
+        return a
+    return array_module(a).ascontiguousarray(a)
+
+
+def _run(plan: Plan, x: Any, w: Any, bias: Any, z: Any, out: Any, epilogue: Epilogue) -> Any:
+    p = plan.problem
+    xp = array_module(x)
+    dtype = x.dtype
+    _check_operand("w", w, p.w_shape(), dtype)
+    if bias is not None:
+        _check_operand("bias", bias, (p.k,), dtype)
+    if z is not None:
+        _check_operand("z", z, p.y_shape(), dtype)
+    target = out
+    if out is not None:
+        _check_operand("out", out, p.y_shape(), dtype)
+        if isinstance(out, np.ndarray) and not out.flags.writeable:
+            raise BadParamError("out: the array is read-only")
+        for name, a in (("x", x), ("w", w), ("bias", bias)):
+            if a is not None and xp.may_share_memory(a, out):
+                raise BadParamError(f"out: overlaps {name}; a convolution cannot run in place")
+        if z is not None and z is not out and xp.may_share_memory(z, out):
+            raise BadParamError("out: overlaps z without being z itself")
+        if not out.flags.c_contiguous:
+            target = None
+    y = target if target is not None else xp.empty(p.y_shape(), dtype=dtype)
+    tensors = ConvTensors(_contiguous(x), _contiguous(w), y, _contiguous(bias), _contiguous(z))
+    plan.launch(tensors, epilogue)
+    if out is not None and target is None:
+        out[...] = y
+        return out
+    return y
+
+
+# ------------------------------------------------------------------ public API
+
+
+def conv2d(
+    x: Any,
+    w: Any,
+    bias: Any = None,
+    stride: Any = 1,
+    padding: Any = 0,
+    dilation: Any = 1,
+    groups: int = 1,
+    *,
+    layout: str = "NCHW",
+    activation: str | None = None,
+    activation_coef: float | None = None,
+    activation_threshold: float | None = None,
+    z: Any = None,
+    alpha: float = 1.0,
+    alpha2: float | None = None,
+    math: str = "default",
+    algo: str = "auto",
+    out: Any = None,
+) -> Any:
+    """2-D convolution (cross-correlation, as PyTorch and cuDNN) with an optional fused
+    epilogue: ``y = act(alpha * conv(x, w) + alpha2 * z + bias)``.
+
+    Args:
+        x: (N, C, H, W) for layout "NCHW" or (N, H, W, C) for "NHWC"; float32, float16 or
+            bfloat16 (fp32 accumulation).
+        w: (K, C/groups, R, S) for NCHW, (K, R, S, C/groups) for NHWC, same dtype.
+        bias: (K,) or None.
+        stride, dilation: an int or (h, w).
+        padding: an int, (h, w), (top, bottom, left, right), "valid" or "same" (stride 1;
+            with an even total the extra row/column goes after, as PyTorch).
+        groups: channel groups; groups == C is a depthwise convolution.
+        activation: None or an activation mode (cudnnlite.ACTIVATION_MODES), with
+            ``activation_coef`` / ``activation_threshold`` as in activation_forward.
+        z: a tensor shaped like the output, added with weight ``alpha2`` (default 1.0 when
+            z is given, else 0): the residual of cuDNN's ConvBiasActivation.
+        alpha: scales the convolution.
+        math: "default" (fp32 stays fp32) or "tf32" (tensor cores for float32 inputs).
+        algo: "auto" (the dispatcher decides) or a solver name (NotSupportedError with
+            the solver's reason when it cannot run this problem).
+        out: the output array (may be z itself).
+
+    Returns:
+        y, an array of the kind of x (NumPy → emulator, CuPy → GPU).
+    """
+    backend = backend_for(x, w, bias, z, out, names=("x", "w", "bias", "z", "out"))
+    x = as_array("x", x)
+    w = as_array("w", w)
+    bias = None if bias is None else as_array("bias", bias)
+    z = None if z is None else as_array("z", z)
+    float_dtype("x", x)
+    problem = make_problem(
+        x.shape, w.shape, x.dtype, stride=stride, padding=padding, dilation=dilation,
+        groups=groups, layout=layout, math_mode=math, nd=2,
+    )  # fmt: skip
+    epilogue = _epilogue(activation, activation_coef, activation_threshold, alpha, alpha2,
+                         bias is not None, z is not None)  # fmt: skip
+    plan = get_plan(backend, problem, algo)
+    return _run(plan, x, w, bias, z, out, epilogue)
+
+
+def conv1d(
+    x: Any,
+    w: Any,
+    bias: Any = None,
+    stride: Any = 1,
+    padding: Any = 0,
+    dilation: Any = 1,
+    groups: int = 1,
+    *,
+    layout: str = "NCW",
+    activation: str | None = None,
+    activation_coef: float | None = None,
+    activation_threshold: float | None = None,
+    z: Any = None,
+    alpha: float = 1.0,
+    alpha2: float | None = None,
+    math: str = "default",
+    algo: str = "auto",
+    out: Any = None,
+) -> Any:
+    """1-D convolution: x (N, C, W) for "NCW" or (N, W, C) for "NWC", w (K, C/groups, S)
+    or (K, S, C/groups); otherwise as :func:`conv2d`."""
+    backend = backend_for(x, w, bias, z, out, names=("x", "w", "bias", "z", "out"))
+    x = as_array("x", x)
+    w = as_array("w", w)
+    bias = None if bias is None else as_array("bias", bias)
+    z = None if z is None else as_array("z", z)
+    float_dtype("x", x)
+    problem = make_problem(
+        x.shape, w.shape, x.dtype, stride=stride, padding=padding, dilation=dilation,
+        groups=groups, layout=layout, math_mode=math, nd=1,
+    )  # fmt: skip
+    epilogue = _epilogue(activation, activation_coef, activation_threshold, alpha, alpha2,
+                         bias is not None, z is not None)  # fmt: skip
+    plan = get_plan(backend, problem, algo)
+    return _run(plan, x, w, bias, z, out, epilogue)
+
+
+class ConvPlan:
+    """A convolution prepared once: problem, solver, config, compiled kernels and
+    workspace. Calling it on arrays of the planned shapes only launches.
+
+    Made by :func:`conv2d_plan`; ``plan(x, w, bias, z=..., out=..., activation=...)``.
+    """
+
+    def __init__(self, plan: Plan) -> None:
+        self._plan = plan
+        self.problem = plan.problem
+        self.solver = plan.solver.name
+        self.config = plan.config
+        self.source = plan.source
+        self.workspace_bytes = plan.workspace_bytes
+
+    @property
+    def kernel_names(self) -> list[str]:
+        return self._plan.kernel_names
+
+    def __call__(
+        self,
+        x: Any,
+        w: Any,
+        bias: Any = None,
+        *,
+        z: Any = None,
+        out: Any = None,
+        activation: str | None = None,
+        activation_coef: float | None = None,
+        activation_threshold: float | None = None,
+        alpha: float = 1.0,
+        alpha2: float | None = None,
+    ) -> Any:
+        p = self.problem
+        backend = backend_for(x, w, bias, z, out, names=("x", "w", "bias", "z", "out"))
+        if backend is not self._plan.backend:
+            raise BadParamError(
+                f"x: this plan runs on {self._plan.backend.name}, the arrays are for {backend.name}"
+            )
+        _check_operand("x", x, p.x_shape(), x.dtype)
+        if dtypes.lookup(x.dtype) is None or dtypes.lookup(x.dtype).short != p.dtype:
+            raise BadParamError(f"x: this plan is for {p.dtype}, got {x.dtype}")
+        epilogue = _epilogue(activation, activation_coef, activation_threshold, alpha, alpha2,
+                             bias is not None, z is not None)  # fmt: skip
+        return _run(self._plan, x, w, bias, z, out, epilogue)
+
+    def __repr__(self) -> str:
+        return f"<ConvPlan {self._plan.describe()}>"
+
+
+def conv2d_plan(
+    x_shape: Sequence[int],
+    w_shape: Sequence[int],
+    stride: Any = 1,
+    padding: Any = 0,
+    dilation: Any = 1,
+    groups: int = 1,
+    *,
+    dtype: Any = np.float32,
+    layout: str = "NCHW",
+    math: str = "default",
+    algo: str = "auto",
+    backend: str = "auto",
+) -> ConvPlan:
+    """Plans a 2-D convolution for arrays of these shapes: the solver is chosen and its
+    kernels compiled now. ``backend``: "cpu" (emulator), "cuda", or "auto" (the GPU when
+    CuPy sees one)."""
+    problem = make_problem(
+        tuple(x_shape), tuple(w_shape), dtype, stride=stride, padding=padding,
+        dilation=dilation, groups=groups, layout=layout, math_mode=math, nd=2,
+    )  # fmt: skip
+    if backend == "auto":
+        from ..runtime.cuda import CudaBackend
+
+        backend = "cuda" if CudaBackend.available() else "cpu"
+    return ConvPlan(get_plan(backend_by_name(backend), problem, algo))
