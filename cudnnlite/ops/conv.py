@@ -202,10 +202,19 @@ def make_problem(
     if math_mode == "tf32" and dt.short != "fp32":
         raise BadParamError("math: 'tf32' applies to float32 inputs only")
     problem = ConvProblem(
-        n=int(n), c=int(c), spatial=tuple(map(int, spatial)), k=int(k),
-        filter=tuple(map(int, filt)), pads=pads, strides=strides, dilations=dils, groups=int(groups), layout=lay, dtype=dt.short,
+        n=int(n),
+        c=int(c),
+        spatial=tuple(map(int, spatial)),
+        k=int(k),
+        filter=tuple(map(int, filt)),
+        pads=pads,
+        strides=strides,
+        dilations=dils,
+        groups=int(groups),
+        layout=lay,
+        dtype=dt.short,
         math=math_mode,
-    )  # fmt: skip
+    )
     for size, f, (b, a), d in zip(spatial, filt, pads, dils, strict=True):
         if size + b + a < d * (f - 1) + 1:
             raise BadParamError(
