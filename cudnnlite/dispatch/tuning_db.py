@@ -95,7 +95,7 @@ def read_file(path: Path, *, move_corrupt: bool) -> dict[str, list[Entry]]:
     """The entries of one file; {} with a warning when it cannot be used."""
     try:
         text = path.read_text()
-    except FileNotFoundError:
+    except (FileNotFoundError, NotADirectoryError):  # no file (yet): an empty DB
         return {}
     except OSError as exc:
         _warn(f"tuning DB {path}: cannot read ({exc}); ignored")
