@@ -14,6 +14,8 @@ import sys
 from collections.abc import Callable, Sequence
 from typing import Any
 
+from . import cli_tuning
+
 Section = dict[str, str]
 
 
@@ -124,6 +126,7 @@ def _nvrtc_section() -> Section:
 
 
 def _paths_section() -> Section:
+    from .dispatch import tuning_db
     from .runtime import sources
 
     out: Section = {"package": os.path.dirname(os.path.abspath(__file__))}
@@ -132,6 +135,7 @@ def _paths_section() -> Section:
             out[key] = str(finder())
         except FileNotFoundError as exc:
             out[key] = f"MISSING: {exc}"
+    out["user tuning DB"] = str(tuning_db.user_dir())
     return out
 
 
@@ -250,6 +254,8 @@ def _run_demo(args: argparse.Namespace) -> int:
 _COMMANDS: dict[str, tuple[Callable[[Any], None], Callable[[argparse.Namespace], int]]] = {
     "info": (_add_info, _run_info),
     "demo": (_add_demo, _run_demo),
+    "tune": (cli_tuning.add_tune, cli_tuning.run_tune),
+    "db": (cli_tuning.add_db, cli_tuning.run_db),
 }
 
 
