@@ -14,10 +14,11 @@ import pytest
 hypothesis = pytest.importorskip("hypothesis")
 from hypothesis import HealthCheck, given, settings  # noqa: E402
 from hypothesis import strategies as st  # noqa: E402
-from test_activation import DTYPES, MODES, SMOOTH_MODES, bwd_ref, fwd_ref, rand  # noqa: E402
 
 import cudnnlite as cl  # noqa: E402
 from cudnnlite.testing import assert_close, to_backend, to_numpy  # noqa: E402
+
+from test_activation import DTYPES, MODES, SMOOTH_MODES, bwd_ref, fwd_ref, rand  # noqa: E402
 
 # hypothesis + the function-scoped `backend` fixture: the fixture is a plain string.
 HYPO = settings(suppress_health_check=[HealthCheck.function_scoped_fixture])
