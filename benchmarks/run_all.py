@@ -24,7 +24,7 @@ from typing import Any
 
 import _bench
 
-BENCHMARKS = ("emulator", "activation", "memory_bound")
+BENCHMARKS = ("emulator", "activation", "memory_bound", "conv", "dispatch")
 
 
 def _cpu_model() -> str:

@@ -170,7 +170,7 @@ class TuningDB:
     def __init__(self, arch: str, user_directory: Path | None = None,
                  shipped: Path | None | bool = True) -> None:  # fmt: skip
         self.arch = arch
-        self.user_path = (user_directory or user_dir()) / f"{arch}.yaml"
+        self.user_path = Path(user_directory or user_dir()) / f"{arch}.yaml"
         self.shipped_path = shipped_path(arch) if shipped is True else (shipped or None)
         self._lock = threading.Lock()
         self.read_only = False

@@ -1,0 +1,196 @@
+"""Convolution forward: every applicable solver and the dispatcher's choice over the
+layer tables of ResNet-50, VGG-16 and MobileNetV2, in TFLOP/s, with the time ratio
+against cuDNN through PyTorch measured in the same run.
+
+    python benchmarks/conv.py [--small] [--batch 32] [--suite resnet50 ...] [--dtype fp32 ...]
+
+Method (DESIGN.md section 7): CUDA events on CuPy's current stream, a warm-up launch,
+the L2 cache flushed before every repeat, the median of repeats. fp32 runs with TF32
+disabled on both sides (``torch.backends.cudnn.allow_tf32 = False``); fp16/bf16 run
+channels-last (NHWC) for the tensor cores, on both sides. The ratio is PyTorch's time
+over ours (> 1: we are faster). With --small or without a GPU the same code runs on
+the emulator with tiny layers so the script keeps working in CI.
+"""
+
+from __future__ import annotations
+
+import argparse
+import math
+import sys
+from typing import Any
+
+import numpy as np
+from _bench import CpuClock, GpuClock, gpu_available, import_cudnnlite
+
+GOALS = {"fp32 geo-mean": 1.0, "winograd layers": 1.3, "fp16 tensor cores": 1.0}
+
+
+def _torch_conv(problem: Any, x: Any, w: Any) -> Any:
+    """A callable running the same convolution with torch (cuDNN), or None."""
+    try:
+        import torch
+        import torch.nn.functional as F  # noqa: N812
+    except Exception:
+        return None
+    if not torch.cuda.is_available():
+        return None
+    torch.backends.cudnn.allow_tf32 = False
+    torch.backends.cuda.matmul.allow_tf32 = False
+    torch.backends.cudnn.benchmark = True
+
+    def as_torch(a: Any) -> Any:
+        if a.dtype.name == "bfloat16":
+            return torch.as_tensor(a.view(np.int16), device="cuda").view(torch.bfloat16)
+        return torch.as_tensor(a, device="cuda")
+
+    tx, tw = as_torch(x), as_torch(w)
+    if problem.channels_last:  # NHWC data -> a channels-last NCHW view, no copy
+        tx = tx.permute(0, 3, 1, 2)
+        tw = tw.permute(0, 3, 1, 2)
+    (pt, pb), (pl, pr) = problem.pads
+    if pt != pb or pl != pr:
+        return None
+    kwargs = dict(stride=problem.strides, padding=(pt, pl), dilation=problem.dilations,
+                  groups=problem.groups)  # fmt: skip
+    return lambda: F.conv2d(tx, tw, None, **kwargs)
+
+
+def run(small: bool = False, batch: int | None = None, suites: list[str] | None = None,
+        dtypes: list[str] | None = None) -> dict[str, Any]:  # fmt: skip
+    cl = import_cudnnlite()
+    from cudnnlite.dispatch import registry
+    from cudnnlite.dispatch.select import select, usable
+    from cudnnlite.problems.suites import SUITES, scaled
+    from cudnnlite.runtime.caps import capabilities
+    from cudnnlite.runtime.select import backend_by_name
+    from cudnnlite.solvers.conv.common import ConvTensors, Epilogue
+
+    on_gpu = not small and gpu_available()
+    backend = backend_by_name("cuda" if on_gpu else "cpu")
+    caps = capabilities(backend)
+    xp = backend.xp
+    clock = GpuClock() if on_gpu else CpuClock(flush_bytes=16 << 20)
+    warmup, repeats = (2, 10) if on_gpu else (1, 2)
+    batch = batch or (32 if on_gpu else 1)
+    suites = suites or (list(SUITES) if on_gpu else ["resnet50"])
+    dtypes = dtypes or (["fp32", "fp16", "bf16"] if on_gpu else ["fp32"])
+    by_short = {d.short: d.numpy for d in cl.dtypes.FLOAT_TYPES}
+    rows: list[dict[str, Any]] = []
+    for suite in suites:
+        layers = SUITES[suite]
+        if not on_gpu:
+            layers = [scaled(layer, 6) for layer in layers[:6]]  # tiny: keeps CI fast
+        for dtype in dtypes:
+            if dtype not in by_short:
+                continue
+            layout = "NCHW" if dtype == "fp32" else "NHWC"
+            for layer in layers:
+                problem = layer.problem(batch, dtype, layout)
+                rng = np.random.default_rng(0)
+                x = xp.asarray(rng.standard_normal(problem.x_shape(), dtype=np.float32)
+                               .astype(by_short[dtype]))  # fmt: skip
+                w = xp.asarray(rng.standard_normal(problem.w_shape(), dtype=np.float32)
+                               .astype(by_short[dtype]))  # fmt: skip
+                y = xp.empty(problem.y_shape(), dtype=by_short[dtype])
+                tensors, epi = ConvTensors(x, w, y), Epilogue()
+                try:
+                    chosen = select(problem, backend).solver.name
+                except Exception as exc:  # measured, never asserted
+                    chosen = f"error: {type(exc).__name__}"
+                base = {"suite": suite, "layer": layer.name, "key": problem.key(), "dtype": dtype,
+                        "gflop": problem.flops() / 1e9, "chosen": chosen}  # fmt: skip
+                torch_fn = _torch_conv(problem, x, w) if on_gpu else None
+                torch_ms = None
+                if torch_fn is not None:
+                    try:
+                        torch_ms = clock.time_ms(torch_fn, warmup, repeats)
+                    except Exception as exc:
+                        base["torch_error"] = f"{type(exc).__name__}: {exc}"
+                for solver in registry.solvers("conv_fwd"):
+                    if not usable(solver, problem, caps):
+                        continue
+                    row = dict(base, solver=solver.name)
+                    try:
+                        config = solver.default_config(problem, caps)
+                        runner = solver.prepare(backend, problem, config)
+                        size = solver.workspace_size(problem, config)
+                        ws = xp.empty(size, dtype=np.uint8) if size else None
+
+                        def launch(
+                            r: Any = runner, ws: Any = ws, t: Any = tensors, e: Any = epi
+                        ) -> None:
+                            r(t, e, ws)
+
+                        ms = clock.time_ms(launch, warmup, repeats)
+                    except Exception as exc:
+                        row["error"] = f"{type(exc).__name__}: {exc}"
+                        rows.append(row)
+                        continue
+                    row.update(ms=ms, tflops=problem.flops() / ms / 1e9)
+                    if torch_ms is not None:
+                        row.update(torch_ms=torch_ms, torch_over_ours=torch_ms / ms)
+                    rows.append(row)
+    result = {"target": backend.name, "batch": batch, "rows": rows, "goals": GOALS,
+              "summary": summarize(rows)}  # fmt: skip
+    _print(result)
+    return result
+
+
+def _geomean(values: list[float]) -> float | None:
+    values = [v for v in values if v and v > 0]
+    return math.exp(sum(math.log(v) for v in values) / len(values)) if values else None
+
+
+def summarize(rows: list[dict[str, Any]]) -> dict[str, Any]:
+    """Per dtype: the geo-mean of torch/ours for the dispatcher's choice and for the best
+    of our solvers; the Winograd layers' geo-mean."""
+    out: dict[str, Any] = {}
+    for dtype in sorted({r["dtype"] for r in rows}):
+        chosen = [r for r in rows if r["dtype"] == dtype and r["solver"] == r["chosen"]
+                  and "torch_over_ours" in r]  # fmt: skip
+        best: dict[str, float] = {}
+        for r in rows:
+            if r["dtype"] == dtype and "torch_over_ours" in r:
+                best[r["key"]] = max(best.get(r["key"], 0.0), r["torch_over_ours"])
+        wino = [r["torch_over_ours"] for r in chosen if "winograd" in r["solver"]]
+        out[dtype] = {
+            "chosen_geomean_torch_over_ours": _geomean([r["torch_over_ours"] for r in chosen]),
+            "best_geomean_torch_over_ours": _geomean(list(best.values())),
+            "winograd_geomean_torch_over_ours": _geomean(wino),
+            "layers": len(best),
+        }
+    return out
+
+
+def _print(result: dict[str, Any]) -> None:
+    print(f"\n== convolution forward on {result['target']}, batch {result['batch']} ==")
+    print(f"{'layer':<14} {'dtype':<5} {'solver':<34} {'ms':>9} {'TFLOP/s':>8} {'torch/ours':>10}")
+    for r in result["rows"]:
+        mark = "*" if r["solver"] == r["chosen"] else " "
+        lead = f"{r['layer']:<14} {r['dtype']:<5} {mark}{r['solver']:<33} "
+        if "error" in r:
+            print(lead + f"ERROR {r['error'][:60]}")
+            continue
+        ratio = f"{r['torch_over_ours']:.2f}x" if "torch_over_ours" in r else "-"
+        print(lead + f"{r['ms']:9.3f} {r['tflops']:8.3f} {ratio:>10}")
+    print("(* = the dispatcher's choice; torch/ours > 1 means faster than cuDNN)")
+    for dtype, s in result["summary"].items():
+        print(f"{dtype}: geo-mean torch/ours, dispatcher's choice "
+              f"{s['chosen_geomean_torch_over_ours']}, "
+              f"best solver {s['best_geomean_torch_over_ours']}, Winograd layers "
+              f"{s['winograd_geomean_torch_over_ours']}")  # fmt: skip
+
+
+def main(argv: list[str] | None = None) -> int:
+    p = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+    p.add_argument("--small", action="store_true")
+    p.add_argument("--batch", type=int)
+    p.add_argument("--suite", action="append")
+    p.add_argument("--dtype", action="append")
+    args = p.parse_args(argv)
+    run(args.small, args.batch, args.suite, args.dtype)
+    return 0
+
+
+if __name__ == "__main__":
+    sys.exit(main())
