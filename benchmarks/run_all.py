@@ -133,6 +133,28 @@ def headlines(doc: dict[str, Any]) -> list[str]:
         errors = [r for r in mb["rows"] if "error" in r]
         if errors:
             lines.append(f"memory_bound: {len(errors)} cases raised, e.g. {errors[0]['error']}")
+    conv = res.get("conv")
+    if conv:
+        for dtype, summ in conv["summary"].items():
+            fmt = lambda v: "n/a" if v is None else f"{v:.2f}x"  # noqa: E731
+            lines.append(
+                f"conv {dtype} on {conv['target']} (batch {conv['batch']}, {summ['layers']} "
+                f"layers): torch/ours geo-mean, dispatcher "
+                f"{fmt(summ['chosen_geomean_torch_over_ours'])}, best solver "
+                f"{fmt(summ['best_geomean_torch_over_ours'])}, Winograd layers "
+                f"{fmt(summ['winograd_geomean_torch_over_ours'])}"
+            )
+        errors = [r for r in conv["rows"] if "error" in r]
+        if errors:
+            lines.append(f"conv: {len(errors)} solver runs raised, e.g. {errors[0]['error']}")
+    disp = res.get("dispatch")
+    if disp:
+        db, ov = disp["db"], disp["overhead"]
+        lines.append(
+            f"dispatch: select() with a hit in a {db['entries']}-entry DB {db['select_us']:.1f} us "
+            f"(goal <= {db['goal_us']:g}); on {ov['target']}: plan overhead "
+            f"{ov['plan_overhead_us']:.1f} us, functional conv2d {ov['functional_us']:.1f} us"
+        )
     for name, tb in doc.get("errors", {}).items():
         lines.append(f"{name}: CRASHED: {tb.strip().splitlines()[-1]}")
     return lines
@@ -143,6 +165,7 @@ def main(argv: list[str] | None = None) -> int:
     p.add_argument("--small", action="store_true", help="emulator only, small sizes (CI)")
     p.add_argument("--out", type=Path, help="write DIR/benchmarks-<date>.json")
     p.add_argument("--only", choices=BENCHMARKS, action="append", help="run only this one")
+    p.add_argument("--skip", choices=BENCHMARKS, action="append", help="leave this one out")
     p.add_argument(
         "--summarize",
         type=Path,
@@ -172,7 +195,7 @@ def main(argv: list[str] | None = None) -> int:
     _write(path, doc)
 
     failed = False
-    for name in args.only or BENCHMARKS:
+    for name in [b for b in args.only or BENCHMARKS if b not in (args.skip or [])]:
         module = __import__(name)
         start = time.perf_counter()
         try:
