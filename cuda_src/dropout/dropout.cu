@@ -1,0 +1,129 @@
+// Dropout with a counter-based mask: element e of a call is kept iff its Philox4x32-10
+// word (common/philox.cuh: counter = (e / 4, offset), key = seed, word e % 4) is
+// >= p.threshold, where threshold = round(p * 2^32) in [0, 2^32]: p = 0 keeps every
+// element and p = 1 drops every element, exactly. Kept elements are scaled by
+// 1 / (1 - p) in float and rounded once to T; dropped ones are 0 (also for inf/NaN x).
+// The mask is a pure function of (seed, offset, e), so backward regenerates it by
+// running dropout_fwd on dy with the same stream (nothing stored), or reads a saved
+// byte mask with dropout_bwd_mask.
+//
+// Kernels (T = float | __half | __nv_bfloat16), elements in C order of a contiguous tensor:
+//   dropout_fwd<T, VEC>       one thread per group of 4 elements (one Philox call), grid-stride;
+//                             VEC = 4 loads and stores the group as one 4-element pack (needs
+//                             x, y aligned to 4 * sizeof(T)), VEC = 1 element by element.
+//                             Writes the keep mask (one byte per element) when p.save_mask.
+//   dropout_bwd_mask<T, VEC>  dx = mask ? dy * scale : 0, from a saved byte mask.
+// Defines: none (one module per dtype).
+#include "common/cudnnlite.cuh"
+#include "common/philox.cuh"
+
+// ops/dropout.py: _PARAMS_DTYPE.
+struct DropoutParams {
+    unsigned long long seed;
+    unsigned long long offset;
+    unsigned long long threshold;  // drop iff word < threshold; 2^32 drops everything
+    float scale;                   // 1 / (1 - p) in float (0 when p = 1)
+    int save_mask;
+};
+
+template <typename T, int N>
+struct alignas(sizeof(T) * N) DropPack {
+    T v[N];
+};
+
+namespace drop {
+
+__device__ __forceinline__ bool keep(unsigned int word, const DropoutParams& p) {
+    return (unsigned long long)word >= p.threshold;
+}
+
+template <typename T>
+__device__ __forceinline__ T apply(T x, bool k, float scale) {
+    return cl::from_float<T>(k ? cl::to_float(x) * scale : 0.0f);
+}
+
+}  // namespace drop
+
+template <typename T, int VEC>
+__global__ void __launch_bounds__(256) dropout_fwd(
+    // pointers (mask: n bytes, written only when p.save_mask)
+    const T* x, T* y, unsigned char* mask,
+    // sizes
+    cl::index_t n,
+    // parameters
+    DropoutParams p) {
+    const cl::index_t groups = (n + 3) / 4;
+    for (cl::index_t g = cl::global_thread_id(); g < groups; g += cl::grid_stride()) {
+        const cl::Philox4 r = cl::philox_group(p.seed, p.offset, (unsigned long long)g);
+        const cl::index_t base = g * 4;
+        if (VEC == 4 && base + 4 <= n) {
+            const DropPack<T, 4> in = reinterpret_cast<const DropPack<T, 4>*>(x)[g];
+            DropPack<T, 4> out;
+            uchar4 m;
+            bool k[4];
+#pragma unroll
+            for (int j = 0; j < 4; ++j) {
+                k[j] = drop::keep(r.v[j], p);
+                out.v[j] = drop::apply(in.v[j], k[j], p.scale);
+            }
+            reinterpret_cast<DropPack<T, 4>*>(y)[g] = out;
+            if (p.save_mask) {
+                m.x = k[0]; m.y = k[1]; m.z = k[2]; m.w = k[3];
+                reinterpret_cast<uchar4*>(mask)[g] = m;
+            }
+        } else {
+#pragma unroll
+            for (int j = 0; j < 4; ++j) {
+                const cl::index_t e = base + j;
+                if (e < n) {
+                    const bool k = drop::keep(r.v[j], p);
+                    y[e] = drop::apply(x[e], k, p.scale);
+                    if (p.save_mask) mask[e] = k;
+                }
+            }
+        }
+    }
+}
+
+template <typename T, int VEC>
+__global__ void __launch_bounds__(256) dropout_bwd_mask(
+    // pointers
+    const T* dy, const unsigned char* mask, T* dx,
+    // sizes
+    cl::index_t n,
+    // parameters
+    float scale) {
+    const cl::index_t groups = (n + 3) / 4;
+    for (cl::index_t g = cl::global_thread_id(); g < groups; g += cl::grid_stride()) {
+        const cl::index_t base = g * 4;
+        if (VEC == 4 && base + 4 <= n) {
+            const DropPack<T, 4> in = reinterpret_cast<const DropPack<T, 4>*>(dy)[g];
+            const uchar4 m = reinterpret_cast<const uchar4*>(mask)[g];
+            DropPack<T, 4> out;
+            out.v[0] = drop::apply(in.v[0], m.x != 0, scale);
+            out.v[1] = drop::apply(in.v[1], m.y != 0, scale);
+            out.v[2] = drop::apply(in.v[2], m.z != 0, scale);
+            out.v[3] = drop::apply(in.v[3], m.w != 0, scale);
+            reinterpret_cast<DropPack<T, 4>*>(dx)[g] = out;
+        } else {
+            for (int j = 0; j < 4; ++j) {
+                const cl::index_t e = base + j;
+                if (e < n) dx[e] = drop::apply(dy[e], mask[e] != 0, scale);
+            }
+        }
+    }
+}
+
+// Raw generator for known-answer tests: out[4i..4i+3] = Philox4x32-10(counter[4i..], key[2i..]).
+__global__ void __launch_bounds__(256) philox_raw(
+    // pointers
+    const unsigned int* counter, const unsigned int* key, unsigned int* out,
+    // sizes
+    int n) {
+    const int i = (int)cl::global_thread_id();
+    if (i >= n) return;
+    cl::Philox4 c;
+    for (int j = 0; j < 4; ++j) c.v[j] = counter[4 * i + j];
+    const cl::Philox4 r = cl::philox4x32_10(c, key[2 * i], key[2 * i + 1]);
+    for (int j = 0; j < 4; ++j) out[4 * i + j] = r.v[j];
+}

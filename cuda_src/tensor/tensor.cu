@@ -1,0 +1,350 @@
+// cuDNN's tensor operations as kernels over strided tensors (strides in elements; 0 strides
+// broadcast; ops/tensor.py collapses dims and orders them, innermost FIRST in the structs).
+//
+//   tensor_binary<T>           C = op(alpha1 * A, alpha2 * B) + beta * C, any strides, up to 8
+//                              dims (add_tensor, op_tensor, scale_tensor, set_tensor); C is read
+//                              only when beta != 0; B only by binary ops, A not by kSet.
+//   tensor_binary_vec<T, VEC>  the same when A, B, C are contiguous in one order, same shape and
+//                              16-byte aligned: 16-byte loads and stores, scalar tail.
+//   tensor_transform<TI, TO>   Y = alpha * X + beta * Y with conversion TI -> TO and any two
+//                              layouts (NCHW <-> NHWC, strided copies); the destination is
+//                              walked in its own memory order, so its stores coalesce.
+//   tensor_reduce_{thread,warp,block}<T>
+//                              C = alpha * reduce(A over the reduced dims) + beta * C, with
+//                              the flattened (C-order over the reduced axes) index of the
+//                              min / max / amax element when `indices` is not null. thread: one
+//                              output per thread (the contiguous dim is kept: coalesced across
+//                              outputs); warp / block: one output per warp / block (the
+//                              contiguous dim is reduced: coalesced across lanes).
+// Op numbers: the order of OP_TENSOR_OPS / REDUCE_OPS in ops/tensor.py.
+// Defines: none (one module per dtype T; the transform kernels of a module are those with
+// TO = T, for every TI).
+#include "common/cudnnlite.cuh"
+
+namespace tens {
+
+constexpr int kMaxDims = 8;
+
+// op_tensor (and internal) ops
+constexpr int kAdd = 0, kMul = 1, kMin = 2, kMax = 3, kSqrt = 4, kNot = 5;
+constexpr int kCopy = 6;  // C = alpha1 * A (+ beta C): add_tensor, scale_tensor
+constexpr int kSet = 7;   // C = alpha1: set_tensor
+
+// reduce ops
+constexpr int kRSum = 0, kRMul = 1, kRMin = 2, kRMax = 3, kRAmax = 4, kRAvg = 5, kRNorm1 = 6,
+              kRNorm2 = 7, kRMulNoZeros = 8;
+
+}  // namespace tens
+
+// ops/tensor.py: _LAYOUT_DTYPE (operands: 0 C / Y, 1 A / X, 2 B).
+struct TensorLayout {
+    cl::index_t size[tens::kMaxDims];
+    cl::index_t stride[3][tens::kMaxDims];
+    int ndim;
+    int reserved;
+};
+
+// ops/tensor.py: _OP_DTYPE.
+struct OpParams {
+    float alpha1;
+    float alpha2;
+    float beta;
+    int op;
+};
+
+// ops/tensor.py: _REDUCE_DTYPE. Kept dims index the outputs; reduced dims (innermost first,
+// in the original axis order) index the elements of one output.
+struct ReduceLayout {
+    cl::index_t ksize[tens::kMaxDims];
+    cl::index_t kstride_in[tens::kMaxDims];
+    cl::index_t kstride_out[tens::kMaxDims];
+    cl::index_t rsize[tens::kMaxDims];
+    cl::index_t rstride[tens::kMaxDims];
+    cl::index_t outputs;  // product of ksize
+    cl::index_t count;    // product of rsize
+    float alpha;
+    float beta;
+    int kndim;
+    int rndim;
+    int op;
+    int reserved;
+};
+
+template <typename T, int VEC>
+struct alignas(sizeof(T) * VEC) TPack {
+    T v[VEC];
+};
+
+namespace tens {
+
+__device__ __forceinline__ float binary(int op, float a, float b) {
+    switch (op) {
+        case kAdd: return a + b;
+        case kMul: return a * b;
+        case kMin: return fminf(a, b);
+        case kMax: return fmaxf(a, b);
+        case kSqrt: return sqrtf(a);
+        case kNot: return 1.0f - a;
+        default: return a;  // kCopy, kSet (a is alpha1 itself)
+    }
+}
+
+__device__ __forceinline__ float apply(const OpParams& p, float a, float b) {
+    return binary(p.op, p.op == kSet ? p.alpha1 : p.alpha1 * a, p.alpha2 * b);
+}
+
+// Offsets of operands 0..NOPS-1 of linear index i (innermost dim first).
+template <int NOPS>
+__device__ __forceinline__ void offsets(cl::index_t i, const TensorLayout& L, cl::index_t (&off)[NOPS]) {
+#pragma unroll
+    for (int o = 0; o < NOPS; ++o) off[o] = 0;
+#pragma unroll
+    for (int d = 0; d < kMaxDims; ++d) {
+        if (d == L.ndim) break;
+        const cl::index_t c = d + 1 == L.ndim ? i : i % L.size[d];
+        i = d + 1 == L.ndim ? 0 : i / L.size[d];
+#pragma unroll
+        for (int o = 0; o < NOPS; ++o) off[o] += c * L.stride[o][d];
+    }
+}
+
+}  // namespace tens
+
+template <typename T>
+__global__ void __launch_bounds__(256) tensor_binary(
+    // pointers (a and b may be any valid pointer when the op does not read them)
+    const T* a, const T* b, T* c,
+    // sizes
+    cl::index_t n, TensorLayout L,
+    // parameters
+    OpParams p) {
+    const bool reads_a = p.op != tens::kSet;
+    const bool reads_b = p.op <= tens::kMax;
+    for (cl::index_t i = cl::global_thread_id(); i < n; i += cl::grid_stride()) {
+        cl::index_t off[3];
+        tens::offsets<3>(i, L, off);
+        const float av = reads_a ? cl::to_float(a[off[1]]) : 0.0f;
+        const float bv = reads_b ? cl::to_float(b[off[2]]) : 0.0f;
+        float r = tens::apply(p, av, bv);
+        if (p.beta != 0.0f) r = fmaf(p.beta, cl::to_float(c[off[0]]), r);
+        c[off[0]] = cl::from_float<T>(r);
+    }
+}
+
+template <typename T, int VEC>
+__global__ void __launch_bounds__(256) tensor_binary_vec(
+    // pointers
+    const T* a, const T* b, T* c,
+    // sizes
+    cl::index_t n,
+    // parameters
+    OpParams p) {
+    const bool reads_a = p.op != tens::kSet;
+    const bool reads_b = p.op <= tens::kMax;
+    const cl::index_t packs = n / VEC;
+    for (cl::index_t k = cl::global_thread_id(); k < packs; k += cl::grid_stride()) {
+        TPack<T, VEC> pa, pb, pc;
+        if (reads_a) pa = reinterpret_cast<const TPack<T, VEC>*>(a)[k];
+        if (reads_b) pb = reinterpret_cast<const TPack<T, VEC>*>(b)[k];
+        if (p.beta != 0.0f) pc = reinterpret_cast<const TPack<T, VEC>*>(c)[k];
+#pragma unroll
+        for (int j = 0; j < VEC; ++j) {
+            float r = tens::apply(p, reads_a ? cl::to_float(pa.v[j]) : 0.0f,
+                                  reads_b ? cl::to_float(pb.v[j]) : 0.0f);
+            if (p.beta != 0.0f) r = fmaf(p.beta, cl::to_float(pc.v[j]), r);
+            pc.v[j] = cl::from_float<T>(r);
+        }
+        reinterpret_cast<TPack<T, VEC>*>(c)[k] = pc;
+    }
+    const cl::index_t i = packs * VEC + cl::global_thread_id();  // the tail: fewer than VEC
+    if (i < n) {
+        float r = tens::apply(p, reads_a ? cl::to_float(a[i]) : 0.0f, reads_b ? cl::to_float(b[i]) : 0.0f);
+        if (p.beta != 0.0f) r = fmaf(p.beta, cl::to_float(c[i]), r);
+        c[i] = cl::from_float<T>(r);
+    }
+}
+
+template <typename TI, typename TO>
+__global__ void __launch_bounds__(256) tensor_transform(
+    // pointers
+    const TI* x, TO* y,
+    // sizes
+    cl::index_t n, TensorLayout L,
+    // parameters (alpha1, beta; op unused)
+    OpParams p) {
+    for (cl::index_t i = cl::global_thread_id(); i < n; i += cl::grid_stride()) {
+        cl::index_t off[2];
+        tens::offsets<2>(i, L, off);
+        float r = p.alpha1 * cl::to_float(x[off[1]]);
+        if (p.beta != 0.0f) r = fmaf(p.beta, cl::to_float(y[off[0]]), r);
+        y[off[0]] = cl::from_float<TO>(r);
+    }
+}
+
+// ---------------------------------------------------------------- reductions
+
+struct RAcc {
+    float v;
+    long long i;  // index of the chosen element (min / max / amax); LLONG_MAX: none yet
+};
+
+namespace tens {
+
+__device__ __forceinline__ bool is_arg(int op) { return op == kRMin || op == kRMax || op == kRAmax; }
+
+__device__ __forceinline__ RAcc rinit(int op) {
+    RAcc a;
+    a.i = 0x7fffffffffffffffLL;
+    switch (op) {
+        case kRMul: case kRMulNoZeros: a.v = 1.0f; break;
+        case kRMin: a.v = __int_as_float(0x7f800000); break;                 // +inf
+        case kRMax: case kRAmax: a.v = __int_as_float(0xff800000); break;  // -inf
+        default: a.v = 0.0f;
+    }
+    return a;
+}
+
+// Min / max by (value, index): NaN beats numbers (it propagates), ties go to the lower
+// index, so the result does not depend on the order of combination.
+__device__ __forceinline__ bool better(int op, const RAcc& b, const RAcc& a) {
+    const bool bn = b.v != b.v, an = a.v != a.v;
+    if (bn || an) return bn && (!an || b.i < a.i);
+    if (b.v == a.v) return b.i < a.i;
+    return op == kRMin ? b.v < a.v : b.v > a.v;
+}
+
+__device__ __forceinline__ RAcc rcombine(int op, RAcc a, const RAcc& b) {
+    if (is_arg(op)) return better(op, b, a) ? b : a;
+    if (op == kRMul || op == kRMulNoZeros) a.v *= b.v;
+    else a.v += b.v;
+    return a;
+}
+
+__device__ __forceinline__ void radd(int op, RAcc& a, float x, long long i) {
+    switch (op) {
+        case kRAmax: x = fabsf(x);  // fall through
+        case kRMin: case kRMax: {
+            RAcc b;
+            b.v = x;
+            b.i = i;
+            if (better(op, b, a)) a = b;
+            break;
+        }
+        case kRMul: a.v *= x; break;
+        case kRMulNoZeros: if (x != 0.0f) a.v *= x; break;
+        case kRNorm1: a.v += fabsf(x); break;
+        case kRNorm2: a.v = fmaf(x, x, a.v); break;
+        default: a.v += x;  // sum, avg
+    }
+}
+
+__device__ __forceinline__ RAcc shfl_xor(RAcc a, int m) {
+    a.v = __shfl_xor_sync(0xffffffffu, a.v, m);
+    a.i = __shfl_xor_sync(0xffffffffu, a.i, m);
+    return a;
+}
+
+__device__ __forceinline__ cl::index_t reduced_offset(cl::index_t r, const ReduceLayout& R) {
+    cl::index_t off = 0;
+#pragma unroll
+    for (int d = 0; d < kMaxDims; ++d) {
+        if (d == R.rndim) break;
+        const cl::index_t c = d + 1 == R.rndim ? r : r % R.rsize[d];
+        r = d + 1 == R.rndim ? 0 : r / R.rsize[d];
+        off += c * R.rstride[d];
+    }
+    return off;
+}
+
+__device__ __forceinline__ void output_offsets(cl::index_t o, const ReduceLayout& R,
+                                               cl::index_t& in, cl::index_t& out) {
+    in = 0;
+    out = 0;
+#pragma unroll
+    for (int d = 0; d < kMaxDims; ++d) {
+        if (d == R.kndim) break;
+        const cl::index_t c = d + 1 == R.kndim ? o : o % R.ksize[d];
+        o = d + 1 == R.kndim ? 0 : o / R.ksize[d];
+        in += c * R.kstride_in[d];
+        out += c * R.kstride_out[d];
+    }
+}
+
+template <typename T>
+__device__ __forceinline__ RAcc reduce_range(const T* base, const ReduceLayout& R, cl::index_t r0,
+                                             cl::index_t step) {
+    RAcc acc = rinit(R.op);
+    for (cl::index_t r = r0; r < R.count; r += step) {
+        radd(R.op, acc, cl::to_float(base[reduced_offset(r, R)]), r);
+    }
+    return acc;
+}
+
+template <typename T>
+__device__ __forceinline__ void reduce_store(RAcc acc, const ReduceLayout& R, T* c,
+                                             long long* indices, cl::index_t out) {
+    float v = acc.v;
+    if (R.op == kRAvg) v = v / (float)R.count;
+    if (R.op == kRNorm2) v = sqrtf(v);
+    float r = R.alpha * v;
+    if (R.beta != 0.0f) r = fmaf(R.beta, cl::to_float(c[out]), r);
+    c[out] = cl::from_float<T>(r);
+    if (indices != nullptr) indices[out] = acc.i;
+}
+
+}  // namespace tens
+
+template <typename T>
+__global__ void __launch_bounds__(256) tensor_reduce_thread(
+    // pointers (indices: null, or one per output, laid out like c)
+    const T* a, T* c, long long* indices,
+    // sizes and parameters
+    ReduceLayout R) {
+    for (cl::index_t o = cl::global_thread_id(); o < R.outputs; o += cl::grid_stride()) {
+        cl::index_t in, out;
+        tens::output_offsets(o, R, in, out);
+        tens::reduce_store(tens::reduce_range(a + in, R, 0, 1), R, c, indices, out);
+    }
+}
+
+template <typename T>
+__global__ void __launch_bounds__(256) tensor_reduce_warp(
+    // pointers
+    const T* a, T* c, long long* indices,
+    // sizes and parameters
+    ReduceLayout R) {
+    const cl::index_t warps = (cl::index_t)gridDim.x * (blockDim.x >> 5);
+    const int lane = threadIdx.x & 31;
+    for (cl::index_t o = cl::global_thread_id() >> 5; o < R.outputs; o += warps) {
+        cl::index_t in, out;
+        tens::output_offsets(o, R, in, out);
+        RAcc acc = tens::reduce_range(a + in, R, lane, 32);
+#pragma unroll
+        for (int m = 16; m > 0; m >>= 1) acc = tens::rcombine(R.op, acc, tens::shfl_xor(acc, m));
+        if (lane == 0) tens::reduce_store(acc, R, c, indices, out);
+    }
+}
+
+template <typename T>
+__global__ void __launch_bounds__(256) tensor_reduce_block(
+    // pointers
+    const T* a, T* c, long long* indices,
+    // sizes and parameters
+    ReduceLayout R) {
+    __shared__ RAcc red[32];
+    const int lane = threadIdx.x & 31, warp = threadIdx.x >> 5;
+    for (cl::index_t o = blockIdx.x; o < R.outputs; o += gridDim.x) {
+        cl::index_t in, out;
+        tens::output_offsets(o, R, in, out);
+        RAcc acc = tens::reduce_range(a + in, R, threadIdx.x, blockDim.x);
+#pragma unroll
+        for (int m = 16; m > 0; m >>= 1) acc = tens::rcombine(R.op, acc, tens::shfl_xor(acc, m));
+        if (lane == 0) red[warp] = acc;
+        __syncthreads();
+        if (threadIdx.x == 0) {
+            for (int w = 1; w < (int)(blockDim.x >> 5); ++w) acc = tens::rcombine(R.op, acc, red[w]);
+            tens::reduce_store(acc, R, c, indices, out);
+        }
+        __syncthreads();  // red is reused by the next output
+    }
+}

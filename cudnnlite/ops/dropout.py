@@ -1,0 +1,276 @@
+"""Dropout with a counter-based Philox4x32-10 mask.
+
+``dropout(x, p, seed, offset)`` keeps element e (C order) iff its Philox word is at least
+``round(p * 2^32)`` and scales kept elements by ``1 / (1 - p)``; dropped elements are 0.
+The mask is a pure function of (seed, offset, e), identical on the emulator and on a GPU
+and equal bit for bit to :func:`cudnnlite.reference.dropout.dropout_mask`, so backward can
+regenerate it (``dropout_backward(dy, p, seed, offset)``) instead of storing it, or use a
+mask saved by ``dropout(..., return_mask=True)``. ``offset`` selects an independent stream
+for the same seed (e.g. the step or layer number).
+
+Kernels (``cuda_src/dropout/dropout.cu``), one module per dtype:
+``dropout_fwd<T, VEC>`` and ``dropout_bwd_mask<T, VEC>`` (VEC = 4: one 4-element pack per
+Philox call when the pointers are aligned, else 1), and ``philox_raw`` (known-answer tests).
+Non-contiguous inputs are copied to C order first (the element numbering is C order).
+"""
+
+from __future__ import annotations
+
+import math
+import threading
+from typing import Any
+
+import numpy as np
+
+from .. import dtypes
+from ..errors import BadParamError
+from ..reference.dropout import drop_threshold, dropout_scale
+from ..runtime.backend import Backend, Kernel
+from ..runtime.kernel import ModuleSpec
+from ..runtime.select import backend_for
+from ..runtime.variants import register
+from ._arrays import array_module, as_array, check_out, float_dtype, same_shape
+
+SOURCE = "dropout/dropout.cu"
+BLOCK = 256
+_EMULATOR_MAX_BLOCKS = 256
+_BLOCKS_PER_SM = 16
+
+_PARAMS_DTYPE = np.dtype(
+    [
+        ("seed", "<u8"),
+        ("offset", "<u8"),
+        ("threshold", "<u8"),
+        ("scale", "<f4"),
+        ("save_mask", "<i4"),
+    ],
+    align=True,
+)
+
+
+def _names(dt: dtypes.DType) -> list[str]:
+    return [
+        f"{kind}<{dt.ctype}, {vec}>"
+        for kind in ("dropout_fwd", "dropout_bwd_mask")
+        for vec in (4, 1)
+    ]
+
+
+def module_spec(dt: dtypes.DType) -> ModuleSpec:
+    """Every dropout kernel of storage type ``dt`` (plus the raw generator)."""
+    return ModuleSpec.make(SOURCE, [*_names(dt), "philox_raw"])
+
+
+@register("dropout")
+def module_specs() -> list[ModuleSpec]:
+    return [module_spec(dt) for dt in dtypes.FLOAT_TYPES]
+
+
+_KERNELS: dict[tuple, Kernel] = {}
+_LOCK = threading.Lock()
+_LAST = threading.local()
+
+
+def _kernel(backend: Backend, spec: ModuleSpec, name: str) -> Kernel:
+    key = (id(backend), backend.device_key(), spec, name)
+    k = _KERNELS.get(key)
+    if k is None:
+        with _LOCK:
+            k = _KERNELS.setdefault(key, backend.kernel(spec, name))
+    return k
+
+
+def _max_blocks(backend: Backend) -> int:
+    if backend.name == "cuda":
+        sms = backend.xp.cuda.Device().attributes["MultiProcessorCount"]
+        return int(sms) * _BLOCKS_PER_SM
+    return _EMULATOR_MAX_BLOCKS
+
+
+def last_kernel_name() -> str | None:
+    """Readable name of the last dropout kernel this thread launched, e.g.
+    ``dropout_fwd_vec4_fp16``; None before the first launch."""
+    return getattr(_LAST, "name", None)
+
+
+# ------------------------------------------------------------------ checks
+
+
+def _check_p(p: Any) -> float:
+    if isinstance(p, bool) or not isinstance(p, (int, float, np.integer, np.floating)):
+        raise BadParamError(f"p: expected a probability in [0, 1], got {p!r}")
+    v = float(p)
+    if not 0.0 <= v <= 1.0:  # NaN fails too
+        raise BadParamError(f"p: expected a probability in [0, 1], got {p!r}")
+    return v
+
+
+def _check_u64(name: str, v: Any) -> int:
+    if isinstance(v, bool) or not isinstance(v, (int, np.integer)):
+        raise BadParamError(f"{name}: expected a non-negative integer, got {v!r}")
+    v = int(v)
+    if v < 0 or v >= 2**64:
+        raise BadParamError(f"{name}: expected an integer in [0, 2^64), got {v}")
+    return v
+
+
+def _array(name: str, a: Any) -> Any:
+    return as_array(name, a)
+
+
+def _contiguous(a: Any) -> Any:
+    return a if a.flags.c_contiguous else array_module(a).ascontiguousarray(a)
+
+
+def _out(out: Any, like: Any, backend: Backend, inputs: dict[str, Any]) -> Any:
+    if out is None:
+        return array_module(like).empty(like.shape, like.dtype)
+    check_out(out, like.shape, like.dtype, backend, inputs)
+    return out
+
+
+def _params(p: float, seed: int, offset: int, save_mask: bool) -> np.void:
+    return np.array(
+        (seed, offset, drop_threshold(p), dropout_scale(p), int(save_mask)), dtype=_PARAMS_DTYPE
+    )[()]
+
+
+def _launch_fwd(
+    backend: Backend, dt: dtypes.DType, x: Any, out: Any, mask: Any, params: np.void
+) -> None:
+    """x contiguous; out any layout (a contiguous result is copied in when it is not)."""
+    y = out if out.flags.c_contiguous else array_module(x).empty(x.shape, x.dtype)
+    n = x.size
+    if n:
+        vec = (
+            4
+            if all(_ptr(a) % (4 * x.itemsize) == 0 for a in (x, y))
+            and (mask is None or _ptr(mask) % 4 == 0)
+            else 1
+        )
+        kernel = _kernel(backend, module_spec(dt), f"dropout_fwd<{dt.ctype}, {vec}>")
+        grid = max(1, min((n + 4 * BLOCK - 1) // (4 * BLOCK), _max_blocks(backend)))
+        kernel(grid, BLOCK, (x, y, mask if mask is not None else y, np.int64(n), params))
+        _LAST.name = f"dropout_fwd_{'vec4' if vec == 4 else 'scalar'}_{dt.short}"
+    if y is not out:
+        out[...] = y
+
+
+def _ptr(a: Any) -> int:
+    return a.__array_interface__["data"][0] if isinstance(a, np.ndarray) else int(a.data.ptr)
+
+
+# ------------------------------------------------------------------ public API
+
+
+def dropout(
+    x: Any,
+    p: float,
+    seed: int,
+    offset: int = 0,
+    *,
+    return_mask: bool = False,
+    out: Any = None,
+) -> Any:
+    """Training-mode dropout: ``y = x / (1 - p)`` where kept, 0 where dropped.
+
+    Args:
+        x: float32, float16 or bfloat16 array, any shape and strides (non-contiguous
+            inputs are copied to C order: element numbering is C order).
+        p: drop probability in [0, 1]; p = 0 returns a copy of x, p = 1 all zeros.
+        seed: Philox key, an integer in [0, 2^64).
+        offset: Philox stream (the counter's upper 64 bits), an integer in [0, 2^64).
+        return_mask: also return the boolean keep mask (uint8 storage as bool).
+        out: result array (same shape and dtype as x; may be x itself).
+
+    Returns:
+        y, or (y, mask) with ``return_mask``.
+    """
+    p = _check_p(p)
+    seed = _check_u64("seed", seed)
+    offset = _check_u64("offset", offset)
+    backend = backend_for(x, out, names=("x", "out"))
+    x = _array("x", x)
+    dt = float_dtype("x", x)
+    out = _out(out, x, backend, {"x": x})
+    xc = _contiguous(x)
+    mask = array_module(x).empty(x.shape, np.bool_) if return_mask else None
+    _launch_fwd(backend, dt, xc, out, mask, _params(p, seed, offset, return_mask))
+    return (out, mask) if return_mask else out
+
+
+def dropout_backward(
+    dy: Any,
+    p: float,
+    seed: int | None = None,
+    offset: int = 0,
+    *,
+    mask: Any = None,
+    out: Any = None,
+) -> Any:
+    """``dx = dy / (1 - p)`` where the forward pass kept the element, else 0.
+
+    Either regenerates the mask from (seed, offset), which must be the forward call's, or
+    reads ``mask`` (the boolean array ``dropout(..., return_mask=True)`` returned); give
+    exactly one of the two. ``out`` may be dy itself.
+    """
+    p = _check_p(p)
+    if (seed is None) == (mask is None):
+        raise BadParamError(
+            "seed/mask: give either seed (regenerate the forward mask) or mask, not "
+            + ("both" if mask is not None else "neither")
+        )
+    backend = backend_for(dy, mask, out, names=("dy", "mask", "out"))
+    dy = _array("dy", dy)
+    dt = float_dtype("dy", dy)
+    if mask is None:
+        params = _params(p, _check_u64("seed", seed), _check_u64("offset", offset), False)
+        out = _out(out, dy, backend, {"dy": dy})
+        _launch_fwd(backend, dt, _contiguous(dy), out, None, params)
+        return out
+    mask = _array("mask", mask)
+    if mask.dtype != np.bool_ and mask.dtype != np.uint8:
+        raise BadParamError(f"mask: expected a bool (or uint8) array, got dtype {mask.dtype}")
+    same_shape(("dy", "mask"), (dy, mask))
+    out = _out(out, dy, backend, {"dy": dy, "mask": mask})
+    dyc, mc = _contiguous(dy), _contiguous(mask)
+    dx = out if out.flags.c_contiguous else array_module(dy).empty(dy.shape, dy.dtype)
+    n = dy.size
+    if n:
+        vec = (
+            4
+            if _ptr(dyc) % (4 * dy.itemsize) == 0
+            and _ptr(dx) % (4 * dy.itemsize) == 0
+            and _ptr(mc) % 4 == 0
+            else 1
+        )
+        kernel = _kernel(backend, module_spec(dt), f"dropout_bwd_mask<{dt.ctype}, {vec}>")
+        grid = max(1, min((n + 4 * BLOCK - 1) // (4 * BLOCK), _max_blocks(backend)))
+        kernel(grid, BLOCK, (dyc, mc, dx, np.int64(n), np.float32(dropout_scale(p))))
+        _LAST.name = f"dropout_bwd_mask_{'vec4' if vec == 4 else 'scalar'}_{dt.short}"
+    if dx is not out:
+        out[...] = dx
+    return out
+
+
+def philox4x32_10(counter: Any, key: Any) -> np.ndarray:
+    """Philox4x32-10 computed by the device code on the emulator: ``counter`` (n, 4) and
+    ``key`` (n, 2) uint32 host arrays; returns (n, 4) uint32. For known-answer tests."""
+    from ..runtime.select import backend_by_name
+
+    counter = np.ascontiguousarray(counter, dtype=np.uint32).reshape(-1, 4)
+    key = np.ascontiguousarray(key, dtype=np.uint32).reshape(-1, 2)
+    if counter.shape[0] != key.shape[0]:
+        raise BadParamError(
+            f"key: expected {counter.shape[0]} keys like counter, got {key.shape[0]}"
+        )
+    n = counter.shape[0]
+    out = np.zeros((n, 4), np.uint32)
+    if n:
+        backend = backend_by_name("cpu")
+        kernel = _kernel(backend, module_spec(dtypes.FLOAT32), "philox_raw")
+        kernel(math.ceil(n / BLOCK), BLOCK, (counter, key, out, np.int32(n)))
+    return out
+
+
+__all__ = ["dropout", "dropout_backward", "last_kernel_name", "module_specs", "philox4x32_10"]

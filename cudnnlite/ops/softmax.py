@@ -1,0 +1,371 @@
+"""Softmax and log-softmax over one axis, forward and backward.
+
+``softmax(x, axis)`` = exp(x - max) / sum(exp(x - max)) along ``axis`` (``log=True``:
+log-softmax), computed in float32 for every storage type. ``algorithm="accurate"``
+subtracts the row max (cuDNN's CUDNN_SOFTMAX_ACCURATE; safe for any input);
+``"fast"`` does not (CUDNN_SOFTMAX_FAST: exp overflows for inputs above ~88).
+cuDNN's modes: ``mode="instance"`` is over C*H*W of each image (all axes but the first),
+``mode="channel"`` over C (axis 1) at each spatial position.
+
+Kernels (``cuda_src/softmax/softmax.cu``), one module per dtype, chosen by the
+shape [outer, len, inner] around the axis:
+
+- inner == 1, len <= 1024: ``softmax_*_warp`` (one warp per row);
+- inner == 1, longer rows: ``softmax_*_block`` (one block per row, 256..1024 threads);
+- inner == 1, rows of >= 2^17 elements and too few rows to fill the device:
+  ``softmax_*_partial`` + ``softmax_*_finish`` (online softmax over chunks of a row,
+  several blocks per row, a float workspace of rows x chunks partials);
+- inner > 1: ``softmax_*_cols`` (one thread per column; coalesced across columns).
+
+Non-C-contiguous inputs are copied to C order first; an ``out`` that is not C-contiguous
+receives a copy of the result.
+"""
+
+from __future__ import annotations
+
+import threading
+from typing import Any
+
+import numpy as np
+
+from .. import dtypes
+from ..errors import BadParamError
+from ..runtime.backend import Backend, Kernel
+from ..runtime.kernel import ModuleSpec
+from ..runtime.select import backend_for
+from ..runtime.variants import register
+from ._arrays import array_module, as_array, check_out, float_dtype, same_dtype, same_shape
+
+SOURCE = "softmax/softmax.cu"
+ALGORITHMS = ("accurate", "fast")
+MODES = ("instance", "channel")
+
+WARP_MAX_LEN = 1024  # rows up to this length: one warp per row
+MULTI_MIN_LEN = 1 << 17  # rows at least this long may be split across blocks
+MULTI_MIN_CHUNK = 4096  # elements per block in the split path, at least
+_WARPS_PER_BLOCK = 4
+_PARTIAL_BLOCK = 256
+
+_SHAPE_DTYPE = np.dtype(
+    [
+        ("rows", "<i8"),
+        ("len", "<i8"),
+        ("inner", "<i8"),
+        ("chunk", "<i8"),
+        ("chunks", "<i4"),
+        ("log", "<i4"),
+        ("accurate", "<i4"),
+        ("reserved", "<i4"),
+    ],
+    align=True,
+)
+
+
+def _vec(dt: dtypes.DType) -> int:
+    return 16 // dt.itemsize
+
+
+def _names(dt: dtypes.DType) -> list[str]:
+    names = []
+    for d in ("fwd", "bwd"):
+        for kind in ("warp", "block", "partial", "finish"):
+            for vec in (_vec(dt), 1):
+                names.append(f"softmax_{d}_{kind}<{dt.ctype}, {vec}>")
+        names.append(f"softmax_{d}_cols<{dt.ctype}>")
+    return names
+
+
+def module_spec(dt: dtypes.DType) -> ModuleSpec:
+    """The module holding every softmax kernel of storage type ``dt``."""
+    return ModuleSpec.make(SOURCE, _names(dt))
+
+
+@register("softmax")
+def module_specs() -> list[ModuleSpec]:
+    return [module_spec(dt) for dt in dtypes.FLOAT_TYPES]
+
+
+_KERNELS: dict[tuple, Kernel] = {}
+_LOCK = threading.Lock()
+_LAST = threading.local()
+
+
+def _kernel(backend: Backend, dt: dtypes.DType, name: str) -> Kernel:
+    key = (id(backend), backend.device_key(), dt.short, name)
+    k = _KERNELS.get(key)
+    if k is None:
+        with _LOCK:
+            k = _KERNELS.get(key)
+            if k is None:
+                k = _KERNELS[key] = backend.kernel(module_spec(dt), name)
+    return k
+
+
+def _target_blocks(backend: Backend) -> int:
+    """Blocks that fill the device a couple of times over."""
+    if backend.name == "cuda":
+        return 2 * int(backend.xp.cuda.Device().attributes["MultiProcessorCount"])
+    return 32
+
+
+def last_kernel_name() -> str | None:
+    """Readable name of the last softmax kernel this thread launched, e.g.
+    ``softmax_fwd_warp_vec4_fp32`` or ``softmax_bwd_cols_bf16``."""
+    return getattr(_LAST, "name", None)
+
+
+# ------------------------------------------------------------------ checks and shapes
+
+
+def _axis(axis: Any, ndim: int) -> int:
+    if isinstance(axis, bool) or not isinstance(axis, (int, np.integer)):
+        raise BadParamError(f"axis: expected an int, got {axis!r}")
+    a = int(axis)
+    if not -ndim <= a < ndim:
+        raise BadParamError(f"axis: {a} is out of range for a {ndim}-d array")
+    return a % ndim
+
+
+def _problem(shape: tuple[int, ...], axis: Any, mode: Any) -> tuple[int, int, int]:
+    """(outer, len, inner) around the softmax axis."""
+    ndim = len(shape)
+    if mode is not None:
+        if mode not in MODES:
+            raise BadParamError(f"mode: expected 'instance', 'channel' or None, got {mode!r}")
+        if axis is not None:
+            raise BadParamError(f"axis: give either axis or mode, not both (mode={mode!r})")
+        if ndim < 2:
+            raise BadParamError(f"x: mode {mode!r} needs an array of >= 2 dims, got {ndim}-d")
+        if mode == "instance":
+            return shape[0], int(np.prod(shape[1:], dtype=np.int64)), 1
+        axis = 1
+    if ndim == 0:
+        raise BadParamError("x: expected an array of at least 1 dim, got a 0-d array")
+    a = _axis(-1 if axis is None else axis, ndim)
+    outer = int(np.prod(shape[:a], dtype=np.int64))
+    inner = int(np.prod(shape[a + 1 :], dtype=np.int64))
+    return outer, shape[a], inner
+
+
+def _algorithm(algorithm: Any) -> int:
+    if algorithm not in ALGORITHMS:
+        raise BadParamError(f"algorithm: expected 'accurate' or 'fast', got {algorithm!r}")
+    return int(algorithm == "accurate")
+
+
+def _contiguous(a: Any) -> Any:
+    return a if a.flags.c_contiguous else array_module(a).ascontiguousarray(a)
+
+
+def _ptr(a: Any) -> int:
+    return a.__array_interface__["data"][0] if isinstance(a, np.ndarray) else int(a.data.ptr)
+
+
+class _Plan:
+    """Which kernel family runs a [outer, len, inner] problem and with what geometry."""
+
+    def __init__(
+        self, backend: Backend, dt: dtypes.DType, problem: tuple[int, int, int], arrays: list[Any]
+    ) -> None:
+        outer, length, inner = problem
+        vec = _vec(dt)
+        aligned = length % vec == 0 and all(_ptr(a) % 16 == 0 for a in arrays)
+        self.vec = vec if aligned else 1
+        self.chunk, self.chunks = 0, 1
+        if inner > 1:
+            self.kind, self.vec = "cols", 0
+        elif length <= WARP_MAX_LEN:
+            self.kind = "warp"
+        else:
+            self.kind = "block"
+            target = _target_blocks(backend)
+            if length >= MULTI_MIN_LEN and outer < target:
+                per_row = min(-(-target // outer), -(-length // MULTI_MIN_CHUNK))
+                step = 8 * _PARTIAL_BLOCK  # a multiple of every VEC
+                chunk = -(-length // per_row)
+                self.chunk = -(-chunk // step) * step
+                self.chunks = -(-length // self.chunk)
+                if self.chunks > 1:
+                    self.kind = "multi"
+        self.outer, self.length, self.inner = outer, length, inner
+
+    def struct(self, log: bool, accurate: int) -> np.void:
+        return np.array(
+            (self.outer, self.length, self.inner, self.chunk, self.chunks, int(log), accurate, 0),
+            dtype=_SHAPE_DTYPE,
+        )[()]
+
+    def block_threads(self) -> int:
+        if self.length >= 16384:
+            return 1024
+        return 512 if self.length >= 4096 else 256
+
+    def name(self, direction: str, dt: dtypes.DType) -> str:
+        tag = (
+            self.kind
+            if self.vec == 0
+            else f"{self.kind}_{f'vec{self.vec}' if self.vec > 1 else 'scalar'}"
+        )
+        return f"softmax_{direction}_{tag}_{dt.short}"
+
+
+def _run(
+    backend: Backend,
+    dt: dtypes.DType,
+    plan: _Plan,
+    direction: str,
+    inputs: list[Any],
+    out: Any,
+    log: bool,
+    accurate: int,
+) -> None:
+    xp = array_module(inputs[0])
+    s = plan.struct(log, accurate)
+    t = f"{dt.ctype}, {plan.vec}" if plan.vec else dt.ctype
+    if plan.kind == "warp":
+        grid = -(-plan.outer // _WARPS_PER_BLOCK)
+        _kernel(backend, dt, f"softmax_{direction}_warp<{t}>")(
+            grid, 32 * _WARPS_PER_BLOCK, (*inputs, out, s)
+        )
+    elif plan.kind == "block":
+        _kernel(backend, dt, f"softmax_{direction}_block<{t}>")(
+            plan.outer, plan.block_threads(), (*inputs, out, s)
+        )
+    elif plan.kind == "multi":
+        per = 2 if direction == "fwd" else 1
+        work = xp.empty(plan.outer * plan.chunks * per, np.float32)
+        grid = (plan.chunks, plan.outer)
+        _kernel(backend, dt, f"softmax_{direction}_partial<{t}>")(
+            grid, _PARTIAL_BLOCK, (*inputs, work, s)
+        )
+        _kernel(backend, dt, f"softmax_{direction}_finish<{t}>")(
+            grid, _PARTIAL_BLOCK, (*inputs, out, work, s)
+        )
+    else:
+        cols = plan.outer * plan.inner
+        grid = max(1, min(-(-cols // 256), 64 * _target_blocks(backend)))
+        _kernel(backend, dt, f"softmax_{direction}_cols<{t}>")(grid, 256, (*inputs, out, s))
+    _LAST.name = plan.name(direction, dt)
+
+
+def _result(out: Any, like: Any, backend: Backend, inputs: dict[str, Any]) -> tuple[Any, Any]:
+    """(the array to return, the C-contiguous array the kernel writes)."""
+    if out is None:
+        r = array_module(like).empty(like.shape, like.dtype)
+        return r, r
+    check_out(out, like.shape, like.dtype, backend, inputs)
+    if out.flags.c_contiguous:
+        return out, out
+    return out, array_module(like).empty(like.shape, like.dtype)
+
+
+# ------------------------------------------------------------------ public API
+
+
+def softmax(
+    x: Any,
+    axis: int | None = None,
+    *,
+    log: bool = False,
+    algorithm: str = "accurate",
+    mode: str | None = None,
+    out: Any = None,
+) -> Any:
+    """Softmax (or, with ``log``, log-softmax) of ``x`` along ``axis`` (default -1).
+
+    Args:
+        x: float32, float16 or bfloat16 array (NumPy: emulator, CuPy: GPU), any strides.
+        axis: the axis to normalize over; or give ``mode`` instead.
+        log: log-softmax, ``(x - max) - log(sum(exp(x - max)))``.
+        algorithm: ``"accurate"`` (max-subtracted) or ``"fast"`` (no max: overflows for
+            inputs above ~88, as cuDNN's fast mode).
+        mode: cuDNN's ``"instance"`` (over all axes but the first) or ``"channel"`` (axis 1).
+        out: result array of x's shape and dtype (may be x itself).
+
+    A row of only -inf gives NaN (0/0), as PyTorch; -inf entries elsewhere give 0.
+    """
+    accurate = _algorithm(algorithm)
+    backend = backend_for(x, out, names=("x", "out"))
+    x = as_array("x", x)
+    dt = float_dtype("x", x)
+    problem = _problem(tuple(x.shape), axis, mode)
+    result, y = _result(out, x, backend, {"x": x})
+    if x.size:
+        xc = _contiguous(x)
+        plan = _Plan(backend, dt, problem, [xc, y])
+        _run(backend, dt, plan, "fwd", [xc], y, log, accurate)
+        if y is not result:
+            result[...] = y
+    return result
+
+
+def log_softmax(
+    x: Any,
+    axis: int | None = None,
+    *,
+    algorithm: str = "accurate",
+    mode: str | None = None,
+    out: Any = None,
+) -> Any:
+    """``softmax(x, axis, log=True)``."""
+    return softmax(x, axis, log=True, algorithm=algorithm, mode=mode, out=out)
+
+
+def softmax_backward(
+    dy: Any,
+    y: Any,
+    axis: int | None = None,
+    *,
+    log: bool = False,
+    mode: str | None = None,
+    out: Any = None,
+) -> Any:
+    """Gradient of softmax from the forward output ``y`` (not x), as cuDNN:
+    ``dx = y * (dy - sum(dy * y))``; with ``log``, ``y`` is log-softmax's output and
+    ``dx = dy - exp(y) * sum(dy)``. ``axis``/``mode`` as in :func:`softmax`; ``out`` may
+    be dy itself."""
+    backend = backend_for(dy, y, out, names=("dy", "y", "out"))
+    dy = as_array("dy", dy)
+    y = as_array("y", y)
+    dt = float_dtype("y", y)
+    same_dtype(("y", "dy"), (y, dy))
+    same_shape(("y", "dy"), (y, dy))
+    problem = _problem(tuple(y.shape), axis, mode)
+    result, dx = _result(out, y, backend, {"dy": dy, "y": y})
+    if y.size:
+        dyc, yc = _contiguous(dy), _contiguous(y)
+        plan = _Plan(backend, dt, problem, [dyc, yc, dx])
+        _run(backend, dt, plan, "bwd", [dyc, yc], dx, log, 1)
+        if dx is not result:
+            result[...] = dx
+    return result
+
+
+def log_softmax_backward(
+    dy: Any, y: Any, axis: int | None = None, *, mode: str | None = None, out: Any = None
+) -> Any:
+    """``softmax_backward(dy, y, axis, log=True)``."""
+    return softmax_backward(dy, y, axis, log=True, mode=mode, out=out)
+
+
+def kernel_name_for(
+    x: Any, axis: int | None = None, *, mode: str | None = None, backward: bool = False
+) -> str:
+    """The readable name of the kernel a call on ``x`` (C-contiguous result) would launch."""
+    backend = backend_for(x, names=("x",))
+    x = as_array("x", x)
+    dt = float_dtype("x", x)
+    plan = _Plan(backend, dt, _problem(tuple(x.shape), axis, mode), [_contiguous(x)])
+    return plan.name("bwd" if backward else "fwd", dt)
+
+
+__all__ = [
+    "ALGORITHMS",
+    "kernel_name_for",
+    "last_kernel_name",
+    "log_softmax",
+    "log_softmax_backward",
+    "module_specs",
+    "softmax",
+    "softmax_backward",
+]

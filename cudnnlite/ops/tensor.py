@@ -1,0 +1,571 @@
+"""cuDNN's tensor API as array functions: add_tensor, op_tensor, reduce_tensor,
+transform_tensor (with nchw_to_nhwc / nhwc_to_nchw), scale_tensor, set_tensor.
+
+Semantics follow cuDNN (math in float32 for every storage type, one rounding at the store):
+
+- ``add_tensor(a, c, alpha, beta)``: ``c = alpha * a + beta * c`` in place, ``a`` broadcast
+  to ``c`` (each dim of a is 1 or c's; fewer dims are padded on the left), e.g. a bias.
+- ``op_tensor(op, a, b, alpha1, alpha2, beta)``: ``c = op(alpha1 * a, alpha2 * b) + beta * c``
+  with op in :data:`OP_TENSOR_OPS`; ``sqrt`` and ``not`` are unary (b is ignored) and
+  ``not`` is cuDNN's logical negation ``1 - alpha1 * a``; a and b broadcast (NumPy rules).
+- ``reduce_tensor(x, op, axes)``: ``c = alpha * reduce(x) + beta * c`` with op in
+  :data:`REDUCE_OPS`: sum, mul, min, max, amax (max |x|), avg, norm1 (sum |x|), norm2
+  (sqrt of sum x^2), mul_no_zeros (product of the non-zero elements; 1 if none); for
+  min / max / amax ``return_indices=True`` also gives the index of the chosen element,
+  flattened in C order over the reduced axes (cuDNN's flattened indices; the lowest index
+  on ties; NaN propagates and wins). Reducing zero elements is an error for min, max,
+  amax and avg (undefined); sum, norm1, norm2 give 0, mul and mul_no_zeros 1.
+- ``transform_tensor(x, out, alpha, beta)``: ``out = alpha * x + beta * out`` between any
+  two layouts and float dtypes (cuDNN's cudnnTransformTensor); ``nchw_to_nhwc(x)`` and
+  ``nhwc_to_nchw(x)`` are the layout conversions.
+- ``scale_tensor(y, alpha)``: ``y *= alpha`` in place; ``set_tensor(y, value)``: ``y[...] = value``.
+
+Kernels (``cuda_src/tensor/tensor.cu``), one module per dtype: ``tensor_binary<T>``
+(strided, broadcasting), ``tensor_binary_vec<T, VEC>`` (contiguous, aligned, same shape),
+``tensor_transform<TI, TO>``, ``tensor_reduce_{thread,warp,block}<T>``. Any strides are
+accepted without copies (up to 8 dims after merging, else NotSupportedError).
+"""
+
+from __future__ import annotations
+
+import threading
+from collections.abc import Sequence
+from typing import Any
+
+import numpy as np
+
+from .. import dtypes
+from ..errors import BadParamError, NotSupportedError
+from ..runtime.backend import Backend, Kernel
+from ..runtime.kernel import ModuleSpec
+from ..runtime.select import backend_for
+from ..runtime.variants import register
+from ._arrays import array_module, as_array, check_out, float_dtype
+
+SOURCE = "tensor/tensor.cu"
+MAX_DIMS = 8
+BLOCK = 256
+OP_TENSOR_OPS = ("add", "mul", "min", "max", "sqrt", "not")
+_OP_COPY, _OP_SET = 6, 7
+REDUCE_OPS = ("sum", "mul", "min", "max", "amax", "avg", "norm1", "norm2", "mul_no_zeros")
+_ARG_OPS = ("min", "max", "amax")
+_UNDEFINED_WHEN_EMPTY = ("min", "max", "amax", "avg")
+
+_LAYOUT_DTYPE = np.dtype(
+    [
+        ("size", "<i8", (MAX_DIMS,)),
+        ("stride", "<i8", (3, MAX_DIMS)),
+        ("ndim", "<i4"),
+        ("reserved", "<i4"),
+    ],
+    align=True,
+)
+_OP_DTYPE = np.dtype(
+    [("alpha1", "<f4"), ("alpha2", "<f4"), ("beta", "<f4"), ("op", "<i4")], align=True
+)
+_REDUCE_DTYPE = np.dtype(
+    [
+        ("ksize", "<i8", (MAX_DIMS,)),
+        ("kstride_in", "<i8", (MAX_DIMS,)),
+        ("kstride_out", "<i8", (MAX_DIMS,)),
+        ("rsize", "<i8", (MAX_DIMS,)),
+        ("rstride", "<i8", (MAX_DIMS,)),
+        ("outputs", "<i8"),
+        ("count", "<i8"),
+        ("alpha", "<f4"),
+        ("beta", "<f4"),
+        ("kndim", "<i4"),
+        ("rndim", "<i4"),
+        ("op", "<i4"),
+        ("reserved", "<i4"),
+    ],
+    align=True,
+)
+
+
+def _vec(dt: dtypes.DType) -> int:
+    return 16 // dt.itemsize
+
+
+def _names(dt: dtypes.DType) -> list[str]:
+    t = dt.ctype
+    names = [f"tensor_binary<{t}>", f"tensor_binary_vec<{t}, {_vec(dt)}>"]
+    names += [f"tensor_transform<{src.ctype}, {t}>" for src in dtypes.FLOAT_TYPES]
+    names += [f"tensor_reduce_{k}<{t}>" for k in ("thread", "warp", "block")]
+    return names
+
+
+def module_spec(dt: dtypes.DType) -> ModuleSpec:
+    """Every tensor-op kernel whose output has storage type ``dt``."""
+    return ModuleSpec.make(SOURCE, _names(dt))
+
+
+@register("tensor")
+def module_specs() -> list[ModuleSpec]:
+    return [module_spec(dt) for dt in dtypes.FLOAT_TYPES]
+
+
+_KERNELS: dict[tuple, Kernel] = {}
+_LOCK = threading.Lock()
+_LAST = threading.local()
+
+
+def _kernel(backend: Backend, dt: dtypes.DType, name: str, readable: str) -> Kernel:
+    key = (id(backend), backend.device_key(), dt.short, name)
+    k = _KERNELS.get(key)
+    if k is None:
+        with _LOCK:
+            k = _KERNELS.get(key)
+            if k is None:
+                k = _KERNELS[key] = backend.kernel(module_spec(dt), name)
+    _LAST.name = readable
+    return k
+
+
+def _max_blocks(backend: Backend) -> int:
+    if backend.name == "cuda":
+        return 32 * int(backend.xp.cuda.Device().attributes["MultiProcessorCount"])
+    return 256
+
+
+def _grid(backend: Backend, units: int) -> int:
+    return max(1, min(-(-units // BLOCK), _max_blocks(backend)))
+
+
+def last_kernel_name() -> str | None:
+    """Readable name of the last tensor-op kernel this thread launched, e.g.
+    ``tensor_binary_vec4_fp32``, ``tensor_reduce_warp_bf16``."""
+    return getattr(_LAST, "name", None)
+
+
+# ------------------------------------------------------------------ checks
+
+
+def _real(name: str, v: Any) -> float:
+    if isinstance(v, bool) or not isinstance(v, (int, float, np.integer, np.floating)):
+        raise BadParamError(f"{name}: expected a real number, got {v!r}")
+    with np.errstate(over="ignore"):
+        f = float(np.float32(v))
+    if not np.isfinite(f):
+        raise BadParamError(f"{name}: expected a finite number (in float32), got {v!r}")
+    return f
+
+
+def _choice(name: str, v: Any, options: Sequence[str]) -> int:
+    if not isinstance(v, str) or v not in options:
+        raise BadParamError(f"{name}: expected one of {', '.join(options)}, got {v!r}")
+    return list(options).index(v)
+
+
+def _ptr(a: Any) -> int:
+    return a.__array_interface__["data"][0] if isinstance(a, np.ndarray) else int(a.data.ptr)
+
+
+def _writable(name: str, a: Any) -> None:
+    if isinstance(a, np.ndarray) and not a.flags.writeable:
+        raise BadParamError(f"{name}: the array is read-only")
+    for size, stride in zip(a.shape, a.strides, strict=True):
+        if stride == 0 and size > 1:
+            raise BadParamError(f"{name}: has a zero stride (elements alias each other)")
+
+
+def _broadcast_strides(name: str, a: Any, shape: tuple[int, ...]) -> list[int]:
+    """a's element strides against ``shape`` (0 where a broadcasts)."""
+    if a.ndim > len(shape):
+        raise BadParamError(f"{name}: shape {tuple(a.shape)} does not broadcast to {shape}")
+    pad = len(shape) - a.ndim
+    strides = [0] * pad
+    for d, (size, stride) in enumerate(zip(a.shape, a.strides, strict=True)):
+        if size != shape[pad + d] and size != 1:
+            raise BadParamError(f"{name}: shape {tuple(a.shape)} does not broadcast to {shape}")
+        strides.append(0 if size == 1 else stride // a.itemsize)
+    return strides
+
+
+def _collapse(shape: Sequence[int], strides: list[list[int]]) -> tuple[list[int], list[list[int]]]:
+    """Drops size-1 dims, orders dims by operand 0's stride (outermost first) and merges
+    dims contiguous in every operand."""
+    dims = [d for d, size in enumerate(shape) if size != 1]
+    dims.sort(key=lambda d: -abs(strides[0][d]))
+    sizes: list[int] = []
+    merged: list[list[int]] = [[] for _ in strides]
+    for d in dims:
+        if sizes and all(m[-1] == s[d] * shape[d] for m, s in zip(merged, strides, strict=True)):
+            sizes[-1] *= shape[d]
+            for m, s in zip(merged, strides, strict=True):
+                m[-1] = s[d]
+        else:
+            sizes.append(shape[d])
+            for m, s in zip(merged, strides, strict=True):
+                m.append(s[d])
+    return sizes, merged
+
+
+def _layout(shape: tuple[int, ...], strides: list[list[int]]) -> np.void:
+    sizes, merged = _collapse(shape, strides)
+    if len(sizes) > MAX_DIMS:
+        raise NotSupportedError(
+            f"tensor op: {len(sizes)} dims remain after merging contiguous ones "
+            f"(at most {MAX_DIMS})"
+        )
+    lay = np.zeros((), _LAYOUT_DTYPE)
+    lay["ndim"] = len(sizes)
+    lay["size"][: len(sizes)] = sizes[::-1]
+    for o, s in enumerate(merged):
+        lay["stride"][o, : len(sizes)] = s[::-1]
+    return lay[()]
+
+
+def _op_struct(alpha1: float, alpha2: float, beta: float, op: int) -> np.void:
+    return np.array((alpha1, alpha2, beta, op), _OP_DTYPE)[()]
+
+
+# ------------------------------------------------------------------ elementwise
+
+
+def _elementwise(
+    backend: Backend, dt: dtypes.DType, c: Any, a: Any, b: Any, params: np.void
+) -> None:
+    """c = op(a, b) (+ beta c) with a, b broadcast to c; a/b may be None when unread."""
+    if c.size == 0:
+        return
+    a = c if a is None else a
+    b = a if b is None else b
+    shape = tuple(c.shape)
+    dense = all(x.shape == c.shape and x.flags.c_contiguous for x in (a, b, c))
+    if dense and all(_ptr(x) % 16 == 0 for x in (a, b, c)):
+        vec = _vec(dt)
+        name = f"tensor_binary_vec<{dt.ctype}, {vec}>"
+        kernel = _kernel(backend, dt, name, f"tensor_binary_vec{vec}_{dt.short}")
+        kernel(_grid(backend, c.size // vec + 1), BLOCK, (a, b, c, np.int64(c.size), params))
+        return
+    strides = [
+        [s // c.itemsize for s in c.strides],
+        _broadcast_strides("a", a, shape),
+        _broadcast_strides("b", b, shape),
+    ]
+    layout = _layout(shape, strides)
+    kernel = _kernel(backend, dt, f"tensor_binary<{dt.ctype}>", f"tensor_binary_strided_{dt.short}")
+    kernel(_grid(backend, c.size), BLOCK, (a, b, c, np.int64(c.size), layout, params))
+
+
+def _same_kind_dtype(name: str, a: Any, dt: dtypes.DType) -> None:
+    if a.dtype != dt.numpy:
+        raise BadParamError(f"{name}: expected dtype {dt.numpy}, got {a.dtype}")
+
+
+def add_tensor(a: Any, c: Any, *, alpha: float = 1.0, beta: float = 1.0) -> Any:
+    """cuDNN's cudnnAddTensor: ``c = alpha * a + beta * c`` IN PLACE, ``a`` broadcast to c
+    (each of a's dims 1 or equal to c's, e.g. a (1, C, 1, 1) bias); returns c."""
+    backend = backend_for(a, c, names=("a", "c"))
+    a, c = as_array("a", a), as_array("c", c)
+    dt = float_dtype("c", c)
+    _same_kind_dtype("a", a, dt)
+    _writable("c", c)
+    _broadcast_strides("a", a, tuple(c.shape))
+    params = _op_struct(_real("alpha", alpha), 0.0, _real("beta", beta), _OP_COPY)
+    if a.size and array_module(c).may_share_memory(a, c) and a is not c:
+        a = a.copy()
+    _elementwise(backend, dt, c, a, None, params)
+    return c
+
+
+def op_tensor(
+    op: str,
+    a: Any,
+    b: Any = None,
+    *,
+    alpha1: float = 1.0,
+    alpha2: float = 1.0,
+    beta: float = 0.0,
+    out: Any = None,
+) -> Any:
+    """cuDNN's cudnnOpTensor: ``out = op(alpha1 * a, alpha2 * b) + beta * out``.
+
+    ``op`` in :data:`OP_TENSOR_OPS`; ``sqrt`` and ``not`` (= 1 - alpha1 a) take no b. a and
+    b broadcast (NumPy rules) to the result's shape; ``beta != 0`` reads ``out`` (required).
+    """
+    op_id = _choice("op", op, OP_TENSOR_OPS)
+    unary = op in ("sqrt", "not")
+    if unary and b is not None:
+        raise BadParamError(f"b: op {op!r} is unary and takes no b")
+    if not unary and b is None:
+        raise BadParamError(f"b: op {op!r} needs a second operand b")
+    backend = backend_for(a, b, out, names=("a", "b", "out"))
+    a = as_array("a", a)
+    b = None if b is None else as_array("b", b)
+    dt = float_dtype("a", a)
+    if b is not None:
+        _same_kind_dtype("b", b, dt)
+        try:
+            shape = tuple(np.broadcast_shapes(tuple(a.shape), tuple(b.shape)))
+        except ValueError:
+            raise BadParamError(
+                f"b: shape {tuple(b.shape)} does not broadcast with a's {tuple(a.shape)}"
+            ) from None
+    else:
+        shape = tuple(a.shape)
+    beta32 = _real("beta", beta)
+    params = _op_struct(_real("alpha1", alpha1), _real("alpha2", alpha2), beta32, op_id)
+    if out is None:
+        if beta32 != 0:
+            raise BadParamError(
+                "beta: blending (beta != 0) reads the prior content of out; pass out="
+            )
+        out = array_module(a).empty(shape, dt.numpy)
+    else:
+        check_out(out, shape, dt.numpy, backend, {})
+        _writable("out", out)
+        xp = array_module(out)
+        a = (
+            a.copy()
+            if a is not out and a.size and xp.may_share_memory(a, out) and a.shape != out.shape
+            else a
+        )
+        if (
+            b is not None
+            and b is not out
+            and b.size
+            and xp.may_share_memory(b, out)
+            and b.shape != out.shape
+        ):
+            b = b.copy()
+    _elementwise(backend, dt, out, a, b, params)
+    return out
+
+
+def scale_tensor(y: Any, alpha: float) -> Any:
+    """cuDNN's cudnnScaleTensor: ``y *= alpha`` in place; returns y."""
+    backend = backend_for(y, names=("y",))
+    y = as_array("y", y)
+    dt = float_dtype("y", y)
+    _writable("y", y)
+    _elementwise(backend, dt, y, y, None, _op_struct(_real("alpha", alpha), 0.0, 0.0, _OP_COPY))
+    return y
+
+
+def set_tensor(y: Any, value: float) -> Any:
+    """cuDNN's cudnnSetTensor: every element of y set to ``value`` (rounded to y's dtype)."""
+    backend = backend_for(y, names=("y",))
+    y = as_array("y", y)
+    dt = float_dtype("y", y)
+    _writable("y", y)
+    v = float(value) if isinstance(value, (float, np.floating)) and np.isnan(value) else None
+    val = v if v is not None else _real("value", value)
+    _elementwise(backend, dt, y, None, None, _op_struct(val, 0.0, 0.0, _OP_SET))
+    return y
+
+
+# ------------------------------------------------------------------ transform
+
+
+def transform_tensor(
+    x: Any,
+    out: Any = None,
+    *,
+    dtype: Any = None,
+    alpha: float = 1.0,
+    beta: float = 0.0,
+) -> Any:
+    """cuDNN's cudnnTransformTensor: ``out = alpha * x + beta * out`` with any layouts of x
+    and out (same shape) and any float dtypes (conversion rounds once). Without ``out`` the
+    result is a new C-contiguous array of ``dtype`` (default x's)."""
+    backend = backend_for(x, out, names=("x", "out"))
+    x = as_array("x", x)
+    src = float_dtype("x", x)
+    beta32 = _real("beta", beta)
+    if out is None:
+        if beta32 != 0:
+            raise BadParamError(
+                "beta: blending (beta != 0) reads the prior content of out; pass out="
+            )
+        dst = src if dtype is None else dtypes.lookup(dtype)
+        if dst is None:
+            raise BadParamError(f"dtype: expected float32, float16 or bfloat16, got {dtype!r}")
+        out = array_module(x).empty(x.shape, dst.numpy)
+    else:
+        dst = float_dtype("out", out)
+        if dtype is not None and dtypes.lookup(dtype) != dst:
+            raise BadParamError(f"dtype: {dtype!r} differs from out's dtype {out.dtype}")
+        check_out(out, x.shape, dst.numpy, backend, {})
+        _writable("out", out)
+        if x.size and array_module(out).may_share_memory(x, out):
+            x = x.copy()
+    if out.size:
+        strides = [[s // out.itemsize for s in out.strides], [s // x.itemsize for s in x.strides]]
+        strides.append([0] * x.ndim)
+        layout = _layout(tuple(x.shape), strides)
+        name = f"tensor_transform<{src.ctype}, {dst.ctype}>"
+        kernel = _kernel(backend, dst, name, f"tensor_transform_{src.short}_to_{dst.short}")
+        params = _op_struct(_real("alpha", alpha), 0.0, beta32, _OP_COPY)
+        kernel(_grid(backend, out.size), BLOCK, (x, out, np.int64(out.size), layout, params))
+    return out
+
+
+def _check_4d(name: str, x: Any) -> None:
+    if x.ndim != 4:
+        raise BadParamError(f"{name}: expected a 4-d array, got {x.ndim}-d")
+
+
+def nchw_to_nhwc(x: Any, *, dtype: Any = None) -> Any:
+    """An (N, C, H, W) array as a new C-contiguous (N, H, W, C) array (optionally converted)."""
+    x = as_array("x", x)
+    _check_4d("x", x)
+    return transform_tensor(x.transpose(0, 2, 3, 1), dtype=dtype)
+
+
+def nhwc_to_nchw(x: Any, *, dtype: Any = None) -> Any:
+    """An (N, H, W, C) array as a new C-contiguous (N, C, H, W) array."""
+    x = as_array("x", x)
+    _check_4d("x", x)
+    return transform_tensor(x.transpose(0, 3, 1, 2), dtype=dtype)
+
+
+# ------------------------------------------------------------------ reductions
+
+
+def _axes(axes: Any, ndim: int) -> tuple[int, ...]:
+    if axes is None:
+        return tuple(range(ndim))
+    items = (axes,) if isinstance(axes, (int, np.integer)) and not isinstance(axes, bool) else axes
+    try:
+        items = tuple(items)
+    except TypeError:
+        raise BadParamError(
+            f"axes: expected None, an int or a tuple of ints, got {axes!r}"
+        ) from None
+    norm = []
+    for a in items:
+        if isinstance(a, bool) or not isinstance(a, (int, np.integer)):
+            raise BadParamError(f"axes: expected ints, got {a!r}")
+        if not -ndim <= int(a) < ndim:
+            raise BadParamError(f"axes: {int(a)} is out of range for a {ndim}-d array")
+        norm.append(int(a) % ndim)
+    if len(set(norm)) != len(norm):
+        raise BadParamError(f"axes: repeated axis in {axes!r}")
+    return tuple(sorted(norm))
+
+
+def reduce_tensor(
+    x: Any,
+    op: str,
+    axes: int | Sequence[int] | None = None,
+    *,
+    keepdims: bool = False,
+    return_indices: bool = False,
+    alpha: float = 1.0,
+    beta: float = 0.0,
+    out: Any = None,
+) -> Any:
+    """cuDNN's cudnnReduceTensor: ``out = alpha * reduce_op(x over axes) + beta * out``.
+
+    Args:
+        x: float32, float16 or bfloat16 array, any strides, at most 8 dims.
+        op: one of :data:`REDUCE_OPS` (see the module docstring for their definitions).
+        axes: the axes to reduce (None: all).
+        keepdims: keep reduced axes as size 1 (cuDNN's output shape).
+        return_indices: min / max / amax only: also return int64 indices of the chosen
+            elements, flattened in C order over the reduced axes.
+        out: result array (x's dtype; shape with or without the kept 1s per keepdims).
+
+    Returns:
+        out, or (out, indices).
+    """
+    op_id = _choice("op", op, REDUCE_OPS)
+    if return_indices and op not in _ARG_OPS:
+        raise BadParamError(f"return_indices: only min, max and amax have indices, not {op!r}")
+    backend = backend_for(x, out, names=("x", "out"))
+    x = as_array("x", x)
+    dt = float_dtype("x", x)
+    if x.ndim > MAX_DIMS:
+        raise NotSupportedError(f"x: at most {MAX_DIMS} dims, got {x.ndim}")
+    red = _axes(axes, x.ndim)
+    kept = tuple(d for d in range(x.ndim) if d not in red)
+    count = int(np.prod([x.shape[d] for d in red], dtype=np.int64))
+    if count == 0 and op in _UNDEFINED_WHEN_EMPTY:
+        raise BadParamError(
+            f"x: reducing zero elements with op {op!r} is undefined "
+            f"(axes {red} include a size-0 axis)"
+        )
+    full_shape = tuple(1 if d in red else s for d, s in enumerate(x.shape))
+    shape = full_shape if keepdims else tuple(x.shape[d] for d in kept)
+    beta32 = _real("beta", beta)
+    xp = array_module(x)
+    if out is None:
+        if beta32 != 0:
+            raise BadParamError(
+                "beta: blending (beta != 0) reads the prior content of out; pass out="
+            )
+        out = xp.empty(shape, dt.numpy)
+    else:
+        check_out(out, shape, dt.numpy, backend, {})
+        _writable("out", out)
+        if x.size and xp.may_share_memory(x, out):
+            x = x.copy()
+    indices = xp.empty(shape, np.int64) if return_indices else None
+    # the kernel writes values and indices at the same offsets: a C-contiguous target
+    target = out if out.flags.c_contiguous else xp.ascontiguousarray(out)
+    if target.size:
+        _launch_reduce(backend, dt, x, target, indices, kept, red, count, op_id, alpha, beta32)
+        if target is not out:
+            out[...] = target
+    return (out, indices) if return_indices else out
+
+
+def _launch_reduce(
+    backend: Backend,
+    dt: dtypes.DType,
+    x: Any,
+    out: Any,
+    indices: Any,
+    kept: tuple[int, ...],
+    red: tuple[int, ...],
+    count: int,
+    op_id: int,
+    alpha: Any,
+    beta: float,
+) -> None:
+    outputs = int(np.prod([x.shape[d] for d in kept], dtype=np.int64))
+    # out (C-contiguous) holds the kept axes in order, with or without the reduced 1s
+    out_strides = [s // out.itemsize for s in out.strides]
+    if out.ndim == x.ndim:
+        out_strides = [out_strides[d] for d in kept]
+    r = np.zeros((), _REDUCE_DTYPE)
+    xs = [s // x.itemsize for s in x.strides]
+    r["kndim"], r["rndim"] = len(kept), len(red)
+    r["ksize"][: len(kept)] = [x.shape[d] for d in kept][::-1]
+    r["kstride_in"][: len(kept)] = [xs[d] for d in kept][::-1]
+    r["kstride_out"][: len(kept)] = out_strides[::-1]
+    r["rsize"][: len(red)] = [x.shape[d] for d in red][::-1]
+    r["rstride"][: len(red)] = [xs[d] for d in red][::-1]
+    r["outputs"], r["count"] = outputs, count
+    r["alpha"], r["beta"], r["op"] = _real("alpha", alpha), beta, op_id
+    # The contiguous (smallest-stride) axis decides who walks it: threads across outputs
+    # when it is kept, lanes of a warp (or a block) when it is reduced.
+    live = [d for d in range(x.ndim) if x.shape[d] > 1]
+    inner = min(live, key=lambda d: abs(xs[d])) if live else None
+    if inner is not None and inner in kept and outputs >= 32:
+        kind, grid = "thread", _grid(backend, outputs)
+    elif count >= 4096:
+        kind, grid = "block", max(1, min(outputs, _max_blocks(backend) * 4))
+    else:
+        kind, grid = "warp", _grid(backend, outputs * 32)
+    name = f"tensor_reduce_{kind}<{dt.ctype}>"
+    kernel = _kernel(backend, dt, name, f"tensor_reduce_{kind}_{dt.short}")
+    kernel(grid, BLOCK, (x, out, indices, r[()]))
+
+
+__all__ = [
+    "OP_TENSOR_OPS",
+    "REDUCE_OPS",
+    "add_tensor",
+    "last_kernel_name",
+    "module_specs",
+    "nchw_to_nhwc",
+    "nhwc_to_nchw",
+    "op_tensor",
+    "reduce_tensor",
+    "scale_tensor",
+    "set_tensor",
+    "transform_tensor",
+]

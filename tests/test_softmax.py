@@ -1,0 +1,252 @@
+"""Softmax / log-softmax forward and backward on every backend against the float64
+reference (cudnnlite.reference.softmax).
+
+Tolerances (per element, see `check`):
+- forward softmax: y = exp(x - m) / s in float32 has relative error about
+  |x - m| * 2^-24 (the rounding of x - m, amplified by exp) plus a few ulps from expf and
+  the division; rows where |x - m| matters (> 16) have y < 1e-7, covered by atol 1e-7.
+  So rtol = 32 float32 ulps + one rounding of the storage type.
+- forward log-softmax: (x - m) - log(s) has absolute error of a few float32 ulps of
+  |x - m| + |log s|: rtol as above plus atol 2^-20 * (1 + log(len)).
+- backward: the row sum in float32 has error <= (terms per thread + tree depth) ulps of
+  sum|terms|; bounded by 2^-18 * sum|terms| (64 ulps: rows here have at most ~62 serial
+  terms per thread) times |y| (softmax) or exp(y) (log-softmax), plus the storage rounding.
+"""
+
+from __future__ import annotations
+
+import math
+from typing import Any
+
+import numpy as np
+import pytest
+
+from cudnnlite import dtypes
+from cudnnlite import reference as ref
+from cudnnlite.errors import BadParamError
+from cudnnlite.ops.softmax import (
+    kernel_name_for,
+    last_kernel_name,
+    log_softmax,
+    softmax,
+    softmax_backward,
+)
+from cudnnlite.testing import to_backend, to_numpy
+
+DTYPES = [d.numpy for d in dtypes.FLOAT_TYPES]
+SHORT = {d.numpy: d.short for d in dtypes.FLOAT_TYPES}
+STORAGE = {"fp32": 0.0, "fp16": 2.0**-11, "bf16": 2.0**-8}  # half an ulp of the storage type
+ULP32 = 2.0**-24
+# half the spacing of the storage type's subnormals (fp16's start at 6e-5: tiny gradients
+# are stored with this absolute error); float32 and bfloat16 reach 1e-38
+SUBNORMAL = {"fp32": 0.0, "fp16": 2.0**-25, "bf16": 0.0}
+
+
+def rand(shape: tuple[int, ...], dtype: Any, seed: int = 0, scale: float = 3.0) -> np.ndarray:
+    return (np.random.default_rng(seed).standard_normal(shape) * scale).astype(dtype)
+
+
+def check_forward(y: Any, x: np.ndarray, axis: Any, log: bool, mode: Any = None) -> None:
+    short = SHORT[x.dtype]
+    got = to_numpy(y).astype(np.float64)
+    want = ref.softmax.softmax(x, axis, log=log, mode=mode)
+    rtol = 32 * ULP32 + STORAGE[short]
+    if log:
+        n = x.size if mode == "instance" else x.shape[1 if mode == "channel" else axis]
+        atol = 2.0**-20 * (1 + math.log(max(n, 1))) + STORAGE[short] * 1e-3
+    else:
+        atol = 1e-7
+    np.testing.assert_allclose(got, want, rtol=rtol, atol=atol, err_msg=f"{short} log={log}")
+
+
+def check_backward(
+    dx: Any, dy: np.ndarray, y: np.ndarray, axis: Any, log: bool, mode: Any = None
+) -> None:
+    short = SHORT[y.dtype]
+    got = to_numpy(dx).astype(np.float64)
+    want = ref.softmax.softmax_backward(dy, y, axis, log=log, mode=mode)
+    dy64, y64 = dy.astype(np.float64), y.astype(np.float64)
+    axes = (
+        tuple(range(1, y.ndim))
+        if mode == "instance"
+        else ((1,) if mode == "channel" else (axis % y.ndim,))
+    )
+    if log:
+        scale = np.exp(y64) * np.sum(np.abs(dy64), axis=axes, keepdims=True) + np.abs(dy64)
+    else:
+        scale = np.abs(y64) * (np.sum(np.abs(dy64 * y64), axis=axes, keepdims=True) + np.abs(dy64))
+    err = np.abs(got - want)
+    bound = (
+        2.0**-18 * scale + (STORAGE[short] + 8 * ULP32) * np.abs(want) + SUBNORMAL[short] + 1e-30
+    )
+    assert np.all(err <= bound), f"{short} log={log}: max excess {np.max(err - bound):.3e}"
+
+
+@pytest.mark.parametrize("dtype", DTYPES, ids=lambda d: SHORT[d])
+@pytest.mark.parametrize("length", [1, 31, 32, 33, 1823])
+@pytest.mark.parametrize("log", [False, True], ids=["softmax", "log"])
+def test_forward_and_backward_row_lengths(backend: str, dtype: Any, length: int, log: bool) -> None:
+    x = rand((3, length), dtype, seed=length)
+    y = softmax(to_backend(x, backend), log=log)
+    check_forward(y, x, -1, log)
+    assert last_kernel_name().startswith("softmax_fwd_" + ("warp" if length <= 1024 else "block"))
+    y = to_numpy(y)
+    dy = rand((3, length), dtype, seed=length + 1, scale=1.0)
+    dx = softmax_backward(to_backend(dy, backend), to_backend(y, backend), log=log)
+    check_backward(dx, dy, y, -1, log)
+
+
+@pytest.mark.parametrize("log", [False, True], ids=["softmax", "log"])
+def test_million_element_row_uses_the_multi_block_path(backend: str, log: bool) -> None:
+    x = rand((1, 10**6), np.float32, seed=7, scale=1e4)  # 1e4: a naive exp overflows
+    y = softmax(to_backend(x, backend), log=log)
+    assert last_kernel_name() == "softmax_fwd_multi_vec4_fp32"
+    check_forward(y, x, -1, log)
+    y = to_numpy(y)
+    dy = rand((1, 10**6), np.float32, seed=8, scale=1.0)
+    dx = softmax_backward(to_backend(dy, backend), to_backend(y, backend), log=log)
+    assert last_kernel_name() == "softmax_bwd_multi_vec4_fp32"
+    check_backward(dx, dy, y, -1, log)
+
+
+@pytest.mark.parametrize("dtype", DTYPES, ids=lambda d: SHORT[d])
+@pytest.mark.parametrize("length", [33, 1823])
+def test_large_magnitude_inputs_do_not_overflow(backend: str, dtype: Any, length: int) -> None:
+    x = rand((2, length), dtype, seed=3, scale=1e4)
+    y = to_numpy(softmax(to_backend(x, backend)))
+    assert np.all(np.isfinite(y.astype(np.float64)))
+    check_forward(y, x, -1, False)
+    # log-softmax values reach -(max - min) ~ -8e4, past float16's 65504: scale 5e3 there
+    xl = x if dtype != np.float16 else rand((2, length), dtype, seed=3, scale=5e3)
+    yl = to_numpy(softmax(to_backend(xl, backend), log=True))
+    assert np.all(np.isfinite(yl.astype(np.float64)))
+    check_forward(yl, xl, -1, True)
+
+
+def test_fast_algorithm_skips_the_max(backend: str) -> None:
+    x = rand((4, 100), np.float32, seed=4, scale=2.0)
+    for log in (False, True):
+        y = to_numpy(softmax(to_backend(x, backend), log=log, algorithm="fast"))
+        want = ref.softmax.softmax(x, -1, log=log, fast=True)
+        np.testing.assert_allclose(y, want, rtol=64 * ULP32, atol=2.0**-20 * 6)
+    big = np.full((1, 40), 100.0, np.float32)  # exp(100) overflows float32: as cuDNN's fast
+    assert not np.all(np.isfinite(to_numpy(softmax(to_backend(big, backend), algorithm="fast"))))
+    assert np.allclose(to_numpy(softmax(to_backend(big, backend))), 1 / 40)
+
+
+# (shape, axis) from real networks, scaled down: BERT attention scores (N, heads, T, T),
+# classifier logits, a CNN feature map over channels, plus odd ones.
+CASES = [
+    ((2, 4, 16, 16), -1),
+    ((2, 4, 16, 16), 2),
+    ((4, 1000), -1),
+    ((2, 16, 7, 7), 1),
+    ((5, 3, 2), 0),
+    ((1, 1, 1), 1),
+    ((7,), 0),
+    ((3, 2053), 1),
+]
+
+
+@pytest.mark.parametrize(("shape", "axis"), CASES, ids=str)
+@pytest.mark.parametrize("dtype", DTYPES, ids=lambda d: SHORT[d])
+def test_axes_of_real_shapes(backend: str, shape: tuple, axis: int, dtype: Any) -> None:
+    x = rand(shape, dtype, seed=len(shape))
+    dy = rand(shape, dtype, seed=9, scale=1.0)
+    for log in (False, True):
+        y = softmax(to_backend(x, backend), axis, log=log)
+        check_forward(y, x, axis, log)
+        dx = softmax_backward(to_backend(dy, backend), y, axis, log=log)
+        check_backward(dx, dy, to_numpy(y), axis, log)
+
+
+@pytest.mark.parametrize("mode", ["instance", "channel"])
+def test_cudnn_modes(backend: str, mode: str) -> None:
+    x = rand((2, 8, 5, 5), np.float32, seed=11)
+    dy = rand((2, 8, 5, 5), np.float32, seed=12, scale=1.0)
+    for log in (False, True):
+        y = softmax(to_backend(x, backend), mode=mode, log=log)
+        check_forward(y, x, None, log, mode)
+        dx = softmax_backward(to_backend(dy, backend), y, mode=mode, log=log)
+        check_backward(dx, dy, to_numpy(y), None, log, mode)
+    kind = "warp_vec4" if mode == "instance" else "cols"  # 200-element rows; columns over C
+    assert kernel_name_for(x, mode=mode) == f"softmax_fwd_{kind}_fp32"
+
+
+def test_block_path_vector_and_scalar(backend: str) -> None:
+    for length, tag in ((5000, "block_vec8"), (4099, "block_scalar")):
+        x = rand((2, length), np.float16, seed=length)
+        y = softmax(to_backend(x, backend))
+        assert last_kernel_name() == f"softmax_fwd_{tag}_fp16"
+        check_forward(y, x, -1, False)
+
+
+def test_random_thread_schedule(backend: str, monkeypatch: pytest.MonkeyPatch) -> None:
+    monkeypatch.setenv("CUDNNLITE_EMU_SCHEDULE", "random")
+    for shape in ((5, 33), (2, 3000), (1, 300000)):
+        x = rand(shape, np.float32, seed=shape[1])
+        check_forward(softmax(to_backend(x, backend)), x, -1, False)
+        dy = rand(shape, np.float32, seed=1, scale=1.0)
+        y = to_numpy(softmax(to_backend(x, backend)))
+        check_backward(
+            softmax_backward(to_backend(dy, backend), to_backend(y, backend)), dy, y, -1, False
+        )
+
+
+def test_masked_and_infinite_entries(backend: str) -> None:
+    x = np.array([[-np.inf, 1.0, 2.0, -np.inf], [-np.inf] * 4, [np.nan, 0, 0, 0]], np.float32)
+    y = to_numpy(softmax(to_backend(x, backend)))
+    np.testing.assert_allclose(y[0], ref.softmax.softmax(x[0]), rtol=1e-6)
+    assert y[0, 0] == 0 and y[0, 3] == 0
+    assert np.all(np.isnan(y[1])) and np.all(np.isnan(y[2]))  # 0/0 and NaN, as PyTorch
+
+
+def test_noncontiguous_inputs_and_out(backend: str) -> None:
+    base = rand((6, 40), np.float32, seed=5)
+    x = base[::2, ::3]
+    xb = to_backend(base, backend)[::2, ::3]
+    out_base = to_backend(np.zeros((6, 40), np.float32), backend)
+    out = out_base[1::2, ::3]
+    r = softmax(xb, out=out)
+    assert r is out
+    check_forward(out, np.ascontiguousarray(x), -1, False)
+    assert np.all(to_numpy(out_base)[0] == 0)  # only the view was written
+    y = softmax(to_backend(x.T.copy(), backend), 0)
+    check_forward(y, x.T.copy(), 0, False)
+
+
+def test_in_place_and_log_wrapper(backend: str) -> None:
+    x = rand((4, 50), np.float32, seed=6)
+    xb = to_backend(x, backend)
+    assert softmax(xb, out=xb) is xb
+    check_forward(xb, x, -1, False)
+    check_forward(log_softmax(to_backend(x, backend)), x, -1, True)
+
+
+def test_empty(backend: str) -> None:
+    x = to_backend(np.zeros((0, 5), np.float32), backend)
+    assert softmax(x).shape == (0, 5)
+    assert softmax(to_backend(np.zeros((3, 0), np.float32), backend)).shape == (3, 0)
+
+
+def test_bad_inputs_raise_and_leave_inputs_untouched(backend: str) -> None:
+    x = rand((2, 3, 4), np.float32)
+    xb = to_backend(x, backend)
+    before = to_numpy(xb).tobytes()
+    bad = [
+        (lambda: softmax(xb, 3), "axis"),
+        (lambda: softmax(xb, -4), "axis"),
+        (lambda: softmax(xb, 1.0), "axis"),
+        (lambda: softmax(xb, algorithm="exact"), "algorithm"),
+        (lambda: softmax(xb, mode="spatial"), "mode"),
+        (lambda: softmax(xb, 1, mode="channel"), "axis"),
+        (lambda: softmax(to_backend(x.astype(np.float64), backend)), "x"),
+        (lambda: softmax(to_backend(np.zeros((), np.float32), backend)), "x"),
+        (lambda: softmax(xb, out=to_backend(np.zeros((2, 3), np.float32), backend)), "out"),
+        (lambda: softmax_backward(xb, to_backend(x[:, :2], backend)), "dy"),
+        (lambda: softmax_backward(to_backend(x.astype(np.float16), backend), xb), "dy"),
+    ]
+    for call, name in bad:
+        with pytest.raises(BadParamError, match=name):
+            call()
+    assert to_numpy(xb).tobytes() == before

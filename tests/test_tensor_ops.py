@@ -1,0 +1,252 @@
+"""cuDNN's tensor operations on every backend against the float64 reference.
+
+Tolerances: elementwise ops are one float32 operation (or two with beta) and one rounding
+to the storage type: cudnnlite.testing's elementwise rtol. Reductions: a float32 sum of n
+terms has error <= (n + 32) ulps of sum|terms| (serial part plus the shuffle tree), a
+product <= (n + 32) ulps relative; min / max / amax pick a stored element (exact); each
+result is then rounded once to the storage type.
+"""
+
+from __future__ import annotations
+
+from typing import Any
+
+import numpy as np
+import pytest
+
+from cudnnlite import dtypes
+from cudnnlite import reference as ref
+from cudnnlite.errors import BadParamError
+from cudnnlite.ops.tensor import (
+    OP_TENSOR_OPS,
+    REDUCE_OPS,
+    add_tensor,
+    last_kernel_name,
+    nchw_to_nhwc,
+    nhwc_to_nchw,
+    op_tensor,
+    reduce_tensor,
+    scale_tensor,
+    set_tensor,
+    transform_tensor,
+)
+from cudnnlite.testing import ELEMENTWISE_RTOL, assert_close, to_backend, to_numpy
+
+DTYPES = [d.numpy for d in dtypes.FLOAT_TYPES]
+SHORT = {d.numpy: d.short for d in dtypes.FLOAT_TYPES}
+STORAGE = {"fp32": 0.0, "fp16": 2.0**-11, "bf16": 2.0**-8}
+# half the spacing of fp16's subnormals (below 6e-5 fp16 rounds absolutely, e.g. products)
+SUBNORMAL = {"fp32": 0.0, "fp16": 2.0**-25, "bf16": 0.0}
+
+
+def rand(shape: tuple[int, ...], dtype: Any, seed: int = 0, lo: float = -2, hi: float = 2) -> Any:
+    return np.random.default_rng(seed).uniform(lo, hi, shape).astype(dtype)
+
+
+def check_reduce(
+    got: Any, x: np.ndarray, op: str, axes: Any, keepdims: bool = False, idx: Any = None
+) -> None:
+    want, want_idx = ref.reduce_tensor(x, op, axes, keepdims)
+    short = SHORT[x.dtype]
+    g = to_numpy(got).astype(np.float64)
+    n = max(1, x.size // max(1, want.size))
+    ulps = (n + 32) * 2.0**-24
+    if op in ("min", "max", "amax"):
+        np.testing.assert_array_equal(g, want)
+        if idx is not None:
+            np.testing.assert_array_equal(to_numpy(idx), want_idx)
+        return
+    if op in ("sum", "avg", "norm1", "norm2"):
+        mag, _ = ref.reduce_tensor(np.abs(x.astype(np.float64)), "sum", axes, keepdims)
+        if op == "avg":
+            mag = mag / n
+        if op == "norm2":
+            mag = np.abs(want)
+        bound = ulps * mag + (STORAGE[short] + 2.0**-23) * np.abs(want) + SUBNORMAL[short] + 1e-30
+    else:
+        bound = (ulps + STORAGE[short] + 2.0**-23) * np.abs(want) + SUBNORMAL[short] + 1e-30
+    assert np.all(np.abs(g - want) <= bound), f"{op} {axes} {short}: {np.abs(g - want).max()}"
+
+
+@pytest.mark.parametrize("dtype", DTYPES, ids=lambda d: SHORT[d])
+@pytest.mark.parametrize("op", OP_TENSOR_OPS)
+def test_op_tensor(backend: str, dtype: Any, op: str) -> None:
+    a = rand((2, 16, 5, 7), dtype, seed=1, lo=0.1 if op == "sqrt" else -2)
+    b_full = rand((2, 16, 5, 7), dtype, seed=2)
+    b_bias = rand((1, 16, 1, 1), dtype, seed=3)
+    prior = rand((2, 16, 5, 7), dtype, seed=4)
+    for b in (None,) if op in ("sqrt", "not") else (b_full, b_bias):
+        bb = None if b is None else to_backend(b, backend)
+        r = op_tensor(op, to_backend(a, backend), bb, alpha1=1.5, alpha2=-0.5)
+        assert_close(r, ref.op_tensor(op, a, b, 1.5, -0.5), dtype, what=op)
+        out = to_backend(prior, backend)
+        op_tensor(op, to_backend(a, backend), bb, alpha1=0.5, alpha2=2.0, beta=0.25, out=out)
+        want = ref.op_tensor(op, a, b, 0.5, 2.0, 0.25, prior)
+        # two float32 operations before the store (op, then the fma with beta)
+        assert_close(out, want, dtype, rtol=ELEMENTWISE_RTOL[SHORT[dtype]] * 2, what=op)
+
+
+def test_op_tensor_paths_and_broadcast_both_ways(backend: str) -> None:
+    a = rand((4, 1, 6), np.float32, seed=5)
+    b = rand((3, 1), np.float32, seed=6)
+    r = op_tensor("mul", to_backend(a, backend), to_backend(b, backend))
+    assert r.shape == (4, 3, 6) and last_kernel_name() == "tensor_binary_strided_fp32"
+    assert_close(r, ref.op_tensor("mul", a, b), np.float32)
+    c = rand((64,), np.float32, seed=7)
+    op_tensor("add", to_backend(c, backend), to_backend(c, backend))
+    assert last_kernel_name() == "tensor_binary_vec4_fp32"
+
+
+@pytest.mark.parametrize("dtype", DTYPES, ids=lambda d: SHORT[d])
+def test_add_tensor_bias_on_resnet_shapes(backend: str, dtype: Any) -> None:
+    for shape in ((2, 64, 7, 7), (2, 256, 3, 3), (1, 3, 11, 13)):
+        c = rand(shape, dtype, seed=8)
+        bias = rand((1, shape[1], 1, 1), dtype, seed=9)
+        cb = to_backend(c, backend)
+        assert add_tensor(to_backend(bias, backend), cb) is cb
+        assert_close(cb, ref.add_tensor(bias, c), dtype)
+        cb = to_backend(c, backend)
+        add_tensor(to_backend(bias[0], backend), cb, alpha=2.0, beta=0.5)  # (C,1,1): padded
+        assert_close(
+            cb, ref.add_tensor(bias[0], c, 2.0, 0.5), dtype, rtol=2 * ELEMENTWISE_RTOL[SHORT[dtype]]
+        )
+
+
+@pytest.mark.parametrize("dtype", DTYPES, ids=lambda d: SHORT[d])
+@pytest.mark.parametrize("op", REDUCE_OPS)
+def test_reduce_tensor(backend: str, dtype: Any, op: str) -> None:
+    lo = 0.5 if op in ("mul", "mul_no_zeros") else -2  # products of 0.5..1.5 stay in range
+    hi = 1.5 if lo == 0.5 else 2
+    x = rand((2, 8, 5, 6), dtype, seed=10, lo=lo, hi=hi)
+    if op == "mul_no_zeros":
+        x[:, ::3] = 0
+    xb = to_backend(x, backend)
+    for axes in ((1,), (2, 3), (0, 2, 3), None, (0,), 3):
+        idx = op in ("min", "max", "amax")
+        r = reduce_tensor(xb, op, axes, return_indices=idx)
+        if idx:
+            check_reduce(r[0], x, op, axes, idx=r[1])
+        else:
+            check_reduce(r, x, op, axes)
+
+
+def test_reduce_variants_and_long_rows(backend: str) -> None:
+    x = rand((3, 5000), np.float32, seed=11)
+    xb = to_backend(x, backend)
+    check_reduce(reduce_tensor(xb, "sum", 1), x, "sum", 1)
+    assert last_kernel_name() == "tensor_reduce_block_fp32"
+    check_reduce(reduce_tensor(xb, "norm2", 0), x, "norm2", 0)
+    assert last_kernel_name() == "tensor_reduce_thread_fp32"
+    v, i = reduce_tensor(xb[:, :100], "max", 1, return_indices=True)
+    assert last_kernel_name() == "tensor_reduce_warp_fp32"
+    check_reduce(v, np.ascontiguousarray(x[:, :100]), "max", 1, idx=i)
+    xt = to_backend(x.T.copy(), backend).T  # transposed view: no copy, any strides
+    check_reduce(reduce_tensor(xt, "avg", 1), x, "avg", 1)
+
+
+def test_reduce_keepdims_out_blending_and_random_schedule(
+    backend: str, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    monkeypatch.setenv("CUDNNLITE_EMU_SCHEDULE", "random")
+    x = rand((2, 3, 4, 5), np.float32, seed=12)
+    r = reduce_tensor(to_backend(x, backend), "sum", (0, 2, 3), keepdims=True)
+    assert r.shape == (1, 3, 1, 1)
+    check_reduce(r, x, "sum", (0, 2, 3), keepdims=True)
+    prior = rand((3,), np.float32, seed=13)
+    out = to_backend(prior, backend)
+    reduce_tensor(to_backend(x, backend), "avg", (0, 2, 3), alpha=2.0, beta=-1.0, out=out)
+    want = 2.0 * ref.reduce_tensor(x, "avg", (0, 2, 3))[0] - prior
+    np.testing.assert_allclose(to_numpy(out), want, rtol=1e-5, atol=1e-6)
+    big = rand((2, 8192), np.float32, seed=14)
+    check_reduce(reduce_tensor(to_backend(big, backend), "amax", 1), big, "amax", 1)
+
+
+def test_reduce_nan_ties_and_empty(backend: str) -> None:
+    x = np.array([[1.0, 3.0, 3.0, -3.0], [2.0, np.nan, 5.0, np.nan]], np.float32)
+    v, i = reduce_tensor(to_backend(x, backend), "max", 1, return_indices=True)
+    assert to_numpy(i).tolist() == [1, 1] and np.isnan(to_numpy(v)[1])
+    v, i = reduce_tensor(to_backend(x[:1], backend), "amax", 1, return_indices=True)
+    assert to_numpy(i).tolist() == [1]  # |3| == |-3|: the lower index
+    e = to_backend(np.zeros((3, 0), np.float32), backend)
+    np.testing.assert_array_equal(to_numpy(reduce_tensor(e, "sum", 1)), [0, 0, 0])
+    np.testing.assert_array_equal(to_numpy(reduce_tensor(e, "mul", 1)), [1, 1, 1])
+    assert reduce_tensor(e, "max", 0).shape == (0,)  # nothing to reduce into: no outputs
+    z = to_backend(np.zeros((2, 3), np.float32), backend)
+    np.testing.assert_array_equal(to_numpy(reduce_tensor(z, "mul_no_zeros", 1)), [1, 1])
+
+
+@pytest.mark.parametrize("src", DTYPES, ids=lambda d: SHORT[d])
+@pytest.mark.parametrize("dst", DTYPES, ids=lambda d: SHORT[d])
+def test_transform_conversions_and_layouts(backend: str, src: Any, dst: Any) -> None:
+    x = rand((2, 16, 5, 7), src, seed=15)
+    y = nchw_to_nhwc(to_backend(x, backend), dtype=dst)
+    assert y.shape == (2, 5, 7, 16) and y.flags.c_contiguous and y.dtype == dst
+    want = x.transpose(0, 2, 3, 1).astype(np.float32).astype(dst)  # exact values, one rounding
+    np.testing.assert_array_equal(to_numpy(y).astype(np.float64), want.astype(np.float64))
+    back = nhwc_to_nchw(y, dtype=src)
+    if np.dtype(dst).itemsize >= np.dtype(src).itemsize and not (
+        SHORT[src] == "fp16" and SHORT[dst] == "bf16"
+    ):
+        np.testing.assert_array_equal(to_numpy(back), x)  # lossless round trip
+
+
+def test_transform_strided_out_and_blending(backend: str) -> None:
+    x = rand((4, 6), np.float32, seed=16)
+    prior = rand((4, 12), np.float32, seed=17)
+    out_base = to_backend(prior, backend)
+    out = out_base[:, ::-2]
+    transform_tensor(to_backend(x, backend), out, alpha=3.0, beta=0.5)
+    want = ref.transform_tensor(x, 3.0, 0.5, prior[:, ::-2])
+    assert_close(out, want, np.float32, rtol=4e-7)
+    np.testing.assert_array_equal(to_numpy(out_base)[:, -2::-2], prior[:, -2::-2])
+
+
+def test_scale_and_set(backend: str) -> None:
+    x = rand((3, 5, 7), np.float16, seed=18)
+    xb = to_backend(x, backend)
+    assert scale_tensor(xb, -2.5) is xb
+    assert_close(xb, x.astype(np.float64) * -2.5, np.float16)
+    view = xb[:, ::2]
+    set_tensor(view, 0.1)
+    assert np.all(to_numpy(xb)[:, ::2] == np.float16(0.1))
+    assert np.all(
+        to_numpy(xb)[:, 1::2] == (x[:, 1::2].astype(np.float32) * -2.5).astype(np.float16)
+    )
+
+
+def test_bad_inputs_raise_and_leave_inputs_untouched(backend: str) -> None:
+    x = rand((2, 3, 4), np.float32)
+    xb = to_backend(x, backend)
+    before = to_numpy(xb).tobytes()
+    other = to_backend(rand((2, 5, 4), np.float32), backend)
+    half = to_backend(x.astype(np.float16), backend)
+    bad = [
+        (lambda: op_tensor("div", xb, xb), "op"),
+        (lambda: op_tensor("add", xb, other), "b"),
+        (lambda: op_tensor("add", xb), "b"),
+        (lambda: op_tensor("sqrt", xb, xb), "b"),
+        (lambda: op_tensor("add", xb, half), "b"),
+        (lambda: op_tensor("add", xb, xb, beta=1.0), "beta"),
+        (lambda: op_tensor("add", xb, xb, alpha1="2"), "alpha1"),
+        (lambda: add_tensor(other, xb), "a"),
+        (lambda: reduce_tensor(xb, "median"), "op"),
+        (lambda: reduce_tensor(xb, "sum", 3), "axes"),
+        (lambda: reduce_tensor(xb, "sum", (0, -3)), "axes"),
+        (lambda: reduce_tensor(xb, "sum", 1.5), "axes"),
+        (lambda: reduce_tensor(xb, "sum", return_indices=True), "return_indices"),
+        (lambda: reduce_tensor(to_backend(np.zeros((2, 0)), backend), "min", 1), "x"),
+        (lambda: reduce_tensor(to_backend(np.zeros((2, 0), np.float32), backend), "max", 1), "x"),
+        (lambda: reduce_tensor(to_backend(np.zeros((2, 0), np.float32), backend), "avg"), "x"),
+        (
+            lambda: reduce_tensor(xb, "sum", 1, out=to_backend(np.zeros(3, np.float32), backend)),
+            "out",
+        ),
+        (lambda: transform_tensor(xb, dtype=np.int32), "dtype"),
+        (lambda: nchw_to_nhwc(xb), "x"),
+        (lambda: set_tensor(xb, "a"), "value"),
+        (lambda: scale_tensor(to_backend(x.astype(np.float64), backend), 2.0), "y"),
+    ]
+    for call, name in bad:
+        with pytest.raises(BadParamError, match=name):
+            call()
+    assert to_numpy(xb).tobytes() == before
