@@ -34,12 +34,42 @@ from .ops.activation import (
     tanh,
 )
 from .ops.conv import ConvPlan, conv1d, conv2d, conv2d_plan
+from .ops.dropout import dropout, dropout_backward
+from .ops.softmax import log_softmax, log_softmax_backward, softmax, softmax_backward
+from .ops.tensor import (
+    OP_TENSOR_OPS,
+    REDUCE_OPS,
+    add_tensor,
+    nchw_to_nhwc,
+    nhwc_to_nchw,
+    op_tensor,
+    reduce_tensor,
+    scale_tensor,
+    set_tensor,
+    transform_tensor,
+)
 from .problems.conv import ConvProblem
 
 __version__ = "0.1.0"
 
 __all__ = [
     "ACTIVATION_MODES",
+    "OP_TENSOR_OPS",
+    "REDUCE_OPS",
+    "add_tensor",
+    "dropout",
+    "dropout_backward",
+    "log_softmax",
+    "log_softmax_backward",
+    "nchw_to_nhwc",
+    "nhwc_to_nchw",
+    "op_tensor",
+    "reduce_tensor",
+    "scale_tensor",
+    "set_tensor",
+    "softmax",
+    "softmax_backward",
+    "transform_tensor",
     "ConvPlan",
     "ConvProblem",
     "conv1d",
