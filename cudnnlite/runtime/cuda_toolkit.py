@@ -480,8 +480,36 @@ def find_cuda_headers(nvrtc_version: tuple[int, int] | None = None) -> CudaHeade
 
 
 def find_cuda_include_dirs() -> list[Path]:
-    """``-I`` folders for NVRTC: the one with cuda_fp16.h/cuda_bf16.h, then CCCL's (nv/target)."""
-    return find_cuda_headers().include_dirs()
+    """``-I`` folders for NVRTC: the one with cuda_fp16.h/cuda_bf16.h, then CCCL's (nv/target),
+    then, when the first lacks them, the folder with the ``crt/`` headers that ``mma.h``
+    (tensor cores) includes: CUDA 13 wheels put them in the same tree (nvidia-cuda-crt),
+    CUDA 12 wheels in nvidia-cuda-nvcc-cu12's ``nvidia/cuda_nvcc/include``."""
+    headers = find_cuda_headers()
+    dirs = headers.include_dirs()
+    if not (headers.fp16.path / "crt" / "mma.h").is_file():
+        crt = _find_crt_dir(headers.fp16.major)
+        if crt is not None:
+            dirs.append(crt)
+    return dirs
+
+
+def _find_crt_dir(major: int | None) -> Path | None:
+    candidates: list[Path] = []
+    for site_dir in _site_dirs():
+        candidates.append(site_dir / "nvidia" / "cuda_nvcc" / "include")
+        candidates += sorted((site_dir / "nvidia").glob("cu[0-9]*/include"), reverse=True)
+    for root, _ in _toolkit_roots():
+        candidates += [root / "include", root / "targets/x86_64-linux/include"]
+    for folder in candidates:
+        if (folder / "crt" / "mma.h").is_file():
+            if (
+                major is None
+                or "cuda_nvcc" in str(folder)
+                or f"cu{major}" in str(folder)
+                or (_header_version(folder, None) or (major,))[:1] == (major,)
+            ):
+                return folder
+    return None
 
 
 def toolkit_report() -> ToolkitReport:

@@ -28,7 +28,19 @@ EMULATOR_SELFTEST = ModuleSpec.make(
     ],
 )
 
+# Tensor-core fragments (nvcuda::wmma); bf16/tf32 kernels trap below sm_80.
+WMMA_SELFTEST = ModuleSpec.make(
+    "selftest/wmma_selftest.cu",
+    [
+        "wmma_gemm_fp16",
+        "wmma_gemm_bf16",
+        "wmma_gemm_tf32",
+        "wmma_acc_roundtrip",
+        "wmma_staged_fp16",
+    ],
+)
+
 
 @register("selftest")
 def selftest_specs() -> list[ModuleSpec]:
-    return [EMULATOR_SELFTEST]
+    return [EMULATOR_SELFTEST, WMMA_SELFTEST]
