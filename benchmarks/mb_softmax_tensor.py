@@ -146,6 +146,33 @@ def cases(ctx: Context) -> list[Case]:
                 (lambda tc=tc: tc.sum(dim=(0, 2, 3))) if torch else None,
             )
         )
+        nhwc_c = ctx.randn((fmap[0], fmap[2], fmap[3], fmap[1]), dt)
+        bias_c = ctx.randn((fmap[1],), dt)
+        tnc = tbc = None
+        if torch is not None:
+            tnc, tbc = ctx.to_torch(nhwc_c), ctx.to_torch(bias_c)
+        out.append(
+            Case(
+                "tensor",
+                "add_tensor bias NHWC (in place)",
+                _shape(nhwc_c.shape),
+                short,
+                2 * n * item,
+                lambda c=nhwc_c, bias=bias_c: tn.add_tensor(bias, c),
+                (lambda tc=tnc, tb=tbc: tc.add_(tb)) if torch else None,
+            )
+        )
+        out.append(
+            Case(
+                "tensor",
+                "reduce sum of everything",
+                _shape(fmap),
+                short,
+                n * item,
+                lambda c=c: tn.reduce_tensor(c, "sum"),
+                (lambda tc=tc: tc.sum()) if torch else None,
+            )
+        )
         r = ctx.randn(rows, dt)
         tr = ctx.to_torch(r) if torch is not None else None
         out.append(

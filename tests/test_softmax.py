@@ -245,8 +245,86 @@ def test_bad_inputs_raise_and_leave_inputs_untouched(backend: str) -> None:
         (lambda: softmax(xb, out=to_backend(np.zeros((2, 3), np.float32), backend)), "out"),
         (lambda: softmax_backward(xb, to_backend(x[:, :2], backend)), "dy"),
         (lambda: softmax_backward(to_backend(x.astype(np.float16), backend), xb), "dy"),
+        (lambda: softmax(xb, beta=0.5), "beta"),
+        (lambda: softmax_backward(xb, xb, beta=1.0), "beta"),
+        (lambda: softmax(xb, alpha="2", out=to_backend(np.zeros_like(x), backend)), "alpha"),
+        (lambda: softmax(xb, beta=math.inf, out=to_backend(np.zeros_like(x), backend)), "beta"),
     ]
     for call, name in bad:
         with pytest.raises(BadParamError, match=name):
             call()
     assert to_numpy(xb).tobytes() == before
+
+
+# ------------------------------------------------------------------ blending
+
+
+# the warp, block, cols and multi-block (partial + finish) paths
+BLEND_CASES = [((3, 40), -1), ((2, 1500), -1), ((2, 5, 3, 4), 1), ((1, 1 << 17), -1)]
+
+
+@pytest.mark.parametrize("dtype", DTYPES, ids=lambda d: SHORT[d])
+@pytest.mark.parametrize("case", range(len(BLEND_CASES)))
+def test_blending(backend: str, dtype: Any, case: int) -> None:
+    shape, axis = BLEND_CASES[case]
+    if shape[-1] >= 1 << 17 and dtype != np.float32:
+        pytest.skip("the multi-block path's blend is the same code for every dtype")
+    x = rand(shape, dtype, seed=20)
+    prior = rand(shape, dtype, seed=21, scale=1.0)
+    for log in (False, True):
+        # beta == 0: out is not read, its NaNs must not leak.
+        out = to_backend(np.full(shape, np.nan, dtype), backend)
+        softmax(to_backend(x, backend), axis, log=log, alpha=1.0, beta=0.0, out=out)
+        check_forward(out, x, axis, log)
+        # beta != 0 reads the prior: y = alpha f(x) + beta y_prior
+        out = to_backend(prior, backend)
+        softmax(to_backend(x, backend), axis, log=log, alpha=1.5, beta=-0.5, out=out)
+        want = 1.5 * ref.softmax.softmax(x, axis, log=log) - 0.5 * prior.astype(np.float64)
+        # the blend adds one float32 fma on top of the forward error: values up to ~20
+        # (log-softmax) get a few float32 ulps absolute, plus the storage rounding
+        mag = np.abs(want) + np.abs(prior.astype(np.float64))
+        err = np.abs(to_numpy(out).astype(np.float64) - want)
+        assert np.all(err <= (64 * ULP32 + STORAGE[SHORT[dtype]]) * mag + 1e-6), err.max()
+        y = to_numpy(softmax(to_backend(x, backend), axis, log=log))
+        dy = rand(shape, dtype, seed=22, scale=1.0)
+        out = to_backend(prior, backend)
+        softmax_backward(
+            to_backend(dy, backend),
+            to_backend(y, backend),
+            axis,
+            log=log,
+            alpha=2.0,
+            beta=0.25,
+            out=out,
+        )
+        dx = ref.softmax.softmax_backward(dy, y, axis, log=log)
+        want = 2.0 * dx + 0.25 * prior.astype(np.float64)
+        err = np.abs(to_numpy(out).astype(np.float64) - want)
+        # the backward bound of check_backward (row sums) doubled by alpha, plus the fma
+        dy64, y64 = dy.astype(np.float64), y.astype(np.float64)
+        rowsum = np.sum(np.abs(dy64 * (np.exp(y64) if log else y64)), axis=axis, keepdims=True)
+        scale = (np.exp(y64) if log else np.abs(y64)) * (
+            rowsum + np.sum(np.abs(dy64), axis=axis, keepdims=True) * log
+        )
+        bound = (
+            2 * 2.0**-18 * (scale + np.abs(dy64))
+            + (STORAGE[SHORT[dtype]] + 8 * ULP32) * (np.abs(want) + np.abs(prior))
+            + SUBNORMAL[SHORT[dtype]]
+            + 1e-30
+        )
+        assert np.all(err <= bound), f"log={log}: {np.max(err - bound):.3e}"
+
+
+def test_blending_strided_out_and_in_place(backend: str) -> None:
+    x = rand((6, 40), np.float32, seed=23)
+    prior = rand((6, 80), np.float32, seed=24)
+    out_base = to_backend(prior, backend)
+    out = out_base[:, ::2]  # not contiguous: the prior is gathered, the result scattered
+    softmax(to_backend(x, backend), alpha=3.0, beta=-1.0, out=out)
+    want = 3.0 * ref.softmax.softmax(x) - prior[:, ::2]
+    np.testing.assert_allclose(to_numpy(out), want, rtol=1e-5, atol=1e-6)
+    np.testing.assert_array_equal(to_numpy(out_base)[:, 1::2], prior[:, 1::2])
+    xb = to_backend(x, backend)
+    softmax(xb, alpha=0.5, beta=2.0, out=xb)  # in place: y = 0.5 softmax(x) + 2 x
+    want = 0.5 * ref.softmax.softmax(x) + 2.0 * x
+    np.testing.assert_allclose(to_numpy(xb), want, rtol=1e-5, atol=1e-6)

@@ -250,3 +250,122 @@ def test_bad_inputs_raise_and_leave_inputs_untouched(backend: str) -> None:
         with pytest.raises(BadParamError, match=name):
             call()
     assert to_numpy(xb).tobytes() == before
+
+
+# ------------------------------------------------------------------ fast paths
+
+
+@pytest.mark.parametrize("src", DTYPES, ids=lambda d: SHORT[d])
+@pytest.mark.parametrize("dst", DTYPES, ids=lambda d: SHORT[d])
+def test_tiled_transpose_odd_sizes(backend: str, src: Any, dst: Any) -> None:
+    for c in (1, 31, 33, 97):
+        for hw in ((1, 1), (1, 7), (13, 1), (5, 7)):  # H*W = 1, primes, 35 (partial tiles)
+            x = rand((2, c, *hw), src, seed=c + hw[0])
+            y = nchw_to_nhwc(to_backend(x, backend), dtype=dst)
+            tiled = min(c, hw[0] * hw[1]) >= 4
+            assert last_kernel_name().startswith("tensor_transpose" if tiled else "tensor_trans")
+            assert (last_kernel_name() == f"tensor_transpose_{SHORT[src]}_to_{SHORT[dst]}") == tiled
+            want = x.transpose(0, 2, 3, 1).astype(np.float32).astype(dst)  # one rounding
+            np.testing.assert_array_equal(to_numpy(y).astype(np.float64), want.astype(np.float64))
+            back = nhwc_to_nchw(y)
+            assert (last_kernel_name() == f"tensor_transpose_{SHORT[dst]}_to_{SHORT[dst]}") == tiled
+            np.testing.assert_array_equal(to_numpy(back), want.transpose(0, 3, 1, 2))
+
+
+def test_tiled_transpose_blending_batch_one_and_random_schedule(
+    backend: str, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    monkeypatch.setenv("CUDNNLITE_EMU_SCHEDULE", "random")
+    x = rand((1, 70, 9, 11), np.float32, seed=30)  # N = 1: a plain 2-D transpose, 3x4 tiles
+    prior = rand((1, 9, 11, 70), np.float16, seed=31)
+    out = to_backend(prior, backend)
+    transform_tensor(to_backend(x, backend).transpose(0, 2, 3, 1), out, alpha=2.0, beta=-0.5)
+    assert last_kernel_name() == "tensor_transpose_fp32_to_fp16"
+    want = ref.transform_tensor(x.transpose(0, 2, 3, 1), 2.0, -0.5, prior)
+    assert_close(out, want, np.float16, rtol=2 * ELEMENTWISE_RTOL["fp16"])
+    # a strided destination (rows apart by more than cols) keeps the tiled path
+    base = to_backend(np.zeros((3, 99, 40), np.float32), backend)
+    xs = rand((3, 40, 37), np.float32, seed=32)
+    transform_tensor(to_backend(xs, backend).transpose(0, 2, 1), base[:, 1:38, :])
+    assert last_kernel_name() == "tensor_transpose_fp32_to_fp32"
+    np.testing.assert_array_equal(to_numpy(base)[:, 1:38], xs.transpose(0, 2, 1))
+    assert not to_numpy(base)[:, 38:].any() and not to_numpy(base)[:, 0].any()
+
+
+# (x shape, reduced axes, expected split kernel): a sum of everything, per-channel sums
+# over N, H, W of NCHW (lanes walk the reduced range) and of NHWC (threads walk channels)
+SPLIT_CASES = [
+    ((4, 16, 32, 32), None, "split_block"),
+    ((8, 16, 32, 32), (0, 2, 3), "split_block"),
+    ((8, 16, 16, 64), (0, 1, 2), "split_thread"),
+]
+
+
+@pytest.mark.parametrize("case", range(len(SPLIT_CASES)))
+def test_split_reductions(backend: str, case: int) -> None:
+    shape, axes, kind = SPLIT_CASES[case]
+    x = rand(shape, np.float32, seed=40 + case)
+    xb = to_backend(x, backend)
+    for op in ("sum", "avg", "norm1", "norm2", "max", "min", "amax"):
+        idx = op in ("max", "min", "amax")
+        r = reduce_tensor(xb, op, axes, return_indices=idx)
+        if backend == "cpu":  # the GPU's target block count may not need a split
+            assert last_kernel_name() == f"tensor_reduce_{kind}_fp32", op
+        check_reduce(r[0] if idx else r, x, op, axes, idx=r[1] if idx else None)
+        again = reduce_tensor(xb, op, axes, return_indices=idx)
+        first, second = (r[0], again[0]) if idx else (r, again)
+        assert to_numpy(first).tobytes() == to_numpy(second).tobytes()  # deterministic
+    prior = rand(to_numpy(r[0]).shape, np.float32, seed=50)
+    out = to_backend(prior, backend)
+    reduce_tensor(xb, "sum", axes, alpha=0.5, beta=2.0, out=out)
+    want = 0.5 * ref.reduce_tensor(x, "sum", axes)[0] + 2.0 * prior
+    mag = 0.5 * ref.reduce_tensor(np.abs(x.astype(np.float64)), "sum", axes)[0] + 2 * abs(prior)
+    n = x.size // max(1, prior.size)
+    assert np.all(np.abs(to_numpy(out) - want) <= (n + 32) * 2.0**-24 * mag + 1e-30)
+
+
+@pytest.mark.parametrize("dtype", DTYPES, ids=lambda d: SHORT[d])
+def test_split_reduction_half_types_with_ties(backend: str, dtype: Any) -> None:
+    x = rand((2, 8, 64, 64), dtype, seed=60)  # 65536 elements, chunks of 4096
+    x[1, 7, 63, 60] = x[0, 0, 0, 5] = 9.0  # a tie across chunks: the lower index wins
+    xb = to_backend(x, backend)
+    v, i = reduce_tensor(xb, "max", None, return_indices=True)
+    assert float(to_numpy(v)) == 9.0 and int(to_numpy(i)) == 5
+    check_reduce(reduce_tensor(xb, "sum", None), x, "sum", None)
+    check_reduce(reduce_tensor(xb, "norm2", (0, 2, 3)), x, "norm2", (0, 2, 3))
+
+
+# (c shape, bias shape, expected path): NCHW with inner % VEC == 0 or not, NHWC with
+# C % VEC == 0 or not, a linear layer's (N, C) + (C,), N = 1
+CHANNEL_CASES = [
+    ((2, 32, 4, 4), (1, 32, 1, 1), "vec"),
+    ((2, 33, 7, 7), (1, 33, 1, 1), "scalar"),
+    ((2, 5, 5, 32), (1, 1, 1, 32), "vec"),
+    ((2, 3, 3, 33), (33,), "scalar"),
+    ((7, 96), (96,), "vec"),
+    ((1, 24, 3, 5), (24, 1, 1), "scalar"),
+]
+
+
+@pytest.mark.parametrize("dtype", DTYPES, ids=lambda d: SHORT[d])
+def test_channel_bias_fast_path(backend: str, dtype: Any) -> None:
+    rtol = 2 * ELEMENTWISE_RTOL[SHORT[dtype]]  # the op, then the fma with beta
+    for i, (shape, bshape, path) in enumerate(CHANNEL_CASES):
+        c = rand(shape, dtype, seed=70 + i)
+        bias = rand(bshape, dtype, seed=80 + i)
+        vec = 16 // np.dtype(dtype).itemsize
+        name = f"tensor_channel_{f'vec{vec}' if path == 'vec' else 'scalar'}_{SHORT[dtype]}"
+        if path == "vec" and (shape[-1] % vec if bshape[-1] > 1 else np.prod(shape[2:]) % vec):
+            name = f"tensor_channel_scalar_{SHORT[dtype]}"  # fp16 / bf16 packs of 8
+        cb = to_backend(c, backend)
+        add_tensor(to_backend(bias, backend), cb, alpha=1.5, beta=0.5)
+        assert last_kernel_name() == name, (shape, bshape)
+        assert_close(cb, ref.add_tensor(bias, c, 1.5, 0.5), dtype, rtol=rtol)
+        for op in ("add", "mul", "min", "max"):
+            r = op_tensor(op, to_backend(c, backend), to_backend(bias, backend), alpha2=-2.0)
+            assert last_kernel_name() == name
+            assert_close(r, ref.op_tensor(op, c, bias, 1.0, -2.0), dtype, what=op)
+            out = to_backend(c, backend)
+            op_tensor(op, to_backend(bias, backend), out, alpha1=0.5, beta=0.25, out=out)
+            assert last_kernel_name() == name  # the vector as a, the full operand as b
+            assert_close(out, ref.op_tensor(op, bias, c, 0.5, 1.0, 0.25, c), dtype, rtol=rtol)

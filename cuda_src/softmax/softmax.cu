@@ -21,6 +21,8 @@
 //   softmax_{fwd,bwd}_cols<T>           inner > 1 (e.g. channel mode on NCHW): one thread per
 //                                       (outer, inner) column, grid-stride; neighbouring
 //                                       threads read neighbouring addresses (coalesced).
+// Blending as cuDNN: y = alpha * result + beta * y_prior (dx likewise); the prior is read
+// only when beta != 0, by the thread that overwrites it (so out may alias the input).
 // Defines: none (one module per dtype).
 #include "common/cudnnlite.cuh"
 
@@ -33,6 +35,8 @@ struct SoftmaxShape {
     int chunks;         // partial/finish: blocks per row
     int log;            // log-softmax
     int accurate;       // subtract the max (0: cuDNN's "fast" algorithm)
+    float alpha;        // y = alpha * result + beta * y_prior
+    float beta;         // 0: y is not read
     int reserved;
 };
 
@@ -109,6 +113,10 @@ __device__ __forceinline__ V block_allreduce(V v, V* red) {
     return v;
 }
 
+__device__ __forceinline__ float blend(float r, float prior, float alpha, float beta) {
+    return beta != 0.0f ? fmaf(beta, prior, alpha * r) : alpha * r;
+}
+
 // Turns a row's (m, s) into the two numbers the output formula needs.
 struct Finish {
     float m;
@@ -150,12 +158,17 @@ __device__ __forceinline__ SmStat row_stat(const T* x, cl::index_t begin, cl::in
 
 template <typename T, int VEC>
 __device__ __forceinline__ void row_write(const T* x, T* y, cl::index_t begin, cl::index_t end,
-                                          int tid, int nthr, const Finish& f) {
+                                          int tid, int nthr, const Finish& f, float alpha,
+                                          float beta) {
     for (cl::index_t k = begin / VEC + tid; k < end / VEC; k += nthr) {
         const SmPack<T, VEC> p = load<T, VEC>(x, k);
         SmPack<T, VEC> o;
+        if (beta != 0.0f) o = load<T, VEC>(y, k);
 #pragma unroll
-        for (int j = 0; j < VEC; ++j) o.v[j] = cl::from_float<T>(out(cl::to_float(p.v[j]), f));
+        for (int j = 0; j < VEC; ++j) {
+            const float prior = beta != 0.0f ? cl::to_float(o.v[j]) : 0.0f;
+            o.v[j] = cl::from_float<T>(blend(out(cl::to_float(p.v[j]), f), prior, alpha, beta));
+        }
         store<T, VEC>(y, k, o);
     }
 }
@@ -185,14 +198,18 @@ __device__ __forceinline__ float grad(float g, float y, float dot, int log) {
 
 template <typename T, int VEC>
 __device__ __forceinline__ void row_grad(const T* dy, const T* y, T* dx, cl::index_t begin,
-                                         cl::index_t end, int tid, int nthr, float dot, int log) {
+                                         cl::index_t end, int tid, int nthr, float dot, int log,
+                                         float alpha, float beta) {
     for (cl::index_t k = begin / VEC + tid; k < end / VEC; k += nthr) {
         const SmPack<T, VEC> g = load<T, VEC>(dy, k);
         const SmPack<T, VEC> p = load<T, VEC>(y, k);
         SmPack<T, VEC> o;
+        if (beta != 0.0f) o = load<T, VEC>(dx, k);
 #pragma unroll
         for (int j = 0; j < VEC; ++j) {
-            o.v[j] = cl::from_float<T>(grad(cl::to_float(g.v[j]), cl::to_float(p.v[j]), dot, log));
+            const float prior = beta != 0.0f ? cl::to_float(o.v[j]) : 0.0f;
+            const float r = grad(cl::to_float(g.v[j]), cl::to_float(p.v[j]), dot, log);
+            o.v[j] = cl::from_float<T>(blend(r, prior, alpha, beta));
         }
         store<T, VEC>(dx, k, o);
     }
@@ -213,7 +230,7 @@ __global__ void __launch_bounds__(128) softmax_fwd_warp(
     const int lane = threadIdx.x & 31;
     const T* xr = x + row * s.len;
     const SmStat st = sm::warp_allreduce(sm::row_stat<T, VEC>(xr, 0, s.len, lane, 32, s.accurate));
-    sm::row_write<T, VEC>(xr, y + row * s.len, 0, s.len, lane, 32, sm::finish(st, s.log));
+    sm::row_write<T, VEC>(xr, y + row * s.len, 0, s.len, lane, 32, sm::finish(st, s.log), s.alpha, s.beta);
 }
 
 template <typename T, int VEC>
@@ -228,7 +245,7 @@ __global__ void __launch_bounds__(1024) softmax_fwd_block(
     SmStat st = sm::row_stat<T, VEC>(xr, 0, s.len, threadIdx.x, blockDim.x, s.accurate);
     st = sm::block_allreduce(st, red);
     sm::row_write<T, VEC>(xr, y + row * s.len, 0, s.len, threadIdx.x, blockDim.x,
-                          sm::finish(st, s.log));
+                          sm::finish(st, s.log), s.alpha, s.beta);
 }
 
 template <typename T, int VEC>
@@ -269,7 +286,7 @@ __global__ void __launch_bounds__(256) softmax_fwd_finish(
     }
     st = sm::block_allreduce(st, red);
     sm::row_write<T, VEC>(x + row * s.len, y + row * s.len, begin, end, threadIdx.x, blockDim.x,
-                          sm::finish(st, s.log));
+                          sm::finish(st, s.log), s.alpha, s.beta);
 }
 
 template <typename T>
@@ -287,7 +304,8 @@ __global__ void __launch_bounds__(256) softmax_fwd_cols(
         const sm::Finish f = sm::finish(st, s.log);
         for (cl::index_t j = 0; j < s.len; ++j) {
             const cl::index_t e = base + j * s.inner;
-            y[e] = cl::from_float<T>(sm::out(cl::to_float(x[e]), f));
+            const float prior = s.beta != 0.0f ? cl::to_float(y[e]) : 0.0f;
+            y[e] = cl::from_float<T>(sm::blend(sm::out(cl::to_float(x[e]), f), prior, s.alpha, s.beta));
         }
     }
 }
@@ -305,7 +323,7 @@ __global__ void __launch_bounds__(128) softmax_bwd_warp(
     const int lane = threadIdx.x & 31;
     const cl::index_t o = row * s.len;
     const float dot = sm::warp_allreduce(sm::row_dot<T, VEC>(dy + o, y + o, 0, s.len, lane, 32, s.log));
-    sm::row_grad<T, VEC>(dy + o, y + o, dx + o, 0, s.len, lane, 32, dot, s.log);
+    sm::row_grad<T, VEC>(dy + o, y + o, dx + o, 0, s.len, lane, 32, dot, s.log, s.alpha, s.beta);
 }
 
 template <typename T, int VEC>
@@ -318,7 +336,7 @@ __global__ void __launch_bounds__(1024) softmax_bwd_block(
     const cl::index_t o = (cl::index_t)blockIdx.x * s.len;
     float dot = sm::row_dot<T, VEC>(dy + o, y + o, 0, s.len, threadIdx.x, blockDim.x, s.log);
     dot = sm::block_allreduce(dot, red);
-    sm::row_grad<T, VEC>(dy + o, y + o, dx + o, 0, s.len, threadIdx.x, blockDim.x, dot, s.log);
+    sm::row_grad<T, VEC>(dy + o, y + o, dx + o, 0, s.len, threadIdx.x, blockDim.x, dot, s.log, s.alpha, s.beta);
 }
 
 template <typename T, int VEC>
@@ -349,7 +367,7 @@ __global__ void __launch_bounds__(256) softmax_bwd_finish(
     for (int c = threadIdx.x; c < s.chunks; c += blockDim.x) dot += sums[row * s.chunks + c];
     dot = sm::block_allreduce(dot, red);
     const cl::index_t o = row * s.len;
-    sm::row_grad<T, VEC>(dy + o, y + o, dx + o, begin, end, threadIdx.x, blockDim.x, dot, s.log);
+    sm::row_grad<T, VEC>(dy + o, y + o, dx + o, begin, end, threadIdx.x, blockDim.x, dot, s.log, s.alpha, s.beta);
 }
 
 template <typename T>
@@ -369,7 +387,9 @@ __global__ void __launch_bounds__(256) softmax_bwd_cols(
         }
         for (cl::index_t j = 0; j < s.len; ++j) {
             const cl::index_t e = base + j * s.inner;
-            dx[e] = cl::from_float<T>(sm::grad(cl::to_float(dy[e]), cl::to_float(y[e]), dot, s.log));
+            const float prior = s.beta != 0.0f ? cl::to_float(dx[e]) : 0.0f;
+            const float r = sm::grad(cl::to_float(dy[e]), cl::to_float(y[e]), dot, s.log);
+            dx[e] = cl::from_float<T>(sm::blend(r, prior, s.alpha, s.beta));
         }
     }
 }

@@ -6,9 +6,20 @@
 //                              only when beta != 0; B only by binary ops, A not by kSet.
 //   tensor_binary_vec<T, VEC>  the same when A, B, C are contiguous in one order, same shape and
 //                              16-byte aligned: 16-byte loads and stores, scalar tail.
+//   tensor_channel<T, VEC>     the common bias case: C contiguous, the full operand(s)
+//                              laid out like C, the other a per-channel vector (NCHW:
+//                              channel (i / inner) % C, NHWC: i % C) found with 32-bit
+//                              multiply-shift division (no 64-bit div/mod per element);
+//                              VEC > 1: 16-byte packs when a pack stays in one channel (NCHW,
+//                              inner % VEC == 0) or covers VEC consecutive channels (NHWC).
 //   tensor_transform<TI, TO>   Y = alpha * X + beta * Y with conversion TI -> TO and any two
-//                              layouts (NCHW <-> NHWC, strided copies); the destination is
-//                              walked in its own memory order, so its stores coalesce.
+//                              layouts (strided copies); the destination is walked in its own
+//                              memory order, so its stores coalesce.
+//   tensor_transpose<TI, TO>   the same when the layout change is a transpose of the two
+//                              innermost dims of a batch (NCHW <-> NHWC: [N, C, HW] <->
+//                              [N, HW, C]): 32x32 tiles through shared memory (+1 column
+//                              against bank conflicts), coalesced reads AND writes, 32x8
+//                              threads, 4 elements per thread and direction.
 //   tensor_reduce_{thread,warp,block}<T>
 //                              C = alpha * reduce(A over the reduced dims) + beta * C, with
 //                              the flattened (C-order over the reduced axes) index of the
@@ -16,6 +27,15 @@
 //                              output per thread (the contiguous dim is kept: coalesced across
 //                              outputs); warp / block: one output per warp / block (the
 //                              contiguous dim is reduced: coalesced across lanes).
+//   tensor_reduce_split_{block,thread}<T> + tensor_reduce_finish<T>
+//                              few outputs, long reductions (sum of everything, per-channel
+//                              sums over N, H, W): grid (chunks, outputs or output groups);
+//                              each block reduces one chunk of the reduced range into a float
+//                              (value, int64 index) workspace [outputs][chunks]; finish (one
+//                              warp per output, fixed order) combines a row of partials and
+//                              stores. Deterministic: no atomics. split_block: lanes walk the
+//                              reduced range; split_thread: threads walk outputs (the kept
+//                              contiguous dim), each over its chunk.
 // Op numbers: the order of OP_TENSOR_OPS / REDUCE_OPS in ops/tensor.py.
 // Defines: none (one module per dtype T; the transform kernels of a module are those with
 // TO = T, for every TI).
@@ -68,6 +88,29 @@ struct ReduceLayout {
     int rndim;
     int op;
     int reserved;
+};
+
+// ops/tensor.py: _CHANNEL_DTYPE. C (n elements, n < 2^31) is contiguous; the vector operand
+// holds one value per channel; channel of element i = (i / inner) % channels. Divisions by
+// multiply-shift: q = (umulhi(n, mul) + n) >> shift, exact for n, d < 2^31.
+struct ChannelShape {
+    unsigned int n;
+    unsigned int inner;
+    unsigned int inner_mul;
+    unsigned int channels;
+    unsigned int channels_mul;
+    int inner_shift;
+    int channels_shift;
+    int vector_operand;  // 1: a is the per-channel vector (b, if read, is full); 2: b is
+};
+
+// ops/tensor.py: _TRANSPOSE_DTYPE. y[b][r][c] = x[b * x_batch + c * x_col + r]: x's rows are
+// y's columns; x is contiguous along r, y along c.
+struct TransposeShape {
+    cl::index_t batch, rows, cols;
+    cl::index_t x_batch, x_col;
+    cl::index_t y_batch, y_row;
+    cl::index_t tiles_r, tiles_c;  // ceil(rows / 32), ceil(cols / 32)
 };
 
 template <typename T, int VEC>
@@ -164,6 +207,48 @@ __global__ void __launch_bounds__(256) tensor_binary_vec(
     }
 }
 
+namespace tens {
+__device__ __forceinline__ unsigned int fdiv(unsigned int n, unsigned int mul, int shift) {
+    return (__umulhi(n, mul) + n) >> shift;
+}
+}  // namespace tens
+
+template <typename T, int VEC>
+__global__ void __launch_bounds__(256) tensor_channel(
+    // pointers (the vector operand has `channels` elements; others are laid out like c)
+    const T* a, const T* b, T* c,
+    // sizes
+    ChannelShape S,
+    // parameters
+    OpParams p) {
+    const bool reads_a = p.op != tens::kSet;
+    const bool reads_b = p.op <= tens::kMax;
+    const bool vec_is_a = S.vector_operand == 1;
+    const T* vec = vec_is_a ? a : b;
+    const T* full = vec_is_a ? b : a;
+    const bool reads_vec = vec_is_a ? reads_a : reads_b;
+    const bool reads_full = vec_is_a ? reads_b : reads_a;
+    const unsigned int packs = S.n / VEC;  // ops/tensor.py: n % VEC == 0
+    const unsigned int stride = gridDim.x * blockDim.x;
+    for (unsigned int k = blockIdx.x * blockDim.x + threadIdx.x; k < packs; k += stride) {
+        const unsigned int q = tens::fdiv(k * VEC, S.inner_mul, S.inner_shift);
+        const unsigned int ch = q - S.channels * tens::fdiv(q, S.channels_mul, S.channels_shift);
+        TPack<T, VEC> pf, pc;
+        if (reads_full) pf = reinterpret_cast<const TPack<T, VEC>*>(full)[k];
+        if (p.beta != 0.0f) pc = reinterpret_cast<const TPack<T, VEC>*>(c)[k];
+#pragma unroll
+        for (int j = 0; j < VEC; ++j) {
+            // VEC > 1: one channel per pack (inner % VEC == 0) or VEC channels (inner == 1)
+            const float vv = reads_vec ? cl::to_float(vec[S.inner == 1 ? ch + j : ch]) : 0.0f;
+            const float fv = reads_full ? cl::to_float(pf.v[j]) : 0.0f;
+            float r = tens::apply(p, vec_is_a ? vv : fv, vec_is_a ? fv : vv);
+            if (p.beta != 0.0f) r = fmaf(p.beta, cl::to_float(pc.v[j]), r);
+            pc.v[j] = cl::from_float<T>(r);
+        }
+        reinterpret_cast<TPack<T, VEC>*>(c)[k] = pc;
+    }
+}
+
 template <typename TI, typename TO>
 __global__ void __launch_bounds__(256) tensor_transform(
     // pointers
@@ -178,6 +263,46 @@ __global__ void __launch_bounds__(256) tensor_transform(
         float r = p.alpha1 * cl::to_float(x[off[1]]);
         if (p.beta != 0.0f) r = fmaf(p.beta, cl::to_float(y[off[0]]), r);
         y[off[0]] = cl::from_float<TO>(r);
+    }
+}
+
+// 32x8 threads per 32x32 tile; a grid-stride loop over (batch, row tile, column tile).
+template <typename TI, typename TO>
+__global__ void __launch_bounds__(256) tensor_transpose(
+    // pointers
+    const TI* x, TO* y,
+    // sizes
+    TransposeShape S,
+    // parameters (alpha1, beta; op unused)
+    OpParams p) {
+    __shared__ float tile[32][33];  // [column][row]; +1: the column-wise reads hit 32 banks
+    const cl::index_t per_batch = S.tiles_r * S.tiles_c, tiles = S.batch * per_batch;
+    const int tx = threadIdx.x, ty = threadIdx.y;
+    for (cl::index_t t = blockIdx.x; t < tiles; t += gridDim.x) {
+        const cl::index_t b = t / per_batch, rem = t - b * per_batch;
+        const cl::index_t tr = rem / S.tiles_c;
+        const cl::index_t r0 = tr * 32, c0 = (rem - tr * S.tiles_c) * 32;
+        const TI* xb = x + b * S.x_batch;
+        const cl::index_t r = r0 + tx;  // lanes along x's contiguous dim
+#pragma unroll
+        for (int k = ty; k < 32; k += 8) {
+            const cl::index_t col = c0 + k;
+            if (r < S.rows && col < S.cols) tile[k][tx] = cl::to_float(xb[col * S.x_col + r]);
+        }
+        __syncthreads();
+        TO* yb = y + b * S.y_batch;
+        const cl::index_t col = c0 + tx;  // lanes along y's contiguous dim
+#pragma unroll
+        for (int k = ty; k < 32; k += 8) {
+            const cl::index_t row = r0 + k;
+            if (row < S.rows && col < S.cols) {
+                TO* dst = yb + row * S.y_row + col;
+                float v = p.alpha1 * tile[tx][k];
+                if (p.beta != 0.0f) v = fmaf(p.beta, cl::to_float(*dst), v);
+                *dst = cl::from_float<TO>(v);
+            }
+        }
+        __syncthreads();  // the tile is refilled by the next iteration
     }
 }
 
@@ -280,6 +405,23 @@ __device__ __forceinline__ RAcc reduce_range(const T* base, const ReduceLayout& 
     return acc;
 }
 
+// Elements [r0, end) of one output's reduced range, by `step`.
+template <typename T>
+__device__ __forceinline__ RAcc reduce_span(const T* base, const ReduceLayout& R, cl::index_t r0,
+                                            cl::index_t end, cl::index_t step) {
+    RAcc acc = rinit(R.op);
+    for (cl::index_t r = r0; r < end; r += step) {
+        radd(R.op, acc, cl::to_float(base[reduced_offset(r, R)]), r);
+    }
+    return acc;
+}
+
+__device__ __forceinline__ RAcc warp_reduce(int op, RAcc acc) {
+#pragma unroll
+    for (int m = 16; m > 0; m >>= 1) acc = rcombine(op, acc, shfl_xor(acc, m));
+    return acc;
+}
+
 template <typename T>
 __device__ __forceinline__ void reduce_store(RAcc acc, const ReduceLayout& R, T* c,
                                              long long* indices, cl::index_t out) {
@@ -346,5 +488,80 @@ __global__ void __launch_bounds__(256) tensor_reduce_block(
             tens::reduce_store(acc, R, c, indices, out);
         }
         __syncthreads();  // red is reused by the next output
+    }
+}
+
+// ---------------------------------------------------------------- split reductions
+
+// grid (chunks, outputs): block (x, y) reduces elements [x * chunk, (x + 1) * chunk) of
+// output y into part[y * chunks + x].
+template <typename T>
+__global__ void __launch_bounds__(256) tensor_reduce_split_block(
+    // pointers (partials: outputs * chunks values and indices)
+    const T* a, float* part_v, long long* part_i,
+    // sizes and parameters
+    ReduceLayout R, cl::index_t chunk) {
+    __shared__ RAcc red[32];
+    const int lane = threadIdx.x & 31, warp = threadIdx.x >> 5;
+    const cl::index_t o = blockIdx.y, begin = (cl::index_t)blockIdx.x * chunk;
+    const cl::index_t end = begin + chunk < R.count ? begin + chunk : R.count;
+    cl::index_t in, out;
+    tens::output_offsets(o, R, in, out);
+    RAcc acc = tens::reduce_span(a + in, R, begin + threadIdx.x, end, blockDim.x);
+    acc = tens::warp_reduce(R.op, acc);
+    if (lane == 0) red[warp] = acc;
+    __syncthreads();
+    if (threadIdx.x == 0) {
+        for (int w = 1; w < (int)(blockDim.x >> 5); ++w) acc = tens::rcombine(R.op, acc, red[w]);
+        const cl::index_t k = o * gridDim.x + blockIdx.x;
+        part_v[k] = acc.v;
+        part_i[k] = acc.i;
+    }
+}
+
+// grid (chunks, ceil(outputs / blockDim.x)): thread o of the output group reduces its chunk
+// serially; neighbouring threads read neighbouring outputs (the kept contiguous dim).
+template <typename T>
+__global__ void __launch_bounds__(256) tensor_reduce_split_thread(
+    // pointers
+    const T* a, float* part_v, long long* part_i,
+    // sizes and parameters
+    ReduceLayout R, cl::index_t chunk) {
+    const cl::index_t o = (cl::index_t)blockIdx.y * blockDim.x + threadIdx.x;
+    if (o >= R.outputs) return;
+    const cl::index_t begin = (cl::index_t)blockIdx.x * chunk;
+    const cl::index_t end = begin + chunk < R.count ? begin + chunk : R.count;
+    cl::index_t in, out;
+    tens::output_offsets(o, R, in, out);
+    const RAcc acc = tens::reduce_span(a + in, R, begin, end, 1);
+    const cl::index_t k = o * gridDim.x + blockIdx.x;
+    part_v[k] = acc.v;
+    part_i[k] = acc.i;
+}
+
+// One warp per output: lanes combine partials lane, lane + 32, ... then a fixed shuffle
+// tree; the order never depends on timing, so results are reproducible bit for bit.
+template <typename T>
+__global__ void __launch_bounds__(256) tensor_reduce_finish(
+    // pointers
+    const float* part_v, const long long* part_i, T* c, long long* indices,
+    // sizes and parameters
+    ReduceLayout R, int chunks) {
+    const cl::index_t warps = (cl::index_t)gridDim.x * (blockDim.x >> 5);
+    const int lane = threadIdx.x & 31;
+    for (cl::index_t o = cl::global_thread_id() >> 5; o < R.outputs; o += warps) {
+        RAcc acc = tens::rinit(R.op);
+        for (int k = lane; k < chunks; k += 32) {
+            RAcc part;
+            part.v = part_v[o * chunks + k];
+            part.i = part_i[o * chunks + k];
+            acc = tens::rcombine(R.op, acc, part);
+        }
+        acc = tens::warp_reduce(R.op, acc);
+        if (lane == 0) {
+            cl::index_t in, out;
+            tens::output_offsets(o, R, in, out);
+            tens::reduce_store(acc, R, c, indices, out);
+        }
     }
 }

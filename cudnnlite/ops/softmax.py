@@ -55,6 +55,8 @@ _SHAPE_DTYPE = np.dtype(
         ("chunks", "<i4"),
         ("log", "<i4"),
         ("accurate", "<i4"),
+        ("alpha", "<f4"),
+        ("beta", "<f4"),
         ("reserved", "<i4"),
     ],
     align=True,
@@ -189,9 +191,20 @@ class _Plan:
                     self.kind = "multi"
         self.outer, self.length, self.inner = outer, length, inner
 
-    def struct(self, log: bool, accurate: int) -> np.void:
+    def struct(self, log: bool, accurate: int, alpha: float, beta: float) -> np.void:
         return np.array(
-            (self.outer, self.length, self.inner, self.chunk, self.chunks, int(log), accurate, 0),
+            (
+                self.outer,
+                self.length,
+                self.inner,
+                self.chunk,
+                self.chunks,
+                int(log),
+                accurate,
+                alpha,
+                beta,
+                0,
+            ),
             dtype=_SHAPE_DTYPE,
         )[()]
 
@@ -218,9 +231,10 @@ def _run(
     out: Any,
     log: bool,
     accurate: int,
+    blend: tuple[float, float],
 ) -> None:
     xp = array_module(inputs[0])
-    s = plan.struct(log, accurate)
+    s = plan.struct(log, accurate, *blend)
     t = f"{dt.ctype}, {plan.vec}" if plan.vec else dt.ctype
     if plan.kind == "warp":
         grid = -(-plan.outer // _WARPS_PER_BLOCK)
@@ -248,15 +262,35 @@ def _run(
     _LAST.name = plan.name(direction, dt)
 
 
-def _result(out: Any, like: Any, backend: Backend, inputs: dict[str, Any]) -> tuple[Any, Any]:
-    """(the array to return, the C-contiguous array the kernel writes)."""
+def _blend(alpha: Any, beta: Any, out: Any) -> tuple[float, float]:
+    """(alpha, beta) as float32 values; beta != 0 reads out's prior content, so needs out."""
+    vals = []
+    for name, v in (("alpha", alpha), ("beta", beta)):
+        if isinstance(v, bool) or not isinstance(v, (int, float, np.integer, np.floating)):
+            raise BadParamError(f"{name}: expected a real number, got {v!r}")
+        with np.errstate(over="ignore"):
+            f = float(np.float32(v))
+        if not np.isfinite(f):
+            raise BadParamError(f"{name}: expected a finite number (in float32), got {v!r}")
+        vals.append(f)
+    if vals[1] != 0 and out is None:
+        raise BadParamError("beta: blending (beta != 0) reads the prior content of out; pass out=")
+    return vals[0], vals[1]
+
+
+def _result(
+    out: Any, like: Any, backend: Backend, inputs: dict[str, Any], beta: float
+) -> tuple[Any, Any]:
+    """(the array to return, the C-contiguous array the kernel writes; it holds out's prior
+    content when beta != 0)."""
     if out is None:
         r = array_module(like).empty(like.shape, like.dtype)
         return r, r
     check_out(out, like.shape, like.dtype, backend, inputs)
     if out.flags.c_contiguous:
         return out, out
-    return out, array_module(like).empty(like.shape, like.dtype)
+    xp = array_module(like)
+    return out, (xp.ascontiguousarray(out) if beta != 0 else xp.empty(like.shape, like.dtype))
 
 
 # ------------------------------------------------------------------ public API
@@ -269,9 +303,12 @@ def softmax(
     log: bool = False,
     algorithm: str = "accurate",
     mode: str | None = None,
+    alpha: float = 1.0,
+    beta: float = 0.0,
     out: Any = None,
 ) -> Any:
-    """Softmax (or, with ``log``, log-softmax) of ``x`` along ``axis`` (default -1).
+    """Softmax (or, with ``log``, log-softmax) of ``x`` along ``axis`` (default -1), blended
+    as cuDNN: ``out = alpha * softmax(x) + beta * out`` (out read only when beta != 0).
 
     Args:
         x: float32, float16 or bfloat16 array (NumPy: emulator, CuPy: GPU), any strides.
@@ -280,6 +317,7 @@ def softmax(
         algorithm: ``"accurate"`` (max-subtracted) or ``"fast"`` (no max: overflows for
             inputs above ~88, as cuDNN's fast mode).
         mode: cuDNN's ``"instance"`` (over all axes but the first) or ``"channel"`` (axis 1).
+        alpha, beta: blending factors (float32); ``beta != 0`` requires ``out``.
         out: result array of x's shape and dtype (may be x itself).
 
     A row of only -inf gives NaN (0/0), as PyTorch; -inf entries elsewhere give 0.
@@ -289,11 +327,12 @@ def softmax(
     x = as_array("x", x)
     dt = float_dtype("x", x)
     problem = _problem(tuple(x.shape), axis, mode)
-    result, y = _result(out, x, backend, {"x": x})
+    blend = _blend(alpha, beta, out)
+    result, y = _result(out, x, backend, {"x": x}, blend[1])
     if x.size:
         xc = _contiguous(x)
         plan = _Plan(backend, dt, problem, [xc, y])
-        _run(backend, dt, plan, "fwd", [xc], y, log, accurate)
+        _run(backend, dt, plan, "fwd", [xc], y, log, accurate, blend)
         if y is not result:
             result[...] = y
     return result
@@ -305,10 +344,14 @@ def log_softmax(
     *,
     algorithm: str = "accurate",
     mode: str | None = None,
+    alpha: float = 1.0,
+    beta: float = 0.0,
     out: Any = None,
 ) -> Any:
     """``softmax(x, axis, log=True)``."""
-    return softmax(x, axis, log=True, algorithm=algorithm, mode=mode, out=out)
+    return softmax(
+        x, axis, log=True, algorithm=algorithm, mode=mode, alpha=alpha, beta=beta, out=out
+    )
 
 
 def softmax_backward(
@@ -318,6 +361,8 @@ def softmax_backward(
     *,
     log: bool = False,
     mode: str | None = None,
+    alpha: float = 1.0,
+    beta: float = 0.0,
     out: Any = None,
 ) -> Any:
     """Gradient of softmax from the forward output ``y`` (not x), as cuDNN:
@@ -331,21 +376,29 @@ def softmax_backward(
     same_dtype(("y", "dy"), (y, dy))
     same_shape(("y", "dy"), (y, dy))
     problem = _problem(tuple(y.shape), axis, mode)
-    result, dx = _result(out, y, backend, {"dy": dy, "y": y})
+    blend = _blend(alpha, beta, out)
+    result, dx = _result(out, y, backend, {"dy": dy, "y": y}, blend[1])
     if y.size:
         dyc, yc = _contiguous(dy), _contiguous(y)
         plan = _Plan(backend, dt, problem, [dyc, yc, dx])
-        _run(backend, dt, plan, "bwd", [dyc, yc], dx, log, 1)
+        _run(backend, dt, plan, "bwd", [dyc, yc], dx, log, 1, blend)
         if dx is not result:
             result[...] = dx
     return result
 
 
 def log_softmax_backward(
-    dy: Any, y: Any, axis: int | None = None, *, mode: str | None = None, out: Any = None
+    dy: Any,
+    y: Any,
+    axis: int | None = None,
+    *,
+    mode: str | None = None,
+    alpha: float = 1.0,
+    beta: float = 0.0,
+    out: Any = None,
 ) -> Any:
     """``softmax_backward(dy, y, axis, log=True)``."""
-    return softmax_backward(dy, y, axis, log=True, mode=mode, out=out)
+    return softmax_backward(dy, y, axis, log=True, mode=mode, alpha=alpha, beta=beta, out=out)
 
 
 def kernel_name_for(
