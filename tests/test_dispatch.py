@@ -8,7 +8,6 @@ from __future__ import annotations
 import warnings
 from pathlib import Path
 
-import fake_solvers
 import numpy as np
 import pytest
 
@@ -18,6 +17,8 @@ from cudnnlite.dispatch.tuning_db import Entry, TuningDBWarning
 from cudnnlite.errors import BadParamError, NotSupportedError
 from cudnnlite.problems.conv import ConvProblem
 from cudnnlite.runtime.select import backend_by_name
+
+import fake_solvers
 
 P3 = ConvProblem.parse("conv2d_fwd n1-c4-h6-w6 k5-r3-s3 p1x1-u1x1-d1x1 g1 NCHW fp32")
 P1 = ConvProblem.parse("conv2d_fwd n1-c4-h6-w6 k5-r1-s1 p0x0-u1x1-d1x1 g1 NCHW fp32")
