@@ -43,15 +43,16 @@ def source_path(relative: str) -> Path:
 
 @functools.cache
 def common_headers_digest() -> str:
-    """Hash of every header under ``cuda_src/common``.
+    """Hash of every header (``*.cuh``) under ``cuda_src/``.
 
-    Compilers' caches key on the main source only; kernels include these headers,
-    so the digest goes into every compile key (and into NVRTC options) to keep the
-    caches honest when a header changes.
+    Compilers' caches key on the main source only; kernels include these headers
+    (``common/*.cuh``, ``conv/conv_common.cuh``, ...), so the digest goes into every
+    compile key (and into NVRTC options) to keep the caches honest when a header
+    changes. Kernel sources include headers only, never another ``.cu`` file.
     """
     h = hashlib.sha256()
-    for path in sorted((cuda_src_dir() / "common").rglob("*")):
-        if path.is_file():
-            h.update(path.name.encode())
-            h.update(path.read_bytes())
+    root = cuda_src_dir()
+    for path in sorted(root.rglob("*.cuh")):
+        h.update(str(path.relative_to(root)).encode())
+        h.update(path.read_bytes())
     return h.hexdigest()[:16]

@@ -1,0 +1,637 @@
+// Normalization layers: batch norm (train / inference / backward, fused add + activation),
+// row norms (layer, group, instance, RMS; forward and backward) and cross-channel LRN.
+//
+// Statistics and parameter gradients are float32 whatever the storage type T of the data.
+// Batch-norm parameters (gamma, beta, running and saved statistics) are float32 (cuDNN's
+// rule for half data); row-norm weight and bias have the data's type T (PyTorch's).
+//
+// Per-channel reductions (batch-norm statistics, batch-norm backward sums, row-norm
+// parameter gradients) view the data as elements (o, c, i), o < rows, c < channels,
+// i < inner, at offset (o * channels + c) * inner + i:
+//   NCHW spatial batch norm       rows = N, channels = C, inner = H*W
+//   NHWC spatial batch norm       rows = N*H*W, channels = C, inner = 1
+//   per-activation batch norm     rows = N, channels = C*H*W (or H*W*C), inner = 1
+//   row-norm parameter gradients  rows = N (samples), channels = params, inner = H*W or 1
+// Two block shapes, both multi-block: grid.y = chunks splits each channel's elements so
+// that large N*H*W fills the GPU (never one block per channel alone).
+//   red_planar<T, KIND>        inner > 1: a block of 256 threads per (channel, chunk),
+//                              threads run along the contiguous inner dim;
+//   red_chlast<T, KIND>        inner == 1: a 32 x 8 block per (32 channels, chunk),
+//                              threadIdx.x along the contiguous channels (coalesced).
+// KIND: 0 batch-norm statistics (Welford per thread on x minus the channel's first
+// element, Chan's merge across threads and chunks: no E[x^2] - E[x]^2 cancellation), 1 batch-norm backward sums (sum g,
+// sum g * xhat with g the gradient through the optional activation), 2 row-norm
+// parameter sums (sum dy, sum dy * xhat with per-row statistics).
+// Partials go to a float workspace [channels * chunks] and a one-thread-per-channel
+// finalize kernel merges them in a fixed order: every result is deterministic.
+//
+// Other kernels
+//   bn_stats_finalize<T>       mean, invstd, running-statistics update (unbiased var)
+//   sum2_finalize<O>           the two sums of KIND 1/2 into O-typed outputs
+//   bn_fwd_apply<T>            y = act((x - mean) * gamma * invstd + beta [+ z]);
+//                              inference passes running_var and computes invstd here
+//   bn_bwd_apply<T>            dx (and dz) from the sums
+//   rownorm_fwd<T, RMS>        one block per row: exact two-pass mean/variance (the row
+//                              stays in L1/L2 between passes), writes y, mean, rstd
+//   rownorm_bwd<T, RMS>        one block per row: dx
+//   lrn_fwd<T>, lrn_scale<T>, lrn_bwd<T>   cross-channel LRN, one thread per element
+//
+// Defines: none; one module per dtype holds all kernels.
+#include "common/cudnnlite.cuh"
+#include "common/activation_math.cuh"  // act::forward<MODE>, act::backward<MODE>, ActParams
+
+namespace nrm {
+
+constexpr int kRedThreads = 256;
+constexpr int kChlastRows = 8;  // blockDim.y of red_chlast
+
+// Activation by runtime mode (uniform per launch): the modes of activation.cu, -1 none.
+__device__ __forceinline__ float act_fwd(int mode, float u, const ActParams& p) {
+    switch (mode) {
+        case act::kRelu: return act::forward<act::kRelu>(u, p);
+        case act::kLeakyRelu: return act::forward<act::kLeakyRelu>(u, p);
+        case act::kClippedRelu: return act::forward<act::kClippedRelu>(u, p);
+        case act::kElu: return act::forward<act::kElu>(u, p);
+        case act::kSigmoid: return act::forward<act::kSigmoid>(u, p);
+        case act::kTanh: return act::forward<act::kTanh>(u, p);
+        case act::kSwish: return act::forward<act::kSwish>(u, p);
+        case act::kGelu: return act::forward<act::kGelu>(u, p);
+        case act::kGeluTanh: return act::forward<act::kGeluTanh>(u, p);
+        case act::kSoftplus: return act::forward<act::kSoftplus>(u, p);
+        default: return u;
+    }
+}
+
+__device__ __forceinline__ float act_bwd(int mode, float g, float u, const ActParams& p) {
+    switch (mode) {
+        case act::kRelu: return act::backward<act::kRelu>(g, u, 0.0f, p);
+        case act::kLeakyRelu: return act::backward<act::kLeakyRelu>(g, u, 0.0f, p);
+        case act::kClippedRelu: return act::backward<act::kClippedRelu>(g, u, 0.0f, p);
+        case act::kElu: return act::backward<act::kElu>(g, u, 0.0f, p);
+        case act::kSigmoid: return act::backward<act::kSigmoid>(g, u, 0.0f, p);
+        case act::kTanh: return act::backward<act::kTanh>(g, u, 0.0f, p);
+        case act::kSwish: return act::backward<act::kSwish>(g, u, 0.0f, p);
+        case act::kGelu: return act::backward<act::kGelu>(g, u, 0.0f, p);
+        case act::kGeluTanh: return act::backward<act::kGeluTanh>(g, u, 0.0f, p);
+        case act::kSoftplus: return act::backward<act::kSoftplus>(g, u, 0.0f, p);
+        default: return g;
+    }
+}
+
+// Running count, mean and sum of squared deviations.
+struct Welford {
+    float n, mean, m2;
+    __device__ __forceinline__ void init() { n = 0.0f; mean = 0.0f; m2 = 0.0f; }
+    __device__ __forceinline__ void add(float x) {
+        n += 1.0f;
+        const float d = x - mean;
+        mean += d / n;
+        m2 += d * (x - mean);
+    }
+    __device__ __forceinline__ void merge(const Welford& o) {  // Chan et al.
+        if (o.n == 0.0f) return;
+        const float total = n + o.n;
+        const float d = o.mean - mean;
+        const float f = o.n / total;
+        mean += d * f;
+        m2 += o.m2 + d * d * n * f;
+        n = total;
+    }
+    __device__ __forceinline__ Welford shfl_down(unsigned off) const {
+        Welford r;
+        r.n = __shfl_down_sync(0xffffffffu, n, off);
+        r.mean = __shfl_down_sync(0xffffffffu, mean, off);
+        r.m2 = __shfl_down_sync(0xffffffffu, m2, off);
+        return r;
+    }
+    static constexpr int kFloats = 3;
+    __device__ __forceinline__ void store(float* ws, cl::index_t at, cl::index_t plane) const {
+        ws[at] = n; ws[at + plane] = mean; ws[at + 2 * plane] = m2;
+    }
+    __device__ __forceinline__ void load(const float* ws, cl::index_t at, cl::index_t plane) {
+        n = ws[at]; mean = ws[at + plane]; m2 = ws[at + 2 * plane];
+    }
+};
+
+struct Sum2 {
+    float a, b;
+    __device__ __forceinline__ void init() { a = 0.0f; b = 0.0f; }
+    __device__ __forceinline__ void merge(const Sum2& o) { a += o.a; b += o.b; }
+    __device__ __forceinline__ Sum2 shfl_down(unsigned off) const {
+        Sum2 r;
+        r.a = __shfl_down_sync(0xffffffffu, a, off);
+        r.b = __shfl_down_sync(0xffffffffu, b, off);
+        return r;
+    }
+    static constexpr int kFloats = 2;
+    __device__ __forceinline__ void store(float* ws, cl::index_t at, cl::index_t plane) const {
+        ws[at] = a; ws[at + plane] = b;
+    }
+    __device__ __forceinline__ void load(const float* ws, cl::index_t at, cl::index_t plane) {
+        a = ws[at]; b = ws[at + plane];
+    }
+};
+
+template <int KIND> struct AccOf { typedef Sum2 type; };
+template <> struct AccOf<0> { typedef Welford type; };
+
+template <class A>
+__device__ __forceinline__ A warp_reduce(A v) {
+#pragma unroll
+    for (unsigned off = 16; off > 0; off >>= 1) v.merge(v.shfl_down(off));
+    return v;
+}
+
+}  // namespace nrm
+
+// The per-channel reduction problem (ops/norm.py: _RED_DTYPE).
+struct RedShape {
+    cl::index_t rows;      // o
+    cl::index_t channels;  // c
+    cl::index_t inner;     // i
+    cl::index_t count;     // rows * inner: elements per channel
+    cl::index_t groups;    // KIND 2: groups per sample (row-norm rows per sample)
+    int act_mode;          // KIND 1: activation of the fused form, -1 none
+    int has_z;             // KIND 1: z was added before the activation
+};
+
+namespace nrm {
+
+// Adds element (o, c) at offset `off` to the accumulator.
+template <typename T, int KIND>
+__device__ __forceinline__ void visit(
+    typename AccOf<KIND>::type& acc, cl::index_t off, cl::index_t o, cl::index_t c,
+    const T* x, const T* dy, const T* z, const float* mean, const float* invstd,
+    const float* gamma, const float* beta, const RedShape& s, const ActParams& p, float shift) {
+    if constexpr (KIND == 0) {
+        acc.add(cl::to_float(x[off]) - shift);
+    } else if constexpr (KIND == 1) {
+        const float xhat = (cl::to_float(x[off]) - mean[c]) * invstd[c];
+        float g = cl::to_float(dy[off]);
+        if (s.act_mode >= 0) {
+            float u = fmaf(xhat, gamma[c], beta[c]);
+            if (s.has_z) u += cl::to_float(z[off]);
+            g = act_bwd(s.act_mode, g, u, p);
+        }
+        acc.a += g;
+        acc.b += g * xhat;
+    } else {
+        // row-norm parameter j = c of sample o belongs to row o * groups + c / (channels/groups)
+        const cl::index_t row = o * s.groups + c / (s.channels / s.groups);
+        const float m = mean == nullptr ? 0.0f : mean[row];  // RMS norm has no mean
+        const float xhat = (cl::to_float(x[off]) - m) * invstd[row];
+        const float g = cl::to_float(dy[off]);
+        acc.a += g;
+        acc.b += g * xhat;
+    }
+}
+
+}  // namespace nrm
+
+namespace nrm {
+
+// Statistics accumulate x - shift with shift = the channel's first element: Welford's
+// running mean then stays near 0, where float32 rounding is fine-grained (at mean 1e4
+// every rounded update of an unshifted mean would perturb the variance by ~1e-4).
+template <typename T, int KIND>
+__device__ __forceinline__ float shift_of(const T* x, cl::index_t c, const RedShape& s) {
+    if constexpr (KIND == 0) return cl::to_float(x[c * s.inner]);
+    return 0.0f;
+}
+
+}  // namespace nrm
+
+// ---------------------------------------------------------------- reductions
+
+template <typename T, int KIND>
+__global__ void __launch_bounds__(256) red_planar(
+    // pointers (unused ones may be null)
+    const T* x, const T* dy, const T* z, const float* mean, const float* invstd,
+    const float* gamma, const float* beta, float* partial,
+    // problem
+    RedShape s, ActParams p) {
+    typedef typename nrm::AccOf<KIND>::type Acc;
+    __shared__ Acc warp_acc[32];
+    const cl::index_t c = blockIdx.x;
+    const cl::index_t chunks = gridDim.y;
+    const cl::index_t per = (s.count + chunks - 1) / chunks;
+    const cl::index_t begin = blockIdx.y * per;
+    const cl::index_t end = begin + per < s.count ? begin + per : s.count;
+    const float shift = nrm::shift_of<T, KIND>(x, c, s);
+    Acc acc;
+    acc.init();
+    // range [begin, end) of channel c's elements, flat j = o * inner + i. (o, i) and the
+    // offset advance by additions only: no division per element.
+    const cl::index_t j0 = begin + threadIdx.x;
+    cl::index_t o = j0 / s.inner, i = j0 - o * s.inner;
+    cl::index_t off = (o * s.channels + c) * s.inner + i;
+    const cl::index_t d_o = blockDim.x / s.inner, d_i = blockDim.x - d_o * s.inner;
+    const cl::index_t plane = s.channels * s.inner;  // offset step of one row
+    const cl::index_t d_off = d_o * plane + d_i;
+    for (cl::index_t j = j0; j < end; j += blockDim.x) {
+        nrm::visit<T, KIND>(acc, off, o, c, x, dy, z, mean, invstd, gamma, beta, s, p, shift);
+        i += d_i;
+        o += d_o;
+        off += d_off;
+        if (i >= s.inner) {
+            i -= s.inner;
+            o += 1;
+            off += plane - s.inner;
+        }
+    }
+    acc = nrm::warp_reduce(acc);
+    const int lane = threadIdx.x & 31, warp = threadIdx.x >> 5;
+    if (lane == 0) warp_acc[warp] = acc;
+    __syncthreads();
+    if (warp == 0) {
+        const int nwarps = blockDim.x >> 5;
+        if (lane < nwarps) acc = warp_acc[lane];
+        else acc.init();
+        acc = nrm::warp_reduce(acc);
+        if (lane == 0) acc.store(partial, c * chunks + blockIdx.y, s.channels * chunks);
+    }
+}
+
+template <typename T, int KIND>
+__global__ void __launch_bounds__(256) red_chlast(
+    // pointers (unused ones may be null)
+    const T* x, const T* dy, const T* z, const float* mean, const float* invstd,
+    const float* gamma, const float* beta, float* partial,
+    // problem (inner == 1)
+    RedShape s, ActParams p) {
+    typedef typename nrm::AccOf<KIND>::type Acc;
+    __shared__ Acc part[nrm::kChlastRows][32];
+    const cl::index_t c = (cl::index_t)blockIdx.x * 32 + threadIdx.x;
+    const cl::index_t chunks = gridDim.y;
+    const cl::index_t per = (s.rows + chunks - 1) / chunks;
+    const cl::index_t begin = blockIdx.y * per;
+    const cl::index_t end = begin + per < s.rows ? begin + per : s.rows;
+    const float shift = c < s.channels ? nrm::shift_of<T, KIND>(x, c, s) : 0.0f;
+    Acc acc;
+    acc.init();
+    if (c < s.channels) {
+        for (cl::index_t o = begin + threadIdx.y; o < end; o += blockDim.y) {
+            nrm::visit<T, KIND>(acc, o * s.channels + c, o, c, x, dy, z, mean, invstd, gamma,
+                                beta, s, p, shift);
+        }
+    }
+    part[threadIdx.y][threadIdx.x] = acc;
+    __syncthreads();
+    if (threadIdx.y == 0 && c < s.channels) {
+        for (int r = 1; r < (int)blockDim.y; ++r) acc.merge(part[r][threadIdx.x]);
+        acc.store(partial, c * chunks + blockIdx.y, s.channels * chunks);
+    }
+}
+
+// ---------------------------------------------------------------- finalize
+
+// Batch-norm training statistics (ops/norm.py: _BN_DTYPE).
+struct BnParams {
+    float eps;
+    float momentum;
+    int update_running;  // running_mean / running_var are updated (both given)
+    int chunks;
+};
+
+template <typename T>
+__global__ void __launch_bounds__(256) bn_stats_finalize(
+    // pointers (x: for each channel's shift, its first element at c * inner)
+    const T* x, const float* partial, float* save_mean, float* save_invstd,
+    float* running_mean, float* running_var,
+    // problem
+    cl::index_t channels, cl::index_t inner, BnParams bp) {
+    const cl::index_t c = cl::global_thread_id();
+    if (c >= channels) return;
+    const cl::index_t plane = channels * bp.chunks;
+    nrm::Welford acc, part;
+    acc.init();
+    for (int k = 0; k < bp.chunks; ++k) {
+        part.load(partial, c * bp.chunks + k, plane);
+        acc.merge(part);
+    }
+    const float var = acc.m2 / acc.n;  // biased, for normalizing
+    const float mean = acc.mean + cl::to_float(x[c * inner]);
+    save_mean[c] = mean;
+    save_invstd[c] = 1.0f / sqrtf(var + bp.eps);
+    if (bp.update_running) {
+        const float unbiased = acc.m2 / (acc.n - 1.0f);  // n >= 2: checked by the caller
+        running_mean[c] = (1.0f - bp.momentum) * running_mean[c] + bp.momentum * mean;
+        running_var[c] = (1.0f - bp.momentum) * running_var[c] + bp.momentum * unbiased;
+    }
+}
+
+// out_a[c] = sum of a, out_b[c] = sum of b over the chunks (either output may be null).
+template <typename O>
+__global__ void __launch_bounds__(256) sum2_finalize(
+    const float* partial, O* out_a, O* out_b, cl::index_t channels, int chunks) {
+    const cl::index_t c = cl::global_thread_id();
+    if (c >= channels) return;
+    const cl::index_t plane = channels * chunks;
+    nrm::Sum2 acc, part;
+    acc.init();
+    for (int k = 0; k < chunks; ++k) {
+        part.load(partial, c * chunks + k, plane);
+        acc.merge(part);
+    }
+    if (out_a != nullptr) out_a[c] = cl::from_float<O>(acc.a);
+    if (out_b != nullptr) out_b[c] = cl::from_float<O>(acc.b);
+}
+
+// ---------------------------------------------------------------- batch-norm elementwise
+
+// The elementwise part (ops/norm.py: _BN_APPLY_DTYPE).
+struct BnApply {
+    cl::index_t n;         // elements
+    cl::index_t channels;
+    cl::index_t inner;     // channel of element e: (e / inner) % channels
+    float eps;             // inference: invstd = 1 / sqrt(var + eps)
+    float inv_count;       // backward: 1 / elements per channel
+    int stats_are_var;     // 1: `stat` is running_var (inference); 0: saved invstd
+    int act_mode;          // -1 none
+};
+
+namespace nrm {
+
+// The channel of element e = (o * channels + c) * inner + i, advanced by a fixed stride
+// with additions only (two divisions at the start, none per element).
+template <typename I>
+struct ChannelIter {
+    I i, c, di, dc, inner, channels;
+    __device__ __forceinline__ ChannelIter(I e, I stride, I inner_, I channels_)
+        : inner(inner_), channels(channels_) {
+        const I q = e / inner;
+        i = e - q * inner;
+        c = q % channels;
+        const I sq = stride / inner;
+        di = stride - sq * inner;
+        dc = sq % channels;
+    }
+    __device__ __forceinline__ void next() {
+        i += di;
+        I carry = 0;
+        if (i >= inner) {
+            i -= inner;
+            carry = 1;
+        }
+        c += dc + carry;  // < 2 * channels
+        if (c >= channels) c -= channels;
+    }
+};
+
+}  // namespace nrm
+
+template <typename T, typename I>
+__device__ __forceinline__ void bn_fwd_loop(
+    const T* x, const T* z, T* y, const float* mean, const float* stat, const float* gamma,
+    const float* beta, const BnApply& a, const ActParams& p) {
+    const I n = (I)a.n, inner = (I)a.inner, channels = (I)a.channels;
+    const I stride = (I)cl::grid_stride();
+    const I e0 = (I)cl::global_thread_id();
+    nrm::ChannelIter<I> it(e0, stride, inner, channels);
+    for (I e = e0; e < n; e += stride, it.next()) {
+        const I c = it.c;
+        const float inv = a.stats_are_var ? 1.0f / sqrtf(stat[c] + a.eps) : stat[c];
+        float u = fmaf((cl::to_float(x[e]) - mean[c]) * inv, gamma[c], beta[c]);
+        if (z != nullptr) u += cl::to_float(z[e]);
+        y[e] = cl::from_float<T>(nrm::act_fwd(a.act_mode, u, p));
+    }
+}
+
+template <typename T>
+__global__ void __launch_bounds__(256) bn_fwd_apply(
+    // pointers (z may be null)
+    const T* x, const T* z, T* y, const float* mean, const float* stat, const float* gamma,
+    const float* beta,
+    // problem
+    BnApply a, ActParams p) {
+    if (a.n <= 0x7fffffffLL) bn_fwd_loop<T, unsigned>(x, z, y, mean, stat, gamma, beta, a, p);
+    else bn_fwd_loop<T, cl::index_t>(x, z, y, mean, stat, gamma, beta, a, p);
+}
+
+// dx = gamma invstd (g - dbeta / m - xhat dgamma / m); dz = g (the gradient into the add).
+template <typename T, typename I>
+__device__ __forceinline__ void bn_bwd_loop(
+    const T* dy, const T* x, const T* z, T* dx, T* dz, const float* mean, const float* invstd,
+    const float* gamma, const float* beta, const float* dgamma, const float* dbeta,
+    const BnApply& a, const ActParams& p) {
+    const I n = (I)a.n, inner = (I)a.inner, channels = (I)a.channels;
+    const I stride = (I)cl::grid_stride();
+    const I e0 = (I)cl::global_thread_id();
+    nrm::ChannelIter<I> it(e0, stride, inner, channels);
+    for (I e = e0; e < n; e += stride, it.next()) {
+        const I c = it.c;
+        const float xhat = (cl::to_float(x[e]) - mean[c]) * invstd[c];
+        float g = cl::to_float(dy[e]);
+        if (a.act_mode >= 0) {
+            float u = fmaf(xhat, gamma[c], beta[c]);
+            if (z != nullptr) u += cl::to_float(z[e]);
+            g = nrm::act_bwd(a.act_mode, g, u, p);
+        }
+        if (dz != nullptr) dz[e] = cl::from_float<T>(g);
+        const float r = g - a.inv_count * fmaf(xhat, dgamma[c], dbeta[c]);
+        dx[e] = cl::from_float<T>(gamma[c] * invstd[c] * r);
+    }
+}
+
+template <typename T>
+__global__ void __launch_bounds__(256) bn_bwd_apply(
+    // pointers (z, dz may be null)
+    const T* dy, const T* x, const T* z, T* dx, T* dz, const float* mean, const float* invstd,
+    const float* gamma, const float* beta, const float* dgamma, const float* dbeta,
+    // problem
+    BnApply a, ActParams p) {
+    if (a.n <= 0x7fffffffLL)
+        bn_bwd_loop<T, unsigned>(dy, x, z, dx, dz, mean, invstd, gamma, beta, dgamma, dbeta, a, p);
+    else
+        bn_bwd_loop<T, cl::index_t>(dy, x, z, dx, dz, mean, invstd, gamma, beta, dgamma, dbeta, a,
+                                    p);
+}
+
+// ---------------------------------------------------------------- row norms
+
+// One row norm problem (ops/norm.py: _ROW_DTYPE). Row r holds `cols` contiguous elements;
+// the weight index of column k is ((r % groups) * cols + k) / inner:
+//   layer / RMS norm: groups = 1, inner = 1 (weight over the normalized shape)
+//   group norm: groups = G, inner = H*W (weight per channel); instance norm: G = C
+struct RowShape {
+    cl::index_t rows;
+    cl::index_t cols;
+    cl::index_t groups;
+    cl::index_t inner;
+    float eps;
+    int has_weight;
+    int has_bias;
+    int reserved;
+};
+
+namespace nrm {
+
+// Sum over the block, returned to every thread. `sm` holds 32 floats; the leading
+// barrier makes back-to-back calls safe.
+__device__ __forceinline__ float block_sum(float v, float* sm) {
+#pragma unroll
+    for (unsigned off = 16; off > 0; off >>= 1) v += __shfl_down_sync(0xffffffffu, v, off);
+    const int lane = threadIdx.x & 31, warp = threadIdx.x >> 5;
+    __syncthreads();  // the previous call's readers are done with sm
+    if (lane == 0) sm[warp] = v;
+    __syncthreads();
+    const int nwarps = blockDim.x >> 5;
+    float t = 0.0f;
+    for (int w = 0; w < nwarps; ++w) t += sm[w];  // same order in every thread
+    return t;
+}
+
+template <typename T>
+__device__ __forceinline__ float weight_at(const T* w, int has, cl::index_t r, cl::index_t k,
+                                           const RowShape& s) {
+    if (!has) return 1.0f;
+    if (s.inner == 1) return cl::to_float(w[s.groups == 1 ? k : (r % s.groups) * s.cols + k]);
+    // group norm: channel (r % groups) * channels_per_group + k / inner, 32-bit when it fits
+    const cl::index_t first = (r % s.groups) * s.cols;
+    const cl::index_t q = s.cols <= 0x7fffffffLL && s.inner <= 0x7fffffffLL
+                              ? (cl::index_t)((unsigned)k / (unsigned)s.inner)
+                              : k / s.inner;
+    return cl::to_float(w[first / s.inner + q]);
+}
+
+}  // namespace nrm
+
+template <typename T, bool RMS>
+__global__ void __launch_bounds__(1024) rownorm_fwd(
+    // pointers (weight, bias, mean may be null)
+    const T* x, const T* weight, const T* bias, T* y, float* mean_out, float* rstd_out,
+    // problem
+    RowShape s) {
+    __shared__ float sm[32];
+    const cl::index_t r = blockIdx.x;
+    const T* xr = x + r * s.cols;
+    T* yr = y + r * s.cols;
+    const float inv_cols = 1.0f / (float)s.cols;
+    float mean = 0.0f;
+    if constexpr (!RMS) {
+        float t = 0.0f;
+        for (cl::index_t k = threadIdx.x; k < s.cols; k += blockDim.x) t += cl::to_float(xr[k]);
+        mean = nrm::block_sum(t, sm) * inv_cols;
+    }
+    // second pass over the (cached) row: exact deviations, no cancellation
+    float q = 0.0f;
+    for (cl::index_t k = threadIdx.x; k < s.cols; k += blockDim.x) {
+        const float d = cl::to_float(xr[k]) - mean;
+        q = fmaf(d, d, q);
+    }
+    const float rstd = 1.0f / sqrtf(nrm::block_sum(q, sm) * inv_cols + s.eps);
+    for (cl::index_t k = threadIdx.x; k < s.cols; k += blockDim.x) {
+        float v = (cl::to_float(xr[k]) - mean) * rstd;
+        v *= nrm::weight_at(weight, s.has_weight, r, k, s);
+        if (s.has_bias) v += nrm::weight_at(bias, 1, r, k, s);
+        yr[k] = cl::from_float<T>(v);
+    }
+    if (threadIdx.x == 0) {
+        if (mean_out != nullptr) mean_out[r] = mean;
+        rstd_out[r] = rstd;
+    }
+}
+
+// dx = rstd (gw - mean(gw) - xhat mean(gw xhat)), gw = dy * weight; RMS drops mean(gw).
+template <typename T, bool RMS>
+__global__ void __launch_bounds__(1024) rownorm_bwd(
+    // pointers (weight, mean may be null)
+    const T* dy, const T* x, const T* weight, const float* mean_in, const float* rstd_in, T* dx,
+    // problem
+    RowShape s) {
+    __shared__ float sm[32];
+    const cl::index_t r = blockIdx.x;
+    const cl::index_t base = r * s.cols;
+    const float mean = RMS ? 0.0f : mean_in[r];
+    const float rstd = rstd_in[r];
+    float sg = 0.0f, sgx = 0.0f;
+    for (cl::index_t k = threadIdx.x; k < s.cols; k += blockDim.x) {
+        const float gw = cl::to_float(dy[base + k]) * nrm::weight_at(weight, s.has_weight, r, k, s);
+        const float xhat = (cl::to_float(x[base + k]) - mean) * rstd;
+        sg += gw;
+        sgx = fmaf(gw, xhat, sgx);
+    }
+    const float inv_cols = 1.0f / (float)s.cols;
+    const float mg = RMS ? 0.0f : nrm::block_sum(sg, sm) * inv_cols;
+    const float mgx = nrm::block_sum(sgx, sm) * inv_cols;
+    for (cl::index_t k = threadIdx.x; k < s.cols; k += blockDim.x) {
+        const float gw = cl::to_float(dy[base + k]) * nrm::weight_at(weight, s.has_weight, r, k, s);
+        const float xhat = (cl::to_float(x[base + k]) - mean) * rstd;
+        dx[base + k] = cl::from_float<T>(rstd * (gw - mg - xhat * mgx));
+    }
+}
+
+// ---------------------------------------------------------------- LRN
+
+// Cross-channel LRN (ops/norm.py: _LRN_DTYPE). Channel c of element e is
+// (e / cstride) % channels; its window is [c - size/2, c + (size-1)/2] (PyTorch's).
+struct LrnShape {
+    cl::index_t n;
+    cl::index_t channels;
+    cl::index_t cstride;  // NCHW: H*W; NHWC: 1
+    int size;
+    float alpha_over_n;   // alpha / size
+    float beta;
+    float k;
+};
+
+namespace nrm {
+
+template <typename T>
+__device__ __forceinline__ float lrn_scale_at(const T* x, cl::index_t e, cl::index_t c,
+                                              const LrnShape& s) {
+    const cl::index_t lo = c - s.size / 2 < 0 ? 0 : c - s.size / 2;
+    const cl::index_t hi_ = c + (s.size - 1) / 2;
+    const cl::index_t hi = hi_ >= s.channels ? s.channels - 1 : hi_;
+    float sq = 0.0f;
+    for (cl::index_t j = lo; j <= hi; ++j) {
+        const float v = cl::to_float(x[e + (j - c) * s.cstride]);
+        sq = fmaf(v, v, sq);
+    }
+    return fmaf(s.alpha_over_n, sq, s.k);
+}
+
+}  // namespace nrm
+
+template <typename T>
+__global__ void __launch_bounds__(256) lrn_fwd(const T* x, T* y, LrnShape s) {
+    const cl::index_t stride = cl::grid_stride();
+    for (cl::index_t e = cl::global_thread_id(); e < s.n; e += stride) {
+        const cl::index_t c = (e / s.cstride) % s.channels;
+        const float scale = nrm::lrn_scale_at(x, e, c, s);
+        y[e] = cl::from_float<T>(cl::to_float(x[e]) * powf(scale, -s.beta));
+    }
+}
+
+// Backward pass 1: t[e] = dy x scale^(-beta-1) and sp[e] = scale^-beta (float workspaces).
+template <typename T>
+__global__ void __launch_bounds__(256) lrn_scale(const T* dy, const T* x, float* t, float* sp,
+                                                 LrnShape s) {
+    const cl::index_t stride = cl::grid_stride();
+    for (cl::index_t e = cl::global_thread_id(); e < s.n; e += stride) {
+        const cl::index_t c = (e / s.cstride) % s.channels;
+        const float scale = nrm::lrn_scale_at(x, e, c, s);
+        const float pw = powf(scale, -s.beta);
+        sp[e] = pw;
+        t[e] = cl::to_float(dy[e]) * cl::to_float(x[e]) * (pw / scale);
+    }
+}
+
+// Backward pass 2: dx_i = dy_i sp_i - 2 alpha beta / n x_i sum_{j: i in win(j)} t_j,
+// j in [i - (size-1)/2, i + size/2].
+template <typename T>
+__global__ void __launch_bounds__(256) lrn_bwd(const T* dy, const T* x, const float* t,
+                                               const float* sp, T* dx, LrnShape s) {
+    const cl::index_t stride = cl::grid_stride();
+    for (cl::index_t e = cl::global_thread_id(); e < s.n; e += stride) {
+        const cl::index_t c = (e / s.cstride) % s.channels;
+        const cl::index_t lo = c - (s.size - 1) / 2 < 0 ? 0 : c - (s.size - 1) / 2;
+        const cl::index_t hi_ = c + s.size / 2;
+        const cl::index_t hi = hi_ >= s.channels ? s.channels - 1 : hi_;
+        float acc = 0.0f;
+        for (cl::index_t j = lo; j <= hi; ++j) acc += t[e + (j - c) * s.cstride];
+        const float v = cl::to_float(dy[e]) * sp[e] -
+                        2.0f * s.alpha_over_n * s.beta * cl::to_float(x[e]) * acc;
+        dx[e] = cl::from_float<T>(v);
+    }
+}

@@ -1,0 +1,289 @@
+// Pooling over 1 to 3 spatial dims (1d and 2d run as 3d with leading size-1 dims):
+// max, average (padding included or excluded, divisor override) and adaptive windows,
+// forward and backward, NCHW (N, C, D, H, W) or NHWC (N, D, H, W, C).
+//
+// Kernels (T = float | __half | __nv_bfloat16), one thread per element, grid-stride:
+//   pool_fwd<T>               one thread per output: y and (max modes, if `indices` is
+//                             not null) the argmax as a flat position d*H*W + h*W + w of
+//                             the input plane (PyTorch's int64 indices). NaN wins.
+//   pool_bwd<T>               one thread per input element gathers from the outputs whose
+//                             windows can hold it: max from the saved indices, average
+//                             divided as the forward did. No atomics: deterministic.
+//   maxpool_bwd_scatter<T>    one thread per output adds dy at its saved index with
+//                             atomicAdd into a zeroed dx (float only: cheapest when the
+//                             windows do not overlap); the order of additions varies.
+// Neighbouring threads own neighbouring W positions (NCHW) or channels (NHWC), so loads
+// and stores are coalesced in both layouts.
+//
+// Defines: none; one module per dtype.
+#include "common/cudnnlite.cuh"
+
+namespace pool {
+
+constexpr int kMax = 0;
+// 1: average, padding included in the divisor (count_include_pad)
+constexpr int kAvgExcludePad = 2;
+
+}  // namespace pool
+
+// The pooling problem (ops/pooling.py: _SHAPE_DTYPE). Spatial arrays are (D, H, W).
+struct PoolShape {
+    cl::index_t n;         // batch
+    cl::index_t c;         // channels
+    cl::index_t in_plane;  // D*H*W of the input
+    cl::index_t out_plane;
+    int in[3];
+    int out[3];
+    int k[3];
+    int s[3];
+    int p[3];
+    int d[3];
+    int mode;          // pool::k*
+    int adaptive;      // windows [floor(o in / out), ceil((o + 1) in / out))
+    int divisor;       // divisor_override; 0: none
+    int channel_last;  // NHWC
+};
+
+namespace pool {
+
+// Splits a flat element index into (n, c, spatial flat) for either layout. I is
+// unsigned (32-bit division) when the tensor has fewer than 2^31 elements.
+template <typename I>
+__device__ __forceinline__ void split(I e, I plane, const PoolShape& s, I& n, I& c, I& f) {
+    const I cs = (I)s.c;
+    if (s.channel_last) {
+        const I r = e / cs;
+        c = e - r * cs;
+        n = r / plane;
+        f = r - n * plane;
+    } else {
+        const I r = e / plane;
+        f = e - r * plane;
+        n = r / cs;
+        c = r - n * cs;
+    }
+}
+
+// Every input and output offset fits in 31 bits: index math may use 32-bit division.
+__device__ __forceinline__ bool fits_32bit(const PoolShape& s) {
+    const cl::index_t plane = s.in_plane > s.out_plane ? s.in_plane : s.out_plane;
+    return s.n * s.c * plane <= 0x7fffffffLL;
+}
+
+template <typename I>
+__device__ __forceinline__ I offset(I n, I c, I f, I plane, const PoolShape& s) {
+    const I cs = (I)s.c;
+    return s.channel_last ? (n * plane + f) * cs + c : (n * cs + c) * plane + f;
+}
+
+// Window of output coordinate o along dim j: first position, position step, positions,
+// and (average pooling) the divisor contribution of this dim.
+struct Window {
+    int start, step, len;
+    int pool;  // count_include_pad extent (padded, clipped to in + p)
+};
+
+__device__ __forceinline__ Window window(int o, int j, const PoolShape& s) {
+    Window w;
+    if (s.adaptive) {
+        w.start = (int)(((long long)o * s.in[j]) / s.out[j]);
+        const int end = (int)(((long long)(o + 1) * s.in[j] + s.out[j] - 1) / s.out[j]);
+        w.step = 1;
+        w.len = end - w.start;
+        w.pool = w.len;
+        return w;
+    }
+    const int start = o * s.s[j] - s.p[j];
+    if (s.mode == kMax) {
+        w.start = start;
+        w.step = s.d[j];
+        w.len = s.k[j];
+        w.pool = 0;
+        return w;
+    }
+    int end = start + s.k[j];
+    const int limit = s.in[j] + s.p[j];
+    end = end < limit ? end : limit;
+    w.pool = end - start;
+    w.start = start < 0 ? 0 : start;
+    end = end < s.in[j] ? end : s.in[j];
+    w.step = 1;
+    w.len = end - w.start;
+    return w;
+}
+
+}  // namespace pool
+
+// ---------------------------------------------------------------- forward
+
+namespace pool {
+
+template <typename T, typename I>
+__device__ __forceinline__ void fwd_body(const T* x, T* y, long long* indices,
+                                         const PoolShape& s) {
+    const I total = (I)(s.n * s.c * s.out_plane);
+    const I stride = (I)cl::grid_stride();
+    for (I e = (I)cl::global_thread_id(); e < total; e += stride) {
+        I n, c, f;
+        pool::split<I>(e, (I)s.out_plane, s, n, c, f);
+        const int ow = (int)(f % (I)s.out[2]);
+        const int oh = (int)((f / (I)s.out[2]) % (I)s.out[1]);
+        const int od = (int)(f / ((I)s.out[2] * (I)s.out[1]));
+        const pool::Window wd = pool::window(od, 0, s), wh = pool::window(oh, 1, s),
+                           ww = pool::window(ow, 2, s);
+        const cl::index_t base = (cl::index_t)pool::offset<I>(n, c, 0, (I)s.in_plane, s);
+        const cl::index_t fstep = s.channel_last ? s.c : 1;  // element step of one position
+        if (s.mode == pool::kMax) {
+            float best = __int_as_float(0xff800000);  // -inf
+            long long arg = -1;
+            for (int a = 0; a < wd.len; ++a) {
+                const int id = wd.start + a * wd.step;
+                if (id < 0 || id >= s.in[0]) continue;
+                for (int b = 0; b < wh.len; ++b) {
+                    const int ih = wh.start + b * wh.step;
+                    if (ih < 0 || ih >= s.in[1]) continue;
+                    for (int q = 0; q < ww.len; ++q) {
+                        const int iw = ww.start + q * ww.step;
+                        if (iw < 0 || iw >= s.in[2]) continue;
+                        const long long pos = ((long long)id * s.in[1] + ih) * s.in[2] + iw;
+                        const float v = cl::to_float(x[base + pos * fstep]);
+                        if (arg < 0 || v > best || v != v) {  // NaN wins, as PyTorch
+                            best = v;
+                            arg = pos;
+                        }
+                    }
+                }
+            }
+            y[e] = cl::from_float<T>(best);
+            if (indices != nullptr) indices[e] = arg;
+        } else {
+            float sum = 0.0f;
+            for (int a = 0; a < wd.len; ++a) {
+                for (int b = 0; b < wh.len; ++b) {
+                    const long long row =
+                        ((long long)(wd.start + a) * s.in[1] + (wh.start + b)) * s.in[2];
+                    for (int q = 0; q < ww.len; ++q) {
+                        sum += cl::to_float(x[base + (row + ww.start + q) * fstep]);
+                    }
+                }
+            }
+            int div;
+            if (s.divisor) div = s.divisor;
+            else if (s.adaptive || s.mode == pool::kAvgExcludePad) div = wd.len * wh.len * ww.len;
+            else div = wd.pool * wh.pool * ww.pool;
+            y[e] = cl::from_float<T>(sum / (float)div);
+        }
+    }
+}
+
+}  // namespace pool
+
+template <typename T>
+__global__ void __launch_bounds__(256) pool_fwd(
+    // pointers (indices may be null)
+    const T* x, T* y, long long* indices,
+    // problem
+    PoolShape s) {
+    if (pool::fits_32bit(s)) pool::fwd_body<T, unsigned>(x, y, indices, s);
+    else pool::fwd_body<T, cl::index_t>(x, y, indices, s);
+}
+
+// ---------------------------------------------------------------- backward
+
+namespace pool {
+
+// Outputs whose window along dim j may hold input coordinate i: [lo, hi).
+__device__ __forceinline__ void out_range(int i, int j, const PoolShape& s, int& lo, int& hi) {
+    if (s.adaptive) {
+        lo = (int)(((long long)i * s.out[j]) / s.in[j]);
+        hi = (int)(((long long)(i + 1) * s.out[j] + s.in[j] - 1) / s.in[j]);
+        hi = hi < s.out[j] ? hi : s.out[j];
+        return;
+    }
+    const int span = (s.mode == kMax ? s.d[j] : 1) * (s.k[j] - 1);
+    const int first = i + s.p[j] - span;  // o * stride >= first
+    lo = first <= 0 ? 0 : (first + s.s[j] - 1) / s.s[j];
+    hi = (i + s.p[j]) / s.s[j] + 1;
+    hi = hi < s.out[j] ? hi : s.out[j];
+}
+
+__device__ __forceinline__ bool holds(const Window& w, int i) {
+    return i >= w.start && i < w.start + w.len;  // average windows only (step 1)
+}
+
+}  // namespace pool
+
+namespace pool {
+
+template <typename T, typename I>
+__device__ __forceinline__ void bwd_body(const T* dy, const long long* indices, T* dx,
+                                         const PoolShape& s) {
+    const I total = (I)(s.n * s.c * s.in_plane);
+    const I stride = (I)cl::grid_stride();
+    for (I e = (I)cl::global_thread_id(); e < total; e += stride) {
+        I n, c, f;
+        pool::split<I>(e, (I)s.in_plane, s, n, c, f);
+        const int iw = (int)(f % (I)s.in[2]);
+        const int ih = (int)((f / (I)s.in[2]) % (I)s.in[1]);
+        const int id = (int)(f / ((I)s.in[2] * (I)s.in[1]));
+        int d0, d1, h0, h1, w0, w1;
+        pool::out_range(id, 0, s, d0, d1);
+        pool::out_range(ih, 1, s, h0, h1);
+        pool::out_range(iw, 2, s, w0, w1);
+        const cl::index_t base = (cl::index_t)pool::offset<I>(n, c, 0, (I)s.out_plane, s);
+        const cl::index_t fstep = s.channel_last ? s.c : 1;
+        float acc = 0.0f;
+        for (int od = d0; od < d1; ++od) {
+            for (int oh = h0; oh < h1; ++oh) {
+                for (int ow = w0; ow < w1; ++ow) {
+                    const cl::index_t o =
+                        base + (((cl::index_t)od * s.out[1] + oh) * s.out[2] + ow) * fstep;
+                    if (s.mode == pool::kMax) {
+                        if (indices[o] == (long long)f) acc += cl::to_float(dy[o]);
+                        continue;
+                    }
+                    const pool::Window wd = pool::window(od, 0, s), wh = pool::window(oh, 1, s),
+                                       ww = pool::window(ow, 2, s);
+                    if (!pool::holds(wd, id) || !pool::holds(wh, ih) || !pool::holds(ww, iw))
+                        continue;
+                    int div;
+                    if (s.divisor) div = s.divisor;
+                    else if (s.adaptive || s.mode == pool::kAvgExcludePad)
+                        div = wd.len * wh.len * ww.len;
+                    else div = wd.pool * wh.pool * ww.pool;
+                    acc += cl::to_float(dy[o]) / (float)div;
+                }
+            }
+        }
+        dx[e] = cl::from_float<T>(acc);
+    }
+}
+
+}  // namespace pool
+
+template <typename T>
+__global__ void __launch_bounds__(256) pool_bwd(
+    // pointers (indices: max modes only)
+    const T* dy, const long long* indices, T* dx,
+    // problem
+    PoolShape s) {
+    if (pool::fits_32bit(s)) pool::bwd_body<T, unsigned>(dy, indices, dx, s);
+    else pool::bwd_body<T, cl::index_t>(dy, indices, dx, s);
+}
+
+template <typename T>
+__global__ void __launch_bounds__(256) maxpool_bwd_scatter(
+    // pointers (dx zeroed by the caller)
+    const T* dy, const long long* indices, T* dx,
+    // problem
+    PoolShape s) {
+    const cl::index_t total = s.n * s.c * s.out_plane;
+    const cl::index_t stride = cl::grid_stride();
+    for (cl::index_t e = cl::global_thread_id(); e < total; e += stride) {
+        cl::index_t n, c, f;
+        pool::split<cl::index_t>(e, s.out_plane, s, n, c, f);
+        const long long pos = indices[e];
+        if (pos < 0) continue;  // an all-padding window has no input to credit
+        atomicAdd(dx + pool::offset<cl::index_t>(n, c, pos, s.in_plane, s), dy[e]);
+    }
+}

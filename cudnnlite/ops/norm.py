@@ -1,0 +1,1182 @@
+"""Normalization layers: batch norm, layer / group / instance / RMS norm, and LRN.
+
+Every function validates, allocates, launches (``cuda_src/norm/norm.cu``, one module per
+dtype) and returns arrays of the inputs' kind. Data may be float32, float16 or bfloat16;
+statistics (mean, invstd / rstd) are float32. Batch-norm parameters (weight, bias,
+running statistics) are float32 (cuDNN's rule); row-norm weight and bias share x's dtype
+(PyTorch's). Inputs of any strides are copied to C-contiguous arrays first where they
+are not already; ``out=`` may have any strides (the result is copied into it).
+Semantics: :mod:`cudnnlite.reference.norm`.
+
+:func:`last_kernel_name` names the last kernel the calling thread launched, e.g.
+``red_planar_stats_fp16`` (batch-norm statistics, NCHW), ``bn_fwd_apply_fp32`` or
+``rownorm_fwd_rms_bf16``. Batch norm runs as a multi-block per-channel reduction
+(``red_planar`` / ``red_chlast``, grid = channels x chunks), a per-channel finalize and
+an elementwise pass; see the header of ``cuda_src/norm/norm.cu``.
+"""
+
+from __future__ import annotations
+
+import math
+import threading
+from collections.abc import Sequence
+from typing import Any
+
+import numpy as np
+
+from .. import dtypes
+from ..errors import BadParamError
+from ..runtime.backend import Backend, Kernel
+from ..runtime.kernel import ModuleSpec
+from ..runtime.select import backend_for
+from ..runtime.variants import register
+from ._arrays import array_module, as_array, check_out, float_dtype, same_dtype, same_shape
+from .activation import ACTIVATION_MODES, _params
+
+SOURCE = "norm/norm.cu"
+LAYOUTS = ("NCHW", "NHWC")
+BN_MODES = ("spatial", "per_activation")
+_BLOCK = 256
+_CHLAST_ROWS = 8
+_KIND = {"stats": 0, "bwd": 1, "params": 2}
+
+_RED_DTYPE = np.dtype(
+    [
+        ("rows", "<i8"),
+        ("channels", "<i8"),
+        ("inner", "<i8"),
+        ("count", "<i8"),
+        ("groups", "<i8"),
+        ("act_mode", "<i4"),
+        ("has_z", "<i4"),
+    ],
+    align=True,
+)
+_BN_DTYPE = np.dtype(
+    [("eps", "<f4"), ("momentum", "<f4"), ("update_running", "<i4"), ("chunks", "<i4")],
+    align=True,
+)
+_BN_APPLY_DTYPE = np.dtype(
+    [
+        ("n", "<i8"),
+        ("channels", "<i8"),
+        ("inner", "<i8"),
+        ("eps", "<f4"),
+        ("inv_count", "<f4"),
+        ("stats_are_var", "<i4"),
+        ("act_mode", "<i4"),
+    ],
+    align=True,
+)
+_ROW_DTYPE = np.dtype(
+    [
+        ("rows", "<i8"),
+        ("cols", "<i8"),
+        ("groups", "<i8"),
+        ("inner", "<i8"),
+        ("eps", "<f4"),
+        ("has_weight", "<i4"),
+        ("has_bias", "<i4"),
+        ("reserved", "<i4"),
+    ],
+    align=True,
+)
+_LRN_DTYPE = np.dtype(
+    [
+        ("n", "<i8"),
+        ("channels", "<i8"),
+        ("cstride", "<i8"),
+        ("size", "<i4"),
+        ("alpha_over_n", "<f4"),
+        ("beta", "<f4"),
+        ("k", "<f4"),
+    ],
+    align=True,
+)
+
+# ------------------------------------------------------------------ kernels
+
+
+def _names(dt: dtypes.DType) -> dict[str, str]:
+    """Readable name -> C++ name expression, for every kernel of the dtype's module."""
+    t = dt.ctype
+    names = {}
+    for kind, k in _KIND.items():
+        names[f"red_planar_{kind}"] = f"red_planar<{t}, {k}>"
+        names[f"red_chlast_{kind}"] = f"red_chlast<{t}, {k}>"
+    names["bn_stats_finalize"] = f"bn_stats_finalize<{t}>"
+    names["sum2_finalize_fp32"] = "sum2_finalize<float>"
+    names[f"sum2_finalize_{dt.short}"] = f"sum2_finalize<{t}>"
+    names["bn_fwd_apply"] = f"bn_fwd_apply<{t}>"
+    names["bn_bwd_apply"] = f"bn_bwd_apply<{t}>"
+    for rms, tag in ((False, "mean"), (True, "rms")):
+        b = "true" if rms else "false"
+        names[f"rownorm_fwd_{tag}"] = f"rownorm_fwd<{t}, {b}>"
+        names[f"rownorm_bwd_{tag}"] = f"rownorm_bwd<{t}, {b}>"
+    for k in ("lrn_fwd", "lrn_scale", "lrn_bwd"):
+        names[k] = f"{k}<{t}>"
+    return names
+
+
+def module_spec(dt: dtypes.DType) -> ModuleSpec:
+    """The module holding every normalization kernel for storage type ``dt``."""
+    return ModuleSpec.make(SOURCE, _names(dt).values())
+
+
+@register("norm")
+def module_specs() -> list[ModuleSpec]:
+    return [module_spec(dt) for dt in dtypes.FLOAT_TYPES]
+
+
+class _Table:
+    def __init__(self, backend: Backend, dt: dtypes.DType) -> None:
+        self.backend = backend
+        self.dt = dt
+        self.spec = module_spec(dt)
+        self.names = _names(dt)
+        self.kernels: dict[str, Kernel] = {}
+        if backend.name == "cuda":
+            sms = int(backend.xp.cuda.Device().attributes["MultiProcessorCount"])
+            self.target_blocks = sms * 8  # resident blocks of 256 threads, a few waves
+            self.max_grid = sms * 32
+        else:
+            self.target_blocks = 16
+            self.max_grid = 64
+
+    def get(self, key: str) -> Kernel:
+        k = self.kernels.get(key)
+        if k is None:
+            k = self.kernels[key] = self.backend.kernel(self.spec, self.names[key])
+        return k
+
+    def launch(self, key: str, grid: Any, block: Any, args: Sequence[Any]) -> None:
+        self.get(key)(grid, block, args)
+        _LAST.name = f"{key}_{self.dt.short}"
+
+    def grid1d(self, n: int) -> int:
+        return max(1, min(-(-n // _BLOCK), self.max_grid))
+
+
+_TABLES: dict[tuple[int, str, str], _Table] = {}
+_LOCK = threading.Lock()
+_LAST = threading.local()
+
+
+def _table(backend: Backend, dt: dtypes.DType) -> _Table:
+    key = (id(backend), backend.device_key(), dt.short)
+    t = _TABLES.get(key)
+    if t is None:
+        with _LOCK:
+            t = _TABLES.setdefault(key, _Table(backend, dt))
+    return t
+
+
+def last_kernel_name() -> str | None:
+    """Readable name of the last normalization kernel this thread launched."""
+    return getattr(_LAST, "name", None)
+
+
+# ------------------------------------------------------------------ argument helpers
+
+
+def _arr(name: str, a: Any) -> Any:
+    return None if a is None else as_array(name, a)
+
+
+def _dense(a: Any) -> Any:
+    if a is None or a.flags.c_contiguous:
+        return a
+    return array_module(a).ascontiguousarray(a)
+
+
+def _layout(layout: Any) -> str:
+    if layout not in LAYOUTS:
+        raise BadParamError(f"layout: expected 'NCHW' or 'NHWC', got {layout!r}")
+    return layout
+
+
+def _eps(eps: Any) -> float:
+    if isinstance(eps, bool) or not isinstance(eps, (int, float, np.integer, np.floating)):
+        raise BadParamError(f"eps: expected a number >= 0, got {eps!r}")
+    if not (math.isfinite(float(eps)) and eps >= 0):
+        raise BadParamError(f"eps: expected a finite number >= 0, got {eps!r}")
+    return float(eps)
+
+
+def _param(
+    name: str, a: Any, shape: tuple[int, ...], dtype: Any, backend_arrays: Any = None
+) -> Any:
+    if a is None:
+        return None
+    a = as_array(name, a)
+    if tuple(a.shape) != tuple(shape) and not (a.size == math.prod(shape) and a.ndim == 1):
+        raise BadParamError(f"{name}: expected shape {tuple(shape)}, got {tuple(a.shape)}")
+    if a.dtype != np.dtype(dtype):
+        raise BadParamError(f"{name}: expected dtype {np.dtype(dtype)}, got {a.dtype}")
+    return a
+
+
+def _act(activation: Any, coef: Any) -> tuple[int, np.void]:
+    """Activation mode id (-1 none) and its ActParams."""
+    if activation is None:
+        if coef is not None:
+            raise BadParamError("coef: given without an activation")
+        return -1, _params("identity", None, None, 1.0, 0.0, False)[0]
+    if activation not in ACTIVATION_MODES:
+        raise BadParamError(
+            f"activation: expected None or one of {', '.join(ACTIVATION_MODES)}, got {activation!r}"
+        )
+    params = _params(activation, coef, None, 1.0, 0.0, False)[0]
+    mode = ACTIVATION_MODES.index(activation)
+    return (-1 if activation == "identity" else mode), params
+
+
+def _deliver(result: Any, out: Any) -> Any:
+    if out is None:
+        return result
+    out[...] = result
+    return out
+
+
+def _check_out(out: Any, x: Any, backend: Backend, inputs: dict[str, Any]) -> None:
+    if out is not None:
+        check_out(out, x.shape, x.dtype, backend, inputs)
+
+
+def _struct(dtype: np.dtype, **fields: Any) -> np.void:
+    s = np.zeros((), dtype=dtype)
+    for k, v in fields.items():
+        s[k] = v
+    return s[()]
+
+
+# ------------------------------------------------------------------ batch norm
+
+
+class _BnView:
+    """How batch norm sees x: per-channel reduction shape and parameter shape."""
+
+    def __init__(self, shape: tuple[int, ...], mode: str, layout: str) -> None:
+        if len(shape) < 2:
+            raise BadParamError(f"x: expected at least 2 dims (N, C, ...), got shape {shape}")
+        n = shape[0]
+        if mode == "per_activation":
+            self.param_shape = tuple(shape[1:])
+            self.rows, self.channels, self.inner = n, math.prod(shape[1:]), 1
+        elif layout == "NCHW":
+            self.param_shape = (shape[1],)
+            self.rows, self.channels, self.inner = n, shape[1], math.prod(shape[2:])
+        else:
+            self.param_shape = (shape[-1],)
+            self.rows, self.channels, self.inner = math.prod(shape[:-1]), shape[-1], 1
+        self.count = self.rows * self.inner
+
+
+def _bn_mode(mode: Any) -> str:
+    if mode not in BN_MODES:
+        raise BadParamError(f"mode: expected 'spatial' or 'per_activation', got {mode!r}")
+    return mode
+
+
+def _reduce(
+    table: _Table,
+    kind: str,
+    rows: int,
+    channels: int,
+    inner: int,
+    ptrs: Sequence[Any],
+    groups: int = 1,
+    act_mode: int = -1,
+    has_z: bool = False,
+    params: np.void | None = None,
+) -> tuple[Any, int]:
+    """Launches the per-channel reduction; returns (partial workspace, chunks)."""
+    xp = array_module(ptrs[0])
+    count = rows * inner
+    if inner > 1:
+        per_block = _BLOCK * 4  # at least 4 elements per thread
+        col_blocks = channels
+        variant = "planar"
+    else:
+        per_block = _CHLAST_ROWS * 4
+        col_blocks = -(-channels // 32)
+        variant = "chlast"
+    chunks = max(1, min(-(-table.target_blocks // col_blocks), -(-count // per_block), 65535))
+    nacc = 3 if kind == "stats" else 2
+    partial = xp.empty((nacc * channels * chunks,), np.float32)
+    shape = _struct(
+        _RED_DTYPE,
+        rows=rows,
+        channels=channels,
+        inner=inner,
+        count=count,
+        groups=groups,
+        act_mode=act_mode,
+        has_z=int(has_z),
+    )
+    if params is None:
+        params = _act(None, None)[1]
+    block = (_BLOCK,) if variant == "planar" else (32, _CHLAST_ROWS)
+    table.launch(
+        f"red_{variant}_{kind}", (col_blocks, chunks), block, (*ptrs, partial, shape, params)
+    )
+    return partial, chunks
+
+
+def _bn_common(x: Any, mode: Any, layout: Any) -> tuple[Any, _BnView, dtypes.DType]:
+    x = as_array("x", x)
+    dt = float_dtype("x", x)
+    _layout(layout)
+    view = _BnView(tuple(x.shape), _bn_mode(mode), layout)
+    return x, view, dt
+
+
+def _bn_params(x: Any, view: _BnView, weight: Any, bias: Any) -> tuple[Any, Any]:
+    w = _param("weight", weight, view.param_shape, np.float32)
+    b = _param("bias", bias, view.param_shape, np.float32)
+    c = view.channels
+    xp = array_module(x)
+    w = xp.ones((c,), np.float32) if w is None else _dense(w).reshape(c)
+    b = xp.zeros((c,), np.float32) if b is None else _dense(b).reshape(c)
+    return w, b
+
+
+def _momentum(momentum: Any) -> float:
+    if isinstance(momentum, bool) or not isinstance(
+        momentum, (int, float, np.integer, np.floating)
+    ):
+        raise BadParamError(f"momentum: expected a number in [0, 1], got {momentum!r}")
+    if not 0.0 <= float(momentum) <= 1.0:
+        raise BadParamError(f"momentum: expected a number in [0, 1], got {momentum!r}")
+    return float(momentum)
+
+
+def _running(name: str, a: Any, view: _BnView) -> Any:
+    a = _param(name, a, view.param_shape, np.float32)
+    if a is not None and not a.flags.c_contiguous:
+        raise BadParamError(f"{name}: expected a C-contiguous array (it is updated in place)")
+    if a is not None and isinstance(a, np.ndarray) and not a.flags.writeable:
+        raise BadParamError(f"{name}: the array is read-only (it is updated in place)")
+    return a
+
+
+def _z(z: Any, x: Any) -> Any:
+    if z is None:
+        return None
+    z = as_array("z", z)
+    same_dtype(("x", "z"), (x, z))
+    same_shape(("x", "z"), (x, z))
+    return z
+
+
+def batch_norm_forward_training(
+    x: Any,
+    weight: Any = None,
+    bias: Any = None,
+    running_mean: Any = None,
+    running_var: Any = None,
+    *,
+    momentum: float = 0.1,
+    eps: float = 1e-5,
+    mode: str = "spatial",
+    layout: str = "NCHW",
+    z: Any = None,
+    activation: str | None = None,
+    coef: float | None = None,
+    out: Any = None,
+) -> tuple[Any, Any, Any]:
+    """Training forward: ``y = act(gamma (x - mean) invstd + beta [+ z])`` with batch
+    statistics; returns ``(y, save_mean, save_invstd)`` (float32, one per channel).
+
+    Args:
+        x: ``(N, C, *spatial)`` for ``layout="NCHW"``, ``(N, *spatial, C)`` for "NHWC".
+        weight, bias: float32 of the parameter shape (``(C,)`` in mode "spatial",
+            ``x.shape[1:]`` in mode "per_activation"); None means ones / zeros.
+        running_mean, running_var: float32 C-contiguous arrays updated in place:
+            ``r = (1 - momentum) r + momentum batch`` with the unbiased batch variance for
+            running_var (as PyTorch). Either may be None.
+        z, activation, coef: the fused form (cuDNN's BN_ADD_ACTIVATION): ``z`` (like x)
+            is added before the activation (a mode of :data:`cudnnlite.ACTIVATION_MODES`).
+    """
+    backend = backend_for(
+        x,
+        weight,
+        bias,
+        running_mean,
+        running_var,
+        z,
+        out,
+        names=("x", "weight", "bias", "running_mean", "running_var", "z", "out"),
+    )
+    x, view, dt = _bn_common(x, mode, layout)
+    eps = _eps(eps)
+    momentum = _momentum(momentum)
+    if view.count < 2:
+        raise BadParamError(
+            f"x: training needs more than one value per channel to compute a variance, got "
+            f"shape {tuple(x.shape)} ({view.count} value per channel)"
+        )
+    rm = _running("running_mean", running_mean, view)
+    rv = _running("running_var", running_var, view)
+    w, b = _bn_params(x, view, weight, bias)
+    z = _z(z, x)
+    act_mode, params = _act(activation, coef)
+    _check_out(out, x, backend, {"x": x, "z": z})
+    table = _table(backend, dt)
+    xd, zd = _dense(x), _dense(z)
+    c = view.channels
+    xp = array_module(x)
+    partial, chunks = _reduce(
+        table, "stats", view.rows, c, view.inner, (xd, None, None, None, None, None, None)
+    )
+    mean = xp.empty((c,), np.float32)
+    invstd = xp.empty((c,), np.float32)
+    # a lone running_mean or running_var is updated through a scratch partner
+    rm_k = rm if rm is not None else xp.zeros((c,), np.float32)
+    rv_k = rv if rv is not None else xp.ones((c,), np.float32)
+    update = rm is not None or rv is not None
+    bp = _struct(_BN_DTYPE, eps=eps, momentum=momentum, update_running=int(update), chunks=chunks)
+    table.launch(
+        "bn_stats_finalize",
+        (table.grid1d(c),),
+        (_BLOCK,),
+        (xd, partial, mean, invstd, rm_k, rv_k, np.int64(c), np.int64(view.inner), bp),
+    )
+    y = _bn_apply(table, view, xd, zd, mean, invstd, w, b, False, eps, act_mode, params)
+    shape = view.param_shape
+    return _deliver(y, out), mean.reshape(shape), invstd.reshape(shape)
+
+
+def _bn_apply(
+    table: _Table,
+    view: _BnView,
+    x: Any,
+    z: Any,
+    mean: Any,
+    stat: Any,
+    w: Any,
+    b: Any,
+    stats_are_var: bool,
+    eps: float,
+    act_mode: int,
+    params: np.void,
+) -> Any:
+    y = array_module(x).empty(x.shape, x.dtype)
+    n = x.size
+    a = _struct(
+        _BN_APPLY_DTYPE,
+        n=n,
+        channels=view.channels,
+        inner=view.inner,
+        eps=eps,
+        inv_count=0.0,
+        stats_are_var=int(stats_are_var),
+        act_mode=act_mode,
+    )
+    table.launch(
+        "bn_fwd_apply", (table.grid1d(n),), (_BLOCK,), (x, z, y, mean, stat, w, b, a, params)
+    )
+    return y
+
+
+def batch_norm_forward_inference(
+    x: Any,
+    running_mean: Any,
+    running_var: Any,
+    weight: Any = None,
+    bias: Any = None,
+    *,
+    eps: float = 1e-5,
+    mode: str = "spatial",
+    layout: str = "NCHW",
+    z: Any = None,
+    activation: str | None = None,
+    coef: float | None = None,
+    out: Any = None,
+) -> Any:
+    """Inference forward from running statistics:
+    ``y = act(gamma (x - running_mean) / sqrt(running_var + eps) + beta [+ z])``."""
+    backend = backend_for(
+        x,
+        weight,
+        bias,
+        running_mean,
+        running_var,
+        z,
+        out,
+        names=("x", "weight", "bias", "running_mean", "running_var", "z", "out"),
+    )
+    x, view, dt = _bn_common(x, mode, layout)
+    eps = _eps(eps)
+    for name, a in (("running_mean", running_mean), ("running_var", running_var)):
+        if a is None:
+            raise BadParamError(f"{name}: inference needs the running statistics, got None")
+    rm = _dense(_param("running_mean", running_mean, view.param_shape, np.float32))
+    rv = _dense(_param("running_var", running_var, view.param_shape, np.float32))
+    w, b = _bn_params(x, view, weight, bias)
+    z = _z(z, x)
+    act_mode, params = _act(activation, coef)
+    _check_out(out, x, backend, {"x": x, "z": z})
+    table = _table(backend, dt)
+    y = _bn_apply(
+        table,
+        view,
+        _dense(x),
+        _dense(z),
+        rm.reshape(-1),
+        rv.reshape(-1),
+        w,
+        b,
+        True,
+        eps,
+        act_mode,
+        params,
+    )
+    return _deliver(y, out)
+
+
+def batch_norm_backward(
+    dy: Any,
+    x: Any,
+    save_mean: Any,
+    save_invstd: Any,
+    weight: Any = None,
+    *,
+    mode: str = "spatial",
+    layout: str = "NCHW",
+    bias: Any = None,
+    z: Any = None,
+    activation: str | None = None,
+    coef: float | None = None,
+) -> tuple[Any, Any, Any, Any]:
+    """Training backward from the saved statistics: ``(dx, dweight, dbias, dz)``
+    (dweight, dbias float32; dz, the gradient of the fused form's z, None without z).
+    With an activation the forward's ``bias`` (and ``z``) recompute its input."""
+    backend = backend_for(
+        dy,
+        x,
+        save_mean,
+        save_invstd,
+        weight,
+        bias,
+        z,
+        names=("dy", "x", "save_mean", "save_invstd", "weight", "bias", "z"),
+    )
+    x, view, dt = _bn_common(x, mode, layout)
+    dy = as_array("dy", dy)
+    same_dtype(("x", "dy"), (x, dy))
+    same_shape(("x", "dy"), (x, dy))
+    mean = _param("save_mean", save_mean, view.param_shape, np.float32)
+    invstd = _param("save_invstd", save_invstd, view.param_shape, np.float32)
+    if mean is None or invstd is None:
+        raise BadParamError("save_mean, save_invstd: the forward's saved statistics are needed")
+    w, b = _bn_params(x, view, weight, bias)
+    z = _z(z, x)
+    act_mode, params = _act(activation, coef)
+    table = _table(backend, dt)
+    c = view.channels
+    xd, dyd, zd = _dense(x), _dense(dy), _dense(z)
+    mean, invstd = _dense(mean).reshape(-1), _dense(invstd).reshape(-1)
+    partial, chunks = _reduce(
+        table,
+        "bwd",
+        view.rows,
+        c,
+        view.inner,
+        (xd, dyd, zd, mean, invstd, w, b),
+        act_mode=act_mode,
+        has_z=z is not None,
+        params=params,
+    )
+    dgamma = array_module(x).empty((c,), np.float32)
+    dbeta = array_module(x).empty((c,), np.float32)
+    table.launch(
+        "sum2_finalize_fp32",
+        (table.grid1d(c),),
+        (_BLOCK,),
+        (partial, dbeta, dgamma, np.int64(c), np.int32(chunks)),
+    )
+    xp = array_module(x)
+    dx = xp.empty(x.shape, x.dtype)
+    dz = xp.empty(x.shape, x.dtype) if z is not None else None
+    n = x.size
+    a = _struct(
+        _BN_APPLY_DTYPE,
+        n=n,
+        channels=c,
+        inner=view.inner,
+        eps=0.0,
+        inv_count=1.0 / view.count,
+        stats_are_var=0,
+        act_mode=act_mode,
+    )
+    table.launch(
+        "bn_bwd_apply",
+        (table.grid1d(n),),
+        (_BLOCK,),
+        (dyd, xd, zd, dx, dz, mean, invstd, w, b, dgamma, dbeta, a, params),
+    )
+    shape = view.param_shape
+    return dx, dgamma.reshape(shape), dbeta.reshape(shape), dz
+
+
+def batch_norm(
+    x: Any,
+    running_mean: Any,
+    running_var: Any,
+    weight: Any = None,
+    bias: Any = None,
+    training: bool = False,
+    momentum: float = 0.1,
+    eps: float = 1e-5,
+    *,
+    layout: str = "NCHW",
+    out: Any = None,
+) -> Any:
+    """``torch.nn.functional.batch_norm``: training uses (and updates) batch statistics,
+    inference the running ones. Returns y."""
+    if training:
+        return batch_norm_forward_training(
+            x,
+            weight,
+            bias,
+            running_mean,
+            running_var,
+            momentum=momentum,
+            eps=eps,
+            layout=layout,
+            out=out,
+        )[0]
+    return batch_norm_forward_inference(
+        x, running_mean, running_var, weight, bias, eps=eps, layout=layout, out=out
+    )
+
+
+# ------------------------------------------------------------------ row norms
+
+
+def _row_launch_block(cols: int) -> int:
+    return 1024 if cols >= 8192 else 512 if cols >= 2048 else 256 if cols >= 512 else 128
+
+
+def _row_forward(
+    x: Any,
+    rows: int,
+    cols: int,
+    groups: int,
+    inner: int,
+    weight: Any,
+    bias: Any,
+    eps: float,
+    rms: bool,
+    backend: Backend,
+    dt: dtypes.DType,
+) -> tuple[Any, Any, Any]:
+    table = _table(backend, dt)
+    xp = array_module(x)
+    y = xp.empty(x.shape, x.dtype)
+    mean = None if rms else xp.empty((rows,), np.float32)
+    rstd = xp.empty((rows,), np.float32)
+    s = _struct(
+        _ROW_DTYPE,
+        rows=rows,
+        cols=cols,
+        groups=groups,
+        inner=inner,
+        eps=eps,
+        has_weight=int(weight is not None),
+        has_bias=int(bias is not None),
+    )
+    if rows:
+        table.launch(
+            f"rownorm_fwd_{'rms' if rms else 'mean'}",
+            (rows,),
+            (_row_launch_block(cols),),
+            (x, weight, bias, y, mean, rstd, s),
+        )
+    return y, mean, rstd
+
+
+def _row_backward(
+    dy: Any,
+    x: Any,
+    rows: int,
+    cols: int,
+    groups: int,
+    inner: int,
+    weight: Any,
+    mean: Any,
+    rstd: Any,
+    rms: bool,
+    backend: Backend,
+    dt: dtypes.DType,
+    nparams: int,
+    want_bias: bool,
+) -> tuple[Any, Any, Any]:
+    table = _table(backend, dt)
+    xp = array_module(x)
+    dx = xp.empty(x.shape, x.dtype)
+    s = _struct(
+        _ROW_DTYPE,
+        rows=rows,
+        cols=cols,
+        groups=groups,
+        inner=inner,
+        eps=0.0,
+        has_weight=int(weight is not None),
+        has_bias=0,
+    )
+    if rows:
+        table.launch(
+            f"rownorm_bwd_{'rms' if rms else 'mean'}",
+            (rows,),
+            (_row_launch_block(cols),),
+            (dy, x, weight, mean, rstd, dx, s),
+        )
+    dweight = dbias = None
+    if weight is not None:
+        samples = rows // groups
+        partial, chunks = _reduce(
+            table,
+            "params",
+            samples,
+            nparams,
+            inner,
+            (x, dy, None, mean, rstd, None, None),
+            groups=groups,
+        )
+        dweight = xp.empty((nparams,), x.dtype)
+        dbias = xp.empty((nparams,), x.dtype) if want_bias else None
+        table.launch(
+            f"sum2_finalize_{dt.short}",
+            (table.grid1d(nparams),),
+            (_BLOCK,),
+            (partial, dbias, dweight, np.int64(nparams), np.int32(chunks)),
+        )
+    return dx, dweight, dbias
+
+
+def _normalized_shape(normalized_shape: Any, x: Any) -> tuple[int, ...]:
+    ns = (
+        (normalized_shape,)
+        if isinstance(normalized_shape, (int, np.integer))
+        else tuple(normalized_shape)
+    )
+    if not ns or any(not isinstance(d, (int, np.integer)) or d < 1 for d in ns):
+        raise BadParamError(f"normalized_shape: expected positive ints, got {normalized_shape!r}")
+    if len(ns) > x.ndim or tuple(x.shape[x.ndim - len(ns) :]) != tuple(int(d) for d in ns):
+        raise BadParamError(
+            f"normalized_shape: expected the trailing dims of x {tuple(x.shape)}, got {ns}"
+        )
+    return tuple(int(d) for d in ns)
+
+
+def _row_common(x: Any, normalized_shape: Any, weight: Any, bias: Any, names: tuple) -> tuple:
+    x = as_array("x", x)
+    dt = float_dtype("x", x)
+    ns = _normalized_shape(normalized_shape, x)
+    w = _param("weight", weight, ns, x.dtype)
+    b = _param("bias", bias, ns, x.dtype)
+    cols = math.prod(ns)
+    return x, dt, ns, _dense(w), _dense(b), cols
+
+
+def layer_norm_forward(
+    x: Any,
+    normalized_shape: Any,
+    weight: Any = None,
+    bias: Any = None,
+    eps: float = 1e-5,
+    *,
+    out: Any = None,
+) -> tuple[Any, Any, Any]:
+    """Layer norm over the trailing ``normalized_shape`` dims: ``(y, mean, rstd)``, the
+    statistics float32 of shape ``x.shape[:-len(normalized_shape)]``. weight and bias
+    (x's dtype, shape normalized_shape) are optional."""
+    backend = backend_for(x, weight, bias, out, names=("x", "weight", "bias", "out"))
+    x, dt, ns, w, b, cols = _row_common(x, normalized_shape, weight, bias, ())
+    eps = _eps(eps)
+    _check_out(out, x, backend, {"x": x})
+    rows = x.size // cols
+    y, mean, rstd = _row_forward(_dense(x), rows, cols, 1, 1, w, b, eps, False, backend, dt)
+    lead = tuple(x.shape[: x.ndim - len(ns)])
+    return _deliver(y, out), mean.reshape(lead), rstd.reshape(lead)
+
+
+def layer_norm(
+    x: Any,
+    normalized_shape: Any,
+    weight: Any = None,
+    bias: Any = None,
+    eps: float = 1e-5,
+    *,
+    out: Any = None,
+) -> Any:
+    """``torch.nn.functional.layer_norm``."""
+    return layer_norm_forward(x, normalized_shape, weight, bias, eps, out=out)[0]
+
+
+def layer_norm_backward(
+    dy: Any,
+    x: Any,
+    normalized_shape: Any,
+    mean: Any,
+    rstd: Any,
+    weight: Any = None,
+    bias: Any = None,
+) -> tuple[Any, Any, Any]:
+    """``(dx, dweight, dbias)``; dweight and dbias (x's dtype) are None when weight / bias
+    are None."""
+    backend = backend_for(dy, x, mean, rstd, weight, names=("dy", "x", "mean", "rstd", "weight"))
+    x, dt, ns, w, b, cols = _row_common(x, normalized_shape, weight, bias, ())
+    dy = as_array("dy", dy)
+    same_dtype(("x", "dy"), (x, dy))
+    same_shape(("x", "dy"), (x, dy))
+    rows = x.size // cols
+    lead = tuple(x.shape[: x.ndim - len(ns)])
+    mean = _dense(_param("mean", _required("mean", mean), lead, np.float32)).reshape(-1)
+    rstd = _dense(_param("rstd", _required("rstd", rstd), lead, np.float32)).reshape(-1)
+    wgrad = (
+        w if w is not None else (array_module(x).ones((cols,), x.dtype) if b is not None else None)
+    )
+    dx, dw, db = _row_backward(
+        _dense(dy),
+        _dense(x),
+        rows,
+        cols,
+        1,
+        1,
+        wgrad,
+        mean,
+        rstd,
+        False,
+        backend,
+        dt,
+        cols,
+        b is not None,
+    )
+    dw = dw.reshape(ns) if (dw is not None and w is not None) else None
+    db = db.reshape(ns) if db is not None else None
+    return dx, dw, db
+
+
+def _required(name: str, a: Any) -> Any:
+    if a is None:
+        raise BadParamError(f"{name}: the forward's saved statistic is needed, got None")
+    return a
+
+
+def rms_norm_forward(
+    x: Any,
+    normalized_shape: Any,
+    weight: Any = None,
+    eps: float | None = None,
+    *,
+    out: Any = None,
+) -> tuple[Any, Any]:
+    """RMS norm ``y = x / sqrt(mean(x^2) + eps) * weight``: ``(y, rstd)``. eps None is
+    the machine epsilon of x's dtype (PyTorch's default)."""
+    backend = backend_for(x, weight, out, names=("x", "weight", "out"))
+    x, dt, ns, w, _, cols = _row_common(x, normalized_shape, weight, None, ())
+    eps = float(dtypes.finfo(x.dtype).eps) if eps is None else _eps(eps)
+    _check_out(out, x, backend, {"x": x})
+    rows = x.size // cols
+    y, _, rstd = _row_forward(_dense(x), rows, cols, 1, 1, w, None, eps, True, backend, dt)
+    lead = tuple(x.shape[: x.ndim - len(ns)])
+    return _deliver(y, out), rstd.reshape(lead)
+
+
+def rms_norm(
+    x: Any,
+    normalized_shape: Any,
+    weight: Any = None,
+    eps: float | None = None,
+    *,
+    out: Any = None,
+) -> Any:
+    """``torch.nn.functional.rms_norm``."""
+    return rms_norm_forward(x, normalized_shape, weight, eps, out=out)[0]
+
+
+def rms_norm_backward(
+    dy: Any, x: Any, normalized_shape: Any, rstd: Any, weight: Any = None
+) -> tuple[Any, Any]:
+    """``(dx, dweight)``; dweight None when weight is None."""
+    backend = backend_for(dy, x, rstd, weight, names=("dy", "x", "rstd", "weight"))
+    x, dt, ns, w, _, cols = _row_common(x, normalized_shape, weight, None, ())
+    dy = as_array("dy", dy)
+    same_dtype(("x", "dy"), (x, dy))
+    same_shape(("x", "dy"), (x, dy))
+    rows = x.size // cols
+    lead = tuple(x.shape[: x.ndim - len(ns)])
+    rstd = _dense(_param("rstd", _required("rstd", rstd), lead, np.float32)).reshape(-1)
+    dx, dw, _ = _row_backward(
+        _dense(dy), _dense(x), rows, cols, 1, 1, w, None, rstd, True, backend, dt, cols, False
+    )
+    return dx, (dw.reshape(ns) if dw is not None else None)
+
+
+def _group_common(x: Any, num_groups: Any, weight: Any, bias: Any, layout: Any) -> tuple:
+    x = as_array("x", x)
+    dt = float_dtype("x", x)
+    _layout(layout)
+    if x.ndim < 2:
+        raise BadParamError(f"x: expected at least 2 dims (N, C, ...), got shape {x.shape}")
+    c = x.shape[-1] if layout == "NHWC" else x.shape[1]
+    if (
+        isinstance(num_groups, bool)
+        or not isinstance(num_groups, (int, np.integer))
+        or num_groups < 1
+        or c % num_groups
+    ):
+        raise BadParamError(
+            f"num_groups: expected a positive divisor of the {c} channels, got {num_groups!r}"
+        )
+    w = _dense(_param("weight", weight, (c,), x.dtype))
+    b = _dense(_param("bias", bias, (c,), x.dtype))
+    # The row kernels want each group contiguous: NHWC runs on an NCHW copy.
+    xc = _dense(array_module(x).moveaxis(x, -1, 1)) if layout == "NHWC" else _dense(x)
+    n = xc.shape[0]
+    inner = math.prod(xc.shape[2:])
+    return x, xc, dt, int(num_groups), c, n, inner, w, b
+
+
+def _from_nchw(a: Any, layout: str) -> Any:
+    if layout == "NHWC":
+        return array_module(a).ascontiguousarray(array_module(a).moveaxis(a, 1, -1))
+    return a
+
+
+def group_norm_forward(
+    x: Any,
+    num_groups: int,
+    weight: Any = None,
+    bias: Any = None,
+    eps: float = 1e-5,
+    *,
+    layout: str = "NCHW",
+    out: Any = None,
+) -> tuple[Any, Any, Any]:
+    """Group norm: ``(y, mean, rstd)``, statistics float32 of shape (N, num_groups).
+    ``layout="NHWC"`` takes ``(N, *spatial, C)`` and runs on an NCHW copy."""
+    backend = backend_for(x, weight, bias, out, names=("x", "weight", "bias", "out"))
+    x, xc, dt, g, c, n, inner, w, b = _group_common(x, num_groups, weight, bias, layout)
+    eps = _eps(eps)
+    _check_out(out, x, backend, {"x": x})
+    y, mean, rstd = _row_forward(
+        xc, n * g, (c // g) * inner, g, inner, w, b, eps, False, backend, dt
+    )
+    return _deliver(_from_nchw(y, layout), out), mean.reshape(n, g), rstd.reshape(n, g)
+
+
+def group_norm(
+    x: Any,
+    num_groups: int,
+    weight: Any = None,
+    bias: Any = None,
+    eps: float = 1e-5,
+    *,
+    layout: str = "NCHW",
+    out: Any = None,
+) -> Any:
+    """``torch.nn.functional.group_norm``."""
+    return group_norm_forward(x, num_groups, weight, bias, eps, layout=layout, out=out)[0]
+
+
+def group_norm_backward(
+    dy: Any,
+    x: Any,
+    num_groups: int,
+    mean: Any,
+    rstd: Any,
+    weight: Any = None,
+    bias: Any = None,
+    *,
+    layout: str = "NCHW",
+) -> tuple[Any, Any, Any]:
+    """``(dx, dweight, dbias)``, parameter gradients None where the parameter is None."""
+    backend = backend_for(dy, x, mean, rstd, weight, names=("dy", "x", "mean", "rstd", "weight"))
+    x, xc, dt, g, c, n, inner, w, b = _group_common(x, num_groups, weight, bias, layout)
+    dy = as_array("dy", dy)
+    same_dtype(("x", "dy"), (x, dy))
+    same_shape(("x", "dy"), (x, dy))
+    dyc = _dense(array_module(dy).moveaxis(dy, -1, 1)) if layout == "NHWC" else _dense(dy)
+    mean = _dense(_param("mean", _required("mean", mean), (n, g), np.float32)).reshape(-1)
+    rstd = _dense(_param("rstd", _required("rstd", rstd), (n, g), np.float32)).reshape(-1)
+    wgrad = w if w is not None else (array_module(x).ones((c,), x.dtype) if b is not None else None)
+    dx, dw, db = _row_backward(
+        dyc,
+        xc,
+        n * g,
+        (c // g) * inner,
+        g,
+        inner,
+        wgrad,
+        mean,
+        rstd,
+        False,
+        backend,
+        dt,
+        c,
+        b is not None,
+    )
+    return _from_nchw(dx, layout), (dw if w is not None else None), db
+
+
+def instance_norm_forward(
+    x: Any,
+    weight: Any = None,
+    bias: Any = None,
+    eps: float = 1e-5,
+    *,
+    layout: str = "NCHW",
+    out: Any = None,
+) -> tuple[Any, Any, Any]:
+    """Instance norm (statistics per sample and channel; no running statistics):
+    ``(y, mean, rstd)`` with statistics of shape (N, C)."""
+    x = as_array("x", x)
+    _layout(layout)
+    c = x.shape[-1 if layout == "NHWC" else 1] if x.ndim >= 2 else 1
+    return group_norm_forward(x, c, weight, bias, eps, layout=layout, out=out)
+
+
+def instance_norm(
+    x: Any,
+    weight: Any = None,
+    bias: Any = None,
+    eps: float = 1e-5,
+    *,
+    layout: str = "NCHW",
+    out: Any = None,
+) -> Any:
+    """``torch.nn.functional.instance_norm`` with use_input_stats=True."""
+    return instance_norm_forward(x, weight, bias, eps, layout=layout, out=out)[0]
+
+
+def instance_norm_backward(
+    dy: Any,
+    x: Any,
+    mean: Any,
+    rstd: Any,
+    weight: Any = None,
+    bias: Any = None,
+    *,
+    layout: str = "NCHW",
+) -> tuple[Any, Any, Any]:
+    x = as_array("x", x)
+    _layout(layout)
+    c = x.shape[-1 if layout == "NHWC" else 1] if x.ndim >= 2 else 1
+    return group_norm_backward(dy, x, c, mean, rstd, weight, bias, layout=layout)
+
+
+# ------------------------------------------------------------------ LRN
+
+
+def _lrn_struct(x: Any, size: Any, alpha: Any, beta: Any, k: Any, layout: str) -> np.void:
+    if x.ndim < 2:
+        raise BadParamError(f"x: expected at least 2 dims (N, C, ...), got shape {x.shape}")
+    if isinstance(size, bool) or not isinstance(size, (int, np.integer)) or size < 1:
+        raise BadParamError(f"size: expected a positive int, got {size!r}")
+    for name, v in (("alpha", alpha), ("beta", beta), ("k", k)):
+        if (
+            isinstance(v, bool)
+            or not isinstance(v, (int, float, np.integer, np.floating))
+            or (not math.isfinite(float(v)))
+        ):
+            raise BadParamError(f"{name}: expected a finite number, got {v!r}")
+    if float(k) <= 0 and float(alpha) <= 0:
+        raise BadParamError(f"k: expected k > 0 (the scale must stay positive), got {k!r}")
+    c = x.shape[-1] if layout == "NHWC" else x.shape[1]
+    cstride = 1 if layout == "NHWC" else math.prod(x.shape[2:])
+    return _struct(
+        _LRN_DTYPE,
+        n=x.size,
+        channels=c,
+        cstride=cstride,
+        size=int(size),
+        alpha_over_n=float(alpha) / int(size),
+        beta=float(beta),
+        k=float(k),
+    )
+
+
+def lrn(
+    x: Any,
+    size: int,
+    alpha: float = 1e-4,
+    beta: float = 0.75,
+    k: float = 1.0,
+    *,
+    layout: str = "NCHW",
+    out: Any = None,
+) -> Any:
+    """Cross-channel local response norm (``torch.nn.functional.local_response_norm``;
+    cuDNN's LRN_CROSS_CHANNEL with lrnN = size):
+    ``y = x / (k + alpha / size * sum_{window} x^2) ** beta``."""
+    backend = backend_for(x, out, names=("x", "out"))
+    x = as_array("x", x)
+    dt = float_dtype("x", x)
+    s = _lrn_struct(x, size, alpha, beta, k, _layout(layout))
+    _check_out(out, x, backend, {"x": x})
+    xd = _dense(x)
+    y = array_module(x).empty(x.shape, x.dtype)
+    if x.size:
+        table = _table(backend, dt)
+        table.launch("lrn_fwd", (table.grid1d(x.size),), (_BLOCK,), (xd, y, s))
+    return _deliver(y, out)
+
+
+def lrn_backward(
+    dy: Any,
+    x: Any,
+    size: int,
+    alpha: float = 1e-4,
+    beta: float = 0.75,
+    k: float = 1.0,
+    *,
+    layout: str = "NCHW",
+) -> Any:
+    """dx of :func:`lrn` (recomputes the scale from x; float32 workspace)."""
+    backend = backend_for(dy, x, names=("dy", "x"))
+    x = as_array("x", x)
+    dy = as_array("dy", dy)
+    dt = float_dtype("x", x)
+    same_dtype(("x", "dy"), (x, dy))
+    same_shape(("x", "dy"), (x, dy))
+    s = _lrn_struct(x, size, alpha, beta, k, _layout(layout))
+    xp = array_module(x)
+    dx = xp.empty(x.shape, x.dtype)
+    if x.size:
+        table = _table(backend, dt)
+        t = xp.empty((x.size,), np.float32)
+        sp = xp.empty((x.size,), np.float32)
+        xd, dyd = _dense(x), _dense(dy)
+        grid = (table.grid1d(x.size),)
+        table.launch("lrn_scale", grid, (_BLOCK,), (dyd, xd, t, sp, s))
+        table.launch("lrn_bwd", grid, (_BLOCK,), (dyd, xd, t, sp, dx, s))
+    return dx
+
+
+__all__ = [
+    "BN_MODES",
+    "batch_norm",
+    "batch_norm_backward",
+    "batch_norm_forward_inference",
+    "batch_norm_forward_training",
+    "group_norm",
+    "group_norm_backward",
+    "group_norm_forward",
+    "instance_norm",
+    "instance_norm_backward",
+    "instance_norm_forward",
+    "last_kernel_name",
+    "layer_norm",
+    "layer_norm_backward",
+    "layer_norm_forward",
+    "lrn",
+    "lrn_backward",
+    "module_specs",
+    "rms_norm",
+    "rms_norm_backward",
+    "rms_norm_forward",
+]

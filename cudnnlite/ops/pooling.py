@@ -1,0 +1,637 @@
+"""Pooling: max, average and adaptive over 1, 2 or 3 spatial dims, forward and backward.
+
+PyTorch-style functions (``max_pool2d``, ``avg_pool3d``, ``adaptive_max_pool1d``,
+``global_avg_pool``, ...) take PyTorch's arguments and follow its semantics
+(:mod:`cudnnlite.reference.pooling`); cuDNN-style :func:`pooling_forward` /
+:func:`pooling_backward` take one of :data:`POOLING_MODES`. ``layout="NCHW"`` means
+``(N, C, *spatial)`` and ``"NHWC"`` means ``(N, *spatial, C)``. Inputs of any strides are
+copied to C-contiguous arrays first where they are not already; ``out=`` may have any
+strides. Max indices are int64 flat positions in the input plane, as PyTorch's.
+
+Kernels (``cuda_src/pooling/pooling.cu``, one module per dtype): ``pool_fwd<T>``,
+``pool_bwd<T>`` (a gather: deterministic, no atomics) and ``maxpool_bwd_scatter<float>``
+(atomicAdd from the saved indices; used for float32 max backward unless
+``deterministic=True``). :func:`last_kernel_name` names the last launch.
+"""
+
+from __future__ import annotations
+
+import math
+import threading
+from collections.abc import Sequence
+from typing import Any
+
+import numpy as np
+
+from .. import dtypes
+from ..errors import BadParamError
+from ..runtime.backend import Backend, Kernel
+from ..runtime.kernel import ModuleSpec
+from ..runtime.select import backend_for
+from ..runtime.variants import register
+from ._arrays import array_module, as_array, check_out, float_dtype, same_dtype
+
+SOURCE = "pooling/pooling.cu"
+LAYOUTS = ("NCHW", "NHWC")
+#: cuDNN's pooling modes; "max_deterministic" is max with a gather backward.
+POOLING_MODES = ("max", "avg_include_pad", "avg_exclude_pad", "max_deterministic")
+_MODE_ID = {"max": 0, "avg_include_pad": 1, "avg_exclude_pad": 2}
+_BLOCK = 256
+
+_SHAPE_DTYPE = np.dtype(
+    [
+        ("n", "<i8"),
+        ("c", "<i8"),
+        ("in_plane", "<i8"),
+        ("out_plane", "<i8"),
+        ("in", "<i4", (3,)),
+        ("out", "<i4", (3,)),
+        ("k", "<i4", (3,)),
+        ("s", "<i4", (3,)),
+        ("p", "<i4", (3,)),
+        ("d", "<i4", (3,)),
+        ("mode", "<i4"),
+        ("adaptive", "<i4"),
+        ("divisor", "<i4"),
+        ("channel_last", "<i4"),
+    ],
+    align=True,
+)
+
+
+def _names(dt: dtypes.DType) -> dict[str, str]:
+    names = {"pool_fwd": f"pool_fwd<{dt.ctype}>", "pool_bwd": f"pool_bwd<{dt.ctype}>"}
+    if dt.short == "fp32":
+        names["maxpool_bwd_scatter"] = "maxpool_bwd_scatter<float>"
+    return names
+
+
+def module_spec(dt: dtypes.DType) -> ModuleSpec:
+    return ModuleSpec.make(SOURCE, _names(dt).values())
+
+
+@register("pooling")
+def module_specs() -> list[ModuleSpec]:
+    return [module_spec(dt) for dt in dtypes.FLOAT_TYPES]
+
+
+class _Table:
+    def __init__(self, backend: Backend, dt: dtypes.DType) -> None:
+        self.backend = backend
+        self.dt = dt
+        self.spec = module_spec(dt)
+        self.names = _names(dt)
+        self.kernels: dict[str, Kernel] = {}
+        if backend.name == "cuda":
+            sms = int(backend.xp.cuda.Device().attributes["MultiProcessorCount"])
+            self.max_grid = sms * 32
+        else:
+            self.max_grid = 64
+
+    def launch(self, key: str, n: int, args: Sequence[Any]) -> None:
+        k = self.kernels.get(key)
+        if k is None:
+            k = self.kernels[key] = self.backend.kernel(self.spec, self.names[key])
+        k((max(1, min(-(-n // _BLOCK), self.max_grid)),), (_BLOCK,), args)
+        _LAST.name = f"{key}_{self.dt.short}"
+
+
+_TABLES: dict[tuple[int, str, str], _Table] = {}
+_LOCK = threading.Lock()
+_LAST = threading.local()
+
+
+def _table(backend: Backend, dt: dtypes.DType) -> _Table:
+    key = (id(backend), backend.device_key(), dt.short)
+    t = _TABLES.get(key)
+    if t is None:
+        with _LOCK:
+            t = _TABLES.setdefault(key, _Table(backend, dt))
+    return t
+
+
+def last_kernel_name() -> str | None:
+    """Readable name of the last pooling kernel this thread launched (``pool_fwd_fp16``)."""
+    return getattr(_LAST, "name", None)
+
+
+# ------------------------------------------------------------------ arguments
+
+
+def _tuple(name: str, v: Any, nd: int, minimum: int) -> tuple[int, ...]:
+    vals = (v,) * nd if isinstance(v, (int, np.integer)) and not isinstance(v, bool) else v
+    try:
+        vals = tuple(vals)
+    except TypeError:
+        raise BadParamError(f"{name}: expected an int or {nd} ints, got {v!r}") from None
+    if len(vals) != nd or any(
+        isinstance(a, bool) or not isinstance(a, (int, np.integer)) for a in vals
+    ):
+        raise BadParamError(f"{name}: expected an int or {nd} ints, got {v!r}")
+    if any(a < minimum for a in vals):
+        raise BadParamError(f"{name}: expected values >= {minimum}, got {v!r}")
+    return tuple(int(a) for a in vals)
+
+
+def _layout(layout: Any) -> str:
+    if layout not in LAYOUTS:
+        raise BadParamError(f"layout: expected 'NCHW' or 'NHWC', got {layout!r}")
+    return layout
+
+
+def _split(shape: Sequence[int], nd: int, layout: str, name: str = "x") -> tuple:
+    if len(shape) != nd + 2:
+        raise BadParamError(
+            f"{name}: expected {nd + 2} dims (N, C and {nd} spatial, layout {layout}), "
+            f"got shape {tuple(shape)}"
+        )
+    if layout == "NHWC":
+        return shape[0], shape[-1], tuple(shape[1:-1])
+    return shape[0], shape[1], tuple(shape[2:])
+
+
+def _out_size(i: int, k: int, s: int, p: int, d: int, ceil_mode: bool) -> int:
+    span = i + 2 * p - d * (k - 1) - 1
+    o = (-(-span // s) if ceil_mode else span // s) + 1
+    if ceil_mode and (o - 1) * s >= i + p:
+        o -= 1
+    return o
+
+
+class _Problem:
+    """A checked pooling problem: sizes, the kernel's struct, output shape."""
+
+    def __init__(
+        self,
+        n: int,
+        c: int,
+        in_sp: tuple[int, ...],
+        out_sp: tuple[int, ...],
+        layout: str,
+        mode: int,
+        adaptive: bool,
+        k=None,
+        s=None,
+        p=None,
+        d=None,
+        divisor: int = 0,
+    ) -> None:
+        nd = len(in_sp)
+        pad = 3 - nd
+        self.n, self.c, self.in_sp, self.out_sp, self.layout = n, c, in_sp, out_sp, layout
+        self.mode = mode
+        st = np.zeros((), dtype=_SHAPE_DTYPE)
+        st["n"], st["c"] = n, c
+        st["in_plane"], st["out_plane"] = math.prod(in_sp), math.prod(out_sp)
+        st["in"] = (1,) * pad + in_sp
+        st["out"] = (1,) * pad + out_sp
+        st["k"] = (1,) * pad + (k or (1,) * nd)
+        st["s"] = (1,) * pad + (s or (1,) * nd)
+        st["p"] = (0,) * pad + (p or (0,) * nd)
+        st["d"] = (1,) * pad + (d or (1,) * nd)
+        st["mode"], st["adaptive"], st["divisor"] = mode, int(adaptive), divisor
+        st["channel_last"] = int(layout == "NHWC")
+        self.struct = st[()]
+
+    def shape(self, spatial: tuple[int, ...]) -> tuple[int, ...]:
+        if self.layout == "NHWC":
+            return (self.n, *spatial, self.c)
+        return (self.n, self.c, *spatial)
+
+    @property
+    def y_shape(self) -> tuple[int, ...]:
+        return self.shape(self.out_sp)
+
+    @property
+    def x_shape(self) -> tuple[int, ...]:
+        return self.shape(self.in_sp)
+
+
+def _window_problem(
+    shape: Sequence[int],
+    nd: int,
+    kernel_size: Any,
+    stride: Any,
+    padding: Any,
+    dilation: Any,
+    ceil_mode: Any,
+    layout: Any,
+    mode: int,
+    divisor_override: Any = None,
+) -> _Problem:
+    layout = _layout(layout)
+    n, c, in_sp = _split(shape, nd, layout)
+    k = _tuple("kernel_size", kernel_size, nd, 1)
+    s = (
+        k
+        if stride is None or (not isinstance(stride, int) and len(stride) == 0)
+        else _tuple("stride", stride, nd, 1)
+    )
+    p = _tuple("padding", padding, nd, 0)
+    d = _tuple("dilation", dilation, nd, 1)
+    if not isinstance(ceil_mode, (bool, np.bool_)):
+        raise BadParamError(f"ceil_mode: expected a bool, got {ceil_mode!r}")
+    for j in range(nd):
+        if p[j] > k[j] // 2:
+            raise BadParamError(
+                f"padding: expected at most half the kernel size ({k[j]} // 2 = {k[j] // 2}) "
+                f"in dim {j}, got {p}"
+            )
+    out = tuple(_out_size(in_sp[j], k[j], s[j], p[j], d[j], bool(ceil_mode)) for j in range(nd))
+    for j in range(nd):
+        if out[j] < 1:
+            raise BadParamError(
+                f"kernel_size: the kernel {k} (dilation {d}) is larger than the padded input "
+                f"{tuple(i + 2 * q for i, q in zip(in_sp, p, strict=True))}"
+            )
+    div = 0
+    if divisor_override is not None:
+        if (
+            isinstance(divisor_override, bool)
+            or not isinstance(divisor_override, (int, np.integer))
+            or divisor_override == 0
+        ):
+            raise BadParamError(
+                f"divisor_override: expected a nonzero int or None, got {divisor_override!r}"
+            )
+        div = int(divisor_override)
+    return _Problem(n, c, in_sp, out, layout, mode, False, k, s, p, d, div)
+
+
+def _adaptive_problem(
+    shape: Sequence[int], nd: int, output_size: Any, layout: Any, mode: int
+) -> _Problem:
+    layout = _layout(layout)
+    n, c, in_sp = _split(shape, nd, layout)
+    raw = (output_size,) * nd if isinstance(output_size, (int, np.integer)) else output_size
+    try:
+        raw = tuple(raw)
+    except TypeError:
+        raise BadParamError(
+            f"output_size: expected an int or {nd} ints, got {output_size!r}"
+        ) from None
+    if len(raw) != nd:
+        raise BadParamError(f"output_size: expected an int or {nd} ints, got {output_size!r}")
+    out = tuple(in_sp[j] if raw[j] is None else raw[j] for j in range(nd))
+    if any(isinstance(o, bool) or not isinstance(o, (int, np.integer)) or o < 1 for o in out):
+        raise BadParamError(f"output_size: expected positive ints (or None), got {output_size!r}")
+    if any(i < 1 for i in in_sp):
+        raise BadParamError(f"x: adaptive pooling needs non-empty spatial dims, got {in_sp}")
+    return _Problem(n, c, in_sp, tuple(int(o) for o in out), layout, mode, True)
+
+
+def _input(x: Any) -> tuple[Any, dtypes.DType]:
+    x = as_array("x", x)
+    return x, float_dtype("x", x)
+
+
+def _dense(a: Any) -> Any:
+    return a if a.flags.c_contiguous else array_module(a).ascontiguousarray(a)
+
+
+# ------------------------------------------------------------------ launches
+
+
+def _forward(x: Any, prob: _Problem, want_indices: bool, out: Any) -> tuple[Any, Any]:
+    backend = backend_for(x, out, names=("x", "out"))
+    dt = float_dtype("x", x)
+    if out is not None:
+        check_out(out, prob.y_shape, x.dtype, backend, {"x": x})
+    xp = array_module(x)
+    y = xp.empty(prob.y_shape, x.dtype)
+    ind = xp.empty(prob.y_shape, np.int64) if want_indices else None
+    if y.size:
+        _table(backend, dt).launch("pool_fwd", y.size, (_dense(x), y, ind, prob.struct))
+    if out is not None:
+        out[...] = y
+        y = out
+    return y, ind
+
+
+def _backward(dy: Any, indices: Any, prob: _Problem, deterministic: bool) -> Any:
+    backend = backend_for(dy, indices, names=("dy", "indices"))
+    dy = as_array("dy", dy)
+    dt = float_dtype("dy", dy)
+    if tuple(dy.shape) != prob.y_shape:
+        raise BadParamError(
+            f"dy: expected shape {prob.y_shape} (the output's), got {tuple(dy.shape)}"
+        )
+    if prob.mode == 0:
+        if indices is None:
+            raise BadParamError("indices: max pooling backward needs the forward's indices")
+        indices = as_array("indices", indices)
+        if tuple(indices.shape) != prob.y_shape or indices.dtype != np.int64:
+            raise BadParamError(
+                f"indices: expected int64 of shape {prob.y_shape}, got {indices.dtype} "
+                f"{tuple(indices.shape)}"
+            )
+        indices = _dense(indices)
+    xp = array_module(dy)
+    table = _table(backend, dt)
+    dyd = _dense(dy)
+    if prob.mode == 0 and not deterministic and dt.short == "fp32":
+        dx = xp.zeros(prob.x_shape, dy.dtype)
+        if dy.size:
+            table.launch("maxpool_bwd_scatter", dy.size, (dyd, indices, dx, prob.struct))
+        return dx
+    dx = xp.empty(prob.x_shape, dy.dtype)
+    if dx.size:
+        table.launch("pool_bwd", dx.size, (dyd, indices, dx, prob.struct))
+    return dx
+
+
+# ------------------------------------------------------------------ public: N-d
+
+
+def max_pool(
+    x: Any,
+    kernel_size: Any,
+    stride: Any = None,
+    padding: Any = 0,
+    dilation: Any = 1,
+    ceil_mode: bool = False,
+    return_indices: bool = False,
+    *,
+    layout: str = "NCHW",
+    out: Any = None,
+) -> Any:
+    """Max pooling over ``x.ndim - 2`` spatial dims (1 to 3). Returns y, or
+    ``(y, indices)`` with ``return_indices``."""
+    x, _ = _input(x)
+    nd = x.ndim - 2
+    if nd not in (1, 2, 3):
+        raise BadParamError(f"x: expected 3 to 5 dims (N, C, spatial...), got shape {x.shape}")
+    prob = _window_problem(
+        x.shape, nd, kernel_size, stride, padding, dilation, ceil_mode, layout, 0
+    )
+    y, ind = _forward(x, prob, return_indices, out)
+    return (y, ind) if return_indices else y
+
+
+def avg_pool(
+    x: Any,
+    kernel_size: Any,
+    stride: Any = None,
+    padding: Any = 0,
+    ceil_mode: bool = False,
+    count_include_pad: bool = True,
+    divisor_override: int | None = None,
+    *,
+    layout: str = "NCHW",
+    out: Any = None,
+) -> Any:
+    """Average pooling over ``x.ndim - 2`` spatial dims (1 to 3)."""
+    x, _ = _input(x)
+    nd = x.ndim - 2
+    if nd not in (1, 2, 3):
+        raise BadParamError(f"x: expected 3 to 5 dims (N, C, spatial...), got shape {x.shape}")
+    mode = 1 if count_include_pad else 2
+    prob = _window_problem(
+        x.shape, nd, kernel_size, stride, padding, 1, ceil_mode, layout, mode, divisor_override
+    )
+    return _forward(x, prob, False, out)[0]
+
+
+def max_pool_backward(
+    dy: Any,
+    indices: Any,
+    input_shape: Sequence[int],
+    kernel_size: Any,
+    stride: Any = None,
+    padding: Any = 0,
+    dilation: Any = 1,
+    ceil_mode: bool = False,
+    *,
+    layout: str = "NCHW",
+    deterministic: bool = False,
+) -> Any:
+    """dx of :func:`max_pool` from its saved indices (the window arguments must be the
+    forward's). float32 scatters with atomics unless ``deterministic``; the gather used
+    otherwise (and for fp16 / bf16) is deterministic."""
+    nd = len(input_shape) - 2
+    prob = _window_problem(
+        tuple(input_shape), nd, kernel_size, stride, padding, dilation, ceil_mode, layout, 0
+    )
+    return _backward(dy, indices, prob, deterministic)
+
+
+def avg_pool_backward(
+    dy: Any,
+    input_shape: Sequence[int],
+    kernel_size: Any,
+    stride: Any = None,
+    padding: Any = 0,
+    ceil_mode: bool = False,
+    count_include_pad: bool = True,
+    divisor_override: int | None = None,
+    *,
+    layout: str = "NCHW",
+) -> Any:
+    """dx of :func:`avg_pool` (same window arguments)."""
+    nd = len(input_shape) - 2
+    mode = 1 if count_include_pad else 2
+    prob = _window_problem(
+        tuple(input_shape),
+        nd,
+        kernel_size,
+        stride,
+        padding,
+        1,
+        ceil_mode,
+        layout,
+        mode,
+        divisor_override,
+    )
+    return _backward(dy, None, prob, True)
+
+
+def adaptive_avg_pool(x: Any, output_size: Any, *, layout: str = "NCHW", out: Any = None) -> Any:
+    x, _ = _input(x)
+    prob = _adaptive_problem(x.shape, x.ndim - 2, output_size, layout, 1)
+    return _forward(x, prob, False, out)[0]
+
+
+def adaptive_max_pool(
+    x: Any,
+    output_size: Any,
+    return_indices: bool = False,
+    *,
+    layout: str = "NCHW",
+    out: Any = None,
+) -> Any:
+    x, _ = _input(x)
+    prob = _adaptive_problem(x.shape, x.ndim - 2, output_size, layout, 0)
+    y, ind = _forward(x, prob, return_indices, out)
+    return (y, ind) if return_indices else y
+
+
+def adaptive_avg_pool_backward(dy: Any, input_shape: Sequence[int], *, layout: str = "NCHW") -> Any:
+    dy = as_array("dy", dy)
+    out_sp = _split(dy.shape, len(input_shape) - 2, _layout(layout), "dy")[2]
+    prob = _adaptive_problem(tuple(input_shape), len(input_shape) - 2, out_sp, layout, 1)
+    return _backward(dy, None, prob, True)
+
+
+def adaptive_max_pool_backward(
+    dy: Any,
+    indices: Any,
+    input_shape: Sequence[int],
+    *,
+    layout: str = "NCHW",
+    deterministic: bool = False,
+) -> Any:
+    dy = as_array("dy", dy)
+    out_sp = _split(dy.shape, len(input_shape) - 2, _layout(layout), "dy")[2]
+    prob = _adaptive_problem(tuple(input_shape), len(input_shape) - 2, out_sp, layout, 0)
+    return _backward(dy, indices, prob, deterministic)
+
+
+def global_avg_pool(x: Any, *, layout: str = "NCHW", out: Any = None) -> Any:
+    """Mean over every spatial dim, keeping them as size 1 (adaptive to 1x...x1)."""
+    x, _ = _input(x)
+    return adaptive_avg_pool(x, 1, layout=layout, out=out)
+
+
+# ------------------------------------------------------------------ cuDNN-style
+
+
+def _mode(mode: Any) -> str:
+    if mode not in POOLING_MODES:
+        raise BadParamError(f"mode: expected one of {', '.join(POOLING_MODES)}, got {mode!r}")
+    return mode
+
+
+def pooling_forward(
+    x: Any,
+    mode: str,
+    kernel_size: Any,
+    stride: Any = None,
+    padding: Any = 0,
+    dilation: Any = 1,
+    ceil_mode: bool = False,
+    *,
+    layout: str = "NCHW",
+    out: Any = None,
+) -> Any:
+    """cuDNN's pooling forward for a mode of :data:`POOLING_MODES` (dilation: max only)."""
+    if _mode(mode).startswith("max"):
+        return max_pool(
+            x, kernel_size, stride, padding, dilation, ceil_mode, layout=layout, out=out
+        )
+    if dilation not in (1, (1,), (1, 1), (1, 1, 1)):
+        raise BadParamError(f"dilation: average pooling takes none, got {dilation!r}")
+    return avg_pool(
+        x,
+        kernel_size,
+        stride,
+        padding,
+        ceil_mode,
+        mode == "avg_include_pad",
+        layout=layout,
+        out=out,
+    )
+
+
+def pooling_backward(
+    dy: Any,
+    x: Any,
+    mode: str,
+    kernel_size: Any,
+    stride: Any = None,
+    padding: Any = 0,
+    dilation: Any = 1,
+    ceil_mode: bool = False,
+    *,
+    layout: str = "NCHW",
+) -> Any:
+    """cuDNN's pooling backward: dx from dy and x (max modes find the argmax again;
+    "max_deterministic" gathers without atomics)."""
+    mode = _mode(mode)
+    x, _ = _input(x)
+    if mode.startswith("max"):
+        _, ind = max_pool(x, kernel_size, stride, padding, dilation, ceil_mode, True, layout=layout)
+        return max_pool_backward(
+            dy,
+            ind,
+            x.shape,
+            kernel_size,
+            stride,
+            padding,
+            dilation,
+            ceil_mode,
+            layout=layout,
+            deterministic=mode == "max_deterministic",
+        )
+    same_dtype(("x", "dy"), (x, as_array("dy", dy)))
+    return avg_pool_backward(
+        dy,
+        x.shape,
+        kernel_size,
+        stride,
+        padding,
+        ceil_mode,
+        mode == "avg_include_pad",
+        layout=layout,
+    )
+
+
+# ------------------------------------------------------------------ PyTorch names
+
+
+def _fixed_nd(fn: Any, nd: int) -> Any:
+    def wrapper(x: Any, *args: Any, **kwargs: Any) -> Any:
+        xa = as_array("x", x)
+        if xa.ndim != nd + 2:
+            raise BadParamError(
+                f"x: expected {nd + 2} dims (N, C and {nd} spatial), got shape {tuple(xa.shape)}"
+            )
+        return fn(xa, *args, **kwargs)
+
+    wrapper.__name__ = f"{fn.__name__}{nd}d"
+    wrapper.__qualname__ = wrapper.__name__
+    wrapper.__doc__ = f"{nd}-d :func:`{fn.__name__}` (PyTorch's ``{fn.__name__}{nd}d``)."
+    return wrapper
+
+
+max_pool1d = _fixed_nd(max_pool, 1)
+max_pool2d = _fixed_nd(max_pool, 2)
+max_pool3d = _fixed_nd(max_pool, 3)
+avg_pool1d = _fixed_nd(avg_pool, 1)
+avg_pool2d = _fixed_nd(avg_pool, 2)
+avg_pool3d = _fixed_nd(avg_pool, 3)
+adaptive_avg_pool1d = _fixed_nd(adaptive_avg_pool, 1)
+adaptive_avg_pool2d = _fixed_nd(adaptive_avg_pool, 2)
+adaptive_avg_pool3d = _fixed_nd(adaptive_avg_pool, 3)
+adaptive_max_pool1d = _fixed_nd(adaptive_max_pool, 1)
+adaptive_max_pool2d = _fixed_nd(adaptive_max_pool, 2)
+adaptive_max_pool3d = _fixed_nd(adaptive_max_pool, 3)
+
+
+__all__ = [
+    "POOLING_MODES",
+    "adaptive_avg_pool",
+    "adaptive_avg_pool1d",
+    "adaptive_avg_pool2d",
+    "adaptive_avg_pool3d",
+    "adaptive_avg_pool_backward",
+    "adaptive_max_pool",
+    "adaptive_max_pool1d",
+    "adaptive_max_pool2d",
+    "adaptive_max_pool3d",
+    "adaptive_max_pool_backward",
+    "avg_pool",
+    "avg_pool1d",
+    "avg_pool2d",
+    "avg_pool3d",
+    "avg_pool_backward",
+    "global_avg_pool",
+    "last_kernel_name",
+    "max_pool",
+    "max_pool1d",
+    "max_pool2d",
+    "max_pool3d",
+    "max_pool_backward",
+    "module_specs",
+    "pooling_backward",
+    "pooling_forward",
+]

@@ -1,0 +1,209 @@
+"""Layer, group, instance and RMS norm and cross-channel LRN, forward and backward, on
+every backend against the float64 reference of cudnnlite.reference.norm.
+
+Tolerances: as tests/test_batch_norm.py's ``check``: float32 math with exact two-pass
+row statistics, one rounding to the storage type at the store (2 units of its
+roundoff, relative), plus K32 float32 ulps of the result's scale for the reductions.
+"""
+
+from __future__ import annotations
+
+from typing import Any
+
+import numpy as np
+import pytest
+from test_batch_norm import check, data, snapshot  # noqa: E402
+
+import cudnnlite.ops.norm as N
+from cudnnlite import dtypes
+from cudnnlite.errors import BadParamError
+from cudnnlite.reference import norm as rn
+from cudnnlite.testing import to_backend, to_numpy
+
+DTYPES = [d.numpy for d in dtypes.FLOAT_TYPES]
+SHORT = {d.numpy: d.short for d in dtypes.FLOAT_TYPES}
+
+
+def wb(shape: tuple[int, ...], dtype: Any, seed: int = 3) -> tuple[np.ndarray, np.ndarray]:
+    r = np.random.default_rng(seed)
+    return (r.uniform(0.5, 1.5, shape).astype(dtype), r.standard_normal(shape).astype(dtype))
+
+
+def grad_scale(dy: np.ndarray, w: np.ndarray | None, rstd: np.ndarray) -> float:
+    wmax = 1.0 if w is None else float(np.abs(w.astype(float)).max())
+    return float(np.abs(dy.astype(float)).max()) * wmax * float(np.max(rstd)) * 4
+
+
+# BERT (tokens x hidden, scaled: 768 -> 96) and LLaMA-like RMS rows, odd sizes: a
+# prime row length, a single element per row, 3-d normalized shapes.
+LN_CASES = [
+    ((6, 96), (96,)),
+    ((2, 3, 37), (37,)),
+    ((5, 1), (1,)),
+    ((2, 4, 3, 5), (3, 5)),
+    ((3, 700), (700,)),
+]
+
+
+@pytest.mark.parametrize("dtype", DTYPES, ids=SHORT.get)
+@pytest.mark.parametrize("affine", [True, False])
+@pytest.mark.parametrize("case", LN_CASES, ids=str)
+def test_layer_norm(backend: str, case, affine: bool, dtype: Any) -> None:
+    shape, ns = case
+    x = data(shape, dtype, 1)
+    dy = data(shape, dtype, 2, 0.0, 1.0)
+    w, b = wb(ns, dtype) if affine else (None, None)
+    ry, rmean, rrstd = rn.layer_norm(x, ns, w, b, 1e-5)
+    tb = lambda a: None if a is None else to_backend(a, backend)  # noqa: E731
+    y, mean, rstd = N.layer_norm_forward(tb(x), ns, tb(w), tb(b))
+    assert mean.shape == shape[: len(shape) - len(ns)] and y.dtype == dtype
+    check(y, ry, dtype, what="y")
+    check(mean, rmean, np.float32, scale=8.0)
+    check(rstd, rrstd, np.float32)
+    dx, dw, db = N.layer_norm_backward(tb(dy), tb(x), ns, mean, rstd, tb(w), tb(b))
+    rdx, rdw, rdb = rn.layer_norm_backward(dy, x, ns, rmean, rrstd, w)
+    check(dx, rdx, dtype, scale=grad_scale(dy, w, rrstd))
+    if affine:
+        rows = x.size // int(np.prod(ns))
+        check(dw, rdw, dtype, scale=float(np.abs(dy.astype(float)).max()) * 4 * rows)
+        check(db, rdb, dtype, scale=float(np.abs(dy.astype(float)).max()) * rows)
+    else:
+        assert dw is None and db is None
+
+
+@pytest.mark.parametrize("dtype", DTYPES, ids=SHORT.get)
+@pytest.mark.parametrize("affine", [True, False])
+@pytest.mark.parametrize("case", [((4, 64), (64,)), ((3, 2, 11), (2, 11))], ids=str)
+def test_rms_norm(backend: str, case, affine: bool, dtype: Any) -> None:
+    shape, ns = case
+    x = data(shape, dtype, 3)
+    dy = data(shape, dtype, 4, 0.0, 1.0)
+    w = wb(ns, dtype)[0] if affine else None
+    ry, rrstd = rn.rms_norm(x, ns, w)  # eps None: x's machine epsilon, as PyTorch
+    tb = lambda a: None if a is None else to_backend(a, backend)  # noqa: E731
+    y, rstd = N.rms_norm_forward(tb(x), ns, tb(w))
+    check(y, ry, dtype)
+    check(rstd, rrstd, np.float32)
+    assert N.last_kernel_name() == f"rownorm_fwd_rms_{SHORT[dtype]}"
+    dx, dw = N.rms_norm_backward(tb(dy), tb(x), ns, rstd, tb(w))
+    rdx, rdw = rn.rms_norm_backward(dy, x, ns, rrstd, w)
+    check(dx, rdx, dtype, scale=grad_scale(dy, w, rrstd))
+    if affine:
+        rows = x.size // int(np.prod(ns))
+        check(dw, rdw, dtype, scale=float(np.abs(dy.astype(float)).max()) * 4 * rows)
+    else:
+        assert dw is None
+
+
+# ResNet-style GN (32 groups of 64 channels, scaled to 8 of 16), groups of 1 and of C,
+# C not a multiple of 32, H*W = 1.
+GN_CASES = [
+    ((2, 16, 5, 6), 8),
+    ((2, 12, 3, 3), 1),
+    ((3, 6, 4, 1), 6),
+    ((2, 35, 1, 1), 5),
+    ((1, 4, 7), 2),
+]
+
+
+@pytest.mark.parametrize("dtype", DTYPES, ids=SHORT.get)
+@pytest.mark.parametrize("layout", ["NCHW", "NHWC"])
+@pytest.mark.parametrize("case", GN_CASES, ids=str)
+def test_group_norm(backend: str, case, layout: str, dtype: Any) -> None:
+    shape, g = case
+    c = shape[1]
+    if layout == "NHWC":
+        shape = (shape[0], *shape[2:], c)
+    x = data(shape, dtype, 5)
+    dy = data(shape, dtype, 6, 0.0, 1.0)
+    w, b = wb((c,), dtype)
+    ry, rmean, rrstd = rn.group_norm(x, g, w, b, 1e-5, layout)
+    tb = lambda a: to_backend(a, backend)  # noqa: E731
+    y, mean, rstd = N.group_norm_forward(tb(x), g, tb(w), tb(b), layout=layout)
+    assert mean.shape == (shape[0], g)
+    check(y, ry, dtype)
+    check(rstd, rrstd, np.float32)
+    dx, dw, db = N.group_norm_backward(tb(dy), tb(x), g, mean, rstd, tb(w), tb(b), layout=layout)
+    rdx, rdw, rdb = rn.group_norm_backward(dy, x, g, rmean, rrstd, w, layout)
+    check(dx, rdx, dtype, scale=grad_scale(dy, w, rrstd))
+    per = x.size // c
+    check(dw, rdw, dtype, scale=float(np.abs(dy.astype(float)).max()) * 4 * per)
+    check(db, rdb, dtype, scale=float(np.abs(dy.astype(float)).max()) * per)
+
+
+@pytest.mark.parametrize("layout", ["NCHW", "NHWC"])
+def test_instance_norm(backend: str, layout: str) -> None:
+    shape = (2, 5, 6, 7) if layout == "NCHW" else (2, 6, 7, 5)
+    x = data(shape, np.float32, 7)
+    dy = data(shape, np.float32, 8, 0.0, 1.0)
+    ry, rmean, rrstd = rn.instance_norm(x, None, None, 1e-5, layout)
+    y, mean, rstd = N.instance_norm_forward(to_backend(x, backend), layout=layout)
+    assert mean.shape == (2, 5)
+    check(y, ry, np.float32)
+    dx, dw, db = N.instance_norm_backward(
+        to_backend(dy, backend), to_backend(x, backend), mean, rstd, layout=layout
+    )
+    assert dw is None and db is None
+    rdx = rn.instance_norm_backward(dy, x, rmean, rrstd, None, layout)[0]
+    check(dx, rdx, np.float32, scale=grad_scale(dy, None, rrstd))
+    check(N.instance_norm(to_backend(x, backend), layout=layout), ry, np.float32)
+
+
+def test_row_norm_cancellation(backend: str) -> None:
+    # mean 1e4, std 1 per row: the two-pass statistics keep full accuracy
+    x = data((4, 512), np.float32, 9, loc=1e4, sd=1.0)
+    ry, _, rrstd = rn.layer_norm(x, (512,))
+    y, _, rstd = N.layer_norm_forward(to_backend(x, backend), (512,))
+    np.testing.assert_allclose(to_numpy(rstd), rrstd, rtol=1e-5)
+    np.testing.assert_allclose(to_numpy(y), ry, atol=2e-3)  # x itself is quantized to 2^-10
+
+
+def test_strided_input_and_out(backend: str) -> None:
+    x = data((6, 40), np.float32, 10)[::2, ::2]
+    out = to_backend(np.zeros((3, 40), np.float32), backend)[:, ::2]
+    y = N.layer_norm(to_backend(np.ascontiguousarray(x), backend)[...], (20,), out=out)
+    assert y is out
+    check(out, rn.layer_norm(x, (20,))[0], np.float32)
+    xs = to_backend(data((6, 40), np.float32, 10), backend)[::2, ::2]
+    check(N.layer_norm(xs, (20,)), rn.layer_norm(x, (20,))[0], np.float32)
+
+
+@pytest.mark.parametrize("dtype", DTYPES, ids=SHORT.get)
+@pytest.mark.parametrize("layout", ["NCHW", "NHWC"])
+@pytest.mark.parametrize("size,k", [(5, 2.0), (4, 1.0), (1, 1.0), (9, 0.5)])
+def test_lrn(backend: str, size: int, k: float, layout: str, dtype: Any) -> None:
+    # AlexNet's LRN (size 5, alpha 1e-4, beta 0.75, k 2) at a strong alpha to exercise it
+    shape = (2, 13, 3, 4) if layout == "NCHW" else (2, 3, 4, 13)
+    x = data(shape, dtype, 11)
+    dy = data(shape, dtype, 12, 0.0, 1.0)
+    args = (size, 0.3, 0.75, k)
+    y = N.lrn(to_backend(x, backend), *args, layout=layout)
+    check(y, rn.lrn(x, *args, layout=layout), dtype)
+    dx = N.lrn_backward(to_backend(dy, backend), to_backend(x, backend), *args, layout=layout)
+    check(dx, rn.lrn_backward(dy, x, *args, layout=layout), dtype)
+
+
+@pytest.mark.parametrize(
+    "call,match",
+    [
+        (lambda x, t: N.group_norm(x, 3), "num_groups: expected a positive divisor of the 8"),
+        (lambda x, t: N.group_norm(x, 0), "num_groups"),
+        (lambda x, t: N.group_norm(x, 2, t(np.ones(4, np.float32))), "weight: expected shape"),
+        (lambda x, t: N.group_norm(x, 2, eps=-1.0), "eps"),
+        (lambda x, t: N.group_norm(x, 2, layout="CHWN"), "layout"),
+        (lambda x, t: N.layer_norm(x, (5,)), "normalized_shape: expected the trailing dims"),
+        (lambda x, t: N.layer_norm(x, (0,)), "normalized_shape: expected positive"),
+        (lambda x, t: N.layer_norm(x, (3,), t(np.ones(3, np.float16))), "weight: expected dtype"),
+        (lambda x, t: N.rms_norm(x, (3,), eps=float("nan")), "eps"),
+        (lambda x, t: N.layer_norm_backward(x, x, (3,), None, None), "mean"),
+        (lambda x, t: N.lrn(x, 0), "size: expected a positive int"),
+        (lambda x, t: N.lrn(x, 3, k=0.0, alpha=0.0), "k: expected k > 0"),
+        (lambda x, t: N.instance_norm(x, t(np.ones(3, np.float32))), "weight: expected shape"),
+    ],
+)
+def test_bad_arguments(backend: str, call, match: str) -> None:
+    x = to_backend(data((2, 8, 4, 3), np.float32, 13), backend)
+    before = snapshot(x)
+    with pytest.raises(BadParamError, match=match):
+        call(x, lambda a: to_backend(a, backend))
+    assert snapshot(x) == before

@@ -1,0 +1,88 @@
+"""Property tests of normalization (hypothesis): batch norm is invariant to a shift and
+positive scale of x per channel; layer norm rows have mean 0 and variance 1 (up to eps);
+the float64 reference is matched over random shapes."""
+
+from __future__ import annotations
+
+import numpy as np
+import pytest
+
+pytest.importorskip("hypothesis")
+
+from hypothesis import HealthCheck, given, settings  # noqa: E402
+from hypothesis import strategies as st  # noqa: E402
+
+import cudnnlite.ops.norm as N  # noqa: E402
+from cudnnlite.reference import norm as rn  # noqa: E402
+from cudnnlite.testing import to_backend, to_numpy  # noqa: E402
+
+# hypothesis + the function-scoped `backend` fixture: the fixture is a plain string.
+HYPO = settings(suppress_health_check=[HealthCheck.function_scoped_fixture])
+
+
+@HYPO
+@given(
+    n=st.integers(1, 4),
+    c=st.integers(1, 40),
+    hw=st.integers(1, 30),
+    shift=st.floats(-1e3, 1e3),
+    scale=st.floats(0.1, 10),
+    seed=st.integers(0, 2**16),
+    layout=st.sampled_from(["NCHW", "NHWC"]),
+)
+def test_batch_norm_shift_scale_invariant(
+    backend: str, n, c, hw, shift, scale, seed, layout
+) -> None:
+    if n * hw < 2:
+        hw = 2
+    shape = (n, c, hw) if layout == "NCHW" else (n, hw, c)
+    x = np.random.default_rng(seed).standard_normal(shape).astype(np.float32)
+    y1 = to_numpy(N.batch_norm_forward_training(to_backend(x, backend), eps=0.0, layout=layout)[0])
+    x2 = (x * np.float32(scale) + np.float32(shift)).astype(np.float32)
+    y2 = to_numpy(N.batch_norm_forward_training(to_backend(x2, backend), eps=0.0, layout=layout)[0])
+    r2 = rn.batch_norm_train(x2, np.ones(c), np.zeros(c), 0.0, layout=layout)
+    # The saved mean is float32 (as cuDNN's and PyTorch's): x - mean carries half an ulp of
+    # |mean| ~ |shift|, times invstd. x2 itself was rounded to float32 likewise.
+    mean_ulp = 2.0**-23 * (abs(shift) + 4 * scale)
+    atol = 1e-5 + 2 * mean_ulp * float(r2["invstd"].max())
+    np.testing.assert_allclose(y2, r2["y"], atol=atol)
+    np.testing.assert_allclose(y1, y2, atol=2 * atol)
+
+
+@HYPO
+@given(
+    rows=st.integers(1, 6),
+    cols=st.integers(1, 300),
+    seed=st.integers(0, 2**16),
+    loc=st.floats(-100, 100),
+)
+def test_layer_norm_rows_standardized(backend: str, rows, cols, seed, loc) -> None:
+    x = (np.random.default_rng(seed).standard_normal((rows, cols)) + loc).astype(np.float32)
+    y, mean, rstd = N.layer_norm_forward(
+        to_backend(x, backend), (cols,), eps=0.0 if cols > 1 else 1e-5
+    )
+    ry, rmean, rrstd = rn.layer_norm(x, (cols,), eps=0.0 if cols > 1 else 1e-5)
+    np.testing.assert_allclose(to_numpy(y), ry, atol=5e-5 + 2.0**-23 * abs(loc) * rrstd.max())
+    np.testing.assert_allclose(to_numpy(mean), rmean, atol=1e-5 * (1 + abs(loc)))
+    if cols > 1:
+        # the float32 mean carries half an ulp of |loc|, shifting every y by that * rstd
+        shift = 2.0**-24 * (abs(loc) + 8) * float(rrstd.max())
+        yy = to_numpy(y).astype(np.float64)
+        np.testing.assert_allclose(yy.mean(1), 0.0, atol=1e-6 + 2 * shift)
+        np.testing.assert_allclose(yy.var(1), 1.0, atol=1e-4)
+
+
+@HYPO
+@given(
+    n=st.integers(1, 3),
+    g=st.integers(1, 4),
+    cg=st.integers(1, 5),
+    hw=st.integers(1, 12),
+    seed=st.integers(0, 2**16),
+)
+def test_group_norm_matches_reference(backend: str, n, g, cg, hw, seed) -> None:
+    c = g * cg
+    x = np.random.default_rng(seed).standard_normal((n, c, hw)).astype(np.float32)
+    w = np.linspace(0.5, 2, c).astype(np.float32)
+    y = N.group_norm(to_backend(x, backend), g, to_backend(w, backend))
+    np.testing.assert_allclose(to_numpy(y), rn.group_norm(x, g, w)[0], atol=5e-5, rtol=1e-5)
