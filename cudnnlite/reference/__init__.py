@@ -1,7 +1,39 @@
 """NumPy float64 references of every primitive (public): the ground truth the tests
-compare kernels against, usable by anyone checking their own kernels."""
+compare kernels against, usable by anyone checking their own kernels.
 
-from . import activation
+One module per family (``activation``, ``conv``, ``pooling``, ``norm``, ``softmax``,
+``dropout``, ``tensor``); the most used functions are re-exported here. ``softmax`` is
+the module, its function is ``softmax_forward``.
+"""
+
+from . import activation, conv, dropout, norm, pooling, softmax, tensor
 from .activation import activation_backward, activation_forward
+from .conv import conv_bias_act_forward, conv_forward
+from .dropout import dropout_backward, dropout_forward, dropout_mask, philox4x32_10
+from .softmax import log_softmax, softmax_backward, softmax_forward
+from .tensor import add_tensor, op_tensor, reduce_tensor, transform_tensor
 
-__all__ = ["activation", "activation_backward", "activation_forward"]
+__all__ = [
+    "activation",
+    "activation_backward",
+    "activation_forward",
+    "add_tensor",
+    "conv",
+    "conv_bias_act_forward",
+    "conv_forward",
+    "dropout",
+    "dropout_backward",
+    "dropout_forward",
+    "dropout_mask",
+    "log_softmax",
+    "norm",
+    "op_tensor",
+    "philox4x32_10",
+    "pooling",
+    "reduce_tensor",
+    "softmax",
+    "softmax_backward",
+    "softmax_forward",
+    "tensor",
+    "transform_tensor",
+]
