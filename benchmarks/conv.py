@@ -1,8 +1,14 @@
-"""Convolution forward: every applicable solver and the dispatcher's choice over the
-layer tables of ResNet-50, VGG-16 and MobileNetV2, in TFLOP/s, with the time ratio
-against cuDNN through PyTorch measured in the same run.
+"""Convolution forward and backward (data, filter): every applicable solver and the
+dispatcher's choice over the layer tables of ResNet-50, VGG-16 and MobileNetV2, in
+TFLOP/s, with the time ratio against cuDNN through PyTorch measured in the same run
+(forward: F.conv2d; backward: torch.nn.grad.conv2d_input / conv2d_weight).
 
     python benchmarks/conv.py [--small] [--batch 32] [--suite resnet50 ...] [--dtype fp32 ...]
+                              [--direction fwd|bwd_data|bwd_filter ...]
+
+Backward directions run the ResNet-50 table on a GPU unless --suite is given (device
+time); the summary keys are the dtype for the forward and "<direction> <dtype>" for
+the backward directions.
 
 Method (DESIGN.md section 7): CUDA events on CuPy's current stream, a warm-up launch,
 the L2 cache flushed before every repeat, the median of repeats. fp32 runs with TF32
@@ -25,8 +31,9 @@ from _bench import CpuClock, GpuClock, gpu_available, import_cudnnlite
 GOALS = {"fp32 geo-mean": 1.0, "winograd layers": 1.3, "fp16 tensor cores": 1.0}
 
 
-def _torch_conv(problem: Any, x: Any, w: Any) -> Any:
-    """A callable running the same convolution with torch (cuDNN), or None."""
+def _torch_conv(problem: Any, x: Any, w: Any, dy: Any = None) -> Any:
+    """A callable running the same convolution (or its backward, by problem.direction:
+    then x or w may be None and dy is the output gradient) with torch (cuDNN), or None."""
     try:
         import torch
         import torch.nn.functional as F  # noqa: N812
@@ -43,97 +50,145 @@ def _torch_conv(problem: Any, x: Any, w: Any) -> Any:
             return torch.as_tensor(a.view(np.int16), device="cuda").view(torch.bfloat16)
         return torch.as_tensor(a, device="cuda")
 
-    tx, tw = as_torch(x), as_torch(w)
-    if problem.channels_last:  # NHWC data -> a channels-last NCHW view, no copy
-        tx = tx.permute(0, 3, 1, 2)
-        tw = tw.permute(0, 3, 1, 2)
+    def nchw(a: Any) -> Any:  # NHWC data -> a channels-last NCHW view, no copy
+        if a is None:
+            return None
+        t = as_torch(a)
+        return t.permute(0, 3, 1, 2) if problem.channels_last else t
+
+    tx, tw, tdy = nchw(x), nchw(w), nchw(dy)
     (pt, pb), (pl, pr) = problem.pads
     if pt != pb or pl != pr:
         return None
     kwargs = dict(stride=problem.strides, padding=(pt, pl), dilation=problem.dilations,
                   groups=problem.groups)  # fmt: skip
+    x_size = (problem.n, problem.c, *problem.spatial)
+    w_size = (problem.k, problem.c_per_group, *problem.filter)
+    if problem.direction == "bwd_data":
+        return lambda: torch.nn.grad.conv2d_input(x_size, tw, tdy, **kwargs)
+    if problem.direction == "bwd_filter":
+        return lambda: torch.nn.grad.conv2d_weight(tx, w_size, tdy, **kwargs)
     return lambda: F.conv2d(tx, tw, None, **kwargs)
 
 
+DIRECTIONS = ("fwd", "bwd_data", "bwd_filter")
+
+
 def run(small: bool = False, batch: int | None = None, suites: list[str] | None = None,
-        dtypes: list[str] | None = None) -> dict[str, Any]:  # fmt: skip
+        dtypes: list[str] | None = None,
+        directions: list[str] | None = None) -> dict[str, Any]:  # fmt: skip
+    import dataclasses
+
     cl = import_cudnnlite()
     from cudnnlite.dispatch import registry
     from cudnnlite.dispatch.select import select, usable
+    from cudnnlite.dispatch.tuner import _TENSOR_FACTORIES
     from cudnnlite.problems.suites import SUITES, scaled
     from cudnnlite.runtime.caps import capabilities
     from cudnnlite.runtime.select import backend_by_name
-    from cudnnlite.solvers.conv.common import ConvTensors, Epilogue
+    from cudnnlite.solvers.conv.common import Epilogue
 
     on_gpu = not small and gpu_available()
     backend = backend_by_name("cuda" if on_gpu else "cpu")
     caps = capabilities(backend)
-    xp = backend.xp
     clock = GpuClock() if on_gpu else CpuClock(flush_bytes=16 << 20)
     warmup, repeats = (2, 10) if on_gpu else (1, 2)
     batch = batch or (32 if on_gpu else 1)
+    explicit_suites = suites is not None
     suites = suites or (list(SUITES) if on_gpu else ["resnet50"])
+    directions = directions or list(DIRECTIONS)
     dtypes = dtypes or (["fp32", "fp16", "bf16"] if on_gpu else ["fp32"])
     by_short = {d.short: d.numpy for d in cl.dtypes.FLOAT_TYPES}
     rows: list[dict[str, Any]] = []
-    for suite in suites:
-        layers = SUITES[suite]
-        if not on_gpu:
-            layers = [scaled(layer, 6) for layer in layers[:6]]  # tiny: keeps CI fast
-        for dtype in dtypes:
-            if dtype not in by_short:
-                continue
-            layout = "NCHW" if dtype == "fp32" else "NHWC"
-            for layer in layers:
-                problem = layer.problem(batch, dtype, layout)
-                rng = np.random.default_rng(0)
-                x = xp.asarray(rng.standard_normal(problem.x_shape(), dtype=np.float32)
-                               .astype(by_short[dtype]))  # fmt: skip
-                w = xp.asarray(rng.standard_normal(problem.w_shape(), dtype=np.float32)
-                               .astype(by_short[dtype]))  # fmt: skip
-                y = xp.empty(problem.y_shape(), dtype=by_short[dtype])
-                tensors, epi = ConvTensors(x, w, y), Epilogue()
-                try:
-                    chosen = select(problem, backend).solver.name
-                except Exception as exc:  # measured, never asserted
-                    chosen = f"error: {type(exc).__name__}"
-                base = {"suite": suite, "layer": layer.name, "key": problem.key(), "dtype": dtype,
-                        "gflop": problem.flops() / 1e9, "chosen": chosen}  # fmt: skip
-                torch_fn = _torch_conv(problem, x, w) if on_gpu else None
-                torch_ms = None
-                if torch_fn is not None:
-                    try:
-                        torch_ms = clock.time_ms(torch_fn, warmup, repeats)
-                    except Exception as exc:
-                        base["torch_error"] = f"{type(exc).__name__}: {exc}"
-                for solver in registry.solvers("conv_fwd"):
-                    if not usable(solver, problem, caps):
-                        continue
-                    row = dict(base, solver=solver.name)
-                    try:
-                        config = solver.default_config(problem, caps)
-                        runner = solver.prepare(backend, problem, config)
-                        size = solver.workspace_size(problem, config)
-                        ws = xp.empty(size, dtype=np.uint8) if size else None
-
-                        def launch(
-                            r: Any = runner, ws: Any = ws, t: Any = tensors, e: Any = epi
-                        ) -> None:
-                            r(t, e, ws)
-
-                        ms = clock.time_ms(launch, warmup, repeats)
-                    except Exception as exc:
-                        row["error"] = f"{type(exc).__name__}: {exc}"
-                        rows.append(row)
-                        continue
-                    row.update(ms=ms, tflops=problem.flops() / ms / 1e9)
-                    if torch_ms is not None:
-                        row.update(torch_ms=torch_ms, torch_over_ours=torch_ms / ms)
-                    rows.append(row)
+    for direction in directions:
+        for suite in suites:
+            if direction != "fwd" and on_gpu and not explicit_suites and suite != "resnet50":
+                continue  # device time: the backward directions run ResNet-50 by default
+            rows += _run_suite(
+                suite,
+                direction,
+                dtypes,
+                batch,
+                on_gpu,
+                backend,
+                caps,
+                clock,
+                warmup,
+                repeats,
+                by_short,
+                SUITES,
+                scaled,
+                registry,
+                select,
+                usable,
+                _TENSOR_FACTORIES,
+                Epilogue,
+                dataclasses,
+            )
     result = {"target": backend.name, "batch": batch, "rows": rows, "goals": GOALS,
               "summary": summarize(rows)}  # fmt: skip
     _print(result)
     return result
+
+
+def _run_suite(suite: str, direction: str, dtypes: list[str], batch: int, on_gpu: bool,
+               backend: Any, caps: Any, clock: Any, warmup: int, repeats: int, by_short: dict,
+               SUITES: Any, scaled: Any, registry: Any, select: Any, usable: Any,  # noqa: N803
+               factories: dict, Epilogue: Any, dataclasses: Any) -> list[dict]:  # noqa: N803  # fmt: skip
+    """Rows for one suite and direction: every usable solver of the family, timed."""
+    rows: list[dict[str, Any]] = []
+    layers = SUITES[suite]
+    if not on_gpu:
+        layers = [scaled(layer, 6) for layer in layers[:6]]  # tiny: keeps CI fast
+    for dtype in dtypes:
+        if dtype not in by_short:
+            continue
+        layout = "NCHW" if dtype == "fp32" else "NHWC"
+        for layer in layers:
+            problem = dataclasses.replace(layer.problem(batch, dtype, layout), direction=direction)
+            tensors, epi = factories[direction](problem, backend), Epilogue()
+            try:
+                chosen = select(problem, backend).solver.name
+            except Exception as exc:  # measured, never asserted
+                chosen = f"error: {type(exc).__name__}"
+            base = {"suite": suite, "layer": layer.name, "key": problem.key(), "dtype": dtype,
+                    "direction": direction, "gflop": problem.flops() / 1e9,
+                    "chosen": chosen}  # fmt: skip
+            torch_fn = None
+            if on_gpu:
+                ops = vars(tensors)
+                torch_fn = _torch_conv(problem, ops.get("x"), ops.get("w"), ops.get("dy"))
+            torch_ms = None
+            if torch_fn is not None:
+                try:
+                    torch_ms = clock.time_ms(torch_fn, warmup, repeats)
+                except Exception as exc:
+                    base["torch_error"] = f"{type(exc).__name__}: {exc}"
+            for solver in registry.solvers(f"conv_{direction}"):
+                if not usable(solver, problem, caps):
+                    continue
+                row = dict(base, solver=solver.name)
+                try:
+                    config = solver.default_config(problem, caps)
+                    runner = solver.prepare(backend, problem, config)
+                    size = solver.workspace_size(problem, config)
+                    ws = backend.xp.empty(size, dtype=np.uint8) if size else None
+
+                    def launch(
+                        r: Any = runner, ws: Any = ws, t: Any = tensors, e: Any = epi
+                    ) -> None:
+                        r(t, e, ws)
+
+                    ms = clock.time_ms(launch, warmup, repeats)
+                except Exception as exc:
+                    row["error"] = f"{type(exc).__name__}: {exc}"
+                    rows.append(row)
+                    continue
+                row.update(ms=ms, tflops=problem.flops() / ms / 1e9)
+                if torch_ms is not None:
+                    row.update(torch_ms=torch_ms, torch_over_ours=torch_ms / ms)
+                rows.append(row)
+    return rows
 
 
 def _geomean(values: list[float]) -> float | None:
@@ -145,15 +200,16 @@ def summarize(rows: list[dict[str, Any]]) -> dict[str, Any]:
     """Per dtype: the geo-mean of torch/ours for the dispatcher's choice and for the best
     of our solvers; the Winograd layers' geo-mean."""
     out: dict[str, Any] = {}
-    for dtype in sorted({r["dtype"] for r in rows}):
-        chosen = [r for r in rows if r["dtype"] == dtype and r["solver"] == r["chosen"]
-                  and "torch_over_ours" in r]  # fmt: skip
+    groups = sorted({(r.get("direction", "fwd"), r["dtype"]) for r in rows})
+    for direction, dtype in groups:
+        mine = [r for r in rows if r["dtype"] == dtype and r.get("direction", "fwd") == direction]
+        chosen = [r for r in mine if r["solver"] == r["chosen"] and "torch_over_ours" in r]
         best: dict[str, float] = {}
-        for r in rows:
-            if r["dtype"] == dtype and "torch_over_ours" in r:
+        for r in mine:
+            if "torch_over_ours" in r:
                 best[r["key"]] = max(best.get(r["key"], 0.0), r["torch_over_ours"])
         wino = [r["torch_over_ours"] for r in chosen if "winograd" in r["solver"]]
-        out[dtype] = {
+        out[dtype if direction == "fwd" else f"{direction} {dtype}"] = {
             "chosen_geomean_torch_over_ours": _geomean([r["torch_over_ours"] for r in chosen]),
             "best_geomean_torch_over_ours": _geomean(list(best.values())),
             "winograd_geomean_torch_over_ours": _geomean(wino),
@@ -163,11 +219,11 @@ def summarize(rows: list[dict[str, Any]]) -> dict[str, Any]:
 
 
 def _print(result: dict[str, Any]) -> None:
-    print(f"\n== convolution forward on {result['target']}, batch {result['batch']} ==")
+    print(f"\n== convolution on {result['target']}, batch {result['batch']} ==")
     print(f"{'layer':<14} {'dtype':<5} {'solver':<34} {'ms':>9} {'TFLOP/s':>8} {'torch/ours':>10}")
     for r in result["rows"]:
         mark = "*" if r["solver"] == r["chosen"] else " "
-        lead = f"{r['layer']:<14} {r['dtype']:<5} {mark}{r['solver']:<33} "
+        lead = f"{r['layer']:<14} {r['dtype']:<5} {mark}{r['solver']:<37} "
         if "error" in r:
             print(lead + f"ERROR {r['error'][:60]}")
             continue
@@ -187,8 +243,9 @@ def main(argv: list[str] | None = None) -> int:
     p.add_argument("--batch", type=int)
     p.add_argument("--suite", action="append")
     p.add_argument("--dtype", action="append")
+    p.add_argument("--direction", action="append", choices=DIRECTIONS)
     args = p.parse_args(argv)
-    run(args.small, args.batch, args.suite, args.dtype)
+    run(args.small, args.batch, args.suite, args.dtype, args.direction)
     return 0
 
 

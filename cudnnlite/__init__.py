@@ -34,6 +34,16 @@ from .ops.activation import (
     tanh,
 )
 from .ops.conv import ConvPlan, conv1d, conv2d, conv2d_plan
+from .ops.conv_backward import (
+    conv1d_backward_bias,
+    conv1d_backward_data,
+    conv1d_backward_filter,
+    conv2d_backward_bias,
+    conv2d_backward_data,
+    conv2d_backward_filter,
+    conv_transpose1d,
+    conv_transpose2d,
+)
 from .ops.dropout import dropout, dropout_backward
 from .ops.norm import (
     BN_MODES,
@@ -101,6 +111,14 @@ __version__ = "0.1.0"
 
 __all__ = [
     "ACTIVATION_MODES",
+    "conv1d_backward_bias",
+    "conv1d_backward_data",
+    "conv1d_backward_filter",
+    "conv2d_backward_bias",
+    "conv2d_backward_data",
+    "conv2d_backward_filter",
+    "conv_transpose1d",
+    "conv_transpose2d",
     "BN_MODES",
     "POOLING_MODES",
     "adaptive_avg_pool",

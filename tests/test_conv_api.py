@@ -134,7 +134,7 @@ def test_plan_reuse_equals_functional_call(backend: str) -> None:
 
 def test_every_solver_is_explained(backend: str) -> None:
     e = cl.explain("conv2d_fwd n1-c32-h8-w8 k32-r3-s3 p1x1-u1x1-d1x1 g1 NCHW fp32", backend)
-    assert [r.name for r in e.rows] == list(registry.NAMES)
+    assert [r.name for r in e.rows] == [n for n in registry.NAMES if n.startswith("conv_fwd_")]
     assert sum(r.chosen for r in e.rows) == 1
 
 

@@ -52,4 +52,50 @@ def conv_fwd_ranking(p: ConvProblem, caps: Capabilities) -> list[str]:
     return [DIRECT, IGEMM]
 
 
-RANKINGS = {"conv_fwd": conv_fwd_ranking}
+BWD_DATA_DIRECT = "conv_bwd_data_direct"
+BWD_DATA_WINO_2 = "conv_bwd_data_winograd_f2x2_3x3"
+BWD_DATA_WINO_4 = "conv_bwd_data_winograd_f4x4_3x3"
+BWD_DATA_WMMA = "conv_bwd_data_wmma_implicit_gemm"
+BWD_DATA_IGEMM = "conv_bwd_data_implicit_gemm_rotated"
+BWD_FILTER_DIRECT = "conv_bwd_filter_direct"
+BWD_FILTER_IGEMM = "conv_bwd_filter_implicit_gemm"
+BWD_FILTER_ATOMIC = "conv_bwd_filter_implicit_gemm_atomic"
+
+
+def _tensor_cores(p: ConvProblem, caps: Capabilities) -> bool:
+    return (p.dtype == "fp16" and caps.fp16_tensor_cores) or (
+        (p.dtype == "bf16" or p.math == "tf32") and caps.bf16_tensor_cores
+    )
+
+
+def conv_bwd_data_ranking(p: ConvProblem, caps: Capabilities) -> list[str]:
+    """Stride 1: the rotated-forward solvers (the forward's ranking logic: Winograd for
+    3x3 with enough channels, tensor cores for fp16/bf16); the gather-based direct
+    kernel otherwise (strides > 1, depthwise, paddings beyond the filter's reach)."""
+    if p.depthwise:
+        return [BWD_DATA_DIRECT]
+    wino = p.filter == (3, 3) and p.dilations == (1, 1) and p.groups == 1
+    ranked = [BWD_DATA_WMMA] if _tensor_cores(p, caps) else []
+    if wino and min(p.c_per_group, p.k_per_group) >= 16:
+        big = min(p.spatial) >= 8
+        ranked += [BWD_DATA_WINO_4, BWD_DATA_WINO_2] if big else [BWD_DATA_WINO_2, BWD_DATA_WINO_4]
+    if p.k_per_group * p.filter_taps >= 32:
+        ranked.append(BWD_DATA_IGEMM)
+    return ranked + [BWD_DATA_DIRECT]
+
+
+def conv_bwd_filter_ranking(p: ConvProblem, caps: Capabilities) -> list[str]:
+    """The split-K implicit GEMM whenever the GEMM has a tile's worth of rows and
+    columns; direct for depthwise (C/g*R*S tiny) and channel-starved problems. The
+    atomic variant is ranked after the deterministic one: on the emulator it is not
+    faster, on a GPU the tuner decides."""
+    if p.depthwise or p.k_per_group * p.c_per_group * p.filter_taps < 32 * 32:
+        return [BWD_FILTER_DIRECT, BWD_FILTER_IGEMM]
+    return [BWD_FILTER_IGEMM, BWD_FILTER_ATOMIC, BWD_FILTER_DIRECT]
+
+
+RANKINGS = {
+    "conv_fwd": conv_fwd_ranking,
+    "conv_bwd_data": conv_bwd_data_ranking,
+    "conv_bwd_filter": conv_bwd_filter_ranking,
+}

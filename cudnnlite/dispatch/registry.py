@@ -26,6 +26,25 @@ _ENTRIES: tuple[tuple[str, str], ...] = (
     ("conv_fwd_winograd_f4x4_3x3", "cudnnlite.solvers.conv.winograd:WinogradF4x4Solver"),
     ("conv_fwd_winograd_fused_f2x2_3x3", "cudnnlite.solvers.conv.winograd:WinogradFusedSolver"),
     ("conv_fwd_wmma_implicit_gemm", "cudnnlite.solvers.conv.wmma:WmmaImplicitGemmSolver"),
+    # convolution backward data
+    ("conv_bwd_data_direct", "cudnnlite.solvers.conv.bwd_data:DirectSolver"),
+    ("conv_bwd_data_winograd_f2x2_3x3", "cudnnlite.solvers.conv.bwd_data:WinogradF2x2Solver"),
+    ("conv_bwd_data_winograd_f4x4_3x3", "cudnnlite.solvers.conv.bwd_data:WinogradF4x4Solver"),
+    ("conv_bwd_data_wmma_implicit_gemm", "cudnnlite.solvers.conv.bwd_data:WmmaImplicitGemmSolver"),
+    (
+        "conv_bwd_data_implicit_gemm_rotated",
+        "cudnnlite.solvers.conv.bwd_data:ImplicitGemmRotatedSolver",
+    ),
+    # convolution backward filter
+    ("conv_bwd_filter_direct", "cudnnlite.solvers.conv.bwd_filter:DirectSolver"),
+    (
+        "conv_bwd_filter_implicit_gemm",
+        "cudnnlite.solvers.conv.bwd_filter:ImplicitGemmSplitKSolver",
+    ),
+    (
+        "conv_bwd_filter_implicit_gemm_atomic",
+        "cudnnlite.solvers.conv.bwd_filter:ImplicitGemmAtomicSolver",
+    ),
 )
 
 NAMES = tuple(name for name, _ in _ENTRIES)

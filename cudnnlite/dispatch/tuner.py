@@ -76,25 +76,62 @@ def _stable_median(timer: _Timer, fn: Callable[[], None], best: float | None,
     return statistics.median(times)
 
 
+def _random(problem: Any, backend: Backend, shape: tuple[int, ...], seed: int) -> Any:
+    dt = _numpy_dtype(problem.dtype)
+    rng = np.random.default_rng(seed)
+    return backend.xp.asarray(rng.standard_normal(shape, dtype=np.float32).astype(dt))
+
+
+def _empty(problem: Any, backend: Backend, shape: tuple[int, ...]) -> Any:
+    return backend.xp.empty(shape, dtype=_numpy_dtype(problem.dtype))
+
+
+def _fwd_tensors(problem: Any, backend: Backend) -> Any:
+    from ..solvers.conv.common import ConvTensors
+
+    x = _random(problem, backend, problem.x_shape(), 0)
+    w = _random(problem, backend, problem.w_shape(), 1)
+    return ConvTensors(x=x, w=w, y=_empty(problem, backend, problem.y_shape()))
+
+
+def _bwd_data_tensors(problem: Any, backend: Backend) -> Any:
+    from ..solvers.conv.bwd_data import BwdDataTensors
+
+    dy = _random(problem, backend, problem.y_shape(), 0)
+    w = _random(problem, backend, problem.w_shape(), 1)
+    return BwdDataTensors(dy=dy, w=w, dx=_empty(problem, backend, problem.x_shape()))
+
+
+def _bwd_filter_tensors(problem: Any, backend: Backend) -> Any:
+    from ..solvers.conv.bwd_filter import BwdFilterTensors
+
+    x = _random(problem, backend, problem.x_shape(), 0)
+    dy = _random(problem, backend, problem.y_shape(), 1)
+    return BwdFilterTensors(x=x, dy=dy, dw=_empty(problem, backend, problem.w_shape()))
+
+
+# The operands of one timed call, per direction (what each family's runners take).
+_TENSOR_FACTORIES: dict[str, Callable[[Any, Backend], Any]] = {
+    "fwd": _fwd_tensors,
+    "bwd_data": _bwd_data_tensors,
+    "bwd_filter": _bwd_filter_tensors,
+}
+
+
 def tune_problem(problem: Any, backend: Backend, *, store: bool = True,
                  max_repeats: int | None = None) -> list[Entry]:  # fmt: skip
     """Times every usable (solver, config) for ``problem`` on ``backend``; returns the
     entries ranked fastest first and (``store``) records them in the user DB."""
-    from ..solvers.conv.common import ConvTensors, Epilogue
+    from ..solvers.conv.common import Epilogue
 
     caps = capabilities(backend)
-    xp = backend.xp
-    dt = _numpy_dtype(problem.dtype)
-    rng = np.random.default_rng(0)
-    x = xp.asarray(rng.standard_normal(problem.x_shape(), dtype=np.float32).astype(dt))
-    w = xp.asarray(rng.standard_normal(problem.w_shape(), dtype=np.float32).astype(dt))
-    y = xp.empty(problem.y_shape(), dtype=dt)
-    tensors = ConvTensors(x=x, w=w, y=y)
+    tensors = _TENSOR_FACTORIES[problem.direction](problem, backend)
     epilogue = Epilogue()
     timer = _Timer(backend)
     repeats = max_repeats or (20 if timer.gpu else 3)
     results: list[Entry] = []
     best: float | None = None
+    xp = backend.xp
     for solver in registry.solvers(family_of(problem)):
         if not usable(solver, problem, caps):
             continue

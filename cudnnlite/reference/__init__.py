@@ -6,7 +6,7 @@ One module per family (``activation``, ``conv``, ``pooling``, ``norm``, ``softma
 the module, its function is ``softmax_forward``.
 """
 
-from . import activation, conv, dropout, norm, pooling, softmax, tensor
+from . import activation, conv, conv_backward, dropout, norm, pooling, softmax, tensor
 from .activation import activation_backward, activation_forward
 from .conv import conv_bias_act_forward, conv_forward
 from .dropout import dropout_backward, dropout_forward, dropout_mask, philox4x32_10
@@ -19,6 +19,7 @@ __all__ = [
     "activation_forward",
     "add_tensor",
     "conv",
+    "conv_backward",
     "conv_bias_act_forward",
     "conv_forward",
     "dropout",

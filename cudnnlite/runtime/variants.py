@@ -19,6 +19,7 @@ _PROVIDERS: dict[str, Callable[[], Iterable[ModuleSpec]]] = {}
 _PROVIDER_MODULES = (
     "cudnnlite.ops.activation",
     "cudnnlite.ops.conv",
+    "cudnnlite.ops.conv_backward",
     "cudnnlite.ops.dropout",
     "cudnnlite.ops.norm",
     "cudnnlite.ops.pooling",

@@ -1,0 +1,330 @@
+"""Convolution backward filter solvers (family ``conv_bwd_filter``) and the backward
+bias kernels. Kernels: ``cuda_src/conv/bwd_filter.cu``, one module per dtype.
+
+- :class:`DirectSolver` (``conv_bwd_filter_direct``): a 256-thread block per filter
+  element reduces its N*P*Q products with a fixed tree. Any stride, dilation, padding,
+  groups, both layouts, 1-D and 2-D; deterministic. The fallback.
+- :class:`ImplicitGemmSplitKSolver` (``conv_bwd_filter_implicit_gemm``): per group, the
+  GEMM dW (K/g x C/g*R*S) = dY^T (K/g x NPQ) * X-patches (NPQ x C/g*R*S), no im2col
+  buffer (patches gathered into shared memory), double-buffered tiles of
+  conv/gemm_tiles.cuh. The reduction over N*P*Q is split across ``splits`` blocks per
+  tile; each split writes its fp32 partial tile to the workspace and a second kernel
+  adds the splits in a fixed order: deterministic. Workspace 4 * splits * K * C/g*R*S.
+- :class:`ImplicitGemmAtomicSolver` (``conv_bwd_filter_implicit_gemm_atomic``): the same
+  GEMM, splits added with fp32 atomics into a zeroed workspace (4 * K * C/g*R*S bytes),
+  then converted. The order of the atomic adds varies between runs: NOT deterministic,
+  never chosen under ``cudnnlite.settings(deterministic=True)``.
+
+Tensors: :class:`BwdFilterTensors` (x, dy, dw), contiguous in the problem's layout.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Sequence
+from dataclasses import dataclass
+from typing import Any
+
+import numpy as np
+
+from ... import dtypes
+from ...errors import NotSupportedError
+from ...problems.conv import ConvProblem
+from ...runtime.backend import Backend
+from ...runtime.caps import Capabilities
+from ...runtime.kernel import ModuleSpec
+from ..base import APPLICABLE, Applicability, Config, Runner, Solver, not_applicable
+from .common import shape_struct
+
+SOURCE = "conv/bwd_filter.cu"
+BLOCK = 256
+BK = 16  # bwf::kBK
+TILES = {64: (4, 4), 32: (2, 2)}  # BM = BN -> (TM, TN): 256 threads each
+MAX_GRID_Y = 65535
+_GRID_CAP = {"cpu": 4096, "cuda": 1 << 20}
+_TARGET_BLOCKS = {"cpu": 64, "cuda": 4 * 132}  # enough blocks to fill the device
+
+
+@dataclass
+class BwdFilterTensors:
+    """x (read), dy (read), dw (written): contiguous, the problem's layout and dtype."""
+
+    x: Any
+    dy: Any
+    dw: Any
+
+
+def dtype_of(problem: ConvProblem) -> dtypes.DType:
+    for dt in dtypes.FLOAT_TYPES:
+        if dt.short == problem.dtype:
+            return dt
+    raise NotSupportedError(f"dtype: {problem.dtype} is not available (ml_dtypes missing?)")
+
+
+def common_reason(problem: ConvProblem, direction: str) -> str | None:
+    if problem.direction != direction:
+        return f"needs direction {direction}, got {problem.direction}"
+    if problem.ndim not in (1, 2):
+        return f"needs a 1-D or 2-D convolution, got {problem.ndim}-D"
+    if problem.dtype not in {dt.short for dt in dtypes.FLOAT_TYPES}:
+        return f"dtype {problem.dtype} is not available here (ml_dtypes missing)"
+    return None
+
+
+def _flag(nhwc: bool) -> str:
+    return "true" if nhwc else "false"
+
+
+def _direct_expr(dt: dtypes.DType, nhwc: bool) -> str:
+    return f"bwd_filter_direct<{dt.ctype}, {_flag(nhwc)}>"
+
+
+def _gemm_expr(dt: dtypes.DType, nhwc: bool, tile: int) -> str:
+    tm, tn = TILES[tile]
+    return f"bwd_filter_gemm<{dt.ctype}, {_flag(nhwc)}, {tile}, {tile}, {tm}, {tn}>"
+
+
+def _reduce_expr(dt: dtypes.DType) -> str:
+    return f"bwd_filter_reduce<{dt.ctype}>"
+
+
+def module_spec(dt: dtypes.DType) -> ModuleSpec:
+    """Every kernel of bwd_filter.cu for storage type ``dt``."""
+    names = [_direct_expr(dt, nhwc) for nhwc in (False, True)]
+    names += [_gemm_expr(dt, nhwc, t) for t in TILES for nhwc in (False, True)]
+    names += [_reduce_expr(dt), "zero_f32"]
+    names += [f"bwd_bias_nchw<{dt.ctype}>", f"bwd_bias_nhwc<{dt.ctype}>"]
+    return ModuleSpec.make(SOURCE, names)
+
+
+def _layout_tag(problem: ConvProblem) -> str:
+    return "nhwc" if problem.channels_last else "nchw"
+
+
+def _grid(total: int, backend: Backend) -> int:
+    return max(1, min(-(-total // BLOCK), _GRID_CAP[backend.name]))
+
+
+def _f32(workspace: Any, count: int, offset: int = 0) -> Any:
+    return workspace[offset : offset + 4 * count].view(np.float32)
+
+
+# ------------------------------------------------------------------ direct
+
+
+class _DirectRunner(Runner):
+    def __init__(self, backend: Backend, problem: ConvProblem) -> None:
+        dt = dtype_of(problem)
+        self.kernel = backend.kernel(module_spec(dt), _direct_expr(dt, problem.channels_last))
+        self.shape = shape_struct(problem)
+        total = int(np.prod(problem.w_shape()))
+        self.blocks = max(1, min(total, _GRID_CAP[backend.name] * 4))
+        self.name = f"bwd_filter_direct_{_layout_tag(problem)}_{dt.short}"
+
+    def __call__(self, tensors: BwdFilterTensors, epilogue: Any, workspace: Any) -> None:
+        args = (tensors.x, tensors.dy, tensors.dw, self.shape)
+        self.kernel((self.blocks,), (BLOCK,), args)
+
+    @property
+    def kernel_names(self) -> list[str]:
+        return [self.name]
+
+
+class DirectSolver(Solver):
+    """A block per filter element, fixed-order reduction; any problem; the fallback."""
+
+    name = "conv_bwd_filter_direct"
+    family = "conv_bwd_filter"
+    deterministic = True
+
+    def is_applicable(self, problem: ConvProblem, caps: Capabilities) -> Applicability:
+        reason = common_reason(problem, "bwd_filter")
+        return not_applicable(reason) if reason else APPLICABLE
+
+    def module_specs(self) -> list[ModuleSpec]:
+        return [module_spec(dt) for dt in dtypes.FLOAT_TYPES]
+
+    def prepare(self, backend: Backend, problem: ConvProblem, config: Config) -> Runner:
+        return _DirectRunner(backend, problem)
+
+
+# ------------------------------------------------------------------ implicit GEMM
+
+
+@dataclass(frozen=True)
+class SplitKConfig(Config):
+    """tile: BM = BN of the GEMM tile (64 or 32); splits: blocks sharing the reduction."""
+
+    tile: int = 64
+    splits: int = 1
+
+    def __post_init__(self) -> None:
+        if self.tile not in TILES:
+            raise ValueError(f"tile must be one of {sorted(TILES)}, got {self.tile}")
+        if not isinstance(self.splits, int) or not 1 <= self.splits <= 256:
+            raise ValueError(f"splits must be an int in [1, 256], got {self.splits}")
+
+    def label(self) -> str:
+        return f"{self.tile}x{self.tile}_split{self.splits}"
+
+
+def _gemm_dims(problem: ConvProblem) -> tuple[int, int, int]:
+    """(rows K/g, columns C/g*R*S, reduction N*P*Q)."""
+    npq = problem.n * int(np.prod(problem.out_spatial))
+    return problem.k_per_group, problem.c_per_group * problem.filter_taps, npq
+
+
+def _chunk(npq: int, splits: int) -> int:
+    """m per split: a multiple of BK, so each split's slices start aligned."""
+    per = -(-npq // splits)
+    return -(-per // BK) * BK
+
+
+def _useful_splits(npq: int, splits: int) -> int:
+    """Splits that receive at least one m after rounding the chunk up."""
+    return -(-npq // _chunk(npq, splits))
+
+
+class _GemmRunner(Runner):
+    def __init__(self, backend: Backend, problem: ConvProblem, cfg: SplitKConfig,
+                 atomic: bool) -> None:  # fmt: skip
+        dt = dtype_of(problem)
+        nhwc = problem.channels_last
+        spec = module_spec(dt)
+        self.gemm = backend.kernel(spec, _gemm_expr(dt, nhwc, cfg.tile))
+        self.reduce = backend.kernel(spec, _reduce_expr(dt))
+        self.zero = backend.kernel(spec, "zero_f32")
+        rows, cols, npq = _gemm_dims(problem)
+        self.splits = _useful_splits(npq, cfg.splits)
+        self.chunk = np.int64(_chunk(npq, cfg.splits))
+        self.grid = (-(-cols // cfg.tile), -(-rows // cfg.tile), problem.groups * self.splits)
+        self.count = problem.k * cols
+        self.shape = shape_struct(problem)
+        self.atomic = atomic
+        self.backend = backend
+        self.cgrid = _grid(self.count, backend)
+        kind = "atomic" if atomic else f"split{self.splits}"
+        self.names = [
+            f"bwd_filter_implicit_gemm_{cfg.tile}x{cfg.tile}x{BK}_{kind}_{_layout_tag(problem)}"
+            f"_{dt.short}",
+            f"bwd_filter_reduce_{dt.short}",
+        ]
+        if atomic:
+            self.names.insert(0, "zero_f32")
+
+    def __call__(self, tensors: BwdFilterTensors, epilogue: Any, workspace: Any) -> None:
+        count = np.int64(self.count)
+        ws = _f32(workspace, self.count * (1 if self.atomic else self.splits))
+        if self.atomic:
+            self.zero((self.cgrid,), (BLOCK,), (ws, count))
+        self.gemm(self.grid, (BLOCK,), (tensors.x, tensors.dy, ws, self.shape, self.chunk,
+                                        np.int32(self.atomic)))  # fmt: skip
+        splits = np.int32(1 if self.atomic else self.splits)
+        self.reduce((self.cgrid,), (BLOCK,), (ws, tensors.dw, splits, count))
+
+    @property
+    def kernel_names(self) -> list[str]:
+        return list(self.names)
+
+
+class ImplicitGemmSplitKSolver(Solver):
+    """Implicit GEMM over N*P*Q, split-K with per-split partials: deterministic."""
+
+    name = "conv_bwd_filter_implicit_gemm"
+    family = "conv_bwd_filter"
+    config_type = SplitKConfig
+    deterministic = True
+    atomic = False
+
+    def is_applicable(self, problem: ConvProblem, caps: Capabilities) -> Applicability:
+        reason = common_reason(problem, "bwd_filter")
+        if reason:
+            return not_applicable(reason)
+        rows, cols, npq = _gemm_dims(problem)
+        if -(-rows // min(TILES)) > MAX_GRID_Y:
+            return not_applicable(f"needs K/groups <= {MAX_GRID_Y * min(TILES)}, got {rows}")
+        if npq >= 2**31 or problem.k * cols >= 2**31:
+            return not_applicable("needs N*P*Q and the filter below 2^31 elements")
+        return APPLICABLE
+
+    def configs(self, problem: ConvProblem, caps: Capabilities) -> Sequence[SplitKConfig]:
+        rows, cols, npq = _gemm_dims(problem)
+        out = []
+        for tile in TILES:
+            for splits in (1, 4, 16, 64):
+                if splits > 1 and npq < splits * 4 * BK:
+                    continue  # each split keeps at least 4 slices
+                if problem.groups * splits > MAX_GRID_Y:
+                    continue
+                out.append(SplitKConfig(tile, splits))
+        return out
+
+    def default_config(self, problem: ConvProblem, caps: Capabilities) -> SplitKConfig:
+        rows, cols, npq = _gemm_dims(problem)
+        tile = 64 if rows >= 48 and cols >= 48 else 32
+        tiles = -(-rows // tile) * -(-cols // tile) * problem.groups
+        target = _TARGET_BLOCKS["cpu" if caps is not None and caps.arch == "cpu" else "cuda"]
+        want = max(1, -(-target // tiles))
+        candidates = [c.splits for c in self.configs(problem, caps) if c.tile == tile]
+        splits = max([s for s in candidates if s <= want] or [1])
+        return SplitKConfig(tile, splits)
+
+    def is_valid(self, config: Config, problem: ConvProblem, caps: Capabilities) -> bool:
+        return isinstance(config, SplitKConfig) and problem.groups * config.splits <= MAX_GRID_Y
+
+    def workspace_size(self, problem: ConvProblem, config: Config) -> int:
+        rows, cols, npq = _gemm_dims(problem)
+        splits = 1 if self.atomic else _useful_splits(npq, config.splits)  # type: ignore[attr-defined]
+        return 4 * splits * problem.k * cols
+
+    def module_specs(self) -> list[ModuleSpec]:
+        return [module_spec(dt) for dt in dtypes.FLOAT_TYPES]
+
+    def prepare(self, backend: Backend, problem: ConvProblem, config: Config) -> Runner:
+        ok = self.is_applicable(problem, None)  # type: ignore[arg-type]
+        if not ok:
+            raise NotSupportedError(f"{self.name}: {ok.reason}")
+        if not isinstance(config, SplitKConfig):
+            raise NotSupportedError(f"{self.name}: expected a SplitKConfig, got {config!r}")
+        return _GemmRunner(backend, problem, config, self.atomic)
+
+
+class ImplicitGemmAtomicSolver(ImplicitGemmSplitKSolver):
+    """The same GEMM with the splits added by fp32 atomics: NOT deterministic."""
+
+    name = "conv_bwd_filter_implicit_gemm_atomic"
+    deterministic = False
+    atomic = True
+
+
+# ------------------------------------------------------------------ backward bias
+
+
+def bias_splits(npq: int, blocks: int) -> int:
+    """Splits of N*P*Q for the bias reduction: enough blocks to fill the device, each
+    split summing at least 4096 positions."""
+    return max(1, min(-(-npq // 4096), -(-_TARGET_BLOCKS["cuda"] // max(1, blocks)), 256))
+
+
+def backward_bias(backend: Backend, dy: Any, db: Any, channels_last: bool) -> list[str]:
+    """db[k] = sum of dy over N and spatial positions (dy contiguous; db (K,) written).
+    Deterministic: fixed-order partials per split, added in split order."""
+    dt = dtypes.lookup(dy.dtype)
+    k = int(dy.shape[-1] if channels_last else dy.shape[1])
+    npq = int(np.prod(dy.shape)) // k
+    spec = module_spec(dt)
+    splits = bias_splits(npq, -(-k // 32) if channels_last else k)
+    chunk = -(-npq // splits)
+    ws = backend.xp.empty(splits * k, dtype=np.float32)
+    if channels_last:
+        kernel = backend.kernel(spec, f"bwd_bias_nhwc<{dt.ctype}>")
+        kernel((-(-k // 32), splits), (32, 8), (dy, ws, np.int32(k), np.int64(npq),
+                                               np.int64(chunk)))  # fmt: skip
+    else:
+        pq = npq // int(dy.shape[0])
+        kernel = backend.kernel(spec, f"bwd_bias_nchw<{dt.ctype}>")
+        kernel((min(k, 65535), splits), (BLOCK,), (dy, ws, np.int32(k), np.int64(npq),
+                                                   np.int64(pq), np.int64(chunk)))  # fmt: skip
+    reduce = backend.kernel(spec, _reduce_expr(dt))
+    reduce((_grid(k, backend),), (BLOCK,), (ws, db, np.int32(splits), np.int64(k)))
+    tag = "nhwc" if channels_last else "nchw"
+    return [f"bwd_bias_{tag}_split{splits}_{dt.short}", f"bwd_filter_reduce_{dt.short}"]
