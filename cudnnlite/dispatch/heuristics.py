@@ -60,6 +60,8 @@ BWD_DATA_IGEMM = "conv_bwd_data_implicit_gemm_rotated"
 BWD_FILTER_DIRECT = "conv_bwd_filter_direct"
 BWD_FILTER_IGEMM = "conv_bwd_filter_implicit_gemm"
 BWD_FILTER_ATOMIC = "conv_bwd_filter_implicit_gemm_atomic"
+BWD_DATA_IGEMM_PHASED = "conv_bwd_data_implicit_gemm"
+BWD_FILTER_WMMA = "conv_bwd_filter_wmma_implicit_gemm"
 
 
 def _tensor_cores(p: ConvProblem, caps: Capabilities) -> bool:
@@ -71,7 +73,8 @@ def _tensor_cores(p: ConvProblem, caps: Capabilities) -> bool:
 def conv_bwd_data_ranking(p: ConvProblem, caps: Capabilities) -> list[str]:
     """Stride 1: the rotated-forward solvers (the forward's ranking logic: Winograd for
     3x3 with enough channels, tensor cores for fp16/bf16); the gather-based direct
-    kernel otherwise (strides > 1, depthwise, paddings beyond the filter's reach)."""
+    kernel otherwise (strides > 1, depthwise, paddings beyond the filter's reach), after
+    the phase-decomposed implicit GEMM when there is a GEMM tile's worth of work."""
     if p.depthwise:
         return [BWD_DATA_DIRECT]
     wino = p.filter == (3, 3) and p.dilations == (1, 1) and p.groups == 1
@@ -81,6 +84,11 @@ def conv_bwd_data_ranking(p: ConvProblem, caps: Capabilities) -> list[str]:
         ranked += [BWD_DATA_WINO_4, BWD_DATA_WINO_2] if big else [BWD_DATA_WINO_2, BWD_DATA_WINO_4]
     if p.k_per_group * p.filter_taps >= 32:
         ranked.append(BWD_DATA_IGEMM)
+    # The phase-decomposed GEMM: strides > 1 (its phases skip the gaps) and stride-1
+    # problems the rotated solvers refuse (padding beyond the filter's reach); a tile's
+    # worth of reduction and channels, else the direct gather wastes less.
+    if p.k_per_group * p.filter_taps >= 32 and p.c_per_group >= 8:
+        ranked.append(BWD_DATA_IGEMM_PHASED)
     return ranked + [BWD_DATA_DIRECT]
 
 
@@ -88,10 +96,12 @@ def conv_bwd_filter_ranking(p: ConvProblem, caps: Capabilities) -> list[str]:
     """The split-K implicit GEMM whenever the GEMM has a tile's worth of rows and
     columns; direct for depthwise (C/g*R*S tiny) and channel-starved problems. The
     atomic variant is ranked after the deterministic one: on the emulator it is not
-    faster, on a GPU the tuner decides."""
+    faster, on a GPU the tuner decides. fp16/bf16 with tensor cores: the WMMA split-K
+    solver first."""
     if p.depthwise or p.k_per_group * p.c_per_group * p.filter_taps < 32 * 32:
         return [BWD_FILTER_DIRECT, BWD_FILTER_IGEMM]
-    return [BWD_FILTER_IGEMM, BWD_FILTER_ATOMIC, BWD_FILTER_DIRECT]
+    wmma = [BWD_FILTER_WMMA] if p.dtype != "fp32" and _tensor_cores(p, caps) else []
+    return wmma + [BWD_FILTER_IGEMM, BWD_FILTER_ATOMIC, BWD_FILTER_DIRECT]
 
 
 RANKINGS = {

@@ -45,6 +45,11 @@ _ENTRIES: tuple[tuple[str, str], ...] = (
         "conv_bwd_filter_implicit_gemm_atomic",
         "cudnnlite.solvers.conv.bwd_filter:ImplicitGemmAtomicSolver",
     ),
+    ("conv_bwd_data_implicit_gemm", "cudnnlite.solvers.conv.bwd_data_igemm:ImplicitGemmSolver"),
+    (
+        "conv_bwd_filter_wmma_implicit_gemm",
+        "cudnnlite.solvers.conv.bwd_filter_wmma:WmmaSplitKSolver",
+    ),
 )
 
 NAMES = tuple(name for name, _ in _ENTRIES)

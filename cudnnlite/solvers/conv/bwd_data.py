@@ -17,6 +17,9 @@
   configs, validity and determinism are the forward solver's. Workspace: the rotated
   filter (rounded up to 256 bytes) plus the forward solver's workspace.
 
+- The phase-decomposed implicit GEMM for any stride and dilation
+  (``conv_bwd_data_implicit_gemm``) lives in :mod:`.bwd_data_igemm`.
+
 Tensors: :class:`BwdDataTensors` (dy, w, dx, bias), contiguous in the problem's layout.
 """
 

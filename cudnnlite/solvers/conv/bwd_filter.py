@@ -15,6 +15,16 @@ bias kernels. Kernels: ``cuda_src/conv/bwd_filter.cu``, one module per dtype.
   then converted. The order of the atomic adds varies between runs: NOT deterministic,
   never chosen under ``cudnnlite.settings(deterministic=True)``.
 
+Tensor cores (fp16/bf16): ``conv_bwd_filter_wmma_implicit_gemm`` in :mod:`.bwd_filter_wmma`.
+
+Winograd backward filter F(2x2, 3x3) is NOT implemented. Operation count for a ResNet-50
+3x3 layer (N 32, C = K = 64, 56x56, stride 1): the GEMM multiplies K*C*9*N*P*Q = 3.7e9;
+Winograd over T = N*28*28 = 25088 tiles needs 16*K*C*T = 1.6e9 products (2.25x fewer)
+plus ~1e8 transform operations (x tiles per channel, dy tiles per output channel; the
+inverse filter transform once per (k, c)). It pays on CUDA cores only if the transformed
+tiles stay on chip: through a workspace they are 2 * 16*T*C*4 = 206 MB written and read back,
+about the time the multiplies save; against tensor cores it does not pay.
+
 Tensors: :class:`BwdFilterTensors` (x, dy, dw), contiguous in the problem's layout.
 """
 

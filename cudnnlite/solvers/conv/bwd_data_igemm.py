@@ -1,0 +1,161 @@
+"""Backward data as an implicit GEMM over the transposed problem (family ``conv_bwd_data``),
+any stride and dilation, no col2im buffer. Kernels: ``cuda_src/conv/bwd_data_implicit_gemm.cu``
+(one module per dtype: both layouts, both tiles).
+
+:class:`ImplicitGemmSolver` (``conv_bwd_data_implicit_gemm``): dx is split into its
+stride_h * stride_w phases (the rows h with the same h % stride_h, likewise for w); each
+phase is a stride-1 problem that only meets the taps r with (h + pad - r*dil) divisible by
+the stride (an arithmetic progression of r), so each (phase, group) is one GEMM
+dx[pixels, C/g] = dY-gather[pixels, K/g * valid taps] * W[K/g * valid taps, C/g]: no
+multiply is spent on a stride gap, no col2im buffer. Tiles of conv/gemm_tiles.cuh (shared
+memory, double buffering, register blocking), fp32 accumulation, one block per output tile
+with a fixed reduction order: deterministic. NCHW/KCRS and NHWC/KRSC, 1-D and 2-D, groups,
+fp32/fp16/bf16; the epilogue adds the conv_transpose bias. Tensors contiguous in the
+problem's layout (the ops layer copies). Config: :class:`TileConfig` (64x64 or 32x32 over
+pixels x input channels, BK 16). Workspace: none.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Sequence
+from dataclasses import dataclass
+from math import gcd
+from typing import Any
+
+import numpy as np
+
+from ... import dtypes
+from ...errors import NotSupportedError
+from ...problems.conv import ConvProblem
+from ...runtime.backend import Backend
+from ...runtime.caps import Capabilities
+from ...runtime.kernel import ModuleSpec
+from ..base import APPLICABLE, Applicability, Config, Runner, Solver, not_applicable
+from .bwd_data import BwdDataTensors
+from .bwd_filter import common_reason, dtype_of
+from .common import Epilogue, shape_struct
+from .direct import epilogue_struct
+
+SOURCE = "conv/bwd_data_implicit_gemm.cu"
+BK = 16  # bwd::kBK
+TILES = {64: (4, 4), 32: (2, 2)}  # BM = BN -> (TM, TN): 256 threads each
+MAX_GRID = 65535  # grid.y and grid.z
+
+
+@dataclass(frozen=True)
+class TileConfig(Config):
+    """tile: BM = BN (dx pixels x input channels of a group)."""
+
+    tile: int = 64
+
+    def __post_init__(self) -> None:
+        if self.tile not in TILES:
+            raise ValueError(f"tile must be one of {sorted(TILES)}, got {self.tile}")
+
+    def label(self) -> str:
+        tm, tn = TILES[self.tile]
+        return f"{self.tile}x{self.tile}x{BK}_{tm}x{tn}"
+
+
+def _expr(dt: dtypes.DType, nhwc: bool, tile: int) -> str:
+    tm, tn = TILES[tile]
+    flag = "true" if nhwc else "false"
+    return f"bwd_data_igemm<{dt.ctype}, {flag}, {tile}, {tile}, {tm}, {tn}>"
+
+
+def module_spec(dt: dtypes.DType) -> ModuleSpec:
+    """Every kernel of bwd_data_implicit_gemm.cu for storage type ``dt``."""
+    return ModuleSpec.make(SOURCE, [_expr(dt, nhwc, t) for t in TILES for nhwc in (False, True)])
+
+
+def _axes(problem: ConvProblem) -> tuple[tuple[int, ...], ...]:
+    """(strides, dilations, filter, spatial) as 2-D (1-D as H = R = 1)."""
+    if problem.ndim == 1:
+        return ((1,) + problem.strides, (1,) + problem.dilations, (1,) + problem.filter,
+                (1,) + problem.spatial)  # fmt: skip
+    return problem.strides, problem.dilations, problem.filter, problem.spatial
+
+
+def phase_rows(problem: ConvProblem) -> int:
+    """dx pixels of the largest phase (the grid's x extent in tiles is this / BM)."""
+    strides, _, _, spatial = _axes(problem)
+    return problem.n * int(np.prod([-(-x // s) for x, s in zip(spatial, strides, strict=True)]))
+
+
+def useful_taps(problem: ConvProblem) -> float:
+    """Taps per dx pixel the GEMM multiplies, averaged over the phases (the direct kernel
+    tests all R*S): about R*S / (stride_h*stride_w) when gcd(stride, dilation) == 1."""
+    strides, dils, filt, _ = _axes(problem)
+    per_axis = []
+    for s, d, f in zip(strides, dils, filt, strict=True):
+        step = s // gcd(s, d)
+        per_axis.append(sum(len(range(r, f, step)) for r in range(min(step, f))) / s)
+    return float(np.prod(per_axis))
+
+
+class _Runner(Runner):
+    def __init__(self, backend: Backend, problem: ConvProblem, cfg: TileConfig) -> None:
+        dt = dtype_of(problem)
+        nhwc = problem.channels_last
+        self.kernel = backend.kernel(module_spec(dt), _expr(dt, nhwc, cfg.tile))
+        self.shape = shape_struct(problem)
+        strides = _axes(problem)[0]
+        phases = strides[0] * strides[1]
+        self.grid = (
+            -(-phase_rows(problem) // cfg.tile),
+            -(-problem.c_per_group // cfg.tile),
+            problem.groups * phases,
+        )
+        layout = "nhwc" if nhwc else "nchw"
+        self.name = f"bwd_data_implicit_gemm_{cfg.label()}_{phases}phase_{layout}_{dt.short}"
+
+    def __call__(self, tensors: BwdDataTensors, epilogue: Epilogue, workspace: Any) -> None:
+        bias = tensors.bias if tensors.bias is not None else tensors.dy
+        args = (tensors.dy, tensors.w, tensors.dx, bias, self.shape, epilogue_struct(epilogue))
+        self.kernel(self.grid, (256,), args)
+
+    @property
+    def kernel_names(self) -> list[str]:
+        return [self.name]
+
+
+class ImplicitGemmSolver(Solver):
+    """Phase-decomposed implicit GEMM, any stride/dilation; deterministic."""
+
+    name = "conv_bwd_data_implicit_gemm"
+    family = "conv_bwd_data"
+    config_type = TileConfig
+    deterministic = True
+
+    def is_applicable(self, problem: ConvProblem, caps: Capabilities) -> Applicability:
+        reason = common_reason(problem, "bwd_data")
+        if reason:
+            return not_applicable(reason)
+        strides = _axes(problem)[0]
+        if problem.groups * strides[0] * strides[1] > MAX_GRID:
+            return not_applicable(f"needs groups * stride_h * stride_w <= {MAX_GRID}")
+        if -(-problem.c_per_group // min(TILES)) > MAX_GRID:
+            return not_applicable(f"needs C/groups <= {MAX_GRID * min(TILES)}")
+        x_elems = int(np.prod(problem.x_shape()))
+        if max(x_elems, int(np.prod(problem.y_shape()))) >= 2**31:
+            return not_applicable("needs dx and dy below 2^31 elements")
+        return APPLICABLE
+
+    def configs(self, problem: ConvProblem, caps: Capabilities) -> Sequence[TileConfig]:
+        return [TileConfig(t) for t in TILES]
+
+    def default_config(self, problem: ConvProblem, caps: Capabilities) -> TileConfig:
+        # 64x64 once the channels fill it and there are enough pixel tiles to spread.
+        big = problem.c_per_group >= 48 and phase_rows(problem) >= 64 * 16
+        return TileConfig(64 if big else 32)
+
+    def module_specs(self) -> list[ModuleSpec]:
+        return [module_spec(dt) for dt in dtypes.FLOAT_TYPES]
+
+    def prepare(self, backend: Backend, problem: ConvProblem, config: Config) -> Runner:
+        ok = self.is_applicable(problem, None)  # type: ignore[arg-type]
+        if not ok:
+            raise NotSupportedError(f"{self.name}: {ok.reason}")
+        if not isinstance(config, TileConfig):
+            raise NotSupportedError(f"{self.name}: expected a TileConfig, got {config!r}")
+        return _Runner(backend, problem, config)
