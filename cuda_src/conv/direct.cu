@@ -1,0 +1,201 @@
+// Direct convolution forward: the always-applicable fallback and a depthwise kernel.
+//
+// Kernels (T = float | __half | __nv_bfloat16; fp32 accumulation in a fixed order, so
+// results are bitwise reproducible; fused epilogue of conv_common.cuh for every output):
+//   conv_direct<T, NHWC>            one thread per output element, grid-stride loop over
+//                                   y in its memory order (coalesced stores); sums over
+//                                   the taps (r, s) and the group's channels. Any stride,
+//                                   dilation, padding, groups. 64-bit offsets; 32-bit
+//                                   index decoding when y has < 2^31 elements.
+//   depthwise_nchw<T, TQ, TP, RPT>  groups == C, K = C * mult. A block computes a TP x TQ
+//                                   tile of output rows/columns for one (img, c) and all
+//                                   mult filters of c: the input tile with its halo and
+//                                   the mult * R * S taps are staged in dynamic shared
+//                                   memory once, each thread then computes RPT rows of
+//                                   one column. Block: TQ x (TP / RPT) threads.
+//   depthwise_nhwc<T>               groups == C, K = C * mult. A block covers 32 channels
+//                                   (threads.x: loads and stores coalesced along C) and a
+//                                   TP x TQ tile of output pixels (threads.y = 8 walk the
+//                                   pixels; TP, TQ are arguments: 4x8, or smaller where a
+//                                   large stride or dilation makes the halo too big); the
+//                                   input tile with halo, [ih][iw][32], and the taps are
+//                                   staged in dynamic shared memory.
+// Dynamic shared memory (floats): depthwise_nchw IH*IW + mult*R*S, depthwise_nhwc
+// 32 * (IH*IW + mult*R*S), with IH = (TP-1)*stride_h + (R-1)*dil_h + 1 and IW likewise;
+// the solver declares it applicable only when that fits in 48 KiB (no opt-in needed).
+//
+// Defines: none; one module per dtype holds every kernel (cudnnlite/solvers/conv/direct.py).
+#include "conv/conv_common.cuh"
+
+namespace direct {
+
+// The grid-stride loop over y with index type I: 32-bit divisions when y has fewer than
+// 2^31 elements (a 64-bit division costs several times more on a GPU).
+template <typename T, bool NHWC, typename I>
+__device__ __forceinline__ void loop(const T* __restrict__ x, const T* __restrict__ w, T* y,
+                                     const T* z, const T* bias, const ConvShape& s,
+                                     const ConvEpilogue& e, I total) {
+    const I step = (I)cl::grid_stride();
+    for (I i = (I)cl::global_thread_id(); i < total; i += step) {
+        int n, k, p, q;
+        I rem = i;
+        if (NHWC) {
+            k = (int)(rem % (I)s.k), rem /= (I)s.k;
+            q = (int)(rem % (I)s.q), rem /= (I)s.q;
+            p = (int)(rem % (I)s.p), n = (int)(rem / (I)s.p);
+        } else {
+            q = (int)(rem % (I)s.q), rem /= (I)s.q;
+            p = (int)(rem % (I)s.p), rem /= (I)s.p;
+            k = (int)(rem % (I)s.k), n = (int)(rem / (I)s.k);
+        }
+        const int c0 = (k / s.k_per_group) * s.c_per_group;
+        const int h0 = p * s.stride_h - s.pad_h, w0 = q * s.stride_w - s.pad_w;
+        const cl::index_t cstride = NHWC ? 1 : (cl::index_t)s.h * s.w;
+        const cl::index_t wcstride = NHWC ? 1 : (cl::index_t)s.r * s.s;
+        float acc = 0.0f;
+        for (int r = 0; r < s.r; ++r) {
+            const int h = h0 + r * s.dil_h;
+            if ((unsigned)h >= (unsigned)s.h) continue;
+            for (int t = 0; t < s.s; ++t) {
+                const int ww = w0 + t * s.dil_w;
+                if ((unsigned)ww >= (unsigned)s.w) continue;
+                const T* xp = x + conv::x_offset<NHWC>(s, n, c0, h, ww);
+                const T* wp = w + conv::w_offset<NHWC>(s, k, 0, r, t);
+                for (int c = 0; c < s.c_per_group; ++c)
+                    acc = fmaf(cl::to_float(xp[c * cstride]), cl::to_float(wp[c * wcstride]), acc);
+            }
+        }
+        // i is y's offset: the loop walks y in its memory order
+        conv::store_output(y, z, bias, e, (cl::index_t)i, k, acc);
+    }
+}
+
+}  // namespace direct
+
+template <typename T, bool NHWC>
+__global__ void __launch_bounds__(256) conv_direct(
+    // pointers: z may be y and bias may be x when absent (e.has_z / e.has_bias say)
+    const T* __restrict__ x, const T* __restrict__ w, T* y, const T* z, const T* bias,
+    // sizes and epilogue
+    ConvShape s, ConvEpilogue e) {
+    const cl::index_t total = (cl::index_t)s.n * s.k * s.p * s.q;
+    if (total <= 0x7fffffffLL) direct::loop<T, NHWC, unsigned>(x, w, y, z, bias, s, e, (unsigned)total);
+    else direct::loop<T, NHWC, cl::index_t>(x, w, y, z, bias, s, e, total);
+}
+
+namespace dw {
+
+constexpr int kChannels = 32;  // channels per block of depthwise_nhwc
+constexpr int kRowsY = 8;      // threads.y of depthwise_nhwc
+
+}  // namespace dw
+
+template <typename T, int TQ, int TP, int RPT>
+__global__ void __launch_bounds__(TQ*(TP / RPT)) depthwise_nchw(
+    const T* __restrict__ x, const T* __restrict__ w, T* y, const T* z, const T* bias,
+    ConvShape s, ConvEpilogue e) {
+    DYNAMIC_SHARED(float, smem);
+    const int ih_count = (TP - 1) * s.stride_h + (s.r - 1) * s.dil_h + 1;
+    const int iw_count = (TQ - 1) * s.stride_w + (s.s - 1) * s.dil_w + 1;
+    const int taps = s.r * s.s, mult = s.k_per_group;
+    float* tile = smem;                          // [ih_count][iw_count]
+    float* filt = smem + ih_count * iw_count;    // [mult][R][S]
+
+    const int tiles_q = (s.q + TQ - 1) / TQ, tiles_p = (s.p + TP - 1) / TP;
+    int b = blockIdx.x;
+    const int tq = b % tiles_q;
+    b /= tiles_q;
+    const int tp = b % tiles_p;
+    b /= tiles_p;
+    const int c = b % s.c, img = b / s.c;
+    const int p0 = tp * TP, q0 = tq * TQ;
+    const int h0 = p0 * s.stride_h - s.pad_h, w0 = q0 * s.stride_w - s.pad_w;
+    const int tid = threadIdx.y * TQ + threadIdx.x, nthreads = TQ * (TP / RPT);
+
+    const T* xc = x + conv::x_offset<false>(s, img, c, 0, 0);
+    for (int i = tid; i < ih_count * iw_count; i += nthreads) {
+        const int ih = i / iw_count, iw = i - ih * iw_count;
+        const int h = h0 + ih, ww = w0 + iw;
+        const bool inside = (unsigned)h < (unsigned)s.h && (unsigned)ww < (unsigned)s.w;
+        tile[i] = inside ? cl::to_float(xc[(cl::index_t)h * s.w + ww]) : 0.0f;
+    }
+    const T* wc = w + (cl::index_t)c * mult * taps;  // filters c*mult .. c*mult+mult-1
+    for (int i = tid; i < mult * taps; i += nthreads) filt[i] = cl::to_float(wc[i]);
+    __syncthreads();
+
+    const int lq = threadIdx.x, q = q0 + lq;
+    if (q >= s.q) return;  // no barrier follows
+    for (int j = 0; j < mult; ++j) {
+        const int k = c * mult + j;
+        const float* f = filt + j * taps;
+#pragma unroll
+        for (int i = 0; i < RPT; ++i) {
+            const int lp = threadIdx.y + i * (TP / RPT), p = p0 + lp;
+            if (p >= s.p) break;
+            const float* in = tile + lp * s.stride_h * iw_count + lq * s.stride_w;
+            float acc = 0.0f;
+            for (int r = 0; r < s.r; ++r)
+                for (int t = 0; t < s.s; ++t)
+                    acc = fmaf(in[r * s.dil_h * iw_count + t * s.dil_w], f[r * s.s + t], acc);
+            conv::store_output(y, z, bias, e, conv::y_offset<false>(s, img, k, p, q), k, acc);
+        }
+    }
+}
+
+template <typename T>
+__global__ void __launch_bounds__(dw::kChannels* dw::kRowsY) depthwise_nhwc(
+    const T* __restrict__ x, const T* __restrict__ w, T* y, const T* z, const T* bias,
+    ConvShape s, ConvEpilogue e,
+    // output tile (rows, columns): smaller when a large stride or dilation needs it
+    int TP, int TQ) {
+    constexpr int CH = dw::kChannels;
+    DYNAMIC_SHARED(float, smem);
+    const int ih_count = (TP - 1) * s.stride_h + (s.r - 1) * s.dil_h + 1;
+    const int iw_count = (TQ - 1) * s.stride_w + (s.s - 1) * s.dil_w + 1;
+    const int taps = s.r * s.s, mult = s.k_per_group;
+    float* tile = smem;                              // [ih_count][iw_count][CH]
+    float* filt = smem + ih_count * iw_count * CH;   // [mult][R][S][CH]
+
+    const int tiles_q = (s.q + TQ - 1) / TQ, tiles_p = (s.p + TP - 1) / TP;
+    const int tiles_c = (s.c + CH - 1) / CH;
+    int b = blockIdx.x;
+    const int tc = b % tiles_c;
+    b /= tiles_c;
+    const int tq = b % tiles_q;
+    b /= tiles_q;
+    const int tp = b % tiles_p;
+    const int img = b / tiles_p;
+    const int c0 = tc * CH, p0 = tp * TP, q0 = tq * TQ;
+    const int h0 = p0 * s.stride_h - s.pad_h, w0 = q0 * s.stride_w - s.pad_w;
+    const int lc = threadIdx.x, c = c0 + lc;
+    const bool live = c < s.c;
+
+    // Each thread loads its own channel: threadIdx.x walks C (coalesced), threadIdx.y pixels.
+    for (int i = threadIdx.y; i < ih_count * iw_count; i += dw::kRowsY) {
+        const int ih = i / iw_count, iw = i - ih * iw_count;
+        const int h = h0 + ih, ww = w0 + iw;
+        const bool inside = live && (unsigned)h < (unsigned)s.h && (unsigned)ww < (unsigned)s.w;
+        tile[i * CH + lc] = inside ? cl::to_float(x[conv::x_offset<true>(s, img, c, h, ww)]) : 0.0f;
+    }
+    for (int i = threadIdx.y; i < mult * taps; i += dw::kRowsY)  // i = j * taps + rs
+        filt[i * CH + lc] = live ? cl::to_float(w[((cl::index_t)c * mult) * taps + i]) : 0.0f;
+    __syncthreads();
+    if (!live) return;  // no barrier follows
+
+    for (int pix = threadIdx.y; pix < TP * TQ; pix += dw::kRowsY) {
+        const int lp = pix / TQ, lq = pix - lp * TQ;
+        const int p = p0 + lp, q = q0 + lq;
+        if (p >= s.p || q >= s.q) continue;
+        const float* in = tile + (lp * s.stride_h * iw_count + lq * s.stride_w) * CH + lc;
+        for (int j = 0; j < mult; ++j) {
+            const float* f = filt + j * taps * CH + lc;
+            float acc = 0.0f;
+            for (int r = 0; r < s.r; ++r)
+                for (int t = 0; t < s.s; ++t)
+                    acc = fmaf(in[(r * s.dil_h * iw_count + t * s.dil_w) * CH],
+                               f[(r * s.s + t) * CH], acc);
+            const int k = c * mult + j;
+            conv::store_output(y, z, bias, e, conv::y_offset<true>(s, img, k, p, q), k, acc);
+        }
+    }
+}

@@ -1,0 +1,319 @@
+"""Convolution forward as an implicit GEMM (no im2col buffer), and its variant with a
+precomputed table of tap offsets (cuDNN's IMPLICIT_PRECOMP_GEMM).
+
+GEMM view per group: M = N*P*Q output pixels, N = K/groups output channels, reduction
+over C/groups * R * S taps. The A tile is gathered from x while being loaded into
+shared memory; tiles of A and B in shared memory, each thread computes a TM x TN
+micro-tile in registers, two shared stages (the next slice is loaded while this one is
+multiplied), 4-element vector loads where alignment allows (filters when the reduction
+length is a multiple of 4; x in NHWC when C/groups is). NCHW/KCRS and NHWC/KRSC, 1-D and
+2-D, fp32/fp16/bf16 with fp32 accumulation, deterministic.
+
+The config is the tile: :class:`TileConfig` (BM, BN, BK, TM, TN), one of :data:`TILES`;
+kernels are named with every parameter, e.g. ``implicit_gemm_128x64x8_8x4_nhwc_fp32_align4``.
+
+Precomputed offsets: the table (one int4 {offset, dh, dw, 0} per tap, 16 bytes each)
+depends only on the problem, but it lives in the caller's workspace
+(``workspace_size`` = 16 * C/groups * R * S bytes) and a small kernel fills it at every
+launch, before the GEMM: the Runner then holds no device memory of its own (a plan
+can be shared between streams and threads), and the cost is one launch of a few
+thousand threads. The decoding it saves is two integer divisions per loaded element.
+
+Limits: x, w and y below 2^31 elements each (32-bit offsets within an image).
+The tensors must be contiguous in the problem's layout (``cudnnlite.conv2d`` copies
+when they are not); a tensor whose address is not aligned to 4 elements runs the
+``align1`` kernel of the same tile.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+from typing import Any
+
+import numpy as np
+
+from ... import dtypes
+from ...errors import BadParamError, NotSupportedError
+from ...problems.conv import ConvProblem
+from ...runtime.backend import Backend, Kernel
+from ...runtime.caps import Capabilities
+from ...runtime.kernel import ModuleSpec
+from ..base import APPLICABLE, Applicability, Config, Runner, Solver, not_applicable
+from .common import ConvTensors, Epilogue, shape_struct
+from .direct import INT32_MAX, address, common_reason, dtype_of, epilogue_struct
+
+SOURCE = "conv/implicit_gemm.cu"
+MAX_GRID_Y = 65535
+SMEM_LIMIT = 48 * 1024
+TAP_BYTES = 16  # one int4 per tap
+_TAPS_BLOCK = 256
+# Blocks that fill an H200 (132 SMs) once: below that, smaller tiles win.
+_FILL_BLOCKS = 132
+
+
+@dataclass(frozen=True)
+class TileConfig(Config):
+    """A block computes bm x bn outputs over bk-slices; a thread a tm x tn micro-tile."""
+
+    bm: int = 64
+    bn: int = 64
+    bk: int = 8
+    tm: int = 4
+    tn: int = 4
+
+    def __post_init__(self) -> None:
+        values = (self.bm, self.bn, self.bk, self.tm, self.tn)
+        if any(isinstance(v, bool) or not isinstance(v, int) or v < 1 for v in values):
+            raise BadParamError(f"tile sizes must be positive ints, got {values}")
+        if self.bm % self.tm or self.bn % self.tn:
+            raise BadParamError(f"tm must divide bm and tn must divide bn, got {self.label()}")
+        if self.bk % 4:
+            raise BadParamError(f"bk must be a multiple of 4 (the vector width), got {self.bk}")
+        if not 32 <= self.threads <= 1024:
+            raise BadParamError(f"{self.label()}: {self.threads} threads, expected 32 to 1024")
+        if self.shared_bytes > SMEM_LIMIT:
+            raise BadParamError(f"{self.label()}: {self.shared_bytes} bytes of shared memory")
+        if values not in TILES:
+            known = ", ".join(TileConfig(*t).label() for t in TILES)
+            raise BadParamError(f"tile {self.label()} is not compiled; known tiles: {known}")
+
+    @property
+    def threads(self) -> int:
+        return (self.bm // self.tm) * (self.bn // self.tn)
+
+    @property
+    def shared_bytes(self) -> int:
+        return 2 * self.bk * (self.bm + self.bn) * 4  # two fp32 stages of A and B
+
+    def label(self) -> str:
+        return f"{self.bm}x{self.bn}x{self.bk}_{self.tm}x{self.tn}"
+
+    def template_args(self) -> str:
+        return f"{self.bm}, {self.bn}, {self.bk}, {self.tm}, {self.tn}"
+
+
+# (bm, bn, bk, tm, tn): every tile the library compiles.
+# Few on purpose: each tile is a module per dtype, and every module costs NVRTC time in the
+# compile check (3 archs) and g++ time on the emulator.
+TILES: tuple[tuple[int, int, int, int, int], ...] = (
+    (128, 128, 8, 8, 8),  # large GEMMs: 64 outputs per thread
+    (128, 64, 8, 8, 4),  # K/groups <= 64 (many ResNet/MobileNet layers)
+    (64, 64, 8, 4, 4),  # small problems
+)
+
+
+def all_tiles(tiles: tuple = TILES) -> list[TileConfig]:
+    return [TileConfig(*t) for t in tiles]
+
+
+def gemm_grid(m: int, n_per_group: int, groups: int, config: TileConfig) -> tuple[int, int]:
+    return -(-m // config.bm), -(-n_per_group // config.bn) * groups
+
+
+def prune_tiles(m: int, n_per_group: int, groups: int, tiles: tuple = TILES) -> list[TileConfig]:
+    """The tiles worth timing: none much larger than the GEMM, grid within limits."""
+    out = []
+    for cfg in all_tiles(tiles):
+        if cfg.bm > max(64, 2 * m) or cfg.bn > max(64, 2 * n_per_group):
+            continue
+        if gemm_grid(m, n_per_group, groups, cfg)[1] > MAX_GRID_Y:
+            continue
+        out.append(cfg)
+    return out
+
+
+def pick_tile(candidates: list[TileConfig], m: int, n_per_group: int, groups: int) -> TileConfig:
+    """The largest tile that still launches enough blocks to fill the device once."""
+    by_size = sorted(candidates, key=lambda c: (c.bm * c.bn, c.bm), reverse=True)
+    for cfg in by_size:
+        gx, gy = gemm_grid(m, n_per_group, groups, cfg)
+        if gx * gy >= _FILL_BLOCKS:
+            return cfg
+    return by_size[-1]
+
+
+def vec_for(reduction: int, x_contiguous_dim: int) -> int:
+    """4 when every vector load of a kernel stays aligned inside one row, else 1."""
+    return 4 if reduction % 4 == 0 and x_contiguous_dim % 4 == 0 else 1
+
+
+def aligned(tensors: ConvTensors, itemsize: int, vec: int) -> bool:
+    return address(tensors.x) % (itemsize * vec) == 0 and address(tensors.w) % (itemsize * vec) == 0
+
+
+class GemmRunner(Runner):
+    """Launches the GEMM kernel with vector loads when the problem allows them and x and w
+    are aligned to 4 elements (readable name ``..._align4``), else scalar loads (``_align1``)."""
+
+    def __init__(self, kernel: Kernel, name: str, vec: int, itemsize: int, grid: tuple,
+                 block: tuple, shape: np.void) -> None:  # fmt: skip
+        self.kernel, self.name, self.vec, self.itemsize = kernel, name, vec, itemsize
+        self.grid, self.block, self.shape = grid, block, shape
+        self.last = f"{name}_align{vec}"
+
+    def _vec(self, tensors: ConvTensors) -> np.int32:
+        vec = self.vec if self.vec == 1 or aligned(tensors, self.itemsize, self.vec) else 1
+        self.last = f"{self.name}_align{vec}"
+        return np.int32(vec == 4)
+
+    def __call__(self, tensors: ConvTensors, epilogue: Epilogue, workspace: Any) -> None:
+        vec = self._vec(tensors)
+        args = (*tensors.kernel_pointers(), self.shape, epilogue_struct(epilogue), vec)
+        self.kernel(self.grid, self.block, args)
+
+    @property
+    def kernel_names(self) -> list[str]:
+        return [self.last]
+
+
+class PrecompRunner(GemmRunner):
+    def __init__(self, taps: tuple[Kernel, int, str], workspace_bytes: int, **kw: Any) -> None:
+        super().__init__(**kw)
+        self.taps_kernel, self.taps_blocks, self.taps_name = taps
+        self.workspace_bytes = workspace_bytes
+
+    def __call__(self, tensors: ConvTensors, epilogue: Epilogue, workspace: Any) -> None:
+        if workspace is None or workspace.nbytes < self.workspace_bytes:
+            got = "none" if workspace is None else f"{workspace.nbytes} bytes"
+            raise BadParamError(f"workspace: {self.workspace_bytes} bytes needed, got {got}")
+        if address(workspace) % TAP_BYTES:
+            raise BadParamError(f"workspace: must be {TAP_BYTES}-byte aligned (int4 table)")
+        vec = self._vec(tensors)
+        self.taps_kernel((self.taps_blocks,), (_TAPS_BLOCK,), (workspace, self.shape))
+        args = (*tensors.kernel_pointers(), workspace, self.shape, epilogue_struct(epilogue), vec)
+        self.kernel(self.grid, self.block, args)
+
+    @property
+    def kernel_names(self) -> list[str]:
+        return [self.taps_name, self.last]
+
+
+# ------------------------------------------------------------------ kernels
+
+
+def _expr(kind: str, dt: dtypes.DType, nhwc: bool, cfg: TileConfig) -> str:
+    return f"{kind}<{dt.ctype}, {str(nhwc).lower()}, {cfg.template_args()}>"
+
+
+def _readable(kind: str, dt: dtypes.DType, nhwc: bool, cfg: TileConfig) -> str:
+    """Without the vector width, which the runner appends (``_align4``/``_align1``)."""
+    return f"{kind}_{cfg.label()}_{'nhwc' if nhwc else 'nchw'}_{dt.short}"
+
+
+def module_spec(dt: dtypes.DType, cfg: TileConfig) -> ModuleSpec:
+    """Both variants and both layouts of one tile for ``dt``, and the table kernels."""
+    names = [
+        _expr(kind, dt, nhwc, cfg)
+        for kind in ("implicit_gemm", "implicit_precomp_gemm")
+        for nhwc in (False, True)
+    ]
+    names += ["implicit_gemm_taps<false>", "implicit_gemm_taps<true>"]
+    return ModuleSpec.make(SOURCE, names)
+
+
+def _limits_reason(problem: ConvProblem) -> str | None:
+    s = shape_struct(problem)
+    span_h = int(s["h"]) + (int(s["r"]) - 1) * int(s["dil_h"])
+    span_w = int(s["w"]) + (int(s["s"]) - 1) * int(s["dil_w"])
+    span = problem.c * span_h * span_w  # bounds every tap offset within an image
+    sizes = {
+        "x": int(np.prod(problem.x_shape())),
+        "w": int(np.prod(problem.w_shape())),
+        "y": int(np.prod(problem.y_shape())),
+        "an image's padded span": span,
+    }
+    for what, size in sizes.items():
+        if size > INT32_MAX:
+            return f"needs < 2^31 elements in {what}, got {size} (32-bit indexing)"
+    return None
+
+
+class ImplicitGemmSolver(Solver):
+    """Implicit GEMM; the tile (BM, BN, BK, TM, TN) is the config."""
+
+    name = "conv_fwd_implicit_gemm"
+    family = "conv_fwd"
+    config_type = TileConfig
+    deterministic = True
+    kind = "implicit_gemm"
+
+    def is_applicable(self, problem: ConvProblem, caps: Capabilities) -> Applicability:
+        reason = common_reason(problem) or _limits_reason(problem)
+        if reason:
+            return not_applicable(reason)
+        gy = -(-problem.k_per_group // 64) * problem.groups
+        if gy > MAX_GRID_Y:
+            return not_applicable(
+                f"needs groups * ceil(K/groups / 64) <= {MAX_GRID_Y} (grid.y), got {gy}"
+            )
+        return APPLICABLE
+
+    def _gemm_size(self, problem: ConvProblem) -> tuple[int, int, int]:
+        m = problem.n * int(np.prod(problem.out_spatial))
+        return m, problem.k_per_group, problem.groups
+
+    def configs(self, problem: ConvProblem, caps: Capabilities) -> list[TileConfig]:
+        return prune_tiles(*self._gemm_size(problem))
+
+    def default_config(self, problem: ConvProblem, caps: Capabilities) -> TileConfig:
+        return pick_tile(self.configs(problem, caps), *self._gemm_size(problem))
+
+    def is_valid(self, config: Config, problem: ConvProblem, caps: Capabilities) -> bool:
+        if not isinstance(config, TileConfig):
+            return False
+        return gemm_grid(*self._gemm_size(problem), config)[1] <= MAX_GRID_Y
+
+    def module_specs(self) -> list[ModuleSpec]:
+        return [module_spec(dt, cfg) for dt in dtypes.FLOAT_TYPES for cfg in all_tiles()]
+
+    def _vec(self, problem: ConvProblem) -> int:
+        taps = int(np.prod(problem.filter))
+        x_dim = problem.c_per_group if problem.channels_last else 4  # NCHW gathers are scalar
+        return vec_for(problem.c_per_group * taps, x_dim)
+
+    def _check(self, problem: ConvProblem, config: Config) -> TileConfig:
+        ok = self.is_applicable(problem, None)  # type: ignore[arg-type]
+        if not ok:
+            raise NotSupportedError(f"{self.name}: {ok.reason}")
+        if not isinstance(config, TileConfig) or not self.is_valid(config, problem, None):  # type: ignore[arg-type]
+            raise NotSupportedError(f"{self.name}: config {config!r} is not valid for {problem}")
+        return config
+
+    def _runner_args(self, backend: Backend, problem: ConvProblem, cfg: TileConfig) -> dict:
+        dt = dtype_of(problem)
+        nhwc = problem.channels_last
+        return dict(
+            kernel=backend.kernel(module_spec(dt, cfg), _expr(self.kind, dt, nhwc, cfg)),
+            name=_readable(self.kind, dt, nhwc, cfg), vec=self._vec(problem),
+            itemsize=dt.itemsize, grid=gemm_grid(*self._gemm_size(problem), cfg),
+            block=(cfg.threads,), shape=shape_struct(problem),
+        )  # fmt: skip
+
+    def prepare(self, backend: Backend, problem: ConvProblem, config: Config) -> Runner:
+        cfg = self._check(problem, config)
+        return GemmRunner(**self._runner_args(backend, problem, cfg))
+
+
+class ImplicitPrecompGemmSolver(ImplicitGemmSolver):
+    """Implicit GEMM reading tap offsets from a table in the workspace (filled per launch)."""
+
+    name = "conv_fwd_implicit_precomp_gemm"
+    kind = "implicit_precomp_gemm"
+
+    def workspace_size(self, problem: ConvProblem, config: Config) -> int:
+        return TAP_BYTES * problem.c_per_group * int(np.prod(problem.filter))
+
+    def prepare(self, backend: Backend, problem: ConvProblem, config: Config) -> Runner:
+        cfg = self._check(problem, config)
+        dt = dtype_of(problem)
+        taps = backend.kernel(
+            module_spec(dt, cfg), f"implicit_gemm_taps<{str(problem.channels_last).lower()}>"
+        )
+        ktot = problem.c_per_group * int(np.prod(problem.filter))
+        blocks = max(1, min(-(-ktot // _TAPS_BLOCK), 1024))
+        layout = "nhwc" if problem.channels_last else "nchw"
+        return PrecompRunner(
+            taps=(taps, blocks, f"implicit_gemm_taps_{layout}"),
+            workspace_bytes=self.workspace_size(problem, cfg),
+            **self._runner_args(backend, problem, cfg),
+        )
