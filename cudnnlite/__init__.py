@@ -9,6 +9,7 @@ from . import reference
 from .dispatch.explain import explain, explain_call
 from .dispatch.settings import set_deterministic, set_mode, set_workspace_limit, settings
 from .dispatch.tuner import tune
+from .doctor import doctor
 from .dtypes import bfloat16
 from .errors import (
     BadParamError,
@@ -106,6 +107,7 @@ from .ops.tensor import (
     transform_tensor,
 )
 from .problems.conv import ConvProblem
+from .runtime.streams import current_stream, use_stream
 
 __version__ = "0.1.0"
 
@@ -183,6 +185,9 @@ __all__ = [
     "conv1d",
     "conv2d",
     "conv2d_plan",
+    "current_stream",
+    "doctor",
+    "use_stream",
     "explain",
     "explain_call",
     "set_deterministic",

@@ -1,4 +1,4 @@
-"""The ``cudnnlite`` command: ``cudnnlite info`` and ``cudnnlite demo``.
+"""The ``cudnnlite`` command: ``cudnnlite info|demo|tune|db|doctor``.
 
 Each subcommand is a pair of functions: ``_add_<name>(subparsers)`` declares its
 arguments and ``_run_<name>(args) -> int`` does the work; ``main`` wires them.
@@ -249,6 +249,39 @@ def _run_demo(args: argparse.Namespace) -> int:
     return demo.run(backend=args.backend, dtypes=dtypes, repeats=args.repeats)
 
 
+# ------------------------------------------------------------------ doctor
+
+
+def _add_doctor(sub: Any) -> None:
+    p = sub.add_parser(
+        "doctor",
+        help="check the environment (CuPy, driver, NVRTC, headers, GPU, caches) and advise",
+        description="Checks each piece cudnnlite needs and says, for each problem, what to "
+        "do next. Exit status 1 if a check failed (warnings do not count).",
+    )
+    p.add_argument(
+        "--arch",
+        metavar="sm_XX",
+        help="compile every kernel for this arch with NVRTC (default: the GPU's arch; "
+        "none without a GPU)",
+    )
+    p.add_argument("--quick", action="store_true", help="skip compiling every kernel")
+    p.add_argument("--json", action="store_true", help="print the report as JSON")
+
+
+def _run_doctor(args: argparse.Namespace) -> int:
+    from .doctor import doctor
+
+    report = doctor(arch=args.arch, compile=not args.quick)
+    if args.json:
+        import json
+
+        print(json.dumps(report.to_dict(), indent=2))
+    else:
+        print(report)
+    return 0 if report.ok else 1
+
+
 # ------------------------------------------------------------------ main
 
 _COMMANDS: dict[str, tuple[Callable[[Any], None], Callable[[argparse.Namespace], int]]] = {
@@ -256,6 +289,7 @@ _COMMANDS: dict[str, tuple[Callable[[Any], None], Callable[[argparse.Namespace],
     "demo": (_add_demo, _run_demo),
     "tune": (cli_tuning.add_tune, cli_tuning.run_tune),
     "db": (cli_tuning.add_db, cli_tuning.run_db),
+    "doctor": (_add_doctor, _run_doctor),
 }
 
 

@@ -6,15 +6,16 @@ anything is written, so inputs are never modified on error.
 
 from __future__ import annotations
 
+import ctypes
 from collections.abc import Sequence
 from typing import Any
 
 import numpy as np
 
 from .. import dtypes
-from ..errors import BadParamError
+from ..errors import BadParamError, NotSupportedError
 from ..runtime.backend import Backend
-from ..runtime.select import array_kind, backend_for
+from ..runtime.select import backend_for
 
 
 def float_dtype(name: str, a: Any) -> dtypes.DType:
@@ -44,22 +45,189 @@ def same_shape(names: Sequence[str], arrays: Sequence[Any]) -> None:
             )
 
 
-def as_array(name: str, a: Any) -> Any:
-    """NumPy and CuPy arrays pass through; other DLPack producers are imported
-    without a copy (``numpy.from_dlpack`` / ``cupy.from_dlpack``)."""
-    if isinstance(a, np.ndarray) or hasattr(a, "__cuda_array_interface__"):
-        return a
-    kind = array_kind(a)
-    if kind == "cpu" and hasattr(a, "__dlpack__"):
-        return np.from_dlpack(a)
-    if kind == "cuda" and hasattr(a, "__dlpack__"):
-        import cupy
+# DLPack device types (dlpack.h), for error messages.
+_DLPACK_DEVICE_NAMES = {
+    1: "kDLCPU",
+    2: "kDLCUDA",
+    3: "kDLCUDAHost",
+    4: "kDLOpenCL",
+    7: "kDLVulkan",
+    8: "kDLMetal",
+    9: "kDLVPI",
+    10: "kDLROCM",
+    11: "kDLROCMHost",
+    12: "kDLExtDev",
+    13: "kDLCUDAManaged",
+    14: "kDLOneAPI",
+    15: "kDLWebGPU",
+    16: "kDLHexagon",
+    17: "kDLMAIA",
+}
 
-        return cupy.from_dlpack(a)
+
+def _is_cupy_array(a: Any) -> bool:
+    return (type(a).__module__ or "").startswith("cupy") and hasattr(a, "__cuda_array_interface__")
+
+
+def _dlpack_device(name: str, a: Any) -> tuple[int, int] | None:
+    dev = getattr(a, "__dlpack_device__", None)
+    if dev is None:
+        return None
+    try:
+        kind, index = dev()
+        return int(kind), int(index)
+    except Exception as exc:
+        raise BadParamError(
+            f"{name}: __dlpack_device__() failed ({type(exc).__name__}: {exc})"
+        ) from exc
+
+
+def as_array(name: str, a: Any) -> Any:
+    """``a`` as a NumPy or CuPy array, never copying.
+
+    NumPy and CuPy arrays pass through. A DLPack producer (PyTorch, JAX, ... tensors) is
+    imported with ``numpy.from_dlpack`` (host memory) or ``cupy.from_dlpack`` (CUDA memory;
+    the consumer stream passed to ``__dlpack__`` is CuPy's current stream, so call this
+    inside the stream's context); bfloat16 host tensors, which NumPy's DLPack cannot take,
+    are read through the DLPack capsule directly. Objects with only
+    ``__cuda_array_interface__`` or ``__array_interface__`` are wrapped by CuPy / NumPy.
+    """
+    if isinstance(a, np.ndarray) or _is_cupy_array(a):
+        return a
+    if hasattr(a, "__dlpack__"):
+        device = _dlpack_device(name, a)
+        kind = device[0] if device is not None else None
+        if kind == 1:
+            return _host_from_dlpack(name, a)
+        if kind in (2, 3, 13):
+            return _cupy(name).from_dlpack(a)
+        if device is not None:
+            label = _DLPACK_DEVICE_NAMES.get(kind, "unknown")
+            raise BadParamError(
+                f"{name}: a DLPack tensor on device {label} (type {kind}, index {device[1]}); "
+                "cudnnlite takes host memory (kDLCPU, run on the emulator) or CUDA memory "
+                "(kDLCUDA, kDLCUDAHost, kDLCUDAManaged); copy it to one of those first"
+            )
+    if hasattr(a, "__cuda_array_interface__"):
+        return _cupy(name).asarray(a)
+    if hasattr(a, "__array_interface__") or hasattr(a, "__array_struct__"):
+        return np.asarray(a)
     raise BadParamError(
-        f"{name}: expected a NumPy or CuPy array (or an object with __dlpack__), "
-        f"got {type(a).__name__}"
+        f"{name}: expected a NumPy or CuPy array, or an object with __dlpack__, "
+        f"__cuda_array_interface__ or __array_interface__; got {type(a).__name__}"
     )
+
+
+def _cupy(name: str) -> Any:
+    try:
+        import cupy
+    except ImportError as exc:
+        raise NotSupportedError(
+            f"{name}: a GPU array needs CuPy: pip install 'cudnnlite[cuda13]' (or [cuda12])"
+        ) from exc
+    return cupy
+
+
+def _host_from_dlpack(name: str, a: Any) -> np.ndarray:
+    try:
+        return np.from_dlpack(a)
+    except (BufferError, RuntimeError, TypeError) as exc:
+        try:
+            arr = bfloat16_from_dlpack(a)
+        except (BufferError, RuntimeError, TypeError):
+            arr = None
+        if arr is None:
+            raise BadParamError(f"{name}: the DLPack import failed: {exc}") from exc
+        return arr
+
+
+# ------------------------------------------------------------------ bfloat16 through DLPack
+# NumPy's from_dlpack knows no bfloat16 (DLPack code 4); read the legacy capsule ourselves.
+
+
+class _DLDevice(ctypes.Structure):
+    _fields_ = [("device_type", ctypes.c_int32), ("device_id", ctypes.c_int32)]
+
+
+class _DLDataType(ctypes.Structure):
+    _fields_ = [("code", ctypes.c_uint8), ("bits", ctypes.c_uint8), ("lanes", ctypes.c_uint16)]
+
+
+class _DLTensor(ctypes.Structure):
+    _fields_ = [
+        ("data", ctypes.c_void_p),
+        ("device", _DLDevice),
+        ("ndim", ctypes.c_int32),
+        ("dtype", _DLDataType),
+        ("shape", ctypes.POINTER(ctypes.c_int64)),
+        ("strides", ctypes.POINTER(ctypes.c_int64)),
+        ("byte_offset", ctypes.c_uint64),
+    ]
+
+
+class _DLManagedTensor(ctypes.Structure):
+    pass
+
+
+_DELETER = ctypes.CFUNCTYPE(None, ctypes.POINTER(_DLManagedTensor))
+_DLManagedTensor._fields_ = [
+    ("dl_tensor", _DLTensor),
+    ("manager_ctx", ctypes.c_void_p),
+    ("deleter", _DELETER),
+]
+
+_capsule_get = ctypes.pythonapi.PyCapsule_GetPointer
+_capsule_get.restype = ctypes.c_void_p
+_capsule_get.argtypes = [ctypes.py_object, ctypes.c_char_p]
+_capsule_valid = ctypes.pythonapi.PyCapsule_IsValid
+_capsule_valid.restype = ctypes.c_int
+_capsule_valid.argtypes = [ctypes.py_object, ctypes.c_char_p]
+_capsule_rename = ctypes.pythonapi.PyCapsule_SetName
+_capsule_rename.restype = ctypes.c_int
+_capsule_rename.argtypes = [ctypes.py_object, ctypes.c_char_p]
+
+_DL_BFLOAT = 4
+
+
+class _DLPackOwner:
+    """Holds a consumed DLManagedTensor and exposes it as uint16 via __array_interface__;
+    the producer's deleter runs when the last NumPy view of it goes away."""
+
+    def __init__(self, address: int) -> None:
+        self._address = address
+        t = _DLManagedTensor.from_address(address).dl_tensor
+        shape = tuple(t.shape[i] for i in range(t.ndim))
+        strides = None if not t.strides else tuple(2 * t.strides[i] for i in range(t.ndim))
+        self.__array_interface__ = {
+            "version": 3,
+            "shape": shape,
+            "typestr": "<u2",
+            "data": (int(t.data or 0) + int(t.byte_offset), False),
+            "strides": strides,
+        }
+
+    def __del__(self) -> None:
+        managed = _DLManagedTensor.from_address(self._address)
+        if managed.deleter:
+            managed.deleter(ctypes.cast(self._address, ctypes.POINTER(_DLManagedTensor)))
+
+
+def bfloat16_from_dlpack(a: Any) -> np.ndarray | None:
+    """A host bfloat16 DLPack tensor as a NumPy ml_dtypes.bfloat16 view (no copy); None
+    when ``a`` is not one (another dtype, lanes, device) or bfloat16 is unavailable."""
+    if dtypes.bfloat16 is None:
+        return None
+    capsule = a.__dlpack__()  # no max_version: the legacy "dltensor" capsule
+    if not _capsule_valid(capsule, b"dltensor"):
+        return None
+    address = _capsule_get(capsule, b"dltensor")
+    t = _DLManagedTensor.from_address(address).dl_tensor
+    dt = t.dtype
+    if (dt.code, dt.bits, dt.lanes) != (_DL_BFLOAT, 16, 1) or t.device.device_type != 1:
+        return None  # the capsule stays unconsumed: its destructor frees it
+    _capsule_rename(capsule, b"used_dltensor")  # consumed: ours to delete
+    owner = _DLPackOwner(address)
+    return np.asarray(owner).view(dtypes.bfloat16)
 
 
 def array_module(a: Any) -> Any:

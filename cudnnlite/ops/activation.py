@@ -35,6 +35,7 @@ from ..reference.activation import DEFAULT_COEF, DEFAULT_THRESHOLD
 from ..runtime.backend import Backend, Kernel
 from ..runtime.kernel import ModuleSpec
 from ..runtime.select import backend_for
+from ..runtime.streams import with_stream
 from ..runtime.variants import register
 from ._arrays import (
     array_module,
@@ -430,6 +431,7 @@ def _launch(
 # ------------------------------------------------------------------ public API
 
 
+@with_stream
 def activation_forward(
     x: Any,
     mode: str,
@@ -468,6 +470,7 @@ def activation_forward(
     return out
 
 
+@with_stream
 def activation_backward(
     dy: Any,
     x: Any,
@@ -540,46 +543,55 @@ def kernel_name_for(
 # ------------------------------------------------------------------ PyTorch-style wrappers
 
 
+@with_stream
 def relu(x: Any, *, out: Any = None) -> Any:
     """max(x, 0) (NaN stays NaN), as ``torch.nn.functional.relu``."""
     return activation_forward(x, "relu", out=out)
 
 
+@with_stream
 def leaky_relu(x: Any, negative_slope: float = 0.01, *, out: Any = None) -> Any:
     """x if x > 0 else negative_slope * x."""
     return activation_forward(x, "leaky_relu", coef=negative_slope, out=out)
 
 
+@with_stream
 def clipped_relu(x: Any, ceiling: float = 6.0, *, out: Any = None) -> Any:
     """min(max(x, 0), ceiling); ceiling 6 is relu6."""
     return activation_forward(x, "clipped_relu", coef=ceiling, out=out)
 
 
+@with_stream
 def elu(x: Any, alpha: float = 1.0, *, out: Any = None) -> Any:
     """x if x > 0 else alpha * (exp(x) - 1)."""
     return activation_forward(x, "elu", coef=alpha, out=out)
 
 
+@with_stream
 def sigmoid(x: Any, *, out: Any = None) -> Any:
     """1 / (1 + exp(-x))."""
     return activation_forward(x, "sigmoid", out=out)
 
 
+@with_stream
 def tanh(x: Any, *, out: Any = None) -> Any:
     """tanh(x)."""
     return activation_forward(x, "tanh", out=out)
 
 
+@with_stream
 def silu(x: Any, *, out: Any = None) -> Any:
     """x * sigmoid(x) (swish with beta 1)."""
     return activation_forward(x, "swish", out=out)
 
 
+@with_stream
 def swish(x: Any, beta: float = 1.0, *, out: Any = None) -> Any:
     """x * sigmoid(beta * x)."""
     return activation_forward(x, "swish", coef=beta, out=out)
 
 
+@with_stream
 def gelu(x: Any, approximate: str = "none", *, out: Any = None) -> Any:
     """x * Phi(x); ``approximate="tanh"`` uses the tanh approximation (PyTorch's names)."""
     if approximate == "none":
@@ -589,11 +601,13 @@ def gelu(x: Any, approximate: str = "none", *, out: Any = None) -> Any:
     raise BadParamError(f"approximate: expected 'none' or 'tanh', got {approximate!r}")
 
 
+@with_stream
 def softplus(x: Any, beta: float = 1.0, threshold: float = 20.0, *, out: Any = None) -> Any:
     """log(1 + exp(beta x)) / beta, and x where beta * x > threshold."""
     return activation_forward(x, "softplus", coef=beta, threshold=threshold, out=out)
 
 
+@with_stream
 def identity(x: Any, *, out: Any = None) -> Any:
     """x (a copy into a new array or ``out``)."""
     return activation_forward(x, "identity", out=out)

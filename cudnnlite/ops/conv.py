@@ -24,6 +24,7 @@ from ..errors import BadParamError, NotSupportedError
 from ..problems.conv import ConvProblem
 from ..runtime.kernel import ModuleSpec
 from ..runtime.select import backend_by_name, backend_for
+from ..runtime.streams import with_stream
 from ..runtime.variants import register
 from ..solvers.conv.common import IDENTITY_MODE, ConvTensors, Epilogue
 from ._arrays import array_module, as_array, float_dtype
@@ -276,6 +277,7 @@ def _run(plan: Plan, x: Any, w: Any, bias: Any, z: Any, out: Any, epilogue: Epil
 # ------------------------------------------------------------------ public API
 
 
+@with_stream
 def conv2d(
     x: Any,
     w: Any,
@@ -337,6 +339,7 @@ def conv2d(
     return _run(plan, x, w, bias, z, out, epilogue)
 
 
+@with_stream
 def conv1d(
     x: Any,
     w: Any,
@@ -394,6 +397,7 @@ class ConvPlan:
     def kernel_names(self) -> list[str]:
         return self._plan.kernel_names
 
+    @with_stream
     def __call__(
         self,
         x: Any,

@@ -28,6 +28,7 @@ from ..reference.dropout import drop_threshold, dropout_scale
 from ..runtime.backend import Backend, Kernel
 from ..runtime.kernel import ModuleSpec
 from ..runtime.select import backend_for
+from ..runtime.streams import with_stream
 from ..runtime.variants import register
 from ._arrays import array_module, as_array, check_out, float_dtype, same_shape
 
@@ -163,6 +164,7 @@ def _ptr(a: Any) -> int:
 # ------------------------------------------------------------------ public API
 
 
+@with_stream
 def dropout(
     x: Any,
     p: float,
@@ -199,6 +201,7 @@ def dropout(
     return (out, mask) if return_mask else out
 
 
+@with_stream
 def dropout_backward(
     dy: Any,
     p: float,

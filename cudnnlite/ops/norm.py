@@ -29,6 +29,7 @@ from ..errors import BadParamError
 from ..runtime.backend import Backend, Kernel
 from ..runtime.kernel import ModuleSpec
 from ..runtime.select import backend_for
+from ..runtime.streams import with_stream
 from ..runtime.variants import register
 from ._arrays import array_module, as_array, check_out, float_dtype, same_dtype, same_shape
 from .activation import ACTIVATION_MODES, _params
@@ -369,6 +370,7 @@ def _z(z: Any, x: Any) -> Any:
     return z
 
 
+@with_stream
 def batch_norm_forward_training(
     x: Any,
     weight: Any = None,
@@ -479,6 +481,7 @@ def _bn_apply(
     return y
 
 
+@with_stream
 def batch_norm_forward_inference(
     x: Any,
     running_mean: Any,
@@ -535,6 +538,7 @@ def batch_norm_forward_inference(
     return _deliver(y, out)
 
 
+@with_stream
 def batch_norm_backward(
     dy: Any,
     x: Any,
@@ -620,6 +624,7 @@ def batch_norm_backward(
     return dx, dgamma.reshape(shape), dbeta.reshape(shape), dz
 
 
+@with_stream
 def batch_norm(
     x: Any,
     running_mean: Any,
@@ -781,6 +786,7 @@ def _row_common(x: Any, normalized_shape: Any, weight: Any, bias: Any, names: tu
     return x, dt, ns, _dense(w), _dense(b), cols
 
 
+@with_stream
 def layer_norm_forward(
     x: Any,
     normalized_shape: Any,
@@ -803,6 +809,7 @@ def layer_norm_forward(
     return _deliver(y, out), mean.reshape(lead), rstd.reshape(lead)
 
 
+@with_stream
 def layer_norm(
     x: Any,
     normalized_shape: Any,
@@ -816,6 +823,7 @@ def layer_norm(
     return layer_norm_forward(x, normalized_shape, weight, bias, eps, out=out)[0]
 
 
+@with_stream
 def layer_norm_backward(
     dy: Any,
     x: Any,
@@ -866,6 +874,7 @@ def _required(name: str, a: Any) -> Any:
     return a
 
 
+@with_stream
 def rms_norm_forward(
     x: Any,
     normalized_shape: Any,
@@ -886,6 +895,7 @@ def rms_norm_forward(
     return _deliver(y, out), rstd.reshape(lead)
 
 
+@with_stream
 def rms_norm(
     x: Any,
     normalized_shape: Any,
@@ -898,6 +908,7 @@ def rms_norm(
     return rms_norm_forward(x, normalized_shape, weight, eps, out=out)[0]
 
 
+@with_stream
 def rms_norm_backward(
     dy: Any, x: Any, normalized_shape: Any, rstd: Any, weight: Any = None
 ) -> tuple[Any, Any]:
@@ -947,6 +958,7 @@ def _from_nchw(a: Any, layout: str) -> Any:
     return a
 
 
+@with_stream
 def group_norm_forward(
     x: Any,
     num_groups: int,
@@ -969,6 +981,7 @@ def group_norm_forward(
     return _deliver(_from_nchw(y, layout), out), mean.reshape(n, g), rstd.reshape(n, g)
 
 
+@with_stream
 def group_norm(
     x: Any,
     num_groups: int,
@@ -983,6 +996,7 @@ def group_norm(
     return group_norm_forward(x, num_groups, weight, bias, eps, layout=layout, out=out)[0]
 
 
+@with_stream
 def group_norm_backward(
     dy: Any,
     x: Any,
@@ -1023,6 +1037,7 @@ def group_norm_backward(
     return _from_nchw(dx, layout), (dw if w is not None else None), db
 
 
+@with_stream
 def instance_norm_forward(
     x: Any,
     weight: Any = None,
@@ -1040,6 +1055,7 @@ def instance_norm_forward(
     return group_norm_forward(x, c, weight, bias, eps, layout=layout, out=out)
 
 
+@with_stream
 def instance_norm(
     x: Any,
     weight: Any = None,
@@ -1053,6 +1069,7 @@ def instance_norm(
     return instance_norm_forward(x, weight, bias, eps, layout=layout, out=out)[0]
 
 
+@with_stream
 def instance_norm_backward(
     dy: Any,
     x: Any,
@@ -1100,6 +1117,7 @@ def _lrn_struct(x: Any, size: Any, alpha: Any, beta: Any, k: Any, layout: str) -
     )
 
 
+@with_stream
 def lrn(
     x: Any,
     size: int,
@@ -1126,6 +1144,7 @@ def lrn(
     return _deliver(y, out)
 
 
+@with_stream
 def lrn_backward(
     dy: Any,
     x: Any,

@@ -28,6 +28,7 @@ from ..errors import BadParamError
 from ..runtime.backend import Backend, Kernel
 from ..runtime.kernel import ModuleSpec
 from ..runtime.select import backend_for
+from ..runtime.streams import with_stream
 from ..runtime.variants import register
 from ._arrays import array_module, as_array, check_out, float_dtype, same_dtype
 
@@ -343,6 +344,7 @@ def _backward(dy: Any, indices: Any, prob: _Problem, deterministic: bool) -> Any
 # ------------------------------------------------------------------ public: N-d
 
 
+@with_stream
 def max_pool(
     x: Any,
     kernel_size: Any,
@@ -368,6 +370,7 @@ def max_pool(
     return (y, ind) if return_indices else y
 
 
+@with_stream
 def avg_pool(
     x: Any,
     kernel_size: Any,
@@ -392,6 +395,7 @@ def avg_pool(
     return _forward(x, prob, False, out)[0]
 
 
+@with_stream
 def max_pool_backward(
     dy: Any,
     indices: Any,
@@ -415,6 +419,7 @@ def max_pool_backward(
     return _backward(dy, indices, prob, deterministic)
 
 
+@with_stream
 def avg_pool_backward(
     dy: Any,
     input_shape: Sequence[int],
@@ -445,12 +450,14 @@ def avg_pool_backward(
     return _backward(dy, None, prob, True)
 
 
+@with_stream
 def adaptive_avg_pool(x: Any, output_size: Any, *, layout: str = "NCHW", out: Any = None) -> Any:
     x, _ = _input(x)
     prob = _adaptive_problem(x.shape, x.ndim - 2, output_size, layout, 1)
     return _forward(x, prob, False, out)[0]
 
 
+@with_stream
 def adaptive_max_pool(
     x: Any,
     output_size: Any,
@@ -465,6 +472,7 @@ def adaptive_max_pool(
     return (y, ind) if return_indices else y
 
 
+@with_stream
 def adaptive_avg_pool_backward(dy: Any, input_shape: Sequence[int], *, layout: str = "NCHW") -> Any:
     dy = as_array("dy", dy)
     out_sp = _split(dy.shape, len(input_shape) - 2, _layout(layout), "dy")[2]
@@ -472,6 +480,7 @@ def adaptive_avg_pool_backward(dy: Any, input_shape: Sequence[int], *, layout: s
     return _backward(dy, None, prob, True)
 
 
+@with_stream
 def adaptive_max_pool_backward(
     dy: Any,
     indices: Any,
@@ -486,6 +495,7 @@ def adaptive_max_pool_backward(
     return _backward(dy, indices, prob, deterministic)
 
 
+@with_stream
 def global_avg_pool(x: Any, *, layout: str = "NCHW", out: Any = None) -> Any:
     """Mean over every spatial dim, keeping them as size 1 (adaptive to 1x...x1)."""
     x, _ = _input(x)
@@ -501,6 +511,7 @@ def _mode(mode: Any) -> str:
     return mode
 
 
+@with_stream
 def pooling_forward(
     x: Any,
     mode: str,
@@ -532,6 +543,7 @@ def pooling_forward(
     )
 
 
+@with_stream
 def pooling_backward(
     dy: Any,
     x: Any,
@@ -590,7 +602,7 @@ def _fixed_nd(fn: Any, nd: int) -> Any:
     wrapper.__name__ = f"{fn.__name__}{nd}d"
     wrapper.__qualname__ = wrapper.__name__
     wrapper.__doc__ = f"{nd}-d :func:`{fn.__name__}` (PyTorch's ``{fn.__name__}{nd}d``)."
-    return wrapper
+    return with_stream(wrapper)
 
 
 max_pool1d = _fixed_nd(max_pool, 1)

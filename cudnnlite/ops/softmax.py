@@ -33,6 +33,7 @@ from ..errors import BadParamError
 from ..runtime.backend import Backend, Kernel
 from ..runtime.kernel import ModuleSpec
 from ..runtime.select import backend_for
+from ..runtime.streams import with_stream
 from ..runtime.variants import register
 from ._arrays import array_module, as_array, check_out, float_dtype, same_dtype, same_shape
 
@@ -296,6 +297,7 @@ def _result(
 # ------------------------------------------------------------------ public API
 
 
+@with_stream
 def softmax(
     x: Any,
     axis: int | None = None,
@@ -338,6 +340,7 @@ def softmax(
     return result
 
 
+@with_stream
 def log_softmax(
     x: Any,
     axis: int | None = None,
@@ -354,6 +357,7 @@ def log_softmax(
     )
 
 
+@with_stream
 def softmax_backward(
     dy: Any,
     y: Any,
@@ -387,6 +391,7 @@ def softmax_backward(
     return result
 
 
+@with_stream
 def log_softmax_backward(
     dy: Any,
     y: Any,

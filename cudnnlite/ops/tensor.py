@@ -45,6 +45,7 @@ from ..errors import BadParamError, NotSupportedError
 from ..runtime.backend import Backend, Kernel
 from ..runtime.kernel import ModuleSpec
 from ..runtime.select import backend_for
+from ..runtime.streams import with_stream
 from ..runtime.variants import register
 from ._arrays import array_module, as_array, check_out, float_dtype
 
@@ -352,6 +353,7 @@ def _same_kind_dtype(name: str, a: Any, dt: dtypes.DType) -> None:
         raise BadParamError(f"{name}: expected dtype {dt.numpy}, got {a.dtype}")
 
 
+@with_stream
 def add_tensor(a: Any, c: Any, *, alpha: float = 1.0, beta: float = 1.0) -> Any:
     """cuDNN's cudnnAddTensor: ``c = alpha * a + beta * c`` IN PLACE, ``a`` broadcast to c
     (each of a's dims 1 or equal to c's, e.g. a (1, C, 1, 1) bias); returns c."""
@@ -368,6 +370,7 @@ def add_tensor(a: Any, c: Any, *, alpha: float = 1.0, beta: float = 1.0) -> Any:
     return c
 
 
+@with_stream
 def op_tensor(
     op: str,
     a: Any,
@@ -432,6 +435,7 @@ def op_tensor(
     return out
 
 
+@with_stream
 def scale_tensor(y: Any, alpha: float) -> Any:
     """cuDNN's cudnnScaleTensor: ``y *= alpha`` in place; returns y."""
     backend = backend_for(y, names=("y",))
@@ -442,6 +446,7 @@ def scale_tensor(y: Any, alpha: float) -> Any:
     return y
 
 
+@with_stream
 def set_tensor(y: Any, value: float) -> Any:
     """cuDNN's cudnnSetTensor: every element of y set to ``value`` (rounded to y's dtype)."""
     backend = backend_for(y, names=("y",))
@@ -457,6 +462,7 @@ def set_tensor(y: Any, value: float) -> Any:
 # ------------------------------------------------------------------ transform
 
 
+@with_stream
 def transform_tensor(
     x: Any,
     out: Any = None,
@@ -532,6 +538,7 @@ def _check_4d(name: str, x: Any) -> None:
         raise BadParamError(f"{name}: expected a 4-d array, got {x.ndim}-d")
 
 
+@with_stream
 def nchw_to_nhwc(x: Any, *, dtype: Any = None) -> Any:
     """An (N, C, H, W) array as a new C-contiguous (N, H, W, C) array (optionally converted)."""
     x = as_array("x", x)
@@ -539,6 +546,7 @@ def nchw_to_nhwc(x: Any, *, dtype: Any = None) -> Any:
     return transform_tensor(x.transpose(0, 2, 3, 1), dtype=dtype)
 
 
+@with_stream
 def nhwc_to_nchw(x: Any, *, dtype: Any = None) -> Any:
     """An (N, H, W, C) array as a new C-contiguous (N, C, H, W) array."""
     x = as_array("x", x)
@@ -571,6 +579,7 @@ def _axes(axes: Any, ndim: int) -> tuple[int, ...]:
     return tuple(sorted(norm))
 
 
+@with_stream
 def reduce_tensor(
     x: Any,
     op: str,
