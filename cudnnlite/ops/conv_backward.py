@@ -26,6 +26,7 @@ from ..errors import BadParamError
 from ..problems.conv import ConvProblem
 from ..runtime.kernel import ModuleSpec
 from ..runtime.select import backend_for
+from ..runtime.streams import with_stream
 from ..runtime.variants import register
 from ..solvers.conv import bwd_data, bwd_filter
 from ..solvers.conv.bwd_data import BwdDataTensors
@@ -168,6 +169,7 @@ def nd_of(problem: ConvProblem) -> int:
     return problem.ndim
 
 
+@with_stream
 def conv2d_backward_data(
     dy: Any,
     w: Any,
@@ -200,6 +202,7 @@ def conv2d_backward_data(
                           out, 2)  # fmt: skip
 
 
+@with_stream
 def conv1d_backward_data(
     dy: Any,
     w: Any,
@@ -245,6 +248,7 @@ def _backward_filter(x: Any, dy: Any, w_shape: Any, stride: Any, padding: Any, d
     return dw
 
 
+@with_stream
 def conv2d_backward_filter(
     x: Any,
     dy: Any,
@@ -269,6 +273,7 @@ def conv2d_backward_filter(
                             out, 2)  # fmt: skip
 
 
+@with_stream
 def conv1d_backward_filter(
     x: Any,
     dy: Any,
@@ -293,12 +298,14 @@ def conv1d_backward_filter(
 _BIAS_LAYOUTS = {"NCHW": False, "NHWC": True, "NCW": False, "NWC": True}
 
 
+@with_stream
 def conv2d_backward_bias(dy: Any, layout: str = "NCHW", *, out: Any = None) -> Any:
     """The gradient of a convolution's bias: dy summed over N and every spatial position,
     shape (K,). Deterministic (fixed-order reduction). dy: 4-D in "NCHW" / "NHWC"."""
     return _backward_bias(dy, layout, out, 2)
 
 
+@with_stream
 def conv1d_backward_bias(dy: Any, layout: str = "NCW", *, out: Any = None) -> Any:
     """1-D :func:`conv2d_backward_bias`: dy (N, K, Q) for "NCW" or (N, Q, K) for "NWC"."""
     return _backward_bias(dy, layout, out, 1)
@@ -395,6 +402,7 @@ def _transpose(x: Any, w: Any, bias: Any, stride: Any, padding: Any, output_padd
     return _run_data(backend, problem, x, w, bias, out, algo, shape_of(out_spatial))
 
 
+@with_stream
 def conv_transpose2d(
     x: Any,
     w: Any,
@@ -426,6 +434,7 @@ def conv_transpose2d(
                       algo, out, 2)  # fmt: skip
 
 
+@with_stream
 def conv_transpose1d(
     x: Any,
     w: Any,
