@@ -192,3 +192,14 @@ def test_out_overlapping_x_is_refused(backend: str) -> None:
 def test_huge_tensors_are_refused_clearly() -> None:
     with pytest.raises(NotSupportedError, match="2\\^31"):
         cl.conv2d_plan((1, 64, 8192, 8192), (64, 64, 3, 3), padding=1, backend="cpu")
+
+
+def test_address_sanitizer_build_with_an_array_passed_twice(
+    backend: str, emulator_only: None, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    # Without z the kernels receive y twice (as y and as z); the ASan build must give
+    # both one copy, or the untouched second copy would overwrite the result.
+    monkeypatch.setenv("CUDNNLITE_EMU_ASAN", "1")
+    x, w = rand((1, 3, 6, 6), 30), rand((4, 3, 3, 3), 31)
+    y = cl.conv2d(x, w, padding=1, algo="conv_fwd_direct")
+    close(y, conv_forward(x, w, [(1, 1), (1, 1)], (1, 1), (1, 1)), x, w, pads=[(1, 1), (1, 1)])

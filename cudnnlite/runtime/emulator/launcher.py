@@ -310,17 +310,19 @@ class EmulatorKernel(Kernel):
                 raise ExecutionError(f"kernel {self.name} ({self.spec.label()}) failed: {message}")
 
 
+def _byte_bounds(arr: np.ndarray) -> tuple[int, int]:
+    if hasattr(np.lib, "array_utils"):
+        return np.lib.array_utils.byte_bounds(arr)
+    return np.byte_bounds(arr)
+
+
 class _AsanBuffer:
     """An array's bytes copied between poisoned redzones (ASan builds only)."""
 
     REDZONE = 64
 
     def __init__(self, lib: ctypes.CDLL, arr: np.ndarray) -> None:
-        lo, hi = (
-            np.lib.array_utils.byte_bounds(arr)
-            if hasattr(np.lib, "array_utils")
-            else np.byte_bounds(arr)
-        )
+        lo, hi = _byte_bounds(arr)
         self.arr, self.lo, self.nbytes, self.lib = arr, lo, hi - lo, lib
         raw = ctypes.string_at(lo, self.nbytes)
         self.buf = np.zeros(self.nbytes + 2 * self.REDZONE + 64, dtype=np.uint8)
@@ -335,8 +337,16 @@ class _AsanBuffer:
         tail = base + self.buf.nbytes - end
         lib.emu_asan_poison(ctypes.c_void_p(end), ctypes.c_ulonglong(tail), 1)
 
-    def pointer(self) -> int:
-        return self.start + (self.arr.ctypes.data - self.lo)
+    def pointer(self, arr: np.ndarray | None = None) -> int:
+        """Where ``arr`` (default: the array this buffer was made for) lives in the copy."""
+        a = self.arr if arr is None else arr
+        return self.start + (a.__array_interface__["data"][0] - self.lo)
+
+    def covers(self, lo: int, hi: int) -> bool:
+        return self.lo <= lo and hi <= self.lo + self.nbytes
+
+    def overlaps(self, lo: int, hi: int) -> bool:
+        return lo < self.lo + self.nbytes and self.lo < hi
 
     def copy_back(self) -> None:
         base = self.buf.ctypes.data
@@ -390,6 +400,18 @@ class EmulatorModule(Module):
     def array_pointer(self, arr: np.ndarray, keep: list) -> int:
         if not self.asan or arr.size == 0:
             return arr.ctypes.data
+        # Arguments that share memory (the same array twice, a view of another) must
+        # share one copy, or copy_back would overwrite one result with the other.
+        lo, hi = _byte_bounds(arr)
+        for item in keep:
+            if isinstance(item, _AsanBuffer) and item.covers(lo, hi):
+                return item.pointer(arr)
+        for item in keep:
+            if isinstance(item, _AsanBuffer) and item.overlaps(lo, hi):
+                raise NotSupportedError(
+                    "CUDNNLITE_EMU_ASAN: two arguments partially overlap in memory; pass the "
+                    "larger array first or disable the AddressSanitizer build"
+                )
         buf = _AsanBuffer(self.lib, arr)
         keep.append(buf)
         return buf.pointer()
