@@ -33,7 +33,7 @@ from ..solvers.conv.bwd_data import BwdDataTensors
 from ..solvers.conv.bwd_filter import BwdFilterTensors
 from ..solvers.conv.common import IDENTITY_MODE, Epilogue
 from ._arrays import array_module, as_array, float_dtype
-from .conv import _ints, make_problem
+from .conv import _contiguous, _ints, make_problem
 
 _last_kernel_names: list[str] = []
 
@@ -90,12 +90,6 @@ def _check(name: str, a: Any, shape: tuple[int, ...], dtype: Any, why: str = "")
         raise BadParamError(f"{name}: expected shape {tuple(shape)}{why}, got {tuple(a.shape)}")
     if a.dtype != dtype:
         raise BadParamError(f"{name}: expected dtype {dtype}, got {a.dtype}")
-
-
-def _contiguous(a: Any) -> Any:
-    if a is None or a.flags.c_contiguous:
-        return a
-    return array_module(a).ascontiguousarray(a)
 
 
 def _target(out: Any, shape: tuple[int, ...], dtype: Any, inputs: dict[str, Any],

@@ -18,7 +18,6 @@ an elementwise pass; see the header of ``cuda_src/norm/norm.cu``.
 from __future__ import annotations
 
 import math
-import threading
 from collections.abc import Sequence
 from typing import Any
 
@@ -26,12 +25,13 @@ import numpy as np
 
 from .. import dtypes
 from ..errors import BadParamError
-from ..runtime.backend import Backend, Kernel
+from ..runtime.backend import Backend
 from ..runtime.kernel import ModuleSpec
 from ..runtime.select import backend_for
 from ..runtime.streams import with_stream
 from ..runtime.variants import register
 from ._arrays import array_module, as_array, check_out, float_dtype, same_dtype, same_shape
+from ._kernels import KernelTable, LastLaunch, kernel_table
 from .activation import ACTIVATION_MODES, _params
 
 SOURCE = "norm/norm.cu"
@@ -129,52 +129,30 @@ def module_specs() -> list[ModuleSpec]:
     return [module_spec(dt) for dt in dtypes.FLOAT_TYPES]
 
 
-class _Table:
+_LAST = LastLaunch()
+
+
+class _Table(KernelTable):
     def __init__(self, backend: Backend, dt: dtypes.DType) -> None:
-        self.backend = backend
-        self.dt = dt
-        self.spec = module_spec(dt)
-        self.names = _names(dt)
-        self.kernels: dict[str, Kernel] = {}
-        if backend.name == "cuda":
-            sms = int(backend.xp.cuda.Device().attributes["MultiProcessorCount"])
-            self.target_blocks = sms * 8  # resident blocks of 256 threads, a few waves
-            self.max_grid = sms * 32
+        super().__init__(backend, dt, module_spec(dt), _names(dt), _LAST)
+        if self.sm_count:
+            self.target_blocks = self.sm_count * 8  # resident blocks of 256 threads, a few waves
+            self.max_grid = self.sm_count * 32
         else:
             self.target_blocks = 16
             self.max_grid = 64
-
-    def get(self, key: str) -> Kernel:
-        k = self.kernels.get(key)
-        if k is None:
-            k = self.kernels[key] = self.backend.kernel(self.spec, self.names[key])
-        return k
-
-    def launch(self, key: str, grid: Any, block: Any, args: Sequence[Any]) -> None:
-        self.get(key)(grid, block, args)
-        _LAST.name = f"{key}_{self.dt.short}"
 
     def grid1d(self, n: int) -> int:
         return max(1, min(-(-n // _BLOCK), self.max_grid))
 
 
-_TABLES: dict[tuple[int, str, str], _Table] = {}
-_LOCK = threading.Lock()
-_LAST = threading.local()
-
-
 def _table(backend: Backend, dt: dtypes.DType) -> _Table:
-    key = (id(backend), backend.device_key(), dt.short)
-    t = _TABLES.get(key)
-    if t is None:
-        with _LOCK:
-            t = _TABLES.setdefault(key, _Table(backend, dt))
-    return t
+    return kernel_table(_Table, backend, dt)
 
 
 def last_kernel_name() -> str | None:
     """Readable name of the last normalization kernel this thread launched."""
-    return getattr(_LAST, "name", None)
+    return _LAST.get()
 
 
 # ------------------------------------------------------------------ argument helpers

@@ -17,7 +17,6 @@ Kernels (``cuda_src/pooling/pooling.cu``, one module per dtype): ``pool_fwd<T>``
 from __future__ import annotations
 
 import math
-import threading
 from collections.abc import Sequence
 from typing import Any
 
@@ -25,12 +24,13 @@ import numpy as np
 
 from .. import dtypes
 from ..errors import BadParamError
-from ..runtime.backend import Backend, Kernel
+from ..runtime.backend import Backend
 from ..runtime.kernel import ModuleSpec
 from ..runtime.select import backend_for
 from ..runtime.streams import with_stream
 from ..runtime.variants import register
 from ._arrays import array_module, as_array, check_out, float_dtype, same_dtype
+from ._kernels import KernelTable, LastLaunch, kernel_table
 
 SOURCE = "pooling/pooling.cu"
 LAYOUTS = ("NCHW", "NHWC")
@@ -76,44 +76,25 @@ def module_specs() -> list[ModuleSpec]:
     return [module_spec(dt) for dt in dtypes.FLOAT_TYPES]
 
 
-class _Table:
+_LAST = LastLaunch()
+
+
+class _Table(KernelTable):
     def __init__(self, backend: Backend, dt: dtypes.DType) -> None:
-        self.backend = backend
-        self.dt = dt
-        self.spec = module_spec(dt)
-        self.names = _names(dt)
-        self.kernels: dict[str, Kernel] = {}
-        if backend.name == "cuda":
-            sms = int(backend.xp.cuda.Device().attributes["MultiProcessorCount"])
-            self.max_grid = sms * 32
-        else:
-            self.max_grid = 64
+        super().__init__(backend, dt, module_spec(dt), _names(dt), _LAST)
+        self.max_grid = self.sm_count * 32 if self.sm_count else 64
 
-    def launch(self, key: str, n: int, args: Sequence[Any]) -> None:
-        k = self.kernels.get(key)
-        if k is None:
-            k = self.kernels[key] = self.backend.kernel(self.spec, self.names[key])
-        k((max(1, min(-(-n // _BLOCK), self.max_grid)),), (_BLOCK,), args)
-        _LAST.name = f"{key}_{self.dt.short}"
-
-
-_TABLES: dict[tuple[int, str, str], _Table] = {}
-_LOCK = threading.Lock()
-_LAST = threading.local()
+    def launch(self, key: str, n: int, args: Sequence[Any]) -> None:  # type: ignore[override]
+        super().launch(key, (max(1, min(-(-n // _BLOCK), self.max_grid)),), (_BLOCK,), args)
 
 
 def _table(backend: Backend, dt: dtypes.DType) -> _Table:
-    key = (id(backend), backend.device_key(), dt.short)
-    t = _TABLES.get(key)
-    if t is None:
-        with _LOCK:
-            t = _TABLES.setdefault(key, _Table(backend, dt))
-    return t
+    return kernel_table(_Table, backend, dt)
 
 
 def last_kernel_name() -> str | None:
     """Readable name of the last pooling kernel this thread launched (``pool_fwd_fp16``)."""
-    return getattr(_LAST, "name", None)
+    return _LAST.get()
 
 
 # ------------------------------------------------------------------ arguments
