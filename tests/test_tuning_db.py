@@ -111,3 +111,22 @@ def test_shipped_file_is_read_only_default(tmp_path: Path) -> None:
     d.record("k", [Entry("solver_c")])
     assert d.lookup("k") == ([Entry("solver_c")], "user DB")
     assert "solver_c" not in shipped.read_text()  # never written
+
+
+def test_shipped_databases_are_all_valid() -> None:
+    """Every entry of every file in tuning_db/ names a registered solver with a valid
+    config for its problem (a renamed solver or changed config space shows here)."""
+    import warnings
+
+    from cudnnlite.cli_tuning import _valid
+    from cudnnlite.runtime.sources import tuning_db_dir
+
+    files = sorted(tuning_db_dir().glob("*.yaml"))
+    assert files, "no shipped tuning DB"
+    for path in files:
+        with warnings.catch_warnings():
+            warnings.simplefilter("error")  # a corrupt file or bad entry warns: fail here
+            entries = tuning_db.read_file(path, move_corrupt=False)
+        assert entries, f"{path} is empty"
+        bad = [(k, e.solver, e.config) for k, es in entries.items() for e in es if not _valid(e, k)]
+        assert not bad, f"{path}: invalid entries {bad[:5]}"
