@@ -209,11 +209,14 @@ def summarize(rows: list[dict[str, Any]]) -> dict[str, Any]:
             if "torch_over_ours" in r:
                 best[r["key"]] = max(best.get(r["key"], 0.0), r["torch_over_ours"])
         wino = [r["torch_over_ours"] for r in chosen if "winograd" in r["solver"]]
+        picked = [r for r in mine if r["solver"] == r["chosen"] and "tflops" in r]
         out[dtype if direction == "fwd" else f"{direction} {dtype}"] = {
             "chosen_geomean_torch_over_ours": _geomean([r["torch_over_ours"] for r in chosen]),
             "best_geomean_torch_over_ours": _geomean(list(best.values())),
             "winograd_geomean_torch_over_ours": _geomean(wino),
-            "layers": len(best),
+            "chosen_geomean_tflops": _geomean([r["tflops"] for r in picked]),
+            "layers": len({r["key"] for r in mine if "tflops" in r}),
+            "layers_with_torch": len(best),
         }
     return out
 

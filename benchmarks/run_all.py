@@ -139,7 +139,8 @@ def headlines(doc: dict[str, Any]) -> list[str]:
             fmt = lambda v: "n/a" if v is None else f"{v:.2f}x"  # noqa: E731
             lines.append(
                 f"conv {dtype} on {conv['target']} (batch {conv['batch']}, {summ['layers']} "
-                f"layers): torch/ours geo-mean, dispatcher "
+                f"layers, dispatcher's choice {fmt(summ.get('chosen_geomean_tflops'))[:-1]} "
+                f"TFLOP/s geo-mean): torch/ours geo-mean, dispatcher "
                 f"{fmt(summ['chosen_geomean_torch_over_ours'])}, best solver "
                 f"{fmt(summ['best_geomean_torch_over_ours'])}, Winograd layers "
                 f"{fmt(summ['winograd_geomean_torch_over_ours'])}"
