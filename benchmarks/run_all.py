@@ -137,9 +137,10 @@ def headlines(doc: dict[str, Any]) -> list[str]:
     if conv:
         for dtype, summ in conv["summary"].items():
             fmt = lambda v: "n/a" if v is None else f"{v:.2f}x"  # noqa: E731
+            tflops = lambda v: "n/a" if v is None else f"{v:.4g}"  # noqa: E731
             lines.append(
                 f"conv {dtype} on {conv['target']} (batch {conv['batch']}, {summ['layers']} "
-                f"layers, dispatcher's choice {fmt(summ.get('chosen_geomean_tflops'))[:-1]} "
+                f"layers, dispatcher's choice {tflops(summ.get('chosen_geomean_tflops'))} "
                 f"TFLOP/s geo-mean): torch/ours geo-mean, dispatcher "
                 f"{fmt(summ['chosen_geomean_torch_over_ours'])}, best solver "
                 f"{fmt(summ['best_geomean_torch_over_ours'])}, Winograd layers "
