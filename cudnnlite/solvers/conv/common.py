@@ -3,6 +3,7 @@ cuda_src/conv/conv_common.cuh), the tensors of a call, and the epilogue."""
 
 from __future__ import annotations
 
+import functools
 from dataclasses import dataclass
 from typing import Any
 
@@ -67,13 +68,20 @@ class Epilogue:
     has_z: bool = False
 
     def struct(self) -> np.void:
-        e = np.zeros((), EPILOGUE_DTYPE)
-        e["alpha"], e["alpha2"] = self.alpha, self.alpha2
-        e["act"]["coef"], e["act"]["threshold"] = self.coef, self.threshold
-        e["act"]["alpha"] = 1.0
-        e["act_mode"] = self.act_mode
-        e["has_bias"], e["has_z"] = int(self.has_bias), int(self.has_z)
-        return e[()]
+        return _epilogue_struct(self)
+
+
+@functools.lru_cache(maxsize=256)
+def _epilogue_struct(epi: Epilogue) -> np.void:
+    """The ConvEpilogue by value; cached per call shape (off the per-call path), safe
+    because nobody mutates it: a launch copies it."""
+    e = np.zeros((), EPILOGUE_DTYPE)
+    e["alpha"], e["alpha2"] = epi.alpha, epi.alpha2
+    e["act"]["coef"], e["act"]["threshold"] = epi.coef, epi.threshold
+    e["act"]["alpha"] = 1.0
+    e["act_mode"] = epi.act_mode
+    e["has_bias"], e["has_z"] = int(epi.has_bias), int(epi.has_z)
+    return e[()]
 
 
 @dataclass
