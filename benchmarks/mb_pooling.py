@@ -2,9 +2,10 @@
 
 On a GPU: ResNet-50's stem max pool (3x3/2, pad 1, on 32 x 64 x 112 x 112; NCHW fp32 and
 NHWC fp16 as PyTorch's channels_last), its backward from the saved indices, and its head
-global average pool (32 x 2048 x 7 x 7). On the emulator the same calls on scaled-down
-shapes (same channel counts, small N and spatial sizes). Bytes moved are what a perfect
-kernel reads plus writes (indices, int64, counted where they are written or read).
+global average pool (32 x 2048 x 7 x 7), forward and backward. On the emulator the same
+calls on scaled-down shapes (same channel counts, small N and spatial sizes). Bytes moved
+are what a perfect kernel reads plus writes (indices, int64, counted where they are
+written or read).
 """
 
 from __future__ import annotations
@@ -94,6 +95,23 @@ def cases(ctx: Context) -> list[Case]:
                 (int(np.prod(hshape)) + hn * hc) * item,
                 lambda hx=hx, layout=layout: P.global_avg_pool(hx, layout=layout),
                 (lambda thx=thx: F.adaptive_avg_pool2d(thx, 1)) if torch else None,
+            )
+        )
+        hdy = ctx.randn((hn, hc, 1, 1) if layout == "NCHW" else (hn, 1, 1, hc), dt)
+        thdy = _torch_nchw(ctx, hdy, layout) if torch is not None else None
+        out.append(
+            Case(
+                "pooling",
+                "global_avg_pool bwd",
+                f"{_shape(hshape)} {layout}",
+                short,
+                (int(np.prod(hshape)) + hn * hc) * item,
+                lambda hdy=hdy, hshape=hshape, layout=layout: P.adaptive_avg_pool_backward(
+                    hdy, hshape, layout=layout
+                ),
+                (lambda thdy=thdy, thx=thx: torch.ops.aten._adaptive_avg_pool2d_backward(thdy, thx))
+                if torch
+                else None,
             )
         )
     return out

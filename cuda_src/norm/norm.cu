@@ -31,6 +31,10 @@
 //   bn_fwd_apply<T>            y = act((x - mean) * gamma * invstd + beta [+ z]);
 //                              inference passes running_var and computes invstd here
 //   bn_bwd_apply<T>            dx (and dz) from the sums
+//   bn_fwd_apply_vec<T, CHLAST>, bn_bwd_apply_vec<T, CHLAST>
+//                              the same with 16-byte packs for aligned contiguous tensors:
+//                              CHLAST = false one channel per pack (H*W % VEC == 0),
+//                              true consecutive channels (inner 1, C % VEC == 0)
 //   rownorm_fwd<T, RMS>        one block per row: exact two-pass mean/variance (the row
 //                              stays in L1/L2 between passes), writes y, mean, rstd
 //   rownorm_bwd<T, RMS>        one block per row: dx
@@ -445,6 +449,128 @@ __global__ void __launch_bounds__(256) bn_bwd_apply(
     else
         bn_bwd_loop<T, cl::index_t>(dy, x, z, dx, dz, mean, invstd, gamma, beta, dgamma, dbeta, a,
                                     p);
+}
+
+// Vector forms of bn_fwd_apply / bn_bwd_apply: packs of VEC = 16 / sizeof(T) elements
+// moved by one 16-byte load or store. The caller guarantees every pointer is 16-byte
+// aligned, the tensors contiguous, and (CHLAST = false) inner % VEC == 0: a pack lies in
+// one channel; or (CHLAST = true) inner == 1 and channels % VEC == 0: a pack holds the
+// channels c0 .. c0 + VEC - 1. Either way n % VEC == 0 (no tail). The pack's channel
+// advances by additions (ChannelIter over packs), as the scalar loops do per element.
+namespace nrm {
+
+template <typename T, int VEC>
+struct alignas(sizeof(T) * VEC) Pack {
+    T v[VEC];
+};
+
+template <typename T>
+struct VecOf {
+    static constexpr int value = 16 / sizeof(T);
+};
+
+// Packs, pack-level inner and channels of the ChannelIter, and the channel of lane j.
+template <typename I, bool CHLAST, int VEC>
+struct PackView {
+    I packs, inner, channels;
+    __device__ __forceinline__ explicit PackView(const BnApply& a)
+        : packs((I)(a.n / VEC)),
+          inner(CHLAST ? (I)1 : (I)(a.inner / VEC)),
+          channels(CHLAST ? (I)(a.channels / VEC) : (I)a.channels) {}
+    __device__ __forceinline__ static I channel(I it_c, int j) {
+        return CHLAST ? it_c * VEC + j : it_c;
+    }
+};
+
+}  // namespace nrm
+
+template <typename T, bool CHLAST, typename I>
+__device__ __forceinline__ void bn_fwd_vec_loop(
+    const T* x, const T* z, T* y, const float* mean, const float* stat, const float* gamma,
+    const float* beta, const BnApply& a, const ActParams& p) {
+    constexpr int VEC = nrm::VecOf<T>::value;
+    typedef nrm::Pack<T, VEC> P;
+    const nrm::PackView<I, CHLAST, VEC> pv(a);
+    const I stride = (I)cl::grid_stride();
+    const I k0 = (I)cl::global_thread_id();
+    nrm::ChannelIter<I> it(k0, stride, pv.inner, pv.channels);
+    for (I k = k0; k < pv.packs; k += stride, it.next()) {
+        const P xv = reinterpret_cast<const P*>(x)[k];
+        P zv, yv;
+        if (z != nullptr) zv = reinterpret_cast<const P*>(z)[k];
+#pragma unroll
+        for (int j = 0; j < VEC; ++j) {
+            const I c = pv.channel(it.c, j);
+            const float inv = a.stats_are_var ? 1.0f / sqrtf(stat[c] + a.eps) : stat[c];
+            float u = fmaf((cl::to_float(xv.v[j]) - mean[c]) * inv, gamma[c], beta[c]);
+            if (z != nullptr) u += cl::to_float(zv.v[j]);
+            yv.v[j] = cl::from_float<T>(nrm::act_fwd(a.act_mode, u, p));
+        }
+        reinterpret_cast<P*>(y)[k] = yv;
+    }
+}
+
+template <typename T, bool CHLAST>
+__global__ void __launch_bounds__(256) bn_fwd_apply_vec(
+    // pointers (z may be null; all 16-byte aligned)
+    const T* x, const T* z, T* y, const float* mean, const float* stat, const float* gamma,
+    const float* beta,
+    // problem
+    BnApply a, ActParams p) {
+    if (a.n <= 0x7fffffffLL)
+        bn_fwd_vec_loop<T, CHLAST, unsigned>(x, z, y, mean, stat, gamma, beta, a, p);
+    else
+        bn_fwd_vec_loop<T, CHLAST, cl::index_t>(x, z, y, mean, stat, gamma, beta, a, p);
+}
+
+template <typename T, bool CHLAST, typename I>
+__device__ __forceinline__ void bn_bwd_vec_loop(
+    const T* dy, const T* x, const T* z, T* dx, T* dz, const float* mean, const float* invstd,
+    const float* gamma, const float* beta, const float* dgamma, const float* dbeta,
+    const BnApply& a, const ActParams& p) {
+    constexpr int VEC = nrm::VecOf<T>::value;
+    typedef nrm::Pack<T, VEC> P;
+    const nrm::PackView<I, CHLAST, VEC> pv(a);
+    const I stride = (I)cl::grid_stride();
+    const I k0 = (I)cl::global_thread_id();
+    nrm::ChannelIter<I> it(k0, stride, pv.inner, pv.channels);
+    for (I k = k0; k < pv.packs; k += stride, it.next()) {
+        const P xv = reinterpret_cast<const P*>(x)[k];
+        const P gv = reinterpret_cast<const P*>(dy)[k];
+        P zv, dxv, dzv;
+        if (a.act_mode >= 0 && z != nullptr) zv = reinterpret_cast<const P*>(z)[k];
+#pragma unroll
+        for (int j = 0; j < VEC; ++j) {
+            const I c = pv.channel(it.c, j);
+            const float xhat = (cl::to_float(xv.v[j]) - mean[c]) * invstd[c];
+            float g = cl::to_float(gv.v[j]);
+            if (a.act_mode >= 0) {
+                float u = fmaf(xhat, gamma[c], beta[c]);
+                if (z != nullptr) u += cl::to_float(zv.v[j]);
+                g = nrm::act_bwd(a.act_mode, g, u, p);
+            }
+            dzv.v[j] = cl::from_float<T>(g);
+            const float r = g - a.inv_count * fmaf(xhat, dgamma[c], dbeta[c]);
+            dxv.v[j] = cl::from_float<T>(gamma[c] * invstd[c] * r);
+        }
+        if (dz != nullptr) reinterpret_cast<P*>(dz)[k] = dzv;
+        reinterpret_cast<P*>(dx)[k] = dxv;
+    }
+}
+
+template <typename T, bool CHLAST>
+__global__ void __launch_bounds__(256) bn_bwd_apply_vec(
+    // pointers (z, dz may be null; all 16-byte aligned)
+    const T* dy, const T* x, const T* z, T* dx, T* dz, const float* mean, const float* invstd,
+    const float* gamma, const float* beta, const float* dgamma, const float* dbeta,
+    // problem
+    BnApply a, ActParams p) {
+    if (a.n <= 0x7fffffffLL)
+        bn_bwd_vec_loop<T, CHLAST, unsigned>(dy, x, z, dx, dz, mean, invstd, gamma, beta, dgamma,
+                                             dbeta, a, p);
+    else
+        bn_bwd_vec_loop<T, CHLAST, cl::index_t>(dy, x, z, dx, dz, mean, invstd, gamma, beta,
+                                                dgamma, dbeta, a, p);
 }
 
 // ---------------------------------------------------------------- row norms

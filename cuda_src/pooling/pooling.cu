@@ -14,6 +14,9 @@
 //                             windows do not overlap); the order of additions varies.
 // Neighbouring threads own neighbouring W positions (NCHW) or channels (NHWC), so loads
 // and stores are coalesced in both layouts.
+//   gap_fwd_planar<T>, gap_fwd_chlast<T>, gap_bwd_planar<T>, gap_bwd_chlast<T>
+//                             global average pooling (adaptive average to 1 x ... x 1):
+//                             a reduction per (n, c) plane; see the section's comment.
 //
 // Defines: none; one module per dtype.
 #include "common/cudnnlite.cuh"
@@ -285,5 +288,126 @@ __global__ void __launch_bounds__(256) maxpool_bwd_scatter(
         const long long pos = indices[e];
         if (pos < 0) continue;  // an all-padding window has no input to credit
         atomicAdd(dx + pool::offset<cl::index_t>(n, c, pos, s.in_plane, s), dy[e]);
+    }
+}
+
+// ---------------------------------------------------------------- global average pooling
+
+// Global average pooling (adaptive average to 1 x ... x 1, the classifier head): a
+// reduction per (n, c) plane of `plane` = D*H*W elements, float accumulation in a fixed
+// order (deterministic). NCHW planes are contiguous; NHWC planes are strided by C.
+//   gap_fwd_planar<T>   NCHW: `group` threads per plane (8, 16 or 32: a (sub-)warp,
+//                       shuffle reduction; 256: the whole block, for large planes), loads
+//                       along the contiguous plane (coalesced). Block 256.
+//   gap_fwd_chlast<T>   NHWC: a 32 x 8 block per (32 channels, sample n): threadIdx.x
+//                       along the contiguous channels (coalesced), threadIdx.y splits the
+//                       plane; partials combined in shared memory in a fixed order.
+//   gap_bwd_planar<T>,  dx = dy / plane broadcast over each plane, same thread mapping
+//   gap_bwd_chlast<T>   as the forward (coalesced stores, no per-element division).
+namespace pool {
+
+constexpr int kGapBlock = 256;
+constexpr int kGapRows = 8;  // blockDim.y of the chlast kernels
+
+// Sum over aligned groups of `group` lanes (power of two <= 32); every lane of the warp
+// must call it. The group's first lane holds the total.
+__device__ __forceinline__ float group_sum(float v, int group) {
+    for (int off = (group < 32 ? group : 32) >> 1; off > 0; off >>= 1)
+        v += __shfl_down_sync(0xffffffffu, v, off);
+    return v;
+}
+
+}  // namespace pool
+
+template <typename T>
+__global__ void __launch_bounds__(256) gap_fwd_planar(
+    // pointers
+    const T* x, T* y,
+    // problem: planes = N*C, plane = D*H*W, group = threads per plane (8, 16, 32 or 256)
+    cl::index_t planes, cl::index_t plane, int group) {
+    __shared__ float warp_sum[pool::kGapBlock / 32];
+    const int per_block = pool::kGapBlock / group;
+    const int g = threadIdx.x / group, lane = threadIdx.x % group;
+    const float div = (float)plane;
+    // the loop bound is uniform over the block: every thread meets every barrier
+    for (cl::index_t first = (cl::index_t)blockIdx.x * per_block; first < planes;
+         first += (cl::index_t)gridDim.x * per_block) {
+        const cl::index_t pl = first + g;
+        float sum = 0.0f;
+        if (pl < planes) {
+            const T* xp = x + pl * plane;
+            for (cl::index_t i = lane; i < plane; i += group) sum += cl::to_float(xp[i]);
+        }
+        sum = pool::group_sum(sum, group);
+        if (group > 32) {
+            const int w = threadIdx.x >> 5;
+            __syncthreads();  // the previous iteration's readers are done with warp_sum
+            if ((threadIdx.x & 31) == 0) warp_sum[w] = sum;
+            __syncthreads();
+            if (threadIdx.x == 0) {
+                sum = 0.0f;
+                for (int k = 0; k < pool::kGapBlock / 32; ++k) sum += warp_sum[k];
+            }
+        }
+        if (lane == 0 && pl < planes) y[pl] = cl::from_float<T>(sum / div);
+    }
+}
+
+template <typename T>
+__global__ void __launch_bounds__(256) gap_fwd_chlast(
+    // pointers
+    const T* x, T* y,
+    // problem: n samples of `plane` positions x c channels
+    cl::index_t n, cl::index_t c, cl::index_t plane) {
+    __shared__ float part[pool::kGapRows][32];
+    const cl::index_t ch = (cl::index_t)blockIdx.x * 32 + threadIdx.x;
+    const float div = (float)plane;
+    for (cl::index_t s = blockIdx.y; s < n; s += gridDim.y) {  // uniform over the block
+        float sum = 0.0f;
+        if (ch < c) {
+            const T* xs = x + s * plane * c + ch;
+            for (cl::index_t f = threadIdx.y; f < plane; f += pool::kGapRows)
+                sum += cl::to_float(xs[f * c]);
+        }
+        __syncthreads();  // the previous sample's readers are done with part
+        part[threadIdx.y][threadIdx.x] = sum;
+        __syncthreads();
+        if (threadIdx.y == 0 && ch < c) {
+            for (int r = 1; r < pool::kGapRows; ++r) sum += part[r][threadIdx.x];
+            y[s * c + ch] = cl::from_float<T>(sum / div);
+        }
+    }
+}
+
+template <typename T>
+__global__ void __launch_bounds__(256) gap_bwd_planar(
+    // pointers
+    const T* dy, T* dx,
+    // problem: as gap_fwd_planar (no barriers: any group size works)
+    cl::index_t planes, cl::index_t plane, int group) {
+    const int per_block = pool::kGapBlock / group;
+    const int g = threadIdx.x / group, lane = threadIdx.x % group;
+    const float div = (float)plane;
+    for (cl::index_t pl = (cl::index_t)blockIdx.x * per_block + g; pl < planes;
+         pl += (cl::index_t)gridDim.x * per_block) {
+        const T v = cl::from_float<T>(cl::to_float(dy[pl]) / div);
+        T* dxp = dx + pl * plane;
+        for (cl::index_t i = lane; i < plane; i += group) dxp[i] = v;
+    }
+}
+
+template <typename T>
+__global__ void __launch_bounds__(256) gap_bwd_chlast(
+    // pointers
+    const T* dy, T* dx,
+    // problem: as gap_fwd_chlast
+    cl::index_t n, cl::index_t c, cl::index_t plane) {
+    const cl::index_t ch = (cl::index_t)blockIdx.x * 32 + threadIdx.x;
+    if (ch >= c) return;
+    const float div = (float)plane;
+    for (cl::index_t s = blockIdx.y; s < n; s += gridDim.y) {
+        const T v = cl::from_float<T>(cl::to_float(dy[s * c + ch]) / div);
+        T* dxs = dx + s * plane * c + ch;
+        for (cl::index_t f = threadIdx.y; f < plane; f += pool::kGapRows) dxs[f * c] = v;
     }
 }

@@ -12,7 +12,10 @@ Semantics: :mod:`cudnnlite.reference.norm`.
 ``red_planar_stats_fp16`` (batch-norm statistics, NCHW), ``bn_fwd_apply_fp32`` or
 ``rownorm_fwd_rms_bf16``. Batch norm runs as a multi-block per-channel reduction
 (``red_planar`` / ``red_chlast``, grid = channels x chunks), a per-channel finalize and
-an elementwise pass; see the header of ``cuda_src/norm/norm.cu``.
+an elementwise pass (``bn_fwd_apply_vec_planar_fp16`` / ``..._vec_chlast_...``: 16-byte
+packs when every tensor is 16-byte aligned and H*W, or C for channels-fastest data, is a
+multiple of 16 / itemsize; the scalar ``bn_fwd_apply_fp16`` otherwise); see the header of
+``cuda_src/norm/norm.cu``.
 """
 
 from __future__ import annotations
@@ -110,6 +113,10 @@ def _names(dt: dtypes.DType) -> dict[str, str]:
     names[f"sum2_finalize_{dt.short}"] = f"sum2_finalize<{t}>"
     names["bn_fwd_apply"] = f"bn_fwd_apply<{t}>"
     names["bn_bwd_apply"] = f"bn_bwd_apply<{t}>"
+    for chlast, tag in ((False, "planar"), (True, "chlast")):
+        b = "true" if chlast else "false"
+        names[f"bn_fwd_apply_vec_{tag}"] = f"bn_fwd_apply_vec<{t}, {b}>"
+        names[f"bn_bwd_apply_vec_{tag}"] = f"bn_bwd_apply_vec<{t}, {b}>"
     for rms, tag in ((False, "mean"), (True, "rms")):
         b = "true" if rms else "false"
         names[f"rownorm_fwd_{tag}"] = f"rownorm_fwd<{t}, {b}>"
@@ -427,6 +434,28 @@ def batch_norm_forward_training(
     return _deliver(y, out), mean.reshape(shape), invstd.reshape(shape)
 
 
+def _data_ptr(a: Any) -> int:
+    if isinstance(a, np.ndarray):
+        return a.__array_interface__["data"][0]
+    return int(a.data.ptr)
+
+
+def _apply_variant(view: _BnView, dt: dtypes.DType, arrays: Sequence[Any]) -> str:
+    """Suffix of the elementwise kernel: ``_vec_planar`` (a 16-byte pack per channel run,
+    H*W % VEC == 0), ``_vec_chlast`` (packs of consecutive channels, C % VEC == 0) when
+    every array is 16-byte aligned (all are C-contiguous here), else ``""`` (scalar)."""
+    vec = 16 // dt.numpy.itemsize
+    if view.inner % vec == 0:
+        variant = "_vec_planar"
+    elif view.inner == 1 and view.channels % vec == 0:
+        variant = "_vec_chlast"
+    else:
+        return ""
+    if any(a is not None and _data_ptr(a) % 16 for a in arrays):
+        return ""
+    return variant
+
+
 def _bn_apply(
     table: _Table,
     view: _BnView,
@@ -453,8 +482,14 @@ def _bn_apply(
         stats_are_var=int(stats_are_var),
         act_mode=act_mode,
     )
+    key = "bn_fwd_apply" + _apply_variant(view, table.dt, (x, z, y))
+    # a vector thread moves VEC elements: size the grid by packs
+    per_thread = 16 // x.itemsize if key != "bn_fwd_apply" else 1
     table.launch(
-        "bn_fwd_apply", (table.grid1d(n),), (_BLOCK,), (x, z, y, mean, stat, w, b, a, params)
+        key,
+        (table.grid1d(-(-n // per_thread)),),
+        (_BLOCK,),
+        (x, z, y, mean, stat, w, b, a, params),
     )
     return y
 
@@ -592,9 +627,11 @@ def batch_norm_backward(
         stats_are_var=0,
         act_mode=act_mode,
     )
+    key = "bn_bwd_apply" + _apply_variant(view, dt, (dyd, xd, zd, dx, dz))
+    per_thread = 16 // x.itemsize if key != "bn_bwd_apply" else 1
     table.launch(
-        "bn_bwd_apply",
-        (table.grid1d(n),),
+        key,
+        (table.grid1d(-(-n // per_thread)),),
         (_BLOCK,),
         (dyd, xd, zd, dx, dz, mean, invstd, w, b, dgamma, dbeta, a, params),
     )

@@ -11,7 +11,11 @@ strides. Max indices are int64 flat positions in the input plane, as PyTorch's.
 Kernels (``cuda_src/pooling/pooling.cu``, one module per dtype): ``pool_fwd<T>``,
 ``pool_bwd<T>`` (a gather: deterministic, no atomics) and ``maxpool_bwd_scatter<float>``
 (atomicAdd from the saved indices; used for float32 max backward unless
-``deterministic=True``). :func:`last_kernel_name` names the last launch.
+``deterministic=True``). Global average pooling (adaptive average to 1 x ... x 1, e.g.
+:func:`global_avg_pool`) and its backward use per-plane kernels instead:
+``gap_{fwd,bwd}_planar<T>`` (NCHW: a sub-warp, warp or block per (n, c) plane) and
+``gap_{fwd,bwd}_chlast<T>`` (NHWC: threads along C). :func:`last_kernel_name` names the
+last launch.
 """
 
 from __future__ import annotations
@@ -62,6 +66,8 @@ _SHAPE_DTYPE = np.dtype(
 
 def _names(dt: dtypes.DType) -> dict[str, str]:
     names = {"pool_fwd": f"pool_fwd<{dt.ctype}>", "pool_bwd": f"pool_bwd<{dt.ctype}>"}
+    for k in ("gap_fwd_planar", "gap_fwd_chlast", "gap_bwd_planar", "gap_bwd_chlast"):
+        names[k] = f"{k}<{dt.ctype}>"
     if dt.short == "fp32":
         names["maxpool_bwd_scatter"] = "maxpool_bwd_scatter<float>"
     return names
@@ -83,9 +89,31 @@ class _Table(KernelTable):
     def __init__(self, backend: Backend, dt: dtypes.DType) -> None:
         super().__init__(backend, dt, module_spec(dt), _names(dt), _LAST)
         self.max_grid = self.sm_count * 32 if self.sm_count else 64
+        self.max_gap_grid = self.sm_count * 64 if self.sm_count else 64
 
     def launch(self, key: str, n: int, args: Sequence[Any]) -> None:  # type: ignore[override]
         super().launch(key, (max(1, min(-(-n // _BLOCK), self.max_grid)),), (_BLOCK,), args)
+
+    def launch_gap(self, direction: str, prob: _Problem, src: Any, dst: Any) -> None:
+        """Global average pooling of ``prob`` (adaptive average to 1 x ... x 1):
+        ``gap_{fwd,bwd}_{planar,chlast}``, a reduction (or broadcast) per (n, c) plane."""
+        plane = math.prod(prob.in_sp)
+        planes = prob.n * prob.c
+        if prob.layout == "NCHW" and plane > 1:
+            # threads per plane: a sub-warp for tiny planes, a warp, or the block
+            group = 256 if plane >= 1024 else min(32, max(8, 1 << (plane - 1).bit_length()))
+            grid = (max(1, min(-(-planes // (_BLOCK // group)), self.max_gap_grid)),)
+            args = (src, dst, np.int64(planes), np.int64(plane), np.int32(group))
+            KernelTable.launch(self, f"gap_{direction}_planar", grid, (_BLOCK,), args)
+            return
+        # NHWC, or planes of one position (either layout is then N*C contiguous channels)
+        n, c = (prob.n, prob.c) if plane > 1 else (1, planes)
+        grid = (-(-c // 32), max(1, min(n, 65535)))
+        args = (src, dst, np.int64(n), np.int64(c), np.int64(plane))
+        KernelTable.launch(self, f"gap_{direction}_chlast", grid, (32, _GAP_ROWS), args)
+
+
+_GAP_ROWS = 8  # blockDim.y of gap_*_chlast (pool::kGapRows)
 
 
 def _table(backend: Backend, dt: dtypes.DType) -> _Table:
@@ -161,7 +189,7 @@ class _Problem:
         nd = len(in_sp)
         pad = 3 - nd
         self.n, self.c, self.in_sp, self.out_sp, self.layout = n, c, in_sp, out_sp, layout
-        self.mode = mode
+        self.mode, self.adaptive = mode, adaptive
         st = np.zeros((), dtype=_SHAPE_DTYPE)
         st["n"], st["c"] = n, c
         st["in_plane"], st["out_plane"] = math.prod(in_sp), math.prod(out_sp)
@@ -174,6 +202,11 @@ class _Problem:
         st["mode"], st["adaptive"], st["divisor"] = mode, int(adaptive), divisor
         st["channel_last"] = int(layout == "NHWC")
         self.struct = st[()]
+
+    @property
+    def is_global_avg(self) -> bool:
+        """Adaptive average to 1 x ... x 1: the per-plane reduction kernels apply."""
+        return self.adaptive and self.mode == 1 and all(o == 1 for o in self.out_sp)
 
     def shape(self, spatial: tuple[int, ...]) -> tuple[int, ...]:
         if self.layout == "NHWC":
@@ -282,7 +315,9 @@ def _forward(x: Any, prob: _Problem, want_indices: bool, out: Any) -> tuple[Any,
     xp = array_module(x)
     y = xp.empty(prob.y_shape, x.dtype)
     ind = xp.empty(prob.y_shape, np.int64) if want_indices else None
-    if y.size:
+    if y.size and prob.is_global_avg:
+        _table(backend, dt).launch_gap("fwd", prob, _dense(x), y)
+    elif y.size:
         _table(backend, dt).launch("pool_fwd", y.size, (_dense(x), y, ind, prob.struct))
     if out is not None:
         out[...] = y
@@ -317,7 +352,9 @@ def _backward(dy: Any, indices: Any, prob: _Problem, deterministic: bool) -> Any
             table.launch("maxpool_bwd_scatter", dy.size, (dyd, indices, dx, prob.struct))
         return dx
     dx = xp.empty(prob.x_shape, dy.dtype)
-    if dx.size:
+    if dx.size and prob.is_global_avg:
+        table.launch_gap("bwd", prob, dyd, dx)
+    elif dx.size:
         table.launch("pool_bwd", dx.size, (dyd, indices, dx, prob.struct))
     return dx
 
