@@ -62,7 +62,8 @@ __global__ void __launch_bounds__(256) bwd_data_direct(
                                acc);
             }
         }
-        conv::store_output(dx, dx, bias, e, i, c, acc);  // e.has_z is 0: z is not read
+        // e.has_z is 0: z is not read
+        conv::store_output_inline(dx, dx, bias, e, i, c, acc);
     }
 }
 

@@ -249,7 +249,7 @@ __global__ void __launch_bounds__((BM / TM) * (BN / TN)) bwd_data_igemm(
             const int cg = c0 + tx * TN + jn;
             if (cg >= s.c_per_group) break;
             const int c = g * s.c_per_group + cg;
-            gemm::store_output(dx, dx, bias, e, conv::x_offset<NHWC>(s, n, c, h, ww), c,
+            conv::store_output(dx, dx, bias, e, conv::x_offset<NHWC>(s, n, c, h, ww), c,
                                acc[i][jn]);
         }
     }

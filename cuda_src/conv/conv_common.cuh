@@ -70,15 +70,63 @@ __device__ __forceinline__ float activate(int mode, float v, const ActParams& a)
     }
 }
 
-// The fused epilogue for one output element; `off` is its offset in y (and z).
+namespace detail {
+
+// The fused epilogue's arithmetic for one output element; `off` is its offset in y (and z).
 template <typename T>
-__device__ __forceinline__ void store_output(T* __restrict__ y, const T* __restrict__ z,
-                                             const T* __restrict__ bias, const ConvEpilogue& e,
-                                             cl::index_t off, int k, float acc) {
+__device__ __forceinline__ void epilogue(T* __restrict__ y, const T* __restrict__ z,
+                                         const T* __restrict__ bias, const ConvEpilogue& e,
+                                         cl::index_t off, int k, float acc) {
     float v = e.alpha * acc;
     if (e.has_z) v = fmaf(e.alpha2, cl::to_float(z[off]), v);
     if (e.has_bias) v += cl::to_float(bias[k]);
     y[off] = cl::from_float<T>(activate(e.act_mode, v, e.act));
+}
+
+// One out-of-line copy per element type: the activation switch is compiled once per
+// module instead of once per call site (e by value: scalarized into call registers).
+template <typename T>
+__device__ __noinline__ void epilogue_activated(T* __restrict__ y, const T* __restrict__ z,
+                                                const T* __restrict__ bias, ConvEpilogue e,
+                                                cl::index_t off, int k, float acc) {
+    epilogue(y, z, bias, e, off, k, acc);
+}
+
+}  // namespace detail
+
+// The fused epilogue for one output element; `off` is its offset in y (and z). Every conv
+// kernel stores through one of the two entries below; both run detail::epilogue, so
+// they give identical results.
+//
+// store_output: for call sites that the compiler replicates (unrolled TM x TN micro-tiles,
+// Winograd's m x m tiles, WMMA's store loop). Inlining the activation switch at each of
+// them inlined every activation's math as often: NVRTC took up to ten times longer
+// (implicit GEMM 8x8 micro-tiles) and registers ran out (WMMA fp32 used 194-255 registers
+// and a 64-80 byte stack frame, 126-146 and none out of line). Here the identity case (the
+// common one) stays inline, with a constant mode that folds the switch away, and any
+// activation goes through one out-of-line copy per element type.
+template <typename T>
+__device__ __forceinline__ void store_output(T* __restrict__ y, const T* __restrict__ z,
+                                             const T* __restrict__ bias, const ConvEpilogue& e,
+                                             cl::index_t off, int k, float acc) {
+    if (e.act_mode == act::kIdentity) {
+        ConvEpilogue plain = e;
+        plain.act_mode = act::kIdentity;  // a constant the inlined switch folds
+        detail::epilogue(y, z, bias, plain, off, k, acc);
+    } else {
+        detail::epilogue_activated(y, z, bias, e, off, k, acc);
+    }
+}
+
+// store_output_inline: for a single, non-unrolled call site (direct and depthwise
+// kernels). The switch is compiled once anyway, and a call would make the kernel keep
+// the callee's registers (the depthwise kernels went from 32 to 48-62 registers).
+template <typename T>
+__device__ __forceinline__ void store_output_inline(T* __restrict__ y, const T* __restrict__ z,
+                                                    const T* __restrict__ bias,
+                                                    const ConvEpilogue& e, cl::index_t off, int k,
+                                                    float acc) {
+    detail::epilogue(y, z, bias, e, off, k, acc);
 }
 
 }  // namespace conv

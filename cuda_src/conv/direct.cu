@@ -66,7 +66,7 @@ __device__ __forceinline__ void loop(const T* __restrict__ x, const T* __restric
             }
         }
         // i is y's offset: the loop walks y in its memory order
-        conv::store_output(y, z, bias, e, (cl::index_t)i, k, acc);
+        conv::store_output_inline(y, z, bias, e, (cl::index_t)i, k, acc);
     }
 }
 
@@ -137,7 +137,8 @@ __global__ void __launch_bounds__(TQ*(TP / RPT)) depthwise_nchw(
             for (int r = 0; r < s.r; ++r)
                 for (int t = 0; t < s.s; ++t)
                     acc = fmaf(in[r * s.dil_h * iw_count + t * s.dil_w], f[r * s.s + t], acc);
-            conv::store_output(y, z, bias, e, conv::y_offset<false>(s, img, k, p, q), k, acc);
+            conv::store_output_inline(y, z, bias, e, conv::y_offset<false>(s, img, k, p, q), k,
+                                      acc);
         }
     }
 }
@@ -195,7 +196,8 @@ __global__ void __launch_bounds__(dw::kChannels* dw::kRowsY) depthwise_nhwc(
                     acc = fmaf(in[(r * s.dil_h * iw_count + t * s.dil_w) * CH],
                                f[(r * s.s + t) * CH], acc);
             const int k = c * mult + j;
-            conv::store_output(y, z, bias, e, conv::y_offset<true>(s, img, k, p, q), k, acc);
+            conv::store_output_inline(y, z, bias, e, conv::y_offset<true>(s, img, k, p, q), k,
+                                      acc);
         }
     }
 }

@@ -139,7 +139,7 @@ __global__ void __launch_bounds__((BM / TM) * (BN / TN)) gemm_1x1(
             const int k = g * s.k_per_group + n;
             const cl::index_t off = NHWC ? (cl::index_t)m * s.k + k
                                          : ((cl::index_t)img * s.k + k) * hw + pix;
-            gemm::store_output(y, z, bias, e, off, k, acc[i][j]);
+            conv::store_output(y, z, bias, e, off, k, acc[i][j]);
         }
     }
 }

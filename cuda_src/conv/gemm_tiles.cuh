@@ -157,26 +157,4 @@ struct FilterLoader {
     }
 };
 
-// conv::store_output for the outputs of a micro-tile. Inlining it TM * TN times inlined
-// every activation function as often (an 8x8 tile compiled ten times slower); here the
-// identity epilogue stays inline (the optimizer drops the switch once the mode is known)
-// and the activations go through one out-of-line copy per kernel.
-template <typename T>
-__device__ __noinline__ void store_output_call(T* y, const T* z, const T* bias, ConvEpilogue e,
-                                               cl::index_t off, int k, float acc) {
-    conv::store_output(y, z, bias, e, off, k, acc);
-}
-
-template <typename T>
-__device__ __forceinline__ void store_output(T* y, const T* z, const T* bias, const ConvEpilogue& e,
-                                             cl::index_t off, int k, float acc) {
-    if (e.act_mode == act::kIdentity) {
-        ConvEpilogue plain = e;
-        plain.act_mode = act::kIdentity;  // a constant the inlined switch folds
-        conv::store_output(y, z, bias, plain, off, k, acc);
-    } else {
-        store_output_call(y, z, bias, e, off, k, acc);
-    }
-}
-
 }  // namespace gemm

@@ -179,7 +179,7 @@ __device__ __forceinline__ void body(const T* __restrict__ x, const T* __restric
             const int n = n0 + tx * TN + j;
             if (n >= s.k_per_group) continue;
             const int k = g * s.k_per_group + n;
-            gemm::store_output(y, z, bias, e, conv::y_offset<NHWC>(s, img, k, p, q), k, acc[i][j]);
+            conv::store_output(y, z, bias, e, conv::y_offset<NHWC>(s, img, k, p, q), k, acc[i][j]);
         }
     }
 }

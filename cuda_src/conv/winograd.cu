@@ -167,7 +167,8 @@ __device__ __forceinline__ void store_tile(T* __restrict__ y, const T* __restric
         for (int j = 0; j < M; ++j) {
             const int p = tl.p0 + i, q = tl.q0 + j;
             if (p < s.p && q < s.q)
-                conv::store_output(y, z, bias, e, conv::y_offset<NHWC>(s, tl.n, k, p, q), k, out[i][j]);
+                conv::store_output(y, z, bias, e, conv::y_offset<NHWC>(s, tl.n, k, p, q), k,
+                                   out[i][j]);
         }
 }
 

@@ -179,7 +179,8 @@ __device__ __forceinline__ void conv_body(const T* __restrict__ x, const T* __re
         const int q = (int)(m % s.q);
         const cl::index_t np = m / s.q;
         const int n = (int)(np / s.p), p = (int)(np % s.p);
-        conv::store_output(y, z, bias, e, conv::y_offset<NHWC>(s, n, k, p, q), k, Cs[row * BN + cn]);
+        conv::store_output(y, z, bias, e, conv::y_offset<NHWC>(s, n, k, p, q), k,
+                           Cs[row * BN + cn]);
     }
 }
 
