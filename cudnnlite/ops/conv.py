@@ -274,6 +274,51 @@ def _run(plan: Plan, x: Any, w: Any, bias: Any, z: Any, out: Any, epilogue: Epil
     return y
 
 
+def _forward(
+    nd: int,
+    x: Any,
+    w: Any,
+    bias: Any,
+    stride: Any,
+    padding: Any,
+    dilation: Any,
+    groups: int,
+    layout: str,
+    activation: str | None,
+    coef: Any,
+    threshold: Any,
+    z: Any,
+    alpha: Any,
+    alpha2: Any,
+    math_mode: str,
+    algo: str,
+    out: Any,
+) -> Any:
+    """conv1d/conv2d: validate, take the plan, launch."""
+    backend = backend_for(x, w, bias, z, out, names=("x", "w", "bias", "z", "out"))
+    x = as_array("x", x)
+    w = as_array("w", w)
+    bias = None if bias is None else as_array("bias", bias)
+    z = None if z is None else as_array("z", z)
+    float_dtype("x", x)
+    problem = make_problem(
+        x.shape,
+        w.shape,
+        x.dtype,
+        stride=stride,
+        padding=padding,
+        dilation=dilation,
+        groups=groups,
+        layout=layout,
+        math_mode=math_mode,
+        nd=nd,
+    )
+    epilogue = _epilogue(
+        activation, coef, threshold, alpha, alpha2, bias is not None, z is not None
+    )
+    return _run(get_plan(backend, problem, algo), x, w, bias, z, out, epilogue)  # fmt: skip
+
+
 # ------------------------------------------------------------------ public API
 
 
@@ -323,20 +368,26 @@ def conv2d(
     Returns:
         y, an array of the kind of x (NumPy → emulator, CuPy → GPU).
     """
-    backend = backend_for(x, w, bias, z, out, names=("x", "w", "bias", "z", "out"))
-    x = as_array("x", x)
-    w = as_array("w", w)
-    bias = None if bias is None else as_array("bias", bias)
-    z = None if z is None else as_array("z", z)
-    float_dtype("x", x)
-    problem = make_problem(
-        x.shape, w.shape, x.dtype, stride=stride, padding=padding, dilation=dilation,
-        groups=groups, layout=layout, math_mode=math, nd=2,
-    )  # fmt: skip
-    epilogue = _epilogue(activation, activation_coef, activation_threshold, alpha, alpha2,
-                         bias is not None, z is not None)  # fmt: skip
-    plan = get_plan(backend, problem, algo)
-    return _run(plan, x, w, bias, z, out, epilogue)
+    return _forward(
+        2,
+        x,
+        w,
+        bias,
+        stride,
+        padding,
+        dilation,
+        groups,
+        layout,
+        activation,
+        activation_coef,
+        activation_threshold,
+        z,
+        alpha,
+        alpha2,
+        math,
+        algo,
+        out,
+    )
 
 
 @with_stream
@@ -362,20 +413,26 @@ def conv1d(
 ) -> Any:
     """1-D convolution: x (N, C, W) for "NCW" or (N, W, C) for "NWC", w (K, C/groups, S)
     or (K, S, C/groups); otherwise as :func:`conv2d`."""
-    backend = backend_for(x, w, bias, z, out, names=("x", "w", "bias", "z", "out"))
-    x = as_array("x", x)
-    w = as_array("w", w)
-    bias = None if bias is None else as_array("bias", bias)
-    z = None if z is None else as_array("z", z)
-    float_dtype("x", x)
-    problem = make_problem(
-        x.shape, w.shape, x.dtype, stride=stride, padding=padding, dilation=dilation,
-        groups=groups, layout=layout, math_mode=math, nd=1,
-    )  # fmt: skip
-    epilogue = _epilogue(activation, activation_coef, activation_threshold, alpha, alpha2,
-                         bias is not None, z is not None)  # fmt: skip
-    plan = get_plan(backend, problem, algo)
-    return _run(plan, x, w, bias, z, out, epilogue)
+    return _forward(
+        1,
+        x,
+        w,
+        bias,
+        stride,
+        padding,
+        dilation,
+        groups,
+        layout,
+        activation,
+        activation_coef,
+        activation_threshold,
+        z,
+        alpha,
+        alpha2,
+        math,
+        algo,
+        out,
+    )
 
 
 class ConvPlan:
