@@ -61,7 +61,9 @@ class FakeRawModule:
 def fake_cupy(monkeypatch: pytest.MonkeyPatch) -> types.ModuleType:
     cupy = types.ModuleType("cupy")
     cupy.RawModule = FakeRawModule  # type: ignore[attr-defined]
-    device = types.SimpleNamespace(id=0, compute_capability="90")
+    device = types.SimpleNamespace(
+        id=0, compute_capability="90", attributes={"MultiProcessorCount": 132}
+    )
     stream = types.SimpleNamespace(synchronize=lambda: None)
     cupy.cuda = types.SimpleNamespace(  # type: ignore[attr-defined]
         Device=lambda: device,
@@ -101,6 +103,13 @@ def test_launch_normalizes_dims_and_opts_into_large_shared_memory(
     assert fn.calls[1][3] == 100 * 1024 and fn.max_dynamic_shared_size_bytes == 100 * 1024
     with pytest.raises(BadParamError, match="block"):
         kernel(1, 2048, (np.int32(0),))
+
+
+def test_multiprocessor_count_is_cached(fake_cupy: types.ModuleType) -> None:
+    backend = CudaBackend()
+    assert backend.multiprocessor_count() == 132
+    fake_cupy.cuda.Device().attributes["MultiProcessorCount"] = 1  # a second query would see it
+    assert backend.multiprocessor_count() == 132
 
 
 def test_driver_errors_become_execution_errors(fake_cupy: types.ModuleType) -> None:

@@ -45,7 +45,7 @@ class KernelTable:
         # SMs of the GPU (grid sizes are multiples of it); None on the emulator.
         self.sm_count: int | None = None
         if backend.name == "cuda":
-            self.sm_count = int(backend.xp.cuda.Device().attributes["MultiProcessorCount"])
+            self.sm_count = backend.multiprocessor_count()
 
     def get(self, key: str) -> Kernel:
         k = self.kernels.get(key)

@@ -133,7 +133,7 @@ class _KernelTable:
         self.spec = module_spec(dt)
         self.kernels: dict[tuple[str, str, int], tuple[Kernel, str]] = {}
         if backend.name == "cuda":
-            sms = backend.xp.cuda.Device().attributes["MultiProcessorCount"]
+            sms = backend.multiprocessor_count()
             self.max_blocks = int(sms) * _BLOCKS_PER_SM
         else:
             self.max_blocks = _EMULATOR_MAX_BLOCKS

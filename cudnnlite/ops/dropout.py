@@ -83,7 +83,7 @@ def _kernel(backend: Backend, spec: ModuleSpec, name: str) -> Kernel:
 
 def _max_blocks(backend: Backend) -> int:
     if backend.name == "cuda":
-        sms = backend.xp.cuda.Device().attributes["MultiProcessorCount"]
+        sms = backend.multiprocessor_count()
         return int(sms) * _BLOCKS_PER_SM
     return _EMULATOR_MAX_BLOCKS
 

@@ -107,7 +107,7 @@ def _kernel(backend: Backend, dt: dtypes.DType, name: str) -> Kernel:
 def _target_blocks(backend: Backend) -> int:
     """Blocks that fill the device a couple of times over."""
     if backend.name == "cuda":
-        return 2 * int(backend.xp.cuda.Device().attributes["MultiProcessorCount"])
+        return 2 * backend.multiprocessor_count()
     return 32
 
 

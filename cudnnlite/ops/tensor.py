@@ -168,7 +168,7 @@ def _kernel(backend: Backend, dt: dtypes.DType, name: str, readable: str) -> Ker
 
 def _max_blocks(backend: Backend) -> int:
     if backend.name == "cuda":
-        return 32 * int(backend.xp.cuda.Device().attributes["MultiProcessorCount"])
+        return 32 * backend.multiprocessor_count()
     return 256
 
 
@@ -698,7 +698,7 @@ def _split_target(backend: Backend) -> int:
     """Blocks a split reduction aims for: two waves of 256-thread blocks on a GPU (8 per
     SM resident); a few per core on the emulator."""
     if backend.name == "cuda":
-        return 16 * int(backend.xp.cuda.Device().attributes["MultiProcessorCount"])
+        return 16 * backend.multiprocessor_count()
     return 64
 
 

@@ -106,6 +106,13 @@ class Backend(abc.ABC):
     @abc.abstractmethod
     def synchronize(self) -> None: ...
 
+    def multiprocessor_count(self) -> int:
+        """Streaming multiprocessors of the device, for grid sizing (the emulator: its
+        OS threads are the closest analogue)."""
+        import os
+
+        return os.cpu_count() or 1
+
     def empty(self, shape: Sequence[int], dtype: Any) -> Any:
         return self.xp.empty(tuple(shape), dtype=dtype)
 

@@ -118,6 +118,10 @@ class CudaBackend(Backend):
 
     name = "cuda"
 
+    def __init__(self) -> None:
+        super().__init__()
+        self._sm_counts: dict[int, int] = {}
+
     @property
     def xp(self) -> Any:
         return import_cupy()
@@ -133,6 +137,15 @@ class CudaBackend(Backend):
 
     def synchronize(self) -> None:
         self.xp.cuda.get_current_stream().synchronize()
+
+    def multiprocessor_count(self) -> int:
+        """SMs of the current device (cached: CuPy's Device.attributes queries every
+        attribute of the device, far too slow for a per-call grid size)."""
+        device = self.xp.cuda.Device()
+        count = self._sm_counts.get(device.id)
+        if count is None:
+            count = self._sm_counts[device.id] = int(device.attributes["MultiProcessorCount"])
+        return count
 
     @staticmethod
     def available() -> bool:
