@@ -180,3 +180,14 @@ def test_tune_ranks_every_config(fakes: Path) -> None:
     times = [e.time_us for e in ranked]
     assert times == sorted(times)
     assert "fake_3x3" in {e.solver for e in result[P3.key()]}
+
+
+def test_explain_and_tune_refuse_what_is_not_a_problem() -> None:
+    with pytest.raises(BadParamError, match="problem: expected a ConvProblem"):
+        cl.explain(42)
+    with pytest.raises(BadParamError, match="not a convolution problem key"):
+        cl.explain("conv2d_fwd nonsense")
+    with pytest.raises(BadParamError, match="problems: expected ConvProblem"):
+        cl.tune([P1, 3.5], backend="cpu", progress=False)
+    with pytest.raises(BadParamError, match="unknown backend"):
+        cl.tune(P1, backend="tpu", progress=False)

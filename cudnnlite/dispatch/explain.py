@@ -8,7 +8,7 @@ import html
 from dataclasses import dataclass, field
 from typing import Any
 
-from ..errors import CudnnliteError
+from ..errors import BadParamError, CudnnliteError
 from ..problems.conv import ConvProblem
 from ..runtime.backend import Backend
 from ..runtime.caps import capabilities
@@ -94,6 +94,10 @@ def explain(
     ("cpu" for the emulator, "cuda"); lists every registered solver of the family."""
     if isinstance(problem, str):
         problem = ConvProblem.parse(problem)
+    if not isinstance(problem, ConvProblem):
+        raise BadParamError(
+            f"problem: expected a ConvProblem or its key, got {type(problem).__name__}"
+        )
     b = backend if isinstance(backend, Backend) else backend_by_name(backend)
     caps = capabilities(b)
     family = family_of(problem)

@@ -18,7 +18,7 @@ from typing import Any
 
 import numpy as np
 
-from ..errors import CudnnliteError, NotSupportedError
+from ..errors import BadParamError, CudnnliteError, NotSupportedError
 from ..runtime.backend import Backend
 from ..runtime.caps import capabilities
 from ..runtime.select import backend_by_name
@@ -175,6 +175,11 @@ def tune(problems: Any, *, backend: str | Backend = "auto", progress: bool = Tru
     if isinstance(problems, (ConvProblem, str)):
         problems = [problems]
     items = [ConvProblem.parse(p) if isinstance(p, str) else p for p in problems]
+    for p in items:
+        if not isinstance(p, ConvProblem):
+            raise BadParamError(
+                f"problems: expected ConvProblem objects or their keys, got {type(p).__name__}"
+            )
     b = _resolve_backend(backend)
     iterator: Iterable[Any] = items
     if progress and len(items) > 1:
