@@ -30,6 +30,14 @@ def to_backend(a: np.ndarray, backend: str) -> Any:
         return np.array(a, copy=True)
     import cupy
 
+    from .ops._arrays import cupy_has_bfloat16
+
+    if dtypes.bfloat16 is not None and a.dtype == dtypes.bfloat16 and not cupy_has_bfloat16(cupy):
+        from .errors import NotSupportedError
+
+        raise NotSupportedError(
+            f"bfloat16 arrays on the GPU need CuPy >= 14 with ml_dtypes (CuPy {cupy.__version__})"
+        )
     return cupy.asarray(a)
 
 

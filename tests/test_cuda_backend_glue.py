@@ -105,6 +105,16 @@ def test_launch_normalizes_dims_and_opts_into_large_shared_memory(
         kernel(1, 2048, (np.int32(0),))
 
 
+def test_structs_go_to_cupy_as_size_one_arrays(fake_cupy: types.ModuleType) -> None:
+    # CuPy passes a struct by value only as a size-1 ndarray; a numpy.void is refused.
+    kernel = CudaBackend().module(SPEC).get_function("trap_if")
+    struct = np.zeros((), np.dtype([("a", "<i4"), ("b", "<f4")], align=True))[()]
+    kernel(1, 1, (struct, np.int32(0)))
+    passed = kernel.function.calls[-1][2]
+    assert isinstance(passed[0], np.ndarray) and passed[0].size == 1
+    assert passed[0].dtype == struct.dtype and isinstance(passed[1], np.int32)
+
+
 def test_multiprocessor_count_is_cached(fake_cupy: types.ModuleType) -> None:
     backend = CudaBackend()
     assert backend.multiprocessor_count() == 132

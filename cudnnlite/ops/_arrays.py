@@ -100,7 +100,14 @@ def as_array(name: str, a: Any) -> Any:
         if kind == 1:
             return _host_from_dlpack(name, a)
         if kind in (2, 3, 13):
-            return _cupy(name).from_dlpack(a)
+            cupy = _cupy(name)
+            if "bfloat16" in str(getattr(a, "dtype", "")) and not cupy_has_bfloat16(cupy):
+                # CuPy < 14 has no bfloat16 (13.3 even crashes importing one by DLPack).
+                raise NotSupportedError(
+                    f"{name}: a bfloat16 GPU tensor needs CuPy >= 14 with ml_dtypes "
+                    f"(CuPy {cupy.__version__} has no bfloat16)"
+                )
+            return cupy.from_dlpack(a)
         if device is not None:
             label = _DLPACK_DEVICE_NAMES.get(kind, "unknown")
             raise BadParamError(
@@ -126,6 +133,17 @@ def _cupy(name: str) -> Any:
             f"{name}: a GPU array needs CuPy: pip install 'cudnnlite[cuda13]' (or [cuda12])"
         ) from exc
     return cupy
+
+
+def cupy_has_bfloat16(cupy: Any) -> bool:
+    """Whether this CuPy takes ml_dtypes.bfloat16 arrays (added in CuPy 14; never in 13)."""
+    if dtypes.bfloat16 is None:
+        return False
+    try:
+        major = int(str(cupy.__version__).split(".")[0])
+    except ValueError:
+        return True  # an unusual version string: let CuPy itself decide
+    return major >= 14
 
 
 def _host_from_dlpack(name: str, a: Any) -> np.ndarray:

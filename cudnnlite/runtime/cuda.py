@@ -54,6 +54,9 @@ class CudaKernel(Kernel):
         copies = [HostToDevice(a) if isinstance(a, np.ndarray) else None for a in args]
         if any(copies):
             args = [c.view if c is not None else a for a, c in zip(args, copies, strict=False)]
+        # CuPy passes a struct by value only as a size-one numpy.ndarray (its CNumpyArray
+        # path); a numpy.void scalar is rejected ("Unsupported type") by CuPy 13.
+        args = [np.asarray(a) if isinstance(a, np.void) else a for a in args]
         try:
             self.function(g, b, tuple(args), shared_mem=shared_mem)
         except Exception as exc:  # CUDADriverError and friends
