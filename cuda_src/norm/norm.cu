@@ -12,6 +12,7 @@
 //   NHWC spatial batch norm       rows = N*H*W, channels = C, inner = 1
 //   per-activation batch norm     rows = N, channels = C*H*W (or H*W*C), inner = 1
 //   row-norm parameter gradients  rows = N (samples), channels = params, inner = H*W or 1
+//   NHWC group-norm param grads   rows = N*H*W, channels = C, inner = 1 (KIND 3)
 // Two block shapes, both multi-block: grid.y = chunks splits each channel's elements so
 // that large N*H*W fills the GPU (never one block per channel alone).
 //   red_planar<T, KIND>        inner > 1: a block of 256 threads per (channel, chunk),
@@ -21,7 +22,8 @@
 // KIND: 0 batch-norm statistics (Welford per thread on x minus the channel's first
 // element, Chan's merge across threads and chunks: no E[x^2] - E[x]^2 cancellation), 1 batch-norm backward sums (sum g,
 // sum g * xhat with g the gradient through the optional activation), 2 row-norm
-// parameter sums (sum dy, sum dy * xhat with per-row statistics).
+// parameter sums (sum dy, sum dy * xhat with per-row statistics), 3 the same for NHWC
+// group norm (row of element (o, c) = (o / spatial) * groups + c / (channels / groups)).
 // Partials go to a float workspace [channels * chunks] and a one-thread-per-channel
 // finalize kernel merges them in a fixed order: every result is deterministic.
 //
@@ -38,6 +40,13 @@
 //   rownorm_fwd<T, RMS>        one block per row: exact two-pass mean/variance (the row
 //                              stays in L1/L2 between passes), writes y, mean, rstd
 //   rownorm_bwd<T, RMS>        one block per row: dx
+//   gn_nhwc_fwd<T>, gn_nhwc_bwd<T>
+//                              channels-last group / instance norm (NHWC, no transposed
+//                              copy): a 32 x 16 block per (sample, tile of whole groups),
+//                              threadIdx.x along the contiguous channels (coalesced),
+//                              threadIdx.y along H*W; exact two-pass statistics in fp32
+//                              as rownorm_fwd; the backward's dweight / dbias are
+//                              red_chlast<T, 3> + sum2_finalize
 //   lrn_fwd<T>, lrn_scale<T>, lrn_bwd<T>   cross-channel LRN, one thread per element
 //
 // Defines: none; one module per dtype holds all kernels.
@@ -154,7 +163,8 @@ struct RedShape {
     cl::index_t channels;  // c
     cl::index_t inner;     // i
     cl::index_t count;     // rows * inner: elements per channel
-    cl::index_t groups;    // KIND 2: groups per sample (row-norm rows per sample)
+    cl::index_t groups;    // KIND 2, 3: groups per sample (row-norm rows per sample)
+    cl::index_t spatial;   // KIND 3: rows per sample (H*W)
     int act_mode;          // KIND 1: activation of the fused form, -1 none
     int has_z;             // KIND 1: z was added before the activation
 };
@@ -177,6 +187,15 @@ __device__ __forceinline__ void visit(
             if (s.has_z) u += cl::to_float(z[off]);
             g = act_bwd(s.act_mode, g, u, p);
         }
+        acc.a += g;
+        acc.b += g * xhat;
+    } else if constexpr (KIND == 3) {
+        // NHWC group norm: o = n * spatial + position, channel c in group c / (C / G)
+        const cl::index_t smp = s.rows <= 0x7fffffffLL ? (cl::index_t)((unsigned)o / (unsigned)s.spatial)
+                                                      : o / s.spatial;
+        const cl::index_t row = smp * s.groups + c / (s.channels / s.groups);
+        const float xhat = (cl::to_float(x[off]) - mean[row]) * invstd[row];
+        const float g = cl::to_float(dy[off]);
         acc.a += g;
         acc.b += g * xhat;
     } else {
@@ -685,6 +704,161 @@ __global__ void __launch_bounds__(1024) rownorm_bwd(
         const float xhat = (cl::to_float(x[base + k]) - mean) * rstd;
         dx[base + k] = cl::from_float<T>(rstd * (gw - mg - xhat * mgx));
     }
+}
+
+// ---------------------------------------------------------------- NHWC group norm
+
+// Channels-last group norm (ops/norm.py: _GN_NHWC_DTYPE). x is (N, spatial, C) contiguous;
+// group g holds channels [g * cpg, (g + 1) * cpg). A block covers sample n and `gpb`
+// whole consecutive groups (a tile of gpb * cpg <= 32 channels when cpg < 32, one group
+// otherwise): tiles = ceil(groups / gpb), block b = n * tiles + tile.
+struct GnNhwcShape {
+    cl::index_t spatial;   // H*W (1 for (N, C) input)
+    cl::index_t channels;  // C
+    cl::index_t groups;    // G
+    cl::index_t cpg;       // C / G
+    cl::index_t tiles;     // tiles of groups per sample
+    int gpb;               // groups per block: 32 / cpg when cpg < 32, else 1
+    float eps;
+    int has_weight;
+    int has_bias;
+};
+
+namespace nrm {
+
+constexpr int kGnRows = 16;  // blockDim.y of gn_nhwc_*: blockDim = (32, kGnRows)
+
+// The block's place: first group g0 and channel c0 of its tile, `ng` groups in it,
+// `span` channels, and the thread's tile-local group `lg` (threadIdx.x / cpg, or 0).
+struct GnTile {
+    cl::index_t n, g0, c0, span;
+    int ng, lg;
+    __device__ __forceinline__ explicit GnTile(const GnNhwcShape& s) {
+        const cl::index_t b = blockIdx.x;
+        n = b / s.tiles;
+        g0 = (b - n * s.tiles) * s.gpb;
+        ng = (int)(s.groups - g0 < s.gpb ? s.groups - g0 : s.gpb);
+        c0 = g0 * s.cpg;
+        span = ng * s.cpg;
+        lg = s.cpg >= 32 ? 0 : (int)(threadIdx.x / (unsigned)s.cpg);
+        if (lg >= ng) lg = ng - 1;  // idle lanes (threadIdx.x >= span): any valid group
+    }
+    // statistics row of the thread's group
+    __device__ __forceinline__ cl::index_t row(const GnNhwcShape& s) const {
+        return n * s.groups + g0 + lg;
+    }
+    // does this thread publish its group's statistics (first lane of the group)?
+    __device__ __forceinline__ bool leader(const GnNhwcShape& s) const {
+        return threadIdx.y == 0 && threadIdx.x < span &&
+               (s.cpg >= 32 ? threadIdx.x == 0 : threadIdx.x % (unsigned)s.cpg == 0);
+    }
+};
+
+// Per-group sum over the block, returned to every thread for its group `lg`: columns
+// (one channel lane each) are summed over threadIdx.y, then each group's lanes, both in
+// a fixed order (deterministic). Back-to-back calls are safe: part is last read before
+// the third barrier, tot is rewritten only after every thread has passed the next call's
+// first barrier.
+__device__ __forceinline__ float gn_tile_sum(float v, float (*part)[32], float* tot,
+                                             const GnTile& t, cl::index_t cpg) {
+    part[threadIdx.y][threadIdx.x] = v;
+    __syncthreads();
+    if (threadIdx.y == 0) {
+        float col = 0.0f;
+        for (int r = 0; r < (int)blockDim.y; ++r) col += part[r][threadIdx.x];
+        part[0][threadIdx.x] = col;  // own column only: no other thread reads it now
+    }
+    __syncthreads();
+    if (threadIdx.y == 0 && (int)threadIdx.x < t.ng) {
+        const int lo = cpg >= 32 ? 0 : (int)threadIdx.x * (int)cpg;
+        const int hi = cpg >= 32 ? 32 : lo + (int)cpg;
+        float sum = 0.0f;
+        for (int l = lo; l < hi; ++l) sum += part[0][l];
+        tot[threadIdx.x] = sum;
+    }
+    __syncthreads();
+    return tot[t.lg];
+}
+
+}  // namespace nrm
+
+// Forward: exact two-pass mean / variance per (n, group) over spatial * cpg elements (the
+// tile is re-read from L1/L2), then y = (x - mean) * rstd [* weight[c]] [+ bias[c]].
+template <typename T>
+__global__ void __launch_bounds__(512) gn_nhwc_fwd(
+    // pointers (weight, bias may be null)
+    const T* x, const T* weight, const T* bias, T* y, float* mean_out, float* rstd_out,
+    // problem
+    GnNhwcShape s) {
+    __shared__ float part[nrm::kGnRows][32];
+    __shared__ float tot[32];
+    const nrm::GnTile t(s);
+    const cl::index_t base = t.n * s.spatial * s.channels + t.c0;
+    const T* xs = x + base;
+    T* ys = y + base;
+    const cl::index_t rstep = (cl::index_t)blockDim.y * s.channels;
+    const cl::index_t off0 = (cl::index_t)threadIdx.y * s.channels;
+    const float inv_cnt = 1.0f / (float)(s.spatial * s.cpg);
+    float sum = 0.0f;
+    for (cl::index_t p = threadIdx.y, off = off0; p < s.spatial; p += blockDim.y, off += rstep)
+        for (cl::index_t k = threadIdx.x; k < t.span; k += 32) sum += cl::to_float(xs[off + k]);
+    const float mean = nrm::gn_tile_sum(sum, part, tot, t, s.cpg) * inv_cnt;
+    float q = 0.0f;
+    for (cl::index_t p = threadIdx.y, off = off0; p < s.spatial; p += blockDim.y, off += rstep)
+        for (cl::index_t k = threadIdx.x; k < t.span; k += 32) {
+            const float d = cl::to_float(xs[off + k]) - mean;
+            q = fmaf(d, d, q);
+        }
+    const float rstd = 1.0f / sqrtf(nrm::gn_tile_sum(q, part, tot, t, s.cpg) * inv_cnt + s.eps);
+    for (cl::index_t p = threadIdx.y, off = off0; p < s.spatial; p += blockDim.y, off += rstep)
+        for (cl::index_t k = threadIdx.x; k < t.span; k += 32) {
+            float v = (cl::to_float(xs[off + k]) - mean) * rstd;
+            if (s.has_weight) v *= cl::to_float(weight[t.c0 + k]);
+            if (s.has_bias) v += cl::to_float(bias[t.c0 + k]);
+            ys[off + k] = cl::from_float<T>(v);
+        }
+    if (t.leader(s)) {
+        mean_out[t.row(s)] = mean;
+        rstd_out[t.row(s)] = rstd;
+    }
+}
+
+// Backward dx = rstd (gw - mean(gw) - xhat mean(gw xhat)), gw = dy * weight[c].
+template <typename T>
+__global__ void __launch_bounds__(512) gn_nhwc_bwd(
+    // pointers (weight may be null)
+    const T* dy, const T* x, const T* weight, const float* mean_in, const float* rstd_in, T* dx,
+    // problem
+    GnNhwcShape s) {
+    __shared__ float part[nrm::kGnRows][32];
+    __shared__ float tot[32];
+    const nrm::GnTile t(s);
+    const cl::index_t base = t.n * s.spatial * s.channels + t.c0;
+    const cl::index_t rstep = (cl::index_t)blockDim.y * s.channels;
+    const cl::index_t off0 = (cl::index_t)threadIdx.y * s.channels;
+    const float mean = mean_in[t.row(s)];
+    const float rstd = rstd_in[t.row(s)];
+    float sg = 0.0f, sgx = 0.0f;
+    for (cl::index_t p = threadIdx.y, off = base + off0; p < s.spatial;
+         p += blockDim.y, off += rstep)
+        for (cl::index_t k = threadIdx.x; k < t.span; k += 32) {
+            const float w = s.has_weight ? cl::to_float(weight[t.c0 + k]) : 1.0f;
+            const float gw = cl::to_float(dy[off + k]) * w;
+            const float xhat = (cl::to_float(x[off + k]) - mean) * rstd;
+            sg += gw;
+            sgx = fmaf(gw, xhat, sgx);
+        }
+    const float inv_cnt = 1.0f / (float)(s.spatial * s.cpg);
+    const float mg = nrm::gn_tile_sum(sg, part, tot, t, s.cpg) * inv_cnt;
+    const float mgx = nrm::gn_tile_sum(sgx, part, tot, t, s.cpg) * inv_cnt;
+    for (cl::index_t p = threadIdx.y, off = base + off0; p < s.spatial;
+         p += blockDim.y, off += rstep)
+        for (cl::index_t k = threadIdx.x; k < t.span; k += 32) {
+            const float w = s.has_weight ? cl::to_float(weight[t.c0 + k]) : 1.0f;
+            const float gw = cl::to_float(dy[off + k]) * w;
+            const float xhat = (cl::to_float(x[off + k]) - mean) * rstd;
+            dx[off + k] = cl::from_float<T>(rstd * (gw - mg - xhat * mgx));
+        }
 }
 
 // ---------------------------------------------------------------- LRN

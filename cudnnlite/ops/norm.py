@@ -15,7 +15,9 @@ Semantics: :mod:`cudnnlite.reference.norm`.
 an elementwise pass (``bn_fwd_apply_vec_planar_fp16`` / ``..._vec_chlast_...``: 16-byte
 packs when every tensor is 16-byte aligned and H*W, or C for channels-fastest data, is a
 multiple of 16 / itemsize; the scalar ``bn_fwd_apply_fp16`` otherwise); see the header of
-``cuda_src/norm/norm.cu``.
+``cuda_src/norm/norm.cu``. Group / instance norm with ``layout="NHWC"`` runs natively
+channels-last (``gn_nhwc_fwd`` / ``gn_nhwc_bwd``, parameter gradients by
+``red_chlast_params_nhwc``): no transposed copy.
 """
 
 from __future__ import annotations
@@ -51,6 +53,7 @@ _RED_DTYPE = np.dtype(
         ("inner", "<i8"),
         ("count", "<i8"),
         ("groups", "<i8"),
+        ("spatial", "<i8"),
         ("act_mode", "<i4"),
         ("has_z", "<i4"),
     ],
@@ -85,6 +88,21 @@ _ROW_DTYPE = np.dtype(
     ],
     align=True,
 )
+_GN_NHWC_DTYPE = np.dtype(
+    [
+        ("spatial", "<i8"),
+        ("channels", "<i8"),
+        ("groups", "<i8"),
+        ("cpg", "<i8"),
+        ("tiles", "<i8"),
+        ("gpb", "<i4"),
+        ("eps", "<f4"),
+        ("has_weight", "<i4"),
+        ("has_bias", "<i4"),
+    ],
+    align=True,
+)
+_GN_ROWS = 16  # blockDim.y of gn_nhwc_* (nrm::kGnRows)
 _LRN_DTYPE = np.dtype(
     [
         ("n", "<i8"),
@@ -108,6 +126,9 @@ def _names(dt: dtypes.DType) -> dict[str, str]:
     for kind, k in _KIND.items():
         names[f"red_planar_{kind}"] = f"red_planar<{t}, {k}>"
         names[f"red_chlast_{kind}"] = f"red_chlast<{t}, {k}>"
+    names["red_chlast_params_nhwc"] = f"red_chlast<{t}, 3>"
+    names["gn_nhwc_fwd"] = f"gn_nhwc_fwd<{t}>"
+    names["gn_nhwc_bwd"] = f"gn_nhwc_bwd<{t}>"
     names["bn_stats_finalize"] = f"bn_stats_finalize<{t}>"
     names["sum2_finalize_fp32"] = "sum2_finalize<float>"
     names[f"sum2_finalize_{dt.short}"] = f"sum2_finalize<{t}>"
@@ -272,6 +293,7 @@ def _reduce(
     inner: int,
     ptrs: Sequence[Any],
     groups: int = 1,
+    spatial: int = 1,
     act_mode: int = -1,
     has_z: bool = False,
     params: np.void | None = None,
@@ -297,6 +319,7 @@ def _reduce(
         inner=inner,
         count=count,
         groups=groups,
+        spatial=spatial,
         act_mode=act_mode,
         has_z=int(has_z),
     )
@@ -943,6 +966,7 @@ def rms_norm_backward(
 
 
 def _group_common(x: Any, num_groups: Any, weight: Any, bias: Any, layout: Any) -> tuple:
+    """Validated x (C-contiguous), dtype, groups, channels, samples, H*W, weight, bias."""
     x = as_array("x", x)
     dt = float_dtype("x", x)
     _layout(layout)
@@ -960,17 +984,99 @@ def _group_common(x: Any, num_groups: Any, weight: Any, bias: Any, layout: Any) 
         )
     w = _dense(_param("weight", weight, (c,), x.dtype))
     b = _dense(_param("bias", bias, (c,), x.dtype))
-    # The row kernels want each group contiguous: NHWC runs on an NCHW copy.
-    xc = _dense(array_module(x).moveaxis(x, -1, 1)) if layout == "NHWC" else _dense(x)
-    n = xc.shape[0]
-    inner = math.prod(xc.shape[2:])
-    return x, xc, dt, int(num_groups), c, n, inner, w, b
+    n = x.shape[0]
+    spatial = math.prod(x.shape[1:-1]) if layout == "NHWC" else math.prod(x.shape[2:])
+    return _dense(x), dt, int(num_groups), c, n, spatial, w, b
 
 
-def _from_nchw(a: Any, layout: str) -> Any:
-    if layout == "NHWC":
-        return array_module(a).ascontiguousarray(array_module(a).moveaxis(a, 1, -1))
-    return a
+def _gn_nhwc_shape(
+    c: int, g: int, spatial: int, eps: float, weight: Any, bias: Any
+) -> tuple[np.void, int]:
+    """The GnNhwcShape of an NHWC group norm and its tiles (blocks) per sample."""
+    cpg = c // g
+    gpb = 32 // cpg if cpg < 32 else 1
+    tiles = -(-g // gpb)
+    s = _struct(
+        _GN_NHWC_DTYPE,
+        spatial=spatial,
+        channels=c,
+        groups=g,
+        cpg=cpg,
+        tiles=tiles,
+        gpb=gpb,
+        eps=eps,
+        has_weight=int(weight is not None),
+        has_bias=int(bias is not None),
+    )
+    return s, tiles
+
+
+def _gn_nhwc_forward(
+    x: Any,
+    g: int,
+    c: int,
+    n: int,
+    spatial: int,
+    w: Any,
+    b: Any,
+    eps: float,
+    backend: Backend,
+    dt: dtypes.DType,
+) -> tuple[Any, Any, Any]:
+    table = _table(backend, dt)
+    xp = array_module(x)
+    y = xp.empty(x.shape, x.dtype)
+    mean = xp.empty((n * g,), np.float32)
+    rstd = xp.empty((n * g,), np.float32)
+    s, tiles = _gn_nhwc_shape(c, g, spatial, eps, w, b)
+    if n * g:
+        table.launch("gn_nhwc_fwd", (n * tiles,), (32, _GN_ROWS), (x, w, b, y, mean, rstd, s))
+    return y, mean, rstd
+
+
+def _gn_nhwc_backward(
+    dy: Any,
+    x: Any,
+    g: int,
+    c: int,
+    n: int,
+    spatial: int,
+    weight: Any,
+    mean: Any,
+    rstd: Any,
+    want_bias: bool,
+    backend: Backend,
+    dt: dtypes.DType,
+) -> tuple[Any, Any, Any]:
+    table = _table(backend, dt)
+    xp = array_module(x)
+    dx = xp.empty(x.shape, x.dtype)
+    s, tiles = _gn_nhwc_shape(c, g, spatial, 0.0, weight, None)
+    if n * g:
+        table.launch(
+            "gn_nhwc_bwd", (n * tiles,), (32, _GN_ROWS), (dy, x, weight, mean, rstd, dx, s)
+        )
+    dweight = dbias = None
+    if weight is not None:
+        partial, chunks = _reduce(
+            table,
+            "params_nhwc",
+            n * spatial,
+            c,
+            1,
+            (x, dy, None, mean, rstd, None, None),
+            groups=g,
+            spatial=spatial,
+        )
+        dweight = xp.empty((c,), x.dtype)
+        dbias = xp.empty((c,), x.dtype) if want_bias else None
+        table.launch(
+            f"sum2_finalize_{dt.short}",
+            (table.grid1d(c),),
+            (_BLOCK,),
+            (partial, dbias, dweight, np.int64(c), np.int32(chunks)),
+        )
+    return dx, dweight, dbias
 
 
 @with_stream
@@ -985,15 +1091,20 @@ def group_norm_forward(
     out: Any = None,
 ) -> tuple[Any, Any, Any]:
     """Group norm: ``(y, mean, rstd)``, statistics float32 of shape (N, num_groups).
-    ``layout="NHWC"`` takes ``(N, *spatial, C)`` and runs on an NCHW copy."""
+    ``layout="NHWC"`` takes ``(N, *spatial, C)`` and runs natively channels-last
+    (``gn_nhwc_fwd``, no transposed copy); NCHW runs ``rownorm_fwd_mean``. x of other
+    strides is copied to a C-contiguous array first."""
     backend = backend_for(x, weight, bias, out, names=("x", "weight", "bias", "out"))
-    x, xc, dt, g, c, n, inner, w, b = _group_common(x, num_groups, weight, bias, layout)
+    x, dt, g, c, n, spatial, w, b = _group_common(x, num_groups, weight, bias, layout)
     eps = _eps(eps)
     _check_out(out, x, backend, {"x": x})
-    y, mean, rstd = _row_forward(
-        xc, n * g, (c // g) * inner, g, inner, w, b, eps, False, backend, dt
-    )
-    return _deliver(_from_nchw(y, layout), out), mean.reshape(n, g), rstd.reshape(n, g)
+    if layout == "NHWC":
+        y, mean, rstd = _gn_nhwc_forward(x, g, c, n, spatial, w, b, eps, backend, dt)
+    else:
+        y, mean, rstd = _row_forward(
+            x, n * g, (c // g) * spatial, g, spatial, w, b, eps, False, backend, dt
+        )
+    return _deliver(y, out), mean.reshape(n, g), rstd.reshape(n, g)
 
 
 @with_stream
@@ -1023,33 +1134,41 @@ def group_norm_backward(
     *,
     layout: str = "NCHW",
 ) -> tuple[Any, Any, Any]:
-    """``(dx, dweight, dbias)``, parameter gradients None where the parameter is None."""
+    """``(dx, dweight, dbias)``, parameter gradients None where the parameter is None.
+    NHWC runs natively (``gn_nhwc_bwd``, parameter gradients by
+    ``red_chlast_params_nhwc``); dy and x of other strides are copied to C-contiguous
+    arrays first."""
     backend = backend_for(dy, x, mean, rstd, weight, names=("dy", "x", "mean", "rstd", "weight"))
-    x, xc, dt, g, c, n, inner, w, b = _group_common(x, num_groups, weight, bias, layout)
+    x, dt, g, c, n, spatial, w, b = _group_common(x, num_groups, weight, bias, layout)
     dy = as_array("dy", dy)
     same_dtype(("x", "dy"), (x, dy))
     same_shape(("x", "dy"), (x, dy))
-    dyc = _dense(array_module(dy).moveaxis(dy, -1, 1)) if layout == "NHWC" else _dense(dy)
+    dy = _dense(dy)
     mean = _dense(_param("mean", _required("mean", mean), (n, g), np.float32)).reshape(-1)
     rstd = _dense(_param("rstd", _required("rstd", rstd), (n, g), np.float32)).reshape(-1)
     wgrad = w if w is not None else (array_module(x).ones((c,), x.dtype) if b is not None else None)
-    dx, dw, db = _row_backward(
-        dyc,
-        xc,
-        n * g,
-        (c // g) * inner,
-        g,
-        inner,
-        wgrad,
-        mean,
-        rstd,
-        False,
-        backend,
-        dt,
-        c,
-        b is not None,
-    )
-    return _from_nchw(dx, layout), (dw if w is not None else None), db
+    if layout == "NHWC":
+        dx, dw, db = _gn_nhwc_backward(
+            dy, x, g, c, n, spatial, wgrad, mean, rstd, b is not None, backend, dt
+        )
+    else:
+        dx, dw, db = _row_backward(
+            dy,
+            x,
+            n * g,
+            (c // g) * spatial,
+            g,
+            spatial,
+            wgrad,
+            mean,
+            rstd,
+            False,
+            backend,
+            dt,
+            c,
+            b is not None,
+        )
+    return dx, (dw if w is not None else None), db
 
 
 @with_stream
