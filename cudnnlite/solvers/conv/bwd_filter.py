@@ -183,15 +183,16 @@ def _gemm_dims(problem: ConvProblem) -> tuple[int, int, int]:
     return problem.k_per_group, problem.c_per_group * problem.filter_taps, npq
 
 
-def _chunk(npq: int, splits: int) -> int:
-    """m per split: a multiple of BK, so each split's slices start aligned."""
+def _chunk(npq: int, splits: int, bk: int = BK) -> int:
+    """m per split: a multiple of the kernel's slice depth bk, so each split's slices
+    start aligned."""
     per = -(-npq // splits)
-    return -(-per // BK) * BK
+    return -(-per // bk) * bk
 
 
-def _useful_splits(npq: int, splits: int) -> int:
+def _useful_splits(npq: int, splits: int, bk: int = BK) -> int:
     """Splits that receive at least one m after rounding the chunk up."""
-    return -(-npq // _chunk(npq, splits))
+    return -(-npq // _chunk(npq, splits, bk))
 
 
 class _GemmRunner(Runner):

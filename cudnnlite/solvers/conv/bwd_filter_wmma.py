@@ -79,20 +79,15 @@ def module_spec(dt: dtypes.DType) -> ModuleSpec:
     return ModuleSpec.make(SOURCE, [_expr(dt, t, nhwc) for t in TILES for nhwc in (False, True)])
 
 
-def _gemm_dims(problem: ConvProblem) -> tuple[int, int, int]:
-    """(rows K/g, columns C/g*R*S, reduction N*P*Q)."""
-    npq = problem.n * int(np.prod(problem.out_spatial))
-    return problem.k_per_group, problem.c_per_group * problem.filter_taps, npq
+_gemm_dims = bwd_filter._gemm_dims
 
 
 def _chunk(npq: int, splits: int) -> int:
-    """m per split, a multiple of BK."""
-    per = -(-npq // splits)
-    return -(-per // BK) * BK
+    return bwd_filter._chunk(npq, splits, BK)
 
 
 def _useful_splits(npq: int, splits: int) -> int:
-    return -(-npq // _chunk(npq, splits))
+    return bwd_filter._useful_splits(npq, splits, BK)
 
 
 class _Runner(Runner):
