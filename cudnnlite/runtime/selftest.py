@@ -41,6 +41,20 @@ WMMA_SELFTEST = ModuleSpec.make(
 )
 
 
+# The PTX-level tensor-core layer (common/mma.cuh): fragment layouts, cp.async, a pipeline.
+MMA_SELFTEST = ModuleSpec.make(
+    "selftest/mma_selftest.cu",
+    [
+        "mma_regs_f16",
+        "mma_regs_bf16",
+        "mma_regs_tf32",
+        "ldmatrix_regs",
+        "cp_async_roundtrip",
+        "mma_gemm_pipeline",
+    ],
+)
+
+
 @register("selftest")
 def selftest_specs() -> list[ModuleSpec]:
-    return [EMULATOR_SELFTEST, WMMA_SELFTEST]
+    return [EMULATOR_SELFTEST, WMMA_SELFTEST, MMA_SELFTEST]

@@ -24,7 +24,11 @@
 //  - Checks mode (CUDNNLITE_EMU_POISON): shared memory, static and dynamic, is
 //    filled with 0xFF bytes (a NaN in every float format) at each block start.
 //  - Schedule (CUDNNLITE_EMU_SCHEDULE=forward|reverse|random) orders the threads.
-//  - Not modelled: inline PTX (asm) — kernels keep a portable path under
+//  - Tensor cores: nvcuda::wmma (emu_wmma.h) and the PTX-level layer of
+//    cuda_src/common/mma.cuh (mma.sync, ldmatrix, cp.async; emu_mma.h), exact to the
+//    PTX ISA's per-lane fragment layouts.
+//  - Not modelled: inline PTX (asm) — mma.cuh is the one sanctioned user of it, and
+//    routes to emu_mma.h here; other kernels keep a portable path under
 //    CUDNNLITE_EMULATOR; texture/surface objects; cooperative groups grid sync.
 #pragma once
 
@@ -226,7 +230,7 @@ struct Site {
 };
 
 // A pending warp operation: the lanes of `mask` meet here.
-enum class WarpOp : int { kNone, kShfl, kShflUp, kShflDown, kShflXor, kBallot, kAny, kAll, kSync, kActive };
+enum class WarpOp : int { kNone, kShfl, kShflUp, kShflDown, kShflXor, kBallot, kAny, kAll, kSync, kActive, kTensor };
 
 struct WarpGroup {
     bool used = false;
@@ -244,6 +248,16 @@ struct Warp {
     int param[32];
     int width[32];
     unsigned long long result[32];
+    // Operands of a tensor-core operation (emu_mma.h): one pointer per lane.
+    const void* slot[32];
+};
+
+// cp.async copies a thread has issued and not yet completed (emu_mma.h).
+struct PendingCopy {
+    unsigned char* dst;
+    unsigned char data[16];
+    int bytes;
+    long long group;  // -1 until committed
 };
 
 struct Fiber {
@@ -259,6 +273,8 @@ struct Fiber {
     bool ping = false;            // switch-cost benchmark: yields forever
     int bar_result = 0;           // predicate count of the barrier round it left
     int bar_total = 0;            // threads of that round
+    std::vector<PendingCopy> copies;  // cp.async in flight, issue order
+    long long copy_groups = 0;        // cp.async groups committed so far
 #if defined(EMU_UCONTEXT)
     ucontext_t uc;
 #endif
@@ -304,6 +320,10 @@ struct Worker {
     // Dynamic shared memory.
     unsigned char* dyn_smem = nullptr;
     size_t dyn_smem_cap = 0;
+    // This OS thread's block of the module's TLS (its __shared__ storage), found on first
+    // use by the shared-memory address checks of emu_mma.h.
+    char* tls_start = nullptr;
+    size_t tls_size = 0;
     std::mt19937_64 rng;
 };
 
@@ -565,6 +585,7 @@ inline const char* op_name(WarpOp op) {
         case WarpOp::kAll: return "__all_sync";
         case WarpOp::kSync: return "__syncwarp";
         case WarpOp::kActive: return "__activemask";
+        case WarpOp::kTensor: return "tensor-core operation";
         default: return "?";
     }
 }
@@ -577,14 +598,17 @@ inline std::string hex(unsigned v) {
 
 // One lane arrives at a warp operation; returns its result once every live lane of
 // the mask has arrived.
+// `name` overrides the operation's name in reports; lanes meet only at the same name.
 inline unsigned long long warp_exchange(WarpOp op, unsigned mask, unsigned long long value, int param,
-                                        int width, const char* file, int line) {
-    Fiber* f = current_fiber(op_name(op));
+                                        int width, const char* file, int line,
+                                        const char* name = nullptr) {
+    if (!name) name = op_name(op);
+    Fiber* f = current_fiber(name);
     Worker& w = worker();
     int warp_index = f->linear / 32;
     int lane = f->linear % 32;
     Warp& warp = w.warps[warp_index];
-    Site site{file, line, op_name(op)};
+    Site site{file, line, name};
     if (op == WarpOp::kActive) {
         // The lanes that meet here: every live lane of the warp, or the group's.
         mask = warp.live;
@@ -608,7 +632,7 @@ inline unsigned long long warp_exchange(WarpOp op, unsigned mask, unsigned long 
                  site_name(site) + " with mask " + hex(mask) + " while lanes wait in " +
                  site_name(g.site) + " with overlapping mask " + hex(g.mask));
     }
-    if (group && group->op != op)
+    if (group && (group->op != op || strcmp(group->site.what, name) != 0))
         fail("divergent warp operation in warp " + std::to_string(warp_index) + ": lane " +
              std::to_string(lane) + " at " + site_name(site) + " while lanes of mask " + hex(mask) +
              " wait at " + site_name(group->site));
@@ -687,9 +711,24 @@ inline void convert_to_fiber_mode(Worker& w) {
     while (w.next_plain < (int)w.order.size()) start_thread_fiber(w, w.order[w.next_plain++]);
 }
 
+inline void complete_copies(Fiber* f, long long upto_group, bool all);
+
 inline void run_thread_body(Worker& w, Fiber* f) {
-    (void)f;
+    f->copies.clear();
+    f->copy_groups = 0;
     w.thunk(w.args, w.kfn);
+    complete_copies(f, 0, true);  // an exiting thread's copies still land
+}
+
+// Writes the cp.async data of every copy in groups <= upto_group (all: every copy).
+inline void complete_copies(Fiber* f, long long upto_group, bool all) {
+    size_t kept = 0;
+    for (size_t i = 0; i < f->copies.size(); ++i) {
+        PendingCopy& c = f->copies[i];
+        if (all || (c.group >= 0 && c.group <= upto_group)) memcpy(c.dst, c.data, c.bytes);
+        else f->copies[kept++] = c;
+    }
+    f->copies.resize(kept);
 }
 
 // Called on a fresh fiber stack.
@@ -1097,6 +1136,10 @@ inline unsigned activemask(const char* file, int line) {
 // Tensor-core fragments (nvcuda::wmma), warp-collective on the emulator.
 #if __has_include("emu_wmma.h")
 #include "emu_wmma.h"
+#endif
+// The PTX-level layer of cuda_src/common/mma.cuh: mma.sync, ldmatrix, cp.async.
+#if __has_include("emu_mma.h")
+#include "emu_mma.h"
 #endif
 
 // Dynamic shared memory (see cuda_src/common/cudnnlite.cuh for the CUDA side).

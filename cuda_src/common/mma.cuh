@@ -1,0 +1,239 @@
+// mma.cuh — the warp-level tensor-core layer: mma.sync, ldmatrix and cp.async.
+//
+// Every tensor-core kernel (convolution in every direction, attention, RNN GEMMs) uses
+// these functions and never writes `asm` of its own. Under NVRTC each one is a single
+// PTX instruction; under the CPU emulator (CUDNNLITE_EMULATOR) each is a warp-collective
+// operation of emu_mma.h that implements the PTX ISA's per-lane fragment layout exactly,
+// so a kernel that assumes the wrong layout computes wrong numbers on the CPU too.
+//
+// Fragment layouts (PTX ISA, "Matrix fragments for mma.m16n8k16 / m16n8k8"), with
+// g = lane >> 2 (groupID) and t = lane & 3 (threadID_in_group):
+//   m16n8k16 f16/bf16, A (16 x 16, row): 4 x b32, each two 16-bit values (low half first)
+//     a[0] = A[g][2t, 2t+1]     a[1] = A[g+8][2t, 2t+1]
+//     a[2] = A[g][2t+8, 2t+9]   a[3] = A[g+8][2t+8, 2t+9]
+//   B (16 x 8, col): b[0] = B[2t, 2t+1][g]   b[1] = B[2t+8, 2t+9][g]
+//   C, D (16 x 8, f32): c[0..1] = C[g][2t, 2t+1]   c[2..3] = C[g+8][2t, 2t+1]
+//   m16n8k8 tf32, A (16 x 8): a[0] = A[g][t]  a[1] = A[g+8][t]  a[2] = A[g][t+4]
+//     a[3] = A[g+8][t+4];  B (8 x 8): b[0] = B[t][g]  b[1] = B[t+4][g];  C, D as above.
+//   ldmatrix .m8n8 .b16: lanes 8i..8i+7 give the row addresses (16 bytes each, 16-byte
+//     aligned, shared memory) of matrix i; lane l receives r[i] = M_i[l/4][2(l%4), +1],
+//     or with .trans r[i] = M_i[2(l%4), +1][l/4] (the transposed matrix).
+//   So for a row-major A tile in shared memory, ldmatrix_x4 with lane l pointing at row
+//   (l % 16), column 8 * (l / 16) yields a[0..3] directly; for a B tile stored n-major
+//   (k contiguous), ldmatrix_x4 with lane l at row (l % 8) + 8 * (l / 16), column
+//   8 * ((l / 8) % 2) yields b[0..1] of two n8 tiles; a k-major B tile uses .trans.
+//
+// cp.async: a 4, 8 or 16 byte copy from global to shared memory that completes only at
+// cp_async_wait<N>() (this thread's committed groups but the newest N are done); other
+// threads see the data after a barrier. `valid == false` writes zeros and reads nothing
+// (padding and tile edges). The emulator fills the destination with 0xFF (NaN in every
+// float format) at issue and writes the data at the wait, so a missing wait or barrier
+// shows up as NaN on the CPU.
+//
+// Architectures: ldmatrix sm_75+; mma f16 sm_75+ (two m16n8k8 below sm_80); bf16 and
+// tf32 mma sm_80+ (trap below); cp.async sm_80+ (a synchronous copy below).
+#pragma once
+
+#include "common/cudnnlite.cuh"
+
+#if defined(CUDNNLITE_EMULATOR) || !defined(__CUDA_ARCH__) || __CUDA_ARCH__ >= 800
+#define CL_MMA_SM80 1
+#else
+#define CL_MMA_SM80 0
+#endif
+
+namespace cl {
+namespace mma {
+
+// ------------------------------------------------------------------ tf32
+// cvt.rna.tf32.f32: nearest, ties away from zero, to a 10-bit mantissa (returned as the
+// b32 register an m16n8k8 tf32 fragment holds).
+__device__ __forceinline__ unsigned to_tf32(float x) {
+#ifdef CUDNNLITE_EMULATOR
+    float r = nvcuda::wmma::__float_to_tf32(x);
+    unsigned u;
+    memcpy(&u, &r, 4);
+    return u;
+#elif CL_MMA_SM80
+    unsigned u;
+    asm("cvt.rna.tf32.f32 %0, %1;" : "=r"(u) : "f"(x));
+    return u;
+#else
+    return __float_as_uint(x);
+#endif
+}
+
+// ------------------------------------------------------------------ packing
+// Two 16-bit values in one b32 register, the first in the low half (PTX order).
+template <typename T>
+__device__ __forceinline__ unsigned pack2(T lo, T hi) {
+    unsigned short l, h;
+    memcpy(&l, &lo, 2);
+    memcpy(&h, &hi, 2);
+    return (unsigned)l | ((unsigned)h << 16);
+}
+
+#ifndef CUDNNLITE_EMULATOR
+__device__ __forceinline__ unsigned smem_addr(const void* p) {
+    return (unsigned)__cvta_generic_to_shared(p);
+}
+#endif
+
+// ------------------------------------------------------------------ ldmatrix
+// N = 1, 2 or 4 matrices of 8 x 8 16-bit values; `row` is this lane's row address.
+template <int N, bool Trans>
+__device__ __forceinline__ void ldmatrix(unsigned (&r)[N], const void* row) {
+    static_assert(N == 1 || N == 2 || N == 4, "ldmatrix: 1, 2 or 4 matrices");
+#ifdef CUDNNLITE_EMULATOR
+    ::emu::tc::ldmatrix(N, Trans, r, row);
+#else
+    const unsigned a = smem_addr(row);
+    if constexpr (N == 1 && !Trans)
+        asm volatile("ldmatrix.sync.aligned.m8n8.x1.shared.b16 {%0}, [%1];" : "=r"(r[0]) : "r"(a));
+    if constexpr (N == 1 && Trans)
+        asm volatile("ldmatrix.sync.aligned.m8n8.x1.trans.shared.b16 {%0}, [%1];"
+                     : "=r"(r[0]) : "r"(a));
+    if constexpr (N == 2 && !Trans)
+        asm volatile("ldmatrix.sync.aligned.m8n8.x2.shared.b16 {%0, %1}, [%2];"
+                     : "=r"(r[0]), "=r"(r[1]) : "r"(a));
+    if constexpr (N == 2 && Trans)
+        asm volatile("ldmatrix.sync.aligned.m8n8.x2.trans.shared.b16 {%0, %1}, [%2];"
+                     : "=r"(r[0]), "=r"(r[1]) : "r"(a));
+    if constexpr (N == 4 && !Trans)
+        asm volatile("ldmatrix.sync.aligned.m8n8.x4.shared.b16 {%0, %1, %2, %3}, [%4];"
+                     : "=r"(r[0]), "=r"(r[1]), "=r"(r[2]),
+                       "=r"(r[3])
+                     : "r"(a));
+    if constexpr (N == 4 && Trans)
+        asm volatile("ldmatrix.sync.aligned.m8n8.x4.trans.shared.b16 {%0, %1, %2, %3}, [%4];"
+                     : "=r"(r[0]), "=r"(r[1]), "=r"(r[2]),
+                       "=r"(r[3])
+                     : "r"(a));
+#endif
+}
+
+template <int N> __device__ __forceinline__ void ldmatrix(unsigned (&r)[N], const void* row) {
+    ldmatrix<N, false>(r, row);
+}
+template <int N> __device__ __forceinline__ void ldmatrix_trans(unsigned (&r)[N], const void* row) {
+    ldmatrix<N, true>(r, row);
+}
+
+// ------------------------------------------------------------------ mma.sync
+// d = a * b + c, fp32 accumulation; T = __half or __nv_bfloat16 (the input type).
+template <typename T>
+__device__ __forceinline__ void mma_m16n8k16(float (&d)[4], const unsigned (&a)[4],
+                                             const unsigned (&b)[2], const float (&c)[4]);
+
+template <>
+__device__ __forceinline__ void mma_m16n8k16<__half>(float (&d)[4], const unsigned (&a)[4],
+                                                     const unsigned (&b)[2], const float (&c)[4]) {
+#ifdef CUDNNLITE_EMULATOR
+    ::emu::tc::mma(::emu::tc::kF16, d, a, b, c);
+#elif CL_MMA_SM80
+    asm volatile(
+        "mma.sync.aligned.m16n8k16.row.col.f32.f16.f16.f32 {%0, %1, %2, %3}, {%4, %5, %6, %7}, "
+        "{%8, %9}, {%10, %11, %12, %13};"
+        : "=f"(d[0]), "=f"(d[1]), "=f"(d[2]), "=f"(d[3])
+        : "r"(a[0]), "r"(a[1]), "r"(a[2]), "r"(a[3]), "r"(b[0]), "r"(b[1]), "f"(c[0]), "f"(c[1]),
+          "f"(c[2]), "f"(c[3]));
+#elif __CUDA_ARCH__ >= 750
+    // Turing: two k8 halves; a[0..1], b[0] hold k 0..7 and a[2..3], b[1] k 8..15.
+    float t[4];
+    asm volatile(
+        "mma.sync.aligned.m16n8k8.row.col.f32.f16.f16.f32 {%0, %1, %2, %3}, {%4, %5}, {%6}, "
+        "{%7, %8, %9, %10};"
+        : "=f"(t[0]), "=f"(t[1]), "=f"(t[2]), "=f"(t[3])
+        : "r"(a[0]), "r"(a[1]), "r"(b[0]), "f"(c[0]), "f"(c[1]), "f"(c[2]), "f"(c[3]));
+    asm volatile(
+        "mma.sync.aligned.m16n8k8.row.col.f32.f16.f16.f32 {%0, %1, %2, %3}, {%4, %5}, {%6}, "
+        "{%7, %8, %9, %10};"
+        : "=f"(d[0]), "=f"(d[1]), "=f"(d[2]), "=f"(d[3])
+        : "r"(a[2]), "r"(a[3]), "r"(b[1]), "f"(t[0]), "f"(t[1]), "f"(t[2]), "f"(t[3]));
+#else
+    __trap();
+#endif
+}
+
+template <>
+__device__ __forceinline__ void mma_m16n8k16<__nv_bfloat16>(float (&d)[4], const unsigned (&a)[4],
+                                                            const unsigned (&b)[2],
+                                                            const float (&c)[4]) {
+#ifdef CUDNNLITE_EMULATOR
+    ::emu::tc::mma(::emu::tc::kBF16, d, a, b, c);
+#elif CL_MMA_SM80
+    asm volatile(
+        "mma.sync.aligned.m16n8k16.row.col.f32.bf16.bf16.f32 {%0, %1, %2, %3}, {%4, %5, %6, %7}, "
+        "{%8, %9}, {%10, %11, %12, %13};"
+        : "=f"(d[0]), "=f"(d[1]), "=f"(d[2]), "=f"(d[3])
+        : "r"(a[0]), "r"(a[1]), "r"(a[2]), "r"(a[3]), "r"(b[0]), "r"(b[1]), "f"(c[0]), "f"(c[1]),
+          "f"(c[2]), "f"(c[3]));
+#else
+    __trap();
+#endif
+}
+
+// d = a * b + c with TF32 inputs (registers from to_tf32; the hardware reads 19 bits).
+__device__ __forceinline__ void mma_m16n8k8_tf32(float (&d)[4], const unsigned (&a)[4],
+                                                 const unsigned (&b)[2], const float (&c)[4]) {
+#ifdef CUDNNLITE_EMULATOR
+    ::emu::tc::mma(::emu::tc::kTF32, d, a, b, c);
+#elif CL_MMA_SM80
+    asm volatile(
+        "mma.sync.aligned.m16n8k8.row.col.f32.tf32.tf32.f32 {%0, %1, %2, %3}, {%4, %5, %6, %7}, "
+        "{%8, %9}, {%10, %11, %12, %13};"
+        : "=f"(d[0]), "=f"(d[1]), "=f"(d[2]), "=f"(d[3])
+        : "r"(a[0]), "r"(a[1]), "r"(a[2]), "r"(a[3]), "r"(b[0]), "r"(b[1]), "f"(c[0]), "f"(c[1]),
+          "f"(c[2]), "f"(c[3]));
+#else
+    __trap();
+#endif
+}
+
+// ------------------------------------------------------------------ cp.async
+// Bytes = 4, 8 or 16; dst in shared memory, src in global memory, both Bytes-aligned.
+template <int Bytes>
+__device__ __forceinline__ void cp_async(void* dst, const void* src, bool valid) {
+    static_assert(Bytes == 4 || Bytes == 8 || Bytes == 16, "cp.async copies 4, 8 or 16 bytes");
+#ifdef CUDNNLITE_EMULATOR
+    ::emu::tc::cp_async(dst, src, Bytes, valid);
+#elif CL_MMA_SM80
+    const unsigned d = smem_addr(dst);
+    const int src_size = valid ? Bytes : 0;  // 0: nothing is read, Bytes zeros are written
+    if constexpr (Bytes == 16)
+        asm volatile("cp.async.cg.shared.global [%0], [%1], 16, %2;" ::"r"(d), "l"(src),
+                     "r"(src_size)
+                     : "memory");
+    else
+        asm volatile("cp.async.ca.shared.global [%0], [%1], %2, %3;" ::"r"(d), "l"(src),
+                     "n"(Bytes), "r"(src_size)
+                     : "memory");
+#else
+    // Older GPUs: a plain synchronous copy (the data is there before the wait).
+    unsigned v[Bytes / 4];
+    for (int i = 0; i < Bytes / 4; ++i) v[i] = valid ? static_cast<const unsigned*>(src)[i] : 0u;
+    for (int i = 0; i < Bytes / 4; ++i) static_cast<unsigned*>(dst)[i] = v[i];
+#endif
+}
+
+// Closes the group of this thread's cp.async issued since the last commit.
+__device__ __forceinline__ void cp_async_commit() {
+#ifdef CUDNNLITE_EMULATOR
+    ::emu::tc::cp_async_commit();
+#elif CL_MMA_SM80
+    asm volatile("cp.async.commit_group;" ::: "memory");
+#endif
+}
+
+// Waits until at most N of this thread's committed groups are still in flight.
+template <int N>
+__device__ __forceinline__ void cp_async_wait() {
+#ifdef CUDNNLITE_EMULATOR
+    ::emu::tc::cp_async_wait(N);
+#elif CL_MMA_SM80
+    asm volatile("cp.async.wait_group %0;" ::"n"(N) : "memory");
+#endif
+}
+
+}  // namespace mma
+}  // namespace cl

@@ -1,0 +1,208 @@
+// emu_mma.h — the emulator's side of cuda_src/common/mma.cuh: mma.sync, ldmatrix and
+// cp.async as the PTX ISA defines them, lane by lane.
+//
+// Included by cuda_emu.h after emu_wmma.h. Kernels never call these directly; they call
+// cl::mma::* (mma.cuh), which routes here under CUDNNLITE_EMULATOR.
+//
+// Model
+//  - mma.sync and ldmatrix are `.sync.aligned`: every lane of the warp must execute the
+//    same instruction, converged. Here each lane publishes a pointer to its operands in
+//    the warp's slot table and the 32 lanes meet (a warp rendezvous named after the
+//    instruction, so two lanes at different tensor-core instructions are a divergence
+//    error); each lane then reads the other lanes' operands and computes its own result
+//    from the PTX fragment layout; a second meeting keeps every lane's operands alive
+//    until all have read them. A warp with fewer than 32 live lanes (a partial warp, or
+//    lanes that exited) is an error: undefined behaviour on a GPU.
+//  - mma.sync: d = c + sum_k a_k * b_k in k order, in fp32. Products of fp16, bf16 and
+//    tf32 values are exact in fp32, so only the additions round (the GPU's adder tree
+//    is unspecified). TF32 operands keep their top 19 bits, as the hardware reads them.
+//  - ldmatrix: row addresses must be 16-byte aligned and in shared memory.
+//  - cp.async: the source is read at issue (nothing when !valid), the destination is
+//    filled with 0xFF at issue (NaN in every float format) and gets the data when the
+//    issuing thread's cp_async_wait covers its group. Other threads see it whenever
+//    they look after that, which on a GPU needs a barrier: a missing wait or barrier
+//    reads NaN in some schedule. The copies of an exiting thread complete at its exit.
+#pragma once
+
+namespace emu {
+namespace tc {
+
+enum Kind { kF16, kBF16, kTF32 };
+
+inline Worker& worker_checked(const char* what) {
+    Worker* w = t_worker;
+    if (!w || !w->current) {
+        fprintf(stderr, "cudnnlite emulator: %s called outside a kernel\n", what);
+        abort();
+    }
+    return *w;
+}
+
+// ------------------------------------------------------------------ shared memory
+inline bool in_shared_memory(const void* p, size_t bytes) {
+    Worker& w = worker();
+    const char* c = static_cast<const char*>(p);
+    const char* dyn = reinterpret_cast<const char*>(w.dyn_smem);
+    if (dyn && c >= dyn && c + bytes <= dyn + w.cfg->shared_bytes) return true;
+    if (!w.tls_start) {
+        void* handle = module_handle();
+        void* block = nullptr;
+        if (handle && dlinfo(handle, RTLD_DI_TLS_DATA, &block) == 0 && block) {
+            w.tls_start = static_cast<char*>(block);
+            w.tls_size = module_tls_size();
+        }
+    }
+    return w.tls_start && c >= w.tls_start && c + bytes <= w.tls_start + w.tls_size;
+}
+
+inline std::string ptr_text(const void* p) {
+    char buf[32];
+    snprintf(buf, sizeof buf, "%p", p);
+    return buf;
+}
+
+// ------------------------------------------------------------------ warp collectives
+// Publishes `mine`, meets the whole warp, and returns the warp's slot table.
+inline const void* const* collective_begin(const char* what, const void* mine) {
+    Fiber* f = current_fiber(what);
+    Worker& w = worker();
+    Warp& warp = w.warps[f->linear / 32];
+    const int lane = f->linear % 32;
+    warp.slot[lane] = mine;
+    warp_exchange(WarpOp::kTensor, 0xffffffffu, 0, 0, 32, "mma.cuh", 0, what);
+    if (warp.live != 0xffffffffu)
+        fail(std::string(what) + " needs all 32 lanes of warp " + std::to_string(f->linear / 32) +
+             " (.sync.aligned); live lanes: " + hex(warp.live) +
+             " (a partial warp or lanes that exited: undefined behaviour on a GPU)");
+    return warp.slot;
+}
+
+inline void collective_end(const char* what_end) {
+    warp_exchange(WarpOp::kTensor, 0xffffffffu, 0, 0, 32, "mma.cuh", 0, what_end);
+}
+
+// ------------------------------------------------------------------ ldmatrix
+inline void ldmatrix(int count, bool trans, unsigned* r, const void* row) {
+    const char* what = trans ? "ldmatrix.trans" : "ldmatrix";
+    if (reinterpret_cast<uintptr_t>(row) % 16)
+        fail(std::string(what) + ": row address " + ptr_text(row) + " is not 16-byte aligned");
+    if (!in_shared_memory(row, 16))
+        fail(std::string(what) + ": row address " + ptr_text(row) + " is not in shared memory");
+    const void* const* rows = collective_begin(what, row);
+    const int lane = worker().current->linear % 32;
+    for (int i = 0; i < count; ++i) {
+        unsigned short v[2];
+        for (int e = 0; e < 2; ++e) {
+            // Non-transposed: element (lane/4, 2(lane%4)+e) of matrix i; transposed: the
+            // element at row 2(lane%4)+e, column lane/4.
+            const int rr = trans ? 2 * (lane % 4) + e : lane / 4;
+            const int cc = trans ? lane / 4 : 2 * (lane % 4) + e;
+            const unsigned char* base = static_cast<const unsigned char*>(rows[8 * i + rr]);
+            memcpy(&v[e], base + 2 * cc, 2);
+        }
+        r[i] = (unsigned)v[0] | ((unsigned)v[1] << 16);
+    }
+    collective_end(trans ? "ldmatrix.trans (end)" : "ldmatrix (end)");
+}
+
+// ------------------------------------------------------------------ mma.sync
+struct MmaOperands {
+    const unsigned* a;
+    const unsigned* b;
+};
+
+inline float element_value(Kind kind, unsigned reg, int half) {
+    if (kind == kTF32) {
+        unsigned u = reg & 0xffffe000u;  // the 19 bits the hardware reads
+        float f;
+        memcpy(&f, &u, 4);
+        return f;
+    }
+    unsigned short bits = (unsigned short)(reg >> (16 * half));
+    if (kind == kF16) {
+        __half h;
+        memcpy(&h, &bits, 2);
+        return __half2float(h);
+    }
+    __nv_bfloat16 b;
+    memcpy(&b, &bits, 2);
+    return __bfloat162float(b);
+}
+
+// A[row][k] from the lanes' a registers (16 x K, K = 16 or 8 for tf32).
+inline float a_at(Kind kind, const void* const* ops, int row, int k) {
+    if (kind == kTF32) {
+        const int lane = (row % 8) * 4 + k % 4;
+        const int reg = row / 8 + 2 * (k / 4);
+        return element_value(kind, static_cast<const MmaOperands*>(ops[lane])->a[reg], 0);
+    }
+    const int lane = (row % 8) * 4 + (k % 8) / 2;
+    const int reg = row / 8 + 2 * (k / 8);
+    return element_value(kind, static_cast<const MmaOperands*>(ops[lane])->a[reg], k % 2);
+}
+
+// B[k][n] from the lanes' b registers (K x 8).
+inline float b_at(Kind kind, const void* const* ops, int k, int n) {
+    if (kind == kTF32) {
+        const int lane = n * 4 + k % 4;
+        return element_value(kind, static_cast<const MmaOperands*>(ops[lane])->b[k / 4], 0);
+    }
+    const int lane = n * 4 + (k % 8) / 2;
+    return element_value(kind, static_cast<const MmaOperands*>(ops[lane])->b[k / 8], k % 2);
+}
+
+inline void mma(Kind kind, float* d, const unsigned* a, const unsigned* b, const float* c) {
+    const char* what = kind == kF16    ? "mma.sync.m16n8k16.f16"
+                       : kind == kBF16 ? "mma.sync.m16n8k16.bf16"
+                                       : "mma.sync.m16n8k8.tf32";
+    MmaOperands mine{a, b};
+    const void* const* ops = collective_begin(what, &mine);
+    const int lane = worker().current->linear % 32;
+    const int g = lane >> 2, t = lane & 3;
+    const int K = kind == kTF32 ? 8 : 16;
+    float out[4];
+    for (int i = 0; i < 4; ++i) {
+        const int row = g + 8 * (i / 2), col = 2 * t + i % 2;
+        float acc = c[i];
+        for (int k = 0; k < K; ++k) acc = acc + a_at(kind, ops, row, k) * b_at(kind, ops, k, col);
+        out[i] = acc;
+    }
+    collective_end("mma.sync (end)");
+    for (int i = 0; i < 4; ++i) d[i] = out[i];  // d may alias c
+}
+
+// ------------------------------------------------------------------ cp.async
+inline void cp_async(void* dst, const void* src, int bytes, bool valid) {
+    Worker& w = worker_checked("cp.async");
+    Fiber* f = w.current;
+    if (reinterpret_cast<uintptr_t>(dst) % bytes || (valid && reinterpret_cast<uintptr_t>(src) % bytes))
+        fail("cp.async of " + std::to_string(bytes) + " bytes: addresses " + ptr_text(dst) + " <- " +
+             ptr_text(src) + " are not " + std::to_string(bytes) + "-byte aligned");
+    if (!in_shared_memory(dst, bytes))
+        fail("cp.async: destination " + ptr_text(dst) + " is not in shared memory");
+    if (valid && in_shared_memory(src, bytes))
+        fail("cp.async: source " + ptr_text(src) + " is in shared memory (it must be global)");
+    PendingCopy c;
+    c.dst = static_cast<unsigned char*>(dst);
+    c.bytes = bytes;
+    c.group = -1;
+    if (valid) memcpy(c.data, src, bytes);
+    else memset(c.data, 0, bytes);
+    memset(dst, 0xFF, bytes);  // poisoned until the wait
+    f->copies.push_back(c);
+}
+
+inline void cp_async_commit() {
+    Fiber* f = worker_checked("cp.async.commit_group").current;
+    long long g = ++f->copy_groups;
+    for (PendingCopy& c : f->copies)
+        if (c.group < 0) c.group = g;
+}
+
+inline void cp_async_wait(int n) {
+    Fiber* f = worker_checked("cp.async.wait_group").current;
+    complete_copies(f, f->copy_groups - n, false);
+}
+
+}  // namespace tc
+}  // namespace emu
