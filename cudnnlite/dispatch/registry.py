@@ -50,6 +50,22 @@ _ENTRIES: tuple[tuple[str, str], ...] = (
         "conv_bwd_filter_wmma_implicit_gemm",
         "cudnnlite.solvers.conv.bwd_filter_wmma:WmmaSplitKSolver",
     ),
+    # cuBLAS GEMMs (cuda) / NumPy matmul (emulator): 1x1 without a copy, im2col/col2im
+    ("conv_fwd_gemm_cublas_1x1", "cudnnlite.solvers.conv.gemm_cublas:Gemm1x1Solver"),
+    ("conv_fwd_im2col_gemm_cublas", "cudnnlite.solvers.conv.gemm_cublas:Im2colSolver"),
+    ("conv_bwd_data_gemm_cublas_1x1", "cudnnlite.solvers.conv.gemm_cublas_bwd:BwdData1x1Solver"),
+    (
+        "conv_bwd_data_col2im_gemm_cublas",
+        "cudnnlite.solvers.conv.gemm_cublas_bwd:BwdDataCol2imSolver",
+    ),
+    (
+        "conv_bwd_filter_gemm_cublas_1x1",
+        "cudnnlite.solvers.conv.gemm_cublas_bwd:BwdFilter1x1Solver",
+    ),
+    (
+        "conv_bwd_filter_im2col_gemm_cublas",
+        "cudnnlite.solvers.conv.gemm_cublas_bwd:BwdFilterIm2colSolver",
+    ),
 )
 
 NAMES = tuple(name for name, _ in _ENTRIES)
