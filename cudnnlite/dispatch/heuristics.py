@@ -18,6 +18,23 @@ WINO_2 = "conv_fwd_winograd_f2x2_3x3"
 WINO_4 = "conv_fwd_winograd_f4x4_3x3"
 WINO_FUSED = "conv_fwd_winograd_fused_f2x2_3x3"
 WMMA = "conv_fwd_wmma_implicit_gemm"
+CUBLAS_1X1 = "conv_fwd_gemm_cublas_1x1"
+BWD_DATA_CUBLAS_1X1 = "conv_bwd_data_gemm_cublas_1x1"
+BWD_FILTER_CUBLAS_1X1 = "conv_bwd_filter_gemm_cublas_1x1"
+
+
+def _cublas_pointwise(p: ConvProblem, caps: Capabilities) -> bool:
+    """A large pointwise NHWC layer on a GPU: one cuBLAS GEMM on the tensors as they are
+    (x[NHW, C] @ w[K, C]^T and its transposes), which a vendor GEMM runs faster than our
+    tiles. Not on the emulator (NumPy's matmul there says nothing about the GPU) and not
+    for NCHW, where backward filter takes one GEMM per image. Unmeasured on a GPU: the
+    thresholds only keep tiny GEMMs (launch-bound) on our kernels."""
+    if caps.emulator or not p.pointwise or not p.channels_last or p.groups != 1:
+        return False
+    pixels = p.n
+    for v in p.spatial:
+        pixels *= v
+    return pixels >= 4096 and min(p.c, p.k) >= 64
 
 
 def conv_fwd_ranking(p: ConvProblem, caps: Capabilities) -> list[str]:
@@ -35,7 +52,8 @@ def conv_fwd_ranking(p: ConvProblem, caps: Capabilities) -> list[str]:
         # GEMM-based methods waste the tile on a channel of one: direct wins.
         return [DEPTHWISE, DIRECT]
     if p.pointwise:
-        return ([WMMA] if tensor_cores else []) + [GEMM_1X1, IGEMM, DIRECT]
+        cublas = [CUBLAS_1X1] if _cublas_pointwise(p, caps) else []
+        return cublas + ([WMMA] if tensor_cores else []) + [GEMM_1X1, IGEMM, DIRECT]
     if winograd_shape and min(p.c_per_group, p.k_per_group) >= 16:
         # Winograd's transforms pay off once there are enough channels to amortize
         # them; F(4x4) cuts more multiplies but needs tiles of 4 outputs to fill.
@@ -78,7 +96,8 @@ def conv_bwd_data_ranking(p: ConvProblem, caps: Capabilities) -> list[str]:
     if p.depthwise:
         return [BWD_DATA_DIRECT]
     wino = p.filter == (3, 3) and p.dilations == (1, 1) and p.groups == 1
-    ranked = [BWD_DATA_WMMA] if _tensor_cores(p, caps) else []
+    ranked = [BWD_DATA_CUBLAS_1X1] if _cublas_pointwise(p, caps) else []
+    ranked += [BWD_DATA_WMMA] if _tensor_cores(p, caps) else []
     if wino and min(p.c_per_group, p.k_per_group) >= 16:
         big = min(p.spatial) >= 8
         ranked += [BWD_DATA_WINO_4, BWD_DATA_WINO_2] if big else [BWD_DATA_WINO_2, BWD_DATA_WINO_4]
@@ -101,7 +120,8 @@ def conv_bwd_filter_ranking(p: ConvProblem, caps: Capabilities) -> list[str]:
     if p.depthwise or p.k_per_group * p.c_per_group * p.filter_taps < 32 * 32:
         return [BWD_FILTER_DIRECT, BWD_FILTER_IGEMM]
     wmma = [BWD_FILTER_WMMA] if p.dtype != "fp32" and _tensor_cores(p, caps) else []
-    return wmma + [BWD_FILTER_IGEMM, BWD_FILTER_ATOMIC, BWD_FILTER_DIRECT]
+    cublas = [BWD_FILTER_CUBLAS_1X1] if _cublas_pointwise(p, caps) else []
+    return cublas + wmma + [BWD_FILTER_IGEMM, BWD_FILTER_ATOMIC, BWD_FILTER_DIRECT]
 
 
 RANKINGS = {
