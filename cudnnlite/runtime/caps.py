@@ -20,6 +20,11 @@ class Capabilities:
     def tf32_tensor_cores(self) -> bool:
         return self.bf16_tensor_cores
 
+    @property
+    def mma_sync(self) -> bool:
+        """The PTX tensor-core layer (common/mma.cuh): ldmatrix and mma.sync, sm_75+."""
+        return self.emulator or self.sm >= 75
+
 
 _MAX_SMEM = {
     70: 96 * 1024,

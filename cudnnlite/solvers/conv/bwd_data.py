@@ -278,3 +278,8 @@ class WmmaImplicitGemmSolver(_RotatedForwardSolver):
 class ImplicitGemmRotatedSolver(_RotatedForwardSolver):
     name = "conv_bwd_data_implicit_gemm_rotated"
     forward_name = "conv_fwd_implicit_gemm"
+
+
+class TcImplicitGemmSolver(_RotatedForwardSolver):
+    name = "conv_bwd_data_tc_implicit_gemm"
+    forward_name = "conv_fwd_tc_implicit_gemm"

@@ -1,0 +1,168 @@
+// tc_gemm.cuh — the multistage tensor-core GEMM main loop every tensor-core convolution
+// (and later attention and RNN projections) builds on. A consumer brings a Loader (which
+// global elements go into each shared-memory tile, as cp.async copies) and an epilogue;
+// the main loop, the shared-memory layout and the fragment loads are here, once.
+//
+// Shape: the block computes a BM x BN tile of C = A * B (A: M x Kred, B: Kred x N),
+// BK of the reduction per stage, STAGES stages of cp.async in flight; warps tile the
+// block in WM x WN warp tiles of m16n8k16 MMAs (fp32 accumulators in registers).
+//
+// Shared-memory tiles hold 16-bit elements in rows of 16-byte chunks, XOR-swizzled so
+// that the 8 row addresses of every ldmatrix phase fall in 8 different bank groups:
+//   A_ROWS_K = false: A tile [BM][BK] (reduction contiguous) -> ldmatrix
+//   A_ROWS_K = true:  A tile [BK][BM] (m contiguous)         -> ldmatrix.trans
+//   B_ROWS_K = false: B tile [BN][BK] (reduction contiguous) -> ldmatrix
+//   B_ROWS_K = true:  B tile [BK][BN] (n contiguous)         -> ldmatrix.trans
+// (fragment layouts and lane addressing: common/mma.cuh).
+//
+// Loader contract: `load(As, Bs)` issues the cp.async copies of the next reduction tile
+// into one stage (zero-fill out of range), then advances to the following tile. The main
+// loop commits one group per stage (empty past the end) and waits with STAGES - 2 groups
+// in flight, so one barrier per tile both publishes the landed stage and frees the stage
+// it refills next.
+#pragma once
+
+#include "common/mma.cuh"
+
+namespace tc {
+
+// The chunk index (16 bytes = 8 elements) of (row, chunk) in a swizzled tile with COLS
+// 16-bit elements per row: 8 consecutive rows' chunks land in 8 distinct bank groups.
+template <int COLS>
+__device__ __forceinline__ int swizzle(int row, int chunk) {
+    constexpr int kChunks = COLS / 8;
+    constexpr int kDiv = kChunks >= 8 ? 1 : 8 / kChunks;
+    constexpr int kMod = kChunks >= 8 ? 8 : kChunks;
+    return chunk ^ ((row / kDiv) % kMod);
+}
+
+// Element offset of (row, col) in a swizzled [rows][COLS] tile.
+template <int COLS>
+__device__ __forceinline__ int tile_offset(int row, int col) {
+    return row * COLS + swizzle<COLS>(row, col >> 3) * 8 + (col & 7);
+}
+
+template <typename T_, int BM_, int BN_, int BK_, int WM_, int WN_, int STAGES_, bool A_ROWS_K_,
+          bool B_ROWS_K_>
+struct Gemm {
+    typedef T_ T;
+    enum {
+        BM = BM_, BN = BN_, BK = BK_, WM = WM_, WN = WN_, STAGES = STAGES_,
+        WARPS_M = BM / WM, WARPS_N = BN / WN, THREADS = WARPS_M * WARPS_N * 32,
+        MF = WM / 16, NF = WN / 8,  // m16 and n8 fragments per warp
+        A_TILE = BM * BK, B_TILE = BN * BK,
+        PIPE_BYTES = STAGES * (A_TILE + B_TILE) * 2,
+    };
+    static const bool A_ROWS_K = A_ROWS_K_, B_ROWS_K = B_ROWS_K_;
+    static_assert(BM % WM == 0 && BN % WN == 0, "warp tiles must tile the block");
+    static_assert(WM % 16 == 0 && WN % 16 == 0 && BK % 16 == 0, "m16n8k16 granularity");
+    static_assert(STAGES >= 2, "at least double buffering");
+    static_assert(sizeof(T) == 2, "16-bit inputs");
+
+    typedef float Acc[MF][NF][4];
+
+    __device__ static void load_a(const T* As, int wm0, int ks, unsigned (&a)[MF][4]) {
+        const int lane = threadIdx.x & 31;
+#pragma unroll
+        for (int i = 0; i < MF; ++i) {
+            if (!A_ROWS_K) {
+                const int row = wm0 + 16 * i + (lane & 15), col = ks + (lane >> 4) * 8;
+                cl::mma::ldmatrix<4>(a[i], As + tile_offset<BK>(row, col));
+            } else {
+                const int mat = lane >> 3;
+                const int k = ks + (lane & 7) + (mat >> 1) * 8, m = wm0 + 16 * i + (mat & 1) * 8;
+                cl::mma::ldmatrix_trans<4>(a[i], As + tile_offset<BM>(k, m));
+            }
+        }
+    }
+
+    __device__ static void load_b(const T* Bs, int wn0, int ks, unsigned (&b)[NF][2]) {
+        const int lane = threadIdx.x & 31;
+#pragma unroll
+        for (int j = 0; j < NF / 2; ++j) {
+            unsigned r[4];
+            if (!B_ROWS_K) {
+                const int n = wn0 + 16 * j + (lane & 7) + (lane >> 4) * 8;
+                const int col = ks + ((lane >> 3) & 1) * 8;
+                cl::mma::ldmatrix<4>(r, Bs + tile_offset<BK>(n, col));
+            } else {
+                const int mat = lane >> 3;
+                const int k = ks + (lane & 7) + (mat & 1) * 8, n = wn0 + 16 * j + (mat >> 1) * 8;
+                cl::mma::ldmatrix_trans<4>(r, Bs + tile_offset<BN>(k, n));
+            }
+            b[2 * j][0] = r[0];
+            b[2 * j][1] = r[1];
+            b[2 * j + 1][0] = r[2];
+            b[2 * j + 1][1] = r[3];
+        }
+    }
+
+    // Runs `iters` reduction tiles through the pipeline into acc (zeroed here). Ends with
+    // every copy landed and a barrier: shared memory is free for the epilogue.
+    template <class Loader>
+    __device__ static void mainloop(Loader& ld, int iters, T* smem, Acc& acc) {
+        T* As = smem;
+        T* Bs = smem + STAGES * A_TILE;
+        const int warp = threadIdx.x >> 5;
+        const int wm0 = (warp / WARPS_N) * WM, wn0 = (warp % WARPS_N) * WN;
+#pragma unroll
+        for (int i = 0; i < MF; ++i)
+#pragma unroll
+            for (int j = 0; j < NF; ++j)
+#pragma unroll
+                for (int v = 0; v < 4; ++v) acc[i][j][v] = 0.f;
+
+#pragma unroll
+        for (int s = 0; s < STAGES - 1; ++s) {
+            if (s < iters) ld.load(As + s * A_TILE, Bs + s * B_TILE);
+            cl::mma::cp_async_commit();
+        }
+        int read = 0, write = STAGES - 1;
+        for (int it = 0; it < iters; ++it) {
+            cl::mma::cp_async_wait<STAGES - 2>();
+            __syncthreads();
+            if (it + STAGES - 1 < iters) ld.load(As + write * A_TILE, Bs + write * B_TILE);
+            cl::mma::cp_async_commit();
+            const T* a_s = As + read * A_TILE;
+            const T* b_s = Bs + read * B_TILE;
+#pragma unroll
+            for (int ks = 0; ks < BK; ks += 16) {
+                unsigned a[MF][4], b[NF][2];
+                load_a(a_s, wm0, ks, a);
+                load_b(b_s, wn0, ks, b);
+#pragma unroll
+                for (int i = 0; i < MF; ++i)
+#pragma unroll
+                    for (int j = 0; j < NF; ++j)
+                        cl::mma::mma_m16n8k16<T>(acc[i][j], a[i], b[j], acc[i][j]);
+            }
+            read = read + 1 == STAGES ? 0 : read + 1;
+            write = write + 1 == STAGES ? 0 : write + 1;
+        }
+        cl::mma::cp_async_wait<0>();
+        __syncthreads();
+    }
+
+    // Writes the accumulators to a [BM][BN + 4] fp32 tile in shared memory (the padding
+    // staggers rows across banks) for a coalesced epilogue.
+    enum { C_LD = BN + 4, C_BYTES = BM * C_LD * 4 };
+    __device__ static void stage_acc(const Acc& acc, float* Cs) {
+        const int warp = threadIdx.x >> 5, lane = threadIdx.x & 31;
+        const int wm0 = (warp / WARPS_N) * WM, wn0 = (warp % WARPS_N) * WN;
+        const int g = lane >> 2, t = lane & 3;
+#pragma unroll
+        for (int i = 0; i < MF; ++i)
+#pragma unroll
+            for (int j = 0; j < NF; ++j) {
+                const int row = wm0 + 16 * i + g, col = wn0 + 8 * j + 2 * t;
+                Cs[row * C_LD + col] = acc[i][j][0];
+                Cs[row * C_LD + col + 1] = acc[i][j][1];
+                Cs[(row + 8) * C_LD + col] = acc[i][j][2];
+                Cs[(row + 8) * C_LD + col + 1] = acc[i][j][3];
+            }
+    }
+
+    enum { SMEM_BYTES = PIPE_BYTES > C_BYTES ? PIPE_BYTES : C_BYTES };
+};
+
+}  // namespace tc

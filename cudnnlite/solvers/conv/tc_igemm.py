@@ -1,0 +1,203 @@
+"""Multistage tensor-core implicit GEMM (``cuda_src/conv/tc_implicit_gemm.cu`` on the
+shared main loop ``cuda_src/conv/tc_gemm.cuh``).
+
+``conv_fwd_tc_implicit_gemm`` (:class:`TcImplicitGemmSolver`): forward, 1-D or 2-D, any
+stride, dilation and padding, groups == 1, NHWC + KRSC, fp16 or bf16 with fp32
+accumulation, through the PTX-level layer (``mma.sync`` m16n8k16, ``ldmatrix`` from an
+XOR-swizzled shared layout, ``cp.async`` stages with zero-fill for the padding). Backward
+data at stride 1 runs it on the rotated filters (``conv_bwd_data_tc_implicit_gemm``, in
+:mod:`.bwd_data`).
+
+Layout: NHWC only. NCHW has no contiguous channel runs, so every 16-byte copy of the
+A tile would become eight 2-byte gathers; NCHW tensor-core work stays with the WMMA
+solver (``conv_fwd_wmma_implicit_gemm``), and channels-last is what fp16/bf16 users run.
+
+Loads: 16-byte copies (8 channels) when C % 8 == 0, 4-byte copies (2 channels) when C is
+even; odd C is not applicable (the WMMA solver takes it). The alignment is part of the
+kernel name, not a config: it follows from the problem.
+
+Config (:class:`TcConfig`, every field in the kernel's readable name
+``tc_igemm_fwd_128x128x32_w64x64_s4_a8_nhwc_fp16``): the block tile ``block_m`` x
+``block_n`` (output pixels x output channels), ``block_k`` channels per stage, the warp
+tile ``warp_m`` x ``warp_n`` and the number of ``cp.async`` ``stages``.
+
+Error: fp16/bf16 products are exact in fp32, sums are fp32 (acc_factor 2 in the tests),
+then one rounding to the output type. Deterministic (no atomics, fixed order).
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+from typing import Any
+
+import numpy as np
+
+from ... import dtypes
+from ...problems.conv import ConvProblem
+from ...runtime.backend import Backend
+from ...runtime.caps import Capabilities
+from ...runtime.kernel import ModuleSpec
+from ..base import APPLICABLE, Applicability, Config, Runner, Solver, not_applicable
+from .common import ConvTensors, Epilogue, shape_struct
+from .direct import common_reason, dtype_of
+
+SOURCE = "conv/tc_implicit_gemm.cu"
+DTYPES = ("fp16", "bf16")
+ALIGNS = (8, 2)
+_MAX_GRID_Y = 65535
+
+# (block_m, block_n, block_k, warp_m, warp_n, stages): what the tuner times.
+TILES = (
+    (128, 128, 32, 64, 64, 4),  # 4 warps of 64x64: the large-layer workhorse
+    (128, 128, 32, 32, 64, 4),  # 8 warps: fewer registers per thread, more latency hiding
+    (128, 64, 32, 64, 32, 4),
+    (64, 128, 32, 32, 64, 4),
+    (64, 64, 32, 32, 32, 4),
+    (64, 64, 64, 32, 32, 3),
+    (128, 128, 64, 64, 64, 3),
+)
+
+# 4-byte copies need four times the per-thread loader state of 16-byte ones: only these
+# tiles stay clear of spills with it (ptxas, sm_90).
+TILES_ALIGN2 = (
+    (128, 128, 32, 32, 64, 4),
+    (64, 128, 32, 32, 64, 4),
+    (64, 64, 32, 32, 32, 4),
+)
+
+
+@dataclass(frozen=True)
+class TcConfig(Config):
+    block_m: int = 128
+    block_n: int = 128
+    block_k: int = 32
+    warp_m: int = 64
+    warp_n: int = 64
+    stages: int = 4
+
+    def __post_init__(self) -> None:
+        if self.astuple() not in TILES:
+            raise ValueError(f"tensor-core tile {self.label()} is not one of {TILES}")
+
+    def astuple(self) -> tuple[int, ...]:
+        return (self.block_m, self.block_n, self.block_k, self.warp_m, self.warp_n, self.stages)
+
+    @property
+    def threads(self) -> int:
+        return (self.block_m // self.warp_m) * (self.block_n // self.warp_n) * 32
+
+    def smem_bytes(self) -> int:
+        """Dynamic shared memory: the stages, or the fp32 epilogue tile if larger."""
+        pipe = self.stages * (self.block_m + self.block_n) * self.block_k * 2
+        epilogue = self.block_m * (self.block_n + 4) * 4
+        return max(pipe, epilogue)
+
+    def label(self) -> str:
+        return (
+            f"{self.block_m}x{self.block_n}x{self.block_k}_w{self.warp_m}x{self.warp_n}"
+            f"_s{self.stages}"
+        )
+
+
+def align_for(problem: ConvProblem) -> int | None:
+    """Channels per cp.async: 8 (16 bytes) when C % 8 == 0, 2 (4 bytes) when C is even."""
+    return next((a for a in ALIGNS if problem.c % a == 0), None)
+
+
+def kernel_expr(dt: dtypes.DType, config: TcConfig, align: int) -> str:
+    args = ", ".join(map(str, config.astuple()))
+    return f"tc_conv_fwd<{dt.ctype}, {args}, {align}>"
+
+
+def module_spec(dt: dtypes.DType, config: TcConfig, align: int) -> ModuleSpec:
+    """One kernel per module: a first call compiles only the variant it runs."""
+    return ModuleSpec.make(SOURCE, [kernel_expr(dt, config, align)])
+
+
+class _Runner(Runner):
+    def __init__(self, backend: Backend, problem: ConvProblem, config: TcConfig) -> None:
+        dt = dtype_of(problem)
+        align = align_for(problem)
+        assert align is not None
+        spec = module_spec(dt, config, align)
+        self._kernel = backend.module(spec).get_function(kernel_expr(dt, config, align))
+        self._name = f"tc_igemm_fwd_{config.label()}_a{align}_nhwc_{problem.dtype}"
+        self._shape = shape_struct(problem)
+        rows = problem.n * int(np.prod(problem.out_spatial))
+        self._grid = (-(-rows // config.block_m), -(-problem.k // config.block_n))
+        self._block = (config.threads,)
+        self._smem = config.smem_bytes()
+
+    @property
+    def kernel_names(self) -> list[str]:
+        return [self._name]
+
+    def __call__(self, tensors: ConvTensors, epilogue: Epilogue, workspace: Any) -> None:
+        x, w, y, z, bias = tensors.kernel_pointers()
+        args = (x, w, y, z, bias, self._shape, epilogue.struct())
+        self._kernel(self._grid, self._block, args, shared_mem=self._smem)
+
+
+class TcImplicitGemmSolver(Solver):
+    """Multistage tensor-core implicit GEMM, forward (module docstring)."""
+
+    name = "conv_fwd_tc_implicit_gemm"
+    family = "conv_fwd"
+    config_type = TcConfig
+    deterministic = True
+
+    def is_applicable(self, problem: ConvProblem, caps: Capabilities) -> Applicability:
+        reason = common_reason(problem)
+        if reason:
+            return not_applicable(reason)
+        if problem.groups != 1:
+            return not_applicable("needs groups == 1")
+        if not problem.channels_last:
+            return not_applicable(
+                "needs channels-last (NHWC): NCHW has no contiguous channel runs to copy"
+            )
+        if problem.dtype not in DTYPES:
+            return not_applicable(f"needs fp16 or bf16, got {problem.dtype}")
+        if not caps.mma_sync:
+            return not_applicable(f"needs mma.sync and ldmatrix (sm_75+), device is {caps.arch}")
+        if problem.dtype == "bf16" and not caps.bf16_tensor_cores:
+            return not_applicable(f"bf16 needs sm_80+, device is {caps.arch}")
+        if align_for(problem) is None:
+            return not_applicable(f"needs an even channel count for 4-byte copies, got c={problem.c}")
+        if -(-problem.k // 64) > _MAX_GRID_Y:
+            return not_applicable(f"k={problem.k} exceeds the grid's y limit")
+        return APPLICABLE
+
+    def configs(self, problem: ConvProblem, caps: Capabilities) -> list[TcConfig]:
+        tiles = TILES_ALIGN2 if align_for(problem) == 2 else TILES
+        return [
+            c
+            for c in (TcConfig(*t) for t in tiles)
+            if c.smem_bytes() <= caps.max_shared_bytes
+            and -(-problem.k // c.block_n) <= _MAX_GRID_Y
+        ]
+
+    def default_config(self, problem: ConvProblem, caps: Capabilities) -> TcConfig:
+        rows = problem.n * int(np.prod(problem.out_spatial))
+        wide = problem.k > 64
+        if rows >= 8192:
+            tile = (128, 128, 32, 64, 64, 4) if wide else (128, 64, 32, 64, 32, 4)
+        else:
+            tile = (64, 128, 32, 32, 64, 4) if wide else (64, 64, 32, 32, 32, 4)
+        config = TcConfig(*tile)
+        options = self.configs(problem, caps)
+        return config if config in options else options[0]
+
+    def module_specs(self) -> list[ModuleSpec]:
+        return [
+            module_spec(dt, TcConfig(*t), a)
+            for dt in dtypes.FLOAT_TYPES
+            if dt.short in DTYPES
+            for a in ALIGNS
+            for t in (TILES if a == 8 else TILES_ALIGN2)
+        ]
+
+    def prepare(self, backend: Backend, problem: ConvProblem, config: Config) -> Runner:
+        if not isinstance(config, TcConfig):
+            raise TypeError(f"{self.name}: expected a TcConfig, got {config!r}")
+        return _Runner(backend, problem, config)

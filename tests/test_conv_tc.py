@@ -1,0 +1,175 @@
+"""Multistage tensor-core implicit GEMM (cudnnlite/solvers/conv/tc_igemm.py) and its
+stride-1 backward data, run directly on every backend against the float64 reference.
+
+Tolerance (tests/conv_support.py): fp16/bf16 products are exact in fp32 and the sums are
+fp32 in some order, so acc_factor 2 bounds the accumulation; then one rounding to the
+output type (out_rtol). Shapes stay tiny: the emulator runs every MMA lane by lane.
+"""
+
+from __future__ import annotations
+
+import dataclasses
+
+import numpy as np
+import pytest
+
+from cudnnlite import dtypes
+from cudnnlite.problems.conv import ConvProblem
+from cudnnlite.problems.suites import RESNET50, VGG16, scaled
+from cudnnlite.runtime.caps import EMULATOR, for_sm
+from cudnnlite.solvers.conv.bwd_data import TcImplicitGemmSolver as TcBwdData
+from cudnnlite.solvers.conv.common import Epilogue
+from cudnnlite.solvers.conv.tc_igemm import (
+    TILES,
+    TILES_ALIGN2,
+    TcConfig,
+    TcImplicitGemmSolver,
+)
+
+from conv_backward_support import check_data
+from conv_support import assert_conv_close, operands, run_solver
+
+SOLVER = TcImplicitGemmSolver()
+SHORTS = [d.short for d in dtypes.FLOAT_TYPES]
+SMALL = TcConfig(64, 64, 32, 32, 32, 4)
+
+
+def conv(n, c, hw, k, f=3, pad=1, stride=1, dil=1, dtype="fp16", layout="NHWC"):
+    hw = hw if isinstance(hw, tuple) else (hw, hw)
+    return ConvProblem(n=n, c=c, spatial=hw, k=k, filter=(f, f), pads=((pad, pad), (pad, pad)),
+                       strides=(stride, stride), dilations=(dil, dil), layout=layout,
+                       dtype=dtype)  # fmt: skip
+
+
+def _check(backend, problem, config=None, seed=0, epilogue=None, activation=None, **extra):
+    if problem.dtype not in SHORTS:
+        pytest.skip("ml_dtypes missing")
+    ops = operands(problem, seed, **extra)
+    before = {name: a.copy() for name, a in ops.items()}
+    got = run_solver(backend, SOLVER, problem, ops, config or SMALL, epilogue=epilogue)
+    assert_conv_close(got, problem, ops, acc_factor=2.0, epilogue=epilogue,
+                      activation=activation, what=SOLVER.name)  # fmt: skip
+    for name, a in ops.items():
+        np.testing.assert_array_equal(a, before[name], err_msg=name)
+
+
+_REAL = [
+    (RESNET50, "l1.conv2", 4),
+    (RESNET50, "l2.conv1", 4),
+    (RESNET50, "l3.conv2", 3),
+    (VGG16, "conv3_1", 4),
+]
+
+
+@pytest.mark.parametrize("index", range(len(_REAL)), ids=[n for _, n, _ in _REAL])
+def test_real_layers(backend: str, index: int) -> None:
+    table, name, hw = _REAL[index]
+    layer = next(layer for layer in table if layer.name == name)
+    p = scaled(layer, hw).problem(n=1, dtype=("fp16", "bf16")[index % 2], layout="NHWC")
+    _check(backend, p, seed=index)
+
+
+ODD = {
+    "c2_align2": conv(2, 2, (5, 7), 11),
+    "c6_align2": conv(1, 6, 5, 9),
+    "k1": conv(1, 8, 5, 1),
+    "stride3": conv(1, 8, 8, 6, stride=3),
+    "dilation2": conv(1, 16, 7, 5, dil=2, pad=2),
+    "big_padding": conv(1, 8, 2, 4, f=3, pad=3),
+    "input_smaller_than_filter": conv(1, 8, 2, 4, f=5, pad=2),
+    "even_filter": conv(1, 8, 5, 3, f=2, pad=0),
+    "pointwise": conv(2, 24, 3, 70, f=1, pad=0),
+    "c_not_multiple_of_bk": conv(1, 40, 3, 9),
+    "rows_and_k_over_several_blocks": conv(2, 8, 9, 70, f=1, pad=0),
+}
+
+
+@pytest.mark.parametrize("case", sorted(ODD))
+def test_odd_shapes(backend: str, case: str) -> None:
+    _check(backend, ODD[case])
+
+
+def test_conv1d(backend: str) -> None:
+    p = ConvProblem(n=2, c=8, spatial=(11,), k=5, filter=(3,), pads=((2, 1),), strides=(2,),
+                    dilations=(1,), layout="NWC", dtype="bf16")  # fmt: skip
+    _check(backend, p)
+
+
+@pytest.mark.parametrize("tile", TILES, ids=lambda t: "x".join(map(str, t)))
+def test_every_tile(backend: str, tile) -> None:
+    # K and the pixel count straddle the tile edges; C = 72 spans several BK slices.
+    _check(backend, conv(1, 72, 3, 20, dtype="fp16"), TcConfig(*tile))
+
+
+@pytest.mark.parametrize("tile", TILES_ALIGN2, ids=lambda t: "x".join(map(str, t)))
+def test_every_tile_with_4_byte_copies(backend: str, tile) -> None:
+    _check(backend, conv(1, 6, 4, 12, dtype="bf16"), TcConfig(*tile))
+
+
+@pytest.mark.parametrize("k", [16, 12], ids=["vector_stores", "scalar_stores"])
+def test_fused_epilogue(backend: str, k: int) -> None:
+    e = Epilogue(alpha=2.0, alpha2=0.5, act_mode=0, has_bias=True, has_z=True)
+    _check(backend, conv(1, 8, 5, k), epilogue=e, activation="relu", bias=True, z=True)
+
+
+def test_residual_in_place(backend: str) -> None:
+    # z is y: the kernel reads the residual before it writes the same element.
+    from conv_support import reference
+
+    from cudnnlite.runtime.select import backend_by_name
+    from cudnnlite.solvers.conv.common import ConvTensors
+    from cudnnlite.testing import to_backend, to_numpy
+
+    p = conv(1, 8, 4, 16)
+    ops = operands(p, 2, z=True)
+    b = backend_by_name(backend)
+    y = to_backend(ops["z"].copy(), backend)
+    t = ConvTensors(x=to_backend(ops["x"], backend), w=to_backend(ops["w"], backend), y=y, z=y)
+    e = Epilogue(alpha=1.0, alpha2=1.0, has_z=True)
+    SOLVER.prepare(b, p, SMALL)(t, e, None)
+    ref = reference(p, ops, e)
+    np.testing.assert_allclose(to_numpy(y).astype(np.float64), ref, rtol=2e-3, atol=2e-2)
+
+
+def test_random_schedule(backend: str, emulator_only: None, monkeypatch) -> None:
+    monkeypatch.setenv("CUDNNLITE_EMU_SCHEDULE", "random")
+    monkeypatch.setenv("CUDNNLITE_EMU_SEED", "5")
+    _check(backend, conv(1, 24, 4, 12), TcConfig(128, 128, 32, 32, 64, 4))
+
+
+@pytest.mark.parametrize("stride_pad", [(1, 1), (1, 0)])
+def test_backward_data_stride1(backend: str, stride_pad) -> None:
+    _, pad = stride_pad
+    p = dataclasses.replace(conv(1, 16, 5, 8, pad=pad), direction="bwd_data")
+    check_data(backend, TcBwdData(), p, bias=True)
+
+
+@pytest.mark.parametrize(
+    "problem, caps, reason",
+    [
+        (conv(1, 8, 4, 4, layout="NCHW"), EMULATOR, "channels-last"),
+        (conv(1, 8, 4, 4, dtype="fp32"), EMULATOR, "fp16 or bf16"),
+        (conv(1, 7, 4, 4), EMULATOR, "even channel count"),
+        (conv(1, 8, 4, 4, dtype="bf16"), for_sm(75), "sm_80"),
+        (conv(1, 8, 4, 4), for_sm(70), "sm_75"),
+        (dataclasses.replace(conv(1, 8, 4, 4), groups=2), EMULATOR, "groups == 1"),
+        (dataclasses.replace(conv(1, 8, 4, 4), direction="bwd_data"), EMULATOR, "fwd"),
+    ],
+)
+def test_not_applicable_with_reason(problem, caps, reason: str) -> None:
+    result = SOLVER.is_applicable(problem, caps)
+    assert not result and reason in result.reason, result
+
+
+def test_configs_and_names() -> None:
+    p8, p2 = conv(1, 8, 4, 4), conv(1, 6, 4, 4)
+    assert len(SOLVER.configs(p8, EMULATOR)) == len(TILES)
+    assert len(SOLVER.configs(p2, EMULATOR)) == len(TILES_ALIGN2)
+    for p in (p8, p2, conv(64, 256, 56, 256)):
+        assert SOLVER.default_config(p, EMULATOR) in SOLVER.configs(p, EMULATOR)
+    with pytest.raises(ValueError):
+        TcConfig(48, 48, 32, 16, 16, 4)
+    cfg = SOLVER.config_from_dict(TcConfig().to_dict())
+    assert cfg == TcConfig() and cfg.label() == "128x128x32_w64x64_s4"
+    # Every tile fits the smallest shared memory of a tensor-core arch we target (sm_75).
+    assert all(TcConfig(*t).smem_bytes() <= for_sm(75).max_shared_bytes for t in TILES)
