@@ -108,7 +108,7 @@ def test_probe_compiles(nvrtc: cuda_toolkit.NvrtcLibrary, arch: str) -> None:
     assert res.lowered_names["probe_plain"] == "probe_plain"
     for sym in res.lowered_names.values():
         assert sym.encode() in res.cubin
-    assert f"--gpu-architecture={arch}" in res.options
+    assert f"-arch={arch}" in res.options
     assert "-DPROBE_SCALE=3" in res.options
     assert any(o.startswith("-DCUDNNLITE_HEADERS=") for o in res.options)
     assert res.source.endswith("nvrtc_probe.cu")

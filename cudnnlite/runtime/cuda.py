@@ -14,8 +14,9 @@ import numpy as np
 
 from ..errors import BadParamError, CompileError, ExecutionError, NotSupportedError
 from .backend import Backend, Dim, Kernel, Module, launch_dims
+from .compile_options import base_options
 from .kernel import ModuleSpec
-from .sources import common_headers_digest, cuda_src_dir, source_path
+from .sources import source_path
 from .transfer import HostToDevice
 
 # Dynamic shared memory a kernel may use without opting in (CUDA's default limit).
@@ -74,13 +75,8 @@ class CudaModule(Module):
     def __init__(self, spec: ModuleSpec, cupy: Any) -> None:
         self.spec = spec
         text = source_path(spec.source).read_text()
-        base = (
-            "-std=c++17",
-            f"-I{cuda_src_dir()}",
-            # CuPy's cache keys on the main source only; the headers' digest keeps it honest.
-            f"-DCUDNNLITE_HEADERS={common_headers_digest()}",
-            *spec.define_options(),
-        )
+        # CuPy appends compile_options.cupy_added_options(arch) to these (-ftz=true, -arch).
+        base = base_options(spec.define_options())
         try:
             self.functions = self._compile(cupy, text, base)
         except CompileError as first:

@@ -22,9 +22,9 @@ from dataclasses import dataclass, field
 from pathlib import Path
 
 from ..errors import BadParamError, CompileError, NotSupportedError
-from . import cuda_toolkit
+from . import compile_options, cuda_toolkit
 from .kernel import ModuleSpec
-from .sources import common_headers_digest, cuda_src_dir, source_path
+from .sources import source_path
 
 DEFAULT_ARCHS = ("sm_75", "sm_80", "sm_90")
 
@@ -115,18 +115,19 @@ def _check_arch(arch: str) -> None:
 def nvrtc_options(
     arch: str, defines: Iterable[str] = (), include_dirs: Iterable[Path] | None = None
 ) -> list[str]:
-    """The NVRTC options every cudnnlite kernel is compiled with (no GPU needed to compute them)."""
+    """The NVRTC options a module is compiled with at run time (no GPU needed to compute them).
+
+    The CUDA backend's ``compile_options.base_options`` (what it gives ``cupy.RawModule``),
+    the CUDA headers' folders (CuPy adds its own; these are the pip wheels'), then what
+    CuPy appends (``-ftz=true``, ``-arch=sm_XX``, ...: ``compile_options.cupy_added_options``).
+    """
     _check_arch(arch)
     if include_dirs is None:
         include_dirs = cuda_toolkit.find_cuda_include_dirs()
     return [
-        f"--gpu-architecture={arch}",
-        "-std=c++17",
-        f"-I{cuda_src_dir()}",  # kernels include "common/cudnnlite.cuh"
+        *compile_options.base_options(defines),
         *(f"-I{d}" for d in include_dirs),
-        # The digest of cuda_src/common changes the compile key when a shared header changes.
-        f"-DCUDNNLITE_HEADERS={common_headers_digest()}",
-        *defines,
+        *compile_options.cupy_added_options(arch),
     ]
 
 
