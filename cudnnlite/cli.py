@@ -1,4 +1,4 @@
-"""The ``cudnnlite`` command: ``cudnnlite info|demo|tune|db|doctor``.
+"""The ``cudnnlite`` command: ``cudnnlite info|demo|tune|db|doctor|resources``.
 
 Each subcommand is a pair of functions: ``_add_<name>(subparsers)`` declares its
 arguments and ``_run_<name>(args) -> int`` does the work; ``main`` wires them.
@@ -282,6 +282,43 @@ def _run_doctor(args: argparse.Namespace) -> int:
     return 0 if report.ok else 1
 
 
+# ------------------------------------------------------------------ resources
+
+
+def _add_resources(sub: Any) -> None:
+    p = sub.add_parser(
+        "resources",
+        help="per-kernel registers, spills, shared/local memory and occupancy (no GPU needed)",
+        description="Compiles every kernel with NVRTC and the CUDA backend's options and "
+        "reports what ptxas gave each kernel and the blocks and warps per SM that follow. "
+        "The same as python -m cudnnlite.runtime.nvrtc_check --resources.",
+    )
+    p.add_argument("--arch", action="append", metavar="sm_XX", help="repeatable (default: sm_90)")
+    p.add_argument("--json", metavar="PATH", help="also write the report as JSON")
+    p.add_argument("--filter", metavar="TEXT", help="only modules whose label contains TEXT")
+    p.add_argument(
+        "--assume-block", type=int, metavar="THREADS", help="for kernels without launch bounds"
+    )
+    p.add_argument("--jobs", "-j", type=int, help="parallel compilations (default: CPUs)")
+
+
+def _run_resources(args: argparse.Namespace) -> int:
+    from .runtime import nvrtc_check
+
+    argv = ["--resources"]
+    for arch in args.arch or ["sm_90"]:
+        argv += ["--arch", arch]
+    for flag, value in (
+        ("--json", args.json),
+        ("--filter", args.filter),
+        ("--assume-block", args.assume_block),
+        ("--jobs", args.jobs),
+    ):
+        if value is not None:
+            argv += [flag, str(value)]
+    return nvrtc_check.main(argv)
+
+
 # ------------------------------------------------------------------ main
 
 _COMMANDS: dict[str, tuple[Callable[[Any], None], Callable[[argparse.Namespace], int]]] = {
@@ -290,6 +327,7 @@ _COMMANDS: dict[str, tuple[Callable[[Any], None], Callable[[argparse.Namespace],
     "tune": (cli_tuning.add_tune, cli_tuning.run_tune),
     "db": (cli_tuning.add_db, cli_tuning.run_db),
     "doctor": (_add_doctor, _run_doctor),
+    "resources": (_add_resources, _run_resources),
 }
 
 

@@ -3,9 +3,12 @@
 CuPy's compiler asks the driver for a device, so this calls NVRTC directly through
 ctypes. Every ``ModuleSpec`` the library can generate (``variants.all_module_specs()``)
 is compiled for real architectures (``sm_75``, ``sm_80``, ``sm_90`` by default), which
-catches a kernel variant that only the CPU emulator's g++ accepts.
+catches a kernel variant that only the CPU emulator's g++ accepts. It compiles with the
+options the CUDA backend runs with (``compile_options``), so ``--resources`` (registers,
+spills, shared memory, occupancy per kernel: ``resources``) reports the code that runs.
 
     python -m cudnnlite.runtime.nvrtc_check [--arch sm_90 ...] [--jobs N] [--list]
+    python -m cudnnlite.runtime.nvrtc_check --resources --arch sm_90 [--json PATH]
 """
 
 from __future__ import annotations
@@ -137,12 +140,14 @@ def compile_source(
     name_expressions: Sequence[str],
     arch: str = "sm_90",
     defines: Sequence[str] = (),
+    report_options: Sequence[str] = (),
 ) -> CompileResult:
     """Compiles CUDA C++ text to a CUBIN for ``arch``; raises CompileError with NVRTC's log.
 
     ``program_name`` (normally the file's path) is how NVRTC names the source in messages;
     ``defines`` are ``-DK=V`` options; each name expression (``relu_fwd``,
-    ``act_fwd<float, 2>``) is resolved to its symbol in the cubin.
+    ``act_fwd<float, 2>``) is resolved to its symbol in the cubin. ``report_options`` go
+    after the runtime's options and must not change the code (``--ptxas-options=-v``).
     """
     _check_arch(arch)
     nvrtc = cuda_toolkit.find_nvrtc()
@@ -152,7 +157,7 @@ def compile_source(
             f"it supports sm_{', sm_'.join(map(str, nvrtc.supported_archs))}"
         )
     lib = cuda_toolkit.open_nvrtc(nvrtc)
-    options = nvrtc_options(arch, defines)
+    options = [*nvrtc_options(arch, defines), *report_options]
     start = time.perf_counter()
 
     def fail(what: str, log: str) -> CompileError:
@@ -202,7 +207,11 @@ def compile_source(
 
 
 def compile_to_cubin(
-    spec: ModuleSpec, arch: str = "sm_90", *, source_file: str | os.PathLike | None = None
+    spec: ModuleSpec,
+    arch: str = "sm_90",
+    *,
+    source_file: str | os.PathLike | None = None,
+    report_options: Sequence[str] = (),
 ) -> CompileResult:
     """Compiles ``spec`` for ``arch`` from ``cuda_src/<spec.source>``.
 
@@ -210,7 +219,9 @@ def compile_to_cubin(
     spec's names and defines still apply.
     """
     path = Path(source_file) if source_file is not None else source_path(spec.source)
-    return compile_source(path.read_text(), str(path), spec.names, arch, spec.define_options())
+    return compile_source(
+        path.read_text(), str(path), spec.names, arch, spec.define_options(), report_options
+    )
 
 
 # ------------------------------------------------------------------ the check
@@ -273,7 +284,47 @@ def _parse(argv: Sequence[str] | None) -> argparse.Namespace:
     )
     p.add_argument("--list", action="store_true", help="list the module specs and exit")
     p.add_argument("--verbose", "-v", action="store_true", help="print lowered names and warnings")
+    add_resource_arguments(p)
     return p.parse_args(argv)
+
+
+def add_resource_arguments(p: argparse.ArgumentParser) -> None:
+    """``--resources`` and its options (shared with ``cudnnlite nvrtc-check``)."""
+    p.add_argument(
+        "--resources",
+        action="store_true",
+        help="report registers, spills, shared/local memory and blocks/warps per SM per kernel",
+    )
+    p.add_argument("--json", metavar="PATH", help="with --resources: also write the report here")
+    p.add_argument(
+        "--assume-block",
+        type=int,
+        metavar="THREADS",
+        help="with --resources: block size for kernels without __launch_bounds__",
+    )
+    p.add_argument(
+        "--filter", metavar="TEXT", help="only modules whose label contains TEXT (e.g. conv/)"
+    )
+
+
+def run_resources(args: argparse.Namespace, specs: Sequence[ModuleSpec]) -> int:
+    """The ``--resources`` report; returns the exit status (1 if a module failed to compile)."""
+    from . import resources
+
+    archs = tuple(args.arch or DEFAULT_ARCHS)
+    try:
+        results = resources.resource_report(specs, archs, args.jobs, args.assume_block)
+    except (BadParamError, NotSupportedError) as exc:
+        print(str(exc), file=sys.stderr)
+        return 2
+    resources.print_report(results)
+    if args.json:
+        resources.write_json(results, args.json)
+        print(f"wrote {args.json}")
+    failed = sum(r.error is not None for r in results)
+    spilling = sum(k.spills for r in results for k in r.kernels)
+    print(f"{len(results) - failed} modules reported, {failed} failed, {spilling} kernels spill")
+    return 1 if failed else 0
 
 
 def main(argv: Sequence[str] | None = None, specs: Iterable[ModuleSpec] | None = None) -> int:
@@ -287,7 +338,7 @@ def main(argv: Sequence[str] | None = None, specs: Iterable[ModuleSpec] | None =
         except ImportError as exc:
             print(f"cudnnlite: cannot import the kernel providers: {exc}", file=sys.stderr)
             return 2
-    specs = list(specs)
+    specs = [s for s in specs if not args.filter or args.filter in s.label()]
     if args.list:
         for spec in specs:
             print(f"{spec.label()}  {' '.join(spec.names)}")
@@ -301,6 +352,8 @@ def main(argv: Sequence[str] | None = None, specs: Iterable[ModuleSpec] | None =
         return 2
     print(f"NVRTC {nvrtc.version_string()}: {nvrtc.path} ({nvrtc.origin})")
     print(f"headers: {' '.join(map(str, headers))}")
+    if args.resources:
+        return run_resources(args, specs)
 
     start = time.perf_counter()
     results = check_all(specs, archs, args.jobs)
