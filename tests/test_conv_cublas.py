@@ -491,3 +491,92 @@ def test_heuristics_prefer_cublas_for_large_pointwise_nhwc_on_a_gpu() -> None:
         assert name not in heuristics.RANKINGS[f"conv_{direction}"](p, EMULATOR)
         nchw = dataclasses.replace(p, layout="NCHW")
         assert name not in heuristics.RANKINGS[f"conv_{direction}"](nchw, for_sm(90))
+
+
+# ------------------------------------------------------------------ the cuBLAS call, faked
+
+
+class _FakeDeviceArray:
+    """A NumPy array dressed as a CuPy one (``.data.ptr``): the fake cuBLAS reads it."""
+
+    def __init__(self, a: np.ndarray) -> None:
+        self.host, self.dtype, self.size = a, a.dtype, a.size
+        self.data = type("Ptr", (), {"ptr": a.ctypes.data})()
+
+
+class _FakeCublas:
+    """cublasGemmStridedBatchedEx with cuBLAS's column-major semantics, in float64 over the
+    arrays' memory: checks the row-major -> column-major translation of runtime/blas.py."""
+
+    CUBLAS_OP_N, CUBLAS_OP_T, CUBLAS_GEMM_DEFAULT = 0, 1, -1
+    CUBLAS_COMPUTE_32F, CUBLAS_COMPUTE_32F_FAST_TF32 = 68, 77
+    TYPES = {0: np.float32, 2: np.float16}
+
+    def __init__(self, arrays: list[np.ndarray]) -> None:
+        self.arrays, self.calls = arrays, []
+
+    def getPointerMode(self, handle: int) -> int:  # noqa: N802 - cuBLAS's name
+        return 0
+
+    def _find(self, ptr: int, dtype_code: int) -> tuple[np.ndarray, int]:
+        for a in self.arrays:
+            if a.ctypes.data <= ptr < a.ctypes.data + a.nbytes:
+                assert a.dtype == self.TYPES[dtype_code]
+                return a.reshape(-1), (ptr - a.ctypes.data) // a.itemsize
+        raise AssertionError("pointer outside every array")
+
+    def _matrix(self, ptr: int, code: int, ld: int, stride: int, i: int, rows: int,
+                cols: int) -> tuple[np.ndarray, np.ndarray]:  # fmt: skip
+        flat, off = self._find(ptr, code)
+        idx = off + i * stride + np.arange(rows)[:, None] + np.arange(cols)[None, :] * ld
+        return flat, idx  # column-major: element (r, c) at r + c * ld
+
+    def gemmStridedBatchedEx(self, *args: int) -> None:  # noqa: N802 - cuBLAS's name
+        import ctypes
+
+        (_, ta, tb, m, n, k, alpha, a, at, lda, sa, b, bt, ldb, sb, beta, c, ct, ldc, sc, batch,
+         compute, _) = args  # fmt: skip
+        al = np.frombuffer(ctypes.string_at(alpha, 4), np.float32)[0]
+        be = np.frombuffer(ctypes.string_at(beta, 4), np.float32)[0]
+        self.calls.append(compute)
+        for i in range(batch):
+            fa, ia = self._matrix(a, at, lda, sa, i, *((m, k) if ta == 0 else (k, m)))
+            fb, ib = self._matrix(b, bt, ldb, sb, i, *((k, n) if tb == 0 else (n, k)))
+            fc, ic = self._matrix(c, ct, ldc, sc, i, m, n)
+            av = fa[ia].astype(np.float64)
+            bv = fb[ib].astype(np.float64)
+            av, bv = (av if ta == 0 else av.T), (bv if tb == 0 else bv.T)
+            out = al * (av @ bv) + (be * fc[ic].astype(np.float64) if be else 0.0)
+            fc[ic] = out.astype(fc.dtype)
+
+
+def test_cublas_call_translates_row_major(monkeypatch: pytest.MonkeyPatch) -> None:
+    import cudnnlite.runtime.cuda as cuda_mod
+
+    rng = np.random.default_rng(3)
+    a = rng.standard_normal(60).astype(np.float16)
+    w = rng.standard_normal(50).astype(np.float16)
+    fake = _FakeCublas([a, w])
+    runtime = type("Runtime", (), {"CUDA_R_32F": 0, "CUDA_R_16F": 2})
+    device = type("Device", (), {"get_cublas_handle": staticmethod(lambda: 1)})
+    cupy = type("Cupy", (), {"cuda": type("Cuda", (), {"runtime": runtime, "device": device})})
+    monkeypatch.setattr(blas, "_cublas", lambda: fake)
+    monkeypatch.setattr(cuda_mod, "import_cupy", lambda: cupy)
+    gpu = type("Backend", (), {"name": "cuda"})()
+    cpu = backend_by_name("cpu")
+    for trans_a in (False, True):
+        for trans_b in (False, True):
+            ra, ca = (4, 3) if trans_a else (3, 4)  # op(A) is 3x4
+            rb, cb = (5, 4) if trans_b else (4, 5)  # op(B) is 4x5
+            views = dict(batch=2, alpha=0.75, beta=0.5, trans_a=trans_a, trans_b=trans_b)
+            results = []
+            for backend, wrap in ((gpu, _FakeDeviceArray), (cpu, lambda v: v)):
+                c = np.linspace(-1, 1, 40).astype(np.float32)
+                fake.arrays = [a, w, c]
+                blas.gemm(backend, blas.Mat(wrap(a), ra, ca, ca + 1, 2, 25),
+                          blas.Mat(wrap(w), rb, cb, cb, 1, 21), blas.Mat(wrap(c), 3, 5, 6, 0, 20),
+                          **views, tf32=True)  # fmt: skip
+                results.append(c)
+            # fp32 results of fp16 inputs (exact products): only the summation order differs
+            np.testing.assert_allclose(results[0], results[1], rtol=1e-6, atol=1e-6)
+    assert fake.calls == [77] * 4  # TF32 compute type per call

@@ -12,19 +12,21 @@ Precision: products are accumulated in fp32 and ``alpha``/``beta`` applied in fp
 the result is rounded once to C's dtype.
 
 - cuda: ``cublasGemmStridedBatchedEx`` called directly (``cupy_backends.cuda.libs.cublas``
-  on CuPy's cuBLAS handle, which CuPy binds to its current stream at each call) with an
-  explicit compute type per call: ``CUBLAS_COMPUTE_32F``, or
-  ``CUBLAS_COMPUTE_32F_FAST_TF32`` when ``tf32``. Why not ``cupy.matmul``: CuPy picks the
+  on CuPy's per-device cuBLAS handle, which that wrapper binds to CuPy's current stream at
+  each call) with an explicit compute type per call: ``CUBLAS_COMPUTE_32F``, or
+  ``CUBLAS_COMPUTE_32F_FAST_TF32`` when ``tf32``. Why not ``cupy.matmul``: CuPy takes the
   compute type from a process-wide table (``cupy._core._routines_linalg.get_compute_type``,
-  seeded from the ``CUPY_TF32`` environment variable at first use): in the CuPy source
-  read for this module (``tensordot_core_v11``), float16 and bfloat16 get
-  ``CUBLAS_COMPUTE_32F`` (fp32 accumulation) unless someone called ``set_compute_type``
-  with ``COMPUTE_TYPE_PEDANTIC``, and float32 gets ``CUBLAS_COMPUTE_32F_FAST_TF32`` only when
-  ``CUPY_TF32=1`` was set before first use. TF32 per call (``problem.math``) cannot be
-  expressed through that global without racing other threads, and ``matmul`` has no beta,
-  no fp32 output of fp16 inputs and no interleaved (strided) output, all of which the
-  solvers use. Unmeasured on a GPU here: the device check should compare against the
-  emulator.
+  set by ``set_compute_type`` or seeded at first use from the ``CUPY_TF32`` environment
+  variable). In the CuPy source read for this module (``tensordot_core_v11``) float16 and
+  bfloat16 matmuls get ``CUBLAS_COMPUTE_32F`` (fp32 accumulation, the type we want) unless
+  the table says ``COMPUTE_TYPE_PEDANTIC``, and float32 gets ``..._FAST_TF32`` only when
+  the table says TF32 (``CUPY_TF32=1`` before the first matmul, or ``set_compute_type``).
+  A per-call TF32 choice (``problem.math``) cannot go through that global without racing
+  other threads and other CuPy users, and ``matmul`` has no beta, no fp32 output of fp16
+  inputs and no interleaved (strided) output, all of which the solvers use.
+  Reproducibility: cuBLAS documents bitwise-identical results from run to run on the same
+  architecture and SM count (one stream per handle; CuPy keeps a handle per device).
+  Unmeasured here (no GPU): the device check should compare this path with the emulator.
 - cpu (emulator): A and B widened to float32 (exact), multiplied by ``numpy.matmul`` in
   float32 (an sgemm: fp32 accumulation), alpha/beta in float32, rounded to C's dtype
   (round to nearest even, as ``__float2half_rn`` / ``__float2bfloat16_rn``). With ``tf32``
@@ -126,7 +128,9 @@ def round_tf32(v: np.ndarray) -> np.ndarray:
 
 def _view(m: Mat, batch: int) -> np.ndarray:
     if not isinstance(m.array, np.ndarray):
-        raise BadParamError(f"gemm: the emulator takes NumPy arrays, got {type(m.array).__name__}")
+        raise NotSupportedError(
+            f"gemm: the emulator's GEMM takes NumPy arrays, got {type(m.array).__name__}"
+        )
     flat = m.array.reshape(-1)  # contiguous: a view
     item = flat.itemsize
     count = batch if m.stride else 1  # a shared matrix broadcasts in matmul
@@ -202,13 +206,22 @@ def _gemm_cublas(a: Mat, b: Mat, c: Mat, trans_a: bool, trans_b: bool, batch: in
     # Column-major cuBLAS sees each row-major matrix transposed: C^T = op(B)^T op(A)^T,
     # so B goes first, and a row-major "no transpose" is cuBLAS's OP_N on the same ld.
     scalars = np.array([alpha, beta], dtype=np.float32)  # compute 32F: float scalars on the host
-    cublas.gemmStridedBatchedEx(
-        cupy.cuda.device.get_cublas_handle(),
-        op_t if trans_b else op_n, op_t if trans_a else op_n, n, m, k,
-        scalars.ctypes.data,
-        _pointer(b), _cuda_type(b.array.dtype), b.ld, b.stride,
-        _pointer(a), _cuda_type(a.array.dtype), a.ld, a.stride,
-        scalars.ctypes.data + 4,
-        _pointer(c), _cuda_type(c.array.dtype), c.ld, c.stride,
-        batch, compute, getattr(cublas, "CUBLAS_GEMM_DEFAULT", _GEMM_DEFAULT),
-    )  # fmt: skip
+    handle = cupy.cuda.device.get_cublas_handle()
+    host = getattr(cublas, "CUBLAS_POINTER_MODE_HOST", 0)
+    mode = cublas.getPointerMode(handle)
+    if mode != host:  # CuPy's own wrappers restore it; be safe anyway
+        cublas.setPointerMode(handle, host)
+    try:
+        cublas.gemmStridedBatchedEx(
+            handle,
+            op_t if trans_b else op_n, op_t if trans_a else op_n, n, m, k,
+            scalars.ctypes.data,
+            _pointer(b), _cuda_type(b.array.dtype), b.ld, b.stride,
+            _pointer(a), _cuda_type(a.array.dtype), a.ld, a.stride,
+            scalars.ctypes.data + 4,
+            _pointer(c), _cuda_type(c.array.dtype), c.ld, c.stride,
+            batch, compute, getattr(cublas, "CUBLAS_GEMM_DEFAULT", _GEMM_DEFAULT),
+        )  # fmt: skip
+    finally:
+        if mode != host:
+            cublas.setPointerMode(handle, mode)
