@@ -1,5 +1,6 @@
-"""Multistage tensor-core implicit GEMM (cudnnlite/solvers/conv/tc_igemm.py) and its
-stride-1 backward data, run directly on every backend against the float64 reference.
+"""Multistage tensor-core implicit GEMM (cudnnlite/solvers/conv/tc_igemm.py), its
+stride-1 backward data and its split-K backward filter (tc_bwd_filter.py), run
+directly on every backend against the float64 reference.
 
 Tolerance (tests/conv_support.py): fp16/bf16 products are exact in fp32 and the sums are
 fp32 in some order, so acc_factor 2 bounds the accumulation; then one rounding to the
@@ -12,6 +13,7 @@ import dataclasses
 
 import numpy as np
 import pytest
+from conv_backward_support import check_data, check_filter
 
 from cudnnlite import dtypes
 from cudnnlite.problems.conv import ConvProblem
@@ -19,6 +21,7 @@ from cudnnlite.problems.suites import RESNET50, VGG16, scaled
 from cudnnlite.runtime.caps import EMULATOR, for_sm
 from cudnnlite.solvers.conv.bwd_data import TcImplicitGemmSolver as TcBwdData
 from cudnnlite.solvers.conv.common import Epilogue
+from cudnnlite.solvers.conv.tc_bwd_filter import TcBwdFilterSolver, TcSplitKConfig
 from cudnnlite.solvers.conv.tc_igemm import (
     TILES,
     TILES_ALIGN2,
@@ -26,7 +29,6 @@ from cudnnlite.solvers.conv.tc_igemm import (
     TcImplicitGemmSolver,
 )
 
-from conv_backward_support import check_data
 from conv_support import assert_conv_close, operands, run_solver
 
 SOLVER = TcImplicitGemmSolver()
@@ -114,11 +116,11 @@ def test_fused_epilogue(backend: str, k: int) -> None:
 
 def test_residual_in_place(backend: str) -> None:
     # z is y: the kernel reads the residual before it writes the same element.
-    from conv_support import reference
-
     from cudnnlite.runtime.select import backend_by_name
     from cudnnlite.solvers.conv.common import ConvTensors
     from cudnnlite.testing import to_backend, to_numpy
+
+    from conv_support import reference
 
     p = conv(1, 8, 4, 16)
     ops = operands(p, 2, z=True)
@@ -173,3 +175,63 @@ def test_configs_and_names() -> None:
     assert cfg == TcConfig() and cfg.label() == "128x128x32_w64x64_s4"
     # Every tile fits the smallest shared memory of a tensor-core arch we target (sm_75).
     assert all(TcConfig(*t).smem_bytes() <= for_sm(75).max_shared_bytes for t in TILES)
+
+
+# ------------------------------------------------------------------ backward filter
+BWF = TcBwdFilterSolver()
+
+
+def _bwf(n, c, hw, k, f=3, pad=1, stride=1, dil=1, dtype="fp16"):
+    return dataclasses.replace(
+        conv(n, c, hw, k, f, pad, stride, dil, dtype), direction="bwd_filter"
+    )
+
+
+BWF_CASES = {
+    "resnet_3x3": (_bwf(2, 16, 5, 24), TcSplitKConfig(64, 64, 32, 32, 32, 3, 1)),
+    "stride2_split2": (_bwf(2, 8, (7, 5), 16, stride=2), TcSplitKConfig(64, 128, 32, 32, 64, 3, 2)),
+    "dilation2_bf16": (_bwf(1, 16, 7, 8, dil=2, pad=2, dtype="bf16"), None),
+    "align2": (_bwf(2, 6, 6, 10), None),
+    "pointwise_k_over_blocks": (
+        _bwf(1, 16, 9, 136, f=1, pad=0),
+        TcSplitKConfig(128, 128, 32, 64, 64, 3, 1),
+    ),
+    "big_padding": (_bwf(1, 8, 2, 8, pad=3), None),
+}
+
+
+@pytest.mark.parametrize("case", sorted(BWF_CASES))
+def test_backward_filter(backend: str, case: str) -> None:
+    p, cfg = BWF_CASES[case]
+    check_filter(backend, BWF, p, config=cfg)
+
+
+def test_backward_filter_splits_are_deterministic(backend: str) -> None:
+    # Any split count gives the same fixed-order sum of each split: run twice, equal bits;
+    # and every split count agrees with the reference.
+    from conv_backward_support import rand, run_filter
+
+    p = _bwf(2, 8, 6, 8)
+    x, dy = rand(p.x_shape(), 0, "fp16"), rand(p.y_shape(), 1, "fp16")
+    for splits in (1, 2):
+        cfg = TcSplitKConfig(64, 64, 32, 32, 32, 3, splits)
+        a, b = run_filter(backend, BWF, p, x, dy, cfg), run_filter(backend, BWF, p, x, dy, cfg)
+        np.testing.assert_array_equal(a, b)
+
+
+def test_backward_filter_configs() -> None:
+    p = _bwf(8, 64, 14, 128)
+    options = BWF.configs(p, EMULATOR)
+    assert {c.splits for c in options} >= {1, 2, 4}
+    assert BWF.default_config(p, EMULATOR) in options
+    assert BWF.default_config(p, for_sm(90)).splits >= 1
+    cfg = TcSplitKConfig(64, 64, 32, 32, 32, 3, 4)
+    assert BWF.workspace_size(p, cfg) == 4 * 4 * 128 * 64 * 9
+    assert BWF.config_from_dict(cfg.to_dict()) == cfg
+    with pytest.raises(ValueError):
+        TcSplitKConfig(64, 64, 32, 32, 32, 3, 3)
+    assert "even K and C" in BWF.is_applicable(_bwf(1, 6, 4, 5), EMULATOR).reason
+    assert (
+        "channels-last"
+        in BWF.is_applicable(dataclasses.replace(_bwf(1, 8, 4, 8), layout="NCHW"), EMULATOR).reason
+    )

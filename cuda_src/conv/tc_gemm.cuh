@@ -61,40 +61,63 @@ struct Gemm {
 
     typedef float Acc[MF][NF][4];
 
-    __device__ static void load_a(const T* As, int wm0, int ks, unsigned (&a)[MF][4]) {
-        const int lane = threadIdx.x & 31;
+    // This lane's ldmatrix element offsets within one stage, for each k16 step (the swizzle
+    // of a row repeats every 8 rows, so fragment i adds a constant i * 16 rows).
+    struct FragOffsets {
+        int a[BK / 16], b[BK / 16];
+    };
+
+    __device__ static FragOffsets frag_offsets(int wm0, int wn0) {
+        const int lane = threadIdx.x & 31, mat = lane >> 3;
+        FragOffsets o;
+#pragma unroll
+        for (int s = 0; s < BK / 16; ++s) {
+            const int ks = 16 * s;
+            o.a[s] = A_ROWS_K ? tile_offset<BM>(ks + (lane & 7) + (mat >> 1) * 8, wm0 + (mat & 1) * 8)
+                              : tile_offset<BK>(wm0 + (lane & 15), ks + (lane >> 4) * 8);
+            o.b[s] = B_ROWS_K
+                         ? tile_offset<BN>(ks + (lane & 7) + (mat & 1) * 8, wn0 + (mat >> 1) * 8)
+                         : tile_offset<BK>(wn0 + (lane & 7) + (lane >> 4) * 8,
+                                           ks + ((lane >> 3) & 1) * 8);
+        }
+        return o;
+    }
+
+    // Fragment i of A: 16 more m rows (A_ROWS_K: 16 more m columns, one 16-byte chunk pair
+    // further in a row; the swizzle XOR keeps chunk pairs together since 16 / 8 = 2 chunks).
+    __device__ static void load_a(const T* As, int off, unsigned (&a)[MF][4]) {
 #pragma unroll
         for (int i = 0; i < MF; ++i) {
-            if (!A_ROWS_K) {
-                const int row = wm0 + 16 * i + (lane & 15), col = ks + (lane >> 4) * 8;
-                cl::mma::ldmatrix<4>(a[i], As + tile_offset<BK>(row, col));
-            } else {
-                const int mat = lane >> 3;
-                const int k = ks + (lane & 7) + (mat >> 1) * 8, m = wm0 + 16 * i + (mat & 1) * 8;
-                cl::mma::ldmatrix_trans<4>(a[i], As + tile_offset<BM>(k, m));
-            }
+            if (!A_ROWS_K) cl::mma::ldmatrix<4>(a[i], As + off + 16 * i * BK);
+            else cl::mma::ldmatrix_trans<4>(a[i], As + off + a_step(i));
         }
     }
 
-    __device__ static void load_b(const T* Bs, int wn0, int ks, unsigned (&b)[NF][2]) {
-        const int lane = threadIdx.x & 31;
+    __device__ static void load_b(const T* Bs, int off, unsigned (&b)[NF][2]) {
 #pragma unroll
         for (int j = 0; j < NF / 2; ++j) {
             unsigned r[4];
-            if (!B_ROWS_K) {
-                const int n = wn0 + 16 * j + (lane & 7) + (lane >> 4) * 8;
-                const int col = ks + ((lane >> 3) & 1) * 8;
-                cl::mma::ldmatrix<4>(r, Bs + tile_offset<BK>(n, col));
-            } else {
-                const int mat = lane >> 3;
-                const int k = ks + (lane & 7) + (mat & 1) * 8, n = wn0 + 16 * j + (mat >> 1) * 8;
-                cl::mma::ldmatrix_trans<4>(r, Bs + tile_offset<BN>(k, n));
-            }
+            if (!B_ROWS_K) cl::mma::ldmatrix<4>(r, Bs + off + 16 * j * BK);
+            else cl::mma::ldmatrix_trans<4>(r, Bs + off + b_step(j));
             b[2 * j][0] = r[0];
             b[2 * j][1] = r[1];
             b[2 * j + 1][0] = r[2];
             b[2 * j + 1][1] = r[3];
         }
+    }
+
+    // In an m- (n-) contiguous tile, fragment i sits 16 columns = 2 chunks further; XOR
+    // with the row's swizzle commutes with adding 2 chunks only within an aligned group,
+    // so these steps are computed per lane (compile-time i, one XOR each).
+    __device__ static int a_step(int i) {
+        const int lane = threadIdx.x & 31, mat = lane >> 3;
+        const int row = (lane & 7) + (mat >> 1) * 8, col = (mat & 1) * 8;
+        return tile_offset<BM>(row, col + 16 * i) - tile_offset<BM>(row, col);
+    }
+    __device__ static int b_step(int j) {
+        const int lane = threadIdx.x & 31, mat = lane >> 3;
+        const int row = (lane & 7) + (mat & 1) * 8, col = (mat >> 1) * 8;
+        return tile_offset<BN>(row, col + 16 * j) - tile_offset<BN>(row, col);
     }
 
     // Runs `iters` reduction tiles through the pipeline into acc (zeroed here). Ends with
@@ -105,6 +128,7 @@ struct Gemm {
         T* Bs = smem + STAGES * A_TILE;
         const int warp = threadIdx.x >> 5;
         const int wm0 = (warp / WARPS_N) * WM, wn0 = (warp % WARPS_N) * WN;
+        const FragOffsets fo = frag_offsets(wm0, wn0);
 #pragma unroll
         for (int i = 0; i < MF; ++i)
 #pragma unroll
@@ -126,10 +150,10 @@ struct Gemm {
             const T* a_s = As + read * A_TILE;
             const T* b_s = Bs + read * B_TILE;
 #pragma unroll
-            for (int ks = 0; ks < BK; ks += 16) {
+            for (int s = 0; s < BK / 16; ++s) {
                 unsigned a[MF][4], b[NF][2];
-                load_a(a_s, wm0, ks, a);
-                load_b(b_s, wn0, ks, b);
+                load_a(a_s, fo.a[s], a);
+                load_b(b_s, fo.b[s], b);
 #pragma unroll
                 for (int i = 0; i < MF; ++i)
 #pragma unroll

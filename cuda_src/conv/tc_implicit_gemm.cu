@@ -24,11 +24,14 @@
 // grid (ceil(N*P*Q / BM), ceil(K / BN)), block (BM / WM) * (BN / WN) * 32.
 #include "common/cudnnlite.cuh"
 #include "conv/conv_common.cuh"
+#include "conv/splitk_reduce.cuh"
 #include "conv/tc_gemm.cuh"
 
 namespace tcconv {
 
 // Implicit-GEMM operand loader of the forward convolution (tc_gemm.cuh's Loader contract).
+// Per copy in the main loop: a bounds test of (h, w) and one 64-bit add of an offset that
+// is the same for every row of the tile (the tap's (r * dil_h * W + s * dil_w) * C + c0).
 template <class G, int ALIGN>
 struct FwdLoader {
     typedef typename G::T T;
@@ -40,82 +43,77 @@ struct FwdLoader {
     };
     static_assert(G::THREADS % CPR == 0, "a thread keeps one column of the tile");
     static_assert(G::BM % ROWS_PER_PASS == 0 && G::BN % ROWS_PER_PASS == 0, "whole passes");
+    static_assert(ROWS_PER_PASS % 8 == 0, "passes keep the row swizzle (period 8)");
 
-    const T* x;
-    const T* w;
-    int H, W, C, S, dil_h, dil_w;
-    cl::index_t rsc;
-    int col;                        // this thread's element column within a tile row
-    int row0;                       // its first tile row
-    cl::index_t a_base[A_PASSES];   // n * H * W * C of each A row
-    int a_h[A_PASSES], a_w[A_PASSES];  // p * stride - pad (far negative: row past M)
-    bool b_ok[B_PASSES];            // output channel < K
-    cl::index_t b_base[B_PASSES];   // k * R * S * C
-    // The reduction iterator: tap (r, t), channel slice c0, tap_base = (r * S + t) * C.
+    const T* a_ptr[A_PASSES];          // x at this row's (n, h0, w0, col): tap (0, 0)
+    int a_h[A_PASSES], a_w[A_PASSES];  // h0, w0 (far negative: a row past M)
+    const T* b_ptr[B_PASSES];          // w at this row's (k, 0, 0, col)
+    bool b_ok[B_PASSES];               // k < K
+    int dst;                           // this thread's element offset in a stage
+    int H, W, C, S, dil_h, dil_w, col;
+    // The reduction iterator: tap (r, t) as offsets, channel slice c0.
     int t, c0, r_off, t_off;
-    cl::index_t tap_base;
+    cl::index_t a_tap;  // (r_off * W + t_off) * C + c0: uniform over rows
+    cl::index_t b_tap;  // (r * S + t) * C + c0
 
-    __device__ FwdLoader(const T* x_, const T* w_, const ConvShape& s, cl::index_t m0, int n0)
-        : x(x_), w(w_), H(s.h), W(s.w), C(s.c), S(s.s), dil_h(s.dil_h), dil_w(s.dil_w) {
-        rsc = (cl::index_t)s.r * s.s * s.c;
+    __device__ FwdLoader(const T* x, const T* w, const ConvShape& s, cl::index_t m0, int n0)
+        : H(s.h), W(s.w), C(s.c), S(s.s), dil_h(s.dil_h), dil_w(s.dil_w) {
         col = (threadIdx.x % CPR) * ALIGN;
-        row0 = threadIdx.x / CPR;
+        const int row0 = threadIdx.x / CPR;
+        dst = tc::tile_offset<G::BK>(row0, col);
         const cl::index_t rows = (cl::index_t)s.n * s.p * s.q;
+        const cl::index_t rsc = (cl::index_t)s.r * s.s * s.c;
 #pragma unroll
         for (int i = 0; i < A_PASSES; ++i) {
             const cl::index_t m = m0 + row0 + i * ROWS_PER_PASS;
+            int n = 0, p = 0, q = 0;
             if (m < rows) {
-                const int q = (int)(m % s.q);
+                q = (int)(m % s.q);
                 const cl::index_t np = m / s.q;
-                const int n = (int)(np / s.p), p = (int)(np % s.p);
-                a_base[i] = (cl::index_t)n * s.h * s.w * s.c;
-                a_h[i] = p * s.stride_h - s.pad_h;
-                a_w[i] = q * s.stride_w - s.pad_w;
-            } else {
-                a_base[i] = 0;
-                a_h[i] = -(1 << 30);  // every tap out of range
-                a_w[i] = 0;
+                n = (int)(np / s.p);
+                p = (int)(np % s.p);
             }
+            a_h[i] = m < rows ? p * s.stride_h - s.pad_h : -(1 << 30);
+            a_w[i] = q * s.stride_w - s.pad_w;
+            a_ptr[i] = x + (((cl::index_t)n * s.h + a_h[i]) * s.w + a_w[i]) * s.c + col;
         }
 #pragma unroll
         for (int j = 0; j < B_PASSES; ++j) {
             const int k = n0 + row0 + j * ROWS_PER_PASS;
             b_ok[j] = k < s.k;
-            b_base[j] = b_ok[j] ? (cl::index_t)k * rsc : 0;
+            b_ptr[j] = w + (cl::index_t)(b_ok[j] ? k : 0) * rsc + col;
         }
-        t = 0;
-        c0 = 0;
-        r_off = 0;
-        t_off = 0;
-        tap_base = 0;
+        t = c0 = r_off = t_off = 0;
+        a_tap = b_tap = 0;
     }
 
     __device__ void load(T* As, T* Bs) {
-        const int c = c0 + col;
-        const bool c_ok = c < C;  // C % ALIGN == 0: a copy is wholly in or out
+        const bool c_ok = c0 + col < C;  // C % ALIGN == 0: a copy is wholly in or out
 #pragma unroll
         for (int i = 0; i < A_PASSES; ++i) {
-            const int h = a_h[i] + r_off, wc = a_w[i] + t_off;
-            const bool ok = c_ok && (unsigned)h < (unsigned)H && (unsigned)wc < (unsigned)W;
-            const T* src = ok ? x + a_base[i] + ((cl::index_t)h * W + wc) * C + c : x;
-            cl::mma::cp_async<ALIGN * 2>(As + tc::tile_offset<G::BK>(row0 + i * ROWS_PER_PASS, col),
-                                         src, ok);
+            const bool ok = c_ok && (unsigned)(a_h[i] + r_off) < (unsigned)H &&
+                            (unsigned)(a_w[i] + t_off) < (unsigned)W;
+            // Not read when !ok (zero-fill): the address may point anywhere.
+            cl::mma::cp_async<ALIGN * 2>(As + dst + i * ROWS_PER_PASS * G::BK, a_ptr[i] + a_tap, ok);
         }
 #pragma unroll
         for (int j = 0; j < B_PASSES; ++j) {
-            const bool ok = c_ok && b_ok[j];
-            const T* src = ok ? w + b_base[j] + tap_base + c : w;
-            cl::mma::cp_async<ALIGN * 2>(Bs + tc::tile_offset<G::BK>(row0 + j * ROWS_PER_PASS, col),
-                                         src, ok);
+            cl::mma::cp_async<ALIGN * 2>(Bs + dst + j * ROWS_PER_PASS * G::BK, b_ptr[j] + b_tap,
+                                         c_ok && b_ok[j]);
         }
         // Next tile: the next channel slice, or the first slice of the next tap.
         c0 += G::BK;
+        a_tap += G::BK;
+        b_tap += G::BK;
         if (c0 >= C) {
+            a_tap -= c0;
+            b_tap += C - c0;
             c0 = 0;
-            tap_base += C;
             t_off += dil_w;
+            a_tap += (cl::index_t)dil_w * C;
             if (++t == S) {
                 t = 0;
+                a_tap += ((cl::index_t)dil_h * W - (cl::index_t)t_off) * C;
                 t_off = 0;
                 r_off += dil_h;
             }
@@ -214,4 +212,158 @@ __global__ void __launch_bounds__((BM / WM) * (BN / WN) * 32)
     tc_conv_fwd(const T* __restrict__ x, const T* __restrict__ w, T* y, const T* z,
                 const T* __restrict__ bias, ConvShape s, ConvEpilogue e) {
     tcconv::Fwd<T, BM, BN, BK, WM, WN, STAGES, ALIGN>::go(x, w, y, z, bias, s, e);
+}
+
+// ------------------------------------------------------------------ backward filter
+// dw[k][(r, s, c)] = sum over output pixels (n, p, q) of dy[n, p, q, k] * x[n, h, w, c],
+// h = p * stride_h - pad_h + r * dil_h (w likewise): a GEMM with M = K, N = R*S*C and the
+// reduction over N*P*Q, both operands contiguous along their M / N side in NHWC, so both
+// tiles are [BK][BM] / [BK][BN] (reduction rows) and reach the fragments through
+// ldmatrix.trans. Split-K: blockIdx.z takes `chunk` output pixels (a multiple of BK) and
+// writes fp32 partials to ws[z][k][rsc]; bwd_filter_reduce (conv/splitk_reduce.cuh) sums the
+// splits in a fixed order: deterministic.
+//
+// Kernel: tc_conv_bwd_filter<T, BM, BN, BK, WM, WN, STAGES, ALIGN> (ALIGN divides K and C)
+// grid (ceil(RSC / BN), ceil(K / BM), splits), block (BM / WM) * (BN / WN) * 32.
+
+namespace tcconv {
+
+template <class G, int ALIGN>
+struct BwdFilterLoader {
+    typedef typename G::T T;
+    enum {
+        A_CPR = G::BM / ALIGN, A_RPP = G::THREADS / A_CPR, A_PASSES = G::BK / A_RPP,
+        B_CPR = G::BN / ALIGN, B_RPP = G::THREADS / B_CPR, B_PASSES = G::BK / B_RPP,
+    };
+    static_assert(G::THREADS % A_CPR == 0 && G::THREADS % B_CPR == 0, "fixed columns");
+    static_assert(A_PASSES >= 1 && B_PASSES >= 1 && G::BK % A_RPP == 0 && G::BK % B_RPP == 0,
+                  "whole passes");
+
+    // A (dy): row npq at dy + npq * K; this thread's k chunk is fixed.
+    const T* a_ptr;  // dy at (first row of this thread, k chunk)
+    bool a_kok;
+    int a_dst[A_PASSES];
+    // B (x): this thread's (r, s, c) is fixed; rows walk the output pixels.
+    int b_dst[B_PASSES];
+    bool b_colok;
+    int b_rh, b_rw;                 // r * dil_h - pad_h, s * dil_w - pad_w
+    int b_n[B_PASSES], b_p[B_PASSES], b_q[B_PASSES];
+    cl::index_t b_c;                // c
+    const T* x;
+    int H, W, C, P, Q, stride_h, stride_w, K;
+    cl::index_t row, end;           // first npq row of the next tile, end of this split
+    int a_row0, b_row0;
+
+    __device__ BwdFilterLoader(const T* x_, const T* dy, const ConvShape& s, int m0, int n0,
+                               cl::index_t start, cl::index_t end_)
+        : x(x_), H(s.h), W(s.w), C(s.c), P(s.p), Q(s.q), stride_h(s.stride_h),
+          stride_w(s.stride_w), K(s.k), row(start), end(end_) {
+        const int a_col = (threadIdx.x % A_CPR) * ALIGN;
+        a_row0 = threadIdx.x / A_CPR;
+        a_kok = m0 + a_col < s.k;
+        a_ptr = dy + (start + a_row0) * s.k + m0 + a_col;
+#pragma unroll
+        for (int i = 0; i < A_PASSES; ++i)
+            a_dst[i] = tc::tile_offset<G::BM>(a_row0 + i * A_RPP, a_col);
+        const int b_col = (threadIdx.x % B_CPR) * ALIGN;
+        b_row0 = threadIdx.x / B_CPR;
+        const int rsc = n0 + b_col;
+        b_colok = rsc < s.r * s.s * s.c;
+        const int c = rsc % s.c, rs = rsc / s.c;
+        b_c = c;
+        b_rh = (rs / s.s) * s.dil_h - s.pad_h;
+        b_rw = (rs % s.s) * s.dil_w - s.pad_w;
+#pragma unroll
+        for (int j = 0; j < B_PASSES; ++j) {
+            b_dst[j] = tc::tile_offset<G::BN>(b_row0 + j * B_RPP, b_col);
+            const cl::index_t m = start + b_row0 + j * B_RPP;  // decoded once per split
+            b_q[j] = (int)(m % s.q);
+            const cl::index_t np = m / s.q;
+            b_p[j] = (int)(np % s.p);
+            b_n[j] = (int)(np / s.p);
+        }
+    }
+
+    __device__ void load(T* As, T* Bs) {
+#pragma unroll
+        for (int i = 0; i < A_PASSES; ++i) {
+            const bool ok = a_kok && row + a_row0 + i * A_RPP < end;
+            cl::mma::cp_async<ALIGN * 2>(As + a_dst[i], a_ptr + (cl::index_t)i * A_RPP * K, ok);
+        }
+#pragma unroll
+        for (int j = 0; j < B_PASSES; ++j) {
+            const int h = b_p[j] * stride_h + b_rh, w = b_q[j] * stride_w + b_rw;
+            const bool ok = b_colok && row + b_row0 + j * B_RPP < end &&
+                            (unsigned)h < (unsigned)H && (unsigned)w < (unsigned)W;
+            const T* src = x + (((cl::index_t)b_n[j] * H + h) * W + w) * C + b_c;
+            cl::mma::cp_async<ALIGN * 2>(Bs + b_dst[j], src, ok);
+            // The row BK further: carry q into p and n without dividing.
+            b_q[j] += G::BK;
+            while (b_q[j] >= Q) {
+                b_q[j] -= Q;
+                if (++b_p[j] == P) {
+                    b_p[j] = 0;
+                    ++b_n[j];
+                }
+            }
+        }
+        row += G::BK;
+        a_ptr += (cl::index_t)G::BK * K;
+    }
+};
+
+template <typename T, int BM, int BN, int BK, int WM, int WN, int STAGES, int ALIGN>
+__device__ __forceinline__ void bwd_filter_body(const T* x, const T* dy, float* ws,
+                                                const ConvShape& s, long long chunk) {
+    typedef tc::Gemm<T, BM, BN, BK, WM, WN, STAGES, true, true> G;
+    DYNAMIC_SHARED(T, smem);
+    const int n0 = blockIdx.x * BN, m0 = blockIdx.y * BM;
+    const cl::index_t npq = (cl::index_t)s.n * s.p * s.q;
+    const cl::index_t start = (cl::index_t)blockIdx.z * chunk;
+    const cl::index_t end = start + chunk < npq ? start + chunk : npq;
+    const int iters = start < end ? (int)((end - start + BK - 1) / BK) : 0;
+    BwdFilterLoader<G, ALIGN> ld(x, dy, s, m0, n0, start, end);
+    typename G::Acc acc;
+    G::mainloop(ld, iters, smem, acc);
+    // Partials straight from the fragments: two consecutive rsc per register pair.
+    const int rsc = s.r * s.s * s.c;
+    float* part = ws + (cl::index_t)blockIdx.z * s.k * rsc;
+    const int warp = threadIdx.x >> 5, lane = threadIdx.x & 31;
+    const int wm0 = m0 + (warp / G::WARPS_N) * WM, wn0 = n0 + (warp % G::WARPS_N) * WN;
+#pragma unroll
+    for (int i = 0; i < G::MF; ++i)
+#pragma unroll
+        for (int j = 0; j < G::NF; ++j)
+#pragma unroll
+            for (int v = 0; v < 4; ++v) {
+                const int k = wm0 + 16 * i + (lane >> 2) + 8 * (v >> 1);
+                const int col = wn0 + 8 * j + 2 * (lane & 3) + (v & 1);
+                if (k < s.k && col < rsc) part[(cl::index_t)k * rsc + col] = acc[i][j][v];
+            }
+}
+
+template <typename T, int BM, int BN, int BK, int WM, int WN, int STAGES, int ALIGN>
+struct BwdFilter {
+    __device__ static void go(const T* x, const T* dy, float* ws, const ConvShape& s,
+                              long long chunk) {
+        bwd_filter_body<T, BM, BN, BK, WM, WN, STAGES, ALIGN>(x, dy, ws, s, chunk);
+    }
+};
+#if !CL_MMA_SM80
+template <int BM, int BN, int BK, int WM, int WN, int STAGES, int ALIGN>
+struct BwdFilter<__nv_bfloat16, BM, BN, BK, WM, WN, STAGES, ALIGN> {
+    __device__ static void go(const __nv_bfloat16*, const __nv_bfloat16*, float*,
+                              const ConvShape&, long long) {
+        __trap();
+    }
+};
+#endif
+
+}  // namespace tcconv
+
+template <typename T, int BM, int BN, int BK, int WM, int WN, int STAGES, int ALIGN>
+__global__ void __launch_bounds__((BM / WM) * (BN / WN) * 32)
+    tc_conv_bwd_filter(const T* __restrict__ x, const T* __restrict__ dy, float* __restrict__ ws,
+                       ConvShape s, long long chunk) {
+    tcconv::BwdFilter<T, BM, BN, BK, WM, WN, STAGES, ALIGN>::go(x, dy, ws, s, chunk);
 }

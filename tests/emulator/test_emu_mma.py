@@ -151,7 +151,13 @@ def test_ldmatrix_layout(backend: str, count: int, trans: int) -> None:
     _kernel(backend, "ldmatrix_regs")(
         1,
         32,
-        (to_backend(tile, backend), to_backend(rows, backend), out, np.int32(count), np.int32(trans)),
+        (
+            to_backend(tile, backend),
+            to_backend(rows, backend),
+            out,
+            np.int32(count),
+            np.int32(trans),
+        ),
     )
     got = to_numpy(out)
     for i in range(count):
@@ -219,6 +225,12 @@ def test_partial_warp_is_an_error(emulator_only: None) -> None:
     z = np.zeros((32, 4), np.uint32)
     with pytest.raises(ExecutionError, match="needs all 32 lanes"):
         _kernel("cpu", "mma_regs_f16")(
-            1, 16, (z, np.zeros((32, 2), np.uint32), np.zeros((32, 4), np.float32),
-                    np.zeros((32, 4), np.float32))
+            1,
+            16,
+            (
+                z,
+                np.zeros((32, 2), np.uint32),
+                np.zeros((32, 4), np.float32),
+                np.zeros((32, 4), np.float32),
+            ),
         )

@@ -163,7 +163,9 @@ class TcImplicitGemmSolver(Solver):
         if problem.dtype == "bf16" and not caps.bf16_tensor_cores:
             return not_applicable(f"bf16 needs sm_80+, device is {caps.arch}")
         if align_for(problem) is None:
-            return not_applicable(f"needs an even channel count for 4-byte copies, got c={problem.c}")
+            return not_applicable(
+                f"needs an even channel count for 4-byte copies, got c={problem.c}"
+            )
         if -(-problem.k // 64) > _MAX_GRID_Y:
             return not_applicable(f"k={problem.k} exceeds the grid's y limit")
         return APPLICABLE
@@ -173,8 +175,7 @@ class TcImplicitGemmSolver(Solver):
         return [
             c
             for c in (TcConfig(*t) for t in tiles)
-            if c.smem_bytes() <= caps.max_shared_bytes
-            and -(-problem.k // c.block_n) <= _MAX_GRID_Y
+            if c.smem_bytes() <= caps.max_shared_bytes and -(-problem.k // c.block_n) <= _MAX_GRID_Y
         ]
 
     def default_config(self, problem: ConvProblem, caps: Capabilities) -> TcConfig:

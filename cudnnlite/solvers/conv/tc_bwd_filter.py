@@ -1,0 +1,206 @@
+"""Backward filter on the multistage tensor-core GEMM (``tc_conv_bwd_filter`` in
+``cuda_src/conv/tc_implicit_gemm.cu``).
+
+``conv_bwd_filter_tc_implicit_gemm`` (:class:`TcBwdFilterSolver`): dw = dy^T * im2col(x)
+as a GEMM with M = K, N = R*S*C and the reduction over the N*P*Q output pixels. NHWC +
+KRSC, groups == 1, fp16 or bf16 (fp32 accumulation, fp32 partials), 1-D or 2-D, any
+stride, dilation and padding. Both operands are contiguous along K and C, so both shared
+tiles hold reduction rows and reach the MMA fragments through ``ldmatrix.trans``.
+
+Split-K: ``splits`` blocks share the reduction, each over a chunk of output pixels (a
+multiple of ``block_k``), writing fp32 partials to the workspace; ``bwd_filter_reduce``
+(``cuda_src/conv/splitk_reduce.cuh``) sums them in split order and rounds once. Deterministic
+for every split count. Workspace: 4 * splits * K * R*S*C bytes.
+
+Copies: 16 bytes when K and C are multiples of 8, 4 bytes when both are even; otherwise
+not applicable (the WMMA split-K solver takes it). Error: as the forward (exact products,
+fp32 sums over N*P*Q terms), acc_factor 2.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+from typing import Any
+
+import numpy as np
+
+from ... import dtypes
+from ...errors import NotSupportedError
+from ...problems.conv import ConvProblem
+from ...runtime.backend import Backend
+from ...runtime.caps import Capabilities
+from ...runtime.kernel import ModuleSpec
+from ..base import APPLICABLE, Applicability, Config, Runner, Solver, not_applicable
+from . import bwd_filter as bwf
+from .common import shape_struct
+from .tc_igemm import DTYPES, SOURCE
+
+# (block_m (K), block_n (R*S*C), block_k (pixels), warp_m, warp_n, stages)
+TILES = (
+    (128, 128, 32, 64, 64, 3),
+    (64, 128, 32, 32, 64, 3),
+    (64, 64, 32, 32, 32, 3),
+)
+TILES_ALIGN2 = ((64, 64, 32, 32, 32, 3),)  # 4-byte copies: more loader state per thread
+SPLITS = (1, 2, 4, 8, 16, 32, 64)
+_MAX_GRID_Y = 65535
+
+
+@dataclass(frozen=True)
+class TcSplitKConfig(Config):
+    block_m: int = 64
+    block_n: int = 128
+    block_k: int = 32
+    warp_m: int = 32
+    warp_n: int = 64
+    stages: int = 3
+    splits: int = 1
+
+    def __post_init__(self) -> None:
+        if self.tile() not in TILES:
+            raise ValueError(f"backward-filter tile {self.tile()} is not one of {TILES}")
+        if self.splits not in SPLITS:
+            raise ValueError(f"splits must be one of {SPLITS}, got {self.splits}")
+
+    def tile(self) -> tuple[int, ...]:
+        return (self.block_m, self.block_n, self.block_k, self.warp_m, self.warp_n, self.stages)
+
+    @property
+    def threads(self) -> int:
+        return (self.block_m // self.warp_m) * (self.block_n // self.warp_n) * 32
+
+    def smem_bytes(self) -> int:
+        return self.stages * (self.block_m + self.block_n) * self.block_k * 2
+
+    def label(self) -> str:
+        m, n, k, wm, wn, s = self.tile()
+        return f"{m}x{n}x{k}_w{wm}x{wn}_s{s}_split{self.splits}"
+
+
+def align_for(problem: ConvProblem) -> int | None:
+    return next((a for a in (8, 2) if problem.c % a == 0 and problem.k % a == 0), None)
+
+
+def _expr(dt: dtypes.DType, tile: tuple[int, ...], align: int) -> str:
+    return f"tc_conv_bwd_filter<{dt.ctype}, {', '.join(map(str, tile))}, {align}>"
+
+
+def module_spec(dt: dtypes.DType, tile: tuple[int, ...], align: int) -> ModuleSpec:
+    """The GEMM and the split reduction (conv/splitk_reduce.cuh): one small module."""
+    return ModuleSpec.make(SOURCE, [_expr(dt, tile, align), bwf._reduce_expr(dt)])
+
+
+def _dims(problem: ConvProblem) -> tuple[int, int]:
+    """(R*S*C, N*P*Q)."""
+    return problem.c * problem.filter_taps, problem.n * int(np.prod(problem.out_spatial))
+
+
+class _Runner(Runner):
+    def __init__(self, backend: Backend, problem: ConvProblem, cfg: TcSplitKConfig) -> None:
+        dt = bwf.dtype_of(problem)
+        align = align_for(problem)
+        assert align is not None
+        spec = module_spec(dt, cfg.tile(), align)
+        self.gemm = backend.kernel(spec, _expr(dt, cfg.tile(), align))
+        self.reduce = backend.kernel(spec, bwf._reduce_expr(dt))
+        rsc, npq = _dims(problem)
+        self.splits = bwf._useful_splits(npq, cfg.splits, cfg.block_k)
+        self.chunk = np.int64(bwf._chunk(npq, cfg.splits, cfg.block_k))
+        self.grid = (-(-rsc // cfg.block_n), -(-problem.k // cfg.block_m), self.splits)
+        self.block = (cfg.threads,)
+        self.smem = cfg.smem_bytes()
+        self.count = problem.k * rsc
+        self.cgrid = bwf._grid(self.count, backend)
+        self.shape = shape_struct(problem)
+        self.names = [
+            f"tc_igemm_bwd_filter_{cfg.label()}_a{align}_nhwc_{dt.short}",
+            f"bwd_filter_reduce_{dt.short}",
+        ]
+
+    @property
+    def kernel_names(self) -> list[str]:
+        return list(self.names)
+
+    def __call__(self, tensors: bwf.BwdFilterTensors, epilogue: Any, workspace: Any) -> None:
+        ws = bwf._f32(workspace, self.count * self.splits)
+        self.gemm(self.grid, self.block, (tensors.x, tensors.dy, ws, self.shape, self.chunk),
+                  shared_mem=self.smem)  # fmt: skip
+        self.reduce((self.cgrid,), (bwf.BLOCK,),
+                    (ws, tensors.dw, np.int32(self.splits), np.int64(self.count)))  # fmt: skip
+
+
+class TcBwdFilterSolver(Solver):
+    """Tensor-core backward filter with deterministic split-K (module docstring)."""
+
+    name = "conv_bwd_filter_tc_implicit_gemm"
+    family = "conv_bwd_filter"
+    config_type = TcSplitKConfig
+    deterministic = True
+
+    def is_applicable(self, problem: ConvProblem, caps: Capabilities) -> Applicability:
+        reason = bwf.common_reason(problem, "bwd_filter")
+        if reason:
+            return not_applicable(reason)
+        if problem.groups != 1:
+            return not_applicable("needs groups == 1")
+        if not problem.channels_last:
+            return not_applicable("needs channels-last (NHWC): copies run along K and C")
+        if problem.dtype not in DTYPES:
+            return not_applicable(f"needs fp16 or bf16, got {problem.dtype}")
+        if not caps.mma_sync:
+            return not_applicable(f"needs mma.sync and ldmatrix (sm_75+), device is {caps.arch}")
+        if problem.dtype == "bf16" and not caps.bf16_tensor_cores:
+            return not_applicable(f"bf16 needs sm_80+, device is {caps.arch}")
+        if align_for(problem) is None:
+            return not_applicable(
+                f"needs even K and C for 4-byte copies, got k={problem.k}, c={problem.c}"
+            )
+        rsc, npq = _dims(problem)
+        if -(-problem.k // 64) > _MAX_GRID_Y or npq >= 2**31 or problem.k * rsc >= 2**31:
+            return not_applicable("needs K < 2^22 and N*P*Q, K*R*S*C below 2^31")
+        return APPLICABLE
+
+    def configs(self, problem: ConvProblem, caps: Capabilities) -> list[TcSplitKConfig]:
+        _, npq = _dims(problem)
+        tiles = TILES_ALIGN2 if align_for(problem) == 2 else TILES
+        out = []
+        for tile in tiles:
+            for splits in SPLITS:
+                if splits > 1 and npq < splits * 4 * tile[2]:
+                    continue  # each split keeps at least 4 slices
+                cfg = TcSplitKConfig(*tile, splits)
+                if cfg.smem_bytes() <= caps.max_shared_bytes:
+                    out.append(cfg)
+        return out
+
+    def default_config(self, problem: ConvProblem, caps: Capabilities) -> TcSplitKConfig:
+        rsc, _ = _dims(problem)
+        options = self.configs(problem, caps)
+        big = [c for c in options if c.block_m == 128] if problem.k >= 128 else []
+        pool = big or [c for c in options if c.block_m == 64 and c.block_n == 128] or options
+        tile = pool[0]
+        tiles = -(-problem.k // tile.block_m) * -(-rsc // tile.block_n)
+        target = bwf._TARGET_BLOCKS["cpu" if caps.emulator else "cuda"]
+        want = max(1, -(-target // tiles))
+        same = [c for c in pool if c.tile() == tile.tile()]
+        return max((c for c in same if c.splits <= want), key=lambda c: c.splits, default=tile)
+
+    def workspace_size(self, problem: ConvProblem, config: Config) -> int:
+        assert isinstance(config, TcSplitKConfig)
+        rsc, npq = _dims(problem)
+        return 4 * bwf._useful_splits(npq, config.splits, config.block_k) * problem.k * rsc
+
+    def module_specs(self) -> list[ModuleSpec]:
+        specs = [
+            module_spec(dt, tile, a)
+            for dt in dtypes.FLOAT_TYPES
+            if dt.short in DTYPES
+            for a in (8, 2)
+            for tile in (TILES if a == 8 else TILES_ALIGN2)
+        ]
+        return specs
+
+    def prepare(self, backend: Backend, problem: ConvProblem, config: Config) -> Runner:
+        if not isinstance(config, TcSplitKConfig):
+            raise NotSupportedError(f"{self.name}: expected a TcSplitKConfig, got {config!r}")
+        return _Runner(backend, problem, config)
