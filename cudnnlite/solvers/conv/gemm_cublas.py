@@ -31,8 +31,12 @@ image does not fit. Regions start at 256-byte boundaries; ``workspace_size`` is 
 Precision: fp32 accumulation (cuBLAS compute type 32F); fp32 stays fp32 unless
 ``problem.math == "tf32"`` (cuBLAS ``COMPUTE_32F_FAST_TF32``; the emulator rounds the
 GEMM inputs to TF32). bf16 on a GPU needs sm_80+ (cuBLAS bf16 GEMMs). Deterministic:
-one GEMM call per output element's sum, chunks and groups in a fixed order (cuBLAS's
-default algorithms do not split K with atomics).
+our kernels use no atomics, chunks and groups run in a fixed order, and cuBLAS documents
+bitwise-reproducible GEMMs from run to run on one GPU model (see runtime/blas.py).
+
+The tensors must be contiguous in the problem's layout and of the backend's kind (the
+GEMMs read raw device pointers or NumPy views, not the host copies the emulator and the
+CUDA backend make for kernels of the other kind).
 """
 
 from __future__ import annotations
