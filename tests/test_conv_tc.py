@@ -235,3 +235,16 @@ def test_backward_filter_configs() -> None:
         "channels-last"
         in BWF.is_applicable(dataclasses.replace(_bwf(1, 8, 4, 8), layout="NCHW"), EMULATOR).reason
     )
+
+
+def test_heuristics_put_the_multistage_engine_first_on_a_gpu() -> None:
+    from cudnnlite.dispatch import heuristics as h
+
+    fwd = conv(32, 64, 56, 64)
+    assert h.conv_fwd_ranking(fwd, for_sm(90))[0] == h.TC
+    assert h.TC not in h.conv_fwd_ranking(fwd, EMULATOR)  # emulator rankings unchanged
+    assert h.TC not in h.conv_fwd_ranking(conv(32, 64, 56, 64, layout="NCHW"), for_sm(90))
+    bwd = dataclasses.replace(fwd, direction="bwd_data")
+    assert h.conv_bwd_data_ranking(bwd, for_sm(90))[0] == h.BWD_DATA_TC
+    bwf = dataclasses.replace(fwd, direction="bwd_filter")
+    assert h.conv_bwd_filter_ranking(bwf, for_sm(90))[0] == h.BWD_FILTER_TC

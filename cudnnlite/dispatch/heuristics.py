@@ -18,6 +18,7 @@ WINO_2 = "conv_fwd_winograd_f2x2_3x3"
 WINO_4 = "conv_fwd_winograd_f4x4_3x3"
 WINO_FUSED = "conv_fwd_winograd_fused_f2x2_3x3"
 WMMA = "conv_fwd_wmma_implicit_gemm"
+TC = "conv_fwd_tc_implicit_gemm"
 CUBLAS_1X1 = "conv_fwd_gemm_cublas_1x1"
 BWD_DATA_CUBLAS_1X1 = "conv_bwd_data_gemm_cublas_1x1"
 BWD_FILTER_CUBLAS_1X1 = "conv_bwd_filter_gemm_cublas_1x1"
@@ -37,10 +38,20 @@ def _cublas_pointwise(p: ConvProblem, caps: Capabilities) -> bool:
     return pixels >= 4096 and min(p.c, p.k) >= 64
 
 
+def _multistage(p: ConvProblem, caps: Capabilities) -> bool:
+    """The multistage tensor-core implicit GEMM (mma.sync, cp.async) before the WMMA
+    kernels on a GPU, wherever it applies (NHWC, fp16/bf16, even C): its sm_90 main loop
+    is 30% HMMA, where the WMMA forward issues 16 HMMA among ~7,300 instructions of
+    address arithmetic. Unmeasured on a GPU so far. Not on the emulator, where the
+    rankings stay as they were."""
+    return not caps.emulator and p.dtype in ("fp16", "bf16") and p.channels_last
+
+
 def conv_fwd_ranking(p: ConvProblem, caps: Capabilities) -> list[str]:
     tensor_cores = (p.dtype == "fp16" and caps.fp16_tensor_cores) or (
         (p.dtype == "bf16" or p.math == "tf32") and caps.bf16_tensor_cores
     )
+    tc = [TC] if tensor_cores and _multistage(p, caps) else []
     winograd_shape = (
         p.ndim == 2
         and p.filter == (3, 3)
@@ -53,17 +64,17 @@ def conv_fwd_ranking(p: ConvProblem, caps: Capabilities) -> list[str]:
         return [DEPTHWISE, DIRECT]
     if p.pointwise:
         cublas = [CUBLAS_1X1] if _cublas_pointwise(p, caps) else []
-        return cublas + ([WMMA] if tensor_cores else []) + [GEMM_1X1, IGEMM, DIRECT]
+        return cublas + tc + ([WMMA] if tensor_cores else []) + [GEMM_1X1, IGEMM, DIRECT]
     if winograd_shape and min(p.c_per_group, p.k_per_group) >= 16:
         # Winograd's transforms pay off once there are enough channels to amortize
         # them; F(4x4) cuts more multiplies but needs tiles of 4 outputs to fill.
         big_image = min(p.out_spatial) >= 8
         wino = [WINO_4, WINO_2] if big_image else [WINO_2, WINO_4]
-        return ([WMMA] if tensor_cores else []) + wino + [PRECOMP, IGEMM, DIRECT]
+        return tc + ([WMMA] if tensor_cores else []) + wino + [PRECOMP, IGEMM, DIRECT]
     if winograd_shape and p.c_per_group * p.k_per_group <= 64 * 64:
         return [WINO_FUSED, IGEMM, DIRECT]
     if tensor_cores:
-        return [WMMA, PRECOMP, IGEMM, DIRECT]
+        return tc + [WMMA, PRECOMP, IGEMM, DIRECT]
     if p.c_per_group * p.filter_taps >= 32:
         return [PRECOMP, IGEMM, DIRECT]
     # Few channels (a network's stem, C = 3): GEMM tiles would be mostly padding.
@@ -80,6 +91,8 @@ BWD_FILTER_IGEMM = "conv_bwd_filter_implicit_gemm"
 BWD_FILTER_ATOMIC = "conv_bwd_filter_implicit_gemm_atomic"
 BWD_DATA_IGEMM_PHASED = "conv_bwd_data_implicit_gemm"
 BWD_FILTER_WMMA = "conv_bwd_filter_wmma_implicit_gemm"
+BWD_DATA_TC = "conv_bwd_data_tc_implicit_gemm"
+BWD_FILTER_TC = "conv_bwd_filter_tc_implicit_gemm"
 
 
 def _tensor_cores(p: ConvProblem, caps: Capabilities) -> bool:
@@ -97,7 +110,9 @@ def conv_bwd_data_ranking(p: ConvProblem, caps: Capabilities) -> list[str]:
         return [BWD_DATA_DIRECT]
     wino = p.filter == (3, 3) and p.dilations == (1, 1) and p.groups == 1
     ranked = [BWD_DATA_CUBLAS_1X1] if _cublas_pointwise(p, caps) else []
-    ranked += [BWD_DATA_WMMA] if _tensor_cores(p, caps) else []
+    tc = _tensor_cores(p, caps)
+    ranked += [BWD_DATA_TC] if tc and _multistage(p, caps) else []
+    ranked += [BWD_DATA_WMMA] if tc else []
     if wino and min(p.c_per_group, p.k_per_group) >= 16:
         big = min(p.spatial) >= 8
         ranked += [BWD_DATA_WINO_4, BWD_DATA_WINO_2] if big else [BWD_DATA_WINO_2, BWD_DATA_WINO_4]
@@ -120,6 +135,7 @@ def conv_bwd_filter_ranking(p: ConvProblem, caps: Capabilities) -> list[str]:
     if p.depthwise or p.k_per_group * p.c_per_group * p.filter_taps < 32 * 32:
         return [BWD_FILTER_DIRECT, BWD_FILTER_IGEMM]
     wmma = [BWD_FILTER_WMMA] if p.dtype != "fp32" and _tensor_cores(p, caps) else []
+    wmma = ([BWD_FILTER_TC] if wmma and _multistage(p, caps) else []) + wmma
     cublas = [BWD_FILTER_CUBLAS_1X1] if _cublas_pointwise(p, caps) else []
     return cublas + wmma + [BWD_FILTER_IGEMM, BWD_FILTER_ATOMIC, BWD_FILTER_DIRECT]
 
