@@ -165,8 +165,8 @@ def test_not_applicable_with_reason(problem, caps, reason: str) -> None:
 
 def test_configs_and_names() -> None:
     p8, p2 = conv(1, 8, 4, 4), conv(1, 6, 4, 4)
-    assert len(SOLVER.configs(p8, EMULATOR)) == len(TILES)
-    assert len(SOLVER.configs(p2, EMULATOR)) == len(TILES_ALIGN2)
+    assert len([c for c in SOLVER.configs(p8, EMULATOR) if c.splits == 1]) == len(TILES)
+    assert len([c for c in SOLVER.configs(p2, EMULATOR) if c.splits == 1]) == len(TILES_ALIGN2)
     for p in (p8, p2, conv(64, 256, 56, 256)):
         assert SOLVER.default_config(p, EMULATOR) in SOLVER.configs(p, EMULATOR)
     with pytest.raises(ValueError):
@@ -248,3 +248,24 @@ def test_heuristics_put_the_multistage_engine_first_on_a_gpu() -> None:
     assert h.conv_bwd_data_ranking(bwd, for_sm(90))[0] == h.BWD_DATA_TC
     bwf = dataclasses.replace(fwd, direction="bwd_filter")
     assert h.conv_bwd_filter_ranking(bwf, for_sm(90))[0] == h.BWD_FILTER_TC
+
+
+@pytest.mark.parametrize("splits", [2, 4])
+def test_forward_split_k(backend: str, splits: int) -> None:
+    # 9 taps x 2 channel slices = 18 reduction tiles over the splits (uneven with 4: the
+    # last split gets fewer), with the fused epilogue in the split-K finishing kernel.
+    p = conv(1, 40, 3, 20)
+    e = Epilogue(alpha=0.5, alpha2=1.0, act_mode=0, has_bias=True, has_z=True)
+    cfg = TcConfig(64, 64, 32, 32, 32, 4, splits)
+    assert SOLVER.workspace_size(p, cfg) == 4 * splits * 9 * 20
+    _check(backend, p, cfg, epilogue=e, activation="relu", bias=True, z=True)
+
+
+def test_forward_split_k_configs() -> None:
+    late = conv(1, 512, 7, 512)  # ResNet-50 layer 4 at batch 1: 4 output tiles of 64x128
+    cfg = SOLVER.default_config(late, for_sm(90))
+    assert cfg.splits > 1 and cfg in SOLVER.configs(late, for_sm(90))
+    assert SOLVER.default_config(late, EMULATOR).splits == 1
+    with pytest.raises(ValueError):
+        TcConfig(128, 128, 32, 64, 64, 4, 2)  # split-K only with the smaller tiles
+    assert all(c.splits == 1 for c in SOLVER.configs(conv(1, 8, 3, 8, f=1, pad=0), EMULATOR))

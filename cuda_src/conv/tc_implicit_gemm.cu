@@ -7,6 +7,10 @@
 // division in the main loop: each thread decodes its A rows (n, h0, w0) once, and the
 // tap/channel iterator advances by additions.
 //
+// Split-K (grid.z > 1): block z runs `iters_per_split` reduction tiles from z * that and
+// writes fp32 partials to ws[z][m][k]; tc_conv_fwd_splitk_epilogue sums them in split
+// order and applies the epilogue (deterministic). grid.z == 1: the epilogue runs here.
+//
 // Kernel: tc_conv_fwd<T, BM, BN, BK, WM, WN, STAGES, ALIGN>
 //   T       __half (sm_75+; sm_75 runs two m16n8k8 per MMA) or __nv_bfloat16 (sm_80+)
 //   BM x BN block tile (output pixels x output channels), BK channels per stage
@@ -85,6 +89,18 @@ struct FwdLoader {
         }
         t = c0 = r_off = t_off = 0;
         a_tap = b_tap = 0;
+    }
+
+    // Split-K: start at reduction tile `it0` (one division per block, none per tile).
+    __device__ void seek(int it0, const ConvShape& s) {
+        const int slices = (C + G::BK - 1) / G::BK;
+        const int tap = it0 / slices, r = tap / S;
+        t = tap % S;
+        c0 = (it0 % slices) * G::BK;
+        r_off = r * dil_h;
+        t_off = t * dil_w;
+        a_tap = ((cl::index_t)r_off * W + t_off) * C + c0;
+        b_tap = (cl::index_t)tap * C + c0;
     }
 
     __device__ void load(T* As, T* Bs) {
@@ -169,29 +185,53 @@ __device__ void store_tile_nhwc(const float* Cs, T* y, const T* z, const T* bias
     }
 }
 
+// Split-K partials: the staged tile to ws[z][m][k] (fp32, K wide), 16 bytes per store.
+template <class G>
+__device__ void store_partials(const float* Cs, float* ws, cl::index_t rows, int K,
+                               cl::index_t m0, int n0) {
+    enum { GROUPS = G::BN / 4 };
+    const bool vec = K % 4 == 0;
+    for (int idx = threadIdx.x; idx < G::BM * GROUPS; idx += G::THREADS) {
+        const int row = idx / GROUPS, k = n0 + (idx % GROUPS) * 4;
+        const cl::index_t m = m0 + row;
+        if (m >= rows || k >= K) continue;
+        const float* acc = Cs + row * G::C_LD + (k - n0);
+        float* out = ws + m * K + k;
+        if (vec) *reinterpret_cast<float4*>(out) = *reinterpret_cast<const float4*>(acc);
+        else
+            for (int j = 0; j < 4 && k + j < K; ++j) out[j] = acc[j];
+    }
+}
+
 template <typename T, int BM, int BN, int BK, int WM, int WN, int STAGES, int ALIGN>
 __device__ __forceinline__ void fwd_body(const T* x, const T* w, T* y, const T* z, const T* bias,
-                                         const ConvShape& s, const ConvEpilogue& e) {
+                                         const ConvShape& s, const ConvEpilogue& e, float* ws,
+                                         int iters_per_split) {
     typedef tc::Gemm<T, BM, BN, BK, WM, WN, STAGES, false, false> G;
     DYNAMIC_SHARED(T, smem);
     const cl::index_t m0 = (cl::index_t)blockIdx.x * BM;
     const int n0 = blockIdx.y * BN;
     FwdLoader<G, ALIGN> ld(x, w, s, m0, n0);
-    const int iters = s.r * s.s * ((s.c + BK - 1) / BK);
+    const int total = s.r * s.s * ((s.c + BK - 1) / BK);
+    const int it0 = blockIdx.z * iters_per_split;
+    const int iters = min(iters_per_split, total - it0);  // >= 1: the host sizes the splits
+    if (it0 > 0) ld.seek(it0, s);
     typename G::Acc acc;
     G::mainloop(ld, iters, smem, acc);
     float* Cs = reinterpret_cast<float*>(smem);
     G::stage_acc(acc, Cs);
     __syncthreads();
-    store_tile_nhwc<G>(Cs, y, z, bias, e, (cl::index_t)s.n * s.p * s.q, s.k, m0, n0);
+    const cl::index_t rows = (cl::index_t)s.n * s.p * s.q;
+    if (gridDim.z == 1) store_tile_nhwc<G>(Cs, y, z, bias, e, rows, s.k, m0, n0);
+    else store_partials<G>(Cs, ws + (cl::index_t)blockIdx.z * rows * s.k, rows, s.k, m0, n0);
 }
 
 // bf16 MMA exists from sm_80; older targets get a trapping body the solver never launches.
 template <typename T, int BM, int BN, int BK, int WM, int WN, int STAGES, int ALIGN>
 struct Fwd {
     __device__ static void go(const T* x, const T* w, T* y, const T* z, const T* bias,
-                              const ConvShape& s, const ConvEpilogue& e) {
-        fwd_body<T, BM, BN, BK, WM, WN, STAGES, ALIGN>(x, w, y, z, bias, s, e);
+                              const ConvShape& s, const ConvEpilogue& e, float* ws, int ips) {
+        fwd_body<T, BM, BN, BK, WM, WN, STAGES, ALIGN>(x, w, y, z, bias, s, e, ws, ips);
     }
 };
 #if !CL_MMA_SM80
@@ -199,7 +239,7 @@ template <int BM, int BN, int BK, int WM, int WN, int STAGES, int ALIGN>
 struct Fwd<__nv_bfloat16, BM, BN, BK, WM, WN, STAGES, ALIGN> {
     __device__ static void go(const __nv_bfloat16*, const __nv_bfloat16*, __nv_bfloat16*,
                               const __nv_bfloat16*, const __nv_bfloat16*, const ConvShape&,
-                              const ConvEpilogue&) {
+                              const ConvEpilogue&, float*, int) {
         __trap();
     }
 };
@@ -210,8 +250,24 @@ struct Fwd<__nv_bfloat16, BM, BN, BK, WM, WN, STAGES, ALIGN> {
 template <typename T, int BM, int BN, int BK, int WM, int WN, int STAGES, int ALIGN>
 __global__ void __launch_bounds__((BM / WM) * (BN / WN) * 32)
     tc_conv_fwd(const T* __restrict__ x, const T* __restrict__ w, T* y, const T* z,
-                const T* __restrict__ bias, ConvShape s, ConvEpilogue e) {
-    tcconv::Fwd<T, BM, BN, BK, WM, WN, STAGES, ALIGN>::go(x, w, y, z, bias, s, e);
+                const T* __restrict__ bias, ConvShape s, ConvEpilogue e, float* __restrict__ ws,
+                int iters_per_split) {
+    tcconv::Fwd<T, BM, BN, BK, WM, WN, STAGES, ALIGN>::go(x, w, y, z, bias, s, e, ws,
+                                                          iters_per_split);
+}
+
+// Split-K end of the forward: y = epilogue(sum over splits of ws[z][m][k]), the splits
+// added in order (deterministic); NHWC, one thread per output element.
+template <typename T>
+__global__ void __launch_bounds__(256)
+    tc_conv_fwd_splitk_epilogue(const float* __restrict__ ws, T* y, const T* z,
+                                const T* __restrict__ bias, ConvEpilogue e, int splits,
+                                long long count, int K) {
+    for (cl::index_t i = cl::global_thread_id(); i < count; i += cl::grid_stride()) {
+        float v = 0.0f;
+        for (int sp = 0; sp < splits; ++sp) v += ws[(cl::index_t)sp * count + i];
+        conv::store_output(y, z, bias, e, i, (int)(i % K), v);
+    }
 }
 
 // ------------------------------------------------------------------ backward filter

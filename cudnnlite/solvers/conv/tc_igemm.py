@@ -66,6 +66,12 @@ TILES_ALIGN2 = (
 )
 
 
+# Split-K of the forward: for layers with few output tiles and a long reduction (late
+# layers at small batch); only with the smaller tiles, whose grids need the extra blocks.
+SPLITS = (1, 2, 4, 8, 16)
+SPLIT_TILES = ((64, 64, 32, 32, 32, 4), (64, 128, 32, 32, 64, 4), (128, 64, 32, 64, 32, 4))
+
+
 @dataclass(frozen=True)
 class TcConfig(Config):
     block_m: int = 128
@@ -74,10 +80,15 @@ class TcConfig(Config):
     warp_m: int = 64
     warp_n: int = 64
     stages: int = 4
+    splits: int = 1
 
     def __post_init__(self) -> None:
         if self.astuple() not in TILES:
             raise ValueError(f"tensor-core tile {self.label()} is not one of {TILES}")
+        if self.splits not in SPLITS or (self.splits > 1 and self.astuple() not in SPLIT_TILES):
+            raise ValueError(
+                f"splits must be one of {SPLITS}, and > 1 only with the tiles {SPLIT_TILES}"
+            )
 
     def astuple(self) -> tuple[int, ...]:
         return (self.block_m, self.block_n, self.block_k, self.warp_m, self.warp_n, self.stages)
@@ -93,9 +104,10 @@ class TcConfig(Config):
         return max(pipe, epilogue)
 
     def label(self) -> str:
+        split = f"_split{self.splits}" if self.splits > 1 else ""
         return (
             f"{self.block_m}x{self.block_n}x{self.block_k}_w{self.warp_m}x{self.warp_n}"
-            f"_s{self.stages}"
+            f"_s{self.stages}{split}"
         )
 
 
@@ -109,9 +121,26 @@ def kernel_expr(dt: dtypes.DType, config: TcConfig, align: int) -> str:
     return f"tc_conv_fwd<{dt.ctype}, {args}, {align}>"
 
 
+def splitk_expr(dt: dtypes.DType) -> str:
+    return f"tc_conv_fwd_splitk_epilogue<{dt.ctype}>"
+
+
 def module_spec(dt: dtypes.DType, config: TcConfig, align: int) -> ModuleSpec:
-    """One kernel per module: a first call compiles only the variant it runs."""
-    return ModuleSpec.make(SOURCE, [kernel_expr(dt, config, align)])
+    """One tile per module (a first call compiles only the variant it runs), with the
+    split-K epilogue kernel."""
+    return ModuleSpec.make(SOURCE, [kernel_expr(dt, config, align), splitk_expr(dt)])
+
+
+def reduction_tiles(problem: ConvProblem, config: TcConfig) -> int:
+    """R*S taps x ceil(C / block_k) channel slices."""
+    return problem.filter_taps * -(-problem.c // config.block_k)
+
+
+def split_plan(problem: ConvProblem, config: TcConfig) -> tuple[int, int]:
+    """(reduction tiles per split, splits that get work)."""
+    total = reduction_tiles(problem, config)
+    per = -(-total // config.splits)
+    return per, -(-total // per)
 
 
 class _Runner(Runner):
@@ -120,22 +149,48 @@ class _Runner(Runner):
         align = align_for(problem)
         assert align is not None
         spec = module_spec(dt, config, align)
-        self._kernel = backend.module(spec).get_function(kernel_expr(dt, config, align))
-        self._name = f"tc_igemm_fwd_{config.label()}_a{align}_nhwc_{problem.dtype}"
+        module = backend.module(spec)
+        self._kernel = module.get_function(kernel_expr(dt, config, align))
+        self._names = [f"tc_igemm_fwd_{config.label()}_a{align}_nhwc_{problem.dtype}"]
         self._shape = shape_struct(problem)
         rows = problem.n * int(np.prod(problem.out_spatial))
-        self._grid = (-(-rows // config.block_m), -(-problem.k // config.block_n))
+        self._per, splits = split_plan(problem, config)
+        self._grid = (-(-rows // config.block_m), -(-problem.k // config.block_n), splits)
         self._block = (config.threads,)
         self._smem = config.smem_bytes()
+        self._splits, self._count, self._k = splits, rows * problem.k, problem.k
+        if splits > 1:
+            self._finish = module.get_function(splitk_expr(dt))
+            self._names.append(f"tc_igemm_fwd_splitk_epilogue_{problem.dtype}")
+            self._fgrid = (max(1, min(-(-self._count // 256), 1 << 16)),)
 
     @property
     def kernel_names(self) -> list[str]:
-        return [self._name]
+        return list(self._names)
 
     def __call__(self, tensors: ConvTensors, epilogue: Epilogue, workspace: Any) -> None:
         x, w, y, z, bias = tensors.kernel_pointers()
-        args = (x, w, y, z, bias, self._shape, epilogue.struct())
+        ws = (
+            x if self._splits == 1 else workspace[: 4 * self._splits * self._count].view(np.float32)
+        )
+        e = epilogue.struct()
+        args = (x, w, y, z, bias, self._shape, e, ws, np.int32(self._per))
         self._kernel(self._grid, self._block, args, shared_mem=self._smem)
+        if self._splits > 1:
+            self._finish(
+                self._fgrid,
+                (256,),
+                (
+                    ws,
+                    y,
+                    z,
+                    bias,
+                    e,
+                    np.int32(self._splits),
+                    np.int64(self._count),
+                    np.int32(self._k),
+                ),
+            )
 
 
 class TcImplicitGemmSolver(Solver):
@@ -172,11 +227,21 @@ class TcImplicitGemmSolver(Solver):
 
     def configs(self, problem: ConvProblem, caps: Capabilities) -> list[TcConfig]:
         tiles = TILES_ALIGN2 if align_for(problem) == 2 else TILES
-        return [
-            c
-            for c in (TcConfig(*t) for t in tiles)
-            if c.smem_bytes() <= caps.max_shared_bytes and -(-problem.k // c.block_n) <= _MAX_GRID_Y
-        ]
+        out = []
+        for t in tiles:
+            for splits in SPLITS if t in SPLIT_TILES else (1,):
+                c = TcConfig(*t, splits)
+                if splits > 1 and reduction_tiles(problem, c) < 4 * splits:
+                    continue  # each split keeps at least 4 reduction tiles
+                if c.smem_bytes() <= caps.max_shared_bytes:
+                    out.append(c)
+        return out
+
+    def workspace_size(self, problem: ConvProblem, config: Config) -> int:
+        assert isinstance(config, TcConfig)
+        _, splits = split_plan(problem, config)
+        rows = problem.n * int(np.prod(problem.out_spatial))
+        return 0 if splits == 1 else 4 * splits * rows * problem.k
 
     def default_config(self, problem: ConvProblem, caps: Capabilities) -> TcConfig:
         rows = problem.n * int(np.prod(problem.out_spatial))
@@ -185,8 +250,16 @@ class TcImplicitGemmSolver(Solver):
             tile = (128, 128, 32, 64, 64, 4) if wide else (128, 64, 32, 64, 32, 4)
         else:
             tile = (64, 128, 32, 32, 64, 4) if wide else (64, 64, 32, 32, 32, 4)
-        config = TcConfig(*tile)
         options = self.configs(problem, caps)
+        if not caps.emulator and tile in SPLIT_TILES:
+            # Few output tiles (late layers at small batch): split the reduction until
+            # the grid has about two blocks per SM of an H100/H200-class GPU.
+            tiles = -(-rows // tile[0]) * -(-problem.k // tile[1])
+            want = max(1, 264 // tiles)
+            for splits in reversed(SPLITS):
+                if splits <= want and TcConfig(*tile, splits) in options:
+                    return TcConfig(*tile, splits)
+        config = TcConfig(*tile)
         return config if config in options else options[0]
 
     def module_specs(self) -> list[ModuleSpec]:
