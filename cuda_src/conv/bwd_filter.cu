@@ -27,6 +27,7 @@
 //
 // Defines: none; one module per dtype (cudnnlite/solvers/conv/bwd_filter.py).
 #include "conv/gemm_tiles.cuh"
+#include "conv/splitk_reduce.cuh"  // bwd_filter_reduce
 
 namespace bwf {
 
@@ -242,17 +243,6 @@ __global__ void __launch_bounds__((BM / TM) * (BN / TN)) bwd_filter_gemm(
             else
                 row[j] = acc[i][jn];
         }
-    }
-}
-
-template <typename T>
-__global__ void __launch_bounds__(256) bwd_filter_reduce(const float* __restrict__ ws,
-                                                         T* __restrict__ dw, int splits,
-                                                         long long count) {
-    for (cl::index_t i = cl::global_thread_id(); i < count; i += cl::grid_stride()) {
-        float v = 0.0f;
-        for (int sp = 0; sp < splits; ++sp) v += ws[(cl::index_t)sp * count + i];
-        dw[i] = cl::from_float<T>(v);
     }
 }
 

@@ -33,7 +33,7 @@ from ...runtime.kernel import ModuleSpec
 from ..base import APPLICABLE, Applicability, Config, Runner, Solver, not_applicable
 from . import bwd_filter as bwf
 from .common import shape_struct
-from .tc_igemm import DTYPES, SOURCE
+from .tc_igemm import DTYPES, SOURCE, TcTile
 
 # (block_m (K), block_n (R*S*C), block_k (pixels), warp_m, warp_n, stages)
 TILES = (
@@ -47,7 +47,7 @@ _MAX_GRID_Y = 65535
 
 
 @dataclass(frozen=True)
-class TcSplitKConfig(Config):
+class TcSplitKConfig(TcTile):
     block_m: int = 64
     block_n: int = 128
     block_k: int = 32
@@ -57,24 +57,16 @@ class TcSplitKConfig(Config):
     splits: int = 1
 
     def __post_init__(self) -> None:
-        if self.tile() not in TILES:
-            raise ValueError(f"backward-filter tile {self.tile()} is not one of {TILES}")
+        if self.astuple() not in TILES:
+            raise ValueError(f"backward-filter tile {self.astuple()} is not one of {TILES}")
         if self.splits not in SPLITS:
             raise ValueError(f"splits must be one of {SPLITS}, got {self.splits}")
 
     def tile(self) -> tuple[int, ...]:
-        return (self.block_m, self.block_n, self.block_k, self.warp_m, self.warp_n, self.stages)
-
-    @property
-    def threads(self) -> int:
-        return (self.block_m // self.warp_m) * (self.block_n // self.warp_n) * 32
+        return self.astuple()
 
     def smem_bytes(self) -> int:
-        return self.stages * (self.block_m + self.block_n) * self.block_k * 2
-
-    def label(self) -> str:
-        m, n, k, wm, wn, s = self.tile()
-        return f"{m}x{n}x{k}_w{wm}x{wn}_s{s}_split{self.splits}"
+        return self.pipe_bytes()  # partials go straight from registers: no staging
 
 
 def align_for(problem: ConvProblem) -> int | None:

@@ -73,7 +73,39 @@ SPLIT_TILES = ((64, 64, 32, 32, 32, 4), (64, 128, 32, 32, 64, 4), (128, 64, 32, 
 
 
 @dataclass(frozen=True)
-class TcConfig(Config):
+class TcTile(Config):
+    """The tile of the tensor-core GEMM: block_m x block_n (x block_k of the reduction per
+    stage), warp_m x warp_n warp tiles, stages, and the split-K count. Subclasses validate
+    against their own tile tables."""
+
+    block_m: int
+    block_n: int
+    block_k: int
+    warp_m: int
+    warp_n: int
+    stages: int
+    splits: int
+
+    def astuple(self) -> tuple[int, ...]:
+        return (self.block_m, self.block_n, self.block_k, self.warp_m, self.warp_n, self.stages)
+
+    @property
+    def threads(self) -> int:
+        return (self.block_m // self.warp_m) * (self.block_n // self.warp_n) * 32
+
+    def pipe_bytes(self) -> int:
+        return self.stages * (self.block_m + self.block_n) * self.block_k * 2
+
+    def label(self) -> str:
+        split = f"_split{self.splits}" if self.splits > 1 else ""
+        return (
+            f"{self.block_m}x{self.block_n}x{self.block_k}_w{self.warp_m}x{self.warp_n}"
+            f"_s{self.stages}{split}"
+        )
+
+
+@dataclass(frozen=True)
+class TcConfig(TcTile):
     block_m: int = 128
     block_n: int = 128
     block_k: int = 32
@@ -90,25 +122,9 @@ class TcConfig(Config):
                 f"splits must be one of {SPLITS}, and > 1 only with the tiles {SPLIT_TILES}"
             )
 
-    def astuple(self) -> tuple[int, ...]:
-        return (self.block_m, self.block_n, self.block_k, self.warp_m, self.warp_n, self.stages)
-
-    @property
-    def threads(self) -> int:
-        return (self.block_m // self.warp_m) * (self.block_n // self.warp_n) * 32
-
     def smem_bytes(self) -> int:
         """Dynamic shared memory: the stages, or the fp32 epilogue tile if larger."""
-        pipe = self.stages * (self.block_m + self.block_n) * self.block_k * 2
-        epilogue = self.block_m * (self.block_n + 4) * 4
-        return max(pipe, epilogue)
-
-    def label(self) -> str:
-        split = f"_split{self.splits}" if self.splits > 1 else ""
-        return (
-            f"{self.block_m}x{self.block_n}x{self.block_k}_w{self.warp_m}x{self.warp_n}"
-            f"_s{self.stages}{split}"
-        )
+        return max(self.pipe_bytes(), self.block_m * (self.block_n + 4) * 4)
 
 
 def align_for(problem: ConvProblem) -> int | None:
