@@ -93,15 +93,17 @@ def test_fused_epilogue(backend: str, name: str, epilogue: Epilogue, act, layout
 
 @pytest.mark.parametrize("layout", ["NCHW", "NHWC"])
 def test_misaligned_tensors_use_scalar_loads(backend: str, layout: str) -> None:
+    """NCHW x moves in 4-pixel vectors when aligned; NHWC loads are element copies."""
     b = backend_by_name(backend)
     problem = pointwise(n=2, c=8, k=8, hw=(4, 4), layout=layout)
     ops = operands(problem, seed=2)
     runner = GEMM.prepare(b, problem, GEMM.default_config(problem, EMULATOR))
-    for offset, align in ((0, "align4"), (1, "align1"), (2, "align1")):
+    vec = "align4" if layout == "NCHW" else "align1"
+    for offset, align in ((0, vec), (1, "align1"), (2, "align1")):
         x, w = _tensors(backend, problem, ops, offset)
         y = b.xp.full(problem.y_shape(), np.nan, np.float32)
         runner(ConvTensors(x=x, w=w, y=y), Epilogue(), None)
-        assert runner.kernel_names == [f"gemm_1x1_64x64x8_4x4_{layout.lower()}_fp32_{align}"]
+        assert runner.kernel_names == [f"gemm_1x1_64x64_16x3_4x4_{layout.lower()}_fp32_{align}"]
         assert_conv_close(to_numpy(y), problem, ops, what=align)
 
 
@@ -129,7 +131,7 @@ def test_applicability_and_configs() -> None:
     assert not r and "needs < 2^31 elements in x" in r.reason
     big = pointwise(n=32, c=256, k=256, hw=(28, 28))
     assert GEMM.configs(big, EMULATOR) == all_tiles(TILES_1X1)
-    assert GEMM.default_config(big, EMULATOR) == TileConfig(128, 128, 8, 8, 8)
+    assert GEMM.default_config(big, EMULATOR) == TileConfig(128, 128, 16, 8, 8, 2)
     assert not GEMM.is_valid(object(), big, EMULATOR)
     with pytest.raises(NotSupportedError, match="not valid"):
         GEMM.prepare(backend_by_name("cpu"), big, object())

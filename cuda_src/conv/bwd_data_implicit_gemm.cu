@@ -18,9 +18,13 @@
 // tile and a fixed reduction order: deterministic):
 //   bwd_data_igemm<T, NHWC, BM, BN, TM, TN>
 //       grid (ceil(N * ceil(H/sh) * ceil(W/sw) / BM), ceil(C/g / BN), groups * sh * sw),
-//       (BM/TM) * (BN/TN) threads; double-buffered shared tiles and TM x TN register
-//       blocking of conv/gemm_tiles.cuh (BK = 16). Reduction order: NHWC (k fastest:
-//       contiguous in dy and, with c, in KRSC) or NCHW (taps fastest, k slowest).
+//       (BM/TM) * (BN/TN) threads; the shared tiles, cp.async pipeline (fp32, kStages
+//       stages) and TM x TN register blocking of conv/gemm_tiles.cuh (BK = 16).
+//       Reduction order: NHWC (k fastest: contiguous in dy and, with c, in KRSC) or NCHW
+//       (taps fastest, k slowest). Each thread loads one reduction column j per slice
+//       (4-byte copies, gathers) and advances its (k, r, t) by BK with adds and wraps; the
+//       output row of a dy element is p = pm - ir * dil_h / gcd(stride_h, dil_h) (no
+//       division in the main loop).
 //       Epilogue: conv_common.cuh's, channel c (alpha; bias[c] for conv_transpose).
 //
 // Defines: none; one module per dtype (cudnnlite/solvers/conv/bwd_data_igemm.py).
@@ -29,6 +33,7 @@
 namespace bwd {
 
 constexpr int kBK = 16;
+constexpr int kStages = 3;  // fp32 cp.async stages
 
 // The valid taps of one phase along one axis: r = first + i * step, i < count.
 struct Taps {
@@ -78,153 +83,136 @@ __device__ __forceinline__ Phase make_phase(const ConvShape& s, int phase) {
     return f;
 }
 
-// Reduction index j -> (k within the group, r, t), in the layout's order.
+// The reduction column j of one thread as (k, ir, it), advanced by BK per slice:
+// NHWC j = (ir * tt.count + it) * K/g + k; NCHW j = (k * tr.count + ir) * tt.count + it.
 template <bool NHWC>
-__device__ __forceinline__ void red_coords(const ConvShape& s, const Phase& f, int j, int& k,
-                                           int& r, int& t) {
-    int it, ir;
-    if (NHWC) {
-        k = j % s.k_per_group;
-        const int tap = j / s.k_per_group;
-        it = tap % f.tt.count, ir = tap / f.tt.count;
-    } else {
-        it = j % f.tt.count;
-        const int rest = j / f.tt.count;
-        ir = rest % f.tr.count, k = rest / f.tr.count;
+struct RedIter {
+    gemm::Radix3 it;
+    int j;
+    __device__ __forceinline__ void init(const ConvShape& s, const Phase& f, int j0, int step) {
+        j = j0;
+        if (NHWC) it.init(j0, step, s.k_per_group, f.tt.count);
+        else it.init(j0, step, f.tt.count, f.tr.count);
     }
-    r = f.tr.first + ir * f.tr.step;
-    t = f.tt.first + it * f.tt.step;
-}
-
-// A[m][j] = dy at tap j of dx pixel m, stored As[j][m]. Each thread's pixels are the same
-// in every slice: their (n, h, w) are decomposed once.
-template <typename T, bool NHWC, class Tl>
-struct DyGather {
-    static constexpr int PER_THREAD = Tl::BK * Tl::BM / Tl::THREADS;
-    static_assert(Tl::BK * Tl::BM % Tl::THREADS == 0, "whole loads per thread");
-    const T* __restrict__ dy;
-    const ConvShape& s;
-    const Phase& f;
-    int kbase;                  // the group's first output channel
-    int pn[PER_THREAD], ph[PER_THREAD], pw[PER_THREAD];  // pn < 0: past the rows
-    float reg[PER_THREAD];
-
-    __device__ __forceinline__ void coords(int u, int& mm, int& jj) const {
-        if (NHWC) {  // k contiguous in dy: j fastest
-            jj = u % Tl::BK, mm = u / Tl::BK;
-        } else {     // q contiguous: pixels fastest
-            mm = u % Tl::BM, jj = u / Tl::BM;
-        }
-    }
-
-    __device__ __forceinline__ DyGather(const T* dy_, const ConvShape& s_, const Phase& f_,
-                                        int kbase_, cl::index_t m0)
-        : dy(dy_), s(s_), f(f_), kbase(kbase_) {
-#pragma unroll
-        for (int i = 0; i < PER_THREAD; ++i) {
-            int mm, jj;
-            coords(threadIdx.x + i * Tl::THREADS, mm, jj);
-            const cl::index_t m = m0 + mm;
-            pn[i] = -1;
-            if (m < f.rows) {
-                const int n = (int)(m / f.rows_per_img), rem = (int)(m - (cl::index_t)n * f.rows_per_img);
-                pn[i] = n;
-                ph[i] = f.ph + (rem / f.ws) * s.stride_h + s.pad_h;
-                pw[i] = f.pw + (rem % f.ws) * s.stride_w + s.pad_w;
-            }
-        }
-    }
-
-    __device__ __forceinline__ void fetch(int slice) {
-#pragma unroll
-        for (int i = 0; i < PER_THREAD; ++i) {
-            int mm, jj;
-            coords(threadIdx.x + i * Tl::THREADS, mm, jj);
-            const int j = slice * Tl::BK + jj;
-            float v = 0.0f;
-            if (pn[i] >= 0 && j < f.red) {
-                int k, r, t;
-                red_coords<NHWC>(s, f, j, k, r, t);
-                const int p = (ph[i] - r * s.dil_h) / s.stride_h;  // exact in this phase
-                const int q = (pw[i] - t * s.dil_w) / s.stride_w;
-                const bool in = ph[i] >= r * s.dil_h && pw[i] >= t * s.dil_w && p < s.p && q < s.q;
-                if (in) v = cl::to_float(dy[conv::y_offset<NHWC>(s, pn[i], kbase + k, p, q)]);
-            }
-            reg[i] = v;
-        }
-    }
-
-    __device__ __forceinline__ void store(float* As) const {
-#pragma unroll
-        for (int i = 0; i < PER_THREAD; ++i) {
-            int mm, jj;
-            coords(threadIdx.x + i * Tl::THREADS, mm, jj);
-            As[jj * Tl::BM + mm] = reg[i];
-        }
+    __device__ __forceinline__ int k() const { return NHWC ? it.lo : it.hi; }
+    __device__ __forceinline__ int ir() const { return NHWC ? it.hi : it.mid; }
+    __device__ __forceinline__ int itt() const { return NHWC ? it.mid : it.lo; }
+    __device__ __forceinline__ void advance(int step) {
+        it.advance();
+        j += step;
     }
 };
 
-// B[j][c] = w[kbase + k, c0 + c, r, t], stored Bs[j][c].
+constexpr int kFar = -(1 << 29);
+
+// A[m][j] = dy at tap j of dx pixel m, stored As[j][m] (k-fastest layout of gemm_tiles.cuh:
+// each thread one column j, rows row(i)). The pixels are decoded once.
+template <typename T, bool NHWC, class Tl>
+struct DyGather {
+    using L = gemm::KFast<Tl, Tl::BM>;
+    using Layout = L;
+    static constexpr int VECS = L::VECS, VEC = 1;
+    const T* __restrict__ dy;
+    const ConvShape& s;
+    int red, eh, ew;            // reduction length; dy rows / columns per tap step
+    int nbase[VECS];            // dy offset of (n, group channel 0, p = 0, q = 0)
+    int pm[VECS], qm[VECS];     // dy (p, q) of the pixel at ir = it = 0; kFar past the rows
+    RedIter<NHWC> rj;
+    gemm::Offsets<L> offset;
+
+    __device__ __forceinline__ DyGather(const T* dy_, const ConvShape& s_, const Phase& f,
+                                        int kbase, cl::index_t m0)
+        : dy(dy_), s(s_), red(f.red) {
+        int gh = s.stride_h, b = s.dil_h;  // gcd(stride, dil): once per block
+        while (b) { const int t = gh % b; gh = b, b = t; }
+        int gw = s.stride_w;
+        b = s.dil_w;
+        while (b) { const int t = gw % b; gw = b, b = t; }
+        eh = s.dil_h / gh, ew = s.dil_w / gw;
+        // (phase + pad - first * dil) is a multiple of the stride by the choice of first
+        const int bh = (f.ph + s.pad_h - f.tr.first * s.dil_h) / s.stride_h;
+        const int bw = (f.pw + s.pad_w - f.tt.first * s.dil_w) / s.stride_w;
+#pragma unroll
+        for (int i = 0; i < VECS; ++i) {
+            const cl::index_t m = m0 + L::row(i);
+            pm[i] = qm[i] = kFar;
+            nbase[i] = 0;
+            if (m < f.rows) {
+                const int n = (int)(m / f.rows_per_img), rem = (int)(m - (cl::index_t)n * f.rows_per_img);
+                pm[i] = rem / f.ws + bh;
+                qm[i] = rem % f.ws + bw;
+                nbase[i] = NHWC ? n * s.p * s.q * s.k + kbase : (n * s.k + kbase) * s.p * s.q;
+            }
+        }
+        rj.init(s, f, L::k(), Tl::BK);
+    }
+
+    template <class Sink>
+    __device__ __forceinline__ void next(Sink& sink) {
+        const int dp = rj.ir() * eh, dq = rj.itt() * ew;
+        const int koff = NHWC ? rj.k() : rj.k() * s.p * s.q;
+        const bool jin = rj.j < red;
+#pragma unroll
+        for (int i = 0; i < VECS; ++i) {
+            const int p = pm[i] - dp, q = qm[i] - dq;
+            const bool ok = jin && (unsigned)p < (unsigned)s.p && (unsigned)q < (unsigned)s.q;
+            const int pix = p * s.q + q;
+            sink.template put<1>(i, 0, dy + (nbase[i] + koff + (NHWC ? pix * s.k : pix)), ok);
+        }
+        rj.advance(Tl::BK);
+    }
+};
+
+// B[j][c] = w[kbase + k, c0 + c, r, t], stored Bs[j][c]: the same column j per thread as
+// DyGather, filter channels row(i).
 template <typename T, bool NHWC, class Tl>
 struct FilterGather {
-    static constexpr int PER_THREAD = Tl::BK * Tl::BN / Tl::THREADS;
-    static_assert(Tl::BK * Tl::BN % Tl::THREADS == 0, "whole loads per thread");
+    using L = gemm::KFast<Tl, Tl::BN>;
+    using Layout = L;
+    static constexpr int VECS = L::VECS, VEC = 1;
     const T* __restrict__ w;
     const ConvShape& s;
     const Phase& f;
-    int kbase, c0;  // the group's first output channel; the tile's first channel in the group
-    float reg[PER_THREAD];
+    int kbase, cleft, red;  // the group's first output channel; channels left from row(0)
+    RedIter<NHWC> rj;
+    gemm::Offsets<L> offset;
 
     __device__ __forceinline__ FilterGather(const T* w_, const ConvShape& s_, const Phase& f_,
-                                            int kbase_, int c0_)
-        : w(w_), s(s_), f(f_), kbase(kbase_), c0(c0_) {}
-
-    __device__ __forceinline__ void coords(int u, int& jj, int& cc) const {
-        if (NHWC) {  // KRSC: c contiguous
-            cc = u % Tl::BN, jj = u / Tl::BN;
-        } else {     // KCRS: the taps are the nearest neighbours
-            jj = u % Tl::BK, cc = u / Tl::BK;
-        }
+                                            int kbase_, int c0)
+        : w(w_), s(s_), f(f_), kbase(kbase_), cleft(s_.c_per_group - c0 - L::row(0)),
+          red(f_.red) {
+        w += NHWC ? c0 + L::row(0) : (cl::index_t)(c0 + L::row(0)) * s.r * s.s;
+        rj.init(s, f, L::k(), Tl::BK);
     }
 
-    __device__ __forceinline__ void fetch(int slice) {
+    template <class Sink>
+    __device__ __forceinline__ void next(Sink& sink) {
+        const int r = f.tr.first + rj.ir() * f.tr.step, t = f.tt.first + rj.itt() * f.tt.step;
+        const cl::index_t tap = conv::w_offset<NHWC>(s, kbase + rj.k(), 0, r, t);
+        const int cstep = NHWC ? 1 : s.r * s.s;
+        const bool jin = rj.j < red;
 #pragma unroll
-        for (int i = 0; i < PER_THREAD; ++i) {
-            int jj, cc;
-            coords(threadIdx.x + i * Tl::THREADS, jj, cc);
-            const int j = slice * Tl::BK + jj, c = c0 + cc;
-            float v = 0.0f;
-            if (j < f.red && c < s.c_per_group) {
-                int k, r, t;
-                red_coords<NHWC>(s, f, j, k, r, t);
-                v = cl::to_float(w[conv::w_offset<NHWC>(s, kbase + k, c, r, t)]);
-            }
-            reg[i] = v;
+        for (int i = 0; i < VECS; ++i) {
+            const bool ok = jin && i * L::STEP < cleft;
+            sink.template put<1>(i, 0, w + tap + i * L::STEP * cstep, ok);
         }
-    }
-
-    __device__ __forceinline__ void store(float* Bs) const {
-#pragma unroll
-        for (int i = 0; i < PER_THREAD; ++i) {
-            int jj, cc;
-            coords(threadIdx.x + i * Tl::THREADS, jj, cc);
-            Bs[jj * Tl::BN + cc] = reg[i];
-        }
+        rj.advance(Tl::BK);
     }
 };
 
 }  // namespace bwd
 
 template <typename T, bool NHWC, int BM, int BN, int TM, int TN>
-__global__ void __launch_bounds__((BM / TM) * (BN / TN)) bwd_data_igemm(
+__global__ void __launch_bounds__(gemm::Tile<BM, BN, bwd::kBK, TM, TN, bwd::kStages>::THREADS,
+                                  gemm::Tile<BM, BN, bwd::kBK, TM, TN, bwd::kStages>::MIN_BLOCKS)
+    bwd_data_igemm(
     // pointers: dx is written; bias may be dy when absent (e.has_bias says)
     const T* __restrict__ dy, const T* __restrict__ w, T* __restrict__ dx,
     const T* __restrict__ bias,
     // sizes and epilogue
     ConvShape s, ConvEpilogue e) {
-    using Tl = gemm::Tile<BM, BN, bwd::kBK, TM, TN>;
-    __shared__ __align__(16) float As[2 * Tl::BK * Tl::BM];
-    __shared__ __align__(16) float Bs[2 * Tl::BK * Tl::BN];
+    using Tl = gemm::Tile<BM, BN, bwd::kBK, TM, TN, bwd::kStages>;
+    __shared__ __align__(16) float smem[gemm::Smem<T, Tl>::FLOATS];
     const int g = blockIdx.z % s.groups, phase = blockIdx.z / s.groups;
     const bwd::Phase f = bwd::make_phase(s, phase);  // uniform per block
     const cl::index_t m0 = (cl::index_t)blockIdx.x * BM;
@@ -235,19 +223,19 @@ __global__ void __launch_bounds__((BM / TM) * (BN / TN)) bwd_data_igemm(
     bwd::DyGather<T, NHWC, Tl> la(dy, s, f, g * s.k_per_group, m0);
     bwd::FilterGather<T, NHWC, Tl> lb(w, s, f, g * s.k_per_group, c0);
     float acc[TM][TN];
-    gemm::mainloop<Tl>(slices, la, lb, As, Bs, acc);
+    gemm::run<T, Tl>(slices, la, lb, smem, acc);
 
     const int tx = threadIdx.x % Tl::THREADS_N, ty = threadIdx.x / Tl::THREADS_N;
 #pragma unroll
     for (int i = 0; i < TM; ++i) {
-        const cl::index_t m = m0 + ty * TM + i;
+        const cl::index_t m = m0 + Tl::row_of(ty, i);
         if (m >= f.rows) break;
         const int n = (int)(m / f.rows_per_img), rem = (int)(m - (cl::index_t)n * f.rows_per_img);
         const int h = f.ph + (rem / f.ws) * s.stride_h, ww = f.pw + (rem % f.ws) * s.stride_w;
 #pragma unroll
         for (int jn = 0; jn < TN; ++jn) {
-            const int cg = c0 + tx * TN + jn;
-            if (cg >= s.c_per_group) break;
+            const int cg = c0 + Tl::col_of(tx, jn);
+            if (cg >= s.c_per_group) continue;
             const int c = g * s.c_per_group + cg;
             conv::store_output(dx, dx, bias, e, conv::x_offset<NHWC>(s, n, c, h, ww), c,
                                acc[i][jn]);

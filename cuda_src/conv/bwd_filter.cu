@@ -11,8 +11,14 @@
 //                                X[m][j], m over N*P*Q, j over the C/g*R*S taps in the
 //                                filter's memory order (KCRS: (c, r, t); KRSC: (r, t, c)).
 //                                A block computes a BM x BN tile over one split of m
-//                                (blockIdx.z = split * groups + g), double-buffered with
-//                                conv/gemm_tiles.cuh. atomic == 0: it stores its fp32
+//                                (blockIdx.z = split * groups + g), with the shared tiles
+//                                and cp.async pipeline of conv/gemm_tiles.cuh (kStages
+//                                stages for fp32). Loads: NHWC dy rows and x channel runs
+//                                as 16-byte copies (K/g, C/g % 4 == 0 and aligned; else
+//                                4-byte), NCHW as 4-byte gathers; the output positions
+//                                m = (n, p, q) advance by BK with adds and wraps and the
+//                                taps of a thread's columns are decoded once (no division
+//                                in the main loop). atomic == 0: it stores its fp32
 //                                partial tile to ws[split][K][C/g*R*S] (deterministic,
 //                                reduced by bwd_filter_reduce in split order);
 //                                atomic == 1: it atomicAdds into ws[K][C/g*R*S] (zeroed by
@@ -86,133 +92,167 @@ __global__ void __launch_bounds__(bwf::kThreads) bwd_filter_direct(
 
 namespace bwf {
 
-// A[m][kk] = dy[m, g*K/g + k0 + kk]: the gradient rows of one slice, As[m][kk].
-template <typename T, bool NHWC, class Tl>
-struct DyLoader {
-    static constexpr int PER_THREAD = Tl::BK * Tl::BM / Tl::THREADS;
-    static_assert(Tl::BK * Tl::BM % Tl::THREADS == 0, "whole loads per thread");
-    const T* __restrict__ dy;
-    const ConvShape& s;
-    int kbase, krows;            // first output channel of the tile; channels left in it
-    cl::index_t m0, m_end;       // this split's range of N*P*Q
-    float reg[PER_THREAD];
+constexpr int kStages = 3;  // fp32 cp.async stages of the GEMM kernel
 
-    __device__ __forceinline__ DyLoader(const T* dy_, const ConvShape& s_, int kbase_,
-                                        int krows_, cl::index_t m0_, cl::index_t m_end_)
-        : dy(dy_), s(s_), kbase(kbase_), krows(krows_), m0(m0_), m_end(m_end_) {}
+template <bool B, class X, class Y> struct Pick { using type = X; };
+template <class X, class Y> struct Pick<false, X, Y> { using type = Y; };
 
-    __device__ __forceinline__ void coords(int u, int& mm, int& kk) const {
-        if (NHWC) {  // channels contiguous in memory: kk fastest
-            kk = u % Tl::BM, mm = u / Tl::BM;
-        } else {     // P*Q contiguous: mm fastest
-            mm = u % Tl::BK, kk = u / Tl::BK;
-        }
+// Output position m = (n, p, q) of a thread's reduction column, advanced by BK per slice.
+struct Position {
+    gemm::Radix3 it;  // lo = q, mid = p, hi = n
+    cl::index_t m;
+    __device__ __forceinline__ void init(const ConvShape& s, cl::index_t m_) {
+        m = m_;
+        const int pq = s.p * s.q > 0 ? s.p * s.q : 1;  // (an empty output has no slices)
+        const int n = (int)(m_ / pq), rem = (int)(m_ - (cl::index_t)n * pq);  // once
+        it.init(rem, kBK, s.q, s.p);
+        it.hi = n;
+        it.dhi = kBK / pq;  // the step's image part (init saw the step within an image)
     }
-
-    __device__ __forceinline__ void fetch(int slice) {
-        const int pq = s.p * s.q;
-#pragma unroll
-        for (int i = 0; i < PER_THREAD; ++i) {
-            int mm, kk;
-            coords(threadIdx.x + i * Tl::THREADS, mm, kk);
-            const cl::index_t m = m0 + (cl::index_t)slice * Tl::BK + mm;
-            float v = 0.0f;
-            if (m < m_end && kk < krows) {
-                const int n = (int)(m / pq), j = (int)(m - (cl::index_t)n * pq);
-                const cl::index_t off = NHWC ? ((cl::index_t)n * pq + j) * s.k + kbase + kk
-                                             : ((cl::index_t)n * s.k + kbase + kk) * pq + j;
-                v = cl::to_float(dy[off]);
-            }
-            reg[i] = v;
-        }
-    }
-
-    __device__ __forceinline__ void store(float* As) const {
-#pragma unroll
-        for (int i = 0; i < PER_THREAD; ++i) {
-            int mm, kk;
-            coords(threadIdx.x + i * Tl::THREADS, mm, kk);
-            As[mm * Tl::BM + kk] = reg[i];
-        }
+    __device__ __forceinline__ void advance() {
+        it.advance();
+        m += kBK;
     }
 };
 
-// B[m][j] = x at the tap j of output position m (0 in the padding), Bs[m][j].
-template <typename T, bool NHWC, class Tl>
+// A[m][kk] = dy[m, g*K/g + k0 + kk], As[m][kk] (m: the reduction). NCHW: a 4-byte gather per
+// element, each thread one m column (k-fastest layout) and channels row(i).
+template <typename T, class Tl>
+struct DyGatherNchw {
+    using L = gemm::KFast<Tl, Tl::BM>;
+    using Layout = L;
+    static constexpr int VECS = L::VECS, VEC = 1;
+    const T* __restrict__ dy;
+    const ConvShape& s;
+    int kleft;             // channels left from row(0)
+    cl::index_t m_end;
+    Position pos;
+    gemm::Offsets<L> offset;
+
+    __device__ __forceinline__ DyGatherNchw(const T* dy_, const ConvShape& s_, int kbase,
+                                            int krows, cl::index_t m0, cl::index_t m_end_)
+        : dy(dy_ + (cl::index_t)(kbase + L::row(0)) * s_.p * s_.q), s(s_),
+          kleft(krows - L::row(0)), m_end(m_end_) {
+        pos.init(s, m0 + L::k());
+    }
+
+    template <class Sink>
+    __device__ __forceinline__ void next(Sink& sink) {
+        const int pq = s.p * s.q;
+        const T* src = dy + (cl::index_t)pos.it.hi * s.k * pq + pos.it.mid * s.q + pos.it.lo;
+        const bool min = pos.m < m_end;
+#pragma unroll
+        for (int i = 0; i < VECS; ++i)
+            sink.template put<1>(i, 0, src + i * L::STEP * pq, min && i * L::STEP < kleft);
+        pos.advance();
+    }
+};
+
+// A tap of the patch: {x offset from (n, h0, w0, group channel 0), dh, dw}.
+template <bool NHWC>
+__device__ __forceinline__ int3 patch_tap(const ConvShape& s, int j) {
+    int c, r, t;  // decoded once per thread, outside the main loop
+    if (NHWC) {
+        c = j % s.c_per_group;
+        const int rt = j / s.c_per_group;
+        t = rt % s.s, r = rt / s.s;
+    } else {
+        t = j % s.s;
+        const int cr = j / s.s;
+        r = cr % s.r, c = cr / s.r;
+    }
+    const int dh = r * s.dil_h, dw = t * s.dil_w;
+    return make_int3(NHWC ? (dh * s.w + dw) * s.c + c : (c * s.h + dh) * s.w + dw, dh, dw);
+}
+
+// B[m][j] = x at tap j of output position m (0 in the padding), Bs[m][j]. NHWC: 4
+// consecutive taps (channels) per vector, threads along j (row-fast layout; 16 bytes when
+// C/g % 4 == 0 and aligned); NCHW: k-fastest, one m per thread, taps row(i).
+template <typename T, class Tl, bool NHWC>
 struct PatchLoader {
-    static constexpr int PER_THREAD = Tl::BK * Tl::BN / Tl::THREADS;
-    static_assert(Tl::BK * Tl::BN % Tl::THREADS == 0, "whole loads per thread");
+    using L = typename Pick<NHWC, gemm::RowFast4<Tl, Tl::BN>, gemm::KFast<Tl, Tl::BN>>::type;
+    using Layout = L;
+    static constexpr int VECS = L::VECS, VEC = NHWC ? 4 : 1;
+    static constexpr int TAPS = NHWC ? 4 : VECS;  // taps a thread decodes
+    static_assert(!NHWC || VECS == 1, "one vector per thread (one output position)");
     const T* __restrict__ x;
     const ConvShape& s;
-    int cbase, j0, jtot;         // group's first channel; tile's first tap; taps per filter
-    cl::index_t m0, m_end;
-    float reg[PER_THREAD];
+    cl::index_t m_end;
+    bool vec;
+    int3 tap[TAPS];  // {offset, dh, dw}; dh far outside past the filter
+    Position pos;
+    gemm::Offsets<L> offset;
 
-    __device__ __forceinline__ PatchLoader(const T* x_, const ConvShape& s_, int cbase_, int j0_,
-                                           cl::index_t m0_, cl::index_t m_end_)
-        : x(x_), s(s_), cbase(cbase_), j0(j0_), jtot(s_.c_per_group * s_.r * s_.s), m0(m0_),
-          m_end(m_end_) {}
-
-    __device__ __forceinline__ void coords(int u, int& mm, int& jj) const {
-        if (NHWC) {  // taps (r, t, c): c contiguous in x, jj fastest
-            jj = u % Tl::BN, mm = u / Tl::BN;
-        } else {     // along q (w for stride 1) contiguous: mm fastest
-            mm = u % Tl::BK, jj = u / Tl::BK;
-        }
+    __device__ __forceinline__ static int k0() {
+        if constexpr (NHWC) return L::k(0);
+        else return L::k();
     }
 
-    __device__ __forceinline__ void fetch(int slice) {
-        const int pq = s.p * s.q;
+    __device__ __forceinline__ PatchLoader(const T* x_, const ConvShape& s_, int cbase, int j0,
+                                           cl::index_t m0, cl::index_t m_end_, bool vec_)
+        : x(x_ + (NHWC ? cbase : (cl::index_t)cbase * s_.h * s_.w)), s(s_), m_end(m_end_),
+          vec(vec_) {
+        const int jtot = s.c_per_group * s.r * s.s;
 #pragma unroll
-        for (int i = 0; i < PER_THREAD; ++i) {
-            int mm, jj;
-            coords(threadIdx.x + i * Tl::THREADS, mm, jj);
-            const cl::index_t m = m0 + (cl::index_t)slice * Tl::BK + mm;
-            const int j = j0 + jj;
-            float v = 0.0f;
-            if (m < m_end && j < jtot) {
-                int c, r, t;
-                if (NHWC) {
-                    c = j % s.c_per_group;
-                    const int rt = j / s.c_per_group;
-                    t = rt % s.s, r = rt / s.s;
+        for (int i = 0; i < TAPS; ++i) {
+            const int j = j0 + (NHWC ? L::row(0) + i : L::row(i));
+            tap[i] = j < jtot ? patch_tap<NHWC>(s, j) : make_int3(0, -(1 << 29), 0);
+        }
+        pos.init(s, m0 + k0());
+    }
+
+    // x offset (from the image) and validity of the tap t at (h0, w0).
+    __device__ __forceinline__ int element(int h0, int w0, bool min, const int3& t,
+                                           bool& ok) const {
+        const int h = h0 + t.y, w = w0 + t.z;
+        ok = min && (unsigned)h < (unsigned)s.h && (unsigned)w < (unsigned)s.w;
+        return (NHWC ? (h0 * s.w + w0) * s.c : h0 * s.w + w0) + t.x;
+    }
+
+    template <class Sink>
+    __device__ __forceinline__ void next(Sink& sink) {
+        const int h0 = pos.it.mid * s.stride_h - s.pad_h, w0 = pos.it.lo * s.stride_w - s.pad_w;
+        const T* img = x + (cl::index_t)pos.it.hi * s.c * s.h * s.w;
+        const bool min = pos.m < m_end;
+        if constexpr (NHWC) {
+            if (L::live(0)) {
+                if (vec) {  // 4 channels of one tap
+                    bool ok;
+                    const int off = element(h0, w0, min, tap[0], ok);
+                    sink.template put<4>(0, 0, img + off, ok);
                 } else {
-                    t = j % s.s;
-                    const int cr = j / s.s;
-                    r = cr % s.r, c = cr / s.r;
-                }
-                const int n = (int)(m / pq), pj = (int)(m - (cl::index_t)n * pq);
-                const int p = pj / s.q, q = pj - p * s.q;
-                const int h = p * s.stride_h - s.pad_h + r * s.dil_h;
-                const int ww = q * s.stride_w - s.pad_w + t * s.dil_w;
-                if ((unsigned)h < (unsigned)s.h && (unsigned)ww < (unsigned)s.w)
-                    v = cl::to_float(x[conv::x_offset<NHWC>(s, n, cbase + c, h, ww)]);
-            }
-            reg[i] = v;
-        }
-    }
-
-    __device__ __forceinline__ void store(float* Bs) const {
 #pragma unroll
-        for (int i = 0; i < PER_THREAD; ++i) {
-            int mm, jj;
-            coords(threadIdx.x + i * Tl::THREADS, mm, jj);
-            Bs[mm * Tl::BN + jj] = reg[i];
+                    for (int v = 0; v < 4; ++v) {
+                        bool ok;
+                        const int off = element(h0, w0, min, tap[v], ok);
+                        sink.template put<1>(0, v, img + off, ok);
+                    }
+                }
+            }
+        } else {
+#pragma unroll
+            for (int i = 0; i < VECS; ++i) {
+                bool ok;
+                const int off = element(h0, w0, min, tap[i], ok);
+                sink.template put<1>(i, 0, img + off, ok);
+            }
         }
+        pos.advance();
     }
 };
 
 }  // namespace bwf
 
 template <typename T, bool NHWC, int BM, int BN, int TM, int TN>
-__global__ void __launch_bounds__((BM / TM) * (BN / TN)) bwd_filter_gemm(
-    // pointers: ws holds fp32 partials (splits x K x C/g*R*S) or the atomic sums (K x ...)
-    const T* __restrict__ x, const T* __restrict__ dy, float* __restrict__ ws,
-    // sizes: the problem, m-chunk per split (a multiple of BK), and the variant
-    ConvShape s, long long chunk, int atomic) {
-    using Tl = gemm::Tile<BM, BN, bwf::kBK, TM, TN>;
-    __shared__ __align__(16) float As[2 * Tl::BK * Tl::BM];
-    __shared__ __align__(16) float Bs[2 * Tl::BK * Tl::BN];
+__global__ void __launch_bounds__(gemm::Tile<BM, BN, bwf::kBK, TM, TN, bwf::kStages>::THREADS,
+                                  gemm::Tile<BM, BN, bwf::kBK, TM, TN, bwf::kStages>::MIN_BLOCKS)
+    bwd_filter_gemm(
+        // pointers: ws holds fp32 partials (splits x K x C/g*R*S) or the atomic sums (K x ...)
+        const T* __restrict__ x, const T* __restrict__ dy, float* __restrict__ ws,
+        // sizes: the problem, m-chunk per split (a multiple of BK), and the variant
+        ConvShape s, long long chunk, int atomic) {
+    using Tl = gemm::Tile<BM, BN, bwf::kBK, TM, TN, bwf::kStages>;
+    __shared__ __align__(16) float smem[gemm::Smem<T, Tl>::FLOATS];
     const int g = blockIdx.z % s.groups, split = blockIdx.z / s.groups;
     const int jtot = s.c_per_group * s.r * s.s;
     const int j0 = blockIdx.x * BN, kk0 = blockIdx.y * BM;
@@ -221,23 +261,33 @@ __global__ void __launch_bounds__((BM / TM) * (BN / TN)) bwd_filter_gemm(
     const cl::index_t m0 = (cl::index_t)split * chunk;
     const cl::index_t m_end = m0 + chunk < npq ? m0 + chunk : npq;
     const int slices = m0 < m_end ? (int)((m_end - m0 + Tl::BK - 1) / Tl::BK) : 0;
+    const int krows = s.k_per_group - kk0;
 
-    bwf::DyLoader<T, NHWC, Tl> la(dy, s, kbase, s.k_per_group - kk0, m0, m_end);
-    bwf::PatchLoader<T, NHWC, Tl> lb(x, s, g * s.c_per_group, j0, m0, m_end);
+    // 16-byte copies: runs of 4 channels inside a group from 16-byte aligned bases
+    const bool vec_x = NHWC && s.c_per_group % 4 == 0 && s.c % 4 == 0 && gemm::aligned16(x);
+    bwf::PatchLoader<T, Tl, NHWC> lb(x, s, g * s.c_per_group, j0, m0, m_end, vec_x);
     float acc[TM][TN];
-    gemm::mainloop<Tl>(slices, la, lb, As, Bs, acc);
+    if constexpr (NHWC) {
+        const bool vec_dy = s.k_per_group % 4 == 0 && s.k % 4 == 0 && gemm::aligned16(dy);
+        gemm::RowLoader<T, Tl, BM> la(dy + m0 * s.k + kbase, s.k, (int)(m_end - m0), krows,
+                                      vec_dy);
+        gemm::run<T, Tl>(slices, la, lb, smem, acc);
+    } else {
+        bwf::DyGatherNchw<T, Tl> la(dy, s, kbase, krows, m0, m_end);
+        gemm::run<T, Tl>(slices, la, lb, smem, acc);
+    }
 
     const int tx = threadIdx.x % Tl::THREADS_N, ty = threadIdx.x / Tl::THREADS_N;
     float* out = ws + (atomic ? 0 : (cl::index_t)split * s.k * jtot);
 #pragma unroll
     for (int i = 0; i < TM; ++i) {
-        const int kk = kk0 + ty * TM + i;
+        const int kk = kk0 + Tl::row_of(ty, i);
         if (kk >= s.k_per_group) break;
         float* row = out + (cl::index_t)(g * s.k_per_group + kk) * jtot;
 #pragma unroll
         for (int jn = 0; jn < TN; ++jn) {
-            const int j = j0 + tx * TN + jn;
-            if (j >= jtot) break;
+            const int j = j0 + Tl::col_of(tx, jn);
+            if (j >= jtot) continue;
             if (atomic)
                 atomicAdd(row + j, acc[i][jn]);
             else

@@ -1,34 +1,89 @@
-// Tiled-GEMM building blocks shared by the GEMM-shaped convolution kernels
-// (conv/implicit_gemm.cu, conv/gemm_1x1.cu).
+// The fp32 register-blocked GEMM core shared by the CUDA-core GEMM kernels
+// (conv/implicit_gemm.cu, conv/gemm_1x1.cu, conv/bwd_data_implicit_gemm.cu,
+// conv/bwd_filter.cu, conv/winograd.cu's batched GEMM).
 //
-// A block computes a BM x BN tile of C = A * B (A: M x Kg, B: Kg x N) in fp32, walking
-// Kg in slices of BK. Each of the (BM/TM) x (BN/TN) threads owns a TM x TN micro-tile
-// of C in registers (register blocking). Slices live in shared memory as floats,
-// A transposed (As[k][m]) and B as Bs[k][n], so a thread reads TM (TN) consecutive
-// floats per k: 16-byte shared loads when TM (TN) is a multiple of 4.
+// A block computes a BM x BN tile of C = A * B (A: M x K, B: K x N) in fp32, walking K in
+// slices of BK. Each of the (BM/TM) x (BN/TN) threads owns a TM x TN micro-tile of C in
+// registers. A slice lives in shared memory as floats, both operands k-major: As[k][m]
+// and Bs[k][n], rows padded by 4 floats (APITCH = BM + 4, BPITCH = BN + 4) so that the
+// k-fastest loaders below write without bank conflicts; a thread reads TM (TN) floats per
+// k with 16-byte loads.
 //
-// mainloop() double-buffers: two shared stages; while the block multiplies slice t
-// from one stage, each thread already loads slice t+1 into registers (issued before
-// the multiply, so the loads are in flight during it) and stores it to the other
-// stage at the top of the next iteration. One __syncthreads per slice.
+// Which columns a thread owns (col_of): with TN a multiple of 4 they come in runs of 4,
+// run r at column 4 * (tx + r * THREADS_N): 8 consecutive threads then read 8 consecutive
+// 16-byte words of a B row, conflict-free (the former tx * TN + j layout put threads tx
+// and tx + 4 on the same banks when TN = 8: a 2-way conflict on every B read). Rows stay
+// contiguous (ty * TM + i): threads of one quarter-warp share ty and read the same A
+// words (a broadcast).
 //
-// Loaders are small structs with fetch(slice) (global -> registers) and
-// store(stage) (registers -> shared); the kernels define how A is gathered.
+// Main loops (run() picks one from the storage type):
+//  - float: a cp.async pipeline of STAGES shared stages. Slices 0..STAGES-2 are issued
+//    before the loop; iteration t waits for slice t (cp_async_wait<STAGES - 2>), passes one
+//    barrier, issues slice t + STAGES - 1 into the stage that slice t - 1 used (every
+//    thread multiplied it before the barrier), then multiplies slice t. One barrier per
+//    slice; no data passes through registers.
+//  - __half / __nv_bfloat16 (cp.async cannot convert to float): two stages staged in
+//    registers; slice t + 1 is loaded into registers before multiplying slice t and stored
+//    to the other stage at the top of the next iteration.
+// The reduction order is the same in both: k ascending, one fmaf per (i, j, k).
+//
+// Loaders (one per operand) describe which global elements go where:
+//   VECS, VEC                  vectors per thread per slice, elements per vector (1 or 4,
+//                              contiguous in both global and shared memory)
+//   Layout                     KFast or RowFast4 below (Layout::live(j): vector j exists)
+//   offset(j)                  shared offset (floats, within a stage) of vector j
+//   template <class Sink> void next(Sink& sink)
+//                              for each vector j of the next slice calls
+//                              sink.template put<W>(j, v, src, valid): W elements (W = VEC,
+//                              or 1 for a scalar fallback, then v = 0..VEC-1) at src go to
+//                              offset(j) + v; !valid stores zeros and reads nothing (src
+//                              may then point anywhere: it is never dereferenced). Then
+//                              the loader advances to the following slice (adding, never
+//                              dividing: no integer division in a main loop).
+// Loaders here: RowLoader (operand contiguous along M or N: 16-byte copies) and ColLoader
+// (contiguous along K: 4-byte copies, 8 k x 4 rows per warp so the transposing writes hit
+// 32 distinct banks). The kernels add their gathers (implicit GEMM taps, patches).
 #pragma once
 
+#include "common/mma.cuh"
 #include "conv/conv_common.cuh"
 
 namespace gemm {
 
-template <int BM_, int BN_, int BK_, int TM_, int TN_>
+template <typename T> struct IsFloat { static constexpr bool value = false; };
+template <> struct IsFloat<float> { static constexpr bool value = true; };
+
+template <int BM_, int BN_, int BK_, int TM_, int TN_, int STAGES_>
 struct Tile {
-    static constexpr int BM = BM_, BN = BN_, BK = BK_, TM = TM_, TN = TN_;
+    static constexpr int BM = BM_, BN = BN_, BK = BK_, TM = TM_, TN = TN_, STAGES = STAGES_;
     static constexpr int THREADS_M = BM / TM, THREADS_N = BN / TN;
-    static constexpr int THREADS = THREADS_M * THREADS_N;
+    static constexpr int THREADS = THREADS_M * THREADS_N, WARPS = THREADS / 32;
+    static constexpr int APITCH = BM + 4, BPITCH = BN + 4;
+    static constexpr int A_STAGE = BK * APITCH, B_STAGE = BK * BPITCH;  // floats
+    // __launch_bounds__ minimum: 16 warps per SM (256 threads: 2 blocks, <= 128 registers)
+    static constexpr int MIN_BLOCKS = 512 / THREADS > 1 ? 512 / THREADS : 1;
     static_assert(BM % TM == 0 && BN % TN == 0, "the micro-tile must divide the tile");
-    static_assert(BK % 4 == 0, "BK must be a multiple of the widest vector (4)");
-    static_assert(THREADS >= 32 && THREADS <= 1024, "32 to 1024 threads per block");
+    static_assert(TM % 4 == 0 || TM < 4, "TM: a multiple of 4, or 1 or 2");
+    static_assert(TN % 4 == 0 || TN < 4, "TN: a multiple of 4, or 1 or 2");
+    static_assert(BK % 8 == 0, "BK: a multiple of 8 (8 k per warp row in ColLoader)");
+    static_assert(THREADS % 32 == 0 && THREADS <= 1024, "whole warps, at most 1024 threads");
+    static_assert(STAGES >= 2, "at least two shared stages");
+
+    __device__ __forceinline__ static int col_of(int tx, int j) {
+        if constexpr (TN % 4 == 0) return 4 * (tx + (j / 4) * THREADS_N) + j % 4;
+        else return tx * TN + j;
+    }
+    __device__ __forceinline__ static int row_of(int ty, int i) { return ty * TM + i; }
 };
+
+// Shared floats a kernel declares for tile Tl and storage type T (A stages, then B).
+template <typename T, class Tl>
+struct Smem {
+    static constexpr int STAGES = IsFloat<T>::value ? Tl::STAGES : 2;
+    static constexpr int FLOATS = STAGES * (Tl::A_STAGE + Tl::B_STAGE);
+};
+
+template <int N> struct Width { static constexpr int value = N; };
 
 // VEC consecutive elements of T moved by one load (16 bytes for 4 floats, 8 for 4 halves).
 template <typename T, int VEC>
@@ -37,7 +92,7 @@ struct alignas(sizeof(T) * VEC) Vec {
 };
 
 template <typename T, int VEC>
-__device__ __forceinline__ void load_vec(const T* __restrict__ p, float (&out)[VEC]) {
+__device__ __forceinline__ void load_vec(const T* __restrict__ p, float* out) {
     if constexpr (VEC == 1) {
         out[0] = cl::to_float(*p);
     } else {
@@ -47,10 +102,13 @@ __device__ __forceinline__ void load_vec(const T* __restrict__ p, float (&out)[V
     }
 }
 
-// Reads N consecutive floats of shared memory into registers (16-byte loads when N % 4 == 0;
-// the offsets the callers pass are multiples of N, hence of 4 floats).
+__device__ __forceinline__ bool aligned16(const void* p) {
+    return (reinterpret_cast<unsigned long long>(p) & 15) == 0;
+}
+
+// N consecutive floats of shared memory into registers (16-byte loads when N % 4 == 0).
 template <int N>
-__device__ __forceinline__ void read_smem(const float* s, float (&r)[N]) {
+__device__ __forceinline__ void read_smem(const float* s, float* r) {
     if constexpr (N % 4 == 0) {
 #pragma unroll
         for (int i = 0; i < N; i += 4) {
@@ -63,15 +121,18 @@ __device__ __forceinline__ void read_smem(const float* s, float (&r)[N]) {
     }
 }
 
-// acc += As(:, ty*TM ..) x Bs(:, tx*TN ..) over one BK slice.
+// acc += As(:, rows of ty) x Bs(:, columns of tx) over one BK slice.
 template <class Tl>
 __device__ __forceinline__ void multiply_slice(const float* As, const float* Bs, int ty, int tx,
                                                float (&acc)[Tl::TM][Tl::TN]) {
+    constexpr int BRUN = Tl::TN % 4 == 0 ? 4 : Tl::TN;  // contiguous columns per read
 #pragma unroll
     for (int k = 0; k < Tl::BK; ++k) {
         float a[Tl::TM], b[Tl::TN];
-        read_smem<Tl::TM>(As + k * Tl::BM + ty * Tl::TM, a);
-        read_smem<Tl::TN>(Bs + k * Tl::BN + tx * Tl::TN, b);
+        read_smem<Tl::TM>(As + k * Tl::APITCH + ty * Tl::TM, a);
+#pragma unroll
+        for (int j = 0; j < Tl::TN; j += BRUN)
+            read_smem<BRUN>(Bs + k * Tl::BPITCH + Tl::col_of(tx, j), b + j);
 #pragma unroll
         for (int i = 0; i < Tl::TM; ++i)
 #pragma unroll
@@ -79,81 +140,263 @@ __device__ __forceinline__ void multiply_slice(const float* As, const float* Bs,
     }
 }
 
-// The double-buffered loop over `slices` BK-slices. As: 2 stages of BK*BM floats,
-// Bs: 2 stages of BK*BN floats (16-byte aligned). Every thread of the block calls it.
-// Slice t is stored to stage t & 1, which multiply t - 2 read last: every thread passed
-// the barrier of iteration t - 1, after its multiply t - 2, before anyone stores slice t.
-// One call site per loader function keeps the inlined code (and compile time) small.
-template <class Tl, class LoadA, class LoadB>
-__device__ __forceinline__ void mainloop(int slices, LoadA& la, LoadB& lb, float* As, float* Bs,
-                                         float (&acc)[Tl::TM][Tl::TN]) {
-    const int tx = threadIdx.x % Tl::THREADS_N;
-    const int ty = threadIdx.x / Tl::THREADS_N;
+// cp.async sink: each vector straight into a stage (T = float only).
+template <class L>
+struct AsyncSink {
+    const L& l;
+    float* stage;
+    template <int W, typename T>
+    __device__ __forceinline__ void put(int j, int v, const T* src, bool valid) {
+        cl::mma::cp_async<4 * W>(stage + l.offset(j) + v, src, valid);
+    }
+};
+
+// Register sink of the converting path: fetch now, store() to a stage later.
+template <class L>
+struct RegSink {
+    const L& l;
+    float reg[L::VECS][L::VEC];
+    template <int W, typename T>
+    __device__ __forceinline__ void put(int j, int v, const T* src, bool valid) {
+        if (valid) {
+            load_vec<T, W>(src, &reg[j][v]);
+        } else {
+#pragma unroll
+            for (int e = 0; e < W; ++e) reg[j][v + e] = 0.0f;
+        }
+    }
+    __device__ __forceinline__ void store(float* stage) const {
+#pragma unroll
+        for (int j = 0; j < L::VECS; ++j) {
+            if (!L::Layout::live(j)) continue;  // an idle thread's vector
+#pragma unroll
+            for (int v = 0; v < L::VEC; ++v) stage[l.offset(j) + v] = reg[j][v];
+        }
+    }
+};
+
+template <class Tl>
+__device__ __forceinline__ void zero(float (&acc)[Tl::TM][Tl::TN]) {
 #pragma unroll
     for (int i = 0; i < Tl::TM; ++i)
 #pragma unroll
         for (int j = 0; j < Tl::TN; ++j) acc[i][j] = 0.0f;
-    la.fetch(0);
-    lb.fetch(0);
+}
+
+template <class Tl, class LoadA, class LoadB>
+__device__ __forceinline__ void mainloop_async(int slices, LoadA& la, LoadB& lb, float* smem,
+                                               float (&acc)[Tl::TM][Tl::TN]) {
+    constexpr int S = Tl::STAGES;
+    float* As = smem;
+    float* Bs = smem + S * Tl::A_STAGE;
+    const int tx = threadIdx.x % Tl::THREADS_N, ty = threadIdx.x / Tl::THREADS_N;
+    zero<Tl>(acc);
+#pragma unroll
+    for (int s = 0; s < S - 1; ++s) {
+        if (s < slices) {
+            AsyncSink<LoadA> sa{la, As + s * Tl::A_STAGE};
+            AsyncSink<LoadB> sb{lb, Bs + s * Tl::B_STAGE};
+            la.next(sa);
+            lb.next(sb);
+        }
+        cl::mma::cp_async_commit();  // empty groups keep the count of groups per slice
+    }
+    int read = 0, write = S - 1;
     for (int t = 0; t < slices; ++t) {
-        float* as = As + (t & 1) * Tl::BK * Tl::BM;
-        float* bs = Bs + (t & 1) * Tl::BK * Tl::BN;
-        la.store(as);
-        lb.store(bs);
+        cl::mma::cp_async_wait<S - 2>();  // slice t has landed (this thread's copies)
+        __syncthreads();                  // ... everyone's; stage `write` is free
+        if (t + S - 1 < slices) {
+            AsyncSink<LoadA> sa{la, As + write * Tl::A_STAGE};
+            AsyncSink<LoadB> sb{lb, Bs + write * Tl::B_STAGE};
+            la.next(sa);
+            lb.next(sb);
+        }
+        cl::mma::cp_async_commit();
+        multiply_slice<Tl>(As + read * Tl::A_STAGE, Bs + read * Tl::B_STAGE, ty, tx, acc);
+        read = read + 1 == S ? 0 : read + 1;
+        write = write + 1 == S ? 0 : write + 1;
+    }
+    cl::mma::cp_async_wait<0>();  // only empty groups are left; nothing lands after exit
+}
+
+// Slice t is stored to stage t & 1, which multiply t - 2 read last: every thread passed
+// the barrier of iteration t - 1, after its multiply t - 2, before anyone stores slice t.
+template <class Tl, class LoadA, class LoadB>
+__device__ __forceinline__ void mainloop_regs(int slices, LoadA& la, LoadB& lb, float* smem,
+                                              float (&acc)[Tl::TM][Tl::TN]) {
+    float* As = smem;
+    float* Bs = smem + 2 * Tl::A_STAGE;
+    const int tx = threadIdx.x % Tl::THREADS_N, ty = threadIdx.x / Tl::THREADS_N;
+    zero<Tl>(acc);
+    RegSink<LoadA> ra{la};
+    RegSink<LoadB> rb{lb};
+    if (slices > 0) {
+        la.next(ra);
+        lb.next(rb);
+    }
+    for (int t = 0; t < slices; ++t) {
+        float* as = As + (t & 1) * Tl::A_STAGE;
+        float* bs = Bs + (t & 1) * Tl::B_STAGE;
+        ra.store(as);
+        rb.store(bs);
         __syncthreads();
         if (t + 1 < slices) {  // global loads of the next slice, in flight during the multiply
-            la.fetch(t + 1);
-            lb.fetch(t + 1);
+            la.next(ra);
+            lb.next(rb);
         }
         multiply_slice<Tl>(as, bs, ty, tx, acc);
     }
 }
 
-// B[kk][n] = w[(k0 + n) * ktot + kk]: filters of one group, each output channel's
-// ktot taps contiguous (KCRS and KRSC alike, in their own tap order). Threads walk kk
-// fastest, 4 taps per thread and row; with `vec` (ktot % 4 == 0 and w aligned to 4
-// elements) they are one vector load, else 4 scalar loads.
-template <typename T, class Tl>
-struct FilterLoader {
-    static constexpr int COLS = Tl::BK / 4;  // 4-tap groups per row of a slice
-    static constexpr int UNITS = Tl::BN * COLS;
-    static constexpr int PER_THREAD = (UNITS + Tl::THREADS - 1) / Tl::THREADS;
+// The main loop for storage type T over `slices` BK-slices; smem holds Smem<T, Tl>::FLOATS
+// floats, 16-byte aligned. Every thread of the block calls it.
+template <typename T, class Tl, class LoadA, class LoadB>
+__device__ __forceinline__ void run(int slices, LoadA& la, LoadB& lb, float* smem,
+                                    float (&acc)[Tl::TM][Tl::TN]) {
+    if constexpr (IsFloat<T>::value) mainloop_async<Tl>(slices, la, lb, smem, acc);
+    else mainloop_regs<Tl>(slices, la, lb, smem, acc);
+}
 
-    const T* __restrict__ w;  // the tile's first filter
-    int ktot, rows;           // taps per filter; output channels left in the tile
+// ------------------------------------------------------------------ thread layouts
+// ROWS is BM (operand A) or BN (operand B).
+
+// k-fastest (ColLoader and the gathers): a warp covers 8 consecutive k x 4 rows; warps
+// tile the BK x ROWS slice, KG = BK / 8 warps across k. Vector j of a thread is its row(0)
+// + j * ROW_STEP, same k: its shared offset is offset(0) + j * ROW_STEP.
+template <class Tl, int ROWS>
+struct KFast {
+    static constexpr int KG = Tl::BK / 8;
+    static_assert(Tl::WARPS % KG == 0, "warps must tile BK");
+    static constexpr int ROW_STEP = 4 * (Tl::WARPS / KG);  // rows covered per pass
+    static_assert(ROWS % ROW_STEP == 0, "whole passes over the rows");
+    static constexpr int VECS = ROWS / ROW_STEP;
+    static constexpr int PITCH = ROWS + 4, STEP = ROW_STEP;
+    __device__ __forceinline__ static int k() {
+        return (threadIdx.x & 7) + 8 * ((threadIdx.x >> 5) % KG);
+    }
+    __device__ __forceinline__ static int row(int j) {
+        return ((threadIdx.x >> 3) & 3) + 4 * ((threadIdx.x >> 5) / KG) + j * ROW_STEP;
+    }
+    __device__ __forceinline__ static int offset0() { return k() * PITCH + row(0); }
+    __device__ __forceinline__ static bool live(int) { return true; }
+};
+
+// row-fastest in vectors of 4 (RowLoader): consecutive threads take consecutive 16-byte
+// words of a k row. Vector j of a thread: same row(0), k(0) + j * THREADS / GROUPS.
+template <class Tl, int ROWS>
+struct RowFast4 {
+    static constexpr int GROUPS = ROWS / 4;  // vectors per k row
+    static constexpr int UNITS = GROUPS * Tl::BK;
+    static constexpr int VECS = (UNITS + Tl::THREADS - 1) / Tl::THREADS;
+    static constexpr int PITCH = ROWS + 4;
+    static constexpr int K_STEP = Tl::THREADS / GROUPS, STEP = K_STEP * PITCH;
+    static_assert(ROWS % 4 == 0, "rows in vectors of 4");
+    static_assert(Tl::THREADS % GROUPS == 0, "every thread keeps its columns");
+    __device__ __forceinline__ static int k(int j) { return threadIdx.x / GROUPS + j * K_STEP; }
+    __device__ __forceinline__ static int row(int) { return threadIdx.x % GROUPS * 4; }
+    __device__ __forceinline__ static int offset0() { return k(0) * PITCH + row(0); }
+    __device__ __forceinline__ static bool live(int j) {  // false: an idle thread's vector
+        return UNITS % Tl::THREADS == 0 || j + 1 < VECS || k(j) < Tl::BK;
+    }
+};
+
+// Shared offsets of a loader's vectors (layout L), kept in one register.
+template <class L>
+struct Offsets {
+    int off0;
+    __device__ __forceinline__ Offsets() : off0(L::offset0()) {}
+    __device__ __forceinline__ int operator()(int j) const { return off0 + j * L::STEP; }
+};
+
+// Operand element (k, r) at p[k * ld + r], r < ROWS of the tile: 16-byte copies when
+// `vec` (ld % 4 == 0, p 16-byte aligned, the row bound a multiple of 4), else 4 scalar
+// copies. Bounds: k < kend, r < rend (from the tile's first row and the slice's first k).
+template <typename T, class Tl, int ROWS>
+struct RowLoader {
+    using L = RowFast4<Tl, ROWS>;
+    using Layout = L;
+    static constexpr int VECS = L::VECS, VEC = 4;
+    const T* p;  // element (this thread's k in the next slice, its row)
+    int ld;
+    int kleft, rleft;  // bounds relative to this thread's k(0) and row
     bool vec;
-    float reg[PER_THREAD][4];
+    Offsets<L> offset;
 
-    __device__ __forceinline__ FilterLoader(const T* w_tile, int ktot_, int rows_, bool vec_)
-        : w(w_tile), ktot(ktot_), rows(rows_), vec(vec_) {}
+    __device__ __forceinline__ RowLoader(const T* p_, int ld_, int kend, int rend, bool vec_)
+        : p(p_ + (cl::index_t)L::k(0) * ld_ + L::row(0)), ld(ld_), kleft(kend - L::k(0)),
+          rleft(rend - L::row(0)), vec(vec_) {}
 
-    __device__ __forceinline__ void fetch(int slice) {
+    template <class Sink>
+    __device__ __forceinline__ void next(Sink& sink) {
 #pragma unroll
-        for (int j = 0; j < PER_THREAD; ++j) {
-            const int u = threadIdx.x + j * Tl::THREADS;
-            const int n = u / COLS, kk = slice * Tl::BK + (u % COLS) * 4;
-            const T* p = w + (cl::index_t)n * ktot + kk;
-            const bool live = u < UNITS && n < rows;
-            if (vec && live && kk < ktot) {
-                load_vec<T, 4>(p, reg[j]);
+        for (int j = 0; j < VECS; ++j) {
+            if (!L::live(j)) continue;
+            const T* src = p + j * L::K_STEP * ld;
+            const bool kin = j * L::K_STEP < kleft;
+            if (vec) {  // the row bound is a multiple of 4 (vec's condition): all or nothing
+                const bool ok = kin && 0 < rleft;
+                sink.template put<4>(j, 0, src, ok);
             } else {
 #pragma unroll
-                for (int v = 0; v < 4; ++v)
-                    reg[j][v] = live && kk + v < ktot ? cl::to_float(p[v]) : 0.0f;
+                for (int v = 0; v < 4; ++v) {
+                    const bool ok = kin && v < rleft;
+                    sink.template put<1>(j, v, src + v, ok);
+                }
             }
         }
+        p += (cl::index_t)Tl::BK * ld;
+        kleft -= Tl::BK;
     }
+};
 
-    __device__ __forceinline__ void store(float* Bs) const {
+// Operand element (k, r) at p[r * ld + k] (contiguous along k): 4-byte copies.
+template <typename T, class Tl, int ROWS>
+struct ColLoader {
+    using L = KFast<Tl, ROWS>;
+    using Layout = L;
+    static constexpr int VECS = L::VECS, VEC = 1;
+    const T* p;  // element (k of this thread in the next slice, row(0))
+    int ld;
+    int kleft, rleft;  // bounds relative to this thread's k and row(0)
+    Offsets<L> offset;
+
+    __device__ __forceinline__ ColLoader(const T* p_, int ld_, int kend, int rend)
+        : p(p_ + (cl::index_t)L::row(0) * ld_ + L::k()), ld(ld_), kleft(kend - L::k()),
+          rleft(rend - L::row(0)) {}
+
+    template <class Sink>
+    __device__ __forceinline__ void next(Sink& sink) {
 #pragma unroll
-        for (int j = 0; j < PER_THREAD; ++j) {
-            const int u = threadIdx.x + j * Tl::THREADS;
-            if (u < UNITS) {
-                const int n = u / COLS, kk = (u % COLS) * 4;
-#pragma unroll
-                for (int v = 0; v < 4; ++v) Bs[(kk + v) * Tl::BN + n] = reg[j][v];
-            }
+        for (int j = 0; j < VECS; ++j) {
+            const bool ok = kleft > 0 && j * L::ROW_STEP < rleft;
+            sink.template put<1>(j, 0, p + j * L::ROW_STEP * ld, ok);
         }
+        p += Tl::BK;
+        kleft -= Tl::BK;
+    }
+};
+
+// Advances a mixed-radix counter (hi, mid, lo) with radices (-, MID, LO) by a step
+// decomposed once as (dhi, dmid, dlo), dmid < MID and dlo < LO: no division.
+struct Radix3 {
+    int lo, mid, hi;
+    int dlo, dmid, dhi;
+    int nlo, nmid;  // radices
+
+    // Decomposes `value` and `step` (divisions: once, outside the main loop).
+    __device__ __forceinline__ void init(int value, int step, int nlo_, int nmid_) {
+        nlo = nlo_ > 0 ? nlo_ : 1, nmid = nmid_ > 0 ? nmid_ : 1;
+        lo = value % nlo, mid = value / nlo % nmid, hi = value / nlo / nmid;
+        dlo = step % nlo, dmid = step / nlo % nmid, dhi = step / nlo / nmid;
+    }
+    __device__ __forceinline__ void advance() {
+        lo += dlo;
+        const int c0 = lo >= nlo;
+        lo -= c0 ? nlo : 0;
+        mid += dmid + c0;
+        const int c1 = mid >= nmid;
+        mid -= c1 ? nmid : 0;
+        hi += dhi + c1;
     }
 };
 

@@ -9,34 +9,44 @@
 //                            NHWC/KRSC: kk = (r * S + s) * Cg + c
 //   A[m][kk] = x[img, g*Cg + c, p*u - pad_h + r*dil_h, q*v - pad_w + s*dil_w] (0 outside)
 //   B[kk][n] = w[g*Ng + n][kk]
-// Tiles, register blocking and double buffering: conv/gemm_tiles.cuh.
+// Tiles, register blocking and the cp.async pipeline: conv/gemm_tiles.cuh.
 //
 // Kernels (T = float | __half | __nv_bfloat16; fp32 accumulation, fused epilogue of
 // conv_common.cuh for every output):
-//   implicit_gemm<T, NHWC, BM, BN, BK, TM, TN>          taps (c, r, s) decoded from kk with
-//                                                       integer divisions
-//   implicit_precomp_gemm<T, NHWC, BM, BN, BK, TM, TN>  taps read from a table in the
-//                                                       workspace (cuDNN's
-//                                                       IMPLICIT_PRECOMP_GEMM)
+//   implicit_gemm<T, NHWC, BM, BN, BK, TM, TN, STAGES>          taps (c, r, s) from an
+//                                                       incremental iterator: each thread
+//                                                       loads one kk column per slice and
+//                                                       advances it by BK with adds and
+//                                                       wraps (no division in the loop)
+//   implicit_precomp_gemm<T, NHWC, BM, BN, BK, TM, TN, STAGES>  taps read from a table in
+//                                                       the workspace (cuDNN's
+//                                                       IMPLICIT_PRECOMP_GEMM), one int4 per
+//                                                       thread and slice, fetched a slice
+//                                                       ahead
 //   implicit_gemm_taps<NHWC>                            fills that table: Kg int4
 //                                                       {offset, dh, dw, 0}
-// Argument vec = 1: 4-element vector loads of w along kk (needs Kg % 4 == 0) and, in NHWC,
-// of x along channels (needs C/groups % 4 == 0); both pointers aligned to 4 elements.
-// vec = 0: the same 4 elements per thread, loaded one by one (a uniform branch: one
-// kernel serves both, which halves the compile time). NCHW gathers of x are always
-// scalar (consecutive m are strided pixels).
+// Loads: A is a gather (4-byte cp.async per element, zero-filled in the padding); B rows
+// are filters, contiguous along kk (4-byte cp.async, k-fastest). The output rows' pixel
+// decode (img, h0, w0) is done once per block into shared memory.
 //
 // Defines: none; every parameter is a template argument. One module per (dtype, tile)
-// holds both layouts and both variants (cudnnlite/solvers/conv/implicit_gemm.py).
-// Index limits: x, w and y below 2^31 elements each (32-bit offsets inside an image,
-// 64-bit image bases).
+// holds both layouts (cudnnlite/solvers/conv/implicit_gemm.py).
+// Index limits: x, w and y below 2^31 elements each (32-bit offsets).
 #include "conv/gemm_tiles.cuh"
+
 
 namespace igemm {
 
 constexpr int kFarAway = -(1 << 29);  // an h0 that no tap brings inside the image
 
 // Tap kk of a group's filter: {offset from the pixel (h0, w0) of the group's channel 0, dh, dw}.
+template <bool NHWC>
+__device__ __forceinline__ int4 tap_of(const ConvShape& s, int c, int r, int t) {
+    const int dh = r * s.dil_h, dw = t * s.dil_w;
+    const int off = NHWC ? (dh * s.w + dw) * s.c + c : (c * s.h + dh) * s.w + dw;
+    return make_int4(off, dh, dw, 0);
+}
+
 template <bool NHWC>
 __device__ __forceinline__ int4 compute_tap(const ConvShape& s, int kk) {
     int c, rs;
@@ -49,134 +59,122 @@ __device__ __forceinline__ int4 compute_tap(const ConvShape& s, int kk) {
         rs = kk - c * taps;
     }
     const int r = rs / s.s;
-    const int dh = r * s.dil_h, dw = (rs - r * s.s) * s.dil_w;
-    const int off = NHWC ? (dh * s.w + dw) * s.c + c : (c * s.h + dh) * s.w + dw;
-    return make_int4(off, dh, dw, 0);
+    return tap_of<NHWC>(s, c, r, rs - r * s.s);
 }
 
-// A[m][kk] for the block's BM rows. NHWC: threads walk kk fastest, V channels per load
-// (coalesced along C); NCHW: threads walk m fastest (coalesced along W when stride 1).
+// The tile's output pixels: rows[i] = {x offset of (img, h0, w0, group channel 0), h0, w0}
+// of GEMM row m0 + i (h0 = kFarAway past the last row). Divisions here, once per block.
+template <bool NHWC>
+__device__ __forceinline__ void decode_rows(int4* rows, int bm, const ConvShape& s, int m0,
+                                            int g) {
+    const int pq = s.p * s.q, nrows = s.n * pq;
+    for (int i = threadIdx.x; i < bm; i += blockDim.x) {
+        const int m = m0 + i;
+        int4 r = make_int4(0, kFarAway, kFarAway, 0);
+        if (m < nrows) {
+            const int img = m / pq, rem = m - img * pq;
+            const int p = rem / s.q, q = rem - p * s.q;
+            r.y = p * s.stride_h - s.pad_h;
+            r.z = q * s.stride_w - s.pad_w;
+            const int c0 = g * s.c_per_group;
+            r.x = NHWC ? ((img * s.h + r.y) * s.w + r.z) * s.c + c0
+                       : ((img * s.c + c0) * s.h + r.y) * s.w + r.z;
+        }
+        rows[i] = r;
+    }
+}
+
+// A[m][kk] for the block's BM rows: each thread one kk column (k-fastest layout of
+// gemm_tiles.cuh) and the rows row(j); its tap advances by BK per slice.
 template <typename T, class Tl, bool NHWC, bool PRECOMP>
 struct GatherLoader {
-    static constexpr int V = NHWC ? 4 : 1;
-    static constexpr int COLS = Tl::BK / V;
-    static constexpr int UNITS = Tl::BM * COLS;
-    static constexpr int PER_THREAD = (UNITS + Tl::THREADS - 1) / Tl::THREADS;
+    using L = gemm::KFast<Tl, Tl::BM>;
+    using Layout = L;
+    static constexpr int VECS = L::VECS, VEC = 1;
 
     const T* __restrict__ x;
-    const int4* __restrict__ taps;
-    ConvShape s;
-    int ktot;
-    bool vec;
-    cl::index_t base[PER_THREAD];  // x offset of (img, h0, w0, group channel 0)
-    int h0[PER_THREAD], w0[PER_THREAD];
-    float reg[PER_THREAD][V];
+    const int4* rows;                // shared, decode_rows
+    const int4* __restrict__ taps;   // PRECOMP: the table
+    const ConvShape& s;
+    int kk, ktot;
+    int4 tap, ahead;                 // this slice's tap (dh = kFarAway past ktot); PRECOMP: the next
+    gemm::Radix3 it;                 // !PRECOMP: NCHW (c, r, s), NHWC (r, s, c) of kk
+    gemm::Offsets<L> offset;
 
-    __device__ __forceinline__ static int row_of(int u) { return NHWC ? u / COLS : u % Tl::BM; }
-    __device__ __forceinline__ static int col_of(int u) { return NHWC ? (u % COLS) * V : u / Tl::BM; }
+    __device__ __forceinline__ int4 table(int k) const {
+        return k < ktot ? taps[k] : make_int4(0, kFarAway, 0, 0);
+    }
+    __device__ __forceinline__ int4 iterated() const {
+        if (kk >= ktot) return make_int4(0, kFarAway, 0, 0);
+        return NHWC ? tap_of<true>(s, it.lo, it.hi, it.mid) : tap_of<false>(s, it.hi, it.mid, it.lo);
+    }
 
-    __device__ __forceinline__ GatherLoader(const T* x_, const int4* taps_, const ConvShape& s_,
-                                            int m0, int g, bool vec_)
-        : x(x_), taps(taps_), s(s_), ktot(s_.c_per_group * s_.r * s_.s), vec(vec_) {
-        const int pq = s.p * s.q, rows = s.n * pq;
-#pragma unroll
-        for (int j = 0; j < PER_THREAD; ++j) {
-            const int u = threadIdx.x + j * Tl::THREADS;
-            const int m = m0 + row_of(u);
-            base[j] = 0;
-            h0[j] = w0[j] = kFarAway;
-            if (u < UNITS && m < rows) {
-                const int img = m / pq, rem = m - img * pq;
-                const int p = rem / s.q, q = rem - p * s.q;
-                h0[j] = p * s.stride_h - s.pad_h;
-                w0[j] = q * s.stride_w - s.pad_w;
-                const int c0 = g * s.c_per_group;
-                base[j] = NHWC ? (((cl::index_t)img * s.h + h0[j]) * s.w + w0[j]) * s.c + c0
-                               : ((cl::index_t)img * s.c + c0) * s.h * s.w +
-                                     (cl::index_t)h0[j] * s.w + w0[j];
-            }
+    __device__ __forceinline__ GatherLoader(const T* x_, const int4* rows_, const int4* taps_,
+                                            const ConvShape& s_)
+        : x(x_), rows(rows_), taps(taps_), s(s_), kk(L::k()),
+          ktot(s_.c_per_group * s_.r * s_.s) {
+        if constexpr (PRECOMP) {
+            tap = table(kk);
+            ahead = table(kk + Tl::BK);
+        } else {
+            if (NHWC) it.init(kk, Tl::BK, s.c_per_group, s.s);
+            else it.init(kk, Tl::BK, s.s, s.r);
+            tap = iterated();
         }
     }
 
-    // Element kk of row j: 0 outside the image (padding) or past the reduction.
-    __device__ __forceinline__ float element(int j, int kk) const {
-        if (kk >= ktot) return 0.0f;
-        int4 t;
-        if constexpr (PRECOMP) t = taps[kk];
-        else t = compute_tap<NHWC>(s, kk);
-        const int hh = h0[j] + t.y, ww = w0[j] + t.z;
-        if ((unsigned)hh >= (unsigned)s.h || (unsigned)ww >= (unsigned)s.w) return 0.0f;
-        return cl::to_float(x[base[j] + t.x]);
-    }
-
-    __device__ __forceinline__ void fetch(int slice) {
+    template <class Sink>
+    __device__ __forceinline__ void next(Sink& sink) {
 #pragma unroll
-        for (int j = 0; j < PER_THREAD; ++j) {
-            const int kk = slice * Tl::BK + col_of(threadIdx.x + j * Tl::THREADS);
-            if (V > 1 && vec) {  // V channels of one tap: one bounds check, one vector load
-                int4 t = make_int4(0, kFarAway, 0, 0);
-                if (kk < ktot) {
-                    if constexpr (PRECOMP) t = taps[kk];
-                    else t = compute_tap<NHWC>(s, kk);
-                }
-                const int hh = h0[j] + t.y, ww = w0[j] + t.z;
-                if ((unsigned)hh < (unsigned)s.h && (unsigned)ww < (unsigned)s.w) {
-                    gemm::load_vec<T, V>(x + base[j] + t.x, reg[j]);
-                } else {
-#pragma unroll
-                    for (int v = 0; v < V; ++v) reg[j][v] = 0.0f;
-                }
-            } else {
-#pragma unroll
-                for (int v = 0; v < V; ++v) reg[j][v] = element(j, kk + v);
-            }
+        for (int j = 0; j < VECS; ++j) {
+            const int4 r = rows[L::row(j)];
+            const int hh = r.y + tap.y, ww = r.z + tap.z;
+            const bool ok = (unsigned)hh < (unsigned)s.h && (unsigned)ww < (unsigned)s.w;
+            sink.template put<1>(j, 0, x + (r.x + tap.x), ok);
         }
-    }
-
-    __device__ __forceinline__ void store(float* As) const {
-#pragma unroll
-        for (int j = 0; j < PER_THREAD; ++j) {
-            const int u = threadIdx.x + j * Tl::THREADS;
-            if (u < UNITS) {
-                const int m = row_of(u), kk = col_of(u);
-#pragma unroll
-                for (int v = 0; v < V; ++v) As[(kk + v) * Tl::BM + m] = reg[j][v];
-            }
+        kk += Tl::BK;
+        if constexpr (PRECOMP) {
+            tap = ahead;
+            ahead = table(kk + Tl::BK);  // in flight during a whole slice
+        } else {
+            it.advance();
+            tap = iterated();
         }
     }
 };
 
-template <typename T, bool NHWC, bool PRECOMP, int BM, int BN, int BK, int TM, int TN>
+template <typename T, bool NHWC, bool PRECOMP, class Tl>
 __device__ __forceinline__ void body(const T* __restrict__ x, const T* __restrict__ w, T* y,
                                      const T* z, const T* bias, const int4* taps,
-                                     const ConvShape& s, const ConvEpilogue& e, int vec) {
-    using Tl = gemm::Tile<BM, BN, BK, TM, TN>;
-    __shared__ __align__(16) float As[2 * BK * BM];
-    __shared__ __align__(16) float Bs[2 * BK * BN];
+                                     const ConvShape& s, const ConvEpilogue& e) {
+    __shared__ __align__(16) float smem[gemm::Smem<T, Tl>::FLOATS];
+    __shared__ int4 rows[Tl::BM];
 
-    const int tiles_n = (s.k_per_group + BN - 1) / BN;
+    const int tiles_n = (s.k_per_group + Tl::BN - 1) / Tl::BN;
     const int g = blockIdx.y / tiles_n;
-    const int n0 = (blockIdx.y - g * tiles_n) * BN;
-    const int m0 = blockIdx.x * BM;
+    const int n0 = (blockIdx.y - g * tiles_n) * Tl::BN;
+    const int m0 = blockIdx.x * Tl::BM;
     const int ktot = s.c_per_group * s.r * s.s;
+    decode_rows<NHWC>(rows, Tl::BM, s, m0, g);
+    __syncthreads();
 
-    GatherLoader<T, Tl, NHWC, PRECOMP> la(x, taps, s, m0, g, vec != 0);
-    gemm::FilterLoader<T, Tl> lb(w + (cl::index_t)(g * s.k_per_group + n0) * ktot, ktot,
-                                 s.k_per_group - n0, vec != 0);
-    float acc[TM][TN];
-    gemm::mainloop<Tl>((ktot + BK - 1) / BK, la, lb, As, Bs, acc);
+    GatherLoader<T, Tl, NHWC, PRECOMP> la(x, rows, taps, s);
+    gemm::ColLoader<T, Tl, Tl::BN> lb(w + (cl::index_t)(g * s.k_per_group + n0) * ktot, ktot,
+                                      ktot, s.k_per_group - n0);
+    float acc[Tl::TM][Tl::TN];
+    gemm::run<T, Tl>((ktot + Tl::BK - 1) / Tl::BK, la, lb, smem, acc);
 
     const int tx = threadIdx.x % Tl::THREADS_N, ty = threadIdx.x / Tl::THREADS_N;
-    const int pq = s.p * s.q, rows = s.n * pq;
+    const int pq = s.p * s.q, nrows = s.n * pq;
 #pragma unroll
-    for (int i = 0; i < TM; ++i) {
-        const int m = m0 + ty * TM + i;
-        if (m >= rows) continue;
+    for (int i = 0; i < Tl::TM; ++i) {
+        const int m = m0 + Tl::row_of(ty, i);
+        if (m >= nrows) continue;
         const int img = m / pq, rem = m - img * pq;
         const int p = rem / s.q, q = rem - p * s.q;
 #pragma unroll
-        for (int j = 0; j < TN; ++j) {
-            const int n = n0 + tx * TN + j;
+        for (int j = 0; j < Tl::TN; ++j) {
+            const int n = n0 + Tl::col_of(tx, j);
             if (n >= s.k_per_group) continue;
             const int k = g * s.k_per_group + n;
             conv::store_output(y, z, bias, e, conv::y_offset<NHWC>(s, img, k, p, q), k, acc[i][j]);
@@ -186,24 +184,29 @@ __device__ __forceinline__ void body(const T* __restrict__ x, const T* __restric
 
 }  // namespace igemm
 
-template <typename T, bool NHWC, int BM, int BN, int BK, int TM, int TN>
-__global__ void __launch_bounds__((BM / TM) * (BN / TN)) implicit_gemm(
+#define IGEMM_TILE gemm::Tile<BM, BN, BK, TM, TN, STAGES>
+
+template <typename T, bool NHWC, int BM, int BN, int BK, int TM, int TN, int STAGES>
+__global__ void __launch_bounds__(IGEMM_TILE::THREADS, IGEMM_TILE::MIN_BLOCKS) implicit_gemm(
     // pointers: z may be y and bias may be x when absent (e.has_z / e.has_bias say)
     const T* __restrict__ x, const T* __restrict__ w, T* y, const T* z, const T* bias,
-    // sizes, epilogue, vector loads (1: see the header comment)
-    ConvShape s, ConvEpilogue e, int vec) {
-    igemm::body<T, NHWC, false, BM, BN, BK, TM, TN>(x, w, y, z, bias, nullptr, s, e, vec);
+    // sizes, epilogue
+    ConvShape s, ConvEpilogue e) {
+    igemm::body<T, NHWC, false, IGEMM_TILE>(x, w, y, z, bias, nullptr, s, e);
 }
 
-template <typename T, bool NHWC, int BM, int BN, int BK, int TM, int TN>
-__global__ void __launch_bounds__((BM / TM) * (BN / TN)) implicit_precomp_gemm(
-    // pointers, then the tap table (implicit_gemm_taps<NHWC> fills it)
-    const T* __restrict__ x, const T* __restrict__ w, T* y, const T* z, const T* bias,
-    const int4* __restrict__ taps,
-    // sizes, epilogue, vector loads
-    ConvShape s, ConvEpilogue e, int vec) {
-    igemm::body<T, NHWC, true, BM, BN, BK, TM, TN>(x, w, y, z, bias, taps, s, e, vec);
+template <typename T, bool NHWC, int BM, int BN, int BK, int TM, int TN, int STAGES>
+__global__ void __launch_bounds__(IGEMM_TILE::THREADS, IGEMM_TILE::MIN_BLOCKS)
+    implicit_precomp_gemm(
+        // pointers, then the tap table (implicit_gemm_taps<NHWC> fills it)
+        const T* __restrict__ x, const T* __restrict__ w, T* y, const T* z, const T* bias,
+        const int4* __restrict__ taps,
+        // sizes, epilogue
+        ConvShape s, ConvEpilogue e) {
+    igemm::body<T, NHWC, true, IGEMM_TILE>(x, w, y, z, bias, taps, s, e);
 }
+
+#undef IGEMM_TILE
 
 template <bool NHWC>
 __global__ void __launch_bounds__(256) implicit_gemm_taps(int4* taps, ConvShape s) {

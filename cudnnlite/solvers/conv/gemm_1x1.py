@@ -4,12 +4,11 @@ straight as a tiled GEMM, per group:
 - NHWC: ``Y[N*H*W, K] = X[N*H*W, C] * W[K, C]^T``;
 - NCHW: per image ``Y[K, H*W] = W[K, C] * X[C, H*W]``, all images in one launch.
 
-Same tiles, register blocking and double buffering as the implicit GEMM
+Same tiles, register blocking and cp.async pipeline as the implicit GEMM
 (``cuda_src/conv/gemm_tiles.cuh``; the config is a :class:`TileConfig`), without the tap
-decoding and padding checks, and with vector loads of x along H*W in NCHW. Vector
-loads (4 elements) need C/groups % 4 == 0, and in NCHW also H*W % 4 == 0; otherwise,
-or when x or w is not aligned, the ``align1`` kernel runs. Kernels are named like
-``gemm_1x1_64x64x8_4x4_nchw_fp32_align4``. Limits: x, w, y below 2^31 elements. The
+decoding and padding checks, and with 4-pixel vector loads of x along H*W in NCHW (they
+need H*W % 4 == 0 and x aligned to 4 elements; otherwise, and always in NHWC, the
+``align1`` kernel runs). Kernels are named like ``gemm_1x1_64x64_16x3_4x4_nchw_fp32_align4``. Limits: x, w, y below 2^31 elements. The
 tensors must be contiguous in the problem's layout (``cudnnlite.conv2d`` copies when they
 are not). Deterministic.
 """
@@ -114,7 +113,7 @@ class Gemm1x1Solver(Solver):
         dt = dtype_of(problem)
         nhwc = problem.channels_last
         spatial = int(np.prod(problem.spatial))
-        vec = vec_for(problem.c_per_group, problem.c_per_group if nhwc else spatial)
+        vec = 1 if nhwc else vec_for(4, spatial)  # only NCHW x moves in vectors (along H*W)
         return GemmRunner(
             kernel=backend.kernel(module_spec(dt, config), _expr(dt, nhwc, config)),
             name=_readable(dt, nhwc, config), vec=vec, itemsize=dt.itemsize,

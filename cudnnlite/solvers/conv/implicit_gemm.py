@@ -4,25 +4,27 @@ precomputed table of tap offsets (cuDNN's IMPLICIT_PRECOMP_GEMM).
 GEMM view per group: M = N*P*Q output pixels, N = K/groups output channels, reduction
 over C/groups * R * S taps. The A tile is gathered from x while being loaded into
 shared memory; tiles of A and B in shared memory, each thread computes a TM x TN
-micro-tile in registers, two shared stages (the next slice is loaded while this one is
-multiplied), 4-element vector loads where alignment allows (filters when the reduction
-length is a multiple of 4; x in NHWC when C/groups is). NCHW/KCRS and NHWC/KRSC, 1-D and
-2-D, fp32/fp16/bf16 with fp32 accumulation, deterministic.
+micro-tile in registers; fp32 runs a cp.async pipeline of ``stages`` shared stages
+(fp16/bf16 convert through registers, two stages). The filter taps advance by adding and
+wrapping (no division in the main loop). NCHW/KCRS and NHWC/KRSC, 1-D and 2-D,
+fp32/fp16/bf16 with fp32 accumulation, deterministic.
 
-The config is the tile: :class:`TileConfig` (BM, BN, BK, TM, TN), one of :data:`TILES`;
-kernels are named with every parameter, e.g. ``implicit_gemm_128x64x8_8x4_nhwc_fp32_align4``.
+The config is the tile: :class:`TileConfig` (BM, BN, BK, TM, TN, stages), one of
+:data:`TILES`; kernels are named with every parameter, cutlass style
+(BM x BN _ BK x stages _ TM x TN), e.g. ``implicit_gemm_128x64_16x3_8x4_nhwc_fp32``.
 
 Precomputed offsets: the table (one int4 {offset, dh, dw, 0} per tap, 16 bytes each)
 depends only on the problem, but it lives in the caller's workspace
 (``workspace_size`` = 16 * C/groups * R * S bytes) and a small kernel fills it at every
 launch, before the GEMM: the Runner then holds no device memory of its own (a plan
 can be shared between streams and threads), and the cost is one launch of a few
-thousand threads. The decoding it saves is two integer divisions per loaded element.
+thousand threads. It saves the tap iterator's few integer adds per slice (one table
+read per thread and slice instead).
 
 Limits: x, w and y below 2^31 elements each (32-bit offsets within an image).
 The tensors must be contiguous in the problem's layout (``cudnnlite.conv2d`` copies
-when they are not); a tensor whose address is not aligned to 4 elements runs the
-``align1`` kernel of the same tile.
+when they are not); every load is a 4-byte element copy (a gather), so no alignment is
+needed beyond the element's.
 """
 
 from __future__ import annotations
@@ -44,7 +46,7 @@ from .direct import INT32_MAX, address, common_reason, dtype_of, epilogue_struct
 
 SOURCE = "conv/implicit_gemm.cu"
 MAX_GRID_Y = 65535
-SMEM_LIMIT = 48 * 1024
+SMEM_LIMIT = 48 * 1024  # static shared memory per block
 TAP_BYTES = 16  # one int4 per tap
 _TAPS_BLOCK = 256
 # Blocks that fill an H200 (132 SMs) once: below that, smaller tiles win.
@@ -53,22 +55,26 @@ _FILL_BLOCKS = 132
 
 @dataclass(frozen=True)
 class TileConfig(Config):
-    """A block computes bm x bn outputs over bk-slices; a thread a tm x tn micro-tile."""
+    """A block computes bm x bn outputs over bk-slices; a thread a tm x tn micro-tile;
+    ``stages`` shared stages in the fp32 cp.async pipeline."""
 
     bm: int = 64
     bn: int = 64
-    bk: int = 8
+    bk: int = 16
     tm: int = 4
     tn: int = 4
+    stages: int = 3
 
     def __post_init__(self) -> None:
-        values = (self.bm, self.bn, self.bk, self.tm, self.tn)
+        values = (self.bm, self.bn, self.bk, self.tm, self.tn, self.stages)
         if any(isinstance(v, bool) or not isinstance(v, int) or v < 1 for v in values):
             raise BadParamError(f"tile sizes must be positive ints, got {values}")
         if self.bm % self.tm or self.bn % self.tn:
             raise BadParamError(f"tm must divide bm and tn must divide bn, got {self.label()}")
-        if self.bk % 4:
-            raise BadParamError(f"bk must be a multiple of 4 (the vector width), got {self.bk}")
+        if self.bk % 8:
+            raise BadParamError(f"bk must be a multiple of 8 (a warp loads 8 k), got {self.bk}")
+        if self.stages < 2:
+            raise BadParamError(f"stages must be at least 2, got {self.stages}")
         if not 32 <= self.threads <= 1024:
             raise BadParamError(f"{self.label()}: {self.threads} threads, expected 32 to 1024")
         if self.shared_bytes > SMEM_LIMIT:
@@ -83,22 +89,24 @@ class TileConfig(Config):
 
     @property
     def shared_bytes(self) -> int:
-        return 2 * self.bk * (self.bm + self.bn) * 4  # two fp32 stages of A and B
+        # fp32 stages of A and B, rows padded by 4 floats, and the int4 row decode
+        return self.stages * self.bk * (self.bm + self.bn + 8) * 4 + 16 * self.bm
 
     def label(self) -> str:
-        return f"{self.bm}x{self.bn}x{self.bk}_{self.tm}x{self.tn}"
+        return f"{self.bm}x{self.bn}_{self.bk}x{self.stages}_{self.tm}x{self.tn}"
 
     def template_args(self) -> str:
-        return f"{self.bm}, {self.bn}, {self.bk}, {self.tm}, {self.tn}"
+        return f"{self.bm}, {self.bn}, {self.bk}, {self.tm}, {self.tn}, {self.stages}"
 
 
-# (bm, bn, bk, tm, tn): every tile the library compiles.
+# (bm, bn, bk, tm, tn, stages): every tile the library compiles.
 # Few on purpose: each tile is a module per dtype, and every module costs NVRTC time in the
-# compile check (3 archs) and g++ time on the emulator.
-TILES: tuple[tuple[int, int, int, int, int], ...] = (
-    (128, 128, 8, 8, 8),  # large GEMMs: 64 outputs per thread
-    (128, 64, 8, 8, 4),  # K/groups <= 64 (many ResNet/MobileNet layers)
-    (64, 64, 8, 4, 4),  # small problems
+# compile check (3 archs) and g++ time on the emulator. Stages fill the 48 KB of static
+# shared memory: 128x128 fits two 16-deep stages (three would need 51 KB).
+TILES: tuple[tuple[int, int, int, int, int, int], ...] = (
+    (128, 128, 16, 8, 8, 2),  # large GEMMs: 64 outputs per thread
+    (128, 64, 16, 8, 4, 3),  # K/groups <= 64 (many ResNet/MobileNet layers)
+    (64, 64, 16, 4, 4, 3),  # small problems
 )
 
 
@@ -138,27 +146,31 @@ def vec_for(reduction: int, x_contiguous_dim: int) -> int:
 
 
 def aligned(tensors: ConvTensors, itemsize: int, vec: int) -> bool:
-    return address(tensors.x) % (itemsize * vec) == 0 and address(tensors.w) % (itemsize * vec) == 0
+    """x aligned to ``vec`` elements (the only operand loaded in vectors: gemm_1x1's NCHW x)."""
+    return address(tensors.x) % (itemsize * vec) == 0
 
 
 class GemmRunner(Runner):
-    """Launches the GEMM kernel with vector loads when the problem allows them and x and w
-    are aligned to 4 elements (readable name ``..._align4``), else scalar loads (``_align1``)."""
+    """Launches a GEMM kernel. ``vec`` None: the kernel takes no vector flag (readable name
+    as given); 1 or 4: it takes one, 4 when the problem allows vector loads and x is aligned
+    to 4 elements (readable name ``..._align4``), else scalar loads (``_align1``)."""
 
-    def __init__(self, kernel: Kernel, name: str, vec: int, itemsize: int, grid: tuple,
+    def __init__(self, kernel: Kernel, name: str, vec: int | None, itemsize: int, grid: tuple,
                  block: tuple, shape: np.void) -> None:  # fmt: skip
         self.kernel, self.name, self.vec, self.itemsize = kernel, name, vec, itemsize
         self.grid, self.block, self.shape = grid, block, shape
-        self.last = f"{name}_align{vec}"
+        self.last = name if vec is None else f"{name}_align{vec}"
 
-    def _vec(self, tensors: ConvTensors) -> np.int32:
+    def _vec(self, tensors: ConvTensors) -> tuple:
+        if self.vec is None:
+            return ()
         vec = self.vec if self.vec == 1 or aligned(tensors, self.itemsize, self.vec) else 1
         self.last = f"{self.name}_align{vec}"
-        return np.int32(vec == 4)
+        return (np.int32(vec == 4),)
 
     def __call__(self, tensors: ConvTensors, epilogue: Epilogue, workspace: Any) -> None:
         vec = self._vec(tensors)
-        args = (*tensors.kernel_pointers(), self.shape, epilogue_struct(epilogue), vec)
+        args = (*tensors.kernel_pointers(), self.shape, epilogue_struct(epilogue), *vec)
         self.kernel(self.grid, self.block, args)
 
     @property
@@ -180,7 +192,8 @@ class PrecompRunner(GemmRunner):
             raise BadParamError(f"workspace: must be {TAP_BYTES}-byte aligned (int4 table)")
         vec = self._vec(tensors)
         self.taps_kernel((self.taps_blocks,), (_TAPS_BLOCK,), (workspace, self.shape))
-        args = (*tensors.kernel_pointers(), workspace, self.shape, epilogue_struct(epilogue), vec)
+        args = (*tensors.kernel_pointers(), workspace, self.shape, epilogue_struct(epilogue),
+                *vec)  # fmt: skip
         self.kernel(self.grid, self.block, args)
 
     @property
@@ -196,7 +209,6 @@ def _expr(kind: str, dt: dtypes.DType, nhwc: bool, cfg: TileConfig) -> str:
 
 
 def _readable(kind: str, dt: dtypes.DType, nhwc: bool, cfg: TileConfig) -> str:
-    """Without the vector width, which the runner appends (``_align4``/``_align1``)."""
     return f"{kind}_{cfg.label()}_{'nhwc' if nhwc else 'nchw'}_{dt.short}"
 
 
@@ -266,11 +278,6 @@ class ImplicitGemmSolver(Solver):
     def module_specs(self) -> list[ModuleSpec]:
         return [module_spec(dt, cfg) for dt in dtypes.FLOAT_TYPES for cfg in all_tiles()]
 
-    def _vec(self, problem: ConvProblem) -> int:
-        taps = int(np.prod(problem.filter))
-        x_dim = problem.c_per_group if problem.channels_last else 4  # NCHW gathers are scalar
-        return vec_for(problem.c_per_group * taps, x_dim)
-
     def _check(self, problem: ConvProblem, config: Config) -> TileConfig:
         ok = self.is_applicable(problem, None)  # type: ignore[arg-type]
         if not ok:
@@ -284,7 +291,7 @@ class ImplicitGemmSolver(Solver):
         nhwc = problem.channels_last
         return dict(
             kernel=backend.kernel(module_spec(dt, cfg), _expr(self.kind, dt, nhwc, cfg)),
-            name=_readable(self.kind, dt, nhwc, cfg), vec=self._vec(problem),
+            name=_readable(self.kind, dt, nhwc, cfg), vec=None,
             itemsize=dt.itemsize, grid=gemm_grid(*self._gemm_size(problem), cfg),
             block=(cfg.threads,), shape=shape_struct(problem),
         )  # fmt: skip
