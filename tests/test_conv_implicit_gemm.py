@@ -140,7 +140,9 @@ def test_kernel_names_carry_every_parameter() -> None:
     b = backend_by_name("cpu")
     problem = make(c=8, k=8, hw=(5, 5), layout="NHWC", dtype="fp32")
     tile = TileConfig(64, 64, 16, 4, 4, 3)  # BM x BN _ BK x stages _ TM x TN
-    assert IGEMM.prepare(b, problem, tile).kernel_names == ["implicit_gemm_64x64_16x3_4x4_nhwc_fp32"]
+    assert IGEMM.prepare(b, problem, tile).kernel_names == [
+        "implicit_gemm_64x64_16x3_4x4_nhwc_fp32"
+    ]
     assert PRECOMP.prepare(b, problem, tile).kernel_names == [
         "implicit_gemm_taps_nhwc",
         "implicit_precomp_gemm_64x64_16x3_4x4_nhwc_fp32",

@@ -8,7 +8,8 @@ Same tiles, register blocking and cp.async pipeline as the implicit GEMM
 (``cuda_src/conv/gemm_tiles.cuh``; the config is a :class:`TileConfig`), without the tap
 decoding and padding checks, and with 4-pixel vector loads of x along H*W in NCHW (they
 need H*W % 4 == 0 and x aligned to 4 elements; otherwise, and always in NHWC, the
-``align1`` kernel runs). Kernels are named like ``gemm_1x1_64x64_16x3_4x4_nchw_fp32_align4``. Limits: x, w, y below 2^31 elements. The
+``align1`` kernel runs). Kernels are named like
+``gemm_1x1_64x64_16x3_4x4_nchw_fp32_align4``. Limits: x, w, y below 2^31 elements. The
 tensors must be contiguous in the problem's layout (``cudnnlite.conv2d`` copies when they
 are not). Deterministic.
 """
