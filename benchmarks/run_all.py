@@ -25,7 +25,8 @@ from typing import Any
 import _bench
 
 # Cheapest first: a run cut short by the device check's timeout keeps the most figures.
-BENCHMARKS = ("emulator", "dispatch", "activation", "memory_bound", "conv")
+# sass_mix needs no GPU (NVRTC and nvdisasm): static figures, kept whatever the device does.
+BENCHMARKS = ("emulator", "dispatch", "sass_mix", "activation", "memory_bound", "conv")
 
 
 def _cpu_model() -> str:
@@ -158,9 +159,28 @@ def headlines(doc: dict[str, Any]) -> list[str]:
             f"(goal <= {db['goal_us']:g}); on {ov['target']}: plan overhead "
             f"{ov['plan_overhead_us']:.1f} us, functional conv2d {ov['functional_us']:.1f} us"
         )
+    sass = res.get("sass_mix")
+    if sass:
+        lines.append(sass_mix_headline(sass))
     for name, tb in doc.get("errors", {}).items():
         lines.append(f"{name}: CRASHED: {tb.strip().splitlines()[-1]}")
     return lines
+
+
+def sass_mix_headline(sass: dict[str, Any]) -> str:
+    """One line for benchmarks/sass_mix.py's static figures (or why it was skipped)."""
+    if "skipped" in sass:
+        return f"sass_mix: skipped ({sass['skipped']})"
+    summ, rows = sass["summary"], sass["rows"]
+    tc = [r["mma_fraction"] for r in rows if r["kind"] == "tensor core" and r["mma_fraction"]]
+    fp = [r["ffma_fraction"] for r in rows if r["kind"] == "fp32" and r["ffma_fraction"]]
+    pct = lambda v: f"{max(v):.0%}" if v else "n/a"  # noqa: E731
+    return (
+        f"sass_mix {sass['arch']}: {summ['kernels']} GEMM kernels, "
+        f"{summ['missing_a_target']} miss a static target, {summ['spilling']} spill; "
+        f"best MMA share of a tensor-core loop {pct(tc)} (target 33%), "
+        f"best FFMA share of an fp32 loop {pct(fp)} (target 75%)"
+    )
 
 
 def main(argv: list[str] | None = None) -> int:

@@ -1,0 +1,522 @@
+"""SASS instruction mix of each GEMM-like kernel's main loop, without a GPU.
+
+    python benchmarks/sass_mix.py [--arch sm_90] [--small] [--filter TEXT] [--out DIR] [-j N]
+
+Compiles the GEMM-like kernels (``GEMM_KERNELS``: the convolution GEMMs, WMMA and
+tensor-core kernels) with NVRTC and exactly the CUDA backend's run-time options
+(``cudnnlite.runtime.compile_options``), disassembles the CUBINs with ``nvdisasm`` (the
+``nvidia-cuda-nvdisasm`` wheel, no GPU needed: ``pip install "cudnnlite[perf]"``), finds
+each kernel's main loop and counts its instructions by class. With the registers, spills
+and occupancy from ptxas (``cudnnlite.runtime.resources``), each row is checked against the
+static targets of issue 11 (``TARGETS``); a row that misses one is flagged.
+
+The main loop: every backward branch (a ``BRA`` whose target lies at or before it) closes
+a loop, the instructions from the target to the branch. The main loop is the loop holding
+the most MMA instructions (HMMA, IMMA, DMMA, ...) or, in a kernel without MMA, the most
+FFMA; among loops holding as many, the shortest, i.e. the innermost (an outer loop over
+filter taps holds the same MMAs as the reduction loop inside it). ptxas lays a loop's
+blocks out contiguously, which the address range relies on.
+
+Figures per kernel: instructions in the loop (NOPs left out), MMA and FFMA counts,
+instructions per math op (an MMA in a tensor-core kernel, an FFMA otherwise), the FFMA
+fraction, shared loads (LDS, LDSM) per op, global loads (LDG, LDGSTS), integer
+instructions (IMAD, IADD3, ISETP, LEA, SHF, LOP3, ... and their uniform U- forms) per op,
+barriers (BAR). ``--out DIR`` (default ``benchmarks/results`` unless ``--small``) writes
+``DIR/sass_mix_<arch>_<date>.json``. Without the disassembler it says so and exits 0.
+"""
+
+from __future__ import annotations
+
+import argparse
+import datetime as dt
+import json
+import os
+import re
+import shutil
+import subprocess
+import sys
+import tempfile
+from collections import Counter
+from collections.abc import Iterable, Sequence
+from concurrent.futures import ThreadPoolExecutor
+from dataclasses import asdict, dataclass, field
+from pathlib import Path
+from typing import Any
+
+from _bench import REPO_ROOT, import_cudnnlite
+
+# Kernels whose main loop is a GEMM, by name expression (regular expressions, searched).
+# Extend this list when a GEMM-like kernel is added.
+GEMM_KERNELS: tuple[str, ...] = (
+    r"^implicit_(precomp_)?gemm<",
+    r"^gemm_1x1<",
+    r"^wmma_",
+    r"^wino_batched_gemm",
+    r"^bwd_data_igemm<",
+    r"^bwd_filter_(gemm|wmma)<",
+    r"mma",
+    r"igemm",
+    r"^tc_",
+)
+# ... except these helpers that the patterns above also catch (no GEMM main loop).
+NOT_GEMM_KERNELS: tuple[str, ...] = (r"epilogue", r"_taps\b", r"_reduce\b")
+# Module sources left out: self-tests are not library kernels.
+SKIP_SOURCES = ("selftest/",)
+# --small: one module from each of these sources (the first spec of each), else the first.
+SMALL_SOURCES = ("conv/gemm_1x1.cu", "conv/tc_implicit_gemm.cu")
+
+TARGETS = {
+    "tc_mma_fraction": 1 / 3,  # tensor-core loop: MMA >= 1/3 of the instructions
+    "fp32_ffma_fraction": 0.75,  # CUDA-core loop: FFMA >= 75%
+    "min_blocks_per_sm": 2,  # at least 2 blocks ...
+    "min_warps_per_sm": 8,  # ... or 8 warps per SM
+}
+
+INTEGER_OPS = frozenset(
+    "IMAD IMADSP IMUL IADD IADD3 IADD32I ISCADD ISETP ICMP LEA SHF SHL SHR LOP LOP3 LOP32I "
+    "IMNMX VIMNMX IABS SEL PRMT BMSK SGXT POPC FLO BREV I2I IDP".split()
+)
+GLOBAL_LOADS = frozenset({"LDG", "LDGSTS"})
+SHARED_LOADS = frozenset({"LDS", "LDSM"})
+
+
+# ------------------------------------------------------------------ disassembler
+
+
+def find_nvdisasm() -> Path | None:
+    """``nvdisasm`` from ``CUDNNLITE_NVDISASM``, the PATH, the pip wheels, or ``CUDA_PATH``."""
+    explicit = os.environ.get("CUDNNLITE_NVDISASM")
+    if explicit:
+        return Path(explicit) if Path(explicit).is_file() else None
+    found = shutil.which("nvdisasm")
+    if found:
+        return Path(found)
+    import site
+
+    roots = [Path(p) for p in (*site.getsitepackages(), site.getusersitepackages(), *sys.path)]
+    for root in dict.fromkeys(roots):
+        for rel in ("nvidia/cu13/bin/nvdisasm", "nvidia/cuda_nvdisasm/bin/nvdisasm"):
+            if (root / rel).is_file():
+                return root / rel
+    for var in ("CUDA_PATH", "CUDA_HOME"):
+        if os.environ.get(var) and (Path(os.environ[var]) / "bin/nvdisasm").is_file():
+            return Path(os.environ[var]) / "bin/nvdisasm"
+    return None
+
+
+MISSING = (
+    "nvdisasm not found: pip install nvidia-cuda-nvdisasm (or 'cudnnlite[perf]'), "
+    "or set CUDNNLITE_NVDISASM=/path/to/nvdisasm"
+)
+
+
+def disassemble(image: bytes, tool: Path) -> str:
+    """The SASS text of every function in a CUBIN (``nvdisasm -c``)."""
+    with tempfile.TemporaryDirectory() as tmp:
+        path = Path(tmp) / "module.cubin"
+        path.write_bytes(image)
+        done = subprocess.run(
+            [str(tool), "-c", str(path)], capture_output=True, text=True, check=False
+        )
+    if done.returncode != 0:
+        raise RuntimeError(f"nvdisasm failed ({done.returncode}): {done.stderr.strip()}")
+    return done.stdout
+
+
+# ------------------------------------------------------------------ parsing
+
+
+@dataclass(frozen=True)
+class Instr:
+    addr: int
+    opcode: str  # with modifiers: "HMMA.16816.F32"
+    target: str | None = None  # branch target label
+
+    @property
+    def base(self) -> str:
+        return self.opcode.split(".", 1)[0]
+
+
+@dataclass
+class Function:
+    name: str  # the symbol
+    instrs: list[Instr] = field(default_factory=list)
+    labels: dict[str, int] = field(default_factory=dict)  # label -> address
+
+
+_SECTION = re.compile(r"^\s*\.section\s+\.text\.(\S+?),")
+_LABEL = re.compile(r"^(\.L\w+):")
+_INSTR = re.compile(r"^\s*/\*([0-9a-f]+)\*/\s+(?:@!?U?P\w+\s+)?([A-Z][A-Z0-9_.]*)([^;]*);")
+_TARGET = re.compile(r"`\((\.L\w+)\)")
+
+
+def parse_sass(text: str) -> dict[str, Function]:
+    """Functions of an ``nvdisasm -c`` listing, by symbol, instructions in address order."""
+    functions: dict[str, Function] = {}
+    fn: Function | None = None
+    pending: list[str] = []  # labels waiting for the next instruction's address
+    for line in text.splitlines():
+        if m := _SECTION.match(line):
+            fn = functions.setdefault(m.group(1), Function(m.group(1)))
+            pending = []
+        elif fn is None:
+            continue
+        elif m := _LABEL.match(line):
+            pending.append(m.group(1))
+        elif m := _INSTR.match(line):
+            addr = int(m.group(1), 16)
+            for label in pending:
+                fn.labels[label] = addr
+            pending = []
+            t = _TARGET.search(m.group(3))
+            fn.instrs.append(Instr(addr, m.group(2), t.group(1) if t else None))
+    return functions
+
+
+def loops(fn: Function) -> list[tuple[int, int]]:
+    """(first, last) address of every loop closed by a backward branch."""
+    out = []
+    for ins in fn.instrs:
+        if ins.base in ("BRA", "JMP") and ins.target in fn.labels:
+            start = fn.labels[ins.target]
+            if start <= ins.addr:
+                out.append((start, ins.addr))
+    return out
+
+
+def _is_mma(base: str) -> bool:
+    return base.endswith("MMA")  # HMMA, IMMA, DMMA, BMMA, HGMMA, ...
+
+
+def main_loop(fn: Function) -> tuple[int, int] | None:
+    """The shortest loop among those holding the most MMA (else FFMA) instructions."""
+    tensor = any(_is_mma(i.base) for i in fn.instrs)
+
+    def score(span: tuple[int, int]) -> int:
+        body = (i for i in fn.instrs if span[0] <= i.addr <= span[1])
+        return sum(_is_mma(i.base) if tensor else i.base == "FFMA" for i in body)
+
+    best = max(loops(fn), key=lambda s: (score(s), s[0] - s[1]), default=None)
+    return best if best is not None and score(best) > 0 else None
+
+
+@dataclass(frozen=True)
+class Mix:
+    instructions: int
+    mma: int
+    ffma: int
+    shared_loads: int  # LDS + LDSM
+    ldsm: int
+    shared_stores: int
+    global_loads: int  # LDG + LDGSTS
+    integer: int
+    barriers: int
+    opcodes: dict[str, int]  # every base opcode, for a closer look
+
+
+def mix(instrs: Iterable[Instr]) -> Mix:
+    bases = Counter(i.base for i in instrs if i.base != "NOP")
+
+    def count(names: Iterable[str]) -> int:
+        return sum(bases[n] for n in names)
+
+    integer = sum(
+        n for b, n in bases.items() if b in INTEGER_OPS or (b[:1] == "U" and b[1:] in INTEGER_OPS)
+    )
+    return Mix(
+        instructions=sum(bases.values()),
+        mma=sum(n for b, n in bases.items() if _is_mma(b)),
+        ffma=bases["FFMA"],
+        shared_loads=count(SHARED_LOADS),
+        ldsm=bases["LDSM"],
+        shared_stores=bases["STS"],
+        global_loads=count(GLOBAL_LOADS),
+        integer=integer,
+        barriers=bases["BAR"],
+        opcodes=dict(bases.most_common()),
+    )
+
+
+# ------------------------------------------------------------------ one kernel
+
+
+@dataclass
+class Row:
+    module: str
+    kernel: str  # name expression
+    symbol: str
+    kind: str  # "tensor core" or "fp32"
+    registers: int
+    spill_bytes: int
+    threads: int | None
+    blocks_per_sm: int | None
+    warps_per_sm: int
+    loop: tuple[int, int] | None  # addresses
+    mix: Mix
+    misses: list[str] = field(default_factory=list)
+
+    @property
+    def ops(self) -> int:
+        return self.mix.mma if self.kind == "tensor core" else self.mix.ffma
+
+    def per_op(self, value: int) -> float | None:
+        return value / self.ops if self.ops else None
+
+    def to_dict(self) -> dict[str, Any]:
+        d = asdict(self)
+        m = self.mix
+        d["per_op"] = "MMA" if self.kind == "tensor core" else "FFMA"
+        d["instructions_per_op"] = self.per_op(m.instructions)
+        d["mma_fraction"] = m.mma / m.instructions if m.instructions else None
+        d["ffma_fraction"] = m.ffma / m.instructions if m.instructions else None
+        d["shared_loads_per_op"] = self.per_op(m.shared_loads)
+        d["integer_per_op"] = self.per_op(m.integer)
+        return d
+
+
+def check_targets(row: Row) -> list[str]:
+    """What the row misses among ``TARGETS``, in words."""
+    misses = []
+    m = row.mix
+    if row.loop is None:
+        misses.append("no main loop found")
+    elif row.kind == "tensor core" and m.mma < TARGETS["tc_mma_fraction"] * m.instructions:
+        misses.append(f"MMA {m.mma / m.instructions:.0%} of the loop < 33%")
+    elif row.kind == "fp32" and m.ffma < TARGETS["fp32_ffma_fraction"] * m.instructions:
+        misses.append(f"FFMA {m.ffma / m.instructions:.0%} of the loop < 75%")
+    if row.spill_bytes:
+        misses.append(f"spills {row.spill_bytes} B")
+    if row.blocks_per_sm is None:
+        misses.append("block size unknown")
+    elif (
+        row.blocks_per_sm < TARGETS["min_blocks_per_sm"]
+        and row.warps_per_sm < TARGETS["min_warps_per_sm"]
+    ):
+        misses.append(f"{row.blocks_per_sm} block(s), {row.warps_per_sm} warps per SM")
+    return misses
+
+
+def analyze_function(fn: Function, module: str, kernel: str, res: Any) -> Row:
+    """One kernel: its main loop's mix next to ptxas's figures (``res``: KernelResources)."""
+    span = main_loop(fn)
+    body = [i for i in fn.instrs if span is None or span[0] <= i.addr <= span[1]]
+    kind = "tensor core" if any(_is_mma(i.base) for i in fn.instrs) else "fp32"
+    row = Row(
+        module=module,
+        kernel=kernel,
+        symbol=fn.name,
+        kind=kind,
+        registers=res.registers,
+        spill_bytes=res.spill_stores + res.spill_loads,
+        threads=res.threads,
+        blocks_per_sm=res.blocks_per_sm,
+        warps_per_sm=res.warps_per_sm,
+        loop=span,
+        mix=mix(body),
+    )
+    row.misses = check_targets(row)
+    return row
+
+
+# ------------------------------------------------------------------ modules
+
+
+def is_gemm_kernel(name: str, patterns: Sequence[str] = GEMM_KERNELS) -> bool:
+    if any(re.search(p, name) for p in NOT_GEMM_KERNELS):
+        return False
+    return any(re.search(p, name) for p in patterns)
+
+
+def gemm_specs(small: bool = False) -> list[Any]:
+    """The module specs holding a GEMM-like kernel (for --small, one or two of them)."""
+    from cudnnlite.runtime.variants import all_module_specs
+
+    specs = [
+        s
+        for s in all_module_specs()
+        if not s.source.startswith(SKIP_SOURCES) and any(map(is_gemm_kernel, s.names))
+    ]
+    if not small:
+        return specs
+    first_of: dict[str, Any] = {}
+    for s in specs:
+        first_of.setdefault(s.source, s)
+    return [first_of[src] for src in SMALL_SOURCES if src in first_of] or specs[:1]
+
+
+def analyze_module(spec: Any, arch: str, tool: Path, name_filter: str | None) -> list[Row]:
+    """The GEMM-like kernels of one module; raises CompileError if it does not compile."""
+    from cudnnlite.runtime import nvrtc_check, resources
+
+    res = nvrtc_check.compile_to_cubin(spec, arch, report_options=(resources.PTXAS_VERBOSE,))
+    kernels = resources.kernel_resources(spec, arch, res.cubin, res.log, res.lowered_names)
+    functions = parse_sass(disassemble(res.cubin, tool))
+    rows = []
+    for k in kernels:
+        if not is_gemm_kernel(k.name) or (name_filter and name_filter not in k.name):
+            continue
+        if k.symbol in functions:
+            rows.append(analyze_function(functions[k.symbol], spec.label(), k.name, k))
+    return rows
+
+
+@dataclass
+class Report:
+    rows: list[Row]
+    errors: dict[str, str]  # module label -> why it could not be analyzed
+
+
+def collect(
+    arch: str = "sm_90", small: bool = False, name_filter: str | None = None, jobs: int = 0
+) -> Report:
+    """Every GEMM-like kernel's row; a module that fails to compile is an error, not a stop."""
+    from cudnnlite.errors import CompileError
+
+    tool = find_nvdisasm()
+    if tool is None:
+        raise FileNotFoundError(MISSING)
+    specs = [
+        s for s in gemm_specs(small) if not name_filter or any(name_filter in n for n in s.names)
+    ]
+    report = Report([], {})
+
+    def one(spec: Any) -> list[Row] | str:
+        try:
+            return analyze_module(spec, arch, tool, name_filter)
+        except (CompileError, RuntimeError) as exc:  # RuntimeError: nvdisasm failed
+            return str(exc)
+
+    workers = max(1, min(jobs or os.cpu_count() or 1, len(specs) or 1))
+    with ThreadPoolExecutor(max_workers=workers) as pool:
+        for spec, out in zip(specs, pool.map(one, specs), strict=True):
+            if isinstance(out, str):
+                report.errors[spec.label()] = out
+                continue
+            for row in out:  # an extern "C" kernel shared by several modules: once
+                if not any(_same(row, seen) for seen in report.rows):
+                    report.rows.append(row)
+    return report
+
+
+def _same(a: Row, b: Row) -> bool:
+    return (a.kernel, a.registers, a.mix) == (b.kernel, b.registers, b.mix)
+
+
+# ------------------------------------------------------------------ output
+
+
+def _num(v: float | None, fmt: str = ".1f") -> str:
+    return "-" if v is None else format(v, fmt)
+
+
+def table(rows: Sequence[Row]) -> str:
+    head = (
+        f"{'kernel':<58} {'kind':<4} {'regs':>4} {'spill':>5} {'blk':>3} {'wrp':>3} "
+        f"{'loop':>5} {'MMA':>4} {'FFMA':>5} {'ins/op':>6} {'FFMA%':>5} {'LDS/op':>6} "
+        f"{'LDG':>4} {'int/op':>6} {'BAR':>3}  misses"
+    )
+    lines = [head, "-" * len(head)]
+    for r in rows:
+        m = r.mix
+        ffma_pct = f"{m.ffma / m.instructions:.0%}" if m.instructions else "-"
+        blocks = "?" if r.blocks_per_sm is None else str(r.blocks_per_sm)
+        lines.append(
+            f"{r.kernel[:58]:<58} {'TC' if r.kind == 'tensor core' else 'fp32':<4} "
+            f"{r.registers:>4} {r.spill_bytes:>5} {blocks:>3} {r.warps_per_sm:>3} "
+            f"{m.instructions:>5} {m.mma:>4} {m.ffma:>5} {_num(r.per_op(m.instructions)):>6} "
+            f"{ffma_pct:>5} {_num(r.per_op(m.shared_loads), '.2f'):>6} {m.global_loads:>4} "
+            f"{_num(r.per_op(m.integer), '.2f'):>6} {m.barriers:>3}  {'; '.join(r.misses)}"
+        )
+    lines.append(
+        "per op: per MMA in tensor-core (TC) kernels, per FFMA in fp32 ones; loop: "
+        "instructions in the main loop; blk/wrp: resident blocks/warps per SM"
+    )
+    return "\n".join(lines)
+
+
+def summary(rows: Sequence[Row]) -> dict[str, Any]:
+    return {
+        "kernels": len(rows),
+        "missing_a_target": sum(bool(r.misses) for r in rows),
+        "spilling": sum(r.spill_bytes > 0 for r in rows),
+        "tensor_core": sum(r.kind == "tensor core" for r in rows),
+    }
+
+
+def errors_text(errors: dict[str, str], lines: int = 6) -> str:
+    """The modules that failed, each with the first lines of its error."""
+    out = []
+    for module, err in errors.items():
+        head = err.strip().splitlines()
+        out.append(f"NOT ANALYZED {module}:")
+        out += [f"    {line}" for line in head[:lines]]
+        if len(head) > lines:
+            out.append(f"    ... ({len(head) - lines} more lines)")
+    return "\n".join(out)
+
+
+def document(report: Report, arch: str, small: bool) -> dict[str, Any]:
+    from cudnnlite.runtime import compile_options, cuda_toolkit
+    from cudnnlite.runtime.sources import cuda_src_dir
+
+    options = [*compile_options.base_options(), *compile_options.cupy_added_options(arch)]
+    return {
+        "date": dt.date.today().isoformat(),
+        "arch": arch,
+        "small": small,
+        "nvrtc": cuda_toolkit.find_nvrtc().version_string(),
+        # The runtime's options less the defines and the headers' folders (paths of this
+        # machine); the kernel sources' folder stands as "cuda_src".
+        "options": [o.replace(str(cuda_src_dir()), "cuda_src") for o in options],
+        "targets": TARGETS,
+        "patterns": list(GEMM_KERNELS),
+        "summary": {**summary(report.rows), "modules_failed": len(report.errors)},
+        "rows": [r.to_dict() for r in report.rows],
+        "errors": report.errors,
+    }
+
+
+def run(small: bool = False, arch: str = "sm_90") -> dict[str, Any]:
+    """For ``run_all.py``: the rows as a dict; skips with a message without nvdisasm."""
+    import_cudnnlite()
+    print(f"\n== SASS instruction mix of the GEMM main loops, {arch} ==")
+    try:
+        report = collect(arch, small)
+    except FileNotFoundError as exc:
+        print(f"sass_mix skipped: {exc}")
+        return {"skipped": str(exc)}
+    print(table(report.rows))
+    if report.errors:
+        print(errors_text(report.errors))
+    return document(report, arch, small)
+
+
+def main(argv: list[str] | None = None) -> int:
+    p = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
+    p.add_argument("--arch", default="sm_90", help="real architecture (default sm_90)")
+    p.add_argument("--small", action="store_true", help="one or two modules only (CI)")
+    p.add_argument("--filter", help="only kernels whose name expression contains this")
+    p.add_argument("--out", type=Path, help="write OUT/sass_mix_<arch>_<date>.json")
+    p.add_argument("--jobs", "-j", type=int, default=0, help="parallel compiles")
+    args = p.parse_args(argv)
+    import_cudnnlite()
+    try:
+        report = collect(args.arch, args.small, args.filter, args.jobs)
+    except FileNotFoundError as exc:
+        print(f"sass_mix skipped: {exc}")
+        return 0
+    print(table(report.rows))
+    if report.errors:
+        print(errors_text(report.errors))
+    out = args.out or (None if args.small or args.filter else REPO_ROOT / "benchmarks/results")
+    if out is not None:
+        doc = document(report, args.arch, args.small)
+        path = out / f"sass_mix_{args.arch.replace('_', '')}_{doc['date']}.json"
+        out.mkdir(parents=True, exist_ok=True)
+        path.write_text(json.dumps(doc, indent=1) + "\n")
+        print(f"wrote {path}")
+    return 0
+
+
+if __name__ == "__main__":
+    sys.exit(main())
