@@ -14,8 +14,9 @@
 // Kernels (template T = storage type, M = output tile 2 or 4, NHWC = layout):
 //   wino_filter_transform<T, M, NHWC>  one thread per (c, k), k fastest: U writes coalesced
 //   wino_input_transform<T, M, NHWC>   one thread per (c, t), t fastest: V writes coalesced
-//   wino_batched_gemm                  blockIdx.z = xi; 64(K) x 64(T) tiles, 8-deep C
-//                                      slices in shared memory, 4 x 4 outputs per thread
+//   wino_batched_gemm                  blockIdx.z = xi; the fp32 core of gemm_tiles.cuh:
+//                                      64(K) x 64(T) tiles, 16-deep C slices, 3 cp.async
+//                                      stages, 4 x 4 outputs per thread
 //   wino_output_transform<T, M, NHWC>  one thread per (k, t), t fastest: M reads coalesced
 //   wino_fused_f2<T, NHWC>             F(2x2) in one kernel: a block owns 32 tiles x 32
 //                                      output channels, transforms 8 input channels of
@@ -25,6 +26,7 @@
 //                                      from registers (no workspace).
 #include "common/cudnnlite.cuh"
 #include "conv/conv_common.cuh"
+#include "conv/gemm_tiles.cuh"
 
 namespace wino {
 
@@ -212,57 +214,36 @@ __global__ void __launch_bounds__(256) wino_input_transform(const T* __restrict_
     }
 }
 
-// Mw[xi] (K x T) = U[xi]^T (K x C) * V[xi] (C x T), xi = blockIdx.z. 256 threads as
-// 16 x 16; thread (ty, tx) owns rows ty + 16 i and columns tx + 16 j (i, j < 4), so
-// shared reads are conflict-free and the stores coalesce along T.
-#define WG_BM 64
-#define WG_BN 64
-#define WG_BK 8
-extern "C" __global__ void __launch_bounds__(256) wino_batched_gemm(const float* __restrict__ U,
-                                                                    const float* __restrict__ V,
-                                                                    float* __restrict__ Mw, int K, int C,
-                                                                    long long T) {
-    __shared__ float As[WG_BK][WG_BM];
-    __shared__ float Bs[WG_BK][WG_BN];
+// Mw[xi] (K x T) = U[xi]^T (K x C) * V[xi] (C x T), xi = blockIdx.z: the shared fp32 core of
+// conv/gemm_tiles.cuh (64 x 64 tiles, 16-deep C slices, 3 cp.async stages, 4 x 4 outputs
+// per thread). Both operands are rows along K / T: 16-byte copies when K (T) % 4 == 0.
+using WinoTile = gemm::Tile<64, 64, 16, 4, 4, 3>;
+extern "C" __global__ void __launch_bounds__(WinoTile::THREADS, WinoTile::MIN_BLOCKS)
+    wino_batched_gemm(const float* __restrict__ U, const float* __restrict__ V,
+                      float* __restrict__ Mw, int K, int C, long long T) {
+    using Tl = WinoTile;
+    __shared__ __align__(16) float smem[gemm::Smem<float, Tl>::FLOATS];
     const int xi = blockIdx.z;
     const float* Ux = U + (cl::index_t)xi * C * K;
     const float* Vx = V + (cl::index_t)xi * C * T;
     float* Mx = Mw + (cl::index_t)xi * K * T;
-    const int k0 = blockIdx.y * WG_BM;
-    const cl::index_t t0 = (cl::index_t)blockIdx.x * WG_BN;
-    const int tx = threadIdx.x % 16, ty = threadIdx.x / 16;
-    float acc[4][4] = {};
-    for (int c0 = 0; c0 < C; c0 += WG_BK) {
-        // 512 elements of each operand: two per thread, contiguous along K / T.
+    const int k0 = blockIdx.y * Tl::BM;
+    const cl::index_t t0 = (cl::index_t)blockIdx.x * Tl::BN;
+    const long long tleft = T - t0;
+    gemm::RowLoader<float, Tl, Tl::BM> la(Ux + k0, K, C, K - k0,
+                                          K % 4 == 0 && gemm::aligned16(Ux));
+    gemm::RowLoader<float, Tl, Tl::BN> lb(Vx + t0, (int)T, C, tleft < Tl::BN ? (int)tleft : Tl::BN,
+                                          T % 4 == 0 && gemm::aligned16(Vx));
+    float acc[Tl::TM][Tl::TN];
+    gemm::run<float, Tl>((C + Tl::BK - 1) / Tl::BK, la, lb, smem, acc);
+
+    const int tx = threadIdx.x % Tl::THREADS_N, ty = threadIdx.x / Tl::THREADS_N;
 #pragma unroll
-        for (int r = 0; r < 2; ++r) {
-            const int e = threadIdx.x + r * 256;
-            const int kk = e / WG_BM, col = e % WG_BM;
-            const int c = c0 + kk;
-            As[kk][col] = (c < C && k0 + col < K) ? Ux[(cl::index_t)c * K + k0 + col] : 0.0f;
-            Bs[kk][col] = (c < C && t0 + col < T) ? Vx[(cl::index_t)c * T + t0 + col] : 0.0f;
-        }
-        __syncthreads();
+    for (int i = 0; i < Tl::TM; ++i) {
+        const int k = k0 + Tl::row_of(ty, i);
 #pragma unroll
-        for (int kk = 0; kk < WG_BK; ++kk) {
-            float a[4], b[4];
-#pragma unroll
-            for (int i = 0; i < 4; ++i) a[i] = As[kk][ty + 16 * i];
-#pragma unroll
-            for (int j = 0; j < 4; ++j) b[j] = Bs[kk][tx + 16 * j];
-#pragma unroll
-            for (int i = 0; i < 4; ++i)
-#pragma unroll
-                for (int j = 0; j < 4; ++j) acc[i][j] = fmaf(a[i], b[j], acc[i][j]);
-        }
-        __syncthreads();
-    }
-#pragma unroll
-    for (int i = 0; i < 4; ++i) {
-        const int k = k0 + ty + 16 * i;
-#pragma unroll
-        for (int j = 0; j < 4; ++j) {
-            const cl::index_t t = t0 + tx + 16 * j;
+        for (int j = 0; j < Tl::TN; ++j) {
+            const cl::index_t t = t0 + Tl::col_of(tx, j);
             if (k < K && t < T) Mx[(cl::index_t)k * T + t] = acc[i][j];
         }
     }

@@ -49,7 +49,7 @@ CTYPES = {"fp32": "float", "fp16": "__half", "bf16": "__nv_bfloat16"}
 BLOCK = 256
 _MAX_GRID = 65535  # grid-stride loops: more blocks than any GPU keeps resident
 _FUSED_TILES, _FUSED_K = 32, 32  # WF_TILES, WF_K in winograd.cu
-_GEMM_TILE = 64  # WG_BM = WG_BN
+_GEMM_TILE = 64  # WinoTile::BM = BN (winograd.cu)
 
 
 def _layout_flag(problem: ConvProblem) -> str:
