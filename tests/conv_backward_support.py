@@ -107,7 +107,8 @@ def assert_grad_close(got: np.ndarray, ref: np.ndarray, mag: np.ndarray, terms: 
 
 
 def check_data(backend: str, solver: Solver, p: ConvProblem, *, seed: int = 0,
-               winograd: bool = False, bias: bool = False) -> None:  # fmt: skip
+               winograd: bool = False, bias: bool = False,
+               acc_factor: float = 2.0) -> None:  # fmt: skip
     dy = rand(p.y_shape(), seed, p.dtype)
     w = rand(p.w_shape(), seed + 1, p.dtype)
     b = rand((p.c,), seed + 2, p.dtype) if bias else None
@@ -120,7 +121,7 @@ def check_data(backend: str, solver: Solver, p: ConvProblem, *, seed: int = 0,
     if winograd:
         mag, acc = np.full_like(mag, mag.max()), 2.0 + 256.0 / terms  # (2T + 256): as fwd
     else:
-        acc = 2.0
+        acc = acc_factor
     assert_grad_close(got, ref, mag, terms, p.dtype, acc_factor=acc,
                       what=f"{solver.name} {p.key()}")  # fmt: skip
 

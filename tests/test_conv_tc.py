@@ -25,6 +25,8 @@ from cudnnlite.solvers.conv.tc_bwd_filter import TcBwdFilterSolver, TcSplitKConf
 from cudnnlite.solvers.conv.tc_igemm import (
     TILES,
     TILES_ALIGN2,
+    TILES_TF32,
+    TILES_TF32_ALIGN1,
     TcConfig,
     TcImplicitGemmSolver,
 )
@@ -34,13 +36,22 @@ from conv_support import assert_conv_close, operands, run_solver
 SOLVER = TcImplicitGemmSolver()
 SHORTS = [d.short for d in dtypes.FLOAT_TYPES]
 SMALL = TcConfig(64, 64, 32, 32, 32, 4)
+SMALL_TF32 = TcConfig(64, 64, 16, 32, 32, 4)
 
 
 def conv(n, c, hw, k, f=3, pad=1, stride=1, dil=1, dtype="fp16", layout="NHWC"):
     hw = hw if isinstance(hw, tuple) else (hw, hw)
+    math = "tf32" if dtype == "fp32" else "default"
     return ConvProblem(n=n, c=c, spatial=hw, k=k, filter=(f, f), pads=((pad, pad), (pad, pad)),
                        strides=(stride, stride), dilations=(dil, dil), layout=layout,
-                       dtype=dtype)  # fmt: skip
+                       dtype=dtype, math=math)  # fmt: skip
+
+
+def _acc_factor(problem: ConvProblem) -> float:
+    # TF32 rounds each operand to 11 significant bits (relative error <= 2^-11 each), so
+    # up to 2 * 2^-11 * mag on top of the fp32 sums: 2 + 2^14 / K in units of K * 2^-24.
+    k_terms = problem.c * problem.filter_taps
+    return 2.0 + (2.0**14 / k_terms if problem.dtype == "fp32" else 0.0)
 
 
 def _check(backend, problem, config=None, seed=0, epilogue=None, activation=None, **extra):
@@ -48,8 +59,9 @@ def _check(backend, problem, config=None, seed=0, epilogue=None, activation=None
         pytest.skip("ml_dtypes missing")
     ops = operands(problem, seed, **extra)
     before = {name: a.copy() for name, a in ops.items()}
-    got = run_solver(backend, SOLVER, problem, ops, config or SMALL, epilogue=epilogue)
-    assert_conv_close(got, problem, ops, acc_factor=2.0, epilogue=epilogue,
+    config = config or (SMALL_TF32 if problem.dtype == "fp32" else SMALL)
+    got = run_solver(backend, SOLVER, problem, ops, config, epilogue=epilogue)
+    assert_conv_close(got, problem, ops, acc_factor=_acc_factor(problem), epilogue=epilogue,
                       activation=activation, what=SOLVER.name)  # fmt: skip
     for name, a in ops.items():
         np.testing.assert_array_equal(a, before[name], err_msg=name)
@@ -150,7 +162,8 @@ def test_backward_data_stride1(backend: str, stride_pad) -> None:
     "problem, caps, reason",
     [
         (conv(1, 8, 4, 4, layout="NCHW"), EMULATOR, "channels-last"),
-        (conv(1, 8, 4, 4, dtype="fp32"), EMULATOR, "fp16 or bf16"),
+        (dataclasses.replace(conv(1, 8, 4, 4, dtype="fp32"), math="default"), EMULATOR, "tf32"),
+        (conv(1, 8, 4, 4, dtype="fp32"), for_sm(75), "sm_80"),
         (conv(1, 7, 4, 4), EMULATOR, "even channel count"),
         (conv(1, 8, 4, 4, dtype="bf16"), for_sm(75), "sm_80"),
         (conv(1, 8, 4, 4), for_sm(70), "sm_75"),
@@ -269,3 +282,40 @@ def test_forward_split_k_configs() -> None:
     with pytest.raises(ValueError):
         TcConfig(128, 128, 32, 64, 64, 4, 2)  # split-K only with the smaller tiles
     assert all(c.splits == 1 for c in SOLVER.configs(conv(1, 8, 3, 8, f=1, pad=0), EMULATOR))
+
+
+# ------------------------------------------------------------------ TF32 (fp32, math="tf32")
+
+
+@pytest.mark.parametrize(
+    "tile", TILES_TF32 + TILES_TF32_ALIGN1, ids=lambda t: "x".join(map(str, t))
+)
+def test_tf32_every_tile(backend: str, tile) -> None:
+    c = 3 if tile in TILES_TF32_ALIGN1 else 20  # C = 3 (a stem) takes 4-byte copies
+    _check(backend, conv(1, c, 4, 20, dtype="fp32"), TcConfig(*tile))
+
+
+def test_tf32_odd_shapes_and_epilogue(backend: str) -> None:
+    e = Epilogue(alpha=1.5, alpha2=0.5, act_mode=0, has_bias=True, has_z=True)
+    _check(backend, conv(2, 12, (5, 3), 9, stride=2), epilogue=e, activation="relu", bias=True,
+           z=True)  # fmt: skip
+    _check(
+        backend, conv(1, 8, 6, 12, dtype="fp32", dil=2, pad=2), TcConfig(64, 64, 16, 32, 32, 4, 2)
+    )
+
+
+def test_tf32_really_rounds(backend: str) -> None:
+    # The result differs from exact fp32 by about 2^-11 relative: the operands went
+    # through TF32 (rounded to nearest, as the WMMA solver's), not an fp32 path.
+    from conv_support import reference
+
+    p = conv(1, 16, 4, 16, dtype="fp32")
+    ops = operands(p, 3)
+    got = run_solver(backend, SOLVER, p, ops, SMALL_TF32)
+    assert np.max(np.abs(got - reference(p, ops))) > 1e-5
+
+
+def test_tf32_backward_data_stride1(backend: str) -> None:
+    p = dataclasses.replace(conv(1, 8, 5, 12, dtype="fp32"), direction="bwd_data")
+    # The rotated problem reduces over K * R * S: TF32's bound in those units.
+    check_data(backend, TcBwdData(), p, acc_factor=2.0 + 2.0**14 / (p.k * p.filter_taps))

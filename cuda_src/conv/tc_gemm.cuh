@@ -7,7 +7,8 @@
 // BK of the reduction per stage, STAGES stages of cp.async in flight; warps tile the
 // block in WM x WN warp tiles of m16n8k16 MMAs (fp32 accumulators in registers).
 //
-// Shared-memory tiles hold 16-bit elements in rows of 16-byte chunks, XOR-swizzled so
+// Shared-memory tiles hold 16-bit elements (or fp32 for TF32 math: m16n8k8, operands
+// rounded with cvt.rna after ldmatrix) in rows of 16-byte chunks, XOR-swizzled so
 // that the 8 row addresses of every ldmatrix phase fall in 8 different bank groups:
 //   A_ROWS_K = false: A tile [BM][BK] (reduction contiguous) -> ldmatrix
 //   A_ROWS_K = true:  A tile [BK][BM] (m contiguous)         -> ldmatrix.trans
@@ -26,21 +27,38 @@
 
 namespace tc {
 
-// The chunk index (16 bytes = 8 elements) of (row, chunk) in a swizzled tile with COLS
-// 16-bit elements per row: 8 consecutive rows' chunks land in 8 distinct bank groups.
-template <int COLS>
+// The chunk index (16 bytes) of (row, chunk) in a swizzled tile with CHUNKS 16-byte
+// chunks per row: 8 consecutive rows' chunks land in 8 distinct bank groups.
+template <int CHUNKS>
 __device__ __forceinline__ int swizzle(int row, int chunk) {
-    constexpr int kChunks = COLS / 8;
-    constexpr int kDiv = kChunks >= 8 ? 1 : 8 / kChunks;
-    constexpr int kMod = kChunks >= 8 ? 8 : kChunks;
+    constexpr int kDiv = CHUNKS >= 8 ? 1 : 8 / CHUNKS;
+    constexpr int kMod = CHUNKS >= 8 ? 8 : CHUNKS;
     return chunk ^ ((row / kDiv) % kMod);
 }
 
-// Element offset of (row, col) in a swizzled [rows][COLS] tile.
-template <int COLS>
+// Element offset of (row, col) in a swizzled [rows][COLS] tile of EPC elements per
+// 16-byte chunk (8: 16-bit types, 4: fp32 for TF32).
+template <int COLS, int EPC = 8>
 __device__ __forceinline__ int tile_offset(int row, int col) {
-    return row * COLS + swizzle<COLS>(row, col >> 3) * 8 + (col & 7);
+    return row * COLS + swizzle<COLS / EPC>(row, col / EPC) * EPC + col % EPC;
 }
+
+// One k-step of MMAs on a fragment pair: m16n8k16 for 16-bit inputs; for fp32 storage
+// (TF32 math) m16n8k8 on operands rounded to TF32 (cvt.rna) once per fragment load.
+template <typename T> struct MmaStep {
+    enum { K = 16 };
+    __device__ static void round(unsigned&) {}
+    __device__ static void run(float (&d)[4], const unsigned (&a)[4], const unsigned (&b)[2]) {
+        cl::mma::mma_m16n8k16<T>(d, a, b, d);
+    }
+};
+template <> struct MmaStep<float> {
+    enum { K = 8 };
+    __device__ static void round(unsigned& r) { r = cl::mma::to_tf32(__uint_as_float(r)); }
+    __device__ static void run(float (&d)[4], const unsigned (&a)[4], const unsigned (&b)[2]) {
+        cl::mma::mma_m16n8k8_tf32(d, a, b, d);
+    }
+};
 
 template <typename T_, int BM_, int BN_, int BK_, int WM_, int WN_, int STAGES_, bool A_ROWS_K_,
           bool B_ROWS_K_>
@@ -51,34 +69,39 @@ struct Gemm {
         WARPS_M = BM / WM, WARPS_N = BN / WN, THREADS = WARPS_M * WARPS_N * 32,
         MF = WM / 16, NF = WN / 8,  // m16 and n8 fragments per warp
         A_TILE = BM * BK, B_TILE = BN * BK,
-        PIPE_BYTES = STAGES * (A_TILE + B_TILE) * 2,
+        PIPE_BYTES = STAGES * (A_TILE + B_TILE) * (int)sizeof(T),
+        EPC = 16 / (int)sizeof(T),   // elements per 16-byte chunk
+        KSTEP = MmaStep<T>::K,       // reduction depth of one MMA: always two chunks
     };
     static const bool A_ROWS_K = A_ROWS_K_, B_ROWS_K = B_ROWS_K_;
     static_assert(BM % WM == 0 && BN % WN == 0, "warp tiles must tile the block");
-    static_assert(WM % 16 == 0 && WN % 16 == 0 && BK % 16 == 0, "m16n8k16 granularity");
+    static_assert(WM % 16 == 0 && WN % 16 == 0 && BK % KSTEP == 0, "MMA granularity");
     static_assert(STAGES >= 2, "at least double buffering");
-    static_assert(sizeof(T) == 2, "16-bit inputs");
+    static_assert(sizeof(T) == 2 || (sizeof(T) == 4 && !A_ROWS_K && !B_ROWS_K),
+                  "16-bit inputs; fp32 (TF32) only with reduction-contiguous tiles (ldmatrix "
+                  ".trans moves 16-bit halves)");
 
     typedef float Acc[MF][NF][4];
 
     // This lane's ldmatrix element offsets within one stage, for each k16 step (the swizzle
     // of a row repeats every 8 rows, so fragment i adds a constant i * 16 rows).
     struct FragOffsets {
-        int a[BK / 16], b[BK / 16];
+        int a[BK / KSTEP], b[BK / KSTEP];
     };
 
     __device__ static FragOffsets frag_offsets(int wm0, int wn0) {
         const int lane = threadIdx.x & 31, mat = lane >> 3;
         FragOffsets o;
 #pragma unroll
-        for (int s = 0; s < BK / 16; ++s) {
-            const int ks = 16 * s;
-            o.a[s] = A_ROWS_K ? tile_offset<BM>(ks + (lane & 7) + (mat >> 1) * 8, wm0 + (mat & 1) * 8)
-                              : tile_offset<BK>(wm0 + (lane & 15), ks + (lane >> 4) * 8);
+        for (int s = 0; s < BK / KSTEP; ++s) {
+            const int ks = KSTEP * s;
+            o.a[s] = A_ROWS_K
+                         ? tile_offset<BM>(ks + (lane & 7) + (mat >> 1) * 8, wm0 + (mat & 1) * 8)
+                         : tile_offset<BK, EPC>(wm0 + (lane & 15), ks + (lane >> 4) * EPC);
             o.b[s] = B_ROWS_K
                          ? tile_offset<BN>(ks + (lane & 7) + (mat & 1) * 8, wn0 + (mat >> 1) * 8)
-                         : tile_offset<BK>(wn0 + (lane & 7) + (lane >> 4) * 8,
-                                           ks + ((lane >> 3) & 1) * 8);
+                         : tile_offset<BK, EPC>(wn0 + (lane & 7) + (lane >> 4) * 8,
+                                                ks + ((lane >> 3) & 1) * EPC);
         }
         return o;
     }
@@ -90,6 +113,8 @@ struct Gemm {
         for (int i = 0; i < MF; ++i) {
             if (!A_ROWS_K) cl::mma::ldmatrix<4>(a[i], As + off + 16 * i * BK);
             else cl::mma::ldmatrix_trans<4>(a[i], As + off + a_step(i));
+#pragma unroll
+            for (int v = 0; v < 4; ++v) MmaStep<T>::round(a[i][v]);
         }
     }
 
@@ -99,6 +124,8 @@ struct Gemm {
             unsigned r[4];
             if (!B_ROWS_K) cl::mma::ldmatrix<4>(r, Bs + off + 16 * j * BK);
             else cl::mma::ldmatrix_trans<4>(r, Bs + off + b_step(j));
+#pragma unroll
+            for (int v = 0; v < 4; ++v) MmaStep<T>::round(r[v]);
             b[2 * j][0] = r[0];
             b[2 * j][1] = r[1];
             b[2 * j + 1][0] = r[2];
@@ -150,15 +177,14 @@ struct Gemm {
             const T* a_s = As + read * A_TILE;
             const T* b_s = Bs + read * B_TILE;
 #pragma unroll
-            for (int s = 0; s < BK / 16; ++s) {
+            for (int s = 0; s < BK / KSTEP; ++s) {
                 unsigned a[MF][4], b[NF][2];
                 load_a(a_s, fo.a[s], a);
                 load_b(b_s, fo.b[s], b);
 #pragma unroll
                 for (int i = 0; i < MF; ++i)
 #pragma unroll
-                    for (int j = 0; j < NF; ++j)
-                        cl::mma::mma_m16n8k16<T>(acc[i][j], a[i], b[j], acc[i][j]);
+                    for (int j = 0; j < NF; ++j) MmaStep<T>::run(acc[i][j], a[i], b[j]);
             }
             read = read + 1 == STAGES ? 0 : read + 1;
             write = write + 1 == STAGES ? 0 : write + 1;

@@ -1,5 +1,5 @@
 // Multistage tensor-core implicit-GEMM convolution, forward, NHWC + KRSC, fp16 / bf16
-// inputs, fp32 accumulation (mma.sync m16n8k16 through conv/tc_gemm.cuh).
+// inputs (or fp32 with TF32 math), fp32 accumulation (mma.sync through conv/tc_gemm.cuh).
 //
 // GEMM view (groups == 1): rows m = (n, p, q) output pixels, columns = K output channels,
 // reduction over (r, s, c) in the filter's KRSC order, walked as R*S taps x ceil(C / BK)
@@ -12,11 +12,13 @@
 // order and applies the epilogue (deterministic). grid.z == 1: the epilogue runs here.
 //
 // Kernel: tc_conv_fwd<T, BM, BN, BK, WM, WN, STAGES, ALIGN>
-//   T       __half (sm_75+; sm_75 runs two m16n8k8 per MMA) or __nv_bfloat16 (sm_80+)
+//   T       __half (sm_75+; sm_75 runs two m16n8k8 per MMA), __nv_bfloat16 (sm_80+), or
+//           float for math="tf32" (m16n8k8 on operands rounded to TF32; sm_80+)
 //   BM x BN block tile (output pixels x output channels), BK channels per stage
 //   WM x WN warp tile; (BM / WM) * (BN / WN) warps
 //   STAGES  cp.async stages in flight
-//   ALIGN   elements per cp.async: 8 (16 bytes, needs C % 8 == 0) or 2 (4 bytes, C even)
+//   ALIGN   elements per cp.async: 16-bit types 8 (16 bytes, C % 8 == 0) or 2 (4 bytes, C
+//           even); fp32 4 (16 bytes, C % 4 == 0) or 1 (4 bytes, any C)
 // Readable name (solver): tc_igemm_fwd_<BM>x<BN>x<BK>_w<WM>x<WN>_s<STAGES>_a<ALIGN>_nhwc_<dtype>
 //
 // Epilogue: the accumulators go through shared memory ([BM][BN + 4] fp32) and each thread
@@ -48,6 +50,7 @@ struct FwdLoader {
     static_assert(G::THREADS % CPR == 0, "a thread keeps one column of the tile");
     static_assert(G::BM % ROWS_PER_PASS == 0 && G::BN % ROWS_PER_PASS == 0, "whole passes");
     static_assert(ROWS_PER_PASS % 8 == 0, "passes keep the row swizzle (period 8)");
+    enum { BYTES = ALIGN * (int)sizeof(T) };  // per cp.async
 
     const T* a_ptr[A_PASSES];          // x at this row's (n, h0, w0, col): tap (0, 0)
     int a_h[A_PASSES], a_w[A_PASSES];  // h0, w0 (far negative: a row past M)
@@ -64,7 +67,7 @@ struct FwdLoader {
         : H(s.h), W(s.w), C(s.c), S(s.s), dil_h(s.dil_h), dil_w(s.dil_w) {
         col = (threadIdx.x % CPR) * ALIGN;
         const int row0 = threadIdx.x / CPR;
-        dst = tc::tile_offset<G::BK>(row0, col);
+        dst = tc::tile_offset<G::BK, G::EPC>(row0, col);
         const cl::index_t rows = (cl::index_t)s.n * s.p * s.q;
         const cl::index_t rsc = (cl::index_t)s.r * s.s * s.c;
 #pragma unroll
@@ -110,12 +113,12 @@ struct FwdLoader {
             const bool ok = c_ok && (unsigned)(a_h[i] + r_off) < (unsigned)H &&
                             (unsigned)(a_w[i] + t_off) < (unsigned)W;
             // Not read when !ok (zero-fill): the address may point anywhere.
-            cl::mma::cp_async<ALIGN * 2>(As + dst + i * ROWS_PER_PASS * G::BK, a_ptr[i] + a_tap, ok);
+            cl::mma::cp_async<BYTES>(As + dst + i * ROWS_PER_PASS * G::BK, a_ptr[i] + a_tap, ok);
         }
 #pragma unroll
         for (int j = 0; j < B_PASSES; ++j) {
-            cl::mma::cp_async<ALIGN * 2>(Bs + dst + j * ROWS_PER_PASS * G::BK, b_ptr[j] + b_tap,
-                                         c_ok && b_ok[j]);
+            cl::mma::cp_async<BYTES>(Bs + dst + j * ROWS_PER_PASS * G::BK, b_ptr[j] + b_tap,
+                                     c_ok && b_ok[j]);
         }
         // Next tile: the next channel slice, or the first slice of the next tap.
         c0 += G::BK;
@@ -149,34 +152,36 @@ __device__ __forceinline__ float finish(const ConvEpilogue& e, float acc, float 
     return e.act_mode == act::kIdentity ? v : activate_slow(e.act_mode, v, e.act);
 }
 
-// Writes a [BM][C_LD] fp32 tile of results for NHWC rows m0.., channels n0.. of y (K wide).
+// Writes a [BM][C_LD] fp32 tile of results for NHWC rows m0.., channels n0.. of y (K wide):
+// V = 16 / sizeof(T) consecutive channels per thread, one 16-byte load of z and bias and
+// one 16-byte store each.
 template <class G, typename T>
 __device__ void store_tile_nhwc(const float* Cs, T* y, const T* z, const T* bias,
                                 const ConvEpilogue& e, cl::index_t rows, int K, cl::index_t m0,
                                 int n0) {
-    enum { GROUPS = G::BN / 8 };
-    const bool vec = K % 8 == 0 && ((size_t)y & 15) == 0 && (!e.has_z || ((size_t)z & 15) == 0) &&
+    enum { V = 16 / (int)sizeof(T), GROUPS = G::BN / V };
+    const bool vec = K % V == 0 && ((size_t)y & 15) == 0 && (!e.has_z || ((size_t)z & 15) == 0) &&
                      (!e.has_bias || ((size_t)bias & 15) == 0);
     for (int idx = threadIdx.x; idx < G::BM * GROUPS; idx += G::THREADS) {
-        const int row = idx / GROUPS, k = n0 + (idx % GROUPS) * 8;
+        const int row = idx / GROUPS, k = n0 + (idx % GROUPS) * V;
         const cl::index_t m = m0 + row;
         if (m >= rows || k >= K) continue;
         const float* acc = Cs + row * G::C_LD + (k - n0);
         const cl::index_t off = m * K + k;
         if (vec) {
-            T zs[8], bs[8], out[8];
+            __align__(16) T zs[V], bs[V], out[V];
             if (e.has_z) *reinterpret_cast<uint4*>(zs) = *reinterpret_cast<const uint4*>(z + off);
             if (e.has_bias)
                 *reinterpret_cast<uint4*>(bs) = *reinterpret_cast<const uint4*>(bias + k);
 #pragma unroll
-            for (int j = 0; j < 8; ++j) {
+            for (int j = 0; j < V; ++j) {
                 const float zv = e.has_z ? cl::to_float(zs[j]) : 0.f;
                 const float bv = e.has_bias ? cl::to_float(bs[j]) : 0.f;
                 out[j] = cl::from_float<T>(finish(e, acc[j], zv, bv));
             }
             *reinterpret_cast<uint4*>(y + off) = *reinterpret_cast<const uint4*>(out);
         } else {
-            for (int j = 0; j < 8 && k + j < K; ++j) {
+            for (int j = 0; j < V && k + j < K; ++j) {
                 const float zv = e.has_z ? cl::to_float(z[off + j]) : 0.f;
                 const float bv = e.has_bias ? cl::to_float(bias[k + j]) : 0.f;
                 y[off + j] = cl::from_float<T>(finish(e, acc[j], zv, bv));
@@ -240,6 +245,13 @@ struct Fwd<__nv_bfloat16, BM, BN, BK, WM, WN, STAGES, ALIGN> {
     __device__ static void go(const __nv_bfloat16*, const __nv_bfloat16*, __nv_bfloat16*,
                               const __nv_bfloat16*, const __nv_bfloat16*, const ConvShape&,
                               const ConvEpilogue&, float*, int) {
+        __trap();
+    }
+};
+template <int BM, int BN, int BK, int WM, int WN, int STAGES, int ALIGN>
+struct Fwd<float, BM, BN, BK, WM, WN, STAGES, ALIGN> {  // TF32 MMA: sm_80+
+    __device__ static void go(const float*, const float*, float*, const float*, const float*,
+                              const ConvShape&, const ConvEpilogue&, float*, int) {
         __trap();
     }
 };

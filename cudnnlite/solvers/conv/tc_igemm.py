@@ -42,8 +42,7 @@ from .common import ConvTensors, Epilogue, shape_struct
 from .direct import common_reason, dtype_of
 
 SOURCE = "conv/tc_implicit_gemm.cu"
-DTYPES = ("fp16", "bf16")
-ALIGNS = (8, 2)
+DTYPES = ("fp16", "bf16")  # 16-bit inputs; fp32 runs too, with math="tf32" (forward)
 _MAX_GRID_Y = 65535
 
 # (block_m, block_n, block_k, warp_m, warp_n, stages): what the tuner times.
@@ -54,7 +53,7 @@ TILES = (
     (64, 128, 32, 32, 64, 4),
     (64, 64, 32, 32, 32, 4),
     (64, 64, 64, 32, 32, 3),
-    (128, 128, 64, 64, 64, 3),
+    (128, 128, 64, 32, 64, 3),  # BK 64 with 64x64 warp tiles spills (255 registers)
 )
 
 # 4-byte copies need four times the per-thread loader state of 16-byte ones: only these
@@ -70,6 +69,37 @@ TILES_ALIGN2 = (
 # layers at small batch); only with the smaller tiles, whose grids need the extra blocks.
 SPLITS = (1, 2, 4, 8, 16)
 SPLIT_TILES = ((64, 64, 32, 32, 32, 4), (64, 128, 32, 32, 64, 4), (128, 64, 32, 64, 32, 4))
+
+# TF32 (fp32 storage, m16n8k8): a 16-byte chunk holds 4 channels, so BK 16 is the same
+# two chunks per MMA step and the same shared bytes per row as BK 32 of fp16.
+# (No BK 32 with 64x64 warp tiles, nor 32x64 warp tiles: ptxas spills them.)
+TILES_TF32 = (
+    (128, 128, 16, 64, 64, 4),
+    (128, 64, 16, 64, 32, 4),
+    (64, 128, 16, 64, 32, 4),
+    (64, 64, 16, 32, 32, 4),
+)
+TILES_TF32_ALIGN1 = ((64, 64, 16, 32, 32, 4),)
+SPLIT_TILES_TF32 = ((64, 64, 16, 32, 32, 4), (64, 128, 16, 64, 32, 4), (128, 64, 16, 64, 32, 4))
+
+
+@dataclass(frozen=True)
+class Variant:
+    """What the element type decides: the tiles, the copy widths and the split tiles."""
+
+    tiles: tuple[tuple[int, ...], ...]  # 16-byte copies
+    narrow_tiles: tuple[tuple[int, ...], ...]  # 4-byte copies
+    split_tiles: tuple[tuple[int, ...], ...]
+    aligns: tuple[int, int]  # channels per 16-byte and per 4-byte copy
+    itemsize: int
+
+
+HALF = Variant(TILES, TILES_ALIGN2, SPLIT_TILES, (8, 2), 2)
+TF32 = Variant(TILES_TF32, TILES_TF32_ALIGN1, SPLIT_TILES_TF32, (4, 1), 4)
+
+
+def variant(dtype: str) -> Variant:
+    return TF32 if dtype == "fp32" else HALF
 
 
 @dataclass(frozen=True)
@@ -93,8 +123,8 @@ class TcTile(Config):
     def threads(self) -> int:
         return (self.block_m // self.warp_m) * (self.block_n // self.warp_n) * 32
 
-    def pipe_bytes(self) -> int:
-        return self.stages * (self.block_m + self.block_n) * self.block_k * 2
+    def pipe_bytes(self, itemsize: int = 2) -> int:
+        return self.stages * (self.block_m + self.block_n) * self.block_k * itemsize
 
     def label(self) -> str:
         split = f"_split{self.splits}" if self.splits > 1 else ""
@@ -115,21 +145,22 @@ class TcConfig(TcTile):
     splits: int = 1
 
     def __post_init__(self) -> None:
-        if self.astuple() not in TILES:
-            raise ValueError(f"tensor-core tile {self.label()} is not one of {TILES}")
-        if self.splits not in SPLITS or (self.splits > 1 and self.astuple() not in SPLIT_TILES):
-            raise ValueError(
-                f"splits must be one of {SPLITS}, and > 1 only with the tiles {SPLIT_TILES}"
-            )
+        tile = self.astuple()
+        if tile not in TILES and tile not in TILES_TF32:
+            raise ValueError(f"tensor-core tile {self.label()} is not one of {TILES + TILES_TF32}")
+        splittable = tile in SPLIT_TILES or tile in SPLIT_TILES_TF32
+        if self.splits not in SPLITS or (self.splits > 1 and not splittable):
+            raise ValueError(f"splits must be one of {SPLITS}, and > 1 only with the split tiles")
 
-    def smem_bytes(self) -> int:
+    def smem_bytes(self, itemsize: int = 2) -> int:
         """Dynamic shared memory: the stages, or the fp32 epilogue tile if larger."""
-        return max(self.pipe_bytes(), self.block_m * (self.block_n + 4) * 4)
+        return max(self.pipe_bytes(itemsize), self.block_m * (self.block_n + 4) * 4)
 
 
 def align_for(problem: ConvProblem) -> int | None:
-    """Channels per cp.async: 8 (16 bytes) when C % 8 == 0, 2 (4 bytes) when C is even."""
-    return next((a for a in ALIGNS if problem.c % a == 0), None)
+    """Channels per cp.async: 16 bytes when C allows it, else 4 bytes (2 halves, or one
+    float), else None (odd C in fp16/bf16)."""
+    return next((a for a in variant(problem.dtype).aligns if problem.c % a == 0), None)
 
 
 def kernel_expr(dt: dtypes.DType, config: TcConfig, align: int) -> str:
@@ -167,13 +198,14 @@ class _Runner(Runner):
         spec = module_spec(dt, config, align)
         module = backend.module(spec)
         self._kernel = module.get_function(kernel_expr(dt, config, align))
-        self._names = [f"tc_igemm_fwd_{config.label()}_a{align}_nhwc_{problem.dtype}"]
+        math = "tf32" if problem.dtype == "fp32" else problem.dtype
+        self._names = [f"tc_igemm_fwd_{config.label()}_a{align}_nhwc_{math}"]
         self._shape = shape_struct(problem)
         rows = problem.n * int(np.prod(problem.out_spatial))
         self._per, splits = split_plan(problem, config)
         self._grid = (-(-rows // config.block_m), -(-problem.k // config.block_n), splits)
         self._block = (config.threads,)
-        self._smem = config.smem_bytes()
+        self._smem = config.smem_bytes(dt.itemsize)
         self._splits, self._count, self._k = splits, rows * problem.k, problem.k
         if splits > 1:
             self._finish = module.get_function(splitk_expr(dt))
@@ -227,12 +259,13 @@ class TcImplicitGemmSolver(Solver):
             return not_applicable(
                 "needs channels-last (NHWC): NCHW has no contiguous channel runs to copy"
             )
-        if problem.dtype not in DTYPES:
-            return not_applicable(f"needs fp16 or bf16, got {problem.dtype}")
+        if problem.dtype == "fp32" and problem.math != "tf32":
+            return not_applicable("fp32 runs on tensor cores only with math='tf32'")
         if not caps.mma_sync:
             return not_applicable(f"needs mma.sync and ldmatrix (sm_75+), device is {caps.arch}")
-        if problem.dtype == "bf16" and not caps.bf16_tensor_cores:
-            return not_applicable(f"bf16 needs sm_80+, device is {caps.arch}")
+        if problem.dtype != "fp16" and not caps.bf16_tensor_cores:
+            what = "tf32" if problem.dtype == "fp32" else problem.dtype
+            return not_applicable(f"{what} needs sm_80+, device is {caps.arch}")
         if align_for(problem) is None:
             return not_applicable(
                 f"needs an even channel count for 4-byte copies, got c={problem.c}"
@@ -242,14 +275,15 @@ class TcImplicitGemmSolver(Solver):
         return APPLICABLE
 
     def configs(self, problem: ConvProblem, caps: Capabilities) -> list[TcConfig]:
-        tiles = TILES_ALIGN2 if align_for(problem) == 2 else TILES
+        v = variant(problem.dtype)
+        tiles = v.narrow_tiles if align_for(problem) == v.aligns[1] else v.tiles
         out = []
         for t in tiles:
-            for splits in SPLITS if t in SPLIT_TILES else (1,):
+            for splits in SPLITS if t in v.split_tiles else (1,):
                 c = TcConfig(*t, splits)
                 if splits > 1 and reduction_tiles(problem, c) < 4 * splits:
                     continue  # each split keeps at least 4 reduction tiles
-                if c.smem_bytes() <= caps.max_shared_bytes:
+                if c.smem_bytes(v.itemsize) <= caps.max_shared_bytes:
                     out.append(c)
         return out
 
@@ -262,12 +296,16 @@ class TcImplicitGemmSolver(Solver):
     def default_config(self, problem: ConvProblem, caps: Capabilities) -> TcConfig:
         rows = problem.n * int(np.prod(problem.out_spatial))
         wide = problem.k > 64
-        if rows >= 8192:
-            tile = (128, 128, 32, 64, 64, 4) if wide else (128, 64, 32, 64, 32, 4)
-        else:
-            tile = (64, 128, 32, 32, 64, 4) if wide else (64, 64, 32, 32, 32, 4)
+        block = (
+            ((128, 128) if wide else (128, 64)) if rows >= 8192 else (64, 128) if wide else (64, 64)
+        )
         options = self.configs(problem, caps)
-        if not caps.emulator and tile in SPLIT_TILES:
+        # The variant's first tile of that block shape (16-byte copies: its full table).
+        tile = next(
+            (c.astuple() for c in options if (c.block_m, c.block_n) == block and c.splits == 1),
+            options[0].astuple(),
+        )
+        if not caps.emulator and tile in variant(problem.dtype).split_tiles:
             # Few output tiles (late layers at small batch): split the reduction until
             # the grid has about two blocks per SM of an H100/H200-class GPU.
             tiles = -(-rows // tile[0]) * -(-problem.k // tile[1])
@@ -279,13 +317,13 @@ class TcImplicitGemmSolver(Solver):
         return config if config in options else options[0]
 
     def module_specs(self) -> list[ModuleSpec]:
-        return [
-            module_spec(dt, TcConfig(*t), a)
-            for dt in dtypes.FLOAT_TYPES
-            if dt.short in DTYPES
-            for a in ALIGNS
-            for t in (TILES if a == 8 else TILES_ALIGN2)
-        ]
+        specs = []
+        for dt in dtypes.FLOAT_TYPES:
+            v = variant(dt.short)
+            wide, narrow = v.aligns
+            specs += [module_spec(dt, TcConfig(*t), wide) for t in v.tiles]
+            specs += [module_spec(dt, TcConfig(*t), narrow) for t in v.narrow_tiles]
+        return specs
 
     def prepare(self, backend: Backend, problem: ConvProblem, config: Config) -> Runner:
         if not isinstance(config, TcConfig):
