@@ -2,27 +2,36 @@
 shared main loop ``cuda_src/conv/tc_gemm.cuh``).
 
 ``conv_fwd_tc_implicit_gemm`` (:class:`TcImplicitGemmSolver`): forward, 1-D or 2-D, any
-stride, dilation and padding, groups == 1, NHWC + KRSC, fp16 or bf16 with fp32
-accumulation, through the PTX-level layer (``mma.sync`` m16n8k16, ``ldmatrix`` from an
-XOR-swizzled shared layout, ``cp.async`` stages with zero-fill for the padding). Backward
-data at stride 1 runs it on the rotated filters (``conv_bwd_data_tc_implicit_gemm``, in
-:mod:`.bwd_data`).
+stride, dilation and padding, groups == 1, NHWC + KRSC, with fp32 accumulation through the
+PTX-level layer (``ldmatrix`` from an XOR-swizzled shared layout, ``cp.async`` stages with
+zero-fill for the padding):
+
+- fp16 (sm_75+) and bf16 (sm_80+): ``mma.sync`` m16n8k16;
+- fp32 with ``math="tf32"`` (sm_80+): m16n8k8 on operands rounded to TF32 (cvt.rna) after
+  ``ldmatrix``; default fp32 math never uses it.
+
+Backward data at stride 1 runs it on the rotated filters (``conv_bwd_data_tc_implicit_gemm``,
+in :mod:`.bwd_data`); backward filter has its own loader (:mod:`.tc_bwd_filter`).
 
 Layout: NHWC only. NCHW has no contiguous channel runs, so every 16-byte copy of the
-A tile would become eight 2-byte gathers; NCHW tensor-core work stays with the WMMA
-solver (``conv_fwd_wmma_implicit_gemm``), and channels-last is what fp16/bf16 users run.
+A tile would become 2- or 4-byte gathers; NCHW tensor-core work stays with the WMMA
+solver (``conv_fwd_wmma_implicit_gemm``), and channels-last is what tensor-core users run.
 
-Loads: 16-byte copies (8 channels) when C % 8 == 0, 4-byte copies (2 channels) when C is
-even; odd C is not applicable (the WMMA solver takes it). The alignment is part of the
-kernel name, not a config: it follows from the problem.
+Loads: 16-byte copies (8 channels of fp16/bf16, 4 of fp32) when C allows, else 4-byte
+copies (2 channels, or 1 fp32 channel: any C); odd C in fp16/bf16 is not applicable (the
+WMMA solver takes it). The copy width is part of the kernel name, not a config: it follows
+from the problem.
 
 Config (:class:`TcConfig`, every field in the kernel's readable name
 ``tc_igemm_fwd_128x128x32_w64x64_s4_a8_nhwc_fp16``): the block tile ``block_m`` x
 ``block_n`` (output pixels x output channels), ``block_k`` channels per stage, the warp
-tile ``warp_m`` x ``warp_n`` and the number of ``cp.async`` ``stages``.
+tile ``warp_m`` x ``warp_n``, the number of ``cp.async`` ``stages``, and ``splits``: split-K
+over the reduction tiles for layers with few output tiles (fp32 partials in the workspace,
+summed in split order with the epilogue by a second kernel: deterministic).
 
 Error: fp16/bf16 products are exact in fp32, sums are fp32 (acc_factor 2 in the tests),
-then one rounding to the output type. Deterministic (no atomics, fixed order).
+then one rounding to the output type; TF32 adds up to 2^-11 relative per operand.
+Deterministic (no atomics, fixed order).
 """
 
 from __future__ import annotations
