@@ -1,6 +1,7 @@
 """Multistage tensor-core implicit GEMM (cudnnlite/solvers/conv/tc_igemm.py), its
-stride-1 backward data and its split-K backward filter (tc_bwd_filter.py), run
-directly on every backend against the float64 reference.
+backward data (stride 1 on rotated filters; any stride by phases, tc_bwd_data.py) and its
+split-K backward filter (tc_bwd_filter.py), run directly on every backend against the
+float64 reference.
 
 Tolerance (tests/conv_support.py): fp16/bf16 products are exact in fp32 and the sums are
 fp32 in some order, so acc_factor 2 bounds the accumulation; then one rounding to the
@@ -21,6 +22,7 @@ from cudnnlite.problems.suites import RESNET50, VGG16, scaled
 from cudnnlite.runtime.caps import EMULATOR, for_sm
 from cudnnlite.solvers.conv.bwd_data import TcImplicitGemmSolver as TcBwdData
 from cudnnlite.solvers.conv.common import Epilogue
+from cudnnlite.solvers.conv.tc_bwd_data import TcBwdDataPhasedSolver
 from cudnnlite.solvers.conv.tc_bwd_filter import TcBwdFilterSolver, TcSplitKConfig
 from cudnnlite.solvers.conv.tc_igemm import (
     TILES,
@@ -258,7 +260,7 @@ def test_heuristics_put_the_multistage_engine_first_on_a_gpu() -> None:
     assert h.TC not in h.conv_fwd_ranking(fwd, EMULATOR)  # emulator rankings unchanged
     assert h.TC not in h.conv_fwd_ranking(conv(32, 64, 56, 64, layout="NCHW"), for_sm(90))
     bwd = dataclasses.replace(fwd, direction="bwd_data")
-    assert h.conv_bwd_data_ranking(bwd, for_sm(90))[0] == h.BWD_DATA_TC
+    assert h.conv_bwd_data_ranking(bwd, for_sm(90))[:2] == [h.BWD_DATA_TC_PHASED, h.BWD_DATA_TC]
     bwf = dataclasses.replace(fwd, direction="bwd_filter")
     assert h.conv_bwd_filter_ranking(bwf, for_sm(90))[0] == h.BWD_FILTER_TC
 
@@ -319,3 +321,50 @@ def test_tf32_backward_data_stride1(backend: str) -> None:
     p = dataclasses.replace(conv(1, 8, 5, 12, dtype="fp32"), direction="bwd_data")
     # The rotated problem reduces over K * R * S: TF32's bound in those units.
     check_data(backend, TcBwdData(), p, acc_factor=2.0 + 2.0**14 / (p.k * p.filter_taps))
+
+
+# ------------------------------------------------------------------ backward data, any stride
+PHASED = TcBwdDataPhasedSolver()
+
+
+def _bwd(n, c, hw, k, f=3, pad=1, stride=1, dil=1, dtype="fp16"):
+    return dataclasses.replace(conv(n, c, hw, k, f, pad, stride, dil, dtype), direction="bwd_data")
+
+
+BWD_DATA_CASES = {
+    "stride1": _bwd(2, 16, (5, 6), 24),
+    "stride2": _bwd(2, 8, (7, 5), 16, stride=2),
+    "stride3_phases_without_taps": _bwd(1, 8, (9, 8), 8, f=2, pad=0, stride=3),
+    "stride2_dilation2": _bwd(1, 8, 9, 8, pad=2, stride=2, dil=2, dtype="bf16"),
+    "align2": _bwd(2, 6, 6, 10, stride=2),
+    "padding_beyond_the_filter": _bwd(1, 8, 2, 8, pad=3),
+    "resnet_downsample_1x1_s2": _bwd(1, 16, 8, 24, f=1, pad=0, stride=2),
+}
+
+
+@pytest.mark.parametrize("case", sorted(BWD_DATA_CASES))
+def test_backward_data_any_stride(backend: str, case: str) -> None:
+    check_data(backend, PHASED, BWD_DATA_CASES[case], bias=True)
+
+
+@pytest.mark.parametrize("tile", [(128, 128, 32, 64, 64, 4), (64, 128, 32, 32, 64, 4)])
+def test_backward_data_tiles(backend: str, tile) -> None:
+    from conv_backward_support import rand, ref_data, run_data
+
+    p = _bwd(1, 72, 5, 20, stride=2)
+    dy, w = rand(p.y_shape(), 0, "fp16"), rand(p.w_shape(), 1, "fp16")
+    got = run_data(backend, PHASED, p, dy, w, config=TcConfig(*tile))
+    ref = ref_data(p, dy, w)
+    np.testing.assert_allclose(got.astype(np.float64), ref, rtol=2e-3, atol=5e-3)
+
+
+def test_backward_data_reasons() -> None:
+    assert "fp16 or bf16" in PHASED.is_applicable(_bwd(1, 8, 4, 8, dtype="fp32"), EMULATOR).reason
+    assert "even K and C" in PHASED.is_applicable(_bwd(1, 8, 4, 7), EMULATOR).reason
+    assert (
+        "groups == 1"
+        in PHASED.is_applicable(dataclasses.replace(_bwd(1, 8, 4, 8), groups=2), EMULATOR).reason
+    )
+    p = _bwd(4, 64, 28, 64, stride=2)
+    assert PHASED.default_config(p, for_sm(90)) in PHASED.configs(p, for_sm(90))
+    assert PHASED.workspace_size(p, PHASED.default_config(p, EMULATOR)) == 0

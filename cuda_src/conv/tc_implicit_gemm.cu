@@ -435,3 +435,229 @@ __global__ void __launch_bounds__((BM / WM) * (BN / WN) * 32)
                        ConvShape s, long long chunk) {
     tcconv::BwdFilter<T, BM, BN, BK, WM, WN, STAGES, ALIGN>::go(x, dy, ws, s, chunk);
 }
+
+// ------------------------------------------------------------------ backward data
+// dx[n, h, w, c] = sum over (r, s, k) of dy[n, p, q, k] * w[k, r, s, c] where
+// h = p * stride_h - pad_h + r * dil_h (w likewise): only taps with
+// (h + pad_h - r * dil_h) % stride_h == 0 reach h. Phase decomposition: blockIdx.z picks a
+// phase (ph, pw) of the dx pixels, h + pad_h = ph + stride_h * jh; for such pixels exactly
+// the taps r with r * dil_h = ph (mod stride_h) contribute, at p = jh - (r * dil_h - ph) /
+// stride_h. So each phase is a stride-1 correlation over its own taps: no wasted MMA on the
+// gaps of the stride, no division per element, and the filter is read as stored (KRSC: k
+// rows, c contiguous -> B tile [BK][BN], ldmatrix.trans). A (dy) is [BM][BK], k contiguous.
+//
+// Kernel: tc_conv_bwd_data<T, BM, BN, BK, WM, WN, STAGES, ALIGN> (ALIGN divides K and C)
+// grid (ceil(N * ceil(H / u_h) * ceil(W / u_w) / BM), ceil(C / BN), u_h * u_w); the
+// epilogue (bias of conv_transpose, alpha/beta blending, activation) as the forward's.
+
+namespace tcconv {
+
+// The dx pixels and taps of one phase along one dimension.
+struct Phase {
+    int first;   // smallest dx coordinate of the phase (>= 0), or >= size: empty
+    int count;   // dx coordinates of the phase: first, first + stride, ...
+    int j0;      // (first + pad - ph) / stride: jh of the first coordinate
+    int t0;      // first contributing tap, or >= taps: none
+    int t_step;  // taps between contributing ones
+    int dp0;     // (t0 * dil - ph) / stride: p = jh - dp
+    int dp_step; // t_step * dil / stride
+    int ntaps;   // contributing taps
+};
+
+__device__ inline Phase make_phase(int ph, int size, int pad, int stride, int taps, int dil) {
+    Phase f;
+    f.first = ((ph - pad) % stride + stride) % stride;  // h = ph - pad (mod stride), h >= 0
+    f.count = f.first < size ? (size - f.first + stride - 1) / stride : 0;
+    f.j0 = (f.first + pad - ph) / stride;
+    f.t0 = 0;
+    while (f.t0 < taps && ((f.t0 * dil - ph) % stride + stride) % stride != 0) ++f.t0;
+    f.t_step = 1;
+    while ((f.t_step * dil) % stride != 0) ++f.t_step;
+    f.ntaps = f.t0 < taps ? (taps - 1 - f.t0) / f.t_step + 1 : 0;
+    f.dp0 = f.t0 < taps ? (f.t0 * dil - ph) / stride : 0;
+    f.dp_step = f.t_step * dil / stride;
+    return f;
+}
+
+template <class G, int ALIGN>
+struct BwdDataLoader {
+    typedef typename G::T T;
+    enum {
+        A_CPR = G::BK / ALIGN, A_RPP = G::THREADS / A_CPR, A_PASSES = G::BM / A_RPP,
+        B_CPR = G::BN / ALIGN, B_RPP = G::THREADS / B_CPR, B_PASSES = G::BK / B_RPP,
+        BYTES = ALIGN * (int)sizeof(T),
+    };
+    static_assert(G::THREADS % A_CPR == 0 && G::THREADS % B_CPR == 0, "fixed columns");
+    static_assert(A_PASSES >= 1 && B_PASSES >= 1 && G::BK % B_RPP == 0, "whole passes");
+    static_assert(A_RPP % 8 == 0, "passes keep the row swizzle (period 8)");
+
+    const T* a_ptr[A_PASSES];          // dy at (n, jh, jw, a_col): tap offset 0
+    int a_jh[A_PASSES], a_jw[A_PASSES];  // jh, jw (far negative: a row past the phase)
+    int a_dst, a_col;
+    const T* b_ptr;                    // w at (first k row of this thread, tap 0, b_col)
+    bool b_cok;
+    int b_dst[B_PASSES];
+    int b_row0, P, Q, K, S, slices;
+    cl::index_t rsc;
+    // Iterator: contributing tap (ir, is) of the phase lists, k slice k0.
+    int ir, is, k0, nr, ns, dph, dpw, dph0, dpw0, dph_step, dpw_step, s_step;
+    cl::index_t a_tap;  // -(dph * Q + dpw) * K + k0
+    cl::index_t b_tap;  // (r * S + s) * C + k0 * rsc
+    int r0, s0, r_step, C;
+
+    __device__ BwdDataLoader(const T* dy, const T* w, const ConvShape& s, const Phase& fh,
+                             const Phase& fw, cl::index_t m0, int n0)
+        : P(s.p), Q(s.q), K(s.k), S(s.s), C(s.c) {
+        rsc = (cl::index_t)s.r * s.s * s.c;
+        a_col = (threadIdx.x % A_CPR) * ALIGN;
+        const int a_row0 = threadIdx.x / A_CPR;
+        a_dst = tc::tile_offset<G::BK, G::EPC>(a_row0, a_col);
+        const cl::index_t rows = (cl::index_t)s.n * fh.count * fw.count;
+#pragma unroll
+        for (int i = 0; i < A_PASSES; ++i) {
+            const cl::index_t m = m0 + a_row0 + i * A_RPP;
+            int n = 0, ih = 0, iw = 0;
+            if (m < rows) {
+                iw = (int)(m % fw.count);
+                const cl::index_t nh = m / fw.count;
+                ih = (int)(nh % fh.count);
+                n = (int)(nh / fh.count);
+            }
+            a_jh[i] = m < rows ? fh.j0 + ih : -(1 << 30);
+            a_jw[i] = fw.j0 + iw;
+            a_ptr[i] = dy + (((cl::index_t)n * s.p + a_jh[i]) * s.q + a_jw[i]) * s.k + a_col;
+        }
+        const int b_col = (threadIdx.x % B_CPR) * ALIGN;
+        b_row0 = threadIdx.x / B_CPR;
+        b_cok = n0 + b_col < s.c;
+        b_ptr = w + (cl::index_t)b_row0 * rsc + n0 + b_col;
+#pragma unroll
+        for (int j = 0; j < B_PASSES; ++j)
+            b_dst[j] = tc::tile_offset<G::BN>(b_row0 + j * B_RPP, b_col);
+        slices = (s.k + G::BK - 1) / G::BK;
+        nr = fh.ntaps;
+        ns = fw.ntaps;
+        r0 = fh.t0;
+        s0 = fw.t0;
+        r_step = fh.t_step;
+        s_step = fw.t_step;
+        dph0 = fh.dp0;
+        dpw0 = fw.dp0;
+        dph_step = fh.dp_step;
+        dpw_step = fw.dp_step;
+        ir = is = k0 = 0;
+        dph = dph0;
+        dpw = dpw0;
+        a_tap = -((cl::index_t)dph * Q + dpw) * K;
+        b_tap = ((cl::index_t)r0 * S + s0) * C;
+    }
+
+    __device__ void load(T* As, T* Bs) {
+        const bool k_ok = k0 + a_col < K;
+#pragma unroll
+        for (int i = 0; i < A_PASSES; ++i) {
+            const bool ok = k_ok && (unsigned)(a_jh[i] - dph) < (unsigned)P &&
+                            (unsigned)(a_jw[i] - dpw) < (unsigned)Q;
+            cl::mma::cp_async<BYTES>(As + a_dst + i * A_RPP * G::BK, a_ptr[i] + a_tap, ok);
+        }
+#pragma unroll
+        for (int j = 0; j < B_PASSES; ++j) {
+            const int k = k0 + b_row0 + j * B_RPP;
+            cl::mma::cp_async<BYTES>(Bs + b_dst[j], b_ptr + b_tap + (cl::index_t)j * B_RPP * rsc,
+                                     b_cok && k < K);
+        }
+        // Next: the next k slice, or the first slice of the phase's next tap.
+        k0 += G::BK;
+        a_tap += G::BK;
+        b_tap += (cl::index_t)G::BK * rsc;
+        if (k0 >= K) {
+            a_tap -= k0;
+            b_tap -= (cl::index_t)k0 * rsc;
+            k0 = 0;
+            if (++is < ns) {
+                dpw += dpw_step;
+                a_tap -= (cl::index_t)dpw_step * K;
+                b_tap += (cl::index_t)s_step * C;
+            } else {
+                is = 0;
+                ++ir;
+                a_tap += ((cl::index_t)(dpw - dpw0) - (cl::index_t)dph_step * Q) * K;
+                b_tap += ((cl::index_t)r_step * S - (cl::index_t)(ns - 1) * s_step) * C;
+                dpw = dpw0;
+                dph += dph_step;
+            }
+        }
+    }
+};
+
+// Writes the staged tile of one phase: row m -> dx pixel (n, first + stride * i).
+template <class G, typename T>
+__device__ void store_tile_phase(const float* Cs, T* y, const T* z, const T* bias,
+                                 const ConvEpilogue& e, const ConvShape& s, const Phase& fh,
+                                 const Phase& fw, int stride_h, int stride_w, cl::index_t m0,
+                                 int n0) {
+    const cl::index_t rows = (cl::index_t)s.n * fh.count * fw.count;
+    const int C = s.c;
+    for (int idx = threadIdx.x; idx < G::BM * G::BN; idx += G::THREADS) {
+        const int row = idx / G::BN, c = n0 + idx % G::BN;
+        const cl::index_t m = m0 + row;
+        if (m >= rows || c >= C) continue;
+        const int iw = (int)(m % fw.count);
+        const cl::index_t nh = m / fw.count;
+        const int ih = (int)(nh % fh.count), n = (int)(nh / fh.count);
+        const int h = fh.first + ih * stride_h, w = fw.first + iw * stride_w;
+        const cl::index_t off = (((cl::index_t)n * s.h + h) * s.w + w) * C + c;
+        const float zv = e.has_z ? cl::to_float(z[off]) : 0.f;
+        const float bv = e.has_bias ? cl::to_float(bias[c]) : 0.f;
+        y[off] = cl::from_float<T>(finish(e, Cs[row * G::C_LD + (c - n0)], zv, bv));
+    }
+}
+
+template <typename T, int BM, int BN, int BK, int WM, int WN, int STAGES, int ALIGN>
+__device__ __forceinline__ void bwd_data_body(const T* dy, const T* w, T* dx, const T* z,
+                                              const T* bias, const ConvShape& s,
+                                              const ConvEpilogue& e) {
+    typedef tc::Gemm<T, BM, BN, BK, WM, WN, STAGES, false, true> G;
+    DYNAMIC_SHARED(T, smem);
+    const int ph = blockIdx.z / s.stride_w, pw = blockIdx.z % s.stride_w;
+    const Phase fh = make_phase(ph, s.h, s.pad_h, s.stride_h, s.r, s.dil_h);
+    const Phase fw = make_phase(pw, s.w, s.pad_w, s.stride_w, s.s, s.dil_w);
+    const cl::index_t m0 = (cl::index_t)blockIdx.x * BM;
+    if (m0 >= (cl::index_t)s.n * fh.count * fw.count) return;  // a small phase: uniform exit
+    const int n0 = blockIdx.y * BN;
+    BwdDataLoader<G, ALIGN> ld(dy, w, s, fh, fw, m0, n0);
+    const int iters = fh.ntaps * fw.ntaps * ((s.k + BK - 1) / BK);
+    typename G::Acc acc;
+    G::mainloop(ld, iters, smem, acc);
+    float* Cs = reinterpret_cast<float*>(smem);
+    G::stage_acc(acc, Cs);
+    __syncthreads();
+    store_tile_phase<G>(Cs, dx, z, bias, e, s, fh, fw, s.stride_h, s.stride_w, m0, n0);
+}
+
+template <typename T, int BM, int BN, int BK, int WM, int WN, int STAGES, int ALIGN>
+struct BwdData {
+    __device__ static void go(const T* dy, const T* w, T* dx, const T* z, const T* bias,
+                              const ConvShape& s, const ConvEpilogue& e) {
+        bwd_data_body<T, BM, BN, BK, WM, WN, STAGES, ALIGN>(dy, w, dx, z, bias, s, e);
+    }
+};
+#if !CL_MMA_SM80
+template <int BM, int BN, int BK, int WM, int WN, int STAGES, int ALIGN>
+struct BwdData<__nv_bfloat16, BM, BN, BK, WM, WN, STAGES, ALIGN> {
+    __device__ static void go(const __nv_bfloat16*, const __nv_bfloat16*, __nv_bfloat16*,
+                              const __nv_bfloat16*, const __nv_bfloat16*, const ConvShape&,
+                              const ConvEpilogue&) {
+        __trap();
+    }
+};
+#endif
+
+}  // namespace tcconv
+
+template <typename T, int BM, int BN, int BK, int WM, int WN, int STAGES, int ALIGN>
+__global__ void __launch_bounds__((BM / WM) * (BN / WN) * 32)
+    tc_conv_bwd_data(const T* __restrict__ dy, const T* __restrict__ w, T* dx, const T* z,
+                     const T* __restrict__ bias, ConvShape s, ConvEpilogue e) {
+    tcconv::BwdData<T, BM, BN, BK, WM, WN, STAGES, ALIGN>::go(dy, w, dx, z, bias, s, e);
+}

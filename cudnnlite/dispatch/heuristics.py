@@ -40,11 +40,12 @@ def _cublas_pointwise(p: ConvProblem, caps: Capabilities) -> bool:
 
 def _multistage(p: ConvProblem, caps: Capabilities) -> bool:
     """The multistage tensor-core implicit GEMM (mma.sync, cp.async) before the WMMA
-    kernels on a GPU, wherever it applies (NHWC, fp16/bf16, even C): its sm_90 main loop
-    is 30% HMMA, where the WMMA forward issues 16 HMMA among ~7,300 instructions of
-    address arithmetic. Unmeasured on a GPU so far. Not on the emulator, where the
+    kernels on a GPU, wherever it applies (NHWC; fp16/bf16 with even C, or TF32): its
+    sm_90 main loop is 30% HMMA, where the WMMA forward issues 16 HMMA among ~7,300
+    instructions of address arithmetic. Unmeasured on a GPU so far. Not on the emulator, where the
     rankings stay as they were."""
-    return not caps.emulator and p.dtype in ("fp16", "bf16") and p.channels_last
+    tensor_math = p.dtype in ("fp16", "bf16") or p.math == "tf32"
+    return not caps.emulator and tensor_math and p.channels_last
 
 
 def conv_fwd_ranking(p: ConvProblem, caps: Capabilities) -> list[str]:
@@ -92,6 +93,7 @@ BWD_FILTER_ATOMIC = "conv_bwd_filter_implicit_gemm_atomic"
 BWD_DATA_IGEMM_PHASED = "conv_bwd_data_implicit_gemm"
 BWD_FILTER_WMMA = "conv_bwd_filter_wmma_implicit_gemm"
 BWD_DATA_TC = "conv_bwd_data_tc_implicit_gemm"
+BWD_DATA_TC_PHASED = "conv_bwd_data_tc_implicit_gemm_phased"
 BWD_FILTER_TC = "conv_bwd_filter_tc_implicit_gemm"
 
 
@@ -111,7 +113,9 @@ def conv_bwd_data_ranking(p: ConvProblem, caps: Capabilities) -> list[str]:
     wino = p.filter == (3, 3) and p.dilations == (1, 1) and p.groups == 1
     ranked = [BWD_DATA_CUBLAS_1X1] if _cublas_pointwise(p, caps) else []
     tc = _tensor_cores(p, caps)
-    ranked += [BWD_DATA_TC] if tc and _multistage(p, caps) else []
+    # Phases (any stride, filter read as stored) for fp16/bf16; TF32 has no ldmatrix.trans
+    # and takes the rotated-filter path (stride 1).
+    ranked += [BWD_DATA_TC_PHASED, BWD_DATA_TC] if tc and _multistage(p, caps) else []
     ranked += [BWD_DATA_WMMA] if tc else []
     if wino and min(p.c_per_group, p.k_per_group) >= 16:
         big = min(p.spatial) >= 8

@@ -57,6 +57,10 @@ _ENTRIES: tuple[tuple[str, str], ...] = (
         "conv_bwd_filter_tc_implicit_gemm",
         "cudnnlite.solvers.conv.tc_bwd_filter:TcBwdFilterSolver",
     ),
+    (
+        "conv_bwd_data_tc_implicit_gemm_phased",
+        "cudnnlite.solvers.conv.tc_bwd_data:TcBwdDataPhasedSolver",
+    ),
     # cuBLAS GEMMs (cuda) / NumPy matmul (emulator): 1x1 without a copy, im2col/col2im
     ("conv_fwd_gemm_cublas_1x1", "cudnnlite.solvers.conv.gemm_cublas:Gemm1x1Solver"),
     ("conv_fwd_im2col_gemm_cublas", "cudnnlite.solvers.conv.gemm_cublas:Im2colSolver"),

@@ -1,0 +1,148 @@
+"""Backward data on the multistage tensor-core GEMM, any stride (``tc_conv_bwd_data`` in
+``cuda_src/conv/tc_implicit_gemm.cu``).
+
+``conv_bwd_data_tc_implicit_gemm_phased`` (:class:`TcBwdDataPhasedSolver`): dx from dy and
+the filters, NHWC + KRSC, groups == 1, fp16 (sm_75+) or bf16 (sm_80+), 1-D or 2-D, any
+stride, dilation and padding. Phase decomposition: the grid's z picks a phase of the dx
+pixels (their coordinate plus padding modulo the stride); each phase is a stride-1
+correlation of dy with the taps that reach it, so no MMA is spent on the stride's gaps and
+nothing divides per element. The filter is read as stored (k rows, c contiguous) through
+``ldmatrix.trans``: no rotated copy, no workspace. The epilogue is the forward's (the
+transposed convolution's bias, blending, activation).
+
+fp32 with TF32 math has no ``ldmatrix.trans`` (it moves 16-bit halves): TF32 backward data
+at stride 1 runs the forward kernel on rotated filters (``conv_bwd_data_tc_implicit_gemm``).
+
+Copies: 16 bytes when K and C are multiples of 8, 4 bytes when both are even. Config: the
+forward's :class:`~.tc_igemm.TcConfig` (block_m dx pixels x block_n channels C, block_k of
+K per stage), without split-K. Deterministic.
+"""
+
+from __future__ import annotations
+
+from typing import Any
+
+import numpy as np
+
+from ... import dtypes
+from ...errors import NotSupportedError
+from ...problems.conv import ConvProblem
+from ...runtime.backend import Backend
+from ...runtime.caps import Capabilities
+from ...runtime.kernel import ModuleSpec
+from ..base import APPLICABLE, Applicability, Config, Runner, Solver, not_applicable
+from . import bwd_filter as bwf
+from .bwd_data import BwdDataTensors
+from .common import Epilogue, shape_struct
+from .tc_igemm import DTYPES, SOURCE, TILES, TILES_ALIGN2, TcConfig
+
+# The forward's tiles except the one that spills here (8 warps of 32x64: 4 bytes on sm_90).
+BWD_TILES = tuple(t for t in TILES if t != (128, 128, 32, 32, 64, 4))
+_MAX_GRID = 65535
+
+
+def align_for(problem: ConvProblem) -> int | None:
+    return next((a for a in (8, 2) if problem.c % a == 0 and problem.k % a == 0), None)
+
+
+def _expr(dt: dtypes.DType, cfg: TcConfig, align: int) -> str:
+    return f"tc_conv_bwd_data<{dt.ctype}, {', '.join(map(str, cfg.astuple()))}, {align}>"
+
+
+def module_spec(dt: dtypes.DType, cfg: TcConfig, align: int) -> ModuleSpec:
+    return ModuleSpec.make(SOURCE, [_expr(dt, cfg, align)])
+
+
+def _phase_rows(problem: ConvProblem) -> int:
+    """Rows of the largest phase: N * ceil(H / u_h) * ceil(W / u_w)."""
+    rows = problem.n
+    for size, stride in zip(problem.spatial, problem.strides, strict=True):
+        rows *= -(-size // stride)
+    return rows
+
+
+class _Runner(Runner):
+    def __init__(self, backend: Backend, problem: ConvProblem, cfg: TcConfig) -> None:
+        dt = bwf.dtype_of(problem)
+        align = align_for(problem)
+        assert align is not None
+        self.kernel = backend.kernel(module_spec(dt, cfg, align), _expr(dt, cfg, align))
+        phases = int(np.prod(problem.strides))
+        self.grid = (-(-_phase_rows(problem) // cfg.block_m), -(-problem.c // cfg.block_n), phases)
+        self.block = (cfg.threads,)
+        self.smem = cfg.smem_bytes()
+        self.shape = shape_struct(problem)
+        self.names = [f"tc_igemm_bwd_data_{cfg.label()}_a{align}_phases{phases}_nhwc_{dt.short}"]
+
+    @property
+    def kernel_names(self) -> list[str]:
+        return list(self.names)
+
+    def __call__(self, tensors: BwdDataTensors, epilogue: Epilogue, workspace: Any) -> None:
+        z = tensors.dx  # no residual in backward data; a valid pointer of the dtype
+        bias = tensors.bias if tensors.bias is not None else tensors.dy
+        args = (tensors.dy, tensors.w, tensors.dx, z, bias, self.shape, epilogue.struct())
+        self.kernel(self.grid, self.block, args, shared_mem=self.smem)
+
+
+class TcBwdDataPhasedSolver(Solver):
+    """Tensor-core backward data for any stride by phases (module docstring)."""
+
+    name = "conv_bwd_data_tc_implicit_gemm_phased"
+    family = "conv_bwd_data"
+    config_type = TcConfig
+    deterministic = True
+
+    def is_applicable(self, problem: ConvProblem, caps: Capabilities) -> Applicability:
+        reason = bwf.common_reason(problem, "bwd_data")
+        if reason:
+            return not_applicable(reason)
+        if problem.groups != 1:
+            return not_applicable("needs groups == 1")
+        if not problem.channels_last:
+            return not_applicable("needs channels-last (NHWC): copies run along K and C")
+        if problem.dtype not in DTYPES:
+            return not_applicable(f"needs fp16 or bf16 (ldmatrix.trans), got {problem.dtype}")
+        if not caps.mma_sync:
+            return not_applicable(f"needs mma.sync and ldmatrix (sm_75+), device is {caps.arch}")
+        if problem.dtype == "bf16" and not caps.bf16_tensor_cores:
+            return not_applicable(f"bf16 needs sm_80+, device is {caps.arch}")
+        if align_for(problem) is None:
+            return not_applicable(
+                f"needs even K and C for 4-byte copies, got k={problem.k}, c={problem.c}"
+            )
+        if -(-problem.c // 64) > _MAX_GRID or int(np.prod(problem.strides)) > _MAX_GRID:
+            return not_applicable("needs C and the stride's phases within the grid's limits")
+        return APPLICABLE
+
+    def configs(self, problem: ConvProblem, caps: Capabilities) -> list[TcConfig]:
+        tiles = TILES_ALIGN2 if align_for(problem) == 2 else BWD_TILES
+        return [c for c in (TcConfig(*t) for t in tiles) if c.smem_bytes() <= caps.max_shared_bytes]
+
+    def default_config(self, problem: ConvProblem, caps: Capabilities) -> TcConfig:
+        options = self.configs(problem, caps)
+        block = (128, 128) if _phase_rows(problem) >= 8192 and problem.c > 64 else (64, 64)
+        return next((c for c in options if (c.block_m, c.block_n) == block), options[0])
+
+    def module_specs(self) -> list[ModuleSpec]:
+        return [
+            module_spec(dt, TcConfig(*t), a)
+            for dt in dtypes.FLOAT_TYPES
+            if dt.short in DTYPES
+            for a, tiles in ((8, BWD_TILES), (2, TILES_ALIGN2))
+            for t in tiles
+        ]
+
+    def prepare(self, backend: Backend, problem: ConvProblem, config: Config) -> Runner:
+        ok = self.is_applicable(problem, _caps(backend))
+        if not ok:
+            raise NotSupportedError(f"{self.name}: {ok.reason}")
+        if not isinstance(config, TcConfig):
+            raise NotSupportedError(f"{self.name}: expected a TcConfig, got {config!r}")
+        return _Runner(backend, problem, config)
+
+
+def _caps(backend: Backend) -> Capabilities:
+    from ...runtime.caps import capabilities
+
+    return capabilities(backend)
