@@ -429,7 +429,8 @@ def table(rows: Sequence[Row]) -> str:
         )
     lines.append(
         "per op: per MMA in tensor-core (TC) kernels, per FFMA in fp32 ones; loop: "
-        "instructions in the main loop; blk/wrp: resident blocks/warps per SM"
+        "instructions in the main loop; blk/wrp: resident blocks/warps per SM (static shared "
+        "memory only)"
     )
     return "\n".join(lines)
 
@@ -470,6 +471,9 @@ def document(report: Report, arch: str, small: bool) -> dict[str, Any]:
         "options": [o.replace(str(cuda_src_dir()), "cuda_src") for o in options],
         "targets": TARGETS,
         "patterns": list(GEMM_KERNELS),
+        "excluded": list(NOT_GEMM_KERNELS),
+        "note": "blocks/warps per SM count static shared memory only: a kernel that sizes its "
+        "shared memory at launch (cp.async stages) may hold fewer blocks",
         "summary": {**summary(report.rows), "modules_failed": len(report.errors)},
         "rows": [r.to_dict() for r in report.rows],
         "errors": report.errors,
