@@ -182,9 +182,13 @@ def splitk_expr(dt: dtypes.DType) -> str:
 
 
 def module_spec(dt: dtypes.DType, config: TcConfig, align: int) -> ModuleSpec:
-    """One tile per module (a first call compiles only the variant it runs), with the
-    split-K epilogue kernel."""
-    return ModuleSpec.make(SOURCE, [kernel_expr(dt, config, align), splitk_expr(dt)])
+    """One tile per module: a first call compiles only the variant it runs."""
+    return ModuleSpec.make(SOURCE, [kernel_expr(dt, config, align)])
+
+
+def splitk_module_spec(dt: dtypes.DType) -> ModuleSpec:
+    """The split-K finishing kernel, once per dtype (it holds the activation switch)."""
+    return ModuleSpec.make(SOURCE, [splitk_expr(dt)])
 
 
 def reduction_tiles(problem: ConvProblem, config: TcConfig) -> int:
@@ -217,7 +221,7 @@ class _Runner(Runner):
         self._smem = config.smem_bytes(dt.itemsize)
         self._splits, self._count, self._k = splits, rows * problem.k, problem.k
         if splits > 1:
-            self._finish = module.get_function(splitk_expr(dt))
+            self._finish = backend.module(splitk_module_spec(dt)).get_function(splitk_expr(dt))
             self._names.append(f"tc_igemm_fwd_splitk_epilogue_{problem.dtype}")
             self._fgrid = (max(1, min(-(-self._count // 256), 1 << 16)),)
 
@@ -332,6 +336,7 @@ class TcImplicitGemmSolver(Solver):
             wide, narrow = v.aligns
             specs += [module_spec(dt, TcConfig(*t), wide) for t in v.tiles]
             specs += [module_spec(dt, TcConfig(*t), narrow) for t in v.narrow_tiles]
+            specs.append(splitk_module_spec(dt))
         return specs
 
     def prepare(self, backend: Backend, problem: ConvProblem, config: Config) -> Runner:
