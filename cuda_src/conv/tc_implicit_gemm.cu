@@ -36,8 +36,10 @@
 namespace tcconv {
 
 // Implicit-GEMM operand loader of the forward convolution (tc_gemm.cuh's Loader contract).
-// Per copy in the main loop: a bounds test of (h, w) and one 64-bit add of an offset that
-// is the same for every row of the tile (the tap's (r * dil_h * W + s * dil_w) * C + c0).
+// Per copy in the main loop: a validity bit from two per-row tap masks and one 32-bit add
+// of an offset that is the same for every row of the tile (the tap's
+// (r * dil_h * W + s * dil_w) * C + c0); the solver keeps x and w below 2^31 elements and
+// the filter within 16 x 16 taps.
 template <class G, int ALIGN>
 struct FwdLoader {
     typedef typename G::T T;
@@ -46,30 +48,33 @@ struct FwdLoader {
         ROWS_PER_PASS = G::THREADS / CPR,
         A_PASSES = G::BM / ROWS_PER_PASS,
         B_PASSES = G::BN / ROWS_PER_PASS,
+        BYTES = ALIGN * (int)sizeof(T),     // per cp.async
     };
     static_assert(G::THREADS % CPR == 0, "a thread keeps one column of the tile");
     static_assert(G::BM % ROWS_PER_PASS == 0 && G::BN % ROWS_PER_PASS == 0, "whole passes");
     static_assert(ROWS_PER_PASS % 8 == 0, "passes keep the row swizzle (period 8)");
-    enum { BYTES = ALIGN * (int)sizeof(T) };  // per cp.async
 
-    const T* a_ptr[A_PASSES];          // x at this row's (n, h0, w0, col): tap (0, 0)
-    int a_h[A_PASSES], a_w[A_PASSES];  // h0, w0 (far negative: a row past M)
-    const T* b_ptr[B_PASSES];          // w at this row's (k, 0, 0, col)
-    bool b_ok[B_PASSES];               // k < K
-    int dst;                           // this thread's element offset in a stage
-    int H, W, C, S, dil_h, dil_w, col;
-    // The reduction iterator: tap (r, t) as offsets, channel slice c0.
-    int t, c0, r_off, t_off;
-    cl::index_t a_tap;  // (r_off * W + t_off) * C + c0: uniform over rows
-    cl::index_t b_tap;  // (r * S + t) * C + c0
+    const T* x;
+    const T* w;
+    int a_off[A_PASSES];          // x offset of this row's (n, h0, w0, col): tap (0, 0)
+    unsigned a_mask[A_PASSES];    // bit r: h0 + r * dil_h inside the image (0: row past M);
+                                  // bit 16 + s: w0 + s * dil_w inside the image
+    int b_off;                    // w offset of the first row's (k, 0, 0, col)
+    int b_rows;                   // K - that k: rows j * ROWS_PER_PASS < b_rows are valid
+    int b_step;                   // ROWS_PER_PASS * R * S * C
+    int dst;                      // this thread's element offset in a stage
+    int W, C, S, dil_h, dil_w, col;
+    // The reduction iterator: tap (r, t), channel slice c0.
+    int r, t, c0, t_off;
+    int a_tap;  // (r * dil_h * W + t * dil_w) * C + c0: uniform over rows
+    int b_tap;  // (r * S + t) * C + c0
 
-    __device__ FwdLoader(const T* x, const T* w, const ConvShape& s, cl::index_t m0, int n0)
-        : H(s.h), W(s.w), C(s.c), S(s.s), dil_h(s.dil_h), dil_w(s.dil_w) {
+    __device__ FwdLoader(const T* x_, const T* w_, const ConvShape& s, cl::index_t m0, int n0)
+        : x(x_), w(w_), W(s.w), C(s.c), S(s.s), dil_h(s.dil_h), dil_w(s.dil_w) {
         col = (threadIdx.x % CPR) * ALIGN;
         const int row0 = threadIdx.x / CPR;
         dst = tc::tile_offset<G::BK, G::EPC>(row0, col);
         const cl::index_t rows = (cl::index_t)s.n * s.p * s.q;
-        const cl::index_t rsc = (cl::index_t)s.r * s.s * s.c;
 #pragma unroll
         for (int i = 0; i < A_PASSES; ++i) {
             const cl::index_t m = m0 + row0 + i * ROWS_PER_PASS;
@@ -80,61 +85,63 @@ struct FwdLoader {
                 n = (int)(np / s.p);
                 p = (int)(np % s.p);
             }
-            a_h[i] = m < rows ? p * s.stride_h - s.pad_h : -(1 << 30);
-            a_w[i] = q * s.stride_w - s.pad_w;
-            a_ptr[i] = x + (((cl::index_t)n * s.h + a_h[i]) * s.w + a_w[i]) * s.c + col;
+            const int h0 = p * s.stride_h - s.pad_h, w0 = q * s.stride_w - s.pad_w;
+            a_off[i] = ((n * s.h + h0) * s.w + w0) * s.c + col;
+            unsigned mask = 0;
+            for (int k = 0; k < s.r; ++k)
+                mask |= (unsigned)((unsigned)(h0 + k * s.dil_h) < (unsigned)s.h) << k;
+            for (int k = 0; k < s.s; ++k)
+                mask |= (unsigned)((unsigned)(w0 + k * s.dil_w) < (unsigned)s.w) << (16 + k);
+            a_mask[i] = m < rows ? mask : 0u;
         }
-#pragma unroll
-        for (int j = 0; j < B_PASSES; ++j) {
-            const int k = n0 + row0 + j * ROWS_PER_PASS;
-            b_ok[j] = k < s.k;
-            b_ptr[j] = w + (cl::index_t)(b_ok[j] ? k : 0) * rsc + col;
-        }
-        t = c0 = r_off = t_off = 0;
+        const int rsc = s.r * s.s * s.c;
+        b_rows = s.k - (n0 + row0);
+        b_off = (b_rows > 0 ? n0 + row0 : 0) * rsc + col;
+        b_step = ROWS_PER_PASS * rsc;
+        r = t = c0 = t_off = 0;
         a_tap = b_tap = 0;
     }
 
     // Split-K: start at reduction tile `it0` (one division per block, none per tile).
     __device__ void seek(int it0, const ConvShape& s) {
         const int slices = (C + G::BK - 1) / G::BK;
-        const int tap = it0 / slices, r = tap / S;
+        const int tap = it0 / slices;
+        r = tap / S;
         t = tap % S;
         c0 = (it0 % slices) * G::BK;
-        r_off = r * dil_h;
         t_off = t * dil_w;
-        a_tap = ((cl::index_t)r_off * W + t_off) * C + c0;
-        b_tap = (cl::index_t)tap * C + c0;
+        a_tap = (r * dil_h * W + t_off) * C + c0;
+        b_tap = tap * C + c0;
     }
 
     __device__ void load(T* As, T* Bs) {
         const bool c_ok = c0 + col < C;  // C % ALIGN == 0: a copy is wholly in or out
 #pragma unroll
         for (int i = 0; i < A_PASSES; ++i) {
-            const bool ok = c_ok && (unsigned)(a_h[i] + r_off) < (unsigned)H &&
-                            (unsigned)(a_w[i] + t_off) < (unsigned)W;
-            // Not read when !ok (zero-fill): the address may point anywhere.
-            cl::mma::cp_async<BYTES>(As + dst + i * ROWS_PER_PASS * G::BK, a_ptr[i] + a_tap, ok);
+            const bool ok = c_ok && ((a_mask[i] >> r) & (a_mask[i] >> (16 + t)) & 1u);
+            // Not read when !ok (zero-fill): the offset may point anywhere.
+            cl::mma::cp_async<BYTES>(As + dst + i * ROWS_PER_PASS * G::BK, x + (a_off[i] + a_tap),
+                                     ok);
         }
 #pragma unroll
-        for (int j = 0; j < B_PASSES; ++j) {
-            cl::mma::cp_async<BYTES>(Bs + dst + j * ROWS_PER_PASS * G::BK, b_ptr[j] + b_tap,
-                                     c_ok && b_ok[j]);
-        }
+        for (int j = 0; j < B_PASSES; ++j)
+            cl::mma::cp_async<BYTES>(Bs + dst + j * ROWS_PER_PASS * G::BK,
+                                     w + (b_off + j * b_step + b_tap),
+                                     c_ok && j * ROWS_PER_PASS < b_rows);
         // Next tile: the next channel slice, or the first slice of the next tap.
         c0 += G::BK;
         a_tap += G::BK;
         b_tap += G::BK;
         if (c0 >= C) {
-            a_tap -= c0;
+            a_tap += dil_w * C - c0;
             b_tap += C - c0;
             c0 = 0;
             t_off += dil_w;
-            a_tap += (cl::index_t)dil_w * C;
             if (++t == S) {
                 t = 0;
-                a_tap += ((cl::index_t)dil_h * W - (cl::index_t)t_off) * C;
+                a_tap += (dil_h * W - t_off) * C;
                 t_off = 0;
-                r_off += dil_h;
+                ++r;
             }
         }
     }

@@ -285,6 +285,10 @@ class TcImplicitGemmSolver(Solver):
             )
         if -(-problem.k // 64) > _MAX_GRID_Y:
             return not_applicable(f"k={problem.k} exceeds the grid's y limit")
+        if max(problem.filter) > 16:
+            return not_applicable(f"needs filters of at most 16 taps per dim, got {problem.filter}")
+        if max(np.prod(problem.x_shape()), np.prod(problem.w_shape())) >= 2**31:
+            return not_applicable("needs x and w below 2^31 elements (32-bit offsets)")
         return APPLICABLE
 
     def configs(self, problem: ConvProblem, caps: Capabilities) -> list[TcConfig]:
