@@ -12,7 +12,8 @@ the backward directions.
 
 Method (DESIGN.md section 7): CUDA events on CuPy's current stream, a warm-up launch,
 the L2 cache flushed before every repeat, the median of repeats. fp32 runs with TF32
-disabled on both sides (``torch.backends.cudnn.allow_tf32 = False``); fp16/bf16 run
+disabled on both sides (``torch.backends.cudnn.allow_tf32 = False``); "tf32" rows are fp32
+tensors with ``math="tf32"`` here and TF32 allowed in PyTorch; tf32/fp16/bf16 run
 channels-last (NHWC) for the tensor cores, on both sides. The ratio is PyTorch's time
 over ours (> 1: we are faster). With --small or without a GPU the same code runs on
 the emulator with tiny layers so the script keeps working in CI.
@@ -41,8 +42,9 @@ def _torch_conv(problem: Any, x: Any, w: Any, dy: Any = None) -> Any:
         return None
     if not torch.cuda.is_available():
         return None
-    torch.backends.cudnn.allow_tf32 = False
-    torch.backends.cuda.matmul.allow_tf32 = False
+    tf32 = problem.math == "tf32"  # both sides on TF32 tensor cores, else neither
+    torch.backends.cudnn.allow_tf32 = tf32
+    torch.backends.cuda.matmul.allow_tf32 = tf32
     torch.backends.cudnn.benchmark = True
 
     def as_torch(a: Any) -> Any:
@@ -97,7 +99,7 @@ def run(small: bool = False, batch: int | None = None, suites: list[str] | None 
     explicit_suites = suites is not None
     suites = suites or (list(SUITES) if on_gpu else ["resnet50"])
     directions = directions or list(DIRECTIONS)
-    dtypes = dtypes or (["fp32", "fp16", "bf16"] if on_gpu else ["fp32"])
+    dtypes = dtypes or (["fp32", "tf32", "fp16", "bf16"] if on_gpu else ["fp32"])
     by_short = {d.short: d.numpy for d in cl.dtypes.FLOAT_TYPES}
     rows: list[dict[str, Any]] = []
     for direction in directions:
@@ -141,11 +143,15 @@ def _run_suite(suite: str, direction: str, dtypes: list[str], batch: int, on_gpu
     if not on_gpu:
         layers = [scaled(layer, 6) for layer in layers[:6]]  # tiny: keeps CI fast
     for dtype in dtypes:
-        if dtype not in by_short:
+        # "tf32": fp32 tensors with math="tf32" (TF32 tensor cores on both sides), NHWC.
+        storage, math = ("fp32", "tf32") if dtype == "tf32" else (dtype, "default")
+        if storage not in by_short:
             continue
         layout = "NCHW" if dtype == "fp32" else "NHWC"
         for layer in layers:
-            problem = dataclasses.replace(layer.problem(batch, dtype, layout), direction=direction)
+            problem = dataclasses.replace(
+                layer.problem(batch, storage, layout), direction=direction, math=math
+            )
             tensors, epi = factories[direction](problem, backend), Epilogue()
             try:
                 chosen = select(problem, backend).solver.name

@@ -153,17 +153,15 @@ def test_random_schedule(backend: str, emulator_only: None, monkeypatch) -> None
     _check(backend, conv(1, 24, 4, 12), TcConfig(128, 128, 32, 32, 64, 4))
 
 
-@pytest.mark.parametrize("stride_pad", [(1, 1), (1, 0)])
-def test_backward_data_stride1(backend: str, stride_pad) -> None:
-    _, pad = stride_pad
-    p = dataclasses.replace(conv(1, 16, 5, 8, pad=pad), direction="bwd_data")
+@pytest.mark.parametrize("pad, layout", [(1, "NHWC"), (0, "NHWC"), (1, "NCHW")])
+def test_backward_data_stride1(backend: str, pad: int, layout: str) -> None:
+    p = dataclasses.replace(conv(1, 16, 5, 8, pad=pad, layout=layout), direction="bwd_data")
     check_data(backend, TcBwdData(), p, bias=True)
 
 
 @pytest.mark.parametrize(
     "problem, caps, reason",
     [
-        (conv(1, 8, 4, 4, layout="NCHW"), EMULATOR, "channels-last"),
         (dataclasses.replace(conv(1, 8, 4, 4, dtype="fp32"), math="default"), EMULATOR, "tf32"),
         (conv(1, 8, 4, 4, dtype="fp32"), for_sm(75), "sm_80"),
         (conv(1, 7, 4, 4), EMULATOR, "even channel count"),
@@ -258,7 +256,7 @@ def test_heuristics_put_the_multistage_engine_first_on_a_gpu() -> None:
     fwd = conv(32, 64, 56, 64)
     assert h.conv_fwd_ranking(fwd, for_sm(90))[0] == h.TC
     assert h.TC not in h.conv_fwd_ranking(fwd, EMULATOR)  # emulator rankings unchanged
-    assert h.TC not in h.conv_fwd_ranking(conv(32, 64, 56, 64, layout="NCHW"), for_sm(90))
+    assert h.conv_fwd_ranking(conv(32, 64, 56, 64, layout="NCHW"), for_sm(90))[0] == h.TC
     bwd = dataclasses.replace(fwd, direction="bwd_data")
     assert h.conv_bwd_data_ranking(bwd, for_sm(90))[:2] == [h.BWD_DATA_TC_PHASED, h.BWD_DATA_TC]
     bwf = dataclasses.replace(fwd, direction="bwd_filter")
@@ -368,3 +366,36 @@ def test_backward_data_reasons() -> None:
     p = _bwd(4, 64, 28, 64, stride=2)
     assert PHASED.default_config(p, for_sm(90)) in PHASED.configs(p, for_sm(90))
     assert PHASED.workspace_size(p, PHASED.default_config(p, EMULATOR)) == 0
+
+
+# ------------------------------------------------------------------ NCHW (layout conversion)
+NCHW_CASES = {
+    "resnet_3x3": conv(2, 16, (5, 6), 24, layout="NCHW"),
+    "stride2_bf16": conv(1, 8, 7, 12, stride=2, dtype="bf16", layout="NCHW"),
+    "align2_k_odd": conv(1, 6, 5, 9, layout="NCHW"),
+    "tf32_c3_stem": conv(1, 3, 6, 8, f=3, dtype="fp32", layout="NCHW"),
+    "pointwise": conv(2, 24, 3, 70, f=1, pad=0, layout="NCHW"),
+}
+
+
+@pytest.mark.parametrize("case", sorted(NCHW_CASES))
+def test_nchw_through_the_layout_conversion(backend: str, case: str) -> None:
+    _check(backend, NCHW_CASES[case])
+
+
+def test_nchw_epilogue_and_split_k(backend: str) -> None:
+    e = Epilogue(alpha=2.0, alpha2=0.5, act_mode=0, has_bias=True, has_z=True)
+    p = conv(1, 40, 3, 20, layout="NCHW")
+    _check(backend, p, epilogue=e, activation="relu", bias=True, z=True)
+    _check(backend, p, TcConfig(64, 64, 32, 32, 32, 4, 4), epilogue=e, activation="relu",
+           bias=True, z=True)  # fmt: skip
+
+
+def test_nchw_conv1d_and_workspace(backend: str) -> None:
+    p = ConvProblem(n=2, c=8, spatial=(11,), k=6, filter=(3,), pads=((1, 1),), strides=(2,),
+                    dilations=(1,), layout="NCW", dtype="fp16")  # fmt: skip
+    _check(backend, p)
+    # x (2*8*11 halves = 352 bytes) and w (6*8*3 halves = 288 bytes), each rounded up to
+    # a multiple of 256 bytes.
+    assert SOLVER.workspace_size(p, SMALL) == 512 + 512
+    assert SOLVER.workspace_size(dataclasses.replace(p, layout="NWC"), SMALL) == 0

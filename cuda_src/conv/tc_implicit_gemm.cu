@@ -7,6 +7,11 @@
 // division in the main loop: each thread decodes its A rows (n, h0, w0) once, and the
 // tap/channel iterator advances by additions.
 //
+// NCHW: the solver converts x and w to NHWC / KRSC in the workspace (tc_nchw_to_nhwc) and
+// passes out_nchw = 1: the epilogue writes y (and reads z) in NCHW. The conversion is a pass
+// over x and w at memory speed; an NCHW loader would gather every 16-byte chunk from eight
+// (or four) rows of the image instead, in the main loop.
+//
 // Split-K (grid.z > 1): block z runs `iters_per_split` reduction tiles from z * that and
 // writes fp32 partials to ws[z][m][k]; tc_conv_fwd_splitk_epilogue sums them in split
 // order and applies the epilogue (deterministic). grid.z == 1: the epilogue runs here.
@@ -215,10 +220,28 @@ __device__ void store_partials(const float* Cs, float* ws, cl::index_t rows, int
     }
 }
 
+// NCHW output (the NCHW path: inputs converted to NHWC in the workspace, output written in
+// place): consecutive threads take consecutive pixels of one channel, the contiguous run.
+template <class G, typename T>
+__device__ void store_tile_nchw(const float* Cs, T* y, const T* z, const T* bias,
+                                const ConvEpilogue& e, cl::index_t rows, int K, int PQ,
+                                cl::index_t m0, int n0) {
+    for (int idx = threadIdx.x; idx < G::BM * G::BN; idx += G::THREADS) {
+        const int row = idx % G::BM, k = n0 + idx / G::BM;
+        const cl::index_t m = m0 + row;
+        if (m >= rows || k >= K) continue;
+        const cl::index_t n = m / PQ;
+        const cl::index_t off = (n * K + k) * PQ + (m - n * PQ);
+        const float zv = e.has_z ? cl::to_float(z[off]) : 0.f;
+        const float bv = e.has_bias ? cl::to_float(bias[k]) : 0.f;
+        y[off] = cl::from_float<T>(finish(e, Cs[row * G::C_LD + (k - n0)], zv, bv));
+    }
+}
+
 template <typename T, int BM, int BN, int BK, int WM, int WN, int STAGES, int ALIGN>
 __device__ __forceinline__ void fwd_body(const T* x, const T* w, T* y, const T* z, const T* bias,
                                          const ConvShape& s, const ConvEpilogue& e, float* ws,
-                                         int iters_per_split) {
+                                         int iters_per_split, int out_nchw) {
     typedef tc::Gemm<T, BM, BN, BK, WM, WN, STAGES, false, false> G;
     DYNAMIC_SHARED(T, smem);
     const cl::index_t m0 = (cl::index_t)blockIdx.x * BM;
@@ -234,16 +257,21 @@ __device__ __forceinline__ void fwd_body(const T* x, const T* w, T* y, const T* 
     G::stage_acc(acc, Cs);
     __syncthreads();
     const cl::index_t rows = (cl::index_t)s.n * s.p * s.q;
-    if (gridDim.z == 1) store_tile_nhwc<G>(Cs, y, z, bias, e, rows, s.k, m0, n0);
-    else store_partials<G>(Cs, ws + (cl::index_t)blockIdx.z * rows * s.k, rows, s.k, m0, n0);
+    if (gridDim.z > 1)
+        store_partials<G>(Cs, ws + (cl::index_t)blockIdx.z * rows * s.k, rows, s.k, m0, n0);
+    else if (out_nchw)
+        store_tile_nchw<G>(Cs, y, z, bias, e, rows, s.k, s.p * s.q, m0, n0);
+    else
+        store_tile_nhwc<G>(Cs, y, z, bias, e, rows, s.k, m0, n0);
 }
 
 // bf16 MMA exists from sm_80; older targets get a trapping body the solver never launches.
 template <typename T, int BM, int BN, int BK, int WM, int WN, int STAGES, int ALIGN>
 struct Fwd {
     __device__ static void go(const T* x, const T* w, T* y, const T* z, const T* bias,
-                              const ConvShape& s, const ConvEpilogue& e, float* ws, int ips) {
-        fwd_body<T, BM, BN, BK, WM, WN, STAGES, ALIGN>(x, w, y, z, bias, s, e, ws, ips);
+                              const ConvShape& s, const ConvEpilogue& e, float* ws, int ips,
+                              int out_nchw) {
+        fwd_body<T, BM, BN, BK, WM, WN, STAGES, ALIGN>(x, w, y, z, bias, s, e, ws, ips, out_nchw);
     }
 };
 #if !CL_MMA_SM80
@@ -251,14 +279,14 @@ template <int BM, int BN, int BK, int WM, int WN, int STAGES, int ALIGN>
 struct Fwd<__nv_bfloat16, BM, BN, BK, WM, WN, STAGES, ALIGN> {
     __device__ static void go(const __nv_bfloat16*, const __nv_bfloat16*, __nv_bfloat16*,
                               const __nv_bfloat16*, const __nv_bfloat16*, const ConvShape&,
-                              const ConvEpilogue&, float*, int) {
+                              const ConvEpilogue&, float*, int, int) {
         __trap();
     }
 };
 template <int BM, int BN, int BK, int WM, int WN, int STAGES, int ALIGN>
 struct Fwd<float, BM, BN, BK, WM, WN, STAGES, ALIGN> {  // TF32 MMA: sm_80+
     __device__ static void go(const float*, const float*, float*, const float*, const float*,
-                              const ConvShape&, const ConvEpilogue&, float*, int) {
+                              const ConvShape&, const ConvEpilogue&, float*, int, int) {
         __trap();
     }
 };
@@ -270,9 +298,9 @@ template <typename T, int BM, int BN, int BK, int WM, int WN, int STAGES, int AL
 __global__ void __launch_bounds__((BM / WM) * (BN / WN) * 32)
     tc_conv_fwd(const T* __restrict__ x, const T* __restrict__ w, T* y, const T* z,
                 const T* __restrict__ bias, ConvShape s, ConvEpilogue e, float* __restrict__ ws,
-                int iters_per_split) {
+                int iters_per_split, int out_nchw) {
     tcconv::Fwd<T, BM, BN, BK, WM, WN, STAGES, ALIGN>::go(x, w, y, z, bias, s, e, ws,
-                                                          iters_per_split);
+                                                          iters_per_split, out_nchw);
 }
 
 // Split-K end of the forward: y = epilogue(sum over splits of ws[z][m][k]), the splits
@@ -281,11 +309,38 @@ template <typename T>
 __global__ void __launch_bounds__(256)
     tc_conv_fwd_splitk_epilogue(const float* __restrict__ ws, T* y, const T* z,
                                 const T* __restrict__ bias, ConvEpilogue e, int splits,
-                                long long count, int K) {
+                                long long count, int K, int PQ, int out_nchw) {
     for (cl::index_t i = cl::global_thread_id(); i < count; i += cl::grid_stride()) {
         float v = 0.0f;
         for (int sp = 0; sp < splits; ++sp) v += ws[(cl::index_t)sp * count + i];
-        conv::store_output(y, z, bias, e, i, (int)(i % K), v);
+        const cl::index_t m = i / K;
+        const int k = (int)(i - m * K);
+        cl::index_t off = i;
+        if (out_nchw) {
+            const cl::index_t n = m / PQ;
+            off = (n * K + k) * PQ + (m - n * PQ);
+        }
+        conv::store_output(y, z, bias, e, off, k, v);
+    }
+}
+
+// The NCHW path's layout conversion: out[n][hw][c] = in[n][c][hw] (x: NCHW -> NHWC; the
+// filters: KCRS -> KRSC with n = K, hw = R*S), 32 x 32 tiles through shared memory so both
+// the reads and the writes are coalesced. grid (ceil(HW / 32), ceil(C / 32), N), block (32, 8).
+template <typename T>
+__global__ void __launch_bounds__(256)
+    tc_nchw_to_nhwc(const T* __restrict__ in, T* __restrict__ out, int C, int HW) {
+    __shared__ T tile[32][33];
+    const int hw0 = blockIdx.x * 32, c0 = blockIdx.y * 32;
+    const cl::index_t base = (cl::index_t)blockIdx.z * C * HW;
+    for (int i = threadIdx.y; i < 32; i += 8) {
+        const int c = c0 + i, hw = hw0 + threadIdx.x;
+        if (c < C && hw < HW) tile[i][threadIdx.x] = in[base + (cl::index_t)c * HW + hw];
+    }
+    __syncthreads();
+    for (int i = threadIdx.y; i < 32; i += 8) {
+        const int hw = hw0 + i, c = c0 + threadIdx.x;
+        if (c < C && hw < HW) out[base + (cl::index_t)hw * C + c] = tile[threadIdx.x][i];
     }
 }
 

@@ -40,12 +40,12 @@ def _cublas_pointwise(p: ConvProblem, caps: Capabilities) -> bool:
 
 def _multistage(p: ConvProblem, caps: Capabilities) -> bool:
     """The multistage tensor-core implicit GEMM (mma.sync, cp.async) before the WMMA
-    kernels on a GPU, wherever it applies (NHWC; fp16/bf16 with even C, or TF32): its
+    kernels on a GPU, wherever it applies (fp16/bf16 with even C, or TF32; NCHW through a
+    layout conversion in the workspace): its
     sm_90 main loop is 30% HMMA, where the WMMA forward issues 16 HMMA among ~7,300
     instructions of address arithmetic. Unmeasured on a GPU so far. Not on the emulator, where the
     rankings stay as they were."""
-    tensor_math = p.dtype in ("fp16", "bf16") or p.math == "tf32"
-    return not caps.emulator and tensor_math and p.channels_last
+    return not caps.emulator and (p.dtype in ("fp16", "bf16") or p.math == "tf32")
 
 
 def conv_fwd_ranking(p: ConvProblem, caps: Capabilities) -> list[str]:

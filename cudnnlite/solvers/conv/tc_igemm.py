@@ -13,9 +13,13 @@ zero-fill for the padding):
 Backward data at stride 1 runs it on the rotated filters (``conv_bwd_data_tc_implicit_gemm``,
 in :mod:`.bwd_data`); backward filter has its own loader (:mod:`.tc_bwd_filter`).
 
-Layout: NHWC only. NCHW has no contiguous channel runs, so every 16-byte copy of the
-A tile would become 2- or 4-byte gathers; NCHW tensor-core work stays with the WMMA
-solver (``conv_fwd_wmma_implicit_gemm``), and channels-last is what tensor-core users run.
+Layout: the kernel is NHWC + KRSC. NCHW problems go through a layout conversion: two
+transposes (``tc_nchw_to_nhwc``: x to NHWC, w to KRSC) into the workspace, then the same
+kernel, whose epilogue writes y (and reads z) in NCHW. Why a conversion and not an NCHW
+loader: NCHW has no contiguous channel runs, so every 16-byte copy of the A tile would
+become 8 (or 4) scalar gathers in the main loop, each re-read for every filter tap; the
+conversion is one pass over x and w at memory speed. Workspace: x and w in the new layout
+(rounded up to 256 bytes each), plus the split-K partials.
 
 Loads: 16-byte copies (8 channels of fp16/bf16, 4 of fp32) when C allows, else 4-byte
 copies (2 channels, or 1 fp32 channel: any C); odd C in fp16/bf16 is not applicable (the
@@ -186,9 +190,14 @@ def module_spec(dt: dtypes.DType, config: TcConfig, align: int) -> ModuleSpec:
     return ModuleSpec.make(SOURCE, [kernel_expr(dt, config, align)])
 
 
-def splitk_module_spec(dt: dtypes.DType) -> ModuleSpec:
-    """The split-K finishing kernel, once per dtype (it holds the activation switch)."""
-    return ModuleSpec.make(SOURCE, [splitk_expr(dt)])
+def transpose_expr(dt: dtypes.DType) -> str:
+    return f"tc_nchw_to_nhwc<{dt.ctype}>"
+
+
+def helper_module_spec(dt: dtypes.DType) -> ModuleSpec:
+    """The split-K finishing kernel (it holds the activation switch) and the NCHW path's
+    layout conversion, once per dtype."""
+    return ModuleSpec.make(SOURCE, [splitk_expr(dt), transpose_expr(dt)])
 
 
 def reduction_tiles(problem: ConvProblem, config: TcConfig) -> int:
@@ -203,6 +212,25 @@ def split_plan(problem: ConvProblem, config: TcConfig) -> tuple[int, int]:
     return per, -(-total // per)
 
 
+_ALIGN = 256  # workspace regions start on 256-byte boundaries
+
+
+def _aligned(nbytes: int) -> int:
+    return -(-nbytes // _ALIGN) * _ALIGN
+
+
+def workspace_layout(problem: ConvProblem, config: TcConfig) -> tuple[int, int, int]:
+    """(bytes of x in NHWC, bytes of w in KRSC, bytes of split-K partials); the first two
+    only for NCHW problems (the layout conversion), the last only with splits > 1."""
+    item = dtype_of(problem).itemsize
+    convert = not problem.channels_last
+    xb = _aligned(int(np.prod(problem.x_shape())) * item) if convert else 0
+    wb = _aligned(int(np.prod(problem.w_shape())) * item) if convert else 0
+    _, splits = split_plan(problem, config)
+    rows = problem.n * int(np.prod(problem.out_spatial))
+    return xb, wb, 0 if splits == 1 else 4 * splits * rows * problem.k
+
+
 class _Runner(Runner):
     def __init__(self, backend: Backend, problem: ConvProblem, config: TcConfig) -> None:
         dt = dtype_of(problem)
@@ -212,7 +240,8 @@ class _Runner(Runner):
         module = backend.module(spec)
         self._kernel = module.get_function(kernel_expr(dt, config, align))
         math = "tf32" if problem.dtype == "fp32" else problem.dtype
-        self._names = [f"tc_igemm_fwd_{config.label()}_a{align}_nhwc_{math}"]
+        layout = "nhwc" if problem.channels_last else "nchw"
+        self._names = [f"tc_igemm_fwd_{config.label()}_a{align}_{layout}_{math}"]
         self._shape = shape_struct(problem)
         rows = problem.n * int(np.prod(problem.out_spatial))
         self._per, splits = split_plan(problem, config)
@@ -220,38 +249,47 @@ class _Runner(Runner):
         self._block = (config.threads,)
         self._smem = config.smem_bytes(dt.itemsize)
         self._splits, self._count, self._k = splits, rows * problem.k, problem.k
+        self._pq = int(np.prod(problem.out_spatial))
+        self._nchw = np.int32(0 if problem.channels_last else 1)
+        self._layout = workspace_layout(problem, config)
+        self._dtype = dt.numpy
+        helpers = backend.module(helper_module_spec(dt))
         if splits > 1:
-            self._finish = backend.module(splitk_module_spec(dt)).get_function(splitk_expr(dt))
+            self._finish = helpers.get_function(splitk_expr(dt))
             self._names.append(f"tc_igemm_fwd_splitk_epilogue_{problem.dtype}")
             self._fgrid = (max(1, min(-(-self._count // 256), 1 << 16)),)
+        if not problem.channels_last:
+            self._convert = helpers.get_function(transpose_expr(dt))
+            hw, taps = int(np.prod(problem.spatial)), problem.filter_taps
+            # (grid, C, HW) of x -> NHWC and of w (K images of C x R*S) -> KRSC
+            self._x_t = ((-(-hw // 32), -(-problem.c // 32), problem.n), problem.c, hw)
+            self._w_t = ((-(-taps // 32), -(-problem.c // 32), problem.k), problem.c, taps)
+            self._names.insert(0, f"tc_nchw_to_nhwc_{problem.dtype}")
 
     @property
     def kernel_names(self) -> list[str]:
         return list(self._names)
 
+    def _view(self, workspace: Any, start: int, nbytes: int, dtype: Any) -> Any:
+        return workspace[start : start + nbytes].view(dtype)
+
     def __call__(self, tensors: ConvTensors, epilogue: Epilogue, workspace: Any) -> None:
         x, w, y, z, bias = tensors.kernel_pointers()
-        ws = (
-            x if self._splits == 1 else workspace[: 4 * self._splits * self._count].view(np.float32)
-        )
+        xb, wb, pb = self._layout
+        if self._nchw:
+            xs = self._view(workspace, 0, xb, self._dtype)
+            ws_w = self._view(workspace, xb, wb, self._dtype)
+            for src, dst, (grid, c, hw) in ((x, xs, self._x_t), (w, ws_w, self._w_t)):
+                self._convert(grid, (32, 8), (src, dst, np.int32(c), np.int32(hw)))
+            x, w = xs, ws_w
+        parts = x if self._splits == 1 else self._view(workspace, xb + wb, pb, np.float32)
         e = epilogue.struct()
-        args = (x, w, y, z, bias, self._shape, e, ws, np.int32(self._per))
+        args = (x, w, y, z, bias, self._shape, e, parts, np.int32(self._per), self._nchw)
         self._kernel(self._grid, self._block, args, shared_mem=self._smem)
         if self._splits > 1:
-            self._finish(
-                self._fgrid,
-                (256,),
-                (
-                    ws,
-                    y,
-                    z,
-                    bias,
-                    e,
-                    np.int32(self._splits),
-                    np.int64(self._count),
-                    np.int32(self._k),
-                ),
-            )
+            count, k, pq = np.int64(self._count), np.int32(self._k), np.int32(self._pq)
+            args = (parts, y, z, bias, e, np.int32(self._splits), count, k, pq, self._nchw)
+            self._finish(self._fgrid, (256,), args)
 
 
 class TcImplicitGemmSolver(Solver):
@@ -268,10 +306,8 @@ class TcImplicitGemmSolver(Solver):
             return not_applicable(reason)
         if problem.groups != 1:
             return not_applicable("needs groups == 1")
-        if not problem.channels_last:
-            return not_applicable(
-                "needs channels-last (NHWC): NCHW has no contiguous channel runs to copy"
-            )
+        if not problem.channels_last and max(problem.n, problem.k) > 65535:
+            return not_applicable("NCHW: the layout conversion needs N and K <= 65535")
         if problem.dtype == "fp32" and problem.math != "tf32":
             return not_applicable("fp32 runs on tensor cores only with math='tf32'")
         if not caps.mma_sync:
@@ -306,9 +342,7 @@ class TcImplicitGemmSolver(Solver):
 
     def workspace_size(self, problem: ConvProblem, config: Config) -> int:
         assert isinstance(config, TcConfig)
-        _, splits = split_plan(problem, config)
-        rows = problem.n * int(np.prod(problem.out_spatial))
-        return 0 if splits == 1 else 4 * splits * rows * problem.k
+        return sum(workspace_layout(problem, config))
 
     def default_config(self, problem: ConvProblem, caps: Capabilities) -> TcConfig:
         rows = problem.n * int(np.prod(problem.out_spatial))
@@ -340,7 +374,7 @@ class TcImplicitGemmSolver(Solver):
             wide, narrow = v.aligns
             specs += [module_spec(dt, TcConfig(*t), wide) for t in v.tiles]
             specs += [module_spec(dt, TcConfig(*t), narrow) for t in v.narrow_tiles]
-            specs.append(splitk_module_spec(dt))
+            specs.append(helper_module_spec(dt))
         return specs
 
     def prepare(self, backend: Backend, problem: ConvProblem, config: Config) -> Runner:
