@@ -212,7 +212,8 @@ struct Gemm {
             }
     }
 
-    enum { SMEM_BYTES = PIPE_BYTES > C_BYTES ? PIPE_BYTES : C_BYTES };
+    static constexpr int SMEM_BYTES =
+        (int)PIPE_BYTES > (int)C_BYTES ? (int)PIPE_BYTES : (int)C_BYTES;
 };
 
 }  // namespace tc

@@ -13,6 +13,7 @@ CUDNNLITE_EMU_THREADS   OS threads running blocks (default: all cores)
 CUDNNLITE_EMU_STACK_KB  stack per CUDA thread (default 256)
 CUDNNLITE_EMU_ASAN      ``1``: AddressSanitizer build; every array is copied into a
                         buffer with poisoned redzones, out-of-bounds accesses raise
+CUDNNLITE_EMU_NO_PCH    ``1``: compile modules without the precompiled emulator header
 CUDNNLITE_EMU_PORTABLE  ``1``: build for the baseline of the architecture instead of
                         this CPU (``-march=native``, the default)
 CUDNNLITE_CACHE_DIR     where compiled libraries go (default ~/.cache/cudnnlite)
@@ -157,6 +158,34 @@ def _check_source(spec: ModuleSpec, text: str) -> None:
         )
 
 
+def _precompiled_header(cxx: str, flags: list[str]) -> Path | None:
+    """A directory holding ``cuda_emu.h.gch``, g++'s precompiled form of the emulator's
+    header for these flags (built once per header content, compiler, CPU and flags), or
+    None when it cannot be built. Modules compile with ``-include cuda_emu.h`` from that
+    directory: g++ takes the .gch when it is valid for the command and otherwise reads the
+    header as usual, so the result is the same either way, 1-2 s sooner per module."""
+    key = hashlib.sha256()
+    for part in (_header_digest(), compiler_version(cxx), _cpu_signature(), *flags):
+        key.update(part.encode())
+        key.update(b"\0")
+    pch_dir = cache_dir().resolve() / f"pch-{key.hexdigest()[:24]}"
+    gch = pch_dir / "cuda_emu.h.gch"
+    if gch.exists():
+        return pch_dir
+    pch_dir.mkdir(parents=True, exist_ok=True)
+    fd, tmp = tempfile.mkstemp(suffix=".gch", dir=pch_dir)
+    os.close(fd)
+    header_flags = [f for f in flags if f != "-shared"]
+    cmd = [cxx, *header_flags, f"-I{INCLUDE_DIR}", "-x", "c++-header",
+           str(INCLUDE_DIR / "cuda_emu.h"), "-o", tmp]  # fmt: skip
+    proc = subprocess.run(cmd, capture_output=True, text=True, check=False)
+    if proc.returncode != 0:
+        os.unlink(tmp)
+        return None
+    os.replace(tmp, gch)  # atomic: concurrent builders are harmless
+    return pch_dir
+
+
 def _compile(spec: ModuleSpec, asan: bool) -> Path:
     src = source_path(spec.source)
     text = src.read_text()
@@ -189,17 +218,21 @@ def _compile(spec: ModuleSpec, asan: bool) -> Path:
     out_dir.mkdir(parents=True, exist_ok=True)
     fd, tmp = tempfile.mkstemp(suffix=".so", dir=out_dir)
     os.close(fd)
+    # The ASan build (different flags, rarely used) skips the precompiled header.
+    pch = None if asan or _env_flag("CUDNNLITE_EMU_NO_PCH") else _precompiled_header(cxx, flags)
     cmd = [
         cxx,
         *flags,
+        *(["-include", "cuda_emu.h"] if pch else []),
         f"-I{INCLUDE_DIR}",
         f"-I{cuda_src_dir()}",
         *defines,
         str(INCLUDE_DIR / "emu_entry.cpp"),
         "-o",
-        tmp,
+        str(Path(tmp).resolve()),
     ]
-    proc = subprocess.run(cmd, capture_output=True, text=True, check=False)
+    # -include looks in the working directory first: there lies the .gch.
+    proc = subprocess.run(cmd, capture_output=True, text=True, check=False, cwd=pch)
     if proc.returncode != 0:
         os.unlink(tmp)
         log = proc.stderr.strip()
