@@ -186,8 +186,19 @@ __device__ __forceinline__ void body(const T* __restrict__ x, const T* __restric
 
 #define IGEMM_TILE gemm::Tile<BM, BN, BK, TM, TN, STAGES>
 
+namespace igemm {
+// The 16-bit NHWC kernel stages its loads through registers and its 128-register budget
+// for two 256-thread blocks per SM spilled 56 bytes (ptxas, sm_90): it asks for one block
+// (8 warps per SM, still the occupancy target) and keeps its registers instead.
+template <typename T, bool NHWC, class Tile>
+constexpr int min_blocks() {
+    return sizeof(T) == 2 && NHWC && Tile::THREADS >= 256 ? 1 : Tile::MIN_BLOCKS;
+}
+}  // namespace igemm
+
 template <typename T, bool NHWC, int BM, int BN, int BK, int TM, int TN, int STAGES>
-__global__ void __launch_bounds__(IGEMM_TILE::THREADS, IGEMM_TILE::MIN_BLOCKS) implicit_gemm(
+__global__ void __launch_bounds__(IGEMM_TILE::THREADS, igemm::min_blocks<T, NHWC, IGEMM_TILE>())
+    implicit_gemm(
     // pointers: z may be y and bias may be x when absent (e.has_z / e.has_bias say)
     const T* __restrict__ x, const T* __restrict__ w, T* y, const T* z, const T* bias,
     // sizes, epilogue
