@@ -186,8 +186,10 @@ def test_configs_and_names() -> None:
         TcConfig(48, 48, 32, 16, 16, 4)
     cfg = SOLVER.config_from_dict(TcConfig().to_dict())
     assert cfg == TcConfig() and cfg.label() == "128x128x32_w64x64_s4"
-    # Every tile fits the smallest shared memory of a tensor-core arch we target (sm_75).
-    assert all(TcConfig(*t).smem_bytes() <= for_sm(75).max_shared_bytes for t in TILES)
+    # Every tile fits sm_80's shared memory; sm_75 (64 KiB) gets the ones that fit it.
+    assert all(TcConfig(*t).smem_bytes() <= for_sm(80).max_shared_bytes for t in TILES)
+    small = SOLVER.configs(p8, for_sm(75))
+    assert small and all(c.smem_bytes() <= for_sm(75).max_shared_bytes for c in small)
 
 
 # ------------------------------------------------------------------ backward filter

@@ -58,15 +58,19 @@ SOURCE = "conv/tc_implicit_gemm.cu"
 DTYPES = ("fp16", "bf16")  # 16-bit inputs; fp32 runs too, with math="tf32" (forward)
 _MAX_GRID_Y = 65535
 
-# (block_m, block_n, block_k, warp_m, warp_n, stages): what the tuner times.
+# (block_m, block_n, block_k, warp_m, warp_n, stages): what the tuner times. Static figures
+# on sm_90 (HMMA share of the main loop's SASS, registers; no tile spills): 128x128x64
+# 36% / 231, 128x256 34% / 209, 256x128 32% / 215, 128x128x32 31% / 215, the smaller
+# tiles 10-20% (fewer MMAs per copied byte; for small layers and split-K).
 TILES = (
-    (128, 128, 32, 64, 64, 4),  # 4 warps of 64x64: the large-layer workhorse
+    (128, 128, 64, 64, 64, 3),  # 4 warps of 64x64, BK 64: the most MMA per instruction
+    (128, 128, 32, 64, 64, 4),
+    (128, 256, 32, 64, 64, 3),  # 8 warps of 64x64 (needs ~130 KiB of shared memory: sm_80+)
+    (256, 128, 32, 64, 64, 3),
     (128, 128, 32, 32, 64, 4),  # 8 warps: fewer registers per thread, more latency hiding
     (128, 64, 32, 64, 32, 4),
     (64, 128, 32, 32, 64, 4),
     (64, 64, 32, 32, 32, 4),
-    (64, 64, 64, 32, 32, 3),
-    (128, 128, 64, 32, 64, 3),  # BK 64 with 64x64 warp tiles spills (255 registers)
 )
 
 # 4-byte copies need four times the per-thread loader state of 16-byte ones: only these
@@ -85,9 +89,11 @@ SPLIT_TILES = ((64, 64, 32, 32, 32, 4), (64, 128, 32, 32, 64, 4), (128, 64, 32, 
 
 # TF32 (fp32 storage, m16n8k8): a 16-byte chunk holds 4 channels, so BK 16 is the same
 # two chunks per MMA step and the same shared bytes per row as BK 32 of fp16.
-# (No BK 32 with 64x64 warp tiles, nor 32x64 warp tiles: ptxas spills them.)
+# (No 32x64 warp tiles: ptxas spills them.) TF32 loops are 19-21% HMMA: an m16n8k8 does
+# half the work of an m16n8k16 and each fragment register takes one cvt.rna.
 TILES_TF32 = (
     (128, 128, 16, 64, 64, 4),
+    (128, 128, 32, 64, 64, 3),
     (128, 64, 16, 64, 32, 4),
     (64, 128, 16, 64, 32, 4),
     (64, 64, 16, 32, 32, 4),
