@@ -378,7 +378,7 @@ struct BwdFilterLoader {
     bool b_colok;
     int b_rh, b_rw;                 // r * dil_h - pad_h, s * dil_w - pad_w
     int b_n[B_PASSES], b_p[B_PASSES], b_q[B_PASSES];
-    cl::index_t b_c;                // c
+    int b_c;                        // c
     const T* x;
     int H, W, C, P, Q, stride_h, stride_w, K;
     cl::index_t row, end;           // first npq row of the next tile, end of this split
@@ -425,7 +425,7 @@ struct BwdFilterLoader {
             const int h = b_p[j] * stride_h + b_rh, w = b_q[j] * stride_w + b_rw;
             const bool ok = b_colok && row + b_row0 + j * B_RPP < end &&
                             (unsigned)h < (unsigned)H && (unsigned)w < (unsigned)W;
-            const T* src = x + (((cl::index_t)b_n[j] * H + h) * W + w) * C + b_c;
+            const T* src = x + (((b_n[j] * H + h) * W + w) * C + b_c);  // x < 2^31 elements
             cl::mma::cp_async<ALIGN * 2>(Bs + b_dst[j], src, ok);
             // The row BK further: carry q into p and n without dividing.
             b_q[j] += G::BK;

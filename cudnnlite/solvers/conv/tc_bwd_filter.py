@@ -148,8 +148,9 @@ class TcBwdFilterSolver(Solver):
                 f"needs even K and C for 4-byte copies, got k={problem.k}, c={problem.c}"
             )
         rsc, npq = _dims(problem)
-        if -(-problem.k // 64) > _MAX_GRID_Y or npq >= 2**31 or problem.k * rsc >= 2**31:
-            return not_applicable("needs K < 2^22 and N*P*Q, K*R*S*C below 2^31")
+        big = max(npq, problem.k * rsc, int(np.prod(problem.x_shape())))
+        if -(-problem.k // 64) > _MAX_GRID_Y or big >= 2**31:
+            return not_applicable("needs K < 2^22 and N*P*Q, K*R*S*C and x below 2^31 elements")
         return APPLICABLE
 
     def configs(self, problem: ConvProblem, caps: Capabilities) -> list[TcSplitKConfig]:
