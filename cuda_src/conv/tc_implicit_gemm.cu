@@ -553,24 +553,26 @@ struct BwdDataLoader {
     static_assert(A_PASSES >= 1 && B_PASSES >= 1 && G::BK % B_RPP == 0, "whole passes");
     static_assert(A_RPP % 8 == 0, "passes keep the row swizzle (period 8)");
 
-    const T* a_ptr[A_PASSES];          // dy at (n, jh, jw, a_col): tap offset 0
+    const T* dy;
+    const T* w;
+    int a_off[A_PASSES];               // dy offset of (n, jh, jw, a_col): tap offset 0
     int a_jh[A_PASSES], a_jw[A_PASSES];  // jh, jw (far negative: a row past the phase)
     int a_dst, a_col;
-    const T* b_ptr;                    // w at (first k row of this thread, tap 0, b_col)
+    int b_off;                         // w offset of (first k row of this thread, tap 0, b_col)
     bool b_cok;
     int b_dst[B_PASSES];
     int b_row0, P, Q, K, S, slices;
-    cl::index_t rsc;
+    int rsc;  // 32-bit offsets: the solver keeps dy and w below 2^31 elements
     // Iterator: contributing tap (ir, is) of the phase lists, k slice k0.
     int ir, is, k0, nr, ns, dph, dpw, dph0, dpw0, dph_step, dpw_step, s_step;
-    cl::index_t a_tap;  // -(dph * Q + dpw) * K + k0
-    cl::index_t b_tap;  // (r * S + s) * C + k0 * rsc
+    int a_tap;  // -(dph * Q + dpw) * K + k0
+    int b_tap;  // (r * S + s) * C + k0 * rsc
     int r0, s0, r_step, C;
 
-    __device__ BwdDataLoader(const T* dy, const T* w, const ConvShape& s, const Phase& fh,
+    __device__ BwdDataLoader(const T* dy_, const T* w_, const ConvShape& s, const Phase& fh,
                              const Phase& fw, cl::index_t m0, int n0)
-        : P(s.p), Q(s.q), K(s.k), S(s.s), C(s.c) {
-        rsc = (cl::index_t)s.r * s.s * s.c;
+        : dy(dy_), w(w_), P(s.p), Q(s.q), K(s.k), S(s.s), C(s.c) {
+        rsc = s.r * s.s * s.c;
         a_col = (threadIdx.x % A_CPR) * ALIGN;
         const int a_row0 = threadIdx.x / A_CPR;
         a_dst = tc::tile_offset<G::BK, G::EPC>(a_row0, a_col);
@@ -587,12 +589,13 @@ struct BwdDataLoader {
             }
             a_jh[i] = m < rows ? fh.j0 + ih : -(1 << 30);
             a_jw[i] = fw.j0 + iw;
-            a_ptr[i] = dy + (((cl::index_t)n * s.p + a_jh[i]) * s.q + a_jw[i]) * s.k + a_col;
+            // (A row past the phase: offset of jh = 0, never read; no overflow.)
+            a_off[i] = ((n * s.p + (m < rows ? a_jh[i] : 0)) * s.q + a_jw[i]) * s.k + a_col;
         }
         const int b_col = (threadIdx.x % B_CPR) * ALIGN;
         b_row0 = threadIdx.x / B_CPR;
         b_cok = n0 + b_col < s.c;
-        b_ptr = w + (cl::index_t)b_row0 * rsc + n0 + b_col;
+        b_off = b_row0 * rsc + n0 + b_col;
 #pragma unroll
         for (int j = 0; j < B_PASSES; ++j)
             b_dst[j] = tc::tile_offset<G::BN>(b_row0 + j * B_RPP, b_col);
@@ -610,8 +613,8 @@ struct BwdDataLoader {
         ir = is = k0 = 0;
         dph = dph0;
         dpw = dpw0;
-        a_tap = -((cl::index_t)dph * Q + dpw) * K;
-        b_tap = ((cl::index_t)r0 * S + s0) * C;
+        a_tap = -(dph * Q + dpw) * K;
+        b_tap = (r0 * S + s0) * C;
     }
 
     __device__ void load(T* As, T* Bs) {
@@ -620,31 +623,31 @@ struct BwdDataLoader {
         for (int i = 0; i < A_PASSES; ++i) {
             const bool ok = k_ok && (unsigned)(a_jh[i] - dph) < (unsigned)P &&
                             (unsigned)(a_jw[i] - dpw) < (unsigned)Q;
-            cl::mma::cp_async<BYTES>(As + a_dst + i * A_RPP * G::BK, a_ptr[i] + a_tap, ok);
+            cl::mma::cp_async<BYTES>(As + a_dst + i * A_RPP * G::BK, dy + (a_off[i] + a_tap), ok);
         }
 #pragma unroll
         for (int j = 0; j < B_PASSES; ++j) {
             const int k = k0 + b_row0 + j * B_RPP;
-            cl::mma::cp_async<BYTES>(Bs + b_dst[j], b_ptr + b_tap + (cl::index_t)j * B_RPP * rsc,
+            cl::mma::cp_async<BYTES>(Bs + b_dst[j], w + (b_off + b_tap + j * B_RPP * rsc),
                                      b_cok && k < K);
         }
         // Next: the next k slice, or the first slice of the phase's next tap.
         k0 += G::BK;
         a_tap += G::BK;
-        b_tap += (cl::index_t)G::BK * rsc;
+        b_tap += G::BK * rsc;
         if (k0 >= K) {
             a_tap -= k0;
-            b_tap -= (cl::index_t)k0 * rsc;
+            b_tap -= k0 * rsc;
             k0 = 0;
             if (++is < ns) {
                 dpw += dpw_step;
-                a_tap -= (cl::index_t)dpw_step * K;
-                b_tap += (cl::index_t)s_step * C;
+                a_tap -= dpw_step * K;
+                b_tap += s_step * C;
             } else {
                 is = 0;
                 ++ir;
-                a_tap += ((cl::index_t)(dpw - dpw0) - (cl::index_t)dph_step * Q) * K;
-                b_tap += ((cl::index_t)r_step * S - (cl::index_t)(ns - 1) * s_step) * C;
+                a_tap += ((dpw - dpw0) - dph_step * Q) * K;
+                b_tap += (r_step * S - (ns - 1) * s_step) * C;
                 dpw = dpw0;
                 dph += dph_step;
             }

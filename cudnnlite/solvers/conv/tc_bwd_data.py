@@ -121,6 +121,8 @@ class TcBwdDataPhasedSolver(Solver):
             )
         if -(-problem.c // 64) > _MAX_GRID or int(np.prod(problem.strides)) > _MAX_GRID:
             return not_applicable("needs C and the stride's phases within the grid's limits")
+        if max(np.prod(problem.y_shape()), np.prod(problem.w_shape())) >= 2**31:
+            return not_applicable("needs dy and w below 2^31 elements (32-bit offsets)")
         return APPLICABLE
 
     def configs(self, problem: ConvProblem, caps: Capabilities) -> list[TcConfig]:
