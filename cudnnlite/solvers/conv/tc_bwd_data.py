@@ -34,6 +34,7 @@ from ..base import APPLICABLE, Applicability, Config, Runner, Solver, not_applic
 from . import bwd_filter as bwf
 from .bwd_data import BwdDataTensors
 from .common import Epilogue, shape_struct
+from .tc_bwd_filter import align_for, backward_reason
 from .tc_igemm import DTYPES, SOURCE, TILES, TILES_ALIGN2, TcConfig
 
 # Four of the forward's tiles (its 8-warp 128x128 spills 4 bytes here on sm_90; BK 64 adds
@@ -47,10 +48,6 @@ BWD_TILES = (
 BWD_TILES_ALIGN2 = ((64, 64, 32, 32, 32, 4),)
 assert set(BWD_TILES) <= set(TILES) and set(BWD_TILES_ALIGN2) <= set(TILES_ALIGN2)
 _MAX_GRID = 65535
-
-
-def align_for(problem: ConvProblem) -> int | None:
-    return next((a for a in (8, 2) if problem.c % a == 0 and problem.k % a == 0), None)
 
 
 def _expr(dt: dtypes.DType, cfg: TcConfig, align: int) -> str:
@@ -102,23 +99,9 @@ class TcBwdDataPhasedSolver(Solver):
     deterministic = True
 
     def is_applicable(self, problem: ConvProblem, caps: Capabilities) -> Applicability:
-        reason = bwf.common_reason(problem, "bwd_data")
+        reason = backward_reason(problem, caps, "bwd_data")
         if reason:
             return not_applicable(reason)
-        if problem.groups != 1:
-            return not_applicable("needs groups == 1")
-        if not problem.channels_last:
-            return not_applicable("needs channels-last (NHWC): copies run along K and C")
-        if problem.dtype not in DTYPES:
-            return not_applicable(f"needs fp16 or bf16 (ldmatrix.trans), got {problem.dtype}")
-        if not caps.mma_sync:
-            return not_applicable(f"needs mma.sync and ldmatrix (sm_75+), device is {caps.arch}")
-        if problem.dtype == "bf16" and not caps.bf16_tensor_cores:
-            return not_applicable(f"bf16 needs sm_80+, device is {caps.arch}")
-        if align_for(problem) is None:
-            return not_applicable(
-                f"needs even K and C for 4-byte copies, got k={problem.k}, c={problem.c}"
-            )
         if -(-problem.c // 64) > _MAX_GRID or int(np.prod(problem.strides)) > _MAX_GRID:
             return not_applicable("needs C and the stride's phases within the grid's limits")
         if max(np.prod(problem.y_shape()), np.prod(problem.w_shape())) >= 2**31:

@@ -70,7 +70,28 @@ class TcSplitKConfig(TcTile):
 
 
 def align_for(problem: ConvProblem) -> int | None:
+    """Channels per copy of the backward kernels: their copies run along both K and C."""
     return next((a for a in (8, 2) if problem.c % a == 0 and problem.k % a == 0), None)
+
+
+def backward_reason(problem: ConvProblem, caps: Capabilities, direction: str) -> str | None:
+    """What the tensor-core backward kernels (filter, and data by phases) cannot run."""
+    reason = bwf.common_reason(problem, direction)
+    if reason:
+        return reason
+    if problem.groups != 1:
+        return "needs groups == 1"
+    if not problem.channels_last:
+        return "needs channels-last (NHWC): copies run along K and C"
+    if problem.dtype not in DTYPES:
+        return f"needs fp16 or bf16 (ldmatrix.trans), got {problem.dtype}"
+    if not caps.mma_sync:
+        return f"needs mma.sync and ldmatrix (sm_75+), device is {caps.arch}"
+    if problem.dtype == "bf16" and not caps.bf16_tensor_cores:
+        return f"bf16 needs sm_80+, device is {caps.arch}"
+    if align_for(problem) is None:
+        return f"needs even K and C for 4-byte copies, got k={problem.k}, c={problem.c}"
+    return None
 
 
 def _expr(dt: dtypes.DType, tile: tuple[int, ...], align: int) -> str:
@@ -130,23 +151,9 @@ class TcBwdFilterSolver(Solver):
     deterministic = True
 
     def is_applicable(self, problem: ConvProblem, caps: Capabilities) -> Applicability:
-        reason = bwf.common_reason(problem, "bwd_filter")
+        reason = backward_reason(problem, caps, "bwd_filter")
         if reason:
             return not_applicable(reason)
-        if problem.groups != 1:
-            return not_applicable("needs groups == 1")
-        if not problem.channels_last:
-            return not_applicable("needs channels-last (NHWC): copies run along K and C")
-        if problem.dtype not in DTYPES:
-            return not_applicable(f"needs fp16 or bf16, got {problem.dtype}")
-        if not caps.mma_sync:
-            return not_applicable(f"needs mma.sync and ldmatrix (sm_75+), device is {caps.arch}")
-        if problem.dtype == "bf16" and not caps.bf16_tensor_cores:
-            return not_applicable(f"bf16 needs sm_80+, device is {caps.arch}")
-        if align_for(problem) is None:
-            return not_applicable(
-                f"needs even K and C for 4-byte copies, got k={problem.k}, c={problem.c}"
-            )
         rsc, npq = _dims(problem)
         big = max(npq, problem.k * rsc, int(np.prod(problem.x_shape())))
         if -(-problem.k // 64) > _MAX_GRID_Y or big >= 2**31:
