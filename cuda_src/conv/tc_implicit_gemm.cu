@@ -373,11 +373,12 @@ struct BwdFilterLoader {
     const T* a_ptr;  // dy at (first row of this thread, k chunk)
     bool a_kok;
     int a_dst[A_PASSES];
-    // B (x): this thread's (r, s, c) is fixed; rows walk the output pixels.
+    // B (x): this thread's (r, s, c) is fixed; it copies B_PASSES consecutive rows (output
+    // pixels) of each tile, so one (n, p, q) carries through them by increments.
     int b_dst[B_PASSES];
     bool b_colok;
     int b_rh, b_rw;                 // r * dil_h - pad_h, s * dil_w - pad_w
-    int b_n[B_PASSES], b_p[B_PASSES], b_q[B_PASSES];
+    int b_n, b_p, b_q;              // the pixel of this thread's first row of the next tile
     int b_c;                        // c
     const T* x;
     int H, W, C, P, Q, stride_h, stride_w, K;
@@ -404,14 +405,13 @@ struct BwdFilterLoader {
         b_rh = (rs / s.s) * s.dil_h - s.pad_h;
         b_rw = (rs % s.s) * s.dil_w - s.pad_w;
 #pragma unroll
-        for (int j = 0; j < B_PASSES; ++j) {
-            b_dst[j] = tc::tile_offset<G::BN>(b_row0 + j * B_RPP, b_col);
-            const cl::index_t m = start + b_row0 + j * B_RPP;  // decoded once per split
-            b_q[j] = (int)(m % s.q);
-            const cl::index_t np = m / s.q;
-            b_p[j] = (int)(np % s.p);
-            b_n[j] = (int)(np / s.p);
-        }
+        for (int j = 0; j < B_PASSES; ++j)
+            b_dst[j] = tc::tile_offset<G::BN>(b_row0 * B_PASSES + j, b_col);
+        const cl::index_t m = start + b_row0 * B_PASSES;  // decoded once per split
+        b_q = (int)(m % s.q);
+        const cl::index_t np = m / s.q;
+        b_p = (int)(np % s.p);
+        b_n = (int)(np / s.p);
     }
 
     __device__ void load(T* As, T* Bs) {
@@ -420,21 +420,30 @@ struct BwdFilterLoader {
             const bool ok = a_kok && row + a_row0 + i * A_RPP < end;
             cl::mma::cp_async<ALIGN * 2>(As + a_dst[i], a_ptr + (cl::index_t)i * A_RPP * K, ok);
         }
+        int n = b_n, p = b_p, q = b_q;
+        const cl::index_t first = row + b_row0 * B_PASSES;
 #pragma unroll
         for (int j = 0; j < B_PASSES; ++j) {
-            const int h = b_p[j] * stride_h + b_rh, w = b_q[j] * stride_w + b_rw;
-            const bool ok = b_colok && row + b_row0 + j * B_RPP < end &&
-                            (unsigned)h < (unsigned)H && (unsigned)w < (unsigned)W;
-            const T* src = x + (((b_n[j] * H + h) * W + w) * C + b_c);  // x < 2^31 elements
+            const int h = p * stride_h + b_rh, w = q * stride_w + b_rw;
+            const bool ok = b_colok && first + j < end && (unsigned)h < (unsigned)H &&
+                            (unsigned)w < (unsigned)W;
+            const T* src = x + (((n * H + h) * W + w) * C + b_c);  // x < 2^31 elements
             cl::mma::cp_async<ALIGN * 2>(Bs + b_dst[j], src, ok);
-            // The row BK further: carry q into p and n without dividing.
-            b_q[j] += G::BK;
-            while (b_q[j] >= Q) {
-                b_q[j] -= Q;
-                if (++b_p[j] == P) {
-                    b_p[j] = 0;
-                    ++b_n[j];
+            if (++q == Q) {  // the next pixel
+                q = 0;
+                if (++p == P) {
+                    p = 0;
+                    ++n;
                 }
+            }
+        }
+        // This thread's first row of the next tile, BK pixels on: carry without dividing.
+        b_q += G::BK;
+        while (b_q >= Q) {
+            b_q -= Q;
+            if (++b_p == P) {
+                b_p = 0;
+                ++b_n;
             }
         }
         row += G::BK;
