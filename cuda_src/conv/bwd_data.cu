@@ -29,16 +29,7 @@ __global__ void __launch_bounds__(256) bwd_data_direct(
     const cl::index_t total = (cl::index_t)s.n * s.c * s.h * s.w;
     for (cl::index_t i = cl::global_thread_id(); i < total; i += cl::grid_stride()) {
         int n, c, h, ww;
-        cl::index_t rem = i;
-        if (NHWC) {
-            c = (int)(rem % s.c), rem /= s.c;
-            ww = (int)(rem % s.w), rem /= s.w;
-            h = (int)(rem % s.h), n = (int)(rem / s.h);
-        } else {
-            ww = (int)(rem % s.w), rem /= s.w;
-            h = (int)(rem % s.h), rem /= s.h;
-            c = (int)(rem % s.c), n = (int)(rem / s.c);
-        }
+        conv::x_coords<NHWC>(s, i, n, c, h, ww);
         const int g = c / s.c_per_group, cg = c - g * s.c_per_group;
         const int k0 = g * s.k_per_group;
         const cl::index_t kstride = NHWC ? 1 : (cl::index_t)s.p * s.q;

@@ -47,6 +47,21 @@ __device__ __forceinline__ cl::index_t y_offset(const ConvShape& s, int n, int k
                 : (((cl::index_t)n * s.k + k) * s.p + p) * s.q + q;
 }
 
+// The (n, c, h, w) of linear element i of an input-shaped tensor in either layout.
+template <bool NHWC>
+__device__ __forceinline__ void x_coords(const ConvShape& s, cl::index_t i, int& n, int& c, int& h,
+                                         int& w) {
+    if (NHWC) {
+        c = (int)(i % s.c), i /= s.c;
+        w = (int)(i % s.w), i /= s.w;
+        h = (int)(i % s.h), n = (int)(i / s.h);
+    } else {
+        w = (int)(i % s.w), i /= s.w;
+        h = (int)(i % s.h), i /= s.h;
+        c = (int)(i % s.c), n = (int)(i / s.c);
+    }
+}
+
 // c is the channel within the group (0 .. C/groups - 1).
 template <bool NHWC>
 __device__ __forceinline__ cl::index_t w_offset(const ConvShape& s, int k, int c, int r, int t) {
@@ -70,6 +85,16 @@ __device__ __forceinline__ float activate(int mode, float v, const ActParams& a)
     }
 }
 
+// alpha * acc + alpha2 * z + bias: the fused epilogue before its activation, from the
+// residual and bias values (kernels that load them as vectors call this directly).
+__device__ __forceinline__ float epilogue_sum(const ConvEpilogue& e, float acc, float zv,
+                                              float bv) {
+    float v = e.alpha * acc;
+    if (e.has_z) v = fmaf(e.alpha2, zv, v);
+    if (e.has_bias) v += bv;
+    return v;
+}
+
 namespace detail {
 
 // The fused epilogue's arithmetic for one output element; `off` is its offset in y (and z).
@@ -77,10 +102,9 @@ template <typename T>
 __device__ __forceinline__ void epilogue(T* __restrict__ y, const T* __restrict__ z,
                                          const T* __restrict__ bias, const ConvEpilogue& e,
                                          cl::index_t off, int k, float acc) {
-    float v = e.alpha * acc;
-    if (e.has_z) v = fmaf(e.alpha2, cl::to_float(z[off]), v);
-    if (e.has_bias) v += cl::to_float(bias[k]);
-    y[off] = cl::from_float<T>(activate(e.act_mode, v, e.act));
+    const float zv = e.has_z ? cl::to_float(z[off]) : 0.f;
+    const float bv = e.has_bias ? cl::to_float(bias[k]) : 0.f;
+    y[off] = cl::from_float<T>(activate(e.act_mode, epilogue_sum(e, acc, zv, bv), e.act));
 }
 
 // One out-of-line copy per element type: the activation switch is compiled once per

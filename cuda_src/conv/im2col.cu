@@ -80,16 +80,7 @@ __global__ void __launch_bounds__(256) col2im(
     const cl::index_t total = (cl::index_t)images * per_image;
     for (cl::index_t i = cl::global_thread_id(); i < total; i += cl::grid_stride()) {
         int img, c, h, w;
-        cl::index_t rem = i;
-        if (NHWC) {
-            c = (int)(rem % s.c), rem /= s.c;
-            w = (int)(rem % s.w), rem /= s.w;
-            h = (int)(rem % s.h), img = (int)(rem / s.h);
-        } else {
-            w = (int)(rem % s.w), rem /= s.w;
-            h = (int)(rem % s.h), rem /= s.h;
-            c = (int)(rem % s.c), img = (int)(rem / s.c);
-        }
+        conv::x_coords<NHWC>(s, i, img, c, h, w);
         const int g = c / s.c_per_group, cg = c - g * s.c_per_group;
         float acc = 0.0f;
         for (int r = 0; r < s.r; ++r) {

@@ -41,7 +41,7 @@
 namespace tcconv {
 
 // Implicit-GEMM operand loader of the forward convolution (tc_gemm.cuh's Loader contract).
-// Per copy in the main loop: a validity bit from two per-row tap masks and one 32-bit add
+// Per copy in the main loop: a validity bit from the row's packed tap mask and one 32-bit add
 // of an offset that is the same for every row of the tile (the tap's
 // (r * dil_h * W + s * dil_w) * C + c0); the solver keeps x and w below 2^31 elements and
 // the filter within 16 x 16 taps.
@@ -108,7 +108,7 @@ struct FwdLoader {
     }
 
     // Split-K: start at reduction tile `it0` (one division per block, none per tile).
-    __device__ void seek(int it0, const ConvShape& s) {
+    __device__ void seek(int it0) {
         const int slices = (C + G::BK - 1) / G::BK;
         const int tap = it0 / slices;
         r = tap / S;
@@ -157,10 +157,9 @@ __device__ __noinline__ float activate_slow(int mode, float v, ActParams a) {
     return conv::activate(mode, v, a);
 }
 
+// The shared epilogue (conv_common.cuh) on preloaded z and bias values.
 __device__ __forceinline__ float finish(const ConvEpilogue& e, float acc, float zv, float bv) {
-    float v = e.alpha * acc;
-    if (e.has_z) v = fmaf(e.alpha2, zv, v);
-    if (e.has_bias) v += bv;
+    const float v = conv::epilogue_sum(e, acc, zv, bv);
     return e.act_mode == act::kIdentity ? v : activate_slow(e.act_mode, v, e.act);
 }
 
@@ -250,7 +249,7 @@ __device__ __forceinline__ void fwd_body(const T* x, const T* w, T* y, const T* 
     const int total = s.r * s.s * ((s.c + BK - 1) / BK);
     const int it0 = blockIdx.z * iters_per_split;
     const int iters = min(iters_per_split, total - it0);  // >= 1: the host sizes the splits
-    if (it0 > 0) ld.seek(it0, s);
+    if (it0 > 0) ld.seek(it0);
     typename G::Acc acc;
     G::mainloop(ld, iters, smem, acc);
     float* Cs = reinterpret_cast<float*>(smem);
@@ -364,6 +363,7 @@ struct BwdFilterLoader {
     enum {
         A_CPR = G::BM / ALIGN, A_RPP = G::THREADS / A_CPR, A_PASSES = G::BK / A_RPP,
         B_CPR = G::BN / ALIGN, B_RPP = G::THREADS / B_CPR, B_PASSES = G::BK / B_RPP,
+        BYTES = ALIGN * (int)sizeof(T),  // per cp.async
     };
     static_assert(G::THREADS % A_CPR == 0 && G::THREADS % B_CPR == 0, "fixed columns");
     static_assert(A_PASSES >= 1 && B_PASSES >= 1 && G::BK % A_RPP == 0 && G::BK % B_RPP == 0,
@@ -418,7 +418,7 @@ struct BwdFilterLoader {
 #pragma unroll
         for (int i = 0; i < A_PASSES; ++i) {
             const bool ok = a_kok && row + a_row0 + i * A_RPP < end;
-            cl::mma::cp_async<ALIGN * 2>(As + a_dst[i], a_ptr + (cl::index_t)i * A_RPP * K, ok);
+            cl::mma::cp_async<BYTES>(As + a_dst[i], a_ptr + (cl::index_t)i * A_RPP * K, ok);
         }
         int n = b_n, p = b_p, q = b_q;
         const cl::index_t first = row + b_row0 * B_PASSES;
@@ -428,7 +428,7 @@ struct BwdFilterLoader {
             const bool ok = b_colok && first + j < end && (unsigned)h < (unsigned)H &&
                             (unsigned)w < (unsigned)W;
             const T* src = x + (((n * H + h) * W + w) * C + b_c);  // x < 2^31 elements
-            cl::mma::cp_async<ALIGN * 2>(Bs + b_dst[j], src, ok);
+            cl::mma::cp_async<BYTES>(Bs + b_dst[j], src, ok);
             if (++q == Q) {  // the next pixel
                 q = 0;
                 if (++p == P) {

@@ -41,10 +41,9 @@ def _cublas_pointwise(p: ConvProblem, caps: Capabilities) -> bool:
 def _multistage(p: ConvProblem, caps: Capabilities) -> bool:
     """The multistage tensor-core implicit GEMM (mma.sync, cp.async) before the WMMA
     kernels on a GPU, wherever it applies (fp16/bf16 with even C, or TF32; NCHW through a
-    layout conversion in the workspace): its
-    sm_90 main loop is 30% HMMA, where the WMMA forward issues 16 HMMA among ~7,300
-    instructions of address arithmetic. Unmeasured on a GPU so far. Not on the emulator, where the
-    rankings stay as they were."""
+    layout conversion in the workspace): its large tiles' sm_90 main loops are 31-36% HMMA,
+    where the WMMA forward's are 1-7%. Unmeasured on a GPU so far. Not on the emulator,
+    where the rankings stay as they were."""
     return not caps.emulator and (p.dtype in ("fp16", "bf16") or p.math == "tf32")
 
 
@@ -138,10 +137,10 @@ def conv_bwd_filter_ranking(p: ConvProblem, caps: Capabilities) -> list[str]:
     solver first."""
     if p.depthwise or p.k_per_group * p.c_per_group * p.filter_taps < 32 * 32:
         return [BWD_FILTER_DIRECT, BWD_FILTER_IGEMM]
-    wmma = [BWD_FILTER_WMMA] if p.dtype != "fp32" and _tensor_cores(p, caps) else []
-    wmma = ([BWD_FILTER_TC] if wmma and _multistage(p, caps) else []) + wmma
+    tensor = [BWD_FILTER_WMMA] if p.dtype != "fp32" and _tensor_cores(p, caps) else []
+    tensor = ([BWD_FILTER_TC] if tensor and _multistage(p, caps) else []) + tensor
     cublas = [BWD_FILTER_CUBLAS_1X1] if _cublas_pointwise(p, caps) else []
-    return cublas + wmma + [BWD_FILTER_IGEMM, BWD_FILTER_ATOMIC, BWD_FILTER_DIRECT]
+    return cublas + tensor + [BWD_FILTER_IGEMM, BWD_FILTER_ATOMIC, BWD_FILTER_DIRECT]
 
 
 RANKINGS = {
