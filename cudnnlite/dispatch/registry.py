@@ -77,6 +77,14 @@ _ENTRIES: tuple[tuple[str, str], ...] = (
         "conv_bwd_filter_im2col_gemm_cublas",
         "cudnnlite.solvers.conv.gemm_cublas_bwd:BwdFilterIm2colSolver",
     ),
+    # scaled dot-product attention
+    ("sdpa_fwd_unfused", "cudnnlite.solvers.attention.unfused:UnfusedFwdSolver"),
+    ("sdpa_bwd_unfused", "cudnnlite.solvers.attention.unfused:UnfusedBwdSolver"),
+    ("sdpa_fwd_flash_tc", "cudnnlite.solvers.attention.flash_fwd:FlashTcFwdSolver"),
+    ("sdpa_bwd_flash_tc", "cudnnlite.solvers.attention.flash_bwd:FlashTcBwdSolver"),
+    ("sdpa_fwd_flash_fp32", "cudnnlite.solvers.attention.flash_fp32:FlashFp32FwdSolver"),
+    ("sdpa_bwd_flash_fp32", "cudnnlite.solvers.attention.flash_fp32:FlashFp32BwdSolver"),
+    ("sdpa_fwd_flash_decode", "cudnnlite.solvers.attention.flash_decode:FlashDecodeSolver"),
 )
 
 NAMES = tuple(name for name, _ in _ENTRIES)

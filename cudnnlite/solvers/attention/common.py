@@ -1,0 +1,146 @@
+"""What every attention solver shares: the kernel parameter struct (mirror of
+``cuda_src/attention/attention_common.cuh:SdpaParams``), the tensors of a call and the
+per-call scalars (scale, dropout), and the mask-kind template argument."""
+
+from __future__ import annotations
+
+import math
+from dataclasses import dataclass
+from typing import Any
+
+import numpy as np
+
+from ... import dtypes
+from ...problems.attention import AttentionProblem
+from ...reference.dropout import drop_threshold, dropout_scale
+
+SOURCE_COMMON = "attention/attention_common.cuh"
+
+PARAMS_DTYPE = np.dtype(
+    [(f, "<i4") for f in ("b", "hq", "hkv", "sq", "skv", "d", "dv", "group")]
+    + [(f"{t}_s{a}", "<i8") for t in "qkvo" for a in ("b", "h", "s")]
+    + [(f"m_s{a}", "<i8") for a in ("b", "h", "i", "j")]
+    + [("scale", "<f4"), ("scale_log2", "<f4"), ("left", "<i4"), ("right", "<i4")]
+    + [("align_br", "<i4"), ("has_lengths", "<i4")]
+    + [("seed", "<u8"), ("offset", "<u8"), ("drop_threshold", "<u4"), ("drop_scale", "<f4")],
+    align=True,
+)
+
+MASK_KIND = {"none": 0, "bool": 1, "additive": 2}  # sdpa::kMask*
+
+
+def dtype_of(problem: AttentionProblem) -> dtypes.DType:
+    return next(d for d in dtypes.FLOAT_TYPES if d.short == problem.dtype)
+
+
+def mask_ctype(problem: AttentionProblem) -> str:
+    """The C type the kernels read the explicit mask as (a bool mask is bytes)."""
+    return "unsigned char" if problem.mask == "bool" else dtype_of(problem).ctype
+
+
+@dataclass(frozen=True)
+class Scalars:
+    """The per-call values that are not part of the problem."""
+
+    scale: float
+    dropout_p: float = 0.0
+    seed: int = 0
+    offset: int = 0
+
+
+@dataclass
+class AttentionTensors:
+    """The arrays of one forward call, on the backend.
+
+    q, k, v, o: 4-D in the problem's layout, the head dim contiguous (strides are read
+    from the arrays); lse: float32 (b, hq, sq) contiguous (written); mask: None or an
+    array broadcastable to (b, hq, sq, skv) (bool as uint8 or the q dtype) already
+    broadcast to 4-D (strides 0 where broadcast); lengths_q/lengths_kv: None or int32
+    (b,)."""
+
+    q: Any
+    k: Any
+    v: Any
+    o: Any
+    lse: Any
+    mask: Any = None
+    lengths_q: Any = None
+    lengths_kv: Any = None
+
+    def pointers(self) -> tuple[Any, ...]:
+        """q, k, v, o, lse, mask-or-q, lengths_q-or-lse, lengths_kv-or-lse."""
+        return (self.q, self.k, self.v, self.o, self.lse, *_optional(self))
+
+
+@dataclass
+class AttentionBwdTensors:
+    """The arrays of one backward call: the forward's, dout (like o), and the written
+    gradients dq, dk, dv (like q, k, v) and dmask (None, or float32 (b, hq, sq, skv)
+    contiguous: the additive mask's gradient before any broadcast is summed)."""
+
+    q: Any
+    k: Any
+    v: Any
+    o: Any
+    dout: Any
+    lse: Any
+    dq: Any
+    dk: Any
+    dv: Any
+    dmask: Any = None
+    mask: Any = None
+    lengths_q: Any = None
+    lengths_kv: Any = None
+
+    def pointers(self) -> tuple[Any, ...]:
+        """q, k, v, o, dout, lse, dq, dk, dv, dmask-or-lse, mask-or-q, lengths..."""
+        dmask = self.dmask if self.dmask is not None else self.lse
+        return (self.q, self.k, self.v, self.o, self.dout, self.lse, self.dq, self.dk, self.dv,
+                dmask, *_optional(self))  # fmt: skip
+
+
+def _optional(t: Any) -> tuple[Any, Any, Any]:
+    mask = t.mask if t.mask is not None else t.q
+    lq = t.lengths_q if t.lengths_q is not None else t.lse
+    lkv = t.lengths_kv if t.lengths_kv is not None else t.lse
+    return mask, lq, lkv
+
+
+def _strides(a: Any) -> tuple[int, int, int, int]:
+    """Element strides of a 4-D array."""
+    return tuple(s // a.itemsize for s in a.strides)  # type: ignore[return-value]
+
+
+def params(problem: AttentionProblem, tensors: Any, scalars: Scalars) -> np.void:
+    """The SdpaParams of a call (strides from the arrays, so views work)."""
+    p = np.zeros((), PARAMS_DTYPE)
+    for f in ("b", "hq", "hkv", "sq", "skv", "d", "dv", "group"):
+        p[f] = getattr(problem, f)
+    bhsd = problem.layout == "BHSD"
+    for name in "qkvo":
+        sb, s1, s2, sd = _strides(getattr(tensors, name))
+        assert sd == 1, f"{name}: the head dim must be contiguous"
+        p[f"{name}_sb"], p[f"{name}_sh"], p[f"{name}_ss"] = (sb, s1, s2) if bhsd else (sb, s2, s1)
+    if tensors.mask is not None:
+        for axis, st in zip("bhij", _strides(tensors.mask), strict=True):
+            p[f"m_s{axis}"] = st
+    p["scale"] = scalars.scale
+    p["scale_log2"] = scalars.scale * math.log2(math.e)
+    p["left"], p["right"] = problem.bounds
+    p["align_br"] = int(problem.align == "bottom_right")
+    p["has_lengths"] = int(tensors.lengths_q is not None)
+    p["seed"], p["offset"] = scalars.seed, scalars.offset
+    if problem.dropout and scalars.dropout_p > 0:
+        p["drop_threshold"] = min(drop_threshold(scalars.dropout_p), 2**32 - 1)
+        p["drop_scale"] = dropout_scale(scalars.dropout_p)
+    return p[()]
+
+
+def head_dim_align(problem: AttentionProblem) -> int:
+    """Elements per vector copy that the head dims allow: 8 (16 bytes of 16-bit types),
+    4, 2 or 1 (fp32: 4 = 16 bytes)."""
+    g = math.gcd(problem.d, problem.dv)
+    for a in (8, 4, 2):
+        if g % a == 0:
+            return a
+    return 1
