@@ -106,8 +106,14 @@ def _prepare(backend: str, solver: Solver, problem: AttentionProblem, config: Co
     return b, runner, workspace
 
 
-def run_forward(backend: str, solver: Solver, problem: AttentionProblem, ops: dict,
-                scalars: Scalars, config: Config | None = None) -> tuple[np.ndarray, np.ndarray]:  # fmt: skip
+def run_forward(
+    backend: str,
+    solver: Solver,
+    problem: AttentionProblem,
+    ops: dict,
+    scalars: Scalars,
+    config: Config | None = None,
+) -> tuple[np.ndarray, np.ndarray]:
     """Runs a forward solver; returns (o, lse) as NumPy."""
     b, runner, workspace = _prepare(backend, solver, problem, config)
     xp = b.xp
@@ -174,8 +180,16 @@ def _assert_within(got: np.ndarray, ref: np.ndarray, bound: np.ndarray, what: st
                              f"{got[i]}, ref {ref[i]}, bound {bound[i]:.3g}")  # fmt: skip
 
 
-def assert_forward_close(o: np.ndarray, lse: np.ndarray, problem: AttentionProblem, ops: dict,
-                         scalars: Scalars, *, tensor_cores: bool, what: str = "") -> None:  # fmt: skip
+def assert_forward_close(
+    o: np.ndarray,
+    lse: np.ndarray,
+    problem: AttentionProblem,
+    ops: dict,
+    scalars: Scalars,
+    *,
+    tensor_cores: bool,
+    what: str = "",
+) -> None:
     """o and lse against the reference (module docstring for the bound)."""
     ref_o, ref_lse = reference_forward(problem, ops, scalars)
     abs_v = dict(ops, v=np.abs(ops["v"].astype(np.float64)))

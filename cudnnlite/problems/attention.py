@@ -4,7 +4,7 @@ values that only scale it (the softmax scale, the dropout probability, the seed)
 
 Key format::
 
-    sdpa_fwd b2-hq8-hkv2 sq128-skv256 d64-dv64 BHSD fp16 causal win128_0 align_br mask_bool drop varlen
+    sdpa_fwd b2-hq8-hkv2 sq128-skv256 d64-dv64 BHSD fp16 causal win128_0 align_br mask_bool drop
 
 ``b`` batch, ``hq``/``hkv`` query and key/value heads (GQA when they differ), ``sq``/``skv``
 the query and key/value lengths, ``d`` the query/key head dim and ``dv`` the value head dim.
@@ -67,8 +67,9 @@ class AttentionProblem:
             raise BadParamError(f"hq={self.hq} must be a multiple of hkv={self.hkv}")
         for name, allowed in (("layout", LAYOUTS), ("dtype", DTYPES), ("direction", DIRECTIONS),
                               ("align", ALIGNS), ("mask", MASKS)):  # fmt: skip
-            if getattr(self, name) not in allowed:
-                raise BadParamError(f"{name}: expected one of {allowed}, got {getattr(self, name)!r}")
+            value = getattr(self, name)
+            if value not in allowed:
+                raise BadParamError(f"{name}: expected one of {allowed}, got {value!r}")
         if self.window is not None:
             if len(self.window) != 2 or any(w < -1 for w in self.window):
                 raise BadParamError(f"window: expected (left, right) >= -1, got {self.window}")
