@@ -35,7 +35,7 @@ def add_tune(sub: Any) -> None:
 def _problems_from_file(path: Path, args: argparse.Namespace, dtype: str, layout: str) -> list:
     import yaml
 
-    from .problems.conv import ConvProblem
+    from .problems import parse_key
     from .problems.suites import ConvLayer, scaled
 
     doc = yaml.safe_load(path.read_text())
@@ -46,7 +46,7 @@ def _problems_from_file(path: Path, args: argparse.Namespace, dtype: str, layout
     out = []
     for item in doc:
         if isinstance(item, str):
-            out.append(ConvProblem.parse(item))
+            out.append(parse_key(item))
         elif isinstance(item, dict):
             layer = ConvLayer(name=str(item.get("name", "")), **{k: int(v) for k, v in item.items()
                                                                    if k != "name"})  # fmt: skip
@@ -137,16 +137,16 @@ def merge_entries(old: list, new: list) -> list:
 
 def _valid(entry: Any, key: str) -> bool:
     from .dispatch import registry
-    from .problems.conv import ConvProblem
+    from .problems import parse_key
     from .runtime.caps import EMULATOR
 
     try:
-        problem = ConvProblem.parse(key)
+        problem = parse_key(key)
         solver = registry.get(entry.solver)
         config = solver.config_from_dict(entry.config)
     except (BadParamError, TypeError, ValueError):
         return False
-    return solver.family == f"conv_{problem.direction}" and solver.is_valid(
+    return solver.family == problem.family and solver.is_valid(
         config, problem, EMULATOR
     )
 

@@ -183,11 +183,15 @@ def test_tune_ranks_every_config(fakes: Path) -> None:
 
 
 def test_explain_and_tune_refuse_what_is_not_a_problem() -> None:
-    with pytest.raises(BadParamError, match="problem: expected a ConvProblem"):
+    with pytest.raises(BadParamError, match="problem: expected a problem"):
         cl.explain(42)
     with pytest.raises(BadParamError, match="not a convolution problem key"):
         cl.explain("conv2d_fwd nonsense")
-    with pytest.raises(BadParamError, match="problems: expected ConvProblem"):
+    with pytest.raises(BadParamError, match="not an attention problem key"):
+        cl.explain("sdpa_fwd nonsense")
+    with pytest.raises(BadParamError, match="keys start with conv, sdpa"):
+        cl.explain("pool2d_fwd n1")
+    with pytest.raises(BadParamError, match="problems: expected problem objects"):
         cl.tune([P1, 3.5], backend="cpu", progress=False)
     with pytest.raises(BadParamError, match="unknown backend"):
         cl.tune(P1, backend="tpu", progress=False)

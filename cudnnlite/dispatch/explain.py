@@ -9,7 +9,7 @@ from dataclasses import dataclass, field
 from typing import Any
 
 from ..errors import BadParamError, CudnnliteError
-from ..problems.conv import ConvProblem
+from ..problems import is_problem, parse_key
 from ..runtime.backend import Backend
 from ..runtime.caps import capabilities
 from ..runtime.select import backend_by_name
@@ -33,7 +33,7 @@ class SolverRow:
 
 @dataclass
 class Explanation:
-    problem: ConvProblem
+    problem: Any
     backend: str
     arch: str
     choice: str | None
@@ -88,15 +88,17 @@ class Explanation:
 
 
 def explain(
-    problem: ConvProblem | str, backend: str | Backend = "cpu", algo: str = "auto"
+    problem: Any, backend: str | Backend = "cpu", algo: str = "auto"
 ) -> Explanation:
-    """Explains the dispatch of ``problem`` (a ConvProblem or its key) on ``backend``
-    ("cpu" for the emulator, "cuda"); lists every registered solver of the family."""
+    """Explains the dispatch of ``problem`` (a problem of any family, e.g. a ConvProblem
+    or an AttentionProblem, or its key) on ``backend`` ("cpu" for the emulator, "cuda");
+    lists every registered solver of the family."""
     if isinstance(problem, str):
-        problem = ConvProblem.parse(problem)
-    if not isinstance(problem, ConvProblem):
+        problem = parse_key(problem)
+    if not is_problem(problem):
         raise BadParamError(
-            f"problem: expected a ConvProblem or its key, got {type(problem).__name__}"
+            f"problem: expected a problem (ConvProblem, AttentionProblem) or its key, got "
+            f"{type(problem).__name__}"
         )
     b = backend if isinstance(backend, Backend) else backend_by_name(backend)
     caps = capabilities(b)

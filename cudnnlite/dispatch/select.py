@@ -35,7 +35,7 @@ class Choice:
 
 
 def family_of(problem: Any) -> str:
-    return f"conv_{problem.direction}"
+    return problem.family
 
 
 def usable(solver: Solver, problem: Any, caps: Capabilities, config: Config | None = None,

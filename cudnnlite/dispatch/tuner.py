@@ -86,35 +86,51 @@ def _empty(problem: Any, backend: Backend, shape: tuple[int, ...]) -> Any:
     return backend.xp.empty(shape, dtype=_numpy_dtype(problem.dtype))
 
 
-def _fwd_tensors(problem: Any, backend: Backend) -> Any:
+def _conv_epilogue() -> Any:
+    from ..solvers.conv.common import Epilogue
+
+    return Epilogue()
+
+
+def _fwd_tensors(problem: Any, backend: Backend) -> tuple[Any, Any]:
     from ..solvers.conv.common import ConvTensors
 
     x = _random(problem, backend, problem.x_shape(), 0)
     w = _random(problem, backend, problem.w_shape(), 1)
-    return ConvTensors(x=x, w=w, y=_empty(problem, backend, problem.y_shape()))
+    return ConvTensors(x=x, w=w, y=_empty(problem, backend, problem.y_shape())), _conv_epilogue()
 
 
-def _bwd_data_tensors(problem: Any, backend: Backend) -> Any:
+def _bwd_data_tensors(problem: Any, backend: Backend) -> tuple[Any, Any]:
     from ..solvers.conv.bwd_data import BwdDataTensors
 
     dy = _random(problem, backend, problem.y_shape(), 0)
     w = _random(problem, backend, problem.w_shape(), 1)
-    return BwdDataTensors(dy=dy, w=w, dx=_empty(problem, backend, problem.x_shape()))
+    dx = _empty(problem, backend, problem.x_shape())
+    return BwdDataTensors(dy=dy, w=w, dx=dx), _conv_epilogue()
 
 
-def _bwd_filter_tensors(problem: Any, backend: Backend) -> Any:
+def _bwd_filter_tensors(problem: Any, backend: Backend) -> tuple[Any, Any]:
     from ..solvers.conv.bwd_filter import BwdFilterTensors
 
     x = _random(problem, backend, problem.x_shape(), 0)
     dy = _random(problem, backend, problem.y_shape(), 1)
-    return BwdFilterTensors(x=x, dy=dy, dw=_empty(problem, backend, problem.w_shape()))
+    dw = _empty(problem, backend, problem.w_shape())
+    return BwdFilterTensors(x=x, dy=dy, dw=dw), _conv_epilogue()
 
 
-# The operands of one timed call, per direction (what each family's runners take).
-_TENSOR_FACTORIES: dict[str, Callable[[Any, Backend], Any]] = {
-    "fwd": _fwd_tensors,
-    "bwd_data": _bwd_data_tensors,
-    "bwd_filter": _bwd_filter_tensors,
+def _sdpa_tensors(problem: Any, backend: Backend) -> tuple[Any, Any]:
+    from ..ops.attention import tuning_operands
+
+    return tuning_operands(problem, backend, _random, _empty)
+
+
+# The operands of one timed call, per family (what each family's runners take).
+_TENSOR_FACTORIES: dict[str, Callable[[Any, Backend], tuple[Any, Any]]] = {
+    "conv_fwd": _fwd_tensors,
+    "conv_bwd_data": _bwd_data_tensors,
+    "conv_bwd_filter": _bwd_filter_tensors,
+    "sdpa_fwd": _sdpa_tensors,
+    "sdpa_bwd": _sdpa_tensors,
 }
 
 
@@ -122,11 +138,8 @@ def tune_problem(problem: Any, backend: Backend, *, store: bool = True,
                  max_repeats: int | None = None) -> list[Entry]:  # fmt: skip
     """Times every usable (solver, config) for ``problem`` on ``backend``; returns the
     entries ranked fastest first and (``store``) records them in the user DB."""
-    from ..solvers.conv.common import Epilogue
-
     caps = capabilities(backend)
-    tensors = _TENSOR_FACTORIES[problem.direction](problem, backend)
-    epilogue = Epilogue()
+    tensors, epilogue = _TENSOR_FACTORIES[family_of(problem)](problem, backend)
     timer = _Timer(backend)
     repeats = max_repeats or (20 if timer.gpu else 3)
     results: list[Entry] = []
@@ -164,21 +177,21 @@ def tune_problem(problem: Any, backend: Backend, *, store: bool = True,
 
 def tune(problems: Any, *, backend: str | Backend = "auto", progress: bool = True,
          store: bool = True) -> dict[str, list[Entry]]:  # fmt: skip
-    """Tunes one problem or many (``ConvProblem`` objects or their keys) and stores the
+    """Tunes one problem or many (problem objects of any family, or their keys) and stores the
     rankings in the user DB; returns ``{key: ranked entries}``.
 
     ``backend``: "cuda", "cpu" (the emulator) or "auto" (the GPU when CuPy sees one).
     A progress bar (tqdm) shows when tuning more than one problem.
     """
-    from ..problems.conv import ConvProblem
+    from ..problems import is_problem, parse_key
 
-    if isinstance(problems, (ConvProblem, str)):
+    if isinstance(problems, str) or is_problem(problems):
         problems = [problems]
-    items = [ConvProblem.parse(p) if isinstance(p, str) else p for p in problems]
+    items = [parse_key(p) if isinstance(p, str) else p for p in problems]
     for p in items:
-        if not isinstance(p, ConvProblem):
+        if not is_problem(p):
             raise BadParamError(
-                f"problems: expected ConvProblem objects or their keys, got {type(p).__name__}"
+                f"problems: expected problem objects or their keys, got {type(p).__name__}"
             )
     b = _resolve_backend(backend)
     iterator: Iterable[Any] = items

@@ -70,6 +70,11 @@ class ConvProblem:
 
     # ------------------------------------------------------------------ derived
     @property
+    def family(self) -> str:
+        """The solver family that runs this problem."""
+        return f"conv_{self.direction}"
+
+    @property
     def ndim(self) -> int:
         return len(self.spatial)
 
