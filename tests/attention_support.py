@@ -145,7 +145,7 @@ def run_backward(backend: str, solver: Solver, problem: AttentionProblem, ops: d
     full = (problem.b, problem.hq, problem.sq, problem.skv)
     t = AttentionBwdTensors(
         q=to_backend(ops["q"], backend), k=to_backend(ops["k"], backend),
-        v=to_backend(ops["v"], backend), o=to_backend(o, backend),
+        v=to_backend(ops["v"], backend), o=to_backend(np.ascontiguousarray(o), backend),
         dout=to_backend(ops["dout"], backend), lse=to_backend(lse, backend),
         dq=xp.full(problem.q_shape(), np.nan, dtype=dt),
         dk=xp.full(problem.k_shape(), np.nan, dtype=dt),

@@ -121,6 +121,10 @@ def params(problem: AttentionProblem, tensors: Any, scalars: Scalars) -> np.void
         sb, s1, s2, sd = _strides(getattr(tensors, name))
         assert sd == 1, f"{name}: the head dim must be contiguous"
         p[f"{name}_sb"], p[f"{name}_sh"], p[f"{name}_ss"] = (sb, s1, s2) if bhsd else (sb, s2, s1)
+    for grad, like in (("dq", "q"), ("dk", "k"), ("dv", "v"), ("dout", "o")):
+        g = getattr(tensors, grad, None)
+        if g is not None and g.strides != getattr(tensors, like).strides:
+            raise ValueError(f"{grad} must have the strides of {like} (the kernels share them)")
     if tensors.mask is not None:
         for axis, st in zip("bhij", _strides(tensors.mask), strict=True):
             p[f"m_s{axis}"] = st

@@ -1,0 +1,218 @@
+// unfused.cu — scaled dot-product attention with the score matrix materialized in an fp32
+// workspace (b, hq, sq, skv): the plain algorithm, for tiny shapes, any head dim, every
+// dtype, and as the cross-check of the fused kernels. Simple loops, one thread per output
+// element; nothing here is tuned (the flash solvers are the fast path).
+//
+// Kernels (T = float, __half, __nv_bfloat16; mask kind and dropout are runtime flags):
+//   sdpa_unfused_scores<T>   S[b,h,i,j] = scale * q_i . k_j + mask (log2 domain), -inf
+//                            where causal / window / lengths / a bool mask drop it
+//   sdpa_unfused_softmax     per row: lse (natural log) and P = exp2(S - max) / sum,
+//                            in place; rows that keep nothing get P = 0, lse = -inf
+//   sdpa_unfused_pv<T>       o[i,c] = sum_j P[i,j] * drop(i,j) * v[j,c]
+//   backward: sdpa_unfused_dv<T> (dv = sum over the group's heads of (P*drop)^T dout),
+//   sdpa_unfused_ds (P -> dS = P * (drop * dout_i . v_j - dout_i . o_i) in place, and the
+//   additive mask's gradient), sdpa_unfused_dq<T>, sdpa_unfused_dk<T>.
+#include "attention/attention_common.cuh"
+
+namespace {
+
+__device__ __forceinline__ long long row_index(const SdpaParams& p, int bi, int h, int i) {
+    return ((long long)bi * p.hq + h) * p.sq + i;
+}
+
+template <typename P>  // P: const T* or T*
+__device__ __forceinline__ P row_ptr(P base, long long sb, long long sh, long long ss, int bi,
+                                     int h, int i) {
+    return base + bi * sb + h * sh + i * ss;
+}
+
+// The index (b, h, i, j) of linear element e of the (b, hq, sq, skv) score matrix.
+struct Elem {
+    int bi, h, i, j;
+};
+
+__device__ __forceinline__ Elem decode(const SdpaParams& p, long long e) {
+    Elem r;
+    r.j = (int)(e % p.skv);
+    e /= p.skv;
+    r.i = (int)(e % p.sq);
+    e /= p.sq;
+    r.h = (int)(e % p.hq);
+    r.bi = (int)(e / p.hq);
+    return r;
+}
+
+__device__ __forceinline__ float drop(const SdpaParams& p, const Elem& x) {
+    return p.drop_threshold ? sdpa::dropout_factor(p, x.bi, x.h, x.i, x.j) : 1.0f;
+}
+
+}  // namespace
+
+template <typename T>
+__global__ void sdpa_unfused_scores(const T* __restrict__ q, const T* __restrict__ k,
+                                    const void* __restrict__ mask, const int* lengths_q,
+                                    const int* lengths_kv, float* __restrict__ s, int mask_kind,
+                                    SdpaParams p) {
+    const long long total = (long long)p.b * p.hq * p.sq * p.skv;
+    for (long long e = cl::global_thread_id(); e < total; e += cl::grid_stride()) {
+        const Elem x = decode(p, e);
+        const sdpa::KeyRange r = sdpa::key_range(p, sdpa::lengths_of(p, lengths_q, lengths_kv, x.bi), x.i);
+        float v = -INFINITY;
+        if (x.j >= r.lo && x.j < r.hi) {
+            const T* qi = row_ptr(q, p.q_sb, p.q_sh, p.q_ss, x.bi, x.h, x.i);
+            const T* kj = row_ptr(k, p.k_sb, p.k_sh, p.k_ss, x.bi, x.h / p.group, x.j);
+            float acc = 0.0f;
+            for (int c = 0; c < p.d; ++c) acc = fmaf(cl::to_float(qi[c]), cl::to_float(kj[c]), acc);
+            v = acc * p.scale_log2;
+            if (mask_kind == sdpa::kMaskBool) {
+                if (!sdpa::mask_at<sdpa::kMaskBool, T>(p, mask, x.bi, x.h, x.i, x.j).keep) v = -INFINITY;
+            } else if (mask_kind == sdpa::kMaskAdditive) {
+                v += sdpa::mask_at<sdpa::kMaskAdditive, T>(p, mask, x.bi, x.h, x.i, x.j).add_log2;
+            }
+        }
+        s[e] = v;
+    }
+}
+
+// One warp per row; the row's scores become probabilities in place.
+__global__ void sdpa_unfused_softmax(float* __restrict__ s, float* __restrict__ lse, SdpaParams p) {
+    const long long rows = (long long)p.b * p.hq * p.sq;
+    const int lane = threadIdx.x & 31;
+    const long long warps = (long long)gridDim.x * (blockDim.x / 32);
+    for (long long row = cl::global_thread_id() / 32; row < rows; row += warps) {
+        float* r = s + row * p.skv;
+        float m = -INFINITY;
+        bool nan = false;
+        for (int j = lane; j < p.skv; j += 32) {
+            m = fmaxf(m, r[j]);
+            nan |= isnan(r[j]);
+        }
+        for (int o = 16; o > 0; o >>= 1) {
+            m = fmaxf(m, __shfl_xor_sync(0xffffffffu, m, o));
+            nan |= __shfl_xor_sync(0xffffffffu, (int)nan, o) != 0;
+        }
+        float sum = 0.0f;
+        if (m != -INFINITY)
+            for (int j = lane; j < p.skv; j += 32) sum += exp2f(r[j] - m);
+        for (int o = 16; o > 0; o >>= 1) sum += __shfl_xor_sync(0xffffffffu, sum, o);
+        const float inv = m == -INFINITY ? 0.0f : 1.0f / sum;
+        for (int j = lane; j < p.skv; j += 32) {
+            const float v = m == -INFINITY ? 0.0f : exp2f(r[j] - m) * inv;
+            r[j] = nan ? NAN : v;
+        }
+        if (lane == 0) {
+            const float l2 = m == -INFINITY ? -INFINITY : m + log2f(sum);
+            lse[row] = nan ? NAN : l2 * 0.6931471805599453f;
+        }
+    }
+}
+
+template <typename T>
+__global__ void sdpa_unfused_pv(const float* __restrict__ prob, const T* __restrict__ v,
+                                T* __restrict__ o, SdpaParams p) {
+    const long long total = (long long)p.b * p.hq * p.sq * p.dv;
+    for (long long e = cl::global_thread_id(); e < total; e += cl::grid_stride()) {
+        const int c = (int)(e % p.dv);
+        const long long row = e / p.dv;
+        const Elem x = decode(p, row * p.skv);
+        const float* pr = prob + row * p.skv;
+        float acc = 0.0f;
+        for (int j = 0; j < p.skv; ++j) {
+            Elem y = x;
+            y.j = j;
+            const float pj = pr[j] * drop(p, y);
+            acc = fmaf(pj, cl::to_float(row_ptr(v, p.v_sb, p.v_sh, p.v_ss, x.bi, x.h / p.group, j)[c]), acc);
+        }
+        row_ptr(o, p.o_sb, p.o_sh, p.o_ss, x.bi, x.h, x.i)[c] = cl::from_float<T>(acc);
+    }
+}
+
+// dv[b, hk, j, c] = sum over the group's heads h and rows i of P*drop * dout[i, c].
+template <typename T>
+__global__ void sdpa_unfused_dv(const float* __restrict__ prob, const T* __restrict__ dout,
+                                T* __restrict__ dv, SdpaParams p) {
+    const long long total = (long long)p.b * p.hkv * p.skv * p.dv;
+    for (long long e = cl::global_thread_id(); e < total; e += cl::grid_stride()) {
+        const int c = (int)(e % p.dv);
+        long long t = e / p.dv;
+        const int j = (int)(t % p.skv);
+        t /= p.skv;
+        const int hk = (int)(t % p.hkv);
+        const int bi = (int)(t / p.hkv);
+        float acc = 0.0f;
+        for (int h = hk * p.group; h < (hk + 1) * p.group; ++h)
+            for (int i = 0; i < p.sq; ++i) {
+                const float pr = prob[row_index(p, bi, h, i) * p.skv + j];
+                const float f = drop(p, Elem{bi, h, i, j});
+                acc = fmaf(pr * f, cl::to_float(row_ptr(dout, p.o_sb, p.o_sh, p.o_ss, bi, h, i)[c]), acc);
+            }
+        row_ptr(dv, p.v_sb, p.v_sh, p.v_ss, bi, hk, j)[c] = cl::from_float<T>(acc);
+    }
+}
+
+// P -> dS in place; dmask (additive masks) receives dS too.
+template <typename T>
+__global__ void sdpa_unfused_ds(float* __restrict__ prob, const T* __restrict__ v,
+                                const T* __restrict__ o, const T* __restrict__ dout,
+                                float* __restrict__ dmask, int write_dmask, SdpaParams p) {
+    const long long total = (long long)p.b * p.hq * p.sq * p.skv;
+    for (long long e = cl::global_thread_id(); e < total; e += cl::grid_stride()) {
+        const Elem x = decode(p, e);
+        const float pr = prob[e];
+        float ds;
+        {
+            const T* doi = row_ptr(dout, p.o_sb, p.o_sh, p.o_ss, x.bi, x.h, x.i);
+            const T* oi = row_ptr(o, p.o_sb, p.o_sh, p.o_ss, x.bi, x.h, x.i);
+            const T* vj = row_ptr(v, p.v_sb, p.v_sh, p.v_ss, x.bi, x.h / p.group, x.j);
+            float dp = 0.0f, delta = 0.0f;
+            for (int c = 0; c < p.dv; ++c) {
+                const float g = cl::to_float(doi[c]);
+                dp = fmaf(g, cl::to_float(vj[c]), dp);
+                delta = fmaf(g, cl::to_float(oi[c]), delta);
+            }
+            ds = pr * (dp * drop(p, x) - delta);
+        }
+        prob[e] = ds;
+        if (write_dmask) dmask[e] = ds;
+    }
+}
+
+// dq[b, h, i, c] = scale * sum_j dS[i, j] k[j, c]
+template <typename T>
+__global__ void sdpa_unfused_dq(const float* __restrict__ ds, const T* __restrict__ k,
+                                T* __restrict__ dq, SdpaParams p) {
+    const long long total = (long long)p.b * p.hq * p.sq * p.d;
+    for (long long e = cl::global_thread_id(); e < total; e += cl::grid_stride()) {
+        const int c = (int)(e % p.d);
+        const long long row = e / p.d;
+        const Elem x = decode(p, row * p.skv);
+        float acc = 0.0f;
+        for (int j = 0; j < p.skv; ++j) {
+            const float g = ds[row * p.skv + j];
+            acc = fmaf(g, cl::to_float(row_ptr(k, p.k_sb, p.k_sh, p.k_ss, x.bi, x.h / p.group, j)[c]), acc);
+        }
+        row_ptr(dq, p.q_sb, p.q_sh, p.q_ss, x.bi, x.h, x.i)[c] = cl::from_float<T>(acc * p.scale);
+    }
+}
+
+// dk[b, hk, j, c] = scale * sum over the group's heads h and rows i of dS[i, j] q[i, c]
+template <typename T>
+__global__ void sdpa_unfused_dk(const float* __restrict__ ds, const T* __restrict__ q,
+                                T* __restrict__ dk, SdpaParams p) {
+    const long long total = (long long)p.b * p.hkv * p.skv * p.d;
+    for (long long e = cl::global_thread_id(); e < total; e += cl::grid_stride()) {
+        const int c = (int)(e % p.d);
+        long long t = e / p.d;
+        const int j = (int)(t % p.skv);
+        t /= p.skv;
+        const int hk = (int)(t % p.hkv);
+        const int bi = (int)(t / p.hkv);
+        float acc = 0.0f;
+        for (int h = hk * p.group; h < (hk + 1) * p.group; ++h)
+            for (int i = 0; i < p.sq; ++i) {
+                const float g = ds[row_index(p, bi, h, i) * p.skv + j];
+                acc = fmaf(g, cl::to_float(row_ptr(q, p.q_sb, p.q_sh, p.q_ss, bi, h, i)[c]), acc);
+            }
+        row_ptr(dk, p.k_sb, p.k_sh, p.k_ss, bi, hk, j)[c] = cl::from_float<T>(acc * p.scale);
+    }
+}
