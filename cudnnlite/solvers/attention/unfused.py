@@ -58,9 +58,11 @@ class _Kernels:
         """S, then P in place (and lse)."""
         p = self.problem
         total = p.b * p.hq * p.sq * p.skv
-        mask, lq, lkv = t.mask if t.mask is not None else t.q, *_lengths(t)
-        self.k["sdpa_unfused_scores"](_grid(total), (_THREADS,),
-                                      (t.q, t.k, mask, lq, lkv, s, np.int32(MASK_KIND[p.mask]), prm))  # fmt: skip
+        mask = t.mask if t.mask is not None else t.q
+        lq, lkv = _lengths(t)
+        kind = np.int32(MASK_KIND[p.mask])
+        args = (t.q, t.k, mask, lq, lkv, s, kind, prm)
+        self.k["sdpa_unfused_scores"](_grid(total), (_THREADS,), args)
         self.k["softmax"](_grid(32 * p.b * p.hq * p.sq), (_THREADS,), (s, t.lse, prm))
 
 
@@ -114,10 +116,10 @@ class _BwdRunner(Runner):
         k["sdpa_unfused_ds"](_grid(p.b * p.hq * p.sq * p.skv), (_THREADS,),
                              (s, tensors.v, tensors.o, tensors.dout, dmask,
                               np.int32(tensors.dmask is not None), prm))  # fmt: skip
-        k["sdpa_unfused_dq"](_grid(p.b * p.hq * p.sq * p.d), (_THREADS,), (s, tensors.k,
-                                                                        tensors.dq, prm))  # fmt: skip
-        k["sdpa_unfused_dk"](_grid(p.b * p.hkv * p.skv * p.d), (_THREADS,), (s, tensors.q,
-                                                                          tensors.dk, prm))  # fmt: skip
+        dq_args = (s, tensors.k, tensors.dq, prm)
+        k["sdpa_unfused_dq"](_grid(p.b * p.hq * p.sq * p.d), (_THREADS,), dq_args)
+        dk_args = (s, tensors.q, tensors.dk, prm)
+        k["sdpa_unfused_dk"](_grid(p.b * p.hkv * p.skv * p.d), (_THREADS,), dk_args)
 
 
 class _Unfused(Solver):
