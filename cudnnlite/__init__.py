@@ -106,6 +106,8 @@ from .ops.tensor import (
     set_tensor,
     transform_tensor,
 )
+from .ops.attention import scaled_dot_product_attention, scaled_dot_product_attention_backward
+from .problems.attention import AttentionProblem
 from .problems.conv import ConvProblem
 from .runtime.streams import current_stream, use_stream
 
@@ -180,6 +182,9 @@ __all__ = [
     "softmax",
     "softmax_backward",
     "transform_tensor",
+    "AttentionProblem",
+    "scaled_dot_product_attention",
+    "scaled_dot_product_attention_backward",
     "ConvPlan",
     "ConvProblem",
     "conv1d",
