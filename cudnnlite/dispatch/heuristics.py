@@ -6,6 +6,7 @@ order as a last resort."""
 
 from __future__ import annotations
 
+from ..problems.attention import AttentionProblem
 from ..problems.conv import ConvProblem
 from ..runtime.caps import Capabilities
 
@@ -143,8 +144,45 @@ def conv_bwd_filter_ranking(p: ConvProblem, caps: Capabilities) -> list[str]:
     return cublas + tensor + [BWD_FILTER_IGEMM, BWD_FILTER_ATOMIC, BWD_FILTER_DIRECT]
 
 
+SDPA_UNFUSED = "sdpa_fwd_unfused"
+SDPA_FLASH_TC = "sdpa_fwd_flash_tc"
+SDPA_FLASH_FP32 = "sdpa_fwd_flash_fp32"
+SDPA_DECODE = "sdpa_fwd_flash_decode"
+SDPA_BWD_UNFUSED = "sdpa_bwd_unfused"
+SDPA_BWD_TC = "sdpa_bwd_flash_tc"
+SDPA_BWD_TC_SPLIT = "sdpa_bwd_flash_tc_split"
+SDPA_BWD_FP32 = "sdpa_bwd_flash_fp32"
+
+
+def _attention_tc(p: AttentionProblem, caps: Capabilities) -> bool:
+    return (p.dtype == "fp16" and caps.fp16_tensor_cores) or (
+        p.dtype == "bf16" and caps.bf16_tensor_cores
+    )
+
+
+def sdpa_fwd_ranking(p: AttentionProblem, caps: Capabilities) -> list[str]:
+    """Decoding (a few query rows against a long key/value sequence): the split-KV
+    kernel, which spreads the keys over the GPU; otherwise the flash kernels (tensor
+    cores for fp16/bf16, CUDA cores for fp32 and odd head dims), and the unfused solver
+    last (it stores the score matrix). Unmeasured on a GPU so far: the decode threshold
+    (16 rows, 256 keys) is where one query tile no longer fills a GPU but the keys do."""
+    decode = [SDPA_DECODE] if p.sq <= 16 and p.skv >= 256 else []
+    tc = [SDPA_FLASH_TC] if _attention_tc(p, caps) else []
+    return decode + tc + [SDPA_FLASH_FP32, SDPA_UNFUSED]
+
+
+def sdpa_bwd_ranking(p: AttentionProblem, caps: Capabilities) -> list[str]:
+    """The tensor-core backward with atomic dQ first (one pass), its deterministic split
+    form next (the selector takes it in deterministic mode), then CUDA cores, then the
+    unfused solver."""
+    tc = [SDPA_BWD_TC, SDPA_BWD_TC_SPLIT] if _attention_tc(p, caps) else []
+    return tc + [SDPA_BWD_FP32, SDPA_BWD_UNFUSED]
+
+
 RANKINGS = {
     "conv_fwd": conv_fwd_ranking,
     "conv_bwd_data": conv_bwd_data_ranking,
     "conv_bwd_filter": conv_bwd_filter_ranking,
+    "sdpa_fwd": sdpa_fwd_ranking,
+    "sdpa_bwd": sdpa_bwd_ranking,
 }
