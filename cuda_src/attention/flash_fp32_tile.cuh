@@ -1,0 +1,280 @@
+// flash_fp32_tile.cuh — the CUDA-core (FFMA) building blocks of the fp32-math attention
+// kernels (flash_fp32.cu: forward and backward; flash_decode.cu: split-KV decoding).
+//
+// A block is 128 threads seen as a 16 x 8 grid: ty = tid / 8 (a "thread row"), tx = tid % 8
+// (the 8 lanes of one thread row are consecutive lanes of one warp, so row reductions are
+// three xor-shuffles). Tiles live in shared memory as fp32, row-major, the head dim padded
+// to HD (zeros past d / dv) with a row stride of HD + 4 floats. Ownership of a thread:
+//   rows   row(i) = ty + 16 i                         (rows of S, O, dK, ...)
+//   keys   key(j) = tx + 8 j                          (columns of S: the 8 lanes of a
+//          128-bit shared-load phase read 8 rows at stride HD + 4 words: 8 distinct bank
+//          quads, no conflict)
+//   cols   col(c) = (c / 4) * 32 + tx * 4 + c % 4     (columns of O: float4 chunks, the 8
+//          lanes read 128 contiguous bytes)
+// dot_tile is the S = A B^T micro-GEMM over the head dim (RM + RN float4 loads per 4 RM RN
+// FFMA), acc_tile the O += P V micro-GEMM over keys (RM + CN float4 loads per 4 RM CN FFMA).
+#pragma once
+
+#include "attention/attention_common.cuh"
+
+namespace sdpa_fp32 {
+
+constexpr int kThreads = 128;
+constexpr int kTR = 16;  // thread rows
+constexpr int kTC = 8;   // threads along a row
+constexpr float kLog2e = 1.4426950408889634f;
+constexpr float kLn2 = 0.6931471805599453f;
+
+__device__ __forceinline__ int col_of(int c, int tx) { return (c >> 2) * 32 + tx * 4 + (c & 3); }
+
+// Four consecutive elements as floats (16-byte fp32 or 8-byte 16-bit load; p aligned).
+__device__ __forceinline__ float4 load4(const float* p) { return *reinterpret_cast<const float4*>(p); }
+template <typename T>
+__device__ __forceinline__ float4 load4(const T* p) {
+    const uint2 u = *reinterpret_cast<const uint2*>(p);
+    T t[4];
+    memcpy(t, &u, 8);
+    return make_float4(cl::to_float(t[0]), cl::to_float(t[1]), cl::to_float(t[2]),
+                       cl::to_float(t[3]));
+}
+
+__device__ __forceinline__ void store4(float* p, float4 v) { *reinterpret_cast<float4*>(p) = v; }
+template <typename T>
+__device__ __forceinline__ void store4(T* p, float4 v) {
+    const T t[4] = {cl::from_float<T>(v.x), cl::from_float<T>(v.y), cl::from_float<T>(v.z),
+                    cl::from_float<T>(v.w)};
+    uint2 u;
+    memcpy(&u, t, 8);
+    *reinterpret_cast<uint2*>(p) = u;
+}
+
+// Whether rows of `ncols` elements at `base + r * ss` allow 4-element vector accesses.
+template <typename T>
+__device__ __forceinline__ bool vec_ok(const T* base, long long ss, int ncols) {
+    return (ncols & 3) == 0 && (ss & 3) == 0 &&
+           ((unsigned long long)base % (4 * sizeof(T))) == 0;
+}
+
+// dst[r][0..HD) (row stride LD floats) = rows r < nrows of `row_ptr(r)`, columns < ncols;
+// zeros elsewhere (padding rows and columns must be finite: they meet P = 0 or q = 0).
+template <typename T, int ROWS, int HD, int LD, class RowPtr>
+__device__ __forceinline__ void load_tile(float* dst, int nrows, int ncols, bool vec,
+                                          RowPtr row_ptr) {
+    constexpr int C4 = HD / 4;
+    for (int idx = threadIdx.x; idx < ROWS * C4; idx += kThreads) {
+        const int r = idx / C4, c = (idx % C4) * 4;
+        float4 v = make_float4(0.f, 0.f, 0.f, 0.f);
+        if (r < nrows) {
+            const T* src = row_ptr(r) + c;
+            if (vec) {
+                if (c < ncols) v = load4(src);
+            } else {
+                if (c < ncols) v.x = cl::to_float(src[0]);
+                if (c + 1 < ncols) v.y = cl::to_float(src[1]);
+                if (c + 2 < ncols) v.z = cl::to_float(src[2]);
+                if (c + 3 < ncols) v.w = cl::to_float(src[3]);
+            }
+        }
+        store4(dst + r * LD + c, v);
+    }
+}
+
+// Rows of a tensor at a uniform stride: base + r * ss.
+template <typename T>
+struct Strided {
+    const T* base;
+    long long ss;
+    __device__ __forceinline__ const T* operator()(int r) const { return base + r * ss; }
+};
+
+// acc[i][j] = sum_d A[row(i)][d] * B[key(j)][d], d < HD (A, B row-major, strides LDA, LDB).
+template <int RM, int RN, int HD, int LDA, int LDB>
+__device__ __forceinline__ void dot_tile(float (&acc)[RM][RN], const float* A, const float* B,
+                                         int ty, int tx) {
+#pragma unroll
+    for (int i = 0; i < RM; ++i)
+#pragma unroll
+        for (int j = 0; j < RN; ++j) acc[i][j] = 0.f;
+    const float* a0 = A + ty * LDA;
+    const float* b0 = B + tx * LDB;
+#pragma unroll 4
+    for (int d = 0; d < HD; d += 4) {
+        float4 a[RM], b[RN];
+#pragma unroll
+        for (int i = 0; i < RM; ++i) a[i] = load4(a0 + i * kTR * LDA + d);
+#pragma unroll
+        for (int j = 0; j < RN; ++j) b[j] = load4(b0 + j * kTC * LDB + d);
+#pragma unroll
+        for (int i = 0; i < RM; ++i)
+#pragma unroll
+            for (int j = 0; j < RN; ++j) {
+                acc[i][j] = fmaf(a[i].x, b[j].x, acc[i][j]);
+                acc[i][j] = fmaf(a[i].y, b[j].y, acc[i][j]);
+                acc[i][j] = fmaf(a[i].z, b[j].z, acc[i][j]);
+                acc[i][j] = fmaf(a[i].w, b[j].w, acc[i][j]);
+            }
+    }
+}
+
+// acc[i][c] += sum_k P[row(i)][k] * V[k][col(c)], k < K (P stride LDP, V stride LDV).
+template <int RM, int CN, int K, int LDP, int LDV>
+__device__ __forceinline__ void acc_tile(float (&acc)[RM][CN], const float* P, const float* V,
+                                         int ty, int tx) {
+    static_assert(CN % 4 == 0, "O columns come in float4 chunks");
+    const float* p0 = P + ty * LDP;
+    const float* v0 = V + tx * 4;
+#pragma unroll 2
+    for (int k = 0; k < K; k += 4) {
+        float4 pv[RM];
+#pragma unroll
+        for (int i = 0; i < RM; ++i) pv[i] = load4(p0 + i * kTR * LDP + k);
+#pragma unroll
+        for (int kk = 0; kk < 4; ++kk) {
+            float4 v[CN / 4];
+#pragma unroll
+            for (int c4 = 0; c4 < CN / 4; ++c4) v[c4] = load4(v0 + (k + kk) * LDV + c4 * 32);
+#pragma unroll
+            for (int i = 0; i < RM; ++i) {
+                const float pk = kk == 0 ? pv[i].x : kk == 1 ? pv[i].y : kk == 2 ? pv[i].z : pv[i].w;
+#pragma unroll
+                for (int c4 = 0; c4 < CN / 4; ++c4) {
+                    acc[i][c4 * 4 + 0] = fmaf(pk, v[c4].x, acc[i][c4 * 4 + 0]);
+                    acc[i][c4 * 4 + 1] = fmaf(pk, v[c4].y, acc[i][c4 * 4 + 1]);
+                    acc[i][c4 * 4 + 2] = fmaf(pk, v[c4].z, acc[i][c4 * 4 + 2]);
+                    acc[i][c4 * 4 + 3] = fmaf(pk, v[c4].w, acc[i][c4 * 4 + 3]);
+                }
+            }
+        }
+    }
+}
+
+// Reductions over the 8 lanes of a thread row.
+__device__ __forceinline__ float row_max(float v) {
+    v = fmaxf(v, __shfl_xor_sync(0xffffffffu, v, 1));
+    v = fmaxf(v, __shfl_xor_sync(0xffffffffu, v, 2));
+    return fmaxf(v, __shfl_xor_sync(0xffffffffu, v, 4));
+}
+__device__ __forceinline__ float row_sum(float v) {
+    v += __shfl_xor_sync(0xffffffffu, v, 1);
+    v += __shfl_xor_sync(0xffffffffu, v, 2);
+    return v + __shfl_xor_sync(0xffffffffu, v, 4);
+}
+
+// The explicit mask at (bi, h, i, j) for a run-time mask kind: keep, and the log2-domain
+// addend. mask_kind is uniform, so the branch costs a predicate.
+template <typename T>
+__device__ __forceinline__ bool mask_keep(const SdpaParams& p, const void* mask, int mask_kind,
+                                          int bi, int h, int i, int j, float& add_log2) {
+    if (mask_kind == sdpa::kMaskBool)
+        return sdpa::mask_at<sdpa::kMaskBool, T>(p, mask, bi, h, i, j).keep;
+    if (mask_kind == sdpa::kMaskAdditive) {
+        const auto m = sdpa::mask_at<sdpa::kMaskAdditive, T>(p, mask, bi, h, i, j);
+        add_log2 = m.add_log2;
+        return m.keep;
+    }
+    return true;
+}
+
+// The key range of a block of query rows [i_first, i_last] (nondecreasing bounds in i):
+// [lo, hi) covers every row's keys; a tile [j0, j0 + n) with lo_max <= j0 and j0 + n <= hi_min
+// is kept whole by every row.
+struct BlockRange {
+    int lo, hi, lo_max, hi_min;
+};
+
+__device__ __forceinline__ BlockRange block_range(const SdpaParams& p, sdpa::Lengths L,
+                                                  int i_first, int i_last) {
+    BlockRange r{0, 0, 0, 0};
+    i_last = min(i_last, L.q - 1);
+    if (i_last < i_first) return r;  // no row inside the sequence
+    const sdpa::KeyRange a = sdpa::key_range(p, L, i_first), b = sdpa::key_range(p, L, i_last);
+    r.lo = max(a.lo, 0);
+    r.hi = min(b.hi, L.kv);
+    r.lo_max = b.lo;
+    r.hi_min = a.hi;
+    return r;
+}
+
+// Online-softmax forward over keys [kv_begin, kv_end) for the BM rows whose Q tile is in Qs.
+// Row (thread-row i) has head rh[i], sequence index ri[i] and key range [rlo[i], rhi[i]);
+// full_lo/full_hi: tiles inside [full_lo, full_hi) need no per-element test (callers pass
+// an empty interval when an explicit mask, dropout or rows past lengths forbid it).
+// On return o (unnormalized), m (log2 domain, -inf when nothing kept) and l (the undropped
+// denominator) per row.
+template <typename T, int BM, int BN, int HD>
+struct FwdTile {
+    static constexpr int RM = BM / kTR, RN = BN / kTC, CN = HD / kTC, LD = HD + 4, LDP = BN + 4;
+    static constexpr int SMEM_FLOATS = BM * LD + 2 * BN * LD + BM * LDP;
+    static_assert(BM % kTR == 0 && BN % kTC == 0 && BN % 4 == 0 && HD % 32 == 0, "tile shape");
+
+    float o[RM][CN];
+    float m[RM], l[RM];
+
+    __device__ __forceinline__ void run(const SdpaParams& p, float* smem, const T* kb,
+                                        const T* vb, const void* mask, int mask_kind, int bi,
+                                        sdpa::Lengths L, const int (&rh)[RM], const int (&ri)[RM],
+                                        const int (&rlo)[RM], const int (&rhi)[RM], int kv_begin,
+                                        int kv_end, int full_lo, int full_hi) {
+        float* Qs = smem;
+        float* Ks = Qs + BM * LD;
+        float* Vs = Ks + BN * LD;
+        float* Ps = Vs + BN * LD;
+        const int ty = threadIdx.x / kTC, tx = threadIdx.x % kTC;
+        const bool vec_k = vec_ok(kb, p.k_ss, p.d), vec_v = vec_ok(vb, p.v_ss, p.dv);
+        const bool dropout = p.drop_threshold != 0;
+#pragma unroll
+        for (int i = 0; i < RM; ++i) {
+            m[i] = -INFINITY;
+            l[i] = 0.f;
+#pragma unroll
+            for (int c = 0; c < CN; ++c) o[i][c] = 0.f;
+        }
+        for (int j0 = kv_begin; j0 < kv_end; j0 += BN) {
+            const int nk = min(BN, L.kv - j0);
+            __syncthreads();  // the previous tile's readers of Ks, Vs, Ps are done
+            load_tile<T, BN, HD, LD>(Ks, nk, p.d, vec_k, Strided<T>{kb + j0 * p.k_ss, p.k_ss});
+            load_tile<T, BN, HD, LD>(Vs, nk, p.dv, vec_v, Strided<T>{vb + j0 * p.v_ss, p.v_ss});
+            __syncthreads();
+            float s[RM][RN];
+            dot_tile<RM, RN, HD, LD, LD>(s, Qs, Ks, ty, tx);
+            const bool full = j0 >= full_lo && j0 + BN <= full_hi;
+#pragma unroll
+            for (int i = 0; i < RM; ++i) {
+                float mx = -INFINITY;
+#pragma unroll
+                for (int j = 0; j < RN; ++j) {
+                    float x = s[i][j] * p.scale_log2;
+                    if (!full) {
+                        const int key = j0 + tx + kTC * j;
+                        float add = 0.f;
+                        bool keep = key >= rlo[i] && key < rhi[i];
+                        if (keep && mask_kind)
+                            keep = mask_keep<T>(p, mask, mask_kind, bi, rh[i], ri[i], key, add);
+                        x = keep ? x + add : -INFINITY;
+                    }
+                    s[i][j] = x;
+                    mx = fmaxf(mx, x);
+                }
+                const float m_new = fmaxf(m[i], row_max(mx));
+                const float m_use = m_new == -INFINITY ? 0.f : m_new;  // nothing kept yet
+                const float alpha = exp2f(m[i] - m_use);
+                float sum = 0.f;
+#pragma unroll
+                for (int j = 0; j < RN; ++j) {
+                    float e = exp2f(s[i][j] - m_use);
+                    sum += e;
+                    if (dropout) e *= sdpa::dropout_factor(p, bi, rh[i], ri[i], j0 + tx + kTC * j);
+                    Ps[(ty + kTR * i) * LDP + tx + kTC * j] = e;
+                }
+                l[i] = l[i] * alpha + row_sum(sum);
+                m[i] = m_new;
+#pragma unroll
+                for (int c = 0; c < CN; ++c) o[i][c] *= alpha;
+            }
+            __syncthreads();
+            acc_tile<RM, CN, BN, LDP, LD>(o, Ps, Vs, ty, tx);
+        }
+    }
+};
+
+}  // namespace sdpa_fp32

@@ -1,0 +1,227 @@
+"""FlashAttention on CUDA cores with fp32 math (``cuda_src/attention/flash_fp32.cu``).
+
+``sdpa_fwd_flash_fp32`` (:class:`FlashFp32FwdSolver`): a block owns a tile of query rows
+of one (batch, head); K/V tiles pass through shared memory; S and O are register-blocked
+per thread like an SGEMM micro-tile; online softmax in fp32 with exp2f; fully masked KV
+tiles are skipped. ``sdpa_bwd_flash_fp32`` (:class:`FlashFp32BwdSolver`): delta =
+rowsum(dout * o), then dK/dV per key tile (looping over the GQA group's query heads and
+the query tiles that see the keys) and dQ (and the additive mask's gradient) per query
+tile: no atomics, deterministic.
+
+Every dtype (fp32 / fp16 / bf16 storage, fp32 math), any head dims 1..256 (d and dv
+independent: both are zero-padded to the tile's head dim HD in {32, 64, 128, 256}), every
+masking feature (GQA, causal either alignment, window, bool / additive masks, lengths,
+dropout). Vector loads where dims, strides and pointers allow, scalar otherwise. This is
+the exact fp32 path (the tensor-core solvers cover fp16/bf16 with head dims multiple of 8).
+
+Config: :class:`Fp32Config` (block_m query rows x block_n keys); one tile per HD, chosen
+for two 128-thread blocks per SM on sm_90 without spills.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+from typing import Any
+
+import numpy as np
+
+from ... import dtypes
+from ...errors import NotSupportedError
+from ...problems.attention import AttentionProblem
+from ...runtime.backend import Backend
+from ...runtime.caps import Capabilities
+from ...runtime.kernel import ModuleSpec
+from ..base import APPLICABLE, Applicability, Config, Runner, Solver, not_applicable
+from .common import MASK_KIND, AttentionBwdTensors, AttentionTensors, Scalars, dtype_of, params
+
+SOURCE = "attention/flash_fp32.cu"
+THREADS = 128
+HEAD_TILES = (32, 64, 128, 256)
+MAX_HEAD_DIM = HEAD_TILES[-1]
+# (block_m, block_n) per HD: forward (query rows x keys) ...
+FWD_TILES = {32: (64, 64), 64: (64, 64), 128: (64, 32), 256: (32, 32)}
+# ... and backward (block_m query rows x block_n keys for both the dK/dV and dQ kernels).
+BWD_TILES = {32: (32, 64), 64: (32, 64), 128: (32, 32), 256: (32, 16)}
+_MAX_GRID_Y = 65535
+
+
+def head_tile(problem: AttentionProblem) -> int:
+    """The padded head dim of the kernels: the smallest tile holding d and dv."""
+    return next(t for t in HEAD_TILES if t >= problem.max_head_dim)
+
+
+@dataclass(frozen=True)
+class Fp32Config(Config):
+    block_m: int
+    block_n: int
+
+    def __post_init__(self) -> None:
+        if self.block_m % 16 or self.block_n % 16 or min(self.block_m, self.block_n) < 16:
+            raise ValueError(f"block_m and block_n must be multiples of 16: {self}")
+
+
+def fwd_smem_bytes(bm: int, bn: int, hd: int) -> int:
+    ld = hd + 4
+    return 4 * (bm * ld + 2 * bn * ld + bm * (bn + 4))
+
+
+def bwd_smem_bytes(bm: int, bn: int, hd: int) -> tuple[int, int]:
+    """(dK/dV kernel, dQ kernel) shared memory bytes."""
+    ld = hd + 4
+    dkdv = 4 * (2 * bn * ld + 2 * bm * ld + 2 * bn * (bm + 4) + 2 * bm)
+    dq = 4 * (2 * bm * ld + 2 * bn * ld + bm * (bn + 4))
+    return dkdv, dq
+
+
+def _fwd_expr(dt: dtypes.DType, bm: int, bn: int, hd: int) -> str:
+    return f"flash_fp32_fwd<{dt.ctype}, {bm}, {bn}, {hd}>"
+
+
+def _bwd_exprs(dt: dtypes.DType, bm: int, bn: int, hd: int) -> tuple[str, str]:
+    args = f"{dt.ctype}, {bm}, {bn}, {hd}"
+    return f"flash_fp32_bwd_dkdv<{args}>", f"flash_fp32_bwd_dq<{args}>"
+
+
+def _delta_expr(dt: dtypes.DType) -> str:
+    return f"flash_fp32_bwd_delta<{dt.ctype}>"
+
+
+def module_spec(dt: dtypes.DType) -> ModuleSpec:
+    """One module per dtype: the forward and backward kernels of every head tile (the
+    NVRTC check compiles 3 modules for these two solvers)."""
+    names = [_fwd_expr(dt, *FWD_TILES[hd], hd) for hd in HEAD_TILES]
+    names += [_delta_expr(dt)]
+    names += [e for hd in HEAD_TILES for e in _bwd_exprs(dt, *BWD_TILES[hd], hd)]
+    return ModuleSpec.make(SOURCE, names)
+
+
+def _reason(problem: AttentionProblem, caps: Capabilities) -> str:
+    if problem.sq * problem.skv == 0:
+        return "needs sq and skv >= 1 (the op answers empty problems)"
+    if problem.max_head_dim > MAX_HEAD_DIM:
+        return f"needs head dims d, dv <= {MAX_HEAD_DIM}"
+    if problem.b * problem.hq > _MAX_GRID_Y:
+        return f"needs b * hq <= {_MAX_GRID_Y} (the grid's y)"
+    if max(problem.sq, problem.skv) >= 2**31 // 2:
+        return "needs sq and skv below 2^30"
+    return ""
+
+
+def _lengths(t: Any) -> tuple[Any, Any]:
+    lq = t.lengths_q if t.lengths_q is not None else t.lse
+    lkv = t.lengths_kv if t.lengths_kv is not None else t.lse
+    return lq, lkv
+
+
+class _FwdRunner(Runner):
+    def __init__(self, backend: Backend, problem: AttentionProblem, cfg: Fp32Config) -> None:
+        dt = dtype_of(problem)
+        hd = head_tile(problem)
+        self.kernel = backend.kernel(module_spec(dt), _fwd_expr(dt, cfg.block_m, cfg.block_n, hd))
+        self.grid = (-(-problem.sq // cfg.block_m), problem.b * problem.hq)
+        self.smem = fwd_smem_bytes(cfg.block_m, cfg.block_n, hd)
+        self.problem = problem
+        self.kind = np.int32(MASK_KIND[problem.mask])
+        self.names = [f"flash_fp32_fwd_{cfg.block_m}x{cfg.block_n}_hd{hd}_{dt.short}"]
+
+    @property
+    def kernel_names(self) -> list[str]:
+        return list(self.names)
+
+    def __call__(self, tensors: AttentionTensors, scalars: Scalars, workspace: Any) -> None:
+        prm = params(self.problem, tensors, scalars)
+        args = (*tensors.pointers(), prm, self.kind)
+        self.kernel(self.grid, (THREADS,), args, shared_mem=self.smem)
+
+
+class _Fp32Solver(Solver):
+    config_type = Fp32Config
+    deterministic = True
+    _tiles: dict[int, tuple[int, int]] = FWD_TILES
+
+    def is_applicable(self, problem: AttentionProblem, caps: Capabilities) -> Applicability:
+        reason = _reason(problem, caps)
+        return not_applicable(reason) if reason else APPLICABLE
+
+    def configs(self, problem: AttentionProblem, caps: Capabilities) -> list[Fp32Config]:
+        return [Fp32Config(*self._tiles[head_tile(problem)])]
+
+    def default_config(self, problem: AttentionProblem, caps: Capabilities) -> Fp32Config:
+        return self.configs(problem, caps)[0]
+
+    def module_specs(self) -> list[ModuleSpec]:
+        return [module_spec(dt) for dt in dtypes.FLOAT_TYPES]
+
+    def _check(self, backend: Backend, problem: AttentionProblem, config: Config) -> Fp32Config:
+        from ...runtime.caps import capabilities
+
+        ok = self.is_applicable(problem, capabilities(backend))
+        if not ok:
+            raise NotSupportedError(f"{self.name}: {ok.reason}")
+        if not isinstance(config, Fp32Config) or config not in self.configs(problem, None):
+            raise NotSupportedError(f"{self.name}: not a config of this problem: {config!r}")
+        return config
+
+
+class FlashFp32FwdSolver(_Fp32Solver):
+    """FlashAttention forward on CUDA cores (module docstring)."""
+
+    name = "sdpa_fwd_flash_fp32"
+    family = "sdpa_fwd"
+    _tiles = FWD_TILES
+
+    def prepare(self, backend: Backend, problem: AttentionProblem, config: Config) -> Runner:
+        return _FwdRunner(backend, problem, self._check(backend, problem, config))
+
+
+class _BwdRunner(Runner):
+    def __init__(self, backend: Backend, problem: AttentionProblem, cfg: Fp32Config) -> None:
+        dt = dtype_of(problem)
+        hd = head_tile(problem)
+        spec = module_spec(dt)
+        bm, bn = cfg.block_m, cfg.block_n
+        dkdv, dq = _bwd_exprs(dt, bm, bn, hd)
+        self.delta = backend.kernel(spec, _delta_expr(dt))
+        self.dkdv = backend.kernel(spec, dkdv)
+        self.dq = backend.kernel(spec, dq)
+        p = problem
+        self.grid_delta = (-(-p.b * p.hq * p.sq // (THREADS // 32)),)
+        self.grid_dkdv = (-(-p.skv // bn), p.b * p.hkv)
+        self.grid_dq = (-(-p.sq // bm), p.b * p.hq)
+        self.smem_dkdv, self.smem_dq = bwd_smem_bytes(bm, bn, hd)
+        self.problem = problem
+        self.kind = np.int32(MASK_KIND[problem.mask])
+        self.xp = backend.xp
+        tile = f"{bm}x{bn}_hd{hd}_{dt.short}"
+        self.names = [f"flash_fp32_bwd_delta_{dt.short}", f"flash_fp32_bwd_dkdv_{tile}",
+                      f"flash_fp32_bwd_dq_{tile}"]  # fmt: skip
+
+    @property
+    def kernel_names(self) -> list[str]:
+        return list(self.names)
+
+    def __call__(self, tensors: AttentionBwdTensors, scalars: Scalars, workspace: Any) -> None:
+        p = self.problem
+        prm = params(p, tensors, scalars)
+        delta = workspace[: 4 * p.b * p.hq * p.sq].view(self.xp.float32)
+        lq, lkv = _lengths(tensors)
+        self.delta(self.grid_delta, (THREADS,), (tensors.o, tensors.dout, lq, lkv, delta, prm))
+        args = (*tensors.pointers(), prm, self.kind, delta)
+        self.dkdv(self.grid_dkdv, (THREADS,), args, shared_mem=self.smem_dkdv)
+        self.dq(self.grid_dq, (THREADS,), args, shared_mem=self.smem_dq)
+
+
+class FlashFp32BwdSolver(_Fp32Solver):
+    """FlashAttention backward on CUDA cores (module docstring): delta, then dK/dV per key
+    tile and dQ (with dmask) per query tile; the workspace holds delta (b * hq * sq
+    floats)."""
+
+    name = "sdpa_bwd_flash_fp32"
+    family = "sdpa_bwd"
+    _tiles = BWD_TILES
+
+    def workspace_size(self, problem: AttentionProblem, config: Config) -> int:
+        return 4 * problem.b * problem.hq * problem.sq
+
+    def prepare(self, backend: Backend, problem: AttentionProblem, config: Config) -> Runner:
+        return _BwdRunner(backend, problem, self._check(backend, problem, config))
