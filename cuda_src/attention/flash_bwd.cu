@@ -1,0 +1,648 @@
+// flash_bwd.cu — FlashAttention-2 backward on the warp-level MMA layer (common/mma.cuh):
+// fp16 (sm_75+) and bf16 (sm_80+) inputs, fp32 accumulation, every masking feature of
+// attention_common.cuh (causal / window / lengths / bool or additive mask / dropout).
+//
+// Kernels (T = __half | __nv_bfloat16; D = the head-dim bucket 32 / 64 / 128 >= max(d, dv),
+// columns past d / dv zero-filled; BM x BN = query tile x key block, W = BN / 16 warps):
+//   sdpa_flash_bwd_pre<T>                delta[b,h,i] = sum_c dout[i,c] * o[i,c] (fp32;
+//                                        0 past lengths_q); zeroes dq_accum's rows when asked
+//   sdpa_flash_bwd_main<T, D, BM, BN, W> dK, dV of BN keys of one (batch, kv head), summed
+//                                        in registers over the group's query heads (GQA) and
+//                                        the query tiles that reach those keys; each warp owns
+//                                        16 keys, so S^T, P^T, dP^T, dS^T stay in MMA
+//                                        accumulators and feed the dV / dK MMAs as A fragments.
+//                                        dq_atomic = 1 (sdpa_bwd_flash_tc): dQ += dS K through
+//                                        a shared dS tile, fp32 atomics into dq_accum.
+//                                        Writes dmask (the only kernel visiting each (i, j)
+//                                        once per query head).
+//   sdpa_flash_bwd_dq_convert<T>         dq = scale * dq_accum in dq's dtype and strides
+//   sdpa_flash_bwd_dq<T, D, BM, BN, W>   the deterministic dQ (sdpa_bwd_flash_tc_split):
+//                                        16 * W queries of one (batch, q head) per block over
+//                                        key tiles of BM keys (the main kernel's tile turned
+//                                        around); S, P, dP, dS recomputed, dQ in registers.
+// Readable names: sdpa_flash_bwd_main_64x64_d128_w4_fp16 (solvers/attention/flash_bwd.py).
+//
+// Shared tiles are rows of 16-byte chunks XOR-swizzled as in conv/tc_gemm.cuh, so every
+// ldmatrix phase hits 8 distinct bank groups.
+#include "attention/attention_common.cuh"
+#include "common/mma.cuh"
+#include "conv/tc_gemm.cuh"
+
+namespace fbwd {
+
+using cl::mma::ldmatrix;
+using cl::mma::ldmatrix_trans;
+
+constexpr float kLog2e = 1.4426950408889634f;
+
+template <typename T>
+__device__ __forceinline__ unsigned pack(float lo, float hi) {
+    return cl::mma::pack2<T>(cl::from_float<T>(lo), cl::from_float<T>(hi));
+}
+
+template <int COLS>
+__device__ __forceinline__ int at(int row, int col) {
+    return tc::tile_offset<COLS>(row, col);
+}
+
+// The four C-fragment values of n8 tiles 2k and 2k+1 as the A fragment of the k-th k16 step
+// (C: rows g / g+8, columns 2t, 2t+1; A: the same rows, k columns 2t.. and 2t+8..).
+template <typename T>
+__device__ __forceinline__ void c_to_a(unsigned (&a)[4], const float (&c0)[4], const float (&c1)[4]) {
+    a[0] = pack<T>(c0[0], c0[1]);
+    a[1] = pack<T>(c0[2], c0[3]);
+    a[2] = pack<T>(c1[0], c1[1]);
+    a[3] = pack<T>(c1[2], c1[3]);
+}
+
+// acc[NF] (16 rows x 8 NF columns) += A (16 x 16 k of rows a_row0.. of a [rows][AC] tile,
+// k contiguous) * B^T over KSTEPS k16 steps, B given as a [n][BC] tile (k contiguous):
+// C = A B^T with both operands read as stored (ldmatrix without .trans).
+template <typename T, int KSTEPS, int NF, int AC, int BC>
+__device__ __forceinline__ void mma_abt(float (&acc)[NF][4], const T* As, int a_row0, const T* Bs,
+                                        int lane) {
+#pragma unroll
+    for (int ks = 0; ks < KSTEPS; ++ks) {
+        unsigned a[4];
+        ldmatrix<4>(a, As + at<AC>(a_row0 + (lane & 15), 16 * ks + (lane >> 4) * 8));
+#pragma unroll
+        for (int np = 0; np < NF / 2; ++np) {
+            unsigned r[4];
+            ldmatrix<4>(r, Bs + at<BC>(16 * np + (lane & 7) + (lane >> 4) * 8,
+                                       16 * ks + ((lane >> 3) & 1) * 8));
+            const unsigned b0[2] = {r[0], r[1]}, b1[2] = {r[2], r[3]};
+            cl::mma::mma_m16n8k16<T>(acc[2 * np], a, b0, acc[2 * np]);
+            cl::mma::mma_m16n8k16<T>(acc[2 * np + 1], a, b1, acc[2 * np + 1]);
+        }
+    }
+}
+
+// acc[NF] += A * B where A (16 x 16*KSTEPS) comes from C fragments c[2*KSTEPS] in registers
+// and B is a [k][BC] tile (n contiguous: ldmatrix.trans), columns col0...
+template <typename T, int KSTEPS, int NF, int BC>
+__device__ __forceinline__ void mma_reg_b(float (&acc)[NF][4], const float (&c)[2 * KSTEPS][4],
+                                          const T* Bs, int col0, int lane) {
+#pragma unroll
+    for (int ks = 0; ks < KSTEPS; ++ks) {
+        unsigned a[4];
+        c_to_a<T>(a, c[2 * ks], c[2 * ks + 1]);
+#pragma unroll
+        for (int np = 0; np < NF / 2; ++np) {
+            unsigned r[4];
+            ldmatrix_trans<4>(r, Bs + at<BC>(16 * ks + (lane & 7) + ((lane >> 3) & 1) * 8,
+                                             col0 + 16 * np + (lane >> 4) * 8));
+            const unsigned b0[2] = {r[0], r[1]}, b1[2] = {r[2], r[3]};
+            cl::mma::mma_m16n8k16<T>(acc[2 * np], a, b0, acc[2 * np]);
+            cl::mma::mma_m16n8k16<T>(acc[2 * np + 1], a, b1, acc[2 * np + 1]);
+        }
+    }
+}
+
+// Copies rows [r0, r0 + ROWS) of a (ROWS x D) tile, `cols` valid columns (a multiple of 8),
+// rows valid below `rows_valid`, into a swizzled [ROWS][D] shared tile (zeros elsewhere).
+template <typename T, int ROWS, int D, int THREADS>
+__device__ __forceinline__ void load_tile(T* dst, const T* src, long long row_stride, int r0,
+                                          int rows_valid, int cols) {
+    constexpr int CH = D / 8, CHUNKS = ROWS * CH;
+#pragma unroll
+    for (int it = 0; it < (CHUNKS + THREADS - 1) / THREADS; ++it) {
+        const int c = it * THREADS + threadIdx.x;
+        if (CHUNKS % THREADS != 0 && c >= CHUNKS) break;
+        const int row = c / CH, ch = c % CH;
+        const bool ok = r0 + row < rows_valid && ch * 8 < cols;
+        const T* p = ok ? src + (long long)(r0 + row) * row_stride + ch * 8 : src;
+        cl::mma::cp_async<16>(dst + at<D>(row, ch * 8), p, ok);
+    }
+}
+
+// Whether query i sees key j under causal / window / lengths (rows past lengths_q see
+// nothing), then the explicit mask; `add` gets the additive mask in the log2 domain.
+template <typename T>
+__device__ __forceinline__ bool keep_at(const SdpaParams& p, sdpa::Lengths len, int shift,
+                                        const void* mask, int mask_kind, int bi, int h, int i,
+                                        int j, float& add) {
+    const int pos = i + shift;
+    bool keep = i < len.q && j < len.kv;
+    if (p.right >= 0) keep = keep && j <= pos + p.right;
+    if (p.left >= 0) keep = keep && j >= pos - p.left;
+    add = 0.0f;
+    if (keep && mask_kind == sdpa::kMaskBool) {
+        keep = sdpa::mask_at<sdpa::kMaskBool, T>(p, mask, bi, h, i, j).keep;
+    } else if (keep && mask_kind == sdpa::kMaskAdditive) {
+        const auto m = sdpa::mask_at<sdpa::kMaskAdditive, T>(p, mask, bi, h, i, j);
+        keep = m.keep;
+        add = m.add_log2;
+    }
+    return keep;
+}
+
+// Whether every (i, j) of queries [m0, m0 + bm) x keys [n0, n0 + bn) passes causal / window
+// / lengths-kv (key ranges grow with i, so the corners decide); rows past lengths_q need no
+// test: their lse is taken as +inf, so P = 0.
+__device__ __forceinline__ bool tile_full(const SdpaParams& p, sdpa::Lengths len, int shift,
+                                          int mask_kind, int m0, int bm, int n0, int bn) {
+    return mask_kind == sdpa::kMaskNone && n0 + bn <= len.kv &&
+           (p.right < 0 || n0 + bn - 1 <= m0 + shift + p.right) &&
+           (p.left < 0 || n0 >= m0 + bm - 1 + shift - p.left);
+}
+
+// lse in the log2 domain as P = exp2(s * scale_log2 - lse2) uses it: +inf for rows that keep
+// nothing (lse = -inf) and rows past lengths_q, so their P is 0.
+__device__ __forceinline__ float lse_log2(const float* lse, long long row, bool valid) {
+    if (!valid) return INFINITY;
+    const float l = lse[row];
+    return l == -INFINITY ? INFINITY : l * kLog2e;
+}
+
+// ------------------------------------------------------------------ main (dK, dV)
+template <typename T, int D, int BM, int BN, int W>
+struct Main {
+    enum {
+        THREADS = W * 32,
+        NFM = BM / 8,   // n8 tiles of S^T along the queries
+        NFD = D / 8,    // n8 tiles of dK / dV along the head dim
+        // dQ = dS K (atomic solver): warps tile the BM x D block as QM x QD
+        QM = BM / 16 < W ? BM / 16 : W,
+        QD = W / QM,
+        DQ_ROWS = BM / QM,
+        DQ_COLS = D / QD,
+        // shared memory, in elements of T, then 4 * BM floats (lse2, delta; two stages)
+        K_OFF = 0,
+        V_OFF = BN * D,
+        Q_OFF = 2 * BN * D,
+        DO_OFF = Q_OFF + 2 * BM * D,
+        DS_OFF = DO_OFF + 2 * BM * D,
+        T_ELEMS = DS_OFF + BN * BM,
+        SMEM_BYTES = T_ELEMS * 2 + 4 * BM * 4,
+    };
+    static_assert(BN == 16 * W, "a warp owns 16 keys");
+    static_assert(BM % 16 == 0 && D % 16 == 0, "MMA granularity");
+    static_assert(W % QM == 0 && DQ_COLS % 16 == 0 && DQ_ROWS % 16 == 0, "dQ warp tiling");
+
+    __device__ static void go(const T* __restrict__ q, const T* __restrict__ k,
+                              const T* __restrict__ v, const T* __restrict__ dout,
+                              const float* __restrict__ lse, T* __restrict__ dk,
+                              T* __restrict__ dv, float* __restrict__ dmask, const void* mask,
+                              const int* lengths_q, const int* lengths_kv, const SdpaParams& p,
+                              const float* __restrict__ delta, float* __restrict__ dq_accum,
+                              int mask_kind, int dq_atomic, int write_dmask) {
+        DYNAMIC_SHARED(T, sm);
+        float* lse_s = reinterpret_cast<float*>(sm + T_ELEMS);  // [2][BM]
+        float* delta_s = lse_s + 2 * BM;                         // [2][BM]
+        const int tid = threadIdx.x, warp = tid >> 5, lane = tid & 31;
+        const int g = lane >> 2, t = lane & 3;
+        const int n0 = blockIdx.x * BN;
+        const int bi = blockIdx.y / p.hkv, hk = blockIdx.y - bi * p.hkv;
+        const sdpa::Lengths len = sdpa::lengths_of(p, lengths_q, lengths_kv, bi);
+        const int shift = p.align_br ? len.kv - len.q : 0;
+
+        // Queries whose key range meets [n0, n0 + BN): key ranges grow with i.
+        int i_lo = 0, i_hi = n0 < len.kv ? len.q : 0;
+        if (p.right >= 0) i_lo = max(0, n0 - shift - p.right);
+        if (p.left >= 0) i_hi = min(i_hi, n0 + BN + p.left - shift);
+        const int mt_begin = i_lo / BM;
+        const int mt_end = i_hi > i_lo ? (i_hi + BM - 1) / BM : mt_begin;
+        const int n_items = (mt_end - mt_begin) * p.group;
+
+        T* Ks = sm + K_OFF;
+        T* Vs = sm + V_OFF;
+        load_tile<T, BN, D, THREADS>(Ks, k + bi * p.k_sb + hk * p.k_sh + (long long)n0 * p.k_ss,
+                                     p.k_ss, 0, len.kv - n0, p.d);
+        load_tile<T, BN, D, THREADS>(Vs, v + bi * p.v_sb + hk * p.v_sh + (long long)n0 * p.v_ss,
+                                     p.v_ss, 0, len.kv - n0, p.dv);
+
+        // One stage: the Q and dO tiles of query head h, rows m0.., and their lse2 / delta.
+        auto load_item = [&](int stage, int h, int m0) {
+            load_tile<T, BM, D, THREADS>(sm + Q_OFF + stage * BM * D,
+                                         q + bi * p.q_sb + h * p.q_sh, p.q_ss, m0, len.q, p.d);
+            load_tile<T, BM, D, THREADS>(sm + DO_OFF + stage * BM * D,
+                                         dout + bi * p.o_sb + h * p.o_sh, p.o_ss, m0, len.q,
+                                         p.dv);
+            const long long row0 = ((long long)bi * p.hq + h) * p.sq + m0;
+            for (int r = tid; r < BM; r += THREADS) {
+                const bool ok = m0 + r < len.q;
+                lse_s[stage * BM + r] = lse_log2(lse, row0 + r, ok);
+                delta_s[stage * BM + r] = ok ? delta[row0 + r] : 0.0f;
+            }
+        };
+
+        float dk_acc[NFD][4], dv_acc[NFD][4];
+#pragma unroll
+        for (int f = 0; f < NFD; ++f)
+#pragma unroll
+            for (int r = 0; r < 4; ++r) dk_acc[f][r] = dv_acc[f][r] = 0.0f;
+
+        const int h0 = hk * p.group;
+        if (n_items > 0) load_item(0, h0, mt_begin * BM);
+        cl::mma::cp_async_commit();
+        int cur_h = h0, cur_mt = mt_begin, nxt_h = h0, nxt_mt = mt_begin;
+        for (int it = 0; it < n_items; ++it) {
+            const int stage = it & 1;
+            cl::mma::cp_async_wait<0>();
+            __syncthreads();  // stage `it` landed; every warp is done with stage it - 1
+            if (++nxt_mt == mt_end) {
+                nxt_mt = mt_begin;
+                ++nxt_h;
+            }
+            if (it + 1 < n_items) load_item(stage ^ 1, nxt_h, nxt_mt * BM);
+            cl::mma::cp_async_commit();
+
+            const int m0 = cur_mt * BM, h = cur_h;
+            const T* Qs = sm + Q_OFF + stage * BM * D;
+            const T* dOs = sm + DO_OFF + stage * BM * D;
+            const float* l2 = lse_s + stage * BM;
+            const float* dl = delta_s + stage * BM;
+
+            // S^T = K_w Q^T and dP^T = V_w dO^T (16 keys x BM queries per warp).
+            float s[NFM][4], dp[NFM][4];
+#pragma unroll
+            for (int f = 0; f < NFM; ++f)
+#pragma unroll
+                for (int r = 0; r < 4; ++r) s[f][r] = dp[f][r] = 0.0f;
+            mma_abt<T, D / 16, NFM, D, D>(s, Ks, 16 * warp, Qs, lane);
+            mma_abt<T, D / 16, NFM, D, D>(dp, Vs, 16 * warp, dOs, lane);
+
+            // P, dropout, dS = P (dP * drop - delta); s becomes P * drop, dp becomes dS.
+            const int jw = n0 + 16 * warp + g;
+            if (tile_full(p, len, shift, mask_kind, m0, BM, n0, BN)) {
+#pragma unroll
+                for (int f = 0; f < NFM; ++f)
+#pragma unroll
+                    for (int r = 0; r < 4; ++r)
+                        s[f][r] = exp2f(s[f][r] * p.scale_log2 - l2[8 * f + 2 * t + (r & 1)]);
+            } else {
+#pragma unroll
+                for (int f = 0; f < NFM; ++f)
+#pragma unroll
+                    for (int r = 0; r < 4; ++r) {
+                        const int col = 8 * f + 2 * t + (r & 1);
+                        float add;
+                        const bool keep = keep_at<T>(p, len, shift, mask, mask_kind, bi, h,
+                                                     m0 + col, jw + 8 * (r >> 1), add);
+                        s[f][r] = keep ? exp2f(s[f][r] * p.scale_log2 + add - l2[col]) : 0.0f;
+                    }
+            }
+            const bool drop = p.drop_threshold != 0;
+#pragma unroll
+            for (int f = 0; f < NFM; ++f)
+#pragma unroll
+                for (int r = 0; r < 4; ++r) {
+                    const int col = 8 * f + 2 * t + (r & 1);
+                    const int i = m0 + col, j = jw + 8 * (r >> 1);
+                    float d = dp[f][r];
+                    const float pr = s[f][r];
+                    if (drop) {
+                        const float fac = sdpa::dropout_factor(p, bi, h, i, j);
+                        d *= fac;
+                        s[f][r] = pr * fac;
+                    }
+                    d = pr * (d - dl[col]);
+                    dp[f][r] = d;
+                    if (write_dmask && i < p.sq && j < p.skv)
+                        dmask[(((long long)bi * p.hq + h) * p.sq + i) * p.skv + j] = d;
+                }
+
+            // dV += (P drop)^T dO, dK += dS^T Q (the scale is applied at the end).
+            mma_reg_b<T, BM / 16, NFD, D>(dv_acc, s, dOs, 0, lane);
+            mma_reg_b<T, BM / 16, NFD, D>(dk_acc, dp, Qs, 0, lane);
+
+            if (dq_atomic) {
+                // dQ (BM x D) += dS K: dS^T through shared memory to the dQ warp tiling.
+                T* dSs = sm + DS_OFF;
+#pragma unroll
+                for (int f = 0; f < NFM; ++f) {
+                    const int row = 16 * warp + g, col = 8 * f + 2 * t;
+                    *reinterpret_cast<unsigned*>(dSs + at<BM>(row, col)) =
+                        pack<T>(dp[f][0], dp[f][1]);
+                    *reinterpret_cast<unsigned*>(dSs + at<BM>(row + 8, col)) =
+                        pack<T>(dp[f][2], dp[f][3]);
+                }
+                __syncthreads();
+                dq_tile(dSs, Ks, dq_accum, p, len, bi, h, m0, warp, lane);
+            }
+            cur_h = nxt_h;
+            cur_mt = nxt_mt;
+        }
+        cl::mma::cp_async_wait<0>();
+
+        store_kv(dk, dk_acc, p.k_sb * bi + p.k_sh * hk, p.k_ss, p.d, p.scale, n0, len, p, warp,
+                 lane);
+        store_kv(dv, dv_acc, p.v_sb * bi + p.v_sh * hk, p.v_ss, p.dv, 1.0f, n0, len, p, warp,
+                 lane);
+        if (write_dmask) zero_dmask(dmask, p, bi, h0, n0, mt_begin * BM, mt_end * BM);
+    }
+
+    __device__ static void dq_tile(const T* dSs, const T* Ks, float* dq_accum,
+                                   const SdpaParams& p, sdpa::Lengths len, int bi, int h, int m0,
+                                   int warp, int lane) {
+        constexpr int MF = DQ_ROWS / 16, NF = DQ_COLS / 8;
+        const int r0 = (warp % QM) * DQ_ROWS, c0 = (warp / QM) * DQ_COLS;
+        float acc[MF][NF][4];
+#pragma unroll
+        for (int mi = 0; mi < MF; ++mi)
+#pragma unroll
+            for (int f = 0; f < NF; ++f)
+#pragma unroll
+                for (int r = 0; r < 4; ++r) acc[mi][f][r] = 0.0f;
+#pragma unroll
+        for (int ks = 0; ks < BN / 16; ++ks) {
+            unsigned a[MF][4];
+#pragma unroll
+            for (int mi = 0; mi < MF; ++mi)
+                ldmatrix_trans<4>(a[mi], dSs + at<BM>(16 * ks + (lane & 7) + (lane >> 4) * 8,
+                                                      r0 + 16 * mi + ((lane >> 3) & 1) * 8));
+#pragma unroll
+            for (int np = 0; np < NF / 2; ++np) {
+                unsigned r[4];
+                ldmatrix_trans<4>(r, Ks + at<D>(16 * ks + (lane & 7) + ((lane >> 3) & 1) * 8,
+                                                c0 + 16 * np + (lane >> 4) * 8));
+                const unsigned b0[2] = {r[0], r[1]}, b1[2] = {r[2], r[3]};
+#pragma unroll
+                for (int mi = 0; mi < MF; ++mi) {
+                    cl::mma::mma_m16n8k16<T>(acc[mi][2 * np], a[mi], b0, acc[mi][2 * np]);
+                    cl::mma::mma_m16n8k16<T>(acc[mi][2 * np + 1], a[mi], b1,
+                                             acc[mi][2 * np + 1]);
+                }
+            }
+        }
+        const int g = lane >> 2, t = lane & 3;
+        float* base = dq_accum + (((long long)bi * p.hq + h) * p.sq) * p.d;
+#pragma unroll
+        for (int mi = 0; mi < MF; ++mi)
+#pragma unroll
+            for (int r = 0; r < 4; ++r) {
+                const int i = m0 + r0 + 16 * mi + g + 8 * (r >> 1);
+                if (i >= len.q) continue;
+#pragma unroll
+                for (int f = 0; f < NF; ++f) {
+                    const int c = c0 + 8 * f + 2 * t + (r & 1);
+                    if (c < p.d) atomicAdd(base + (long long)i * p.d + c, acc[mi][f][r]);
+                }
+            }
+    }
+
+    // Rows n0 + 16 w + g (+8) of dK or dV: scale * acc, zero past lengths_kv.
+    __device__ static void store_kv(T* out, const float (&acc)[NFD][4], long long base,
+                                    long long row_stride, int cols, float scale, int n0,
+                                    sdpa::Lengths len, const SdpaParams& p, int warp, int lane) {
+        const int g = lane >> 2, t = lane & 3;
+#pragma unroll
+        for (int half = 0; half < 2; ++half) {
+            const int j = n0 + 16 * warp + g + 8 * half;
+            if (j >= p.skv) continue;
+            const float sc = j < len.kv ? scale : 0.0f;
+            T* row = out + base + (long long)j * row_stride;
+#pragma unroll
+            for (int f = 0; f < NFD; ++f) {
+                const int c = 8 * f + 2 * t;
+                if (c < cols)
+                    *reinterpret_cast<unsigned*>(row + c) =
+                        pack<T>(acc[f][2 * half] * sc, acc[f][2 * half + 1] * sc);
+            }
+        }
+    }
+
+    // dmask = 0 at the rows of [0, sq) this block's tiles did not visit (keys n0..).
+    __device__ static void zero_dmask(float* dmask, const SdpaParams& p, int bi, int h0, int n0,
+                                      int vis_lo, int vis_hi) {
+        const int warp = threadIdx.x >> 5, lane = threadIdx.x & 31;
+        for (int gi = 0; gi < p.group; ++gi) {
+            float* base = dmask + ((long long)bi * p.hq + h0 + gi) * p.sq * p.skv;
+            for (int i = warp; i < p.sq; i += W) {
+                if (i >= vis_lo && i < vis_hi) continue;
+                for (int c = lane; c < BN; c += 32)
+                    if (n0 + c < p.skv) base[(long long)i * p.skv + n0 + c] = 0.0f;
+            }
+        }
+    }
+};
+
+// ------------------------------------------------------------------ dQ without atomics
+// Block: queries [m0, m0 + BQ) of one (batch, q head), BQ = 16 W (a warp owns 16 rows);
+// key tiles of BK = BM keys, K and V double-buffered.
+template <typename T, int D, int BM, int BN, int W>
+struct Dq {
+    enum {
+        THREADS = W * 32,
+        BQ = 16 * W,
+        BK = BM,
+        NFK = BK / 8,
+        NFD = D / 8,
+        Q_OFF = 0,
+        DO_OFF = BQ * D,
+        K_OFF = 2 * BQ * D,
+        V_OFF = K_OFF + 2 * BK * D,
+        SMEM_BYTES = (V_OFF + 2 * BK * D) * 2,
+    };
+
+    __device__ static void go(const T* __restrict__ q, const T* __restrict__ k,
+                              const T* __restrict__ v, const T* __restrict__ dout,
+                              const float* __restrict__ lse, T* __restrict__ dq, const void* mask,
+                              const int* lengths_q, const int* lengths_kv, const SdpaParams& p,
+                              const float* __restrict__ delta, int mask_kind) {
+        DYNAMIC_SHARED(T, sm);
+        const int tid = threadIdx.x, warp = tid >> 5, lane = tid & 31;
+        const int g = lane >> 2, t = lane & 3;
+        const int m0 = blockIdx.x * BQ;
+        const int bi = blockIdx.y / p.hq, h = blockIdx.y - bi * p.hq;
+        const int hk = h / p.group;
+        const sdpa::Lengths len = sdpa::lengths_of(p, lengths_q, lengths_kv, bi);
+        const int shift = p.align_br ? len.kv - len.q : 0;
+
+        // Keys seen by rows [m0, min(m0 + BQ, len.q)): from the first row's lo to the last's hi.
+        int j_lo = 0, j_hi = 0;
+        const int last = min(m0 + BQ, len.q) - 1;
+        if (last >= m0) {
+            j_lo = sdpa::key_range(p, len, m0).lo;
+            j_hi = sdpa::key_range(p, len, last).hi;
+        }
+        const int nt_begin = j_lo / BK;
+        const int nt_end = j_hi > j_lo ? (j_hi + BK - 1) / BK : nt_begin;
+
+        const T* kb = k + bi * p.k_sb + hk * p.k_sh;
+        const T* vb = v + bi * p.v_sb + hk * p.v_sh;
+        T* Qs = sm + Q_OFF;
+        T* dOs = sm + DO_OFF;
+        load_tile<T, BQ, D, THREADS>(Qs, q + bi * p.q_sb + h * p.q_sh, p.q_ss, m0, len.q, p.d);
+        load_tile<T, BQ, D, THREADS>(dOs, dout + bi * p.o_sb + h * p.o_sh, p.o_ss, m0, len.q,
+                                     p.dv);
+        if (nt_begin < nt_end) {
+            load_tile<T, BK, D, THREADS>(sm + K_OFF, kb, p.k_ss, nt_begin * BK, len.kv, p.d);
+            load_tile<T, BK, D, THREADS>(sm + V_OFF, vb, p.v_ss, nt_begin * BK, len.kv, p.dv);
+        }
+        cl::mma::cp_async_commit();
+
+        // This thread's rows i0 = m0 + 16 w + g and i0 + 8.
+        const int i0 = m0 + 16 * warp + g;
+        const long long row0 = ((long long)bi * p.hq + h) * p.sq;
+        float l2[2], dl[2];
+#pragma unroll
+        for (int half = 0; half < 2; ++half) {
+            const int i = i0 + 8 * half;
+            l2[half] = lse_log2(lse, row0 + i, i < len.q);
+            dl[half] = i < len.q ? delta[row0 + i] : 0.0f;
+        }
+
+        float acc[NFD][4];
+#pragma unroll
+        for (int f = 0; f < NFD; ++f)
+#pragma unroll
+            for (int r = 0; r < 4; ++r) acc[f][r] = 0.0f;
+
+        for (int nt = nt_begin; nt < nt_end; ++nt) {
+            const int stage = (nt - nt_begin) & 1;
+            cl::mma::cp_async_wait<0>();
+            __syncthreads();  // tile nt landed; every warp is done with the other stage
+            if (nt + 1 < nt_end) {
+                const int so = (stage ^ 1) * BK * D;
+                load_tile<T, BK, D, THREADS>(sm + K_OFF + so, kb, p.k_ss, (nt + 1) * BK, len.kv,
+                                             p.d);
+                load_tile<T, BK, D, THREADS>(sm + V_OFF + so, vb, p.v_ss, (nt + 1) * BK, len.kv,
+                                             p.dv);
+            }
+            cl::mma::cp_async_commit();
+            const T* Ks = sm + K_OFF + stage * BK * D;
+            const T* Vs = sm + V_OFF + stage * BK * D;
+            const int n0 = nt * BK;
+
+            float s[NFK][4], dp[NFK][4];
+#pragma unroll
+            for (int f = 0; f < NFK; ++f)
+#pragma unroll
+                for (int r = 0; r < 4; ++r) s[f][r] = dp[f][r] = 0.0f;
+            mma_abt<T, D / 16, NFK, D, D>(s, Qs, 16 * warp, Ks, lane);
+            mma_abt<T, D / 16, NFK, D, D>(dp, dOs, 16 * warp, Vs, lane);
+
+            if (tile_full(p, len, shift, mask_kind, m0, BQ, n0, BK)) {
+#pragma unroll
+                for (int f = 0; f < NFK; ++f)
+#pragma unroll
+                    for (int r = 0; r < 4; ++r)
+                        s[f][r] = exp2f(s[f][r] * p.scale_log2 - l2[r >> 1]);
+            } else {
+#pragma unroll
+                for (int f = 0; f < NFK; ++f)
+#pragma unroll
+                    for (int r = 0; r < 4; ++r) {
+                        float add;
+                        const bool keep = keep_at<T>(p, len, shift, mask, mask_kind, bi, h,
+                                                     i0 + 8 * (r >> 1), n0 + 8 * f + 2 * t + (r & 1),
+                                                     add);
+                        s[f][r] = keep ? exp2f(s[f][r] * p.scale_log2 + add - l2[r >> 1]) : 0.0f;
+                    }
+            }
+            const bool drop = p.drop_threshold != 0;
+#pragma unroll
+            for (int f = 0; f < NFK; ++f)
+#pragma unroll
+                for (int r = 0; r < 4; ++r) {
+                    float d = dp[f][r];
+                    if (drop)
+                        d *= sdpa::dropout_factor(p, bi, h, i0 + 8 * (r >> 1),
+                                                  n0 + 8 * f + 2 * t + (r & 1));
+                    dp[f][r] = s[f][r] * (d - dl[r >> 1]);
+                }
+            mma_reg_b<T, BK / 16, NFD, D>(acc, dp, Ks, 0, lane);
+        }
+        cl::mma::cp_async_wait<0>();
+
+#pragma unroll
+        for (int half = 0; half < 2; ++half) {
+            const int i = i0 + 8 * half;
+            if (i >= p.sq) continue;
+            const float sc = i < len.q ? p.scale : 0.0f;
+            T* row = dq + bi * p.q_sb + h * p.q_sh + (long long)i * p.q_ss;
+#pragma unroll
+            for (int f = 0; f < NFD; ++f) {
+                const int c = 8 * f + 2 * t;
+                if (c < p.d)
+                    *reinterpret_cast<unsigned*>(row + c) =
+                        pack<T>(acc[f][2 * half] * sc, acc[f][2 * half + 1] * sc);
+            }
+        }
+    }
+};
+
+}  // namespace fbwd
+
+// ------------------------------------------------------------------ kernels
+// delta = rowsum(dout * o) in fp32, 8 lanes per row (16-byte loads); rows past lengths_q
+// give 0. zero_dq: also zeroes the row's d floats of dq_accum (the atomic solver's).
+template <typename T>
+__global__ void __launch_bounds__(256)
+    sdpa_flash_bwd_pre(const T* __restrict__ o, const T* __restrict__ dout, const int* lengths_q,
+                       const int* lengths_kv, SdpaParams p, float* __restrict__ delta,
+                       float* __restrict__ dq_accum, int zero_dq) {
+    const long long rows = (long long)p.b * p.hq * p.sq;
+    const long long row = (long long)blockIdx.x * 32 + (threadIdx.x >> 3);
+    const int sub = threadIdx.x & 7;
+    float acc = 0.0f;
+    if (row < rows) {
+        const int i = (int)(row % p.sq);
+        const long long bh = row / p.sq;
+        const int h = (int)(bh % p.hq), bi = (int)(bh / p.hq);
+        const sdpa::Lengths len = sdpa::lengths_of(p, lengths_q, lengths_kv, bi);
+        if (i < len.q) {
+            const long long off = bi * p.o_sb + h * p.o_sh + (long long)i * p.o_ss;
+            for (int c = 8 * sub; c < p.dv; c += 64) {
+                const uint4 a = *reinterpret_cast<const uint4*>(o + off + c);
+                const uint4 b = *reinterpret_cast<const uint4*>(dout + off + c);
+                T av[8], bv[8];
+                memcpy(av, &a, 16);
+                memcpy(bv, &b, 16);
+#pragma unroll
+                for (int e = 0; e < 8; ++e) acc += cl::to_float(av[e]) * cl::to_float(bv[e]);
+            }
+        }
+        if (zero_dq)
+            for (int c = sub; c < p.d; c += 8) dq_accum[row * p.d + c] = 0.0f;
+    }
+#pragma unroll
+    for (int m = 4; m > 0; m >>= 1) acc += __shfl_xor_sync(0xffffffffu, acc, m);
+    if (sub == 0 && row < rows) delta[row] = acc;
+}
+
+template <typename T, int D, int BM, int BN, int W>
+__global__ void __launch_bounds__(W * 32)
+    sdpa_flash_bwd_main(const T* __restrict__ q, const T* __restrict__ k, const T* __restrict__ v,
+                        const T* __restrict__ dout, const float* __restrict__ lse,
+                        T* __restrict__ dk, T* __restrict__ dv, float* __restrict__ dmask,
+                        const void* mask, const int* lengths_q, const int* lengths_kv,
+                        SdpaParams p, const float* __restrict__ delta,
+                        float* __restrict__ dq_accum, int mask_kind, int dq_atomic,
+                        int write_dmask) {
+    fbwd::Main<T, D, BM, BN, W>::go(q, k, v, dout, lse, dk, dv, dmask, mask, lengths_q, lengths_kv,
+                                    p, delta, dq_accum, mask_kind, dq_atomic, write_dmask);
+}
+
+// dq = scale * dq_accum (fp32 (b, hq, sq, d)) in dq's dtype and strides, one warp per row;
+// rows past lengths_q are 0.
+template <typename T>
+__global__ void __launch_bounds__(256)
+    sdpa_flash_bwd_dq_convert(const float* __restrict__ dq_accum, T* __restrict__ dq,
+                              const int* lengths_q, const int* lengths_kv, SdpaParams p) {
+    const long long rows = (long long)p.b * p.hq * p.sq;
+    const long long row = (long long)blockIdx.x * 8 + (threadIdx.x >> 5);
+    if (row >= rows) return;
+    const int lane = threadIdx.x & 31;
+    const int i = (int)(row % p.sq);
+    const long long bh = row / p.sq;
+    const int h = (int)(bh % p.hq), bi = (int)(bh / p.hq);
+    const sdpa::Lengths len = sdpa::lengths_of(p, lengths_q, lengths_kv, bi);
+    const float sc = i < len.q ? p.scale : 0.0f;
+    const float* src = dq_accum + row * p.d;
+    T* dst = dq + bi * p.q_sb + h * p.q_sh + (long long)i * p.q_ss;
+    for (int c = 2 * lane; c < p.d; c += 64)
+        *reinterpret_cast<unsigned*>(dst + c) = fbwd::pack<T>(src[c] * sc, src[c + 1] * sc);
+}
+
+template <typename T, int D, int BM, int BN, int W>
+__global__ void __launch_bounds__(W * 32)
+    sdpa_flash_bwd_dq(const T* __restrict__ q, const T* __restrict__ k, const T* __restrict__ v,
+                      const T* __restrict__ dout, const float* __restrict__ lse,
+                      T* __restrict__ dq, const void* mask, const int* lengths_q,
+                      const int* lengths_kv, SdpaParams p, const float* __restrict__ delta,
+                      int mask_kind) {
+    fbwd::Dq<T, D, BM, BN, W>::go(q, k, v, dout, lse, dq, mask, lengths_q, lengths_kv, p, delta,
+                                  mask_kind);
+}

@@ -1,0 +1,269 @@
+"""FlashAttention-2 backward on tensor cores (``cuda_src/attention/flash_bwd.cu``).
+
+``sdpa_bwd_flash_tc`` (:class:`FlashTcBwdSolver`): fp16 (sm_75+) / bf16 (sm_80+), fp32
+accumulation, every masking feature. Three launches: delta = rowsum(dout * o) (which also
+zeroes an fp32 dQ accumulator), the main kernel (a block per BN keys of one (batch, kv
+head): S^T, P^T, dP^T, dS^T recomputed per query tile in MMA registers, dK and dV summed in
+registers over the group's query heads, dQ added with fp32 atomics), and dQ's conversion to
+its dtype. Not deterministic (the order of the atomics).
+
+``sdpa_bwd_flash_tc_split`` (:class:`FlashTcBwdSplitSolver`): the same main kernel without
+the dQ atomics, then a dQ kernel (a block per query tile of one (batch, q head) over the key
+tiles, S / P / dP / dS recomputed, dQ in registers). Bitwise reproducible; the second pass
+costs about 2 of the 5 GEMMs again.
+
+Head dims: one template bucket D in (32, 64, 128) >= max(d, dv), padding columns
+zero-filled; d and dv multiples of 8 (16-byte copies). Config: :class:`FlashBwdConfig`
+(query tile, key block, warps = key block / 16), one per bucket. The dmask of an additive
+mask is written by the main kernel (it visits each (i, j) once per query head).
+
+Module count: one module per head-dim bucket holding both dtypes and all four kernels
+(three modules for both solvers: the NVRTC check compiles each for three archs).
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+from typing import Any
+
+import numpy as np
+
+from ... import dtypes
+from ...errors import NotSupportedError
+from ...problems.attention import AttentionProblem
+from ...runtime.backend import Backend
+from ...runtime.caps import Capabilities
+from ...runtime.kernel import ModuleSpec
+from ..base import APPLICABLE, Applicability, Config, Runner, Solver, not_applicable
+from .common import MASK_KIND, AttentionBwdTensors, Scalars, dtype_of, params
+
+SOURCE = "attention/flash_bwd.cu"
+DTYPES = ("fp16", "bf16")
+HEAD_DIMS = (32, 64, 128)
+_MAX_GRID_Y = 65535
+_PRE_ROWS = 32  # rows per 256-thread block of the delta kernel (8 lanes a row)
+_CONVERT_ROWS = 8  # rows per 256-thread block of the dQ conversion (a warp a row)
+
+
+@dataclass(frozen=True)
+class FlashBwdConfig(Config):
+    """block_m queries per tile x block_n keys per block; warps = block_n / 16 (a warp owns
+    16 keys). The split solver's dQ kernel turns the tile around: 16 * warps queries per
+    block, block_m keys per tile."""
+
+    block_m: int
+    block_n: int
+    warps: int
+
+    def __post_init__(self) -> None:
+        if self.block_m not in (32, 64, 128):
+            raise ValueError(f"block_m must be 32, 64 or 128, got {self.block_m}")
+        if self.warps not in (2, 4, 8) or self.block_n != 16 * self.warps:
+            raise ValueError(f"needs warps in (2, 4, 8) and block_n = 16 * warps: {self}")
+
+    def label(self) -> str:
+        return f"{self.block_m}x{self.block_n}_w{self.warps}"
+
+    def main_smem(self, head: int) -> int:
+        """K, V tiles, two stages of Q and dO, the dS tile (16-bit), lse2 and delta."""
+        bm, bn = self.block_m, self.block_n
+        return (2 * bn * head + 4 * bm * head + bn * bm) * 2 + 16 * bm
+
+    def dq_smem(self, head: int) -> int:
+        """Q, dO tiles of 16 * warps rows, two stages of K and V tiles of block_m keys."""
+        return (2 * self.block_n * head + 4 * self.block_m * head) * 2
+
+    def smem_bytes(self, head: int) -> int:
+        return max(self.main_smem(head), self.dq_smem(head))
+
+
+# One config per head-dim bucket (64 x 64, 4 warps: 2 blocks per SM on sm_90 for every D).
+CONFIGS: dict[int, tuple[FlashBwdConfig, ...]] = {
+    32: (FlashBwdConfig(64, 64, 4),),
+    64: (FlashBwdConfig(64, 64, 4),),
+    128: (FlashBwdConfig(64, 64, 4),),
+}
+
+
+def head_bucket(problem: AttentionProblem) -> int | None:
+    return next((d for d in HEAD_DIMS if d >= problem.max_head_dim), None)
+
+
+def _tparams(ctype: str, head: int, cfg: FlashBwdConfig) -> str:
+    return f"{ctype}, {head}, {cfg.block_m}, {cfg.block_n}, {cfg.warps}"
+
+
+def _names(dt: dtypes.DType, head: int, cfg: FlashBwdConfig) -> dict[str, str]:
+    tp = _tparams(dt.ctype, head, cfg)
+    return {
+        "pre": f"sdpa_flash_bwd_pre<{dt.ctype}>",
+        "main": f"sdpa_flash_bwd_main<{tp}>",
+        "convert": f"sdpa_flash_bwd_dq_convert<{dt.ctype}>",
+        "dq": f"sdpa_flash_bwd_dq<{tp}>",
+    }
+
+
+def module_spec(head: int) -> ModuleSpec:
+    """Both dtypes, every config of the bucket, all four kernels."""
+    names = [
+        n
+        for dt in dtypes.FLOAT_TYPES
+        if dt.short in DTYPES
+        for cfg in CONFIGS[head]
+        for n in _names(dt, head, cfg).values()
+    ]
+    return ModuleSpec.make(SOURCE, names)
+
+
+def _align(n: int) -> int:
+    return -(-n // 256) * 256
+
+
+def _delta_bytes(problem: AttentionProblem) -> int:
+    return _align(4 * problem.b * problem.hq * problem.sq)
+
+
+class _Runner(Runner):
+    def __init__(self, backend: Backend, problem: AttentionProblem, cfg: FlashBwdConfig,
+                 atomic: bool) -> None:  # fmt: skip
+        dt = dtype_of(problem)
+        head = head_bucket(problem)
+        assert head is not None
+        spec = module_spec(head)
+        names = _names(dt, head, cfg)
+        used = ("pre", "main", "convert") if atomic else ("pre", "main", "dq")
+        self.k = {u: backend.kernel(spec, names[u]) for u in used}
+        self.problem, self.cfg, self.head, self.atomic = problem, cfg, head, atomic
+        self.xp = backend.xp
+        tag = f"{cfg.block_m}x{cfg.block_n}_d{head}_w{cfg.warps}_{dt.short}"
+        self.names = [f"sdpa_flash_bwd_pre_{dt.short}", f"sdpa_flash_bwd_main_{tag}"]
+        self.names.append(
+            f"sdpa_flash_bwd_dq_convert_{dt.short}" if atomic else f"sdpa_flash_bwd_dq_{tag}"
+        )
+
+    @property
+    def kernel_names(self) -> list[str]:
+        return list(self.names)
+
+    def __call__(self, tensors: AttentionBwdTensors, scalars: Scalars, workspace: Any) -> None:
+        p, cfg, xp = self.problem, self.cfg, self.xp
+        _check_strides(tensors)
+        prm = params(p, tensors, scalars)
+        rows = p.b * p.hq * p.sq
+        nd = _delta_bytes(p)
+        delta = workspace[: 4 * rows].view(xp.float32)
+        dq_acc = workspace[nd : nd + 4 * rows * p.d].view(xp.float32) if self.atomic else delta
+        mask = tensors.mask if tensors.mask is not None else tensors.q
+        lq = tensors.lengths_q if tensors.lengths_q is not None else tensors.lse
+        lkv = tensors.lengths_kv if tensors.lengths_kv is not None else tensors.lse
+        dmask = tensors.dmask if tensors.dmask is not None else tensors.lse
+        mask_kind = np.int32(MASK_KIND[p.mask])
+        self.k["pre"]((-(-rows // _PRE_ROWS),), (256,),
+                      (tensors.o, tensors.dout, lq, lkv, prm, delta, dq_acc, np.int32(self.atomic)))  # fmt: skip
+        self.k["main"](
+            (-(-p.skv // cfg.block_n), p.b * p.hkv), (32 * cfg.warps,),
+            (tensors.q, tensors.k, tensors.v, tensors.dout, tensors.lse, tensors.dk, tensors.dv,
+             dmask, mask, lq, lkv, prm, delta, dq_acc, mask_kind, np.int32(self.atomic),
+             np.int32(tensors.dmask is not None)),
+            shared_mem=cfg.main_smem(self.head),
+        )  # fmt: skip
+        if self.atomic:
+            self.k["convert"]((-(-rows // _CONVERT_ROWS),), (256,),
+                              (dq_acc, tensors.dq, lq, lkv, prm))  # fmt: skip
+        else:
+            self.k["dq"](
+                (-(-p.sq // cfg.block_n), p.b * p.hq), (32 * cfg.warps,),
+                (tensors.q, tensors.k, tensors.v, tensors.dout, tensors.lse, tensors.dq, mask,
+                 lq, lkv, prm, delta, mask_kind),
+                shared_mem=cfg.dq_smem(self.head),
+            )  # fmt: skip
+
+
+def _check_strides(t: AttentionBwdTensors) -> None:
+    """16-byte rows: every row stride a multiple of 8 elements; the gradients and dout laid
+    out like q, k, v and o (the kernels read one set of strides)."""
+    for name, like in (("q", "q"), ("k", "k"), ("v", "v"), ("o", "o"), ("dout", "o"),
+                       ("dq", "q"), ("dk", "k"), ("dv", "v")):  # fmt: skip
+        a, b = getattr(t, name), getattr(t, like)
+        if a.strides != b.strides:
+            raise NotSupportedError(f"sdpa_bwd_flash_tc: {name} must have the strides of {like}")
+        if any((s // a.itemsize) % 8 for s in a.strides[:3]):
+            raise NotSupportedError(f"sdpa_bwd_flash_tc: {name}'s strides must be multiples of 8 "
+                                    "elements (16-byte rows)")  # fmt: skip
+
+
+class _FlashTcBwd(Solver):
+    family = "sdpa_bwd"
+    config_type = FlashBwdConfig
+    atomic = True
+
+    def is_applicable(self, problem: AttentionProblem, caps: Capabilities) -> Applicability:
+        if problem.dtype not in DTYPES:
+            return not_applicable(f"needs fp16 or bf16 (tensor cores), got {problem.dtype}")
+        if problem.sq * problem.skv == 0:
+            return not_applicable("needs sq and skv >= 1 (the op answers empty problems)")
+        if problem.d % 8 or problem.dv % 8:
+            return not_applicable(
+                f"needs head dims that are multiples of 8, got d={problem.d}, dv={problem.dv}"
+            )
+        if head_bucket(problem) is None:
+            return not_applicable(f"needs head dims <= {HEAD_DIMS[-1]}, got "
+                                  f"d={problem.d}, dv={problem.dv}")  # fmt: skip
+        if not caps.mma_sync:
+            return not_applicable(f"needs mma.sync and ldmatrix (sm_75+), device is {caps.arch}")
+        if problem.dtype == "bf16" and not caps.bf16_tensor_cores:
+            return not_applicable(f"bf16 needs sm_80+, device is {caps.arch}")
+        if problem.b * problem.hq > _MAX_GRID_Y:
+            return not_applicable(f"needs b * hq <= {_MAX_GRID_Y} (the grid's y)")
+        if not self.configs(problem, caps):
+            need = min(c.smem_bytes(head_bucket(problem)) for c in CONFIGS[head_bucket(problem)])
+            return not_applicable(f"needs {need} bytes of shared memory per block, device "
+                                  f"{caps.arch} has {caps.max_shared_bytes}")  # fmt: skip
+        return APPLICABLE
+
+    def configs(self, problem: AttentionProblem, caps: Capabilities) -> list[FlashBwdConfig]:
+        head = head_bucket(problem)
+        if head is None:
+            return []
+        return [c for c in CONFIGS[head] if c.smem_bytes(head) <= caps.max_shared_bytes]
+
+    def default_config(self, problem: AttentionProblem, caps: Capabilities) -> FlashBwdConfig:
+        options = self.configs(problem, caps)
+        if not options:
+            raise NotSupportedError(f"{self.name}: no config fits {problem.key()} on {caps.arch}")
+        return options[0]
+
+    def workspace_size(self, problem: AttentionProblem, config: Config) -> int:
+        size = _delta_bytes(problem)
+        if self.atomic:
+            size += 4 * problem.b * problem.hq * problem.sq * problem.d
+        return size
+
+    def module_specs(self) -> list[ModuleSpec]:
+        return [module_spec(head) for head in HEAD_DIMS]
+
+    def prepare(self, backend: Backend, problem: AttentionProblem, config: Config) -> Runner:
+        from ...runtime.caps import capabilities
+
+        ok = self.is_applicable(problem, capabilities(backend))
+        if not ok:
+            raise NotSupportedError(f"{self.name}: {ok.reason}")
+        if not isinstance(config, FlashBwdConfig):
+            raise NotSupportedError(f"{self.name}: expected a FlashBwdConfig, got {config!r}")
+        return _Runner(backend, problem, config, self.atomic)
+
+
+class FlashTcBwdSolver(_FlashTcBwd):
+    """FlashAttention-2 backward, dQ by fp32 atomics (module docstring)."""
+
+    name = "sdpa_bwd_flash_tc"
+    deterministic = False
+    atomic = True
+
+
+class FlashTcBwdSplitSolver(_FlashTcBwd):
+    """FlashAttention-2 backward, dQ by a second kernel: bitwise reproducible."""
+
+    name = "sdpa_bwd_flash_tc_split"
+    deterministic = True
+    atomic = False
