@@ -180,7 +180,7 @@ def _mask(
 def _lengths(name: str, lengths: Any, b: int, limit: int, xp: Any) -> Any:
     if lengths is None:
         return None
-    a = as_array(name, lengths)
+    a = np.asarray(lengths) if isinstance(lengths, (list, tuple)) else as_array(name, lengths)
     if a.ndim != 1 or a.shape[0] != b or a.dtype.kind not in "iu":
         raise BadParamError(
             f"{name}: expected {b} integers (one per batch entry), got "
@@ -260,6 +260,7 @@ def _make_call(
     extra: dict[str, Any],
 ) -> _Call:
     arrays = {"q": q, "k": k, "v": v, "attn_mask": attn_mask, **extra}
+    arrays = {n: a for n, a in arrays.items() if not isinstance(a, (list, tuple))}
     backend = backend_for(*arrays.values(), names=tuple(arrays))
     q, k, v = as_array("q", q), as_array("k", k), as_array("v", v)
     float_dtype("q", q)
@@ -289,8 +290,8 @@ def _make_call(
         hkv=hkv,
         sq=sq,
         skv=skv,
-        d=max(d, 1),
-        dv=max(dv, 1),
+        d=d,
+        dv=dv,
         layout=layout,
         dtype=float_dtype("q", q).short,
         direction=direction,
@@ -307,10 +308,6 @@ def _make_call(
 def _dims(a: Any, layout: str) -> tuple[int, int, int, int]:
     b, x, y, d = a.shape
     return (b, x, y, d) if layout == "BHSD" else (b, y, x, d)
-
-
-def _empty_problem(p: AttentionProblem) -> bool:
-    return p.b * p.hq * p.sq == 0 or p.skv == 0 or min(p.d, p.dv) == 0
 
 
 def _operands(call: _Call, plan_problem: AttentionProblem) -> tuple[Any, Any, Any]:
@@ -409,12 +406,9 @@ def scaled_dot_product_attention(
             call.backend,
             {"q": q, "k": k, "v": v, "attn_mask": attn_mask},
         )
-    o = xp.empty(p.o_shape(), dtype=call.dtype)
-    lse = xp.empty(p.lse_shape(), dtype=np.float32)
-    if _empty_problem(p):
-        o[...] = 0
-        lse[...] = -np.inf
-    else:
+    o = xp.zeros(p.o_shape(), dtype=call.dtype)
+    lse = xp.full(p.lse_shape(), -np.inf, dtype=np.float32)
+    if not p.empty:
         plan = get_plan(call.backend, p, algo)
         qq, kk, vv = _operands(call, p)
         plan.launch(
@@ -499,7 +493,7 @@ def scaled_dot_product_attention_backward(
     dv = xp.zeros(p.v_shape(), dtype=call.dtype)
     full = (p.b, p.hq, p.sq, p.skv)
     dmask = xp.zeros(full, dtype=np.float32) if p.mask == "additive" else None
-    if not _empty_problem(p):
+    if not p.empty:
         qq, kk, vv = _operands(call, p)
         o4 = xp.ascontiguousarray(o.reshape(p.o_shape()))
         d4 = xp.ascontiguousarray(dout.reshape(p.o_shape()))

@@ -59,10 +59,10 @@ class AttentionProblem:
     varlen: bool = False
 
     def __post_init__(self) -> None:
-        if min(self.b, self.hq, self.hkv, self.d, self.dv) < 1:
-            raise BadParamError(f"b, hq, hkv, d and dv must be >= 1: {self}")
-        if min(self.sq, self.skv) < 0:
-            raise BadParamError(f"sq and skv must be >= 0: {self}")
+        if min(self.hq, self.hkv) < 1:
+            raise BadParamError(f"hq and hkv must be >= 1: {self}")
+        if min(self.b, self.sq, self.skv, self.d, self.dv) < 0:
+            raise BadParamError(f"b, sq, skv, d and dv must be >= 0: {self}")
         if self.hq % self.hkv:
             raise BadParamError(f"hq={self.hq} must be a multiple of hkv={self.hkv}")
         for name, allowed in (("layout", LAYOUTS), ("dtype", DTYPES), ("direction", DIRECTIONS),
@@ -81,6 +81,11 @@ class AttentionProblem:
     @property
     def family(self) -> str:
         return f"sdpa_{self.direction}"
+
+    @property
+    def empty(self) -> bool:
+        """Nothing to compute: no outputs, or no keys or head dims (the output is 0)."""
+        return self.b * self.sq * self.dv == 0 or self.skv == 0 or self.d == 0
 
     @property
     def group(self) -> int:

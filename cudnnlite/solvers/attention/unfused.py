@@ -126,8 +126,8 @@ class _Unfused(Solver):
     deterministic = True
 
     def is_applicable(self, problem: AttentionProblem, caps: Capabilities) -> Applicability:
-        if problem.sq * problem.skv == 0:
-            return not_applicable("needs sq and skv >= 1 (the op answers empty problems)")
+        if problem.empty:
+            return not_applicable("needs a non-empty problem (the op answers empty ones)")
         if problem.b * problem.hq * problem.sq * max(problem.skv, problem.d, problem.dv) >= 2**62:
             return not_applicable("needs fewer than 2^62 score elements")
         return APPLICABLE
