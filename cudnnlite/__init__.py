@@ -34,6 +34,7 @@ from .ops.activation import (
     swish,
     tanh,
 )
+from .ops.attention import scaled_dot_product_attention, scaled_dot_product_attention_backward
 from .ops.conv import ConvPlan, conv1d, conv2d, conv2d_plan
 from .ops.conv_backward import (
     conv1d_backward_bias,
@@ -106,7 +107,6 @@ from .ops.tensor import (
     set_tensor,
     transform_tensor,
 )
-from .ops.attention import scaled_dot_product_attention, scaled_dot_product_attention_backward
 from .problems.attention import AttentionProblem
 from .problems.conv import ConvProblem
 from .runtime.streams import current_stream, use_stream
