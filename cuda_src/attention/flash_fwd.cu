@@ -1,0 +1,488 @@
+// flash_fwd.cu — FlashAttention-2 forward on tensor cores (mma.sync m16n8k16 through
+// common/mma.cuh), fp16 (sm_75+) or bf16 (sm_80+) operands, fp32 accumulation and softmax.
+//
+// Kernel: sdpa_flash_fwd_tc<T, HEAD_DIM, BM, BN, WARPS, STAGES, MASK, DROPOUT>
+//   T         __half or __nv_bfloat16
+//   HEAD_DIM  padded head size (32, 64, 128, 256) >= max(d, dv); the columns past d (q, k)
+//             and dv (v) are zero-filled by cp.async and never stored
+//   BM        query rows per block; each of the WARPS warps owns BM / WARPS rows (16 or 32:
+//             one or two m16 tiles; two share every K / V fragment load)
+//   BN        keys per K / V tile
+//   STAGES    K / V tiles in flight (cp.async; 2 = double buffering)
+//   MASK      sdpa::kMaskNone / kMaskBool / kMaskAdditive: the explicit mask's kind
+//   DROPOUT   dropout on the probabilities (sdpa::dropout_factor)
+// Readable name (solver): sdpa_flash_fwd_tc_<BM>x<BN>_d<HEAD_DIM>_w<WARPS>_s<STAGES>
+//   [_mask_bool|_mask_add][_drop]_<dtype>
+//
+// One block: BM query rows of one (batch, q head); grid (ceil(sq / BM), hq, b), the
+// m-blocks in reverse order so the longest causal blocks start first. The Q tile is
+// loaded once; HEAD_DIM <= 128 keeps it as A fragments in registers, 256 re-reads it from
+// shared memory by ldmatrix each tile (its fragments plus the 256-wide O accumulators
+// would not fit in 255 registers). Per K / V tile (FlashAttention-2):
+//   S = Q K^T    (K tile [BN][HEAD_DIM], head dim contiguous: ldmatrix gives B fragments)
+//   masking      only on tiles that the warp's rows do not keep whole (causal diagonal,
+//                window edges, lengths, an explicit mask); tiles outside every row's key
+//                range are skipped by the block's loop bounds, per warp by a branch
+//   softmax      online, log2 domain: s * scale_log2 (+ mask * log2 e), row max across the
+//                quad's 4 lanes (__shfl_xor_sync), exp2f, O rescaled in registers; the row
+//                sum stays per lane until the end (alpha is uniform across the quad)
+//   dropout      P *= dropout_factor after the row sum: the denominator is undropped
+//   O += P V     P packed from the S accumulators straight into A fragments (the C layout
+//                of m16n8 is the A layout of m16k16 after packing pairs); V tile
+//                [BN][HEAD_DIM] read by ldmatrix.trans
+// cp.async groups, in commit order: Q, K0, V0, K1, V1, ...; tile n waits for K_n, then
+// refills the K stage freed by tile n - 1 while computing S, and the same for V: one
+// barrier per operand per tile both publishes the landed stage and frees the old one.
+// End: O / l (0 where l = 0: fully masked rows and rows past lengths_q), lse = (m + log2 l)
+// * ln 2 (-inf where l = 0), O staged through each warp's own rows of the Q tile for
+// coalesced 16-byte stores.
+//
+// Dynamic shared memory: (BM + 2 * STAGES * BN) * HEAD_DIM * sizeof(T) bytes, tiles in rows
+// of 16-byte chunks swizzled by conv/tc_gemm.cuh's tile_offset.
+// Needs: d, dv multiples of 8 and 16-byte aligned rows (the solver checks), hq and b within
+// the grid's y / z limits.
+// NVRTC has no <cmath>: INFINITY (used by attention_common.cuh's mask_at too) as CUDA's
+// math_constants.h spells it.
+#ifndef INFINITY
+#define INFINITY __int_as_float(0x7f800000)
+#endif
+#include "attention/attention_common.cuh"
+#include "common/cudnnlite.cuh"
+#include "common/mma.cuh"
+#include "conv/tc_gemm.cuh"
+
+namespace flash {
+
+constexpr float kLn2 = 0.6931471805599453f;
+
+// Two floats rounded to one packed pair of T (the low half first: PTX fragment order).
+template <typename T>
+__device__ __forceinline__ unsigned pack_pair(float lo, float hi) {
+    return cl::mma::pack2(cl::from_float<T>(lo), cl::from_float<T>(hi));
+}
+
+// Element offsets of (row, col + 16 s) in a swizzled [rows][HD] tile, for this lane's
+// (row, col) with col a multiple of 8 below 16: tile_offset's XOR touches the low three
+// bits of the chunk index only (two for HD 32), so four per-lane values and a constant
+// 64 * (s / 4) give every step; rows may add multiples of 16 (the swizzle's period
+// divides 16) as constants. Keeps the ldmatrix addresses to four registers per operand
+// instead of one per (step, fragment).
+template <int HD>
+struct LaneCols {
+    int off[4];
+    __device__ __forceinline__ LaneCols(int row, int col) {
+#pragma unroll
+        for (int m = 0; m < 4; ++m) off[m] = tc::tile_offset<HD>(row, col + 16 * (m % (HD / 16)));
+    }
+    __device__ __forceinline__ int at(int s) const { return off[s & 3] + 64 * (s >> 2); }
+};
+
+// cp.async of a [ROWS][HD] tile (16-byte chunks, swizzled) from rows `ss` elements apart;
+// rows at or past `rows_valid` and columns at or past `cols_valid` are zero-filled.
+template <int ROWS, int HD, int THREADS, typename T>
+__device__ __forceinline__ void load_tile(T* dst, const T* src, long long ss, int rows_valid,
+                                          int cols_valid) {
+    constexpr int CPR = HD / 8, RPP = THREADS / CPR;  // chunks per row, rows per pass
+    static_assert(THREADS % CPR == 0 && ROWS % RPP == 0, "whole passes over the tile");
+    const int c = threadIdx.x % CPR, r0 = threadIdx.x / CPR;
+    const bool col_ok = c * 8 < cols_valid;
+    const T* s = src + r0 * ss + c * 8;
+    const long long step = RPP * ss;
+    const int d0 = tc::tile_offset<HD>(r0, c * 8);
+#pragma unroll
+    for (int pass = 0; pass < ROWS / RPP; ++pass) {
+        const int r = r0 + pass * RPP;
+        const bool ok = col_ok && r < rows_valid;
+        // The swizzle repeats every 8 rows: passes of 8k rows move by whole rows.
+        const int d = RPP % 8 == 0 ? d0 + pass * RPP * HD : tc::tile_offset<HD>(r, c * 8);
+        cl::mma::cp_async<16>(dst + d, ok ? s : src, ok);  // nothing is read when !ok
+        s += step;
+    }
+}
+
+// The dropout keep factors of elements e0 and e0 + 1 of the Philox stream (one draw when
+// both fall in one group of four, as they do for even row starts).
+__device__ __forceinline__ unsigned philox_word(const cl::Philox4& w, unsigned i) {
+    return i == 0 ? w.v[0] : i == 1 ? w.v[1] : i == 2 ? w.v[2] : w.v[3];
+}
+
+__device__ __forceinline__ void dropout_pair(const SdpaParams& p, unsigned long long e0,
+                                             float& f0, float& f1) {
+    const cl::Philox4 w = cl::philox_group(p.seed, p.offset, e0 >> 2);
+    const unsigned w0 = philox_word(w, (unsigned)e0 & 3u);
+    unsigned w1;
+    if (((unsigned)e0 & 3u) != 3u) {
+        w1 = philox_word(w, ((unsigned)e0 & 3u) + 1u);
+    } else {
+        w1 = cl::philox_group(p.seed, p.offset, (e0 >> 2) + 1).v[0];
+    }
+    f0 = w0 >= p.drop_threshold ? p.drop_scale : 0.0f;
+    f1 = w1 >= p.drop_threshold ? p.drop_scale : 0.0f;
+}
+
+template <typename T, int HD, int BM, int BN, int WARPS, int STAGES, int MASK, bool DROPOUT>
+__device__ __forceinline__ void fwd_body(const T* __restrict__ q, const T* __restrict__ k,
+                                         const T* __restrict__ v, T* __restrict__ o,
+                                         float* __restrict__ lse, const void* __restrict__ mask,
+                                         const int* __restrict__ lengths_q,
+                                         const int* __restrict__ lengths_kv,
+                                         const SdpaParams& p) {
+    constexpr int THREADS = WARPS * 32;
+    constexpr int WM = BM / WARPS, MT = WM / 16;  // rows and m16 tiles per warp
+    constexpr int KS = HD / 16;                   // k16 steps of S = Q K^T
+    constexpr int NS = BN / 8;                    // n8 tiles of S
+    constexpr int PS = BN / 16;                   // k16 steps of O = P V
+    constexpr int NO = HD / 8;                    // n8 tiles of O
+    constexpr bool Q_IN_REGS = HD * MT <= 128;
+    constexpr int KV_TILE = BN * HD;
+    static_assert(WM % 16 == 0 && MT <= 2, "16 or 32 query rows per warp");
+    static_assert(BN % 16 == 0 && HD % 32 == 0, "MMA granularity (x4 ldmatrix pairs)");
+    static_assert(STAGES >= 2, "at least double buffering");
+
+    DYNAMIC_SHARED(T, smem);
+    T* Qs = smem;
+    T* Ks = smem + BM * HD;
+    T* Vs = Ks + STAGES * KV_TILE;
+
+    const int mb = gridDim.x - 1 - blockIdx.x, h = blockIdx.y, bi = blockIdx.z;
+    const int hk = h / p.group;  // GQA: once per block
+    const sdpa::Lengths len = sdpa::lengths_of(p, lengths_q, lengths_kv, bi);
+    const int q0 = mb * BM;
+    const int warp = threadIdx.x >> 5, lane = threadIdx.x & 31, g = lane >> 2, t = lane & 3;
+
+    // The block's tiles: key ranges grow with the row, so the first and the last valid
+    // row bound the union of its rows' ranges.
+    const int rows_valid = min(BM, len.q - q0);
+    int t_begin = 0, n_tiles = 0;
+    if (rows_valid > 0) {
+        const int lo = sdpa::key_range(p, len, q0).lo;
+        const int hi = sdpa::key_range(p, len, q0 + rows_valid - 1).hi;
+        if (hi > lo) {
+            t_begin = lo / BN;
+            n_tiles = (hi + BN - 1) / BN - t_begin;
+        }
+    }
+    // The warp's rows: their range union, and the part every row keeps.
+    const int w_first = q0 + warp * WM;
+    const int w_last = min(w_first + WM, len.q) - 1;
+    int w_lo = 0, w_hi = 0, w_full_lo = 0, w_full_hi = 0;
+    if (w_last >= w_first) {
+        const sdpa::KeyRange a = sdpa::key_range(p, len, w_first);
+        const sdpa::KeyRange z = sdpa::key_range(p, len, w_last);
+        w_lo = a.lo;
+        w_hi = z.hi;
+        w_full_lo = z.lo;
+        w_full_hi = w_last == w_first + WM - 1 ? a.hi : 0;  // a row past lengths_q: never full
+    }
+    // This lane's rows (g and g + 8 of each m16 tile) and their key ranges.
+    int row_lo[MT][2], row_hi[MT][2];
+#pragma unroll
+    for (int mt = 0; mt < MT; ++mt)
+#pragma unroll
+        for (int hf = 0; hf < 2; ++hf) {
+            const sdpa::KeyRange r = sdpa::key_range(p, len, w_first + 16 * mt + g + 8 * hf);
+            row_lo[mt][hf] = r.lo;
+            row_hi[mt][hf] = r.hi;
+        }
+
+    const T* qb = q + bi * p.q_sb + h * p.q_sh + (long long)q0 * p.q_ss;
+    const T* kb = k + bi * p.k_sb + hk * p.k_sh + (long long)t_begin * BN * p.k_ss;
+    const T* vb = v + bi * p.v_sb + hk * p.v_sh + (long long)t_begin * BN * p.v_ss;
+    const long long k_step = (long long)BN * p.k_ss, v_step = (long long)BN * p.v_ss;
+    int kv_rows = len.kv - t_begin * BN;  // valid rows from the next tile to load
+
+    // Prologue: Q, then K and V of the first STAGES - 1 tiles, one group each.
+    load_tile<BM, HD, THREADS>(Qs, qb, p.q_ss, len.q - q0, p.d);
+    cl::mma::cp_async_commit();
+#pragma unroll
+    for (int s = 0; s < STAGES - 1; ++s) {
+        if (s < n_tiles) load_tile<BN, HD, THREADS>(Ks + s * KV_TILE, kb + s * k_step, p.k_ss,
+                                                    kv_rows - s * BN, p.d);
+        cl::mma::cp_async_commit();
+        if (s < n_tiles) load_tile<BN, HD, THREADS>(Vs + s * KV_TILE, vb + s * v_step, p.v_ss,
+                                                    kv_rows - s * BN, p.dv);
+        cl::mma::cp_async_commit();
+    }
+
+    // ldmatrix lane offsets (elements, within a tile) of column 0:
+    //   A of Q: row (lane % 16), chunk lane / 16;
+    //   B of K (n-major, k contiguous): row (lane % 8) + 8 (lane / 16), chunk (lane / 8) % 2;
+    //   B of V (k-major, n contiguous, .trans): row (lane % 8) + 8 ((lane / 8) % 2), chunk
+    //   lane / 16. Column steps go through tile_offset (the swizzle XOR does not commute
+    //   with adding chunks); the compiler folds the compile-time steps.
+    const LaneCols<HD> q_cols(warp * WM + (lane & 15), (lane >> 4) * 8);
+    const LaneCols<HD> k_cols((lane & 7) + (lane >> 4) * 8, ((lane >> 3) & 1) * 8);
+    const LaneCols<HD> v_cols((lane & 7) + ((lane >> 3) & 1) * 8, (lane >> 4) * 8);
+
+    unsigned qf[Q_IN_REGS ? MT : 1][Q_IN_REGS ? KS : 1][4];
+    if (Q_IN_REGS) {
+        cl::mma::cp_async_wait<2 * (STAGES - 1)>();
+        __syncthreads();
+#pragma unroll
+        for (int mt = 0; mt < MT; ++mt)
+#pragma unroll
+            for (int ks = 0; ks < KS; ++ks)
+                cl::mma::ldmatrix<4>(qf[Q_IN_REGS ? mt : 0][Q_IN_REGS ? ks : 0],
+                                     Qs + q_cols.at(ks) + 16 * mt * HD);
+    }
+
+    float acc_o[MT][NO][4];
+    float m_run[MT][2], l_run[MT][2];
+#pragma unroll
+    for (int mt = 0; mt < MT; ++mt) {
+#pragma unroll
+        for (int j = 0; j < NO; ++j)
+#pragma unroll
+            for (int e = 0; e < 4; ++e) acc_o[mt][j][e] = 0.0f;
+#pragma unroll
+        for (int hf = 0; hf < 2; ++hf) {
+            m_run[mt][hf] = -INFINITY;
+            l_run[mt][hf] = 0.0f;
+        }
+    }
+    unsigned long long drop_row[MT][2];  // the dropout element number of (row, key 0)
+    if (DROPOUT) {
+#pragma unroll
+        for (int mt = 0; mt < MT; ++mt)
+#pragma unroll
+            for (int hf = 0; hf < 2; ++hf)
+                drop_row[mt][hf] = (((unsigned long long)bi * p.hq + h) * p.sq +
+                                    (w_first + 16 * mt + g + 8 * hf)) * (unsigned long long)p.skv;
+    }
+
+    int stage = 0, refill = STAGES - 1;
+    kv_rows -= (STAGES - 1) * BN;
+    const T* k_next = kb + (STAGES - 1) * k_step;
+    const T* v_next = vb + (STAGES - 1) * v_step;
+    for (int n = 0; n < n_tiles; ++n) {
+        const int key0 = (t_begin + n) * BN;
+        // Warp-uniform: 0 = no row of this warp keeps a key of the tile, 1 = every row
+        // keeps every key (no per-element masking), 2 = per-element masking.
+        const int mode = (key0 >= w_hi || key0 + BN <= w_lo) ? 0
+                         : (MASK == sdpa::kMaskNone && key0 >= w_full_lo &&
+                            key0 + BN <= w_full_hi)
+                             ? 1
+                             : 2;
+
+        // ---- S = Q K^T
+        cl::mma::cp_async_wait<2 * STAGES - 3>();  // K_n landed (V_n may be in flight)
+        __syncthreads();
+        if (n + STAGES - 1 < n_tiles)
+            load_tile<BN, HD, THREADS>(Ks + refill * KV_TILE, k_next, p.k_ss, kv_rows, p.d);
+        cl::mma::cp_async_commit();
+        float acc_s[MT][NS][4];
+        if (mode != 0) {
+            const T* k_s = Ks + stage * KV_TILE;
+#pragma unroll
+            for (int mt = 0; mt < MT; ++mt)
+#pragma unroll
+                for (int j = 0; j < NS; ++j)
+#pragma unroll
+                    for (int e = 0; e < 4; ++e) acc_s[mt][j][e] = 0.0f;
+#pragma unroll
+            for (int ks = 0; ks < KS; ++ks) {
+                unsigned a[MT][4];
+#pragma unroll
+                for (int mt = 0; mt < MT; ++mt) {
+                    if (Q_IN_REGS) {
+#pragma unroll
+                        for (int e = 0; e < 4; ++e)
+                            a[mt][e] = qf[Q_IN_REGS ? mt : 0][Q_IN_REGS ? ks : 0][e];
+                    } else {
+                        cl::mma::ldmatrix<4>(a[mt], Qs + q_cols.at(ks) + 16 * mt * HD);
+                    }
+                }
+#pragma unroll
+                for (int j = 0; j < NS / 2; ++j) {
+                    unsigned r[4];
+                    cl::mma::ldmatrix<4>(r, k_s + k_cols.at(ks) + 16 * j * HD);
+                    const unsigned b0[2] = {r[0], r[1]}, b1[2] = {r[2], r[3]};
+#pragma unroll
+                    for (int mt = 0; mt < MT; ++mt) {
+                        cl::mma::mma_m16n8k16<T>(acc_s[mt][2 * j], a[mt], b0, acc_s[mt][2 * j]);
+                        cl::mma::mma_m16n8k16<T>(acc_s[mt][2 * j + 1], a[mt], b1,
+                                                 acc_s[mt][2 * j + 1]);
+                    }
+                }
+            }
+
+            // ---- scale, mask, online softmax (log2 domain)
+#pragma unroll
+            for (int mt = 0; mt < MT; ++mt)
+#pragma unroll
+                for (int j = 0; j < NS; ++j)
+#pragma unroll
+                    for (int e = 0; e < 4; ++e) {
+                        const int hf = e >> 1, key = key0 + 8 * j + 2 * t + (e & 1);
+                        float s = acc_s[mt][j][e] * p.scale_log2;
+                        if (mode == 2) {
+                            bool keep = key >= row_lo[mt][hf] && key < row_hi[mt][hf];
+                            if (MASK != sdpa::kMaskNone && keep) {
+                                const sdpa::MaskValue<MASK, T> mv = sdpa::mask_at<MASK, T>(
+                                    p, mask, bi, h, w_first + 16 * mt + g + 8 * hf, key);
+                                keep = mv.keep;
+                                s += mv.add_log2;
+                            }
+                            if (!keep) s = -INFINITY;
+                        }
+                        acc_s[mt][j][e] = s;
+                    }
+#pragma unroll
+            for (int mt = 0; mt < MT; ++mt)
+#pragma unroll
+                for (int hf = 0; hf < 2; ++hf) {
+                    float mx = m_run[mt][hf];
+#pragma unroll
+                    for (int j = 0; j < NS; ++j)
+                        mx = fmaxf(mx, fmaxf(acc_s[mt][j][2 * hf], acc_s[mt][j][2 * hf + 1]));
+                    mx = fmaxf(mx, __shfl_xor_sync(0xffffffffu, mx, 1));
+                    mx = fmaxf(mx, __shfl_xor_sync(0xffffffffu, mx, 2));
+                    // Nothing kept yet: subtract 0 (exp2(-inf) = 0, no -inf - -inf).
+                    const float m_use = mx == -INFINITY ? 0.0f : mx;
+                    const float alpha = exp2f(m_run[mt][hf] - m_use);
+                    m_run[mt][hf] = mx;
+                    float sum = 0.0f;
+#pragma unroll
+                    for (int j = 0; j < NS; ++j)
+#pragma unroll
+                        for (int e = 2 * hf; e < 2 * hf + 2; ++e) {
+                            const float pe = exp2f(acc_s[mt][j][e] - m_use);
+                            acc_s[mt][j][e] = pe;
+                            sum += pe;
+                        }
+                    l_run[mt][hf] = l_run[mt][hf] * alpha + sum;
+#pragma unroll
+                    for (int j = 0; j < NO; ++j) {
+                        acc_o[mt][j][2 * hf] *= alpha;
+                        acc_o[mt][j][2 * hf + 1] *= alpha;
+                    }
+                }
+            if (DROPOUT && p.drop_threshold != 0) {  // 0: p = 0 (the struct's convention)
+#pragma unroll
+                for (int mt = 0; mt < MT; ++mt)
+#pragma unroll
+                    for (int j = 0; j < NS; ++j)
+#pragma unroll
+                        for (int hf = 0; hf < 2; ++hf) {
+                            float f0, f1;
+                            dropout_pair(p, drop_row[mt][hf] + key0 + 8 * j + 2 * t, f0, f1);
+                            acc_s[mt][j][2 * hf] *= f0;
+                            acc_s[mt][j][2 * hf + 1] *= f1;
+                        }
+            }
+        }
+
+        // ---- O += P V
+        cl::mma::cp_async_wait<2 * STAGES - 3>();  // V_n landed (K_{n+STAGES-1} in flight)
+        __syncthreads();
+        if (n + STAGES - 1 < n_tiles)
+            load_tile<BN, HD, THREADS>(Vs + refill * KV_TILE, v_next, p.v_ss, kv_rows, p.dv);
+        cl::mma::cp_async_commit();
+        if (mode != 0) {
+            const T* v_s = Vs + stage * KV_TILE;
+#pragma unroll
+            for (int ks = 0; ks < PS; ++ks) {
+                unsigned a[MT][4];
+#pragma unroll
+                for (int mt = 0; mt < MT; ++mt) {
+                    a[mt][0] = pack_pair<T>(acc_s[mt][2 * ks][0], acc_s[mt][2 * ks][1]);
+                    a[mt][1] = pack_pair<T>(acc_s[mt][2 * ks][2], acc_s[mt][2 * ks][3]);
+                    a[mt][2] = pack_pair<T>(acc_s[mt][2 * ks + 1][0], acc_s[mt][2 * ks + 1][1]);
+                    a[mt][3] = pack_pair<T>(acc_s[mt][2 * ks + 1][2], acc_s[mt][2 * ks + 1][3]);
+                }
+#pragma unroll
+                for (int j = 0; j < NO / 2; ++j) {
+                    unsigned r[4];
+                    cl::mma::ldmatrix_trans<4>(r, v_s + v_cols.at(j) + 16 * ks * HD);
+                    const unsigned b0[2] = {r[0], r[1]}, b1[2] = {r[2], r[3]};
+#pragma unroll
+                    for (int mt = 0; mt < MT; ++mt) {
+                        cl::mma::mma_m16n8k16<T>(acc_o[mt][2 * j], a[mt], b0, acc_o[mt][2 * j]);
+                        cl::mma::mma_m16n8k16<T>(acc_o[mt][2 * j + 1], a[mt], b1,
+                                                 acc_o[mt][2 * j + 1]);
+                    }
+                }
+            }
+        }
+        stage = stage + 1 == STAGES ? 0 : stage + 1;
+        refill = refill + 1 == STAGES ? 0 : refill + 1;
+        kv_rows -= BN;
+        k_next += k_step;
+        v_next += v_step;
+    }
+    // Only empty groups remain, except HEAD_DIM 256's Q when no tile ran: the barrier
+    // keeps other warps' Q copies from landing on the staged O.
+    cl::mma::cp_async_wait<0>();
+    __syncthreads();
+
+    // ---- epilogue: O / l, lse; stage O in this warp's own rows of the Q tile (only this
+    // warp read them), then 16-byte stores of whole rows.
+    const long long lse_row = ((long long)bi * p.hq + h) * p.sq;
+#pragma unroll
+    for (int mt = 0; mt < MT; ++mt)
+#pragma unroll
+        for (int hf = 0; hf < 2; ++hf) {
+            float l = l_run[mt][hf];
+            l += __shfl_xor_sync(0xffffffffu, l, 1);
+            l += __shfl_xor_sync(0xffffffffu, l, 2);
+            const float inv = l > 0.0f ? 1.0f / l : 0.0f;
+#pragma unroll
+            for (int j = 0; j < NO; ++j) {
+                acc_o[mt][j][2 * hf] *= inv;
+                acc_o[mt][j][2 * hf + 1] *= inv;
+            }
+            const int i = w_first + 16 * mt + g + 8 * hf;
+            if (t == 0 && i < p.sq)
+                lse[lse_row + i] = l > 0.0f ? (m_run[mt][hf] + log2f(l)) * kLn2 : -INFINITY;
+        }
+    __syncwarp();  // HEAD_DIM 256: every lane is done reading Q from these rows
+#pragma unroll
+    for (int mt = 0; mt < MT; ++mt)
+#pragma unroll
+        for (int j = 0; j < NO; ++j)
+#pragma unroll
+            for (int hf = 0; hf < 2; ++hf) {
+                const int row = warp * WM + 16 * mt + g + 8 * hf;
+                *reinterpret_cast<unsigned*>(Qs + tc::tile_offset<HD>(row, 8 * j + 2 * t)) =
+                    pack_pair<T>(acc_o[mt][j][2 * hf], acc_o[mt][j][2 * hf + 1]);
+            }
+    __syncwarp();
+    constexpr int CPR = HD / 8;
+    T* ob = o + bi * p.o_sb + h * p.o_sh;
+#pragma unroll
+    for (int idx = lane; idx < WM * CPR; idx += 32) {
+        const int r = idx / CPR, c = idx % CPR;
+        const int i = w_first + r;
+        if (i < p.sq && c * 8 < p.dv)
+            *reinterpret_cast<uint4*>(ob + i * p.o_ss + c * 8) =
+                *reinterpret_cast<const uint4*>(Qs + tc::tile_offset<HD>(warp * WM + r, c * 8));
+    }
+}
+
+// bf16 MMA exists from sm_80; older targets get a trapping body the solver never launches.
+template <typename T>
+struct Supported {
+    static const bool value = true;
+};
+#if !CL_MMA_SM80
+template <>
+struct Supported<__nv_bfloat16> {
+    static const bool value = false;
+};
+#endif
+
+}  // namespace flash
+
+template <typename T, int HEAD_DIM, int BM, int BN, int WARPS, int STAGES, int MASK, bool DROPOUT>
+__global__ void __launch_bounds__(WARPS * 32)
+    sdpa_flash_fwd_tc(const T* __restrict__ q, const T* __restrict__ k, const T* __restrict__ v,
+                      T* __restrict__ o, float* __restrict__ lse, const void* __restrict__ mask,
+                      const int* __restrict__ lengths_q, const int* __restrict__ lengths_kv,
+                      SdpaParams p) {
+    if constexpr (flash::Supported<T>::value) {
+        flash::fwd_body<T, HEAD_DIM, BM, BN, WARPS, STAGES, MASK, DROPOUT>(
+            q, k, v, o, lse, mask, lengths_q, lengths_kv, p);
+    } else {
+        __trap();
+    }
+}

@@ -1,0 +1,223 @@
+"""FlashAttention-2 forward on tensor cores (``sdpa_flash_fwd_tc`` in
+``cuda_src/attention/flash_fwd.cu``).
+
+``sdpa_fwd_flash_tc`` (:class:`FlashTcFwdSolver`): fp16 (sm_75+) or bf16 (sm_80+), fp32
+accumulation and softmax, any masking the problem describes (causal / window / lengths
+through the key range, explicit bool or additive masks, dropout), GQA, BHSD and BSHD
+through strides. Head dims: d and dv multiples of 8 (16-byte copies), up to 256, padded
+to a head-dim bucket (32, 64, 128, 256) with zeros. One block per BM query rows of one
+(batch, q head); Q in registers (shared memory for 256), K and V tiles of BN keys
+streamed through shared memory by cp.async. No workspace; deterministic.
+
+Config: :class:`FlashConfig` (block_m query rows, block_n keys per tile, warps,
+stages). Modules: one per (dtype, head-dim bucket) holding the bucket's configs and
+every mask / dropout variant would be too slow to compile, so a module holds what a call
+needs: one kernel. ``module_specs`` (the NVRTC check) lists one module per dtype with the
+default configs of every bucket and the mask / dropout variants spread over them, so every
+template path compiles for every arch without compiling the whole cross product.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+from typing import Any
+
+from ... import dtypes
+from ...errors import NotSupportedError
+from ...problems.attention import AttentionProblem
+from ...runtime.backend import Backend
+from ...runtime.caps import Capabilities
+from ...runtime.kernel import ModuleSpec
+from ..base import APPLICABLE, Applicability, Config, Runner, Solver, not_applicable
+from .common import MASK_KIND, AttentionTensors, Scalars, dtype_of, params
+
+SOURCE = "attention/flash_fwd.cu"
+DTYPES = ("fp16", "bf16")
+HEAD_DIMS = (32, 64, 128, 256)
+_MAX_GRID_YZ = 65535
+_MASK_TAG = {"none": "", "bool": "_mask_bool", "additive": "_mask_add"}
+
+
+@dataclass(frozen=True)
+class FlashConfig(Config):
+    """block_m query rows (16 or 32 per warp), block_n keys per K / V tile, warps, stages
+    of K / V tiles in flight."""
+
+    block_m: int
+    block_n: int
+    warps: int
+    stages: int = 2
+
+    def __post_init__(self) -> None:
+        if self.warps not in (2, 4, 8):
+            raise ValueError(f"warps: 2, 4 or 8, got {self.warps}")
+        if self.block_m not in (16 * self.warps, 32 * self.warps):
+            raise ValueError(f"block_m: 16 or 32 rows per warp, got {self.block_m}/{self.warps}")
+        if self.block_n not in (32, 64, 128):
+            raise ValueError(f"block_n: 32, 64 or 128, got {self.block_n}")
+        if self.stages not in (2, 3):
+            raise ValueError(f"stages: 2 or 3, got {self.stages}")
+
+    @property
+    def threads(self) -> int:
+        return 32 * self.warps
+
+    def smem_bytes(self, head_dim: int) -> int:
+        return (self.block_m + 2 * self.stages * self.block_n) * head_dim * 2
+
+    def label(self) -> str:
+        return f"{self.block_m}x{self.block_n}_w{self.warps}_s{self.stages}"
+
+
+# Per head-dim bucket, the default first. Registers (sm_90, no spills): a warp keeps
+# its O accumulators (rows * head_dim / 32 floats), S (rows * block_n / 32) and Q
+# fragments (head dim <= 128); so 32 rows per warp only up to head dim 64, and block_n 32
+# at 256 (Q re-read from shared memory there).
+CONFIGS: dict[int, tuple[FlashConfig, ...]] = {
+    32: (FlashConfig(128, 64, 4), FlashConfig(64, 64, 4)),
+    64: (FlashConfig(128, 64, 4), FlashConfig(64, 64, 4), FlashConfig(128, 128, 8)),
+    128: (FlashConfig(128, 64, 8), FlashConfig(64, 64, 4), FlashConfig(128, 32, 8)),
+    256: (FlashConfig(64, 32, 4), FlashConfig(64, 64, 4)),
+}
+
+
+def head_dim_bucket(problem: AttentionProblem) -> int | None:
+    return next((hd for hd in HEAD_DIMS if hd >= problem.max_head_dim), None)
+
+
+def _expr(dt: dtypes.DType, hd: int, cfg: FlashConfig, mask: str, dropout: bool) -> str:
+    args = (dt.ctype, hd, cfg.block_m, cfg.block_n, cfg.warps, cfg.stages, MASK_KIND[mask])
+    return f"sdpa_flash_fwd_tc<{', '.join(map(str, args))}, {'true' if dropout else 'false'}>"
+
+
+def kernel_name(dt: dtypes.DType, hd: int, cfg: FlashConfig, mask: str, dropout: bool) -> str:
+    drop = "_drop" if dropout else ""
+    return (f"sdpa_flash_fwd_tc_{cfg.block_m}x{cfg.block_n}_d{hd}_w{cfg.warps}_s{cfg.stages}"
+            f"{_MASK_TAG[mask]}{drop}_{dt.short}")  # fmt: skip
+
+
+def module_spec(
+    dt: dtypes.DType, hd: int, cfg: FlashConfig, mask: str, dropout: bool
+) -> ModuleSpec:
+    return ModuleSpec.make(SOURCE, [_expr(dt, hd, cfg, mask, dropout)])
+
+
+def _data_ptr(a: Any) -> int:
+    iface = getattr(a, "__cuda_array_interface__", None) or a.__array_interface__
+    return int(iface["data"][0])
+
+
+class _Runner(Runner):
+    def __init__(self, backend: Backend, problem: AttentionProblem, cfg: FlashConfig) -> None:
+        dt = dtype_of(problem)
+        hd = head_dim_bucket(problem)
+        assert hd is not None
+        dropout = problem.dropout
+        spec = module_spec(dt, hd, cfg, problem.mask, dropout)
+        self.kernel = backend.kernel(spec, _expr(dt, hd, cfg, problem.mask, dropout))
+        self.problem = problem
+        self.grid = (-(-problem.sq // cfg.block_m), problem.hq, problem.b)
+        self.block = (cfg.threads,)
+        self.smem = cfg.smem_bytes(hd)
+        self.names = [kernel_name(dt, hd, cfg, problem.mask, dropout)]
+
+    @property
+    def kernel_names(self) -> list[str]:
+        return list(self.names)
+
+    def __call__(self, tensors: AttentionTensors, scalars: Scalars, workspace: Any) -> None:
+        for name in "qkvo":
+            a = getattr(tensors, name)
+            if _data_ptr(a) % 16 or any((s // a.itemsize) % 8 for s in a.strides[:3]):
+                raise NotSupportedError(
+                    f"sdpa_fwd_flash_tc: {name} needs 16-byte aligned rows (pointer and "
+                    "strides multiples of 8 elements)"
+                )
+        if self.grid[0] == 0:
+            return
+        p = params(self.problem, tensors, scalars)
+        self.kernel(self.grid, self.block, (*tensors.pointers(), p), shared_mem=self.smem)
+
+
+class FlashTcFwdSolver(Solver):
+    """FlashAttention-2 forward on tensor cores (module docstring)."""
+
+    name = "sdpa_fwd_flash_tc"
+    family = "sdpa_fwd"
+    config_type = FlashConfig
+    deterministic = True
+
+    def is_applicable(self, problem: AttentionProblem, caps: Capabilities) -> Applicability:
+        if problem.direction != "fwd":
+            return not_applicable("forward only")
+        if problem.dtype not in DTYPES:
+            return not_applicable(f"needs fp16 or bf16 (tensor-core MMA), got {problem.dtype}")
+        if not caps.mma_sync:
+            return not_applicable(f"needs mma.sync and ldmatrix (sm_75+), device is {caps.arch}")
+        if problem.dtype == "bf16" and not caps.bf16_tensor_cores:
+            return not_applicable(f"bf16 needs sm_80+, device is {caps.arch}")
+        if problem.d % 8 or problem.dv % 8:
+            return not_applicable(
+                f"needs head dims that are multiples of 8 (16-byte copies), got d={problem.d}, "
+                f"dv={problem.dv}"
+            )
+        if problem.max_head_dim > HEAD_DIMS[-1]:
+            return not_applicable(f"needs d, dv <= {HEAD_DIMS[-1]}, got {problem.d}, {problem.dv}")
+        if max(problem.hq, problem.b) > _MAX_GRID_YZ:
+            return not_applicable(f"needs hq and b <= {_MAX_GRID_YZ} (grid y and z)")
+        if max(problem.sq, problem.skv) * problem.hq * problem.max_head_dim >= 2**31:
+            return not_applicable("needs a (sequence, head) slice below 2^31 elements")
+        if not self.configs(problem, caps):
+            return not_applicable("no tile fits the device's shared memory")
+        return APPLICABLE
+
+    def configs(self, problem: AttentionProblem, caps: Capabilities) -> list[FlashConfig]:
+        hd = head_dim_bucket(problem)
+        if hd is None:
+            return []
+        options = [c for c in CONFIGS[hd] if c.smem_bytes(hd) <= caps.max_shared_bytes]
+        if problem.mask != "none" or problem.dropout:
+            # 32 rows per warp spill with the mask and dropout code (sm_90, 255 registers).
+            options = [c for c in options if c.block_m == 16 * c.warps] or options
+        return options
+
+    def default_config(self, problem: AttentionProblem, caps: Capabilities) -> FlashConfig:
+        options = self.configs(problem, caps)
+        if not options:
+            raise NotSupportedError(f"{self.name}: {self.is_applicable(problem, caps).reason}")
+        # Short query sequences: the smaller tile gives more blocks and less padding.
+        if problem.sq <= 64:
+            small = [c for c in options if c.block_m == 64]
+            if small:
+                return small[0]
+        return options[0]
+
+    def module_specs(self) -> list[ModuleSpec]:
+        """One module per dtype: each bucket's default config, the mask / dropout variants
+        spread over the buckets (each template path compiles; see the module docstring)."""
+        variants = [("none", False), ("bool", True), ("additive", False), ("none", True)]
+        specs = []
+        for dt in dtypes.FLOAT_TYPES:
+            if dt.short not in DTYPES:
+                continue
+            exprs = [
+                _expr(dt, hd, CONFIGS[hd][0], *variants[i % len(variants)])
+                for i, hd in enumerate(HEAD_DIMS)
+            ]
+            specs.append(ModuleSpec.make(SOURCE, exprs))
+        return specs
+
+    def prepare(self, backend: Backend, problem: AttentionProblem, config: Config) -> Runner:
+        caps = _caps(backend)
+        ok = self.is_applicable(problem, caps)
+        if not ok:
+            raise NotSupportedError(f"{self.name}: {ok.reason}")
+        if not isinstance(config, FlashConfig):
+            raise NotSupportedError(f"{self.name}: expected a FlashConfig, got {config!r}")
+        return _Runner(backend, problem, config)
+
+
+def _caps(backend: Backend) -> Capabilities:
+    from ...runtime.caps import capabilities
+
+    return capabilities(backend)
