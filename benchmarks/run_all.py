@@ -26,7 +26,7 @@ import _bench
 
 # Cheapest first: a run cut short by the device check's timeout keeps the most figures.
 # sass_mix needs no GPU (NVRTC and nvdisasm): static figures, kept whatever the device does.
-BENCHMARKS = ("emulator", "dispatch", "sass_mix", "activation", "memory_bound", "conv")
+BENCHMARKS = ("emulator", "dispatch", "sass_mix", "activation", "memory_bound", "attention", "conv")
 
 
 def _cpu_model() -> str:
@@ -118,6 +118,15 @@ def headlines(doc: dict[str, Any]) -> list[str]:
         errors = [r for r in act["bandwidth"] if "error" in r]
         if errors:
             lines.append(f"activation: {len(errors)} cases raised, e.g. {errors[0]['error']}")
+    att = res.get("attention")
+    if att:
+        for name, value in att["summary"].items():
+            goal = att["goals"].get(name.split(" (")[0])
+            lines.append(f"attention {name} on {att['target']}: {value:.2f}x"
+                         + (f" (goal >= {goal}x)" if goal else ""))  # fmt: skip
+        errors = [r for r in att["rows"] if "error" in r]
+        if errors:
+            lines.append(f"attention: {len(errors)} rows raised, e.g. {errors[0]['error']}")
     mb = res.get("memory_bound")
     if mb:
         measured = [r for r in mb["rows"] if "gbs" in r]
