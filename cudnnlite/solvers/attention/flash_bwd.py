@@ -181,7 +181,7 @@ class _Runner(Runner):
 
 def _check_strides(t: AttentionBwdTensors) -> None:
     """16-byte rows: every row stride a multiple of 8 elements; the gradients and dout laid
-    out like q, k, v and o (the kernels read one set of strides)."""
+    out like q, k, v and o (the kernels read one set of strides); lse and dmask contiguous."""
     for name, like in (("q", "q"), ("k", "k"), ("v", "v"), ("o", "o"), ("dout", "o"),
                        ("dq", "q"), ("dk", "k"), ("dv", "v")):  # fmt: skip
         a, b = getattr(t, name), getattr(t, like)
@@ -190,6 +190,10 @@ def _check_strides(t: AttentionBwdTensors) -> None:
         if any((s // a.itemsize) % 8 for s in a.strides[:3]):
             raise NotSupportedError(f"sdpa_bwd_flash_tc: {name}'s strides must be multiples of 8 "
                                     "elements (16-byte rows)")  # fmt: skip
+    for name in ("lse", "dmask"):
+        a = getattr(t, name)
+        if a is not None and not a.flags.c_contiguous:
+            raise NotSupportedError(f"sdpa_bwd_flash_tc: {name} must be C-contiguous")
 
 
 class _FlashTcBwd(Solver):
