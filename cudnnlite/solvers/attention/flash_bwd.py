@@ -158,8 +158,8 @@ class _Runner(Runner):
         lkv = tensors.lengths_kv if tensors.lengths_kv is not None else tensors.lse
         dmask = tensors.dmask if tensors.dmask is not None else tensors.lse
         mask_kind = np.int32(MASK_KIND[p.mask])
-        self.k["pre"]((-(-rows // _PRE_ROWS),), (256,),
-                      (tensors.o, tensors.dout, lq, lkv, prm, delta, dq_acc, np.int32(self.atomic)))  # fmt: skip
+        pre_args = (tensors.o, tensors.dout, lq, lkv, prm, delta, dq_acc, np.int32(self.atomic))
+        self.k["pre"]((-(-rows // _PRE_ROWS),), (256,), pre_args)
         self.k["main"](
             (-(-p.skv // cfg.block_n), p.b * p.hkv), (32 * cfg.warps,),
             (tensors.q, tensors.k, tensors.v, tensors.dout, tensors.lse, tensors.dk, tensors.dv,
