@@ -15,6 +15,12 @@
 // FFMA), acc_tile the O += P V micro-GEMM over keys (RM + CN float4 loads per 4 RM CN FFMA).
 #pragma once
 
+// NVRTC has no <cmath>: INFINITY (attention_common.cuh's mask_at uses it too) as CUDA's
+// math_constants.h spells it; defined before the include.
+#ifndef INFINITY
+#define INFINITY __int_as_float(0x7f800000)
+#endif
+
 #include "attention/attention_common.cuh"
 
 namespace sdpa_fp32 {
@@ -27,65 +33,128 @@ constexpr float kLn2 = 0.6931471805599453f;
 
 __device__ __forceinline__ int col_of(int c, int tx) { return (c >> 2) * 32 + tx * 4 + (c & 3); }
 
-// Four consecutive elements as floats (16-byte fp32 or 8-byte 16-bit load; p aligned).
-__device__ __forceinline__ float4 load4(const float* p) { return *reinterpret_cast<const float4*>(p); }
+// Storage types, a run-time argument: the storage type only matters where tiles enter
+// (global -> shared, converted to fp32) and leave; the FFMA loops never see it, so one
+// kernel serves the three dtypes (a third of the NVRTC work of a template parameter).
+constexpr int kF32 = 0, kF16 = 1, kBF16 = 2;
+
+__device__ __forceinline__ int elem_bytes(int dtype) { return dtype == kF32 ? 4 : 2; }
+
+__device__ __forceinline__ float load1(const void* base, long long off, int dtype) {
+    if (dtype == kF32) return static_cast<const float*>(base)[off];
+    if (dtype == kF16) return cl::to_float(static_cast<const __half*>(base)[off]);
+    return cl::to_float(static_cast<const __nv_bfloat16*>(base)[off]);
+}
+
 template <typename T>
-__device__ __forceinline__ float4 load4(const T* p) {
-    const uint2 u = *reinterpret_cast<const uint2*>(p);
+__device__ __forceinline__ float4 unpack4(uint2 u) {
     T t[4];
     memcpy(t, &u, 8);
     return make_float4(cl::to_float(t[0]), cl::to_float(t[1]), cl::to_float(t[2]),
                        cl::to_float(t[3]));
 }
 
-__device__ __forceinline__ void store4(float* p, float4 v) { *reinterpret_cast<float4*>(p) = v; }
+// Four consecutive elements at base + off (aligned to four elements) as floats.
+__device__ __forceinline__ float4 load4(const void* base, long long off, int dtype) {
+    if (dtype == kF32) return reinterpret_cast<const float4*>(static_cast<const float*>(base) + off)[0];
+    const uint2 u = *reinterpret_cast<const uint2*>(static_cast<const unsigned short*>(base) + off);
+    return dtype == kF16 ? unpack4<__half>(u) : unpack4<__nv_bfloat16>(u);
+}
+
+__device__ __forceinline__ void store1(void* base, long long off, int dtype, float v) {
+    if (dtype == kF32) static_cast<float*>(base)[off] = v;
+    else if (dtype == kF16) static_cast<__half*>(base)[off] = cl::from_float<__half>(v);
+    else static_cast<__nv_bfloat16*>(base)[off] = cl::from_float<__nv_bfloat16>(v);
+}
+
 template <typename T>
-__device__ __forceinline__ void store4(T* p, float4 v) {
+__device__ __forceinline__ uint2 pack4(float4 v) {
     const T t[4] = {cl::from_float<T>(v.x), cl::from_float<T>(v.y), cl::from_float<T>(v.z),
                     cl::from_float<T>(v.w)};
     uint2 u;
     memcpy(&u, t, 8);
-    *reinterpret_cast<uint2*>(p) = u;
+    return u;
 }
 
-// Whether rows of `ncols` elements at `base + r * ss` allow 4-element vector accesses.
-template <typename T>
-__device__ __forceinline__ bool vec_ok(const T* base, long long ss, int ncols) {
+__device__ __forceinline__ void store4(void* base, long long off, int dtype, float4 v) {
+    if (dtype == kF32) {
+        reinterpret_cast<float4*>(static_cast<float*>(base) + off)[0] = v;
+        return;
+    }
+    *reinterpret_cast<uint2*>(static_cast<unsigned short*>(base) + off) =
+        dtype == kF16 ? pack4<__half>(v) : pack4<__nv_bfloat16>(v);
+}
+
+// Shared-memory float4 access.
+__device__ __forceinline__ float4 lds4(const float* p) { return *reinterpret_cast<const float4*>(p); }
+__device__ __forceinline__ void sts4(float* p, float4 v) { *reinterpret_cast<float4*>(p) = v; }
+
+// Whether rows of `ncols` elements at base + off + r * ss allow 4-element vector accesses.
+__device__ __forceinline__ bool vec_ok(const void* base, long long off, long long ss, int ncols,
+                                       int dtype) {
+    const int e = elem_bytes(dtype);
     return (ncols & 3) == 0 && (ss & 3) == 0 &&
-           ((unsigned long long)base % (4 * sizeof(T))) == 0;
+           ((unsigned long long)base + (unsigned long long)(off * e)) % (4 * e) == 0;
 }
 
-// dst[r][0..HD) (row stride LD floats) = rows r < nrows of `row_ptr(r)`, columns < ncols;
-// zeros elsewhere (padding rows and columns must be finite: they meet P = 0 or q = 0).
-template <typename T, int ROWS, int HD, int LD, class RowPtr>
-__device__ __forceinline__ void load_tile(float* dst, int nrows, int ncols, bool vec,
-                                          RowPtr row_ptr) {
+// Rows of a tensor at a uniform stride: element offset off + r * ss.
+struct Strided {
+    long long off, ss;
+    __device__ __forceinline__ long long operator()(int r) const { return off + r * ss; }
+};
+
+// dst[r][0..HD) (row stride LD floats) = rows r < nrows (element offsets row_off(r) from
+// base), columns < ncols; zeros elsewhere (padding must be finite: it meets P = 0 or q = 0).
+template <int ROWS, int HD, int LD, class RowOff>
+__device__ __forceinline__ void load_tile(float* dst, const void* base, int dtype, int nrows,
+                                          int ncols, bool vec, RowOff row_off) {
     constexpr int C4 = HD / 4;
     for (int idx = threadIdx.x; idx < ROWS * C4; idx += kThreads) {
         const int r = idx / C4, c = (idx % C4) * 4;
         float4 v = make_float4(0.f, 0.f, 0.f, 0.f);
-        if (r < nrows) {
-            const T* src = row_ptr(r) + c;
+        if (r < nrows && c < ncols) {
+            const long long off = row_off(r) + c;
             if (vec) {
-                if (c < ncols) v = load4(src);
+                v = load4(base, off, dtype);
             } else {
-                if (c < ncols) v.x = cl::to_float(src[0]);
-                if (c + 1 < ncols) v.y = cl::to_float(src[1]);
-                if (c + 2 < ncols) v.z = cl::to_float(src[2]);
-                if (c + 3 < ncols) v.w = cl::to_float(src[3]);
+                v.x = load1(base, off, dtype);
+                if (c + 1 < ncols) v.y = load1(base, off + 1, dtype);
+                if (c + 2 < ncols) v.z = load1(base, off + 2, dtype);
+                if (c + 3 < ncols) v.w = load1(base, off + 3, dtype);
             }
         }
-        store4(dst + r * LD + c, v);
+        sts4(dst + r * LD + c, v);
     }
 }
 
-// Rows of a tensor at a uniform stride: base + r * ss.
-template <typename T>
-struct Strided {
-    const T* base;
-    long long ss;
-    __device__ __forceinline__ const T* operator()(int r) const { return base + r * ss; }
-};
+// Writes RM rows x CN columns of acc * mul: rows row0 + row(i) below nrows, columns col(c)
+// below ncols, at element offsets off + r * ss of base.
+template <int RM, int CN>
+__device__ __forceinline__ void store_rows(void* base, int dtype, long long off, long long ss,
+                                           int row0, int nrows, int ncols,
+                                           const float (&acc)[RM][CN], float mul, int ty, int tx) {
+    const bool vec = vec_ok(base, off, ss, ncols, dtype);
+#pragma unroll
+    for (int i = 0; i < RM; ++i) {
+        const int r = row0 + ty + kTR * i;
+        if (r >= nrows) continue;
+        const long long row = off + r * ss;
+#pragma unroll
+        for (int c = 0; c < CN; c += 4) {
+            const int col = col_of(c, tx);
+            const float4 val = make_float4(acc[i][c] * mul, acc[i][c + 1] * mul,
+                                           acc[i][c + 2] * mul, acc[i][c + 3] * mul);
+            if (vec) {
+                if (col < ncols) store4(base, row + col, dtype, val);
+            } else {
+                if (col < ncols) store1(base, row + col, dtype, val.x);
+                if (col + 1 < ncols) store1(base, row + col + 1, dtype, val.y);
+                if (col + 2 < ncols) store1(base, row + col + 2, dtype, val.z);
+                if (col + 3 < ncols) store1(base, row + col + 3, dtype, val.w);
+            }
+        }
+    }
+}
 
 // acc[i][j] = sum_d A[row(i)][d] * B[key(j)][d], d < HD (A, B row-major, strides LDA, LDB).
 template <int RM, int RN, int HD, int LDA, int LDB>
@@ -97,13 +166,13 @@ __device__ __forceinline__ void dot_tile(float (&acc)[RM][RN], const float* A, c
         for (int j = 0; j < RN; ++j) acc[i][j] = 0.f;
     const float* a0 = A + ty * LDA;
     const float* b0 = B + tx * LDB;
-#pragma unroll 4
+#pragma unroll 2
     for (int d = 0; d < HD; d += 4) {
         float4 a[RM], b[RN];
 #pragma unroll
-        for (int i = 0; i < RM; ++i) a[i] = load4(a0 + i * kTR * LDA + d);
+        for (int i = 0; i < RM; ++i) a[i] = lds4(a0 + i * kTR * LDA + d);
 #pragma unroll
-        for (int j = 0; j < RN; ++j) b[j] = load4(b0 + j * kTC * LDB + d);
+        for (int j = 0; j < RN; ++j) b[j] = lds4(b0 + j * kTC * LDB + d);
 #pragma unroll
         for (int i = 0; i < RM; ++i)
 #pragma unroll
@@ -123,16 +192,16 @@ __device__ __forceinline__ void acc_tile(float (&acc)[RM][CN], const float* P, c
     static_assert(CN % 4 == 0, "O columns come in float4 chunks");
     const float* p0 = P + ty * LDP;
     const float* v0 = V + tx * 4;
-#pragma unroll 2
+#pragma unroll 1
     for (int k = 0; k < K; k += 4) {
         float4 pv[RM];
 #pragma unroll
-        for (int i = 0; i < RM; ++i) pv[i] = load4(p0 + i * kTR * LDP + k);
+        for (int i = 0; i < RM; ++i) pv[i] = lds4(p0 + i * kTR * LDP + k);
 #pragma unroll
         for (int kk = 0; kk < 4; ++kk) {
             float4 v[CN / 4];
 #pragma unroll
-            for (int c4 = 0; c4 < CN / 4; ++c4) v[c4] = load4(v0 + (k + kk) * LDV + c4 * 32);
+            for (int c4 = 0; c4 < CN / 4; ++c4) v[c4] = lds4(v0 + (k + kk) * LDV + c4 * 32);
 #pragma unroll
             for (int i = 0; i < RM; ++i) {
                 const float pk = kk == 0 ? pv[i].x : kk == 1 ? pv[i].y : kk == 2 ? pv[i].z : pv[i].w;
@@ -148,6 +217,12 @@ __device__ __forceinline__ void acc_tile(float (&acc)[RM][CN], const float* P, c
     }
 }
 
+// The dropout keep factor, out of line: a Philox draw inlined at every unrolled element
+// would multiply the compile time (NVRTC) for a rarely used path.
+__device__ __noinline__ float drop_factor(const SdpaParams& p, int bi, int h, int i, int j) {
+    return sdpa::dropout_factor(p, bi, h, i, j);
+}
+
 // Reductions over the 8 lanes of a thread row.
 __device__ __forceinline__ float row_max(float v) {
     v = fmaxf(v, __shfl_xor_sync(0xffffffffu, v, 1));
@@ -160,19 +235,24 @@ __device__ __forceinline__ float row_sum(float v) {
     return v + __shfl_xor_sync(0xffffffffu, v, 4);
 }
 
-// The explicit mask at (bi, h, i, j) for a run-time mask kind: keep, and the log2-domain
-// addend. mask_kind is uniform, so the branch costs a predicate.
-template <typename T>
-__device__ __forceinline__ bool mask_keep(const SdpaParams& p, const void* mask, int mask_kind,
-                                          int bi, int h, int i, int j, float& add_log2) {
+// The explicit mask at (bi, h, i, j) for a run-time mask kind and dtype: keep, and the
+// log2-domain addend. Out of line: a rarely used path, unrolled at every element.
+__device__ __noinline__ bool mask_keep(const SdpaParams& p, const void* mask, int mask_kind,
+                                       int dtype, int bi, int h, int i, int j, float& add_log2) {
     if (mask_kind == sdpa::kMaskBool)
-        return sdpa::mask_at<sdpa::kMaskBool, T>(p, mask, bi, h, i, j).keep;
-    if (mask_kind == sdpa::kMaskAdditive) {
-        const auto m = sdpa::mask_at<sdpa::kMaskAdditive, T>(p, mask, bi, h, i, j);
-        add_log2 = m.add_log2;
-        return m.keep;
+        return sdpa::mask_at<sdpa::kMaskBool, float>(p, mask, bi, h, i, j).keep;
+    sdpa::MaskValue<sdpa::kMaskAdditive, float> m;
+    if (dtype == kF32) {
+        m = sdpa::mask_at<sdpa::kMaskAdditive, float>(p, mask, bi, h, i, j);
+    } else if (dtype == kF16) {
+        const auto x = sdpa::mask_at<sdpa::kMaskAdditive, __half>(p, mask, bi, h, i, j);
+        m = {x.keep, x.add_log2};
+    } else {
+        const auto x = sdpa::mask_at<sdpa::kMaskAdditive, __nv_bfloat16>(p, mask, bi, h, i, j);
+        m = {x.keep, x.add_log2};
     }
-    return true;
+    add_log2 = m.add_log2;
+    return m.keep;
 }
 
 // The key range of a block of query rows [i_first, i_last] (nondecreasing bounds in i):
@@ -201,7 +281,7 @@ __device__ __forceinline__ BlockRange block_range(const SdpaParams& p, sdpa::Len
 // an empty interval when an explicit mask, dropout or rows past lengths forbid it).
 // On return o (unnormalized), m (log2 domain, -inf when nothing kept) and l (the undropped
 // denominator) per row.
-template <typename T, int BM, int BN, int HD>
+template <int BM, int BN, int HD>
 struct FwdTile {
     static constexpr int RM = BM / kTR, RN = BN / kTC, CN = HD / kTC, LD = HD + 4, LDP = BN + 4;
     static constexpr int SMEM_FLOATS = BM * LD + 2 * BN * LD + BM * LDP;
@@ -210,8 +290,9 @@ struct FwdTile {
     float o[RM][CN];
     float m[RM], l[RM];
 
-    __device__ __forceinline__ void run(const SdpaParams& p, float* smem, const T* kb,
-                                        const T* vb, const void* mask, int mask_kind, int bi,
+    __device__ __forceinline__ void run(const SdpaParams& p, float* smem, const void* k,
+                                        long long k_off, const void* v, long long v_off,
+                                        int dtype, const void* mask, int mask_kind, int bi,
                                         sdpa::Lengths L, const int (&rh)[RM], const int (&ri)[RM],
                                         const int (&rlo)[RM], const int (&rhi)[RM], int kv_begin,
                                         int kv_end, int full_lo, int full_hi) {
@@ -220,7 +301,8 @@ struct FwdTile {
         float* Vs = Ks + BN * LD;
         float* Ps = Vs + BN * LD;
         const int ty = threadIdx.x / kTC, tx = threadIdx.x % kTC;
-        const bool vec_k = vec_ok(kb, p.k_ss, p.d), vec_v = vec_ok(vb, p.v_ss, p.dv);
+        const bool vec_k = vec_ok(k, k_off, p.k_ss, p.d, dtype);
+        const bool vec_v = vec_ok(v, v_off, p.v_ss, p.dv, dtype);
         const bool dropout = p.drop_threshold != 0;
 #pragma unroll
         for (int i = 0; i < RM; ++i) {
@@ -232,8 +314,8 @@ struct FwdTile {
         for (int j0 = kv_begin; j0 < kv_end; j0 += BN) {
             const int nk = min(BN, L.kv - j0);
             __syncthreads();  // the previous tile's readers of Ks, Vs, Ps are done
-            load_tile<T, BN, HD, LD>(Ks, nk, p.d, vec_k, Strided<T>{kb + j0 * p.k_ss, p.k_ss});
-            load_tile<T, BN, HD, LD>(Vs, nk, p.dv, vec_v, Strided<T>{vb + j0 * p.v_ss, p.v_ss});
+            load_tile<BN, HD, LD>(Ks, k, dtype, nk, p.d, vec_k, Strided{k_off + j0 * p.k_ss, p.k_ss});
+            load_tile<BN, HD, LD>(Vs, v, dtype, nk, p.dv, vec_v, Strided{v_off + j0 * p.v_ss, p.v_ss});
             __syncthreads();
             float s[RM][RN];
             dot_tile<RM, RN, HD, LD, LD>(s, Qs, Ks, ty, tx);
@@ -249,7 +331,7 @@ struct FwdTile {
                         float add = 0.f;
                         bool keep = key >= rlo[i] && key < rhi[i];
                         if (keep && mask_kind)
-                            keep = mask_keep<T>(p, mask, mask_kind, bi, rh[i], ri[i], key, add);
+                            keep = mask_keep(p, mask, mask_kind, dtype, bi, rh[i], ri[i], key, add);
                         x = keep ? x + add : -INFINITY;
                     }
                     s[i][j] = x;
@@ -263,7 +345,7 @@ struct FwdTile {
                 for (int j = 0; j < RN; ++j) {
                     float e = exp2f(s[i][j] - m_use);
                     sum += e;
-                    if (dropout) e *= sdpa::dropout_factor(p, bi, rh[i], ri[i], j0 + tx + kTC * j);
+                    if (dropout) e *= drop_factor(p, bi, rh[i], ri[i], j0 + tx + kTC * j);
                     Ps[(ty + kTR * i) * LDP + tx + kTC * j] = e;
                 }
                 l[i] = l[i] * alpha + row_sum(sum);

@@ -9,7 +9,7 @@ the query tiles that see the keys) and dQ (and the additive mask's gradient) per
 tile: no atomics, deterministic.
 
 Every dtype (fp32 / fp16 / bf16 storage, fp32 math), any head dims 1..256 (d and dv
-independent: both are zero-padded to the tile's head dim HD in {32, 64, 128, 256}), every
+independent: both are zero-padded to the tile's head dim HD in {64, 128, 256}), every
 masking feature (GQA, causal either alignment, window, bool / additive masks, lengths,
 dropout). Vector loads where dims, strides and pointers allow, scalar otherwise. This is
 the exact fp32 path (the tensor-core solvers cover fp16/bf16 with head dims multiple of 8).
@@ -25,7 +25,6 @@ from typing import Any
 
 import numpy as np
 
-from ... import dtypes
 from ...errors import NotSupportedError
 from ...problems.attention import AttentionProblem
 from ...runtime.backend import Backend
@@ -36,13 +35,14 @@ from .common import MASK_KIND, AttentionBwdTensors, AttentionTensors, Scalars, d
 
 SOURCE = "attention/flash_fp32.cu"
 THREADS = 128
-HEAD_TILES = (32, 64, 128, 256)
+HEAD_TILES = (64, 128, 256)  # d, dv <= 64 share the 64 tile: NVRTC time of the CI check
 MAX_HEAD_DIM = HEAD_TILES[-1]
 # (block_m, block_n) per HD: forward (query rows x keys) ...
-FWD_TILES = {32: (64, 64), 64: (64, 64), 128: (64, 32), 256: (32, 32)}
+FWD_TILES = {64: (64, 64), 128: (64, 32), 256: (32, 32)}
 # ... and backward (block_m query rows x block_n keys for both the dK/dV and dQ kernels).
-BWD_TILES = {32: (32, 64), 64: (32, 64), 128: (32, 32), 256: (32, 16)}
+BWD_TILES = {64: (32, 64), 128: (32, 32), 256: (32, 16)}
 _MAX_GRID_Y = 65535
+DTYPE_CODE = {"fp32": 0, "fp16": 1, "bf16": 2}  # sdpa_fp32::kF32, kF16, kBF16
 
 
 def head_tile(problem: AttentionProblem) -> int:
@@ -73,25 +73,23 @@ def bwd_smem_bytes(bm: int, bn: int, hd: int) -> tuple[int, int]:
     return dkdv, dq
 
 
-def _fwd_expr(dt: dtypes.DType, bm: int, bn: int, hd: int) -> str:
-    return f"flash_fp32_fwd<{dt.ctype}, {bm}, {bn}, {hd}>"
+def _fwd_expr(bm: int, bn: int, hd: int) -> str:
+    return f"flash_fp32_fwd<{bm}, {bn}, {hd}>"
 
 
-def _bwd_exprs(dt: dtypes.DType, bm: int, bn: int, hd: int) -> tuple[str, str]:
-    args = f"{dt.ctype}, {bm}, {bn}, {hd}"
-    return f"flash_fp32_bwd_dkdv<{args}>", f"flash_fp32_bwd_dq<{args}>"
+def _bwd_exprs(bm: int, bn: int, hd: int) -> tuple[str, str]:
+    return f"flash_fp32_bwd_dkdv<{bm}, {bn}, {hd}>", f"flash_fp32_bwd_dq<{bm}, {bn}, {hd}>"
 
 
-def _delta_expr(dt: dtypes.DType) -> str:
-    return f"flash_fp32_bwd_delta<{dt.ctype}>"
+_DELTA = "flash_fp32_bwd_delta"
 
 
-def module_spec(dt: dtypes.DType) -> ModuleSpec:
-    """One module per dtype: the forward and backward kernels of every head tile (the
-    NVRTC check compiles 3 modules for these two solvers)."""
-    names = [_fwd_expr(dt, *FWD_TILES[hd], hd) for hd in HEAD_TILES]
-    names += [_delta_expr(dt)]
-    names += [e for hd in HEAD_TILES for e in _bwd_exprs(dt, *BWD_TILES[hd], hd)]
+def module_spec() -> ModuleSpec:
+    """One module for both solvers and every dtype (the storage dtype is a run-time
+    argument of the kernels): the forward and backward kernels of every head tile."""
+    names = [_fwd_expr(*FWD_TILES[hd], hd) for hd in HEAD_TILES]
+    names += [_DELTA]
+    names += [e for hd in HEAD_TILES for e in _bwd_exprs(*BWD_TILES[hd], hd)]
     return ModuleSpec.make(SOURCE, names)
 
 
@@ -117,11 +115,11 @@ class _FwdRunner(Runner):
     def __init__(self, backend: Backend, problem: AttentionProblem, cfg: Fp32Config) -> None:
         dt = dtype_of(problem)
         hd = head_tile(problem)
-        self.kernel = backend.kernel(module_spec(dt), _fwd_expr(dt, cfg.block_m, cfg.block_n, hd))
+        self.kernel = backend.kernel(module_spec(), _fwd_expr(cfg.block_m, cfg.block_n, hd))
         self.grid = (-(-problem.sq // cfg.block_m), problem.b * problem.hq)
         self.smem = fwd_smem_bytes(cfg.block_m, cfg.block_n, hd)
         self.problem = problem
-        self.kind = np.int32(MASK_KIND[problem.mask])
+        self.flags = (np.int32(DTYPE_CODE[problem.dtype]), np.int32(MASK_KIND[problem.mask]))
         self.names = [f"flash_fp32_fwd_{cfg.block_m}x{cfg.block_n}_hd{hd}_{dt.short}"]
 
     @property
@@ -130,7 +128,7 @@ class _FwdRunner(Runner):
 
     def __call__(self, tensors: AttentionTensors, scalars: Scalars, workspace: Any) -> None:
         prm = params(self.problem, tensors, scalars)
-        args = (*tensors.pointers(), prm, self.kind)
+        args = (*tensors.pointers(), prm, *self.flags)
         self.kernel(self.grid, (THREADS,), args, shared_mem=self.smem)
 
 
@@ -150,7 +148,7 @@ class _Fp32Solver(Solver):
         return self.configs(problem, caps)[0]
 
     def module_specs(self) -> list[ModuleSpec]:
-        return [module_spec(dt) for dt in dtypes.FLOAT_TYPES]
+        return [module_spec()]
 
     def _check(self, backend: Backend, problem: AttentionProblem, config: Config) -> Fp32Config:
         from ...runtime.caps import capabilities
@@ -178,10 +176,10 @@ class _BwdRunner(Runner):
     def __init__(self, backend: Backend, problem: AttentionProblem, cfg: Fp32Config) -> None:
         dt = dtype_of(problem)
         hd = head_tile(problem)
-        spec = module_spec(dt)
+        spec = module_spec()
         bm, bn = cfg.block_m, cfg.block_n
-        dkdv, dq = _bwd_exprs(dt, bm, bn, hd)
-        self.delta = backend.kernel(spec, _delta_expr(dt))
+        dkdv, dq = _bwd_exprs(bm, bn, hd)
+        self.delta = backend.kernel(spec, _DELTA)
         self.dkdv = backend.kernel(spec, dkdv)
         self.dq = backend.kernel(spec, dq)
         p = problem
@@ -190,7 +188,7 @@ class _BwdRunner(Runner):
         self.grid_dq = (-(-p.sq // bm), p.b * p.hq)
         self.smem_dkdv, self.smem_dq = bwd_smem_bytes(bm, bn, hd)
         self.problem = problem
-        self.kind = np.int32(MASK_KIND[problem.mask])
+        self.flags = (np.int32(DTYPE_CODE[problem.dtype]), np.int32(MASK_KIND[problem.mask]))
         self.xp = backend.xp
         tile = f"{bm}x{bn}_hd{hd}_{dt.short}"
         self.names = [f"flash_fp32_bwd_delta_{dt.short}", f"flash_fp32_bwd_dkdv_{tile}",
@@ -205,8 +203,9 @@ class _BwdRunner(Runner):
         prm = params(p, tensors, scalars)
         delta = workspace[: 4 * p.b * p.hq * p.sq].view(self.xp.float32)
         lq, lkv = _lengths(tensors)
-        self.delta(self.grid_delta, (THREADS,), (tensors.o, tensors.dout, lq, lkv, delta, prm))
-        args = (*tensors.pointers(), prm, self.kind, delta)
+        dargs = (tensors.o, tensors.dout, lq, lkv, delta, prm, self.flags[0])
+        self.delta(self.grid_delta, (THREADS,), dargs)
+        args = (*tensors.pointers(), prm, *self.flags, delta)
         self.dkdv(self.grid_dkdv, (THREADS,), args, shared_mem=self.smem_dkdv)
         self.dq(self.grid_dq, (THREADS,), args, shared_mem=self.smem_dq)
 
