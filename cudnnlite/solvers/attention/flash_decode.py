@@ -1,0 +1,184 @@
+"""Flash-decoding: a few query rows against a long KV cache
+(``cuda_src/attention/flash_decode.cu``).
+
+``sdpa_fwd_flash_decode`` (:class:`FlashDecodeSolver`), for sq <= 16: the KV sequence is
+split across blocks (grid: splits x b * hkv x row blocks) so that small batches still fill
+the GPU; each split writes a partial (o, lse) to an fp32 workspace, and a combine kernel
+merges the splits with the logsumexp trick into o (the storage dtype) and lse. A block
+serves the (query head, row) pairs of a whole GQA group of one kv head, so each K/V byte
+of its split is read once (decoding is memory-bound). fp32 math (FFMA) for every dtype,
+any head dims up to 256 (vector loads when aligned), every masking feature (the
+CUDA-core forward's building blocks, ``flash_fp32_tile.cuh``).
+
+Config: :class:`DecodeConfig` (block_n keys per tile, splits); ``default_config`` picks
+the splits so that splits * b * hkv * row blocks fills about two waves of the SMs.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+from typing import Any
+
+import numpy as np
+
+from ...errors import NotSupportedError
+from ...problems.attention import AttentionProblem
+from ...runtime.backend import Backend
+from ...runtime.caps import Capabilities
+from ...runtime.kernel import ModuleSpec
+from ..base import APPLICABLE, Applicability, Config, Runner, Solver, not_applicable
+from .common import MASK_KIND, AttentionTensors, Scalars, params
+from .flash_fp32 import DTYPE_CODE, HEAD_TILES, MAX_HEAD_DIM, THREADS, head_tile
+
+SOURCE = "attention/flash_decode.cu"
+MAX_SQ = 16
+BLOCK_M = 16  # (query head, row) pairs per block
+BLOCK_N = {64: 64, 128: 64, 256: 32}  # keys per tile, per head tile
+MAX_SPLITS = 128
+_MAX_GRID_YZ = 65535
+# Streaming multiprocessors per compute capability (the GPUs' usual counts: H100/H200
+# SXM 132, A100 108, ...); the emulator counts a few so that tests split.
+_SM_COUNT = {90: 132, 89: 128, 86: 84, 80: 108, 75: 40, 70: 80, 0: 4}
+_COMBINE = "flash_decode_combine"
+
+
+def _split_expr(bn: int, hd: int) -> str:
+    return f"flash_decode_split<{BLOCK_M}, {bn}, {hd}>"
+
+
+def module_spec() -> ModuleSpec:
+    """One module for every dtype and head tile (the dtype is a run-time argument)."""
+    return ModuleSpec.make(SOURCE, [*(_split_expr(BLOCK_N[hd], hd) for hd in HEAD_TILES), _COMBINE])
+
+
+def smem_bytes(bn: int, hd: int) -> int:
+    ld = hd + 4
+    return 4 * (BLOCK_M * ld + 2 * bn * ld + BLOCK_M * (bn + 4))
+
+
+def sm_count(caps: Capabilities) -> int:
+    count = getattr(caps, "sm_count", None)  # when Capabilities learns it
+    if count:
+        return int(count)
+    return _SM_COUNT.get(caps.sm, max(v for k, v in _SM_COUNT.items() if k <= caps.sm))
+
+
+@dataclass(frozen=True)
+class DecodeConfig(Config):
+    block_n: int
+    splits: int
+
+    def __post_init__(self) -> None:
+        if self.block_n not in BLOCK_N.values():
+            raise ValueError(f"block_n must be one of {sorted(set(BLOCK_N.values()))}: {self}")
+        if not 1 <= self.splits <= MAX_SPLITS:
+            raise ValueError(f"splits must be in 1..{MAX_SPLITS}: {self}")
+
+
+def _row_blocks(problem: AttentionProblem) -> int:
+    return -(-problem.group * problem.sq // BLOCK_M)
+
+
+def _tiles(problem: AttentionProblem, bn: int) -> int:
+    return max(1, -(-problem.skv // bn))
+
+
+class _Runner(Runner):
+    def __init__(self, backend: Backend, problem: AttentionProblem, cfg: DecodeConfig) -> None:
+        hd = head_tile(problem)
+        spec = module_spec()
+        self.split = backend.kernel(spec, _split_expr(cfg.block_n, hd))
+        self.combine = backend.kernel(spec, _COMBINE)
+        p = problem
+        self.grid = (cfg.splits, p.b * p.hkv, _row_blocks(p))
+        self.rows = p.b * p.hq * p.sq
+        self.grid_combine = (-(-self.rows // (THREADS // 32)),)
+        self.smem = smem_bytes(cfg.block_n, hd)
+        self.splits = cfg.splits
+        self.problem = problem
+        self.dtype = np.int32(DTYPE_CODE[p.dtype])
+        self.kind = np.int32(MASK_KIND[p.mask])
+        self.xp = backend.xp
+        self.names = [
+            f"flash_decode_split_{BLOCK_M}x{cfg.block_n}_hd{hd}_s{cfg.splits}_{p.dtype}",
+            f"flash_decode_combine_{p.dtype}",
+        ]
+
+    @property
+    def kernel_names(self) -> list[str]:
+        return list(self.names)
+
+    def __call__(self, tensors: AttentionTensors, scalars: Scalars, workspace: Any) -> None:
+        p = self.problem
+        prm = params(p, tensors, scalars)
+        n_o = 4 * self.splits * self.rows * p.dv
+        o_part = workspace[:n_o].view(self.xp.float32)
+        lse_part = workspace[n_o : n_o + 4 * self.splits * self.rows].view(self.xp.float32)
+        args = (*tensors.pointers(), prm, self.dtype, self.kind, o_part, lse_part)
+        self.split(self.grid, (THREADS,), args, shared_mem=self.smem)
+        cargs = (tensors.o, tensors.lse, o_part, lse_part, prm, self.dtype, np.int32(self.splits))
+        self.combine(self.grid_combine, (THREADS,), cargs)
+
+
+class FlashDecodeSolver(Solver):
+    """Split-KV flash-decoding (module docstring)."""
+
+    name = "sdpa_fwd_flash_decode"
+    family = "sdpa_fwd"
+    config_type = DecodeConfig
+    deterministic = True
+
+    def is_applicable(self, problem: AttentionProblem, caps: Capabilities) -> Applicability:
+        p = problem
+        if p.sq * p.skv == 0:
+            return not_applicable("needs sq and skv >= 1 (the op answers empty problems)")
+        if p.sq > MAX_SQ:
+            return not_applicable(
+                f"needs sq <= {MAX_SQ} (decoding: a few queries against a long KV cache; "
+                "the flash solvers serve longer queries)"
+            )
+        if p.max_head_dim > MAX_HEAD_DIM:
+            return not_applicable(f"needs head dims d, dv <= {MAX_HEAD_DIM}")
+        if p.b * p.hkv > _MAX_GRID_YZ or _row_blocks(p) > _MAX_GRID_YZ:
+            return not_applicable(f"needs b * hkv and hq * sq / {BLOCK_M} <= {_MAX_GRID_YZ}")
+        if p.skv >= 2**30:
+            return not_applicable("needs skv below 2^30")
+        return APPLICABLE
+
+    def configs(self, problem: AttentionProblem, caps: Capabilities) -> list[DecodeConfig]:
+        best = self.default_config(problem, caps)
+        splits = {best.splits, max(1, best.splits // 2), min(MAX_SPLITS, best.splits * 2)}
+        return [best] + [DecodeConfig(best.block_n, s) for s in sorted(splits - {best.splits})]
+
+    def default_config(self, problem: AttentionProblem, caps: Capabilities) -> DecodeConfig:
+        """Splits so that the grid fills about two waves of the SMs, at least one key
+        tile per split."""
+        bn = BLOCK_N[head_tile(problem)]
+        blocks = problem.b * problem.hkv * _row_blocks(problem)
+        want = -(-2 * sm_count(caps) // blocks)
+        return DecodeConfig(bn, max(1, min(want, _tiles(problem, bn), MAX_SPLITS)))
+
+    def is_valid(self, config: Config, problem: AttentionProblem, caps: Capabilities) -> bool:
+        return (
+            isinstance(config, DecodeConfig)
+            and config.block_n == BLOCK_N[head_tile(problem)]
+            and bool(self.is_applicable(problem, caps))
+        )
+
+    def workspace_size(self, problem: AttentionProblem, config: Config) -> int:
+        assert isinstance(config, DecodeConfig)
+        rows = problem.b * problem.hq * problem.sq
+        return 4 * config.splits * rows * (problem.dv + 1)
+
+    def module_specs(self) -> list[ModuleSpec]:
+        return [module_spec()]
+
+    def prepare(self, backend: Backend, problem: AttentionProblem, config: Config) -> Runner:
+        from ...runtime.caps import capabilities
+
+        ok = self.is_applicable(problem, capabilities(backend))
+        if not ok:
+            raise NotSupportedError(f"{self.name}: {ok.reason}")
+        if not isinstance(config, DecodeConfig) or config.block_n != BLOCK_N[head_tile(problem)]:
+            raise NotSupportedError(f"{self.name}: not a config of this problem: {config!r}")
+        return _Runner(backend, problem, config)
