@@ -3,21 +3,24 @@
 // attention_common.cuh (causal / window / lengths / bool or additive mask / dropout).
 //
 // Kernels (T = __half | __nv_bfloat16; D = the head-dim bucket 32 / 64 / 128 >= max(d, dv),
-// columns past d / dv zero-filled; BM x BN = query tile x key block, W = BN / 16 warps):
+// columns past d / dv zero-filled; BM x BN = query tile x key block, W = BN / 16 warps, or
+// 2 BN / 16 warps where two warps share 16 keys and split dK / dV's head dim: S^T for half
+// the queries each, P^T and dS^T then go through shared memory):
 //   sdpa_flash_bwd_pre<T>                delta[b,h,i] = sum_c dout[i,c] * o[i,c] (fp32;
 //                                        0 past lengths_q); zeroes dq_accum's rows when asked
 //   sdpa_flash_bwd_main<T, D, BM, BN, W> dK, dV of BN keys of one (batch, kv head), summed
 //                                        in registers over the group's query heads (GQA) and
-//                                        the query tiles that reach those keys; each warp owns
-//                                        16 keys, so S^T, P^T, dP^T, dS^T stay in MMA
-//                                        accumulators and feed the dV / dK MMAs as A fragments.
+//                                        the query tiles that reach those keys; with W = BN / 16
+//                                        a warp owns 16 keys, so S^T, P^T, dP^T, dS^T stay in
+//                                        MMA accumulators and feed the dV / dK MMAs as A
+//                                        fragments.
 //                                        dq_atomic = 1 (sdpa_bwd_flash_tc): dQ += dS K through
 //                                        a shared dS tile, fp32 atomics into dq_accum.
 //                                        Writes dmask (the only kernel visiting each (i, j)
 //                                        once per query head).
 //   sdpa_flash_bwd_dq_convert<T>         dq = scale * dq_accum in dq's dtype and strides
 //   sdpa_flash_bwd_dq<T, D, BM, BN, W>   the deterministic dQ (sdpa_bwd_flash_tc_split):
-//                                        16 * W queries of one (batch, q head) per block over
+//                                        BN queries of one (batch, q head) per block over
 //                                        key tiles of BM keys (the main kernel's tile turned
 //                                        around); S, P, dP, dS recomputed, dQ in registers.
 // Readable names: sdpa_flash_bwd_main_64x64_d128_w4_fp16 (solvers/attention/flash_bwd.py).
@@ -65,15 +68,15 @@ __device__ __forceinline__ void c_to_a(unsigned (&a)[4], const float (&c0)[4], c
 // C = A B^T with both operands read as stored (ldmatrix without .trans).
 template <typename T, int KSTEPS, int NF, int AC, int BC>
 __device__ __forceinline__ void mma_abt(float (&acc)[NF][4], const T* As, int a_row0, const T* Bs,
-                                        int lane) {
-#pragma unroll
+                                        int b_row0, int lane) {
+#pragma unroll 1
     for (int ks = 0; ks < KSTEPS; ++ks) {
         unsigned a[4];
         ldmatrix<4>(a, As + at<AC>(a_row0 + (lane & 15), 16 * ks + (lane >> 4) * 8));
 #pragma unroll
         for (int np = 0; np < NF / 2; ++np) {
             unsigned r[4];
-            ldmatrix<4>(r, Bs + at<BC>(16 * np + (lane & 7) + (lane >> 4) * 8,
+            ldmatrix<4>(r, Bs + at<BC>(b_row0 + 16 * np + (lane & 7) + (lane >> 4) * 8,
                                        16 * ks + ((lane >> 3) & 1) * 8));
             const unsigned b0[2] = {r[0], r[1]}, b1[2] = {r[2], r[3]};
             cl::mma::mma_m16n8k16<T>(acc[2 * np], a, b0, acc[2 * np]);
@@ -91,6 +94,27 @@ __device__ __forceinline__ void mma_reg_b(float (&acc)[NF][4], const float (&c)[
     for (int ks = 0; ks < KSTEPS; ++ks) {
         unsigned a[4];
         c_to_a<T>(a, c[2 * ks], c[2 * ks + 1]);
+#pragma unroll
+        for (int np = 0; np < NF / 2; ++np) {
+            unsigned r[4];
+            ldmatrix_trans<4>(r, Bs + at<BC>(16 * ks + (lane & 7) + ((lane >> 3) & 1) * 8,
+                                             col0 + 16 * np + (lane >> 4) * 8));
+            const unsigned b0[2] = {r[0], r[1]}, b1[2] = {r[2], r[3]};
+            cl::mma::mma_m16n8k16<T>(acc[2 * np], a, b0, acc[2 * np]);
+            cl::mma::mma_m16n8k16<T>(acc[2 * np + 1], a, b1, acc[2 * np + 1]);
+        }
+    }
+}
+
+// acc[NF] += A * B with A rows a_row0.. of a [rows][AC] tile (k contiguous) and B a [k][BC]
+// tile (n contiguous: ldmatrix.trans), columns col0...
+template <typename T, int KSTEPS, int NF, int AC, int BC>
+__device__ __forceinline__ void mma_ab(float (&acc)[NF][4], const T* As, int a_row0, const T* Bs,
+                                       int col0, int lane) {
+#pragma unroll
+    for (int ks = 0; ks < KSTEPS; ++ks) {
+        unsigned a[4];
+        ldmatrix<4>(a, As + at<AC>(a_row0 + (lane & 15), 16 * ks + (lane >> 4) * 8));
 #pragma unroll
         for (int np = 0; np < NF / 2; ++np) {
             unsigned r[4];
@@ -164,8 +188,11 @@ template <typename T, int D, int BM, int BN, int W>
 struct Main {
     enum {
         THREADS = W * 32,
-        NFM = BM / 8,   // n8 tiles of S^T along the queries
-        NFD = D / 8,    // n8 tiles of dK / dV along the head dim
+        KW = BN / 16,   // warps along the keys (16 keys each) ...
+        WD = W / KW,    // ... times warps along the head dim of dK / dV (sharing the keys)
+        QW = BM / WD,   // queries of S^T per warp
+        NFM = QW / 8,   // n8 tiles of S^T along the queries
+        NFD = D / WD / 8,  // n8 tiles of dK / dV along the head dim
         // dQ = dS K (atomic solver): warps tile the BM x D block as QM x QD
         QM = BM / 16 < W ? BM / 16 : W,
         QD = W / QM,
@@ -177,10 +204,11 @@ struct Main {
         Q_OFF = 2 * BN * D,
         DO_OFF = Q_OFF + 2 * BM * D,
         DS_OFF = DO_OFF + 2 * BM * D,
-        T_ELEMS = DS_OFF + BN * BM,
+        P_OFF = DS_OFF + BN * BM,  // (P drop)^T when WD > 1
+        T_ELEMS = P_OFF + (WD > 1 ? BN * BM : 0),
         SMEM_BYTES = T_ELEMS * 2 + 4 * BM * 4,
     };
-    static_assert(BN == 16 * W, "a warp owns 16 keys");
+    static_assert(W % KW == 0 && (WD == 1 || WD == 2), "warps: 16 keys each, 1 or 2 per key group");
     static_assert(BM % 16 == 0 && D % 16 == 0, "MMA granularity");
     static_assert(W % QM == 0 && DQ_COLS % 16 == 0 && DQ_ROWS % 16 == 0, "dQ warp tiling");
 
@@ -200,6 +228,9 @@ struct Main {
         const int bi = blockIdx.y / p.hkv, hk = blockIdx.y - bi * p.hkv;
         const sdpa::Lengths len = sdpa::lengths_of(p, lengths_q, lengths_kv, bi);
         const int shift = p.align_br ? len.kv - len.q : 0;
+        // This warp: keys 16 kw.. (S^T for queries q0.., dK / dV for head-dim columns c0..)
+        const int kw = warp % KW, wd = warp / KW;
+        const int q0 = wd * QW, c0 = wd * (D / WD);
 
         // Queries whose key range meets [n0, n0 + BN): key ranges grow with i.
         int i_lo = 0, i_hi = n0 < len.kv ? len.q : 0;
@@ -264,23 +295,23 @@ struct Main {
             for (int f = 0; f < NFM; ++f)
 #pragma unroll
                 for (int r = 0; r < 4; ++r) s[f][r] = dp[f][r] = 0.0f;
-            mma_abt<T, D / 16, NFM, D, D>(s, Ks, 16 * warp, Qs, lane);
-            mma_abt<T, D / 16, NFM, D, D>(dp, Vs, 16 * warp, dOs, lane);
+            mma_abt<T, D / 16, NFM, D, D>(s, Ks, 16 * kw, Qs, q0, lane);
+            mma_abt<T, D / 16, NFM, D, D>(dp, Vs, 16 * kw, dOs, q0, lane);
 
             // P, dropout, dS = P (dP * drop - delta); s becomes P * drop, dp becomes dS.
-            const int jw = n0 + 16 * warp + g;
+            const int jw = n0 + 16 * kw + g;
             if (tile_full(p, len, shift, mask_kind, m0, BM, n0, BN)) {
 #pragma unroll
                 for (int f = 0; f < NFM; ++f)
 #pragma unroll
                     for (int r = 0; r < 4; ++r)
-                        s[f][r] = exp2f(s[f][r] * p.scale_log2 - l2[8 * f + 2 * t + (r & 1)]);
+                        s[f][r] = exp2f(s[f][r] * p.scale_log2 - l2[q0 + 8 * f + 2 * t + (r & 1)]);
             } else {
 #pragma unroll
                 for (int f = 0; f < NFM; ++f)
 #pragma unroll
                     for (int r = 0; r < 4; ++r) {
-                        const int col = 8 * f + 2 * t + (r & 1);
+                        const int col = q0 + 8 * f + 2 * t + (r & 1);
                         float add;
                         const bool keep = keep_at<T>(p, len, shift, mask, mask_kind, bi, h,
                                                      m0 + col, jw + 8 * (r >> 1), add);
@@ -292,7 +323,7 @@ struct Main {
             for (int f = 0; f < NFM; ++f)
 #pragma unroll
                 for (int r = 0; r < 4; ++r) {
-                    const int col = 8 * f + 2 * t + (r & 1);
+                    const int col = q0 + 8 * f + 2 * t + (r & 1);
                     const int i = m0 + col, j = jw + 8 * (r >> 1);
                     float d = dp[f][r];
                     const float pr = s[f][r];
@@ -307,33 +338,34 @@ struct Main {
                         dmask[(((long long)bi * p.hq + h) * p.sq + i) * p.skv + j] = d;
                 }
 
-            // dV += (P drop)^T dO, dK += dS^T Q (the scale is applied at the end).
-            mma_reg_b<T, BM / 16, NFD, D>(dv_acc, s, dOs, 0, lane);
-            mma_reg_b<T, BM / 16, NFD, D>(dk_acc, dp, Qs, 0, lane);
-
-            if (dq_atomic) {
-                // dQ (BM x D) += dS K: dS^T through shared memory to the dQ warp tiling.
-                T* dSs = sm + DS_OFF;
-#pragma unroll
-                for (int f = 0; f < NFM; ++f) {
-                    const int row = 16 * warp + g, col = 8 * f + 2 * t;
-                    *reinterpret_cast<unsigned*>(dSs + at<BM>(row, col)) =
-                        pack<T>(dp[f][0], dp[f][1]);
-                    *reinterpret_cast<unsigned*>(dSs + at<BM>(row + 8, col)) =
-                        pack<T>(dp[f][2], dp[f][3]);
+            // dV += (P drop)^T dO, dK += dS^T Q (the scale is applied at the end): from the
+            // registers when a warp holds all BM queries of its keys, else through shared.
+            T* dSs = sm + DS_OFF;
+            if (WD == 1) {
+                mma_reg_b<T, QW / 16, NFD, D>(dv_acc, s, dOs, 0, lane);
+                mma_reg_b<T, QW / 16, NFD, D>(dk_acc, dp, Qs, 0, lane);
+                if (dq_atomic) {
+                    store_t(dSs, dp, 16 * kw + g, q0 + 2 * t);
+                    __syncthreads();
                 }
+            } else {
+                store_t(sm + P_OFF, s, 16 * kw + g, q0 + 2 * t);
+                store_t(dSs, dp, 16 * kw + g, q0 + 2 * t);
                 __syncthreads();
-                dq_tile(dSs, Ks, dq_accum, p, len, bi, h, m0, warp, lane);
+                mma_ab<T, BM / 16, NFD, BM, D>(dv_acc, sm + P_OFF, 16 * kw, dOs, c0, lane);
+                mma_ab<T, BM / 16, NFD, BM, D>(dk_acc, dSs, 16 * kw, Qs, c0, lane);
             }
+            // dQ (BM x D) += dS K from the shared dS^T tile, by the dQ warp tiling.
+            if (dq_atomic) dq_tile(dSs, Ks, dq_accum, p, len, bi, h, m0, warp, lane);
             cur_h = nxt_h;
             cur_mt = nxt_mt;
         }
         cl::mma::cp_async_wait<0>();
 
-        store_kv(dk, dk_acc, p.k_sb * bi + p.k_sh * hk, p.k_ss, p.d, p.scale, n0, len, p, warp,
-                 lane);
-        store_kv(dv, dv_acc, p.v_sb * bi + p.v_sh * hk, p.v_ss, p.dv, 1.0f, n0, len, p, warp,
-                 lane);
+        store_kv(dk, dk_acc, p.k_sb * bi + p.k_sh * hk, p.k_ss, p.d, p.scale, n0 + 16 * kw, c0,
+                 len, p, lane);
+        store_kv(dv, dv_acc, p.v_sb * bi + p.v_sh * hk, p.v_ss, p.dv, 1.0f, n0 + 16 * kw, c0,
+                 len, p, lane);
         if (write_dmask) zero_dmask(dmask, p, bi, h0, n0, mt_begin * BM, mt_end * BM);
     }
 
@@ -386,20 +418,32 @@ struct Main {
             }
     }
 
-    // Rows n0 + 16 w + g (+8) of dK or dV: scale * acc, zero past lengths_kv.
+    // C fragments (16 rows from row0, columns col0 + 8 f + ...) as 16-bit pairs into a
+    // swizzled [BN][BM] tile (row0: this lane's row g; col0: its column 2t).
+    __device__ static void store_t(T* tile, const float (&c)[NFM][4], int row0, int col0) {
+#pragma unroll
+        for (int f = 0; f < NFM; ++f) {
+            *reinterpret_cast<unsigned*>(tile + at<BM>(row0, col0 + 8 * f)) =
+                pack<T>(c[f][0], c[f][1]);
+            *reinterpret_cast<unsigned*>(tile + at<BM>(row0 + 8, col0 + 8 * f)) =
+                pack<T>(c[f][2], c[f][3]);
+        }
+    }
+
+    // Rows j0 + g (+8) of dK or dV, columns c0..: scale * acc, zero past lengths_kv.
     __device__ static void store_kv(T* out, const float (&acc)[NFD][4], long long base,
-                                    long long row_stride, int cols, float scale, int n0,
-                                    sdpa::Lengths len, const SdpaParams& p, int warp, int lane) {
+                                    long long row_stride, int cols, float scale, int j0, int c0,
+                                    sdpa::Lengths len, const SdpaParams& p, int lane) {
         const int g = lane >> 2, t = lane & 3;
 #pragma unroll
         for (int half = 0; half < 2; ++half) {
-            const int j = n0 + 16 * warp + g + 8 * half;
+            const int j = j0 + g + 8 * half;
             if (j >= p.skv) continue;
             const float sc = j < len.kv ? scale : 0.0f;
             T* row = out + base + (long long)j * row_stride;
 #pragma unroll
             for (int f = 0; f < NFD; ++f) {
-                const int c = 8 * f + 2 * t;
+                const int c = c0 + 8 * f + 2 * t;
                 if (c < cols)
                     *reinterpret_cast<unsigned*>(row + c) =
                         pack<T>(acc[f][2 * half] * sc, acc[f][2 * half + 1] * sc);
@@ -423,13 +467,13 @@ struct Main {
 };
 
 // ------------------------------------------------------------------ dQ without atomics
-// Block: queries [m0, m0 + BQ) of one (batch, q head), BQ = 16 W (a warp owns 16 rows);
+// Block: queries [m0, m0 + BQ) of one (batch, q head), BQ = BN (BN / 16 warps of 16 rows);
 // key tiles of BK = BM keys, K and V double-buffered.
 template <typename T, int D, int BM, int BN, int W>
 struct Dq {
     enum {
-        THREADS = W * 32,
-        BQ = 16 * W,
+        THREADS = BN / 16 * 32,
+        BQ = BN,
         BK = BM,
         NFK = BK / 8,
         NFD = D / 8,
@@ -515,8 +559,8 @@ struct Dq {
             for (int f = 0; f < NFK; ++f)
 #pragma unroll
                 for (int r = 0; r < 4; ++r) s[f][r] = dp[f][r] = 0.0f;
-            mma_abt<T, D / 16, NFK, D, D>(s, Qs, 16 * warp, Ks, lane);
-            mma_abt<T, D / 16, NFK, D, D>(dp, dOs, 16 * warp, Vs, lane);
+            mma_abt<T, D / 16, NFK, D, D>(s, Qs, 16 * warp, Ks, 0, lane);
+            mma_abt<T, D / 16, NFK, D, D>(dp, dOs, 16 * warp, Vs, 0, lane);
 
             if (tile_full(p, len, shift, mask_kind, m0, BQ, n0, BK)) {
 #pragma unroll
@@ -642,7 +686,7 @@ __global__ void __launch_bounds__(256)
 }
 
 template <typename T, int D, int BM, int BN, int W>
-__global__ void __launch_bounds__(W * 32)
+__global__ void __launch_bounds__(BN / 16 * 32)
     sdpa_flash_bwd_dq(const T* __restrict__ q, const T* __restrict__ k, const T* __restrict__ v,
                       const T* __restrict__ dout, const float* __restrict__ lse,
                       T* __restrict__ dq, const void* mask, const int* lengths_q,

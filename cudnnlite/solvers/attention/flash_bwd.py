@@ -48,8 +48,10 @@ _CONVERT_ROWS = 8  # rows per 256-thread block of the dQ conversion (a warp a ro
 @dataclass(frozen=True)
 class FlashBwdConfig(Config):
     """block_m queries per tile x block_n keys per block; warps = block_n / 16 (a warp owns
-    16 keys). The split solver's dQ kernel turns the tile around: 16 * warps queries per
-    block, block_m keys per tile."""
+    16 keys) or twice that (two warps share 16 keys and split dK / dV's head dim: half the
+    accumulator registers, P^T and dS^T through shared memory). The split solver's dQ
+    kernel turns the tile around: block_n queries per block (block_n / 16 warps), block_m
+    keys per tile."""
 
     block_m: int
     block_n: int
@@ -58,8 +60,18 @@ class FlashBwdConfig(Config):
     def __post_init__(self) -> None:
         if self.block_m not in (32, 64, 128):
             raise ValueError(f"block_m must be 32, 64 or 128, got {self.block_m}")
-        if self.warps not in (2, 4, 8) or self.block_n != 16 * self.warps:
-            raise ValueError(f"needs warps in (2, 4, 8) and block_n = 16 * warps: {self}")
+        if self.block_n not in (32, 64, 128) or self.warps not in (
+            self.key_warps,
+            2 * self.key_warps,
+        ):
+            raise ValueError(
+                f"needs block_n in (32, 64, 128), warps = block_n / 16 or twice: {self}"
+            )
+
+    @property
+    def key_warps(self) -> int:
+        """Warps along the keys (16 keys each); the dQ kernel's warps."""
+        return self.block_n // 16
 
     def label(self) -> str:
         return f"{self.block_m}x{self.block_n}_w{self.warps}"
@@ -67,21 +79,24 @@ class FlashBwdConfig(Config):
     def main_smem(self, head: int) -> int:
         """K, V tiles, two stages of Q and dO, the dS tile (16-bit), lse2 and delta."""
         bm, bn = self.block_m, self.block_n
-        return (2 * bn * head + 4 * bm * head + bn * bm) * 2 + 16 * bm
+        p_tile = bn * bm if self.warps > self.key_warps else 0
+        return (2 * bn * head + 4 * bm * head + bn * bm + p_tile) * 2 + 16 * bm
 
     def dq_smem(self, head: int) -> int:
-        """Q, dO tiles of 16 * warps rows, two stages of K and V tiles of block_m keys."""
+        """Q, dO tiles of block_n rows, two stages of K and V tiles of block_m keys."""
         return (2 * self.block_n * head + 4 * self.block_m * head) * 2
 
     def smem_bytes(self, head: int) -> int:
         return max(self.main_smem(head), self.dq_smem(head))
 
 
-# One config per head-dim bucket (64 x 64, 4 warps: 2 blocks per SM on sm_90 for every D).
+# One config per head-dim bucket, 8 warps per SM on sm_90 without spills: D = 32 a warp per
+# 16 keys (174 registers, 2 blocks of 4 warps); D = 64 and 128 two warps per 16 keys (dK
+# and dV accumulators halved: 168 and 219 registers, one block of 8 warps).
 CONFIGS: dict[int, tuple[FlashBwdConfig, ...]] = {
     32: (FlashBwdConfig(64, 64, 4),),
-    64: (FlashBwdConfig(64, 64, 4),),
-    128: (FlashBwdConfig(64, 64, 4),),
+    64: (FlashBwdConfig(64, 64, 8),),
+    128: (FlashBwdConfig(64, 64, 8),),
 }
 
 
@@ -172,7 +187,7 @@ class _Runner(Runner):
                               (dq_acc, tensors.dq, lq, lkv, prm))  # fmt: skip
         else:
             self.k["dq"](
-                (-(-p.sq // cfg.block_n), p.b * p.hq), (32 * cfg.warps,),
+                (-(-p.sq // cfg.block_n), p.b * p.hq), (32 * cfg.key_warps,),
                 (tensors.q, tensors.k, tensors.v, tensors.dout, tensors.lse, tensors.dq, mask,
                  lq, lkv, prm, delta, mask_kind),
                 shared_mem=cfg.dq_smem(self.head),
