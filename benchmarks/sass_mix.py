@@ -57,6 +57,7 @@ GEMM_KERNELS: tuple[str, ...] = (
     r"mma",
     r"igemm",
     r"^tc_",
+    r"^sdpa_flash_bwd_(main|dq)<",  # tensor-core attention backward (attention/flash_bwd.cu)
 )
 # ... except these helpers that the patterns above also catch (no GEMM main loop).
 NOT_GEMM_KERNELS: tuple[str, ...] = (r"epilogue", r"_taps\b", r"_reduce\b")
