@@ -175,6 +175,21 @@ __device__ __forceinline__ bool tile_full(const SdpaParams& p, sdpa::Lengths len
            (p.left < 0 || n0 >= m0 + bm - 1 + shift - p.left);
 }
 
+// Dropout keep bits of this thread's 4 NF fragment elements (bit 4 f + r), one Philox draw
+// each in a loop that is not unrolled: its code appears once in the main loop, not 4 NF
+// times. coord(f, r) gives the element's (query i, key j).
+template <int NF, class Coord>
+__device__ __forceinline__ unsigned drop_bits(const SdpaParams& p, int bi, int h, Coord coord) {
+    static_assert(NF * 4 <= 32, "one bit per fragment element");
+    unsigned bits = 0;
+#pragma unroll 1
+    for (int e = 0; e < NF * 4; ++e) {
+        const int2 ij = coord(e >> 2, e & 3);
+        if (sdpa::dropout_factor(p, bi, h, ij.x, ij.y) != 0.0f) bits |= 1u << e;
+    }
+    return bits;
+}
+
 // lse in the log2 domain as P = exp2(s * scale_log2 - lse2) uses it: +inf for rows that keep
 // nothing (lse = -inf) and rows past lengths_q, so their P is 0.
 __device__ __forceinline__ float lse_log2(const float* lse, long long row, bool valid) {
@@ -319,6 +334,11 @@ struct Main {
                     }
             }
             const bool drop = p.drop_threshold != 0;
+            const unsigned kept =
+                drop ? drop_bits<NFM>(p, bi, h, [&](int f, int r) {
+                    return make_int2(m0 + q0 + 8 * f + 2 * t + (r & 1), jw + 8 * (r >> 1));
+                })
+                     : 0u;
 #pragma unroll
             for (int f = 0; f < NFM; ++f)
 #pragma unroll
@@ -328,7 +348,7 @@ struct Main {
                     float d = dp[f][r];
                     const float pr = s[f][r];
                     if (drop) {
-                        const float fac = sdpa::dropout_factor(p, bi, h, i, j);
+                        const float fac = (kept >> (4 * f + r)) & 1u ? p.drop_scale : 0.0f;
                         d *= fac;
                         s[f][r] = pr * fac;
                     }
@@ -581,6 +601,8 @@ struct Dq {
                     }
             }
             const bool drop = p.drop_threshold != 0;
+            // (Per element here: the keep bits of drop_bits make ptxas cap this kernel at 128
+            // registers and spill for D = 32.)
 #pragma unroll
             for (int f = 0; f < NFK; ++f)
 #pragma unroll
