@@ -109,7 +109,8 @@ __global__ void __launch_bounds__(kThreads) flash_decode_combine(
     for (int c = lane; c < p.dv; c += 32) {
         float acc = 0.f;
         for (int s = 0; s < splits; ++s)
-            acc = fmaf(exp2f(lse_part[s * total + row] - mx), o_part[(s * total + row) * p.dv + c], acc);
+            acc = fmaf(exp2f(lse_part[s * total + row] - mx),
+                       o_part[(s * total + row) * p.dv + c], acc);
         store1(o, off + c, dtype, acc * inv);
     }
     if (lane == 0) lse[row] = (mx + log2f(sum)) * kLn2;

@@ -167,7 +167,8 @@ __global__ void __launch_bounds__(kThreads, 2) flash_fp32_bwd_dkdv(
         for (int i0 = i_begin / BM * BM; i0 < i_end; i0 += BM) {
             const int nq = min(BM, p.sq - i0);
             __syncthreads();  // the previous tile's readers are done
-            load_tile<BM, HD, LD>(Qs, q, dtype, nq, p.d, vec_q, Strided{q_off + i0 * p.q_ss, p.q_ss});
+            load_tile<BM, HD, LD>(Qs, q, dtype, nq, p.d, vec_q,
+                                  Strided{q_off + i0 * p.q_ss, p.q_ss});
             load_tile<BM, HD, LD>(dOs, dout, dtype, nq, p.dv, vec_do,
                                   Strided{do_off + i0 * p.o_ss, p.o_ss});
             for (int r = threadIdx.x; r < BM; r += kThreads) {

@@ -11,6 +11,8 @@
 //          quads, no conflict)
 //   cols   col(c) = (c / 4) * 32 + tx * 4 + c % 4     (columns of O: float4 chunks, the 8
 //          lanes read 128 contiguous bytes)
+// Tiles enter shared memory converted to fp32 whatever the storage dtype (a run-time
+// argument: kF32 / kF16 / kBF16), so the FFMA loops are the same for every dtype.
 // dot_tile is the S = A B^T micro-GEMM over the head dim (RM + RN float4 loads per 4 RM RN
 // FFMA), acc_tile the O += P V micro-GEMM over keys (RM + CN float4 loads per 4 RM CN FFMA).
 #pragma once
@@ -56,7 +58,8 @@ __device__ __forceinline__ float4 unpack4(uint2 u) {
 
 // Four consecutive elements at base + off (aligned to four elements) as floats.
 __device__ __forceinline__ float4 load4(const void* base, long long off, int dtype) {
-    if (dtype == kF32) return reinterpret_cast<const float4*>(static_cast<const float*>(base) + off)[0];
+    if (dtype == kF32)
+        return reinterpret_cast<const float4*>(static_cast<const float*>(base) + off)[0];
     const uint2 u = *reinterpret_cast<const uint2*>(static_cast<const unsigned short*>(base) + off);
     return dtype == kF16 ? unpack4<__half>(u) : unpack4<__nv_bfloat16>(u);
 }
@@ -86,7 +89,9 @@ __device__ __forceinline__ void store4(void* base, long long off, int dtype, flo
 }
 
 // Shared-memory float4 access.
-__device__ __forceinline__ float4 lds4(const float* p) { return *reinterpret_cast<const float4*>(p); }
+__device__ __forceinline__ float4 lds4(const float* p) {
+    return *reinterpret_cast<const float4*>(p);
+}
 __device__ __forceinline__ void sts4(float* p, float4 v) { *reinterpret_cast<float4*>(p) = v; }
 
 // Whether rows of `ncols` elements at base + off + r * ss allow 4-element vector accesses.
@@ -204,7 +209,8 @@ __device__ __forceinline__ void acc_tile(float (&acc)[RM][CN], const float* P, c
             for (int c4 = 0; c4 < CN / 4; ++c4) v[c4] = lds4(v0 + (k + kk) * LDV + c4 * 32);
 #pragma unroll
             for (int i = 0; i < RM; ++i) {
-                const float pk = kk == 0 ? pv[i].x : kk == 1 ? pv[i].y : kk == 2 ? pv[i].z : pv[i].w;
+                const float pk =
+                    kk == 0 ? pv[i].x : kk == 1 ? pv[i].y : kk == 2 ? pv[i].z : pv[i].w;
 #pragma unroll
                 for (int c4 = 0; c4 < CN / 4; ++c4) {
                     acc[i][c4 * 4 + 0] = fmaf(pk, v[c4].x, acc[i][c4 * 4 + 0]);
@@ -277,8 +283,9 @@ __device__ __forceinline__ BlockRange block_range(const SdpaParams& p, sdpa::Len
 
 // Online-softmax forward over keys [kv_begin, kv_end) for the BM rows whose Q tile is in Qs.
 // Row (thread-row i) has head rh[i], sequence index ri[i] and key range [rlo[i], rhi[i]);
-// full_lo/full_hi: tiles inside [full_lo, full_hi) need no per-element test (callers pass
-// an empty interval when an explicit mask, dropout or rows past lengths forbid it).
+// full_lo/full_hi: tiles inside [full_lo, full_hi) need no per-element range test (callers
+// pass an empty interval when an explicit mask or rows past lengths forbid it; dropout is
+// applied either way).
 // On return o (unnormalized), m (log2 domain, -inf when nothing kept) and l (the undropped
 // denominator) per row.
 template <int BM, int BN, int HD>
@@ -314,8 +321,10 @@ struct FwdTile {
         for (int j0 = kv_begin; j0 < kv_end; j0 += BN) {
             const int nk = min(BN, L.kv - j0);
             __syncthreads();  // the previous tile's readers of Ks, Vs, Ps are done
-            load_tile<BN, HD, LD>(Ks, k, dtype, nk, p.d, vec_k, Strided{k_off + j0 * p.k_ss, p.k_ss});
-            load_tile<BN, HD, LD>(Vs, v, dtype, nk, p.dv, vec_v, Strided{v_off + j0 * p.v_ss, p.v_ss});
+            load_tile<BN, HD, LD>(Ks, k, dtype, nk, p.d, vec_k,
+                                  Strided{k_off + j0 * p.k_ss, p.k_ss});
+            load_tile<BN, HD, LD>(Vs, v, dtype, nk, p.dv, vec_v,
+                                  Strided{v_off + j0 * p.v_ss, p.v_ss});
             __syncthreads();
             float s[RM][RN];
             dot_tile<RM, RN, HD, LD, LD>(s, Qs, Ks, ty, tx);
