@@ -146,7 +146,8 @@ def run_backward(backend: str, solver: Solver, problem: AttentionProblem, ops: d
     t = AttentionBwdTensors(
         q=to_backend(ops["q"], backend), k=to_backend(ops["k"], backend),
         v=to_backend(ops["v"], backend), o=to_backend(np.ascontiguousarray(o), backend),
-        dout=to_backend(ops["dout"], backend), lse=to_backend(lse, backend),
+        dout=to_backend(ops["dout"], backend),
+        lse=to_backend(np.ascontiguousarray(lse), backend),
         dq=xp.full(problem.q_shape(), np.nan, dtype=dt),
         dk=xp.full(problem.k_shape(), np.nan, dtype=dt),
         dv=xp.full(problem.v_shape(), np.nan, dtype=dt),

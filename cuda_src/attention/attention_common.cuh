@@ -17,6 +17,15 @@
 #include "common/cudnnlite.cuh"
 #include "common/philox.cuh"
 
+// NVRTC has no <math.h>: the IEEE constants from their bit patterns (the emulator's
+// <cmath> defines both already).
+#ifndef INFINITY
+#define INFINITY __int_as_float(0x7f800000)
+#endif
+#ifndef NAN
+#define NAN __int_as_float(0x7fffffff)
+#endif
+
 struct SdpaParams {
     // sizes
     int b, hq, hkv, sq, skv, d, dv, group;   // group = hq / hkv

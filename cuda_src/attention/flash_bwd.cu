@@ -27,11 +27,6 @@
 //
 // Shared tiles are rows of 16-byte chunks XOR-swizzled as in conv/tc_gemm.cuh, so every
 // ldmatrix phase hits 8 distinct bank groups.
-// NVRTC has no <cmath>: INFINITY (attention_common.cuh's mask_at uses it too) as CUDA's
-// bit pattern; the emulator's math.h defines it already.
-#ifndef INFINITY
-#define INFINITY __int_as_float(0x7f800000)
-#endif
 #include "attention/attention_common.cuh"
 #include "common/mma.cuh"
 #include "conv/tc_gemm.cuh"
