@@ -252,6 +252,11 @@ def test_applicability_reasons() -> None:
     ok = DECODE.is_applicable(long_q, EMULATOR)
     assert not ok and "sq <= 16" in ok.reason
     assert FWD.is_applicable(long_q, EMULATOR)
+    wide = AttentionProblem(b=1, hq=1, hkv=1, sq=4, skv=4, d=256, dv=256)
+    for solver in (FWD, BWD):  # over 100 KiB of shared memory: more than sm_75 gives
+        ok = solver.is_applicable(wide, for_sm(75))
+        assert not ok and "shared memory" in ok.reason
+        assert solver.is_applicable(wide, for_sm(90))
 
 
 def test_module_budget() -> None:

@@ -143,6 +143,10 @@ class FlashDecodeSolver(Solver):
             return not_applicable(f"needs b * hkv and hq * sq / {BLOCK_M} <= {_MAX_GRID_YZ}")
         if p.skv >= 2**30:
             return not_applicable("needs skv below 2^30")
+        hd = head_tile(p)
+        if smem_bytes(BLOCK_N[hd], hd) > caps.max_shared_bytes:
+            return not_applicable(f"needs {smem_bytes(BLOCK_N[hd], hd)} bytes of shared memory "
+                                  f"for head dim {p.max_head_dim} ({caps.arch})")  # fmt: skip
         return APPLICABLE
 
     def configs(self, problem: AttentionProblem, caps: Capabilities) -> list[DecodeConfig]:

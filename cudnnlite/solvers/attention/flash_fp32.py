@@ -139,7 +139,19 @@ class _Fp32Solver(Solver):
 
     def is_applicable(self, problem: AttentionProblem, caps: Capabilities) -> Applicability:
         reason = _reason(problem, caps)
-        return not_applicable(reason) if reason else APPLICABLE
+        if reason:
+            return not_applicable(reason)
+        smem = self._smem(problem)
+        if smem > caps.max_shared_bytes:
+            limit = f"{caps.max_shared_bytes} on {caps.arch}"
+            return not_applicable(
+                f"needs {smem} bytes of shared memory for head dim {problem.max_head_dim} ({limit})"
+            )
+        return APPLICABLE
+
+    def _smem(self, problem: AttentionProblem) -> int:
+        hd = head_tile(problem)
+        return fwd_smem_bytes(*self._tiles[hd], hd)
 
     def configs(self, problem: AttentionProblem, caps: Capabilities) -> list[Fp32Config]:
         return [Fp32Config(*self._tiles[head_tile(problem)])]
@@ -221,6 +233,10 @@ class FlashFp32BwdSolver(_Fp32Solver):
 
     def workspace_size(self, problem: AttentionProblem, config: Config) -> int:
         return 4 * problem.b * problem.hq * problem.sq
+
+    def _smem(self, problem: AttentionProblem) -> int:
+        hd = head_tile(problem)
+        return max(bwd_smem_bytes(*self._tiles[hd], hd))
 
     def prepare(self, backend: Backend, problem: AttentionProblem, config: Config) -> Runner:
         return _BwdRunner(backend, problem, self._check(backend, problem, config))
