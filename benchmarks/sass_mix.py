@@ -59,6 +59,7 @@ GEMM_KERNELS: tuple[str, ...] = (
     r"^tc_",
     r"^flash_fp32_(fwd|bwd_dkdv|bwd_dq)<",  # CUDA-core attention (attention/flash_fp32.cu)
     r"^flash_decode_split<",  # split-KV decoding (attention/flash_decode.cu)
+    r"^sdpa_flash_fwd_tc<",
     r"^sdpa_flash_bwd_(main|dq)<",  # tensor-core attention backward (attention/flash_bwd.cu)
 )
 # ... except these helpers that the patterns above also catch (no GEMM main loop).

@@ -95,19 +95,18 @@ __device__ __forceinline__ void load_tile(T* dst, const T* src, long long ss, in
         const bool ok = col_ok && r < rows_valid;
         // The swizzle repeats every 8 rows: passes of 8k rows move by whole rows.
         const int d = RPP % 8 == 0 ? d0 + pass * RPP * HD : tc::tile_offset<HD>(r, c * 8);
-        cl::mma::cp_async<16>(dst + d, ok ? s : src, ok);  // nothing is read when !ok
+        cl::mma::cp_async<16>(dst + d, s, ok);  // nothing is read when !ok
         s += step;
     }
 }
 
-// The dropout keep factors of elements e0 and e0 + 1 of the Philox stream (one draw when
-// both fall in one group of four, as they do for even row starts).
+// The dropout keep bits (1: element e0, 2: e0 + 1) of the Philox stream; one draw when
+// both fall in one group of four, as they do for even row starts.
 __device__ __forceinline__ unsigned philox_word(const cl::Philox4& w, unsigned i) {
     return i == 0 ? w.v[0] : i == 1 ? w.v[1] : i == 2 ? w.v[2] : w.v[3];
 }
 
-__device__ __forceinline__ void dropout_pair(const SdpaParams& p, unsigned long long e0,
-                                             float& f0, float& f1) {
+__device__ __forceinline__ unsigned dropout_pair(const SdpaParams& p, unsigned long long e0) {
     const cl::Philox4 w = cl::philox_group(p.seed, p.offset, e0 >> 2);
     const unsigned w0 = philox_word(w, (unsigned)e0 & 3u);
     unsigned w1;
@@ -116,169 +115,89 @@ __device__ __forceinline__ void dropout_pair(const SdpaParams& p, unsigned long 
     } else {
         w1 = cl::philox_group(p.seed, p.offset, (e0 >> 2) + 1).v[0];
     }
-    f0 = w0 >= p.drop_threshold ? p.drop_scale : 0.0f;
-    f1 = w1 >= p.drop_threshold ? p.drop_scale : 0.0f;
+    return (w0 >= p.drop_threshold ? 1u : 0u) | (w1 >= p.drop_threshold ? 2u : 0u);
 }
 
+// One block's state and its steps (a struct so the masked and unmasked tile steps share
+// the registers: every member array is indexed at compile time and stays in registers).
 template <typename T, int HD, int BM, int BN, int WARPS, int STAGES, int MASK, bool DROPOUT>
-__device__ __forceinline__ void fwd_body(const T* __restrict__ q, const T* __restrict__ k,
-                                         const T* __restrict__ v, T* __restrict__ o,
-                                         float* __restrict__ lse, const void* __restrict__ mask,
-                                         const int* __restrict__ lengths_q,
-                                         const int* __restrict__ lengths_kv,
-                                         const SdpaParams& p) {
-    constexpr int THREADS = WARPS * 32;
-    constexpr int WM = BM / WARPS, MT = WM / 16;  // rows and m16 tiles per warp
-    constexpr int KS = HD / 16;                   // k16 steps of S = Q K^T
-    constexpr int NS = BN / 8;                    // n8 tiles of S
-    constexpr int PS = BN / 16;                   // k16 steps of O = P V
-    constexpr int NO = HD / 8;                    // n8 tiles of O
-    constexpr bool Q_IN_REGS = HD * MT <= 128;
-    constexpr int KV_TILE = BN * HD;
+struct Fwd {
+    enum {
+        THREADS = WARPS * 32,
+        WM = BM / WARPS, MT = WM / 16,  // rows and m16 tiles per warp
+        KS = HD / 16,                   // k16 steps of S = Q K^T
+        NS = BN / 8,                    // n8 tiles of S
+        PS = BN / 16,                   // k16 steps of O = P V
+        NO = HD / 8,                    // n8 tiles of O
+        KV_TILE = BN * HD,
+    };
+    static const bool Q_IN_REGS = HD * MT <= 128;
     static_assert(WM % 16 == 0 && MT <= 2, "16 or 32 query rows per warp");
     static_assert(BN % 16 == 0 && HD % 32 == 0, "MMA granularity (x4 ldmatrix pairs)");
     static_assert(STAGES >= 2, "at least double buffering");
 
-    DYNAMIC_SHARED(T, smem);
-    T* Qs = smem;
-    T* Ks = smem + BM * HD;
-    T* Vs = Ks + STAGES * KV_TILE;
-
-    const int mb = gridDim.x - 1 - blockIdx.x, h = blockIdx.y, bi = blockIdx.z;
-    const int hk = h / p.group;  // GQA: once per block
-    const sdpa::Lengths len = sdpa::lengths_of(p, lengths_q, lengths_kv, bi);
-    const int q0 = mb * BM;
-    const int warp = threadIdx.x >> 5, lane = threadIdx.x & 31, g = lane >> 2, t = lane & 3;
-
-    // The block's tiles: key ranges grow with the row, so the first and the last valid
-    // row bound the union of its rows' ranges.
-    const int rows_valid = min(BM, len.q - q0);
-    int t_begin = 0, n_tiles = 0;
-    if (rows_valid > 0) {
-        const int lo = sdpa::key_range(p, len, q0).lo;
-        const int hi = sdpa::key_range(p, len, q0 + rows_valid - 1).hi;
-        if (hi > lo) {
-            t_begin = lo / BN;
-            n_tiles = (hi + BN - 1) / BN - t_begin;
-        }
-    }
-    // The warp's rows: their range union, and the part every row keeps.
-    const int w_first = q0 + warp * WM;
-    const int w_last = min(w_first + WM, len.q) - 1;
-    int w_lo = 0, w_hi = 0, w_full_lo = 0, w_full_hi = 0;
-    if (w_last >= w_first) {
-        const sdpa::KeyRange a = sdpa::key_range(p, len, w_first);
-        const sdpa::KeyRange z = sdpa::key_range(p, len, w_last);
-        w_lo = a.lo;
-        w_hi = z.hi;
-        w_full_lo = z.lo;
-        w_full_hi = w_last == w_first + WM - 1 ? a.hi : 0;  // a row past lengths_q: never full
-    }
-    // This lane's rows (g and g + 8 of each m16 tile) and their key ranges.
-    int row_lo[MT][2], row_hi[MT][2];
-#pragma unroll
-    for (int mt = 0; mt < MT; ++mt)
-#pragma unroll
-        for (int hf = 0; hf < 2; ++hf) {
-            const sdpa::KeyRange r = sdpa::key_range(p, len, w_first + 16 * mt + g + 8 * hf);
-            row_lo[mt][hf] = r.lo;
-            row_hi[mt][hf] = r.hi;
-        }
-
-    const T* qb = q + bi * p.q_sb + h * p.q_sh + (long long)q0 * p.q_ss;
-    const T* kb = k + bi * p.k_sb + hk * p.k_sh + (long long)t_begin * BN * p.k_ss;
-    const T* vb = v + bi * p.v_sb + hk * p.v_sh + (long long)t_begin * BN * p.v_ss;
-    const long long k_step = (long long)BN * p.k_ss, v_step = (long long)BN * p.v_ss;
-    int kv_rows = len.kv - t_begin * BN;  // valid rows from the next tile to load
-
-    // Prologue: Q, then K and V of the first STAGES - 1 tiles, one group each.
-    load_tile<BM, HD, THREADS>(Qs, qb, p.q_ss, len.q - q0, p.d);
-    cl::mma::cp_async_commit();
-#pragma unroll
-    for (int s = 0; s < STAGES - 1; ++s) {
-        if (s < n_tiles) load_tile<BN, HD, THREADS>(Ks + s * KV_TILE, kb + s * k_step, p.k_ss,
-                                                    kv_rows - s * BN, p.d);
-        cl::mma::cp_async_commit();
-        if (s < n_tiles) load_tile<BN, HD, THREADS>(Vs + s * KV_TILE, vb + s * v_step, p.v_ss,
-                                                    kv_rows - s * BN, p.dv);
-        cl::mma::cp_async_commit();
-    }
-
-    // ldmatrix lane offsets (elements, within a tile) of column 0:
-    //   A of Q: row (lane % 16), chunk lane / 16;
-    //   B of K (n-major, k contiguous): row (lane % 8) + 8 (lane / 16), chunk (lane / 8) % 2;
-    //   B of V (k-major, n contiguous, .trans): row (lane % 8) + 8 ((lane / 8) % 2), chunk
-    //   lane / 16. Column steps go through tile_offset (the swizzle XOR does not commute
-    //   with adding chunks); the compiler folds the compile-time steps.
-    const LaneCols<HD> q_cols(warp * WM + (lane & 15), (lane >> 4) * 8);
-    const LaneCols<HD> k_cols((lane & 7) + (lane >> 4) * 8, ((lane >> 3) & 1) * 8);
-    const LaneCols<HD> v_cols((lane & 7) + ((lane >> 3) & 1) * 8, (lane >> 4) * 8);
-
+    const SdpaParams& p;
+    const void* mask;
+    T *Qs, *Ks, *Vs;
+    int bi, h, lane, t;
+    int w_first;                 // the warp's first query row
+    int key_begin;               // the first key of tile 0
+    int w_lo, w_hi;              // the warp's rows' keys: union [w_lo, w_hi) ...
+    int w_full_lo, w_full_hi;    // ... and what every row keeps
+    sdpa::Lengths len;
+    unsigned long long drop_row;  // the dropout element number of (lane's first row, key 0)
+    LaneCols<HD> q_cols, k_cols, v_cols;
     unsigned qf[Q_IN_REGS ? MT : 1][Q_IN_REGS ? KS : 1][4];
-    if (Q_IN_REGS) {
-        cl::mma::cp_async_wait<2 * (STAGES - 1)>();
-        __syncthreads();
-#pragma unroll
-        for (int mt = 0; mt < MT; ++mt)
-#pragma unroll
-            for (int ks = 0; ks < KS; ++ks)
-                cl::mma::ldmatrix<4>(qf[Q_IN_REGS ? mt : 0][Q_IN_REGS ? ks : 0],
-                                     Qs + q_cols.at(ks) + 16 * mt * HD);
-    }
-
     float acc_o[MT][NO][4];
     float m_run[MT][2], l_run[MT][2];
-#pragma unroll
-    for (int mt = 0; mt < MT; ++mt) {
-#pragma unroll
-        for (int j = 0; j < NO; ++j)
-#pragma unroll
-            for (int e = 0; e < 4; ++e) acc_o[mt][j][e] = 0.0f;
-#pragma unroll
-        for (int hf = 0; hf < 2; ++hf) {
-            m_run[mt][hf] = -INFINITY;
-            l_run[mt][hf] = 0.0f;
-        }
+    // pipeline: stage read this tile, stage refilled, next tiles' sources and valid rows
+    int stage, refill, kv_rows, n_tiles;
+    const T *k_next, *v_next;
+    long long k_step, v_step;
+
+    __device__ __forceinline__ Fwd(const SdpaParams& p_, const void* mask_, T* smem, int lane_,
+                                   int warp)
+        : p(p_), mask(mask_), Qs(smem), Ks(smem + BM * HD), Vs(smem + BM * HD + STAGES * KV_TILE),
+          lane(lane_), t(lane_ & 3),
+          // ldmatrix lanes: A of Q: row lane % 16, chunk lane / 16; B of K (k contiguous):
+          // row lane % 8 + 8 (lane / 16), chunk (lane / 8) % 2; B of V (n contiguous,
+          // .trans): row lane % 8 + 8 ((lane / 8) % 2), chunk lane / 16
+          q_cols(warp * WM + (lane_ & 15), (lane_ >> 4) * 8),
+          k_cols((lane_ & 7) + (lane_ >> 4) * 8, ((lane_ >> 3) & 1) * 8),
+          v_cols((lane_ & 7) + ((lane_ >> 3) & 1) * 8, (lane_ >> 4) * 8) {}
+
+    // The K (or V) tile of the next tile to load into the refilled stage.
+    __device__ __forceinline__ void load_k(int n) {
+        if (n + STAGES - 1 < n_tiles)
+            load_tile<BN, HD, THREADS>(Ks + refill * KV_TILE, k_next, p.k_ss, kv_rows, p.d);
+        cl::mma::cp_async_commit();
     }
-    unsigned long long drop_row[MT][2];  // the dropout element number of (row, key 0)
-    if (DROPOUT) {
-#pragma unroll
-        for (int mt = 0; mt < MT; ++mt)
-#pragma unroll
-            for (int hf = 0; hf < 2; ++hf)
-                drop_row[mt][hf] = (((unsigned long long)bi * p.hq + h) * p.sq +
-                                    (w_first + 16 * mt + g + 8 * hf)) * (unsigned long long)p.skv;
+    __device__ __forceinline__ void load_v(int n) {
+        if (n + STAGES - 1 < n_tiles)
+            load_tile<BN, HD, THREADS>(Vs + refill * KV_TILE, v_next, p.v_ss, kv_rows, p.dv);
+        cl::mma::cp_async_commit();
     }
 
-    int stage = 0, refill = STAGES - 1;
-    kv_rows -= (STAGES - 1) * BN;
-    const T* k_next = kb + (STAGES - 1) * k_step;
-    const T* v_next = vb + (STAGES - 1) * v_step;
-    for (int n = 0; n < n_tiles; ++n) {
-        const int key0 = (t_begin + n) * BN;
-        // Warp-uniform: 0 = no row of this warp keeps a key of the tile, 1 = every row
-        // keeps every key (no per-element masking), 2 = per-element masking.
-        const int mode = (key0 >= w_hi || key0 + BN <= w_lo) ? 0
-                         : (MASK == sdpa::kMaskNone && key0 >= w_full_lo &&
-                            key0 + BN <= w_full_hi)
-                             ? 1
-                             : 2;
+    // One K / V tile. MASKED: the per-warp mode (skip, or per-element masking); otherwise
+    // every row keeps every key of the tile (the block's interior tiles).
+    template <bool MASKED>
+    __device__ __forceinline__ void step(int n) {
+        const int key0 = key_begin + n * BN;
+        const bool active = !MASKED || (key0 < w_hi && key0 + BN > w_lo);  // warp-uniform
 
         // ---- S = Q K^T
         cl::mma::cp_async_wait<2 * STAGES - 3>();  // K_n landed (V_n may be in flight)
         __syncthreads();
-        if (n + STAGES - 1 < n_tiles)
-            load_tile<BN, HD, THREADS>(Ks + refill * KV_TILE, k_next, p.k_ss, kv_rows, p.d);
-        cl::mma::cp_async_commit();
-        float acc_s[MT][NS][4];
-        if (mode != 0) {
+        load_k(n);
+        float s[MT][NS][4];
+        if (active) {
             const T* k_s = Ks + stage * KV_TILE;
 #pragma unroll
             for (int mt = 0; mt < MT; ++mt)
 #pragma unroll
                 for (int j = 0; j < NS; ++j)
 #pragma unroll
-                    for (int e = 0; e < 4; ++e) acc_s[mt][j][e] = 0.0f;
+                    for (int e = 0; e < 4; ++e) s[mt][j][e] = 0.0f;
 #pragma unroll
             for (int ks = 0; ks < KS; ++ks) {
                 unsigned a[MT][4];
@@ -299,96 +218,30 @@ __device__ __forceinline__ void fwd_body(const T* __restrict__ q, const T* __res
                     const unsigned b0[2] = {r[0], r[1]}, b1[2] = {r[2], r[3]};
 #pragma unroll
                     for (int mt = 0; mt < MT; ++mt) {
-                        cl::mma::mma_m16n8k16<T>(acc_s[mt][2 * j], a[mt], b0, acc_s[mt][2 * j]);
-                        cl::mma::mma_m16n8k16<T>(acc_s[mt][2 * j + 1], a[mt], b1,
-                                                 acc_s[mt][2 * j + 1]);
+                        cl::mma::mma_m16n8k16<T>(s[mt][2 * j], a[mt], b0, s[mt][2 * j]);
+                        cl::mma::mma_m16n8k16<T>(s[mt][2 * j + 1], a[mt], b1, s[mt][2 * j + 1]);
                     }
                 }
             }
-
-            // ---- scale, mask, online softmax (log2 domain)
-#pragma unroll
-            for (int mt = 0; mt < MT; ++mt)
-#pragma unroll
-                for (int j = 0; j < NS; ++j)
-#pragma unroll
-                    for (int e = 0; e < 4; ++e) {
-                        const int hf = e >> 1, key = key0 + 8 * j + 2 * t + (e & 1);
-                        float s = acc_s[mt][j][e] * p.scale_log2;
-                        if (mode == 2) {
-                            bool keep = key >= row_lo[mt][hf] && key < row_hi[mt][hf];
-                            if (MASK != sdpa::kMaskNone && keep) {
-                                const sdpa::MaskValue<MASK, T> mv = sdpa::mask_at<MASK, T>(
-                                    p, mask, bi, h, w_first + 16 * mt + g + 8 * hf, key);
-                                keep = mv.keep;
-                                s += mv.add_log2;
-                            }
-                            if (!keep) s = -INFINITY;
-                        }
-                        acc_s[mt][j][e] = s;
-                    }
-#pragma unroll
-            for (int mt = 0; mt < MT; ++mt)
-#pragma unroll
-                for (int hf = 0; hf < 2; ++hf) {
-                    float mx = m_run[mt][hf];
-#pragma unroll
-                    for (int j = 0; j < NS; ++j)
-                        mx = fmaxf(mx, fmaxf(acc_s[mt][j][2 * hf], acc_s[mt][j][2 * hf + 1]));
-                    mx = fmaxf(mx, __shfl_xor_sync(0xffffffffu, mx, 1));
-                    mx = fmaxf(mx, __shfl_xor_sync(0xffffffffu, mx, 2));
-                    // Nothing kept yet: subtract 0 (exp2(-inf) = 0, no -inf - -inf).
-                    const float m_use = mx == -INFINITY ? 0.0f : mx;
-                    const float alpha = exp2f(m_run[mt][hf] - m_use);
-                    m_run[mt][hf] = mx;
-                    float sum = 0.0f;
-#pragma unroll
-                    for (int j = 0; j < NS; ++j)
-#pragma unroll
-                        for (int e = 2 * hf; e < 2 * hf + 2; ++e) {
-                            const float pe = exp2f(acc_s[mt][j][e] - m_use);
-                            acc_s[mt][j][e] = pe;
-                            sum += pe;
-                        }
-                    l_run[mt][hf] = l_run[mt][hf] * alpha + sum;
-#pragma unroll
-                    for (int j = 0; j < NO; ++j) {
-                        acc_o[mt][j][2 * hf] *= alpha;
-                        acc_o[mt][j][2 * hf + 1] *= alpha;
-                    }
-                }
-            if (DROPOUT && p.drop_threshold != 0) {  // 0: p = 0 (the struct's convention)
-#pragma unroll
-                for (int mt = 0; mt < MT; ++mt)
-#pragma unroll
-                    for (int j = 0; j < NS; ++j)
-#pragma unroll
-                        for (int hf = 0; hf < 2; ++hf) {
-                            float f0, f1;
-                            dropout_pair(p, drop_row[mt][hf] + key0 + 8 * j + 2 * t, f0, f1);
-                            acc_s[mt][j][2 * hf] *= f0;
-                            acc_s[mt][j][2 * hf + 1] *= f1;
-                        }
-            }
+            if (MASKED) mask_tile(s, key0);
+            softmax<MASKED>(s, key0);
         }
 
         // ---- O += P V
         cl::mma::cp_async_wait<2 * STAGES - 3>();  // V_n landed (K_{n+STAGES-1} in flight)
         __syncthreads();
-        if (n + STAGES - 1 < n_tiles)
-            load_tile<BN, HD, THREADS>(Vs + refill * KV_TILE, v_next, p.v_ss, kv_rows, p.dv);
-        cl::mma::cp_async_commit();
-        if (mode != 0) {
+        load_v(n);
+        if (active) {
             const T* v_s = Vs + stage * KV_TILE;
 #pragma unroll
             for (int ks = 0; ks < PS; ++ks) {
-                unsigned a[MT][4];
+                unsigned a[MT][4];  // P as A fragments: the C layout of two n8 tiles
 #pragma unroll
                 for (int mt = 0; mt < MT; ++mt) {
-                    a[mt][0] = pack_pair<T>(acc_s[mt][2 * ks][0], acc_s[mt][2 * ks][1]);
-                    a[mt][1] = pack_pair<T>(acc_s[mt][2 * ks][2], acc_s[mt][2 * ks][3]);
-                    a[mt][2] = pack_pair<T>(acc_s[mt][2 * ks + 1][0], acc_s[mt][2 * ks + 1][1]);
-                    a[mt][3] = pack_pair<T>(acc_s[mt][2 * ks + 1][2], acc_s[mt][2 * ks + 1][3]);
+                    a[mt][0] = pack_pair<T>(s[mt][2 * ks][0], s[mt][2 * ks][1]);
+                    a[mt][1] = pack_pair<T>(s[mt][2 * ks][2], s[mt][2 * ks][3]);
+                    a[mt][2] = pack_pair<T>(s[mt][2 * ks + 1][0], s[mt][2 * ks + 1][1]);
+                    a[mt][3] = pack_pair<T>(s[mt][2 * ks + 1][2], s[mt][2 * ks + 1][3]);
                 }
 #pragma unroll
                 for (int j = 0; j < NO / 2; ++j) {
@@ -410,6 +263,225 @@ __device__ __forceinline__ void fwd_body(const T* __restrict__ q, const T* __res
         k_next += k_step;
         v_next += v_step;
     }
+
+    // Scales the scores to the log2 domain, then -inf where a row does not keep the key
+    // (range, explicit mask) and the additive mask's value added.
+    __device__ __forceinline__ void mask_tile(float (&s)[MT][NS][4], int key0) {
+        const float c = p.scale_log2;
+        if (MASK == sdpa::kMaskNone && key0 >= w_full_lo && key0 + BN <= w_full_hi) {
+#pragma unroll
+            for (int mt = 0; mt < MT; ++mt)
+#pragma unroll
+                for (int j = 0; j < NS; ++j)
+#pragma unroll
+                    for (int e = 0; e < 4; ++e) s[mt][j][e] *= c;
+            return;
+        }
+#pragma unroll
+        for (int mt = 0; mt < MT; ++mt)
+#pragma unroll
+            for (int j = 0; j < NS; ++j)
+#pragma unroll
+                for (int e = 0; e < 4; ++e) {
+                    const int hf = e >> 1, key = key0 + 8 * j + 2 * t + (e & 1);
+                    // The rows' ranges here rather than kept in registers across the loops.
+                    const sdpa::KeyRange r =
+                        sdpa::key_range(p, len, w_first + 16 * mt + (lane >> 2) + 8 * hf);
+                    bool keep = key >= r.lo && key < r.hi;
+                    float add = 0.0f;
+                    if (MASK != sdpa::kMaskNone && keep) {
+                        const sdpa::MaskValue<MASK, T> mv = sdpa::mask_at<MASK, T>(
+                            p, mask, bi, h, w_first + 16 * mt + (lane >> 2) + 8 * hf, key);
+                        keep = mv.keep;
+                        add = mv.add_log2;
+                    }
+                    s[mt][j][e] = keep ? s[mt][j][e] * c + add : -INFINITY;
+                }
+    }
+
+    // Online softmax of one tile in the log2 domain: scores * scale_log2 (unless SCALED:
+    // mask_tile did), row max across the quad, exp2, O rescaled; the row sum stays per
+    // lane (the quad shares alpha).
+    template <bool SCALED>
+    __device__ __forceinline__ void softmax(float (&s)[MT][NS][4], int key0) {
+        const float c = p.scale_log2;
+#pragma unroll
+        for (int mt = 0; mt < MT; ++mt)
+#pragma unroll
+            for (int hf = 0; hf < 2; ++hf) {
+                float mx = m_run[mt][hf];
+#pragma unroll
+                for (int j = 0; j < NS; ++j) {
+                    if (!SCALED) {
+                        s[mt][j][2 * hf] *= c;
+                        s[mt][j][2 * hf + 1] *= c;
+                    }
+                    mx = fmaxf(mx, fmaxf(s[mt][j][2 * hf], s[mt][j][2 * hf + 1]));
+                }
+                mx = fmaxf(mx, __shfl_xor_sync(0xffffffffu, mx, 1));
+                mx = fmaxf(mx, __shfl_xor_sync(0xffffffffu, mx, 2));
+                // Nothing kept yet: subtract 0 (exp2(-inf) = 0, no -inf - -inf).
+                const float m_use = mx == -INFINITY ? 0.0f : mx;
+                const float alpha = exp2f(m_run[mt][hf] - m_use);
+                m_run[mt][hf] = mx;
+                float sum = 0.0f;
+#pragma unroll
+                for (int j = 0; j < NS; ++j)
+#pragma unroll
+                    for (int e = 2 * hf; e < 2 * hf + 2; ++e) {
+                        s[mt][j][e] = exp2f(s[mt][j][e] - m_use);
+                        sum += s[mt][j][e];
+                    }
+                l_run[mt][hf] = l_run[mt][hf] * alpha + sum;
+                // Once the row max settles alpha is 1 for the whole warp: skip the rescale.
+                if (__any_sync(0xffffffffu, alpha != 1.0f)) {
+#pragma unroll
+                    for (int j = 0; j < NO; ++j) {
+                        acc_o[mt][j][2 * hf] *= alpha;
+                        acc_o[mt][j][2 * hf + 1] *= alpha;
+                    }
+                }
+            }
+        if (DROPOUT && p.drop_threshold != 0) {  // 0: p = 0 (the struct's convention)
+#pragma unroll
+            for (int mt = 0; mt < MT; ++mt) {
+                // Keep bits first, one Philox draw at a time (a rolled loop: the unrolled
+                // draws would hold too many registers), then the factors.
+                unsigned long long bits = 0;
+#pragma unroll 1
+                for (int pr = 0; pr < 2 * NS; ++pr) {  // pair (j = pr / 2, row half pr % 2)
+                    const int j = pr >> 1, hf = pr & 1;
+                    const unsigned long long e0 =
+                        drop_row + (unsigned long long)(16 * mt + 8 * hf) * p.skv;
+                    bits |= (unsigned long long)dropout_pair(p, e0 + key0 + 8 * j + 2 * t)
+                            << (2 * pr);
+                }
+#pragma unroll
+                for (int j = 0; j < NS; ++j)
+#pragma unroll
+                    for (int e = 0; e < 4; ++e)
+                        s[mt][j][e] *= (bits >> (4 * j + e)) & 1 ? p.drop_scale : 0.0f;
+            }
+        }
+    }
+};
+
+template <typename T, int HD, int BM, int BN, int WARPS, int STAGES, int MASK, bool DROPOUT>
+__device__ __forceinline__ void fwd_body(const T* __restrict__ q, const T* __restrict__ k,
+                                         const T* __restrict__ v, T* __restrict__ o,
+                                         float* __restrict__ lse, const void* __restrict__ mask,
+                                         const int* __restrict__ lengths_q,
+                                         const int* __restrict__ lengths_kv,
+                                         const SdpaParams& p) {
+    typedef Fwd<T, HD, BM, BN, WARPS, STAGES, MASK, DROPOUT> F;
+    enum { WM = F::WM, MT = F::MT, NO = F::NO, KS = F::KS, KV_TILE = F::KV_TILE };
+    DYNAMIC_SHARED(T, smem);
+    const int warp = threadIdx.x >> 5, lane = threadIdx.x & 31, g = lane >> 2;
+    F f(p, mask, smem, lane, warp);
+
+    const int mb = gridDim.x - 1 - blockIdx.x, h = blockIdx.y, bi = blockIdx.z;
+    f.bi = bi;
+    f.h = h;
+    const int hk = h / p.group;  // GQA: once per block
+    const sdpa::Lengths len = sdpa::lengths_of(p, lengths_q, lengths_kv, bi);
+    const int q0 = mb * BM;
+
+    // The block's tiles: key ranges grow with the row, so the first and the last valid
+    // row bound the union of its rows' ranges; the interior tiles [a, b) are kept whole by
+    // every row (no explicit mask, no row past lengths_q) and skip the masking code.
+    const int rows_valid = min(BM, len.q - q0);
+    int t_begin = 0, n_tiles = 0, a = 0, b = 0;
+    if (rows_valid > 0) {
+        const sdpa::KeyRange first = sdpa::key_range(p, len, q0);
+        const sdpa::KeyRange last = sdpa::key_range(p, len, q0 + rows_valid - 1);
+        if (last.hi > first.lo) {
+            t_begin = first.lo / BN;
+            n_tiles = (last.hi + BN - 1) / BN - t_begin;
+            // Dropout kernels keep one (masked) copy of the tile step: Philox dominates
+            // them, and a second copy of its code spills at head dims >= 128.
+            if (MASK == sdpa::kMaskNone && !DROPOUT && rows_valid == BM) {
+                a = min(max((last.lo - t_begin * BN + BN - 1) / BN, 0), n_tiles);
+                b = max(min((first.hi - t_begin * BN) / BN, n_tiles), a);
+            }
+        }
+    }
+    // The warp's rows: their range union, and the part every row keeps.
+    f.w_first = q0 + warp * WM;
+    const int w_last = min(f.w_first + WM, len.q) - 1;
+    f.w_lo = f.w_hi = f.w_full_lo = f.w_full_hi = 0;
+    if (w_last >= f.w_first) {
+        const sdpa::KeyRange first = sdpa::key_range(p, len, f.w_first);
+        const sdpa::KeyRange last = sdpa::key_range(p, len, w_last);
+        f.w_lo = first.lo;
+        f.w_hi = last.hi;
+        f.w_full_lo = last.lo;
+        f.w_full_hi = w_last == f.w_first + WM - 1 ? first.hi : 0;  // rows past lengths_q
+    }
+    f.len = len;
+    if (DROPOUT)
+        f.drop_row = (((unsigned long long)bi * p.hq + h) * p.sq + f.w_first + g) *
+                     (unsigned long long)p.skv;
+
+    const T* qb = q + bi * p.q_sb + h * p.q_sh + (long long)q0 * p.q_ss;
+    const T* kb = k + bi * p.k_sb + hk * p.k_sh + (long long)t_begin * BN * p.k_ss;
+    const T* vb = v + bi * p.v_sb + hk * p.v_sh + (long long)t_begin * BN * p.v_ss;
+    f.k_step = (long long)BN * p.k_ss;
+    f.v_step = (long long)BN * p.v_ss;
+    f.key_begin = t_begin * BN;
+    f.n_tiles = n_tiles;
+    const int kv_rows = len.kv - t_begin * BN;  // valid rows of tile 0
+
+    // Prologue: Q, then K and V of the first STAGES - 1 tiles, one group each.
+    load_tile<BM, HD, F::THREADS>(f.Qs, qb, p.q_ss, len.q - q0, p.d);
+    cl::mma::cp_async_commit();
+#pragma unroll
+    for (int s = 0; s < STAGES - 1; ++s) {
+        if (s < n_tiles)
+            load_tile<BN, HD, F::THREADS>(f.Ks + s * KV_TILE, kb + s * f.k_step, p.k_ss,
+                                          kv_rows - s * BN, p.d);
+        cl::mma::cp_async_commit();
+        if (s < n_tiles)
+            load_tile<BN, HD, F::THREADS>(f.Vs + s * KV_TILE, vb + s * f.v_step, p.v_ss,
+                                          kv_rows - s * BN, p.dv);
+        cl::mma::cp_async_commit();
+    }
+    f.stage = 0;
+    f.refill = STAGES - 1;
+    f.kv_rows = kv_rows - (STAGES - 1) * BN;
+    f.k_next = kb + (STAGES - 1) * f.k_step;
+    f.v_next = vb + (STAGES - 1) * f.v_step;
+
+    if (F::Q_IN_REGS) {
+        cl::mma::cp_async_wait<2 * (STAGES - 1)>();
+        __syncthreads();
+#pragma unroll
+        for (int mt = 0; mt < MT; ++mt)
+#pragma unroll
+            for (int ks = 0; ks < KS; ++ks)
+                cl::mma::ldmatrix<4>(f.qf[F::Q_IN_REGS ? mt : 0][F::Q_IN_REGS ? ks : 0],
+                                     f.Qs + f.q_cols.at(ks) + 16 * mt * HD);
+    }
+#pragma unroll
+    for (int mt = 0; mt < MT; ++mt) {
+#pragma unroll
+        for (int j = 0; j < NO; ++j)
+#pragma unroll
+            for (int e = 0; e < 4; ++e) f.acc_o[mt][j][e] = 0.0f;
+#pragma unroll
+        for (int hf = 0; hf < 2; ++hf) {
+            f.m_run[mt][hf] = -INFINITY;
+            f.l_run[mt][hf] = 0.0f;
+        }
+    }
+
+    // Tiles in order (the pipeline loads them so): masked before the interior (a window's
+    // left edge), the interior unmasked, masked after it (causal diagonal, window's right
+    // edge, lengths_kv); three loops so the interior's is free of masking code.
+    int n = 0;
+    for (; n < a; ++n) f.template step<true>(n);
+    for (; n < b; ++n) f.template step<false>(n);
+    for (; n < n_tiles; ++n) f.template step<true>(n);
+
     // Only empty groups remain, except HEAD_DIM 256's Q when no tile ran: the barrier
     // keeps other warps' Q copies from landing on the staged O.
     cl::mma::cp_async_wait<0>();
@@ -422,20 +494,19 @@ __device__ __forceinline__ void fwd_body(const T* __restrict__ q, const T* __res
     for (int mt = 0; mt < MT; ++mt)
 #pragma unroll
         for (int hf = 0; hf < 2; ++hf) {
-            float l = l_run[mt][hf];
+            float l = f.l_run[mt][hf];
             l += __shfl_xor_sync(0xffffffffu, l, 1);
             l += __shfl_xor_sync(0xffffffffu, l, 2);
             const float inv = l > 0.0f ? 1.0f / l : 0.0f;
 #pragma unroll
             for (int j = 0; j < NO; ++j) {
-                acc_o[mt][j][2 * hf] *= inv;
-                acc_o[mt][j][2 * hf + 1] *= inv;
+                f.acc_o[mt][j][2 * hf] *= inv;
+                f.acc_o[mt][j][2 * hf + 1] *= inv;
             }
-            const int i = w_first + 16 * mt + g + 8 * hf;
-            if (t == 0 && i < p.sq)
-                lse[lse_row + i] = l > 0.0f ? (m_run[mt][hf] + log2f(l)) * kLn2 : -INFINITY;
+            const int i = f.w_first + 16 * mt + g + 8 * hf;
+            if (f.t == 0 && i < p.sq)
+                lse[lse_row + i] = l > 0.0f ? (f.m_run[mt][hf] + log2f(l)) * kLn2 : -INFINITY;
         }
-    __syncwarp();  // HEAD_DIM 256: every lane is done reading Q from these rows
 #pragma unroll
     for (int mt = 0; mt < MT; ++mt)
 #pragma unroll
@@ -443,8 +514,8 @@ __device__ __forceinline__ void fwd_body(const T* __restrict__ q, const T* __res
 #pragma unroll
             for (int hf = 0; hf < 2; ++hf) {
                 const int row = warp * WM + 16 * mt + g + 8 * hf;
-                *reinterpret_cast<unsigned*>(Qs + tc::tile_offset<HD>(row, 8 * j + 2 * t)) =
-                    pack_pair<T>(acc_o[mt][j][2 * hf], acc_o[mt][j][2 * hf + 1]);
+                *reinterpret_cast<unsigned*>(f.Qs + tc::tile_offset<HD>(row, 8 * j + 2 * f.t)) =
+                    pack_pair<T>(f.acc_o[mt][j][2 * hf], f.acc_o[mt][j][2 * hf + 1]);
             }
     __syncwarp();
     constexpr int CPR = HD / 8;
@@ -452,10 +523,10 @@ __device__ __forceinline__ void fwd_body(const T* __restrict__ q, const T* __res
 #pragma unroll
     for (int idx = lane; idx < WM * CPR; idx += 32) {
         const int r = idx / CPR, c = idx % CPR;
-        const int i = w_first + r;
+        const int i = f.w_first + r;
         if (i < p.sq && c * 8 < p.dv)
             *reinterpret_cast<uint4*>(ob + i * p.o_ss + c * 8) =
-                *reinterpret_cast<const uint4*>(Qs + tc::tile_offset<HD>(warp * WM + r, c * 8));
+                *reinterpret_cast<const uint4*>(f.Qs + tc::tile_offset<HD>(warp * WM + r, c * 8));
     }
 }
 

@@ -40,8 +40,9 @@ _MASK_TAG = {"none": "", "bool": "_mask_bool", "additive": "_mask_add"}
 
 @dataclass(frozen=True)
 class FlashConfig(Config):
-    """block_m query rows (16 or 32 per warp), block_n keys per K / V tile, warps, stages
-    of K / V tiles in flight."""
+    """block_m query rows (16 per warp: the kernel can take 32, but its O, S and Q
+    registers spill on sm_90), block_n keys per K / V tile, warps, stages of K / V tiles
+    in flight."""
 
     block_m: int
     block_n: int
@@ -51,8 +52,8 @@ class FlashConfig(Config):
     def __post_init__(self) -> None:
         if self.warps not in (2, 4, 8):
             raise ValueError(f"warps: 2, 4 or 8, got {self.warps}")
-        if self.block_m not in (16 * self.warps, 32 * self.warps):
-            raise ValueError(f"block_m: 16 or 32 rows per warp, got {self.block_m}/{self.warps}")
+        if self.block_m != 16 * self.warps:
+            raise ValueError(f"block_m: 16 rows per warp, got {self.block_m}/{self.warps}")
         if self.block_n not in (32, 64, 128):
             raise ValueError(f"block_n: 32, 64 or 128, got {self.block_n}")
         if self.stages not in (2, 3):
@@ -69,13 +70,13 @@ class FlashConfig(Config):
         return f"{self.block_m}x{self.block_n}_w{self.warps}_s{self.stages}"
 
 
-# Per head-dim bucket, the default first. Registers (sm_90, no spills): a warp keeps
-# its O accumulators (rows * head_dim / 32 floats), S (rows * block_n / 32) and Q
-# fragments (head dim <= 128); so 32 rows per warp only up to head dim 64, and block_n 32
-# at 256 (Q re-read from shared memory there).
+# Per head-dim bucket, the default first. Registers (sm_90): a warp keeps its O
+# accumulators (head_dim / 2 floats per lane), S (block_n / 2) and Q fragments (head_dim
+# / 4, up to 128; 256 re-reads Q from shared memory); 64 x 64 with 4 warps leaves room for
+# 3 blocks per SM at head dims <= 64.
 CONFIGS: dict[int, tuple[FlashConfig, ...]] = {
-    32: (FlashConfig(128, 64, 4), FlashConfig(64, 64, 4)),
-    64: (FlashConfig(128, 64, 4), FlashConfig(64, 64, 4), FlashConfig(128, 128, 8)),
+    32: (FlashConfig(64, 64, 4), FlashConfig(128, 64, 8)),
+    64: (FlashConfig(64, 64, 4), FlashConfig(128, 64, 8), FlashConfig(128, 128, 8)),
     128: (FlashConfig(128, 64, 8), FlashConfig(64, 64, 4), FlashConfig(128, 32, 8)),
     256: (FlashConfig(64, 32, 4), FlashConfig(64, 64, 4)),
 }
@@ -175,11 +176,7 @@ class FlashTcFwdSolver(Solver):
         hd = head_dim_bucket(problem)
         if hd is None:
             return []
-        options = [c for c in CONFIGS[hd] if c.smem_bytes(hd) <= caps.max_shared_bytes]
-        if problem.mask != "none" or problem.dropout:
-            # 32 rows per warp spill with the mask and dropout code (sm_90, 255 registers).
-            options = [c for c in options if c.block_m == 16 * c.warps] or options
-        return options
+        return [c for c in CONFIGS[hd] if c.smem_bytes(hd) <= caps.max_shared_bytes]
 
     def default_config(self, problem: AttentionProblem, caps: Capabilities) -> FlashConfig:
         options = self.configs(problem, caps)
