@@ -15,6 +15,7 @@ class Capabilities:
     bf16_tensor_cores: bool  # WMMA with __nv_bfloat16 and TF32 inputs (sm_80+)
     max_shared_bytes: int  # per block, with the opt-in carve-out
     emulator: bool
+    sm_count: int = 0  # streaming multiprocessors (the emulator: its OS threads), grid sizing
 
     @property
     def tf32_tensor_cores(self) -> bool:
@@ -35,16 +36,27 @@ _MAX_SMEM = {
     90: 227 * 1024,
 }
 
+# The usual SM count of each arch's flagship (V100, T4, A100, A10/3090-class, L40, H100/
+# H200): grid-sizing defaults when no device is asked (a real device reports its own).
+_TYPICAL_SMS = {70: 80, 75: 40, 80: 108, 86: 84, 89: 128, 90: 132}
+
 # The emulator models every construct the kernels use, WMMA included.
-EMULATOR = Capabilities("cpu", 0, True, True, 227 * 1024, True)
+EMULATOR = Capabilities("cpu", 0, True, True, 227 * 1024, True, 4)
 
 
-def for_sm(sm: int) -> Capabilities:
-    smem = max((v for k, v in _MAX_SMEM.items() if k <= sm), default=48 * 1024)
-    return Capabilities(f"sm_{sm}", sm, sm >= 70, sm >= 80, smem, False)
+def _nearest_below(table: dict[int, int], sm: int, default: int) -> int:
+    """The entry of ``sm`` itself, else of the newest arch before it."""
+    older = [k for k in table if k <= sm]
+    return table[max(older)] if older else default
+
+
+def for_sm(sm: int, sm_count: int | None = None) -> Capabilities:
+    smem = _nearest_below(_MAX_SMEM, sm, 48 * 1024)
+    count = sm_count or _nearest_below(_TYPICAL_SMS, sm, 16)
+    return Capabilities(f"sm_{sm}", sm, sm >= 70, sm >= 80, smem, False, count)
 
 
 def capabilities(backend: Backend) -> Capabilities:
     if backend.name == "cpu":
         return EMULATOR
-    return for_sm(int(backend.arch().removeprefix("sm_")))
+    return for_sm(int(backend.arch().removeprefix("sm_")), backend.multiprocessor_count())

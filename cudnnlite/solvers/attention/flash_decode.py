@@ -36,9 +36,6 @@ BLOCK_M = 16  # (query head, row) pairs per block
 BLOCK_N = {64: 64, 128: 64, 256: 32}  # keys per tile, per head tile
 MAX_SPLITS = 128
 _MAX_GRID_YZ = 65535
-# Streaming multiprocessors per compute capability (the GPUs' usual counts: H100/H200
-# SXM 132, A100 108, ...); the emulator counts a few so that tests split.
-_SM_COUNT = {90: 132, 89: 128, 86: 84, 80: 108, 75: 40, 70: 80, 0: 4}
 _COMBINE = "flash_decode_combine"
 
 
@@ -54,13 +51,6 @@ def module_spec() -> ModuleSpec:
 def smem_bytes(bn: int, hd: int) -> int:
     ld = hd + 4
     return 4 * (BLOCK_M * ld + 2 * bn * ld + BLOCK_M * (bn + 4))
-
-
-def sm_count(caps: Capabilities) -> int:
-    count = getattr(caps, "sm_count", None)  # when Capabilities learns it
-    if count:
-        return int(count)
-    return _SM_COUNT.get(caps.sm, max(v for k, v in _SM_COUNT.items() if k <= caps.sm))
 
 
 @dataclass(frozen=True)
@@ -159,7 +149,7 @@ class FlashDecodeSolver(Solver):
         tile per split."""
         bn = BLOCK_N[head_tile(problem)]
         blocks = problem.b * problem.hkv * _row_blocks(problem)
-        want = -(-2 * sm_count(caps) // blocks)
+        want = -(-2 * caps.sm_count // blocks)
         return DecodeConfig(bn, max(1, min(want, _tiles(problem, bn), MAX_SPLITS)))
 
     def is_valid(self, config: Config, problem: AttentionProblem, caps: Capabilities) -> bool:
