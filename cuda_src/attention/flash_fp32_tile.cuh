@@ -17,12 +17,6 @@
 // FFMA), acc_tile the O += P V micro-GEMM over keys (RM + CN float4 loads per 4 RM CN FFMA).
 #pragma once
 
-// NVRTC has no <cmath>: INFINITY (attention_common.cuh's mask_at uses it too) as CUDA's
-// math_constants.h spells it; defined before the include.
-#ifndef INFINITY
-#define INFINITY __int_as_float(0x7f800000)
-#endif
-
 #include "attention/attention_common.cuh"
 
 namespace sdpa_fp32 {

@@ -41,11 +41,6 @@
 // of 16-byte chunks swizzled by conv/tc_gemm.cuh's tile_offset.
 // Needs: d, dv multiples of 8 and 16-byte aligned rows (the solver checks), hq and b within
 // the grid's y / z limits.
-// NVRTC has no <cmath>: INFINITY (used by attention_common.cuh's mask_at too) as CUDA's
-// math_constants.h spells it.
-#ifndef INFINITY
-#define INFINITY __int_as_float(0x7f800000)
-#endif
 #include "attention/attention_common.cuh"
 #include "common/cudnnlite.cuh"
 #include "common/mma.cuh"

@@ -134,6 +134,7 @@ def params(problem: AttentionProblem, tensors: Any, scalars: Scalars) -> np.void
     p["align_br"] = int(problem.align == "bottom_right")
     p["has_lengths"] = int(tensors.lengths_q is not None)
     p["seed"], p["offset"] = scalars.seed, scalars.offset
+    p["drop_scale"] = 1.0  # drop_threshold 0 keeps everything, unscaled
     if problem.dropout and scalars.dropout_p > 0:
         p["drop_threshold"] = min(drop_threshold(scalars.dropout_p), 2**32 - 1)
         p["drop_scale"] = dropout_scale(scalars.dropout_p)
