@@ -22,6 +22,7 @@ from cudnnlite.errors import BadParamError, NotSupportedError
 from cudnnlite.problems import parse_key
 from cudnnlite.problems.attention import AttentionProblem as AP
 from cudnnlite.reference.attention import sdpa_backward, sdpa_forward
+from cudnnlite.testing import to_backend, to_numpy
 
 
 # ------------------------------------------------------------------ keys
@@ -148,7 +149,7 @@ def test_reference_agrees_with_torch(case: int) -> None:
 
 # ------------------------------------------------------------------ the op vs PyTorch
 @pytest.mark.parametrize("case", range(len(REF_CASES)))
-def test_op_matches_torch(case: int) -> None:
+def test_op_matches_torch(backend: str, case: int) -> None:
     """Forward and backward through the dispatcher on the emulator; fp32 with fp32
     accumulation over at most 8 products and 7 keys: 1e-5 absolute is ~100 ulps of the
     unit-scale values, far above the error and far below any semantic difference."""
@@ -156,11 +157,15 @@ def test_op_matches_torch(case: int) -> None:
     c = REF_CASES[case]
     q, k, v, mask, kw = _case_arrays(c, rng)
     want_o, want_grads, dout = _torch_sdpa(q, k, v, mask, kw, rng)
-    o, lse = cl.scaled_dot_product_attention(q, k, v, mask, return_lse=True, **kw)
-    np.testing.assert_allclose(o, want_o, rtol=0, atol=1e-5)
     additive = mask is not None and mask.dtype != np.bool_
-    grads = cl.scaled_dot_product_attention_backward(dout, q, k, v, o, lse, mask,
-                                                     mask_grad=additive, **kw)  # fmt: skip
+    q, k, v, dout = (to_backend(a, backend) for a in (q, k, v, dout))
+    mask = None if mask is None else to_backend(mask, backend)
+    o, lse = cl.scaled_dot_product_attention(q, k, v, mask, return_lse=True, **kw)
+    np.testing.assert_allclose(to_numpy(o), want_o, rtol=0, atol=1e-5)
+    grads = cl.scaled_dot_product_attention_backward(
+        dout, q, k, v, o, lse, mask, mask_grad=additive, **kw
+    )
+    grads = [to_numpy(g) for g in grads]  # fmt: skip
     assert len(grads) == len(want_grads)
     for got, want in zip(grads, want_grads, strict=True):
         assert got.shape == want.shape and got.dtype == want.dtype
@@ -227,13 +232,13 @@ FEATURES = [
 
 
 @pytest.mark.parametrize("case", range(len(FEATURES)))
-def test_unfused_solver_features(case: int) -> None:
+def test_unfused_solver_features(backend: str, case: int) -> None:
     """The unfused solvers against the float64 reference, forward and backward: the
     cross-check every fused solver is held to."""
     problem, mask_shape, lengths, p = FEATURES[case]
     ops = operands(problem, seed=case, mask_shape=mask_shape, lengths=lengths)
     sc = default_scalars(problem, dropout_p=p)
-    o, lse = run_forward("cpu", registry.get("sdpa_fwd_unfused"), problem, ops, sc)
+    o, lse = run_forward(backend, registry.get("sdpa_fwd_unfused"), problem, ops, sc)
     assert_forward_close(o, lse, problem, ops, sc, tensor_cores=False, what="unfused")
     ref_o, ref_lse = sdpa_forward(ops["q"], ops["k"], ops["v"], ops.get("mask"), p,
                                   problem.causal, sc.scale, layout=problem.layout,
@@ -241,7 +246,7 @@ def test_unfused_solver_features(case: int) -> None:
                                   seed=sc.seed, offset=sc.offset,
                                   lengths_q=ops.get("lengths_q"),
                                   lengths_kv=ops.get("lengths_kv"))  # fmt: skip
-    grads = run_backward("cpu", registry.get("sdpa_bwd_unfused"), problem, ops, sc,
+    grads = run_backward(backend, registry.get("sdpa_bwd_unfused"), problem, ops, sc,
                          ref_o.astype(ops["q"].dtype), ref_lse.astype(np.float32))  # fmt: skip
     ref = reference_backward(problem, ops, sc)
     # fp32 accumulation over <= 9 keys and <= 16 dims on the rounded o (delta = dout . o):
@@ -343,6 +348,12 @@ def test_forced_solver_that_cannot_run_says_why() -> None:
     q, k, v = _qkv()
     with pytest.raises(BadParamError, match="algo: conv_fwd_direct solves conv_fwd"):
         cl.scaled_dot_product_attention(q, k, v, algo="conv_fwd_direct")
-    if "sdpa_fwd_flash_tc" in {s.name for s in registry.solvers("sdpa_fwd")}:
-        with pytest.raises(NotSupportedError, match="sdpa_fwd_flash_tc cannot run"):
-            cl.scaled_dot_product_attention(q, k, v, algo="sdpa_fwd_flash_tc")  # fp32
+    with pytest.raises(NotSupportedError, match="sdpa_fwd_flash_tc cannot run .* fp32"):
+        cl.scaled_dot_product_attention(q, k, v, algo="sdpa_fwd_flash_tc")
+    q5, k5, v5 = _qkv(d=5, dk=5, dtype=np.float16)  # head dims the tensor cores cannot copy
+    with pytest.raises(NotSupportedError, match="multiples of 8"):
+        cl.scaled_dot_product_attention(q5, k5, v5, algo="sdpa_fwd_flash_tc")
+    rng = np.random.default_rng(0)
+    q40 = rng.standard_normal((1, 1, 40, 8)).astype(np.float32)  # 40 query rows: not decoding
+    with pytest.raises(NotSupportedError, match="sdpa_fwd_flash_decode cannot run"):
+        cl.scaled_dot_product_attention(q40, q40, q40, algo="sdpa_fwd_flash_decode")
