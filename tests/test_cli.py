@@ -21,7 +21,8 @@ from cudnnlite.testing import available_backends
 REPO = Path(__file__).resolve().parent.parent
 DEMO_COMMAND = "python3 -m venv .venv && .venv/bin/pip install -e . && .venv/bin/cudnnlite demo"
 TEST_COMMAND = (
-    'python3 -m venv .venv && .venv/bin/pip install -e ".[test]" && .venv/bin/python -m pytest -q'
+    'python3 -m venv .venv && .venv/bin/pip install -e ".[test]" '
+    "&& .venv/bin/python -m pytest -q -n 2"
 )
 
 
