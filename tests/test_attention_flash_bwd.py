@@ -44,6 +44,7 @@ from cudnnlite.solvers.attention.flash_bwd import (
     FlashBwdConfig,
     FlashTcBwdSolver,
     FlashTcBwdSplitSolver,
+    general_path,
 )
 
 SOLVERS = (FlashTcBwdSolver(), FlashTcBwdSplitSolver())
@@ -175,6 +176,31 @@ def test_backward_matches_reference(problem: AttentionProblem, extra: dict) -> N
     scalars = default_scalars(problem, dropout_p=extra.get("dropout_p", 0.0))
     for solver in SOLVERS:
         _check(problem, solver, ops, scalars)
+
+
+def test_fast_path_matches_general_path() -> None:
+    """The fast instantiation (no explicit mask or dropout; causal / window tested on
+    boundary tiles only) against the general one on the same data: an all-True bool mask
+    sends the problem down the general path. Both meet the reference's bounds; they differ
+    only by fp32 rounding (exp2 argument), which can flip one 16-bit rounding of P or dS
+    per product: |fast - general| <= 2 eps_T |ref| + the bound."""
+    fast = _p(1, 2, 1, 45, 70, 32, 32, causal=True, align="bottom_right", window=(20, 3))
+    general = _p(1, 2, 1, 45, 70, 32, 32, causal=True, align="bottom_right", window=(20, 3),
+                 mask="bool")  # fmt: skip
+    assert not general_path(fast) and general_path(general)
+    assert general_path(_p(1, 1, 1, 8, 8, 32, 32, dropout=True))
+    ops = operands(general, mask_shape=(45, 70), seed=5)
+    ops["mask"][...] = True
+    ops_fast = {k: v for k, v in ops.items() if k != "mask"}
+    scalars = default_scalars(fast)
+    eps_t = OUT_EPS["fp16"]
+    for solver in SOLVERS:
+        a = _check(fast, solver, ops_fast, scalars, "fast")
+        b = _check(general, solver, ops, scalars, "general")
+        ref = reference_backward(fast, ops_fast, scalars)
+        for name, r in zip(("dq", "dk", "dv"), ref[:3], strict=False):
+            diff = np.abs(a[name].astype(np.float64) - b[name].astype(np.float64))
+            assert np.all(diff <= 2 * eps_t * np.abs(r) + 1e-2 * np.abs(r).max()), name
 
 
 def test_split_is_bitwise_reproducible() -> None:

@@ -7,8 +7,10 @@
 // 2 BN / 16 warps where two warps share 16 keys and split dK / dV's head dim: S^T for half
 // the queries each, P^T and dS^T then go through shared memory):
 //   sdpa_flash_bwd_pre<T>                delta[b,h,i] = sum_c dout[i,c] * o[i,c] (fp32;
-//                                        0 past lengths_q); zeroes dq_accum's rows when asked
-//   sdpa_flash_bwd_main<T, D, BM, BN, W> dK, dV of BN keys of one (batch, kv head), summed
+//                                        0 past lengths_q) and lse2 = lse * log2(e) (+inf
+//                                        for rows that keep nothing or lie past lengths_q);
+//                                        zeroes dq_accum's rows (D floats each) when asked
+//   sdpa_flash_bwd_main<T, D, BM, BN, W, GENERAL> dK, dV of BN keys of one (batch, kv head), summed
 //                                        in registers over the group's query heads (GQA) and
 //                                        the query tiles that reach those keys; with W = BN / 16
 //                                        a warp owns 16 keys, so S^T, P^T, dP^T, dS^T stay in
@@ -19,11 +21,20 @@
 //                                        Writes dmask (the only kernel visiting each (i, j)
 //                                        once per query head).
 //   sdpa_flash_bwd_dq_convert<T>         dq = scale * dq_accum in dq's dtype and strides
-//   sdpa_flash_bwd_dq<T, D, BM, BN, W>   the deterministic dQ (sdpa_bwd_flash_tc_split):
+//   sdpa_flash_bwd_dq<T, D, BM, BN, W, GENERAL> the deterministic dQ (sdpa_bwd_flash_tc_split):
 //                                        BN queries of one (batch, q head) per block over
 //                                        key tiles of BM keys (the main kernel's tile turned
 //                                        around); S, P, dP, dS recomputed, dQ in registers.
-// Readable names: sdpa_flash_bwd_main_64x64_d128_w4_fp16 (solvers/attention/flash_bwd.py).
+// GENERAL (main, dq): true runs every feature (explicit bool / additive mask, dropout, dmask;
+// per-element code in the loop); false is the fast path for problems without an explicit
+// mask or dropout: P = exp2(S scale_log2 - lse2) for the whole tile, and causal / window /
+// lengths tested per element (two compares with immediates) on boundary tiles only.
+// Readable names: sdpa_flash_bwd_main_64x64_d128_w8_fp16, ..._w8_general_fp16
+// (solvers/attention/flash_bwd.py).
+//
+// Loop costs: every ldmatrix address is a per-lane register (LaneOff, computed once) plus
+// an immediate; cp.async addresses advance by constant row steps; dQ's atomics are float2
+// (sm_90) into dq_accum rows padded to D floats (no column tests).
 //
 // Shared tiles are rows of 16-byte chunks XOR-swizzled as in conv/tc_gemm.cuh, so every
 // ldmatrix phase hits 8 distinct bank groups.
@@ -58,21 +69,51 @@ __device__ __forceinline__ void c_to_a(unsigned (&a)[4], const float (&c0)[4], c
     a[3] = pack<T>(c1[2], c1[3]);
 }
 
-// acc[NF] (16 rows x 8 NF columns) += A (16 x 16 k of rows a_row0.. of a [rows][AC] tile,
-// k contiguous) * B^T over KSTEPS k16 steps, B given as a [n][BC] tile (k contiguous):
-// C = A B^T with both operands read as stored (ldmatrix without .trans).
+// This lane's ldmatrix element offsets in a swizzled [rows][COLS] tile: its row `row`
+// (plus R, a multiple of 8) and 16-byte chunk `chunk` (plus C, even). The swizzle XORs a
+// chunk's low log2(M) bits with row bits that repeat every 8 rows, so o[k] holds chunks
+// chunk + 2k (k < M / 2) and every further chunk is a whole multiple of M away: with R and
+// C known after unrolling, an address is a register plus an immediate (nothing swizzled
+// inside the loops).
+template <int COLS>
+struct LaneOff {
+    static constexpr int M = COLS / 8 >= 8 ? 8 : COLS / 8;
+    int o[M / 2];
+    __device__ __forceinline__ LaneOff(int row, int chunk) {
+#pragma unroll
+        for (int k = 0; k < M / 2; ++k) o[k] = at<COLS>(row, (chunk + 2 * k) * 8);
+    }
+    __device__ __forceinline__ int operator()(int R, int C) const {
+        return o[(C % M) / 2] + (C / M) * M * 8 + R * COLS;
+    }
+};
+
+// The two lane patterns of an x4 ldmatrix: A (rows lane % 16, chunk lane / 16), which is
+// also a k-major B read with .trans; and B (rows lane % 8 + 8 (lane / 16), chunk
+// (lane / 8) % 2), also a k-major A read with .trans (mma.cuh's fragment notes).
+template <int COLS>
+__device__ __forceinline__ LaneOff<COLS> a_lanes(int lane, int chunk0 = 0) {
+    return LaneOff<COLS>(lane & 15, (lane >> 4) + chunk0);
+}
+template <int COLS>
+__device__ __forceinline__ LaneOff<COLS> b_lanes(int lane, int chunk0 = 0) {
+    return LaneOff<COLS>((lane & 7) + ((lane >> 4) << 3), ((lane >> 3) & 1) + chunk0);
+}
+
+// acc[NF] (16 rows x 8 NF columns) += A B^T over KSTEPS k16 steps: A the 16 rows of As,
+// B the 8 NF rows of Bs, both stored k contiguous (ldmatrix without .trans; ao: a_lanes,
+// bo: b_lanes).
 template <typename T, int KSTEPS, int NF, int AC, int BC>
-__device__ __forceinline__ void mma_abt(float (&acc)[NF][4], const T* As, int a_row0, const T* Bs,
-                                        int b_row0, int lane) {
-#pragma unroll 1
+__device__ __forceinline__ void mma_abt(float (&acc)[NF][4], const T* As, const LaneOff<AC>& ao,
+                                        const T* Bs, const LaneOff<BC>& bo) {
+#pragma unroll
     for (int ks = 0; ks < KSTEPS; ++ks) {
         unsigned a[4];
-        ldmatrix<4>(a, As + at<AC>(a_row0 + (lane & 15), 16 * ks + (lane >> 4) * 8));
+        ldmatrix<4>(a, As + ao(0, 2 * ks));
 #pragma unroll
         for (int np = 0; np < NF / 2; ++np) {
             unsigned r[4];
-            ldmatrix<4>(r, Bs + at<BC>(b_row0 + 16 * np + (lane & 7) + (lane >> 4) * 8,
-                                       16 * ks + ((lane >> 3) & 1) * 8));
+            ldmatrix<4>(r, Bs + bo(16 * np, 2 * ks));
             const unsigned b0[2] = {r[0], r[1]}, b1[2] = {r[2], r[3]};
             cl::mma::mma_m16n8k16<T>(acc[2 * np], a, b0, acc[2 * np]);
             cl::mma::mma_m16n8k16<T>(acc[2 * np + 1], a, b1, acc[2 * np + 1]);
@@ -81,10 +122,10 @@ __device__ __forceinline__ void mma_abt(float (&acc)[NF][4], const T* As, int a_
 }
 
 // acc[NF] += A * B where A (16 x 16*KSTEPS) comes from C fragments c[2*KSTEPS] in registers
-// and B is a [k][BC] tile (n contiguous: ldmatrix.trans), columns col0...
+// and B is a [k][BC] tile (n contiguous: ldmatrix.trans; bo: a_lanes at its first column).
 template <typename T, int KSTEPS, int NF, int BC>
 __device__ __forceinline__ void mma_reg_b(float (&acc)[NF][4], const float (&c)[2 * KSTEPS][4],
-                                          const T* Bs, int col0, int lane) {
+                                          const T* Bs, const LaneOff<BC>& bo) {
 #pragma unroll
     for (int ks = 0; ks < KSTEPS; ++ks) {
         unsigned a[4];
@@ -92,8 +133,7 @@ __device__ __forceinline__ void mma_reg_b(float (&acc)[NF][4], const float (&c)[
 #pragma unroll
         for (int np = 0; np < NF / 2; ++np) {
             unsigned r[4];
-            ldmatrix_trans<4>(r, Bs + at<BC>(16 * ks + (lane & 7) + ((lane >> 3) & 1) * 8,
-                                             col0 + 16 * np + (lane >> 4) * 8));
+            ldmatrix_trans<4>(r, Bs + bo(16 * ks, 2 * np));
             const unsigned b0[2] = {r[0], r[1]}, b1[2] = {r[2], r[3]};
             cl::mma::mma_m16n8k16<T>(acc[2 * np], a, b0, acc[2 * np]);
             cl::mma::mma_m16n8k16<T>(acc[2 * np + 1], a, b1, acc[2 * np + 1]);
@@ -101,25 +141,34 @@ __device__ __forceinline__ void mma_reg_b(float (&acc)[NF][4], const float (&c)[
     }
 }
 
-// acc[NF] += A * B with A rows a_row0.. of a [rows][AC] tile (k contiguous) and B a [k][BC]
-// tile (n contiguous: ldmatrix.trans), columns col0...
+// acc[NF] += A * B with A the 16 rows of As (k contiguous; ao: a_lanes) and B a [k][BC]
+// tile (n contiguous: ldmatrix.trans; bo: a_lanes at its first column).
 template <typename T, int KSTEPS, int NF, int AC, int BC>
-__device__ __forceinline__ void mma_ab(float (&acc)[NF][4], const T* As, int a_row0, const T* Bs,
-                                       int col0, int lane) {
+__device__ __forceinline__ void mma_ab(float (&acc)[NF][4], const T* As, const LaneOff<AC>& ao,
+                                       const T* Bs, const LaneOff<BC>& bo) {
 #pragma unroll
     for (int ks = 0; ks < KSTEPS; ++ks) {
         unsigned a[4];
-        ldmatrix<4>(a, As + at<AC>(a_row0 + (lane & 15), 16 * ks + (lane >> 4) * 8));
+        ldmatrix<4>(a, As + ao(0, 2 * ks));
 #pragma unroll
         for (int np = 0; np < NF / 2; ++np) {
             unsigned r[4];
-            ldmatrix_trans<4>(r, Bs + at<BC>(16 * ks + (lane & 7) + ((lane >> 3) & 1) * 8,
-                                             col0 + 16 * np + (lane >> 4) * 8));
+            ldmatrix_trans<4>(r, Bs + bo(16 * ks, 2 * np));
             const unsigned b0[2] = {r[0], r[1]}, b1[2] = {r[2], r[3]};
             cl::mma::mma_m16n8k16<T>(acc[2 * np], a, b0, acc[2 * np]);
             cl::mma::mma_m16n8k16<T>(acc[2 * np + 1], a, b1, acc[2 * np + 1]);
         }
     }
+}
+
+// Two fp32 atomic adds at p, p + 1 (8-byte aligned): one vector atomic on sm_90.
+__device__ __forceinline__ void atomic_add2(float* p, float a, float b) {
+#if !defined(CUDNNLITE_EMULATOR) && defined(__CUDA_ARCH__) && __CUDA_ARCH__ >= 900
+    atomicAdd(reinterpret_cast<float2*>(p), make_float2(a, b));
+#else
+    atomicAdd(p, a);
+    atomicAdd(p + 1, b);
+#endif
 }
 
 // Copies rows [r0, r0 + ROWS) of a (ROWS x D) tile, `cols` valid columns (a multiple of 8),
@@ -127,15 +176,18 @@ __device__ __forceinline__ void mma_ab(float (&acc)[NF][4], const T* As, int a_r
 template <typename T, int ROWS, int D, int THREADS>
 __device__ __forceinline__ void load_tile(T* dst, const T* src, long long row_stride, int r0,
                                           int rows_valid, int cols) {
-    constexpr int CH = D / 8, CHUNKS = ROWS * CH;
+    // A thread copies chunk ch of rows row, row + RPI, ...: one address computed, then
+    // constant steps (RPI a multiple of the swizzle's 8-row period).
+    constexpr int CH = D / 8, RPI = THREADS / CH;
+    static_assert(THREADS % CH == 0 && RPI % 8 == 0 && ROWS % RPI == 0, "load_tile tiling");
+    const int row = threadIdx.x / CH, ch = threadIdx.x % CH;
+    const bool col_ok = ch * 8 < cols;
+    const T* s0 = src + (long long)(r0 + row) * row_stride + ch * 8;
+    T* d0 = dst + at<D>(row, ch * 8);
 #pragma unroll
-    for (int it = 0; it < (CHUNKS + THREADS - 1) / THREADS; ++it) {
-        const int c = it * THREADS + threadIdx.x;
-        if (CHUNKS % THREADS != 0 && c >= CHUNKS) break;
-        const int row = c / CH, ch = c % CH;
-        const bool ok = r0 + row < rows_valid && ch * 8 < cols;
-        const T* p = ok ? src + (long long)(r0 + row) * row_stride + ch * 8 : src;
-        cl::mma::cp_async<16>(dst + at<D>(row, ch * 8), p, ok);
+    for (int it = 0; it < ROWS / RPI; ++it) {
+        const bool ok = col_ok && r0 + row + it * RPI < rows_valid;
+        cl::mma::cp_async<16>(d0 + it * RPI * D, ok ? s0 + it * RPI * row_stride : src, ok);
     }
 }
 
@@ -186,7 +238,8 @@ __device__ __forceinline__ unsigned drop_bits(const SdpaParams& p, int bi, int h
 }
 
 // lse in the log2 domain as P = exp2(s * scale_log2 - lse2) uses it: +inf for rows that keep
-// nothing (lse = -inf) and rows past lengths_q, so their P is 0.
+// nothing (lse = -inf) and rows past lengths_q, so their P is 0. The pre kernel writes it
+// (the workspace's lse2 rows) for the others to read.
 __device__ __forceinline__ float lse_log2(const float* lse, long long row, bool valid) {
     if (!valid) return INFINITY;
     const float l = lse[row];
@@ -194,7 +247,7 @@ __device__ __forceinline__ float lse_log2(const float* lse, long long row, bool 
 }
 
 // ------------------------------------------------------------------ main (dK, dV)
-template <typename T, int D, int BM, int BN, int W>
+template <typename T, int D, int BM, int BN, int W, bool GENERAL>
 struct Main {
     enum {
         THREADS = W * 32,
@@ -224,7 +277,7 @@ struct Main {
 
     __device__ static void go(const T* __restrict__ q, const T* __restrict__ k,
                               const T* __restrict__ v, const T* __restrict__ dout,
-                              const float* __restrict__ lse, T* __restrict__ dk,
+                              const float* __restrict__ lse2, T* __restrict__ dk,
                               T* __restrict__ dv, float* __restrict__ dmask, const void* mask,
                               const int* lengths_q, const int* lengths_kv, const SdpaParams& p,
                               const float* __restrict__ delta, float* __restrict__ dq_accum,
@@ -264,11 +317,15 @@ struct Main {
             load_tile<T, BM, D, THREADS>(sm + DO_OFF + stage * BM * D,
                                          dout + bi * p.o_sb + h * p.o_sh, p.o_ss, m0, len.q,
                                          p.dv);
+            // lse2 and delta rows (pre kernel; rows past sq are zero-filled: their Q and dO
+            // rows are zero, so P = 1 there meets dO = 0 and dP - delta = 0).
             const long long row0 = ((long long)bi * p.hq + h) * p.sq + m0;
-            for (int r = tid; r < BM; r += THREADS) {
-                const bool ok = m0 + r < len.q;
-                lse_s[stage * BM + r] = lse_log2(lse, row0 + r, ok);
-                delta_s[stage * BM + r] = ok ? delta[row0 + r] : 0.0f;
+            static_assert(2 * BM <= THREADS, "one lse2 or delta row per thread");
+            if (tid < 2 * BM) {
+                const int r = tid < BM ? tid : tid - BM;
+                const bool ok = m0 + r < p.sq;
+                const float* src = (tid < BM ? lse2 : delta) + (ok ? row0 + r : 0);
+                cl::mma::cp_async<4>(lse_s + (tid < BM ? 0 : 2 * BM) + stage * BM + r, src, ok);
             }
         };
 
@@ -277,6 +334,26 @@ struct Main {
         for (int f = 0; f < NFD; ++f)
 #pragma unroll
             for (int r = 0; r < 4; ++r) dk_acc[f][r] = dv_acc[f][r] = 0.0f;
+
+        // Lane offsets (lane_off's notes): K / V as A and Q / dO as B of S^T and dP^T; Q / dO
+        // as k-major B of dV / dK (at column c0 when WD = 2, P^T / dS^T then the A tile).
+        const LaneOff<D> kv_a = a_lanes<D>(lane), qo_b = b_lanes<D>(lane);
+        const LaneOff<D> qo_t = a_lanes<D>(lane, c0 / 8);
+        const LaneOff<BM> pt_a = a_lanes<BM>(lane);
+        const T* Kw = Ks + 16 * kw * D;
+        const T* Vw = Vs + 16 * kw * D;
+        // The fast path's boundary tiles: this lane's keys j = jw0, jw0 + 8 keep the queries
+        // imin <= i <= imax (causal / window; none past lengths_kv). Rows past lengths_q
+        // need no test: lse2 = +inf there, so P = 0.
+        const int jw0 = n0 + 16 * kw + g;
+        int imin[2], imax[2];
+#pragma unroll
+        for (int hf = 0; hf < 2; ++hf) {
+            const int j = jw0 + 8 * hf;
+            imin[hf] = p.right >= 0 ? j - shift - p.right : -(1 << 29);
+            imax[hf] = p.left >= 0 ? j - shift + p.left : (1 << 29);
+            if (j >= len.kv) imin[hf] = 1 << 29;
+        }
 
         const int h0 = hk * p.group;
         if (n_items > 0) load_item(0, h0, mt_begin * BM);
@@ -305,60 +382,94 @@ struct Main {
             for (int f = 0; f < NFM; ++f)
 #pragma unroll
                 for (int r = 0; r < 4; ++r) s[f][r] = dp[f][r] = 0.0f;
-            mma_abt<T, D / 16, NFM, D, D>(s, Ks, 16 * kw, Qs, q0, lane);
-            mma_abt<T, D / 16, NFM, D, D>(dp, Vs, 16 * kw, dOs, q0, lane);
+            mma_abt<T, D / 16, NFM, D, D>(s, Kw, kv_a, Qs + q0 * D, qo_b);
+            mma_abt<T, D / 16, NFM, D, D>(dp, Vw, kv_a, dOs + q0 * D, qo_b);
 
-            // P, dropout, dS = P (dP * drop - delta); s becomes P * drop, dp becomes dS.
-            const int jw = n0 + 16 * kw + g;
-            if (tile_full(p, len, shift, mask_kind, m0, BM, n0, BN)) {
-#pragma unroll
+            if constexpr (GENERAL) {
+                // P, dropout, dS = P (dP * drop - delta); s becomes P * drop, dp becomes dS.
+                const int jw = n0 + 16 * kw + g;
+                if (tile_full(p, len, shift, mask_kind, m0, BM, n0, BN)) {
+    #pragma unroll
+                    for (int f = 0; f < NFM; ++f)
+    #pragma unroll
+                        for (int r = 0; r < 4; ++r)
+                            s[f][r] = exp2f(s[f][r] * p.scale_log2 -
+                                            l2[q0 + 8 * f + 2 * t + (r & 1)]);
+                } else {
+    #pragma unroll
+                    for (int f = 0; f < NFM; ++f)
+    #pragma unroll
+                        for (int r = 0; r < 4; ++r) {
+                            const int col = q0 + 8 * f + 2 * t + (r & 1);
+                            float add;
+                            const bool keep = keep_at<T>(p, len, shift, mask, mask_kind, bi, h,
+                                                         m0 + col, jw + 8 * (r >> 1), add);
+                            s[f][r] = keep ? exp2f(s[f][r] * p.scale_log2 + add - l2[col]) : 0.0f;
+                        }
+                }
+                const bool drop = p.drop_threshold != 0;
+                const unsigned kept =
+                    drop ? drop_bits<NFM>(p, bi, h, [&](int f, int r) {
+                        return make_int2(m0 + q0 + 8 * f + 2 * t + (r & 1), jw + 8 * (r >> 1));
+                    })
+                         : 0u;
+    #pragma unroll
                 for (int f = 0; f < NFM; ++f)
-#pragma unroll
-                    for (int r = 0; r < 4; ++r)
-                        s[f][r] = exp2f(s[f][r] * p.scale_log2 - l2[q0 + 8 * f + 2 * t + (r & 1)]);
-            } else {
-#pragma unroll
-                for (int f = 0; f < NFM; ++f)
-#pragma unroll
+    #pragma unroll
                     for (int r = 0; r < 4; ++r) {
                         const int col = q0 + 8 * f + 2 * t + (r & 1);
-                        float add;
-                        const bool keep = keep_at<T>(p, len, shift, mask, mask_kind, bi, h,
-                                                     m0 + col, jw + 8 * (r >> 1), add);
-                        s[f][r] = keep ? exp2f(s[f][r] * p.scale_log2 + add - l2[col]) : 0.0f;
+                        const int i = m0 + col, j = jw + 8 * (r >> 1);
+                        float d = dp[f][r];
+                        const float pr = s[f][r];
+                        if (drop) {
+                            const float fac = (kept >> (4 * f + r)) & 1u ? p.drop_scale : 0.0f;
+                            d *= fac;
+                            s[f][r] = pr * fac;
+                        }
+                        d = pr * (d - dl[col]);
+                        dp[f][r] = d;
+                        if (write_dmask && i < p.sq && j < p.skv)
+                            dmask[(((long long)bi * p.hq + h) * p.sq + i) * p.skv + j] = d;
                     }
-            }
-            const bool drop = p.drop_threshold != 0;
-            const unsigned kept =
-                drop ? drop_bits<NFM>(p, bi, h, [&](int f, int r) {
-                    return make_int2(m0 + q0 + 8 * f + 2 * t + (r & 1), jw + 8 * (r >> 1));
-                })
-                     : 0u;
+            } else {
+                // P = exp2(S scale_log2 - lse2), then zero outside causal / window / lengths
+                // on boundary tiles only; dS = P (dP - delta). s becomes P, dp becomes dS.
+                const float* l2w = l2 + q0 + 2 * t;
+                const float* dlw = dl + q0 + 2 * t;
 #pragma unroll
-            for (int f = 0; f < NFM; ++f)
+                for (int f = 0; f < NFM; ++f) {
+                    const float2 lf = *reinterpret_cast<const float2*>(l2w + 8 * f);
 #pragma unroll
-                for (int r = 0; r < 4; ++r) {
-                    const int col = q0 + 8 * f + 2 * t + (r & 1);
-                    const int i = m0 + col, j = jw + 8 * (r >> 1);
-                    float d = dp[f][r];
-                    const float pr = s[f][r];
-                    if (drop) {
-                        const float fac = (kept >> (4 * f + r)) & 1u ? p.drop_scale : 0.0f;
-                        d *= fac;
-                        s[f][r] = pr * fac;
-                    }
-                    d = pr * (d - dl[col]);
-                    dp[f][r] = d;
-                    if (write_dmask && i < p.sq && j < p.skv)
-                        dmask[(((long long)bi * p.hq + h) * p.sq + i) * p.skv + j] = d;
+                    for (int r = 0; r < 4; ++r)
+                        s[f][r] = exp2f(s[f][r] * p.scale_log2 - (r & 1 ? lf.y : lf.x));
                 }
+                if (!tile_full(p, len, shift, sdpa::kMaskNone, m0, BM, n0, BN)) {
+                    const int ib = m0 + q0 + 2 * t;  // i = ib + 8 f + (r & 1)
+                    const int lo[2] = {ib - imin[0], ib - imin[1]};
+                    const int hi[2] = {imax[0] - ib, imax[1] - ib};
+#pragma unroll
+                    for (int f = 0; f < NFM; ++f)
+#pragma unroll
+                        for (int r = 0; r < 4; ++r) {
+                            const int c = 8 * f + (r & 1), hf = r >> 1;
+                            if (lo[hf] < -c || hi[hf] < c) s[f][r] = 0.0f;
+                        }
+                }
+#pragma unroll
+                for (int f = 0; f < NFM; ++f) {
+                    const float2 df = *reinterpret_cast<const float2*>(dlw + 8 * f);
+#pragma unroll
+                    for (int r = 0; r < 4; ++r)
+                        dp[f][r] = s[f][r] * (dp[f][r] - (r & 1 ? df.y : df.x));
+                }
+            }
 
             // dV += (P drop)^T dO, dK += dS^T Q (the scale is applied at the end): from the
             // registers when a warp holds all BM queries of its keys, else through shared.
             T* dSs = sm + DS_OFF;
             if (WD == 1) {
-                mma_reg_b<T, QW / 16, NFD, D>(dv_acc, s, dOs, 0, lane);
-                mma_reg_b<T, QW / 16, NFD, D>(dk_acc, dp, Qs, 0, lane);
+                mma_reg_b<T, QW / 16, NFD, D>(dv_acc, s, dOs, kv_a);
+                mma_reg_b<T, QW / 16, NFD, D>(dk_acc, dp, Qs, kv_a);
                 if (dq_atomic) {
                     store_t(dSs, dp, 16 * kw + g, q0 + 2 * t);
                     __syncthreads();
@@ -367,8 +478,8 @@ struct Main {
                 store_t(sm + P_OFF, s, 16 * kw + g, q0 + 2 * t);
                 store_t(dSs, dp, 16 * kw + g, q0 + 2 * t);
                 __syncthreads();
-                mma_ab<T, BM / 16, NFD, BM, D>(dv_acc, sm + P_OFF, 16 * kw, dOs, c0, lane);
-                mma_ab<T, BM / 16, NFD, BM, D>(dk_acc, dSs, 16 * kw, Qs, c0, lane);
+                mma_ab<T, BM / 16, NFD, BM, D>(dv_acc, sm + P_OFF + 16 * kw * BM, pt_a, dOs, qo_t);
+                mma_ab<T, BM / 16, NFD, BM, D>(dk_acc, dSs + 16 * kw * BM, pt_a, Qs, qo_t);
             }
             // dQ (BM x D) += dS K from the shared dS^T tile, by the dQ warp tiling.
             if (dq_atomic) dq_tile(dSs, Ks, dq_accum, p, len, bi, h, m0, warp, lane);
@@ -381,7 +492,7 @@ struct Main {
                  len, p, lane);
         store_kv(dv, dv_acc, p.v_sb * bi + p.v_sh * hk, p.v_ss, p.dv, 1.0f, n0 + 16 * kw, c0,
                  len, p, lane);
-        if (write_dmask) zero_dmask(dmask, p, bi, h0, n0, mt_begin * BM, mt_end * BM);
+        if (GENERAL && write_dmask) zero_dmask(dmask, p, bi, h0, n0, mt_begin * BM, mt_end * BM);
     }
 
     __device__ static void dq_tile(const T* dSs, const T* Ks, float* dq_accum,
@@ -389,6 +500,9 @@ struct Main {
                                    int warp, int lane) {
         constexpr int MF = DQ_ROWS / 16, NF = DQ_COLS / 8;
         const int r0 = (warp % QM) * DQ_ROWS, c0 = (warp / QM) * DQ_COLS;
+        // dS^T read as a k-major A (.trans: b_lanes at column r0), K as a k-major B.
+        const LaneOff<BM> ds_t = b_lanes<BM>(lane, r0 / 8);
+        const LaneOff<D> k_t = a_lanes<D>(lane, c0 / 8);
         float acc[MF][NF][4];
 #pragma unroll
         for (int mi = 0; mi < MF; ++mi)
@@ -400,14 +514,11 @@ struct Main {
         for (int ks = 0; ks < BN / 16; ++ks) {
             unsigned a[MF][4];
 #pragma unroll
-            for (int mi = 0; mi < MF; ++mi)
-                ldmatrix_trans<4>(a[mi], dSs + at<BM>(16 * ks + (lane & 7) + (lane >> 4) * 8,
-                                                      r0 + 16 * mi + ((lane >> 3) & 1) * 8));
+            for (int mi = 0; mi < MF; ++mi) ldmatrix_trans<4>(a[mi], dSs + ds_t(16 * ks, 2 * mi));
 #pragma unroll
             for (int np = 0; np < NF / 2; ++np) {
                 unsigned r[4];
-                ldmatrix_trans<4>(r, Ks + at<D>(16 * ks + (lane & 7) + ((lane >> 3) & 1) * 8,
-                                                c0 + 16 * np + (lane >> 4) * 8));
+                ldmatrix_trans<4>(r, Ks + k_t(16 * ks, 2 * np));
                 const unsigned b0[2] = {r[0], r[1]}, b1[2] = {r[2], r[3]};
 #pragma unroll
                 for (int mi = 0; mi < MF; ++mi) {
@@ -417,19 +528,21 @@ struct Main {
                 }
             }
         }
+        // Two adjacent columns per atomic (c even, d a multiple of 8: both or neither < d).
         const int g = lane >> 2, t = lane & 3;
-        float* base = dq_accum + (((long long)bi * p.hq + h) * p.sq) * p.d;
+        // dq_accum rows are D floats (columns past d get zeros: K's are zero-filled), so
+        // a row is one pointer plus immediates.
+        const int i0 = m0 + r0 + g;
+        float* base = dq_accum + (((long long)bi * p.hq + h) * p.sq + i0) * D + c0 + 2 * t;
 #pragma unroll
         for (int mi = 0; mi < MF; ++mi)
 #pragma unroll
-            for (int r = 0; r < 4; ++r) {
-                const int i = m0 + r0 + 16 * mi + g + 8 * (r >> 1);
-                if (i >= len.q) continue;
+            for (int hf = 0; hf < 2; ++hf) {
+                const int ro = 16 * mi + 8 * hf;
+                if (i0 + ro >= len.q) continue;
 #pragma unroll
-                for (int f = 0; f < NF; ++f) {
-                    const int c = c0 + 8 * f + 2 * t + (r & 1);
-                    if (c < p.d) atomicAdd(base + (long long)i * p.d + c, acc[mi][f][r]);
-                }
+                for (int f = 0; f < NF; ++f)
+                    atomic_add2(base + ro * D + 8 * f, acc[mi][f][2 * hf], acc[mi][f][2 * hf + 1]);
             }
     }
 
@@ -484,7 +597,7 @@ struct Main {
 // ------------------------------------------------------------------ dQ without atomics
 // Block: queries [m0, m0 + BQ) of one (batch, q head), BQ = BN (BN / 16 warps of 16 rows);
 // key tiles of BK = BM keys, K and V double-buffered.
-template <typename T, int D, int BM, int BN, int W>
+template <typename T, int D, int BM, int BN, int W, bool GENERAL>
 struct Dq {
     enum {
         THREADS = BN / 16 * 32,
@@ -501,7 +614,7 @@ struct Dq {
 
     __device__ static void go(const T* __restrict__ q, const T* __restrict__ k,
                               const T* __restrict__ v, const T* __restrict__ dout,
-                              const float* __restrict__ lse, T* __restrict__ dq, const void* mask,
+                              const float* __restrict__ lse2, T* __restrict__ dq, const void* mask,
                               const int* lengths_q, const int* lengths_kv, const SdpaParams& p,
                               const float* __restrict__ delta, int mask_kind) {
         DYNAMIC_SHARED(T, sm);
@@ -543,8 +656,8 @@ struct Dq {
 #pragma unroll
         for (int half = 0; half < 2; ++half) {
             const int i = i0 + 8 * half;
-            l2[half] = lse_log2(lse, row0 + i, i < len.q);
-            dl[half] = i < len.q ? delta[row0 + i] : 0.0f;
+            l2[half] = i < p.sq ? lse2[row0 + i] : INFINITY;
+            dl[half] = i < p.sq ? delta[row0 + i] : 0.0f;
         }
 
         float acc[NFD][4];
@@ -552,6 +665,20 @@ struct Dq {
         for (int f = 0; f < NFD; ++f)
 #pragma unroll
             for (int r = 0; r < 4; ++r) acc[f][r] = 0.0f;
+
+        // Lane offsets: Q / dO as A and K / V as B of S and dP, K as the k-major B of dQ.
+        const LaneOff<D> q_a = a_lanes<D>(lane), k_b = b_lanes<D>(lane);
+        const T* Qw = Qs + 16 * warp * D;
+        const T* dOw = dOs + 16 * warp * D;
+        // The fast path's boundary tiles: row i0 (+8) keeps keys jmin <= j <= jmax (none
+        // past lengths_q).
+        int jmin[2], jmax[2];
+#pragma unroll
+        for (int half = 0; half < 2; ++half) {
+            const sdpa::KeyRange kr = sdpa::key_range(p, len, i0 + 8 * half);
+            jmin[half] = kr.lo;
+            jmax[half] = kr.hi - 1;
+        }
 
         for (int nt = nt_begin; nt < nt_end; ++nt) {
             const int stage = (nt - nt_begin) & 1;
@@ -574,8 +701,36 @@ struct Dq {
             for (int f = 0; f < NFK; ++f)
 #pragma unroll
                 for (int r = 0; r < 4; ++r) s[f][r] = dp[f][r] = 0.0f;
-            mma_abt<T, D / 16, NFK, D, D>(s, Qs, 16 * warp, Ks, 0, lane);
-            mma_abt<T, D / 16, NFK, D, D>(dp, dOs, 16 * warp, Vs, 0, lane);
+            mma_abt<T, D / 16, NFK, D, D>(s, Qw, q_a, Ks, k_b);
+            mma_abt<T, D / 16, NFK, D, D>(dp, dOw, q_a, Vs, k_b);
+
+            if constexpr (!GENERAL) {
+                // P = exp2(S scale_log2 - lse2), zeroed outside causal / window / lengths on
+                // boundary tiles only; dS = P (dP - delta) into dp.
+#pragma unroll
+                for (int f = 0; f < NFK; ++f)
+#pragma unroll
+                    for (int r = 0; r < 4; ++r)
+                        s[f][r] = exp2f(s[f][r] * p.scale_log2 - l2[r >> 1]);
+                if (!tile_full(p, len, shift, sdpa::kMaskNone, m0, BQ, n0, BK)) {
+                    const int jb = n0 + 2 * t;  // j = jb + 8 f + (r & 1)
+                    const int lo[2] = {jb - jmin[0], jb - jmin[1]};
+                    const int hi[2] = {jmax[0] - jb, jmax[1] - jb};
+#pragma unroll
+                    for (int f = 0; f < NFK; ++f)
+#pragma unroll
+                        for (int r = 0; r < 4; ++r) {
+                            const int c = 8 * f + (r & 1), hf = r >> 1;
+                            if (lo[hf] < -c || hi[hf] < c) s[f][r] = 0.0f;
+                        }
+                }
+#pragma unroll
+                for (int f = 0; f < NFK; ++f)
+#pragma unroll
+                    for (int r = 0; r < 4; ++r) dp[f][r] = s[f][r] * (dp[f][r] - dl[r >> 1]);
+                mma_reg_b<T, BK / 16, NFD, D>(acc, dp, Ks, q_a);
+                continue;
+            }
 
             if (tile_full(p, len, shift, mask_kind, m0, BQ, n0, BK)) {
 #pragma unroll
@@ -608,7 +763,7 @@ struct Dq {
                                                   n0 + 8 * f + 2 * t + (r & 1));
                     dp[f][r] = s[f][r] * (d - dl[r >> 1]);
                 }
-            mma_reg_b<T, BK / 16, NFD, D>(acc, dp, Ks, 0, lane);
+            mma_reg_b<T, BK / 16, NFD, D>(acc, dp, Ks, q_a);
         }
         cl::mma::cp_async_wait<0>();
 
@@ -632,23 +787,27 @@ struct Dq {
 }  // namespace fbwd
 
 // ------------------------------------------------------------------ kernels
-// delta = rowsum(dout * o) in fp32, 8 lanes per row (16-byte loads); rows past lengths_q
-// give 0. zero_dq: also zeroes the row's d floats of dq_accum (the atomic solver's).
+// delta = rowsum(dout * o) in fp32, 8 lanes per row (16-byte loads), and lse2 (lse_log2);
+// rows past lengths_q give 0 and +inf. zero_dq: also zeroes the row's dq_ld floats of
+// dq_accum (the atomic solver's).
 template <typename T>
 __global__ void __launch_bounds__(256)
     sdpa_flash_bwd_pre(const T* __restrict__ o, const T* __restrict__ dout, const int* lengths_q,
-                       const int* lengths_kv, SdpaParams p, float* __restrict__ delta,
-                       float* __restrict__ dq_accum, int zero_dq) {
+                       const int* lengths_kv, SdpaParams p, const float* __restrict__ lse,
+                       float* __restrict__ delta, float* __restrict__ lse2,
+                       float* __restrict__ dq_accum, int zero_dq, int dq_ld) {
     const long long rows = (long long)p.b * p.hq * p.sq;
     const long long row = (long long)blockIdx.x * 32 + (threadIdx.x >> 3);
     const int sub = threadIdx.x & 7;
     float acc = 0.0f;
+    bool valid = false;
     if (row < rows) {
         const int i = (int)(row % p.sq);
         const long long bh = row / p.sq;
         const int h = (int)(bh % p.hq), bi = (int)(bh / p.hq);
         const sdpa::Lengths len = sdpa::lengths_of(p, lengths_q, lengths_kv, bi);
-        if (i < len.q) {
+        valid = i < len.q;
+        if (valid) {
             const long long off = bi * p.o_sb + h * p.o_sh + (long long)i * p.o_ss;
             for (int c = 8 * sub; c < p.dv; c += 64) {
                 const uint4 a = *reinterpret_cast<const uint4*>(o + off + c);
@@ -661,32 +820,37 @@ __global__ void __launch_bounds__(256)
             }
         }
         if (zero_dq)
-            for (int c = sub; c < p.d; c += 8) dq_accum[row * p.d + c] = 0.0f;
+            for (int c = sub; c < dq_ld; c += 8) dq_accum[row * dq_ld + c] = 0.0f;
     }
 #pragma unroll
     for (int m = 4; m > 0; m >>= 1) acc += __shfl_xor_sync(0xffffffffu, acc, m);
-    if (sub == 0 && row < rows) delta[row] = acc;
+    if (sub == 0 && row < rows) {
+        delta[row] = acc;
+        lse2[row] = fbwd::lse_log2(lse, row, valid);
+    }
 }
 
-template <typename T, int D, int BM, int BN, int W>
+template <typename T, int D, int BM, int BN, int W, bool GENERAL>
 __global__ void __launch_bounds__(W * 32)
     sdpa_flash_bwd_main(const T* __restrict__ q, const T* __restrict__ k, const T* __restrict__ v,
-                        const T* __restrict__ dout, const float* __restrict__ lse,
+                        const T* __restrict__ dout, const float* __restrict__ lse2,
                         T* __restrict__ dk, T* __restrict__ dv, float* __restrict__ dmask,
                         const void* mask, const int* lengths_q, const int* lengths_kv,
                         SdpaParams p, const float* __restrict__ delta,
                         float* __restrict__ dq_accum, int mask_kind, int dq_atomic,
                         int write_dmask) {
-    fbwd::Main<T, D, BM, BN, W>::go(q, k, v, dout, lse, dk, dv, dmask, mask, lengths_q, lengths_kv,
-                                    p, delta, dq_accum, mask_kind, dq_atomic, write_dmask);
+    fbwd::Main<T, D, BM, BN, W, GENERAL>::go(q, k, v, dout, lse2, dk, dv, dmask, mask, lengths_q,
+                                             lengths_kv, p, delta, dq_accum, mask_kind,
+                                             dq_atomic, write_dmask);
 }
 
-// dq = scale * dq_accum (fp32 (b, hq, sq, d)) in dq's dtype and strides, one warp per row;
-// rows past lengths_q are 0.
+// dq = scale * dq_accum (fp32 (b, hq, sq) rows of dq_ld >= d floats) in dq's dtype and
+// strides, one warp per row; rows past lengths_q are 0.
 template <typename T>
 __global__ void __launch_bounds__(256)
     sdpa_flash_bwd_dq_convert(const float* __restrict__ dq_accum, T* __restrict__ dq,
-                              const int* lengths_q, const int* lengths_kv, SdpaParams p) {
+                              const int* lengths_q, const int* lengths_kv, SdpaParams p,
+                              int dq_ld) {
     const long long rows = (long long)p.b * p.hq * p.sq;
     const long long row = (long long)blockIdx.x * 8 + (threadIdx.x >> 5);
     if (row >= rows) return;
@@ -696,19 +860,19 @@ __global__ void __launch_bounds__(256)
     const int h = (int)(bh % p.hq), bi = (int)(bh / p.hq);
     const sdpa::Lengths len = sdpa::lengths_of(p, lengths_q, lengths_kv, bi);
     const float sc = i < len.q ? p.scale : 0.0f;
-    const float* src = dq_accum + row * p.d;
+    const float* src = dq_accum + row * dq_ld;
     T* dst = dq + bi * p.q_sb + h * p.q_sh + (long long)i * p.q_ss;
     for (int c = 2 * lane; c < p.d; c += 64)
         *reinterpret_cast<unsigned*>(dst + c) = fbwd::pack<T>(src[c] * sc, src[c + 1] * sc);
 }
 
-template <typename T, int D, int BM, int BN, int W>
+template <typename T, int D, int BM, int BN, int W, bool GENERAL>
 __global__ void __launch_bounds__(BN / 16 * 32)
     sdpa_flash_bwd_dq(const T* __restrict__ q, const T* __restrict__ k, const T* __restrict__ v,
-                      const T* __restrict__ dout, const float* __restrict__ lse,
+                      const T* __restrict__ dout, const float* __restrict__ lse2,
                       T* __restrict__ dq, const void* mask, const int* lengths_q,
                       const int* lengths_kv, SdpaParams p, const float* __restrict__ delta,
                       int mask_kind) {
-    fbwd::Dq<T, D, BM, BN, W>::go(q, k, v, dout, lse, dq, mask, lengths_q, lengths_kv, p, delta,
-                                  mask_kind);
+    fbwd::Dq<T, D, BM, BN, W, GENERAL>::go(q, k, v, dout, lse2, dq, mask, lengths_q, lengths_kv,
+                                           p, delta, mask_kind);
 }

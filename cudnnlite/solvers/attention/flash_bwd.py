@@ -108,8 +108,15 @@ def _tparams(ctype: str, head: int, cfg: FlashBwdConfig) -> str:
     return f"{ctype}, {head}, {cfg.block_m}, {cfg.block_n}, {cfg.warps}"
 
 
-def _names(dt: dtypes.DType, head: int, cfg: FlashBwdConfig) -> dict[str, str]:
-    tp = _tparams(dt.ctype, head, cfg)
+def general_path(problem: AttentionProblem) -> bool:
+    """Whether the problem needs the kernels' general instantiation (an explicit mask or
+    dropout: per-element mask / dropout / dmask code); causal, window and lengths run on the
+    fast one (per-element tests on boundary tiles only)."""
+    return problem.mask != "none" or problem.dropout
+
+
+def _names(dt: dtypes.DType, head: int, cfg: FlashBwdConfig, general: bool) -> dict[str, str]:
+    tp = f"{_tparams(dt.ctype, head, cfg)}, {'true' if general else 'false'}"
     return {
         "pre": f"sdpa_flash_bwd_pre<{dt.ctype}>",
         "main": f"sdpa_flash_bwd_main<{tp}>",
@@ -119,15 +126,17 @@ def _names(dt: dtypes.DType, head: int, cfg: FlashBwdConfig) -> dict[str, str]:
 
 
 def module_spec(head: int) -> ModuleSpec:
-    """Both dtypes, every config of the bucket, all four kernels."""
+    """Both dtypes, every config of the bucket, all four kernels, main and dq in their fast
+    and general instantiations."""
     names = [
         n
         for dt in dtypes.FLOAT_TYPES
         if dt.short in DTYPES
         for cfg in CONFIGS[head]
-        for n in _names(dt, head, cfg).values()
+        for general in (False, True)
+        for n in _names(dt, head, cfg, general).values()
     ]
-    return ModuleSpec.make(SOURCE, names)
+    return ModuleSpec.make(SOURCE, list(dict.fromkeys(names)))
 
 
 def _align(n: int) -> int:
@@ -135,7 +144,8 @@ def _align(n: int) -> int:
 
 
 def _delta_bytes(problem: AttentionProblem) -> int:
-    return _align(4 * problem.b * problem.hq * problem.sq)
+    """delta and lse2 (fp32 per query row each)."""
+    return 2 * _align(4 * problem.b * problem.hq * problem.sq)
 
 
 class _Runner(Runner):
@@ -145,12 +155,14 @@ class _Runner(Runner):
         head = head_bucket(problem)
         assert head is not None
         spec = module_spec(head)
-        names = _names(dt, head, cfg)
+        general = general_path(problem)
+        names = _names(dt, head, cfg, general)
         used = ("pre", "main", "convert") if atomic else ("pre", "main", "dq")
         self.k = {u: backend.kernel(spec, names[u]) for u in used}
         self.problem, self.cfg, self.head, self.atomic = problem, cfg, head, atomic
         self.xp = backend.xp
-        tag = f"{cfg.block_m}x{cfg.block_n}_d{head}_w{cfg.warps}_{dt.short}"
+        tag = f"{cfg.block_m}x{cfg.block_n}_d{head}_w{cfg.warps}{'_general' if general else ''}"
+        tag += f"_{dt.short}"
         self.names = [f"sdpa_flash_bwd_pre_{dt.short}", f"sdpa_flash_bwd_main_{tag}"]
         self.names.append(
             f"sdpa_flash_bwd_dq_convert_{dt.short}" if atomic else f"sdpa_flash_bwd_dq_{tag}"
@@ -165,30 +177,35 @@ class _Runner(Runner):
         _check_strides(tensors)
         prm = params(p, tensors, scalars)
         rows = p.b * p.hq * p.sq
-        nd = _delta_bytes(p)
+        nd, half = _delta_bytes(p), _delta_bytes(p) // 2
         delta = workspace[: 4 * rows].view(xp.float32)
-        dq_acc = workspace[nd : nd + 4 * rows * p.d].view(xp.float32) if self.atomic else delta
+        lse2 = workspace[half : half + 4 * rows].view(xp.float32)
+        dq_ld = np.int32(self.head)  # dq_accum rows padded to the bucket: no column tests
+        dq_acc = (
+            workspace[nd : nd + 4 * rows * self.head].view(xp.float32) if self.atomic else delta
+        )
         mask = tensors.mask if tensors.mask is not None else tensors.q
         lq = tensors.lengths_q if tensors.lengths_q is not None else tensors.lse
         lkv = tensors.lengths_kv if tensors.lengths_kv is not None else tensors.lse
         dmask = tensors.dmask if tensors.dmask is not None else tensors.lse
         mask_kind = np.int32(MASK_KIND[p.mask])
-        pre_args = (tensors.o, tensors.dout, lq, lkv, prm, delta, dq_acc, np.int32(self.atomic))
+        pre_args = (tensors.o, tensors.dout, lq, lkv, prm, tensors.lse, delta, lse2, dq_acc,
+                    np.int32(self.atomic), dq_ld)  # fmt: skip
         self.k["pre"]((-(-rows // _PRE_ROWS),), (256,), pre_args)
         self.k["main"](
             (-(-p.skv // cfg.block_n), p.b * p.hkv), (32 * cfg.warps,),
-            (tensors.q, tensors.k, tensors.v, tensors.dout, tensors.lse, tensors.dk, tensors.dv,
+            (tensors.q, tensors.k, tensors.v, tensors.dout, lse2, tensors.dk, tensors.dv,
              dmask, mask, lq, lkv, prm, delta, dq_acc, mask_kind, np.int32(self.atomic),
              np.int32(tensors.dmask is not None)),
             shared_mem=cfg.main_smem(self.head),
         )  # fmt: skip
         if self.atomic:
             self.k["convert"]((-(-rows // _CONVERT_ROWS),), (256,),
-                              (dq_acc, tensors.dq, lq, lkv, prm))  # fmt: skip
+                              (dq_acc, tensors.dq, lq, lkv, prm, dq_ld))  # fmt: skip
         else:
             self.k["dq"](
                 (-(-p.sq // cfg.block_n), p.b * p.hq), (32 * cfg.key_warps,),
-                (tensors.q, tensors.k, tensors.v, tensors.dout, tensors.lse, tensors.dq, mask,
+                (tensors.q, tensors.k, tensors.v, tensors.dout, lse2, tensors.dq, mask,
                  lq, lkv, prm, delta, mask_kind),
                 shared_mem=cfg.dq_smem(self.head),
             )  # fmt: skip
@@ -255,7 +272,7 @@ class _FlashTcBwd(Solver):
     def workspace_size(self, problem: AttentionProblem, config: Config) -> int:
         size = _delta_bytes(problem)
         if self.atomic:
-            size += 4 * problem.b * problem.hq * problem.sq * problem.d
+            size += 4 * problem.b * problem.hq * problem.sq * head_bucket(problem)
         return size
 
     def module_specs(self) -> list[ModuleSpec]:
