@@ -121,6 +121,23 @@ __device__ __forceinline__ void mma_abt(float (&acc)[NF][4], const T* As, const 
     }
 }
 
+// mma_abt with A's fragments already in registers (a[ks]: ldmatrix of a_lanes, k16 step ks).
+template <typename T, int KSTEPS, int NF, int BC>
+__device__ __forceinline__ void mma_rabt(float (&acc)[NF][4], const unsigned (&a)[KSTEPS][4],
+                                         const T* Bs, const LaneOff<BC>& bo) {
+#pragma unroll
+    for (int ks = 0; ks < KSTEPS; ++ks) {
+#pragma unroll
+        for (int np = 0; np < NF / 2; ++np) {
+            unsigned r[4];
+            ldmatrix<4>(r, Bs + bo(16 * np, 2 * ks));
+            const unsigned b0[2] = {r[0], r[1]}, b1[2] = {r[2], r[3]};
+            cl::mma::mma_m16n8k16<T>(acc[2 * np], a[ks], b0, acc[2 * np]);
+            cl::mma::mma_m16n8k16<T>(acc[2 * np + 1], a[ks], b1, acc[2 * np + 1]);
+        }
+    }
+}
+
 // acc[NF] += A * B where A (16 x 16*KSTEPS) comes from C fragments c[2*KSTEPS] in registers
 // and B is a [k][BC] tile (n contiguous: ldmatrix.trans; bo: a_lanes at its first column).
 template <typename T, int KSTEPS, int NF, int BC>
@@ -186,8 +203,9 @@ __device__ __forceinline__ void load_tile(T* dst, const T* src, long long row_st
     T* d0 = dst + at<D>(row, ch * 8);
 #pragma unroll
     for (int it = 0; it < ROWS / RPI; ++it) {
+        // (An invalid chunk's address is formed but never read: cp.async with no source.)
         const bool ok = col_ok && r0 + row + it * RPI < rows_valid;
-        cl::mma::cp_async<16>(d0 + it * RPI * D, ok ? s0 + it * RPI * row_stride : src, ok);
+        cl::mma::cp_async<16>(d0 + it * RPI * D, s0 + it * RPI * row_stride, ok);
     }
 }
 
@@ -271,6 +289,9 @@ struct Main {
         T_ELEMS = P_OFF + (WD > 1 ? BN * BM : 0),
         SMEM_BYTES = T_ELEMS * 2 + 4 * BM * 4,
     };
+    // K_w and V_w as A fragments in registers for the whole loop (8 D / 16 registers; D =
+    // 128 fast path: 247 registers on sm_90, no spills). false reads them every tile.
+    static constexpr bool KV_REGS = true;
     static_assert(W % KW == 0 && (WD == 1 || WD == 2), "warps: 16 keys each, 1 or 2 per key group");
     static_assert(BM % 16 == 0 && D % 16 == 0, "MMA granularity");
     static_assert(W % QM == 0 && DQ_COLS % 16 == 0 && DQ_ROWS % 16 == 0, "dQ warp tiling");
@@ -358,6 +379,18 @@ struct Main {
         const int h0 = hk * p.group;
         if (n_items > 0) load_item(0, h0, mt_begin * BM);
         cl::mma::cp_async_commit();
+        // This warp's K and V rows as A fragments of S^T and dP^T, in registers for the whole
+        // loop (KV_REGS).
+        unsigned kf[KV_REGS ? D / 16 : 1][4], vf[KV_REGS ? D / 16 : 1][4];
+        if (KV_REGS && n_items > 0) {
+            cl::mma::cp_async_wait<0>();
+            __syncthreads();
+#pragma unroll
+            for (int ks = 0; ks < (KV_REGS ? D / 16 : 0); ++ks) {
+                ldmatrix<4>(kf[ks], Kw + kv_a(0, 2 * ks));
+                ldmatrix<4>(vf[ks], Vw + kv_a(0, 2 * ks));
+            }
+        }
         int cur_h = h0, cur_mt = mt_begin, nxt_h = h0, nxt_mt = mt_begin;
         for (int it = 0; it < n_items; ++it) {
             const int stage = it & 1;
@@ -382,8 +415,13 @@ struct Main {
             for (int f = 0; f < NFM; ++f)
 #pragma unroll
                 for (int r = 0; r < 4; ++r) s[f][r] = dp[f][r] = 0.0f;
-            mma_abt<T, D / 16, NFM, D, D>(s, Kw, kv_a, Qs + q0 * D, qo_b);
-            mma_abt<T, D / 16, NFM, D, D>(dp, Vw, kv_a, dOs + q0 * D, qo_b);
+            if constexpr (KV_REGS) {
+                mma_rabt<T, D / 16, NFM, D>(s, kf, Qs + q0 * D, qo_b);
+                mma_rabt<T, D / 16, NFM, D>(dp, vf, dOs + q0 * D, qo_b);
+            } else {
+                mma_abt<T, D / 16, NFM, D, D>(s, Kw, kv_a, Qs + q0 * D, qo_b);
+                mma_abt<T, D / 16, NFM, D, D>(dp, Vw, kv_a, dOs + q0 * D, qo_b);
+            }
 
             if constexpr (GENERAL) {
                 // P, dropout, dS = P (dP * drop - delta); s becomes P * drop, dp becomes dS.
@@ -611,6 +649,9 @@ struct Dq {
         V_OFF = K_OFF + 2 * BK * D,
         SMEM_BYTES = (V_OFF + 2 * BK * D) * 2,
     };
+    // This warp's Q and dO rows as A fragments in registers for the whole loop (D = 128
+    // would need 64 more registers: read from shared every tile).
+    static constexpr bool QO_REGS = D <= 64;
 
     __device__ static void go(const T* __restrict__ q, const T* __restrict__ k,
                               const T* __restrict__ v, const T* __restrict__ dout,
@@ -680,6 +721,17 @@ struct Dq {
             jmax[half] = kr.hi - 1;
         }
 
+        unsigned qf[QO_REGS ? D / 16 : 1][4], of[QO_REGS ? D / 16 : 1][4];
+        if (QO_REGS && nt_begin < nt_end) {
+            cl::mma::cp_async_wait<0>();
+            __syncthreads();
+#pragma unroll
+            for (int ks = 0; ks < (QO_REGS ? D / 16 : 0); ++ks) {
+                ldmatrix<4>(qf[ks], Qw + q_a(0, 2 * ks));
+                ldmatrix<4>(of[ks], dOw + q_a(0, 2 * ks));
+            }
+        }
+
         for (int nt = nt_begin; nt < nt_end; ++nt) {
             const int stage = (nt - nt_begin) & 1;
             cl::mma::cp_async_wait<0>();
@@ -701,8 +753,13 @@ struct Dq {
             for (int f = 0; f < NFK; ++f)
 #pragma unroll
                 for (int r = 0; r < 4; ++r) s[f][r] = dp[f][r] = 0.0f;
-            mma_abt<T, D / 16, NFK, D, D>(s, Qw, q_a, Ks, k_b);
-            mma_abt<T, D / 16, NFK, D, D>(dp, dOw, q_a, Vs, k_b);
+            if constexpr (QO_REGS) {
+                mma_rabt<T, D / 16, NFK, D>(s, qf, Ks, k_b);
+                mma_rabt<T, D / 16, NFK, D>(dp, of, Vs, k_b);
+            } else {
+                mma_abt<T, D / 16, NFK, D, D>(s, Qw, q_a, Ks, k_b);
+                mma_abt<T, D / 16, NFK, D, D>(dp, dOw, q_a, Vs, k_b);
+            }
 
             if constexpr (!GENERAL) {
                 // P = exp2(S scale_log2 - lse2), zeroed outside causal / window / lengths on
