@@ -17,8 +17,14 @@ zero-filled; d and dv multiples of 8 (16-byte copies). Config: :class:`FlashBwdC
 (query tile, key block, warps = key block / 16), one per bucket. The dmask of an additive
 mask is written by the main kernel (it visits each (i, j) once per query head).
 
-Module count: one module per head-dim bucket holding both dtypes and all four kernels
-(three modules for both solvers: the NVRTC check compiles each for three archs).
+Instantiations: the main and dq kernels come in a fast one (no explicit mask, no dropout:
+causal / window / lengths tested per element on boundary tiles only) and a general one
+(:func:`general_path` picks it for an explicit mask or dropout). Workspace: delta and lse2
+(the pre kernel's log2-domain lse) per query row, then for the atomic solver dq_accum with
+rows padded to the head-dim bucket.
+
+Module count: one module per head-dim bucket holding both dtypes and all kernels (three
+modules for both solvers: the NVRTC check compiles each for three archs).
 """
 
 from __future__ import annotations
