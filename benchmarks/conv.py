@@ -152,7 +152,7 @@ def _run_suite(suite: str, direction: str, dtypes: list[str], batch: int, on_gpu
             problem = dataclasses.replace(
                 layer.problem(batch, storage, layout), direction=direction, math=math
             )
-            tensors, epi = factories[direction](problem, backend), Epilogue()
+            tensors, epi = factories[problem.family](problem, backend)
             try:
                 chosen = select(problem, backend).solver.name
             except Exception as exc:  # measured, never asserted
