@@ -42,6 +42,22 @@ __device__ __forceinline__ Elem decode(const SdpaParams& p, long long e) {
     return r;
 }
 
+// Element e of a (b, hkv, skv, width) key-side gradient (dk, dv).
+struct KeyElem {
+    int bi, hk, j, c;
+};
+
+__device__ __forceinline__ KeyElem decode_key(const SdpaParams& p, long long e, int width) {
+    KeyElem r;
+    r.c = (int)(e % width);
+    e /= width;
+    r.j = (int)(e % p.skv);
+    e /= p.skv;
+    r.hk = (int)(e % p.hkv);
+    r.bi = (int)(e / p.hkv);
+    return r;
+}
+
 __device__ __forceinline__ float drop(const SdpaParams& p, const Elem& x) {
     return p.drop_threshold ? sdpa::dropout_factor(p, x.bi, x.h, x.i, x.j) : 1.0f;
 }
@@ -133,20 +149,16 @@ __global__ void sdpa_unfused_dv(const float* __restrict__ prob, const T* __restr
                                 T* __restrict__ dv, SdpaParams p) {
     const long long total = (long long)p.b * p.hkv * p.skv * p.dv;
     for (long long e = cl::global_thread_id(); e < total; e += cl::grid_stride()) {
-        const int c = (int)(e % p.dv);
-        long long t = e / p.dv;
-        const int j = (int)(t % p.skv);
-        t /= p.skv;
-        const int hk = (int)(t % p.hkv);
-        const int bi = (int)(t / p.hkv);
+        const KeyElem x = decode_key(p, e, p.dv);
         float acc = 0.0f;
-        for (int h = hk * p.group; h < (hk + 1) * p.group; ++h)
+        for (int h = x.hk * p.group; h < (x.hk + 1) * p.group; ++h)
             for (int i = 0; i < p.sq; ++i) {
-                const float pr = prob[row_index(p, bi, h, i) * p.skv + j];
-                const float f = drop(p, Elem{bi, h, i, j});
-                acc = fmaf(pr * f, cl::to_float(row_ptr(dout, p.o_sb, p.o_sh, p.o_ss, bi, h, i)[c]), acc);
+                const float pr = prob[row_index(p, x.bi, h, i) * p.skv + x.j];
+                const float f = drop(p, Elem{x.bi, h, i, x.j});
+                const T* doi = row_ptr(dout, p.o_sb, p.o_sh, p.o_ss, x.bi, h, i);
+                acc = fmaf(pr * f, cl::to_float(doi[x.c]), acc);
             }
-        row_ptr(dv, p.v_sb, p.v_sh, p.v_ss, bi, hk, j)[c] = cl::from_float<T>(acc);
+        row_ptr(dv, p.v_sb, p.v_sh, p.v_ss, x.bi, x.hk, x.j)[x.c] = cl::from_float<T>(acc);
     }
 }
 
@@ -201,18 +213,13 @@ __global__ void sdpa_unfused_dk(const float* __restrict__ ds, const T* __restric
                                 T* __restrict__ dk, SdpaParams p) {
     const long long total = (long long)p.b * p.hkv * p.skv * p.d;
     for (long long e = cl::global_thread_id(); e < total; e += cl::grid_stride()) {
-        const int c = (int)(e % p.d);
-        long long t = e / p.d;
-        const int j = (int)(t % p.skv);
-        t /= p.skv;
-        const int hk = (int)(t % p.hkv);
-        const int bi = (int)(t / p.hkv);
+        const KeyElem x = decode_key(p, e, p.d);
         float acc = 0.0f;
-        for (int h = hk * p.group; h < (hk + 1) * p.group; ++h)
+        for (int h = x.hk * p.group; h < (x.hk + 1) * p.group; ++h)
             for (int i = 0; i < p.sq; ++i) {
-                const float g = ds[row_index(p, bi, h, i) * p.skv + j];
-                acc = fmaf(g, cl::to_float(row_ptr(q, p.q_sb, p.q_sh, p.q_ss, bi, h, i)[c]), acc);
+                const float g = ds[row_index(p, x.bi, h, i) * p.skv + x.j];
+                acc = fmaf(g, cl::to_float(row_ptr(q, p.q_sb, p.q_sh, p.q_ss, x.bi, h, i)[x.c]), acc);
             }
-        row_ptr(dk, p.k_sb, p.k_sh, p.k_ss, bi, hk, j)[c] = cl::from_float<T>(acc * p.scale);
+        row_ptr(dk, p.k_sb, p.k_sh, p.k_ss, x.bi, x.hk, x.j)[x.c] = cl::from_float<T>(acc * p.scale);
     }
 }
