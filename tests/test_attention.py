@@ -333,6 +333,15 @@ def test_bad_input(make, match: str) -> None:
         assert np.array_equal(a, c)
 
 
+def test_out_must_not_overlap_the_inputs() -> None:
+    q, k, v = _qkv()
+    with pytest.raises(BadParamError, match="out: overlaps q"):
+        cl.scaled_dot_product_attention(q, k, v, out=q)
+    strided = np.zeros((1, 2, 4, 16), np.float32)[..., ::2]  # not contiguous: a copy lands
+    assert cl.scaled_dot_product_attention(q, k, v, out=strided) is strided
+    np.testing.assert_allclose(strided, cl.scaled_dot_product_attention(q, k, v), atol=1e-6)
+
+
 def test_bad_backward_input() -> None:
     q, k, v = _qkv()
     o, lse = cl.scaled_dot_product_attention(q, k, v, return_lse=True)

@@ -406,7 +406,13 @@ def scaled_dot_product_attention(
             call.backend,
             {"q": q, "k": k, "v": v, "attn_mask": attn_mask},
         )
-    o = xp.zeros(p.o_shape(), dtype=call.dtype)
+        for name, a in (("q", q), ("k", k), ("v", v), ("attn_mask", attn_mask)):
+            if a is not None and array_module(out).may_share_memory(as_array(name, a), out):
+                raise BadParamError(f"out: overlaps {name}; attention cannot run in place")
+    direct = out is not None and out.flags.c_contiguous
+    o = out.reshape(p.o_shape()) if direct else xp.empty(p.o_shape(), dtype=call.dtype)
+    if p.empty:
+        o[...] = 0
     lse = xp.full(p.lse_shape(), -np.inf, dtype=np.float32)
     if not p.empty:
         plan = get_plan(call.backend, p, algo)
@@ -415,7 +421,7 @@ def scaled_dot_product_attention(
             AttentionTensors(qq, kk, vv, o, lse, call.mask, call.lengths_q, call.lengths_kv),
             call.scalars,
         )
-    result = _result(o, out, call.shapes.out_shape)
+    result = out if direct else _result(o, out, call.shapes.out_shape)
     return (result, lse.reshape(call.shapes.lse_shape)) if return_lse else result
 
 
