@@ -310,7 +310,7 @@ def _qkv(hq=2, hk=2, d=8, dk=8, dv=8, dtype=np.float32):
         (lambda: (_qkv(hq=3, hk=2), {"enable_gqa": True}), "k, v: 2 heads"),
         (lambda: (_qkv(hq=4, hk=2), {}), "enable_gqa"),
         (lambda: (_qkv(), {"attn_mask": np.ones((3, 5), bool)}), "attn_mask: shape"),
-        (lambda: (_qkv(), {"attn_mask": np.ones((4, 5), np.int32)}), "attn_mask: expected dtype"),
+        (lambda: (_qkv(), {"attn_mask": np.ones((4, 5), np.int32)}), "attn_mask: expected a bool"),
         (lambda: (_qkv(), {"dropout_p": 1.0}), "dropout_p"),
         (lambda: (_qkv(), {"dropout_p": -0.1}), "dropout_p"),
         (lambda: (_qkv(), {"lengths_q": [5]}), "lengths_q: lengths must be in"),
@@ -331,6 +331,18 @@ def test_bad_input(make, match: str) -> None:
         cl.scaled_dot_product_attention(q, k, v, **kw)
     for a, c in zip((q, k, v), copies, strict=True):
         assert np.array_equal(a, c)
+
+
+def test_float_mask_of_another_dtype_is_added_in_q_dtype() -> None:
+    """PyTorch takes a float32 mask with fp16 q; so do we (rounded to q's dtype)."""
+    q, k, v = _qkv(dtype=np.float16)
+    m = np.random.default_rng(1).standard_normal((4, 5)).astype(np.float32)
+    got = cl.scaled_dot_product_attention(q, k, v, attn_mask=m)
+    want = cl.scaled_dot_product_attention(q, k, v, attn_mask=m.astype(np.float16))
+    assert np.array_equal(got, want)
+    o, lse = cl.scaled_dot_product_attention(q, k, v, attn_mask=m, return_lse=True)
+    dm = cl.scaled_dot_product_attention_backward(o, q, k, v, o, lse, m, mask_grad=True)[3]
+    assert dm.dtype == np.float32 and dm.shape == m.shape
 
 
 def test_out_must_not_overlap_the_inputs() -> None:

@@ -25,6 +25,7 @@ from typing import Any
 
 import numpy as np
 
+from .. import dtypes
 from ..dispatch.plans import get_plan
 from ..errors import BadParamError
 from ..problems.attention import AttentionProblem
@@ -155,12 +156,12 @@ def _mask(
     m = as_array("attn_mask", attn_mask)
     if m.dtype == np.bool_:
         kind = "bool"
-    elif m.dtype == dtype:
+    elif dtypes.lookup(m.dtype) is not None or np.dtype(m.dtype).kind == "f":
         kind = "additive"
+        if m.dtype != dtype:  # added in q's dtype, as PyTorch's kernels do
+            m = m.astype(dtype)
     else:
-        raise BadParamError(
-            f"attn_mask: expected dtype bool or {np.dtype(dtype)} (the dtype of q), got {m.dtype}"
-        )
+        raise BadParamError(f"attn_mask: expected a bool or floating-point array, got {m.dtype}")
     # PyTorch broadcasts the mask against (batch..., heads, L, S) of the BHSD output.
     full = (*shapes.batch, hq, sq, skv) if (layout == "BSHD" or q_ndim >= 3) else (sq, skv)
     xp = array_module(m)
