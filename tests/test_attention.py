@@ -22,6 +22,8 @@ from cudnnlite.errors import BadParamError, NotSupportedError
 from cudnnlite.problems import parse_key
 from cudnnlite.problems.attention import AttentionProblem as AP
 from cudnnlite.reference.attention import sdpa_backward, sdpa_forward
+from cudnnlite.runtime.caps import capabilities
+from cudnnlite.runtime.select import backend_by_name
 from cudnnlite.testing import to_backend, to_numpy
 
 
@@ -307,6 +309,25 @@ def test_dropout_reproducible_and_seeded() -> None:
     want, _ = sdpa_forward(q, k, v, dropout_p=0.5, seed=11)
     assert np.array_equal(a, b) and not np.array_equal(a, c)
     np.testing.assert_allclose(a, want, rtol=0, atol=1e-5)
+
+
+@pytest.mark.parametrize(
+    "key",
+    [
+        "sdpa_fwd b1-hq2-hkv1 sq4-skv5 d8-dv8 BHSD fp32 causal mask_add",
+        "sdpa_bwd b1-hq2-hkv1 sq4-skv5 d8-dv8 BSHD fp16 mask_bool drop varlen",
+    ],
+)
+def test_tuner_times_every_attention_solver(key: str) -> None:
+    """The tuner builds operands for attention keys (masks, lengths, dropout) and times
+    every solver that applies."""
+    problem = parse_key(key)
+    results = cl.tune(key, backend="cpu", progress=False, store=False)[key]
+    caps = capabilities(backend_by_name("cpu"))
+    solvers = registry.solvers(problem.family)
+    applicable = {s.name for s in solvers if s.is_applicable(problem, caps)}
+    assert {e.solver for e in results} == applicable and len(applicable) >= 2
+    assert all(e.time_us > 0 for e in results)
 
 
 def test_explain_lists_attention_solvers() -> None:
