@@ -163,6 +163,17 @@ CASES = [
     (_p(1, 2, 1, 40, 50, 32, 32, dropout=True), {"dropout_p": 0.3}),
     # one query, one key
     (_p(2, 2, 1, 1, 1, 8, 8, "bf16"), {}),
+    # bucket 256 (64 queries x 32 keys, four warps per 16 keys; dQ kernel two warps per 16
+    # queries): GQA, causal bottom-right with sq < skv (several key blocks and dQ key tiles,
+    # two query heads per block: the single-buffered Q / dO reload)
+    (_p(1, 4, 2, 37, 70, 256, 256, causal=True, align="bottom_right"), {}),
+    # bucket 256 padded (d = 136, dv = 200), bf16, MQA, BSHD, sliding window
+    (_p(1, 2, 1, 29, 40, 136, 200, "bf16", layout="BSHD", window=(6, 9)), {}),
+    # bucket 256, general path: additive mask (b, 1, 1, skv) + dropout, dmask
+    (
+        _p(2, 1, 1, 23, 33, 256, 256, "bf16", mask="additive", dropout=True),
+        {"mask_shape": (2, 1, 1, 33), "dropout_p": 0.2},
+    ),  # fmt: skip
 ]
 
 
@@ -219,6 +230,9 @@ def test_determinism_flags() -> None:
 
 
 SM75 = Capabilities("sm_75", 75, True, False, 64 * 1024, False)
+SM80 = Capabilities("sm_80", 80, True, True, 163 * 1024, False)
+SM86 = Capabilities("sm_86", 86, True, True, 99 * 1024, False)
+SM90 = Capabilities("sm_90", 90, True, True, 227 * 1024, False)
 
 
 @pytest.mark.parametrize(
@@ -227,7 +241,9 @@ SM75 = Capabilities("sm_75", 75, True, False, 64 * 1024, False)
         (_p(1, 1, 1, 8, 8, 64, 64, "fp32"), EMULATOR, "needs fp16 or bf16"),
         (_p(1, 1, 1, 8, 8, 60, 64), EMULATOR, "needs head dims that are multiples of 8"),
         (_p(1, 1, 1, 8, 8, 64, 12), EMULATOR, "needs head dims that are multiples of 8"),
-        (_p(1, 1, 1, 8, 8, 256, 256), EMULATOR, "needs head dims <= 128"),
+        (_p(1, 1, 1, 8, 8, 264, 256), EMULATOR, "needs head dims <= 256"),
+        (_p(1, 1, 1, 8, 8, 256, 256), SM75, "bytes of shared memory"),
+        (_p(1, 1, 1, 8, 8, 200, 128), SM86, "bytes of shared memory"),
         (_p(1, 1, 1, 0, 8, 64, 64), EMULATOR, "needs sq and skv >= 1"),
         (_p(1, 1, 1, 8, 8, 64, 64, "bf16"), SM75, "bf16 needs sm_80+"),
         (_p(1, 1, 1, 8, 8, 128, 128), SM75, "bytes of shared memory"),
@@ -237,6 +253,24 @@ def test_is_applicable_reasons(problem: AttentionProblem, caps: Capabilities, re
     for solver in SOLVERS:
         ok = solver.is_applicable(problem, caps)
         assert not ok and reason in ok.reason, (solver.name, ok.reason)
+
+
+def test_head_dim_256_shared_memory() -> None:
+    """The d256 config fits sm_80 and sm_90 (main kernel with one Q / dO stage, dQ kernel
+    of 64 queries x 32 keys), two main blocks per SM on sm_90; sm_86 / sm_89 (99 KB) refuse
+    it with the byte count."""
+    problem = _p(1, 2, 1, 64, 64, 256, 256)
+    cfg = FlashBwdConfig(64, 32, 8)
+    assert cfg.main_smem(256) == 107520 and cfg.dq_smem(256) == 135168
+    assert cfg.dq_tile(256) == (64, 32, 8) and cfg.dq_tile(128) == (32, 64, 2)
+    assert 2 * cfg.main_smem(256) <= SM90.max_shared_bytes
+    for caps in (SM80, SM90):
+        for solver in SOLVERS:
+            assert solver.is_applicable(problem, caps), (caps.arch, solver.name)
+            assert solver.default_config(problem, caps) == cfg
+    for solver in SOLVERS:
+        ok = solver.is_applicable(problem, SM86)
+        assert not ok and "needs 1" in ok.reason and "sm_86" in ok.reason, ok.reason
 
 
 def test_configs_and_workspace() -> None:
@@ -254,4 +288,6 @@ def test_configs_and_workspace() -> None:
         FlashBwdConfig(48, 64, 4)
     with pytest.raises(ValueError):
         FlashBwdConfig(64, 64, 2)
+    with pytest.raises(ValueError):
+        FlashBwdConfig(32, 32, 8)  # 8 queries per warp
     assert len({s for solver in SOLVERS for s in solver.module_specs()}) <= 5

@@ -2,10 +2,13 @@
 // fp16 (sm_75+) and bf16 (sm_80+) inputs, fp32 accumulation, every masking feature of
 // attention_common.cuh (causal / window / lengths / bool or additive mask / dropout).
 //
-// Kernels (T = __half | __nv_bfloat16; D = the head-dim bucket 32 / 64 / 128 >= max(d, dv),
-// columns past d / dv zero-filled; BM x BN = query tile x key block, W = BN / 16 warps, or
-// 2 BN / 16 warps where two warps share 16 keys and split dK / dV's head dim: S^T for half
-// the queries each, P^T and dS^T then go through shared memory):
+// Kernels (T = __half | __nv_bfloat16; D = the head-dim bucket 32 / 64 / 128 / 256 >=
+// max(d, dv), columns past d / dv zero-filled; BM x BN = query tile x key block, W = BN / 16
+// warps, or 2 or 4 BN / 16 warps where that many warps share 16 keys and split dK / dV's
+// head dim: S^T for a share of the queries each, P^T and dS^T then go through shared
+// memory. D = 256: 64 x 32 with four warps per 16 keys, Q / dO single-buffered, K / V read
+// from shared every tile (Main::QSTAGES, KV_REGS); its dQ kernel 64 queries x 32 keys with
+// two warps per 16 queries (Dq::WIDE)):
 //   sdpa_flash_bwd_pre<T>                delta[b,h,i] = sum_c dout[i,c] * o[i,c] (fp32;
 //                                        0 past lengths_q) and lse2 = lse * log2(e) (+inf
 //                                        for rows that keep nothing or lie past lengths_q);
@@ -279,20 +282,27 @@ struct Main {
         QD = W / QM,
         DQ_ROWS = BM / QM,
         DQ_COLS = D / QD,
+        // Q / dO stages: two (the next item's tiles load during this one's MMAs); one for
+        // D = 256 (K, V, Q, dO of 32 keys x 64 queries: 105 KB, so it fits sm_80's 163 KB
+        // and two blocks fit sm_90's 227 KB; the next load overlaps the dQ MMAs only).
+        QSTAGES = D > 128 ? 1 : 2,
         // shared memory, in elements of T, then 4 * BM floats (lse2, delta; two stages)
         K_OFF = 0,
         V_OFF = BN * D,
         Q_OFF = 2 * BN * D,
-        DO_OFF = Q_OFF + 2 * BM * D,
-        DS_OFF = DO_OFF + 2 * BM * D,
+        DO_OFF = Q_OFF + QSTAGES * BM * D,
+        DS_OFF = DO_OFF + QSTAGES * BM * D,
         P_OFF = DS_OFF + BN * BM,  // (P drop)^T when WD > 1
         T_ELEMS = P_OFF + (WD > 1 ? BN * BM : 0),
         SMEM_BYTES = T_ELEMS * 2 + 4 * BM * 4,
     };
     // K_w and V_w as A fragments in registers for the whole loop (8 D / 16 registers; D =
-    // 128 fast path: 247 registers on sm_90, no spills). false reads them every tile.
-    static constexpr bool KV_REGS = true;
-    static_assert(W % KW == 0 && (WD == 1 || WD == 2), "warps: 16 keys each, 1 or 2 per key group");
+    // 128 fast path: 247 registers on sm_90, no spills). false reads them every tile (D =
+    // 256: they would take 128 registers).
+    static constexpr bool KV_REGS = D <= 128;
+    static_assert(W % KW == 0 && (WD == 1 || WD == 2 || WD == 4),
+                  "warps: 16 keys each, 1, 2 or 4 per key group");
+    static_assert(QW >= 16, "S^T: at least 16 queries per warp");
     static_assert(BM % 16 == 0 && D % 16 == 0, "MMA granularity");
     static_assert(W % QM == 0 && DQ_COLS % 16 == 0 && DQ_ROWS % 16 == 0, "dQ warp tiling");
 
@@ -393,14 +403,14 @@ struct Main {
         }
         int cur_h = h0, cur_mt = mt_begin, nxt_h = h0, nxt_mt = mt_begin;
         for (int it = 0; it < n_items; ++it) {
-            const int stage = it & 1;
+            const int stage = QSTAGES == 2 ? it & 1 : 0;
             cl::mma::cp_async_wait<0>();
             __syncthreads();  // stage `it` landed; every warp is done with stage it - 1
             if (++nxt_mt == mt_end) {
                 nxt_mt = mt_begin;
                 ++nxt_h;
             }
-            if (it + 1 < n_items) load_item(stage ^ 1, nxt_h, nxt_mt * BM);
+            if (QSTAGES == 2 && it + 1 < n_items) load_item(stage ^ 1, nxt_h, nxt_mt * BM);
             cl::mma::cp_async_commit();
 
             const int m0 = cur_mt * BM, h = cur_h;
@@ -519,6 +529,13 @@ struct Main {
                 mma_ab<T, BM / 16, NFD, BM, D>(dv_acc, sm + P_OFF + 16 * kw * BM, pt_a, dOs, qo_t);
                 mma_ab<T, BM / 16, NFD, BM, D>(dk_acc, dSs + 16 * kw * BM, pt_a, Qs, qo_t);
             }
+            if (QSTAGES == 1 && it + 1 < n_items) {
+                // One stage: refill it once every warp is done with Q, dO, lse2, delta; the
+                // load runs during the dQ MMAs (which read only dS and K).
+                __syncthreads();
+                load_item(0, nxt_h, nxt_mt * BM);
+                cl::mma::cp_async_commit();
+            }
             // dQ (BM x D) += dS K from the shared dS^T tile, by the dQ warp tiling.
             if (dq_atomic) dq_tile(dSs, Ks, dq_accum, p, len, bi, h, m0, warp, lane);
             cur_h = nxt_h;
@@ -634,21 +651,50 @@ struct Main {
 
 // ------------------------------------------------------------------ dQ without atomics
 // Block: queries [m0, m0 + BQ) of one (batch, q head), BQ = BN (BN / 16 warps of 16 rows);
-// key tiles of BK = BM keys, K and V double-buffered.
+// key tiles of BK = BM keys, K and V double-buffered. D = 256 (WIDE): BQ = 2 BN queries x
+// BK = BM / 2 keys (Q, dO and two K / V stages: 132 KB, fits sm_80) and WC = 2 warps per 16
+// rows: each computes S, dP for half the tile's keys and dQ for half the head dim (64
+// accumulators, not 128), dS going through a shared [BQ][BK] tile.
 template <typename T, int D, int BM, int BN, int W, bool GENERAL>
 struct Dq {
     enum {
-        THREADS = BN / 16 * 32,
-        BQ = BN,
-        BK = BM,
-        NFK = BK / 8,
-        NFD = D / 8,
+        WIDE = D > 128,
+        BQ = WIDE ? 2 * BN : BN,
+        BK = WIDE ? BM / 2 : BM,
+        WQ = BQ / 16,     // warps along the queries (16 rows each) ...
+        WC = WIDE ? 2 : 1,  // ... times warps sharing them (keys of S, columns of dQ)
+        THREADS = WQ * WC * 32,
+        BKW = BK / WC,    // keys of S / dP per warp
+        NFK = BKW / 8,
+        NFD = D / WC / 8,  // n8 tiles of dQ per warp
         Q_OFF = 0,
         DO_OFF = BQ * D,
         K_OFF = 2 * BQ * D,
         V_OFF = K_OFF + 2 * BK * D,
-        SMEM_BYTES = (V_OFF + 2 * BK * D) * 2,
+        DS_OFF = V_OFF + 2 * BK * D,
+        SMEM_BYTES = (DS_OFF + (WC > 1 ? BQ * BK : 0)) * 2,
     };
+    static_assert(BKW >= 16 && BK % 16 == 0, "S: at least 16 keys per warp");
+
+    // dQ (16 rows x D / WC columns from c0) += dS K: dS from the registers (WC = 1) or the
+    // shared tile (every warp's keys; dSs at this warp's rows).
+    __device__ static void add_dq(float (&acc)[NFD][4], const float (&ds)[NFK][4], T* dSw,
+                                  const T* Ks, const LaneOff<D>& k_t, int lane) {
+        if constexpr (WC == 1) {
+            mma_reg_b<T, BK / 16, NFD, D>(acc, ds, Ks, k_t);
+        } else {
+            const int g = lane >> 2, t = lane & 3, col0 = (threadIdx.x >> 5) / WQ * BKW + 2 * t;
+#pragma unroll
+            for (int f = 0; f < NFK; ++f) {
+                *reinterpret_cast<unsigned*>(dSw + at<BK>(g, col0 + 8 * f)) =
+                    pack<T>(ds[f][0], ds[f][1]);
+                *reinterpret_cast<unsigned*>(dSw + at<BK>(g + 8, col0 + 8 * f)) =
+                    pack<T>(ds[f][2], ds[f][3]);
+            }
+            __syncthreads();  // the other warp's keys of these rows
+            mma_ab<T, BK / 16, NFD, BK, D>(acc, dSw, a_lanes<BK>(lane), Ks, k_t);
+        }
+    }
     // This warp's Q and dO rows as A fragments in registers for the whole loop (D = 128
     // would need 64 more registers: read from shared every tile).
     static constexpr bool QO_REGS = D <= 64;
@@ -661,6 +707,8 @@ struct Dq {
         DYNAMIC_SHARED(T, sm);
         const int tid = threadIdx.x, warp = tid >> 5, lane = tid & 31;
         const int g = lane >> 2, t = lane & 3;
+        const int wq = warp % WQ, wc = warp / WQ;  // rows 16 wq.., keys BKW wc.., columns c0..
+        const int c0 = wc * (D / WC);
         const int m0 = blockIdx.x * BQ;
         const int bi = blockIdx.y / p.hq, h = blockIdx.y - bi * p.hq;
         const int hk = h / p.group;
@@ -690,8 +738,8 @@ struct Dq {
         }
         cl::mma::cp_async_commit();
 
-        // This thread's rows i0 = m0 + 16 w + g and i0 + 8.
-        const int i0 = m0 + 16 * warp + g;
+        // This thread's rows i0 = m0 + 16 wq + g and i0 + 8.
+        const int i0 = m0 + 16 * wq + g;
         const long long row0 = ((long long)bi * p.hq + h) * p.sq;
         float l2[2], dl[2];
 #pragma unroll
@@ -709,8 +757,10 @@ struct Dq {
 
         // Lane offsets: Q / dO as A and K / V as B of S and dP, K as the k-major B of dQ.
         const LaneOff<D> q_a = a_lanes<D>(lane), k_b = b_lanes<D>(lane);
-        const T* Qw = Qs + 16 * warp * D;
-        const T* dOw = dOs + 16 * warp * D;
+        const LaneOff<D> k_t = a_lanes<D>(lane, c0 / 8);
+        const T* Qw = Qs + 16 * wq * D;
+        const T* dOw = dOs + 16 * wq * D;
+        T* dSw = sm + DS_OFF + 16 * wq * BK;
         // The fast path's boundary tiles: row i0 (+8) keeps keys jmin <= j <= jmax (none
         // past lengths_q).
         int jmin[2], jmax[2];
@@ -747,6 +797,10 @@ struct Dq {
             const T* Ks = sm + K_OFF + stage * BK * D;
             const T* Vs = sm + V_OFF + stage * BK * D;
             const int n0 = nt * BK;
+            // This warp's keys of S / dP: nw.. (K / V rows BKW wc..).
+            const int nw = n0 + BKW * wc;
+            const T* Kw = Ks + BKW * wc * D;
+            const T* Vw = Vs + BKW * wc * D;
 
             float s[NFK][4], dp[NFK][4];
 #pragma unroll
@@ -754,11 +808,11 @@ struct Dq {
 #pragma unroll
                 for (int r = 0; r < 4; ++r) s[f][r] = dp[f][r] = 0.0f;
             if constexpr (QO_REGS) {
-                mma_rabt<T, D / 16, NFK, D>(s, qf, Ks, k_b);
-                mma_rabt<T, D / 16, NFK, D>(dp, of, Vs, k_b);
+                mma_rabt<T, D / 16, NFK, D>(s, qf, Kw, k_b);
+                mma_rabt<T, D / 16, NFK, D>(dp, of, Vw, k_b);
             } else {
-                mma_abt<T, D / 16, NFK, D, D>(s, Qw, q_a, Ks, k_b);
-                mma_abt<T, D / 16, NFK, D, D>(dp, dOw, q_a, Vs, k_b);
+                mma_abt<T, D / 16, NFK, D, D>(s, Qw, q_a, Kw, k_b);
+                mma_abt<T, D / 16, NFK, D, D>(dp, dOw, q_a, Vw, k_b);
             }
 
             if constexpr (!GENERAL) {
@@ -770,7 +824,7 @@ struct Dq {
                     for (int r = 0; r < 4; ++r)
                         s[f][r] = exp2f(s[f][r] * p.scale_log2 - l2[r >> 1]);
                 if (!tile_full(p, len, shift, sdpa::kMaskNone, m0, BQ, n0, BK)) {
-                    const int jb = n0 + 2 * t;  // j = jb + 8 f + (r & 1)
+                    const int jb = nw + 2 * t;  // j = jb + 8 f + (r & 1)
                     const int lo[2] = {jb - jmin[0], jb - jmin[1]};
                     const int hi[2] = {jmax[0] - jb, jmax[1] - jb};
 #pragma unroll
@@ -785,7 +839,7 @@ struct Dq {
                 for (int f = 0; f < NFK; ++f)
 #pragma unroll
                     for (int r = 0; r < 4; ++r) dp[f][r] = s[f][r] * (dp[f][r] - dl[r >> 1]);
-                mma_reg_b<T, BK / 16, NFD, D>(acc, dp, Ks, q_a);
+                add_dq(acc, dp, dSw, Ks, k_t, lane);
                 continue;
             }
 
@@ -802,7 +856,7 @@ struct Dq {
                     for (int r = 0; r < 4; ++r) {
                         float add;
                         const bool keep = keep_at<T>(p, len, shift, mask, mask_kind, bi, h,
-                                                     i0 + 8 * (r >> 1), n0 + 8 * f + 2 * t + (r & 1),
+                                                     i0 + 8 * (r >> 1), nw + 8 * f + 2 * t + (r & 1),
                                                      add);
                         s[f][r] = keep ? exp2f(s[f][r] * p.scale_log2 + add - l2[r >> 1]) : 0.0f;
                     }
@@ -817,10 +871,10 @@ struct Dq {
                     float d = dp[f][r];
                     if (drop)
                         d *= sdpa::dropout_factor(p, bi, h, i0 + 8 * (r >> 1),
-                                                  n0 + 8 * f + 2 * t + (r & 1));
+                                                  nw + 8 * f + 2 * t + (r & 1));
                     dp[f][r] = s[f][r] * (d - dl[r >> 1]);
                 }
-            mma_reg_b<T, BK / 16, NFD, D>(acc, dp, Ks, q_a);
+            add_dq(acc, dp, dSw, Ks, k_t, lane);
         }
         cl::mma::cp_async_wait<0>();
 
@@ -832,7 +886,7 @@ struct Dq {
             T* row = dq + bi * p.q_sb + h * p.q_sh + (long long)i * p.q_ss;
 #pragma unroll
             for (int f = 0; f < NFD; ++f) {
-                const int c = 8 * f + 2 * t;
+                const int c = c0 + 8 * f + 2 * t;
                 if (c < p.d)
                     *reinterpret_cast<unsigned*>(row + c) =
                         pack<T>(acc[f][2 * half] * sc, acc[f][2 * half + 1] * sc);
@@ -924,7 +978,7 @@ __global__ void __launch_bounds__(256)
 }
 
 template <typename T, int D, int BM, int BN, int W, bool GENERAL>
-__global__ void __launch_bounds__(BN / 16 * 32)
+__global__ void __launch_bounds__(fbwd::Dq<T, D, BM, BN, W, GENERAL>::THREADS)
     sdpa_flash_bwd_dq(const T* __restrict__ q, const T* __restrict__ k, const T* __restrict__ v,
                       const T* __restrict__ dout, const float* __restrict__ lse2,
                       T* __restrict__ dq, const void* mask, const int* lengths_q,

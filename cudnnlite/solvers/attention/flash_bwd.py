@@ -12,9 +12,13 @@ the dQ atomics, then a dQ kernel (a block per query tile of one (batch, q head) 
 tiles, S / P / dP / dS recomputed, dQ in registers). Bitwise reproducible; the second pass
 costs about 2 of the 5 GEMMs again.
 
-Head dims: one template bucket D in (32, 64, 128) >= max(d, dv), padding columns
+Head dims: one template bucket D in (32, 64, 128, 256) >= max(d, dv), padding columns
 zero-filled; d and dv multiples of 8 (16-byte copies). Config: :class:`FlashBwdConfig`
-(query tile, key block, warps = key block / 16), one per bucket. The dmask of an additive
+(query tile, key block, warps = key block / 16 or 2 or 4 times that), one per bucket. D =
+256 runs 64 queries x 32 keys with four warps per 16 keys (dK / dV's head dim split four
+ways), Q / dO single-buffered (main: 105 KB of shared memory), and a dQ kernel of 64
+queries x 32 keys with two warps per 16 queries (132 KB): sm_80 and sm_90; archs with less
+shared memory (sm_75, sm_86, sm_89) refuse it. The dmask of an additive
 mask is written by the main kernel (it visits each (i, j) once per query head).
 
 Instantiations: the main and dq kernels come in a fast one (no explicit mask, no dropout:
@@ -23,7 +27,7 @@ causal / window / lengths tested per element on boundary tiles only) and a gener
 (the pre kernel's log2-domain lse) per query row, then for the atomic solver dq_accum with
 rows padded to the head-dim bucket.
 
-Module count: one module per head-dim bucket holding both dtypes and all kernels (three
+Module count: one module per head-dim bucket holding both dtypes and all kernels (four
 modules for both solvers: the NVRTC check compiles each for three archs).
 """
 
@@ -45,7 +49,7 @@ from .common import MASK_KIND, AttentionBwdTensors, Scalars, dtype_of, params
 
 SOURCE = "attention/flash_bwd.cu"
 DTYPES = ("fp16", "bf16")
-HEAD_DIMS = (32, 64, 128)
+HEAD_DIMS = (32, 64, 128, 256)
 _MAX_GRID_Y = 65535
 _PRE_ROWS = 32  # rows per 256-thread block of the delta kernel (8 lanes a row)
 _CONVERT_ROWS = 8  # rows per 256-thread block of the dQ conversion (a warp a row)
@@ -54,10 +58,11 @@ _CONVERT_ROWS = 8  # rows per 256-thread block of the dQ conversion (a warp a ro
 @dataclass(frozen=True)
 class FlashBwdConfig(Config):
     """block_m queries per tile x block_n keys per block; warps = block_n / 16 (a warp owns
-    16 keys) or twice that (two warps share 16 keys and split dK / dV's head dim: half the
-    accumulator registers, P^T and dS^T through shared memory). The split solver's dQ
+    16 keys) or two or four times that (warps share 16 keys and split dK / dV's head dim:
+    fewer accumulator registers, P^T and dS^T through shared memory). The split solver's dQ
     kernel turns the tile around: block_n queries per block (block_n / 16 warps), block_m
-    keys per tile."""
+    keys per tile; for head dim 256 (:meth:`dq_tile`) 2 block_n queries x block_m / 2 keys,
+    two warps per 16 queries."""
 
     block_m: int
     block_n: int
@@ -69,10 +74,13 @@ class FlashBwdConfig(Config):
         if self.block_n not in (32, 64, 128) or self.warps not in (
             self.key_warps,
             2 * self.key_warps,
+            4 * self.key_warps,
         ):
             raise ValueError(
-                f"needs block_n in (32, 64, 128), warps = block_n / 16 or twice: {self}"
+                f"needs block_n in (32, 64, 128), warps = block_n / 16 times 1, 2 or 4: {self}"
             )
+        if self.block_m // (self.warps // self.key_warps) < 16:
+            raise ValueError(f"needs >= 16 queries per warp (block_m * key warps / warps): {self}")
 
     @property
     def key_warps(self) -> int:
@@ -83,16 +91,32 @@ class FlashBwdConfig(Config):
         return f"{self.block_m}x{self.block_n}_w{self.warps}"
 
     def main_smem(self, head: int) -> int:
-        """K, V tiles, two stages of Q and dO, the dS tile (16-bit), lse2 and delta."""
+        """K, V tiles, two stages of Q and dO (one for head dim 256), the dS tile (16-bit),
+        lse2 and delta."""
         bm, bn = self.block_m, self.block_n
         p_tile = bn * bm if self.warps > self.key_warps else 0
-        return (2 * bn * head + 4 * bm * head + bn * bm + p_tile) * 2 + 16 * bm
+        stages = 1 if head > 128 else 2
+        return (2 * bn * head + 2 * stages * bm * head + bn * bm + p_tile) * 2 + 16 * bm
+
+    def dq_tile(self, head: int) -> tuple[int, int, int]:
+        """The dQ kernel's (queries per block, keys per tile, warps): block_n x block_m with
+        a warp per 16 queries; head dim 256: 2 block_n x block_m / 2, two warps per 16
+        queries (each S / dP for half the keys, dQ for half the columns)."""
+        if head > 128:
+            return 2 * self.block_n, self.block_m // 2, 2 * self.block_n // 8
+        return self.block_n, self.block_m, self.key_warps
 
     def dq_smem(self, head: int) -> int:
-        """Q, dO tiles of block_n rows, two stages of K and V tiles of block_m keys."""
-        return (2 * self.block_n * head + 4 * self.block_m * head) * 2
+        """Q, dO tiles of the dQ block's rows, two stages of K and V tiles, the dS tile
+        (head dim 256)."""
+        bq, bk, _ = self.dq_tile(head)
+        ds = bq * bk if head > 128 else 0
+        return (2 * bq * head + 4 * bk * head + ds) * 2
 
-    def smem_bytes(self, head: int) -> int:
+    def smem_bytes(self, head: int, atomic: bool = False) -> int:
+        """Shared memory of the solver's largest kernel (atomic: the main kernel only)."""
+        if atomic:
+            return self.main_smem(head)
         return max(self.main_smem(head), self.dq_smem(head))
 
 
@@ -103,6 +127,9 @@ CONFIGS: dict[int, tuple[FlashBwdConfig, ...]] = {
     32: (FlashBwdConfig(64, 64, 4),),
     64: (FlashBwdConfig(64, 64, 8),),
     128: (FlashBwdConfig(64, 64, 8),),
+    # 64 queries x 32 keys, four warps per 16 keys (64 dK / dV accumulators per thread);
+    # main 107,520 bytes, dQ 135,168 bytes of shared memory: sm_80 and sm_90.
+    256: (FlashBwdConfig(64, 32, 8),),
 }
 
 
@@ -209,8 +236,9 @@ class _Runner(Runner):
             self.k["convert"]((-(-rows // _CONVERT_ROWS),), (256,),
                               (dq_acc, tensors.dq, lq, lkv, prm, dq_ld))  # fmt: skip
         else:
+            bq, _, dq_warps = cfg.dq_tile(self.head)
             self.k["dq"](
-                (-(-p.sq // cfg.block_n), p.b * p.hq), (32 * cfg.key_warps,),
+                (-(-p.sq // bq), p.b * p.hq), (32 * dq_warps,),
                 (tensors.q, tensors.k, tensors.v, tensors.dout, lse2, tensors.dq, mask,
                  lq, lkv, prm, delta, mask_kind),
                 shared_mem=cfg.dq_smem(self.head),
@@ -258,7 +286,8 @@ class _FlashTcBwd(Solver):
         if problem.b * problem.hq > _MAX_GRID_Y:
             return not_applicable(f"needs b * hq <= {_MAX_GRID_Y} (the grid's y)")
         if not self.configs(problem, caps):
-            need = min(c.smem_bytes(head_bucket(problem)) for c in CONFIGS[head_bucket(problem)])
+            head = head_bucket(problem)
+            need = min(c.smem_bytes(head, self.atomic) for c in CONFIGS[head])
             return not_applicable(f"needs {need} bytes of shared memory per block, device "
                                   f"{caps.arch} has {caps.max_shared_bytes}")  # fmt: skip
         return APPLICABLE
@@ -267,7 +296,9 @@ class _FlashTcBwd(Solver):
         head = head_bucket(problem)
         if head is None:
             return []
-        return [c for c in CONFIGS[head] if c.smem_bytes(head) <= caps.max_shared_bytes]
+        return [
+            c for c in CONFIGS[head] if c.smem_bytes(head, self.atomic) <= caps.max_shared_bytes
+        ]
 
     def default_config(self, problem: AttentionProblem, caps: Capabilities) -> FlashBwdConfig:
         options = self.configs(problem, caps)
