@@ -10,6 +10,8 @@ table below reuses a few kernels across many masking cases.
 
 from __future__ import annotations
 
+import dataclasses
+
 import numpy as np
 import pytest
 from attention_support import (
@@ -37,11 +39,13 @@ def prob(b=1, hq=2, hkv=1, sq=37, skv=70, d=64, dv=None, dtype="fp16", **kw) -> 
 
 
 def _check(backend, problem, config=None, dropout_p=0.0, mask_shape=None, lengths=None,
-           mask=None):  # fmt: skip
+           mask=None, scale=None):  # fmt: skip
     ops = operands(problem, mask_shape=mask_shape, lengths=lengths)
     if mask is not None:
         ops["mask"] = mask
     scalars = default_scalars(problem, dropout_p=dropout_p)
+    if scale is not None:
+        scalars = dataclasses.replace(scalars, scale=scale)
     o, lse = run_forward(backend, SOLVER, problem, ops, scalars, config)
     assert_forward_close(o, lse, problem, ops, scalars, tensor_cores=True)
     return o, lse
@@ -74,6 +78,15 @@ def test_forward(backend, problem, config):
     _check(backend, problem, config)
 
 
+# The kernel scales in one FFMA after the row max of the raw scores, so a negative scale
+# flips Q's signs (the max of -s); 0 keeps every kept key at weight 1. Interior tiles
+# (sq = skv = 70: tile 0 of block 0) and masked ones (tile 1, causal), then explicit masks.
+@pytest.mark.parametrize("scale", [-0.3, 0.0])
+def test_negative_and_zero_scale(backend, scale):
+    _check(backend, prob(hq=1, sq=70, skv=70), scale=scale)
+    _check(backend, prob(hq=1, sq=70, skv=70, causal=True), scale=scale)
+
+
 # The mask tests run the mask + dropout kernels (fewer compiles), without and with dropout.
 def test_fully_masked_rows_bool_mask_head_dim_256(backend):
     # (sq, skv) bool mask broadcast over batch and heads; rows 3 and 7 keep nothing.
@@ -84,6 +97,7 @@ def test_fully_masked_rows_bool_mask_head_dim_256(backend):
     _, lse = _check(backend, p, mask=mask)
     assert np.isneginf(lse[:, :, [3, 7]]).all()
     _check(backend, p, mask=mask, dropout_p=0.25)
+    _check(backend, p, mask=mask, scale=-0.2)  # Q from shared memory, negated there
 
 
 def test_additive_mask_broadcast_bf16(backend):
@@ -95,6 +109,7 @@ def test_additive_mask_broadcast_bf16(backend):
     m[0, 0, 0, :5] = -np.inf
     _check(backend, p, mask=m.astype(NUMPY_DTYPE["bf16"]))
     _check(backend, p, mask=m.astype(NUMPY_DTYPE["bf16"]), dropout_p=0.2)
+    _check(backend, p, mask=m.astype(NUMPY_DTYPE["bf16"]), scale=-0.25)
 
 
 def test_varlen_lengths_zero_and_one(backend):

@@ -23,9 +23,12 @@
 //   masking      only on tiles that the warp's rows do not keep whole (causal diagonal,
 //                window edges, lengths, an explicit mask); tiles outside every row's key
 //                range are skipped by the block's loop bounds, per warp by a branch
-//   softmax      online, log2 domain: s * scale_log2 (+ mask * log2 e), row max across the
-//                quad's 4 lanes (__shfl_xor_sync), exp2f, O rescaled in registers; the row
-//                sum stays per lane until the end (alpha is uniform across the quad)
+//   softmax      online, log2 domain: row max of the raw scores across the quad's 4 lanes
+//                (__shfl_xor_sync), then exp2f(s * c - m) with one FFMA per element (c =
+//                |scale_log2|; a negative scale flips Q's signs once per block so the max
+//                stays a max), O rescaled in registers only when some row's max moved; the
+//                row sum stays per lane until the end (alpha is uniform across the quad).
+//                Tiles with an explicit mask are scaled (+ mask * log2 e) in mask_tile
 //   dropout      P *= dropout_factor after the row sum: the denominator is undropped
 //   O += P V     P packed from the S accumulators straight into A fragments (the C layout
 //                of m16n8 is the A layout of m16k16 after packing pairs); V tile
@@ -144,7 +147,7 @@ struct Fwd {
     LaneCols<HD> q_cols, k_cols, v_cols;
     unsigned qf[Q_IN_REGS ? MT : 1][Q_IN_REGS ? KS : 1][4];
     float acc_o[MT][NO][4];
-    float m_run[MT][2], l_run[MT][2];
+    float m_run[MT][2], l_run[MT][2];  // row max (log2 domain, scaled), per-lane row sum
     // pipeline: stage read this tile, stage refilled, next tiles' sources and valid rows
     int stage, refill, kv_rows, n_tiles;
     const T *k_next, *v_next;
@@ -160,6 +163,13 @@ struct Fwd {
           q_cols(warp * WM + (lane_ & 15), (lane_ >> 4) * 8),
           k_cols((lane_ & 7) + (lane_ >> 4) * 8, ((lane_ >> 3) & 1) * 8),
           v_cols((lane_ & 7) + ((lane_ >> 3) & 1) * 8, (lane_ >> 4) * 8) {}
+
+    // |scale_log2| (Q is negated for a negative scale), from the parameters where it is
+    // used (two instructions a tile, no register held across the loop); the floor keeps
+    // -inf * c = -inf for scale 0 (every p then exp2(~0) = 1, as it should).
+    __device__ __forceinline__ float scale_c() const {
+        return fmaxf(fabsf(p.scale_log2), 7.8886090522101181e-31f);  // 2^-100
+    }
 
     // The K (or V) tile of the next tile to load into the refilled stage.
     __device__ __forceinline__ void load_k(int n) {
@@ -219,7 +229,7 @@ struct Fwd {
                 }
             }
             if (MASKED) mask_tile(s, key0);
-            softmax<MASKED>(s, key0);
+            softmax<MASKED && MASK != sdpa::kMaskNone>(s, key0);
         }
 
         // ---- O += P V
@@ -259,19 +269,12 @@ struct Fwd {
         v_next += v_step;
     }
 
-    // Scales the scores to the log2 domain, then -inf where a row does not keep the key
-    // (range, explicit mask) and the additive mask's value added.
+    // -inf where a row does not keep the key (range, explicit mask). Without an explicit
+    // mask the scores stay raw (softmax scales them in its FFMA; c > 0 keeps -inf); with
+    // one they are scaled to the log2 domain here and the additive mask's value added.
     __device__ __forceinline__ void mask_tile(float (&s)[MT][NS][4], int key0) {
-        const float c = p.scale_log2;
-        if (MASK == sdpa::kMaskNone && key0 >= w_full_lo && key0 + BN <= w_full_hi) {
-#pragma unroll
-            for (int mt = 0; mt < MT; ++mt)
-#pragma unroll
-                for (int j = 0; j < NS; ++j)
-#pragma unroll
-                    for (int e = 0; e < 4; ++e) s[mt][j][e] *= c;
-            return;
-        }
+        const float c = scale_c();
+        if (MASK == sdpa::kMaskNone && key0 >= w_full_lo && key0 + BN <= w_full_hi) return;
 #pragma unroll
         for (int mt = 0; mt < MT; ++mt)
 #pragma unroll
@@ -283,8 +286,12 @@ struct Fwd {
                     const sdpa::KeyRange r =
                         sdpa::key_range(p, len, w_first + 16 * mt + (lane >> 2) + 8 * hf);
                     bool keep = key >= r.lo && key < r.hi;
+                    if (MASK == sdpa::kMaskNone) {
+                        s[mt][j][e] = keep ? s[mt][j][e] : -INFINITY;
+                        continue;
+                    }
                     float add = 0.0f;
-                    if (MASK != sdpa::kMaskNone && keep) {
+                    if (keep) {
                         const sdpa::MaskValue<MASK, T> mv = sdpa::mask_at<MASK, T>(
                             p, mask, bi, h, w_first + 16 * mt + (lane >> 2) + 8 * hf, key);
                         keep = mv.keep;
@@ -294,27 +301,25 @@ struct Fwd {
                 }
     }
 
-    // Online softmax of one tile in the log2 domain: scores * scale_log2 (unless SCALED:
-    // mask_tile did), row max across the quad, exp2, O rescaled; the row sum stays per
-    // lane (the quad shares alpha).
+    // Online softmax of one tile in the log2 domain: the row max of the raw scores across
+    // the quad, then p = exp2(s * c - m) as one FFMA and an exp2 per element (c: the
+    // scale in log2 units, >= 0 as Q's sign carries a negative scale, so the max of s
+    // scales to the max of s * c; SCALED: mask_tile did the scaling, c = 1), O rescaled
+    // when the max moved; the row sum stays per lane (the quad shares alpha).
     template <bool SCALED>
     __device__ __forceinline__ void softmax(float (&s)[MT][NS][4], int key0) {
-        const float c = p.scale_log2;
+        const float c = SCALED ? 1.0f : scale_c();
 #pragma unroll
         for (int mt = 0; mt < MT; ++mt)
 #pragma unroll
             for (int hf = 0; hf < 2; ++hf) {
-                float mx = m_run[mt][hf];
+                float mx = -INFINITY;
 #pragma unroll
-                for (int j = 0; j < NS; ++j) {
-                    if (!SCALED) {
-                        s[mt][j][2 * hf] *= c;
-                        s[mt][j][2 * hf + 1] *= c;
-                    }
+                for (int j = 0; j < NS; ++j)
                     mx = fmaxf(mx, fmaxf(s[mt][j][2 * hf], s[mt][j][2 * hf + 1]));
-                }
                 mx = fmaxf(mx, __shfl_xor_sync(0xffffffffu, mx, 1));
                 mx = fmaxf(mx, __shfl_xor_sync(0xffffffffu, mx, 2));
+                mx = fmaxf(m_run[mt][hf], mx * c);
                 // Nothing kept yet: subtract 0 (exp2(-inf) = 0, no -inf - -inf).
                 const float m_use = mx == -INFINITY ? 0.0f : mx;
                 const float alpha = exp2f(m_run[mt][hf] - m_use);
@@ -324,7 +329,7 @@ struct Fwd {
                 for (int j = 0; j < NS; ++j)
 #pragma unroll
                     for (int e = 2 * hf; e < 2 * hf + 2; ++e) {
-                        s[mt][j][e] = exp2f(s[mt][j][e] - m_use);
+                        s[mt][j][e] = exp2f(fmaf(s[mt][j][e], c, -m_use));
                         sum += s[mt][j][e];
                     }
                 l_run[mt][hf] = l_run[mt][hf] * alpha + sum;
@@ -360,6 +365,25 @@ struct Fwd {
         }
     }
 };
+
+// Flips the signs of the Q tile's chunks this thread copied (load_tile's mapping). Not
+// inlined: in the kernel's body this rare branch costs the main loop registers (spills at
+// HEAD_DIM 256).
+template <int HD, int BM, int THREADS, typename T>
+__device__ __noinline__ void negate_q(T* qs) {
+    constexpr int CPR = HD / 8, RPP = THREADS / CPR;
+    const int c = threadIdx.x % CPR, r0 = threadIdx.x / CPR;
+#pragma unroll 1
+    for (int r = r0; r < BM; r += RPP) {
+        uint4* chunk = reinterpret_cast<uint4*>(qs + tc::tile_offset<HD>(r, c * 8));
+        uint4 x = *chunk;
+        x.x ^= 0x80008000u;
+        x.y ^= 0x80008000u;
+        x.z ^= 0x80008000u;
+        x.w ^= 0x80008000u;
+        *chunk = x;
+    }
+}
 
 template <typename T, int HD, int BM, int BN, int WARPS, int STAGES, int MASK, bool DROPOUT>
 __device__ __forceinline__ void fwd_body(const T* __restrict__ q, const T* __restrict__ k,
@@ -429,6 +453,16 @@ __device__ __forceinline__ void fwd_body(const T* __restrict__ q, const T* __res
     // Prologue: Q, then K and V of the first STAGES - 1 tiles, one group each.
     load_tile<BM, HD, F::THREADS>(f.Qs, qb, p.q_ss, len.q - q0, p.d);
     cl::mma::cp_async_commit();
+    // A negative scale: Q's signs flipped once per block (s * scale = -s * |scale|), so
+    // softmax's max of the raw scores stays the max of the scaled ones: in the fragments
+    // (XOR, no branch, below) or, for HEAD_DIM 256, in shared memory by the threads that
+    // copied each chunk (their own cp.async data is visible to them after the wait; tile
+    // 0's barrier publishes it to the other warps).
+    const unsigned q_sign = p.scale_log2 < 0.0f ? 0x80008000u : 0u;
+    if (!F::Q_IN_REGS && q_sign) {
+        cl::mma::cp_async_wait<0>();  // Q, the only group yet
+        negate_q<HD, BM, F::THREADS>(f.Qs);
+    }
 #pragma unroll
     for (int s = 0; s < STAGES - 1; ++s) {
         if (s < n_tiles)
@@ -452,9 +486,12 @@ __device__ __forceinline__ void fwd_body(const T* __restrict__ q, const T* __res
 #pragma unroll
         for (int mt = 0; mt < MT; ++mt)
 #pragma unroll
-            for (int ks = 0; ks < KS; ++ks)
-                cl::mma::ldmatrix<4>(f.qf[F::Q_IN_REGS ? mt : 0][F::Q_IN_REGS ? ks : 0],
-                                     f.Qs + f.q_cols.at(ks) + 16 * mt * HD);
+            for (int ks = 0; ks < KS; ++ks) {
+                unsigned(&a)[4] = f.qf[F::Q_IN_REGS ? mt : 0][F::Q_IN_REGS ? ks : 0];
+                cl::mma::ldmatrix<4>(a, f.Qs + f.q_cols.at(ks) + 16 * mt * HD);
+#pragma unroll
+                for (int e = 0; e < 4; ++e) a[e] ^= q_sign;
+            }
     }
 #pragma unroll
     for (int mt = 0; mt < MT; ++mt) {
