@@ -30,7 +30,7 @@ from cudnnlite.runtime.select import backend_by_name
 from cudnnlite.solvers.attention.flash_fwd import FlashConfig, FlashTcFwdSolver, kernel_name
 
 SOLVER = FlashTcFwdSolver()
-SMALL = FlashConfig(64, 64, 4)  # the default for short query sequences
+SMALL = FlashConfig(64, 128, 4)  # the default for head dims <= 64
 
 
 def prob(b=1, hq=2, hkv=1, sq=37, skv=70, d=64, dv=None, dtype="fp16", **kw) -> AttentionProblem:
@@ -80,10 +80,11 @@ def test_forward(backend, problem, config):
 
 # The kernel scales in one FFMA after the row max of the raw scores, so a negative scale
 # flips Q's signs (the max of -s); 0 keeps every kept key at weight 1. Interior tiles
-# (sq = skv = 70: tile 0 of block 0) and masked ones (tile 1, causal), then explicit masks.
+# (skv = 130: tile 0 of block 0, 128 keys) and masked ones (tile 1; causal), then explicit
+# masks.
 @pytest.mark.parametrize("scale", [-0.3, 0.0])
 def test_negative_and_zero_scale(backend, scale):
-    _check(backend, prob(hq=1, sq=70, skv=70), scale=scale)
+    _check(backend, prob(hq=1, sq=70, skv=130), scale=scale)
     _check(backend, prob(hq=1, sq=70, skv=70, causal=True), scale=scale)
 
 
@@ -149,7 +150,7 @@ def test_configs_and_names():
         FlashConfig(128, 64, 4)  # 32 rows per warp spill
     assert len(SOLVER.module_specs()) <= 4
     runner = SOLVER.prepare(_cpu(), prob(d=40), SMALL)  # compiled by test_forward already
-    assert runner.kernel_names == ["sdpa_flash_fwd_tc_64x64_d64_w4_s2_fp16"]
+    assert runner.kernel_names == ["sdpa_flash_fwd_tc_64x128_d64_w4_s2_fp16"]
     bf16 = next(d for d in dtypes.FLOAT_TYPES if d.short == "bf16")
     name = kernel_name(bf16, 256, FlashConfig(64, 32, 4), "additive", True)
     assert name == "sdpa_flash_fwd_tc_64x32_d256_w4_s2_mask_add_drop_bf16"

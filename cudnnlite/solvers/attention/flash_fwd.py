@@ -73,11 +73,20 @@ class FlashConfig(Config):
 
 # Per head-dim bucket, the default first. Registers (sm_90): a warp keeps its O
 # accumulators (head_dim / 2 floats per lane), S (block_n / 2) and Q fragments (head_dim
-# / 4, up to 128; 256 re-reads Q from shared memory); 64 x 64 with 4 warps leaves room for
-# 3 blocks per SM at head dims <= 64.
+# / 4, up to 128; 256 re-reads Q from shared memory). Head dim 64 takes 128-key tiles:
+# the per-tile costs (barriers, copies' addresses, row max shuffles) spread over twice the
+# MMAs; at 255 registers that is 2 blocks (8 warps) per SM, no spills (64-key tiles: 168
+# registers, 3 blocks; capping the 128-key kernel at 168 spills). Head dim 32 keeps
+# 64-key tiles by default: ptxas fits its 128-key mask kernels in 168 registers with
+# 28 bytes of spills.
 CONFIGS: dict[int, tuple[FlashConfig, ...]] = {
-    32: (FlashConfig(64, 64, 4), FlashConfig(128, 64, 8)),
-    64: (FlashConfig(64, 64, 4), FlashConfig(128, 64, 8), FlashConfig(128, 128, 8)),
+    32: (FlashConfig(64, 64, 4), FlashConfig(64, 128, 4), FlashConfig(128, 64, 8)),
+    64: (
+        FlashConfig(64, 128, 4),
+        FlashConfig(64, 64, 4),
+        FlashConfig(128, 64, 8),
+        FlashConfig(128, 128, 8),
+    ),
     128: (FlashConfig(128, 64, 8), FlashConfig(64, 64, 4), FlashConfig(128, 32, 8)),
     256: (FlashConfig(64, 32, 4), FlashConfig(64, 64, 4)),
 }
