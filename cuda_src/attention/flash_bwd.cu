@@ -103,12 +103,13 @@ __device__ __forceinline__ LaneOff<COLS> b_lanes(int lane, int chunk0 = 0) {
     return LaneOff<COLS>((lane & 7) + ((lane >> 4) << 3), ((lane >> 3) & 1) + chunk0);
 }
 
-// acc[NF] (16 rows x 8 NF columns) += A B^T over KSTEPS k16 steps: A the 16 rows of As,
-// B the 8 NF rows of Bs, both stored k contiguous (ldmatrix without .trans; ao: a_lanes,
-// bo: b_lanes).
-template <typename T, int KSTEPS, int NF, int AC, int BC>
-__device__ __forceinline__ void mma_abt(float (&acc)[NF][4], const T* As, const LaneOff<AC>& ao,
-                                        const T* Bs, const LaneOff<BC>& bo) {
+// acc[NF] (16 rows x 8 NF columns) += A op(B) over KSTEPS k16 steps, A the 16 rows of As
+// (k contiguous; ao: a_lanes). B_KMAJOR = false: B^T with B the 8 NF rows of Bs, k
+// contiguous (ldmatrix; bo: b_lanes); true: B a [k][BC] tile, n contiguous
+// (ldmatrix.trans; bo: a_lanes at its first column).
+template <bool B_KMAJOR, typename T, int KSTEPS, int NF, int AC, int BC>
+__device__ __forceinline__ void mma_tile(float (&acc)[NF][4], const T* As, const LaneOff<AC>& ao,
+                                         const T* Bs, const LaneOff<BC>& bo) {
 #pragma unroll
     for (int ks = 0; ks < KSTEPS; ++ks) {
         unsigned a[4];
@@ -116,12 +117,22 @@ __device__ __forceinline__ void mma_abt(float (&acc)[NF][4], const T* As, const 
 #pragma unroll
         for (int np = 0; np < NF / 2; ++np) {
             unsigned r[4];
-            ldmatrix<4>(r, Bs + bo(16 * np, 2 * ks));
+            if (B_KMAJOR)
+                ldmatrix_trans<4>(r, Bs + bo(16 * ks, 2 * np));
+            else
+                ldmatrix<4>(r, Bs + bo(16 * np, 2 * ks));
             const unsigned b0[2] = {r[0], r[1]}, b1[2] = {r[2], r[3]};
             cl::mma::mma_m16n8k16<T>(acc[2 * np], a, b0, acc[2 * np]);
             cl::mma::mma_m16n8k16<T>(acc[2 * np + 1], a, b1, acc[2 * np + 1]);
         }
     }
+}
+
+// acc += A B^T (both operands k contiguous).
+template <typename T, int KSTEPS, int NF, int AC, int BC>
+__device__ __forceinline__ void mma_abt(float (&acc)[NF][4], const T* As, const LaneOff<AC>& ao,
+                                        const T* Bs, const LaneOff<BC>& bo) {
+    mma_tile<false, T, KSTEPS, NF>(acc, As, ao, Bs, bo);
 }
 
 // mma_abt with A's fragments already in registers (a[ks]: ldmatrix of a_lanes, k16 step ks).
@@ -161,24 +172,11 @@ __device__ __forceinline__ void mma_reg_b(float (&acc)[NF][4], const float (&c)[
     }
 }
 
-// acc[NF] += A * B with A the 16 rows of As (k contiguous; ao: a_lanes) and B a [k][BC]
-// tile (n contiguous: ldmatrix.trans; bo: a_lanes at its first column).
+// acc += A B with B a [k][BC] tile, n contiguous.
 template <typename T, int KSTEPS, int NF, int AC, int BC>
 __device__ __forceinline__ void mma_ab(float (&acc)[NF][4], const T* As, const LaneOff<AC>& ao,
                                        const T* Bs, const LaneOff<BC>& bo) {
-#pragma unroll
-    for (int ks = 0; ks < KSTEPS; ++ks) {
-        unsigned a[4];
-        ldmatrix<4>(a, As + ao(0, 2 * ks));
-#pragma unroll
-        for (int np = 0; np < NF / 2; ++np) {
-            unsigned r[4];
-            ldmatrix_trans<4>(r, Bs + bo(16 * ks, 2 * np));
-            const unsigned b0[2] = {r[0], r[1]}, b1[2] = {r[2], r[3]};
-            cl::mma::mma_m16n8k16<T>(acc[2 * np], a, b0, acc[2 * np]);
-            cl::mma::mma_m16n8k16<T>(acc[2 * np + 1], a, b1, acc[2 * np + 1]);
-        }
-    }
+    mma_tile<true, T, KSTEPS, NF>(acc, As, ao, Bs, bo);
 }
 
 // Two fp32 atomic adds at p, p + 1 (8-byte aligned): one vector atomic on sm_90.
