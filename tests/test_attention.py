@@ -90,6 +90,9 @@ REF_CASES = [
     dict(q=(5, 8), k=(7, 8), v=(7, 3)),
     dict(q=(3, 2, 4, 5, 8), k=(1, 2, 4, 7, 8), v=(1, 2, 4, 7, 3)),  # batch broadcast
     dict(q=(2, 4, 5, 8), k=(2, 1, 7, 8), v=(2, 1, 7, 6)),  # multi-query by broadcasting
+    dict(q=(2, 1, 5, 8), k=(2, 4, 7, 8), v=(2, 4, 7, 3)),  # one query head over 4 kv heads
+    dict(q=(5, 8), k=(4, 7, 8), v=(4, 7, 3)),  # unbatched q against headed k, v
+    dict(q=(3, 2, 2, 5, 8), k=(3, 2, 2, 7, 8), v=(3, 2, 2, 7, 3), amask=(3, 1, 1, 1, 7)),
     dict(q=(2, 4, 5, 8), k=(2, 2, 7, 8), v=(2, 2, 7, 6), enable_gqa=True),
     dict(q=(2, 3, 7, 8), k=(2, 3, 5, 8), v=(2, 3, 5, 6), is_causal=True),  # L > S
     dict(q=(2, 3, 5, 8), k=(2, 3, 7, 8), v=(2, 3, 7, 6), mask=(5, 7)),
@@ -129,7 +132,11 @@ def _torch_sdpa(q, k, v, mask, kw, rng):
     return o.detach().numpy(), grads, dout
 
 
-REF_4D = [i for i, c in enumerate(REF_CASES) if len(c["q"]) == 4 and c["k"][0] == c["q"][0]]
+REF_4D = [
+    i
+    for i, c in enumerate(REF_CASES)
+    if len(c["q"]) == 4 and c["k"][0] == c["q"][0] and c["q"][1] % c["k"][1] == 0
+]
 
 
 @pytest.mark.parametrize("case", REF_4D)

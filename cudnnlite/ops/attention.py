@@ -86,8 +86,8 @@ def _to_4d(a: Any, batch: tuple[int, ...], heads: int, seq: int, dim: int, layou
     """(b, h, s, d) or (b, s, h, d) with the batch dims broadcast and flattened into b."""
     inner = (heads, seq, dim) if layout == "BHSD" else (seq, heads, dim)
     if a.ndim < 3:  # (L, E): one head
-        a = a.reshape(inner)
-    if tuple(a.shape[:-3]) != batch:
+        a = a.reshape((1, seq, dim))
+    if tuple(a.shape) != batch + inner:  # batch dims, or q's single head, broadcast
         a = array_module(a).broadcast_to(a, batch + inner)
     return a.reshape((math.prod(batch), *inner))
 
@@ -102,6 +102,8 @@ def _shapes(q: Any, k: Any, v: Any, layout: str, enable_gqa: bool) -> _Shapes:
         raise BadParamError(f"v: sequence length {sv} differs from k's {skv}")
     if hv != hk:
         raise BadParamError(f"v: {hv} heads differ from k's {hk}")
+    if hq == 1 and hk > 1:  # one query head broadcast over the key/value heads (matmul's rule)
+        hq = hk
     if hk != hq and hk != 1 and not (enable_gqa and hk > 0 and hq % hk == 0):
         want = (
             "a divisor of"
@@ -113,8 +115,9 @@ def _shapes(q: Any, k: Any, v: Any, layout: str, enable_gqa: bool) -> _Shapes:
         raise BadParamError(f"k, v: 0 heads for q's {hq} heads")
     batch = _broadcast_batch({"q": bq, "k": bk, "v": bv})
     if layout == "BHSD":
-        out_shape = (*batch, hq, sq, dv) if q.ndim >= 3 else (sq, dv)
-        lse_shape = (*batch, hq, sq) if q.ndim >= 3 else (sq,)
+        headed = max(q.ndim, k.ndim, v.ndim) >= 3
+        out_shape = (*batch, hq, sq, dv) if headed else (sq, dv)
+        lse_shape = (*batch, hq, sq) if headed else (sq,)
     else:
         out_shape = (*batch, sq, hq, dv)
         lse_shape = (*batch, hq, sq)
@@ -528,41 +531,36 @@ def scaled_dot_product_attention_backward(
         get_plan(call.backend, p, algo).launch(tensors, call.scalars)
     grads = [_fold(g, a, call, layout) for g, a in ((dq, q), (dk, k), (dv, v))]
     if mask_grad:
-        grads.append(_fold_mask(dmask, attn_mask))
+        grads.append(_fold_mask(dmask, attn_mask, call))
     return tuple(grads)
 
 
+def _sum_to(g: Any, shape: tuple[int, ...]) -> Any:
+    """The gradient of an operand of ``shape`` that was broadcast to ``g.shape``: summed
+    over the leading dims it lacks and the dims where it has 1 (broadcasting's adjoint)."""
+    lead = g.ndim - len(shape)
+    if lead:
+        g = g.sum(axis=tuple(range(lead)))
+    axes = tuple(i for i, (n, m) in enumerate(zip(shape, g.shape, strict=True)) if n == 1 != m)
+    return g.sum(axis=axes, keepdims=True) if axes else g
+
+
 def _fold(g: Any, like: Any, call: _Call, layout: str) -> Any:
-    """A gradient of the 4-D operand back to the user's operand shape, summing over the
-    batch dims the operand was broadcast along."""
+    """A gradient of the 4-D operand back to the user's operand: summed over the batch dims
+    (and the single query head) it was broadcast along."""
     like = as_array("operand", like)
-    batch = call.shapes.batch
-    inner = g.shape[1:]
-    g = g.reshape((*batch, *inner))
-    own_batch = tuple(like.shape[:-3]) if like.ndim >= 3 else ()
-    lead = len(batch) - len(own_batch)
-    axes = list(range(lead)) + [
-        lead + i for i, n in enumerate(own_batch) if n == 1 and batch[lead + i] != 1
-    ]
-    if axes:
-        g = g.sum(axis=tuple(axes), keepdims=False)
-        g = g.reshape((*own_batch, *inner))
-    return g.reshape(like.shape).astype(like.dtype, copy=False)
+    g = g.reshape((*call.shapes.batch, *g.shape[1:]))
+    shape = tuple(like.shape)
+    if layout == "BHSD" and like.ndim < 3:
+        shape = (1, *shape)  # (L, E): one head
+    return _sum_to(g, shape).reshape(like.shape).astype(like.dtype, copy=False)
 
 
-def _fold_mask(dmask: Any, attn_mask: Any) -> Any:
+def _fold_mask(dmask: Any, attn_mask: Any, call: _Call) -> Any:
+    """The additive mask's gradient, from (b, hq, sq, skv) to the mask's own shape."""
     m = as_array("attn_mask", attn_mask)
-    g = dmask
-    target = tuple(m.shape)
-    full = g.shape
-    # sum the (flattened) batch back and every axis the mask broadcasts along
-    g = g.reshape(full)
-    while g.ndim > len(target):
-        g = g.sum(axis=0)
-    axes = tuple(i for i, n in enumerate(target) if n == 1 and g.shape[i] != 1)
-    if axes:
-        g = g.sum(axis=axes, keepdims=True)
-    return g.reshape(target).astype(m.dtype)
+    g = dmask.reshape((*call.shapes.batch, *dmask.shape[1:]))
+    return _sum_to(g, tuple(m.shape)).reshape(m.shape).astype(m.dtype)
 
 
 def tuning_operands(
