@@ -143,14 +143,7 @@ def _aligned(a: Any, align_bytes: int) -> Any:
 
 
 def _mask(
-    attn_mask: Any,
-    dtype: Any,
-    shapes: _Shapes,
-    q_ndim: int,
-    layout: str,
-    hq: int,
-    sq: int,
-    skv: int,
+    attn_mask: Any, dtype: Any, shapes: _Shapes, hq: int, sq: int, skv: int
 ) -> tuple[Any, str]:
     """The mask as the kernels read it, 4-D (b, hq, sq, skv) with 0 strides where it
     broadcasts (bool as uint8), and its kind."""
@@ -166,7 +159,7 @@ def _mask(
     else:
         raise BadParamError(f"attn_mask: expected a bool or floating-point array, got {m.dtype}")
     # PyTorch broadcasts the mask against (batch..., heads, L, S) of the BHSD output.
-    full = (*shapes.batch, hq, sq, skv) if (layout == "BSHD" or q_ndim >= 3) else (sq, skv)
+    full = (*shapes.batch, hq, sq, skv) if len(shapes.out_shape) > 2 else (sq, skv)
     xp = array_module(m)
     try:
         view = xp.broadcast_to(m, full)
@@ -280,7 +273,7 @@ def _make_call(
     b, hq, sq, d = _dims(shapes.q, layout)
     _, hkv, skv, _ = _dims(shapes.k, layout)
     dv = shapes.v.shape[-1]
-    mask, kind = _mask(attn_mask, q.dtype, shapes, q.ndim, layout, hq, sq, skv)
+    mask, kind = _mask(attn_mask, q.dtype, shapes, hq, sq, skv)
     xp = backend.xp
     lq = _lengths("lengths_q", lengths_q, b, sq, xp)
     lkv = _lengths("lengths_kv", lengths_kv, b, skv, xp)
