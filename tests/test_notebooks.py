@@ -1,11 +1,21 @@
 """Executes the notebooks in notebooks/ top to bottom (nbclient, a fresh kernel each), as
-a user would; any cell that raises fails the test. Skipped without the ``notebooks`` extra;
-the PyTorch notebook also needs the ``interop`` extra (torch)."""
+a user would, and checks what they show: every plotting cell displays a PNG inline, and
+the lines that carry each notebook's story (per-op checks, tuning results, the DLPack
+round trip) are printed. The committed notebooks carry the outputs of an emulator run;
+the same checks hold for those, and they name no path on the machine that made them.
+
+Skipped without the ``notebooks`` extra; the PyTorch notebook also needs ``interop``.
+
+Refresh the committed outputs after changing a notebook (never done by the test):
+``python tests/test_notebooks.py [NAME ...]`` from the repository root."""
 
 from __future__ import annotations
 
 import importlib.util
 import os
+import re
+import sys
+import tempfile
 from pathlib import Path
 
 import pytest
@@ -15,39 +25,163 @@ nbclient = pytest.importorskip("nbclient")
 pytest.importorskip("ipykernel")
 pytest.importorskip("matplotlib")
 
-NOTEBOOKS = Path(__file__).resolve().parent.parent / "notebooks"
+REPO = Path(__file__).resolve().parent.parent
+NOTEBOOKS = REPO / "notebooks"
 NEEDS = {"03_pytorch_interop.ipynb": "torch"}
 
+# A code cell that draws: a call on plt / ax / axes / fig.
+PLOTTING = re.compile(r"\b(plt|ax|axes|fig)\.\w+\(")
+# An absolute POSIX path of two or more components in an output (/tmp/..., /home/...).
+ABSOLUTE_PATH = re.compile(r"(?:^|[\s'\"(=:])/[\w.+-]+/[\w.+-]")
 
-def test_every_notebook_is_listed() -> None:
-    names = sorted(p.name for p in NOTEBOOKS.glob("*.ipynb"))
-    assert names == ["01_quickstart.ipynb", "02_autotuning.ipynb", "03_pytorch_interop.ipynb"]
+
+def _check_line(op: str) -> str:
+    """A quickstart check line: the op, its array module, shape, error, bound, ``ok``."""
+    return rf"^{re.escape(op)} +(numpy|cupy) +\([\d, ]+\) +max err \S+ <= \S+  ok$"
 
 
-@pytest.mark.parametrize("name", sorted(p.name for p in NOTEBOOKS.glob("*.ipynb")))
-def test_notebook_runs(name: str, tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
+# Per notebook: how many plotting cells it has, and {regex: minimum number of matching
+# lines} over its printed text (multiline; a GPU machine repeats some lines per backend).
+EXPECTED: dict[str, tuple[int, dict[str, int]]] = {
+    "01_quickstart.ipynb": (
+        0,
+        {
+            r"^\[ ok \] backends: a NumPy array runs on cpu": 1,
+            r"^array modules: \['numpy'": 1,
+            **{
+                _check_line(op): 1
+                for op in (
+                    "conv2d 3x3 pad 1",
+                    "batch_norm (inference)",
+                    "relu",
+                    "max_pool2d 2x2",
+                    "softmax",
+                    "gelu float16",
+                    "gelu bfloat16",
+                )
+            },
+            r"^BadParamError: x: expected a NumPy or CuPy array": 1,
+            r"^BadParamError: out: the array is read-only$": 1,
+        },
+    ),
+    "02_autotuning.ipynb": (
+        1,
+        {
+            # Each of the six layers' key, then its fastest solver and time.
+            r"^conv2d_fwd n\d+-c\d+-h\d+-w\d+ k\d+-r3-s3 \S+ g\d+ NCHW fp32\n"
+            r"    fastest: conv_fwd_\w+.* [\d,]+ us$": 6,
+            r"^choice:  conv_fwd_\w+ \(from user DB\)$": 1,
+            r"^\* conv_fwd_\w+ +yes ": 1,
+            r"^plan picks the tuned solver: conv_fwd_\w+ ": 1,
+        },
+    ),
+    "03_pytorch_interop.ipynb": (
+        0,
+        {
+            r"^  \(conv\): Conv2d\(3, 16, kernel_size=\(3, 3\)": 1,
+            r"^max \|difference\|: \d\.\de-\d\d$": 1,
+            r"^cudnnlite matches PyTorch$": 1,
+            r"^(numpy|cupy) result; shares memory with the tensor: True$": 1,
+            r"^tensor\(\[\[2\., 2\., 2\.\],$": 1,
+            r"^(NotSupportedError: stream: the emulator|ran on <torch\.cuda\.Stream)": 1,
+        },
+    ),
+}
+
+
+def kernel_env(scratch: Path) -> dict[str, str | None]:
+    """Environment changes for the notebook kernels (None: unset)."""
+    return {
+        # A scratch tuning DB: the notebooks leave the user's alone.
+        "CUDNNLITE_TUNING_DIR": str(scratch / "tuning"),
+        # ipykernel's inline backend shows figures only when no other backend is forced.
+        "MPLBACKEND": None,
+        # The checkout's cudnnlite, whether or not it is installed.
+        "PYTHONPATH": os.pathsep.join(filter(None, [str(REPO), os.environ.get("PYTHONPATH")])),
+    }
+
+
+def execute(name: str, workdir: Path):
+    """Runs a copy of the notebook in a fresh kernel (cwd ``workdir``) and returns it."""
+    nb = nbformat.read(NOTEBOOKS / name, as_version=4)
+    client = nbclient.NotebookClient(
+        nb,
+        timeout=600,
+        kernel_name="python3",
+        record_timing=False,  # no timestamps in the saved notebooks
+        resources={"metadata": {"path": str(workdir)}},
+    )
+    client.execute()
+    return nb
+
+
+def _text(output) -> str:
+    if output.get("output_type") == "stream":
+        return output.get("text", "")
+    if output.get("output_type") == "error":
+        return "\n".join([output.get("ename", ""), output.get("evalue", "")])
+    return output.get("data", {}).get("text/plain", "")
+
+
+def check_outputs(name: str, nb) -> None:
+    """What the notebook must show: no errors, a PNG per plotting cell, the key lines."""
+    code = [cell for cell in nb.cells if cell.cell_type == "code"]
+    outputs = [out for cell in code for out in cell.get("outputs", [])]
+    errors = [f"{o.get('ename')}: {o.get('evalue')}" for o in outputs if o.output_type == "error"]
+    assert errors == []
+    assert all(cell.get("execution_count") for cell in code), "a code cell was not executed"
+
+    n_plots, lines = EXPECTED[name]
+    plotting = [cell for cell in code if PLOTTING.search(cell.source)]
+    assert len(plotting) == n_plots
+    for cell in plotting:
+        images = [o for o in cell.get("outputs", []) if "image/png" in o.get("data", {})]
+        assert images, f"no inline figure from the cell starting {cell.source[:60]!r}"
+
+    text = "".join(_text(o) for o in outputs)
+    for pattern, at_least in lines.items():
+        found = len(re.findall(pattern, text, re.MULTILINE))
+        assert found >= at_least, f"{pattern!r}: {found} line(s), expected {at_least}\n{text}"
+
+
+def test_every_notebook_is_checked() -> None:
+    assert sorted(p.name for p in NOTEBOOKS.glob("*.ipynb")) == sorted(EXPECTED)
+
+
+@pytest.mark.parametrize("name", sorted(EXPECTED))
+def test_notebook(name: str, tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
     needed = NEEDS.get(name)
     if needed and importlib.util.find_spec(needed) is None:
         pytest.skip(f"{name} needs {needed} (pip install -e '.[interop]')")
-    # The kernel inherits the environment: a scratch tuning dir, the suite's kernel cache.
-    monkeypatch.setenv("CUDNNLITE_TUNING_DIR", str(tmp_path / "tuning"))
-    monkeypatch.setenv("MPLBACKEND", "Agg")
-    # The checkout's cudnnlite, whether or not it is installed.
-    repo = str(NOTEBOOKS.parent)
-    monkeypatch.setenv(
-        "PYTHONPATH", os.pathsep.join(filter(None, [repo, os.environ.get("PYTHONPATH")]))
-    )
-    nb = nbformat.read(NOTEBOOKS / name, as_version=4)
-    client = nbclient.NotebookClient(
-        nb, timeout=600, kernel_name="python3", resources={"metadata": {"path": str(tmp_path)}}
-    )
-    client.execute()
-    errors = [
-        out
-        for cell in nb.cells
-        if cell.cell_type == "code"
-        for out in cell.get("outputs", [])
-        if out.get("output_type") == "error"
-    ]
-    assert errors == []
-    assert os.environ["CUDNNLITE_TUNING_DIR"] == str(tmp_path / "tuning")
+
+    # The committed outputs read well on GitHub: the same checks, and no machine paths.
+    saved = nbformat.read(NOTEBOOKS / name, as_version=4)
+    check_outputs(name, saved)
+    saved_text = "".join(_text(o) for c in saved.cells for o in c.get("outputs", []))
+    assert not ABSOLUTE_PATH.search(saved_text), ABSOLUTE_PATH.search(saved_text)
+
+    for key, value in kernel_env(tmp_path).items():
+        if value is None:
+            monkeypatch.delenv(key, raising=False)
+        else:
+            monkeypatch.setenv(key, value)
+    check_outputs(name, execute(name, tmp_path))
+
+
+def main(names: list[str]) -> None:
+    """Re-executes the notebooks and writes them back with their outputs."""
+    with tempfile.TemporaryDirectory(prefix="cudnnlite-notebooks-") as scratch:
+        for key, value in kernel_env(Path(scratch)).items():
+            if value is None:
+                os.environ.pop(key, None)
+            else:
+                os.environ[key] = value
+        for name in names or sorted(EXPECTED):
+            nb = execute(name, Path(scratch))
+            check_outputs(name, nb)
+            nbformat.write(nb, NOTEBOOKS / name)
+            print("wrote", NOTEBOOKS / name)
+
+
+if __name__ == "__main__":
+    main(sys.argv[1:])
