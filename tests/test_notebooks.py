@@ -109,6 +109,7 @@ def execute(name: str, workdir: Path):
         timeout=600,
         kernel_name="python3",
         record_timing=False,  # no timestamps in the saved notebooks
+        coalesce_streams=True,  # one stream output per cell, however the text arrived
         resources={"metadata": {"path": str(workdir)}},
     )
     client.execute()
