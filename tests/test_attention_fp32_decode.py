@@ -265,3 +265,19 @@ def test_module_budget() -> None:
     specs = {*FWD.module_specs(), *BWD.module_specs(), *DECODE.module_specs()}
     assert len(specs) <= 6
     assert sum(len(s.names) for s in specs) <= 16
+
+
+def test_dmask_rows_past_every_key_stay_in_bounds(
+    backend: str, emulator_only: None, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """Top-left window with sq > skv + left: the last query tiles see no key, and their
+    key range starts past skv. The dQ kernel's dmask zero-fill must stay inside the rows
+    (it once wrote up to br.lo > skv columns: past the end of dmask, caught by ASan)."""
+    problem = AttentionProblem(b=1, hq=1, hkv=1, sq=96, skv=10, d=8, dv=8, window=(0, 0),
+                               mask="additive")  # fmt: skip
+    ops = operands(problem, seed=5)
+    scalars = default_scalars(problem)
+    o, lse = run_forward(backend, FWD, problem, ops, scalars)
+    monkeypatch.setenv("CUDNNLITE_EMU_ASAN", "1")
+    grads = run_backward(backend, BWD, problem.backward(), ops, scalars, o, lse)
+    assert_backward_close(grads, problem, ops, scalars)

@@ -293,10 +293,13 @@ __global__ void __launch_bounds__(kThreads, 2) flash_fp32_bwd_dq(
     }
     store_rows(dq, dtype, q_off, p.q_ss, m0, p.sq, p.d, dQ, p.scale, ty, tx);
     if (dmask_on) {  // zeros where no tile went: [0, kv_begin) and [written_end, skv)
-        const int cols = kv_begin + p.skv - min(written_end, p.skv);
+        // (clamped to skv: with no tile visited, kv_begin = br.lo may lie past skv, e.g.
+        // top-left windows with sq > skv + left)
+        const int zb = min(kv_begin, p.skv), ze = max(min(written_end, p.skv), zb);
+        const int cols = zb + p.skv - ze;
         for (long long idx = threadIdx.x; idx < (long long)nq * cols; idx += kThreads) {
             const int r = (int)(idx / cols), c = (int)(idx % cols);
-            const int key = c < kv_begin ? c : written_end + (c - kv_begin);
+            const int key = c < zb ? c : ze + (c - zb);
             dmask[(bh * p.sq + m0 + r) * p.skv + key] = 0.f;
         }
     }
