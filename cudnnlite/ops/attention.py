@@ -136,10 +136,23 @@ def _aligned(a: Any, align_bytes: int) -> Any:
     base address multiples of the vector width), else a contiguous copy."""
     outer = zip(a.strides[:-1], a.shape[:-1], strict=True)
     ok = a.strides[-1] == a.itemsize and all(s % align_bytes == 0 for s, n in outer if n > 1)
-    ptr = a.__array_interface__["data"][0] if isinstance(a, np.ndarray) else int(a.data.ptr)
-    if ok and ptr % align_bytes == 0:
+    if ok and _address(a) % align_bytes == 0:
         return a
-    return array_module(a).ascontiguousarray(a)
+    return _packed(a)
+
+
+def _address(a: Any) -> int:
+    return a.__array_interface__["data"][0] if isinstance(a, np.ndarray) else int(a.data.ptr)
+
+
+def _packed(a: Any) -> Any:
+    """``a`` C-contiguous from a 16-byte aligned address (the kernels' vector loads), as it
+    is or as a fresh copy (``ascontiguousarray`` keeps a contiguous view at an odd offset)."""
+    if a.flags.c_contiguous and _address(a) % 16 == 0:
+        return a
+    copy = array_module(a).empty(a.shape, dtype=a.dtype)
+    copy[...] = a
+    return copy
 
 
 def _mask(
@@ -498,15 +511,15 @@ def scaled_dot_product_attention_backward(
     dmask = xp.zeros(full, dtype=np.float32) if p.mask == "additive" else None
     if not p.empty:
         qq, kk, vv = _operands(call, p)
-        o4 = xp.ascontiguousarray(o.reshape(p.o_shape()))
-        d4 = xp.ascontiguousarray(dout.reshape(p.o_shape()))
+        o4 = _packed(o.reshape(p.o_shape()))
+        d4 = _packed(dout.reshape(p.o_shape()))
         tensors = AttentionBwdTensors(
             qq,
             kk,
             vv,
             o4,
             d4,
-            xp.ascontiguousarray(lse.reshape(p.lse_shape())),
+            _packed(lse.reshape(p.lse_shape())),
             dq,
             dk,
             dv,
@@ -515,12 +528,12 @@ def scaled_dot_product_attention_backward(
             call.lengths_q,
             call.lengths_kv,
         )
-        if qq.strides != dq.strides:
-            tensors.q = xp.ascontiguousarray(qq)
+        if qq.strides != dq.strides:  # the kernels index q and dq with one set of strides
+            tensors.q = _packed(qq)
         if kk.strides != dk.strides:
-            tensors.k = xp.ascontiguousarray(kk)
+            tensors.k = _packed(kk)
         if vv.strides != dv.strides:
-            tensors.v = xp.ascontiguousarray(vv)
+            tensors.v = _packed(vv)
         get_plan(call.backend, p, algo).launch(tensors, call.scalars)
     grads = [_fold(g, a, call, layout) for g, a in ((dq, q), (dk, k), (dv, v))]
     if mask_grad:
