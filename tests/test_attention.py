@@ -424,6 +424,26 @@ def test_misaligned_views_are_copied_aligned() -> None:
         assert np.array_equal(g, w)
 
 
+def test_tensor_core_backward_refuses_misaligned_pointers() -> None:
+    """Called directly (not through the op, which copies), the tensor-core backward's
+    runner checks the 16-byte alignment its vector loads need."""
+    from cudnnlite.solvers.attention.common import AttentionBwdTensors, Scalars
+
+    p = AP(1, 1, 1, 4, 4, 8, 8, dtype="fp16", direction="bwd")
+    solver = registry.get("sdpa_bwd_flash_tc")
+    backend = backend_by_name("cpu")
+    cfg = solver.default_config(p, capabilities(backend))
+    runner = solver.prepare(backend, p, cfg)
+    buf = np.zeros(48, np.float16)
+    start = next(i for i in range(1, 9) if (buf.ctypes.data + 2 * i) % 16)
+    odd = buf[start : start + 32].reshape(1, 1, 4, 8)  # contiguous, not 16-byte aligned
+    ok = [np.zeros((1, 1, 4, 8), np.float16) for _ in range(7)]
+    t = AttentionBwdTensors(odd, *ok[:3], ok[3], np.zeros((1, 1, 4), np.float32), *ok[4:])
+    ws = np.zeros(solver.workspace_size(p, cfg), np.uint8)
+    with pytest.raises(NotSupportedError, match="q needs 16-byte aligned rows"):
+        runner(t, Scalars(scale=0.5), ws)
+
+
 def test_bad_backward_input() -> None:
     q, k, v = _qkv()
     o, lse = cl.scaled_dot_product_attention(q, k, v, return_lse=True)

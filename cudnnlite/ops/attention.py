@@ -32,7 +32,7 @@ from ..problems.attention import AttentionProblem
 from ..runtime.backend import Backend
 from ..runtime.select import backend_for
 from ..runtime.streams import with_stream
-from ..solvers.attention.common import AttentionBwdTensors, AttentionTensors, Scalars
+from ..solvers.attention.common import AttentionBwdTensors, AttentionTensors, Scalars, data_ptr
 from ._arrays import array_module, as_array, check_out, float_dtype
 
 LAYOUTS = ("BHSD", "BSHD")
@@ -136,19 +136,15 @@ def _aligned(a: Any, align_bytes: int) -> Any:
     base address multiples of the vector width), else a contiguous copy."""
     outer = zip(a.strides[:-1], a.shape[:-1], strict=True)
     ok = a.strides[-1] == a.itemsize and all(s % align_bytes == 0 for s, n in outer if n > 1)
-    if ok and _address(a) % align_bytes == 0:
+    if ok and data_ptr(a) % align_bytes == 0:
         return a
     return _packed(a)
-
-
-def _address(a: Any) -> int:
-    return a.__array_interface__["data"][0] if isinstance(a, np.ndarray) else int(a.data.ptr)
 
 
 def _packed(a: Any) -> Any:
     """``a`` C-contiguous from a 16-byte aligned address (the kernels' vector loads), as it
     is or as a fresh copy (``ascontiguousarray`` keeps a contiguous view at an odd offset)."""
-    if a.flags.c_contiguous and _address(a) % 16 == 0:
+    if a.flags.c_contiguous and data_ptr(a) % 16 == 0:
         return a
     copy = array_module(a).empty(a.shape, dtype=a.dtype)
     copy[...] = a

@@ -106,6 +106,12 @@ def _optional(t: Any) -> tuple[Any, Any, Any]:
     return mask, lq, lkv
 
 
+def data_ptr(a: Any) -> int:
+    """The address of a NumPy or CuPy array's first element."""
+    iface = getattr(a, "__cuda_array_interface__", None) or a.__array_interface__
+    return int(iface["data"][0])
+
+
 def _strides(a: Any) -> tuple[int, int, int, int]:
     """Element strides of a 4-D array."""
     return tuple(s // a.itemsize for s in a.strides)  # type: ignore[return-value]

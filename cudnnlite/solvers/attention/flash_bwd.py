@@ -45,7 +45,7 @@ from ...runtime.backend import Backend
 from ...runtime.caps import Capabilities
 from ...runtime.kernel import ModuleSpec
 from ..base import APPLICABLE, Applicability, Config, Runner, Solver, not_applicable
-from .common import MASK_KIND, AttentionBwdTensors, Scalars, dtype_of, params
+from .common import MASK_KIND, AttentionBwdTensors, Scalars, data_ptr, dtype_of, params
 
 SOURCE = "attention/flash_bwd.cu"
 DTYPES = ("fp16", "bf16")
@@ -253,9 +253,9 @@ def _check_strides(t: AttentionBwdTensors) -> None:
         a, b = getattr(t, name), getattr(t, like)
         if a.strides != b.strides:
             raise NotSupportedError(f"sdpa_bwd_flash_tc: {name} must have the strides of {like}")
-        if any((s // a.itemsize) % 8 for s in a.strides[:3]):
-            raise NotSupportedError(f"sdpa_bwd_flash_tc: {name}'s strides must be multiples of 8 "
-                                    "elements (16-byte rows)")  # fmt: skip
+        if data_ptr(a) % 16 or any((s // a.itemsize) % 8 for s in a.strides[:3]):
+            raise NotSupportedError(f"sdpa_bwd_flash_tc: {name} needs 16-byte aligned rows "
+                                    "(pointer and strides in multiples of 8 elements)")  # fmt: skip
     for name in ("lse", "dmask"):
         a = getattr(t, name)
         if a is not None and not a.flags.c_contiguous:

@@ -30,7 +30,7 @@ from ...runtime.backend import Backend
 from ...runtime.caps import Capabilities
 from ...runtime.kernel import ModuleSpec
 from ..base import APPLICABLE, Applicability, Config, Runner, Solver, not_applicable
-from .common import MASK_KIND, AttentionTensors, Scalars, dtype_of, params
+from .common import MASK_KIND, AttentionTensors, Scalars, data_ptr, dtype_of, params
 
 SOURCE = "attention/flash_fwd.cu"
 DTYPES = ("fp16", "bf16")
@@ -113,11 +113,6 @@ def module_spec(
     return ModuleSpec.make(SOURCE, [_expr(dt, hd, cfg, mask, dropout)])
 
 
-def _data_ptr(a: Any) -> int:
-    iface = getattr(a, "__cuda_array_interface__", None) or a.__array_interface__
-    return int(iface["data"][0])
-
-
 class _Runner(Runner):
     def __init__(self, backend: Backend, problem: AttentionProblem, cfg: FlashConfig) -> None:
         dt = dtype_of(problem)
@@ -139,7 +134,7 @@ class _Runner(Runner):
     def __call__(self, tensors: AttentionTensors, scalars: Scalars, workspace: Any) -> None:
         for name in "qkvo":
             a = getattr(tensors, name)
-            if _data_ptr(a) % 16 or any((s // a.itemsize) % 8 for s in a.strides[:3]):
+            if data_ptr(a) % 16 or any((s // a.itemsize) % 8 for s in a.strides[:3]):
                 raise NotSupportedError(
                     f"sdpa_fwd_flash_tc: {name} needs 16-byte aligned rows (pointer and "
                     "strides multiples of 8 elements)"
