@@ -195,6 +195,8 @@ def _lengths(name: str, lengths: Any, b: int, limit: int, xp: Any) -> Any:
     host = np.asarray(a.get() if hasattr(a, "get") else a)
     if host.size and (host.min() < 0 or host.max() > limit):
         raise BadParamError(f"{name}: lengths must be in [0, {limit}], got {host.tolist()}")
+    if a.dtype == np.int32 and array_module(a) is xp:
+        return xp.ascontiguousarray(a)  # already where the kernels read it
     return xp.asarray(host.astype(np.int32))
 
 
@@ -405,13 +407,9 @@ def scaled_dot_product_attention(
     p = call.problem
     xp = call.backend.xp
     if out is not None:
-        check_out(
-            out,
-            call.shapes.out_shape,
-            call.dtype,
-            call.backend,
-            {"q": q, "k": k, "v": v, "attn_mask": attn_mask},
-        )
+        # shape, dtype, writable; any overlap with an input is refused below (check_out
+        # would let out be an input itself: attention cannot run in place)
+        check_out(out, call.shapes.out_shape, call.dtype, call.backend, {})
         for name, a in (("q", q), ("k", k), ("v", v), ("attn_mask", attn_mask)):
             if a is not None and array_module(out).may_share_memory(as_array(name, a), out):
                 raise BadParamError(f"out: overlaps {name}; attention cannot run in place")
@@ -419,8 +417,9 @@ def scaled_dot_product_attention(
     o = out.reshape(p.o_shape()) if direct else xp.empty(p.o_shape(), dtype=call.dtype)
     if p.empty:
         o[...] = 0
-    lse = xp.full(p.lse_shape(), -np.inf, dtype=np.float32)
-    if not p.empty:
+        lse = xp.full(p.lse_shape(), -np.inf, dtype=np.float32)
+    else:
+        lse = xp.empty(p.lse_shape(), dtype=np.float32)  # every solver writes every row
         plan = get_plan(call.backend, p, algo)
         qq, kk, vv = _operands(call, p)
         plan.launch(
@@ -500,11 +499,14 @@ def scaled_dot_product_attention_backward(
             f"lse: expected float32 of shape {call.shapes.lse_shape}, got "
             f"{lse.dtype} {tuple(lse.shape)}"
         )
-    dq = xp.zeros(p.q_shape(), dtype=call.dtype)
-    dk = xp.zeros(p.k_shape(), dtype=call.dtype)
-    dv = xp.zeros(p.v_shape(), dtype=call.dtype)
+    # Every solver writes every element (its tests start from NaN): zeros only when
+    # there is nothing to compute.
+    alloc = xp.zeros if p.empty else xp.empty
+    dq = alloc(p.q_shape(), dtype=call.dtype)
+    dk = alloc(p.k_shape(), dtype=call.dtype)
+    dv = alloc(p.v_shape(), dtype=call.dtype)
     full = (p.b, p.hq, p.sq, p.skv)
-    dmask = xp.zeros(full, dtype=np.float32) if p.mask == "additive" else None
+    dmask = alloc(full, dtype=np.float32) if p.mask == "additive" else None
     if not p.empty:
         qq, kk, vv = _operands(call, p)
         o4 = _packed(o.reshape(p.o_shape()))

@@ -24,7 +24,7 @@ With lengths, ``sq``/``skv`` are each batch entry's own lengths.
 from __future__ import annotations
 
 import re
-from dataclasses import dataclass
+from dataclasses import dataclass, replace
 
 from ..errors import BadParamError
 
@@ -139,10 +139,10 @@ class AttentionProblem:
 
     def forward(self) -> AttentionProblem:
         """The forward problem this one is the backward of (or itself)."""
-        return _replace(self, direction="fwd")
+        return replace(self, direction="fwd")
 
     def backward(self) -> AttentionProblem:
-        return _replace(self, direction="bwd")
+        return replace(self, direction="bwd")
 
     # ------------------------------------------------------------------ keys
     def key(self) -> str:
@@ -207,9 +207,3 @@ class AttentionProblem:
 
     def __str__(self) -> str:
         return self.key()
-
-
-def _replace(p: AttentionProblem, **changes: object) -> AttentionProblem:
-    import dataclasses
-
-    return dataclasses.replace(p, **changes)
