@@ -2,14 +2,15 @@
 compare kernels against, usable by anyone checking their own kernels.
 
 One module per family (``activation``, ``conv``, ``pooling``, ``norm``, ``softmax``,
-``dropout``, ``tensor``); the most used functions are re-exported here. ``softmax`` is
+``dropout``, ``tensor``, ``rnn``); the most used functions are re-exported here. ``softmax`` is
 the module, its function is ``softmax_forward``.
 """
 
-from . import activation, conv, conv_backward, dropout, norm, pooling, softmax, tensor
+from . import activation, conv, conv_backward, dropout, norm, pooling, rnn, softmax, tensor
 from .activation import activation_backward, activation_forward
 from .conv import conv_bias_act_forward, conv_forward
 from .dropout import dropout_backward, dropout_forward, dropout_mask, philox4x32_10
+from .rnn import rnn_backward, rnn_forward
 from .softmax import log_softmax, softmax_backward, softmax_forward
 from .tensor import add_tensor, op_tensor, reduce_tensor, transform_tensor
 
@@ -32,6 +33,9 @@ __all__ = [
     "philox4x32_10",
     "pooling",
     "reduce_tensor",
+    "rnn",
+    "rnn_backward",
+    "rnn_forward",
     "softmax",
     "softmax_backward",
     "softmax_forward",
