@@ -94,6 +94,7 @@ from .ops.pooling import (
     pooling_backward,
     pooling_forward,
 )
+from .ops.rnn import pack_rnn_weights, rnn, rnn_backward, rnn_weights_from_torch
 from .ops.softmax import log_softmax, log_softmax_backward, softmax, softmax_backward
 from .ops.tensor import (
     OP_TENSOR_OPS,
@@ -109,6 +110,7 @@ from .ops.tensor import (
 )
 from .problems.attention import AttentionProblem
 from .problems.conv import ConvProblem
+from .problems.rnn import RnnProblem
 from .runtime.streams import current_stream, use_stream
 
 __version__ = "0.1.0"
@@ -185,6 +187,11 @@ __all__ = [
     "AttentionProblem",
     "scaled_dot_product_attention",
     "scaled_dot_product_attention_backward",
+    "RnnProblem",
+    "pack_rnn_weights",
+    "rnn",
+    "rnn_backward",
+    "rnn_weights_from_torch",
     "ConvPlan",
     "ConvProblem",
     "conv1d",

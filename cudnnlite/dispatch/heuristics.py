@@ -8,6 +8,7 @@ from __future__ import annotations
 
 from ..problems.attention import AttentionProblem
 from ..problems.conv import ConvProblem
+from ..problems.rnn import RnnProblem
 from ..runtime.caps import Capabilities
 
 DIRECT = "conv_fwd_direct"
@@ -179,10 +180,30 @@ def sdpa_bwd_ranking(p: AttentionProblem, caps: Capabilities) -> list[str]:
     return tc + [SDPA_BWD_FP32, SDPA_BWD_UNFUSED]
 
 
+RNN_STANDARD = "rnn_fwd_standard"
+RNN_PERSISTENT = "rnn_fwd_persistent"
+RNN_BWD_STANDARD = "rnn_bwd_standard"
+
+
+def rnn_fwd_ranking(p: RnnProblem, caps: Capabilities) -> list[str]:
+    """The persistent kernel for small batches (cuDNN's PERSIST_STATIC regime: the step is
+    too small to fill the GPU, so launches and W_hh re-reads dominate), the standard
+    algorithm otherwise and as the fallback. Unmeasured on a GPU so far: the batch
+    threshold (32) is where one step's GEMM starts to fill an H200."""
+    persistent = [RNN_PERSISTENT] if p.b <= 32 else []
+    return persistent + [RNN_STANDARD]
+
+
+def rnn_bwd_ranking(p: RnnProblem, caps: Capabilities) -> list[str]:
+    return [RNN_BWD_STANDARD]
+
+
 RANKINGS = {
     "conv_fwd": conv_fwd_ranking,
     "conv_bwd_data": conv_bwd_data_ranking,
     "conv_bwd_filter": conv_bwd_filter_ranking,
     "sdpa_fwd": sdpa_fwd_ranking,
     "sdpa_bwd": sdpa_bwd_ranking,
+    "rnn_fwd": rnn_fwd_ranking,
+    "rnn_bwd": rnn_bwd_ranking,
 }

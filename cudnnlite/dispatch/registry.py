@@ -86,6 +86,10 @@ _ENTRIES: tuple[tuple[str, str], ...] = (
     ("sdpa_bwd_flash_fp32", "cudnnlite.solvers.attention.flash_fp32:FlashFp32BwdSolver"),
     ("sdpa_fwd_flash_decode", "cudnnlite.solvers.attention.flash_decode:FlashDecodeSolver"),
     ("sdpa_bwd_flash_tc_split", "cudnnlite.solvers.attention.flash_bwd:FlashTcBwdSplitSolver"),
+    # recurrent networks
+    ("rnn_fwd_standard", "cudnnlite.solvers.rnn.standard:StandardFwdSolver"),
+    ("rnn_bwd_standard", "cudnnlite.solvers.rnn.standard:StandardBwdSolver"),
+    ("rnn_fwd_persistent", "cudnnlite.solvers.rnn.persistent:PersistentFwdSolver"),
 )
 
 NAMES = tuple(name for name, _ in _ENTRIES)

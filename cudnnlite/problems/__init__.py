@@ -11,9 +11,10 @@ from typing import Any
 from ..errors import BadParamError
 from .attention import AttentionProblem
 from .conv import ConvProblem
+from .rnn import RnnProblem
 
-PROBLEM_TYPES: tuple[type, ...] = (ConvProblem, AttentionProblem)
-_PREFIXES = {"conv": ConvProblem, "sdpa": AttentionProblem}
+PROBLEM_TYPES: tuple[type, ...] = (ConvProblem, AttentionProblem, RnnProblem)
+_PREFIXES = {"conv": ConvProblem, "sdpa": AttentionProblem, "rnn_": RnnProblem}
 
 
 def parse_key(key: str) -> Any:
@@ -32,4 +33,11 @@ def is_problem(obj: Any) -> bool:
     return isinstance(obj, PROBLEM_TYPES)
 
 
-__all__ = ["PROBLEM_TYPES", "AttentionProblem", "ConvProblem", "is_problem", "parse_key"]
+__all__ = [
+    "PROBLEM_TYPES",
+    "AttentionProblem",
+    "ConvProblem",
+    "RnnProblem",
+    "is_problem",
+    "parse_key",
+]

@@ -1,0 +1,243 @@
+// The pointwise half of a recurrent step: the gate nonlinearities, the cell update and
+// the state writes, fused into one launch per step for both directions (grid.y =
+// direction). The GEMMs around it (x W_ih^T for every step at once, h W_hh^T per step,
+// the projection) are the solver's (cudnnlite/solvers/rnn/standard.py).
+//
+// Kernels (T = float | __half | __nv_bfloat16, MODE = rnn::kMode*):
+//   rnn_cell_fwd<T, MODE>   one thread per (direction, batch row, hidden unit): gates from
+//                           the input projection gx, the recurrent product gh and both
+//                           biases; new c (fp32) and h (T); y, or r = o * tanh(c) for the
+//                           projection; in training saves what the backward needs.
+//   rnn_proj_commit<T>      LSTM with projections: h = r W_hr^T (fp32 GEMM result) into the
+//                           state and y, active rows only.
+//   rnn_cell_bwd<T, MODE>   the step's gate gradients (fp32) into dgx (every step, for the
+//                           weight and input GEMMs) and dgh_step (this step, for dh W_hh),
+//                           the cell-state carry, and the direct part of the h carry.
+//   rnn_proj_dh             LSTM with projections: dh of the step = carry + dy, saved for
+//                           dW_hr, carry cleared (the GEMM with W_hh refills it).
+//
+// Layouts (contiguous, d = direction, t = time, b = batch row; G gates, H hidden, Ho = h's
+// size, P = Ho with projections):
+//   gx, s_gates, dgx (D, T, B, G*H) fp32     gh, dgh_step (D, B, G*H) fp32
+//   hstate (D, B, Ho) T      cstate (D, B, H) fp32     y / dy (T, B, D*Ho)
+//   s_c, s_ghn (D, T, B, H) fp32      s_h (D, T, B, Ho) T: h before the step
+//   r, dr (D, B, H): this step's o * tanh(c) (T) and its gradient (fp32)
+//   dgh (D, T, B, G*H) fp32: GRU only (its n gate's recurrent part differs from dgx's)
+// Time: direction 0 runs t = 0 .. T-1, direction 1 t = T-1 .. 0 (the forward kernels at
+// `step` take t = step / T-1-step, the backward ones the reverse). With lengths, row b
+// exists for t < len[b] only: an absent row keeps its state, gets y = 0, and gradient 0.
+// Gate orders (PyTorch's): LSTM i, f, g, o; GRU r, z, n with n = tanh(x_n + r * (h W_hn^T
+// + b_hn)); the RNN's one gate is h itself.
+// Defines: none (one module per dtype and mode).
+#include "common/cudnnlite.cuh"
+
+namespace rnn {
+enum Mode { kTanh = 0, kRelu = 1, kLstm = 2, kGru = 3 };
+
+__device__ __forceinline__ float sigmoid(float v) { return 1.0f / (1.0f + expf(-v)); }
+}  // namespace rnn
+
+// solvers/rnn/common.py: CELL_PARAMS_DTYPE.
+struct RnnCellParams {
+    int b, h, hout, gh;  // batch, hidden, size of h, gates * hidden
+    int steps, step;     // T, the step being run (see the file comment for its t)
+    int has_len, training;
+    long long y_ld;      // row stride of y / dy: directions * hout
+};
+
+struct RnnCellIndex {
+    int d, b, j, t;
+    bool active;
+};
+
+// The (direction, row, unit) of this thread, or false past the end. `backward` flips time.
+__device__ __forceinline__ bool cell_index(const RnnCellParams& p, int width, const int* lengths,
+                                           bool backward, RnnCellIndex& c) {
+    long long idx = (long long)blockIdx.x * blockDim.x + threadIdx.x;  // range [0, B * width)
+    if (idx >= (long long)p.b * width) return false;
+    c.d = blockIdx.y;
+    c.b = (int)(idx / width);
+    c.j = (int)(idx - (long long)c.b * width);
+    bool reverse = (c.d == 1) != backward;
+    c.t = reverse ? p.steps - 1 - p.step : p.step;
+    c.active = !p.has_len || c.t < lengths[c.b];
+    return true;
+}
+
+template <typename T, int MODE>
+__global__ void rnn_cell_fwd(
+    // inputs
+    const float* __restrict__ gx, const float* __restrict__ gh, const T* __restrict__ b_ih,
+    const T* __restrict__ b_hh, const int* __restrict__ lengths,
+    // state, updated in place
+    T* __restrict__ hstate, float* __restrict__ cstate,
+    // outputs
+    T* __restrict__ y, T* __restrict__ r,
+    // saved for the backward (training only)
+    float* __restrict__ s_gates, float* __restrict__ s_c, T* __restrict__ s_h,
+    float* __restrict__ s_ghn, RnnCellParams p) {
+    RnnCellIndex c;
+    if (!cell_index(p, p.h, lengths, false, c)) return;
+    const bool proj = p.hout != p.h;
+    const long long row = (long long)c.d * p.b + c.b;                  // (d, b)
+    const long long trow = ((long long)c.d * p.steps + c.t) * p.b + c.b;  // (d, t, b)
+    const long long ystate = row * p.hout + c.j;  // (with projections unused: j < H, not P)
+    if (p.training && !proj) s_h[trow * p.hout + c.j] = hstate[ystate];
+    if (!c.active) {
+        if (!proj) y[(long long)c.t * p.b * p.y_ld + c.b * p.y_ld + c.d * p.hout + c.j] = cl::from_float<T>(0.0f);
+        return;
+    }
+    const float* gxr = gx + trow * p.gh;
+    const float* ghr = gh + row * p.gh;
+    const T* bi = b_ih + (long long)c.d * p.gh;
+    const T* bh = b_hh + (long long)c.d * p.gh;
+    float* sg = s_gates + trow * p.gh;
+    auto pre = [&](int g) {
+        int k = g * p.h + c.j;
+        return gxr[k] + cl::to_float(bi[k]) + ghr[k] + cl::to_float(bh[k]);
+    };
+    float h_new;
+    if (MODE == rnn::kLstm) {
+        float i = rnn::sigmoid(pre(0)), f = rnn::sigmoid(pre(1));
+        float g = tanhf(pre(2)), o = rnn::sigmoid(pre(3));
+        float* cs = cstate + row * p.h + c.j;
+        float c_prev = *cs;
+        float c_new = f * c_prev + i * g;
+        *cs = c_new;
+        h_new = o * tanhf(c_new);
+        if (p.training) {
+            sg[c.j] = i;
+            sg[p.h + c.j] = f;
+            sg[2 * p.h + c.j] = g;
+            sg[3 * p.h + c.j] = o;
+            s_c[trow * p.h + c.j] = c_prev;
+        }
+    } else if (MODE == rnn::kGru) {
+        float rg = rnn::sigmoid(pre(0)), z = rnn::sigmoid(pre(1));
+        int k = 2 * p.h + c.j;
+        float ghn = ghr[k] + cl::to_float(bh[k]);
+        float n = tanhf(gxr[k] + cl::to_float(bi[k]) + rg * ghn);
+        h_new = (1.0f - z) * n + z * cl::to_float(hstate[ystate]);
+        if (p.training) {
+            sg[c.j] = rg;
+            sg[p.h + c.j] = z;
+            sg[k] = n;
+            s_ghn[trow * p.h + c.j] = ghn;
+        }
+    } else {
+        float v = pre(0);
+        h_new = MODE == rnn::kTanh ? tanhf(v) : fmaxf(v, 0.0f);
+        if (MODE == rnn::kRelu && v != v) h_new = v;  // fmaxf drops NaN; PyTorch's relu keeps it
+        if (p.training) sg[c.j] = h_new;
+    }
+    if (proj) {
+        r[row * p.h + c.j] = cl::from_float<T>(h_new);
+        return;
+    }
+    T hv = cl::from_float<T>(h_new);
+    hstate[ystate] = hv;
+    y[(long long)c.t * p.b * p.y_ld + c.b * p.y_ld + c.d * p.hout + c.j] = hv;
+}
+
+template <typename T>
+__global__ void rnn_proj_commit(const float* __restrict__ hp, const int* __restrict__ lengths,
+                                T* __restrict__ hstate, T* __restrict__ y, T* __restrict__ s_h,
+                                RnnCellParams p) {
+    RnnCellIndex c;
+    if (!cell_index(p, p.hout, lengths, false, c)) return;
+    const long long row = (long long)c.d * p.b + c.b;
+    const long long trow = ((long long)c.d * p.steps + c.t) * p.b + c.b;
+    const long long k = row * p.hout + c.j;
+    if (p.training) s_h[trow * p.hout + c.j] = hstate[k];
+    T* yv = y + (long long)c.t * p.b * p.y_ld + c.b * p.y_ld + c.d * p.hout + c.j;
+    if (!c.active) {
+        *yv = cl::from_float<T>(0.0f);
+        return;
+    }
+    T hv = cl::from_float<T>(hp[k]);
+    hstate[k] = hv;
+    *yv = hv;
+}
+
+template <typename T, int MODE>
+__global__ void rnn_cell_bwd(
+    // inputs: dy (T, B, D*Ho), or with projections dr (D, B, H) = this step's dh W_hr
+    const float* __restrict__ dh_in, const float* __restrict__ s_gates,
+    const float* __restrict__ s_c, const T* __restrict__ s_h, const float* __restrict__ s_ghn,
+    const int* __restrict__ lengths,
+    // carries, updated in place
+    float* __restrict__ dh_carry, float* __restrict__ dc_carry,
+    // outputs
+    float* __restrict__ dgx, float* __restrict__ dgh, float* __restrict__ dgh_step,
+    RnnCellParams p) {
+    RnnCellIndex c;
+    if (!cell_index(p, p.h, lengths, true, c)) return;
+    const bool proj = p.hout != p.h;
+    const long long row = (long long)c.d * p.b + c.b;
+    const long long trow = ((long long)c.d * p.steps + c.t) * p.b + c.b;
+    float* gxo = dgx + trow * p.gh;
+    float* gho = dgh_step + row * p.gh;
+    const int G = p.gh / p.h;
+    float* gha = dgh + trow * p.gh;  // GRU only
+    if (!c.active) {
+        for (int g = 0; g < G; ++g) {
+            gxo[g * p.h + c.j] = gho[g * p.h + c.j] = 0.0f;
+            if (MODE == rnn::kGru) gha[g * p.h + c.j] = 0.0f;
+        }
+        return;
+    }
+    float dh;
+    if (proj) {
+        dh = dh_in[row * p.h + c.j];
+    } else {
+        float* carry = dh_carry + row * p.hout + c.j;
+        dh = *carry + dh_in[(long long)c.t * p.b * p.y_ld + c.b * p.y_ld + c.d * p.hout + c.j];
+        *carry = 0.0f;  // the GEMM with W_hh adds the rest
+    }
+    const float* sg = s_gates + trow * p.gh;
+    if (MODE == rnn::kLstm) {
+        float i = sg[c.j], f = sg[p.h + c.j], g = sg[2 * p.h + c.j], o = sg[3 * p.h + c.j];
+        float c_prev = s_c[trow * p.h + c.j];
+        float tc = tanhf(f * c_prev + i * g);
+        float* dcs = dc_carry + row * p.h + c.j;
+        float dc = *dcs + dh * o * (1.0f - tc * tc);
+        *dcs = dc * f;
+        float gi = dc * g * i * (1.0f - i), gf = dc * c_prev * f * (1.0f - f);
+        float gg = dc * i * (1.0f - g * g), go = dh * tc * o * (1.0f - o);
+        gxo[c.j] = gho[c.j] = gi;
+        gxo[p.h + c.j] = gho[p.h + c.j] = gf;
+        gxo[2 * p.h + c.j] = gho[2 * p.h + c.j] = gg;
+        gxo[3 * p.h + c.j] = gho[3 * p.h + c.j] = go;
+    } else if (MODE == rnn::kGru) {
+        float rg = sg[c.j], z = sg[p.h + c.j], n = sg[2 * p.h + c.j];
+        float h_prev = cl::to_float(s_h[trow * p.hout + c.j]);
+        float gn = dh * (1.0f - z) * (1.0f - n * n);
+        float gz = dh * (h_prev - n) * z * (1.0f - z);
+        float gr = gn * s_ghn[trow * p.h + c.j] * rg * (1.0f - rg);
+        dh_carry[row * p.hout + c.j] = dh * z;
+        gxo[c.j] = gho[c.j] = gha[c.j] = gr;
+        gxo[p.h + c.j] = gho[p.h + c.j] = gha[p.h + c.j] = gz;
+        gxo[2 * p.h + c.j] = gn;
+        gho[2 * p.h + c.j] = gha[2 * p.h + c.j] = gn * rg;
+    } else {
+        float hv = sg[c.j];
+        float g = MODE == rnn::kTanh ? dh * (1.0f - hv * hv) : (hv > 0.0f ? dh : 0.0f);
+        gxo[c.j] = gho[c.j] = g;
+    }
+}
+
+__global__ void rnn_proj_dh(const float* __restrict__ dy, const int* __restrict__ lengths,
+                            float* __restrict__ dh_carry, float* __restrict__ dh_step,
+                            float* __restrict__ dh_save, RnnCellParams p) {
+    RnnCellIndex c;
+    if (!cell_index(p, p.hout, lengths, true, c)) return;
+    const long long k = ((long long)c.d * p.b + c.b) * p.hout + c.j;
+    const long long ks = (((long long)c.d * p.steps + c.t) * p.b + c.b) * p.hout + c.j;
+    float v = 0.0f;
+    if (c.active) {
+        v = dh_carry[k] + dy[(long long)c.t * p.b * p.y_ld + c.b * p.y_ld + c.d * p.hout + c.j];
+        dh_carry[k] = 0.0f;
+    }
+    dh_step[k] = v;
+    dh_save[ks] = v;
+}

@@ -1,0 +1,1 @@
+"""Recurrent-network solvers: standard (per-step GEMM + fused cell) and persistent."""
