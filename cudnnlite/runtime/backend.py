@@ -2,8 +2,13 @@
 
 A backend compiles a ``ModuleSpec`` into a ``Module`` once (memoized per device) and
 hands out ``Kernel`` objects that launch like ``cupy.RawKernel``:
-``kernel(grid, block, args, shared_mem=0)``. Kernel arguments are arrays of the
-backend's kind, NumPy scalars of the exact C type, or ``numpy.void`` structs.
+``kernel(grid, block, args, shared_mem=0, cooperative=False)``. Kernel arguments are
+arrays of the backend's kind, NumPy scalars of the exact C type, or ``numpy.void``
+structs.
+
+A cooperative launch keeps every block of the grid co-resident, which a grid-wide
+barrier (``cl::grid_sync`` in ``cuda_src/common/grid_sync.cuh``) needs; its grid may
+not exceed ``backend.max_cooperative_blocks(kernel, block_threads, shared_mem)``.
 """
 
 from __future__ import annotations
@@ -15,7 +20,7 @@ from typing import Any
 
 import numpy as np
 
-from ..errors import BadParamError
+from ..errors import BadParamError, NotSupportedError
 from .kernel import ModuleSpec
 
 Dim = int | tuple[int, ...]
@@ -51,10 +56,41 @@ class Kernel(abc.ABC):
     spec: ModuleSpec
 
     @abc.abstractmethod
-    def __call__(self, grid: Dim, block: Dim, args: Sequence[Any], shared_mem: int = 0) -> None: ...
+    def __call__(
+        self,
+        grid: Dim,
+        block: Dim,
+        args: Sequence[Any],
+        shared_mem: int = 0,
+        cooperative: bool = False,
+    ) -> None:
+        """Launches the kernel. ``cooperative=True``: all blocks co-resident (a grid
+        barrier may be used); NotSupportedError when the grid exceeds
+        ``max_cooperative_blocks``."""
+
+    @abc.abstractmethod
+    def max_cooperative_blocks(self, block_threads: int, shared_mem: int = 0) -> int:
+        """Blocks of ``block_threads`` threads using ``shared_mem`` bytes of dynamic
+        shared memory that a cooperative launch of this kernel may have."""
 
     def __repr__(self) -> str:
         return f"<{type(self).__name__} {self.name} from {self.spec.label()}>"
+
+
+def check_cooperative_grid(
+    kernel: Kernel, grid: tuple[int, int, int], block: tuple[int, int, int], shared_mem: int
+) -> None:
+    """Raises NotSupportedError, before any launch, when a cooperative grid cannot be
+    co-resident (a GPU would refuse it, or CuPy would silently shrink a 1-D grid)."""
+    blocks = grid[0] * grid[1] * grid[2]
+    threads = block[0] * block[1] * block[2]
+    limit = kernel.max_cooperative_blocks(threads, shared_mem)
+    if blocks > limit:
+        raise NotSupportedError(
+            f"cooperative launch of {kernel.name}: {blocks} blocks of {threads} threads "
+            f"({shared_mem} B dynamic shared memory) cannot be co-resident; at most {limit} "
+            "can (backend.max_cooperative_blocks)"
+        )
 
 
 class Module(abc.ABC):
@@ -112,6 +148,14 @@ class Backend(abc.ABC):
         import os
 
         return os.cpu_count() or 1
+
+    def max_cooperative_blocks(
+        self, kernel: Kernel, block_threads: int, shared_mem: int = 0
+    ) -> int:
+        """The largest grid (in blocks) a cooperative launch of ``kernel`` may have with
+        ``block_threads`` threads and ``shared_mem`` bytes of dynamic shared memory per
+        block: SMs x resident blocks per SM on a GPU, a fixed bound on the emulator."""
+        return kernel.max_cooperative_blocks(block_threads, shared_mem)
 
     def empty(self, shape: Sequence[int], dtype: Any) -> Any:
         return self.xp.empty(tuple(shape), dtype=dtype)

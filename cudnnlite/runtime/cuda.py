@@ -13,7 +13,7 @@ from typing import Any
 import numpy as np
 
 from ..errors import BadParamError, CompileError, ExecutionError, NotSupportedError
-from .backend import Backend, Dim, Kernel, Module, launch_dims
+from .backend import Backend, Dim, Kernel, Module, check_cooperative_grid, launch_dims
 from .compile_options import base_options
 from .kernel import ModuleSpec
 from .sources import source_path
@@ -40,17 +40,52 @@ class CudaKernel(Kernel):
     def __init__(self, spec: ModuleSpec, name: str, function: Any) -> None:
         self.spec = spec
         self.name = name
-        self.function = function
+        self.function = function  # a cupy.RawKernel; its cupy.cuda.Function is .kernel
         self._smem_limit = _DEFAULT_DYNAMIC_SMEM
+        # (device, block threads, dynamic shared memory) -> co-resident blocks
+        self._cooperative_limits: dict[tuple[int, int, int], int] = {}
 
-    def __call__(self, grid: Dim, block: Dim, args: Sequence[Any], shared_mem: int = 0) -> None:
+    def _opt_in_shared_memory(self, shared_mem: int) -> None:
         if shared_mem < 0:
             raise BadParamError(f"shared_mem must be >= 0, got {shared_mem}")
         if shared_mem > self._smem_limit:
             # Above 48 KiB a kernel must opt in to the larger carve-out.
             self.function.max_dynamic_shared_size_bytes = shared_mem
             self._smem_limit = shared_mem
+
+    def max_cooperative_blocks(self, block_threads: int, shared_mem: int = 0) -> int:
+        """SMs x blocks resident per SM (cuOccupancyMaxActiveBlocksPerMultiprocessor),
+        the bound cuLaunchCooperativeKernel enforces."""
+        if block_threads < 1:
+            raise BadParamError(f"block_threads must be >= 1, got {block_threads}")
+        # The occupancy of a kernel over 48 KiB counts only after its opt-in.
+        self._opt_in_shared_memory(shared_mem)
+        cupy = import_cupy()
+        device = cupy.cuda.runtime.getDevice()
+        key = (device, block_threads, shared_mem)
+        limit = self._cooperative_limits.get(key)
+        if limit is None:
+            per_sm = cupy.cuda.driver.occupancyMaxActiveBlocksPerMultiprocessor(
+                self.function.kernel.ptr, block_threads, shared_mem
+            )
+            sms = cupy.cuda.runtime.deviceGetAttribute(
+                cupy.cuda.runtime.cudaDevAttrMultiProcessorCount, device
+            )
+            limit = self._cooperative_limits[key] = int(per_sm) * int(sms)
+        return limit
+
+    def __call__(
+        self,
+        grid: Dim,
+        block: Dim,
+        args: Sequence[Any],
+        shared_mem: int = 0,
+        cooperative: bool = False,
+    ) -> None:
+        self._opt_in_shared_memory(shared_mem)
         g, b = launch_dims(grid, block)
+        if cooperative:
+            check_cooperative_grid(self, g, b, shared_mem)
         # NumPy arrays here come from CUDNNLITE_BACKEND=cuda: run on device copies.
         copies = [HostToDevice(a) if isinstance(a, np.ndarray) else None for a in args]
         if any(copies):
@@ -59,7 +94,14 @@ class CudaKernel(Kernel):
         # path); a numpy.void scalar is rejected ("Unsupported type") by CuPy 13.
         args = [np.asarray(a) if isinstance(a, np.void) else a for a in args]
         try:
-            self.function(g, b, tuple(args), shared_mem=shared_mem)
+            if cooperative:
+                # cupy.cuda.Function launches with cuLaunchCooperativeKernel on request
+                # (RawKernel.__call__ would pass its own enable_cooperative_groups).
+                self.function.kernel(
+                    g, b, tuple(args), shared_mem=shared_mem, enable_cooperative_groups=True
+                )
+            else:
+                self.function(g, b, tuple(args), shared_mem=shared_mem)
         except Exception as exc:  # CUDADriverError and friends
             if type(exc).__name__ in ("CUDADriverError", "CUDARuntimeError"):
                 raise ExecutionError(

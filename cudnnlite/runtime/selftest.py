@@ -54,7 +54,12 @@ MMA_SELFTEST = ModuleSpec.make(
     ],
 )
 
+# The grid-wide barrier (common/grid_sync.cuh) under cooperative launches.
+GRID_SYNC_SELFTEST = ModuleSpec.make(
+    "selftest/grid_sync_selftest.cu", ["grid_exchange", "grid_sync_once"]
+)
+
 
 @register("selftest")
 def selftest_specs() -> list[ModuleSpec]:
-    return [EMULATOR_SELFTEST, WMMA_SELFTEST, MMA_SELFTEST]
+    return [EMULATOR_SELFTEST, WMMA_SELFTEST, MMA_SELFTEST, GRID_SYNC_SELFTEST]

@@ -39,7 +39,7 @@ from typing import Any
 import numpy as np
 
 from ...errors import BadParamError, CompileError, ExecutionError, NotSupportedError
-from ..backend import Backend, Dim, Kernel, Module, launch_dims
+from ..backend import Backend, Dim, Kernel, Module, check_cooperative_grid, launch_dims
 from ..kernel import ModuleSpec
 from ..sources import common_headers_digest, cuda_src_dir, source_path
 from ..transfer import DeviceToHost
@@ -60,7 +60,22 @@ class LaunchConfig(ctypes.Structure):
         ("num_threads", ctypes.c_int),
         ("seed", ctypes.c_ulonglong),
         ("stack_bytes", ctypes.c_ulonglong),
+        ("cooperative", ctypes.c_int),
     ]
+
+
+# Co-residency limits of a cooperative launch, equal to kMaxCooperativeBlocks and
+# kMaxCooperativeThreads in cuda_emu.h (a test checks): each block of such a launch
+# is an OS thread, each of its CUDA threads a fiber with its own stack.
+MAX_COOPERATIVE_BLOCKS = 128
+MAX_COOPERATIVE_THREADS = 16384
+
+
+def max_cooperative_blocks(block_threads: int) -> int:
+    """Blocks of ``block_threads`` threads a cooperative launch may have on the emulator."""
+    if block_threads < 1:
+        raise BadParamError(f"block_threads must be >= 1, got {block_threads}")
+    return min(MAX_COOPERATIVE_BLOCKS, MAX_COOPERATIVE_THREADS // block_threads)
 
 
 def _env_flag(name: str) -> bool:
@@ -180,7 +195,8 @@ def _precompiled_header(cxx: str, flags: list[str]) -> Path | None:
            str(INCLUDE_DIR / "cuda_emu.h"), "-o", tmp]  # fmt: skip
     proc = subprocess.run(cmd, capture_output=True, text=True, check=False)
     if proc.returncode != 0:
-        os.unlink(tmp)
+        # g++ may have removed its output already.
+        Path(tmp).unlink(missing_ok=True)
         return None
     os.replace(tmp, gch)  # atomic: concurrent builders are harmless
     return pch_dir
@@ -234,7 +250,7 @@ def _compile(spec: ModuleSpec, asan: bool) -> Path:
     # -include looks in the working directory first: there lies the .gch.
     proc = subprocess.run(cmd, capture_output=True, text=True, check=False, cwd=pch)
     if proc.returncode != 0:
-        os.unlink(tmp)
+        Path(tmp).unlink(missing_ok=True)
         log = proc.stderr.strip()
         hint = ""
         if "EMU_INLINE_PTX_IS_NOT_EMULATED" in log:
@@ -317,12 +333,26 @@ class EmulatorKernel(Kernel):
             )
         return ctypes.create_string_buffer(arg.tobytes(), arg.dtype.itemsize)
 
-    def __call__(self, grid: Dim, block: Dim, args: Sequence[Any], shared_mem: int = 0) -> None:
+    def max_cooperative_blocks(self, block_threads: int, shared_mem: int = 0) -> int:
+        """The emulator's co-residency limit; shared memory does not bound it here."""
+        return max_cooperative_blocks(block_threads)
+
+    def __call__(
+        self,
+        grid: Dim,
+        block: Dim,
+        args: Sequence[Any],
+        shared_mem: int = 0,
+        cooperative: bool = False,
+    ) -> None:
         cfg = LaunchConfig()
         cfg.grid[:], cfg.block[:] = launch_dims(grid, block)
         if shared_mem < 0:
             raise BadParamError(f"shared_mem must be >= 0, got {shared_mem}")
         cfg.shared_bytes = shared_mem
+        if cooperative:
+            check_cooperative_grid(self, tuple(cfg.grid), tuple(cfg.block), shared_mem)
+        cfg.cooperative = int(cooperative)
         schedule = os.environ.get("CUDNNLITE_EMU_SCHEDULE", "forward").strip().lower()
         if schedule not in _SCHEDULES:
             raise BadParamError(

@@ -27,10 +27,23 @@
 //  - Tensor cores: nvcuda::wmma (emu_wmma.h) and the PTX-level layer of
 //    cuda_src/common/mma.cuh (mma.sync, ldmatrix, cp.async; emu_mma.h), exact to the
 //    PTX ISA's per-lane fragment layouts.
+//  - Cooperative launches (LaunchConfig::cooperative) run every block at once, each
+//    on its own OS thread, at most kMaxCooperativeBlocks blocks (and
+//    kMaxCooperativeThreads CUDA threads) per grid. cl::grid_sync
+//    (cuda_src/common/grid_sync.cuh) is then a grid-wide barrier: a block barrier,
+//    then an OS-level barrier across the blocks. A block that exits while others
+//    wait at grid_sync, a grid_sync outside a cooperative launch, a target off the
+//    (k + 1) * num_blocks rule or a counter not zeroed are errors, never hangs.
 //  - Not modelled: inline PTX (asm) — mma.cuh is the one sanctioned user of it, and
 //    routes to emu_mma.h here; other kernels keep a portable path under
-//    CUDNNLITE_EMULATOR; texture/surface objects; cooperative groups grid sync.
+//    CUDNNLITE_EMULATOR; texture/surface objects; the cooperative_groups header
+//    (grid_sync.cuh covers the grid barrier).
 #pragma once
+
+// Before the CUDA keywords below: libstdc++'s threading headers spell
+// __attribute__((__noinline__)), which the __noinline__ macro would break.
+#include <condition_variable>
+#include <mutex>
 
 #define CUDNNLITE_EMULATOR 1
 
@@ -87,6 +100,8 @@
 inline int omp_default_threads() { return omp_get_max_threads(); }
 #else
 inline int omp_default_threads() { return 1; }
+inline int omp_get_num_threads() { return 1; }
+inline int omp_get_thread_num() { return 0; }
 #endif
 
 
@@ -103,6 +118,7 @@ struct LaunchConfig {
     int num_threads;                  // OS threads; 0 = OpenMP default
     unsigned long long seed;          // for the random schedule
     unsigned long long stack_bytes;   // per fiber
+    int cooperative;                  // all blocks co-resident (grid_sync allowed)
 };
 
 enum Schedule { kForward = 0, kReverse = 1, kRandom = 2 };
@@ -275,6 +291,7 @@ struct Fiber {
     int bar_total = 0;            // threads of that round
     std::vector<PendingCopy> copies;  // cp.async in flight, issue order
     long long copy_groups = 0;        // cp.async groups committed so far
+    unsigned grid_syncs = 0;          // grid_sync calls this thread has passed
 #if defined(EMU_UCONTEXT)
     ucontext_t uc;
 #endif
@@ -316,6 +333,7 @@ struct Worker {
     int bar_arrived = 0;
     Site bar_site;
     int bar_count = 0;            // __syncthreads_count/and/or accumulator
+    unsigned grid_syncs = 0;      // grid barriers this block has passed
     std::vector<Warp> warps;
     // Dynamic shared memory.
     unsigned char* dyn_smem = nullptr;
@@ -691,6 +709,107 @@ inline int barrier_arrive(BarrierKind kind, int predicate, const char* file, int
     }
 }
 
+// ---------------------------------------------------------------- grid barrier
+// Limits of a cooperative launch. Each block is an OS thread and each of its CUDA
+// threads a fiber with its own stack (two memory mappings each; Linux allows about
+// 65k mappings per process), so the grid is bounded in blocks and in threads.
+constexpr int kMaxCooperativeBlocks = 128;
+constexpr int kMaxCooperativeThreads = 16384;
+
+inline int max_cooperative_blocks(int block_threads) {
+    if (block_threads < 1) return 0;
+    return std::min(kMaxCooperativeBlocks, kMaxCooperativeThreads / block_threads);
+}
+
+// Where the blocks of a cooperative launch meet at each grid_sync. One launch at a
+// time per module (the Python launcher holds the module's lock), as for g_error.
+struct GridBarrier {
+    std::mutex mutex;
+    std::condition_variable cv;
+    unsigned num_blocks = 0;
+    unsigned arrived = 0;               // blocks waiting at the current barrier
+    unsigned long long generation = 0;  // barriers completed
+    Site site;                          // the first arrival's call site
+    int exited = 0;                     // blocks that returned from the kernel
+    uint3 first_exited;
+};
+inline GridBarrier g_grid;
+
+inline std::string grid_site(const Site& s) {
+    return std::string("grid_sync (") + (s.file ? s.file : "?") + ":" + std::to_string(s.line) + ")";
+}
+
+// One block arrives (its first fiber to resume after the block barrier, which
+// blocks the block's OS thread here). Returns an error message, empty when the
+// barrier completed.
+inline std::string grid_arrive(unsigned* counter, unsigned target, const Site& site) {
+    GridBarrier& g = g_grid;
+    std::unique_lock<std::mutex> lock(g.mutex);
+    unsigned long long gen = g.generation;
+    unsigned long long expected = (gen + 1) * g.num_blocks;
+    if (target != expected)
+        return grid_site(site) + ": target " + std::to_string(target) + " at grid barrier " +
+               std::to_string(gen) + " of a " + std::to_string(g.num_blocks) +
+               "-block grid; the k-th barrier (from 0) takes (k + 1) * num_blocks = " +
+               std::to_string(expected);
+    if (g.arrived == 0) g.site = site;
+    // As on the GPU, so that host code reads the same final count.
+    __atomic_fetch_add(counter, 1u, __ATOMIC_SEQ_CST);
+    if (++g.arrived == g.num_blocks) {
+        unsigned now = __atomic_load_n(counter, __ATOMIC_SEQ_CST);
+        g.arrived = 0;
+        g.generation += 1;
+        g.cv.notify_all();
+        if (now != target)
+            return grid_site(site) + ": *counter is " + std::to_string(now) + " once all " +
+                   std::to_string(g.num_blocks) + " blocks arrived at grid barrier " +
+                   std::to_string(gen) + ", expected " + std::to_string(target) +
+                   ": zero the counter before the launch and let nothing else write it";
+        return "";
+    }
+    // A short timeout in the wait: a failing block records its error before it
+    // exits (and notifies), but nothing here may hang if that ever goes amiss.
+    while (g.generation == gen) {
+        if (launch_failed()) return "stopped: another block failed";
+        if (g.exited > 0)
+            return "grid_sync: block " + thread_name(g.first_exited) + " exited while " +
+                   std::to_string(g.arrived) + " block" + (g.arrived == 1 ? "" : "s") +
+                   " wait at " + grid_site(g.site) +
+                   "; every block must call grid_sync the same number of times";
+        g.cv.wait_for(lock, std::chrono::milliseconds(20));
+    }
+    return "";
+}
+
+inline void grid_block_exited(const uint3& block) {
+    GridBarrier& g = g_grid;
+    std::lock_guard<std::mutex> lock(g.mutex);
+    if (g.exited++ == 0) g.first_exited = block;
+    g.cv.notify_all();
+}
+
+// cl::grid_sync on the emulator (cuda_src/common/grid_sync.cuh).
+inline void grid_sync(unsigned* counter, unsigned target, const char* file, int line) {
+    Fiber* f = current_fiber("grid_sync");
+    Worker& w = worker();
+    Site site{file, line, "grid_sync"};
+    if (!w.cfg->cooperative)
+        fail(grid_site(site) + ": grid_sync needs a cooperative launch "
+             "(kernel(..., cooperative=True)); otherwise the blocks need not be co-resident "
+             "and a GPU can hang");
+    // Its own site name: a block whose threads mix it with __syncthreads is divergent.
+    barrier_arrive(BarrierKind::kSync, 1, file, line, "grid_sync");
+    // The first fiber to resume after the block barrier takes the block to the grid
+    // barrier; the block's other fibers cannot run until it returns, and then only
+    // catch their own count up.
+    if (f->grid_syncs == w.grid_syncs) {
+        w.grid_syncs += 1;
+        std::string error = grid_arrive(counter, target, site);
+        if (!error.empty()) fail(error);  // after the lock is released
+    }
+    f->grid_syncs += 1;
+}
+
 // ---------------------------------------------------------------- scheduler
 inline void start_thread_fiber(Worker& w, int linear) {
     Fiber* f = get_fiber(w, w.fibers_used++);
@@ -716,6 +835,7 @@ inline void complete_copies(Fiber* f, long long upto_group, bool all);
 inline void run_thread_body(Worker& w, Fiber* f) {
     f->copies.clear();
     f->copy_groups = 0;
+    f->grid_syncs = 0;
     w.thunk(w.args, w.kfn);
     complete_copies(f, 0, true);  // an exiting thread's copies still land
 }
@@ -810,6 +930,7 @@ inline void run_block(Worker& w, unsigned bx, unsigned by, unsigned bz) {
     std::fill(w.by_thread.begin(), w.by_thread.end(), nullptr);
     w.bar_arrived = 0;
     w.bar_site = Site();
+    w.grid_syncs = 0;
     for (int i = 0; i < (int)w.warps.size(); ++i) {
         Warp& warp = w.warps[i];
         int lanes = std::min(32, w.nthreads - i * 32);
@@ -966,6 +1087,58 @@ inline void setup_block_shape(Worker& w, const LaunchConfig& cfg) {
     }
 }
 
+inline unsigned grid_coord(const LaunchConfig& cfg, long long b, int axis) {
+    if (axis == 0) return unsigned(b % cfg.grid[0]);
+    if (axis == 1) return unsigned((b / cfg.grid[0]) % cfg.grid[1]);
+    return unsigned(b / ((long long)cfg.grid[0] * cfg.grid[1]));
+}
+
+// Every block at once, block b on OpenMP thread b: all of them can wait at a
+// grid_sync together, as on a GPU whose grid is co-resident.
+inline int launch_cooperative(KernelThunk thunk, const void* kfn, const LaunchConfig& cfg,
+                              void* const* args, long long n, int block_threads) {
+    long long limit = max_cooperative_blocks(block_threads);
+    if (n > limit) {
+        record_error("cooperative launch of " + std::to_string(n) + " blocks of " +
+                     std::to_string(block_threads) + " threads: the emulator can keep at most " +
+                     std::to_string(limit) + " co-resident (each block is an OS thread: at most " +
+                     std::to_string(kMaxCooperativeBlocks) + " blocks and " +
+                     std::to_string(kMaxCooperativeThreads) + " threads in all)");
+        return 1;
+    }
+    g_grid.num_blocks = (unsigned)n;
+    g_grid.arrived = 0;
+    g_grid.generation = 0;
+    g_grid.site = Site();
+    g_grid.exited = 0;
+#pragma omp parallel num_threads((int)n)
+    {
+        int team = omp_get_num_threads();
+        if (team < n) {
+            if (omp_get_thread_num() == 0)
+                record_error("cooperative launch of " + std::to_string(n) +
+                             " blocks: OpenMP started only " + std::to_string(team) +
+                             " threads (OMP_THREAD_LIMIT? OMP_DYNAMIC?), so the emulator can keep "
+                             "at most " + std::to_string(team) + " co-resident");
+        } else {
+            Worker* w = get_worker(cfg);
+            setup_block_shape(*w, cfg);
+            w->thunk = thunk;
+            w->kfn = kfn;
+            w->args = args;
+            long long b = omp_get_thread_num();
+            uint3 idx;
+            idx.x = grid_coord(cfg, b, 0);
+            idx.y = grid_coord(cfg, b, 1);
+            idx.z = grid_coord(cfg, b, 2);
+            if (!launch_failed()) run_block(*w, idx.x, idx.y, idx.z);
+            grid_block_exited(idx);
+            w->cfg = nullptr;
+        }
+    }
+    return launch_failed() ? 1 : 0;
+}
+
 inline int launch(KernelThunk thunk, const void* kfn, const LaunchConfig& cfg, void* const* args) {
     g_error.set.store(0);
     g_error.message[0] = 0;
@@ -979,6 +1152,7 @@ inline int launch(KernelThunk thunk, const void* kfn, const LaunchConfig& cfg, v
         return 1;
     }
     long long n = (long long)nblocks;
+    if (cfg.cooperative) return launch_cooperative(thunk, kfn, cfg, args, n, (int)nthreads);
     // No more OS threads than blocks; a one-block launch stays on the calling
     // thread (waking a team costs more than a small kernel).
     long long want = cfg.num_threads > 0 ? cfg.num_threads : omp_default_threads();
@@ -993,10 +1167,7 @@ inline int launch(KernelThunk thunk, const void* kfn, const LaunchConfig& cfg, v
 #pragma omp for schedule(dynamic, 1)
         for (long long b = 0; b < n; ++b) {
             if (launch_failed()) continue;
-            unsigned bx = unsigned(b % cfg.grid[0]);
-            unsigned by = unsigned((b / cfg.grid[0]) % cfg.grid[1]);
-            unsigned bz = unsigned(b / ((long long)cfg.grid[0] * cfg.grid[1]));
-            run_block(*w, bx, by, bz);
+            run_block(*w, grid_coord(cfg, b, 0), grid_coord(cfg, b, 1), grid_coord(cfg, b, 2));
         }
         w->cfg = nullptr;
     }
