@@ -26,43 +26,9 @@
 // Time: direction 0 runs t = 0 .. T-1, direction 1 t = T-1 .. 0 (the forward kernels at
 // `step` take t = step / T-1-step, the backward ones the reverse). With lengths, row b
 // exists for t < len[b] only: an absent row keeps its state, gets y = 0, and gradient 0.
-// Gate orders (PyTorch's): LSTM i, f, g, o; GRU r, z, n with n = tanh(x_n + r * (h W_hn^T
-// + b_hn)); the RNN's one gate is h itself.
+// The cell math is rnn/rnn_cell.cuh's (shared with the persistent kernel).
 // Defines: none (one module per dtype and mode).
-#include "common/cudnnlite.cuh"
-
-namespace rnn {
-enum Mode { kTanh = 0, kRelu = 1, kLstm = 2, kGru = 3 };
-
-__device__ __forceinline__ float sigmoid(float v) { return 1.0f / (1.0f + expf(-v)); }
-}  // namespace rnn
-
-// solvers/rnn/common.py: CELL_PARAMS_DTYPE.
-struct RnnCellParams {
-    int b, h, hout, gh;  // batch, hidden, size of h, gates * hidden
-    int steps, step;     // T, the step being run (see the file comment for its t)
-    int has_len, training;
-    long long y_ld;      // row stride of y / dy: directions * hout
-};
-
-struct RnnCellIndex {
-    int d, b, j, t;
-    bool active;
-};
-
-// The (direction, row, unit) of this thread, or false past the end. `backward` flips time.
-__device__ __forceinline__ bool cell_index(const RnnCellParams& p, int width, const int* lengths,
-                                           bool backward, RnnCellIndex& c) {
-    long long idx = (long long)blockIdx.x * blockDim.x + threadIdx.x;  // range [0, B * width)
-    if (idx >= (long long)p.b * width) return false;
-    c.d = blockIdx.y;
-    c.b = (int)(idx / width);
-    c.j = (int)(idx - (long long)c.b * width);
-    bool reverse = (c.d == 1) != backward;
-    c.t = reverse ? p.steps - 1 - p.step : p.step;
-    c.active = !p.has_len || c.t < lengths[c.b];
-    return true;
-}
+#include "rnn/rnn_cell.cuh"
 
 template <typename T, int MODE>
 __global__ void rnn_cell_fwd(
@@ -94,41 +60,23 @@ __global__ void rnn_cell_fwd(
     float* sg = s_gates + trow * p.gh;
     auto pre = [&](int g) {
         int k = g * p.h + c.j;
-        return gxr[k] + cl::to_float(bi[k]) + ghr[k] + cl::to_float(bh[k]);
+        float v = gxr[k] + cl::to_float(bi[k]);
+        return MODE == rnn::kGru && g == 2 ? v : v + ghr[k] + cl::to_float(bh[k]);
     };
-    float h_new;
+    const int kn = 2 * p.h + c.j;
+    float ghn = MODE == rnn::kGru ? ghr[kn] + cl::to_float(bh[kn]) : 0.0f;
+    float* cs = cstate + row * p.h + c.j;
+    float cell = MODE == rnn::kLstm ? *cs : 0.0f;
+    float gates[4];
+    float h_prev = MODE == rnn::kGru ? cl::to_float(hstate[ystate]) : 0.0f;
+    float h_new = rnn::cell_forward<MODE>(pre, ghn, cell, h_prev, gates);
     if (MODE == rnn::kLstm) {
-        float i = rnn::sigmoid(pre(0)), f = rnn::sigmoid(pre(1));
-        float g = tanhf(pre(2)), o = rnn::sigmoid(pre(3));
-        float* cs = cstate + row * p.h + c.j;
-        float c_prev = *cs;
-        float c_new = f * c_prev + i * g;
-        *cs = c_new;
-        h_new = o * tanhf(c_new);
-        if (p.training) {
-            sg[c.j] = i;
-            sg[p.h + c.j] = f;
-            sg[2 * p.h + c.j] = g;
-            sg[3 * p.h + c.j] = o;
-            s_c[trow * p.h + c.j] = c_prev;
-        }
-    } else if (MODE == rnn::kGru) {
-        float rg = rnn::sigmoid(pre(0)), z = rnn::sigmoid(pre(1));
-        int k = 2 * p.h + c.j;
-        float ghn = ghr[k] + cl::to_float(bh[k]);
-        float n = tanhf(gxr[k] + cl::to_float(bi[k]) + rg * ghn);
-        h_new = (1.0f - z) * n + z * cl::to_float(hstate[ystate]);
-        if (p.training) {
-            sg[c.j] = rg;
-            sg[p.h + c.j] = z;
-            sg[k] = n;
-            s_ghn[trow * p.h + c.j] = ghn;
-        }
-    } else {
-        float v = pre(0);
-        h_new = MODE == rnn::kTanh ? tanhf(v) : fmaxf(v, 0.0f);
-        if (MODE == rnn::kRelu && v != v) h_new = v;  // fmaxf drops NaN; PyTorch's relu keeps it
-        if (p.training) sg[c.j] = h_new;
+        if (p.training) s_c[trow * p.h + c.j] = *cs;
+        *cs = cell;
+    }
+    if (p.training) {
+        for (int g = 0; g < p.gh / p.h; ++g) sg[g * p.h + c.j] = gates[g];
+        if (MODE == rnn::kGru) s_ghn[trow * p.h + c.j] = ghn;
     }
     if (proj) {
         r[row * p.h + c.j] = cl::from_float<T>(h_new);
