@@ -9,7 +9,8 @@ CUDNNLITE_EMU_SCHEDULE  ``forward`` (default), ``reverse`` or ``random``: the
 CUDNNLITE_EMU_SEED      seed of the random schedule (default 0)
 CUDNNLITE_EMU_POISON    ``1``: fill shared memory with 0xFF (NaN) at each block
                         start; exposes reads before writes (on in the test suite)
-CUDNNLITE_EMU_THREADS   OS threads running blocks (default: all cores)
+CUDNNLITE_EMU_THREADS   OS threads running blocks (default: all cores); a cooperative
+                        launch ignores it and runs one per block
 CUDNNLITE_EMU_STACK_KB  stack per CUDA thread (default 256)
 CUDNNLITE_EMU_ASAN      ``1``: AddressSanitizer build; every array is copied into a
                         buffer with poisoned redzones, out-of-bounds accesses raise
