@@ -124,6 +124,12 @@ def _sdpa_tensors(problem: Any, backend: Backend) -> tuple[Any, Any]:
     return tuning_operands(problem, backend, _random, _empty)
 
 
+def _rnn_tensors(problem: Any, backend: Backend) -> tuple[Any, Any]:
+    from ..ops.rnn import tuning_operands
+
+    return tuning_operands(problem, backend, _random, _empty)
+
+
 # The operands of one timed call, per family (what each family's runners take).
 _TENSOR_FACTORIES: dict[str, Callable[[Any, Backend], tuple[Any, Any]]] = {
     "conv_fwd": _fwd_tensors,
@@ -131,6 +137,8 @@ _TENSOR_FACTORIES: dict[str, Callable[[Any, Backend], tuple[Any, Any]]] = {
     "conv_bwd_filter": _bwd_filter_tensors,
     "sdpa_fwd": _sdpa_tensors,
     "sdpa_bwd": _sdpa_tensors,
+    "rnn_fwd": _rnn_tensors,
+    "rnn_bwd": _rnn_tensors,
 }
 
 

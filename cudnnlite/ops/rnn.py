@@ -475,3 +475,31 @@ def rnn_weights_from_torch(module: Any) -> dict[str, Any]:
         raise BadParamError(f"module: expected a torch.nn.RNN, LSTM or GRU, got "
                             f"{type(module).__name__}") from None  # fmt: skip
     return {name: as_array(name, t.detach()) for name, t in named}
+
+
+def tuning_operands(problem: RnnProblem, backend: Backend, random: Any, empty: Any) -> tuple:
+    """The tensors and scalars of one timed call of ``problem`` (the tuner's factory): random
+    data; for the backward, the reserve of one standard training forward."""
+    from ..solvers.rnn.standard import ForwardRunner
+
+    p, xp = problem.forward(), backend.xp
+    dims = _Dims(p.mode, p.layers, p.dirs, p.i, p.h, p.p)
+    flat = random(p, backend, (dims.flat_size(),), 0) * 0.1
+    weights = _views(flat, dims)
+    x = random(p, backend, (p.t, p.b, p.i), 1)
+    lengths = xp.asarray(np.linspace(p.t, 1, p.b).astype(np.int32)) if p.varlen else None
+    cy = empty(p, backend, (p.layers * p.dirs, p.b, p.h)) if p.mode == "lstm" else None
+    scalars = RnnScalars(dropout=0.25 if p.dropout else 0.0, seed=1)
+    y = empty(p, backend, (p.t, p.b, p.dirs * p.hout))
+    hy = empty(p, backend, (p.layers * p.dirs, p.b, p.hout))
+    fwd = RnnTensors(x, None, None, weights, lengths, y, hy, cy)
+    if problem.direction == "fwd":
+        return fwd, scalars
+    fwd.reserve = RnnReserve(p, backend, weights, None, None, lengths, scalars.dropout, 1)
+    ForwardRunner(backend, p)(fwd, scalars, None)
+    dx = empty(p, backend, (p.t, p.b, p.i))
+    dhx = empty(p, backend, (p.layers * p.dirs, p.b, p.hout))
+    dcx = empty(p, backend, (p.layers * p.dirs, p.b, p.h)) if p.mode == "lstm" else None
+    grads = _views(xp.empty_like(flat), dims)
+    dy = random(p, backend, fwd.y.shape, 2)
+    return RnnBwdTensors(dy, None, None, fwd.reserve, dx, dhx, dcx, grads), scalars

@@ -1,0 +1,243 @@
+"""cudnnlite.rnn / rnn_backward: the standard solver against the float64 reference and
+PyTorch, the API's shapes and weight forms, dropout, and bad input."""
+
+from __future__ import annotations
+
+import numpy as np
+import pytest
+
+import cudnnlite as cl
+from cudnnlite.errors import BadParamError
+from cudnnlite.problems import RnnProblem, parse_key
+from cudnnlite.reference import rnn as ref
+
+# fp32: every value is a sum of at most G*H + I + 2 products of O(1) terms rounded once
+# (sgemm / the cell kernel), ~1e-6 relative per step; errors compound through T <= 6
+# steps of contractive gates, so 2e-5 absolute on O(1) values leaves a wide margin while
+# a wrong index or gate gives errors of order 0.1.
+ATOL32 = 2e-5
+# fp16: h is rounded to fp16 (2^-11 relative) every step, as PyTorch stores it; the error
+# grows about linearly with T (<= 5 here) -> 5 * 2^-11 ~ 2.5e-3, doubled for the
+# backward's products of such values. bf16 has 8 fewer mantissa bits (2^-8): 8x that.
+ATOL = {np.float16: 6e-3, "bfloat16": 5e-2}
+
+
+def _weights(mode, layers, dirs, i, h, p=0, dtype=np.float32, bias=True, seed=0):
+    rng = np.random.default_rng(seed)
+    g, ho, w = ref.GATES[mode], p or h, {}
+    for layer in range(layers):
+        for d in range(dirs):
+            sfx = "_reverse" if d else ""
+            il = i if layer == 0 else dirs * ho
+            w[f"weight_ih_l{layer}{sfx}"] = rng.uniform(-0.5, 0.5, (g * h, il))
+            w[f"weight_hh_l{layer}{sfx}"] = rng.uniform(-0.5, 0.5, (g * h, ho))
+            if bias:
+                w[f"bias_ih_l{layer}{sfx}"] = rng.uniform(-0.5, 0.5, g * h)
+                w[f"bias_hh_l{layer}{sfx}"] = rng.uniform(-0.5, 0.5, g * h)
+            if p:
+                w[f"weight_hr_l{layer}{sfx}"] = rng.uniform(-0.5, 0.5, (p, h))
+    return {k: v.astype(dtype) for k, v in w.items()}
+
+
+def _case(mode, t, b, i, h, *, layers=1, bi=False, p=0, lens=None, batch_first=False,
+          unbatched=False, bias=True, with_hx=True, dtype=np.float32, seed=0):  # fmt: skip
+    rng = np.random.default_rng(seed + 1)
+    dirs = 2 if bi else 1
+    w = _weights(mode, layers, dirs, i, h, p, dtype, bias, seed)
+    xs = (t, i) if unbatched else ((b, t, i) if batch_first else (t, b, i))
+    lead = (layers * dirs,) if unbatched else (layers * dirs, b)
+    x = rng.standard_normal(xs).astype(dtype)
+    hx = rng.standard_normal((*lead, p or h)).astype(dtype) if with_hx else None
+    cx = rng.standard_normal((*lead, h)).astype(dtype) if mode == "lstm" and with_hx else None
+    lengths = None if lens is None else np.array(lens)
+    kw = dict(mode=mode, num_layers=layers, bidirectional=bi, proj_size=p,
+              batch_first=batch_first, lengths=lengths)  # fmt: skip
+    return x, hx, cx, w, kw
+
+
+def _upcast(d):
+    return {k: np.asarray(v, np.float64) for k, v in d.items()} if isinstance(d, dict) else d
+
+
+def f64(a):
+    return None if a is None else np.asarray(a, np.float64)
+
+
+def _check_fwd_bwd(x, hx, cx, w, kw, atol, rng_seed=3, **extra):
+    out = cl.rnn(x, hx, w, cx=cx, training=True, **kw, **extra)
+    y_r, hy_r, cy_r = ref.rnn_forward(f64(x), f64(hx), _upcast(w), cx=f64(cx), training=True,
+                                      **kw, **extra)  # fmt: skip
+    np.testing.assert_allclose(out[0].astype(np.float64), y_r, atol=atol, rtol=0)
+    np.testing.assert_allclose(out[1].astype(np.float64), hy_r, atol=atol, rtol=0)
+    if cy_r is not None:
+        np.testing.assert_allclose(out[2].astype(np.float64), cy_r, atol=atol, rtol=0)
+    rng = np.random.default_rng(rng_seed)
+    dy = rng.standard_normal(out[0].shape).astype(x.dtype)
+    dhy = rng.standard_normal(out[1].shape).astype(x.dtype)
+    dcy = rng.standard_normal(out[2].shape).astype(x.dtype) if cy_r is not None else None
+    dx, dhx, dcx, dw = cl.rnn_backward(dy, dhy, dcy, out[-1])
+    g = ref.rnn_backward(f64(dy), f64(dhy), f64(dcy), f64(x), f64(hx), _upcast(w), cx=f64(cx),
+                         training=True, **kw, **extra)  # fmt: skip
+    np.testing.assert_allclose(dx.astype(np.float64), g[0], atol=4 * atol, rtol=0)
+    np.testing.assert_allclose(dhx.astype(np.float64), g[1], atol=4 * atol, rtol=0)
+    if g[2] is not None:
+        np.testing.assert_allclose(dcx.astype(np.float64), g[2], atol=4 * atol, rtol=0)
+    assert list(dw) == list(w)
+    for k in w:  # weight gradients sum over T * B terms
+        np.testing.assert_allclose(dw[k].astype(np.float64), g[3][k], atol=8 * atol, rtol=0,
+                                   err_msg=k)  # fmt: skip
+    return out
+
+
+CASES = [
+    ("lstm", dict(t=5, b=3, i=4, h=5, layers=2, bi=True)),
+    ("lstm", dict(t=4, b=3, i=3, h=6, p=2, bi=True, lens=[4, 1, 3])),
+    ("lstm", dict(t=1, b=1, i=2, h=3, with_hx=False)),
+    ("gru", dict(t=5, b=3, i=4, h=7, layers=2, bi=True, lens=[2, 5, 4])),
+    ("gru", dict(t=3, b=2, i=3, h=4, batch_first=True, bias=False)),
+    ("rnn_tanh", dict(t=4, b=2, i=3, h=5, unbatched=True, bi=True)),
+    ("rnn_relu", dict(t=5, b=4, i=2, h=3, layers=3, lens=[5, 1, 3, 2])),
+]
+
+
+@pytest.mark.parametrize("mode,kw", CASES, ids=lambda v: str(v)[:60])
+def test_standard_matches_reference(mode, kw):
+    _check_fwd_bwd(*_case(mode, **kw), atol=ATOL32)
+
+
+@pytest.mark.parametrize("dtype", [np.float16, "bfloat16"])
+def test_16bit(dtype):
+    dt = cl.bfloat16 if dtype == "bfloat16" else dtype
+    if dt is None:
+        pytest.skip("no bfloat16 (ml_dtypes missing)")
+    x, hx, cx, w, kw = _case("lstm", 5, 2, 3, 4, bi=True, lens=[5, 3], dtype=dt)
+    out = _check_fwd_bwd(x, hx, cx, w, kw, atol=ATOL[dtype])
+    assert out[0].dtype == dt and out[1].dtype == dt and out[2].dtype == dt
+
+
+def test_flat_weights_equal_dict():
+    x, hx, cx, w, kw = _case("lstm", 4, 2, 3, 5, layers=2, bi=True, p=3, lens=[4, 2])
+    flat = cl.pack_rnn_weights(w, mode="lstm", num_layers=2, bidirectional=True, proj_size=3)
+    a = cl.rnn(x, hx, w, cx=cx, training=True, **kw)
+    b = cl.rnn(x, hx, flat, cx=cx, training=True, **kw)
+    for u, v in zip(a[:3], b[:3], strict=True):
+        np.testing.assert_array_equal(u, v)
+    dy = np.ones_like(a[0])
+    ga = cl.rnn_backward(dy, None, None, a[-1])
+    gb = cl.rnn_backward(dy, None, None, b[-1])
+    assert gb[3].shape == flat.shape
+    packed = cl.pack_rnn_weights(ga[3], mode="lstm", num_layers=2, bidirectional=True, proj_size=3)
+    np.testing.assert_array_equal(packed, gb[3])
+    np.testing.assert_array_equal(ga[0], gb[0])
+
+
+def test_dropout_between_layers():
+    x, hx, cx, w, kw = _case("gru", 5, 3, 4, 6, layers=2, bi=True)
+    out = _check_fwd_bwd(x, hx, cx, w, kw, atol=ATOL32, dropout=0.4, seed=11)
+    y_eval = cl.rnn(x, hx, w, dropout=0.4, seed=11, **kw)[0]
+    y_nodrop = ref.rnn_forward(x, hx, _upcast(w), **kw)[0]
+    np.testing.assert_allclose(y_eval, y_nodrop, atol=ATOL32, rtol=0)  # eval: no dropout
+    assert np.abs(out[0] - y_eval).max() > 0.01
+
+
+def test_dropout_backward_uses_the_forward_mask():
+    x, hx, cx, w, kw = _case("lstm", 3, 2, 3, 4, layers=2)
+    out = cl.rnn(x, hx, w, cx=cx, training=True, dropout=0.5, seed=5, **kw)
+    dy = np.ones_like(out[0])
+    got = cl.rnn_backward(dy, None, None, out[-1])
+    want = ref.rnn_backward(dy, None, None, x, hx, _upcast(w), cx=cx, dropout=0.5, seed=5,
+                            training=True, **kw)  # fmt: skip
+    np.testing.assert_allclose(got[0], want[0], atol=4 * ATOL32, rtol=0)
+
+
+def test_matches_torch():
+    torch = pytest.importorskip("torch")
+    torch.manual_seed(0)
+    m = torch.nn.LSTM(4, 6, num_layers=2, bidirectional=True, proj_size=3, batch_first=True)
+    x = torch.randn(3, 5, 4, requires_grad=True)
+    h0 = torch.randn(4, 3, 3, requires_grad=True)
+    c0 = torch.randn(4, 3, 6, requires_grad=True)
+    y, (hy, cy) = m(x, (h0, c0))
+    (y.square().sum() + hy.sum() + (cy * 2).sum()).backward()
+    w = cl.rnn_weights_from_torch(m)
+    kw = dict(mode="lstm", num_layers=2, bidirectional=True, proj_size=3, batch_first=True)
+    xn, hn, cn = (a.detach().numpy() for a in (x, h0, c0))
+    y2, hy2, cy2, res = cl.rnn(xn, hn, w, cx=cn, training=True, **kw)
+    for a, b in ((y2, y), (hy2, hy), (cy2, cy)):
+        np.testing.assert_allclose(a, b.detach().numpy(), atol=ATOL32, rtol=0)
+    dx, dhx, dcx, dw = cl.rnn_backward(2 * y2, np.ones_like(hy2), np.full_like(cy2, 2), res)
+    for a, b in ((dx, x), (dhx, h0), (dcx, c0)):
+        np.testing.assert_allclose(a, b.grad.numpy(), atol=4 * ATOL32, rtol=0)
+    for name, prm in m.named_parameters():
+        np.testing.assert_allclose(dw[name], prm.grad.numpy(), atol=1e-4, rtol=0, err_msg=name)
+
+
+def test_empty_batch_and_key():
+    x, hx, cx, w, kw = _case("gru", 3, 0, 2, 3, bi=True)
+    y, hy = cl.rnn(x, hx, w, **kw)
+    assert y.shape == (3, 0, 6) and hy.shape == (2, 0, 3)
+    p = RnnProblem("lstm", 100, 64, 256, 512, 128, 2, True, "fp16", varlen=True, dropout=True)
+    assert parse_key(p.key()) == p
+    assert p.key() == "rnn_fwd lstm t100-b64 i256-h512-p128 l2 bi fp16 varlen drop"
+    assert "rnn_fwd_standard" in str(cl.explain(p))
+
+
+def test_tune_records_both_directions(tmp_path, monkeypatch):
+    monkeypatch.setenv("CUDNNLITE_TUNING_DIR", str(tmp_path))
+    keys = [
+        "rnn_fwd lstm t3-b2 i3-h4-p2 l1 bi fp32 varlen",
+        "rnn_bwd gru t3-b2 i3-h4-p0 l2 uni fp32",
+    ]
+    results = cl.tune(keys, backend="cpu", progress=False)
+    assert results[keys[0]][0].solver.startswith("rnn_fwd_")
+    assert results[keys[1]][0].solver == "rnn_bwd_standard"
+
+
+# ------------------------------------------------------------------ bad input
+
+
+def _bad(match, **changes):
+    x, hx, cx, w, kw = _case("lstm", 3, 2, 3, 4, layers=2)
+    args = dict(x=x, hx=hx, weights=w, cx=cx, **kw)
+    args.update(changes)
+    before = {k: v.copy() for k, v in w.items()}
+    x0 = x.copy()
+    with pytest.raises(BadParamError, match=match):
+        cl.rnn(args.pop("x"), args.pop("hx"), args.pop("weights"), **args)
+    np.testing.assert_array_equal(x, x0)
+    for k in w:
+        np.testing.assert_array_equal(w[k], before[k])
+
+
+def test_bad_input():
+    _, _, _, w, _ = _case("lstm", 3, 2, 3, 4, layers=2)
+    missing = {k: v for k, v in w.items() if k != "weight_hh_l1"}
+    _bad("missing 'weight_hh_l1'", weights=missing)
+    _bad(
+        r"weights\['weight_ih_l1'\]: expected shape",
+        weights={**w, "weight_ih_l1": w["weight_ih_l0"]},
+    )
+    _bad("unexpected entries", weights={**w, "weight_hr_l0": np.zeros((2, 4), np.float32)})
+    _bad("hx: expected shape", hx=np.zeros((2, 2, 5), np.float32))
+    _bad("cx: expected shape", cx=np.zeros((1, 2, 4), np.float32))
+    _bad(r"lengths: each must be in \[1, 3\]", lengths=np.array([0, 2]))
+    _bad(r"lengths: each must be in \[1, 3\]", lengths=np.array([4, 2]))
+    _bad("lengths: expected 2 integers", lengths=np.array([1.0, 2.0]))
+    _bad("proj_size: must be smaller than hidden_size=4", proj_size=4)
+    _bad("projections need mode 'lstm'", mode="gru", proj_size=1, cx=None)
+    _bad(r"dropout: expected a float in \[0, 1\)", dropout=1.0)
+    _bad("mode: expected one of", mode="elman")
+    _bad("cx: only mode 'lstm'", mode="gru")
+    _bad("num_layers: expected an integer >= 1", num_layers=0)
+    _bad("x: expected dtype", x=np.zeros((3, 2, 3), np.int32))
+    _bad("hx: expected dtype float32", hx=np.zeros((2, 2, 4), np.float16))
+    _bad("sequence length must be at least 1", x=np.zeros((0, 2, 3), np.float32))
+    _bad("matches no hidden size", weights=np.zeros(17, np.float32))
+    with pytest.raises(BadParamError, match="reserve: expected the reserve"):
+        cl.rnn_backward(np.zeros(1), None, None, object())
+    x, hx, cx, w, kw = _case("gru", 3, 2, 3, 4)
+    out = cl.rnn(x, hx, w, training=True, **kw)
+    with pytest.raises(BadParamError, match="dcy: only mode 'lstm'"):
+        cl.rnn_backward(out[0], None, np.zeros((1, 2, 4), np.float32), out[-1])
+    with pytest.raises(BadParamError, match="dy: expected shape"):
+        cl.rnn_backward(out[0][:2], None, None, out[-1])
