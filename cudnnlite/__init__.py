@@ -94,7 +94,14 @@ from .ops.pooling import (
     pooling_backward,
     pooling_forward,
 )
-from .ops.rnn import pack_rnn_weights, rnn, rnn_backward, rnn_weights_from_torch
+from .ops.rnn import (
+    RnnPlan,
+    pack_rnn_weights,
+    rnn,
+    rnn_backward,
+    rnn_plan,
+    rnn_weights_from_torch,
+)
 from .ops.softmax import log_softmax, log_softmax_backward, softmax, softmax_backward
 from .ops.tensor import (
     OP_TENSOR_OPS,
@@ -191,6 +198,8 @@ __all__ = [
     "pack_rnn_weights",
     "rnn",
     "rnn_backward",
+    "RnnPlan",
+    "rnn_plan",
     "rnn_weights_from_torch",
     "ConvPlan",
     "ConvProblem",

@@ -131,6 +131,25 @@ def test_flat_weights_equal_dict():
     np.testing.assert_array_equal(ga[0], gb[0])
 
 
+def test_plan_equals_the_function():
+    x, hx, cx, w, kw = _case("lstm", 4, 3, 3, 5, layers=2, bi=True, lens=[4, 2, 3])
+    flat = cl.pack_rnn_weights(w, mode="lstm", num_layers=2, bidirectional=True)
+    plan = cl.rnn_plan(x.shape, 5, num_layers=2, bidirectional=True, varlen=True, backend="cpu")
+    assert plan.solver.startswith("rnn_fwd_") and plan.problem.varlen
+    a = plan(x, hx, flat, cx=cx, lengths=kw["lengths"], training=True)
+    b = cl.rnn(x, hx, w, cx=cx, **kw)
+    for u, v in zip(a[:3], b, strict=True):
+        np.testing.assert_array_equal(u, v)
+    g = cl.rnn_backward(np.ones_like(a[0]), None, None, a[-1])
+    assert g[3].shape == flat.shape
+    with pytest.raises(BadParamError, match="lengths: this plan was made with"):
+        plan(x, hx, flat, cx=cx)
+    with pytest.raises(BadParamError, match="x: expected shape"):
+        plan(x[:2], hx, flat, cx=cx, lengths=kw["lengths"])
+    with pytest.raises(BadParamError, match="weights: expected shape"):
+        plan(x, hx, flat[1:], cx=cx, lengths=kw["lengths"])
+
+
 def test_dropout_between_layers():
     x, hx, cx, w, kw = _case("gru", 5, 3, 4, 6, layers=2, bi=True)
     out = _check_fwd_bwd(x, hx, cx, w, kw, atol=ATOL32, dropout=0.4, seed=11)

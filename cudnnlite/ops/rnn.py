@@ -26,6 +26,7 @@ from typing import Any
 
 import numpy as np
 
+from .. import dtypes
 from ..dispatch.plans import get_plan
 from ..errors import BadParamError
 from ..problems.rnn import GATES, MODES, RnnProblem
@@ -362,6 +363,11 @@ def rnn(
     """
     call = _make_call(x, hx, weights, cx, lengths, mode, num_layers, bidirectional,
                       batch_first, dropout, seed, proj_size, bool(training))  # fmt: skip
+    return _run_forward(call, lambda p: get_plan(call.backend, p, algo), bool(training))
+
+
+def _run_forward(call: _Call, plan_for: Any, training: bool) -> tuple[Any, ...]:
+    """Allocates the outputs, launches ``plan_for(problem)`` and shapes the results."""
     p, xp = call.problem, call.backend.xp
     dtype = call.x.dtype
     y = xp.empty((p.t, p.b, p.dirs * p.hout), dtype)
@@ -375,7 +381,7 @@ def rnn(
     if p.b:
         tensors = RnnTensors(call.x, call.hx, call.cx, call.weights, call.lengths, y, hy, cy,
                              reserve)  # fmt: skip
-        get_plan(call.backend, p, algo).launch(tensors, call.scalars)
+        plan_for(p).launch(tensors, call.scalars)
     out = [_user_seq(y, call), _user_state(hy, call)]
     if cy is not None:
         out.append(_user_state(cy, call))
@@ -503,3 +509,86 @@ def tuning_operands(problem: RnnProblem, backend: Backend, random: Any, empty: A
     grads = _views(xp.empty_like(flat), dims)
     dy = random(p, backend, fwd.y.shape, 2)
     return RnnBwdTensors(dy, None, None, fwd.reserve, dx, dhx, dcx, grads), scalars
+
+
+class RnnPlan:
+    """An RNN prepared once for time-major inputs of fixed sizes and flat weights
+    (``pack_rnn_weights``): problem, solver and compiled kernels. Calling it checks the
+    arrays' kind, shapes and dtype and launches. Made by :func:`rnn_plan`."""
+
+    def __init__(self, plan: Any, dims: _Dims, dropout: float) -> None:
+        self._plan = plan
+        self._dims = dims
+        self._dropout = dropout
+        self.problem: RnnProblem = plan.problem
+        self.solver = plan.solver.name
+        self.config = plan.config
+
+    @with_stream
+    def __call__(self, x: Any, hx: Any, weights: Any, *, cx: Any = None, lengths: Any = None,
+                 training: bool = False, seed: int | None = None) -> tuple[Any, ...]:  # fmt: skip
+        """Like :func:`rnn` on (T, B, I) ``x`` with flat ``weights``: (y, hy[, cy][, reserve])."""
+        p, dims = self.problem, self._dims
+        backend = backend_for(x, hx, weights, cx, names=("x", "hx", "weights", "cx"))
+        if backend is not self._plan.backend:
+            raise BadParamError(f"x: this plan runs on {self._plan.backend.name}, the arrays "
+                                f"are for {backend.name}")  # fmt: skip
+        dt = float_dtype("x", as_array("x", x))
+        if dt.short != p.dtype:
+            raise BadParamError(f"x: this plan is for {p.dtype}, got {dt.numpy}")
+        dtype = dt.numpy
+        x = _state("x", x, (p.t, p.b, p.i), dtype)
+        flat = _state("weights", weights, (dims.flat_size(),), dtype)
+        lead = (p.layers * p.dirs, p.b)
+        hx = _state("hx", hx, (*lead, p.hout), dtype)
+        if cx is not None and p.mode != "lstm":
+            raise BadParamError(f"cx: only mode 'lstm' has a cell state (mode {p.mode!r})")
+        cx = _state("cx", cx, (*lead, p.h), dtype)
+        if (lengths is None) == p.varlen:
+            raise BadParamError(f"lengths: this plan was made {'with' if p.varlen else 'without'}"
+                                " per-sequence lengths")  # fmt: skip
+        xp = backend.xp
+        lens = _lengths(lengths, p.b, p.t, xp)
+        drop = p.dropout and bool(training)
+        scalars = RnnScalars(self._dropout if drop else 0.0, _seed(seed, drop))
+        call = _Call(backend, p, dims, xp.ascontiguousarray(x), hx, cx,
+                     _views(xp.ascontiguousarray(flat), dims), True, True, (), lens, scalars,
+                     False, False)  # fmt: skip
+        return _run_forward(call, lambda _: self._plan, bool(training))
+
+    def __repr__(self) -> str:
+        return f"<RnnPlan {self._plan.describe()}>"
+
+
+def rnn_plan(x_shape: Any, hidden_size: int, *, mode: str = "lstm", num_layers: int = 1,
+             bidirectional: bool = False, proj_size: int = 0, dtype: Any = np.float32,
+             varlen: bool = False, dropout: float = 0.0, algo: str = "auto",
+             backend: str = "auto") -> RnnPlan:  # fmt: skip
+    """Plans ``rnn`` for time-major x of shape (T, B, I) and flat weights: the solver is
+    chosen and its kernels compiled now. ``varlen``: calls pass ``lengths``. ``backend``:
+    "cpu" (emulator), "cuda", or "auto" (the GPU when CuPy sees one)."""
+    from ..runtime.select import backend_by_name
+
+    try:
+        t, b, i = (int(v) for v in x_shape)
+    except (TypeError, ValueError):
+        raise BadParamError(f"x_shape: expected (T, B, I), got {x_shape!r}") from None
+    if min(t, b, i) < 1:
+        raise BadParamError(f"x_shape: expected positive sizes, got {tuple(x_shape)}")
+    dt = dtypes.lookup(dtype)
+    if dt is None:
+        raise BadParamError(f"dtype: expected float32, float16 or bfloat16, got {dtype!r}")
+    mode = _mode(mode)
+    layers = _int("num_layers", num_layers, 1)
+    h = _int("hidden_size", hidden_size, 1)
+    proj = _int("proj_size", proj_size, 0)
+    p_drop = _dropout(dropout)
+    problem = RnnProblem(mode=mode, t=t, b=b, i=i, h=h, p=proj, layers=layers,
+                         bidirectional=bool(bidirectional), dtype=dt.short, varlen=bool(varlen),
+                         dropout=p_drop > 0)  # fmt: skip
+    if backend == "auto":
+        from ..runtime.cuda import CudaBackend
+
+        backend = "cuda" if CudaBackend.available() else "cpu"
+    dims = _Dims(mode, layers, problem.dirs, i, h, proj)
+    return RnnPlan(get_plan(backend_by_name(backend), problem, algo), dims, p_drop)
