@@ -75,7 +75,8 @@ __global__ void rnn_cell_fwd(
         *cs = cell;
     }
     if (p.training) {
-        for (int g = 0; g < p.gh / p.h; ++g) sg[g * p.h + c.j] = gates[g];
+#pragma unroll
+        for (int g = 0; g < rnn::Gates<MODE>::value; ++g) sg[g * p.h + c.j] = gates[g];
         if (MODE == rnn::kGru) s_ghn[trow * p.h + c.j] = ghn;
     }
     if (proj) {
@@ -125,9 +126,10 @@ __global__ void rnn_cell_bwd(
     const long long trow = ((long long)c.d * p.steps + c.t) * p.b + c.b;
     float* gxo = dgx + trow * p.gh;
     float* gho = dgh_step + row * p.gh;
-    const int G = p.gh / p.h;
+    constexpr int G = rnn::Gates<MODE>::value;
     float* gha = dgh + trow * p.gh;  // GRU only
     if (!c.active) {
+#pragma unroll
         for (int g = 0; g < G; ++g) {
             gxo[g * p.h + c.j] = gho[g * p.h + c.j] = 0.0f;
             if (MODE == rnn::kGru) gha[g * p.h + c.j] = 0.0f;

@@ -10,6 +10,12 @@ enum Mode { kTanh = 0, kRelu = 1, kLstm = 2, kGru = 3 };
 
 __device__ __forceinline__ float sigmoid(float v) { return 1.0f / (1.0f + expf(-v)); }
 
+// Gates per unit, at compile time (loops over gates unroll; no local-memory arrays).
+template <int MODE>
+struct Gates {
+    static constexpr int value = MODE == kLstm ? 4 : (MODE == kGru ? 3 : 1);
+};
+
 // One step of one (direction, row, unit): `pre(g)` is gate g's pre-activation without the
 // GRU n gate's recurrent part, `ghn` that part (h W_hn^T + b_hn; GRU only), c the cell state
 // (LSTM; updated), h_prev the previous h (GRU). Returns the new h; `gates` gets the gates
