@@ -73,8 +73,11 @@ __device__ __forceinline__ void dot_rows(const T* __restrict__ w_row, const T* _
     }
 }
 
+// (kThreads, 1): the grid is at most one block per SM by design, so the registers need
+// not leave room for a second block; without the 1, ptxas aims at more blocks per SM
+// and spills (GRU, fp32).
 template <typename T, int MODE>
-__global__ void __launch_bounds__(rnn_persist::kThreads) rnn_persistent_fwd(
+__global__ void __launch_bounds__(rnn_persist::kThreads, 1) rnn_persistent_fwd(
     // inputs
     const float* __restrict__ gx, const T* __restrict__ w_hh, const T* __restrict__ b_ih,
     const T* __restrict__ b_hh, const int* __restrict__ lengths,
