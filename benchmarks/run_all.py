@@ -25,9 +25,11 @@ from typing import Any
 import _bench
 
 # Cheapest first: a run cut short by the device check's timeout keeps the most figures
-# (attention last: its first calls compile kernels the precompile step does not cover).
+# (attention and rnn last: their first calls compile kernels the precompile step does not
+# cover; the device check runs rnn as a step of its own).
 # sass_mix needs no GPU (NVRTC and nvdisasm): static figures, kept whatever the device does.
-BENCHMARKS = ("emulator", "dispatch", "sass_mix", "activation", "memory_bound", "conv", "attention")
+BENCHMARKS = ("emulator", "dispatch", "sass_mix", "activation", "memory_bound", "conv", "attention",
+              "rnn")  # fmt: skip
 
 
 def _cpu_model() -> str:
@@ -128,6 +130,10 @@ def headlines(doc: dict[str, Any]) -> list[str]:
         errors = [r for r in att["rows"] if "error" in r]
         if errors:
             lines.append(f"attention: {len(errors)} rows raised, e.g. {errors[0]['error']}")
+    if res.get("rnn"):
+        import rnn
+
+        lines += rnn.headlines(res["rnn"])
     mb = res.get("memory_bound")
     if mb:
         measured = [r for r in mb["rows"] if "gbs" in r]
