@@ -11,8 +11,11 @@
 # 3. the whole test suite on the CUDA backend (timeout 210 s), JUnit XML in $OUT;
 # 4. the ResNet-50 suite tuned at batch 32 (timeout 55 s): $OUT/tuning/<arch>.yaml, the
 #    DB to ship in tuning_db/;
-# 5. the benchmarks (timeout 100 s), JSON in $OUT (benchmarks/results/ without OUT).
-# Worst case about 7.5 minutes. It always writes $OUT/device_check_summary.txt.
+# 5. the benchmarks but rnn (timeout 100 s), JSON in $OUT (benchmarks/results/ without OUT);
+# 6. recurrent networks: their kernel modules compiled on 16 threads (timeout 45 s; step 2
+#    does not cover them), then benchmarks/rnn.py against cuDNN (timeout 80 s; the script
+#    skips the rows left after 55 s, so the step keeps what it measured), JSON in $OUT/rnn.
+# Worst case about 9.5 minutes. It always writes $OUT/device_check_summary.txt.
 # CUDNNLITE_TEST_BACKENDS=cpu runs the same steps on the emulator (to check the script
 # on a machine without a GPU).
 
@@ -165,7 +168,8 @@ note "tuning: exit $tune_rc after $((SECONDS - t0)) s; DB files: $(ls "$OUT_DIR"
 STEP="benchmarks"
 echo "== benchmarks =="
 t0=$SECONDS
-timeout 100 "$PY" benchmarks/run_all.py --out "$OUT_DIR" 2>&1 | tee "$OUT_DIR/benchmarks.log"
+timeout 100 "$PY" benchmarks/run_all.py --skip rnn --out "$OUT_DIR" 2>&1 \
+    | tee "$OUT_DIR/benchmarks.log"
 bench_rc=${PIPESTATUS[0]}
 case $bench_rc in
     0) note "benchmarks: done in $((SECONDS - t0)) s" ;;
@@ -180,9 +184,62 @@ else
     note "benchmark results: none written"
 fi
 
+# ------------------------------------------------------------------ 6. rnn
+# LSTM/GRU against torch.nn.LSTM/GRU (cuDNN) on the same weights, every solver, with each
+# row's error against PyTorch (a check of the kernels on the GPU even when the test step
+# timed out before tests/test_rnn*.py). Its own step: after attention in step 5 it would
+# fall to that step's timeout.
+STEP="rnn"
+echo "== rnn: compiling its kernel modules =="
+t0=$SECONDS
+if [[ "$BACKENDS" == *cuda* ]]; then
+    timeout 45 "$PY" - 2>&1 <<'PYEOF' | tee "$OUT_DIR/rnn_compile.log"
+from concurrent.futures import ThreadPoolExecutor
+
+from cudnnlite.dispatch import registry
+from cudnnlite.runtime.select import backend_by_name
+
+backend = backend_by_name("cuda")
+specs = list(dict.fromkeys(spec for family in ("rnn_fwd", "rnn_bwd")
+                           for solver in registry.solvers(family)
+                           for spec in solver.module_specs()))
+
+
+def build(spec):
+    try:
+        backend.module(spec)
+        return None
+    except Exception as exc:  # the benchmark rows report the same failure in context
+        return f"FAIL {spec.label()}: {type(exc).__name__}: {exc}"
+
+
+with ThreadPoolExecutor(16) as pool:
+    failures = [f for f in pool.map(build, specs) if f]
+for failure in failures:
+    print(failure)
+print(f"{len(specs) - len(failures)} of {len(specs)} rnn modules built")
+PYEOF
+    note "rnn compile: exit ${PIPESTATUS[0]} after $((SECONDS - t0)) s; $(tail -n 1 "$OUT_DIR/rnn_compile.log")"
+fi
+echo "== rnn benchmark =="
+t0=$SECONDS
+timeout 80 "$PY" benchmarks/run_all.py --only rnn --out "$OUT_DIR/rnn" 2>&1 \
+    | tee "$OUT_DIR/rnn.log"
+rnn_rc=${PIPESTATUS[0]}
+case $rnn_rc in
+    0) note "rnn benchmark: done in $((SECONDS - t0)) s" ;;
+    124) note "rnn benchmark: TIMED OUT after 80 s (exit 124); nothing written, see rnn.log" ;;
+    *) note "rnn benchmark: exit $rnn_rc after $((SECONDS - t0)) s (see rnn.log)" ;;
+esac
+latest="$(ls -t "$OUT_DIR"/rnn/benchmarks-*.json 2>/dev/null | head -n 1)"
+if [[ -n "$latest" ]]; then
+    note "rnn results: $latest"
+    timeout 10 "$PY" benchmarks/run_all.py --summarize "$latest" 2>&1 | tee -a "$SUMMARY"
+fi
+
 STEP="done"
 overall=0
-[[ $test_rc -ne 0 || $bench_rc -ne 0 ]] && overall=1
+[[ $test_rc -ne 0 || $bench_rc -ne 0 || $rnn_rc -ne 0 ]] && overall=1
 note ""
-note "overall: $([[ $overall -eq 0 ]] && echo OK || echo 'NOT OK') (tests exit $test_rc, benchmarks exit $bench_rc)"
+note "overall: $([[ $overall -eq 0 ]] && echo OK || echo 'NOT OK') (tests exit $test_rc, benchmarks exit $bench_rc, rnn exit $rnn_rc)"
 exit $overall
