@@ -140,8 +140,8 @@ CASES = [
     ("gru", dict(t=4, b=1, i=3, h=5, bi=True, with_hx=False)),
     # GRU with lengths: the n gate's recurrent part (s_ghn) and the z carry of absent rows
     ("gru", dict(t=6, b=3, i=2, h=13, lens=[2, 6, 1])),
-    # 2 layers, 4 blocks of 4/4/4/1 units
-    ("rnn_tanh", dict(t=6, b=2, i=3, h=13, layers=2, lens=[2, 6])),
+    # 2 layers, 4 blocks of 3 units; Ho = 12: the kernel's 16-byte (float4) dot product
+    ("rnn_tanh", dict(t=6, b=2, i=3, h=12, layers=2, lens=[2, 6])),
     ("rnn_relu", dict(t=3, b=3, i=2, h=5, bi=True, lens=[3, 1, 2])),
 ]
 
@@ -154,7 +154,8 @@ def test_matches_reference_and_standard(mode, kw):
 
 
 def test_fp16_forward_and_backward():
-    args = _case("lstm", 5, 2, 3, 5, bi=True, lens=[5, 3], dtype=np.float16)
+    # Ho = 8: the 16-byte (8 x fp16) dot product.
+    args = _case("lstm", 5, 2, 3, 8, bi=True, lens=[5, 3], dtype=np.float16)
     out = _check_forward(*args, atol=ATOL16, atol_same=ATOL16)
     _check_backward(out, *args, atol=ATOL16)
 
