@@ -189,7 +189,7 @@ def test_explain_and_tune_refuse_what_is_not_a_problem() -> None:
         cl.explain("conv2d_fwd nonsense")
     with pytest.raises(BadParamError, match="not an attention problem key"):
         cl.explain("sdpa_fwd nonsense")
-    with pytest.raises(BadParamError, match="keys start with conv, sdpa"):
+    with pytest.raises(BadParamError, match="keys start with conv, rnn, sdpa"):
         cl.explain("pool2d_fwd n1")
     with pytest.raises(BadParamError, match="problems: expected problem objects"):
         cl.tune([P1, 3.5], backend="cpu", progress=False)

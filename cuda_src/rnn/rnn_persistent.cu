@@ -116,7 +116,7 @@ __global__ void __launch_bounds__(rnn_persist::kThreads, 1) rnn_persistent_fwd(
     // grid barrier counter, zeroed by the host
     unsigned int* barrier, RnnPersistentParams p) {
     using namespace rnn_persist;
-    constexpr int G = MODE == rnn::kLstm ? 4 : (MODE == rnn::kGru ? 3 : 1);
+    constexpr int G = rnn::Gates<MODE>::value;
     const int d = blockIdx.x / p.blocks_per_dir;
     const int j0 = (blockIdx.x - d * p.blocks_per_dir) * p.units;
     const int nu = min(p.units, p.h - j0);  // units of this block (the last may have fewer)

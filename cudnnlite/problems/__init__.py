@@ -14,14 +14,15 @@ from .conv import ConvProblem
 from .rnn import RnnProblem
 
 PROBLEM_TYPES: tuple[type, ...] = (ConvProblem, AttentionProblem, RnnProblem)
-_PREFIXES = {"conv": ConvProblem, "sdpa": AttentionProblem, "rnn_": RnnProblem}
+_PREFIXES = {"conv": ConvProblem, "rnn": RnnProblem, "sdpa": AttentionProblem}
 
 
 def parse_key(key: str) -> Any:
     """The problem a key of any family describes; BadParamError when none reads it."""
     if not isinstance(key, str):
         raise BadParamError(f"problem key: expected a string, got {type(key).__name__}")
-    cls = _PREFIXES.get(key.strip()[:4])
+    head = key.strip().split("_", 1)[0]
+    cls = next((c for pre, c in _PREFIXES.items() if head.startswith(pre)), None)
     if cls is None:
         raise BadParamError(
             f"not a problem key: {key!r} (keys start with {', '.join(sorted(_PREFIXES))})"
