@@ -43,8 +43,9 @@ _COEF_DEFAULTS = {
 _INDEX_LIMIT = 2**31
 
 
-@register("conv")
+@register("solvers")
 def module_specs() -> list[ModuleSpec]:
+    """Every registered solver's modules, of every family (conv, attention, rnn)."""
     specs: list[ModuleSpec] = []
     for name in registry.NAMES:
         try:

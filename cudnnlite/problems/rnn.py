@@ -89,8 +89,8 @@ class RnnProblem:
         return self.i if layer == 0 else self.dirs * self.hout
 
     def flops(self) -> int:
-        """2 * multiply-adds of the GEMMs (the pointwise work is not counted), x3 for the
-        backward (data and weight gradients)."""
+        """2 * multiply-adds of the GEMMs (the pointwise work is not counted); the backward
+        (data and weight gradients) counts twice the forward."""
         g = self.gates * self.h
         per_step = 0
         for layer in range(self.layers):
