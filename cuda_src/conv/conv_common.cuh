@@ -5,7 +5,12 @@
 // mode of cuda_src/common/activation_math.cuh, chosen at run time).
 //
 // Layouts: NCHW with filters KCRS, or NHWC with filters KRSC; C in the filter is the
-// channels of one group (C / groups). 1-D convolutions arrive as 2-D with H = R = 1.
+// channels of one group (C / groups). 1-D convolutions arrive as 2-D with H = R = 1;
+// 3-D ones (NCDHW/KCTRS, NDHWC/KTRSC) fill the depth fields, which 2-D sets to
+// d = t = o = 1, pad_d = 0, stride_d = dil_d = 1. The depth fields come last, so 2-D
+// kernels read the other fields at the offsets they always had; kernels that serve 3-D
+// take it as a compile-time variant (a `_3d` kernel or a D3 template argument) and use
+// the *_offset3 helpers, so their 2-D instantiations keep their integer work.
 // Mirrors in Python: cudnnlite/solvers/conv/common.py (SHAPE_DTYPE, EPILOGUE_DTYPE).
 #pragma once
 
@@ -20,6 +25,8 @@ struct ConvShape {
     int dil_h, dil_w;
     int groups;
     int c_per_group, k_per_group;
+    int d, t, o;                 // depth: input, filter taps, output (1 in 1-D/2-D)
+    int pad_d, stride_d, dil_d;  // front padding, stride and dilation along depth
 };
 
 struct ConvEpilogue {
@@ -67,6 +74,68 @@ template <bool NHWC>
 __device__ __forceinline__ cl::index_t w_offset(const ConvShape& s, int k, int c, int r, int t) {
     return NHWC ? (((cl::index_t)k * s.r + r) * s.s + t) * s.c_per_group + c
                 : (((cl::index_t)k * s.c_per_group + c) * s.r + r) * s.s + t;
+}
+
+// 3-D forms (d: depth of x, o: depth of y, td: filter depth tap). With d = o = t = 1
+// and d = o = td = 0 they give the 2-D offsets.
+template <bool NHWC>
+__device__ __forceinline__ cl::index_t x_offset3(const ConvShape& s, int n, int c, int d, int h,
+                                                 int w) {
+    return NHWC ? ((((cl::index_t)n * s.d + d) * s.h + h) * s.w + w) * s.c + c
+                : ((((cl::index_t)n * s.c + c) * s.d + d) * s.h + h) * s.w + w;
+}
+
+template <bool NHWC>
+__device__ __forceinline__ cl::index_t y_offset3(const ConvShape& s, int n, int k, int o, int p,
+                                                 int q) {
+    return NHWC ? ((((cl::index_t)n * s.o + o) * s.p + p) * s.q + q) * s.k + k
+                : ((((cl::index_t)n * s.k + k) * s.o + o) * s.p + p) * s.q + q;
+}
+
+template <bool NHWC>
+__device__ __forceinline__ cl::index_t w_offset3(const ConvShape& s, int k, int c, int td, int r,
+                                                 int t) {
+    return NHWC ? ((((cl::index_t)k * s.t + td) * s.r + r) * s.s + t) * s.c_per_group + c
+                : ((((cl::index_t)k * s.c_per_group + c) * s.t + td) * s.r + r) * s.s + t;
+}
+
+// Offsets for kernels templated on D3: the 2-D helpers (no depth term at all) unless D3.
+template <bool NHWC, bool D3>
+__device__ __forceinline__ cl::index_t x_off(const ConvShape& s, int n, int c, int d, int h,
+                                             int w) {
+    return D3 ? x_offset3<NHWC>(s, n, c, d, h, w) : x_offset<NHWC>(s, n, c, h, w);
+}
+
+template <bool NHWC, bool D3>
+__device__ __forceinline__ cl::index_t y_off(const ConvShape& s, int n, int k, int o, int p,
+                                             int q) {
+    return D3 ? y_offset3<NHWC>(s, n, k, o, p, q) : y_offset<NHWC>(s, n, k, p, q);
+}
+
+template <bool NHWC, bool D3>
+__device__ __forceinline__ cl::index_t w_off(const ConvShape& s, int k, int c, int td, int r,
+                                             int t) {
+    return D3 ? w_offset3<NHWC>(s, k, c, td, r, t) : w_offset<NHWC>(s, k, c, r, t);
+}
+
+// The (n, c, d, h, w) of linear element i of an input-shaped tensor (d = 0 unless D3).
+template <bool NHWC, bool D3>
+__device__ __forceinline__ void x_coords3(const ConvShape& s, cl::index_t i, int& n, int& c,
+                                          int& d, int& h, int& w) {
+    if (!D3) {
+        d = 0;
+        x_coords<NHWC>(s, i, n, c, h, w);
+    } else if (NHWC) {
+        c = (int)(i % s.c), i /= s.c;
+        w = (int)(i % s.w), i /= s.w;
+        h = (int)(i % s.h), i /= s.h;
+        d = (int)(i % s.d), n = (int)(i / s.d);
+    } else {
+        w = (int)(i % s.w), i /= s.w;
+        h = (int)(i % s.h), i /= s.h;
+        d = (int)(i % s.d), i /= s.d;
+        c = (int)(i % s.c), n = (int)(i / s.c);
+    }
 }
 
 __device__ __forceinline__ float activate(int mode, float v, const ActParams& a) {

@@ -20,8 +20,14 @@
 //                                   large stride or dilation makes the halo too big); the
 //                                   input tile with halo, [ih][iw][32], and the taps are
 //                                   staged in dynamic shared memory.
-// Dynamic shared memory (floats): depthwise_nchw IH*IW + mult*R*S, depthwise_nhwc
-// 32 * (IH*IW + mult*R*S), with IH = (TP-1)*stride_h + (R-1)*dil_h + 1 and IW likewise;
+//   conv_direct_3d, depthwise_nchw_3d, depthwise_nhwc_3d
+//                                   the same for 3-D (NCDHW/KCTRS, NDHWC/KTRSC): a depth
+//                                   loop in the direct kernel; the depthwise blocks own one
+//                                   output depth and stage the T input slices it reads.
+//                                   Separate kernels so the 2-D ones keep no depth term.
+// Dynamic shared memory (floats): depthwise_nchw T*IH*IW + mult*T*R*S, depthwise_nhwc
+// 32 * (T*IH*IW + mult*T*R*S) (T = 1 in 2-D), with IH = (TP-1)*stride_h + (R-1)*dil_h + 1
+// and IW likewise;
 // the solver declares it applicable only when that fits in 48 KiB (no opt-in needed).
 //
 // Defines: none; one module per dtype holds every kernel (cudnnlite/solvers/conv/direct.py).
@@ -30,44 +36,64 @@
 namespace direct {
 
 // The grid-stride loop over y with index type I: 32-bit divisions when y has fewer than
-// 2^31 elements (a 64-bit division costs several times more on a GPU).
-template <typename T, bool NHWC, typename I>
+// 2^31 elements (a 64-bit division costs several times more on a GPU). D3: the depth
+// dimension too (the 2-D instantiation has no depth term).
+template <typename T, bool NHWC, bool D3, typename I>
 __device__ __forceinline__ void loop(const T* __restrict__ x, const T* __restrict__ w, T* y,
                                      const T* z, const T* bias, const ConvShape& s,
                                      const ConvEpilogue& e, I total) {
     const I step = (I)cl::grid_stride();
     for (I i = (I)cl::global_thread_id(); i < total; i += step) {
-        int n, k, p, q;
+        int n, k, o = 0, p, q;
         I rem = i;
         if (NHWC) {
             k = (int)(rem % (I)s.k), rem /= (I)s.k;
             q = (int)(rem % (I)s.q), rem /= (I)s.q;
-            p = (int)(rem % (I)s.p), n = (int)(rem / (I)s.p);
+            p = (int)(rem % (I)s.p), rem /= (I)s.p;
+            if (D3) o = (int)(rem % (I)s.o), rem /= (I)s.o;
+            n = (int)rem;
         } else {
             q = (int)(rem % (I)s.q), rem /= (I)s.q;
             p = (int)(rem % (I)s.p), rem /= (I)s.p;
+            if (D3) o = (int)(rem % (I)s.o), rem /= (I)s.o;
             k = (int)(rem % (I)s.k), n = (int)(rem / (I)s.k);
         }
         const int c0 = (k / s.k_per_group) * s.c_per_group;
         const int h0 = p * s.stride_h - s.pad_h, w0 = q * s.stride_w - s.pad_w;
-        const cl::index_t cstride = NHWC ? 1 : (cl::index_t)s.h * s.w;
-        const cl::index_t wcstride = NHWC ? 1 : (cl::index_t)s.r * s.s;
+        const int d0 = D3 ? o * s.stride_d - s.pad_d : 0;
+        const int taps_d = D3 ? s.t : 1;
+        const cl::index_t cstride = NHWC ? 1 : (cl::index_t)s.h * s.w * (D3 ? s.d : 1);
+        const cl::index_t wcstride = NHWC ? 1 : (cl::index_t)s.r * s.s * taps_d;
         float acc = 0.0f;
-        for (int r = 0; r < s.r; ++r) {
-            const int h = h0 + r * s.dil_h;
-            if ((unsigned)h >= (unsigned)s.h) continue;
-            for (int t = 0; t < s.s; ++t) {
-                const int ww = w0 + t * s.dil_w;
-                if ((unsigned)ww >= (unsigned)s.w) continue;
-                const T* xp = x + conv::x_offset<NHWC>(s, n, c0, h, ww);
-                const T* wp = w + conv::w_offset<NHWC>(s, k, 0, r, t);
-                for (int c = 0; c < s.c_per_group; ++c)
-                    acc = fmaf(cl::to_float(xp[c * cstride]), cl::to_float(wp[c * wcstride]), acc);
+        for (int td = 0; td < taps_d; ++td) {
+            const int dd = d0 + td * (D3 ? s.dil_d : 0);
+            if (D3 && (unsigned)dd >= (unsigned)s.d) continue;
+            for (int r = 0; r < s.r; ++r) {
+                const int h = h0 + r * s.dil_h;
+                if ((unsigned)h >= (unsigned)s.h) continue;
+                for (int t = 0; t < s.s; ++t) {
+                    const int ww = w0 + t * s.dil_w;
+                    if ((unsigned)ww >= (unsigned)s.w) continue;
+                    const T* xp = x + conv::x_off<NHWC, D3>(s, n, c0, dd, h, ww);
+                    const T* wp = w + conv::w_off<NHWC, D3>(s, k, 0, td, r, t);
+                    for (int c = 0; c < s.c_per_group; ++c)
+                        acc = fmaf(cl::to_float(xp[c * cstride]), cl::to_float(wp[c * wcstride]),
+                                   acc);
+                }
             }
         }
         // i is y's offset: the loop walks y in its memory order
         conv::store_output_inline(y, z, bias, e, (cl::index_t)i, k, acc);
     }
+}
+
+template <typename T, bool NHWC, bool D3>
+__device__ __forceinline__ void run(const T* __restrict__ x, const T* __restrict__ w, T* y,
+                                    const T* z, const T* bias, const ConvShape& s,
+                                    const ConvEpilogue& e) {
+    const cl::index_t total = (cl::index_t)s.n * s.k * s.p * s.q * (D3 ? s.o : 1);
+    if (total <= 0x7fffffffLL) loop<T, NHWC, D3, unsigned>(x, w, y, z, bias, s, e, (unsigned)total);
+    else loop<T, NHWC, D3, cl::index_t>(x, w, y, z, bias, s, e, total);
 }
 
 }  // namespace direct
@@ -78,9 +104,14 @@ __global__ void __launch_bounds__(256) conv_direct(
     const T* __restrict__ x, const T* __restrict__ w, T* y, const T* z, const T* bias,
     // sizes and epilogue
     ConvShape s, ConvEpilogue e) {
-    const cl::index_t total = (cl::index_t)s.n * s.k * s.p * s.q;
-    if (total <= 0x7fffffffLL) direct::loop<T, NHWC, unsigned>(x, w, y, z, bias, s, e, (unsigned)total);
-    else direct::loop<T, NHWC, cl::index_t>(x, w, y, z, bias, s, e, total);
+    direct::run<T, NHWC, false>(x, w, y, z, bias, s, e);
+}
+
+template <typename T, bool NHWC>
+__global__ void __launch_bounds__(256) conv_direct_3d(
+    const T* __restrict__ x, const T* __restrict__ w, T* y, const T* z, const T* bias,
+    ConvShape s, ConvEpilogue e) {
+    direct::run<T, NHWC, true>(x, w, y, z, bias, s, e);
 }
 
 namespace dw {
@@ -90,16 +121,21 @@ constexpr int kRowsY = 8;      // threads.y of depthwise_nhwc
 
 }  // namespace dw
 
-template <typename T, int TQ, int TP, int RPT>
-__global__ void __launch_bounds__(TQ*(TP / RPT)) depthwise_nchw(
-    const T* __restrict__ x, const T* __restrict__ w, T* y, const T* z, const T* bias,
-    ConvShape s, ConvEpilogue e) {
+namespace dw {
+
+// D3: the block also owns one output depth o and stages the filter's depth taps of input
+// slices (taps_d = T of them) above each other in the tile; 2-D has taps_d = 1, o = 0.
+template <typename T, int TQ, int TP, int RPT, bool D3>
+__device__ __forceinline__ void nchw_body(const T* __restrict__ x, const T* __restrict__ w, T* y,
+                                          const T* z, const T* bias, const ConvShape& s,
+                                          const ConvEpilogue& e) {
     DYNAMIC_SHARED(float, smem);
     const int ih_count = (TP - 1) * s.stride_h + (s.r - 1) * s.dil_h + 1;
     const int iw_count = (TQ - 1) * s.stride_w + (s.s - 1) * s.dil_w + 1;
-    const int taps = s.r * s.s, mult = s.k_per_group;
-    float* tile = smem;                          // [ih_count][iw_count]
-    float* filt = smem + ih_count * iw_count;    // [mult][R][S]
+    const int taps_d = D3 ? s.t : 1, slice = ih_count * iw_count;
+    const int taps = taps_d * s.r * s.s, mult = s.k_per_group;
+    float* tile = smem;                          // [taps_d][ih_count][iw_count]
+    float* filt = smem + taps_d * slice;         // [mult][T][R][S]
 
     const int tiles_q = (s.q + TQ - 1) / TQ, tiles_p = (s.p + TP - 1) / TP;
     int b = blockIdx.x;
@@ -107,17 +143,22 @@ __global__ void __launch_bounds__(TQ*(TP / RPT)) depthwise_nchw(
     b /= tiles_q;
     const int tp = b % tiles_p;
     b /= tiles_p;
+    int od = 0;
+    if (D3) od = b % s.o, b /= s.o;
     const int c = b % s.c, img = b / s.c;
     const int p0 = tp * TP, q0 = tq * TQ;
     const int h0 = p0 * s.stride_h - s.pad_h, w0 = q0 * s.stride_w - s.pad_w;
+    const int d0 = D3 ? od * s.stride_d - s.pad_d : 0;
     const int tid = threadIdx.y * TQ + threadIdx.x, nthreads = TQ * (TP / RPT);
 
-    const T* xc = x + conv::x_offset<false>(s, img, c, 0, 0);
-    for (int i = tid; i < ih_count * iw_count; i += nthreads) {
-        const int ih = i / iw_count, iw = i - ih * iw_count;
-        const int h = h0 + ih, ww = w0 + iw;
-        const bool inside = (unsigned)h < (unsigned)s.h && (unsigned)ww < (unsigned)s.w;
-        tile[i] = inside ? cl::to_float(xc[(cl::index_t)h * s.w + ww]) : 0.0f;
+    const T* xc = x + conv::x_off<false, D3>(s, img, c, 0, 0, 0);
+    for (int i = tid; i < taps_d * slice; i += nthreads) {
+        const int td = D3 ? i / slice : 0, j = D3 ? i - td * slice : i;
+        const int ih = j / iw_count, iw = j - ih * iw_count;
+        const int h = h0 + ih, ww = w0 + iw, dd = d0 + td * (D3 ? s.dil_d : 0);
+        const bool inside = (unsigned)h < (unsigned)s.h && (unsigned)ww < (unsigned)s.w &&
+                            (!D3 || (unsigned)dd < (unsigned)s.d);
+        tile[i] = inside ? cl::to_float(xc[((cl::index_t)dd * s.h + h) * s.w + ww]) : 0.0f;
     }
     const T* wc = w + (cl::index_t)c * mult * taps;  // filters c*mult .. c*mult+mult-1
     for (int i = tid; i < mult * taps; i += nthreads) filt[i] = cl::to_float(wc[i]);
@@ -134,28 +175,29 @@ __global__ void __launch_bounds__(TQ*(TP / RPT)) depthwise_nchw(
             if (p >= s.p) break;
             const float* in = tile + lp * s.stride_h * iw_count + lq * s.stride_w;
             float acc = 0.0f;
-            for (int r = 0; r < s.r; ++r)
-                for (int t = 0; t < s.s; ++t)
-                    acc = fmaf(in[r * s.dil_h * iw_count + t * s.dil_w], f[r * s.s + t], acc);
-            conv::store_output_inline(y, z, bias, e, conv::y_offset<false>(s, img, k, p, q), k,
-                                      acc);
+            for (int td = 0; td < taps_d; ++td)
+                for (int r = 0; r < s.r; ++r)
+                    for (int t = 0; t < s.s; ++t)
+                        acc = fmaf(in[td * slice + r * s.dil_h * iw_count + t * s.dil_w],
+                                   f[(td * s.r + r) * s.s + t], acc);
+            conv::store_output_inline(y, z, bias, e, conv::y_off<false, D3>(s, img, k, od, p, q),
+                                      k, acc);
         }
     }
 }
 
-template <typename T>
-__global__ void __launch_bounds__(dw::kChannels* dw::kRowsY) depthwise_nhwc(
-    const T* __restrict__ x, const T* __restrict__ w, T* y, const T* z, const T* bias,
-    ConvShape s, ConvEpilogue e,
-    // output tile (rows, columns): smaller when a large stride or dilation needs it
-    int TP, int TQ) {
-    constexpr int CH = dw::kChannels;
+template <typename T, bool D3>
+__device__ __forceinline__ void nhwc_body(const T* __restrict__ x, const T* __restrict__ w, T* y,
+                                          const T* z, const T* bias, const ConvShape& s,
+                                          const ConvEpilogue& e, int TP, int TQ) {
+    constexpr int CH = kChannels;
     DYNAMIC_SHARED(float, smem);
     const int ih_count = (TP - 1) * s.stride_h + (s.r - 1) * s.dil_h + 1;
     const int iw_count = (TQ - 1) * s.stride_w + (s.s - 1) * s.dil_w + 1;
-    const int taps = s.r * s.s, mult = s.k_per_group;
-    float* tile = smem;                              // [ih_count][iw_count][CH]
-    float* filt = smem + ih_count * iw_count * CH;   // [mult][R][S][CH]
+    const int taps_d = D3 ? s.t : 1, slice = ih_count * iw_count;
+    const int taps = taps_d * s.r * s.s, mult = s.k_per_group;
+    float* tile = smem;                              // [taps_d][ih_count][iw_count][CH]
+    float* filt = smem + taps_d * slice * CH;        // [mult][T][R][S][CH]
 
     const int tiles_q = (s.q + TQ - 1) / TQ, tiles_p = (s.p + TP - 1) / TP;
     const int tiles_c = (s.c + CH - 1) / CH;
@@ -165,25 +207,32 @@ __global__ void __launch_bounds__(dw::kChannels* dw::kRowsY) depthwise_nhwc(
     const int tq = b % tiles_q;
     b /= tiles_q;
     const int tp = b % tiles_p;
-    const int img = b / tiles_p;
+    b /= tiles_p;
+    int od = 0;
+    if (D3) od = b % s.o, b /= s.o;
+    const int img = b;
     const int c0 = tc * CH, p0 = tp * TP, q0 = tq * TQ;
     const int h0 = p0 * s.stride_h - s.pad_h, w0 = q0 * s.stride_w - s.pad_w;
+    const int d0 = D3 ? od * s.stride_d - s.pad_d : 0;
     const int lc = threadIdx.x, c = c0 + lc;
     const bool live = c < s.c;
 
     // Each thread loads its own channel: threadIdx.x walks C (coalesced), threadIdx.y pixels.
-    for (int i = threadIdx.y; i < ih_count * iw_count; i += dw::kRowsY) {
-        const int ih = i / iw_count, iw = i - ih * iw_count;
-        const int h = h0 + ih, ww = w0 + iw;
-        const bool inside = live && (unsigned)h < (unsigned)s.h && (unsigned)ww < (unsigned)s.w;
-        tile[i * CH + lc] = inside ? cl::to_float(x[conv::x_offset<true>(s, img, c, h, ww)]) : 0.0f;
+    for (int i = threadIdx.y; i < taps_d * slice; i += kRowsY) {
+        const int td = D3 ? i / slice : 0, j = D3 ? i - td * slice : i;
+        const int ih = j / iw_count, iw = j - ih * iw_count;
+        const int h = h0 + ih, ww = w0 + iw, dd = d0 + td * (D3 ? s.dil_d : 0);
+        const bool inside = live && (unsigned)h < (unsigned)s.h && (unsigned)ww < (unsigned)s.w &&
+                            (!D3 || (unsigned)dd < (unsigned)s.d);
+        tile[i * CH + lc] =
+            inside ? cl::to_float(x[conv::x_off<true, D3>(s, img, c, dd, h, ww)]) : 0.0f;
     }
-    for (int i = threadIdx.y; i < mult * taps; i += dw::kRowsY)  // i = j * taps + rs
+    for (int i = threadIdx.y; i < mult * taps; i += kRowsY)  // i = j * taps + trs
         filt[i * CH + lc] = live ? cl::to_float(w[((cl::index_t)c * mult) * taps + i]) : 0.0f;
     __syncthreads();
     if (!live) return;  // no barrier follows
 
-    for (int pix = threadIdx.y; pix < TP * TQ; pix += dw::kRowsY) {
+    for (int pix = threadIdx.y; pix < TP * TQ; pix += kRowsY) {
         const int lp = pix / TQ, lq = pix - lp * TQ;
         const int p = p0 + lp, q = q0 + lq;
         if (p >= s.p || q >= s.q) continue;
@@ -191,13 +240,46 @@ __global__ void __launch_bounds__(dw::kChannels* dw::kRowsY) depthwise_nhwc(
         for (int j = 0; j < mult; ++j) {
             const float* f = filt + j * taps * CH + lc;
             float acc = 0.0f;
-            for (int r = 0; r < s.r; ++r)
-                for (int t = 0; t < s.s; ++t)
-                    acc = fmaf(in[(r * s.dil_h * iw_count + t * s.dil_w) * CH],
-                               f[(r * s.s + t) * CH], acc);
+            for (int td = 0; td < taps_d; ++td)
+                for (int r = 0; r < s.r; ++r)
+                    for (int t = 0; t < s.s; ++t)
+                        acc = fmaf(in[(td * slice + r * s.dil_h * iw_count + t * s.dil_w) * CH],
+                                   f[((td * s.r + r) * s.s + t) * CH], acc);
             const int k = c * mult + j;
-            conv::store_output_inline(y, z, bias, e, conv::y_offset<true>(s, img, k, p, q), k,
-                                      acc);
+            conv::store_output_inline(y, z, bias, e, conv::y_off<true, D3>(s, img, k, od, p, q),
+                                      k, acc);
         }
     }
+}
+
+}  // namespace dw
+
+template <typename T, int TQ, int TP, int RPT>
+__global__ void __launch_bounds__(TQ*(TP / RPT)) depthwise_nchw(
+    const T* __restrict__ x, const T* __restrict__ w, T* y, const T* z, const T* bias,
+    ConvShape s, ConvEpilogue e) {
+    dw::nchw_body<T, TQ, TP, RPT, false>(x, w, y, z, bias, s, e);
+}
+
+template <typename T, int TQ, int TP, int RPT>
+__global__ void __launch_bounds__(TQ*(TP / RPT)) depthwise_nchw_3d(
+    const T* __restrict__ x, const T* __restrict__ w, T* y, const T* z, const T* bias,
+    ConvShape s, ConvEpilogue e) {
+    dw::nchw_body<T, TQ, TP, RPT, true>(x, w, y, z, bias, s, e);
+}
+
+template <typename T>
+__global__ void __launch_bounds__(dw::kChannels* dw::kRowsY) depthwise_nhwc(
+    const T* __restrict__ x, const T* __restrict__ w, T* y, const T* z, const T* bias,
+    ConvShape s, ConvEpilogue e,
+    // output tile (rows, columns): smaller when a large stride or dilation needs it
+    int TP, int TQ) {
+    dw::nhwc_body<T, false>(x, w, y, z, bias, s, e, TP, TQ);
+}
+
+template <typename T>
+__global__ void __launch_bounds__(dw::kChannels* dw::kRowsY) depthwise_nhwc_3d(
+    const T* __restrict__ x, const T* __restrict__ w, T* y, const T* z, const T* bias,
+    ConvShape s, ConvEpilogue e, int TP, int TQ) {
+    dw::nhwc_body<T, true>(x, w, y, z, bias, s, e, TP, TQ);
 }

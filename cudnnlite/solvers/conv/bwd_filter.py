@@ -70,10 +70,12 @@ def dtype_of(problem: ConvProblem) -> dtypes.DType:
     raise NotSupportedError(f"dtype: {problem.dtype} is not available (ml_dtypes missing?)")
 
 
-def common_reason(problem: ConvProblem, direction: str) -> str | None:
+def common_reason(problem: ConvProblem, direction: str, max_ndim: int = 2) -> str | None:
+    """What none of the backward solvers supports, or None; ``max_ndim`` 3 for the solvers
+    whose kernels have a 3-D variant."""
     if problem.direction != direction:
         return f"needs direction {direction}, got {problem.direction}"
-    if problem.ndim not in (1, 2):
+    if problem.ndim > max_ndim:
         return f"needs a 1-D or 2-D convolution, got {problem.ndim}-D"
     if problem.dtype not in {dt.short for dt in dtypes.FLOAT_TYPES}:
         return f"dtype {problem.dtype} is not available here (ml_dtypes missing)"

@@ -13,6 +13,7 @@ from ...problems.conv import ConvProblem
 
 _INT_FIELDS = (
     "n c h w k r s p q pad_h pad_w stride_h stride_w dil_h dil_w groups c_per_group k_per_group"
+    " d t o pad_d stride_d dil_d"
 ).split()
 SHAPE_DTYPE = np.dtype([(f, "<i4") for f in _INT_FIELDS], align=True)
 
@@ -37,7 +38,9 @@ IDENTITY_MODE = 10  # act::kIdentity
 
 
 def shape_struct(problem: ConvProblem) -> np.void:
-    """The ConvShape of a 1-D or 2-D problem (1-D as H = R = 1)."""
+    """The ConvShape of a problem: 1-D as H = R = 1, 1-D and 2-D with depth 1 (d = t = o
+    = 1, pad_d = 0, stride_d = dil_d = 1)."""
+    depth = (1, 1, 1, 0, 1, 1)
     if problem.ndim == 1:
         (h, w), (r, s) = (1, problem.spatial[0]), (1, problem.filter[0])
         (p, q), (ph, pw) = (1, problem.out_spatial[0]), (0, problem.pads[0][0])
@@ -47,10 +50,13 @@ def shape_struct(problem: ConvProblem) -> np.void:
         ph, pw = problem.pads[0][0], problem.pads[1][0]
         (uh, uw), (dh, dw) = problem.strides, problem.dilations
     else:
-        raise ValueError("3-D convolutions have no ConvShape")
+        (dd, h, w), (t, r, s), (o, p, q) = problem.spatial, problem.filter, problem.out_spatial
+        pd, ph, pw = (before for before, _ in problem.pads)
+        (ud, uh, uw), (ddil, dh, dw) = problem.strides, problem.dilations
+        depth = (dd, t, o, pd, ud, ddil)
     values = (
         problem.n, problem.c, h, w, problem.k, r, s, p, q, ph, pw, uh, uw, dh, dw,
-        problem.groups, problem.c_per_group, problem.k_per_group,
+        problem.groups, problem.c_per_group, problem.k_per_group, *depth,
     )  # fmt: skip
     return np.array(values, dtype=np.int32).view(SHAPE_DTYPE)[0]
 

@@ -1,7 +1,7 @@
 """Direct convolution forward: the always-applicable fallback and the depthwise kernel.
 
 - :class:`DirectSolver` (``conv_fwd_direct``): one thread per output element, any
-  stride, dilation, padding and groups, NCHW/KCRS and NHWC/KRSC, 1-D and 2-D,
+  stride, dilation, padding and groups, NCHW/KCRS and NHWC/KRSC, 1-D, 2-D and 3-D,
   fp32/fp16/bf16 with fp32 accumulation in a fixed order (deterministic), 64-bit
   indexing (no size limit). Simple and slow: the reference every other solver can be
   compared with on the device.
@@ -12,7 +12,8 @@
   (coalesced along C) over a 4x8 output tile (2x4, 1x2, 1x1 when a large stride or
   dilation would overflow 48 KiB of shared memory). Not applicable when even the
   smallest tile does not fit. GEMM-based methods have a reduction of only R*S here,
-  which is why this one exists.
+  which is why this one exists. 3-D: a block per output depth as well, staging the T
+  input slices its filter depth reads.
 
 Kernels: ``cuda_src/conv/direct.cu``, one module per dtype holding both solvers'
 kernels. The tensors must be contiguous in the problem's layout (the caller,
@@ -55,11 +56,12 @@ def dtype_of(problem: ConvProblem) -> dtypes.DType:
     raise NotSupportedError(f"dtype: {problem.dtype} is not available (ml_dtypes missing?)")
 
 
-def common_reason(problem: ConvProblem) -> str | None:
-    """What none of the solvers of this package supports, or None."""
+def common_reason(problem: ConvProblem, max_ndim: int = 2) -> str | None:
+    """What none of the forward solvers supports, or None; ``max_ndim`` 3 for the solvers
+    whose kernels have a 3-D variant."""
     if problem.direction != "fwd":
         return f"needs direction fwd, got {problem.direction}"
-    if problem.ndim not in (1, 2):
+    if problem.ndim > max_ndim:
         return f"needs a 1-D or 2-D convolution, got {problem.ndim}-D"
     if problem.dtype not in {dt.short for dt in dtypes.FLOAT_TYPES}:
         return f"dtype {problem.dtype} is not available here (ml_dtypes missing)"
@@ -100,28 +102,41 @@ class LaunchRunner(Runner):
 # ------------------------------------------------------------------ kernels
 
 
-def _direct_expr(dt: dtypes.DType, nhwc: bool) -> str:
-    return f"conv_direct<{dt.ctype}, {str(nhwc).lower()}>"
+def _suffix(d3: bool) -> str:
+    """The kernel-name suffix of the 3-D variants (the 2-D kernels keep no depth term)."""
+    return "_3d" if d3 else ""
 
 
-def _dw_nchw_expr(dt: dtypes.DType, tile: str) -> str:
+def _direct_expr(dt: dtypes.DType, nhwc: bool, d3: bool = False) -> str:
+    return f"conv_direct{_suffix(d3)}<{dt.ctype}, {str(nhwc).lower()}>"
+
+
+def _dw_nchw_expr(dt: dtypes.DType, tile: str, d3: bool = False) -> str:
     tq, tp, rpt = DW_NCHW_TILES[tile]
-    return f"depthwise_nchw<{dt.ctype}, {tq}, {tp}, {rpt}>"
+    return f"depthwise_nchw{_suffix(d3)}<{dt.ctype}, {tq}, {tp}, {rpt}>"
 
 
-def _dw_nhwc_expr(dt: dtypes.DType) -> str:
-    return f"depthwise_nhwc<{dt.ctype}>"
+def _dw_nhwc_expr(dt: dtypes.DType, d3: bool = False) -> str:
+    return f"depthwise_nhwc{_suffix(d3)}<{dt.ctype}>"
 
 
-def module_spec(dt: dtypes.DType) -> ModuleSpec:
-    """Every kernel of direct.cu for storage type ``dt``."""
-    names = [_direct_expr(dt, False), _direct_expr(dt, True)]
-    names += [_dw_nchw_expr(dt, tile) for tile in DW_NCHW_TILES]
-    names.append(_dw_nhwc_expr(dt))
+def module_spec(dt: dtypes.DType, d3: bool = False) -> ModuleSpec:
+    """Every kernel of direct.cu for storage type ``dt``: the 2-D (and 1-D) ones, or the
+    3-D ones (their own module, so neither kind compiles the other's)."""
+    names = [_direct_expr(dt, False, d3), _direct_expr(dt, True, d3)]
+    names += [_dw_nchw_expr(dt, tile, d3) for tile in DW_NCHW_TILES]
+    names.append(_dw_nhwc_expr(dt, d3))
     return ModuleSpec.make(SOURCE, names)
 
 
+def module_specs_all() -> list[ModuleSpec]:
+    return [module_spec(dt, d3) for d3 in (False, True) for dt in dtypes.FLOAT_TYPES]
+
+
 def _layout_tag(problem: ConvProblem) -> str:
+    """nchw / nhwc (1-D and 2-D), ncdhw / ndhwc (3-D): readable kernel names."""
+    if problem.ndim == 3:
+        return problem.layout.lower()
     return "nhwc" if problem.channels_last else "nchw"
 
 
@@ -136,20 +151,21 @@ class DirectSolver(Solver):
     deterministic = True
 
     def is_applicable(self, problem: ConvProblem, caps: Capabilities) -> Applicability:
-        reason = common_reason(problem)
+        reason = common_reason(problem, max_ndim=3)
         if reason:
             return not_applicable(reason)
         return APPLICABLE
 
     def module_specs(self) -> list[ModuleSpec]:
-        return [module_spec(dt) for dt in dtypes.FLOAT_TYPES]
+        return module_specs_all()
 
     def prepare(self, backend: Backend, problem: ConvProblem, config: Config) -> Runner:
         ok = self.is_applicable(problem, _ANY_CAPS)
         if not ok:
             raise NotSupportedError(f"{self.name}: {ok.reason}")
         dt = dtype_of(problem)
-        kernel = backend.kernel(module_spec(dt), _direct_expr(dt, problem.channels_last))
+        d3 = problem.ndim == 3
+        kernel = backend.kernel(module_spec(dt, d3), _direct_expr(dt, problem.channels_last, d3))
         total = int(np.prod(problem.y_shape()))
         blocks = max(1, min(-(-total // BLOCK), _GRID_CAP[backend.name]))
         name = f"conv_direct_{_layout_tag(problem)}_{dt.short}"
@@ -168,24 +184,26 @@ def _spans(problem: ConvProblem, tile_p: int, tile_q: int) -> tuple[int, int]:
 
 
 def _dw_plan(problem: ConvProblem) -> tuple[str, int, int, tuple, tuple]:
-    """(tile label, shared bytes, blocks, block dims, NCHW tile key or NHWC (TP, TQ) args)."""
+    """(tile label, shared bytes, blocks, block dims, NCHW tile key or NHWC (TP, TQ) args).
+    3-D: a block per output depth too, staging the filter's T input slices."""
     s = shape_struct(problem)
-    p, q, taps = int(s["p"]), int(s["q"]), int(s["r"]) * int(s["s"])
-    mult = problem.k_per_group
+    p, q, depth_taps = int(s["p"]), int(s["q"]), int(s["t"])
+    taps = depth_taps * int(s["r"]) * int(s["s"])
+    mult, images = problem.k_per_group, problem.n * int(s["o"])
     if problem.channels_last:
         for tp, tq in DW_NHWC_TILES:
             ih, iw = _spans(problem, tp, tq)
-            smem = 4 * DW_CHANNELS * (ih * iw + mult * taps)
+            smem = 4 * DW_CHANNELS * (depth_taps * ih * iw + mult * taps)
             if smem <= SMEM_LIMIT:
                 break
-        blocks = problem.n * -(-p // tp) * -(-q // tq) * -(-problem.c // DW_CHANNELS)
+        blocks = images * -(-p // tp) * -(-q // tq) * -(-problem.c // DW_CHANNELS)
         args = (np.int32(tp), np.int32(tq))
         return f"{tp}x{tq}", smem, blocks, (DW_CHANNELS, DW_ROWS), args
     tile = "small" if q <= 16 else "large"
     tq, tp, rpt = DW_NCHW_TILES[tile]
     ih, iw = _spans(problem, tp, tq)
-    smem = 4 * (ih * iw + mult * taps)
-    blocks = problem.n * problem.c * -(-p // tp) * -(-q // tq)
+    smem = 4 * (depth_taps * ih * iw + mult * taps)
+    blocks = images * problem.c * -(-p // tp) * -(-q // tq)
     return f"{tq}x{tp}", smem, blocks, (tq, tp // rpt), (tile,)
 
 
@@ -197,7 +215,7 @@ class DepthwiseSolver(Solver):
     deterministic = True
 
     def is_applicable(self, problem: ConvProblem, caps: Capabilities) -> Applicability:
-        reason = common_reason(problem)
+        reason = common_reason(problem, max_ndim=3)
         if reason:
             return not_applicable(reason)
         if not problem.depthwise:
@@ -216,7 +234,7 @@ class DepthwiseSolver(Solver):
         return APPLICABLE
 
     def module_specs(self) -> list[ModuleSpec]:
-        return [module_spec(dt) for dt in dtypes.FLOAT_TYPES]
+        return module_specs_all()
 
     def prepare(self, backend: Backend, problem: ConvProblem, config: Config) -> Runner:
         ok = self.is_applicable(problem, _ANY_CAPS)
@@ -224,9 +242,9 @@ class DepthwiseSolver(Solver):
             raise NotSupportedError(f"{self.name}: {ok.reason}")
         dt = dtype_of(problem)
         label, smem, blocks, block, extra = _dw_plan(problem)
-        nhwc = problem.channels_last
-        expr = _dw_nhwc_expr(dt) if nhwc else _dw_nchw_expr(dt, extra[0])
-        kernel = backend.kernel(module_spec(dt), expr)
+        nhwc, d3 = problem.channels_last, problem.ndim == 3
+        expr = _dw_nhwc_expr(dt, d3) if nhwc else _dw_nchw_expr(dt, extra[0], d3)
+        kernel = backend.kernel(module_spec(dt, d3), expr)
         name = f"depthwise_{label}_{_layout_tag(problem)}_{dt.short}"
         launch = (kernel, (blocks,), block, smem)
         extra_args = extra if nhwc else ()
