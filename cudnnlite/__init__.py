@@ -35,7 +35,7 @@ from .ops.activation import (
     tanh,
 )
 from .ops.attention import scaled_dot_product_attention, scaled_dot_product_attention_backward
-from .ops.conv import ConvPlan, conv1d, conv2d, conv2d_plan
+from .ops.conv import ConvPlan, conv1d, conv2d, conv2d_plan, conv3d, conv3d_plan
 from .ops.conv_backward import (
     conv1d_backward_bias,
     conv1d_backward_data,
@@ -43,8 +43,12 @@ from .ops.conv_backward import (
     conv2d_backward_bias,
     conv2d_backward_data,
     conv2d_backward_filter,
+    conv3d_backward_bias,
+    conv3d_backward_data,
+    conv3d_backward_filter,
     conv_transpose1d,
     conv_transpose2d,
+    conv_transpose3d,
 )
 from .ops.dropout import dropout, dropout_backward
 from .ops.norm import (
@@ -130,8 +134,12 @@ __all__ = [
     "conv2d_backward_bias",
     "conv2d_backward_data",
     "conv2d_backward_filter",
+    "conv3d_backward_bias",
+    "conv3d_backward_data",
+    "conv3d_backward_filter",
     "conv_transpose1d",
     "conv_transpose2d",
+    "conv_transpose3d",
     "BN_MODES",
     "POOLING_MODES",
     "adaptive_avg_pool",
@@ -206,6 +214,8 @@ __all__ = [
     "conv1d",
     "conv2d",
     "conv2d_plan",
+    "conv3d",
+    "conv3d_plan",
     "current_stream",
     "doctor",
     "use_stream",
