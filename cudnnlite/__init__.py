@@ -50,6 +50,7 @@ from .ops.conv_backward import (
     conv_transpose2d,
     conv_transpose3d,
 )
+from .ops.ctc import ctc_loss, ctc_loss_backward
 from .ops.dropout import dropout, dropout_backward
 from .ops.norm import (
     BN_MODES,
@@ -186,6 +187,8 @@ __all__ = [
     "OP_TENSOR_OPS",
     "REDUCE_OPS",
     "add_tensor",
+    "ctc_loss",
+    "ctc_loss_backward",
     "dropout",
     "dropout_backward",
     "log_softmax",

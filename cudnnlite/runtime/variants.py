@@ -20,6 +20,7 @@ _PROVIDER_MODULES = (
     "cudnnlite.ops.activation",
     "cudnnlite.ops.conv",
     "cudnnlite.ops.conv_backward",
+    "cudnnlite.ops.ctc",
     "cudnnlite.ops.dropout",
     "cudnnlite.ops.norm",
     "cudnnlite.ops.pooling",
