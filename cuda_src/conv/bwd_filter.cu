@@ -6,6 +6,8 @@
 //                                (grid-stride over them): each thread sums a fixed
 //                                subset of the N*P*Q products, then a fixed shared-memory
 //                                tree adds the 256 partials. Deterministic.
+//   bwd_filter_direct_3d<T, NHWC> the same for 3-D (KCTRS / KTRSC filters); its own kernel
+//                                so the 2-D one keeps no depth term.
 //   bwd_filter_gemm<T, NHWC, BM, BN, TM, TN>
 //                                implicit GEMM per group: dW[kk][j] = sum_m dY[m][kk] *
 //                                X[m][j], m over N*P*Q, j over the C/g*R*S taps in the
@@ -31,7 +33,8 @@
 //                                along K), fixed tree over the 8; fp32 partial per split.
 //                                Both are then reduced by bwd_filter_reduce: deterministic.
 //
-// Defines: none; one module per dtype (cudnnlite/solvers/conv/bwd_filter.py).
+// Defines: none; one module per dtype, the 3-D direct kernels in a module of their own
+// (cudnnlite/solvers/conv/bwd_filter.py).
 #include "conv/gemm_tiles.cuh"
 #include "conv/splitk_reduce.cuh"  // bwd_filter_reduce
 
@@ -53,41 +56,68 @@ __device__ __forceinline__ float block_sum(float v, float* red) {
 
 }  // namespace bwf
 
-template <typename T, bool NHWC>
-__global__ void __launch_bounds__(bwf::kThreads) bwd_filter_direct(
-    const T* __restrict__ x, const T* __restrict__ dy, T* __restrict__ dw, ConvShape s) {
-    __shared__ float red[bwf::kThreads];
-    const int taps = s.r * s.s;
+namespace bwf {
+
+// D3: the depth taps too (the 2-D instantiation has no depth term).
+template <typename T, bool NHWC, bool D3>
+__device__ __forceinline__ void filter_direct(const T* __restrict__ x, const T* __restrict__ dy,
+                                              T* __restrict__ dw, const ConvShape& s) {
+    __shared__ float red[kThreads];
+    const int taps_d = D3 ? s.t : 1;
+    const int taps = s.r * s.s * taps_d;
     const cl::index_t total = (cl::index_t)s.k * s.c_per_group * taps;
-    const int pq = s.p * s.q;
-    const cl::index_t npq = (cl::index_t)s.n * pq;
+    const int pq = s.p * s.q, opq = pq * (D3 ? s.o : 1);
+    const cl::index_t npq = (cl::index_t)s.n * opq;
     for (cl::index_t f = blockIdx.x; f < total; f += gridDim.x) {  // uniform per block
-        int k, cg, r, t;
+        int k, cg, td = 0, r, t;
         cl::index_t rem = f;
         if (NHWC) {
             cg = (int)(rem % s.c_per_group), rem /= s.c_per_group;
             t = (int)(rem % s.s), rem /= s.s;
-            r = (int)(rem % s.r), k = (int)(rem / s.r);
+            r = (int)(rem % s.r), rem /= s.r;
+            if (D3) td = (int)(rem % taps_d), rem /= taps_d;
+            k = (int)rem;
         } else {
             t = (int)(rem % s.s), rem /= s.s;
             r = (int)(rem % s.r), rem /= s.r;
+            if (D3) td = (int)(rem % taps_d), rem /= taps_d;
             cg = (int)(rem % s.c_per_group), k = (int)(rem / s.c_per_group);
         }
         const int c = (k / s.k_per_group) * s.c_per_group + cg;
         float acc = 0.0f;
-        for (cl::index_t m = threadIdx.x; m < npq; m += bwf::kThreads) {
-            const int n = (int)(m / pq), j = (int)(m - (cl::index_t)n * pq);
+        for (cl::index_t m = threadIdx.x; m < npq; m += kThreads) {
+            const int n = (int)(m / opq);
+            int j = (int)(m - (cl::index_t)n * opq), o = 0, dd = 0;
+            if (D3) {
+                o = j / pq, j -= o * pq;
+                dd = o * s.stride_d - s.pad_d + td * s.dil_d;
+            }
             const int p = j / s.q, q = j - p * s.q;
             const int h = p * s.stride_h - s.pad_h + r * s.dil_h;
             const int ww = q * s.stride_w - s.pad_w + t * s.dil_w;
             if ((unsigned)h >= (unsigned)s.h || (unsigned)ww >= (unsigned)s.w) continue;
-            acc = fmaf(cl::to_float(dy[conv::y_offset<NHWC>(s, n, k, p, q)]),
-                       cl::to_float(x[conv::x_offset<NHWC>(s, n, c, h, ww)]), acc);
+            if (D3 && (unsigned)dd >= (unsigned)s.d) continue;
+            acc = fmaf(cl::to_float(dy[conv::y_off<NHWC, D3>(s, n, k, o, p, q)]),
+                       cl::to_float(x[conv::x_off<NHWC, D3>(s, n, c, dd, h, ww)]), acc);
         }
-        const float sum = bwf::block_sum(acc, red);
+        const float sum = block_sum(acc, red);
         if (threadIdx.x == 0) dw[f] = cl::from_float<T>(sum);
         __syncthreads();  // red is reused by the next filter element
     }
+}
+
+}  // namespace bwf
+
+template <typename T, bool NHWC>
+__global__ void __launch_bounds__(bwf::kThreads) bwd_filter_direct(
+    const T* __restrict__ x, const T* __restrict__ dy, T* __restrict__ dw, ConvShape s) {
+    bwf::filter_direct<T, NHWC, false>(x, dy, dw, s);
+}
+
+template <typename T, bool NHWC>
+__global__ void __launch_bounds__(bwf::kThreads) bwd_filter_direct_3d(
+    const T* __restrict__ x, const T* __restrict__ dy, T* __restrict__ dw, ConvShape s) {
+    bwf::filter_direct<T, NHWC, true>(x, dy, dw, s);
 }
 
 namespace bwf {

@@ -1,5 +1,5 @@
-"""Convolution forward: ``conv2d`` and ``conv1d`` with PyTorch's argument conventions and
-cuDNN's fused form ``y = act(alpha * conv(x, w) + alpha2 * z + bias)``; plans.
+"""Convolution forward: ``conv1d``, ``conv2d`` and ``conv3d`` with PyTorch's argument
+conventions and cuDNN's fused form ``y = act(alpha * conv(x, w) + alpha2 * z + bias)``; plans.
 
 A call validates and normalizes its arguments into a ConvProblem, takes a plan from
 the in-process cache (the dispatcher chooses the solver: explicit ``algo`` → tuning
@@ -32,6 +32,7 @@ from .activation import ACTIVATION_MODES
 
 _LAYOUTS_2D = ("NCHW", "NHWC")
 _LAYOUTS_1D = {"NCW": "NCW", "NWC": "NWC", "NCHW": "NCW", "NHWC": "NWC"}
+_LAYOUTS_3D = ("NCDHW", "NDHWC")
 _MODE_ID = {m: i for i, m in enumerate(ACTIVATION_MODES)}
 _COEF_DEFAULTS = {
     "leaky_relu": 0.01,
@@ -167,6 +168,10 @@ def make_problem(
         if layout not in _LAYOUTS_2D:
             raise BadParamError(f"layout: expected 'NCHW' or 'NHWC', got {layout!r}")
         lay = layout
+    elif nd == 3:
+        if layout not in _LAYOUTS_3D:
+            raise BadParamError(f"layout: expected 'NCDHW' or 'NDHWC', got {layout!r}")
+        lay = layout
     else:
         if layout not in _LAYOUTS_1D:
             raise BadParamError(f"layout: expected 'NCW' or 'NWC', got {layout!r}")
@@ -295,7 +300,7 @@ def _forward(
     algo: str,
     out: Any,
 ) -> Any:
-    """conv1d/conv2d: validate, take the plan, launch."""
+    """conv1d/conv2d/conv3d: validate, take the plan, launch."""
     backend = backend_for(x, w, bias, z, out, names=("x", "w", "bias", "z", "out"))
     x = as_array("x", x)
     w = as_array("w", w)
@@ -436,11 +441,59 @@ def conv1d(
     )
 
 
+@with_stream
+def conv3d(
+    x: Any,
+    w: Any,
+    bias: Any = None,
+    stride: Any = 1,
+    padding: Any = 0,
+    dilation: Any = 1,
+    groups: int = 1,
+    *,
+    layout: str = "NCDHW",
+    activation: str | None = None,
+    activation_coef: float | None = None,
+    activation_threshold: float | None = None,
+    z: Any = None,
+    alpha: float = 1.0,
+    alpha2: float | None = None,
+    math: str = "default",
+    algo: str = "auto",
+    out: Any = None,
+) -> Any:
+    """3-D convolution (video, volumes): x (N, C, D, H, W) for "NCDHW" or (N, D, H, W, C)
+    for "NDHWC", w (K, C/groups, T, R, S) or (K, T, R, S, C/groups); stride, dilation an
+    int or (d, h, w); padding an int, (d, h, w), (front, back, top, bottom, left, right),
+    "valid" or "same". Otherwise as :func:`conv2d` (the same fused epilogue)."""
+    return _forward(
+        3,
+        x,
+        w,
+        bias,
+        stride,
+        padding,
+        dilation,
+        groups,
+        layout,
+        activation,
+        activation_coef,
+        activation_threshold,
+        z,
+        alpha,
+        alpha2,
+        math,
+        algo,
+        out,
+    )
+
+
 class ConvPlan:
     """A convolution prepared once: problem, solver, config, compiled kernels and
     workspace. Calling it on arrays of the planned shapes only launches.
 
-    Made by :func:`conv2d_plan`; ``plan(x, w, bias, z=..., out=..., activation=...)``.
+    Made by :func:`conv2d_plan` or :func:`conv3d_plan`; ``plan(x, w, bias, z=..., out=...,
+    activation=...)``.
     """
 
     def __init__(self, plan: Plan) -> None:
@@ -504,9 +557,35 @@ def conv2d_plan(
     """Plans a 2-D convolution for arrays of these shapes: the solver is chosen and its
     kernels compiled now. ``backend``: "cpu" (emulator), "cuda", or "auto" (the GPU when
     CuPy sees one)."""
+    return _plan(2, x_shape, w_shape, stride, padding, dilation, groups, dtype, layout, math,
+                 algo, backend)  # fmt: skip
+
+
+def conv3d_plan(
+    x_shape: Sequence[int],
+    w_shape: Sequence[int],
+    stride: Any = 1,
+    padding: Any = 0,
+    dilation: Any = 1,
+    groups: int = 1,
+    *,
+    dtype: Any = np.float32,
+    layout: str = "NCDHW",
+    math: str = "default",
+    algo: str = "auto",
+    backend: str = "auto",
+) -> ConvPlan:
+    """Plans a 3-D convolution (shapes as :func:`conv3d`); otherwise as :func:`conv2d_plan`."""
+    return _plan(3, x_shape, w_shape, stride, padding, dilation, groups, dtype, layout, math,
+                 algo, backend)  # fmt: skip
+
+
+def _plan(nd: int, x_shape: Sequence[int], w_shape: Sequence[int], stride: Any, padding: Any,
+          dilation: Any, groups: int, dtype: Any, layout: str, math: str, algo: str,
+          backend: str) -> ConvPlan:  # fmt: skip
     problem = make_problem(
         tuple(x_shape), tuple(w_shape), dtype, stride=stride, padding=padding,
-        dilation=dilation, groups=groups, layout=layout, math_mode=math, nd=2,
+        dilation=dilation, groups=groups, layout=layout, math_mode=math, nd=nd,
     )  # fmt: skip
     if backend == "auto":
         from ..runtime.cuda import CudaBackend

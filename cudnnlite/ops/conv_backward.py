@@ -1,6 +1,6 @@
 """Convolution backward: ``conv2d_backward_data``, ``conv2d_backward_filter``,
 ``conv2d_backward_bias``, ``conv_transpose2d`` (PyTorch's semantics, built on backward
-data) and their 1-D forms.
+data) and their 1-D and 3-D forms.
 
 Arguments are validated with the forward's rules (``ops.conv.make_problem``: the
 problem is the FORWARD convolution x -> y whose gradient is taken, with ``direction``
@@ -9,7 +9,7 @@ problem is the FORWARD convolution x -> y whose gradient is taken, with ``direct
 ``cudnnlite.settings(deterministic=True)`` excludes the atomics solver) and launches
 it. Inputs that are not contiguous in the layout are copied first; an ``out`` that is
 not contiguous receives a copy of the result. fp32, fp16, bf16 storage with fp32
-accumulation; NCHW/NHWC (NCW/NWC in 1-D).
+accumulation; NCHW/NHWC (NCW/NWC in 1-D, NCDHW/NDHWC in 3-D).
 """
 
 from __future__ import annotations
@@ -42,8 +42,8 @@ _last_kernel_names: list[str] = []
 def module_specs() -> list[ModuleSpec]:
     """This family's own modules (the rotated-forward solvers' forward kernels are
     listed by the "conv" provider)."""
-    return [bwd_data.module_spec(dt) for dt in dtypes.FLOAT_TYPES] + [
-        bwd_filter.module_spec(dt) for dt in dtypes.FLOAT_TYPES
+    return bwd_data.module_specs_all() + [
+        bwd_filter.module_spec(dt, d3) for d3 in (False, True) for dt in dtypes.FLOAT_TYPES
     ]
 
 
@@ -289,7 +289,9 @@ def conv1d_backward_filter(
 # ------------------------------------------------------------------ backward bias
 
 
-_BIAS_LAYOUTS = {"NCHW": False, "NHWC": True, "NCW": False, "NWC": True}
+_BIAS_LAYOUTS = {"NCHW": False, "NHWC": True, "NCW": False, "NWC": True, "NCDHW": False,
+                 "NDHWC": True}  # fmt: skip
+_LAYOUTS = {1: ("NCW", "NWC"), 2: ("NCHW", "NHWC"), 3: ("NCDHW", "NDHWC")}
 
 
 @with_stream
@@ -309,7 +311,7 @@ def _backward_bias(dy: Any, layout: str, out: Any, nd: int) -> Any:
     backend = backend_for(dy, out, names=("dy", "out"))
     dy = as_array("dy", dy)
     float_dtype("dy", dy)
-    allowed = ("NCHW", "NHWC") if nd == 2 else ("NCW", "NWC")
+    allowed = _LAYOUTS[nd]
     if layout not in allowed:
         raise BadParamError(f"layout: expected one of {allowed}, got {layout!r}")
     if dy.ndim != nd + 2:
@@ -340,7 +342,7 @@ def _transpose(x: Any, w: Any, bias: Any, stride: Any, padding: Any, output_padd
     float_dtype("x", x)
     if w.dtype != x.dtype:
         raise BadParamError(f"w: expected dtype {x.dtype} like x, got {w.dtype}")
-    layouts = ("NCHW", "NHWC") if nd == 2 else ("NCW", "NWC")
+    layouts = _LAYOUTS[nd]
     if layout not in layouts:
         raise BadParamError(f"layout: expected one of {layouts}, got {layout!r}")
     if x.ndim != nd + 2:
@@ -446,3 +448,75 @@ def conv_transpose1d(
     """1-D :func:`conv_transpose2d`: x (N, C_in, W) for "NCW" or (N, W, C_in) for "NWC"."""
     return _transpose(x, w, bias, stride, padding, output_padding, groups, dilation, layout,
                       algo, out, 1)  # fmt: skip
+
+
+# ------------------------------------------------------------------ 3-D
+
+
+@with_stream
+def conv3d_backward_data(
+    dy: Any,
+    w: Any,
+    x_shape: Sequence[int],
+    stride: Any = 1,
+    padding: Any = 0,
+    dilation: Any = 1,
+    groups: int = 1,
+    *,
+    layout: str = "NCDHW",
+    algo: str = "auto",
+    out: Any = None,
+) -> Any:
+    """3-D :func:`conv2d_backward_data`: dy (N, K, O, P, Q) for "NCDHW" or (N, O, P, Q, K)
+    for "NDHWC", w (K, C/groups, T, R, S) or (K, T, R, S, C/groups)."""
+    return _backward_data(dy, w, x_shape, stride, padding, dilation, groups, layout, algo,
+                          out, 3)  # fmt: skip
+
+
+@with_stream
+def conv3d_backward_filter(
+    x: Any,
+    dy: Any,
+    w_shape: Sequence[int],
+    stride: Any = 1,
+    padding: Any = 0,
+    dilation: Any = 1,
+    groups: int = 1,
+    *,
+    layout: str = "NCDHW",
+    algo: str = "auto",
+    out: Any = None,
+) -> Any:
+    """3-D :func:`conv2d_backward_filter`: w_shape (K, C/groups, T, R, S) for "NCDHW" or
+    (K, T, R, S, C/groups) for "NDHWC"."""
+    return _backward_filter(x, dy, w_shape, stride, padding, dilation, groups, layout, algo,
+                            out, 3)  # fmt: skip
+
+
+@with_stream
+def conv3d_backward_bias(dy: Any, layout: str = "NCDHW", *, out: Any = None) -> Any:
+    """3-D :func:`conv2d_backward_bias`: dy (N, K, O, P, Q) for "NCDHW" or (N, O, P, Q, K)
+    for "NDHWC"."""
+    return _backward_bias(dy, layout, out, 3)
+
+
+@with_stream
+def conv_transpose3d(
+    x: Any,
+    w: Any,
+    bias: Any = None,
+    stride: Any = 1,
+    padding: Any = 0,
+    output_padding: Any = 0,
+    groups: int = 1,
+    dilation: Any = 1,
+    *,
+    layout: str = "NCDHW",
+    algo: str = "auto",
+    out: Any = None,
+) -> Any:
+    """Transposed 3-D convolution (PyTorch's ``conv_transpose3d``): x (N, C_in, D, H, W)
+    for "NCDHW" or (N, D, H, W, C_in) for "NDHWC", w (C_in, C_out/groups, T, R, S) or
+    (C_in, T, R, S, C_out/groups); otherwise as :func:`conv_transpose2d`."""
+    return _transpose(x, w, bias, stride, padding, output_padding, groups, dilation, layout,
+                      algo, out, 3)  # fmt: skip

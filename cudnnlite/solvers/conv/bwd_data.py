@@ -4,7 +4,7 @@
 - :class:`DirectSolver` (``conv_bwd_data_direct``): one thread per dx element gathers
   the dy positions that reach it (the gaps of a stride are skipped by an exact-division
   test, not multiplied by zeros). Any stride, dilation, padding, groups, both layouts,
-  1-D and 2-D; fixed summation order: deterministic. The fallback.
+  1-D, 2-D and 3-D; fixed summation order: deterministic. The fallback.
 - Rotated-forward solvers: for stride 1 the backward data IS a forward convolution of
   dy with the filters rotated by 180 degrees and K/C swapped within each group, padded
   by dil*(f-1) - pad on each side. A kernel writes the transformed filter into the
@@ -63,22 +63,33 @@ def _flag(nhwc: bool) -> str:
     return "true" if nhwc else "false"
 
 
-def _direct_expr(dt: dtypes.DType, nhwc: bool) -> str:
-    return f"bwd_data_direct<{dt.ctype}, {_flag(nhwc)}>"
+def _suffix(d3: bool) -> str:
+    return "_3d" if d3 else ""
 
 
-def _rotate_expr(dt: dtypes.DType, nhwc: bool) -> str:
-    return f"rotate_filter<{dt.ctype}, {_flag(nhwc)}>"
+def _direct_expr(dt: dtypes.DType, nhwc: bool, d3: bool = False) -> str:
+    return f"bwd_data_direct{_suffix(d3)}<{dt.ctype}, {_flag(nhwc)}>"
 
 
-def module_spec(dt: dtypes.DType) -> ModuleSpec:
-    """Every kernel of bwd_data.cu for storage type ``dt``."""
-    names = [_direct_expr(dt, nhwc) for nhwc in (False, True)]
-    names += [_rotate_expr(dt, nhwc) for nhwc in (False, True)]
+def _rotate_expr(dt: dtypes.DType, nhwc: bool, d3: bool = False) -> str:
+    return f"rotate_filter{_suffix(d3)}<{dt.ctype}, {_flag(nhwc)}>"
+
+
+def module_spec(dt: dtypes.DType, d3: bool = False) -> ModuleSpec:
+    """Every kernel of bwd_data.cu for storage type ``dt``: the 2-D (and 1-D) ones, or the
+    3-D ones (their own module)."""
+    names = [_direct_expr(dt, nhwc, d3) for nhwc in (False, True)]
+    names += [_rotate_expr(dt, nhwc, d3) for nhwc in (False, True)]
     return ModuleSpec.make(SOURCE, names)
 
 
+def module_specs_all() -> list[ModuleSpec]:
+    return [module_spec(dt, d3) for d3 in (False, True) for dt in dtypes.FLOAT_TYPES]
+
+
 def _layout_tag(problem: ConvProblem) -> str:
+    if problem.ndim == 3:
+        return problem.layout.lower()
     return "nhwc" if problem.channels_last else "nchw"
 
 
@@ -100,8 +111,9 @@ def _typed(workspace: Any, offset: int, count: int, dt: dtypes.DType) -> Any:
 
 class _DirectRunner(Runner):
     def __init__(self, backend: Backend, problem: ConvProblem) -> None:
-        dt = dtype_of(problem)
-        self.kernel = backend.kernel(module_spec(dt), _direct_expr(dt, problem.channels_last))
+        dt, d3 = dtype_of(problem), problem.ndim == 3
+        self.kernel = backend.kernel(module_spec(dt, d3),
+                                     _direct_expr(dt, problem.channels_last, d3))  # fmt: skip
         self.shape = shape_struct(problem)
         self.blocks = _grid(int(np.prod(problem.x_shape())), backend)
         self.name = f"bwd_data_direct_{_layout_tag(problem)}_{dt.short}"
@@ -124,11 +136,11 @@ class DirectSolver(Solver):
     deterministic = True
 
     def is_applicable(self, problem: ConvProblem, caps: Capabilities) -> Applicability:
-        reason = common_reason(problem, "bwd_data")
+        reason = common_reason(problem, "bwd_data", max_ndim=3)
         return not_applicable(reason) if reason else APPLICABLE
 
     def module_specs(self) -> list[ModuleSpec]:
-        return [module_spec(dt) for dt in dtypes.FLOAT_TYPES]
+        return module_specs_all()
 
     def prepare(self, backend: Backend, problem: ConvProblem, config: Config) -> Runner:
         return _DirectRunner(backend, problem)
@@ -165,9 +177,10 @@ def _fwd_workspace_offset(problem: ConvProblem) -> int:
 class _RotatedRunner(Runner):
     def __init__(self, backend: Backend, problem: ConvProblem, inner: Solver,
                  fwd: ConvProblem, config: Config) -> None:  # fmt: skip
-        dt = dtype_of(problem)
+        dt, d3 = dtype_of(problem), problem.ndim == 3
         self.dt = dt
-        self.rotate = backend.kernel(module_spec(dt), _rotate_expr(dt, problem.channels_last))
+        self.rotate = backend.kernel(module_spec(dt, d3),
+                                     _rotate_expr(dt, problem.channels_last, d3))  # fmt: skip
         self.shape = shape_struct(problem)
         self.count = int(np.prod(problem.w_shape()))
         self.w_shape = fwd.w_shape()
@@ -212,7 +225,7 @@ class _RotatedForwardSolver(Solver):
         return self._inner.config_type
 
     def is_applicable(self, problem: ConvProblem, caps: Capabilities) -> Applicability:
-        reason = common_reason(problem, "bwd_data")
+        reason = common_reason(problem, "bwd_data", max_ndim=3)  # the inner solver decides
         if reason:
             return not_applicable(reason)
         if any(s != 1 for s in problem.strides):
@@ -245,7 +258,7 @@ class _RotatedForwardSolver(Solver):
         return _fwd_workspace_offset(problem) + self._inner.workspace_size(fwd, config)
 
     def module_specs(self) -> list[ModuleSpec]:
-        return [module_spec(dt) for dt in dtypes.FLOAT_TYPES] + self._inner.module_specs()
+        return module_specs_all() + self._inner.module_specs()
 
     def prepare(self, backend: Backend, problem: ConvProblem, config: Config) -> Runner:
         ok = self.is_applicable(problem, _caps_of(backend))

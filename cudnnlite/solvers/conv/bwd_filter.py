@@ -3,7 +3,7 @@ bias kernels. Kernels: ``cuda_src/conv/bwd_filter.cu``, one module per dtype.
 
 - :class:`DirectSolver` (``conv_bwd_filter_direct``): a 256-thread block per filter
   element reduces its N*P*Q products with a fixed tree. Any stride, dilation, padding,
-  groups, both layouts, 1-D and 2-D; deterministic. The fallback.
+  groups, both layouts, 1-D, 2-D and 3-D; deterministic. The fallback.
 - :class:`ImplicitGemmSplitKSolver` (``conv_bwd_filter_implicit_gemm``): per group, the
   GEMM dW (K/g x C/g*R*S) = dY^T (K/g x NPQ) * X-patches (NPQ x C/g*R*S), no im2col
   buffer (patches gathered into shared memory), double-buffered tiles of
@@ -86,8 +86,8 @@ def _flag(nhwc: bool) -> str:
     return "true" if nhwc else "false"
 
 
-def _direct_expr(dt: dtypes.DType, nhwc: bool) -> str:
-    return f"bwd_filter_direct<{dt.ctype}, {_flag(nhwc)}>"
+def _direct_expr(dt: dtypes.DType, nhwc: bool, d3: bool = False) -> str:
+    return f"bwd_filter_direct{'_3d' if d3 else ''}<{dt.ctype}, {_flag(nhwc)}>"
 
 
 def _gemm_expr(dt: dtypes.DType, nhwc: bool, tile: int) -> str:
@@ -99,8 +99,13 @@ def _reduce_expr(dt: dtypes.DType) -> str:
     return f"bwd_filter_reduce<{dt.ctype}>"
 
 
-def module_spec(dt: dtypes.DType) -> ModuleSpec:
-    """Every kernel of bwd_filter.cu for storage type ``dt``."""
+def module_spec(dt: dtypes.DType, d3: bool = False) -> ModuleSpec:
+    """Every kernel of bwd_filter.cu for storage type ``dt``; d3: the 3-D direct kernels
+    and the bias kernels (a small module: a 3-D call compiles no GEMM kernels)."""
+    if d3:
+        names = [_direct_expr(dt, nhwc, True) for nhwc in (False, True)]
+        names += [_reduce_expr(dt), f"bwd_bias_nchw<{dt.ctype}>", f"bwd_bias_nhwc<{dt.ctype}>"]
+        return ModuleSpec.make(SOURCE, names)
     names = [_direct_expr(dt, nhwc) for nhwc in (False, True)]
     names += [_gemm_expr(dt, nhwc, t) for t in TILES for nhwc in (False, True)]
     names += [_reduce_expr(dt), "zero_f32"]
@@ -109,6 +114,8 @@ def module_spec(dt: dtypes.DType) -> ModuleSpec:
 
 
 def _layout_tag(problem: ConvProblem) -> str:
+    if problem.ndim == 3:
+        return problem.layout.lower()
     return "nhwc" if problem.channels_last else "nchw"
 
 
@@ -125,8 +132,9 @@ def _f32(workspace: Any, count: int, offset: int = 0) -> Any:
 
 class _DirectRunner(Runner):
     def __init__(self, backend: Backend, problem: ConvProblem) -> None:
-        dt = dtype_of(problem)
-        self.kernel = backend.kernel(module_spec(dt), _direct_expr(dt, problem.channels_last))
+        dt, d3 = dtype_of(problem), problem.ndim == 3
+        self.kernel = backend.kernel(module_spec(dt, d3),
+                                     _direct_expr(dt, problem.channels_last, d3))  # fmt: skip
         self.shape = shape_struct(problem)
         total = int(np.prod(problem.w_shape()))
         self.blocks = max(1, min(total, _GRID_CAP[backend.name] * 4))
@@ -149,11 +157,11 @@ class DirectSolver(Solver):
     deterministic = True
 
     def is_applicable(self, problem: ConvProblem, caps: Capabilities) -> Applicability:
-        reason = common_reason(problem, "bwd_filter")
+        reason = common_reason(problem, "bwd_filter", max_ndim=3)
         return not_applicable(reason) if reason else APPLICABLE
 
     def module_specs(self) -> list[ModuleSpec]:
-        return [module_spec(dt) for dt in dtypes.FLOAT_TYPES]
+        return [module_spec(dt, d3) for d3 in (False, True) for dt in dtypes.FLOAT_TYPES]
 
     def prepare(self, backend: Backend, problem: ConvProblem, config: Config) -> Runner:
         return _DirectRunner(backend, problem)
@@ -319,12 +327,12 @@ def bias_splits(npq: int, blocks: int) -> int:
 
 
 def backward_bias(backend: Backend, dy: Any, db: Any, channels_last: bool) -> list[str]:
-    """db[k] = sum of dy over N and spatial positions (dy contiguous; db (K,) written).
-    Deterministic: fixed-order partials per split, added in split order."""
+    """db[k] = sum of dy over N and spatial positions (dy contiguous, 3 to 5 dims; db (K,)
+    written). Deterministic: fixed-order partials per split, added in split order."""
     dt = dtypes.lookup(dy.dtype)
     k = int(dy.shape[-1] if channels_last else dy.shape[1])
     npq = int(np.prod(dy.shape)) // k
-    spec = module_spec(dt)
+    spec = module_spec(dt, d3=dy.ndim == 5)  # both modules hold the bias kernels
     splits = bias_splits(npq, -(-k // 32) if channels_last else k)
     chunk = -(-npq // splits)
     ws = backend.xp.empty(splits * k, dtype=np.float32)
