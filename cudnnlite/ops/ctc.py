@@ -19,7 +19,6 @@ host or the device (they are moved to log_probs' kind, as PyTorch allows CPU tar
 from __future__ import annotations
 
 import threading
-from collections.abc import Sequence
 from dataclasses import dataclass
 from typing import Any
 

@@ -2,13 +2,14 @@
 compare kernels against, usable by anyone checking their own kernels.
 
 One module per family (``activation``, ``conv``, ``pooling``, ``norm``, ``softmax``,
-``dropout``, ``tensor``, ``rnn``); the most used functions are re-exported here. ``softmax`` is
-the module, its function is ``softmax_forward``.
+``dropout``, ``tensor``, ``rnn``, ``ctc``); the most used functions are re-exported here.
+``softmax`` is the module, its function is ``softmax_forward``.
 """
 
-from . import activation, conv, conv_backward, dropout, norm, pooling, rnn, softmax, tensor
+from . import activation, conv, conv_backward, ctc, dropout, norm, pooling, rnn, softmax, tensor
 from .activation import activation_backward, activation_forward
 from .conv import conv_bias_act_forward, conv_forward
+from .ctc import ctc_loss_backward, ctc_loss_forward
 from .dropout import dropout_backward, dropout_forward, dropout_mask, philox4x32_10
 from .rnn import rnn_backward, rnn_forward
 from .softmax import log_softmax, softmax_backward, softmax_forward
@@ -23,6 +24,9 @@ __all__ = [
     "conv_backward",
     "conv_bias_act_forward",
     "conv_forward",
+    "ctc",
+    "ctc_loss_backward",
+    "ctc_loss_forward",
     "dropout",
     "dropout_backward",
     "dropout_forward",
