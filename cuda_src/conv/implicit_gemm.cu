@@ -25,6 +25,15 @@
 //                                                       ahead
 //   implicit_gemm_taps<NHWC>                            fills that table: Kg int4
 //                                                       {offset, dh, dw, 0}
+//   implicit_gemm_3d, implicit_precomp_gemm_3d, implicit_gemm_taps_3d
+//                                                       3-D (NCDHW/KCTRS, NDHWC/KTRSC):
+//                                                       rows and taps carry the depth in
+//                                                       their 4th int (d0, dd), one more
+//                                                       bounds check per element; taps
+//                                                       decoded per slice with divisions
+//                                                       (no table) or from the table.
+//                                                       Separate kernels: the 2-D ones
+//                                                       keep their integer work.
 // Loads: A is a gather (4-byte cp.async per element, zero-filled in the padding); B rows
 // are filters, contiguous along kk (4-byte cp.async, k-fastest). The output rows' pixel
 // decode (img, h0, w0) is done once per block into shared memory.
@@ -39,46 +48,63 @@ namespace igemm {
 
 constexpr int kFarAway = -(1 << 29);  // an h0 that no tap brings inside the image
 
-// Tap kk of a group's filter: {offset from the pixel (h0, w0) of the group's channel 0, dh, dw}.
-template <bool NHWC>
-__device__ __forceinline__ int4 tap_of(const ConvShape& s, int c, int r, int t) {
-    const int dh = r * s.dil_h, dw = t * s.dil_w;
+// Tap kk of a group's filter: {offset from the pixel (d0, h0, w0) of the group's channel 0,
+// dh, dw, dd} (dd = 0 unless D3).
+template <bool NHWC, bool D3 = false>
+__device__ __forceinline__ int4 tap_of(const ConvShape& s, int c, int r, int t, int td = 0) {
+    const int dh = r * s.dil_h, dw = t * s.dil_w, dd = D3 ? td * s.dil_d : 0;
+    if (D3) {
+        const int off = NHWC ? ((dd * s.h + dh) * s.w + dw) * s.c + c
+                             : ((c * s.d + dd) * s.h + dh) * s.w + dw;
+        return make_int4(off, dh, dw, dd);
+    }
     const int off = NHWC ? (dh * s.w + dw) * s.c + c : (c * s.h + dh) * s.w + dw;
     return make_int4(off, dh, dw, 0);
 }
 
-template <bool NHWC>
+template <bool NHWC, bool D3 = false>
 __device__ __forceinline__ int4 compute_tap(const ConvShape& s, int kk) {
-    int c, rs;
+    int c, trs;
+    const int rs_taps = s.r * s.s, taps = rs_taps * (D3 ? s.t : 1);
     if (NHWC) {
-        rs = kk / s.c_per_group;
-        c = kk - rs * s.c_per_group;
+        trs = kk / s.c_per_group;
+        c = kk - trs * s.c_per_group;
     } else {
-        const int taps = s.r * s.s;
         c = kk / taps;
-        rs = kk - c * taps;
+        trs = kk - c * taps;
     }
+    int td = 0, rs = trs;
+    if (D3) td = trs / rs_taps, rs = trs - td * rs_taps;
     const int r = rs / s.s;
-    return tap_of<NHWC>(s, c, r, rs - r * s.s);
+    return tap_of<NHWC, D3>(s, c, r, rs - r * s.s, td);
 }
 
-// The tile's output pixels: rows[i] = {x offset of (img, h0, w0, group channel 0), h0, w0}
-// of GEMM row m0 + i (h0 = kFarAway past the last row). Divisions here, once per block.
-template <bool NHWC>
+// The tile's output pixels: rows[i] = {x offset of (img, d0, h0, w0, group channel 0), h0,
+// w0, d0} of GEMM row m0 + i (h0 = kFarAway past the last row; d0 = 0 unless D3).
+// Divisions here, once per block.
+template <bool NHWC, bool D3>
 __device__ __forceinline__ void decode_rows(int4* rows, int bm, const ConvShape& s, int m0,
                                             int g) {
-    const int pq = s.p * s.q, nrows = s.n * pq;
+    const int pq = s.p * s.q, opq = pq * (D3 ? s.o : 1), nrows = s.n * opq;
     for (int i = threadIdx.x; i < bm; i += blockDim.x) {
         const int m = m0 + i;
         int4 r = make_int4(0, kFarAway, kFarAway, 0);
         if (m < nrows) {
-            const int img = m / pq, rem = m - img * pq;
+            const int img = m / opq;
+            int rem = m - img * opq, o = 0;
+            if (D3) o = rem / pq, rem -= o * pq;
             const int p = rem / s.q, q = rem - p * s.q;
             r.y = p * s.stride_h - s.pad_h;
             r.z = q * s.stride_w - s.pad_w;
             const int c0 = g * s.c_per_group;
-            r.x = NHWC ? ((img * s.h + r.y) * s.w + r.z) * s.c + c0
-                       : ((img * s.c + c0) * s.h + r.y) * s.w + r.z;
+            if (D3) {
+                r.w = o * s.stride_d - s.pad_d;
+                r.x = NHWC ? (((img * s.d + r.w) * s.h + r.y) * s.w + r.z) * s.c + c0
+                           : (((img * s.c + c0) * s.d + r.w) * s.h + r.y) * s.w + r.z;
+            } else {
+                r.x = NHWC ? ((img * s.h + r.y) * s.w + r.z) * s.c + c0
+                           : ((img * s.c + c0) * s.h + r.y) * s.w + r.z;
+            }
         }
         rows[i] = r;
     }
@@ -86,7 +112,9 @@ __device__ __forceinline__ void decode_rows(int4* rows, int bm, const ConvShape&
 
 // A[m][kk] for the block's BM rows: each thread one kk column (k-fastest layout of
 // gemm_tiles.cuh) and the rows row(j); its tap advances by BK per slice.
-template <typename T, class Tl, bool NHWC, bool PRECOMP>
+// D3: the depth check too; without a table it decodes each tap with divisions (no
+// four-level iterator: 3-D layers have long reductions, the decode is per slice).
+template <typename T, class Tl, bool NHWC, bool PRECOMP, bool D3>
 struct GatherLoader {
     using L = gemm::KFast<Tl, Tl::BM>;
     using Layout = L;
@@ -106,16 +134,19 @@ struct GatherLoader {
     }
     __device__ __forceinline__ int4 iterated() const {
         if (kk >= ktot) return make_int4(0, kFarAway, 0, 0);
+        if (D3) return compute_tap<NHWC, true>(s, kk);
         return NHWC ? tap_of<true>(s, it.lo, it.hi, it.mid) : tap_of<false>(s, it.hi, it.mid, it.lo);
     }
 
     __device__ __forceinline__ GatherLoader(const T* x_, const int4* rows_, const int4* taps_,
                                             const ConvShape& s_)
         : x(x_), rows(rows_), taps(taps_), s(s_), kk(L::k()),
-          ktot(s_.c_per_group * s_.r * s_.s) {
+          ktot(s_.c_per_group * s_.r * s_.s * (D3 ? s_.t : 1)) {
         if constexpr (PRECOMP) {
             tap = table(kk);
             ahead = table(kk + Tl::BK);
+        } else if constexpr (D3) {
+            tap = iterated();
         } else {
             if (NHWC) it.init(kk, Tl::BK, s.c_per_group, s.s);
             else it.init(kk, Tl::BK, s.s, s.r);
@@ -129,7 +160,8 @@ struct GatherLoader {
         for (int j = 0; j < VECS; ++j) {
             const int4 r = rows[L::row(j)];
             const int hh = r.y + tap.y, ww = r.z + tap.z;
-            const bool ok = (unsigned)hh < (unsigned)s.h && (unsigned)ww < (unsigned)s.w;
+            bool ok = (unsigned)hh < (unsigned)s.h && (unsigned)ww < (unsigned)s.w;
+            if (D3) ok = ok && (unsigned)(r.w + tap.w) < (unsigned)s.d;
             sink.template put<1>(j, 0, x + (r.x + tap.x), ok);
         }
         kk += Tl::BK;
@@ -137,13 +169,13 @@ struct GatherLoader {
             tap = ahead;
             ahead = table(kk + Tl::BK);  // in flight during a whole slice
         } else {
-            it.advance();
+            if (!D3) it.advance();
             tap = iterated();
         }
     }
 };
 
-template <typename T, bool NHWC, bool PRECOMP, class Tl>
+template <typename T, bool NHWC, bool PRECOMP, bool D3, class Tl>
 __device__ __forceinline__ void body(const T* __restrict__ x, const T* __restrict__ w, T* y,
                                      const T* z, const T* bias, const int4* taps,
                                      const ConvShape& s, const ConvEpilogue& e) {
@@ -154,30 +186,33 @@ __device__ __forceinline__ void body(const T* __restrict__ x, const T* __restric
     const int g = blockIdx.y / tiles_n;
     const int n0 = (blockIdx.y - g * tiles_n) * Tl::BN;
     const int m0 = blockIdx.x * Tl::BM;
-    const int ktot = s.c_per_group * s.r * s.s;
-    decode_rows<NHWC>(rows, Tl::BM, s, m0, g);
+    const int ktot = s.c_per_group * s.r * s.s * (D3 ? s.t : 1);
+    decode_rows<NHWC, D3>(rows, Tl::BM, s, m0, g);
     __syncthreads();
 
-    GatherLoader<T, Tl, NHWC, PRECOMP> la(x, rows, taps, s);
+    GatherLoader<T, Tl, NHWC, PRECOMP, D3> la(x, rows, taps, s);
     gemm::ColLoader<T, Tl, Tl::BN> lb(w + (cl::index_t)(g * s.k_per_group + n0) * ktot, ktot,
                                       ktot, s.k_per_group - n0);
     float acc[Tl::TM][Tl::TN];
     gemm::run<T, Tl>((ktot + Tl::BK - 1) / Tl::BK, la, lb, smem, acc);
 
     const int tx = threadIdx.x % Tl::THREADS_N, ty = threadIdx.x / Tl::THREADS_N;
-    const int pq = s.p * s.q, nrows = s.n * pq;
+    const int pq = s.p * s.q, opq = pq * (D3 ? s.o : 1), nrows = s.n * opq;
 #pragma unroll
     for (int i = 0; i < Tl::TM; ++i) {
         const int m = m0 + Tl::row_of(ty, i);
         if (m >= nrows) continue;
-        const int img = m / pq, rem = m - img * pq;
+        const int img = m / opq;
+        int rem = m - img * opq, o = 0;
+        if (D3) o = rem / pq, rem -= o * pq;
         const int p = rem / s.q, q = rem - p * s.q;
 #pragma unroll
         for (int j = 0; j < Tl::TN; ++j) {
             const int n = n0 + Tl::col_of(tx, j);
             if (n >= s.k_per_group) continue;
             const int k = g * s.k_per_group + n;
-            conv::store_output(y, z, bias, e, conv::y_offset<NHWC>(s, img, k, p, q), k, acc[i][j]);
+            conv::store_output(y, z, bias, e, conv::y_off<NHWC, D3>(s, img, k, o, p, q), k,
+                               acc[i][j]);
         }
     }
 }
@@ -203,7 +238,14 @@ __global__ void __launch_bounds__(IGEMM_TILE::THREADS, igemm::min_blocks<T, NHWC
     const T* __restrict__ x, const T* __restrict__ w, T* y, const T* z, const T* bias,
     // sizes, epilogue
     ConvShape s, ConvEpilogue e) {
-    igemm::body<T, NHWC, false, IGEMM_TILE>(x, w, y, z, bias, nullptr, s, e);
+    igemm::body<T, NHWC, false, false, IGEMM_TILE>(x, w, y, z, bias, nullptr, s, e);
+}
+
+template <typename T, bool NHWC, int BM, int BN, int BK, int TM, int TN, int STAGES>
+__global__ void __launch_bounds__(IGEMM_TILE::THREADS, igemm::min_blocks<T, NHWC, IGEMM_TILE>())
+    implicit_gemm_3d(const T* __restrict__ x, const T* __restrict__ w, T* y, const T* z,
+                     const T* bias, ConvShape s, ConvEpilogue e) {
+    igemm::body<T, NHWC, false, true, IGEMM_TILE>(x, w, y, z, bias, nullptr, s, e);
 }
 
 template <typename T, bool NHWC, int BM, int BN, int BK, int TM, int TN, int STAGES>
@@ -214,7 +256,15 @@ __global__ void __launch_bounds__(IGEMM_TILE::THREADS, IGEMM_TILE::MIN_BLOCKS)
         const int4* __restrict__ taps,
         // sizes, epilogue
         ConvShape s, ConvEpilogue e) {
-    igemm::body<T, NHWC, true, IGEMM_TILE>(x, w, y, z, bias, taps, s, e);
+    igemm::body<T, NHWC, true, false, IGEMM_TILE>(x, w, y, z, bias, taps, s, e);
+}
+
+template <typename T, bool NHWC, int BM, int BN, int BK, int TM, int TN, int STAGES>
+__global__ void __launch_bounds__(IGEMM_TILE::THREADS, IGEMM_TILE::MIN_BLOCKS)
+    implicit_precomp_gemm_3d(const T* __restrict__ x, const T* __restrict__ w, T* y, const T* z,
+                             const T* bias, const int4* __restrict__ taps, ConvShape s,
+                             ConvEpilogue e) {
+    igemm::body<T, NHWC, true, true, IGEMM_TILE>(x, w, y, z, bias, taps, s, e);
 }
 
 #undef IGEMM_TILE
@@ -224,4 +274,11 @@ __global__ void __launch_bounds__(256) implicit_gemm_taps(int4* taps, ConvShape 
     const int ktot = s.c_per_group * s.r * s.s;
     for (int kk = blockIdx.x * blockDim.x + threadIdx.x; kk < ktot; kk += gridDim.x * blockDim.x)
         taps[kk] = igemm::compute_tap<NHWC>(s, kk);
+}
+
+template <bool NHWC>
+__global__ void __launch_bounds__(256) implicit_gemm_taps_3d(int4* taps, ConvShape s) {
+    const int ktot = s.c_per_group * s.r * s.s * s.t;
+    for (int kk = blockIdx.x * blockDim.x + threadIdx.x; kk < ktot; kk += gridDim.x * blockDim.x)
+        taps[kk] = igemm::compute_tap<NHWC, true>(s, kk);
 }

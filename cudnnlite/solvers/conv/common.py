@@ -3,6 +3,7 @@ cuda_src/conv/conv_common.cuh), the tensors of a call, and the epilogue."""
 
 from __future__ import annotations
 
+import dataclasses
 import functools
 from dataclasses import dataclass
 from typing import Any
@@ -59,6 +60,19 @@ def shape_struct(problem: ConvProblem) -> np.void:
         problem.groups, problem.c_per_group, problem.k_per_group, *depth,
     )  # fmt: skip
     return np.array(values, dtype=np.int32).view(SHAPE_DTYPE)[0]
+
+
+def flat_2d(problem: ConvProblem) -> ConvProblem:
+    """A pointwise 3-D problem as the 2-D one it equals (D*H x W pixels): GEMM solvers of
+    pointwise convolutions see only pixels, so their 2-D kernels run it unchanged. Other
+    problems are returned as they are."""
+    if problem.ndim != 3 or not problem.pointwise:
+        return problem
+    d, h, w = problem.spatial
+    return dataclasses.replace(
+        problem, spatial=(d * h, w), filter=(1, 1), pads=((0, 0),) * 2, strides=(1, 1),
+        dilations=(1, 1), layout="NHWC" if problem.channels_last else "NCHW",
+    )  # fmt: skip
 
 
 @dataclass(frozen=True)

@@ -11,7 +11,8 @@ need H*W % 4 == 0 and x aligned to 4 elements; otherwise, and always in NHWC, th
 ``align1`` kernel runs). Kernels are named like
 ``gemm_1x1_64x64_16x3_4x4_nchw_fp32_align4``. Limits: x, w, y below 2^31 elements. The
 tensors must be contiguous in the problem's layout (``cudnnlite.conv2d`` copies when they
-are not). Deterministic.
+are not). Deterministic. 3-D pointwise problems run as the 2-D problem of D*H x W pixels
+they equal (:func:`flat_2d`): the same kernels, no 3-D variant needed.
 """
 
 from __future__ import annotations
@@ -25,7 +26,7 @@ from ...runtime.backend import Backend
 from ...runtime.caps import Capabilities
 from ...runtime.kernel import ModuleSpec
 from ..base import APPLICABLE, Applicability, Config, Runner, Solver, not_applicable
-from .common import shape_struct
+from .common import flat_2d, shape_struct
 from .direct import INT32_MAX, common_reason, dtype_of
 from .implicit_gemm import (
     MAX_GRID_Y,
@@ -67,7 +68,7 @@ class Gemm1x1Solver(Solver):
     deterministic = True
 
     def is_applicable(self, problem: ConvProblem, caps: Capabilities) -> Applicability:
-        reason = common_reason(problem)
+        reason = common_reason(problem, max_ndim=3)
         if reason:
             return not_applicable(reason)
         if any(f != 1 for f in problem.filter):
@@ -119,5 +120,6 @@ class Gemm1x1Solver(Solver):
             kernel=backend.kernel(module_spec(dt, config), _expr(dt, nhwc, config)),
             name=_readable(dt, nhwc, config), vec=vec, itemsize=dt.itemsize,
             grid=gemm_grid(*self._gemm_size(problem), config), block=(config.threads,),
-            shape=shape_struct(problem),
+            shape=shape_struct(flat_2d(problem)),
         )  # fmt: skip
+

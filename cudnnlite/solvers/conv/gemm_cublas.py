@@ -4,7 +4,8 @@ NumPy's matmul on the emulator); our kernels (``cuda_src/conv/im2col.cu``) only 
 and apply the fused epilogue. Backward data and filter: :mod:`.gemm_cublas_bwd`.
 
 - :class:`Gemm1x1Solver` (``conv_fwd_gemm_cublas_1x1``): 1x1 filter, stride 1, no padding
-  (any groups and dilation). No copy of x or w:
+  (any groups and dilation; 3-D as the 2-D problem of D*H x W pixels it equals). No copy
+  of x or w:
   NHWC ``y[NHW, K] = x[NHW, C] @ w[K, C]^T`` (one strided-batched GEMM over the groups,
   whose outputs interleave along y's rows); NCHW ``y[n] = w[K, C] @ x[n][C, HW]`` (one
   strided-batched GEMM over the images per group).
@@ -57,7 +58,7 @@ from ...runtime.caps import Capabilities
 from ...runtime.kernel import ModuleSpec
 from ..base import APPLICABLE, Applicability, Config, Runner, Solver, not_applicable
 from .bwd_filter import common_reason
-from .common import IDENTITY_MODE, ConvTensors, Epilogue, shape_struct
+from .common import IDENTITY_MODE, ConvTensors, Epilogue, flat_2d, shape_struct
 from .direct import address, dtype_of, epilogue_struct
 
 SOURCE = "conv/im2col.cu"
@@ -110,9 +111,10 @@ def chunk_candidates(n: int) -> list[int]:
     return [n] + [c for c in _CHUNKS if c < n]
 
 
-def cublas_reason(problem: ConvProblem, caps: Capabilities | None, direction: str) -> str | None:
+def cublas_reason(problem: ConvProblem, caps: Capabilities | None, direction: str,
+                  max_ndim: int = 2) -> str | None:  # fmt: skip
     """What none of the cuBLAS solvers supports, or None."""
-    reason = common_reason(problem, direction)
+    reason = common_reason(problem, direction, max_ndim)
     if reason:
         return reason
     if caps is not None and not caps.emulator and problem.dtype == "bf16" \
@@ -139,9 +141,10 @@ class ChunkedSolver(Solver):
     config_type = ChunkConfig
     deterministic = True
     pointwise_only = False
+    max_ndim = 2  # the im2col kernels are 2-D
 
     def is_applicable(self, problem: ConvProblem, caps: Capabilities) -> Applicability:
-        reason = cublas_reason(problem, caps, self.direction)
+        reason = cublas_reason(problem, caps, self.direction, self.max_ndim)
         if not reason and self.pointwise_only:
             reason = pointwise_reason(problem)
         return not_applicable(reason) if reason else APPLICABLE
@@ -343,6 +346,7 @@ class Gemm1x1Solver(ChunkedSolver):
 
     name = "conv_fwd_gemm_cublas_1x1"
     pointwise_only = True
+    max_ndim = 3  # a pointwise 3-D problem runs as the 2-D one it equals (flat_2d)
 
     def workspace_for(self, problem: ConvProblem, images: int) -> int:
         if problem.dtype == "fp32":
@@ -351,7 +355,7 @@ class Gemm1x1Solver(ChunkedSolver):
 
     def prepare(self, backend: Backend, problem: ConvProblem, config: Config) -> Runner:
         cfg = self.check(problem, config)
-        return _ForwardRunner(backend, problem, cfg.images, False,
+        return _ForwardRunner(backend, flat_2d(problem), cfg.images, False,
                               self.workspace_size(problem, cfg))  # fmt: skip
 
 

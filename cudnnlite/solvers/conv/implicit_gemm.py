@@ -7,7 +7,9 @@ shared memory; tiles of A and B in shared memory, each thread computes a TM x TN
 micro-tile in registers; fp32 runs a cp.async pipeline of ``stages`` shared stages
 (fp16/bf16 convert through registers, two stages). The filter taps advance by adding and
 wrapping (no division in the main loop). NCHW/KCRS and NHWC/KRSC, 1-D and 2-D,
-fp32/fp16/bf16 with fp32 accumulation, deterministic.
+fp32/fp16/bf16 with fp32 accumulation, deterministic. 3-D (NCDHW/KCTRS, NDHWC/KTRSC):
+``_3d`` kernels in modules of their own, with the depth in the rows' and taps' 4th int
+and taps decoded per slice (division) or read from the table.
 
 The config is the tile: :class:`TileConfig` (BM, BN, BK, TM, TN, stages), one of
 :data:`TILES`; kernels are named with every parameter, cutlass style
@@ -204,22 +206,28 @@ class PrecompRunner(GemmRunner):
 # ------------------------------------------------------------------ kernels
 
 
-def _expr(kind: str, dt: dtypes.DType, nhwc: bool, cfg: TileConfig) -> str:
-    return f"{kind}<{dt.ctype}, {str(nhwc).lower()}, {cfg.template_args()}>"
+def _sfx(d3: bool) -> str:
+    return "_3d" if d3 else ""
 
 
-def _readable(kind: str, dt: dtypes.DType, nhwc: bool, cfg: TileConfig) -> str:
-    return f"{kind}_{cfg.label()}_{'nhwc' if nhwc else 'nchw'}_{dt.short}"
+def _expr(kind: str, dt: dtypes.DType, nhwc: bool, cfg: TileConfig, d3: bool = False) -> str:
+    return f"{kind}{_sfx(d3)}<{dt.ctype}, {str(nhwc).lower()}, {cfg.template_args()}>"
 
 
-def module_spec(dt: dtypes.DType, cfg: TileConfig) -> ModuleSpec:
-    """Both variants and both layouts of one tile for ``dt``, and the table kernels."""
+def _readable(kind: str, dt: dtypes.DType, nhwc: bool, cfg: TileConfig, d3: bool = False) -> str:
+    layout = ("ndhwc" if nhwc else "ncdhw") if d3 else ("nhwc" if nhwc else "nchw")
+    return f"{kind}_{cfg.label()}_{layout}_{dt.short}"
+
+
+def module_spec(dt: dtypes.DType, cfg: TileConfig, d3: bool = False) -> ModuleSpec:
+    """Both variants and both layouts of one tile for ``dt``, and the table kernels; d3:
+    the 3-D kernels (a module of their own: 2-D calls never compile them)."""
     names = [
-        _expr(kind, dt, nhwc, cfg)
+        _expr(kind, dt, nhwc, cfg, d3)
         for kind in ("implicit_gemm", "implicit_precomp_gemm")
         for nhwc in (False, True)
     ]
-    names += ["implicit_gemm_taps<false>", "implicit_gemm_taps<true>"]
+    names += [f"implicit_gemm_taps{_sfx(d3)}<false>", f"implicit_gemm_taps{_sfx(d3)}<true>"]
     return ModuleSpec.make(SOURCE, names)
 
 
@@ -227,7 +235,8 @@ def _limits_reason(problem: ConvProblem) -> str | None:
     s = shape_struct(problem)
     span_h = int(s["h"]) + (int(s["r"]) - 1) * int(s["dil_h"])
     span_w = int(s["w"]) + (int(s["s"]) - 1) * int(s["dil_w"])
-    span = problem.c * span_h * span_w  # bounds every tap offset within an image
+    span_d = int(s["d"]) + (int(s["t"]) - 1) * int(s["dil_d"])
+    span = problem.c * span_d * span_h * span_w  # bounds every tap offset within an image
     sizes = {
         "x": int(np.prod(problem.x_shape())),
         "w": int(np.prod(problem.w_shape())),
@@ -250,7 +259,7 @@ class ImplicitGemmSolver(Solver):
     kind = "implicit_gemm"
 
     def is_applicable(self, problem: ConvProblem, caps: Capabilities) -> Applicability:
-        reason = common_reason(problem) or _limits_reason(problem)
+        reason = common_reason(problem, max_ndim=3) or _limits_reason(problem)
         if reason:
             return not_applicable(reason)
         gy = -(-problem.k_per_group // 64) * problem.groups
@@ -276,7 +285,8 @@ class ImplicitGemmSolver(Solver):
         return gemm_grid(*self._gemm_size(problem), config)[1] <= MAX_GRID_Y
 
     def module_specs(self) -> list[ModuleSpec]:
-        return [module_spec(dt, cfg) for dt in dtypes.FLOAT_TYPES for cfg in all_tiles()]
+        return [module_spec(dt, cfg, d3) for d3 in (False, True) for dt in dtypes.FLOAT_TYPES
+                for cfg in all_tiles()]  # fmt: skip
 
     def _check(self, problem: ConvProblem, config: Config) -> TileConfig:
         ok = self.is_applicable(problem, None)  # type: ignore[arg-type]
@@ -288,10 +298,10 @@ class ImplicitGemmSolver(Solver):
 
     def _runner_args(self, backend: Backend, problem: ConvProblem, cfg: TileConfig) -> dict:
         dt = dtype_of(problem)
-        nhwc = problem.channels_last
+        nhwc, d3 = problem.channels_last, problem.ndim == 3
         return dict(
-            kernel=backend.kernel(module_spec(dt, cfg), _expr(self.kind, dt, nhwc, cfg)),
-            name=_readable(self.kind, dt, nhwc, cfg), vec=None,
+            kernel=backend.kernel(module_spec(dt, cfg, d3), _expr(self.kind, dt, nhwc, cfg, d3)),
+            name=_readable(self.kind, dt, nhwc, cfg, d3), vec=None,
             itemsize=dt.itemsize, grid=gemm_grid(*self._gemm_size(problem), cfg),
             block=(cfg.threads,), shape=shape_struct(problem),
         )  # fmt: skip
@@ -313,12 +323,14 @@ class ImplicitPrecompGemmSolver(ImplicitGemmSolver):
     def prepare(self, backend: Backend, problem: ConvProblem, config: Config) -> Runner:
         cfg = self._check(problem, config)
         dt = dtype_of(problem)
+        d3 = problem.ndim == 3
         taps = backend.kernel(
-            module_spec(dt, cfg), f"implicit_gemm_taps<{str(problem.channels_last).lower()}>"
+            module_spec(dt, cfg, d3),
+            f"implicit_gemm_taps{_sfx(d3)}<{str(problem.channels_last).lower()}>",
         )
         ktot = problem.c_per_group * int(np.prod(problem.filter))
         blocks = max(1, min(-(-ktot // _TAPS_BLOCK), 1024))
-        layout = "nhwc" if problem.channels_last else "nchw"
+        layout = ("nhwc" if problem.channels_last else "nchw") + _sfx(d3)
         return PrecompRunner(
             taps=(taps, blocks, f"implicit_gemm_taps_{layout}"),
             workspace_bytes=self.workspace_size(problem, cfg),
