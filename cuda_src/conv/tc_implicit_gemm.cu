@@ -26,6 +26,10 @@
 //           even); fp32 4 (16 bytes, C % 4 == 0) or 1 (4 bytes, any C)
 // Readable name (solver): tc_igemm_fwd_<BM>x<BN>x<BK>_w<WM>x<WN>_s<STAGES>_a<ALIGN>_nhwc_<dtype>
 //
+// Kernel: tc_conv_fwd_3d<same parameters>: 3-D, NDHWC + KTRSC (NCDHW through the same
+// conversion), the reduction over (t, r, s) taps x channel slices; a per-row depth mask word
+// and the depth tap in the iterator (2-D kernels: unchanged). Readable name ..._ndhwc_<dtype>.
+//
 // Epilogue: the accumulators go through shared memory ([BM][BN + 4] fp32) and each thread
 // finishes 8 consecutive output channels of one pixel: alpha * acc + alpha2 * z + bias,
 // the activation, and one 16-byte store (scalar stores where K % 8 != 0 or a pointer is
@@ -45,7 +49,10 @@ namespace tcconv {
 // of an offset that is the same for every row of the tile (the tap's
 // (r * dil_h * W + s * dil_w) * C + c0); the solver keeps x and w below 2^31 elements and
 // the filter within 16 x 16 taps.
-template <class G, int ALIGN>
+// D3 (the _3d kernel): the filter depth taps lead the reduction, (t, r, s, c) in KTRSC
+// order; a third mask word per row holds the depth bits and the iterator carries the depth
+// tap. The 2-D instantiation has none of it.
+template <class G, int ALIGN, bool D3>
 struct FwdLoader {
     typedef typename G::T T;
     enum {
@@ -68,30 +75,43 @@ struct FwdLoader {
     int b_rows;                   // K - that k: rows j * ROWS_PER_PASS < b_rows are valid
     int b_step;                   // ROWS_PER_PASS * R * S * C
     int dst;                      // this thread's element offset in a stage
+    unsigned a_dmask[D3 ? A_PASSES : 1];  // D3: bit td: d0 + td * dil_d inside the volume
     int W, C, S, dil_h, dil_w, col;
-    // The reduction iterator: tap (r, t), channel slice c0.
-    int r, t, c0, t_off;
+    int H, R, dil_d;  // D3 only
+    // The reduction iterator: tap (r, t), channel slice c0 (D3: depth tap td first).
+    int r, t, c0, t_off, td;
     int a_tap;  // (r * dil_h * W + t * dil_w) * C + c0: uniform over rows
     int b_tap;  // (r * S + t) * C + c0
 
     __device__ FwdLoader(const T* x_, const T* w_, const ConvShape& s, cl::index_t m0, int n0)
-        : x(x_), w(w_), W(s.w), C(s.c), S(s.s), dil_h(s.dil_h), dil_w(s.dil_w) {
+        : x(x_), w(w_), W(s.w), C(s.c), S(s.s), dil_h(s.dil_h), dil_w(s.dil_w), H(s.h), R(s.r),
+          dil_d(s.dil_d) {
         col = (threadIdx.x % CPR) * ALIGN;
         const int row0 = threadIdx.x / CPR;
         dst = tc::tile_offset<G::BK, G::EPC>(row0, col);
-        const cl::index_t rows = (cl::index_t)s.n * s.p * s.q;
+        const cl::index_t rows = (cl::index_t)s.n * s.p * s.q * (D3 ? s.o : 1);
 #pragma unroll
         for (int i = 0; i < A_PASSES; ++i) {
             const cl::index_t m = m0 + row0 + i * ROWS_PER_PASS;
-            int n = 0, p = 0, q = 0;
+            int n = 0, p = 0, q = 0, o = 0;
             if (m < rows) {
                 q = (int)(m % s.q);
                 const cl::index_t np = m / s.q;
                 n = (int)(np / s.p);
                 p = (int)(np % s.p);
+                if (D3) o = n % s.o, n /= s.o;
             }
             const int h0 = p * s.stride_h - s.pad_h, w0 = q * s.stride_w - s.pad_w;
-            a_off[i] = ((n * s.h + h0) * s.w + w0) * s.c + col;
+            if (D3) {
+                const int d0 = o * s.stride_d - s.pad_d;
+                a_off[i] = (((n * s.d + d0) * s.h + h0) * s.w + w0) * s.c + col;
+                unsigned dmask = 0;
+                for (int k = 0; k < s.t; ++k)
+                    dmask |= (unsigned)((unsigned)(d0 + k * s.dil_d) < (unsigned)s.d) << k;
+                a_dmask[D3 ? i : 0] = dmask;
+            } else {
+                a_off[i] = ((n * s.h + h0) * s.w + w0) * s.c + col;
+            }
             unsigned mask = 0;
             for (int k = 0; k < s.r; ++k)
                 mask |= (unsigned)((unsigned)(h0 + k * s.dil_h) < (unsigned)s.h) << k;
@@ -99,11 +119,11 @@ struct FwdLoader {
                 mask |= (unsigned)((unsigned)(w0 + k * s.dil_w) < (unsigned)s.w) << (16 + k);
             a_mask[i] = m < rows ? mask : 0u;
         }
-        const int rsc = s.r * s.s * s.c;
+        const int rsc = s.r * s.s * s.c * (D3 ? s.t : 1);
         b_rows = s.k - (n0 + row0);
         b_off = (b_rows > 0 ? n0 + row0 : 0) * rsc + col;
         b_step = ROWS_PER_PASS * rsc;
-        r = t = c0 = t_off = 0;
+        r = t = c0 = t_off = td = 0;
         a_tap = b_tap = 0;
     }
 
@@ -115,7 +135,13 @@ struct FwdLoader {
         t = tap % S;
         c0 = (it0 % slices) * G::BK;
         t_off = t * dil_w;
-        a_tap = (r * dil_h * W + t_off) * C + c0;
+        if (D3) {
+            td = r / R;
+            r = r % R;
+            a_tap = ((td * dil_d * H + r * dil_h) * W + t_off) * C + c0;
+        } else {
+            a_tap = (r * dil_h * W + t_off) * C + c0;
+        }
         b_tap = tap * C + c0;
     }
 
@@ -123,7 +149,8 @@ struct FwdLoader {
         const bool c_ok = c0 + col < C;  // C % ALIGN == 0: a copy is wholly in or out
 #pragma unroll
         for (int i = 0; i < A_PASSES; ++i) {
-            const bool ok = c_ok && ((a_mask[i] >> r) & (a_mask[i] >> (16 + t)) & 1u);
+            bool ok = c_ok && ((a_mask[i] >> r) & (a_mask[i] >> (16 + t)) & 1u);
+            if (D3) ok = ok && ((a_dmask[D3 ? i : 0] >> td) & 1u);
             // Not read when !ok (zero-fill): the offset may point anywhere.
             cl::mma::cp_async<BYTES>(As + dst + i * ROWS_PER_PASS * G::BK, x + (a_off[i] + a_tap),
                                      ok);
@@ -146,7 +173,11 @@ struct FwdLoader {
                 t = 0;
                 a_tap += (dil_h * W - t_off) * C;
                 t_off = 0;
-                ++r;
+                if (++r == R && D3) {
+                    r = 0;
+                    a_tap += (dil_d * H - R * dil_h) * W * C;
+                    ++td;
+                }
             }
         }
     }
@@ -237,7 +268,7 @@ __device__ void store_tile_nchw(const float* Cs, T* y, const T* z, const T* bias
     }
 }
 
-template <typename T, int BM, int BN, int BK, int WM, int WN, int STAGES, int ALIGN>
+template <typename T, int BM, int BN, int BK, int WM, int WN, int STAGES, int ALIGN, bool D3>
 __device__ __forceinline__ void fwd_body(const T* x, const T* w, T* y, const T* z, const T* bias,
                                          const ConvShape& s, const ConvEpilogue& e, float* ws,
                                          int iters_per_split, int out_nchw) {
@@ -245,8 +276,8 @@ __device__ __forceinline__ void fwd_body(const T* x, const T* w, T* y, const T* 
     DYNAMIC_SHARED(T, smem);
     const cl::index_t m0 = (cl::index_t)blockIdx.x * BM;
     const int n0 = blockIdx.y * BN;
-    FwdLoader<G, ALIGN> ld(x, w, s, m0, n0);
-    const int total = s.r * s.s * ((s.c + BK - 1) / BK);
+    FwdLoader<G, ALIGN, D3> ld(x, w, s, m0, n0);
+    const int total = s.r * s.s * (D3 ? s.t : 1) * ((s.c + BK - 1) / BK);
     const int it0 = blockIdx.z * iters_per_split;
     const int iters = min(iters_per_split, total - it0);  // >= 1: the host sizes the splits
     if (it0 > 0) ld.seek(it0);
@@ -255,35 +286,37 @@ __device__ __forceinline__ void fwd_body(const T* x, const T* w, T* y, const T* 
     float* Cs = reinterpret_cast<float*>(smem);
     G::stage_acc(acc, Cs);
     __syncthreads();
-    const cl::index_t rows = (cl::index_t)s.n * s.p * s.q;
+    const int pq = s.p * s.q * (D3 ? s.o : 1);
+    const cl::index_t rows = (cl::index_t)s.n * pq;
     if (gridDim.z > 1)
         store_partials<G>(Cs, ws + (cl::index_t)blockIdx.z * rows * s.k, rows, s.k, m0, n0);
     else if (out_nchw)
-        store_tile_nchw<G>(Cs, y, z, bias, e, rows, s.k, s.p * s.q, m0, n0);
+        store_tile_nchw<G>(Cs, y, z, bias, e, rows, s.k, pq, m0, n0);
     else
         store_tile_nhwc<G>(Cs, y, z, bias, e, rows, s.k, m0, n0);
 }
 
 // bf16 MMA exists from sm_80; older targets get a trapping body the solver never launches.
-template <typename T, int BM, int BN, int BK, int WM, int WN, int STAGES, int ALIGN>
+template <typename T, int BM, int BN, int BK, int WM, int WN, int STAGES, int ALIGN, bool D3>
 struct Fwd {
     __device__ static void go(const T* x, const T* w, T* y, const T* z, const T* bias,
                               const ConvShape& s, const ConvEpilogue& e, float* ws, int ips,
                               int out_nchw) {
-        fwd_body<T, BM, BN, BK, WM, WN, STAGES, ALIGN>(x, w, y, z, bias, s, e, ws, ips, out_nchw);
+        fwd_body<T, BM, BN, BK, WM, WN, STAGES, ALIGN, D3>(x, w, y, z, bias, s, e, ws, ips,
+                                                           out_nchw);
     }
 };
 #if !CL_MMA_SM80
-template <int BM, int BN, int BK, int WM, int WN, int STAGES, int ALIGN>
-struct Fwd<__nv_bfloat16, BM, BN, BK, WM, WN, STAGES, ALIGN> {
+template <int BM, int BN, int BK, int WM, int WN, int STAGES, int ALIGN, bool D3>
+struct Fwd<__nv_bfloat16, BM, BN, BK, WM, WN, STAGES, ALIGN, D3> {
     __device__ static void go(const __nv_bfloat16*, const __nv_bfloat16*, __nv_bfloat16*,
                               const __nv_bfloat16*, const __nv_bfloat16*, const ConvShape&,
                               const ConvEpilogue&, float*, int, int) {
         __trap();
     }
 };
-template <int BM, int BN, int BK, int WM, int WN, int STAGES, int ALIGN>
-struct Fwd<float, BM, BN, BK, WM, WN, STAGES, ALIGN> {  // TF32 MMA: sm_80+
+template <int BM, int BN, int BK, int WM, int WN, int STAGES, int ALIGN, bool D3>
+struct Fwd<float, BM, BN, BK, WM, WN, STAGES, ALIGN, D3> {  // TF32 MMA: sm_80+
     __device__ static void go(const float*, const float*, float*, const float*, const float*,
                               const ConvShape&, const ConvEpilogue&, float*, int, int) {
         __trap();
@@ -298,8 +331,19 @@ __global__ void __launch_bounds__((BM / WM) * (BN / WN) * 32)
     tc_conv_fwd(const T* __restrict__ x, const T* __restrict__ w, T* y, const T* z,
                 const T* __restrict__ bias, ConvShape s, ConvEpilogue e, float* __restrict__ ws,
                 int iters_per_split, int out_nchw) {
-    tcconv::Fwd<T, BM, BN, BK, WM, WN, STAGES, ALIGN>::go(x, w, y, z, bias, s, e, ws,
-                                                          iters_per_split, out_nchw);
+    tcconv::Fwd<T, BM, BN, BK, WM, WN, STAGES, ALIGN, false>::go(x, w, y, z, bias, s, e, ws,
+                                                                 iters_per_split, out_nchw);
+}
+
+// 3-D (NDHWC + KTRSC; NCDHW through the same conversion): the reduction walks (t, r, s)
+// taps x channel slices.
+template <typename T, int BM, int BN, int BK, int WM, int WN, int STAGES, int ALIGN>
+__global__ void __launch_bounds__((BM / WM) * (BN / WN) * 32)
+    tc_conv_fwd_3d(const T* __restrict__ x, const T* __restrict__ w, T* y, const T* z,
+                   const T* __restrict__ bias, ConvShape s, ConvEpilogue e, float* __restrict__ ws,
+                   int iters_per_split, int out_nchw) {
+    tcconv::Fwd<T, BM, BN, BK, WM, WN, STAGES, ALIGN, true>::go(x, w, y, z, bias, s, e, ws,
+                                                                iters_per_split, out_nchw);
 }
 
 // Split-K end of the forward: y = epilogue(sum over splits of ws[z][m][k]), the splits

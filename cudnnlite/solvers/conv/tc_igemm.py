@@ -1,10 +1,10 @@
 """Multistage tensor-core implicit GEMM (``cuda_src/conv/tc_implicit_gemm.cu`` on the
 shared main loop ``cuda_src/conv/tc_gemm.cuh``).
 
-``conv_fwd_tc_implicit_gemm`` (:class:`TcImplicitGemmSolver`): forward, 1-D or 2-D, any
-stride, dilation and padding, groups == 1, NHWC + KRSC, with fp32 accumulation through the
-PTX-level layer (``ldmatrix`` from an XOR-swizzled shared layout, ``cp.async`` stages with
-zero-fill for the padding):
+``conv_fwd_tc_implicit_gemm`` (:class:`TcImplicitGemmSolver`): forward, 1-D, 2-D or 3-D,
+any stride, dilation and padding, groups == 1, NHWC + KRSC (NDHWC + KTRSC), with fp32
+accumulation through the PTX-level layer (``ldmatrix`` from an XOR-swizzled shared layout,
+``cp.async`` stages with zero-fill for the padding):
 
 - fp16 (sm_75+) and bf16 (sm_80+): ``mma.sync`` m16n8k16;
 - fp32 with ``math="tf32"`` (sm_80+): m16n8k8 on operands rounded to TF32 (cvt.rna) after
@@ -12,6 +12,9 @@ zero-fill for the padding):
 
 Backward data at stride 1 runs it on the rotated filters (``conv_bwd_data_tc_implicit_gemm``,
 in :mod:`.bwd_data`); backward filter has its own loader (:mod:`.tc_bwd_filter`).
+
+3-D: the kernel ``tc_conv_fwd_3d`` (its reduction walks (t, r, s) taps; a depth mask word
+per row), compiled for the tiles of :data:`TILES_3D` only; at most 16 taps per dim.
 
 Layout: the kernel is NHWC + KRSC. NCHW problems go through a layout conversion: two
 transposes (``tc_nchw_to_nhwc``: x to NHWC, w to KRSC) into the workspace, then the same
@@ -101,6 +104,21 @@ TILES_TF32 = (
 TILES_TF32_ALIGN1 = ((64, 64, 16, 32, 32, 4),)
 SPLIT_TILES_TF32 = ((64, 64, 16, 32, 32, 4), (64, 128, 16, 64, 32, 4), (128, 64, 16, 64, 32, 4))
 
+# The 3-D kernel (tc_conv_fwd_3d) is compiled for these tiles only: the BK-32 tiles of every
+# block shape the default picks, and the split tiles. Every 3-D tile is one more module in
+# the NVRTC check (3 archs) and on the emulator, and 3-D layers are few next to 2-D ones.
+TILES_3D = frozenset(
+    {
+        (128, 128, 32, 64, 64, 4),
+        (128, 64, 32, 64, 32, 4),
+        (64, 128, 32, 32, 64, 4),
+        (64, 64, 32, 32, 32, 4),
+        (128, 64, 16, 64, 32, 4),
+        (64, 128, 16, 64, 32, 4),
+        (64, 64, 16, 32, 32, 4),
+    }
+)
+
 
 @dataclass(frozen=True)
 class Variant:
@@ -182,18 +200,18 @@ def align_for(problem: ConvProblem) -> int | None:
     return next((a for a in variant(problem.dtype).aligns if problem.c % a == 0), None)
 
 
-def kernel_expr(dt: dtypes.DType, config: TcConfig, align: int) -> str:
+def kernel_expr(dt: dtypes.DType, config: TcConfig, align: int, d3: bool = False) -> str:
     args = ", ".join(map(str, config.astuple()))
-    return f"tc_conv_fwd<{dt.ctype}, {args}, {align}>"
+    return f"tc_conv_fwd{'_3d' if d3 else ''}<{dt.ctype}, {args}, {align}>"
 
 
 def splitk_expr(dt: dtypes.DType) -> str:
     return f"tc_conv_fwd_splitk_epilogue<{dt.ctype}>"
 
 
-def module_spec(dt: dtypes.DType, config: TcConfig, align: int) -> ModuleSpec:
+def module_spec(dt: dtypes.DType, config: TcConfig, align: int, d3: bool = False) -> ModuleSpec:
     """One tile per module: a first call compiles only the variant it runs."""
-    return ModuleSpec.make(SOURCE, [kernel_expr(dt, config, align)])
+    return ModuleSpec.make(SOURCE, [kernel_expr(dt, config, align, d3)])
 
 
 def transpose_expr(dt: dtypes.DType) -> str:
@@ -242,11 +260,12 @@ class _Runner(Runner):
         dt = dtype_of(problem)
         align = align_for(problem)
         assert align is not None
-        spec = module_spec(dt, config, align)
+        d3 = problem.ndim == 3
+        spec = module_spec(dt, config, align, d3)
         module = backend.module(spec)
-        self._kernel = module.get_function(kernel_expr(dt, config, align))
+        self._kernel = module.get_function(kernel_expr(dt, config, align, d3))
         math = "tf32" if problem.dtype == "fp32" else problem.dtype
-        layout = "nhwc" if problem.channels_last else "nchw"
+        layout = problem.layout.lower() if d3 else "nhwc" if problem.channels_last else "nchw"
         self._names = [f"tc_igemm_fwd_{config.label()}_a{align}_{layout}_{math}"]
         self._shape = shape_struct(problem)
         rows = problem.n * int(np.prod(problem.out_spatial))
@@ -307,7 +326,7 @@ class TcImplicitGemmSolver(Solver):
     deterministic = True
 
     def is_applicable(self, problem: ConvProblem, caps: Capabilities) -> Applicability:
-        reason = common_reason(problem)
+        reason = common_reason(problem, max_ndim=3)
         if reason:
             return not_applicable(reason)
         if problem.groups != 1:
@@ -338,6 +357,8 @@ class TcImplicitGemmSolver(Solver):
         tiles = v.narrow_tiles if align_for(problem) == v.aligns[1] else v.tiles
         out = []
         for t in tiles:
+            if problem.ndim == 3 and t not in TILES_3D:
+                continue
             for splits in SPLITS if t in v.split_tiles else (1,):
                 c = TcConfig(*t, splits)
                 if splits > 1 and reduction_tiles(problem, c) < 4 * splits:
@@ -378,8 +399,11 @@ class TcImplicitGemmSolver(Solver):
         for dt in dtypes.FLOAT_TYPES:
             v = variant(dt.short)
             wide, narrow = v.aligns
-            specs += [module_spec(dt, TcConfig(*t), wide) for t in v.tiles]
-            specs += [module_spec(dt, TcConfig(*t), narrow) for t in v.narrow_tiles]
+            for d3 in (False, True):
+                keep = (lambda t: t in TILES_3D) if d3 else (lambda t: True)  # noqa: E731
+                specs += [module_spec(dt, TcConfig(*t), wide, d3) for t in v.tiles if keep(t)]
+                specs += [module_spec(dt, TcConfig(*t), narrow, d3) for t in v.narrow_tiles
+                          if keep(t)]  # fmt: skip
             specs.append(helper_module_spec(dt))
         return specs
 
