@@ -39,7 +39,9 @@ struct CtcParams {
 
 namespace ctc {
 
-constexpr float kNegInf = -INFINITY;
+// NVRTC has no <cmath> INFINITY; bit patterns work on both backends.
+__device__ __forceinline__ float neg_inf() { return __int_as_float(0xff800000); }
+__device__ __forceinline__ float pos_inf() { return __int_as_float(0x7f800000); }
 
 // log(exp(a) + exp(b)); -inf + -inf = -inf; NaN propagates.
 __device__ __forceinline__ float log_add(float a, float b) {
@@ -48,7 +50,7 @@ __device__ __forceinline__ float log_add(float a, float b) {
         a = b;
         b = t;
     }
-    if (b == kNegInf) return a;
+    if (b == neg_inf()) return a;
     return a + log1pf(expf(b - a));
 }
 
@@ -84,7 +86,7 @@ __global__ void __launch_bounds__(256) ctc_alpha(
     float* a = alpha + n * p.t_max * p.lw;
     if (il > 0) {
         for (int s = threadIdx.x; s < L; s += blockDim.x)
-            a[s] = s < 2 ? ctc::lp_at(lp, p, 0, n, ctc::label(tgt, s, p.blank)) : ctc::kNegInf;
+            a[s] = s < 2 ? ctc::lp_at(lp, p, 0, n, ctc::label(tgt, s, p.blank)) : ctc::neg_inf();
     }
     __syncthreads();
     for (int t = 1; t < il; ++t) {
@@ -101,7 +103,7 @@ __global__ void __launch_bounds__(256) ctc_alpha(
     if (threadIdx.x == 0) {
         float ll;
         if (il == 0) {
-            ll = L == 1 ? 0.0f : ctc::kNegInf;  // no frames: only the empty target is emitted
+            ll = L == 1 ? 0.0f : ctc::neg_inf();  // no frames: only the empty target is emitted
         } else {
             const float* last = a + (long long)(il - 1) * p.lw;
             ll = L >= 2 ? ctc::log_add(last[L - 1], last[L - 2]) : last[L - 1];
@@ -111,7 +113,7 @@ __global__ void __launch_bounds__(256) ctc_alpha(
 }
 
 template <typename T>
-__global__ void __launch_bounds__(256) ctc_beta(
+__global__ void __launch_bounds__(256, 1) ctc_beta(
     // pointers
     const T* lp, const int* targets, const long long* tgt_offset, const int* in_len,
     const int* tgt_len, float* beta, int* next, int* head,
@@ -138,7 +140,7 @@ __global__ void __launch_bounds__(256) ctc_beta(
         float* last = b + (long long)(il - 1) * p.lw;
         for (int s = threadIdx.x; s < L; s += blockDim.x)
             last[s] = s >= L - 2 ? ctc::lp_at(lp, p, il - 1, n, ctc::label(tgt, s, p.blank))
-                                 : ctc::kNegInf;
+                                 : ctc::neg_inf();
     }
     __syncthreads();
     for (int t = il - 2; t >= 0; --t) {
@@ -167,7 +169,7 @@ __global__ void __launch_bounds__(128) ctc_grad(
     const int il = in_len[n];
     const float nl = nll[n];
     T* g = grad + (t * p.n + n) * p.c;
-    if (t >= il || (p.zero_infinity && nl == INFINITY)) {
+    if (t >= il || (p.zero_infinity && nl == ctc::pos_inf())) {
         for (int c = threadIdx.x; c < p.c; c += blockDim.x) g[c] = cl::from_float<T>(0.0f);
         return;  // uniform across the block: no barrier below is skipped by part of it
     }
@@ -176,7 +178,7 @@ __global__ void __launch_bounds__(128) ctc_grad(
     // Columns no path goes through: lse over an empty set is -inf.
     for (int c = threadIdx.x; c < p.c; c += blockDim.x) {
         const float v = cl::to_float(lpt[c]);
-        g[c] = cl::from_float<T>((expf(v) - expf(ctc::kNegInf + nl - v)) * sc);
+        g[c] = cl::from_float<T>((expf(v) - expf(ctc::neg_inf() + nl - v)) * sc);
     }
     __syncthreads();
     const int S = tgt_len[n];
@@ -187,7 +189,7 @@ __global__ void __launch_bounds__(128) ctc_grad(
         // The blank's column: even positions 0, 2, ..., 2S; lanes take every 32nd, then a
         // fixed butterfly (every lane ends with the same bits; lane 0 writes).
         const int lane = threadIdx.x;
-        float acc = ctc::kNegInf;
+        float acc = ctc::neg_inf();
         for (int s = 2 * lane; s <= 2 * S; s += 64) acc = ctc::log_add(acc, a[s] + b[s]);
         for (int m = 16; m >= 1; m >>= 1) {
             const float o = __shfl_xor_sync(0xffffffffu, acc, m);
@@ -202,7 +204,7 @@ __global__ void __launch_bounds__(128) ctc_grad(
     const int* hd = head + n * p.s_max;
     for (int k = threadIdx.x; k < S; k += blockDim.x) {
         if (!hd[k]) continue;
-        float acc = ctc::kNegInf;
+        float acc = ctc::neg_inf();
         for (int j = k; j >= 0; j = nx[j]) acc = ctc::log_add(acc, a[2 * j + 1] + b[2 * j + 1]);
         const int c = tgt[k];
         const float v = cl::to_float(lpt[c]);
