@@ -180,8 +180,9 @@ def _taps(grid: np.ndarray, spatial: tuple[int, ...], mode: str, padding: str, a
     # bicubic (2-D): each integer tap padded on its own, no gradient through the padding
     t.dense = True
     base = [np.floor(i) for i in idx]
-    cx, dcx = _cubic(idx[0] - base[0])
-    cy, dcy = _cubic(idx[1] - base[1])
+    with np.errstate(invalid="ignore"):  # inf - inf: NaN weights, as PyTorch's
+        cx, dcx = _cubic(idx[0] - base[0])
+        cy, dcy = _cubic(idx[1] - base[1])
     tx = [_pad(base[0] - 1 + a, sizes[0], padding, align)[0] for a in range(4)]
     ty = [_pad(base[1] - 1 + a, sizes[1], padding, align)[0] for a in range(4)]
     for j in range(4):
