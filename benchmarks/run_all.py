@@ -29,7 +29,7 @@ import _bench
 # cover; the device check runs rnn as a step of its own).
 # sass_mix needs no GPU (NVRTC and nvdisasm): static figures, kept whatever the device does.
 BENCHMARKS = ("emulator", "dispatch", "sass_mix", "activation", "memory_bound", "conv", "attention",
-              "rnn")  # fmt: skip
+              "rnn", "ctc")  # fmt: skip
 
 
 def _cpu_model() -> str:
@@ -134,6 +134,10 @@ def headlines(doc: dict[str, Any]) -> list[str]:
         import rnn
 
         lines += rnn.headlines(res["rnn"])
+    if res.get("ctc"):
+        import ctc
+
+        lines += ctc.headlines(res["ctc"])
     mb = res.get("memory_bound")
     if mb:
         measured = [r for r in mb["rows"] if "gbs" in r]
