@@ -108,6 +108,7 @@ from .ops.rnn import (
     rnn_weights_from_torch,
 )
 from .ops.softmax import log_softmax, log_softmax_backward, softmax, softmax_backward
+from .ops.spatial import affine_grid, affine_grid_backward, grid_sample, grid_sample_backward
 from .ops.tensor import (
     OP_TENSOR_OPS,
     REDUCE_OPS,
@@ -201,6 +202,10 @@ __all__ = [
     "set_tensor",
     "softmax",
     "softmax_backward",
+    "affine_grid",
+    "affine_grid_backward",
+    "grid_sample",
+    "grid_sample_backward",
     "transform_tensor",
     "AttentionProblem",
     "scaled_dot_product_attention",

@@ -25,6 +25,7 @@ _PROVIDER_MODULES = (
     "cudnnlite.ops.norm",
     "cudnnlite.ops.pooling",
     "cudnnlite.ops.softmax",
+    "cudnnlite.ops.spatial",
     "cudnnlite.ops.tensor",
     "cudnnlite.runtime.selftest",
 )
