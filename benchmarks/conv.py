@@ -1,7 +1,10 @@
 """Convolution forward and backward (data, filter): every applicable solver and the
 dispatcher's choice over the layer tables of ResNet-50, VGG-16 and MobileNetV2, in
 TFLOP/s, with the time ratio against cuDNN through PyTorch measured in the same run
-(forward: F.conv2d; backward: torch.nn.grad.conv2d_input / conv2d_weight).
+(forward: F.conv2d; backward: torch.nn.grad.conv2d_input / conv2d_weight). 3-D rows
+(I3D, C3D, R(2+1)D, 3-D U-Net layers: :data:`ROWS_3D`) run forward in fp16/bf16 NDHWC
+against F.conv3d at batch 2, the dispatcher's choice and the tensor-core solver; small
+mode runs one tiny C3D layer.
 
     python benchmarks/conv.py [--small] [--batch 32] [--suite resnet50 ...] [--dtype fp32 ...]
                               [--direction fwd|bwd_data|bwd_filter ...]
@@ -52,28 +55,45 @@ def _torch_conv(problem: Any, x: Any, w: Any, dy: Any = None) -> Any:
             return torch.as_tensor(a.view(np.int16), device="cuda").view(torch.bfloat16)
         return torch.as_tensor(a, device="cuda")
 
-    def nchw(a: Any) -> Any:  # NHWC data -> a channels-last NCHW view, no copy
+    def nchw(a: Any) -> Any:  # channels-last data -> a channels-last NC... view, no copy
         if a is None:
             return None
         t = as_torch(a)
-        return t.permute(0, 3, 1, 2) if problem.channels_last else t
+        return t.permute(0, t.ndim - 1, *range(1, t.ndim - 1)) if problem.channels_last else t
 
     tx, tw, tdy = nchw(x), nchw(w), nchw(dy)
-    (pt, pb), (pl, pr) = problem.pads
-    if pt != pb or pl != pr:
+    if any(b != a for b, a in problem.pads):
         return None
-    kwargs = dict(stride=problem.strides, padding=(pt, pl), dilation=problem.dilations,
-                  groups=problem.groups)  # fmt: skip
+    kwargs = dict(stride=problem.strides, padding=tuple(b for b, _ in problem.pads),
+                  dilation=problem.dilations, groups=problem.groups)  # fmt: skip
     x_size = (problem.n, problem.c, *problem.spatial)
     w_size = (problem.k, problem.c_per_group, *problem.filter)
+    nd = problem.ndim if problem.ndim in (2, 3) else None
+    if nd is None:
+        return None
     if problem.direction == "bwd_data":
-        return lambda: torch.nn.grad.conv2d_input(x_size, tw, tdy, **kwargs)
+        fn = getattr(torch.nn.grad, f"conv{nd}d_input")
+        return lambda: fn(x_size, tw, tdy, **kwargs)
     if problem.direction == "bwd_filter":
-        return lambda: torch.nn.grad.conv2d_weight(tx, w_size, tdy, **kwargs)
-    return lambda: F.conv2d(tx, tw, None, **kwargs)
+        fn = getattr(torch.nn.grad, f"conv{nd}d_weight")
+        return lambda: fn(tx, w_size, tdy, **kwargs)
+    conv = F.conv3d if nd == 3 else F.conv2d
+    return lambda: conv(tx, tw, None, **kwargs)
 
 
 DIRECTIONS = ("fwd", "bwd_data", "bwd_filter")
+
+# 3-D rows on a GPU (forward, fp16/bf16 NDHWC, batch BATCH_3D, the dispatcher's choice and
+# the tensor-core solver only: device time): 3x3x3 layers of I3D and C3D, R(2+1)D's
+# factorized 1x3x3 / 3x1x1 pair, 3-D U-Net's encoder, stride-2 and decoder layers.
+ROWS_3D = {
+    "i3d": ("conv3", "mix3b.3x3", "mix5b.3x3"),
+    "c3d": ("conv2a", "conv3b", "conv5a"),
+    "r2plus1d": ("l1.s", "l1.t", "l3.t"),
+    "unet3d": ("enc2.b", "down3", "dec3"),
+}
+SOLVERS_3D = ("conv_fwd_tc_implicit_gemm",)
+BATCH_3D = 2
 
 
 def run(small: bool = False, batch: int | None = None, suites: list[str] | None = None,
@@ -97,7 +117,9 @@ def run(small: bool = False, batch: int | None = None, suites: list[str] | None 
     warmup, repeats = (2, 10) if on_gpu else (1, 2)
     batch = batch or (32 if on_gpu else 1)
     explicit_suites = suites is not None
-    suites = suites or (list(SUITES) if on_gpu else ["resnet50"])
+    from cudnnlite.problems.suites import SUITES_2D, SUITES_3D
+
+    suites = suites or (list(SUITES_2D) + list(ROWS_3D) if on_gpu else ["resnet50", "c3d"])
     directions = directions or list(DIRECTIONS)
     dtypes = dtypes or (["fp32", "tf32", "fp16", "bf16"] if on_gpu else ["fp32"])
     by_short = {d.short: d.numpy for d in cl.dtypes.FLOAT_TYPES}
@@ -106,11 +128,18 @@ def run(small: bool = False, batch: int | None = None, suites: list[str] | None 
         for suite in suites:
             if direction != "fwd" and on_gpu and not explicit_suites and suite != "resnet50":
                 continue  # device time: the backward directions run ResNet-50 by default
+            is_3d = suite in SUITES_3D
+            if is_3d and direction != "fwd" and not explicit_suites:
+                continue
+            if is_3d and on_gpu:
+                suite_dtypes = [d for d in dtypes if d in ("fp16", "bf16")]
+            else:
+                suite_dtypes = dtypes
             rows += _run_suite(
                 suite,
                 direction,
-                dtypes,
-                batch,
+                suite_dtypes,
+                min(batch, BATCH_3D) if is_3d and on_gpu else batch,
                 on_gpu,
                 backend,
                 caps,
@@ -140,8 +169,12 @@ def _run_suite(suite: str, direction: str, dtypes: list[str], batch: int, on_gpu
     """Rows for one suite and direction: every usable solver of the family, timed."""
     rows: list[dict[str, Any]] = []
     layers = SUITES[suite]
+    is_3d = bool(layers[0].depth)
+    if is_3d and on_gpu and suite in ROWS_3D:
+        layers = [layer for layer in layers if layer.name in ROWS_3D[suite]]
     if not on_gpu:
-        layers = [scaled(layer, 6) for layer in layers[:6]]  # tiny: keeps CI fast
+        # tiny: keeps CI fast (3-D: one row, every solver's 3-D kernels compile)
+        layers = [scaled(layer, 4 if is_3d else 6) for layer in layers[: 1 if is_3d else 6]]
     for dtype in dtypes:
         # "tf32": fp32 tensors with math="tf32" (TF32 tensor cores on both sides), NHWC.
         storage, math = ("fp32", "tf32") if dtype == "tf32" else (dtype, "default")
@@ -173,6 +206,8 @@ def _run_suite(suite: str, direction: str, dtypes: list[str], batch: int, on_gpu
             for solver in registry.solvers(f"conv_{direction}"):
                 if not usable(solver, problem, caps):
                     continue
+                if is_3d and on_gpu and solver.name not in (chosen, *SOLVERS_3D):
+                    continue  # device time: the direct solvers on video-sized layers
                 row = dict(base, solver=solver.name)
                 try:
                     config = solver.default_config(problem, caps)
@@ -203,12 +238,15 @@ def _geomean(values: list[float]) -> float | None:
 
 
 def summarize(rows: list[dict[str, Any]]) -> dict[str, Any]:
-    """Per dtype: the geo-mean of torch/ours for the dispatcher's choice and for the best
-    of our solvers; the Winograd layers' geo-mean."""
+    """Per dtype (and direction; 3-D rows apart, "3d fp16"): the geo-mean of torch/ours for
+    the dispatcher's choice and for the best of our solvers; the Winograd layers' geo-mean."""
     out: dict[str, Any] = {}
-    groups = sorted({(r.get("direction", "fwd"), r["dtype"]) for r in rows})
-    for direction, dtype in groups:
-        mine = [r for r in rows if r["dtype"] == dtype and r.get("direction", "fwd") == direction]
+
+    def group(r: dict[str, Any]) -> tuple[str, str, bool]:
+        return r.get("direction", "fwd"), r["dtype"], r["key"].startswith("conv3d")
+
+    for direction, dtype, is_3d in sorted({group(r) for r in rows}):
+        mine = [r for r in rows if group(r) == (direction, dtype, is_3d)]
         chosen = [r for r in mine if r["solver"] == r["chosen"] and "torch_over_ours" in r]
         best: dict[str, float] = {}
         for r in mine:
@@ -216,7 +254,8 @@ def summarize(rows: list[dict[str, Any]]) -> dict[str, Any]:
                 best[r["key"]] = max(best.get(r["key"], 0.0), r["torch_over_ours"])
         wino = [r["torch_over_ours"] for r in chosen if "winograd" in r["solver"]]
         picked = [r for r in mine if r["solver"] == r["chosen"] and "tflops" in r]
-        out[dtype if direction == "fwd" else f"{direction} {dtype}"] = {
+        name = dtype if direction == "fwd" else f"{direction} {dtype}"
+        out[f"3d {name}" if is_3d else name] = {
             "chosen_geomean_torch_over_ours": _geomean([r["torch_over_ours"] for r in chosen]),
             "best_geomean_torch_over_ours": _geomean(list(best.values())),
             "winograd_geomean_torch_over_ours": _geomean(wino),

@@ -4,6 +4,11 @@ Each layer is given at its real size (ImageNet 224x224 input, torchvision's mode
 ``problems(suite, n, dtype, layout)`` turns a suite into ConvProblems, and
 ``scaled(layer, hw)`` shrinks its spatial size for the emulator while keeping its
 channel structure (C, K, groups, filter, stride, padding).
+
+3-D suites (video and volumetric networks: I3D, C3D, R(2+1)D, 3-D U-Net) are layers with
+a ``depth`` (input frames or slices) and a filter depth ``fd``; their problems are
+NCDHW / NDHWC (a 2-D layout name asks for its 3-D counterpart, so one ``layout`` serves
+every suite), and ``scaled`` shrinks the depth too.
 """
 
 from __future__ import annotations
@@ -23,8 +28,26 @@ class ConvLayer:
     stride: int = 1
     pad: int = 0
     groups: int = 1
+    depth: int = 0  # 3-D layers: input depth (frames, slices); 0 for 2-D
+    fd: int = 1  # 3-D: filter depth
+    stride_d: int = 1
+    pad_d: int = 0
 
     def problem(self, n: int = 1, dtype: str = "fp32", layout: str = "NCHW") -> ConvProblem:
+        if self.depth:
+            return ConvProblem(
+                n=n,
+                c=self.c,
+                spatial=(self.depth, self.hw, self.hw),
+                k=self.k,
+                filter=(self.fd, self.f, self.f),
+                pads=((self.pad_d, self.pad_d), (self.pad, self.pad), (self.pad, self.pad)),
+                strides=(self.stride_d, self.stride, self.stride),
+                dilations=(1, 1, 1),
+                groups=self.groups,
+                layout=_LAYOUTS_3D.get(layout, layout),
+                dtype=dtype,
+            )
         return ConvProblem(
             n=n,
             c=self.c,
@@ -119,12 +142,80 @@ MOBILENETV2 = (
     _l("pw320-1280", 320, 7, 1280, 1),
 )
 
-SUITES = {"resnet50": RESNET50, "vgg16": VGG16, "mobilenetv2": MOBILENETV2}
+_LAYOUTS_3D = {"NCHW": "NCDHW", "NHWC": "NDHWC"}
+
+
+def _v(name: str, c: int, depth: int, hw: int, k: int, fd: int, f: int, stride_d: int = 1,
+       stride: int = 1) -> ConvLayer:  # fmt: skip
+    """A 3-D layer, 'same'-style padding (filter // 2) in every dim."""
+    return ConvLayer(name, c, hw, k, f, stride, f // 2, 1, depth, fd, stride_d, fd // 2)
+
+
+# I3D (Inflated Inception-V1, 64 frames of 224x224): the stem, the 3x3x3 of conv3, and the
+# Inception branches' 1x1x1 and 3x3x3 convolutions at each resolution.
+I3D = (
+    _v("conv1", 3, 64, 224, 64, 7, 7, 2, 2),
+    _v("conv2.1x1", 64, 32, 56, 64, 1, 1),
+    _v("conv3", 64, 32, 56, 192, 3, 3),
+    _v("mix3b.1x1", 192, 32, 28, 64, 1, 1),
+    _v("mix3b.3x3", 96, 32, 28, 128, 3, 3),
+    _v("mix3b.3x3s", 16, 32, 28, 32, 3, 3),
+    _v("mix4b.3x3", 96, 16, 14, 208, 3, 3),
+    _v("mix5b.3x3", 160, 8, 7, 320, 3, 3),
+)
+
+# C3D (16 frames of 112x112): every 3x3x3 convolution (pools between them).
+C3D = (
+    _v("conv1a", 3, 16, 112, 64, 3, 3),
+    _v("conv2a", 64, 16, 56, 128, 3, 3),
+    _v("conv3a", 128, 8, 28, 256, 3, 3),
+    _v("conv3b", 256, 8, 28, 256, 3, 3),
+    _v("conv4a", 256, 4, 14, 512, 3, 3),
+    _v("conv5a", 512, 2, 7, 512, 3, 3),
+)
+
+# R(2+1)D-18 (16 frames of 112x112): factorized 3x3x3 as a 1x3x3 spatial then a 3x1x1
+# temporal convolution (the stem and the first block of each stage; stride 2 from stage 3).
+R2PLUS1D = (
+    _v("stem.s", 3, 16, 112, 45, 1, 7, 1, 2),
+    _v("stem.t", 45, 16, 56, 64, 3, 1),
+    _v("l1.s", 64, 16, 56, 144, 1, 3),
+    _v("l1.t", 144, 16, 56, 64, 3, 1),
+    _v("l2.s", 64, 16, 56, 230, 1, 3, 1, 2),
+    _v("l2.t", 230, 16, 28, 128, 3, 1, 2, 1),
+    _v("l3.s", 128, 8, 28, 460, 1, 3, 1, 2),
+    _v("l3.t", 460, 8, 14, 256, 3, 1, 2, 1),
+)
+
+# 3-D U-Net (nnU-Net style, 128^3 one-channel volume): encoder 3x3x3 pairs, stride-2
+# downsampling convolutions, decoder 3x3x3 convolutions after the skip concatenation (the
+# 2x2x2 stride-2 upsampling is a conv_transpose3d: a backward data problem).
+UNET3D = (
+    _v("enc1.a", 1, 128, 128, 32, 3, 3),
+    _v("enc1.b", 32, 128, 128, 32, 3, 3),
+    _v("down2", 32, 128, 128, 64, 3, 3, 2, 2),
+    _v("enc2.b", 64, 64, 64, 64, 3, 3),
+    _v("down3", 64, 64, 64, 128, 3, 3, 2, 2),
+    _v("down4", 128, 32, 32, 256, 3, 3, 2, 2),
+    _v("bottom", 256, 16, 16, 320, 3, 3, 2, 2),
+    _v("dec4", 512, 16, 16, 256, 3, 3),
+    _v("dec3", 256, 32, 32, 128, 3, 3),
+    _v("dec2", 128, 64, 64, 64, 3, 3),
+    _v("dec1", 64, 128, 128, 32, 3, 3),
+)
+
+SUITES_2D = {"resnet50": RESNET50, "vgg16": VGG16, "mobilenetv2": MOBILENETV2}
+SUITES_3D = {"i3d": I3D, "c3d": C3D, "r2plus1d": R2PLUS1D, "unet3d": UNET3D}
+SUITES = {**SUITES_2D, **SUITES_3D}
 
 
 def scaled(layer: ConvLayer, hw: int) -> ConvLayer:
-    """The layer on an hw x hw input (at least the filter's size), channels unchanged."""
-    return replace(layer, hw=max(min(layer.hw, hw), layer.f))
+    """The layer on an hw x hw input (at least the filter's size), channels unchanged; a
+    3-D layer's depth shrinks to at most hw as well (at least its filter depth)."""
+    out = replace(layer, hw=max(min(layer.hw, hw), layer.f))
+    if layer.depth:
+        out = replace(out, depth=max(min(layer.depth, hw), layer.fd))
+    return out
 
 
 def problems(
