@@ -142,6 +142,21 @@ def test_unbatched(backend: str) -> None:
     assert_close(grad, want_g, np.float32, **GRAD_TOL)
 
 
+def test_torch_tensors_as_arguments(backend: str, emulator_only: None) -> None:
+    torch = pytest.importorskip("torch")
+    b = batch(seed=10)
+    want = cudnnlite.ctc_loss(b["lp"].astype(np.float32), b["tg"], b["il"], b["tl"])
+    t = (
+        torch.tensor(b["lp"], dtype=torch.float32),
+        *map(torch.tensor, (b["tg"], b["il"], b["tl"])),
+    )
+    np.testing.assert_array_equal(to_numpy(cudnnlite.ctc_loss(*t)), want)
+    grad = cudnnlite.ctc_loss_backward(torch.tensor(1.0), *t)
+    np.testing.assert_array_equal(
+        grad, cudnnlite.ctc_loss_backward(1.0, t[0].numpy(), b["tg"], b["il"], b["tl"])
+    )
+
+
 @pytest.mark.parametrize("dtype", [d.numpy for d in dtypes.FLOAT_TYPES[1:]], ids=str)
 def test_16_bit_storage(backend: str, dtype: Any) -> None:
     b = batch(seed=7)

@@ -297,7 +297,7 @@ def _alpha(prob: _Problem, params: np.void) -> tuple[Any, Any]:
 def _per_sample(prob: _Problem, nll: Any, zero_infinity: bool) -> Any:
     """float32 per-sample losses with zero_infinity applied."""
     xp = array_module(nll)
-    return xp.where(nll == np.inf, np.float32(0), nll) if zero_infinity else nll
+    return xp.where(nll == np.inf, xp.zeros_like(nll), nll) if zero_infinity else nll
 
 
 def _reduce(prob: _Problem, losses: Any, reduction: str) -> Any:
