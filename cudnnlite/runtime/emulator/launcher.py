@@ -381,19 +381,21 @@ def _byte_bounds(arr: np.ndarray) -> tuple[int, int]:
 
 
 class _AsanBuffer:
-    """An array's bytes copied between poisoned redzones (ASan builds only)."""
+    """An array's bytes copied between poisoned redzones (ASan builds), or to an aligned
+    place (``realign``: an array not aligned to its itemsize; the poison is a no-op in
+    other builds)."""
 
     REDZONE = 64
 
-    def __init__(self, lib: ctypes.CDLL, arr: np.ndarray) -> None:
+    def __init__(self, lib: ctypes.CDLL, arr: np.ndarray, realign: bool = False) -> None:
         lo, hi = _byte_bounds(arr)
         self.arr, self.lo, self.nbytes, self.lib = arr, lo, hi - lo, lib
         raw = ctypes.string_at(lo, self.nbytes)
         self.buf = np.zeros(self.nbytes + 2 * self.REDZONE + 64, dtype=np.uint8)
         base = self.buf.ctypes.data
         start = (base + self.REDZONE + 63) // 64 * 64
-        # keep the element alignment of the original
-        start += lo % 64
+        if not realign:  # keep the element alignment of the original
+            start += lo % 64
         self.start = start
         ctypes.memmove(start, raw, self.nbytes)
         lib.emu_asan_poison(ctypes.c_void_p(base), ctypes.c_ulonglong(start - base), 1)
@@ -462,7 +464,11 @@ class EmulatorModule(Module):
         return int(self.lib.emu_static_shared_bytes())
 
     def array_pointer(self, arr: np.ndarray, keep: list) -> int:
-        if not self.asan or arr.size == 0:
+        # NumPy allows arrays not aligned to their itemsize (one unpickled from a byte
+        # stream, e.g. a Dask block sent by another worker); GPU memory never is, kernels
+        # count on it (cp.async checks it), so such an array runs on an aligned copy.
+        realign = not arr.flags.aligned
+        if not (self.asan or realign) or arr.size == 0:
             return arr.ctypes.data
         # Arguments that share memory (the same array twice, a view of another) must
         # share one copy, or copy_back would overwrite one result with the other.
@@ -476,7 +482,7 @@ class EmulatorModule(Module):
                     "CUDNNLITE_EMU_ASAN: two arguments partially overlap in memory; pass the "
                     "larger array first or disable the AddressSanitizer build"
                 )
-        buf = _AsanBuffer(self.lib, arr)
+        buf = _AsanBuffer(self.lib, arr, realign=realign)
         keep.append(buf)
         return buf.pointer()
 
