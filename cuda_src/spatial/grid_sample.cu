@@ -9,9 +9,10 @@
 // bicubic 16): an in-bounds input position and a weight, computed once per point and
 // applied to every channel.
 //
-// Kernels (T = float | __half | __nv_bfloat16; NDIM = 2 | 3), one module per dtype:
-//   grid_sample_fwd<T, NDIM>       one thread per output point, grid-stride; loops channels.
-//   grid_sample_bwd<T, NDIM>       one thread per output point: dgrid (channels summed in
+// Kernels (T = float | __half | __nv_bfloat16; NDIM = 2 | 3; MODE = 0 bilinear, 1 nearest,
+// 2 bicubic (NDIM 2 only)), one module per dtype:
+//   grid_sample_fwd<T, NDIM, MODE> one thread per output point, grid-stride; loops channels.
+//   grid_sample_bwd<T, NDIM, MODE> one thread per output point: dgrid (channels summed in
 //                                  order: deterministic) and, by p.dx_mode, the x gradient:
 //                                  1 = record each tap's (key, weight) and the point's dy
 //                                  offset for grid_sample_dx_gather (deterministic);
@@ -21,8 +22,9 @@
 //                                  contributions, sorted by (key, entry) on the host side,
 //                                  in that fixed order: bitwise reproducible.
 //   grid_sample_cast<T>            float buffer -> T, elementwise (the atomic path, 16-bit).
-// Mode, padding and align_corners are runtime fields of GridSampleParams: uniform over a
-// launch (no divergence), and one module per dtype serves every combination.
+// The mode is compile time (each kernel holds only its own taps in registers); padding and
+// align_corners are runtime fields of GridSampleParams, uniform over a launch (no
+// divergence), so one module per dtype serves every combination.
 // Defines: none.
 #include "common/cudnnlite.cuh"
 
@@ -340,73 +342,68 @@ __device__ __forceinline__ void backward_point(const T* dy, const T* x, T* dgrid
 
 }  // namespace gs
 
-template <typename T, int NDIM>
+// One output point's taps for mode MODE (compile time: each mode's kernel gets the
+// registers it needs, not bicubic's 16 taps), then f(taps, scale).
+template <typename T, int NDIM, int MODE, typename F>
+__device__ __forceinline__ void with_taps(const T* grid, long long goff,
+                                          const GridSampleParams& p, F&& f) {
+    float idx[3] = {0.f, 0.f, 0.f}, scale[3] = {1.f, 1.f, 1.f};
+    if constexpr (MODE == gs::BICUBIC) {
+        gs::source_indices<T, 2>(grid, goff, p, false, idx, scale);
+        gs::Taps<16, 2> t;
+        gs::cubic_taps(idx, p, t);
+        f(t, scale);
+    } else if constexpr (MODE == gs::NEAREST) {
+        gs::source_indices<T, NDIM>(grid, goff, p, true, idx, scale);
+        gs::Taps<1, NDIM> t;
+        gs::nearest_taps<NDIM>(idx, p, t);
+        f(t, scale);
+    } else {
+        gs::source_indices<T, NDIM>(grid, goff, p, true, idx, scale);
+        gs::Taps<1 << NDIM, NDIM> t;
+        gs::linear_taps<NDIM>(idx, p, t);
+        f(t, scale);
+    }
+}
+
+// MODE = 0 bilinear, 1 nearest, 2 bicubic (NDIM = 2 only); p.mode is the same.
+template <typename T, int NDIM, int MODE>
 __global__ void __launch_bounds__(256) grid_sample_fwd(
     // pointers
     const T* x, const T* grid, T* y,
     // sizes, strides and options
     GridSampleParams p) {
+    static_assert(MODE != gs::BICUBIC || NDIM == 2, "bicubic is 2-D only");
     for (long long pt = cl::global_thread_id(); pt < p.points; pt += cl::grid_stride()) {
         long long n;
         int o[3];
         gs::point_coords(pt, p, &n, o);
         const long long goff =
             n * p.g_stride[0] + o[0] * p.g_stride[1] + o[1] * p.g_stride[2] + o[2] * p.g_stride[3];
-        float idx[3] = {0.f, 0.f, 0.f}, scale[3];
-        if (NDIM == 2 && p.mode == gs::BICUBIC) {
-            gs::source_indices<T, 2>(grid, goff, p, false, idx, scale);
-            gs::Taps<16, 2> t;
-            gs::cubic_taps(idx, p, t);
-            gs::forward_point<T, 16, 2>(x, y, p, n, o, t);
-            continue;
-        }
-        gs::source_indices<T, NDIM>(grid, goff, p, true, idx, scale);
-        if (p.mode == gs::NEAREST) {
-            gs::Taps<1, NDIM> t;
-            gs::nearest_taps<NDIM>(idx, p, t);
-            gs::forward_point<T, 1, NDIM>(x, y, p, n, o, t);
-        } else {
-            gs::Taps<1 << NDIM, NDIM> t;
-            gs::linear_taps<NDIM>(idx, p, t);
-            gs::forward_point<T, 1 << NDIM, NDIM>(x, y, p, n, o, t);
-        }
+        with_taps<T, NDIM, MODE>(grid, goff, p, [&](const auto& t, const float*) {
+            gs::forward_point(x, y, p, n, o, t);
+        });
     }
 }
 
-template <typename T, int NDIM>
+template <typename T, int NDIM, int MODE>
 __global__ void __launch_bounds__(256) grid_sample_bwd(
     // pointers (dx_acc only for dx_mode 2; keys, weights, dy_base only for dx_mode 1)
     const T* dy, const T* x, const T* grid, T* dgrid, float* dx_acc, long long* keys,
     float* weights, long long* dy_base,
     // sizes, strides and options
     GridSampleParams p) {
+    static_assert(MODE != gs::BICUBIC || NDIM == 2, "bicubic is 2-D only");
     for (long long pt = cl::global_thread_id(); pt < p.points; pt += cl::grid_stride()) {
         long long n;
         int o[3];
         gs::point_coords(pt, p, &n, o);
         const long long goff =
             n * p.g_stride[0] + o[0] * p.g_stride[1] + o[1] * p.g_stride[2] + o[2] * p.g_stride[3];
-        float idx[3] = {0.f, 0.f, 0.f}, scale[3] = {1.f, 1.f, 1.f};
-        if (NDIM == 2 && p.mode == gs::BICUBIC) {
-            gs::source_indices<T, 2>(grid, goff, p, false, idx, scale);
-            gs::Taps<16, 2> t;
-            gs::cubic_taps(idx, p, t);
-            gs::backward_point<T, 16, 2>(dy, x, dgrid, dx_acc, keys, weights, dy_base, p, pt, n,
-                                         o, scale, t);
-            continue;
-        }
-        gs::source_indices<T, NDIM>(grid, goff, p, true, idx, scale);
-        if (p.mode == gs::NEAREST) {
-            gs::Taps<1, NDIM> t;
-            gs::nearest_taps<NDIM>(idx, p, t);
-            gs::backward_point<T, 1, NDIM>(dy, x, dgrid, dx_acc, keys, weights, dy_base, p, pt,
-                                           n, o, scale, t);
-        } else {
-            gs::Taps<1 << NDIM, NDIM> t;
-            gs::linear_taps<NDIM>(idx, p, t);
-            gs::backward_point<T, 1 << NDIM, NDIM>(dy, x, dgrid, dx_acc, keys, weights, dy_base,
-                                                   p, pt, n, o, scale, t);
-        }
+        with_taps<T, NDIM, MODE>(grid, goff, p, [&](const auto& t, const float* scale) {
+            gs::backward_point(dy, x, dgrid, dx_acc, keys, weights, dy_base, p, pt, n, o, scale,
+                               t);
+        });
     }
 }
 

@@ -78,8 +78,10 @@ _PARAMS_DTYPE = np.dtype(
 def _names(dt: dtypes.DType) -> dict[str, str]:
     names = {}
     for nd in (2, 3):
-        names[f"fwd{nd}"] = f"grid_sample_fwd<{dt.ctype}, {nd}>"
-        names[f"bwd{nd}"] = f"grid_sample_bwd<{dt.ctype}, {nd}>"
+        for mode in MODES if nd == 2 else MODES[:2]:  # bicubic is 2-D only
+            m = _MODE_ID[mode]
+            names[f"fwd{nd}_{mode}"] = f"grid_sample_fwd<{dt.ctype}, {nd}, {m}>"
+            names[f"bwd{nd}_{mode}"] = f"grid_sample_bwd<{dt.ctype}, {nd}, {m}>"
     names["dx_gather"] = f"grid_sample_dx_gather<{dt.ctype}>"
     names["cast"] = f"grid_sample_cast<{dt.ctype}>"
     return names
@@ -112,7 +114,7 @@ class _Table(KernelTable):
 
 def last_kernel_name() -> str | None:
     """Readable name of the last grid_sample kernel this thread launched, e.g.
-    ``bwd2_fp32``; None before the first launch."""
+    ``bwd2_bilinear_fp32``; None before the first launch."""
     return _LAST.get()
 
 
@@ -264,7 +266,9 @@ def grid_sample(
     y = _empty_like_layout(xp, prob.out_shape, x.dtype, _channels_last(x))
     if y.size:
         table = kernel_table(_Table, backend, dt)
-        table.launch_over(f"fwd{prob.nd}", prob.points, (x, grid, y, _params(prob, x, grid, y)))
+        table.launch_over(
+            f"fwd{prob.nd}_{prob.mode}", prob.points, (x, grid, y, _params(prob, x, grid, y))
+        )
     return y
 
 
@@ -336,10 +340,8 @@ def grid_sample_backward(
         dx_stride=_strides5(acc) if dx_mode == _DX_ATOMIC else [0] * 5,
         dg_stride=_strides5(dgrid, spatial_first=True), dx_mode=dx_mode,
     )  # fmt: skip
-    table.launch_over(
-        f"bwd{prob.nd}", prob.points, (grad_out, x, grid, dgrid, acc, keys, weights, dy_base,
-                                       params)
-    )  # fmt: skip
+    args = (grad_out, x, grid, dgrid, acc, keys, weights, dy_base, params)
+    table.launch_over(f"bwd{prob.nd}_{prob.mode}", prob.points, args)
     if dx_mode == _DX_ATOMIC and acc is not dx:
         table.launch_over("cast", acc.size, (acc, dx, np.int64(acc.size)))
     elif dx_mode == _DX_RECORD:
