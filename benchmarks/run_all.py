@@ -29,7 +29,7 @@ import _bench
 # cover; the device check runs rnn as a step of its own).
 # sass_mix needs no GPU (NVRTC and nvdisasm): static figures, kept whatever the device does.
 BENCHMARKS = ("emulator", "dispatch", "sass_mix", "activation", "memory_bound", "conv", "attention",
-              "rnn", "ctc")  # fmt: skip
+              "rnn", "ctc", "grid_sample")  # fmt: skip
 
 
 def _cpu_model() -> str:
@@ -138,6 +138,10 @@ def headlines(doc: dict[str, Any]) -> list[str]:
         import ctc
 
         lines += ctc.headlines(res["ctc"])
+    if res.get("grid_sample"):
+        import grid_sample
+
+        lines += grid_sample.headlines(res["grid_sample"])
     mb = res.get("memory_bound")
     if mb:
         measured = [r for r in mb["rows"] if "gbs" in r]
