@@ -145,7 +145,7 @@ def sequential(
         chunks=(x.chunks[0], *((d,) for d in out_shape)),
         meta=meta,
         dtype=meta.dtype,
-        name="cudnnlite-sequential",
+        token="cudnnlite_sequential",  # a prefix; the key adds a hash of the inputs
     )
 
 
@@ -375,7 +375,7 @@ def _conv(
         chunks=tuple(chunks),
         meta=meta,
         dtype=x.dtype,
-        name="cudnnlite-conv",
+        token="cudnnlite_conv",
         w=dask.delayed(w, pure=True),
         bias=None if bias is None else dask.delayed(bias, pure=True),
         job=job,

@@ -27,7 +27,7 @@ pytest.importorskip("matplotlib")
 
 REPO = Path(__file__).resolve().parent.parent
 NOTEBOOKS = REPO / "notebooks"
-NEEDS = {"03_pytorch_interop.ipynb": "torch"}
+NEEDS = {"03_pytorch_interop.ipynb": "torch", "04_dask_scaleout.ipynb": "distributed"}
 
 # A code cell that draws: a call on plt / ax / axes / fig.
 PLOTTING = re.compile(r"\b(plt|ax|axes|fig)\.\w+\(")
@@ -84,6 +84,16 @@ EXPECTED: dict[str, tuple[int, dict[str, int]]] = {
             r"^(numpy|cupy) result; shares memory with the tensor: True$": 1,
             r"^tensor\(\[\[2\., 2\., 2\.\],$": 1,
             r"^(NotSupportedError: stream: the emulator|ran on <torch\.cuda\.Stream)": 1,
+        },
+    ),
+    "04_dask_scaleout.ipynb": (
+        1,
+        {
+            r"^workers: 2 processes$": 1,
+            r"^sequential: 8 tasks, output \(32, 8, 1, 1\), equal to one call: True$": 1,
+            # (not anchored: the figure's text/plain ends without a newline)
+            r"conv2d \{.*\}: 3x2 blocks -> output chunks .*, equal to one call: True$": 2,
+            r"^(dask_cuda is not installed|LocalCUDACluster: \d+ GPU workers)": 1,
         },
     ),
 }
