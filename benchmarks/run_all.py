@@ -29,7 +29,7 @@ import _bench
 # cover; the device check runs rnn as a step of its own).
 # sass_mix needs no GPU (NVRTC and nvdisasm): static figures, kept whatever the device does.
 BENCHMARKS = ("emulator", "dispatch", "sass_mix", "activation", "memory_bound", "conv", "attention",
-              "rnn", "ctc", "grid_sample")  # fmt: skip
+              "rnn", "ctc", "grid_sample", "dask_scaling")  # fmt: skip
 
 
 def _cpu_model() -> str:
@@ -142,6 +142,10 @@ def headlines(doc: dict[str, Any]) -> list[str]:
         import grid_sample
 
         lines += grid_sample.headlines(res["grid_sample"])
+    if res.get("dask_scaling"):
+        import dask_scaling
+
+        lines += dask_scaling.headlines(res["dask_scaling"])
     mb = res.get("memory_bound")
     if mb:
         measured = [r for r in mb["rows"] if "gbs" in r]
