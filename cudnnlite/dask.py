@@ -3,12 +3,12 @@
 - :func:`sequential` runs a list of layers (cudnnlite functions with their weights bound by
   ``functools.partial``, or any callable on an array) over a Dask array chunked along the
   batch axis: one task per batch chunk, the layers' weights sent once per worker.
-- :func:`conv2d` (and :func:`conv3d` where cudnnlite has it) convolves one large image or
-  volume chunked along its spatial axes: each block is extended by a halo of its
-  neighbours' rows (zeros at the image border, where the single call pads with zeros),
-  convolved without padding, and cropped to the outputs it owns. The result equals the
-  single call exactly: every block runs the solver and config chosen for the whole input,
-  and Winograd's output tiles stay on the whole output's tile grid.
+- :func:`conv2d` and :func:`conv3d` convolve one large image or volume chunked along its
+  spatial axes: each block is extended by a halo of its neighbours' rows (zeros at the
+  image border, where the single call pads with zeros), convolved without padding, and
+  cropped to the outputs it owns. The result equals the single call exactly: every block
+  runs the solver and config chosen for the whole input, and Winograd's output tiles stay
+  on the whole output's tile grid.
 
 The blocks may be NumPy (emulator) or CuPy (GPU) arrays; the functions build the graph and
 run nothing except, for :func:`sequential`, a batch-of-one dry run that finds the output
@@ -417,4 +417,26 @@ def conv2d(
     return _conv(2, x, w, bias, stride, padding, dilation, groups, layout, epilogue, math, algo)
 
 
-__all__ = ["AxisHalo", "axis_halo", "conv2d", "sequential"]
+def conv3d(
+    x: Any,
+    w: Any,
+    bias: Any = None,
+    stride: Any = 1,
+    padding: Any = 0,
+    dilation: Any = 1,
+    groups: int = 1,
+    *,
+    layout: str = "NCDHW",
+    activation: str | None = None,
+    activation_coef: float | None = None,
+    alpha: float = 1.0,
+    math: str = "default",
+    algo: str = "auto",
+) -> Any:
+    """:func:`cudnnlite.conv3d` of a Dask array (N, C, D, H, W) for "NCDHW" or
+    (N, D, H, W, C) for "NDHWC", chunked along D, H, W (and N); as :func:`conv2d`."""
+    epilogue = {"activation": activation, "activation_coef": activation_coef, "alpha": alpha}
+    return _conv(3, x, w, bias, stride, padding, dilation, groups, layout, epilogue, math, algo)
+
+
+__all__ = ["AxisHalo", "axis_halo", "conv2d", "conv3d", "sequential"]

@@ -162,6 +162,24 @@ def test_conv2d_threads_equals_one_call(tuning_dir: Path, name: str) -> None:
     np.testing.assert_array_equal(y, cl.conv2d(x, w, b, **kw))
 
 
+@pytest.mark.parametrize(
+    ("layout", "chunks", "kw"),
+    [
+        ("NCDHW", (1, 3, (4, 5), 5, (5, 6)), {"padding": "same"}),
+        ("NDHWC", (1, 5, 5, 6, 3), {"padding": (0, 1, 2), "stride": 2, "dilation": (1, 1, 2)}),
+    ],
+    ids=["same", "ndhwc_strided"],
+)
+def test_conv3d_threads_equals_one_call(tuning_dir: Path, layout: str, chunks: tuple,
+                                        kw: dict) -> None:  # fmt: skip
+    x, w = rand((1, 3, 9, 10, 11), 60), rand((4, 3, 3, 3, 3), 61)
+    if layout == "NDHWC":
+        x, w = (np.ascontiguousarray(np.moveaxis(a, 1, -1)) for a in (x, w))
+    y = cld.conv3d(da.from_array(x, chunks=chunks), w, layout=layout, **kw)
+    got = y.compute(scheduler="threads", num_workers=2)
+    np.testing.assert_array_equal(got, cl.conv3d(x, w, layout=layout, **kw))
+
+
 def test_conv2d_nhwc_matches_reference(tuning_dir: Path) -> None:
     x, w, b = rand((2, 15, 13, 4), 20), rand((6, 3, 3, 4), 21), rand((6,), 22)
     y = cld.conv2d(da.from_array(x, chunks=(1, 8, 7, 4)), w, b, padding=1, layout="NHWC")
