@@ -161,20 +161,22 @@ def test_forward_fused_epilogue_direct(backend: str) -> None:
 # ------------------------------------------------------------------ backward solvers
 
 
-def _close(got: np.ndarray, ref: np.ndarray, mag: np.ndarray, terms: int, what: str) -> None:
-    bound = 2 * terms * 2.0**-24 * mag + 1e-6
+def _close(got: np.ndarray, ref: np.ndarray, mag: np.ndarray, terms: int, what: str,
+           rounding: Any = 0.0) -> None:  # fmt: skip
+    bound = rounding + 2 * terms * 2.0**-24 * mag + 1e-6
     err = np.abs(got.astype(np.float64) - ref)
     assert (err <= bound).all(), f"{what}: max error {err.max():.3g}, bound {bound.max():.3g}"
 
 
 def _bwd_data(backend: str, solver_name: str, problem: ConvProblem, seed: int = 0) -> None:
     ops = operands(problem, seed)
-    dy = np.random.default_rng(seed + 1).standard_normal(problem.y_shape()).astype(np.float32)
+    dt = ops["x"].dtype
+    dy = np.random.default_rng(seed + 1).standard_normal(problem.y_shape()).astype(dt)
     b = backend_by_name(backend)
     solver = registry.get(solver_name)
     config = solver.default_config(problem, EMULATOR)
     runner = solver.prepare(b, problem, config)
-    dx = b.xp.full(problem.x_shape(), np.nan, dtype=np.float32)
+    dx = b.xp.full(problem.x_shape(), np.nan, dtype=dt)
     size = solver.workspace_size(problem, config)
     ws = b.xp.empty(size, dtype=np.uint8) if size else None
     runner(BwdDataTensors(to_backend(dy, backend), to_backend(ops["w"], backend), dx),
@@ -183,7 +185,9 @@ def _bwd_data(backend: str, solver_name: str, problem: ConvProblem, seed: int = 
             problem.channels_last)  # fmt: skip
     ref = conv_backward_data(dy, ops["w"], *args)
     mag = conv_backward_data(np.abs(dy), np.abs(ops["w"]), *args)
-    _close(to_numpy(dx), ref, mag, problem.k_per_group * problem.filter_taps, solver_name)
+    out_rtol = {"fp32": 0.0, "fp16": 2.0**-11, "bf16": 2.0**-8}[problem.dtype]
+    _close(to_numpy(dx), ref, mag, problem.k_per_group * problem.filter_taps, solver_name,
+           out_rtol * np.abs(ref))  # fmt: skip
 
 
 @pytest.mark.parametrize("layout", ["NCDHW", "NDHWC"])
@@ -199,6 +203,15 @@ def test_backward_data_rotated_implicit_gemm(backend: str, case: str, layout: st
     problem = _problem(case, layout, direction="bwd_data")
     assert registry.get("conv_bwd_data_implicit_gemm_rotated").is_applicable(problem, EMULATOR)
     _bwd_data(backend, "conv_bwd_data_implicit_gemm_rotated", problem)
+
+
+def test_backward_data_rotated_tensor_cores_fp16(backend: str) -> None:
+    # stride 1: the forward tensor-core kernel (3-D) on the rotated filters
+    if "fp16" not in SHORTS:
+        pytest.skip("ml_dtypes missing")
+    problem = p3(n=2, c=8, dhw=(3, 4, 5), k=16, pad=(1, 1, 2), dil=(1, 1, 2), layout="NDHWC",
+                 dtype="fp16", direction="bwd_data")  # fmt: skip
+    _bwd_data(backend, "conv_bwd_data_tc_implicit_gemm", problem)
 
 
 @pytest.mark.parametrize("layout", ["NCDHW", "NDHWC"])
