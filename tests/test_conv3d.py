@@ -55,6 +55,7 @@ TC_TILE = TcConfig(64, 64, 32, 32, 32, 4)
 def p3(n=1, c=4, dhw=(4, 5, 6), k=4, f=(3, 3, 3), pad=1, stride=1, dil=1, groups=1,
        layout="NCDHW", dtype="fp32", direction="fwd") -> ConvProblem:  # fmt: skip
     """A 3-D problem; pad/stride/dil an int or a 3-tuple (pad entries int or (before, after))."""
+
     def three(v):
         return tuple(v) if isinstance(v, tuple) else (v,) * 3
 
@@ -68,8 +69,9 @@ CASES = {
     "i3d_3x3x3": dict(n=2, c=6, dhw=(4, 6, 6), k=8),
     "c3d_3x3x3_pad_only_depth": dict(c=5, dhw=(3, 5, 4), k=6, pad=(1, 0, 0)),
     "r2plus1d_1x3x3": dict(c=6, dhw=(3, 6, 5), k=7, f=(1, 3, 3), pad=(0, 1, 1)),
-    "r2plus1d_3x1x1_s2": dict(c=7, dhw=(5, 4, 4), k=6, f=(3, 1, 1), pad=(1, 0, 0),
-                              stride=(2, 1, 1)),  # fmt: skip
+    "r2plus1d_3x1x1_s2": dict(
+        c=7, dhw=(5, 4, 4), k=6, f=(3, 1, 1), pad=(1, 0, 0), stride=(2, 1, 1)
+    ),  # fmt: skip
     "unet_down_s2": dict(n=2, c=4, dhw=(6, 6, 6), k=8, stride=2),
     "primes_big_pad": dict(c=3, dhw=(5, 7, 3), k=5, f=(2, 3, 2), pad=((3, 2), (2, 4), (3, 3))),
     "ones": dict(n=1, c=1, dhw=(1, 1, 1), k=1, f=(1, 1, 1), pad=0),
@@ -125,12 +127,33 @@ def test_forward_direct_16bit(backend: str, dtype: str, layout: str) -> None:
 @pytest.mark.parametrize(
     "kw,config",
     [
-        (dict(n=2, c=16, dhw=(4, 5, 6), k=24, pad=((1, 1), (0, 2), (1, 1)), stride=(2, 1, 1),
-              dil=(1, 1, 2)), TC_TILE),  # fmt: skip
+        (
+            dict(
+                n=2,
+                c=16,
+                dhw=(4, 5, 6),
+                k=24,
+                pad=((1, 1), (0, 2), (1, 1)),
+                stride=(2, 1, 1),
+                dil=(1, 1, 2),
+            ),
+            TC_TILE,
+        ),  # fmt: skip
         (dict(c=16, dhw=(3, 6, 6), k=8, f=(3, 1, 1), pad=(1, 0, 0)), TC_TILE),  # R(2+1)D temporal
         (dict(c=8, dhw=(6, 6, 6), k=16, stride=2), dataclasses.replace(TC_TILE, splits=2)),
-        (dict(c=8, dhw=(3, 5, 4), k=8, f=(2, 3, 1), pad=((1, 0), (1, 1), (0, 0)), stride=(1, 2, 1),
-              dil=(2, 1, 1), layout="NCDHW"), TC_TILE),  # NCDHW: converted to NDHWC  # fmt: skip
+        (
+            dict(
+                c=8,
+                dhw=(3, 5, 4),
+                k=8,
+                f=(2, 3, 1),
+                pad=((1, 0), (1, 1), (0, 0)),
+                stride=(1, 2, 1),
+                dil=(2, 1, 1),
+                layout="NCDHW",
+            ),
+            TC_TILE,
+        ),  # NCDHW: converted to NDHWC  # fmt: skip
     ],
     ids=["i3d_strided_dilated", "factorized_3x1x1", "unet_down_split2", "ncdhw"],
 )
@@ -283,8 +306,16 @@ def test_conv3d_matches_torch(backend: str, layout: str) -> None:
     last = layout == "NDHWC"
     xs, ws = (np.moveaxis(x, 1, -1).copy(), np.moveaxis(w, 1, -1).copy()) if last else (x, w)
     before = xs.copy()
-    y = to_numpy(cl.conv3d(to_backend(xs, backend), to_backend(ws, backend),
-                           to_backend(b, backend), layout=layout, activation="relu", **kw))
+    y = to_numpy(
+        cl.conv3d(
+            to_backend(xs, backend),
+            to_backend(ws, backend),
+            to_backend(b, backend),
+            layout=layout,
+            activation="relu",
+            **kw,
+        )
+    )
     np.testing.assert_array_equal(xs, before)
     np.testing.assert_allclose(np.moveaxis(y, -1, 1) if last else y, ref, rtol=1e-5, atol=1e-5)
 
@@ -368,14 +399,29 @@ def test_conv_transpose3d_matches_torch(backend: str, kw: dict) -> None:
         (lambda x, w: cl.conv3d(x, w, stride=(1, 1)), r"stride: expected an int or 3 ints"),
         (lambda x, w: cl.conv3d(x, w, padding=(1, 1, 1, 1)), r"padding: expected an int, 3"),
         (lambda x, w: cl.conv3d(x, w, bias=np.zeros(3, np.float32)), r"bias: expected shape"),
-        (lambda x, w: cl.conv3d_backward_data(x, w, (1, 3, 4, 4)), r"x_shape: expected a "
-         r"sequence of 5 ints"),  # fmt: skip
+        (
+            lambda x, w: cl.conv3d_backward_data(x, w, (1, 3, 4, 4)),
+            r"x_shape: expected a "
+            r"sequence of 5 ints",
+        ),  # fmt: skip
         (lambda x, w: cl.conv3d_backward_bias(x, layout="NHWC"), r"layout: expected one of"),
         (lambda x, w: cl.conv_transpose3d(x, w[:3]), r"w: expected 3 filters"),
         (lambda x, w: cl.conv3d_plan((1, 3, 4, 4), w.shape), r"x: expected a 5-D"),
     ],
-    ids=["rank_x", "rank_w", "layout", "channels", "groups", "stride", "padding", "bias",
-         "bwd_x_shape", "bias_layout", "transpose_channels", "plan_rank"],  # fmt: skip
+    ids=[
+        "rank_x",
+        "rank_w",
+        "layout",
+        "channels",
+        "groups",
+        "stride",
+        "padding",
+        "bias",
+        "bwd_x_shape",
+        "bias_layout",
+        "transpose_channels",
+        "plan_rank",
+    ],  # fmt: skip
 )
 def test_bad_input(call, match: str) -> None:
     x, w = _rand((1, 3, 4, 4, 4), 12), _rand((2, 3, 3, 3, 3), 13)

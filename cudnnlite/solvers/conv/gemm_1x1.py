@@ -122,4 +122,3 @@ class Gemm1x1Solver(Solver):
             grid=gemm_grid(*self._gemm_size(problem), config), block=(config.threads,),
             shape=shape_struct(flat_2d(problem)),
         )  # fmt: skip
-
