@@ -171,7 +171,7 @@ def test_unsupported_arch_names_supported_ones(nvrtc: cuda_toolkit.NvrtcLibrary)
 
 def test_check_all_own_specs(nvrtc: cuda_toolkit.NvrtcLibrary, tmp_path: Path) -> None:
     specs = [PROBE_SPEC, ModuleSpec.make(PROBE, ["probe_kernel<float>"], {"PROBE_SCALE": 1})]
-    results = nvrtc_check.check_all(specs, ARCHS)
+    results = nvrtc_check.check_all(tasks=nvrtc_check.coverage_tasks(specs, ARCHS, "sm_90"))
     assert [(r.spec, r.arch) for r in results] == [(s, a) for s in specs for a in ARCHS]
     assert all(r.ok and r.cubin_size > 0 and r.seconds > 0 for r in results), [
         r.error for r in results if not r.ok
@@ -206,8 +206,22 @@ def test_main_list_needs_no_nvrtc(capsys: pytest.CaptureFixture[str]) -> None:
     assert PROBE_SPEC.label() in capsys.readouterr().out
 
 
+def test_coverage_tasks_cover_every_code_path_on_every_arch() -> None:
+    tile = [ModuleSpec.make("conv/x.cu", [f"k<__half, {t}>"], {"BM": t}) for t in (64, 128)]
+    other = [ModuleSpec.make("conv/x.cu", ["k<float, 64>"], {"BM": 64}),
+             ModuleSpec.make("conv/x.cu", ["k_3d<__half, 64>"], {"BM": 64}),
+             ModuleSpec.make("conv/y.cu", ["k"], {"T": "__nv_bfloat16"})]  # fmt: skip
+    tasks = nvrtc_check.coverage_tasks(tile + other, ARCHS, "sm_90")
+    assert [s for s, a in tasks if a == "sm_90"] == tile + other  # every variant once
+    for arch in ("sm_75", "sm_80"):  # one tile size per code path
+        assert [s for s, a in tasks if a == arch] == [tile[0], *other]
+    assert nvrtc_check.code_path(other[2])[1] == "__nv_bfloat16"
+
+
 def test_every_registered_variant_compiles(nvrtc: cuda_toolkit.NvrtcLibrary) -> None:
-    """THE CI check: every ModuleSpec the library can generate compiles for sm_75/80/90."""
+    """THE CI check: every ModuleSpec the library can generate compiles for sm_90, and one
+    per code path (source, dtype, kernel templates) for sm_75 and sm_80 (coverage_tasks);
+    `python -m cudnnlite.runtime.nvrtc_check` compiles every one for all three."""
     import importlib
 
     from cudnnlite.runtime import variants
@@ -216,6 +230,6 @@ def test_every_registered_variant_compiles(nvrtc: cuda_toolkit.NvrtcLibrary) -> 
         importlib.import_module(name)
     specs = variants.all_module_specs()
     assert len(specs) >= 50, f"only {len(specs)} kernel modules registered"
-    results = nvrtc_check.check_all(specs, ARCHS)
+    results = nvrtc_check.check_all(tasks=nvrtc_check.coverage_tasks(specs, ARCHS, "sm_90"))
     failures = [f"{r.spec.label()} {r.arch}:\n{r.error}" for r in results if not r.ok]
     assert not failures, "\n\n".join(failures)
