@@ -133,13 +133,16 @@ def explain(
 
 
 def explain_call(x: Any, w: Any, **conv_args: Any) -> Explanation:
-    """Explains what ``conv2d(x, w, **conv_args)`` would run."""
+    """Explains what ``conv1d/conv2d/conv3d(x, w, **conv_args)`` would run (the rank of x
+    says which)."""
     from ..ops.conv import make_problem
     from ..runtime.select import backend_for
 
     b = backend_for(x, w)
+    nd = len(x.shape) - 2
     keys = ("stride", "padding", "dilation", "groups", "layout")
-    kwargs = {k: conv_args[k] for k in keys if k in conv_args}
+    kwargs = {"layout": {1: "NCW", 3: "NCDHW"}.get(nd, "NCHW")}
+    kwargs.update({k: conv_args[k] for k in keys if k in conv_args})
     problem = make_problem(x.shape, w.shape, x.dtype, math_mode=conv_args.get("math", "default"),
-                           **kwargs)  # fmt: skip
+                           nd=nd, **kwargs)  # fmt: skip
     return explain(problem, b, conv_args.get("algo", "auto"))
