@@ -368,19 +368,39 @@ inline std::string where() {
 }
 
 // ---------------------------------------------------------------- fibers
+// Fiber stacks are plain anonymous mappings, so the kernel merges neighbouring stacks into
+// one memory mapping: a guard page below each stack would cost two mappings per fiber, and
+// a process that loads many modules (each with its own pools, on every OS thread that ran
+// its blocks) would reach Linux's 65530 mappings and fail in dlopen ("failed to map
+// segment"). Instead a canary fills the lowest bytes of each stack and is checked when a
+// block ends (stack_overflowed): an overflow becomes an error naming the fix. ASan builds
+// keep the guard page (ASan wants to see the fault).
+constexpr size_t kStackCanaryBytes = 256;
+constexpr unsigned char kStackCanary = 0xA5;
+#if defined(EMU_ASAN)
+constexpr size_t kStackGuard = 4096;
+#else
+constexpr size_t kStackGuard = 0;
+#endif
+
 inline char* alloc_stack(size_t bytes) {
-    // A guard page below the stack turns an overflow into a fault at the stack,
-    // not silent corruption of a neighbour.
-    size_t page = 4096;
-    void* p = mmap(nullptr, bytes + page, PROT_READ | PROT_WRITE,
+    void* p = mmap(nullptr, bytes + kStackGuard, PROT_READ | PROT_WRITE,
                    MAP_PRIVATE | MAP_ANONYMOUS | MAP_NORESERVE, -1, 0);
     if (p == MAP_FAILED) return nullptr;
-    mprotect(p, page, PROT_NONE);
-    return static_cast<char*>(p) + page;
+    if (kStackGuard) mprotect(p, kStackGuard, PROT_NONE);
+    char* stack = static_cast<char*>(p) + kStackGuard;
+    memset(stack, kStackCanary, kStackCanaryBytes);
+    return stack;
+}
+
+inline bool stack_overflowed(const Fiber* f) {
+    for (size_t i = 0; i < kStackCanaryBytes; ++i)
+        if ((unsigned char)f->stack[i] != kStackCanary) return true;
+    return false;
 }
 
 inline void free_fiber(Fiber* f) {
-    if (f->stack) munmap(f->stack - 4096, f->stack_size + 4096);
+    if (f->stack) munmap(f->stack - kStackGuard, f->stack_size + kStackGuard);
     delete f;
 }
 
@@ -969,6 +989,15 @@ inline void run_block(Worker& w, unsigned bx, unsigned by, unsigned bz) {
         w.round_pos = 0;
         if (Fiber* f = next_in_round(w)) resume(w, f);
     }
+    for (int i = 0; i < w.fibers_used; ++i) {
+        if (stack_overflowed(w.pool[i])) {
+            record_error("fiber stack overflow in block " + thread_name(w.block_idx) +
+                         ": a thread used more than its " +
+                         std::to_string(w.stack_bytes / 1024) +
+                         " KiB stack; set CUDNNLITE_EMU_STACK_KB higher");
+            break;
+        }
+    }
 }
 
 inline Fiber* next_in_round(Worker& w) {
@@ -1134,6 +1163,12 @@ inline int launch_cooperative(KernelThunk thunk, const void* kfn, const LaunchCo
             if (!launch_failed()) run_block(*w, idx.x, idx.y, idx.z);
             grid_block_exited(idx);
             w->cfg = nullptr;
+            // Threads past the usual team ran only for this launch: their fiber stacks
+            // (a block's worth each) would stay resident until the process ends.
+            if (b >= omp_default_threads()) {
+                for (Fiber* f : w->pool) free_fiber(f);
+                w->pool.clear();
+            }
         }
     }
     return launch_failed() ? 1 : 0;
