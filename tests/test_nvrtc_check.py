@@ -213,15 +213,23 @@ def test_coverage_tasks_cover_every_code_path_on_every_arch() -> None:
              ModuleSpec.make("conv/y.cu", ["k"], {"T": "__nv_bfloat16"})]  # fmt: skip
     tasks = nvrtc_check.coverage_tasks(tile + other, ARCHS, "sm_90")
     assert [s for s, a in tasks if a == "sm_90"] == tile + other  # every variant once
-    for arch in ("sm_75", "sm_80"):  # one tile size per code path
-        assert [s for s, a in tasks if a == arch] == [tile[0], *other]
-    assert nvrtc_check.code_path(other[2])[1] == "__nv_bfloat16"
+    assert [s for s, a in tasks if a == "sm_75"] == [tile[0], *other]  # one per code path
+    assert nvrtc_check.code_path(other[2])[1] == ("__nv_bfloat16",)
+    # sm_80 only where a source (with its headers) tells sm_80 from sm_90 apart
+    flash = ModuleSpec.make("attention/flash_bwd.cu", ["sdpa_flash_bwd_main<__half>"])
+    relu = ModuleSpec.make("activation/activation.cu", ["act_fwd<float, 1>"])
+    assert any(800 < t <= 900 for t in nvrtc_check.arch_thresholds(flash.source))
+    assert 800 in nvrtc_check.arch_thresholds("conv/tc_implicit_gemm.cu")  # via mma.cuh
+    tasks = nvrtc_check.coverage_tasks([flash, relu], ARCHS, "sm_90")
+    assert [s for s, a in tasks if a == "sm_80"] == [flash]
+    assert [s for s, a in tasks if a == "sm_75"] == [flash, relu]
 
 
 def test_every_registered_variant_compiles(nvrtc: cuda_toolkit.NvrtcLibrary) -> None:
     """THE CI check: every ModuleSpec the library can generate compiles for sm_90, and one
-    per code path (source, dtype, kernel templates) for sm_75 and sm_80 (coverage_tasks);
-    `python -m cudnnlite.runtime.nvrtc_check` compiles every one for all three."""
+    per code path (source, dtype, kernel templates) for sm_75, and for sm_80 where a source
+    tells it from sm_90 (coverage_tasks); `python -m cudnnlite.runtime.nvrtc_check`
+    compiles every one for all three."""
     import importlib
 
     from cudnnlite.runtime import variants

@@ -242,23 +242,59 @@ def _check_one(spec: ModuleSpec, arch: str) -> CheckResult:
 _CTYPES = ("__nv_bfloat16", "__half", "double", "float")  # longest first: "float" is in none
 
 
-def code_path(spec: ModuleSpec) -> tuple[str, str, tuple[str, ...]]:
+def code_path(spec: ModuleSpec) -> tuple[str, tuple[str, ...], tuple[str, ...]]:
     """What decides which source lines a module compiles, beyond tuning constants: its
-    source, its data type, and its kernels' template names (``implicit_gemm`` and
+    source, its data types, and its kernels' template names (``implicit_gemm`` and
     ``implicit_gemm_3d`` differ; the tile sizes of one kernel do not)."""
     text = " ".join([*spec.names, *(v for _, v in spec.defines)])
-    ctype = next((t for t in _CTYPES if re.search(rf"\b{t}\b", text)), "")
+    ctypes_ = tuple(t for t in _CTYPES if re.search(rf"\b{t}\b", text))
     stems = tuple(sorted({n.split("<", 1)[0] for n in spec.names}))
-    return spec.source, ctype, stems
+    return spec.source, ctypes_, stems
+
+
+_INCLUDE_RE = re.compile(r'^\s*#\s*include\s+"([^"]+)"', re.M)
+_ARCH_TEST_RE = re.compile(r"__CUDA_ARCH__\s*(?:>=|>|<=|<|==|!=)\s*(\d+)")
+
+
+def arch_thresholds(source: str) -> frozenset[int]:
+    """The ``__CUDA_ARCH__`` values a source and the cuda_src headers it includes compare
+    against: two archs compile the same lines of it unless one of these lies between them."""
+    seen: set[str] = set()
+    values: set[int] = set()
+    pending = [source]
+    while pending:
+        rel = pending.pop()
+        if rel in seen:
+            continue
+        seen.add(rel)
+        try:
+            text = source_path(rel).read_text()
+        except FileNotFoundError:
+            continue  # a toolkit header (cuda_fp16.h, ...): not ours
+        values.update(int(v) for v in _ARCH_TEST_RE.findall(text))
+        pending.extend(_INCLUDE_RE.findall(text))
+    return frozenset(values)
+
+
+def _arch_number(arch: str) -> int:
+    return int(re.sub(r"\D", "", arch)) * 10
 
 
 def coverage_tasks(
     specs: Iterable[ModuleSpec], archs: Sequence[str], full_arch: str
 ) -> list[tuple[ModuleSpec, str]]:
-    """The CI check's (spec, arch) pairs: every spec for ``full_arch``, and for each other
-    arch one spec per code path (``code_path``): every line of every source meets every
-    arch's compiler in each data type, and every tuning variant meets one arch's, at about
-    half the cost of every spec for every arch (most modules are tile-size variants)."""
+    """The CI check's (spec, arch) pairs, about half of every spec for every arch (most
+    modules are tile-size variants of one kernel):
+
+    - every spec for ``full_arch``;
+    - for an older arch, one spec per code path (``code_path``: source, dtype, kernel
+      templates), unless that arch and the next newer one in ``archs`` compile the same
+      lines of our sources (no ``arch_thresholds`` value between them; sm_80 and sm_90
+      differ only where a source tests for 900). The oldest arch is always compiled:
+      the toolkit headers' own arch differences (16-bit types on sm_75) live there.
+
+    Every line of every source thus meets every arch's compiler in each data type, and
+    every tuning variant one arch's; the command line compiles everything everywhere."""
     specs = list(specs)
     seen: set[tuple] = set()
     sampled = []
@@ -267,9 +303,19 @@ def coverage_tasks(
         if key not in seen:
             seen.add(key)
             sampled.append(spec)
+    ordered = sorted(archs, key=_arch_number)
     tasks = []
     for arch in archs:
-        tasks.extend((spec, arch) for spec in (specs if arch == full_arch else sampled))
+        if arch == full_arch:
+            tasks.extend((spec, arch) for spec in specs)
+            continue
+        i = ordered.index(arch)
+        if i == 0 or i == len(ordered) - 1:
+            tasks.extend((spec, arch) for spec in sampled)
+            continue
+        lo, hi = _arch_number(arch), _arch_number(ordered[i + 1])
+        tasks.extend((spec, arch) for spec in sampled
+                     if any(lo < t <= hi for t in arch_thresholds(spec.source)))  # fmt: skip
     return tasks
 
 
