@@ -212,7 +212,7 @@ PUBLIC_OPS = [
     if callable(getattr(cl, name))
     and getattr(getattr(cl, name), "__module__", "").startswith("cudnnlite.ops.")
     and not inspect.isclass(getattr(cl, name))
-    and name != "conv2d_plan"  # plans only; the plan's __call__ takes stream=
+    and not name.endswith("_plan")  # plans only; the plan's __call__ takes stream=
     and not getattr(cl, name).__module__.endswith("conv_backward")
 ]
 
@@ -223,7 +223,8 @@ def test_every_public_op_takes_stream() -> None:
         n for n in PUBLIC_OPS if "stream" not in inspect.signature(getattr(cl, n)).parameters
     ]
     assert missing == []
-    assert "stream" in inspect.signature(cl.ConvPlan.__call__).parameters
+    for plan in (cl.ConvPlan, cl.RnnPlan):
+        assert "stream" in inspect.signature(plan.__call__).parameters
     assert "stream" in (cl.relu.__doc__ or "")
 
 

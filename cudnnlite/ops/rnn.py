@@ -452,6 +452,7 @@ def _grad_dict(dweights: list[LayerWeights], call: _Call) -> dict[str, Any]:
     return out
 
 
+@with_stream
 def pack_rnn_weights(weights: dict, *, mode: str = "lstm", num_layers: int = 1,
                      bidirectional: bool = False, proj_size: int = 0,
                      input_size: int | None = None) -> Any:  # fmt: skip
@@ -472,9 +473,11 @@ def pack_rnn_weights(weights: dict, *, mode: str = "lstm", num_layers: int = 1,
     return xp.concatenate([a.reshape(-1) for lw in stacked for a in lw.arrays()])
 
 
+@with_stream
 def rnn_weights_from_torch(module: Any) -> dict[str, Any]:
     """A ``torch.nn.RNN/LSTM/GRU``'s parameters as arrays by name, through DLPack (NumPy
-    arrays for CPU tensors, CuPy arrays for CUDA tensors; no copy)."""
+    arrays for CPU tensors, CuPy arrays for CUDA tensors, imported on ``stream``; no
+    copy)."""
     try:
         named = list(module.named_parameters())
     except AttributeError:
