@@ -8,6 +8,7 @@ from __future__ import annotations
 
 import contextlib
 import importlib
+import math
 import os
 import statistics
 import sys
@@ -15,6 +16,8 @@ import time
 from collections.abc import Callable, Iterator, Sequence
 from pathlib import Path
 from typing import Any
+
+import numpy as np
 
 REPO_ROOT = Path(__file__).resolve().parent.parent
 
@@ -136,3 +139,19 @@ def print_table(title: str, columns: Sequence[str], rows: Sequence[Sequence[Any]
     for row in cells:
         print("  ".join(c.ljust(w) for c, w in zip(row, widths, strict=False)))
     sys.stdout.flush()
+
+
+def geomean(values: Sequence[float]) -> float | None:
+    """The geometric mean of the positive values (ratios), None when there are none."""
+    positive = [float(v) for v in values if v and v > 0]
+    return math.exp(sum(math.log(v) for v in positive) / len(positive)) if positive else None
+
+
+def array_module_and_clock(small: bool, cpu_flush_bytes: int = 64 << 20) -> tuple[bool, Any, Any]:
+    """(on a GPU?, the array module, the clock) of a run: CuPy and CUDA events on a GPU
+    unless ``small``, else NumPy on the emulator and wall-clock time."""
+    if gpu_available() and not small:
+        import cupy
+
+        return True, cupy, GpuClock()
+    return False, np, CpuClock(flush_bytes=cpu_flush_bytes)

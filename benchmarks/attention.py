@@ -25,7 +25,12 @@ from dataclasses import dataclass
 from typing import Any
 
 import numpy as np
-from _bench import CpuClock, GpuClock, gpu_available, import_cudnnlite, print_table
+from _bench import (
+    array_module_and_clock,
+    geomean,
+    import_cudnnlite,
+    print_table,
+)
 
 GOALS = {"fwd vs flash": 1.0, "bwd vs flash": 0.8}
 TOKENS = 16384
@@ -152,10 +157,6 @@ def bench_row(cl: Any, row: Row, dtype: str, direction: str, clock: Any, xp: Any
     return rows
 
 
-def _geo(values: list[float]) -> float | None:
-    return float(np.exp(np.mean(np.log(values)))) if values else None
-
-
 # run_all.py's run on a GPU (the device check's time): bf16, three lengths; the command
 # line's default is the whole table.
 QUICK_SEQS = (1024, 4096, 16384)
@@ -166,14 +167,7 @@ def run(small: bool = False, dtypes_: list[str] | None = None, head_dims: list[i
         directions: list[str] | None = None, solvers: bool = True,
         seqs: tuple[int, ...] = QUICK_SEQS) -> dict[str, Any]:  # fmt: skip
     cl = import_cudnnlite()
-    gpu = gpu_available() and not small
-    if gpu:
-        import cupy as xp
-
-        clock: Any = GpuClock()
-    else:
-        xp = np
-        clock = CpuClock()
+    gpu, xp, clock = array_module_and_clock(small)
     dts = dtypes_ or (["bf16"] if gpu else ["fp16"])
     solvers = solvers and gpu  # the emulator's small mode keeps CI short: the choice only
     rows: list[dict[str, Any]] = []
@@ -199,7 +193,7 @@ def run(small: bool = False, dtypes_: list[str] | None = None, head_dims: list[i
             key = f"{t}_over_ours"
             vals = [r[key] for r in rows if r["auto"] and r["direction"] == direction and key in r]
             if vals:
-                summary[f"{direction} vs {t} (geo-mean)"] = _geo(vals)
+                summary[f"{direction} vs {t} (geo-mean)"] = geomean(vals)
     return {"target": "cuda" if gpu else "cpu", "rows": rows, "summary": summary, "goals": GOALS}
 
 

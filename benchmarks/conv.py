@@ -25,12 +25,11 @@ the emulator with tiny layers so the script keeps working in CI.
 from __future__ import annotations
 
 import argparse
-import math
 import sys
 from typing import Any
 
 import numpy as np
-from _bench import CpuClock, GpuClock, gpu_available, import_cudnnlite
+from _bench import CpuClock, GpuClock, geomean, gpu_available, import_cudnnlite
 
 GOALS = {"fp32 geo-mean": 1.0, "winograd layers": 1.3, "fp16 tensor cores": 1.0}
 
@@ -232,11 +231,6 @@ def _run_suite(suite: str, direction: str, dtypes: list[str], batch: int, on_gpu
     return rows
 
 
-def _geomean(values: list[float]) -> float | None:
-    values = [v for v in values if v and v > 0]
-    return math.exp(sum(math.log(v) for v in values) / len(values)) if values else None
-
-
 def summarize(rows: list[dict[str, Any]]) -> dict[str, Any]:
     """Per dtype (and direction; 3-D rows apart, "3d fp16"): the geo-mean of torch/ours for
     the dispatcher's choice and for the best of our solvers; the Winograd layers' geo-mean."""
@@ -256,10 +250,10 @@ def summarize(rows: list[dict[str, Any]]) -> dict[str, Any]:
         picked = [r for r in mine if r["solver"] == r["chosen"] and "tflops" in r]
         name = dtype if direction == "fwd" else f"{direction} {dtype}"
         out[f"3d {name}" if is_3d else name] = {
-            "chosen_geomean_torch_over_ours": _geomean([r["torch_over_ours"] for r in chosen]),
-            "best_geomean_torch_over_ours": _geomean(list(best.values())),
-            "winograd_geomean_torch_over_ours": _geomean(wino),
-            "chosen_geomean_tflops": _geomean([r["tflops"] for r in picked]),
+            "chosen_geomean_torch_over_ours": geomean([r["torch_over_ours"] for r in chosen]),
+            "best_geomean_torch_over_ours": geomean(list(best.values())),
+            "winograd_geomean_torch_over_ours": geomean(wino),
+            "chosen_geomean_tflops": geomean([r["tflops"] for r in picked]),
             "layers": len({r["key"] for r in mine if "tflops" in r}),
             "layers_with_torch": len(best),
         }

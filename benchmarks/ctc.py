@@ -26,7 +26,12 @@ from dataclasses import dataclass
 from typing import Any
 
 import numpy as np
-from _bench import CpuClock, GpuClock, gpu_available, import_cudnnlite, print_table
+from _bench import (
+    array_module_and_clock,
+    geomean,
+    import_cudnnlite,
+    print_table,
+)
 
 
 @dataclass(frozen=True)
@@ -117,20 +122,11 @@ def bench_row(cl: Any, row: Row, clock: Any, xp: Any) -> list[dict[str, Any]]:
     return rows
 
 
-def _geo(values: list[float]) -> float | None:
-    return float(np.exp(np.mean(np.log(values)))) if values else None
-
-
 def run(small: bool = False) -> dict[str, Any]:
     cl = import_cudnnlite()
-    gpu = gpu_available() and not small
-    if gpu:
-        import cupy as xp
-
-        clock: Any = GpuClock()
-    else:
-        xp = np
-        clock = CpuClock(flush_bytes=1 << 20)  # tiny operands: a small flush keeps it short
+    gpu, xp, clock = array_module_and_clock(
+        small, 1 << 20
+    )  # tiny operands: a small flush keeps it short
     rows: list[dict[str, Any]] = []
     for row in ROWS if gpu else SMALL:
         rows += bench_row(cl, row, clock, xp)
@@ -147,7 +143,7 @@ def run(small: bool = False) -> dict[str, Any]:
         vals = [r["torch_over_ours"] for r in rows if r["direction"] == direction
                 and "torch_over_ours" in r]  # fmt: skip
         if vals:
-            summary[f"{direction} vs torch (geo-mean)"] = _geo(vals)
+            summary[f"{direction} vs torch (geo-mean)"] = geomean(vals)
     return {"target": "cuda" if gpu else "cpu", "rows": rows, "summary": summary}
 
 

@@ -36,7 +36,12 @@ from dataclasses import dataclass
 from typing import Any
 
 import numpy as np
-from _bench import CpuClock, GpuClock, gpu_available, import_cudnnlite, print_table
+from _bench import (
+    array_module_and_clock,
+    geomean,
+    import_cudnnlite,
+    print_table,
+)
 
 GOALS = {"batch 64": 1.0, "batch <= 8": 1.5}
 DIRECTIONS = ("fwd", "fwd+bwd")
@@ -261,10 +266,6 @@ def bench_row(cl: Any, row: Row, dtype: str, direction: str, clock: Any, xp: Any
 # ------------------------------------------------------------------ summary
 
 
-def _geo(values: list[float]) -> float:
-    return float(np.exp(np.mean(np.log(values))))
-
-
 def summarize(rows: list[dict[str, Any]]) -> dict[str, Any]:
     """Per direction and goal group, torch/ours of the dispatcher's choice: geo-mean and
     worst; the largest error against PyTorch per dtype; counts of failed and skipped rows."""
@@ -276,7 +277,7 @@ def summarize(rows: list[dict[str, Any]]) -> dict[str, Any]:
                     and r["direction"] == direction and member(r["b"])
                     and "torch_over_ours" in r]  # fmt: skip
             if vals:
-                out[f"{direction} {group}"] = {"geo_mean": _geo(vals), "min": min(vals),
+                out[f"{direction} {group}"] = {"geo_mean": geomean(vals), "min": min(vals),
                                                "rows": len(vals), "goal": GOALS[group]}  # fmt: skip
     errs: dict[str, float] = {}
     for r in rows:
@@ -315,14 +316,7 @@ def run(small: bool = False, dtypes: list[str] | None = None, modes: list[str] |
         directions: list[str] | None = None, solvers: bool = True, quick: bool = True,
         budget_s: float | None = QUICK_BUDGET_S) -> dict[str, Any]:  # fmt: skip
     cl = import_cudnnlite()
-    gpu = gpu_available() and not small
-    if gpu:
-        import cupy as xp
-
-        clock: Any = GpuClock()
-    else:
-        xp = np
-        clock = CpuClock()
+    gpu, xp, clock = array_module_and_clock(small)
     torch = _torch(gpu)
     dts = dtypes or (["fp32", "fp16"] if gpu else ["fp32"])
     solvers = solvers and gpu  # the emulator's small mode keeps CI short: the choice only

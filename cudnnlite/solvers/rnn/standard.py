@@ -150,7 +150,6 @@ class BackwardRunner(Runner):
         for layer in reversed(range(p.layers)):
             lo, hi = layer * p.dirs, (layer + 1) * p.dirs
             saves = res.layers[layer]
-            w = res.weights[layer]
             dh = xp.zeros((p.dirs, p.b, p.hout), F32)
             if tensors.dhy is not None:
                 dh[...] = tensors.dhy[lo:hi]
@@ -171,7 +170,6 @@ class BackwardRunner(Runner):
 
                     dy = dropout_backward(dx, scalars.dropout, seed=scalars.seed,
                                           offset=layer - 1, out=dx)  # fmt: skip
-            del w
 
     def through_time(self, res: Any, layer: int, dy: Any, dh: Any, dc: Any) -> tuple[Any, ...]:
         p, xp, cell = self.problem, self.backend.xp, self.cell
@@ -237,49 +235,43 @@ class BackwardRunner(Runner):
         return out.reshape(p.t, p.b, -1)
 
 
-class StandardFwdSolver(Solver):
+class _Standard(Solver):
+    deterministic = True
+
+    def is_applicable(self, problem: RnnProblem, caps: Capabilities) -> Applicability:
+        if problem.empty:
+            return not_applicable("needs a non-empty problem (the op answers empty ones)")
+        return APPLICABLE
+
+    def module_specs(self) -> list[ModuleSpec]:
+        return module_specs()
+
+
+class StandardFwdSolver(_Standard):
     """Input projection for all steps at once, then per step a GEMM and a fused cell kernel
     (module docstring)."""
 
     name = "rnn_fwd_standard"
     family = "rnn_fwd"
-    deterministic = True
-
-    def is_applicable(self, problem: RnnProblem, caps: Capabilities) -> Applicability:
-        if problem.empty:
-            return not_applicable("needs a non-empty problem (the op answers empty ones)")
-        return APPLICABLE
 
     def workspace_size(self, problem: RnnProblem, config: Config) -> int:
         p = problem
         return 4 * p.dirs * (p.t + 1) * p.b * p.gates * p.h  # gx and gh (allocated per call)
 
-    def module_specs(self) -> list[ModuleSpec]:
-        return module_specs()
-
     def prepare(self, backend: Backend, problem: RnnProblem, config: Config) -> Runner:
         return ForwardRunner(backend, problem)
 
 
-class StandardBwdSolver(Solver):
+class StandardBwdSolver(_Standard):
     """Backward through time with the saved gates, then the weight gradients as GEMMs over
     every time step at once (module docstring)."""
 
     name = "rnn_bwd_standard"
     family = "rnn_bwd"
-    deterministic = True
-
-    def is_applicable(self, problem: RnnProblem, caps: Capabilities) -> Applicability:
-        if problem.empty:
-            return not_applicable("needs a non-empty problem (the op answers empty ones)")
-        return APPLICABLE
 
     def workspace_size(self, problem: RnnProblem, config: Config) -> int:
         p = problem
         return 4 * p.dirs * (2 * p.t + 1) * p.b * p.gates * p.h
-
-    def module_specs(self) -> list[ModuleSpec]:
-        return module_specs()
 
     def prepare(self, backend: Backend, problem: RnnProblem, config: Config) -> Runner:
         return BackwardRunner(backend, problem)
