@@ -146,8 +146,18 @@ class CellKernels:
         self.backend = backend
         self.problem = problem
         self.names = [f"rnn_cell_fwd_{problem.mode}_{dt.short}"]
+        self._params: dict[tuple[int, bool, bool], np.void] = {}
 
     def params(self, step: int, training: bool, has_len: bool) -> np.void:
+        """The step's RnnCellParams, built once per (step, training, lengths) and reused by
+        later calls of the plan (a launch copies it; nobody mutates it)."""
+        key = (step, training, has_len)
+        prm = self._params.get(key)
+        if prm is None:
+            prm = self._params[key] = self._build_params(step, training, has_len)
+        return prm
+
+    def _build_params(self, step: int, training: bool, has_len: bool) -> np.void:
         p = self.problem
         prm = np.zeros((), CELL_PARAMS_DTYPE)
         prm["b"], prm["h"], prm["hout"], prm["gh"] = p.b, p.h, p.hout, p.gates * p.h
