@@ -10,6 +10,7 @@ import cudnnlite as cl
 from cudnnlite.errors import BadParamError
 from cudnnlite.problems import RnnProblem, parse_key
 from cudnnlite.reference import rnn as ref
+from cudnnlite.testing import to_backend, to_numpy
 
 # fp32: every value is a sum of at most G*H + I + 2 products of O(1) terms rounded once
 # (sgemm / the cell kernel), ~1e-6 relative per step; errors compound through T <= 6
@@ -63,8 +64,19 @@ def f64(a):
     return None if a is None else np.asarray(a, np.float64)
 
 
-def _check_fwd_bwd(x, hx, cx, w, kw, atol, rng_seed=3, algo="auto", **extra):
-    out = cl.rnn(x, hx, w, cx=cx, training=True, algo=algo, **kw, **extra)
+def _on(backend, a):
+    """``a`` (an array, None, or a dict of arrays) on the backend."""
+    if isinstance(a, dict):
+        return {k: to_backend(v, backend) for k, v in a.items()}
+    return None if a is None else to_backend(a, backend)
+
+
+def _check_fwd_bwd(x, hx, cx, w, kw, atol, rng_seed=3, algo="auto", backend="cpu", **extra):
+    """Forward and every gradient on ``backend`` against the float64 reference."""
+    kw_b = {**kw, "lengths": _on(backend, kw["lengths"])}
+    out = cl.rnn(_on(backend, x), _on(backend, hx), _on(backend, w), cx=_on(backend, cx),
+                 training=True, algo=algo, **kw_b, **extra)  # fmt: skip
+    out = (*(to_numpy(a) for a in out[:-1]), out[-1])
     y_r, hy_r, cy_r = ref.rnn_forward(f64(x), f64(hx), _upcast(w), cx=f64(cx), training=True,
                                       **kw, **extra)  # fmt: skip
     np.testing.assert_allclose(out[0].astype(np.float64), y_r, atol=atol, rtol=0)
@@ -75,7 +87,10 @@ def _check_fwd_bwd(x, hx, cx, w, kw, atol, rng_seed=3, algo="auto", **extra):
     dy = rng.standard_normal(out[0].shape).astype(x.dtype)
     dhy = rng.standard_normal(out[1].shape).astype(x.dtype)
     dcy = rng.standard_normal(out[2].shape).astype(x.dtype) if cy_r is not None else None
-    dx, dhx, dcx, dw = cl.rnn_backward(dy, dhy, dcy, out[-1])
+    dx, dhx, dcx, dw = cl.rnn_backward(_on(backend, dy), _on(backend, dhy), _on(backend, dcy),
+                                       out[-1])  # fmt: skip
+    dx, dhx, dw = to_numpy(dx), to_numpy(dhx), {k: to_numpy(v) for k, v in dw.items()}
+    dcx = None if dcx is None else to_numpy(dcx)
     g = ref.rnn_backward(f64(dy), f64(dhy), f64(dcy), f64(x), f64(hx), _upcast(w), cx=f64(cx),
                          training=True, **kw, **extra)  # fmt: skip
     np.testing.assert_allclose(dx.astype(np.float64), g[0], atol=4 * atol, rtol=0)
@@ -101,9 +116,14 @@ CASES = [
 
 
 @pytest.mark.parametrize("mode,kw", CASES, ids=lambda v: str(v)[:60])
-def test_standard_matches_reference(mode, kw):
+def test_standard_matches_reference(mode, kw, backend):
     # (the dispatcher would take the persistent solver here: tests/test_rnn_persistent.py)
-    _check_fwd_bwd(*_case(mode, **kw), atol=ATOL32, algo="rnn_fwd_standard")
+    _check_fwd_bwd(*_case(mode, **kw), atol=ATOL32, algo="rnn_fwd_standard", backend=backend)
+
+
+def test_dispatcher_choice_matches_reference(backend):
+    x, hx, cx, w, kw = _case("gru", 4, 3, 3, 6, layers=2, bi=True, lens=[4, 2, 1])
+    _check_fwd_bwd(x, hx, cx, w, kw, atol=ATOL32, backend=backend)
 
 
 @pytest.mark.parametrize("dtype", [np.float16, "bfloat16"])
