@@ -7,6 +7,7 @@ from __future__ import annotations
 
 import threading
 from collections import OrderedDict
+from collections.abc import Callable
 from typing import Any
 
 from ..runtime.backend import Backend
@@ -96,6 +97,16 @@ def get_plan(backend: Backend, problem: Any, algo: str = "auto") -> Plan:
     return plan
 
 
+_clear_hooks: list[Callable[[], None]] = []
+
+
+def on_clear(hook: Callable[[], None]) -> None:
+    """Calls ``hook`` whenever the plan cache is cleared (the ops' call caches hold plans)."""
+    _clear_hooks.append(hook)
+
+
 def clear_plan_cache() -> None:
     with _plans_lock:
         _plans.clear()
+    for hook in _clear_hooks:
+        hook()

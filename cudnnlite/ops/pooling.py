@@ -34,6 +34,7 @@ from ..runtime.select import backend_for
 from ..runtime.streams import with_stream
 from ..runtime.variants import register
 from ._arrays import array_module, as_array, check_out, float_dtype, same_dtype
+from ._fastpath import CallCache, arrays_key, backend_key, scalars_key
 from ._kernels import KernelTable, LastLaunch, kernel_table
 
 SOURCE = "pooling/pooling.cu"
@@ -312,17 +313,34 @@ def _forward(x: Any, prob: _Problem, want_indices: bool, out: Any) -> tuple[Any,
     dt = float_dtype("x", x)
     if out is not None:
         check_out(out, prob.y_shape, x.dtype, backend, {"x": x})
-    xp = array_module(x)
-    y = xp.empty(prob.y_shape, x.dtype)
-    ind = xp.empty(prob.y_shape, np.int64) if want_indices else None
-    if y.size and prob.is_global_avg:
-        _table(backend, dt).launch_gap("fwd", prob, _dense(x), y)
-    elif y.size:
-        _table(backend, dt).launch("pool_fwd", y.size, (_dense(x), y, ind, prob.struct))
+    y, ind = _launch_forward(_table(backend, dt), x, prob, want_indices)
     if out is not None:
         out[...] = y
         y = out
     return y, ind
+
+
+def _launch_forward(table: _Table, x: Any, prob: _Problem, want_indices: bool) -> tuple[Any, Any]:
+    """Allocates y (and the indices) and launches; the arguments were checked."""
+    xp = array_module(x)
+    y = xp.empty(prob.y_shape, x.dtype)
+    ind = xp.empty(prob.y_shape, np.int64) if want_indices else None
+    if y.size and prob.is_global_avg:
+        table.launch_gap("fwd", prob, _dense(x), y)
+    elif y.size:
+        table.launch("pool_fwd", y.size, (_dense(x), y, ind, prob.struct))
+    return y, ind
+
+
+# Window pooling calls without ``out``, by x's key and the arguments as given: the
+# kernel table and the checked problem of the first call.
+_CALLS = CallCache("pooling")
+
+
+def _call_key(x: Any, *args: Any) -> tuple | None:
+    a = arrays_key(x)
+    s = scalars_key(*args)
+    return None if a is None or s is None else (a, s, backend_key())
 
 
 def _backward(dy: Any, indices: Any, prob: _Problem, deterministic: bool) -> Any:
@@ -377,7 +395,15 @@ def max_pool(
 ) -> Any:
     """Max pooling over ``x.ndim - 2`` spatial dims (1 to 3). Returns y, or
     ``(y, indices)`` with ``return_indices``."""
-    x, _ = _input(x)
+    key = None
+    if out is None:
+        key = _call_key(x, "max", kernel_size, stride, padding, dilation, ceil_mode,
+                        return_indices, layout)  # fmt: skip
+        entry = _CALLS.get(key)
+        if entry is not None:
+            y, ind = _launch_forward(entry[0], x, entry[1], return_indices)
+            return (y, ind) if return_indices else y
+    x, dt = _input(x)
     nd = x.ndim - 2
     if nd not in (1, 2, 3):
         raise BadParamError(f"x: expected 3 to 5 dims (N, C, spatial...), got shape {x.shape}")
@@ -385,6 +411,7 @@ def max_pool(
         x.shape, nd, kernel_size, stride, padding, dilation, ceil_mode, layout, 0
     )
     y, ind = _forward(x, prob, return_indices, out)
+    _CALLS.put(key, (_table(backend_for(x), dt), prob))
     return (y, ind) if return_indices else y
 
 
@@ -402,7 +429,14 @@ def avg_pool(
     out: Any = None,
 ) -> Any:
     """Average pooling over ``x.ndim - 2`` spatial dims (1 to 3)."""
-    x, _ = _input(x)
+    key = None
+    if out is None:
+        key = _call_key(x, "avg", kernel_size, stride, padding, ceil_mode, count_include_pad,
+                        divisor_override, layout)  # fmt: skip
+        entry = _CALLS.get(key)
+        if entry is not None:
+            return _launch_forward(entry[0], x, entry[1], False)[0]
+    x, dt = _input(x)
     nd = x.ndim - 2
     if nd not in (1, 2, 3):
         raise BadParamError(f"x: expected 3 to 5 dims (N, C, spatial...), got shape {x.shape}")
@@ -410,7 +444,9 @@ def avg_pool(
     prob = _window_problem(
         x.shape, nd, kernel_size, stride, padding, 1, ceil_mode, layout, mode, divisor_override
     )
-    return _forward(x, prob, False, out)[0]
+    y = _forward(x, prob, False, out)[0]
+    _CALLS.put(key, (_table(backend_for(x), dt), prob))
+    return y
 
 
 @with_stream
@@ -615,8 +651,11 @@ def _fixed_nd(fn: Any, nd: int) -> Any:
             raise BadParamError(
                 f"x: expected {nd + 2} dims (N, C and {nd} spatial), got shape {tuple(xa.shape)}"
             )
-        return fn(xa, *args, **kwargs)
+        return inner(xa, *args, **kwargs)
 
+    # This wrapper gets its own with_stream below: call fn's unwrapped body, saving a
+    # second wrapper per call.
+    inner = getattr(fn, "__wrapped__", fn)
     wrapper.__name__ = f"{fn.__name__}{nd}d"
     wrapper.__qualname__ = wrapper.__name__
     wrapper.__doc__ = f"{nd}-d :func:`{fn.__name__}` (PyTorch's ``{fn.__name__}{nd}d``)."

@@ -36,6 +36,7 @@ from ..runtime.select import backend_for
 from ..runtime.streams import with_stream
 from ..runtime.variants import register
 from ._arrays import array_module, as_array, check_out, float_dtype, same_dtype, same_shape
+from ._fastpath import CallCache, arrays_key, backend_key, scalars_key
 
 SOURCE = "softmax/softmax.cu"
 ALGORITHMS = ("accurate", "fast")
@@ -294,6 +295,24 @@ def _result(
     return out, (xp.ascontiguousarray(out) if beta != 0 else xp.empty(like.shape, like.dtype))
 
 
+# ------------------------------------------------------------------ the fast path
+
+# Forward calls without ``out`` on C-contiguous inputs, by x's key and the scalars as
+# given: (backend, dtype, plan, log, accurate, blend) of the validated first call and
+# whether its y was 16-byte aligned (the plan's vector width depends on it).
+_CALLS = CallCache("softmax")
+
+
+def _fast_forward(x: Any, entry: tuple) -> Any:
+    """A cached forward call; None when the new y's alignment no longer fits the plan."""
+    backend, dt, plan, log, accurate, blend, aligned = entry
+    y = array_module(x).empty(x.shape, x.dtype)
+    if (_ptr(y) % 16 == 0) != aligned:
+        return None
+    _run(backend, dt, plan, "fwd", [x], y, log, accurate, blend)
+    return y
+
+
 # ------------------------------------------------------------------ public API
 
 
@@ -324,6 +343,16 @@ def softmax(
 
     A row of only -inf gives NaN (0/0), as PyTorch; -inf entries elsewhere give 0.
     """
+    key = None
+    if out is None:
+        a = arrays_key(x)
+        s = scalars_key(axis, log, algorithm, mode, alpha, beta)
+        key = None if a is None or s is None else (a, s, backend_key())
+        entry = _CALLS.get(key)
+        if entry is not None:
+            y = _fast_forward(x, entry)
+            if y is not None:
+                return y
     accurate = _algorithm(algorithm)
     backend = backend_for(x, out, names=("x", "out"))
     x = as_array("x", x)
@@ -337,6 +366,8 @@ def softmax(
         _run(backend, dt, plan, "fwd", [xc], y, log, accurate, blend)
         if y is not result:
             result[...] = y
+        if key is not None and xc is x:
+            _CALLS.put(key, (backend, dt, plan, log, accurate, blend, _ptr(y) % 16 == 0))
     return result
 
 
@@ -352,7 +383,7 @@ def log_softmax(
     out: Any = None,
 ) -> Any:
     """``softmax(x, axis, log=True)``."""
-    return softmax(
+    return softmax.__wrapped__(  # type: ignore[attr-defined]  (this call's wrapper ran)
         x, axis, log=True, algorithm=algorithm, mode=mode, alpha=alpha, beta=beta, out=out
     )
 

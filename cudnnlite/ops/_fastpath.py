@@ -1,0 +1,171 @@
+"""The fast path of repeated calls: a per-op cache from a cheap key to what the full
+validation of a call produced (problem, plan, kernel, packed constant arguments).
+
+A call builds its key from what the slow path reads: the arrays' kind, device, shape,
+dtype, strides and 16-byte alignment (:func:`array_key`), the scalar arguments as given,
+each with its type (:func:`scalars_key`: ``1``, ``True`` and ``1.0`` are different keys,
+and so are ``0.0`` and ``-0.0``), the dispatch settings and the environment switches
+(:func:`settings_key`). The first call of a key runs the full validation and stores the
+result; later calls skip it. A bad argument never reaches a cache, because validation
+raises before anything is stored, so a cached key always describes a valid call and
+every bad call still raises the slow path's error.
+
+Only plain values are keyed (None, bool, int, float, str, NumPy scalars, and tuples or
+lists of them); a call with anything else returns None from the key builders and takes
+the slow path. ``CUDNNLITE_FASTPATH=0`` in the environment, or :func:`disabled`, turns
+every cache off (the slow path then runs on every call), which is how tests compare both.
+"""
+
+from __future__ import annotations
+
+import contextlib
+import math
+import os
+import threading
+from collections import OrderedDict
+from collections.abc import Iterator
+from typing import Any
+
+import numpy as np
+
+from ..dispatch import plans, settings
+
+# Environment switches a call's result can depend on: the backend choice, the solver
+# switches of the dispatcher (settings.py) and this module's own switch.
+_ENV = (
+    "CUDNNLITE_BACKEND",
+    "CUDNNLITE_DISABLE_SOLVERS",
+    "CUDNNLITE_FORCE_SOLVER",
+    "CUDNNLITE_FORCE_CONFIG",
+)
+_PLAIN = (type(None), bool, int, str, np.integer, np.bool_)
+_FLOATS = (float, np.floating)
+_state = threading.local()
+
+
+class CallCache:
+    """A bounded, thread-safe LRU map from call keys to prepared launches."""
+
+    def __init__(self, name: str, size: int = 256) -> None:
+        self.name = name
+        self.size = size
+        self._entries: OrderedDict[tuple, Any] = OrderedDict()
+        self._lock = threading.Lock()
+        _CACHES.append(self)
+
+    def get(self, key: tuple | None) -> Any:
+        """The entry of ``key``, or None (a miss, an unkeyable call, or caching disabled)."""
+        if key is None or not enabled():
+            return None
+        with self._lock:
+            entry = self._entries.get(key)
+            if entry is not None:
+                self._entries.move_to_end(key)
+            return entry
+
+    def put(self, key: tuple | None, entry: Any) -> None:
+        """Stores ``entry`` (None entries are not stored: that call stays on the slow path)."""
+        if key is None or entry is None or not enabled():
+            return
+        with self._lock:
+            self._entries[key] = entry
+            while len(self._entries) > self.size:
+                self._entries.popitem(last=False)
+
+    def clear(self) -> None:
+        with self._lock:
+            self._entries.clear()
+
+    def __len__(self) -> int:
+        return len(self._entries)
+
+
+_CACHES: list[CallCache] = []
+
+
+def clear_all() -> None:
+    """Empties every op's cache (also called when the plan cache is cleared, so that no
+    cached call keeps a plan the dispatcher would no longer choose)."""
+    for cache in _CACHES:
+        cache.clear()
+
+
+plans.on_clear(clear_all)
+
+
+def enabled() -> bool:
+    if getattr(_state, "off", False):
+        return False
+    return os.environ.get("CUDNNLITE_FASTPATH", "1") != "0"
+
+
+@contextlib.contextmanager
+def disabled() -> Iterator[None]:
+    """Runs the block's calls (in this thread) on the slow path only."""
+    old = getattr(_state, "off", False)
+    _state.off = True
+    try:
+        yield
+    finally:
+        _state.off = old
+
+
+def _scalar_key(v: Any) -> Any:
+    if isinstance(v, _FLOATS):
+        # -0.0 == 0.0 yet can change a result's sign bit: key the sign too.
+        return (type(v), v, math.copysign(1.0, v))
+    if isinstance(v, _PLAIN):
+        return (type(v), v)
+    if type(v) in (tuple, list):
+        parts = tuple(_scalar_key(e) for e in v)
+        return None if None in parts else (type(v), parts)
+    return None
+
+
+def scalars_key(*values: Any) -> tuple | None:
+    """``values`` as an exact key (type and value of each), or None when one of them is
+    not a plain value."""
+    parts = tuple(_scalar_key(v) for v in values)
+    return None if None in parts else parts
+
+
+def array_key(a: Any) -> tuple | None:
+    """Kind, device, shape, dtype, strides, writability and 16-byte alignment of a NumPy
+    or CuPy array; None for None; ``False`` for anything else (not keyable)."""
+    if a is None:
+        return None
+    if type(a) is np.ndarray:
+        ptr = a.__array_interface__["data"][0]
+        return ("cpu", a.shape, a.dtype, a.strides, a.flags.writeable, ptr % 16 == 0)
+    if (type(a).__module__ or "").startswith("cupy") and hasattr(a, "data"):
+        return ("cuda", a.device.id, a.shape, a.dtype, a.strides, a.data.ptr % 16 == 0)
+    return False
+
+
+def arrays_key(*arrays: Any) -> tuple | None:
+    """The keys of ``arrays`` (None entries allowed), or None when one is not keyable."""
+    keys = tuple(array_key(a) for a in arrays)
+    return None if False in keys else keys
+
+
+def backend_key() -> str | None:
+    """The environment's forced backend, the one switch an op without solvers reads."""
+    return os.environ.get("CUDNNLITE_BACKEND")
+
+
+def settings_key() -> tuple:
+    """What the dispatcher reads besides the problem: its settings and env switches."""
+    return (settings.current(), *(os.environ.get(name) for name in _ENV))
+
+
+__all__ = [
+    "CallCache",
+    "array_key",
+    "arrays_key",
+    "backend_key",
+    "clear_all",
+    "disabled",
+    "enabled",
+    "scalars_key",
+    "settings_key",
+]

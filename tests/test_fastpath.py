@@ -1,0 +1,208 @@
+"""The fast path of repeated calls (cudnnlite/ops/_fastpath.py): cached calls give the
+slow path's results bit for bit, anything the slow path reads misses the cache, bad
+arguments after a cached call raise the slow path's errors, and the caches are safe to
+share between threads. Uses modules other tests compile already (relu, conv2d's 3x3
+solvers, softmax, pooling in fp32)."""
+
+from __future__ import annotations
+
+from collections.abc import Callable
+from concurrent.futures import ThreadPoolExecutor
+from typing import Any
+
+import numpy as np
+import pytest
+
+import cudnnlite as cl
+from cudnnlite.dispatch import plans
+from cudnnlite.errors import BadParamError
+from cudnnlite.ops import _fastpath
+from cudnnlite.ops import activation as act_mod
+from cudnnlite.ops import conv as conv_mod
+from cudnnlite.testing import to_backend, to_numpy
+
+
+def rand(shape: tuple[int, ...], seed: int = 0, dtype: Any = np.float32) -> np.ndarray:
+    return np.random.default_rng(seed).standard_normal(shape).astype(dtype)
+
+
+@pytest.fixture(autouse=True)
+def fresh_caches() -> Any:
+    _fastpath.clear_all()
+    yield
+    _fastpath.clear_all()
+
+
+class SlowCalls:
+    """Counts how often ``module.name`` (a function only the slow path calls) runs."""
+
+    def __init__(self, monkeypatch: pytest.MonkeyPatch, module: Any, name: str) -> None:
+        self.count = 0
+        original = getattr(module, name)
+
+        def counting(*args: Any, **kwargs: Any) -> Any:
+            self.count += 1
+            return original(*args, **kwargs)
+
+        monkeypatch.setattr(module, name, counting)
+
+
+def same_bits(a: Any, b: Any) -> None:
+    a, b = to_numpy(a), to_numpy(b)
+    assert a.dtype == b.dtype and a.shape == b.shape
+    assert a.tobytes() == b.tobytes()
+
+
+def first_later_and_uncached(call: Callable[[], Any]) -> None:
+    first, later = call(), call()
+    with _fastpath.disabled():
+        slow = call()
+    same_bits(first, later)
+    same_bits(first, slow)
+
+
+# ------------------------------------------------------------------ bit-identical results
+
+
+def test_conv2d_cached_calls_match_the_slow_path(backend: str) -> None:
+    x, w = to_backend(rand((2, 4, 7, 9), 1), backend), to_backend(rand((4, 4, 3, 3), 2), backend)
+    b = to_backend(rand((4,), 3), backend)
+    first_later_and_uncached(lambda: cl.conv2d(x, w, b, padding=1, activation="relu"))
+
+
+def test_relu_and_activations_cached_calls_match_the_slow_path(backend: str) -> None:
+    x = to_backend(rand((3, 5, 7), 4), backend)
+    first_later_and_uncached(lambda: cl.relu(x))
+    first_later_and_uncached(lambda: cl.activation_forward(x, "relu", alpha=-0.0))
+
+
+def test_softmax_and_pooling_cached_calls_match_the_slow_path(backend: str) -> None:
+    x = to_backend(rand((2, 3, 8, 8), 5), backend)
+    first_later_and_uncached(lambda: cl.softmax(x, 1))
+    first_later_and_uncached(lambda: cl.max_pool2d(x, 2))
+    first_later_and_uncached(lambda: cl.avg_pool2d(x, 3, 1, 1))
+
+
+# ------------------------------------------------------------------ cache misses
+
+
+def test_conv2d_misses_on_any_change(monkeypatch: pytest.MonkeyPatch) -> None:
+    slow = SlowCalls(monkeypatch, conv_mod, "make_problem")
+    x, w = rand((1, 4, 8, 8), 1), rand((4, 4, 3, 3), 2)
+    calls: list[Callable[[], Any]] = [
+        lambda: cl.conv2d(x, w, padding=1),
+        lambda: cl.conv2d(x, w, padding=(1, 1)),
+        lambda: cl.conv2d(x, w, padding=1, stride=2),
+        lambda: cl.conv2d(x, w, padding=1, alpha=-0.0),  # -0.0 == 0.0, but not its sign bit
+        lambda: cl.conv2d(x, w, padding=1, alpha=0.0),
+        lambda: cl.conv2d(x, w, padding=1, activation="relu"),
+        lambda: cl.conv2d(x[:, :, ::-1], w, padding=1),  # a non-contiguous view
+        lambda: cl.conv2d(np.asfortranarray(x), w, padding=1),
+        lambda: cl.conv2d(x[:, :, :7], w, padding=1),  # another shape
+        lambda: cl.conv2d(
+            x.transpose(0, 2, 3, 1), w.transpose(0, 2, 3, 1), padding=1, layout="NHWC"
+        ),  # fmt: skip
+    ]
+    for i, call in enumerate(calls):
+        call()
+        assert slow.count == i + 1, f"call {i} hit another call's entry"
+        call()
+        assert slow.count == i + 1, f"call {i} missed its own entry"
+    cl.conv2d(x, w, padding=np.int64(1))  # equal to 1, but another type: its own key
+    assert slow.count == len(calls) + 1
+
+
+def test_conv2d_settings_and_switches_miss(monkeypatch: pytest.MonkeyPatch) -> None:
+    slow = SlowCalls(monkeypatch, conv_mod, "get_plan")
+    x, w = rand((1, 4, 8, 8), 1), rand((4, 4, 3, 3), 2)
+    ref = cl.conv2d(x, w, padding=1)
+    assert slow.count == 1
+    with cl.settings(deterministic=True):
+        cl.conv2d(x, w, padding=1)
+    assert slow.count == 2
+    monkeypatch.setenv("CUDNNLITE_FORCE_SOLVER", "conv_fwd_direct")
+    forced = cl.conv2d(x, w, padding=1)
+    assert slow.count == 3
+    monkeypatch.delenv("CUDNNLITE_FORCE_SOLVER")
+    np.testing.assert_allclose(forced, ref, rtol=1e-5, atol=1e-5)
+    cl.conv2d(x, w, padding=1)
+    assert slow.count == 3  # back to the first entry
+    plans.clear_plan_cache()  # a cleared plan cache empties the call caches
+    cl.conv2d(x, w, padding=1)
+    assert slow.count == 4
+
+
+def test_relu_misses_on_dtype_layout_stride_alignment(monkeypatch: pytest.MonkeyPatch) -> None:
+    slow = SlowCalls(monkeypatch, act_mod, "_launch")
+    buf = rand((4, 65), 1)
+    arrays = [
+        buf[:, :64],  # strided: never cached
+        np.ascontiguousarray(buf[:, :64]),
+        np.ascontiguousarray(buf[:, :64]).astype(np.float16),
+        np.asfortranarray(buf[:, :64]),
+        buf.reshape(-1)[1:257],  # contiguous but not 16-byte aligned
+    ]
+    expected = [2, 3, 4, 5, 6]
+    for a, count in zip(arrays, expected, strict=True):
+        same_bits(cl.relu(a), np.maximum(a, 0))
+        same_bits(cl.relu(a), np.maximum(a, 0))
+        assert slow.count == count
+    cl.leaky_relu(arrays[1], 0.5)
+    cl.leaky_relu(arrays[1], 0.25)
+    assert slow.count == 8
+
+
+# ------------------------------------------------------------------ errors and threads
+
+
+def test_bad_arguments_after_a_cached_call_raise_the_same_errors() -> None:
+    x, w = rand((1, 4, 8, 8), 1), rand((4, 4, 3, 3), 2)
+    for _ in range(2):
+        cl.conv2d(x, w, padding=1)
+        cl.relu(x)
+        cl.softmax(x, 1)
+        cl.max_pool2d(x, 2)
+        with pytest.raises(BadParamError, match="padding: every value must be >= 0"):
+            cl.conv2d(x, w, padding=-1)
+        with pytest.raises(BadParamError, match="w: has 3 channels per group"):
+            cl.conv2d(x, w[:, :3], padding=1)
+        with pytest.raises(BadParamError, match="alpha: expected a finite number"):
+            cl.conv2d(x, w, padding=1, alpha=float("nan"))
+        with pytest.raises(BadParamError, match="mode: expected one of"):
+            cl.activation_forward(x, "rleu")
+        with pytest.raises(BadParamError, match="beta: blending"):
+            cl.activation_forward(x, "relu", beta=1.0)
+        with pytest.raises(BadParamError, match="axis: 4 is out of range"):
+            cl.softmax(x, 4)
+        with pytest.raises(BadParamError, match="padding: expected at most half"):
+            cl.max_pool2d(x, 2, padding=2)
+
+
+def test_eight_threads_share_the_caches() -> None:
+    xs = [rand((2, 4, 6, 6), seed) for seed in range(8)]
+    w = rand((4, 4, 3, 3), 9)
+
+    def work(x: np.ndarray) -> list[np.ndarray]:
+        return [
+            r
+            for _ in range(5)
+            for r in (cl.conv2d(x, w, padding=1), cl.relu(x), cl.softmax(x, 1), cl.max_pool2d(x, 2))
+        ]
+
+    with _fastpath.disabled():
+        expected = [work(x)[:4] for x in xs]
+    with ThreadPoolExecutor(8) as pool:
+        results = list(pool.map(work, xs))
+    for got, exp in zip(results, expected, strict=True):
+        for i, r in enumerate(got):
+            same_bits(r, exp[i % 4])
+
+
+def test_the_cache_is_bounded() -> None:
+    cache = _fastpath.CallCache("test", size=3)
+    for i in range(5):
+        cache.put((i,), i)
+    assert len(cache) == 3 and cache.get((0,)) is None and cache.get((4,)) == 4
+    assert _fastpath.scalars_key(1) != _fastpath.scalars_key(True) != _fastpath.scalars_key(1.0)
+    assert _fastpath.scalars_key(object()) is None
+    assert _fastpath.arrays_key(np.zeros(3), [1, 2]) is None
