@@ -124,6 +124,7 @@ from .ops.tensor import (
 from .problems.attention import AttentionProblem
 from .problems.conv import ConvProblem
 from .problems.rnn import RnnProblem
+from .runtime.graph import Graph, graph
 from .runtime.streams import current_stream, use_stream
 
 __version__ = "0.1.0"
@@ -227,6 +228,8 @@ __all__ = [
     "current_stream",
     "doctor",
     "use_stream",
+    "graph",
+    "Graph",
     "explain",
     "explain_call",
     "set_deterministic",

@@ -43,6 +43,7 @@ import numpy as np
 
 from ..errors import BadParamError, NotSupportedError
 from .backend import Backend
+from .graph import note_host_work
 
 _INT_MAX = 2**31 - 1
 
@@ -112,6 +113,8 @@ def gemm(
     if backend.name == "cuda":
         _gemm_cublas(a, b, c, trans_a, trans_b, batch, m, n, k, alpha, beta, tf32)
     else:
+        # NumPy work in Python: an emulator graph cannot replay it.
+        note_host_work("blas.gemm (a NumPy GEMM on the emulator)")
         _gemm_numpy(a, b, c, trans_a, trans_b, batch, alpha, beta, tf32)
 
 

@@ -15,6 +15,7 @@ import numpy as np
 from ..errors import BadParamError, CompileError, ExecutionError, NotSupportedError
 from .backend import Backend, Dim, Kernel, Module, check_cooperative_grid, launch_dims
 from .compile_options import base_options
+from .graph import current_recorder
 from .kernel import ModuleSpec
 from .sources import source_path
 from .transfer import HostToDevice
@@ -86,31 +87,52 @@ class CudaKernel(Kernel):
         g, b = launch_dims(grid, block)
         if cooperative:
             check_cooperative_grid(self, g, b, shared_mem)
-        # NumPy arrays here come from CUDNNLITE_BACKEND=cuda: run on device copies.
-        copies = [HostToDevice(a) if isinstance(a, np.ndarray) else None for a in args]
-        if any(copies):
-            args = [c.view if c is not None else a for a, c in zip(args, copies, strict=False)]
-        # CuPy passes a struct by value only as a size-one numpy.ndarray (its CNumpyArray
-        # path); a numpy.void scalar is rejected ("Unsupported type") by CuPy 13.
-        args = [np.asarray(a) if isinstance(a, np.void) else a for a in args]
+        # One pass over the arguments; a tuple is what CuPy wants, built once. The common
+        # case (device arrays and NumPy scalars) copies nothing else.
+        copies = None
+        if any(isinstance(a, (np.ndarray, np.void)) for a in args):
+            args, copies = _host_arguments(args)
+        elif type(args) is not tuple:
+            args = tuple(args)
+        recorder = current_recorder()
+        if recorder is not None:
+            recorder.record_cuda(self, args)
         try:
             if cooperative:
                 # cupy.cuda.Function launches with cuLaunchCooperativeKernel on request
                 # (RawKernel.__call__ would pass its own enable_cooperative_groups).
                 self.function.kernel(
-                    g, b, tuple(args), shared_mem=shared_mem, enable_cooperative_groups=True
+                    g, b, args, shared_mem=shared_mem, enable_cooperative_groups=True
                 )
             else:
-                self.function(g, b, tuple(args), shared_mem=shared_mem)
+                self.function(g, b, args, shared_mem=shared_mem)
         except Exception as exc:  # CUDADriverError and friends
             if type(exc).__name__ in ("CUDADriverError", "CUDARuntimeError"):
                 raise ExecutionError(
                     f"kernel {self.name} ({self.spec.label()}) failed: {exc}"
                 ) from exc
             raise
-        for c in copies:
-            if c is not None:
+        if copies:
+            for c in copies:
                 c.copy_back()
+
+
+def _host_arguments(args: Sequence[Any]) -> tuple[tuple[Any, ...], list[HostToDevice]]:
+    """The arguments CuPy accepts for host objects: NumPy arrays (from
+    CUDNNLITE_BACKEND=cuda) become device copies, copied back after the launch; a struct
+    goes by value only as a size-one numpy.ndarray (CuPy's CNumpyArray path; CuPy 13
+    rejects a numpy.void scalar: "Unsupported type")."""
+    out: list[Any] = []
+    copies: list[HostToDevice] = []
+    for a in args:
+        if isinstance(a, np.ndarray):
+            copy = HostToDevice(a)
+            copies.append(copy)
+            a = copy.view
+        elif isinstance(a, np.void):
+            a = np.asarray(a)
+        out.append(a)
+    return tuple(out), copies
 
 
 class CudaModule(Module):

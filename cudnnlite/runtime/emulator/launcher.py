@@ -1,7 +1,8 @@
 """The CPU emulator backend: compiles a kernel source with g++ after our CUDA header,
 caches the shared library on disk and launches kernels on NumPy arrays through ctypes.
 
-Environment switches (read at each launch, so tests can flip them):
+Environment switches (looked up at each launch through a cached snapshot, so tests can
+flip them between launches):
 
 ======================  =====================================================
 CUDNNLITE_EMU_SCHEDULE  ``forward`` (default), ``reverse`` or ``random``: the
@@ -41,6 +42,7 @@ import numpy as np
 
 from ...errors import BadParamError, CompileError, ExecutionError, NotSupportedError
 from ..backend import Backend, Dim, Kernel, Module, check_cooperative_grid, launch_dims
+from ..graph import current_recorder
 from ..kernel import ModuleSpec
 from ..sources import common_headers_digest, cuda_src_dir, source_path
 from ..transfer import DeviceToHost
@@ -268,6 +270,111 @@ def _compile(spec: ModuleSpec, asan: bool) -> Path:
     return out
 
 
+_SCALAR_TYPES: dict[str, type] = {
+    "b1": np.bool_,
+    "i1": np.int8,
+    "u1": np.uint8,
+    "i2": np.int16,
+    "u2": np.uint16,
+    "i4": np.int32,
+    "u4": np.uint32,
+    "i8": np.int64,
+    "u8": np.uint64,
+    "f4": np.float32,
+    "f8": np.float64,
+    "h2": np.float16,
+    "e2": np.uint16,  # bfloat16 bits
+}
+
+_ENV_NAMES = (
+    "CUDNNLITE_EMU_SCHEDULE",
+    "CUDNNLITE_EMU_POISON",
+    "CUDNNLITE_EMU_THREADS",
+    "CUDNNLITE_EMU_SEED",
+    "CUDNNLITE_EMU_STACK_KB",
+)
+
+
+def _env_reader() -> Any:
+    """A function returning the raw values of the launch switches, as cheaply as the
+    platform allows: CPython's os.environ keeps its encoded items in ``_data``, where a
+    lookup costs a dict access instead of os.environ.get's encode/decode (about 1 us per
+    name on a slow core, five names per launch)."""
+    data = getattr(os.environ, "_data", None)
+    encodekey = getattr(os.environ, "encodekey", None)
+    if isinstance(data, dict) and encodekey is not None:
+        keys = tuple(encodekey(n) for n in _ENV_NAMES)
+        get = data.get
+        return lambda: tuple([get(k) for k in keys])
+    return lambda: tuple([os.environ.get(n) for n in _ENV_NAMES])
+
+
+_read_env = _env_reader()
+
+
+@functools.lru_cache(maxsize=64)
+def _launch_switches(raw: tuple[Any, ...]) -> tuple[int, int, int, int, int]:
+    """(schedule, poison, threads, seed, stack bytes) parsed from the raw switch values;
+    memoized, so a launch parses only when a switch changed since it was last seen."""
+    decoded = (os.fsdecode(v) if isinstance(v, bytes) else v for v in raw)
+    env = dict(zip(_ENV_NAMES, decoded, strict=True))
+    schedule = (env["CUDNNLITE_EMU_SCHEDULE"] or "forward").strip().lower()
+    if schedule not in _SCHEDULES:
+        raise BadParamError(
+            f"CUDNNLITE_EMU_SCHEDULE must be one of {sorted(_SCHEDULES)}, got {schedule!r}"
+        )
+    poison = (env["CUDNNLITE_EMU_POISON"] or "0").strip().lower() in ("1", "true", "yes", "on")
+    return (
+        _SCHEDULES[schedule],
+        int(poison),
+        int(env["CUDNNLITE_EMU_THREADS"] or "0"),
+        int(env["CUDNNLITE_EMU_SEED"] or "0"),
+        int(env["CUDNNLITE_EMU_STACK_KB"] or "256") * 1024,
+    )
+
+
+def _dims_key(value: Any) -> Any:
+    """``value`` when it is a plain int or tuple of plain ints (safe as a cache key: a
+    float 1.0 equals 1 and must still be refused by launch_dims), else None."""
+    if type(value) is int:
+        return value
+    if type(value) is tuple and all(type(d) is int for d in value):
+        return value
+    return None
+
+
+class _ArgPlan:
+    """Where each kernel argument lives in a per-kernel byte arena that the ``void**``
+    argument array points into once and for all: a launch writes the values (pointer,
+    scalar or struct bytes) into their slots instead of building ctypes objects."""
+
+    def __init__(self, signature: list[str]) -> None:
+        offsets, kinds = [], []
+        end = 0
+        for code in signature:
+            if code == "p" or code in _SCALAR_TYPES:
+                size, align = 8, 16
+            else:  # "s<size>a<align>"
+                size_text, _, align_text = code[1:].partition("a")
+                size, align = int(size_text), max(16, int(align_text or "16"))
+            end = (end + align - 1) // align * align
+            offsets.append(end)
+            kinds.append(code)
+            end += max(size, 1)
+        self.kinds = kinds
+        self.offsets = offsets
+        self.nbytes = max(16, (end + 15) // 16 * 16)
+
+    def new_arena(self) -> tuple[np.ndarray, ctypes.Array]:
+        """A zeroed arena and the argument array pointing into it."""
+        arena = np.zeros(self.nbytes, dtype=np.uint8)
+        base = arena.ctypes.data
+        values = (ctypes.c_void_p * max(1, len(self.kinds)))()
+        for i, off in enumerate(self.offsets):
+            values[i] = base + off
+        return arena, values
+
+
 class EmulatorKernel(Kernel):
     def __init__(self, module: EmulatorModule, index: int, name: str, signature: str) -> None:
         self.module = module
@@ -275,18 +382,73 @@ class EmulatorKernel(Kernel):
         self.name = name
         self.spec = module.spec
         self.signature = signature.split(",") if signature else []
+        self._plan = _ArgPlan(self.signature)
+        self._arena, self._values = self._plan.new_arena()
+        self._u64 = self._arena.view(np.uint64)
+        # Per argument: a writer for the fast path (exact types only), else None.
+        self._writers = [self._writer(i, code) for i, code in enumerate(self.signature)]
+        # (grid, block, shared_mem, cooperative, switches) -> LaunchConfig, read-only once built
+        self._configs: dict[tuple[Any, ...], LaunchConfig] = {}
+
+    def _writer(self, i: int, code: str) -> Any:
+        off = self._plan.offsets[i]
+        if code == "p":
+            u64, slot = self._arena.view(np.uint64), off // 8
+            asan = self.module.asan
+
+            def write_pointer(arg: Any) -> bool:
+                # Aligned NumPy arrays go straight through; anything else (None, a copy to
+                # make, an error to raise) takes the general path.
+                if type(arg) is not np.ndarray or asan or not arg.flags.aligned:
+                    return False
+                u64[slot] = arg.ctypes.data
+                return True
+
+            return write_pointer
+        if code in _SCALAR_TYPES:
+            expected = _SCALAR_TYPES[code]
+            view, index = self._arena.view(expected), off // np.dtype(expected).itemsize
+
+            def write_scalar(arg: Any) -> bool:
+                if type(arg) is not expected:
+                    return False
+                view[index] = arg
+                return True
+
+            return write_scalar
+        size = int(code[1:].partition("a")[0])
+        address = self._arena.ctypes.data + off
+
+        def write_struct(arg: Any) -> bool:
+            if type(arg) is not np.void or arg.dtype.itemsize != size:
+                return False
+            ctypes.memmove(address, arg.tobytes(), size)
+            return True
+
+        return write_struct
 
     def _convert(self, args: Sequence[Any], keep: list) -> ctypes.Array:
+        """Writes ``args`` into the kernel's arena (callers hold the module lock) and
+        returns the argument array that points into it."""
         if len(args) != len(self.signature):
             raise BadParamError(
                 f"kernel {self.name} takes {len(self.signature)} arguments, got {len(args)}"
             )
-        values = (ctypes.c_void_p * max(1, len(args)))()
-        for i, (arg, code) in enumerate(zip(args, self.signature, strict=False)):
-            cvalue = self._convert_one(i, arg, code, keep)
-            keep.append(cvalue)
-            values[i] = ctypes.cast(ctypes.pointer(cvalue), ctypes.c_void_p)
-        return values
+        writers = self._writers
+        for i, arg in enumerate(args):
+            writer = writers[i]
+            if writer is None or not writer(arg):
+                self._write_general(i, arg, keep)
+        return self._values
+
+    def _write_general(self, i: int, arg: Any, keep: list) -> None:
+        code, off = self.signature[i], self._plan.offsets[i]
+        cvalue = self._convert_one(i, arg, code, keep)
+        if isinstance(cvalue, ctypes.c_void_p):
+            self._u64[off // 8] = cvalue.value or 0
+        else:
+            raw = cvalue.raw
+            self._arena[off : off + len(raw)] = np.frombuffer(raw, dtype=np.uint8)
 
     def _convert_one(self, i: int, arg: Any, code: str, keep: list) -> Any:
         where = f"argument {i} of kernel {self.name}"
@@ -310,21 +472,7 @@ class EmulatorKernel(Kernel):
             raise BadParamError(
                 f"{where}: expected a numpy.void struct of {size} bytes, got {arg!r}"
             )
-        expected = {
-            "b1": np.bool_,
-            "i1": np.int8,
-            "u1": np.uint8,
-            "i2": np.int16,
-            "u2": np.uint16,
-            "i4": np.int32,
-            "u4": np.uint32,
-            "i8": np.int64,
-            "u8": np.uint64,
-            "f4": np.float32,
-            "f8": np.float64,
-            "h2": np.float16,
-            "e2": np.uint16,  # bfloat16 bits
-        }[code]
+        expected = _SCALAR_TYPES[code]
         if not isinstance(arg, np.generic) or arg.dtype != np.dtype(expected):
             raise BadParamError(
                 f"{where}: expected a numpy.{np.dtype(expected).name} scalar "
@@ -338,14 +486,17 @@ class EmulatorKernel(Kernel):
         """The emulator's co-residency limit; shared memory does not bound it here."""
         return max_cooperative_blocks(block_threads)
 
-    def __call__(
-        self,
-        grid: Dim,
-        block: Dim,
-        args: Sequence[Any],
-        shared_mem: int = 0,
-        cooperative: bool = False,
-    ) -> None:
+    def _config(self, grid: Dim, block: Dim, shared_mem: int, cooperative: bool) -> LaunchConfig:
+        """The checked LaunchConfig of a launch, built once per (dims, shared memory,
+        cooperative, environment switches) when the dims are plain ints."""
+        raw = _read_env()
+        gk, bk = _dims_key(grid), _dims_key(block)
+        key = None
+        if gk is not None and bk is not None and type(shared_mem) is int:
+            key = (gk, bk, shared_mem, bool(cooperative), raw)
+            cfg = self._configs.get(key)
+            if cfg is not None:
+                return cfg
         cfg = LaunchConfig()
         cfg.grid[:], cfg.block[:] = launch_dims(grid, block)
         if shared_mem < 0:
@@ -354,24 +505,54 @@ class EmulatorKernel(Kernel):
         if cooperative:
             check_cooperative_grid(self, tuple(cfg.grid), tuple(cfg.block), shared_mem)
         cfg.cooperative = int(cooperative)
-        schedule = os.environ.get("CUDNNLITE_EMU_SCHEDULE", "forward").strip().lower()
-        if schedule not in _SCHEDULES:
-            raise BadParamError(
-                f"CUDNNLITE_EMU_SCHEDULE must be one of {sorted(_SCHEDULES)}, got {schedule!r}"
-            )
-        cfg.schedule = _SCHEDULES[schedule]
-        cfg.poison = int(_env_flag("CUDNNLITE_EMU_POISON"))
-        cfg.num_threads = int(os.environ.get("CUDNNLITE_EMU_THREADS", "0"))
-        cfg.seed = int(os.environ.get("CUDNNLITE_EMU_SEED", "0"))
-        cfg.stack_bytes = int(os.environ.get("CUDNNLITE_EMU_STACK_KB", "256")) * 1024
+        # Parsed after the dims checks, in the order the errors always came.
+        switches = _launch_switches(raw)
+        cfg.schedule, cfg.poison, cfg.num_threads, cfg.seed, cfg.stack_bytes = switches
+        if key is not None:
+            if len(self._configs) > 256:  # a kernel launched with ever-changing grids
+                self._configs.clear()
+            self._configs[key] = cfg
+        return cfg
+
+    def __call__(
+        self,
+        grid: Dim,
+        block: Dim,
+        args: Sequence[Any],
+        shared_mem: int = 0,
+        cooperative: bool = False,
+    ) -> None:
+        cfg = self._config(grid, block, shared_mem, cooperative)
+        recorder = current_recorder()
         keep: list = []
-        with self.module.lock:  # one launch at a time per module: the error slot is global
+        module = self.module
+        with module.lock:  # one launch at a time per module: the error slot and the arena
             values = self._convert(args, keep)
-            rc = self.module.lib.emu_launch(self.index, ctypes.byref(cfg), values)
-            self.module.copy_back(keep)
+            if recorder is not None:
+                recorder.record_emulator(self, cfg, args, keep)
+            rc = module.lib.emu_launch(self.index, ctypes.byref(cfg), values)
+            if keep:
+                module.copy_back(keep)
             if rc != 0:
-                message = self.module.lib.emu_last_error().decode(errors="replace")
+                message = module.lib.emu_last_error().decode(errors="replace")
                 raise ExecutionError(f"kernel {self.name} ({self.spec.label()}) failed: {message}")
+
+    def launch_recorded(self, cfg: LaunchConfig, values: ctypes.Array) -> None:
+        """Runs a launch recorded by a graph: its config and its own copy of the argument
+        arena (``values`` points into it)."""
+        module = self.module
+        with module.lock:
+            rc = module.lib.emu_launch(self.index, ctypes.byref(cfg), values)
+            if rc != 0:
+                message = module.lib.emu_last_error().decode(errors="replace")
+                raise ExecutionError(f"kernel {self.name} ({self.spec.label()}) failed: {message}")
+
+    def snapshot_arguments(self) -> tuple[np.ndarray, ctypes.Array]:
+        """A copy of the arena as the last conversion left it (callers hold the module
+        lock) and an argument array pointing into the copy: what a graph replays."""
+        arena, values = self._plan.new_arena()
+        arena[:] = self._arena
+        return arena, values
 
 
 def _byte_bounds(arr: np.ndarray) -> tuple[int, int]:

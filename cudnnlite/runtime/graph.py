@@ -1,0 +1,194 @@
+"""Graphs: record a sequence of cudnnlite calls once, replay it with no Python dispatch.
+
+.. code-block:: python
+
+    y = np.empty(...)                          # or CuPy arrays on a non-default stream
+    with cudnnlite.graph() as g:
+        h = cudnnlite.conv2d(x, w, padding=1)  # functional calls and plans alike
+        y = cudnnlite.relu(h)
+    x[...] = next_batch                        # new contents in a recorded buffer
+    g.replay()                                 # y now holds the result for next_batch
+
+What is recorded is each kernel launch, with its grid, block and arguments, at the level of
+``Kernel.__call__`` of each backend (a thread-local "current recorder"):
+
+- **cuda**: the calls run on CuPy's current stream in stream capture
+  (``Stream.begin_capture()`` / ``end_capture()``); ``replay()`` launches the resulting CUDA
+  graph (``cupy.cuda.graph.Graph.launch``) on the current stream. Work done through CuPy on
+  that stream (allocations, copies, cuBLAS) is captured too. Capture needs a non-default
+  stream: ``with cupy.cuda.Stream(non_blocking=True):``. During capture nothing runs: read
+  the outputs after ``replay()``.
+- **cpu (emulator)**: the calls run as usual while recorded, and each launch is kept as
+  (kernel, launch config, its own copy of the converted argument bytes). ``replay()`` runs
+  that list, one C call per launch. Work a call does on the host in Python (NumPy GEMM in
+  ``runtime/blas.py``, host copies of GPU arrays, ASan's copies) would be missed by such a
+  replay: those places call :func:`note_host_work`, and ``replay()`` of such a graph raises
+  NotSupportedError naming the work, instead of replaying wrongly.
+
+Between replays the *contents* of every recorded buffer may change (write new inputs into
+them in place); shapes, dtypes, arguments and the buffers themselves may not: a replay runs
+on the pointers of the capture. A graph keeps every array its launches received alive, so a
+recorded buffer cannot be freed or reused under it; rebinding a Python name to a new array
+does not change what the graph reads. Capture inside a capture, and replay inside a capture,
+raise BadParamError.
+"""
+
+from __future__ import annotations
+
+import threading
+from collections.abc import Iterator
+from contextlib import contextmanager
+from typing import Any
+
+from ..errors import BadParamError, NotSupportedError
+
+_local = threading.local()
+
+
+def current_recorder() -> Graph | None:
+    """The graph capturing on this thread, or None (the common case: one attribute read)."""
+    return getattr(_local, "graph", None)
+
+
+def note_host_work(what: str) -> None:
+    """Called by code that does work on the host in Python during a call (a NumPy GEMM, a
+    host copy): an emulator graph recording now cannot replay it, and says so."""
+    graph = current_recorder()
+    if graph is not None and graph.backend == "cpu" and graph._host_work is None:
+        graph._host_work = what
+
+
+class Graph:
+    """A recorded sequence of launches; made by :func:`graph`, run by :meth:`replay`."""
+
+    def __init__(self, backend: str) -> None:
+        self.backend = backend
+        self._state = "capturing"
+        self._host_work: str | None = None
+        # emulator: (kernel.launch_recorded, config, argument array); the arenas and arrays
+        # stay referenced in _keep
+        self._launches: list[tuple[Any, Any, Any]] = []
+        self._keep: list[Any] = []
+        self._cuda_graph: Any = None
+        self._stream: Any = None
+
+    def __len__(self) -> int:
+        """Launches recorded (the emulator's count; a CUDA graph's nodes are CUDA's)."""
+        return len(self._launches)
+
+    def __repr__(self) -> str:
+        return f"<cudnnlite.Graph {self.backend} {self._state}, {len(self._launches)} launches>"
+
+    # -- recording (called by the backends' Kernel.__call__) ---------------------------
+    def record_emulator(self, kernel: Any, cfg: Any, args: Any, keep: list) -> None:
+        """Keeps an emulator launch: its config, a copy of its argument bytes (taken under
+        the module lock, right after conversion) and every argument object alive."""
+        if self.backend != "cpu":
+            raise BadParamError(
+                f"a cudnnlite.graph() capturing on {self.backend} got an emulator launch of "
+                f"{kernel.name}: NumPy arrays inside a GPU capture"
+            )
+        if keep:
+            self._host_work = self._host_work or "a host copy of an argument"
+        arena, values = kernel.snapshot_arguments()
+        self._launches.append((kernel.launch_recorded, cfg, values))
+        self._keep.append((arena, tuple(args)))
+
+    def record_cuda(self, kernel: Any, args: Any) -> None:
+        """Keeps the arguments of a captured CUDA launch alive: the graph replays on their
+        pointers, which CuPy's pool must not hand to another array meanwhile."""
+        if self.backend != "cuda":
+            raise BadParamError(
+                f"a cudnnlite.graph() recording on the emulator got a CUDA launch of "
+                f"{kernel.name}: GPU arrays inside an emulator recording"
+            )
+        self._launches.append((kernel.name, None, None))
+        self._keep.append(tuple(args))
+
+    # -- replay ------------------------------------------------------------------------
+    def replay(self) -> None:
+        """Runs the recorded launches again on the recorded buffers (see the module doc)."""
+        if self._state != "ready":
+            raise BadParamError(
+                "graph.replay(): the graph is still capturing (replay after the `with` block)"
+                if self._state == "capturing"
+                else "graph.replay(): the capture failed; record the graph again"
+            )
+        if current_recorder() is not None:
+            raise BadParamError("graph.replay() inside a cudnnlite.graph() capture")
+        if self._cuda_graph is not None:
+            self._cuda_graph.launch()
+            return
+        if self._host_work is not None:
+            raise NotSupportedError(
+                f"this graph is not replayable on the emulator: {self._host_work} does host "
+                "work in Python, which a replay of kernel launches would skip; call the ops "
+                "directly instead"
+            )
+        for launch, cfg, values in self._launches:
+            launch(cfg, values)
+
+
+def _default_backend() -> str:
+    from .select import forced_backend
+
+    forced = forced_backend()
+    if forced:
+        return "cpu" if forced == "emulator" else forced
+    from .cuda import CudaBackend
+
+    return "cuda" if CudaBackend.available() else "cpu"
+
+
+@contextmanager
+def graph(backend: str | None = None) -> Iterator[Graph]:
+    """Records the cudnnlite calls of the ``with`` block into a :class:`Graph`.
+
+    ``backend``: ``"cpu"`` (emulator, NumPy arrays) or ``"cuda"`` (CuPy's current stream,
+    which must not be the legacy default stream); default: ``CUDNNLITE_BACKEND``, else
+    cuda when a GPU is present, else cpu.
+    """
+    name = backend or _default_backend()
+    if name == "emulator":
+        name = "cpu"
+    if name not in ("cpu", "cuda"):
+        raise BadParamError(f"unknown backend {name!r}: expected 'cpu' (emulator) or 'cuda'")
+    if current_recorder() is not None:
+        raise BadParamError("cudnnlite.graph(): nested capture (a graph is already recording)")
+    g = Graph(name)
+    stream = _begin_cuda_capture() if name == "cuda" else None
+    _local.graph = g
+    try:
+        yield g
+    except BaseException:
+        g._state = "failed"
+        if stream is not None:
+            try:
+                stream.end_capture()
+            except Exception:  # the capture may be invalid already; the user error wins
+                pass
+        raise
+    finally:
+        _local.graph = None
+    if stream is not None:
+        try:
+            g._cuda_graph = stream.end_capture()
+        except Exception:
+            g._state = "failed"
+            raise
+        g._stream = stream
+    g._state = "ready"
+
+
+def _begin_cuda_capture() -> Any:
+    from .cuda import import_cupy
+
+    cupy = import_cupy()
+    stream = cupy.cuda.get_current_stream()
+    if stream.ptr == 0:
+        raise BadParamError(
+            "cudnnlite.graph() on the legacy default stream: CUDA cannot capture it; run the "
+            "block on a stream of its own (`with cupy.cuda.Stream(non_blocking=True):`)"
+        )
+    stream.begin_capture()
+    return stream

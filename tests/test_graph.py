@@ -1,0 +1,201 @@
+"""cudnnlite.graph(): a recorded chain of calls replays to the eager results, picks up new
+contents of its recorded buffers, and misuse raises clear errors.
+
+The emulator records launches; the CUDA path (stream capture) is checked here against a
+stand-in for CuPy's stream and graph, and for real in the device check. Shapes and ops are
+those other tests compile already (no new kernel module).
+"""
+
+from __future__ import annotations
+
+import sys
+import types
+from typing import Any
+
+import numpy as np
+import pytest
+
+import cudnnlite as cl
+from cudnnlite.errors import BadParamError, NotSupportedError
+from cudnnlite.runtime import blas
+from cudnnlite.runtime.graph import current_recorder, note_host_work
+
+
+def rand(shape: tuple[int, ...], seed: int) -> np.ndarray:
+    return np.random.default_rng(seed).standard_normal(shape).astype(np.float32)
+
+
+def network(x: np.ndarray, w: np.ndarray, b: np.ndarray, plan: Any) -> tuple[Any, ...]:
+    """conv (functional) -> relu -> conv (plan) -> softmax, every output a new array."""
+    h = cl.conv2d(x, w, b, padding=1)
+    r = cl.relu(h)
+    p = plan(r, w, b, activation="relu")
+    s = cl.softmax(p)
+    return h, r, p, s
+
+
+@pytest.fixture
+def inputs() -> tuple[np.ndarray, np.ndarray, np.ndarray, Any]:
+    x, w, b = rand((2, 4, 7, 7), 18), rand((4, 4, 3, 3), 19), rand((4,), 20)
+    plan = cl.conv2d_plan(x.shape, w.shape, padding=1, backend="cpu")
+    return x, w, b, plan
+
+
+def test_replay_matches_eager_and_reads_new_input_contents(inputs: Any) -> None:
+    x, w, b, plan = inputs
+    eager = network(x, w, b, plan)
+    with cl.graph("cpu") as g:
+        recorded = network(x, w, b, plan)
+    assert len(g) >= 4
+    for got, want in zip(recorded, eager, strict=True):
+        np.testing.assert_array_equal(got, want)  # the capture ran the calls too
+    for out in recorded:
+        out[...] = np.nan
+    g.replay()
+    for got, want in zip(recorded, eager, strict=True):
+        np.testing.assert_array_equal(got, want)
+    # New contents written into the recorded input buffer are what a replay reads.
+    x[...] = rand(x.shape, 21)
+    g.replay()
+    g.replay()  # idempotent
+    for got, want in zip(recorded, network(x, w, b, plan), strict=True):
+        np.testing.assert_array_equal(got, want)
+
+
+def test_replay_into_caller_buffers(inputs: Any) -> None:
+    x, w, b, plan = inputs
+    y = np.empty((2, 4, 7, 7), np.float32)
+    with cl.graph("cpu") as g:
+        cl.relu(x, out=y)
+    x[...] = -x
+    g.replay()
+    np.testing.assert_array_equal(y, np.maximum(x, 0))
+
+
+def test_misuse_raises_clear_errors(inputs: Any) -> None:
+    x = inputs[0]
+    with cl.graph("cpu") as g:
+        with pytest.raises(BadParamError, match="nested capture"):
+            with cl.graph("cpu"):
+                pass
+        with pytest.raises(BadParamError, match="still capturing"):
+            g.replay()
+        cl.relu(x)
+    with cl.graph("cpu") as outer:
+        with pytest.raises(BadParamError, match="replay.. inside a cudnnlite.graph"):
+            g.replay()
+    assert current_recorder() is None and len(outer) == 0
+    with pytest.raises(ValueError, match="user error"):
+        with cl.graph("cpu") as failed:
+            cl.relu(x)
+            raise ValueError("user error")
+    assert current_recorder() is None
+    with pytest.raises(BadParamError, match="capture failed"):
+        failed.replay()
+    with pytest.raises(BadParamError, match="unknown backend"):
+        with cl.graph("tpu"):
+            pass
+
+
+def test_host_work_makes_an_emulator_graph_refuse_to_replay(inputs: Any) -> None:
+    x = inputs[0]
+    a, c = np.ones((2, 3), np.float32), np.zeros((2, 2), np.float32)
+    with cl.graph("cpu") as g:
+        cl.relu(x)
+        blas.gemm(
+            cl.runtime.backend_by_name("cpu"),
+            blas.Mat(a, 2, 3, 3),
+            blas.Mat(a, 2, 3, 3),
+            blas.Mat(c, 2, 2, 2),
+            trans_b=True,
+        )
+    np.testing.assert_array_equal(c, 3.0)  # it ran during the capture
+    with pytest.raises(NotSupportedError, match=r"blas.gemm .* does host work"):
+        g.replay()
+    note_host_work("outside any graph")  # a no-op
+
+
+def test_the_graph_keeps_recorded_arrays_alive(inputs: Any) -> None:
+    import gc
+    import weakref
+
+    x = inputs[0].copy()
+    with cl.graph("cpu") as g:
+        y = cl.relu(x)
+    ref = weakref.ref(y)
+    del y
+    gc.collect()
+    assert ref() is not None  # the replay still writes into it
+    g.replay()
+    np.testing.assert_array_equal(ref(), np.maximum(x, 0))
+
+
+# ------------------------------------------------------------------ CUDA, with a fake CuPy
+class _FakeGraph:
+    def __init__(self) -> None:
+        self.launches = 0
+
+    def launch(self, stream: Any = None) -> None:
+        self.launches += 1
+
+
+class _FakeStream:
+    def __init__(self, ptr: int) -> None:
+        self.ptr = ptr
+        self.capturing = False
+        self.graphs: list[_FakeGraph] = []
+
+    def begin_capture(self, mode: Any = None) -> None:
+        assert not self.capturing
+        self.capturing = True
+
+    def end_capture(self) -> _FakeGraph:
+        assert self.capturing
+        self.capturing = False
+        self.graphs.append(_FakeGraph())
+        return self.graphs[-1]
+
+
+@pytest.fixture
+def fake_cupy(monkeypatch: pytest.MonkeyPatch) -> types.SimpleNamespace:
+    state = types.SimpleNamespace(stream=_FakeStream(ptr=1234))
+    cupy = types.ModuleType("cupy")
+    cupy.cuda = types.SimpleNamespace(  # type: ignore[attr-defined]
+        get_current_stream=lambda: state.stream
+    )
+    monkeypatch.setitem(sys.modules, "cupy", cupy)
+    return state
+
+
+def test_cuda_capture_and_replay_through_cupy_graphs(fake_cupy: Any) -> None:
+    stream = fake_cupy.stream
+    with cl.graph("cuda") as g:
+        assert stream.capturing and current_recorder() is g
+    assert not stream.capturing and current_recorder() is None
+    g.replay()
+    g.replay()
+    assert stream.graphs[0].launches == 2
+
+
+def test_cuda_capture_on_the_legacy_default_stream_is_refused(fake_cupy: Any) -> None:
+    fake_cupy.stream = _FakeStream(ptr=0)
+    with pytest.raises(BadParamError, match="legacy default stream"):
+        with cl.graph("cuda"):
+            pass
+    assert current_recorder() is None
+
+
+def test_cuda_capture_ends_when_the_block_raises(fake_cupy: Any) -> None:
+    stream = fake_cupy.stream
+    with pytest.raises(KeyError):
+        with cl.graph("cuda") as g:
+            raise KeyError("boom")
+    assert not stream.capturing
+    with pytest.raises(BadParamError, match="capture failed"):
+        g.replay()
+
+
+def test_host_arrays_inside_a_cuda_capture_are_refused(fake_cupy: Any, inputs: Any) -> None:
+    with pytest.raises(BadParamError, match="NumPy arrays inside a GPU capture"):
+        with cl.graph("cuda"):
+            cl.relu(inputs[0])
