@@ -12,8 +12,9 @@ every bad call still raises the slow path's error.
 
 Only plain values are keyed (None, bool, int, float, str, NumPy scalars, and tuples or
 lists of them); a call with anything else returns None from the key builders and takes
-the slow path. ``CUDNNLITE_FASTPATH=0`` in the environment, or :func:`disabled`, turns
-every cache off (the slow path then runs on every call), which is how tests compare both.
+the slow path. :func:`set_enabled` (process-wide) or :func:`disabled` (a block of one
+thread) turns every cache off: the slow path then runs on every call, which is how tests
+compare both.
 """
 
 from __future__ import annotations
@@ -40,7 +41,9 @@ _ENV = (
 )
 _PLAIN = (type(None), bool, int, str, np.integer, np.bool_)
 _FLOATS = (float, np.floating)
+_FAST_TYPES = frozenset((int, bool, str, float, type(None)))
 _state = threading.local()
+_enabled = True
 
 
 class CallCache:
@@ -94,9 +97,14 @@ plans.on_clear(clear_all)
 
 
 def enabled() -> bool:
-    if getattr(_state, "off", False):
-        return False
-    return os.environ.get("CUDNNLITE_FASTPATH", "1") != "0"
+    return _enabled and not getattr(_state, "off", False)
+
+
+def set_enabled(flag: bool) -> None:
+    """Turns every op's call cache on or off for the whole process (on by default)."""
+    global _enabled
+    _enabled = bool(flag)
+    clear_all()
 
 
 @contextlib.contextmanager
@@ -125,8 +133,15 @@ def _scalar_key(v: Any) -> Any:
 def scalars_key(*values: Any) -> tuple | None:
     """``values`` as an exact key (type and value of each), or None when one of them is
     not a plain value."""
+    types = tuple(map(type, values))
+    if _FAST_TYPES.issuperset(types):  # the common case, with no per-value Python loop
+        if 0.0 in values:  # 0.0 == -0.0 == 0 == False: add the signs of float zeros
+            signs = tuple(math.copysign(1.0, v) if t is float else 0.0
+                          for v, t in zip(values, types, strict=True))  # fmt: skip
+            return ("flat", values, types, signs)
+        return ("flat", values, types)
     parts = tuple(_scalar_key(v) for v in values)
-    return None if None in parts else parts
+    return None if None in parts else ("nested", parts)
 
 
 def array_key(a: Any) -> tuple | None:
@@ -166,6 +181,7 @@ __all__ = [
     "clear_all",
     "disabled",
     "enabled",
+    "set_enabled",
     "scalars_key",
     "settings_key",
 ]
