@@ -166,6 +166,8 @@ note "tuning: exit $tune_rc after $((SECONDS - t0)) s; DB files: $(ls "$OUT_DIR"
 
 # ------------------------------------------------------------------ 5. benchmarks
 STEP="benchmarks"
+# overhead.py (per-call library work and wall time next to PyTorch's, a few seconds) runs
+# early in run_all's order, so a step cut short still has it.
 echo "== benchmarks =="
 t0=$SECONDS
 timeout 80 "$PY" benchmarks/run_all.py --skip rnn --out "$OUT_DIR" 2>&1 \

@@ -28,8 +28,8 @@ import _bench
 # (attention and rnn last: their first calls compile kernels the precompile step does not
 # cover; the device check runs rnn as a step of its own).
 # sass_mix needs no GPU (NVRTC and nvdisasm): static figures, kept whatever the device does.
-BENCHMARKS = ("emulator", "dispatch", "sass_mix", "activation", "memory_bound", "conv", "attention",
-              "rnn", "ctc", "grid_sample", "dask_scaling")  # fmt: skip
+BENCHMARKS = ("emulator", "dispatch", "overhead", "sass_mix", "activation", "memory_bound", "conv",
+              "attention", "rnn", "ctc", "grid_sample", "dask_scaling")  # fmt: skip
 
 
 def _cpu_model() -> str:
@@ -130,6 +130,10 @@ def headlines(doc: dict[str, Any]) -> list[str]:
         errors = [r for r in att["rows"] if "error" in r]
         if errors:
             lines.append(f"attention: {len(errors)} rows raised, e.g. {errors[0]['error']}")
+    if res.get("overhead"):
+        import overhead
+
+        lines += overhead.headlines(res["overhead"])
     if res.get("rnn"):
         import rnn
 

@@ -35,6 +35,7 @@ raise BadParamError.
 
 from __future__ import annotations
 
+import ctypes
 import threading
 from collections.abc import Iterator
 from contextlib import contextmanager
@@ -91,8 +92,8 @@ class Graph:
         if keep:
             self._host_work = self._host_work or "a host copy of an argument"
         arena, values = kernel.snapshot_arguments()
-        self._launches.append((kernel.launch_recorded, cfg, values))
-        self._keep.append((arena, tuple(args)))
+        self._launches.append((kernel.launch_recorded, ctypes.byref(cfg), values))
+        self._keep.append((cfg, arena, tuple(args)))
 
     def record_cuda(self, kernel: Any, args: Any) -> None:
         """Keeps the arguments of a captured CUDA launch alive: the graph replays on their
@@ -125,8 +126,8 @@ class Graph:
                 "work in Python, which a replay of kernel launches would skip; call the ops "
                 "directly instead"
             )
-        for launch, cfg, values in self._launches:
-            launch(cfg, values)
+        for launch, cfg_ref, values in self._launches:
+            launch(cfg_ref, values)
 
 
 def _default_backend() -> str:

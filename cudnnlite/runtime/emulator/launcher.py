@@ -537,12 +537,12 @@ class EmulatorKernel(Kernel):
                 message = module.lib.emu_last_error().decode(errors="replace")
                 raise ExecutionError(f"kernel {self.name} ({self.spec.label()}) failed: {message}")
 
-    def launch_recorded(self, cfg: LaunchConfig, values: ctypes.Array) -> None:
-        """Runs a launch recorded by a graph: its config and its own copy of the argument
-        arena (``values`` points into it)."""
+    def launch_recorded(self, cfg_ref: Any, values: ctypes.Array) -> None:
+        """Runs a launch recorded by a graph: ``ctypes.byref`` of its config and its own
+        copy of the argument arena (``values`` points into it)."""
         module = self.module
         with module.lock:
-            rc = module.lib.emu_launch(self.index, ctypes.byref(cfg), values)
+            rc = module.lib.emu_launch(self.index, cfg_ref, values)
             if rc != 0:
                 message = module.lib.emu_last_error().decode(errors="replace")
                 raise ExecutionError(f"kernel {self.name} ({self.spec.label()}) failed: {message}")

@@ -1,0 +1,267 @@
+"""Per-call overhead of the library's own work (issue 13), and real per-call wall time.
+
+    python benchmarks/overhead.py [--small]
+
+1. **Library work only**, on the emulator's NumPy arrays with the kernel launch replaced by
+   a no-op (each compiled module's ``emu_launch`` answers 0 at once): what a call costs in
+   Python, from the arguments to the launcher's packed arguments. It runs, and means the
+   same, on any machine. Rows: conv2d (functional, plan), relu, batch_norm (inference),
+   softmax, max_pool2d, and a 10-op network forward (functional calls, conv plans, graph
+   replay), each against the issue's target.
+2. **Real launches** per call on each available backend: the emulator (whose launch itself
+   costs tens of microseconds), and on a GPU the same ops on CuPy arrays synchronized once
+   per batch of calls, next to PyTorch's per-call time for the same ops.
+
+Measures only; asserts nothing. Small mode (CI) stays within a few seconds.
+"""
+
+from __future__ import annotations
+
+import argparse
+import contextlib
+import sys
+import time
+from collections.abc import Callable, Iterator
+from typing import Any
+
+import numpy as np
+from _bench import gpu_available, import_cudnnlite, median, print_table
+
+# The issue's targets, library work only (us per call).
+TARGETS_US = {"conv2d": 10.0, "conv2d plan": 3.0, "relu": 5.0, "network graph replay": 5.0}
+
+
+def per_call_us(fn: Callable[[], Any], calls: int, sync: Callable[[], Any], repeats: int) -> float:
+    """Median over ``repeats`` of (wall time of ``calls`` calls, synchronized) / calls."""
+    fn()
+    sync()
+    times = []
+    for _ in range(repeats):
+        start = time.perf_counter()
+        for _ in range(calls):
+            fn()
+        sync()
+        times.append((time.perf_counter() - start) / calls * 1e6)
+    return median(times)
+
+
+class _NoopLib:
+    """A compiled emulator module whose launches do nothing (everything else forwarded)."""
+
+    def __init__(self, lib: Any) -> None:
+        self._lib = lib
+
+    @staticmethod
+    def emu_launch(index: Any, cfg: Any, values: Any) -> int:
+        return 0
+
+    def __getattr__(self, name: str) -> Any:
+        return getattr(self._lib, name)
+
+
+@contextlib.contextmanager
+def noop_launches() -> Iterator[None]:
+    """Every emulator module built so far launches nothing inside the block."""
+    from cudnnlite.runtime import backend_by_name
+
+    modules = list(backend_by_name("cpu")._modules.values())
+    for m in modules:
+        m.lib = _NoopLib(m.lib)
+    try:
+        yield
+    finally:
+        for m in modules:
+            m.lib = m.lib._lib
+
+
+def _arrays(xp: Any) -> dict[str, Any]:
+    rng = np.random.default_rng(0)
+
+    def a(*shape: int) -> Any:
+        return xp.asarray(rng.standard_normal(shape, dtype=np.float32))
+
+    c = 8
+    return {
+        "x": a(1, c, 8, 8),
+        "w": a(c, c, 3, 3),
+        "b": a(c),
+        "mean": a(c) * 0.1,
+        "var": xp.abs(a(c)) + 0.5,
+        "gamma": a(c),
+        "beta": a(c),
+    }
+
+
+def single_ops(cl: Any, t: dict[str, Any], plan: Any) -> dict[str, Callable[[], Any]]:
+    x, w = t["x"], t["w"]
+    return {
+        "conv2d": lambda: cl.conv2d(x, w, padding=1),
+        "conv2d plan": lambda: plan(x, w),
+        "relu": lambda: cl.relu(x),
+        "batch_norm (inference)": lambda: cl.batch_norm(
+            x, t["mean"], t["var"], t["gamma"], t["beta"]
+        ),
+        "softmax": lambda: cl.softmax(x),
+        "max_pool2d": lambda: cl.max_pool2d(x, 2),
+    }
+
+
+def network(cl: Any, t: dict[str, Any], conv: Callable[..., Any]) -> Any:
+    """10 ops: conv-bn-relu, conv-bn-relu, max_pool, conv, relu, softmax."""
+    x, w, b = t["x"], t["w"], t["b"]
+    bn = (t["mean"], t["var"], t["gamma"], t["beta"])
+    h = cl.relu(cl.batch_norm(conv(x, w, b), *bn))
+    h = cl.relu(cl.batch_norm(conv(h, w, b), *bn))
+    h = cl.max_pool2d(h, 1)  # keeps 8x8, so one plan serves every conv
+    return cl.softmax(cl.relu(conv(h, w, b)))
+
+
+def network_variants(cl: Any, t: dict[str, Any], plan: Any, backend: str) -> dict[str, Any]:
+    def functional() -> Any:
+        return network(cl, t, lambda x, w, b: cl.conv2d(x, w, b, padding=1))
+
+    def planned() -> Any:
+        return network(cl, t, lambda x, w, b: plan(x, w, b))
+
+    planned()  # compiled, and on a GPU the pool holds blocks of every size the capture takes
+    variants: dict[str, Any] = {"network functional": functional, "network conv plans": planned}
+    try:
+        with cl.graph(backend) as g:
+            planned()
+        variants["network graph replay"] = g.replay
+    except Exception as exc:  # a capture CUDA refused: keep the other rows
+        print(f"overhead: graph capture on {backend} failed: {type(exc).__name__}: {exc}")
+    return variants
+
+
+def library_work(cl: Any, small: bool) -> list[dict[str, Any]]:
+    t = _arrays(np)
+    plan = cl.conv2d_plan(t["x"].shape, t["w"].shape, padding=1, backend="cpu")
+    ops = single_ops(cl, t, plan)
+    ops.update(network_variants(cl, t, plan, "cpu"))
+    for fn in ops.values():
+        fn()  # compiles every module before the launches are stubbed
+    calls, repeats = (200, 3) if small else (1000, 3)
+    rows = []
+    with noop_launches():
+        for name, fn in ops.items():
+            slow = name in ("network functional", "network conv plans")
+            us = per_call_us(fn, calls // 10 if slow else calls, lambda: None, repeats)
+            target = TARGETS_US.get(name)
+            rows.append({"op": name, "us": us, "target_us": target,
+                         "meets": None if target is None else us <= target})  # fmt: skip
+    return rows
+
+
+def real_launches(cl: Any, small: bool, on_gpu: bool) -> list[dict[str, Any]]:
+    if on_gpu:
+        import cupy as xp
+
+        stream = xp.cuda.Stream(non_blocking=True)
+        stream.use()  # graph capture needs a stream of its own
+        sync, backend, calls = stream.synchronize, "cuda", 500
+    else:
+        # The emulator's launches cost tens of us to ms each: a few calls tell enough.
+        xp, sync, backend, calls = np, (lambda: None), "cpu", 20
+    t = _arrays(xp)
+    plan = cl.conv2d_plan(t["x"].shape, t["w"].shape, padding=1, backend=backend)
+    ops = single_ops(cl, t, plan)
+    ops.update(network_variants(cl, t, plan, backend))
+    torch_ops = _torch_ops(t) if on_gpu else {}
+    rows = []
+    for name, fn in ops.items():
+        reps = max(1, calls // 10) if name.startswith("network") else calls
+        row: dict[str, Any] = {"op": name, "backend": backend,
+                               "us": per_call_us(fn, reps, sync, 3)}  # fmt: skip
+        if name in torch_ops:
+            try:
+                row["torch_us"] = per_call_us(torch_ops[name], reps, _torch_sync(), 3)
+                row["ours_over_torch"] = row["us"] / row["torch_us"]
+            except Exception as exc:  # torch missing a kernel: keep our figure
+                row["torch_error"] = f"{type(exc).__name__}: {exc}"
+        rows.append(row)
+    if on_gpu:
+        xp.cuda.Stream.null.use()
+    return rows
+
+
+def _torch_sync() -> Callable[[], Any]:
+    import torch
+
+    return torch.cuda.synchronize
+
+
+def _torch_ops(t: dict[str, Any]) -> dict[str, Callable[[], Any]]:
+    try:
+        import torch
+        import torch.nn.functional as F  # noqa: N812
+    except Exception:
+        return {}
+    torch.backends.cudnn.allow_tf32 = False
+    g = {k: torch.as_tensor(v, device="cuda") for k, v in t.items()}
+    x, w, b = g["x"], g["w"], g["b"]
+    bn = (g["mean"], g["var"], g["gamma"], g["beta"])
+
+    def net() -> Any:
+        h = F.relu(F.batch_norm(F.conv2d(x, w, b, padding=1), *bn))
+        h = F.relu(F.batch_norm(F.conv2d(h, w, b, padding=1), *bn))
+        h = F.max_pool2d(h, 1)
+        return torch.softmax(F.relu(F.conv2d(h, w, b, padding=1)), -1)
+
+    return {
+        "conv2d": lambda: F.conv2d(x, w, padding=1),
+        "relu": lambda: F.relu(x),
+        "batch_norm (inference)": lambda: F.batch_norm(x, *bn),
+        "softmax": lambda: torch.softmax(x, -1),
+        "max_pool2d": lambda: F.max_pool2d(x, 2),
+        "network functional": net,
+    }
+
+
+def run(small: bool = False) -> dict[str, Any]:
+    cl = import_cudnnlite()
+    on_gpu = not small and gpu_available()
+    work = library_work(cl, small)
+    print_table(
+        "Library work per call (emulator arrays, launch stubbed out), us",
+        ["op", "us", "target us", "meets"],
+        [[r["op"], r["us"], r["target_us"], r["meets"]] for r in work],
+    )
+    real = real_launches(cl, small, False)
+    if on_gpu:
+        real += real_launches(cl, small, True)
+    print_table(
+        "Per call with real launches, us (GPU: one synchronize per batch of calls)",
+        ["op", "backend", "us", "torch us", "ours/torch"],
+        [[r["op"], r["backend"], r["us"], r.get("torch_us", r.get("torch_error")),
+          r.get("ours_over_torch")] for r in real],
+    )  # fmt: skip
+    return {"library_work": work, "real": real, "targets_us": TARGETS_US}
+
+
+def headlines(res: dict[str, Any]) -> list[str]:
+    parts = [
+        f"{r['op']} {r['us']:.1f} us (<= {r['target_us']:g}{'' if r['meets'] else ' MISSED'})"
+        for r in res["library_work"]
+        if r["target_us"] is not None
+    ]
+    lines = ["overhead, library work per call: " + ", ".join(parts)]
+    gpu = [r for r in res["real"] if r["backend"] == "cuda" and "ours_over_torch" in r]
+    if gpu:
+        lines.append(
+            "overhead on the GPU, ours/torch per call: "
+            + ", ".join(f"{r['op']} {r['ours_over_torch']:.2f}x" for r in gpu)
+        )
+    return lines
+
+
+def main(argv: list[str] | None = None) -> int:
+    p = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+    p.add_argument("--small", action="store_true", help="fewer calls, emulator only")
+    args = p.parse_args(argv)
+    print("\n".join(headlines(run(args.small))))
+    return 0
+
+
+if __name__ == "__main__":
+    sys.exit(main())
