@@ -220,3 +220,18 @@ def test_replay_matches_eager_on_every_backend(backend: str) -> None:
         g.replay()
         np.testing.assert_array_equal(to_numpy(y), to_numpy(cl.softmax(cl.relu(x))))
     assert not np.array_equal(to_numpy(y), eager)
+
+
+def test_a_launch_on_a_host_copy_makes_the_graph_refuse_to_replay() -> None:
+    from cudnnlite.runtime.selftest import EMULATOR_SELFTEST
+
+    k = cl.runtime.backend_by_name("cpu").module(EMULATOR_SELFTEST).get_function("block_reduce_sum")
+    raw = np.zeros(256 * 4 + 1, np.uint8)
+    x = raw[1:].view(np.float32)  # unaligned: the launch runs on an aligned copy
+    x[...] = 1.0
+    out = np.zeros(1, np.float32)
+    with cl.graph("cpu") as g:
+        k(1, 256, (x, out, np.int32(256)))
+    assert out[0] == 256.0
+    with pytest.raises(NotSupportedError, match="a host copy of an argument does host work"):
+        g.replay()

@@ -152,3 +152,22 @@ def test_cuda_structs_still_become_size_one_arrays(fake_cuda_kernel: Any) -> Non
     passed = fake_cuda_kernel.function.calls[-1][2]
     assert isinstance(passed[0], np.ndarray) and passed[0].size == 1
     assert type(passed) is tuple and isinstance(passed[1], np.int32)
+
+
+def test_one_kernel_from_eight_threads_at_once() -> None:
+    # The argument arena is per kernel: concurrent launches must not mix their arguments.
+    from concurrent.futures import ThreadPoolExecutor
+
+    k = kernel("block_reduce_sum")
+
+    def launch(i: int) -> bool:
+        x = np.full(256, float(i), np.float32)
+        ok = True
+        for n in (256, 100 + i):
+            out = np.zeros(1, np.float32)
+            k(1, 256, (x, out, np.int32(n)))
+            ok &= out[0] == float(i) * n
+        return ok
+
+    with ThreadPoolExecutor(8) as pool:
+        assert all(pool.map(launch, range(40)))
