@@ -206,3 +206,37 @@ def test_the_cache_is_bounded() -> None:
     assert _fastpath.scalars_key(1) != _fastpath.scalars_key(True) != _fastpath.scalars_key(1.0)
     assert _fastpath.scalars_key(object()) is None
     assert _fastpath.arrays_key(np.zeros(3), [1, 2]) is None
+
+
+# ------------------------------------------------------------------ plans
+
+
+def test_conv_plan_quick_calls_match_the_full_checks(backend: str) -> None:
+    x, w = to_backend(rand((2, 4, 7, 9), 1), backend), to_backend(rand((4, 4, 3, 3), 2), backend)
+    b, z = to_backend(rand((4,), 3), backend), to_backend(rand((2, 4, 7, 9), 4), backend)
+    plan = cl.conv2d_plan(x.shape, w.shape, padding=1, backend=backend)
+    first_later_and_uncached(lambda: plan(x, w, b, z=z, activation="relu", alpha=0.5))
+    same_bits(plan(x, w, b), cl.conv2d(x, w, b, padding=1))
+    out = to_backend(np.empty((2, 4, 7, 9), np.float32), backend)
+    same_bits(plan(x, w, b, out=out), plan(x, w, b))
+
+
+def test_conv_plan_misuse_raises_clear_errors() -> None:
+    x, w = rand((1, 4, 8, 8), 1), rand((4, 4, 3, 3), 2)
+    plan = cl.conv2d_plan(x.shape, w.shape, padding=1, backend="cpu")
+    for _ in range(2):
+        plan(x, w)
+        with pytest.raises(BadParamError, match=r"x: expected shape \(1, 4, 8, 8\)"):
+            plan(x[:, :, :7], w)
+        with pytest.raises(BadParamError, match="x: this plan is for fp32"):
+            plan(x.astype(np.float16), w.astype(np.float16))
+        with pytest.raises(BadParamError, match="w: expected shape"):
+            plan(x, w[:2])
+        with pytest.raises(BadParamError, match="bias: expected shape"):
+            plan(x, w, np.zeros(3, np.float32))
+        with pytest.raises(BadParamError, match="x: expected a NumPy or CuPy array"):
+            plan(x.tolist(), w)
+        with pytest.raises(BadParamError, match="activation: expected None or one of"):
+            plan(x, w, activation="rleu")
+        with pytest.raises(BadParamError, match="out: overlaps x"):
+            plan(x, w, out=x)

@@ -135,7 +135,7 @@ def scalars_key(*values: Any) -> tuple | None:
     not a plain value."""
     types = tuple(map(type, values))
     if _FAST_TYPES.issuperset(types):  # the common case, with no per-value Python loop
-        if 0.0 in values:  # 0.0 == -0.0 == 0 == False: add the signs of float zeros
+        if float in types and 0.0 in values:  # 0.0 == -0.0: add float zeros' signs
             signs = tuple(math.copysign(1.0, v) if t is float else 0.0
                           for v, t in zip(values, types, strict=True))  # fmt: skip
             return ("flat", values, types, signs)

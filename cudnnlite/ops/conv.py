@@ -23,12 +23,13 @@ from ..dispatch.plans import Plan, get_plan
 from ..errors import BadParamError, NotSupportedError
 from ..problems.conv import ConvProblem
 from ..runtime.kernel import ModuleSpec
-from ..runtime.select import backend_by_name, backend_for
+from ..runtime.select import backend_by_name, backend_for, forced_backend
 from ..runtime.streams import with_stream
 from ..runtime.variants import register
 from ..solvers.conv.common import IDENTITY_MODE, ConvTensors, Epilogue
 from ._arrays import array_module, as_array, float_dtype
 from ._fastpath import CallCache, arrays_key, scalars_key, settings_key
+from ._fastpath import enabled as fastpath_enabled
 from .activation import ACTIVATION_MODES
 
 _LAYOUTS_2D = ("NCHW", "NHWC")
@@ -521,12 +522,20 @@ def conv3d(
     )
 
 
+_PLAN_EPILOGUES = 16
+
+
 class ConvPlan:
     """A convolution prepared once: problem, solver, config, compiled kernels and
     workspace. Calling it on arrays of the planned shapes only launches.
 
     Made by :func:`conv2d_plan` or :func:`conv3d_plan`; ``plan(x, w, bias, z=..., out=...,
     activation=...)``.
+
+    A call without ``out`` whose arrays are all of the plan's array type (NumPy for the
+    emulator, CuPy for the GPU), shapes and dtype checks only that and launches; any
+    other call (``out=``, other arrays, a forced backend) takes the full checks, which
+    raise the same errors as :func:`conv2d` for bad arguments.
     """
 
     def __init__(self, plan: Plan) -> None:
@@ -536,6 +545,40 @@ class ConvPlan:
         self.config = plan.config
         self.source = plan.source
         self.workspace_bytes = plan.workspace_bytes
+        p = plan.problem
+        self._array_type = np.ndarray if plan.backend.name == "cpu" else None
+        self._dtype = next(d.numpy for d in dtypes.FLOAT_TYPES if d.short == p.dtype)
+        self._shapes = (p.x_shape(), p.w_shape(), (p.k,), p.y_shape())
+        # Epilogues by their arguments as given (a plan meets few): checked once each.
+        self._epilogues: dict[tuple, Epilogue] = {}
+
+    def _quick(self, x: Any, w: Any, bias: Any, z: Any, epilogue_args: tuple) -> Any:
+        """The launch of a call that needs no other check (see the class docstring), or
+        None when the call needs the full checks."""
+        t, dt = self._array_type, self._dtype
+        x_shape, w_shape, b_shape, y_shape = self._shapes
+        if (
+            t is None
+            or type(x) is not t
+            or type(w) is not t
+            or x.shape != x_shape
+            or w.shape != w_shape
+            or x.dtype != dt
+            or w.dtype != dt
+            or (bias is not None and (type(bias) is not t or bias.shape != b_shape
+                                      or bias.dtype != dt))
+            or (z is not None and (type(z) is not t or z.shape != y_shape or z.dtype != dt))
+            or forced_backend()
+            or not fastpath_enabled()
+        ):  # fmt: skip
+            return None
+        key = (scalars_key(*epilogue_args), bias is not None, z is not None)
+        epilogue = None if key[0] is None else self._epilogues.get(key)
+        if epilogue is None:
+            epilogue = _epilogue(*epilogue_args, bias is not None, z is not None)
+            if key[0] is not None and len(self._epilogues) < _PLAN_EPILOGUES:
+                self._epilogues[key] = epilogue
+        return _launch_new(self._plan, y_shape, epilogue, x, w, bias, z)
 
     @property
     def kernel_names(self) -> list[str]:
@@ -556,6 +599,11 @@ class ConvPlan:
         alpha: float = 1.0,
         alpha2: float | None = None,
     ) -> Any:
+        if out is None:
+            args = (activation, activation_coef, activation_threshold, alpha, alpha2)
+            y = self._quick(x, w, bias, z, args)
+            if y is not None:
+                return y
         p = self.problem
         backend = backend_for(x, w, bias, z, out, names=("x", "w", "bias", "z", "out"))
         if backend is not self._plan.backend:
