@@ -81,6 +81,14 @@ def test_a_switch_flipped_between_launches_takes_effect(monkeypatch: pytest.Monk
     monkeypatch.setenv("CUDNNLITE_EMU_SCHEDULE", "sideways")
     with pytest.raises(BadParamError, match="CUDNNLITE_EMU_SCHEDULE"):
         k(1, 256, (out,))
+    monkeypatch.setenv("CUDNNLITE_EMU_SCHEDULE", "")  # set but empty: refused, as always
+    with pytest.raises(BadParamError, match="CUDNNLITE_EMU_SCHEDULE"):
+        k(1, 256, (out,))
+    monkeypatch.setenv("CUDNNLITE_EMU_STACK_KB", "")
+    monkeypatch.setenv("CUDNNLITE_EMU_SCHEDULE", "forward")
+    with pytest.raises(ValueError):
+        k(1, 256, (out,))
+    monkeypatch.delenv("CUDNNLITE_EMU_STACK_KB")
     monkeypatch.delenv("CUDNNLITE_EMU_SCHEDULE")
     out[:] = 0
     k(1, 256, (out,))

@@ -316,21 +316,19 @@ _read_env = _env_reader()
 def _launch_switches(raw: tuple[Any, ...]) -> tuple[int, int, int, int, int]:
     """(schedule, poison, threads, seed, stack bytes) parsed from the raw switch values;
     memoized, so a launch parses only when a switch changed since it was last seen."""
-    decoded = (os.fsdecode(v) if isinstance(v, bytes) else v for v in raw)
-    env = dict(zip(_ENV_NAMES, decoded, strict=True))
-    schedule = (env["CUDNNLITE_EMU_SCHEDULE"] or "forward").strip().lower()
+    # Unset means the default; set but empty is parsed (and refused) as before.
+    defaults = ("forward", "0", "0", "0", "256")
+    env = [
+        d if v is None else os.fsdecode(v) if isinstance(v, bytes) else v
+        for v, d in zip(raw, defaults, strict=True)
+    ]
+    schedule = env[0].strip().lower()
     if schedule not in _SCHEDULES:
         raise BadParamError(
             f"CUDNNLITE_EMU_SCHEDULE must be one of {sorted(_SCHEDULES)}, got {schedule!r}"
         )
-    poison = (env["CUDNNLITE_EMU_POISON"] or "0").strip().lower() in ("1", "true", "yes", "on")
-    return (
-        _SCHEDULES[schedule],
-        int(poison),
-        int(env["CUDNNLITE_EMU_THREADS"] or "0"),
-        int(env["CUDNNLITE_EMU_SEED"] or "0"),
-        int(env["CUDNNLITE_EMU_STACK_KB"] or "256") * 1024,
-    )
+    poison = env[1].strip().lower() in ("1", "true", "yes", "on")
+    return _SCHEDULES[schedule], int(poison), int(env[2]), int(env[3]), int(env[4]) * 1024
 
 
 def _dims_key(value: Any) -> Any:
