@@ -44,11 +44,24 @@ from typing import Any
 from ..errors import BadParamError, NotSupportedError
 
 _local = threading.local()
+# Captures in progress in any thread: while none is, every launch skips the thread-local
+# lookup (a global read instead of about 0.5 us per launch).
+_active = 0
+_active_lock = threading.Lock()
 
 
 def current_recorder() -> Graph | None:
-    """The graph capturing on this thread, or None (the common case: one attribute read)."""
+    """The graph capturing on this thread, or None."""
+    if not _active:
+        return None
     return getattr(_local, "graph", None)
+
+
+def _set_recorder(graph: Graph | None) -> None:
+    global _active
+    with _active_lock:
+        _active += 1 if graph is not None else -1
+        _local.graph = graph
 
 
 def note_host_work(what: str) -> None:
@@ -158,7 +171,7 @@ def graph(backend: str | None = None) -> Iterator[Graph]:
         raise BadParamError("cudnnlite.graph(): nested capture (a graph is already recording)")
     g = Graph(name)
     stream = _begin_cuda_capture() if name == "cuda" else None
-    _local.graph = g
+    _set_recorder(g)
     try:
         yield g
     except BaseException:
@@ -170,7 +183,7 @@ def graph(backend: str | None = None) -> Iterator[Graph]:
                 pass
         raise
     finally:
-        _local.graph = None
+        _set_recorder(None)
     if stream is not None:
         try:
             g._cuda_graph = stream.end_capture()

@@ -305,7 +305,7 @@ def _env_reader() -> Any:
     if isinstance(data, dict) and encodekey is not None:
         keys = tuple(encodekey(n) for n in _ENV_NAMES)
         get = data.get
-        return lambda: tuple([get(k) for k in keys])
+        return lambda: tuple(map(get, keys))
     return lambda: tuple([os.environ.get(n) for n in _ENV_NAMES])
 
 
