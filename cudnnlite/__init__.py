@@ -18,10 +18,12 @@ from .errors import (
     ExecutionError,
     NotSupportedError,
 )
+from .ops._fastpath import OpPlan
 from .ops.activation import (
     ACTIVATION_MODES,
     activation_backward,
     activation_forward,
+    activation_plan,
     clipped_relu,
     elu,
     gelu,
@@ -98,6 +100,7 @@ from .ops.pooling import (
     max_pool_backward,
     pooling_backward,
     pooling_forward,
+    pooling_plan,
 )
 from .ops.rnn import (
     RnnPlan,
@@ -107,7 +110,13 @@ from .ops.rnn import (
     rnn_plan,
     rnn_weights_from_torch,
 )
-from .ops.softmax import log_softmax, log_softmax_backward, softmax, softmax_backward
+from .ops.softmax import (
+    log_softmax,
+    log_softmax_backward,
+    softmax,
+    softmax_backward,
+    softmax_plan,
+)
 from .ops.spatial import affine_grid, affine_grid_backward, grid_sample, grid_sample_backward
 from .ops.tensor import (
     OP_TENSOR_OPS,
@@ -183,6 +192,7 @@ __all__ = [
     "max_pool_backward",
     "pooling_backward",
     "pooling_forward",
+    "pooling_plan",
     "rms_norm",
     "rms_norm_backward",
     "rms_norm_forward",
@@ -202,6 +212,7 @@ __all__ = [
     "scale_tensor",
     "set_tensor",
     "softmax",
+    "softmax_plan",
     "softmax_backward",
     "affine_grid",
     "affine_grid_backward",
@@ -219,6 +230,7 @@ __all__ = [
     "rnn_plan",
     "rnn_weights_from_torch",
     "ConvPlan",
+    "OpPlan",
     "ConvProblem",
     "conv1d",
     "conv2d",
@@ -244,6 +256,7 @@ __all__ = [
     "NotSupportedError",
     "activation_backward",
     "activation_forward",
+    "activation_plan",
     "bfloat16",
     "clipped_relu",
     "elu",

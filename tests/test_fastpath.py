@@ -6,6 +6,7 @@ solvers, softmax, pooling in fp32)."""
 
 from __future__ import annotations
 
+import inspect
 from collections.abc import Callable
 from concurrent.futures import ThreadPoolExecutor
 from typing import Any
@@ -240,3 +241,48 @@ def test_conv_plan_misuse_raises_clear_errors() -> None:
             plan(x, w, activation="rleu")
         with pytest.raises(BadParamError, match="out: overlaps x"):
             plan(x, w, out=x)
+
+
+def test_op_plans_match_the_functional_calls(backend: str) -> None:
+    x = to_backend(rand((2, 3, 8, 8), 6), backend)
+    cases: list[tuple[Any, Callable[[], Any]]] = [
+        (cl.activation_plan(x.shape, "leaky_relu", coef=0.2, backend=backend),
+         lambda: cl.leaky_relu(x, 0.2)),
+        (cl.softmax_plan(x.shape, 1, log=True, backend=backend), lambda: cl.log_softmax(x, 1)),
+        (cl.pooling_plan(x.shape, "max", 2, backend=backend), lambda: cl.max_pool2d(x, 2)),
+        (cl.pooling_plan(x.shape, "avg_exclude_pad", 3, 1, 1, backend=backend),
+         lambda: cl.avg_pool2d(x, 3, 1, 1, count_include_pad=False)),
+    ]  # fmt: skip
+    for plan, functional in cases:
+        same_bits(plan(x), functional())
+        same_bits(plan(x, stream=None), functional())
+        out = to_backend(np.empty(functional().shape, np.float32), backend)
+        assert plan(x, out=out) is out
+        same_bits(out, functional())
+
+
+def test_op_plan_misuse_raises_clear_errors() -> None:
+    x = rand((2, 3, 8, 8), 6)
+    plan = cl.activation_plan(x.shape, "relu", backend="cpu")
+    with pytest.raises(BadParamError, match=r"x: this activation plan is for shape \(2, 3, 8, 8\)"):
+        plan(x[0])
+    with pytest.raises(BadParamError, match="x: this activation plan is for float32, got float16"):
+        plan(x.astype(np.float16))
+    with pytest.raises(BadParamError, match="runs on cpu and takes numpy.ndarray arrays, got list"):
+        plan(x.tolist())
+    with pytest.raises(cl.NotSupportedError, match="stream: the emulator"):
+        plan(x, stream=1)
+    # The arguments are checked when planning, with the functional call's messages.
+    with pytest.raises(BadParamError, match="mode: expected one of"):
+        cl.activation_plan(x.shape, "rleu", backend="cpu")
+    with pytest.raises(BadParamError, match="axis: 4 is out of range"):
+        cl.softmax_plan(x.shape, 4, backend="cpu")
+    with pytest.raises(BadParamError, match="padding: expected at most half"):
+        cl.pooling_plan(x.shape, "max", 2, padding=2, backend="cpu")
+    with pytest.raises(BadParamError, match="shape: expected 3 to 5 dims"):
+        cl.pooling_plan((3, 8), "max", 2, backend="cpu")
+    with pytest.raises(BadParamError, match="dtype: expected float32, float16 or bfloat16"):
+        cl.softmax_plan(x.shape, dtype=np.int32, backend="cpu")
+    with pytest.raises(BadParamError, match="shape: expected a tuple of ints"):
+        cl.softmax_plan((2, -1), backend="cpu")
+    assert "stream" in inspect.signature(cl.OpPlan.__call__).parameters

@@ -29,7 +29,11 @@ from typing import Any
 
 import numpy as np
 
+from .. import dtypes
 from ..dispatch import plans, settings
+from ..errors import BadParamError
+from ..runtime.select import backend_by_name
+from ..runtime.streams import with_stream
 
 # Environment switches a call's result can depend on: the backend choice, the solver
 # switches of the dispatcher (settings.py) and this module's own switch.
@@ -173,14 +177,92 @@ def settings_key() -> tuple:
     return (settings.current(), *(os.environ.get(name) for name in _ENV))
 
 
+# ------------------------------------------------------------------ plans of one-input ops
+
+
+class OpPlan:
+    """A one-input primitive (activation, softmax, pooling) prepared for arrays of one
+    shape and dtype on one backend, with its arguments checked once: made by
+    :func:`cudnnlite.activation_plan`, :func:`cudnnlite.softmax_plan` or
+    :func:`cudnnlite.pooling_plan`.
+
+    ``plan(x, out=None, stream=None)`` checks x's array kind, shape and dtype, then runs
+    the primitive (through its call cache, so a repeat costs a key and a launch). A
+    wrong x raises BadParamError naming what the plan expects.
+    """
+
+    def __init__(self, op: str, fn: Any, backend: Any, shape: tuple[int, ...], dtype: Any,
+                 kwargs: dict[str, Any]) -> None:  # fmt: skip
+        self.op = op
+        self.backend = backend
+        self.shape = tuple(int(s) for s in shape)
+        self.dtype = np.dtype(dtype)
+        self.kwargs = dict(kwargs)
+        self._fn = getattr(fn, "__wrapped__", fn)  # __call__ enters the stream already
+        self._array_type = backend.xp.ndarray
+
+    def __call__(self, x: Any, *, out: Any = None) -> Any:
+        if type(x) is not self._array_type:
+            raise BadParamError(
+                f"x: this {self.op} plan runs on {self.backend.name} and takes "
+                f"{self._array_type.__module__}.ndarray arrays, got {type(x).__name__}"
+            )
+        if x.shape != self.shape:
+            raise BadParamError(f"x: this {self.op} plan is for shape {self.shape}, got {x.shape}")
+        if x.dtype != self.dtype:
+            raise BadParamError(f"x: this {self.op} plan is for {self.dtype}, got {x.dtype}")
+        return self._fn(x, out=out, **self.kwargs)
+
+    def __repr__(self) -> str:
+        args = ", ".join(f"{k}={v!r}" for k, v in self.kwargs.items())
+        return f"<OpPlan {self.op} {self.shape} {self.dtype} on {self.backend.name}: {args}>"
+
+
+OpPlan.__call__ = with_stream(OpPlan.__call__)  # type: ignore[method-assign]
+
+
+def plan_backend(name: str) -> Any:
+    """The backend a plan's ``backend=`` names ("auto": the GPU when CuPy sees one)."""
+    if name == "auto":
+        from ..runtime.cuda import CudaBackend
+
+        name = "cuda" if CudaBackend.available() else "cpu"
+    return backend_by_name(name)
+
+
+def plan_shape(shape: Any) -> tuple[int, ...]:
+    """``shape`` as a tuple of ints >= 0; BadParamError if it is not one."""
+    try:
+        dims = tuple(shape)
+    except TypeError:
+        dims = None
+    if dims is None or not all(
+        isinstance(d, (int, np.integer)) and not isinstance(d, bool) and d >= 0 for d in dims
+    ):
+        raise BadParamError(f"shape: expected a tuple of ints >= 0, got {shape!r}")
+    return tuple(int(d) for d in dims)
+
+
+def plan_dtype(dtype: Any) -> Any:
+    """``dtype`` as the NumPy dtype of a float type we compute in; BadParamError if not."""
+    dt = dtypes.lookup(dtype)
+    if dt is None:
+        raise BadParamError(f"dtype: expected float32, float16 or bfloat16, got {dtype!r}")
+    return dt.numpy
+
+
 __all__ = [
     "CallCache",
+    "OpPlan",
     "array_key",
     "arrays_key",
     "backend_key",
     "clear_all",
     "disabled",
     "enabled",
+    "plan_backend",
+    "plan_dtype",
+    "plan_shape",
     "set_enabled",
     "scalars_key",
     "settings_key",

@@ -46,7 +46,16 @@ from ._arrays import (
     same_dtype,
     same_shape,
 )
-from ._fastpath import CallCache, arrays_key, backend_key, scalars_key
+from ._fastpath import (
+    CallCache,
+    OpPlan,
+    arrays_key,
+    backend_key,
+    plan_backend,
+    plan_dtype,
+    plan_shape,
+    scalars_key,
+)
 
 ACTIVATION_MODES = (
     "relu",
@@ -586,6 +595,27 @@ def kernel_name_for(
     )
 
 
+def activation_plan(
+    shape: Sequence[int],
+    mode: str,
+    *,
+    coef: float | None = None,
+    threshold: float | None = None,
+    alpha: float = 1.0,
+    dtype: Any = np.float32,
+    backend: str = "auto",
+) -> OpPlan:
+    """Plans ``activation_forward(x, mode, coef=, threshold=, alpha=)`` for arrays of
+    ``shape`` and ``dtype``: the arguments are checked now; ``plan(x, out=None,
+    stream=None)`` checks x's kind, shape and dtype and launches. ``backend``: "cpu"
+    (emulator), "cuda", or "auto" (the GPU when CuPy sees one)."""
+    _mode_id(mode)
+    dims, dt = plan_shape(shape), plan_dtype(dtype)
+    _params(mode, coef, threshold, alpha, 0.0, False)
+    kwargs = {"mode": mode, "coef": coef, "threshold": threshold, "alpha": alpha}
+    return OpPlan("activation", activation_forward, plan_backend(backend), dims, dt, kwargs)
+
+
 # ------------------------------------------------------------------ PyTorch-style wrappers
 
 # The wrappers' own with_stream already entered the stream and imported foreign arrays:
@@ -667,6 +697,7 @@ __all__ = [
     "ACTIVATION_MODES",
     "activation_backward",
     "activation_forward",
+    "activation_plan",
     "clipped_relu",
     "elu",
     "gelu",

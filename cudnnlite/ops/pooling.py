@@ -34,7 +34,16 @@ from ..runtime.select import backend_for
 from ..runtime.streams import with_stream
 from ..runtime.variants import register
 from ._arrays import array_module, as_array, check_out, float_dtype, same_dtype
-from ._fastpath import CallCache, arrays_key, backend_key, scalars_key
+from ._fastpath import (
+    CallCache,
+    OpPlan,
+    arrays_key,
+    backend_key,
+    plan_backend,
+    plan_dtype,
+    plan_shape,
+    scalars_key,
+)
 from ._kernels import KernelTable, LastLaunch, kernel_table
 
 SOURCE = "pooling/pooling.cu"
@@ -641,6 +650,44 @@ def pooling_backward(
     )
 
 
+def pooling_plan(
+    shape: Sequence[int],
+    mode: str,
+    kernel_size: Any,
+    stride: Any = None,
+    padding: Any = 0,
+    dilation: Any = 1,
+    ceil_mode: bool = False,
+    *,
+    layout: str = "NCHW",
+    dtype: Any = np.float32,
+    backend: str = "auto",
+) -> OpPlan:
+    """Plans :func:`pooling_forward` (a mode of :data:`POOLING_MODES`) for arrays of
+    ``shape`` (N, C and 1 to 3 spatial dims) and ``dtype``: the arguments are checked
+    now; ``plan(x, out=None, stream=None)`` checks x's kind, shape and dtype and
+    launches. ``backend``: "cpu" (emulator), "cuda", or "auto" (the GPU when CuPy sees
+    one)."""
+    dims, dt = plan_shape(shape), plan_dtype(dtype)
+    mode = _mode(mode)
+    nd = len(dims) - 2
+    if nd not in (1, 2, 3):
+        raise BadParamError(f"shape: expected 3 to 5 dims (N, C, spatial...), got {dims}")
+    args = (kernel_size, stride, padding)
+    if mode.startswith("max"):
+        _window_problem(dims, nd, *args, dilation, ceil_mode, layout, 0)
+        kwargs = {"kernel_size": kernel_size, "stride": stride, "padding": padding,
+                  "dilation": dilation, "ceil_mode": ceil_mode, "layout": layout}  # fmt: skip
+        return OpPlan("max_pool", max_pool, plan_backend(backend), dims, dt, kwargs)
+    if dilation not in (1, (1,), (1, 1), (1, 1, 1)):
+        raise BadParamError(f"dilation: average pooling takes none, got {dilation!r}")
+    _window_problem(dims, nd, *args, 1, ceil_mode, layout, _MODE_ID[mode])
+    kwargs = {"kernel_size": kernel_size, "stride": stride, "padding": padding,
+              "ceil_mode": ceil_mode, "count_include_pad": mode == "avg_include_pad",
+              "layout": layout}  # fmt: skip
+    return OpPlan("avg_pool", avg_pool, plan_backend(backend), dims, dt, kwargs)
+
+
 # ------------------------------------------------------------------ PyTorch names
 
 
@@ -703,4 +750,5 @@ __all__ = [
     "module_specs",
     "pooling_backward",
     "pooling_forward",
+    "pooling_plan",
 ]

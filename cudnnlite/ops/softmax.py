@@ -24,6 +24,7 @@ receives a copy of the result.
 from __future__ import annotations
 
 import threading
+from collections.abc import Sequence
 from typing import Any
 
 import numpy as np
@@ -36,7 +37,16 @@ from ..runtime.select import backend_for
 from ..runtime.streams import with_stream
 from ..runtime.variants import register
 from ._arrays import array_module, as_array, check_out, float_dtype, same_dtype, same_shape
-from ._fastpath import CallCache, arrays_key, backend_key, scalars_key
+from ._fastpath import (
+    CallCache,
+    OpPlan,
+    arrays_key,
+    backend_key,
+    plan_backend,
+    plan_dtype,
+    plan_shape,
+    scalars_key,
+)
 
 SOURCE = "softmax/softmax.cu"
 ALGORITHMS = ("accurate", "fast")
@@ -388,6 +398,29 @@ def log_softmax(
     )
 
 
+def softmax_plan(
+    shape: Sequence[int],
+    axis: int | None = None,
+    *,
+    log: bool = False,
+    algorithm: str = "accurate",
+    mode: str | None = None,
+    alpha: float = 1.0,
+    dtype: Any = np.float32,
+    backend: str = "auto",
+) -> OpPlan:
+    """Plans ``softmax(x, axis, log=, algorithm=, mode=, alpha=)`` for arrays of ``shape``
+    and ``dtype``: the arguments are checked now; ``plan(x, out=None, stream=None)``
+    checks x's kind, shape and dtype and launches. ``backend``: "cpu" (emulator),
+    "cuda", or "auto" (the GPU when CuPy sees one)."""
+    dims, dt = plan_shape(shape), plan_dtype(dtype)
+    _algorithm(algorithm)
+    _problem(dims, axis, mode)
+    _blend(alpha, 0.0, None)
+    kwargs = {"axis": axis, "log": log, "algorithm": algorithm, "mode": mode, "alpha": alpha}
+    return OpPlan("softmax", softmax, plan_backend(backend), dims, dt, kwargs)
+
+
 @with_stream
 def softmax_backward(
     dy: Any,
@@ -457,4 +490,5 @@ __all__ = [
     "module_specs",
     "softmax",
     "softmax_backward",
+    "softmax_plan",
 ]
