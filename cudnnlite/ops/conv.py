@@ -546,7 +546,8 @@ class ConvPlan:
         self.source = plan.source
         self.workspace_bytes = plan.workspace_bytes
         p = plan.problem
-        self._array_type = np.ndarray if plan.backend.name == "cpu" else None
+        # NumPy's or CuPy's ndarray: the only array type the quick call accepts.
+        self._array_type = getattr(getattr(plan.backend, "xp", None), "ndarray", None)
         self._dtype = next(d.numpy for d in dtypes.FLOAT_TYPES if d.short == p.dtype)
         self._shapes = (p.x_shape(), p.w_shape(), (p.k,), p.y_shape())
         # Epilogues by their arguments as given (a plan meets few): checked once each.
