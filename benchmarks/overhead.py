@@ -172,7 +172,9 @@ def library_work(cl: Any, small: bool) -> list[dict[str, Any]]:
         for name, fn in ops.items():
             slow = name in ("network functional", "network plans")
             us = per_call_us(fn, calls // 10 if slow else calls, lambda: None, repeats)
-            target = TARGETS_US.get(name, TARGETS_US["conv2d plan"] if " plan" in name else None)
+            target = TARGETS_US.get(
+                name, TARGETS_US["conv2d plan"] if name.endswith(" plan") else None
+            )
             rows.append({"op": name, "us": us, "target_us": target,
                          "meets": None if target is None else us <= target})  # fmt: skip
     return rows
