@@ -286,3 +286,13 @@ def test_op_plan_misuse_raises_clear_errors() -> None:
     with pytest.raises(BadParamError, match="shape: expected a tuple of ints"):
         cl.softmax_plan((2, -1), backend="cpu")
     assert "stream" in inspect.signature(cl.OpPlan.__call__).parameters
+
+
+def test_op_plans_take_the_functional_calls_cache(monkeypatch: pytest.MonkeyPatch) -> None:
+    slow = SlowCalls(monkeypatch, act_mod, "_launch")
+    x = rand((2, 3, 8, 8), 6)
+    plan = cl.activation_plan(x.shape, "relu", backend="cpu")
+    for _ in range(3):
+        same_bits(plan(x), np.maximum(x, 0))
+    cl.relu(x)  # the same key as the plan's
+    assert slow.count == 1

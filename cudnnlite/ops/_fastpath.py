@@ -64,11 +64,15 @@ class CallCache:
         """The entry of ``key``, or None (a miss, an unkeyable call, or caching disabled)."""
         if key is None or not enabled():
             return None
-        with self._lock:
-            entry = self._entries.get(key)
-            if entry is not None:
+        # No lock on the hot path: a dict read and move_to_end are each atomic under the
+        # GIL; a key evicted between the two is simply not moved.
+        entry = self._entries.get(key)
+        if entry is not None:
+            try:
                 self._entries.move_to_end(key)
-            return entry
+            except KeyError:
+                pass
+        return entry
 
     def put(self, key: tuple | None, entry: Any) -> None:
         """Stores ``entry`` (None entries are not stored: that call stays on the slow path)."""
@@ -167,6 +171,15 @@ def arrays_key(*arrays: Any) -> tuple | None:
     return None if False in keys else keys
 
 
+def call_key(x: Any, scalars: tuple | None) -> tuple | None:
+    """The key of a one-input op's call: x's key, the scalars' key (:func:`scalars_key`)
+    and the forced backend; None when either part is not keyable."""
+    a = array_key(x)
+    if a is None or a is False or scalars is None:
+        return None
+    return (a, scalars, os.environ.get("CUDNNLITE_BACKEND"))
+
+
 def backend_key() -> str | None:
     """The environment's forced backend, the one switch an op without solvers reads."""
     return os.environ.get("CUDNNLITE_BACKEND")
@@ -192,7 +205,8 @@ class OpPlan:
     """
 
     def __init__(self, op: str, fn: Any, backend: Any, shape: tuple[int, ...], dtype: Any,
-                 kwargs: dict[str, Any]) -> None:  # fmt: skip
+                 kwargs: dict[str, Any], quick: Any = None,
+                 scalars: tuple | None = None) -> None:  # fmt: skip
         self.op = op
         self.backend = backend
         self.shape = tuple(int(s) for s in shape)
@@ -200,6 +214,10 @@ class OpPlan:
         self.kwargs = dict(kwargs)
         self._fn = getattr(fn, "__wrapped__", fn)  # __call__ enters the stream already
         self._array_type = backend.xp.ndarray
+        # The op's cache lookup, ``quick(x, scalars) -> result or None``, with the key of
+        # this plan's arguments made once (exactly as the functional call makes it).
+        self._quick = quick
+        self._scalars = scalars
 
     def __call__(self, x: Any, *, out: Any = None) -> Any:
         if type(x) is not self._array_type:
@@ -211,7 +229,11 @@ class OpPlan:
             raise BadParamError(f"x: this {self.op} plan is for shape {self.shape}, got {x.shape}")
         if x.dtype != self.dtype:
             raise BadParamError(f"x: this {self.op} plan is for {self.dtype}, got {x.dtype}")
-        return self._fn(x, out=out, **self.kwargs)
+        if out is None and self._quick is not None:
+            y = self._quick(x, self._scalars)
+            if y is not None:
+                return y
+        return self._fn(x, out=out, **self.kwargs)  # fills the op's cache for next time
 
     def __repr__(self) -> str:
         args = ", ".join(f"{k}={v!r}" for k, v in self.kwargs.items())
@@ -257,6 +279,7 @@ __all__ = [
     "array_key",
     "arrays_key",
     "backend_key",
+    "call_key",
     "clear_all",
     "disabled",
     "enabled",

@@ -49,8 +49,7 @@ from ._arrays import (
 from ._fastpath import (
     CallCache,
     OpPlan,
-    arrays_key,
-    backend_key,
+    call_key,
     plan_backend,
     plan_dtype,
     plan_shape,
@@ -459,6 +458,12 @@ def _fast_entry(x: Any, out: Any, mode_id: int, dt: dtypes.DType, backend: Backe
     return kernel, name, table.grid(units), (np.int64(n), params), _data_ptr(out) % 16 == 0
 
 
+def _quick(x: Any, scalars: tuple | None) -> Any:
+    """A plan's call: the cached forward of x with these scalars, or None."""
+    entry = _CALLS.get(call_key(x, scalars))
+    return None if entry is None else _fast_forward(x, entry)
+
+
 def _fast_forward(x: Any, entry: tuple) -> Any:
     """A cached forward call; None when the new out's alignment differs from the entry's."""
     kernel, name, grid, tail, aligned = entry
@@ -503,9 +508,7 @@ def activation_forward(
     """
     key = None
     if out is None:
-        a = arrays_key(x)
-        s = scalars_key(mode, coef, threshold, alpha, beta)
-        key = None if a is None or s is None else (a, s, backend_key())
+        key = call_key(x, scalars_key(mode, coef, threshold, alpha, beta))
         entry = _CALLS.get(key)
         if entry is not None:
             y = _fast_forward(x, entry)
@@ -613,7 +616,9 @@ def activation_plan(
     dims, dt = plan_shape(shape), plan_dtype(dtype)
     _params(mode, coef, threshold, alpha, 0.0, False)
     kwargs = {"mode": mode, "coef": coef, "threshold": threshold, "alpha": alpha}
-    return OpPlan("activation", activation_forward, plan_backend(backend), dims, dt, kwargs)
+    scalars = scalars_key(mode, coef, threshold, alpha, 0.0)  # as activation_forward's
+    return OpPlan("activation", activation_forward, plan_backend(backend), dims, dt, kwargs,
+                  _quick, scalars)  # fmt: skip
 
 
 # ------------------------------------------------------------------ PyTorch-style wrappers

@@ -37,8 +37,7 @@ from ._arrays import array_module, as_array, check_out, float_dtype, same_dtype
 from ._fastpath import (
     CallCache,
     OpPlan,
-    arrays_key,
-    backend_key,
+    call_key,
     plan_backend,
     plan_dtype,
     plan_shape,
@@ -347,9 +346,13 @@ _CALLS = CallCache("pooling")
 
 
 def _call_key(x: Any, *args: Any) -> tuple | None:
-    a = arrays_key(x)
-    s = scalars_key(*args)
-    return None if a is None or s is None else (a, s, backend_key())
+    return call_key(x, scalars_key(*args))
+
+
+def _quick(x: Any, scalars: tuple | None) -> Any:
+    """A plan's call: the cached forward (y only) of x with these scalars, or None."""
+    entry = _CALLS.get(call_key(x, scalars))
+    return None if entry is None else _launch_forward(entry[0], x, entry[1], False)[0]
 
 
 def _backward(dy: Any, indices: Any, prob: _Problem, deterministic: bool) -> Any:
@@ -678,14 +681,19 @@ def pooling_plan(
         _window_problem(dims, nd, *args, dilation, ceil_mode, layout, 0)
         kwargs = {"kernel_size": kernel_size, "stride": stride, "padding": padding,
                   "dilation": dilation, "ceil_mode": ceil_mode, "layout": layout}  # fmt: skip
-        return OpPlan("max_pool", max_pool, plan_backend(backend), dims, dt, kwargs)
+        # the key max_pool makes (return_indices False)
+        scalars = scalars_key("max", *args, dilation, ceil_mode, False, layout)
+        return OpPlan("max_pool", max_pool, plan_backend(backend), dims, dt, kwargs, _quick,
+                      scalars)  # fmt: skip
     if dilation not in (1, (1,), (1, 1), (1, 1, 1)):
         raise BadParamError(f"dilation: average pooling takes none, got {dilation!r}")
     _window_problem(dims, nd, *args, 1, ceil_mode, layout, _MODE_ID[mode])
     kwargs = {"kernel_size": kernel_size, "stride": stride, "padding": padding,
               "ceil_mode": ceil_mode, "count_include_pad": mode == "avg_include_pad",
               "layout": layout}  # fmt: skip
-    return OpPlan("avg_pool", avg_pool, plan_backend(backend), dims, dt, kwargs)
+    # the key avg_pool makes (no divisor_override)
+    scalars = scalars_key("avg", *args, ceil_mode, mode == "avg_include_pad", None, layout)
+    return OpPlan("avg_pool", avg_pool, plan_backend(backend), dims, dt, kwargs, _quick, scalars)
 
 
 # ------------------------------------------------------------------ PyTorch names

@@ -40,8 +40,7 @@ from ._arrays import array_module, as_array, check_out, float_dtype, same_dtype,
 from ._fastpath import (
     CallCache,
     OpPlan,
-    arrays_key,
-    backend_key,
+    call_key,
     plan_backend,
     plan_dtype,
     plan_shape,
@@ -313,6 +312,12 @@ def _result(
 _CALLS = CallCache("softmax")
 
 
+def _quick(x: Any, scalars: tuple | None) -> Any:
+    """A plan's call: the cached forward of x with these scalars, or None."""
+    entry = _CALLS.get(call_key(x, scalars))
+    return None if entry is None else _fast_forward(x, entry)
+
+
 def _fast_forward(x: Any, entry: tuple) -> Any:
     """A cached forward call; None when the new y's alignment no longer fits the plan."""
     backend, dt, plan, log, accurate, blend, aligned = entry
@@ -355,9 +360,7 @@ def softmax(
     """
     key = None
     if out is None:
-        a = arrays_key(x)
-        s = scalars_key(axis, log, algorithm, mode, alpha, beta)
-        key = None if a is None or s is None else (a, s, backend_key())
+        key = call_key(x, scalars_key(axis, log, algorithm, mode, alpha, beta))
         entry = _CALLS.get(key)
         if entry is not None:
             y = _fast_forward(x, entry)
@@ -418,7 +421,8 @@ def softmax_plan(
     _problem(dims, axis, mode)
     _blend(alpha, 0.0, None)
     kwargs = {"axis": axis, "log": log, "algorithm": algorithm, "mode": mode, "alpha": alpha}
-    return OpPlan("softmax", softmax, plan_backend(backend), dims, dt, kwargs)
+    scalars = scalars_key(axis, log, algorithm, mode, alpha, 0.0)  # as softmax's
+    return OpPlan("softmax", softmax, plan_backend(backend), dims, dt, kwargs, _quick, scalars)
 
 
 @with_stream
