@@ -296,3 +296,18 @@ def test_op_plans_take_the_functional_calls_cache(monkeypatch: pytest.MonkeyPatc
         same_bits(plan(x), np.maximum(x, 0))
     cl.relu(x)  # the same key as the plan's
     assert slow.count == 1
+
+
+def test_batch_norm_inference_cached_calls_match_the_slow_path(backend: str) -> None:
+    x = to_backend(rand((2, 3, 5, 5), 7), backend)
+    rm, w, b = (to_backend(rand((3,), s), backend) for s in (8, 9, 10))
+    rv = to_backend(np.abs(rand((3,), 11)) + 0.5, backend)
+    first_later_and_uncached(lambda: cl.batch_norm_forward_inference(x, rm, rv, w, b))
+    first_later_and_uncached(
+        lambda: cl.batch_norm_forward_inference(x, rm, rv, activation="relu", eps=1e-3)
+    )
+    for _ in range(2):
+        with pytest.raises(BadParamError, match="eps: expected a finite number >= 0"):
+            cl.batch_norm_forward_inference(x, rm, rv, w, b, eps=-1.0)
+        with pytest.raises(BadParamError, match=r"weight: expected shape \(3,\)"):
+            cl.batch_norm_forward_inference(x, rm, rv, w[:2], b)

@@ -36,6 +36,7 @@ from ..runtime.select import backend_for
 from ..runtime.streams import with_stream
 from ..runtime.variants import register
 from ._arrays import array_module, as_array, check_out, float_dtype, same_dtype, same_shape
+from ._fastpath import CallCache, arrays_key, backend_key, scalars_key
 from ._kernels import KernelTable, LastLaunch, kernel_table
 from .activation import ACTIVATION_MODES, _params
 
@@ -517,6 +518,24 @@ def _bn_apply(
     return y
 
 
+# Inference calls without ``out``, by the arrays' keys and the scalars as given: the
+# kernel table, view, eps and activation of the validated first call.
+_BN_INFERENCE_CALLS = CallCache("batch_norm_forward_inference")
+
+
+def _bn_inference_fast(entry: tuple, x: Any, rm: Any, rv: Any, weight: Any, bias: Any,
+                       z: Any) -> Any:  # fmt: skip
+    """A cached inference call: the slow path's launch without its checks."""
+    table, view, eps, act_mode, params = entry
+    c = view.channels
+    xp = array_module(x)
+    w = xp.ones((c,), np.float32) if weight is None else _dense(weight).reshape(c)
+    b = xp.zeros((c,), np.float32) if bias is None else _dense(bias).reshape(c)
+    rm, rv = _dense(rm).reshape(-1), _dense(rv).reshape(-1)
+    return _bn_apply(table, view, _dense(x), _dense(z), rm, rv, w, b, True, eps, act_mode,
+                     params)  # fmt: skip
+
+
 @with_stream
 def batch_norm_forward_inference(
     x: Any,
@@ -535,6 +554,14 @@ def batch_norm_forward_inference(
 ) -> Any:
     """Inference forward from running statistics:
     ``y = act(gamma (x - running_mean) / sqrt(running_var + eps) + beta [+ z])``."""
+    key = None
+    if out is None:
+        a = arrays_key(x, running_mean, running_var, weight, bias, z)
+        s = scalars_key(eps, mode, layout, activation, coef)
+        key = None if a is None or s is None else (a, s, backend_key())
+        entry = _BN_INFERENCE_CALLS.get(key)
+        if entry is not None:
+            return _bn_inference_fast(entry, x, running_mean, running_var, weight, bias, z)
     backend = backend_for(
         x,
         weight,
@@ -571,6 +598,7 @@ def batch_norm_forward_inference(
         act_mode,
         params,
     )
+    _BN_INFERENCE_CALLS.put(key, (table, view, eps, act_mode, params))
     return _deliver(y, out)
 
 
