@@ -152,29 +152,33 @@ def scalars_key(*values: Any) -> tuple | None:
     return None if None in parts else ("nested", parts)
 
 
-def array_key(a: Any) -> tuple | None:
-    """Kind, device, shape, dtype, strides, writability and 16-byte alignment of a NumPy
-    or CuPy array; None for None; ``False`` for anything else (not keyable)."""
+def array_key(a: Any, aligned: bool = False) -> tuple | None:
+    """Kind, device, shape, dtype, strides and writability of a NumPy or CuPy array, and
+    with ``aligned`` whether its data is 16-byte aligned (for ops whose kernel choice
+    depends on it; reading a NumPy pointer costs more than the rest of the key); None
+    for None; ``False`` for anything else (not keyable)."""
     if a is None:
         return None
     if type(a) is np.ndarray:
-        ptr = a.__array_interface__["data"][0]
-        return ("cpu", a.shape, a.dtype, a.strides, a.flags.writeable, ptr % 16 == 0)
+        key = ("cpu", a.shape, a.dtype, a.strides, a.flags.writeable)
+        return (*key, a.__array_interface__["data"][0] % 16 == 0) if aligned else key
     if (type(a).__module__ or "").startswith("cupy") and hasattr(a, "data"):
-        return ("cuda", a.device.id, a.shape, a.dtype, a.strides, a.data.ptr % 16 == 0)
+        key = ("cuda", a.device.id, a.shape, a.dtype, a.strides)
+        return (*key, a.data.ptr % 16 == 0) if aligned else key
     return False
 
 
 def arrays_key(*arrays: Any) -> tuple | None:
-    """The keys of ``arrays`` (None entries allowed), or None when one is not keyable."""
+    """The keys of ``arrays`` (None entries allowed; no alignment: for ops whose kernels
+    check alignment at each launch), or None when one is not keyable."""
     keys = tuple(array_key(a) for a in arrays)
     return None if False in keys else keys
 
 
-def call_key(x: Any, scalars: tuple | None) -> tuple | None:
-    """The key of a one-input op's call: x's key, the scalars' key (:func:`scalars_key`)
-    and the forced backend; None when either part is not keyable."""
-    a = array_key(x)
+def call_key(x: Any, scalars: tuple | None, aligned: bool = False) -> tuple | None:
+    """The key of a one-input op's call: x's key (:func:`array_key`), the scalars' key
+    (:func:`scalars_key`) and the forced backend; None when either is not keyable."""
+    a = array_key(x, aligned)
     if a is None or a is False or scalars is None:
         return None
     return (a, scalars, os.environ.get("CUDNNLITE_BACKEND"))

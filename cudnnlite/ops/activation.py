@@ -460,7 +460,7 @@ def _fast_entry(x: Any, out: Any, mode_id: int, dt: dtypes.DType, backend: Backe
 
 def _quick(x: Any, scalars: tuple | None) -> Any:
     """A plan's call: the cached forward of x with these scalars, or None."""
-    entry = _CALLS.get(call_key(x, scalars))
+    entry = _CALLS.get(call_key(x, scalars, aligned=True))
     return None if entry is None else _fast_forward(x, entry)
 
 
@@ -508,7 +508,7 @@ def activation_forward(
     """
     key = None
     if out is None:
-        key = call_key(x, scalars_key(mode, coef, threshold, alpha, beta))
+        key = call_key(x, scalars_key(mode, coef, threshold, alpha, beta), aligned=True)
         entry = _CALLS.get(key)
         if entry is not None:
             y = _fast_forward(x, entry)

@@ -314,7 +314,7 @@ _CALLS = CallCache("softmax")
 
 def _quick(x: Any, scalars: tuple | None) -> Any:
     """A plan's call: the cached forward of x with these scalars, or None."""
-    entry = _CALLS.get(call_key(x, scalars))
+    entry = _CALLS.get(call_key(x, scalars, aligned=True))
     return None if entry is None else _fast_forward(x, entry)
 
 
@@ -360,7 +360,7 @@ def softmax(
     """
     key = None
     if out is None:
-        key = call_key(x, scalars_key(axis, log, algorithm, mode, alpha, beta))
+        key = call_key(x, scalars_key(axis, log, algorithm, mode, alpha, beta), aligned=True)
         entry = _CALLS.get(key)
         if entry is not None:
             y = _fast_forward(x, entry)
