@@ -110,7 +110,7 @@ def single_ops(cl: Any, t: dict[str, Any], plans: dict[str, Any]) -> dict[str, C
     ops = {
         "conv2d": lambda: cl.conv2d(x, w, padding=1),
         "relu": lambda: cl.relu(x),
-        "batch_norm (inference)": lambda: cl.batch_norm(
+        "batch_norm (inference)": lambda: cl.batch_norm_forward_inference(
             x, t["mean"], t["var"], t["gamma"], t["beta"]
         ),
         "softmax": lambda: cl.softmax(x),
@@ -133,8 +133,8 @@ def network(cl: Any, t: dict[str, Any], plans: dict[str, Any] | None) -> Any:
     relu = p.get("relu") or cl.relu
     pool = p.get("max_pool2d 1x1") or (lambda h: cl.max_pool2d(h, 1))
     softmax = p.get("softmax") or cl.softmax
-    h = relu(cl.batch_norm(conv(x, w, b), *bn))
-    h = relu(cl.batch_norm(conv(h, w, b), *bn))
+    h = relu(cl.batch_norm_forward_inference(conv(x, w, b), *bn))
+    h = relu(cl.batch_norm_forward_inference(conv(h, w, b), *bn))
     h = pool(h)  # 1x1 keeps 8x8, so one plan serves every conv
     return softmax(relu(conv(h, w, b)))
 

@@ -32,6 +32,7 @@ import numpy as np
 from .. import dtypes
 from ..dispatch import plans, settings
 from ..errors import BadParamError
+from ..runtime.graph import graph_safe
 from ..runtime.select import backend_by_name
 from ..runtime.streams import with_stream
 
@@ -245,6 +246,7 @@ class OpPlan:
 
 
 OpPlan.__call__ = with_stream(OpPlan.__call__)  # type: ignore[method-assign]
+graph_safe(OpPlan.__call__)  # plans of activation, softmax and pooling: kernel launches only
 
 
 def plan_backend(name: str) -> Any:

@@ -33,6 +33,7 @@ from .. import dtypes
 from ..errors import BadParamError
 from ..reference.activation import DEFAULT_COEF, DEFAULT_THRESHOLD
 from ..runtime.backend import Backend, Kernel
+from ..runtime.graph import graph_safe, note_host_work
 from ..runtime.kernel import ModuleSpec
 from ..runtime.select import backend_for
 from ..runtime.streams import with_stream
@@ -413,6 +414,7 @@ def _launch(
     if plan is None:
         # More than MAX_DIMS dims that do not collapse: run on contiguous copies
         # (out's copy carries the prior for blending).
+        note_host_work("activation: contiguous copies of operands with mixed layouts")
         copies = [array_module(a).ascontiguousarray(a) for a in arrays]
         name = _launch(direction, mode_id, dt, backend, copies, params, run)
         if run:
@@ -718,3 +720,8 @@ __all__ = [
     "swish",
     "tanh",
 ]
+
+
+# Kernel launches only, host copies reported: an emulator graph may replay these.
+graph_safe(activation_forward, relu, leaky_relu, clipped_relu, elu, sigmoid, tanh, silu, swish,
+           gelu, softplus, identity)  # fmt: skip

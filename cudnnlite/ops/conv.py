@@ -22,6 +22,7 @@ from ..dispatch import registry
 from ..dispatch.plans import Plan, get_plan
 from ..errors import BadParamError, NotSupportedError
 from ..problems.conv import ConvProblem
+from ..runtime.graph import graph_safe, note_host_work
 from ..runtime.kernel import ModuleSpec
 from ..runtime.select import backend_by_name, backend_for, forced_backend
 from ..runtime.streams import with_stream
@@ -249,6 +250,7 @@ def _check_operand(name: str, a: Any, shape: tuple[int, ...], dtype: Any) -> Non
 def _contiguous(a: Any) -> Any:
     if a is None or a.flags.c_contiguous:
         return a
+    note_host_work("conv: a contiguous copy of a non-contiguous operand")
     return array_module(a).ascontiguousarray(a)
 
 
@@ -277,6 +279,7 @@ def _run(plan: Plan, x: Any, w: Any, bias: Any, z: Any, out: Any, epilogue: Epil
     tensors = ConvTensors(_contiguous(x), _contiguous(w), y, _contiguous(bias), _contiguous(z))
     plan.launch(tensors, epilogue)
     if out is not None and target is None:
+        note_host_work("conv: a copy into a non-contiguous out=")
         out[...] = y
         return out
     return y
@@ -674,3 +677,7 @@ def _plan(nd: int, x_shape: Sequence[int], w_shape: Sequence[int], stride: Any, 
 
         backend = "cuda" if CudaBackend.available() else "cpu"
     return ConvPlan(get_plan(backend_by_name(backend), problem, algo))
+
+
+# Kernel launches only, host copies reported: an emulator graph may replay these.
+graph_safe(conv1d, conv2d, conv3d, ConvPlan.__call__)

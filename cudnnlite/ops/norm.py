@@ -31,6 +31,7 @@ import numpy as np
 from .. import dtypes
 from ..errors import BadParamError
 from ..runtime.backend import Backend
+from ..runtime.graph import graph_safe, note_host_work
 from ..runtime.kernel import ModuleSpec
 from ..runtime.select import backend_for
 from ..runtime.streams import with_stream
@@ -194,6 +195,7 @@ def _arr(name: str, a: Any) -> Any:
 def _dense(a: Any) -> Any:
     if a is None or a.flags.c_contiguous:
         return a
+    note_host_work("norm: a contiguous copy of a non-contiguous operand")
     return array_module(a).ascontiguousarray(a)
 
 
@@ -242,6 +244,7 @@ def _act(activation: Any, coef: Any) -> tuple[int, np.void]:
 def _deliver(result: Any, out: Any) -> Any:
     if out is None:
         return result
+    note_host_work("norm: a copy into out=")
     out[...] = result
     return out
 
@@ -1361,3 +1364,6 @@ __all__ = [
     "rms_norm_backward",
     "rms_norm_forward",
 ]
+
+# Kernel launches only, host copies reported: an emulator graph may replay it.
+graph_safe(batch_norm_forward_inference)

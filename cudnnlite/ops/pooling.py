@@ -29,6 +29,7 @@ import numpy as np
 from .. import dtypes
 from ..errors import BadParamError
 from ..runtime.backend import Backend
+from ..runtime.graph import graph_safe, note_host_work
 from ..runtime.kernel import ModuleSpec
 from ..runtime.select import backend_for
 from ..runtime.streams import with_stream
@@ -310,7 +311,10 @@ def _input(x: Any) -> tuple[Any, dtypes.DType]:
 
 
 def _dense(a: Any) -> Any:
-    return a if a.flags.c_contiguous else array_module(a).ascontiguousarray(a)
+    if a.flags.c_contiguous:
+        return a
+    note_host_work("pooling: a contiguous copy of a non-contiguous operand")
+    return array_module(a).ascontiguousarray(a)
 
 
 # ------------------------------------------------------------------ launches
@@ -323,6 +327,7 @@ def _forward(x: Any, prob: _Problem, want_indices: bool, out: Any) -> tuple[Any,
         check_out(out, prob.y_shape, x.dtype, backend, {"x": x})
     y, ind = _launch_forward(_table(backend, dt), x, prob, want_indices)
     if out is not None:
+        note_host_work("pooling: a copy into out=")
         out[...] = y
         y = out
     return y, ind
@@ -760,3 +765,8 @@ __all__ = [
     "pooling_forward",
     "pooling_plan",
 ]
+
+
+# Kernel launches only, host copies reported: an emulator graph may replay these.
+graph_safe(max_pool, avg_pool, max_pool1d, max_pool2d, max_pool3d, avg_pool1d, avg_pool2d,
+           avg_pool3d)  # fmt: skip

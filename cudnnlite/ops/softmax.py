@@ -32,6 +32,7 @@ import numpy as np
 from .. import dtypes
 from ..errors import BadParamError
 from ..runtime.backend import Backend, Kernel
+from ..runtime.graph import graph_safe, note_host_work
 from ..runtime.kernel import ModuleSpec
 from ..runtime.select import backend_for
 from ..runtime.streams import with_stream
@@ -167,7 +168,10 @@ def _algorithm(algorithm: Any) -> int:
 
 
 def _contiguous(a: Any) -> Any:
-    return a if a.flags.c_contiguous else array_module(a).ascontiguousarray(a)
+    if a.flags.c_contiguous:
+        return a
+    note_host_work("softmax: a contiguous copy of a non-contiguous operand")
+    return array_module(a).ascontiguousarray(a)
 
 
 def _ptr(a: Any) -> int:
@@ -378,6 +382,7 @@ def softmax(
         plan = _Plan(backend, dt, problem, [xc, y])
         _run(backend, dt, plan, "fwd", [xc], y, log, accurate, blend)
         if y is not result:
+            note_host_work("softmax: a copy into a non-contiguous out=")
             result[...] = y
         if key is not None and xc is x:
             _CALLS.put(key, (backend, dt, plan, log, accurate, blend, _ptr(y) % 16 == 0))
@@ -496,3 +501,7 @@ __all__ = [
     "softmax_backward",
     "softmax_plan",
 ]
+
+
+# Kernel launches only, host copies reported: an emulator graph may replay these.
+graph_safe(softmax, log_softmax)

@@ -23,7 +23,10 @@ What is recorded is each kernel launch, with its grid, block and arguments, at t
   that list, one C call per launch. Work a call does on the host in Python (NumPy GEMM in
   ``runtime/blas.py``, host copies of GPU arrays, ASan's copies) would be missed by such a
   replay: those places call :func:`note_host_work`, and ``replay()`` of such a graph raises
-  NotSupportedError naming the work, instead of replaying wrongly.
+  NotSupportedError naming the work, instead of replaying wrongly. Conservatively, only ops
+  marked :func:`graph_safe` (verified to be kernel launches, with their host copies
+  reported) may be captured on the emulator; any other op makes the graph refuse to
+  replay.
 
 Between replays the *contents* of every recorded buffer may change (write new inputs into
 them in place); shapes, dtypes, arguments and the buffers themselves may not: a replay runs
@@ -64,6 +67,38 @@ def _set_recorder(graph: Graph | None) -> None:
         _local.graph = graph
 
 
+def graph_safe(*fns: Any) -> Any:
+    """Marks a public op whose whole work, once its arguments are checked, is kernel launches
+    on buffers the graph keeps (the outputs it allocates included), with every host-side
+    copy it may make reported through :func:`note_host_work`: an emulator graph may replay
+    it. An op without the mark, called inside an emulator capture, makes the graph refuse
+    to replay (it may do NumPy work that a launch list would silently skip). Takes the
+    public functions (or methods) themselves; returns the first."""
+    for fn in fns:
+        fn._graph_safe = True
+    return fns[0]
+
+
+def enter_op(fn: Any) -> bool:
+    """Called by every public op (``streams.with_stream``) while a capture is active: the
+    outermost op of a call is checked for :func:`graph_safe`. True when this call entered
+    (the caller then calls :func:`exit_op`)."""
+    graph = current_recorder()
+    if graph is None:
+        return False
+    if graph.depth == 0 and graph.backend == "cpu" and not getattr(fn, "_graph_safe", False):
+        note_host_work(f"{getattr(fn, '__qualname__', fn)} (not known to be kernel launches only "
+                       "on the emulator)")  # fmt: skip
+    graph.depth += 1
+    return True
+
+
+def exit_op() -> None:
+    graph = current_recorder()
+    if graph is not None:
+        graph.depth -= 1
+
+
 def note_host_work(what: str) -> None:
     """Called by code that does work on the host in Python during a call (a NumPy GEMM, a
     host copy): an emulator graph recording now cannot replay it, and says so."""
@@ -79,6 +114,7 @@ class Graph:
         self.backend = backend
         self._state = "capturing"
         self._host_work: str | None = None
+        self.depth = 0  # public ops being called (the outermost one is checked)
         # emulator: (kernel.launch_recorded, config, argument array); the arenas and arrays
         # stay referenced in _keep
         self._launches: list[tuple[Any, Any, Any]] = []

@@ -36,6 +36,7 @@ from typing import Any, TypeVar
 import numpy as np
 
 from ..errors import BadParamError, NotSupportedError
+from . import graph
 from .select import forced_backend
 
 F = TypeVar("F", bound=Callable[..., Any])
@@ -177,6 +178,16 @@ def with_stream(fn: F) -> F:
 
     @functools.wraps(fn)
     def wrapper(*args: Any, stream: Any = None, **kwargs: Any) -> Any:
+        if graph._active:  # a capture somewhere: check the op (graph.enter_op)
+            entered = graph.enter_op(wrapper)  # marks may be set after decoration
+            try:
+                return _call(args, stream, kwargs)
+            finally:
+                if entered:
+                    graph.exit_op()
+        return _call(args, stream, kwargs)
+
+    def _call(args: tuple, stream: Any, kwargs: dict) -> Any:
         foreign = any(_foreign_array(a) for a in args) or any(
             _foreign_array(v) for v in kwargs.values()
         )
