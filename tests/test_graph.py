@@ -235,3 +235,18 @@ def test_a_launch_on_a_host_copy_makes_the_graph_refuse_to_replay() -> None:
     assert out[0] == 256.0
     with pytest.raises(NotSupportedError, match="a host copy of an argument does host work"):
         g.replay()
+
+
+def test_an_op_not_marked_graph_safe_makes_an_emulator_graph_refuse() -> None:
+    """dropout is not marked graph_safe (nor checked to be launches only): its capture runs,
+    but a replay could skip NumPy work, so it is refused; marked ops nested in it are not
+    what decides."""
+    x = np.arange(16, dtype=np.float32).reshape(4, 4)
+    with cl.graph("cpu") as g:
+        y = cl.relu(x)
+        cl.dropout(y, 0.5, seed=1)
+    with pytest.raises(NotSupportedError, match=r"dropout \(not known to be kernel launches"):
+        g.replay()
+    with cl.graph("cpu") as ok:  # marked ops only: replayable
+        cl.softmax(cl.relu(x))
+    ok.replay()
