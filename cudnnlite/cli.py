@@ -319,6 +319,43 @@ def _run_resources(args: argparse.Namespace) -> int:
     return nvrtc_check.main(argv)
 
 
+# ------------------------------------------------------------------ precompile
+
+
+def _add_precompile(sub: Any) -> None:
+    p = sub.add_parser(
+        "precompile",
+        help="compile kernels ahead of time (kernel families or layer suites), in parallel",
+        description="Warms the compile cache so that first calls do not wait for NVRTC or "
+        "g++: every module of the named kernel families, or the kernels the dispatcher picks "
+        "for a layer suite's convolutions. No target: every family.",
+    )
+    p.add_argument("targets", nargs="*", metavar="TARGET",
+                   help="a kernel family (activation, softmax, solvers, ...) or a suite "
+                   "(resnet50, i3d, ...)")  # fmt: skip
+    p.add_argument("--dtype", action="append", choices=("fp32", "fp16", "bf16"),
+                   help="repeatable (default: fp32)")  # fmt: skip
+    p.add_argument("--backend", choices=("auto", "cpu", "cuda"), default="auto")
+    p.add_argument("--jobs", "-j", type=int, default=8, help="parallel compilations")
+    p.add_argument("--no-progress", action="store_true", help="no progress bar")
+
+
+def _run_precompile(args: argparse.Namespace) -> int:
+    from .errors import BadParamError
+    from .precompile import precompile
+
+    try:
+        report = precompile(args.targets, dtypes_=args.dtype or ["fp32"], backend=args.backend,
+                            jobs=args.jobs, progress=not args.no_progress)  # fmt: skip
+    except BadParamError as exc:
+        print(f"cudnnlite precompile: {exc}", file=sys.stderr)
+        return 2
+    for label, error in report.failed.items():
+        print(f"FAIL {label}\n    {error}")
+    print(f"{len(report.built)} built, {len(report.failed)} failed")
+    return 0 if report.ok else 1
+
+
 # ------------------------------------------------------------------ main
 
 _COMMANDS: dict[str, tuple[Callable[[Any], None], Callable[[argparse.Namespace], int]]] = {
@@ -328,6 +365,7 @@ _COMMANDS: dict[str, tuple[Callable[[Any], None], Callable[[argparse.Namespace],
     "db": (cli_tuning.add_db, cli_tuning.run_db),
     "doctor": (_add_doctor, _run_doctor),
     "resources": (_add_resources, _run_resources),
+    "precompile": (_add_precompile, _run_precompile),
 }
 
 

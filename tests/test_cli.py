@@ -170,3 +170,17 @@ def test_emulator_benchmarks_small_mode(tmp_path: Path) -> None:
         check=False,
     )
     assert summary.returncode == 0 and "fiber switch" in summary.stdout
+
+
+def test_precompile_builds_a_family_and_refuses_unknown_targets(
+    capsys: pytest.CaptureFixture[str],
+) -> None:
+    from cudnnlite.cli import main
+    from cudnnlite.precompile import precompile
+
+    report = precompile(["dropout"], dtypes_=["fp32"], backend="cpu", jobs=2, progress=False)
+    assert report.ok and report.built == ["dropout/dropout.cu"]  # the fp32 module only
+    assert main(["precompile", "dropout", "--backend", "cpu", "--no-progress"]) == 0
+    assert "1 built, 0 failed" in capsys.readouterr().out
+    assert main(["precompile", "no_such_family"]) == 2
+    assert "unknown 'no_such_family'" in capsys.readouterr().err
