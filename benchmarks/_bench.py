@@ -155,3 +155,30 @@ def array_module_and_clock(small: bool, cpu_flush_bytes: int = 64 << 20) -> tupl
 
         return True, cupy, GpuClock()
     return False, np, CpuClock(flush_bytes=cpu_flush_bytes)
+
+
+def time_into(row: dict[str, Any], clock: Any, fn: Callable[[], Any],
+              theirs_ms: float | None = None) -> float | None:  # fmt: skip
+    """Times ``fn`` into ``row`` (``ms``, and ``torch_ms``/``torch_over_ours`` when PyTorch's
+    time is given); on failure records ``error`` instead: a benchmark reports, it never stops
+    at one failure. Returns the time, or None."""
+    try:
+        ms = clock.time_ms(fn)
+    except Exception as exc:
+        row["error"] = f"{type(exc).__name__}: {str(exc)[:120]}"
+        return None
+    row["ms"] = ms
+    if theirs_ms is not None:
+        row.update(torch_ms=theirs_ms, torch_over_ours=theirs_ms / ms)
+    return ms
+
+
+def ratio_by_direction(rows: Sequence[dict[str, Any]], directions: Sequence[str]) -> dict:
+    """``{"<direction> vs torch (geo-mean)": torch/ours}`` over the rows that have a ratio."""
+    out = {}
+    for direction in directions:
+        vals = [r["torch_over_ours"] for r in rows
+                if r["direction"] == direction and "torch_over_ours" in r]  # fmt: skip
+        if vals:
+            out[f"{direction} vs torch (geo-mean)"] = geomean(vals)
+    return out

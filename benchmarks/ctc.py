@@ -28,9 +28,10 @@ from typing import Any
 import numpy as np
 from _bench import (
     array_module_and_clock,
-    geomean,
     import_cudnnlite,
     print_table,
+    ratio_by_direction,
+    time_into,
 )
 
 
@@ -109,13 +110,9 @@ def bench_row(cl: Any, row: Row, clock: Any, xp: Any) -> list[dict[str, Any]]:
     rows = []
     for direction, fn in (("fwd", fwd), ("fwd+bwd", fwd_bwd)):
         r: dict[str, Any] = dict(row.__dict__, direction=direction)
-        try:
-            ms = clock.time_ms(fn)
-            r.update(ms=ms, frames_per_us=float(il.max()) / (ms * 1e3))
-            if direction in torch:
-                r.update(torch_ms=torch[direction], torch_over_ours=torch[direction] / ms)
-        except Exception as exc:  # a benchmark reports, it never stops at one failure
-            r["error"] = f"{type(exc).__name__}: {str(exc)[:120]}"
+        ms = time_into(r, clock, fn, torch.get(direction))
+        if ms is not None:
+            r["frames_per_us"] = float(il.max()) / (ms * 1e3)
         if "torch_error" in torch:
             r["torch_error"] = torch["torch_error"]
         rows.append(r)
@@ -124,9 +121,8 @@ def bench_row(cl: Any, row: Row, clock: Any, xp: Any) -> list[dict[str, Any]]:
 
 def run(small: bool = False) -> dict[str, Any]:
     cl = import_cudnnlite()
-    gpu, xp, clock = array_module_and_clock(
-        small, 1 << 20
-    )  # tiny operands: a small flush keeps it short
+    # tiny operands on the emulator: a small flush keeps it short
+    gpu, xp, clock = array_module_and_clock(small, 1 << 20)
     rows: list[dict[str, Any]] = []
     for row in ROWS if gpu else SMALL:
         rows += bench_row(cl, row, clock, xp)
@@ -138,12 +134,7 @@ def run(small: bool = False) -> dict[str, Any]:
           r.get("frames_per_us"), r.get("torch_ms"), r.get("torch_over_ours")]
          for r in rows],
     )  # fmt: skip
-    summary = {}
-    for direction in ("fwd", "fwd+bwd"):
-        vals = [r["torch_over_ours"] for r in rows if r["direction"] == direction
-                and "torch_over_ours" in r]  # fmt: skip
-        if vals:
-            summary[f"{direction} vs torch (geo-mean)"] = geomean(vals)
+    summary = ratio_by_direction(rows, ("fwd", "fwd+bwd"))
     return {"target": "cuda" if gpu else "cpu", "rows": rows, "summary": summary}
 
 

@@ -30,9 +30,10 @@ from typing import Any
 import numpy as np
 from _bench import (
     array_module_and_clock,
-    geomean,
     import_cudnnlite,
     print_table,
+    ratio_by_direction,
+    time_into,
 )
 
 GOAL = 1.0
@@ -150,14 +151,9 @@ def bench_row(cl: Any, row: Row, clock: Any, xp: Any) -> list[dict[str, Any]]:
     for direction, fn in runs.items():
         r: dict[str, Any] = dict(row.__dict__, x=list(row.x), out=list(row.out))
         r["direction"] = direction
-        try:
-            ms = clock.time_ms(fn)
-            r.update(ms=ms, gbs=traffic(row, direction.split()[0]) / (ms * 1e6))
-            theirs = torch.get(direction.split()[0])
-            if theirs is not None:
-                r.update(torch_ms=theirs, torch_over_ours=theirs / ms)
-        except Exception as exc:  # a benchmark reports, it never stops at one failure
-            r["error"] = f"{type(exc).__name__}: {str(exc)[:120]}"
+        ms = time_into(r, clock, fn, torch.get(direction.split()[0]))
+        if ms is not None:
+            r["gbs"] = traffic(row, direction.split()[0]) / (ms * 1e6)
         if "torch_error" in torch:
             r["torch_error"] = torch["torch_error"]
         rows.append(r)
@@ -166,9 +162,8 @@ def bench_row(cl: Any, row: Row, clock: Any, xp: Any) -> list[dict[str, Any]]:
 
 def run(small: bool = False) -> dict[str, Any]:
     cl = import_cudnnlite()
-    gpu, xp, clock = array_module_and_clock(
-        small, 1 << 20
-    )  # tiny operands: a small flush keeps it short
+    # tiny operands on the emulator: a small flush keeps it short
+    gpu, xp, clock = array_module_and_clock(small, 1 << 20)
     rows: list[dict[str, Any]] = []
     for row in ROWS if gpu else SMALL:
         rows += bench_row(cl, row, clock, xp)
@@ -180,12 +175,7 @@ def run(small: bool = False) -> dict[str, Any]:
           r["direction"], r.get("ms", r.get("error")), r.get("gbs"), r.get("torch_ms"),
           r.get("torch_over_ours")] for r in rows],
     )  # fmt: skip
-    summary = {}
-    for direction in ("fwd", "bwd", "bwd atomic"):
-        vals = [r["torch_over_ours"] for r in rows if r["direction"] == direction
-                and "torch_over_ours" in r]  # fmt: skip
-        if vals:
-            summary[f"{direction} vs torch (geo-mean)"] = geomean(vals)
+    summary = ratio_by_direction(rows, ("fwd", "bwd", "bwd atomic"))
     return {"target": "cuda" if gpu else "cpu", "goal": GOAL, "rows": rows, "summary": summary}
 
 
