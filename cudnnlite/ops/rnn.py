@@ -408,8 +408,10 @@ def rnn_backward(dy: Any, dhy: Any, dcy: Any, reserve: RnnReserve, *,
     backend_for(dy, dhy, dcy, *([call.x] if p.b else []), names=("dy", "dhy", "dcy", "x"))
     dtype = call.x.dtype
     lead = (p.layers * p.dirs,) if call.unbatched else (p.layers * p.dirs, p.b)
-    dy_shape = _user_seq(xp.empty((p.t, p.b, p.dirs * p.hout), dtype), call).shape
-    dy = _state("dy", dy, tuple(dy_shape), dtype)
+    f = p.dirs * p.hout  # y's shape in the caller's layout
+    seq = (p.b, p.t) if call.batch_first else (p.t, p.b)
+    dy_shape = (p.t, f) if call.unbatched else (*seq, f)
+    dy = _state("dy", dy, dy_shape, dtype)
     if dy is None:
         raise BadParamError("dy: expected the gradient of y, got None")
     dhy = _state("dhy", dhy, (*lead, p.hout), dtype)
