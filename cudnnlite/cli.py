@@ -333,7 +333,7 @@ def _add_precompile(sub: Any) -> None:
     p.add_argument("targets", nargs="*", metavar="TARGET",
                    help="a kernel family (activation, softmax, solvers, ...) or a suite "
                    "(resnet50, i3d, ...)")  # fmt: skip
-    p.add_argument("--dtype", action="append", choices=("fp32", "fp16", "bf16"),
+    p.add_argument("--dtype", action="append", choices=("fp32", "fp16", "bf16", "fp64"),
                    help="repeatable (default: fp32)")  # fmt: skip
     p.add_argument("--backend", choices=("auto", "cpu", "cuda"), default="auto")
     p.add_argument("--jobs", "-j", type=int, default=8, help="parallel compilations")

@@ -23,7 +23,7 @@ def add_tune(sub: Any) -> None:
     )
     p.add_argument("targets", nargs="+", metavar="SUITE|FILE")
     p.add_argument("--batch", type=int, default=1, help="N of every problem (default 1)")
-    p.add_argument("--dtype", choices=("fp32", "fp16", "bf16"), action="append",
+    p.add_argument("--dtype", choices=("fp32", "fp16", "bf16", "fp64"), action="append",
                    help="repeatable; default fp32")  # fmt: skip
     p.add_argument("--layout", choices=("NCHW", "NHWC"), action="append",
                    help="repeatable; default NCHW")  # fmt: skip

@@ -59,12 +59,21 @@ ELEMENTWISE_RTOL = {
     "fp32": 16 * 2.0**-23,  # ~1.9e-6
     "fp16": 2.0**-11 + 8 * 2.0**-23,  # one half-precision rounding
     "bf16": 2.0**-8 + 8 * 2.0**-23,  # one bfloat16 rounding
+    # float64 computes in double: libm / CUDA double functions are within 1-2 ulp
+    # (2^-52 each); 16 ulps of headroom for compositions, as for fp32.
+    "fp64": 16 * 2.0**-52,  # ~3.6e-15
 }
 
 # Absolute floor where the result is ~0 and relative error is meaningless, per
 # dtype: the smallest normal of the storage type times a few (fp16 subnormals
 # flush precision away), and for fp32 a few ulps of 1.
-ELEMENTWISE_ATOL = {"fp32": 1e-6, "fp16": 1e-4, "bf16": 1e-3}
+ELEMENTWISE_ATOL = {"fp32": 1e-6, "fp16": 1e-4, "bf16": 1e-3, "fp64": 1e-15}
+
+# Relative error of a sum of K products against the float64 reference, per unit of K
+# and of the summed magnitude (sum |a_i b_i|): one rounding of the accumulation type per
+# addition. float64: the reference itself rounds in double too (numpy's pairwise or
+# BLAS order differs), so both sides contribute; 2 * 2^-53 per term bounds it.
+ACCUMULATION_EPS = {"fp32": 2.0**-24, "fp16": 2.0**-24, "bf16": 2.0**-24, "fp64": 2 * 2.0**-53}
 
 
 def assert_close(

@@ -281,7 +281,7 @@ def test_op_plan_misuse_raises_clear_errors() -> None:
         cl.pooling_plan(x.shape, "max", 2, padding=2, backend="cpu")
     with pytest.raises(BadParamError, match="shape: expected 3 to 5 dims"):
         cl.pooling_plan((3, 8), "max", 2, backend="cpu")
-    with pytest.raises(BadParamError, match="dtype: expected float32, float16 or bfloat16"):
+    with pytest.raises(BadParamError, match="dtype: expected float32, .* or float64"):
         cl.softmax_plan(x.shape, dtype=np.int32, backend="cpu")
     with pytest.raises(BadParamError, match="shape: expected a tuple of ints"):
         cl.softmax_plan((2, -1), backend="cpu")

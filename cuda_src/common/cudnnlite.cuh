@@ -6,8 +6,11 @@
 // Conventions every kernel follows:
 //  - dynamic shared memory is declared with DYNAMIC_SHARED(T, name), never with
 //    `extern __shared__` (the emulator maps the macro to its per-block buffer);
-//  - storage types are float, __half, __nv_bfloat16; arithmetic is done in float
-//    through to_float() / from_float<T>();
+//  - storage types are float, __half, __nv_bfloat16 and double. Arithmetic runs in
+//    cl::acc_t<T>: float for the first three, double for double, through to_acc() /
+//    from_acc<T>() and the cl::math overloads (exp, log, ... for float and double).
+//    to_float() / from_float<T>() remain for code that only ever computes in float;
+//    to_float(double) is deleted so a double can never silently drop to float;
 //  - no inline PTX without an `#ifndef CUDNNLITE_EMULATOR` portable path.
 #pragma once
 
@@ -29,12 +32,68 @@ __device__ __forceinline__ float to_float(float v) { return v; }
 __device__ __forceinline__ float to_float(__half v) { return __half2float(v); }
 __device__ __forceinline__ float to_float(__nv_bfloat16 v) { return __bfloat162float(v); }
 
+__device__ float to_float(double v) = delete;  // use to_acc: double computes in double
+
 template <typename T> __device__ __forceinline__ T from_float(float v);
 template <> __device__ __forceinline__ float from_float<float>(float v) { return v; }
 template <> __device__ __forceinline__ __half from_float<__half>(float v) { return __float2half_rn(v); }
 template <> __device__ __forceinline__ __nv_bfloat16 from_float<__nv_bfloat16>(float v) {
     return __float2bfloat16_rn(v);
 }
+
+// The type arithmetic on storage type T runs in: float, or double for double.
+template <typename T> struct acc { typedef float type; };
+template <> struct acc<double> { typedef double type; };
+template <typename T> using acc_t = typename acc<T>::type;
+
+__device__ __forceinline__ float to_acc(float v) { return v; }
+__device__ __forceinline__ float to_acc(__half v) { return __half2float(v); }
+__device__ __forceinline__ float to_acc(__nv_bfloat16 v) { return __bfloat162float(v); }
+__device__ __forceinline__ double to_acc(double v) { return v; }
+
+// Rounds an acc_t<T> value to T once (round to nearest even).
+template <typename T> __device__ __forceinline__ T from_acc(acc_t<T> v) { return from_float<T>(v); }
+template <> __device__ __forceinline__ double from_acc<double>(double v) { return v; }
+
+// Math on acc_t values by overload: float calls the f-suffixed function, double the plain
+// one. Call them qualified (cl::math::exp(x)); the float versions are what the kernels
+// called before float64, so fp32 code generation is unchanged.
+namespace math {
+#define CL_MATH_UNARY(name)                                                          \
+    __device__ __forceinline__ float name(float x) { return ::name##f(x); }         \
+    __device__ __forceinline__ double name(double x) { return ::name(x); }
+CL_MATH_UNARY(exp)
+CL_MATH_UNARY(exp2)
+CL_MATH_UNARY(expm1)
+CL_MATH_UNARY(log)
+CL_MATH_UNARY(log2)
+CL_MATH_UNARY(log1p)
+CL_MATH_UNARY(sqrt)
+CL_MATH_UNARY(rsqrt)
+CL_MATH_UNARY(tanh)
+CL_MATH_UNARY(erf)
+CL_MATH_UNARY(erfc)
+CL_MATH_UNARY(fabs)
+CL_MATH_UNARY(floor)
+CL_MATH_UNARY(ceil)
+CL_MATH_UNARY(rint)
+CL_MATH_UNARY(round)
+CL_MATH_UNARY(trunc)
+CL_MATH_UNARY(sin)
+CL_MATH_UNARY(cos)
+#undef CL_MATH_UNARY
+#define CL_MATH_BINARY(name)                                                         \
+    __device__ __forceinline__ float name(float x, float y) { return ::name##f(x, y); } \
+    __device__ __forceinline__ double name(double x, double y) { return ::name(x, y); }
+CL_MATH_BINARY(fmax)
+CL_MATH_BINARY(fmin)
+CL_MATH_BINARY(pow)
+CL_MATH_BINARY(copysign)
+CL_MATH_BINARY(fmod)
+#undef CL_MATH_BINARY
+__device__ __forceinline__ float fma(float a, float b, float c) { return ::fmaf(a, b, c); }
+__device__ __forceinline__ double fma(double a, double b, double c) { return ::fma(a, b, c); }
+}  // namespace math
 
 // Global linear thread id and grid-wide stride, 64-bit.
 __device__ __forceinline__ index_t global_thread_id() {

@@ -29,15 +29,19 @@ struct ConvShape {
     int pad_d, stride_d, dil_d;  // front padding, stride and dilation along depth
 };
 
-struct ConvEpilogue {
-    float alpha;    // scales the convolution
-    float alpha2;   // scales z (when has_z)
-    ActParams act;  // activation coefficients (act.alpha/beta unused)
-    int act_mode;   // an act::k* mode; act::kIdentity for none
+// In the accumulation type A: float, or double for float64 (EpilogueFor<T>).
+template <typename A>
+struct ConvEpilogueT {
+    A alpha;              // scales the convolution
+    A alpha2;             // scales z (when has_z)
+    ActParamsT<A> act;    // activation coefficients (act.alpha/beta unused)
+    int act_mode;         // an act::k* mode; act::kIdentity for none
     int has_bias;
     int has_z;
     int reserved;
 };
+typedef ConvEpilogueT<float> ConvEpilogue;  // storage types float, __half, __nv_bfloat16
+template <typename T> using EpilogueFor = ConvEpilogueT<cl::acc_t<T>>;
 
 namespace conv {
 
@@ -138,7 +142,8 @@ __device__ __forceinline__ void x_coords3(const ConvShape& s, cl::index_t i, int
     }
 }
 
-__device__ __forceinline__ float activate(int mode, float v, const ActParams& a) {
+template <typename A>
+__device__ __forceinline__ A activate(int mode, A v, const ActParamsT<A>& a) {
     switch (mode) {
         case act::kRelu: return act::forward<act::kRelu>(v, a);
         case act::kLeakyRelu: return act::forward<act::kLeakyRelu>(v, a);
@@ -155,11 +160,12 @@ __device__ __forceinline__ float activate(int mode, float v, const ActParams& a)
 }
 
 // alpha * acc + alpha2 * z + bias: the fused epilogue before its activation, from the
-// residual and bias values (kernels that load them as vectors call this directly).
-__device__ __forceinline__ float epilogue_sum(const ConvEpilogue& e, float acc, float zv,
-                                              float bv) {
-    float v = e.alpha * acc;
-    if (e.has_z) v = fmaf(e.alpha2, zv, v);
+// residual and bias values (kernels that load them as vectors call this directly), in
+// the accumulation type A (float, or double for float64).
+template <typename A>
+__device__ __forceinline__ A epilogue_sum(const ConvEpilogueT<A>& e, A acc, A zv, A bv) {
+    A v = e.alpha * acc;
+    if (e.has_z) v = cl::math::fma(e.alpha2, zv, v);
     if (e.has_bias) v += bv;
     return v;
 }
@@ -169,19 +175,20 @@ namespace detail {
 // The fused epilogue's arithmetic for one output element; `off` is its offset in y (and z).
 template <typename T>
 __device__ __forceinline__ void epilogue(T* __restrict__ y, const T* __restrict__ z,
-                                         const T* __restrict__ bias, const ConvEpilogue& e,
-                                         cl::index_t off, int k, float acc) {
-    const float zv = e.has_z ? cl::to_float(z[off]) : 0.f;
-    const float bv = e.has_bias ? cl::to_float(bias[k]) : 0.f;
-    y[off] = cl::from_float<T>(activate(e.act_mode, epilogue_sum(e, acc, zv, bv), e.act));
+                                         const T* __restrict__ bias, const EpilogueFor<T>& e,
+                                         cl::index_t off, int k, cl::acc_t<T> acc) {
+    typedef cl::acc_t<T> A;
+    const A zv = e.has_z ? cl::to_acc(z[off]) : A(0);
+    const A bv = e.has_bias ? cl::to_acc(bias[k]) : A(0);
+    y[off] = cl::from_acc<T>(activate(e.act_mode, epilogue_sum(e, acc, zv, bv), e.act));
 }
 
 // One out-of-line copy per element type: the activation switch is compiled once per
 // module instead of once per call site (e by value: scalarized into call registers).
 template <typename T>
 __device__ __noinline__ void epilogue_activated(T* __restrict__ y, const T* __restrict__ z,
-                                                const T* __restrict__ bias, ConvEpilogue e,
-                                                cl::index_t off, int k, float acc) {
+                                                const T* __restrict__ bias, EpilogueFor<T> e,
+                                                cl::index_t off, int k, cl::acc_t<T> acc) {
     epilogue(y, z, bias, e, off, k, acc);
 }
 
@@ -200,10 +207,10 @@ __device__ __noinline__ void epilogue_activated(T* __restrict__ y, const T* __re
 // activation goes through one out-of-line copy per element type.
 template <typename T>
 __device__ __forceinline__ void store_output(T* __restrict__ y, const T* __restrict__ z,
-                                             const T* __restrict__ bias, const ConvEpilogue& e,
-                                             cl::index_t off, int k, float acc) {
+                                             const T* __restrict__ bias, const EpilogueFor<T>& e,
+                                             cl::index_t off, int k, cl::acc_t<T> acc) {
     if (e.act_mode == act::kIdentity) {
-        ConvEpilogue plain = e;
+        EpilogueFor<T> plain = e;
         plain.act_mode = act::kIdentity;  // a constant the inlined switch folds
         detail::epilogue(y, z, bias, plain, off, k, acc);
     } else {
@@ -217,8 +224,8 @@ __device__ __forceinline__ void store_output(T* __restrict__ y, const T* __restr
 template <typename T>
 __device__ __forceinline__ void store_output_inline(T* __restrict__ y, const T* __restrict__ z,
                                                     const T* __restrict__ bias,
-                                                    const ConvEpilogue& e, cl::index_t off, int k,
-                                                    float acc) {
+                                                    const EpilogueFor<T>& e, cl::index_t off, int k,
+                                                    cl::acc_t<T> acc) {
     detail::epilogue(y, z, bias, e, off, k, acc);
 }
 

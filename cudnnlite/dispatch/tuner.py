@@ -26,7 +26,7 @@ from . import registry
 from .select import family_of, usable
 from .tuning_db import Entry, database
 
-_NUMPY_DTYPES = {"fp32": np.float32, "fp16": np.float16}
+_NUMPY_DTYPES = {"fp32": np.float32, "fp16": np.float16, "fp64": np.float64}
 
 
 def _numpy_dtype(short: str) -> Any:

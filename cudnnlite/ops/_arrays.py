@@ -19,11 +19,11 @@ from ..runtime.select import backend_for
 
 
 def float_dtype(name: str, a: Any) -> dtypes.DType:
-    """The DType of array ``a``, which must be float32, float16 or bfloat16."""
+    """The DType of array ``a``, which must be float32, float16, bfloat16 or float64."""
     dt = dtypes.lookup(getattr(a, "dtype", None))
     if dt is None:
         raise BadParamError(
-            f"{name}: expected dtype float32, float16 or bfloat16, "
+            f"{name}: expected dtype {dtypes.names()}, "
             f"got {getattr(a, 'dtype', type(a).__name__)}"
         )
     return dt

@@ -275,7 +275,7 @@ def plan_dtype(dtype: Any) -> Any:
     """``dtype`` as the NumPy dtype of a float type we compute in; BadParamError if not."""
     dt = dtypes.lookup(dtype)
     if dt is None:
-        raise BadParamError(f"dtype: expected float32, float16 or bfloat16, got {dtype!r}")
+        raise BadParamError(f"dtype: expected {dtypes.names()}, got {dtype!r}")
     return dt.numpy
 
 

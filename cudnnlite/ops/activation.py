@@ -80,10 +80,20 @@ MAX_DIMS = 8
 _OPERANDS = 4  # strided operand slots: out, x, dy, y
 
 # Mirrors of the kernel's structs (passed by value as numpy.void).
-_PARAMS_DTYPE = np.dtype(
-    [("coef", "<f4"), ("threshold", "<f4"), ("alpha", "<f4"), ("beta", "<f4"), ("use_y", "<i4")],
-    align=True,
-)
+# ActParamsT<A> (common/activation_math.cuh) in the accumulation type: float for the
+# storage types computed in float (ACT_PARAMS_DTYPE), double for float64.
+def _act_params_dtype(real: str) -> np.dtype:
+    fields = [(f, real) for f in ("coef", "threshold", "alpha", "beta")]
+    return np.dtype([*fields, ("use_y", "<i4")], align=True)
+
+
+ACT_PARAMS_DTYPE = _act_params_dtype("<f4")
+ACT_PARAMS_DTYPE64 = _act_params_dtype("<f8")
+
+
+def act_params_dtype(dt: dtypes.DType) -> np.dtype:
+    """The ActParamsT layout kernels on storage type ``dt`` take."""
+    return ACT_PARAMS_DTYPE64 if dt.acc_ctype == "double" else ACT_PARAMS_DTYPE
 _LAYOUT_DTYPE = np.dtype(
     [
         ("size", "<i8", (MAX_DIMS,)),
@@ -256,7 +266,7 @@ def _threshold(mode: str, threshold: Any) -> float:
 
 @functools.lru_cache(maxsize=512)
 def _params_struct(coef: float, threshold: float, alpha: float, beta: float, use_y: int) -> np.void:
-    return np.array((coef, threshold, alpha, beta, use_y), dtype=_PARAMS_DTYPE)[()]
+    return np.array((coef, threshold, alpha, beta, use_y), dtype=ACT_PARAMS_DTYPE)[()]
 
 
 def _checked_params(

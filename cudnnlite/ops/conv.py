@@ -166,7 +166,7 @@ def make_problem(
     """Validates shapes and hyper-parameters; the ConvProblem they describe."""
     dt = dtypes.lookup(dtype)
     if dt is None:
-        raise BadParamError(f"x: expected dtype float32, float16 or bfloat16, got {dtype}")
+        raise BadParamError(f"x: expected dtype {dtypes.names()}, got {dtype}")
     if nd == 2:
         if layout not in _LAYOUTS_2D:
             raise BadParamError(f"layout: expected 'NCHW' or 'NHWC', got {layout!r}")

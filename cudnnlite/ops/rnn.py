@@ -582,7 +582,7 @@ def rnn_plan(x_shape: Any, hidden_size: int, *, mode: str = "lstm", num_layers: 
         raise BadParamError(f"x_shape: expected positive sizes, got {tuple(x_shape)}")
     dt = dtypes.lookup(dtype)
     if dt is None:
-        raise BadParamError(f"dtype: expected float32, float16 or bfloat16, got {dtype!r}")
+        raise BadParamError(f"dtype: expected {dtypes.names()}, got {dtype!r}")
     mode = _mode(mode)
     layers = _int("num_layers", num_layers, 1)
     h = _int("hidden_size", hidden_size, 1)

@@ -485,7 +485,7 @@ def transform_tensor(
             )
         dst = src if dtype is None else dtypes.lookup(dtype)
         if dst is None:
-            raise BadParamError(f"dtype: expected float32, float16 or bfloat16, got {dtype!r}")
+            raise BadParamError(f"dtype: expected {dtypes.names()}, got {dtype!r}")
         out = array_module(x).empty(x.shape, dst.numpy)
     else:
         dst = float_dtype("out", out)

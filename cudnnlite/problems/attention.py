@@ -30,7 +30,7 @@ from ..errors import BadParamError
 
 DIRECTIONS = ("fwd", "bwd")
 LAYOUTS = ("BHSD", "BSHD")
-DTYPES = ("fp32", "fp16", "bf16")
+DTYPES = ("fp32", "fp16", "bf16", "fp64")
 ALIGNS = ("top_left", "bottom_right")
 MASKS = ("none", "bool", "additive")
 _MASK_TAG = {"bool": "bool", "additive": "add"}
@@ -171,7 +171,7 @@ class AttentionProblem:
     _KEY = re.compile(
         r"^sdpa_(?P<dir>fwd|bwd) b(?P<b>\d+)-hq(?P<hq>\d+)-hkv(?P<hkv>\d+) "
         r"sq(?P<sq>\d+)-skv(?P<skv>\d+) d(?P<d>\d+)-dv(?P<dv>\d+) "
-        r"(?P<layout>BHSD|BSHD) (?P<dtype>fp32|fp16|bf16)"
+        r"(?P<layout>BHSD|BSHD) (?P<dtype>fp32|fp16|bf16|fp64)"
         r"(?P<causal> causal)?(?: win(?P<wl>inf|\d+)_(?P<wr>inf|\d+))?(?P<br> align_br)?"
         r"(?: mask_(?P<mask>bool|add))?(?P<drop> drop)?(?P<varlen> varlen)?$"
     )

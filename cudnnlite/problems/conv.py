@@ -20,7 +20,7 @@ from ..errors import BadParamError
 
 DIRECTIONS = ("fwd", "bwd_data", "bwd_filter")
 LAYOUTS = {1: ("NCW", "NWC"), 2: ("NCHW", "NHWC"), 3: ("NCDHW", "NDHWC")}
-DTYPES = ("fp32", "fp16", "bf16")
+DTYPES = ("fp32", "fp16", "bf16", "fp64")
 MATHS = ("default", "tf32")
 _IN_NAMES = {1: "w", 2: "hw", 3: "dhw"}
 _FILTER_NAMES = {1: "s", 2: "rs", 3: "trs"}
@@ -162,7 +162,7 @@ class ConvProblem:
         r"n(?P<n>\d+)-c(?P<c>\d+)-(?P<ins>[a-z0-9-]+) "
         r"k(?P<k>\d+)-(?P<fil>[a-z0-9-]+) "
         r"p(?P<pads>[0-9_x]+)-u(?P<strides>[0-9x]+)-d(?P<dils>[0-9x]+) "
-        r"g(?P<g>\d+) (?P<layout>[A-Z]+) (?P<dtype>fp32|fp16|bf16)(?: (?P<math>tf32))?$"
+        r"g(?P<g>\d+) (?P<layout>[A-Z]+) (?P<dtype>fp32|fp16|bf16|fp64)(?: (?P<math>tf32))?$"
     )
 
     @classmethod

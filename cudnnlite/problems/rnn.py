@@ -25,7 +25,7 @@ from ..errors import BadParamError
 
 MODES = ("rnn_tanh", "rnn_relu", "lstm", "gru")
 DIRECTIONS = ("fwd", "bwd")
-DTYPES = ("fp32", "fp16", "bf16")
+DTYPES = ("fp32", "fp16", "bf16", "fp64")
 GATES = {"rnn_tanh": 1, "rnn_relu": 1, "lstm": 4, "gru": 3}
 MODE_ID = {"rnn_tanh": 0, "rnn_relu": 1, "lstm": 2, "gru": 3}  # rnn::kMode* in rnn_cell.cu
 
@@ -124,7 +124,7 @@ class RnnProblem:
     _KEY = re.compile(
         r"^rnn_(?P<dir>fwd|bwd) (?P<mode>rnn_tanh|rnn_relu|lstm|gru) t(?P<t>\d+)-b(?P<b>\d+) "
         r"i(?P<i>\d+)-h(?P<h>\d+)-p(?P<p>\d+) l(?P<l>\d+) (?P<bi>bi|uni) "
-        r"(?P<dtype>fp32|fp16|bf16)(?P<varlen> varlen)?(?P<drop> drop)?$"
+        r"(?P<dtype>fp32|fp16|bf16|fp64)(?P<varlen> varlen)?(?P<drop> drop)?$"
     )
 
     @classmethod

@@ -60,6 +60,24 @@ GRID_SYNC_SELFTEST = ModuleSpec.make(
 )
 
 
+
+def acc_selftest_spec(ctype: str) -> ModuleSpec:
+    """The accumulation-type self-test (common/cudnnlite.cuh's acc layer) for one storage
+    type (a CUDA C type name: float, __half, __nv_bfloat16, double)."""
+    return ModuleSpec.make(
+        "selftest/acc_selftest.cu", [f"acc_math<{ctype}>", f"acc_warp_sum<{ctype}>"]
+    )
+
+
+ACC_SELFTEST_TYPES = ("float", "__half", "__nv_bfloat16", "double")
+
+
 @register("selftest")
 def selftest_specs() -> list[ModuleSpec]:
-    return [EMULATOR_SELFTEST, WMMA_SELFTEST, MMA_SELFTEST, GRID_SYNC_SELFTEST]
+    return [
+        EMULATOR_SELFTEST,
+        WMMA_SELFTEST,
+        MMA_SELFTEST,
+        GRID_SYNC_SELFTEST,
+        *(acc_selftest_spec(t) for t in ACC_SELFTEST_TYPES),
+    ]

@@ -10,6 +10,8 @@ from typing import Any
 
 import numpy as np
 
+from ... import dtypes
+from ...ops.activation import ACT_PARAMS_DTYPE, ACT_PARAMS_DTYPE64
 from ...problems.conv import ConvProblem
 
 _INT_FIELDS = (
@@ -18,22 +20,31 @@ _INT_FIELDS = (
 ).split()
 SHAPE_DTYPE = np.dtype([(f, "<i4") for f in _INT_FIELDS], align=True)
 
-ACT_PARAMS_DTYPE = np.dtype(
-    [("coef", "<f4"), ("threshold", "<f4"), ("alpha", "<f4"), ("beta", "<f4"), ("use_y", "<i4")],
-    align=True,
-)
-EPILOGUE_DTYPE = np.dtype(
-    [
-        ("alpha", "<f4"),
-        ("alpha2", "<f4"),
-        ("act", ACT_PARAMS_DTYPE),
-        ("act_mode", "<i4"),
-        ("has_bias", "<i4"),
-        ("has_z", "<i4"),
-        ("reserved", "<i4"),
-    ],
-    align=True,
-)
+def _epilogue_dtype(act: np.dtype) -> np.dtype:
+    real = act["coef"].str
+    return np.dtype(
+        [
+            ("alpha", real),
+            ("alpha2", real),
+            ("act", act),
+            ("act_mode", "<i4"),
+            ("has_bias", "<i4"),
+            ("has_z", "<i4"),
+            ("reserved", "<i4"),
+        ],
+        align=True,
+    )
+
+
+# ConvEpilogueT<A> (conv_common.cuh) in the accumulation type: float for the storage
+# types computed in float, double for float64 (epilogue_dtype).
+EPILOGUE_DTYPE = _epilogue_dtype(ACT_PARAMS_DTYPE)
+EPILOGUE_DTYPE64 = _epilogue_dtype(ACT_PARAMS_DTYPE64)
+
+
+def epilogue_dtype(dt: dtypes.DType) -> np.dtype:
+    """The ConvEpilogueT layout kernels on storage type ``dt`` take."""
+    return EPILOGUE_DTYPE64 if dt.acc_ctype == "double" else EPILOGUE_DTYPE
 
 IDENTITY_MODE = 10  # act::kIdentity
 
