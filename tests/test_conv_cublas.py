@@ -477,7 +477,31 @@ def test_blas_gemm_views() -> None:
         blas.gemm(b, blas.Mat(a, 3, 4, 4), blas.Mat(w, 3, 3, 3), blas.Mat(c, 3, 3, 3))
     with pytest.raises(BadParamError, match="C must be"):
         blas.gemm(b, blas.Mat(a, 2, 2, 2), blas.Mat(w, 2, 2, 2),
+                  blas.Mat(np.zeros(4, np.float16).astype(np.int32), 2, 2, 2))  # fmt: skip
+    with pytest.raises(BadParamError, match="float64 cannot be mixed"):
+        blas.gemm(b, blas.Mat(a, 2, 2, 2), blas.Mat(w, 2, 2, 2),
                   blas.Mat(np.zeros(4, np.float64), 2, 2, 2))  # fmt: skip
+    with pytest.raises(BadParamError, match="float64 cannot be mixed"):
+        a64 = a.astype(np.float64)
+        blas.gemm(b, blas.Mat(a64, 2, 2, 2), blas.Mat(a64, 2, 2, 2),
+                  blas.Mat(np.zeros(4, np.float32), 2, 2, 2))  # fmt: skip
+
+
+def test_blas_gemm_float64() -> None:
+    """A float64 GEMM is a DGEMM with float64 scalars: the products and sums of these values
+    (integers times 2^-30, |sum| < 2^40) are exact in float64 and not in float32, so the
+    result must equal the exact integer arithmetic bit for bit."""
+    b = backend_by_name("cpu")
+    rng = np.random.default_rng(5)
+    a = rng.integers(-2**20, 2**20, 2 * 12).astype(np.float64) * 2.0**-30
+    w = rng.integers(-2**20, 2**20, 2 * 20).astype(np.float64)
+    c = rng.integers(-2**10, 2**10, 2 * 15).astype(np.float64)
+    alpha, beta = 1 + 2.0**-40, -(1 + 2.0**-45)  # not representable in float32
+    want = [alpha * (a[12 * i :][:12].reshape(3, 4) @ w[20 * i :][:20].reshape(4, 5))
+            + beta * c[15 * i :][:15].reshape(3, 5) for i in range(2)]  # fmt: skip
+    blas.gemm(b, blas.Mat(a, 3, 4, 4, 0, 12), blas.Mat(w, 4, 5, 5, 0, 20),
+              blas.Mat(c, 3, 5, 5, 0, 15), batch=2, alpha=alpha, beta=beta)  # fmt: skip
+    np.testing.assert_array_equal(c.reshape(2, 3, 5), np.stack(want))
 
 
 def test_heuristics_prefer_cublas_for_large_pointwise_nhwc_on_a_gpu() -> None:
@@ -509,8 +533,8 @@ class _FakeCublas:
     arrays' memory: checks the row-major -> column-major translation of runtime/blas.py."""
 
     CUBLAS_OP_N, CUBLAS_OP_T, CUBLAS_GEMM_DEFAULT = 0, 1, -1
-    CUBLAS_COMPUTE_32F, CUBLAS_COMPUTE_32F_FAST_TF32 = 68, 77
-    TYPES = {0: np.float32, 2: np.float16}
+    CUBLAS_COMPUTE_32F, CUBLAS_COMPUTE_64F, CUBLAS_COMPUTE_32F_FAST_TF32 = 68, 70, 77
+    TYPES = {0: np.float32, 1: np.float64, 2: np.float16}
 
     def __init__(self, arrays: list[np.ndarray]) -> None:
         self.arrays, self.calls = arrays, []
@@ -536,8 +560,10 @@ class _FakeCublas:
 
         (_, ta, tb, m, n, k, alpha, a, at, lda, sa, b, bt, ldb, sb, beta, c, ct, ldc, sc, batch,
          compute, _) = args  # fmt: skip
-        al = np.frombuffer(ctypes.string_at(alpha, 4), np.float32)[0]
-        be = np.frombuffer(ctypes.string_at(beta, 4), np.float32)[0]
+        scalar = np.float64 if compute == self.CUBLAS_COMPUTE_64F else np.float32
+        size = np.dtype(scalar).itemsize  # host scalars in the compute type
+        al = np.frombuffer(ctypes.string_at(alpha, size), scalar)[0]
+        be = np.frombuffer(ctypes.string_at(beta, size), scalar)[0]
         self.calls.append(compute)
         for i in range(batch):
             fa, ia = self._matrix(a, at, lda, sa, i, *((m, k) if ta == 0 else (k, m)))
@@ -580,3 +606,17 @@ def test_cublas_call_translates_row_major(monkeypatch: pytest.MonkeyPatch) -> No
             # fp32 results of fp16 inputs (exact products): only the summation order differs
             np.testing.assert_allclose(results[0], results[1], rtol=1e-6, atol=1e-6)
     assert fake.calls == [77] * 4  # TF32 compute type per call
+    # float64: CUDA_R_64F operands, COMPUTE_64F (TF32 ignored), double scalars on the host
+    runtime.CUDA_R_64F = 1
+    a64, w64 = a.astype(np.float64), w.astype(np.float64)
+    results = []
+    for backend, wrap in ((gpu, _FakeDeviceArray), (cpu, lambda v: v)):
+        c = np.linspace(-1, 1, 40)
+        fake.arrays = [a64, w64, c]
+        blas.gemm(backend, blas.Mat(wrap(a64), 3, 4, 5, 2, 25),
+                  blas.Mat(wrap(w64), 4, 5, 5, 1, 21), blas.Mat(wrap(c), 3, 5, 6, 0, 20),
+                  batch=2, alpha=1 + 2.0**-40, beta=0.5, tf32=True)  # fmt: skip
+        results.append(c)
+    # a sum of 4 products: only the order differs, about 4 * 2^-53 of the summed magnitude
+    np.testing.assert_allclose(results[0], results[1], rtol=1e-14, atol=1e-14)
+    assert fake.calls[-1] == 70

@@ -5,11 +5,14 @@ Semantics (row-major, like the arrays): for i < batch,
 ``C_i = alpha * op(A_i) @ op(B_i) + beta * C_i``, where each operand is a matrix view
 (:class:`Mat`) of a contiguous array read as flat: ``rows x cols`` at element ``offset``,
 row stride ``ld``, batch stride ``stride`` (0: the same matrix for every i). ``op`` is the
-transpose when ``trans_a`` / ``trans_b``. A and B share a dtype (float32, float16 or
-bfloat16); C is that dtype or float32 (an fp32 result of fp16/bf16 inputs).
+transpose when ``trans_a`` / ``trans_b``. A and B share a dtype (float32, float16,
+bfloat16 or float64); C is that dtype or float32 (an fp32 result of fp16/bf16 inputs). For
+float64 inputs C must be float64: a float64 operand mixed with any other dtype is an error.
 
 Precision: products are accumulated in fp32 and ``alpha``/``beta`` applied in fp32, then
-the result is rounded once to C's dtype.
+the result is rounded once to C's dtype. float64 inputs are the exception: products are
+accumulated, and ``alpha``/``beta`` applied, in float64 (``tf32`` has no effect on them:
+there is no TF32 path for doubles).
 
 - cuda: ``cublasGemmStridedBatchedEx`` called directly (``cupy_backends.cuda.libs.cublas``
   on CuPy's per-device cuBLAS handle, which that wrapper binds to CuPy's current stream at
@@ -27,6 +30,9 @@ the result is rounded once to C's dtype.
   Reproducibility: cuBLAS documents bitwise-identical results from run to run on the same
   architecture and SM count (one stream per handle; CuPy keeps a handle per device).
   Unmeasured here (no GPU): the device check should compare this path with the emulator.
+- cuda, float64: the same call with ``CUDA_R_64F`` operands and ``CUBLAS_COMPUTE_64F``
+  (a DGEMM; double scalars on the host).
+- cpu (emulator), float64: ``numpy.matmul`` in float64 (a DGEMM), alpha/beta in float64.
 - cpu (emulator): A and B widened to float32 (exact), multiplied by ``numpy.matmul`` in
   float32 (an sgemm: fp32 accumulation), alpha/beta in float32, rounded to C's dtype
   (round to nearest even, as ``__float2half_rn`` / ``__float2bfloat16_rn``). With ``tf32``
@@ -48,8 +54,8 @@ from .graph import note_host_work
 _INT_MAX = 2**31 - 1
 
 # library_types.h / cublas_api.h values, used when CuPy does not export a name.
-_CUDA_R_32F, _CUDA_R_16F, _CUDA_R_16BF = 0, 2, 14
-_COMPUTE_32F, _COMPUTE_32F_FAST_TF32 = 68, 77
+_CUDA_R_32F, _CUDA_R_64F, _CUDA_R_16F, _CUDA_R_16BF = 0, 1, 2, 14
+_COMPUTE_32F, _COMPUTE_64F, _COMPUTE_32F_FAST_TF32 = 68, 70, 77
 _OP_N, _OP_T = 0, 1
 _GEMM_DEFAULT = -1
 
@@ -108,7 +114,11 @@ def gemm(
         raise BadParamError("gemm: C needs a batch stride when batch > 1")
     if a.array.dtype != b.array.dtype:
         raise BadParamError(f"gemm: A is {a.array.dtype}, B is {b.array.dtype}")
-    if c.array.dtype not in (a.array.dtype, np.dtype(np.float32)):
+    if a.array.dtype == np.float64 or c.array.dtype == np.float64:
+        if (a.array.dtype, c.array.dtype) != (np.dtype(np.float64),) * 2:
+            raise BadParamError(f"gemm: A and B are {a.array.dtype} and C {c.array.dtype}: "
+                                "float64 cannot be mixed with another dtype")  # fmt: skip
+    elif c.array.dtype not in (a.array.dtype, np.dtype(np.float32)):
         raise BadParamError(f"gemm: C must be {a.array.dtype} or float32, got {c.array.dtype}")
     if backend.name == "cuda":
         _gemm_cublas(a, b, c, trans_a, trans_b, batch, m, n, k, alpha, beta, tf32)
@@ -145,22 +155,24 @@ def _view(m: Mat, batch: int) -> np.ndarray:
 
 def _gemm_numpy(a: Mat, b: Mat, c: Mat, trans_a: bool, trans_b: bool, batch: int,
                 alpha: float, beta: float, tf32: bool) -> None:  # fmt: skip
-    av = _view(a, batch).astype(np.float32)
-    bv = _view(b, batch).astype(np.float32)
-    if tf32:
+    # float64: a DGEMM with float64 scalars; every other dtype: an SGEMM (see the module).
+    work = np.dtype(np.float64) if a.array.dtype == np.float64 else np.dtype(np.float32)
+    av = _view(a, batch).astype(work)
+    bv = _view(b, batch).astype(work)
+    if tf32 and work == np.float32:
         av, bv = round_tf32(av), round_tf32(bv)
     if trans_a:
         av = av.swapaxes(1, 2)
     if trans_b:
         bv = bv.swapaxes(1, 2)
-    out = np.matmul(av, bv)  # float32 x float32: sgemm, fp32 accumulation
+    out = np.matmul(av, bv)  # sgemm (fp32 accumulation) or dgemm (fp64)
     cv = _view(c, batch)
     if out.shape[0] != batch:  # A and B both shared: the same product for every C
         out = np.repeat(out, batch, axis=0)
     if alpha != 1.0:
-        out *= np.float32(alpha)
+        out *= work.type(alpha)
     if beta != 0.0:
-        out += np.float32(beta) * cv.astype(np.float32)
+        out += work.type(beta) * cv.astype(work)
     cv[...] = out.astype(c.array.dtype)
 
 
@@ -173,6 +185,8 @@ def _cuda_type(dtype: np.dtype) -> int:
     runtime = import_cupy().cuda.runtime
     if dtype == np.float32:
         return int(getattr(runtime, "CUDA_R_32F", _CUDA_R_32F))
+    if dtype == np.float64:
+        return int(getattr(runtime, "CUDA_R_64F", _CUDA_R_64F))
     if dtype == np.float16:
         return int(getattr(runtime, "CUDA_R_16F", _CUDA_R_16F))
     if dtype.name == "bfloat16":
@@ -203,12 +217,18 @@ def _gemm_cublas(a: Mat, b: Mat, c: Mat, trans_a: bool, trans_b: bool, batch: in
 
     cupy = import_cupy()
     cublas = _cublas()
-    compute = (getattr(cublas, "CUBLAS_COMPUTE_32F_FAST_TF32", _COMPUTE_32F_FAST_TF32) if tf32
-               else getattr(cublas, "CUBLAS_COMPUTE_32F", _COMPUTE_32F))  # fmt: skip
+    double = a.array.dtype == np.float64
+    if double:  # a DGEMM: fp64 accumulation and double scalars; TF32 does not apply
+        compute = getattr(cublas, "CUBLAS_COMPUTE_64F", _COMPUTE_64F)
+    elif tf32:
+        compute = getattr(cublas, "CUBLAS_COMPUTE_32F_FAST_TF32", _COMPUTE_32F_FAST_TF32)
+    else:
+        compute = getattr(cublas, "CUBLAS_COMPUTE_32F", _COMPUTE_32F)
     op_n, op_t = getattr(cublas, "CUBLAS_OP_N", _OP_N), getattr(cublas, "CUBLAS_OP_T", _OP_T)
     # Column-major cuBLAS sees each row-major matrix transposed: C^T = op(B)^T op(A)^T,
     # so B goes first, and a row-major "no transpose" is cuBLAS's OP_N on the same ld.
-    scalars = np.array([alpha, beta], dtype=np.float32)  # compute 32F: float scalars on the host
+    # Host scalars in the compute type: float for COMPUTE_32F*, double for COMPUTE_64F.
+    scalars = np.array([alpha, beta], dtype=np.float64 if double else np.float32)
     handle = cupy.cuda.device.get_cublas_handle()
     host = getattr(cublas, "CUBLAS_POINTER_MODE_HOST", 0)
     mode = cublas.getPointerMode(handle)
@@ -221,7 +241,7 @@ def _gemm_cublas(a: Mat, b: Mat, c: Mat, trans_a: bool, trans_b: bool, batch: in
             scalars.ctypes.data,
             _pointer(b), _cuda_type(b.array.dtype), b.ld, b.stride,
             _pointer(a), _cuda_type(a.array.dtype), a.ld, a.stride,
-            scalars.ctypes.data + 4,
+            scalars.ctypes.data + scalars.itemsize,
             _pointer(c), _cuda_type(c.array.dtype), c.ld, c.stride,
             batch, compute, getattr(cublas, "CUBLAS_GEMM_DEFAULT", _GEMM_DEFAULT),
         )  # fmt: skip
