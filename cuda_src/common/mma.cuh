@@ -15,6 +15,8 @@
 //   C, D (16 x 8, f32): c[0..1] = C[g][2t, 2t+1]   c[2..3] = C[g+8][2t, 2t+1]
 //   m16n8k8 tf32, A (16 x 8): a[0] = A[g][t]  a[1] = A[g+8][t]  a[2] = A[g][t+4]
 //     a[3] = A[g+8][t+4];  B (8 x 8): b[0] = B[t][g]  b[1] = B[t+4][g];  C, D as above.
+//   m8n8k4 f64, A (8 x 4, row): a = A[g][t];  B (4 x 8, col): b = B[t][g];
+//     C, D (8 x 8, f64): c[0..1] = C[g][2t, 2t+1]  (one double per a, b register).
 //   ldmatrix .m8n8 .b16: lanes 8i..8i+7 give the row addresses (16 bytes each, 16-byte
 //     aligned, shared memory) of matrix i; lane l receives r[i] = M_i[l/4][2(l%4), +1],
 //     or with .trans r[i] = M_i[2(l%4), +1][l/4] (the transposed matrix).
@@ -30,8 +32,8 @@
 // float format) at issue and writes the data at the wait, so a missing wait or barrier
 // shows up as NaN on the CPU.
 //
-// Architectures: ldmatrix sm_75+; mma f16 sm_75+ (two m16n8k8 below sm_80); bf16 and
-// tf32 mma sm_80+ (trap below); cp.async sm_80+ (a synchronous copy below).
+// Architectures: ldmatrix sm_75+; mma f16 sm_75+ (two m16n8k8 below sm_80); bf16, tf32
+// and f64 mma sm_80+ (trap below); cp.async sm_80+ (a synchronous copy below).
 #pragma once
 
 #include "common/cudnnlite.cuh"
@@ -185,6 +187,27 @@ __device__ __forceinline__ void mma_m16n8k8_tf32(float (&d)[4], const unsigned (
         : "=f"(d[0]), "=f"(d[1]), "=f"(d[2]), "=f"(d[3])
         : "r"(a[0]), "r"(a[1]), "r"(a[2]), "r"(a[3]), "r"(b[0]), "r"(b[1]), "f"(c[0]), "f"(c[1]),
           "f"(c[2]), "f"(c[3]));
+#else
+    __trap();
+#endif
+}
+
+// ------------------------------------------------------------------ fp64 (DMMA)
+// d = a * b + c in double, m8n8k4 (A 8 x 4 row, B 4 x 8 col, C/D 8 x 8); sm_80+, a trap
+// below (callers check Capabilities.bf16_tensor_cores, the sm_80 tensor-core generation).
+// One double of A and of B per lane, two of C/D; with g = lane >> 2, t = lane & 3:
+//   a = A[g][t]    b = B[t][g]    c[i], d[i] = C[g][2t + i], i = 0, 1.
+// The GPU's order of the four products' additions is unspecified; the emulator computes
+// c[i] then fma(A[g][k], B[k][2t+i], acc) for k = 0..3 in order (emu_mma.h).
+__device__ __forceinline__ void mma_m8n8k4_f64(double (&d)[2], double a, double b,
+                                               const double (&c)[2]) {
+#ifdef CUDNNLITE_EMULATOR
+    ::emu::tc::mma_f64(d, a, b, c);
+#elif CL_MMA_SM80
+    asm volatile(
+        "mma.sync.aligned.m8n8k4.row.col.f64.f64.f64.f64 {%0, %1}, {%2}, {%3}, {%4, %5};"
+        : "=d"(d[0]), "=d"(d[1])
+        : "d"(a), "d"(b), "d"(c[0]), "d"(c[1]));
 #else
     __trap();
 #endif

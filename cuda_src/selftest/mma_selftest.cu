@@ -13,6 +13,11 @@
 //   mma_gemm_pipeline  C[16 x 8] fp32 = A[16 x K] (row-major fp16) * B[K x 8] (k-major fp16,
 //       i.e. B stored as K rows of 8) through a 3-stage cp.async pipeline, ldmatrix.x4 for A
 //       and ldmatrix.x2.trans for B; K a multiple of 16.
+//   mma_regs_f64     d = mma_m8n8k4_f64(a, b, c) on raw per-lane doubles: a[lane], b[lane],
+//       c[lane*2 + j] -> d[lane*2 + j]
+//   mma_gemm_f64     C[M x N] = A[M x K] * B[K x N] in double (all row-major, any sizes):
+//       one warp per 8 x 8 tile of C (blockDim.x = 32 * warps, tiles in row-major order
+//       over the grid's warps), k in steps of 4 with zeros past K and past the edges
 #include "common/cudnnlite.cuh"
 #include "common/mma.cuh"
 
@@ -133,4 +138,34 @@ extern "C" __global__ void mma_gemm_pipeline(const __half* A, const __half* B, f
     C[g * 8 + 2 * t + 1] = acc[1];
     C[(g + 8) * 8 + 2 * t] = acc[2];
     C[(g + 8) * 8 + 2 * t + 1] = acc[3];
+}
+
+extern "C" __global__ void mma_regs_f64(const double* a, const double* b, const double* c,
+                                        double* d) {
+    const int lane = threadIdx.x % 32;
+    double rc[2] = {c[lane * 2], c[lane * 2 + 1]}, rd[2];
+    mma_m8n8k4_f64(rd, a[lane], b[lane], rc);
+    for (int j = 0; j < 2; ++j) d[lane * 2 + j] = rd[j];
+}
+
+extern "C" __global__ void mma_gemm_f64(const double* A, const double* B, double* C, int M,
+                                        int N, int K) {
+    const int lane = threadIdx.x % 32;
+    const int tiles_n = (N + 7) / 8;
+    const int tile = blockIdx.x * (blockDim.x / 32) + threadIdx.x / 32;
+    // Warp-uniform exit: mma.sync needs the whole warp.
+    if (tile >= ((M + 7) / 8) * tiles_n) return;
+    const int m0 = (tile / tiles_n) * 8, n0 = (tile % tiles_n) * 8;
+    const int g = lane >> 2, t = lane & 3;
+    double acc[2] = {0.0, 0.0};
+    for (int k0 = 0; k0 < K; k0 += 4) {
+        const int k = k0 + t;  // this lane's column of A and row of B
+        const double a = m0 + g < M && k < K ? A[(size_t)(m0 + g) * K + k] : 0.0;
+        const double b = k < K && n0 + g < N ? B[(size_t)k * N + n0 + g] : 0.0;
+        mma_m8n8k4_f64(acc, a, b, acc);
+    }
+    for (int i = 0; i < 2; ++i) {
+        const int row = m0 + g, col = n0 + 2 * t + i;
+        if (row < M && col < N) C[(size_t)row * N + col] = acc[i];
+    }
 }

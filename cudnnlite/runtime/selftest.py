@@ -51,6 +51,8 @@ MMA_SELFTEST = ModuleSpec.make(
         "ldmatrix_regs",
         "cp_async_roundtrip",
         "mma_gemm_pipeline",
+        "mma_regs_f64",
+        "mma_gemm_f64",
     ],
 )
 

@@ -5,10 +5,14 @@ The expected per-lane registers are built here from the PTX ISA's fragment table
 (written out below, independently of the emulator's code), so these tests pin the
 layout lane by lane: a kernel that assumes another layout fails on the CPU as on a GPU.
 Inputs are small integers, so every product and sum is exact in fp32 and the results
-must match bit for bit on any backend (no summation-order tolerance needed).
+must match bit for bit on any backend (no summation-order tolerance needed); the fp64
+MMA is also checked with real-valued inputs against the exact sum, at the bound stated
+with its tests.
 """
 
 from __future__ import annotations
+
+from fractions import Fraction
 
 import ml_dtypes
 import numpy as np
@@ -234,3 +238,110 @@ def test_partial_warp_is_an_error(emulator_only: None) -> None:
                 np.zeros((32, 4), np.float32),
             ),
         )
+
+
+# ------------------------------------------------------------------ m8n8k4 f64 (DMMA)
+# PTX ISA, "Matrix fragments for mma.m8n8k4 with .f64": A 8x4 row, one double per lane:
+# A[g][t]; B 4x8 col, one double per lane: B[t][g]; C/D 8x8, two doubles per lane:
+# C[g][2t], C[g][2t+1]. The order in which the hardware adds the four products is
+# unspecified: with real-valued inputs a result may differ from the exact value by the
+# rounding of up to 4 products and 4 additions (fused or not, in any order), i.e. by at
+# most 8 * 2^-53 times the summed magnitude |c| + sum_k |a_k b_k| (first order; the
+# tolerances below use that bound). Integer inputs are exact on every backend.
+U64 = 2.0**-53  # the unit roundoff of float64
+
+
+def _f64_regs(a: np.ndarray, b: np.ndarray, c: np.ndarray):
+    """Each lane's registers, straight from the table above."""
+    cols = np.stack([2 * T, 2 * T + 1], axis=1)
+    return a[G, T], b[T, G], c[G[:, None], cols]
+
+
+def _f64_d_matrix(d_regs: np.ndarray) -> np.ndarray:
+    d = np.full((8, 8), np.nan)
+    for i in range(2):
+        d[G, 2 * T + i] = d_regs[:, i]
+    return d
+
+
+def _run_mma_f64(backend: str, a: np.ndarray, b: np.ndarray, c: np.ndarray) -> np.ndarray:
+    d = to_backend(np.full((32, 2), np.nan), backend)
+    regs = [to_backend(np.ascontiguousarray(v, np.float64), backend) for v in _f64_regs(a, b, c)]
+    _kernel(backend, "mma_regs_f64")(1, 32, (*regs, d))
+    return _f64_d_matrix(to_numpy(d))
+
+
+def test_mma_m8n8k4_f64_layout(backend: str) -> None:
+    _needs_sm80(backend)
+    rng = np.random.default_rng(4)
+    a = rng.integers(-64, 65, (8, 4)).astype(np.float64)
+    b = rng.integers(-64, 65, (4, 8)).astype(np.float64)
+    c = rng.integers(-4096, 4097, (8, 8)).astype(np.float64)
+    np.testing.assert_array_equal(_run_mma_f64(backend, a, b, c), a @ b + c)
+
+
+def test_mma_m8n8k4_f64_single_elements(backend: str) -> None:
+    _needs_sm80(backend)
+    # One nonzero per operand, and C marking each cell with its own index: any swapped
+    # index in the A, B or C/D layout moves the product or scrambles C.
+    c = np.arange(64, dtype=np.float64).reshape(8, 8) * 1000
+    for i, k, j in [(0, 0, 0), (5, 3, 2), (7, 1, 6), (2, 2, 7), (6, 0, 1)]:
+        a, b = np.zeros((8, 4)), np.zeros((4, 8))
+        a[i, k], b[k, j] = 3.0, 7.0
+        want = c.copy()
+        want[i, j] += 21.0
+        np.testing.assert_array_equal(_run_mma_f64(backend, a, b, c), want, err_msg=f"{(i, k, j)}")
+
+
+def _fma(x: float, y: float, z: float) -> float:
+    """Correctly rounded x*y + z (int / int true division in Python rounds correctly)."""
+    exact = Fraction(x) * Fraction(y) + Fraction(z)
+    return exact.numerator / exact.denominator
+
+
+def test_mma_m8n8k4_f64_rounding(backend: str) -> None:
+    _needs_sm80(backend)
+    rng = np.random.default_rng(5)
+    # Mixed signs and scales (2^-20 .. 2^20): cancellation makes the order matter.
+    a = rng.standard_normal((8, 4)) * 2.0 ** rng.integers(-20, 21, (8, 4))
+    b = rng.standard_normal((4, 8)) * 2.0 ** rng.integers(-20, 21, (4, 8))
+    c = rng.standard_normal((8, 8)) * 2.0**10
+    c[0, :] = np.nan  # propagates through the row
+    c[1, 0] = np.inf
+    d = _run_mma_f64(backend, a, b, c)
+    assert np.isnan(d[0]).all() and d[1, 0] == np.inf
+    for r in range(2, 8):
+        for col in range(8):
+            exact = sum(Fraction(a[r, k]) * Fraction(b[k, col]) for k in range(4)) + Fraction(
+                c[r, col]
+            )
+            magnitude = abs(c[r, col]) + float(np.abs(a[r] * b[:, col]).sum())
+            assert abs(Fraction(d[r, col]) - exact) <= 8 * U64 * magnitude, (r, col)
+            if backend == "cpu":
+                # The emulator's documented order: c, then one fma per k, k = 0..3.
+                want = c[r, col]
+                for k in range(4):
+                    want = _fma(a[r, k], b[k, col], want)
+                assert d[r, col] == want, (r, col)
+
+
+@pytest.mark.parametrize("schedule", ["forward", "random"])
+def test_mma_gemm_f64(backend: str, monkeypatch: pytest.MonkeyPatch, schedule: str) -> None:
+    _needs_sm80(backend)
+    monkeypatch.setenv("CUDNNLITE_EMU_SCHEDULE", schedule)
+    rng = np.random.default_rng(6)
+    m, n, k = 19, 13, 37  # no side a multiple of the 8 x 8 x 4 tile: every edge is padded
+    a = rng.standard_normal((m, k))
+    b = rng.standard_normal((k, n))
+    c = to_backend(np.full((m, n), np.nan), backend)
+    tiles = ((m + 7) // 8) * ((n + 7) // 8)  # 6 warps, 4 per block: the last block is partial
+    _kernel(backend, "mma_gemm_f64")(
+        (tiles + 3) // 4,
+        128,
+        (to_backend(a, backend), to_backend(b, backend), c, np.int32(m), np.int32(n), np.int32(k)),
+    )
+    got = to_numpy(c)
+    # A sum of k products through ceil(k/4) MMAs, each rounding at most 8 times (above),
+    # and NumPy's own product: 2k roundings of the summed magnitude |a| @ |b| bound both.
+    bound = 2 * k * U64 * (np.abs(a) @ np.abs(b))
+    assert (np.abs(got - a @ b) <= bound).all()

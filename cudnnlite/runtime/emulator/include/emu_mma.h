@@ -16,6 +16,7 @@
 //  - mma.sync: d = c + sum_k a_k * b_k in k order, in fp32. Products of fp16, bf16 and
 //    tf32 values are exact in fp32, so only the additions round (the GPU's adder tree
 //    is unspecified). TF32 operands keep their top 19 bits, as the hardware reads them.
+//  - mma.sync m8n8k4 f64: d = c, then d = fma(a_k, b_k, d) for k = 0..3 in order.
 //  - ldmatrix: row addresses must be 16-byte aligned and in shared memory.
 //  - cp.async: the source is read at issue (nothing when !valid), the destination is
 //    filled with 0xFF at issue (NaN in every float format) and gets the data when the
@@ -169,6 +170,34 @@ inline void mma(Kind kind, float* d, const unsigned* a, const unsigned* b, const
     }
     collective_end("mma.sync (end)");
     for (int i = 0; i < 4; ++i) d[i] = out[i];  // d may alias c
+}
+
+// ------------------------------------------------------------------ mma.sync f64
+// m8n8k4 .f64 (PTX ISA, "Matrix fragments for mma.m8n8k4 with .f64"): lane l = 4g + t
+// holds A[g][t], B[t][g] and C[g][2t], C[g][2t+1]. Each d[i] = c[i] then one fma per k,
+// k = 0..3 in order: each step rounds once (the GPU's order is unspecified; the tests
+// allow any order's error, 8 roundings of the summed magnitude).
+struct MmaF64Operands {
+    double a;
+    double b;
+};
+
+inline void mma_f64(double* d, double a, double b, const double* c) {
+    MmaF64Operands mine{a, b};
+    const void* const* ops = collective_begin("mma.sync.m8n8k4.f64", &mine);
+    const int lane = worker().current->linear % 32;
+    const int g = lane >> 2, t = lane & 3;
+    auto at = [ops](int l) { return static_cast<const MmaF64Operands*>(ops[l]); };
+    double out[2];
+    for (int i = 0; i < 2; ++i) {
+        const int col = 2 * t + i;
+        double acc = c[i];
+        // A[g][k] is lane 4g + k's a; B[k][col] is lane 4 col + k's b.
+        for (int k = 0; k < 4; ++k) acc = std::fma(at(4 * g + k)->a, at(4 * col + k)->b, acc);
+        out[i] = acc;
+    }
+    collective_end("mma.sync.m8n8k4.f64 (end)");
+    for (int i = 0; i < 2; ++i) d[i] = out[i];  // d may alias c
 }
 
 // ------------------------------------------------------------------ cp.async
