@@ -4,7 +4,8 @@ Tolerances (float32 arithmetic in log space): alpha/beta at frame t carry about 
 roundings per frame on values no larger than the loss, so the loss is within ~4*T ulps of
 its magnitude (T <= 16 here: rtol 1e-5); the gradient's exp(lse + nll - lp) inherits that
 absolute error in its exponent (atol/rtol 3e-5 on values in [-1, e^max(lp)]). fp16/bf16
-store log_probs and results only: the loss is rounded once to the storage type.
+store log_probs and results only: the loss is rounded once to the storage type. float64
+runs the same recursions in double: see FP64_TOL.
 """
 
 from __future__ import annotations
@@ -23,6 +24,11 @@ from cudnnlite.testing import assert_close, to_backend, to_numpy
 
 LOSS_TOL = {"rtol": 1e-5, "atol": 1e-5}
 GRAD_TOL = {"rtol": 3e-5, "atol": 3e-5}
+# float64: the float32 argument with 2^-52 for 2^-23: ~4 roundings per frame (two log_adds
+# and the add of lp, each exp/log1p within 2 ulps) on values <= the loss (|loss| <= 40
+# here), T <= 12 frames: 4 * 12 * 40 * 2^-52 ~ 4e-13 absolute on the loss and in the
+# gradient's exponent (gradient values <= e^0 = 1), so 1e-12 bounds both with headroom.
+FP64_TOL = {"rtol": 1e-12, "atol": 1e-12}
 
 
 def log_softmax(x: np.ndarray) -> np.ndarray:
@@ -157,7 +163,7 @@ def test_torch_tensors_as_arguments(backend: str, emulator_only: None) -> None:
     )
 
 
-@pytest.mark.parametrize("dtype", [d.numpy for d in dtypes.FLOAT_TYPES[1:]], ids=str)
+@pytest.mark.parametrize("dtype", [d.numpy for d in dtypes.FP32_COMPUTE_TYPES[1:]], ids=str)
 def test_16_bit_storage(backend: str, dtype: Any) -> None:
     b = batch(seed=7)
     b["lp"] = b["lp"].astype(dtype).astype(np.float64)  # the reference sees the stored values
@@ -167,6 +173,53 @@ def test_16_bit_storage(backend: str, dtype: Any) -> None:
     want_g = ref.ctc_loss_backward(np.ones(5), b["lp"], b["tg"], b["il"], b["tl"], reduction="none")
     assert_close(loss, want, dtype, what="loss")  # one storage rounding
     assert_close(grad, want_g, dtype, what="grad", atol=dtypes.finfo(dtype).eps)
+
+
+@pytest.mark.parametrize("reduction", ["none", "mean"])
+def test_float64_against_reference_and_torch(backend: str, reduction: str) -> None:
+    # Double kernels, not float32 ones fed doubles: the loss must agree with the
+    # reference far beyond float32's 1e-5, an impossible alignment stays inf / NaN.
+    b = batch(seed=11)
+    b["il"][4], b["tl"][4] = 1, 2  # sample 4: two labels in one frame, no alignment
+    kw = {"reduction": reduction, "zero_infinity": reduction == "mean"}
+    loss, grad = run(backend, b, b["tg"], dtype=np.float64, **kw)
+    assert loss.dtype == np.float64 and grad.dtype == np.float64
+    assert last_kernel_name() == "ctc_grad_fp64"
+    args = (b["lp"], b["tg"], b["il"], b["tl"])
+    want = ref.ctc_loss_forward(*args, **kw)
+    want_g = ref.ctc_loss_backward(np.ones(want.shape), *args, **kw)
+    assert_close(loss, want, np.float64, what="loss", **FP64_TOL)
+    assert_close(grad, want_g, np.float64, what="grad", **FP64_TOL)
+    t_loss, t_grad, _ = torch_ctc(*args, **kw)
+    assert_close(loss, t_loss, np.float64, what="loss vs torch", **FP64_TOL)
+    assert_close(grad, t_grad, np.float64, what="grad vs torch", **FP64_TOL)
+    if reduction == "none":
+        assert loss[4] == np.inf and np.isnan(grad[:1, 4]).all()
+
+
+def test_float64_gradient_by_central_differences(backend: str) -> None:
+    # One sample with T = 5, C = 4 (a repeated label), every element perturbed by +-h in
+    # its own batch entry so that one reduction="none" call evaluates all 2 * 20 losses.
+    b = batch(seed=12, t=5, n=1, c=4)
+    b["tl"][0] = 2
+    b["tg"][0, :2] = [2, 2]
+    t, _, c = b["lp"].shape
+    m = t * c
+    # h = 1e-5 ~ cbrt(2^-52 |loss|): truncation h^2/6 |f'''| (~2e-11 for |f'''| <= 1)
+    # plus cancellation 2^-52 |loss| / h (|loss| <= 10: ~2e-10); atol 1e-8 bounds both.
+    h = 1e-5
+    bump = np.eye(m).reshape(m, t, c).transpose(1, 0, 2) * h
+    lp = np.concatenate([b["lp"] + bump, b["lp"] - bump], axis=1)  # (T, 2m, C)
+    k = 2 * m
+    x = to_backend(lp, backend)
+    tg = np.repeat(b["tg"][:1, :2], k, axis=0)
+    il, tl = np.full(k, t), np.full(k, 2)
+    losses = to_numpy(cudnnlite.ctc_loss(x, tg, il, tl, reduction="none"))
+    fd = ((losses[:m] - losses[m:]) / (2 * h)).reshape(t, c)
+    # PyTorch's convention adds exp(lp) to the true derivative (see ctc_loss_backward).
+    x0 = to_backend(b["lp"], backend)
+    grad = to_numpy(cudnnlite.ctc_loss_backward(1.0, x0, tg[:1], [t], [2], reduction="sum"))
+    assert_close(grad[:, 0] - np.exp(b["lp"][:, 0]), fd, np.float64, rtol=0, atol=1e-8)
 
 
 def test_deterministic_under_other_schedules(
@@ -213,7 +266,7 @@ def test_bad_inputs_raise_and_leave_inputs_untouched(backend: str) -> None:
     before = to_numpy(lp).tobytes(), tg.tobytes()
     ctc, bwd = cudnnlite.ctc_loss, cudnnlite.ctc_loss_backward
     bad = [
-        (lambda: ctc(to_backend(b["lp"], backend), tg, il, tl), "log_probs"),  # float64
+        (lambda: ctc(to_backend(b["lp"].astype(np.int32), backend), tg, il, tl), "log_probs"),
         (lambda: ctc(lp[0, 0], tg, il, tl), "log_probs"),
         (lambda: ctc(lp, tg, il, tl, blank=7), "blank"),
         (lambda: ctc(lp, tg, il, tl, blank=-1), "blank"),

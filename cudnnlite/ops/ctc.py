@@ -9,9 +9,11 @@ log_probs with PyTorch's convention (see its docstring and :mod:`cudnnlite.refer
 
 Kernels (``cuda_src/ctc/ctc.cu``, one module for every dtype): ``ctc_alpha<T>`` and
 ``ctc_beta<T>`` (a block per batch entry, threads over the extended label positions, a
-barrier per frame; the (N, T, 2S+1) tables in a float32 workspace) and ``ctc_grad<T>`` (a
-block per (frame, batch entry), deterministic: no float atomics). Arithmetic is float32 in
-log space for every storage type; float16/bfloat16 results are rounded once at the end.
+barrier per frame; the (N, T, 2S+1) tables in a workspace of the accumulation type) and
+``ctc_grad<T>`` (a block per (frame, batch entry), deterministic: no float atomics).
+Arithmetic is in log space, float32 for float32/float16/bfloat16 (float16/bfloat16 results
+are rounded once at the end) and float64 for float64 (tables, losses, reductions and the
+gradient scale included).
 Inputs of any strides are copied to C order first; targets and lengths may live on the
 host or the device (they are moved to log_probs' kind, as PyTorch allows CPU targets).
 """
@@ -107,6 +109,11 @@ class _Problem:
     tgt_len: Any  # int32 (N,) on the device
     tgt_len_host: np.ndarray  # int64 (N,)
     blank: int
+
+    @property
+    def acc(self) -> np.dtype:
+        """The kernels' arithmetic type (cl::acc_t<T>): float64 for float64, else float32."""
+        return np.dtype(np.float64 if self.dt.acc_ctype == "double" else np.float32)
 
     @property
     def shape(self) -> tuple[int, int, int]:
@@ -280,11 +287,11 @@ def _recursion_threads(prob: _Problem) -> int:
 
 
 def _alpha(prob: _Problem, params: np.void) -> tuple[Any, Any]:
-    """(alpha table, raw per-sample nll float32 (N,))."""
+    """(alpha table, raw per-sample nll (N,)), both in the accumulation type."""
     xp = array_module(prob.lp)
     t, n, _ = prob.shape
-    alpha = xp.empty(max(n * t * int(params["lw"]), 1), np.float32)
-    nll = xp.empty(n, np.float32)
+    alpha = xp.empty(max(n * t * int(params["lw"]), 1), prob.acc)
+    nll = xp.empty(n, prob.acc)
     if n:
         _kernel(prob.backend, "ctc_alpha", prob.dt)(
             n,
@@ -295,7 +302,7 @@ def _alpha(prob: _Problem, params: np.void) -> tuple[Any, Any]:
 
 
 def _per_sample(prob: _Problem, nll: Any, zero_infinity: bool) -> Any:
-    """float32 per-sample losses with zero_infinity applied."""
+    """Per-sample losses (accumulation type) with zero_infinity applied."""
     xp = array_module(nll)
     return xp.where(nll == np.inf, xp.zeros_like(nll), nll) if zero_infinity else nll
 
@@ -307,19 +314,20 @@ def _reduce(prob: _Problem, losses: Any, reduction: str) -> Any:
     elif reduction == "sum":
         out = losses.sum()
     else:
-        div = xp.asarray(np.maximum(prob.tgt_len_host, 1).astype(np.float32))
-        out = (losses / div).mean() if losses.size else xp.asarray(np.float32(np.nan))
+        div = xp.asarray(np.maximum(prob.tgt_len_host, 1).astype(prob.acc))
+        out = (losses / div).mean() if losses.size else xp.asarray(prob.acc.type(np.nan))
     return out.astype(prob.dt.numpy)
 
 
 def _grad_scale(prob: _Problem, grad_out: Any, reduction: str) -> Any:
-    """float32 (N,): d(result)/d(nll[n]) times grad_out, as autograd composes it."""
+    """(N,) in the accumulation type: d(result)/d(nll[n]) times grad_out, as autograd
+    composes it (a float64 grad_out reaches float64 kernels unrounded)."""
     xp = array_module(prob.lp)
     n = prob.shape[1]
     if isinstance(grad_out, bool):
         raise BadParamError(f"grad_out: expected a number or an array, got {grad_out!r}")
     if isinstance(grad_out, (int, float, np.integer, np.floating)):
-        g = xp.asarray(np.float32(grad_out))
+        g = xp.asarray(prob.acc.type(grad_out))
     else:
         g = as_array("grad_out", grad_out)
         if isinstance(g, np.ndarray) and xp is not np:
@@ -328,15 +336,15 @@ def _grad_scale(prob: _Problem, grad_out: Any, reduction: str) -> Any:
             g = _to_host(g)
         if g.dtype.kind != "f" and dtypes.lookup(g.dtype) is None:
             raise BadParamError(f"grad_out: expected a float array, got dtype {g.dtype}")
-        g = g.astype(np.float32)
+        g = g.astype(prob.acc)
     want = (n,) if reduction == "none" and prob.batched else ()
     if tuple(g.shape) != want:
         what = f"shape {want} (the loss's shape with reduction={reduction!r})"
         raise BadParamError(f"grad_out: expected {what}, got {tuple(g.shape)}")
     g = xp.broadcast_to(g.reshape(-1) if g.ndim else g, (n,))
     if reduction == "mean":
-        g = g / xp.asarray((np.maximum(prob.tgt_len_host, 1) * max(n, 1)).astype(np.float32))
-    return xp.ascontiguousarray(g, dtype=np.float32)
+        g = g / xp.asarray((np.maximum(prob.tgt_len_host, 1) * max(n, 1)).astype(prob.acc))
+    return xp.ascontiguousarray(g, dtype=prob.acc)
 
 
 # ------------------------------------------------------------------ public API
@@ -355,8 +363,9 @@ def ctc_loss(
     """The CTC loss, as ``torch.nn.functional.ctc_loss``.
 
     Args:
-        log_probs: (T, N, C) or unbatched (T, C), float32, float16 or bfloat16; normally
-            log_softmax outputs (not required: the loss is computed from them as given).
+        log_probs: (T, N, C) or unbatched (T, C), float32, float16, bfloat16 or float64;
+            normally log_softmax outputs (not required: the loss is computed from them as
+            given).
         targets: integer labels, padded (N, S) (entries past a target's length are ignored)
             or concatenated 1-D holding sum(target_lengths) labels; unbatched: (S,). Labels
             must be in [0, C) and differ from ``blank`` (BadParamError otherwise; PyTorch
