@@ -1,9 +1,9 @@
 // Convolution backward data: dx = conv^T(dy, w), and the filter transform that turns
 // a stride-1 backward data into a forward convolution (the rotated-forward solvers).
 //
-// Kernels (T = float | __half | __nv_bfloat16; fp32 accumulation in a fixed order, so
-// results are bitwise reproducible). ConvShape describes the FORWARD problem: h, w are
-// dx's spatial size, p, q dy's.
+// Kernels (T = float | __half | __nv_bfloat16 | double; accumulation in cl::acc_t<T>
+// (float, double for double) in a fixed order, so results are bitwise reproducible).
+// ConvShape describes the FORWARD problem: h, w are dx's spatial size, p, q dy's.
 //   bwd_data_direct<T, NHWC>  one thread per dx element, grid-stride over dx in its
 //                             memory order (coalesced stores). Gather: for each tap
 //                             (r, t) the output row p = (h + pad_h - r*dil_h) / stride_h
@@ -29,7 +29,8 @@ namespace bwd {
 template <typename T, bool NHWC, bool D3>
 __device__ __forceinline__ void data_direct(const T* __restrict__ dy, const T* __restrict__ w,
                                             T* dx, const T* bias, const ConvShape& s,
-                                            const ConvEpilogue& e) {
+                                            const EpilogueFor<T>& e) {
+    typedef cl::acc_t<T> A;
     const cl::index_t total = (cl::index_t)s.n * s.c * s.h * s.w * (D3 ? s.d : 1);
     const int taps_d = D3 ? s.t : 1;
     for (cl::index_t i = cl::global_thread_id(); i < total; i += cl::grid_stride()) {
@@ -39,7 +40,7 @@ __device__ __forceinline__ void data_direct(const T* __restrict__ dy, const T* _
         const int k0 = g * s.k_per_group;
         const cl::index_t kstride = NHWC ? 1 : (cl::index_t)s.p * s.q * (D3 ? s.o : 1);
         const cl::index_t wkstride = (cl::index_t)s.c_per_group * s.r * s.s * taps_d;
-        float acc = 0.0f;
+        A acc = A(0);
         for (int td = 0; td < taps_d; ++td) {
             int o = 0;
             if (D3) {
@@ -61,8 +62,8 @@ __device__ __forceinline__ void data_direct(const T* __restrict__ dy, const T* _
                     const T* dyp = dy + conv::y_off<NHWC, D3>(s, n, k0, o, p, q);
                     const T* wp = w + conv::w_off<NHWC, D3>(s, k0, cg, td, r, t);
                     for (int k = 0; k < s.k_per_group; ++k)
-                        acc = fmaf(cl::to_float(dyp[k * kstride]),
-                                   cl::to_float(wp[k * wkstride]), acc);
+                        acc = cl::math::fma(cl::to_acc(dyp[k * kstride]),
+                                            cl::to_acc(wp[k * wkstride]), acc);
                 }
             }
         }
@@ -105,14 +106,14 @@ __global__ void __launch_bounds__(256) bwd_data_direct(
     // pointers: dx is written; bias may be dy when absent (e.has_bias says)
     const T* __restrict__ dy, const T* __restrict__ w, T* dx, const T* bias,
     // sizes and epilogue
-    ConvShape s, ConvEpilogue e) {
+    ConvShape s, EpilogueFor<T> e) {
     bwd::data_direct<T, NHWC, false>(dy, w, dx, bias, s, e);
 }
 
 template <typename T, bool NHWC>
 __global__ void __launch_bounds__(256) bwd_data_direct_3d(
     const T* __restrict__ dy, const T* __restrict__ w, T* dx, const T* bias, ConvShape s,
-    ConvEpilogue e) {
+    EpilogueFor<T> e) {
     bwd::data_direct<T, NHWC, true>(dy, w, dx, bias, s, e);
 }
 

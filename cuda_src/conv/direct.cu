@@ -1,7 +1,8 @@
 // Direct convolution forward: the always-applicable fallback and a depthwise kernel.
 //
-// Kernels (T = float | __half | __nv_bfloat16; fp32 accumulation in a fixed order, so
-// results are bitwise reproducible; fused epilogue of conv_common.cuh for every output):
+// Kernels (T = float | __half | __nv_bfloat16 | double; accumulation in cl::acc_t<T>
+// (float, double for double) in a fixed order, so results are bitwise reproducible;
+// fused epilogue of conv_common.cuh for every output):
 //   conv_direct<T, NHWC>            one thread per output element, grid-stride loop over
 //                                   y in its memory order (coalesced stores); sums over
 //                                   the taps (r, s) and the group's channels. Any stride,
@@ -25,9 +26,9 @@
 //                                   loop in the direct kernel; the depthwise blocks own one
 //                                   output depth and stage the T input slices it reads.
 //                                   Separate kernels so the 2-D ones keep no depth term.
-// Dynamic shared memory (floats): depthwise_nchw T*IH*IW + mult*T*R*S, depthwise_nhwc
-// 32 * (T*IH*IW + mult*T*R*S) (T = 1 in 2-D), with IH = (TP-1)*stride_h + (R-1)*dil_h + 1
-// and IW likewise;
+// Dynamic shared memory (acc_t<T> elements: 4 bytes, 8 for double): depthwise_nchw
+// T*IH*IW + mult*T*R*S, depthwise_nhwc 32 * (T*IH*IW + mult*T*R*S) (T = 1 in 2-D), with
+// IH = (TP-1)*stride_h + (R-1)*dil_h + 1 and IW likewise;
 // the solver declares it applicable only when that fits in 48 KiB (no opt-in needed).
 //
 // Defines: none; one module per dtype holds every kernel (cudnnlite/solvers/conv/direct.py).
@@ -41,7 +42,8 @@ namespace direct {
 template <typename T, bool NHWC, bool D3, typename I>
 __device__ __forceinline__ void loop(const T* __restrict__ x, const T* __restrict__ w, T* y,
                                      const T* z, const T* bias, const ConvShape& s,
-                                     const ConvEpilogue& e, I total) {
+                                     const EpilogueFor<T>& e, I total) {
+    typedef cl::acc_t<T> A;
     const I step = (I)cl::grid_stride();
     for (I i = (I)cl::global_thread_id(); i < total; i += step) {
         int n, k, o = 0, p, q;
@@ -64,7 +66,7 @@ __device__ __forceinline__ void loop(const T* __restrict__ x, const T* __restric
         const int taps_d = D3 ? s.t : 1;
         const cl::index_t cstride = NHWC ? 1 : (cl::index_t)s.h * s.w * (D3 ? s.d : 1);
         const cl::index_t wcstride = NHWC ? 1 : (cl::index_t)s.r * s.s * taps_d;
-        float acc = 0.0f;
+        A acc = A(0);
         for (int td = 0; td < taps_d; ++td) {
             const int dd = d0 + td * (D3 ? s.dil_d : 0);
             if (D3 && (unsigned)dd >= (unsigned)s.d) continue;
@@ -77,8 +79,8 @@ __device__ __forceinline__ void loop(const T* __restrict__ x, const T* __restric
                     const T* xp = x + conv::x_off<NHWC, D3>(s, n, c0, dd, h, ww);
                     const T* wp = w + conv::w_off<NHWC, D3>(s, k, 0, td, r, t);
                     for (int c = 0; c < s.c_per_group; ++c)
-                        acc = fmaf(cl::to_float(xp[c * cstride]), cl::to_float(wp[c * wcstride]),
-                                   acc);
+                        acc = cl::math::fma(cl::to_acc(xp[c * cstride]),
+                                            cl::to_acc(wp[c * wcstride]), acc);
                 }
             }
         }
@@ -90,7 +92,7 @@ __device__ __forceinline__ void loop(const T* __restrict__ x, const T* __restric
 template <typename T, bool NHWC, bool D3>
 __device__ __forceinline__ void run(const T* __restrict__ x, const T* __restrict__ w, T* y,
                                     const T* z, const T* bias, const ConvShape& s,
-                                    const ConvEpilogue& e) {
+                                    const EpilogueFor<T>& e) {
     const cl::index_t total = (cl::index_t)s.n * s.k * s.p * s.q * (D3 ? s.o : 1);
     if (total <= 0x7fffffffLL) loop<T, NHWC, D3, unsigned>(x, w, y, z, bias, s, e, (unsigned)total);
     else loop<T, NHWC, D3, cl::index_t>(x, w, y, z, bias, s, e, total);
@@ -103,14 +105,14 @@ __global__ void __launch_bounds__(256) conv_direct(
     // pointers: z may be y and bias may be x when absent (e.has_z / e.has_bias say)
     const T* __restrict__ x, const T* __restrict__ w, T* y, const T* z, const T* bias,
     // sizes and epilogue
-    ConvShape s, ConvEpilogue e) {
+    ConvShape s, EpilogueFor<T> e) {
     direct::run<T, NHWC, false>(x, w, y, z, bias, s, e);
 }
 
 template <typename T, bool NHWC>
 __global__ void __launch_bounds__(256) conv_direct_3d(
     const T* __restrict__ x, const T* __restrict__ w, T* y, const T* z, const T* bias,
-    ConvShape s, ConvEpilogue e) {
+    ConvShape s, EpilogueFor<T> e) {
     direct::run<T, NHWC, true>(x, w, y, z, bias, s, e);
 }
 
@@ -128,14 +130,15 @@ namespace dw {
 template <typename T, int TQ, int TP, int RPT, bool D3>
 __device__ __forceinline__ void nchw_body(const T* __restrict__ x, const T* __restrict__ w, T* y,
                                           const T* z, const T* bias, const ConvShape& s,
-                                          const ConvEpilogue& e) {
-    DYNAMIC_SHARED(float, smem);
+                                          const EpilogueFor<T>& e) {
+    typedef cl::acc_t<T> A;
+    DYNAMIC_SHARED(A, smem);
     const int ih_count = (TP - 1) * s.stride_h + (s.r - 1) * s.dil_h + 1;
     const int iw_count = (TQ - 1) * s.stride_w + (s.s - 1) * s.dil_w + 1;
     const int taps_d = D3 ? s.t : 1, slice = ih_count * iw_count;
     const int taps = taps_d * s.r * s.s, mult = s.k_per_group;
-    float* tile = smem;                          // [taps_d][ih_count][iw_count]
-    float* filt = smem + taps_d * slice;         // [mult][T][R][S]
+    A* tile = smem;                              // [taps_d][ih_count][iw_count]
+    A* filt = smem + taps_d * slice;             // [mult][T][R][S]
 
     const int tiles_q = (s.q + TQ - 1) / TQ, tiles_p = (s.p + TP - 1) / TP;
     int b = blockIdx.x;
@@ -158,28 +161,28 @@ __device__ __forceinline__ void nchw_body(const T* __restrict__ x, const T* __re
         const int h = h0 + ih, ww = w0 + iw, dd = d0 + td * (D3 ? s.dil_d : 0);
         const bool inside = (unsigned)h < (unsigned)s.h && (unsigned)ww < (unsigned)s.w &&
                             (!D3 || (unsigned)dd < (unsigned)s.d);
-        tile[i] = inside ? cl::to_float(xc[((cl::index_t)dd * s.h + h) * s.w + ww]) : 0.0f;
+        tile[i] = inside ? cl::to_acc(xc[((cl::index_t)dd * s.h + h) * s.w + ww]) : A(0);
     }
     const T* wc = w + (cl::index_t)c * mult * taps;  // filters c*mult .. c*mult+mult-1
-    for (int i = tid; i < mult * taps; i += nthreads) filt[i] = cl::to_float(wc[i]);
+    for (int i = tid; i < mult * taps; i += nthreads) filt[i] = cl::to_acc(wc[i]);
     __syncthreads();
 
     const int lq = threadIdx.x, q = q0 + lq;
     if (q >= s.q) return;  // no barrier follows
     for (int j = 0; j < mult; ++j) {
         const int k = c * mult + j;
-        const float* f = filt + j * taps;
+        const A* f = filt + j * taps;
 #pragma unroll
         for (int i = 0; i < RPT; ++i) {
             const int lp = threadIdx.y + i * (TP / RPT), p = p0 + lp;
             if (p >= s.p) break;
-            const float* in = tile + lp * s.stride_h * iw_count + lq * s.stride_w;
-            float acc = 0.0f;
+            const A* in = tile + lp * s.stride_h * iw_count + lq * s.stride_w;
+            A acc = A(0);
             for (int td = 0; td < taps_d; ++td)
                 for (int r = 0; r < s.r; ++r)
                     for (int t = 0; t < s.s; ++t)
-                        acc = fmaf(in[td * slice + r * s.dil_h * iw_count + t * s.dil_w],
-                                   f[(td * s.r + r) * s.s + t], acc);
+                        acc = cl::math::fma(in[td * slice + r * s.dil_h * iw_count + t * s.dil_w],
+                                            f[(td * s.r + r) * s.s + t], acc);
             conv::store_output_inline(y, z, bias, e, conv::y_off<false, D3>(s, img, k, od, p, q),
                                       k, acc);
         }
@@ -189,15 +192,16 @@ __device__ __forceinline__ void nchw_body(const T* __restrict__ x, const T* __re
 template <typename T, bool D3>
 __device__ __forceinline__ void nhwc_body(const T* __restrict__ x, const T* __restrict__ w, T* y,
                                           const T* z, const T* bias, const ConvShape& s,
-                                          const ConvEpilogue& e, int TP, int TQ) {
+                                          const EpilogueFor<T>& e, int TP, int TQ) {
+    typedef cl::acc_t<T> A;
     constexpr int CH = kChannels;
-    DYNAMIC_SHARED(float, smem);
+    DYNAMIC_SHARED(A, smem);
     const int ih_count = (TP - 1) * s.stride_h + (s.r - 1) * s.dil_h + 1;
     const int iw_count = (TQ - 1) * s.stride_w + (s.s - 1) * s.dil_w + 1;
     const int taps_d = D3 ? s.t : 1, slice = ih_count * iw_count;
     const int taps = taps_d * s.r * s.s, mult = s.k_per_group;
-    float* tile = smem;                              // [taps_d][ih_count][iw_count][CH]
-    float* filt = smem + taps_d * slice * CH;        // [mult][T][R][S][CH]
+    A* tile = smem;                                  // [taps_d][ih_count][iw_count][CH]
+    A* filt = smem + taps_d * slice * CH;            // [mult][T][R][S][CH]
 
     const int tiles_q = (s.q + TQ - 1) / TQ, tiles_p = (s.p + TP - 1) / TP;
     const int tiles_c = (s.c + CH - 1) / CH;
@@ -225,10 +229,10 @@ __device__ __forceinline__ void nhwc_body(const T* __restrict__ x, const T* __re
         const bool inside = live && (unsigned)h < (unsigned)s.h && (unsigned)ww < (unsigned)s.w &&
                             (!D3 || (unsigned)dd < (unsigned)s.d);
         tile[i * CH + lc] =
-            inside ? cl::to_float(x[conv::x_off<true, D3>(s, img, c, dd, h, ww)]) : 0.0f;
+            inside ? cl::to_acc(x[conv::x_off<true, D3>(s, img, c, dd, h, ww)]) : A(0);
     }
     for (int i = threadIdx.y; i < mult * taps; i += kRowsY)  // i = j * taps + trs
-        filt[i * CH + lc] = live ? cl::to_float(w[((cl::index_t)c * mult) * taps + i]) : 0.0f;
+        filt[i * CH + lc] = live ? cl::to_acc(w[((cl::index_t)c * mult) * taps + i]) : A(0);
     __syncthreads();
     if (!live) return;  // no barrier follows
 
@@ -236,15 +240,16 @@ __device__ __forceinline__ void nhwc_body(const T* __restrict__ x, const T* __re
         const int lp = pix / TQ, lq = pix - lp * TQ;
         const int p = p0 + lp, q = q0 + lq;
         if (p >= s.p || q >= s.q) continue;
-        const float* in = tile + (lp * s.stride_h * iw_count + lq * s.stride_w) * CH + lc;
+        const A* in = tile + (lp * s.stride_h * iw_count + lq * s.stride_w) * CH + lc;
         for (int j = 0; j < mult; ++j) {
-            const float* f = filt + j * taps * CH + lc;
-            float acc = 0.0f;
+            const A* f = filt + j * taps * CH + lc;
+            A acc = A(0);
             for (int td = 0; td < taps_d; ++td)
                 for (int r = 0; r < s.r; ++r)
                     for (int t = 0; t < s.s; ++t)
-                        acc = fmaf(in[(td * slice + r * s.dil_h * iw_count + t * s.dil_w) * CH],
-                                   f[((td * s.r + r) * s.s + t) * CH], acc);
+                        acc = cl::math::fma(
+                            in[(td * slice + r * s.dil_h * iw_count + t * s.dil_w) * CH],
+                            f[((td * s.r + r) * s.s + t) * CH], acc);
             const int k = c * mult + j;
             conv::store_output_inline(y, z, bias, e, conv::y_off<true, D3>(s, img, k, od, p, q),
                                       k, acc);
@@ -257,21 +262,21 @@ __device__ __forceinline__ void nhwc_body(const T* __restrict__ x, const T* __re
 template <typename T, int TQ, int TP, int RPT>
 __global__ void __launch_bounds__(TQ*(TP / RPT)) depthwise_nchw(
     const T* __restrict__ x, const T* __restrict__ w, T* y, const T* z, const T* bias,
-    ConvShape s, ConvEpilogue e) {
+    ConvShape s, EpilogueFor<T> e) {
     dw::nchw_body<T, TQ, TP, RPT, false>(x, w, y, z, bias, s, e);
 }
 
 template <typename T, int TQ, int TP, int RPT>
 __global__ void __launch_bounds__(TQ*(TP / RPT)) depthwise_nchw_3d(
     const T* __restrict__ x, const T* __restrict__ w, T* y, const T* z, const T* bias,
-    ConvShape s, ConvEpilogue e) {
+    ConvShape s, EpilogueFor<T> e) {
     dw::nchw_body<T, TQ, TP, RPT, true>(x, w, y, z, bias, s, e);
 }
 
 template <typename T>
 __global__ void __launch_bounds__(dw::kChannels* dw::kRowsY) depthwise_nhwc(
     const T* __restrict__ x, const T* __restrict__ w, T* y, const T* z, const T* bias,
-    ConvShape s, ConvEpilogue e,
+    ConvShape s, EpilogueFor<T> e,
     // output tile (rows, columns): smaller when a large stride or dilation needs it
     int TP, int TQ) {
     dw::nhwc_body<T, false>(x, w, y, z, bias, s, e, TP, TQ);
@@ -280,6 +285,6 @@ __global__ void __launch_bounds__(dw::kChannels* dw::kRowsY) depthwise_nhwc(
 template <typename T>
 __global__ void __launch_bounds__(dw::kChannels* dw::kRowsY) depthwise_nhwc_3d(
     const T* __restrict__ x, const T* __restrict__ w, T* y, const T* z, const T* bias,
-    ConvShape s, ConvEpilogue e, int TP, int TQ) {
+    ConvShape s, EpilogueFor<T> e, int TP, int TQ) {
     dw::nhwc_body<T, true>(x, w, y, z, bias, s, e, TP, TQ);
 }

@@ -117,10 +117,12 @@ class _DirectRunner(Runner):
         self.shape = shape_struct(problem)
         self.blocks = _grid(int(np.prod(problem.x_shape())), backend)
         self.name = f"bwd_data_direct_{_layout_tag(problem)}_{dt.short}"
+        self.dt = dt
 
     def __call__(self, tensors: BwdDataTensors, epilogue: Epilogue, workspace: Any) -> None:
         bias = tensors.bias if tensors.bias is not None else tensors.dy
-        args = (tensors.dy, tensors.w, tensors.dx, bias, self.shape, epilogue_struct(epilogue))
+        args = (tensors.dy, tensors.w, tensors.dx, bias, self.shape,
+                epilogue_struct(epilogue, self.dt))
         self.kernel((self.blocks,), (BLOCK,), args)
 
     @property

@@ -36,6 +36,7 @@ from ..base import APPLICABLE, Applicability, Config, Runner, Solver, not_applic
 from . import bwd_filter
 from .bwd_filter import BwdFilterTensors, common_reason, dtype_of
 from .common import shape_struct
+from .tc_igemm import NO_FP64_MMA
 
 SOURCE = "conv/bwd_filter_wmma.cu"
 BK = 32  # bwfw::kBK: m per slice
@@ -67,7 +68,7 @@ class WmmaSplitKConfig(Config):
 
 
 def _low_precision() -> list[dtypes.DType]:
-    return [dt for dt in dtypes.FLOAT_TYPES if dt.short in ("fp16", "bf16")]
+    return [dt for dt in dtypes.FP32_COMPUTE_TYPES if dt.short in ("fp16", "bf16")]
 
 
 def _expr(dt: dtypes.DType, tile: int, nhwc: bool) -> str:
@@ -133,6 +134,8 @@ class WmmaSplitKSolver(Solver):
         reason = common_reason(problem, "bwd_filter")
         if reason:
             return not_applicable(reason)
+        if problem.dtype == dtypes.FLOAT64.short:
+            return not_applicable(NO_FP64_MMA)
         if problem.dtype == "fp32":
             return not_applicable("needs fp16 or bf16 (tensor-core inputs), got fp32")
         if problem.dtype == "fp16" and not caps.fp16_tensor_cores:
@@ -180,6 +183,8 @@ class WmmaSplitKSolver(Solver):
 
     def prepare(self, backend: Backend, problem: ConvProblem, config: Config) -> Runner:
         reason = common_reason(problem, "bwd_filter")
+        if problem.dtype == dtypes.FLOAT64.short:
+            reason = NO_FP64_MMA
         if reason or problem.dtype == "fp32":
             raise NotSupportedError(f"{self.name}: {reason or 'needs fp16 or bf16'}")
         if not isinstance(config, WmmaSplitKConfig):

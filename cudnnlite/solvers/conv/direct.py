@@ -2,15 +2,16 @@
 
 - :class:`DirectSolver` (``conv_fwd_direct``): one thread per output element, any
   stride, dilation, padding and groups, NCHW/KCRS and NHWC/KRSC, 1-D, 2-D and 3-D,
-  fp32/fp16/bf16 with fp32 accumulation in a fixed order (deterministic), 64-bit
-  indexing (no size limit). Simple and slow: the reference every other solver can be
-  compared with on the device.
+  fp32/fp16/bf16 with fp32 accumulation and fp64 with fp64 accumulation, in a fixed
+  order (deterministic), 64-bit indexing (no size limit). Simple and slow: the
+  reference every other solver can be compared with on the device.
 - :class:`DepthwiseSolver` (``conv_fwd_direct_depthwise``): groups == C (K = C * mult).
   A block stages a spatial tile of the input with its halo, and the taps, in shared
   memory; NCHW blocks own one (image, channel) and all its mult filters over a 32x16
   output tile (8x8 when the output is at most 16 wide); NHWC blocks own 32 channels
   (coalesced along C) over a 4x8 output tile (2x4, 1x2, 1x1 when a large stride or
-  dilation would overflow 48 KiB of shared memory). Not applicable when even the
+  dilation would overflow 48 KiB of shared memory; the tile is staged in the
+  accumulation type, so fp64 needs twice the bytes). Not applicable when even the
   smallest tile does not fit. GEMM-based methods have a reduction of only R*S here,
   which is why this one exists. 3-D: a block per output depth as well, staging the T
   input slices its filter depth reads.
@@ -35,7 +36,7 @@ from ...runtime.backend import Backend, Kernel
 from ...runtime.caps import Capabilities
 from ...runtime.kernel import ModuleSpec
 from ..base import APPLICABLE, Applicability, Config, Runner, Solver, not_applicable
-from .common import ConvTensors, Epilogue, shape_struct
+from .common import EPILOGUE_DTYPE, ConvTensors, Epilogue, epilogue_dtype, shape_struct
 
 SOURCE = "conv/direct.cu"
 BLOCK = 256
@@ -69,8 +70,24 @@ def common_reason(problem: ConvProblem, max_ndim: int = 2) -> str | None:
 
 
 @functools.lru_cache(maxsize=256)
-def epilogue_struct(epilogue: Epilogue) -> np.void:
-    return epilogue.struct()
+def epilogue_struct(epilogue: Epilogue, dt: dtypes.DType | None = None) -> np.void:
+    """The EpilogueFor<T> by value for storage type ``dt`` (None: the float layout of
+    fp32/fp16/bf16). float64's holds the scalars in double: alpha, alpha2 and the
+    activation coefficients reach its kernels exactly as the caller gave them."""
+    if dt is None or epilogue_dtype(dt) == EPILOGUE_DTYPE:
+        return epilogue.struct()
+    e = np.zeros((), epilogue_dtype(dt))
+    e["alpha"], e["alpha2"] = epilogue.alpha, epilogue.alpha2
+    e["act"]["coef"], e["act"]["threshold"] = epilogue.coef, epilogue.threshold
+    e["act"]["alpha"] = 1.0
+    e["act_mode"] = epilogue.act_mode
+    e["has_bias"], e["has_z"] = int(epilogue.has_bias), int(epilogue.has_z)
+    return e[()]
+
+
+def acc_bytes(dt: dtypes.DType) -> int:
+    """Bytes of one cl::acc_t<T> (what shared-memory tiles staged in it hold)."""
+    return 8 if dt.acc_ctype == "double" else 4
 
 
 def address(a: Any) -> int:
@@ -83,14 +100,17 @@ class LaunchRunner(Runner):
     """Launches a fixed list of kernels with (x, w, y, z, bias, shape, epilogue, *extra_args)."""
 
     def __init__(self, launches: Sequence[tuple[Kernel, tuple, tuple, int]], shape: np.void,
-                 names: list[str], extra_args: tuple = ()) -> None:  # fmt: skip
+                 names: list[str], extra_args: tuple = (),
+                 dt: dtypes.DType | None = None) -> None:  # fmt: skip
         self.launches = list(launches)
         self.shape = shape
         self.names = names
         self.extra_args = extra_args
+        self.dt = dt
 
     def __call__(self, tensors: ConvTensors, epilogue: Epilogue, workspace: Any) -> None:
-        args = (*tensors.kernel_pointers(), self.shape, epilogue_struct(epilogue), *self.extra_args)
+        args = (*tensors.kernel_pointers(), self.shape, epilogue_struct(epilogue, self.dt),
+                *self.extra_args)  # fmt: skip
         for kernel, grid, block, smem in self.launches:
             kernel(grid, block, args, shared_mem=smem)
 
@@ -169,7 +189,8 @@ class DirectSolver(Solver):
         total = int(np.prod(problem.y_shape()))
         blocks = max(1, min(-(-total // BLOCK), _GRID_CAP[backend.name]))
         name = f"conv_direct_{_layout_tag(problem)}_{dt.short}"
-        return LaunchRunner([(kernel, (blocks,), (BLOCK,), 0)], shape_struct(problem), [name])
+        return LaunchRunner([(kernel, (blocks,), (BLOCK,), 0)], shape_struct(problem), [name],
+                            dt=dt)  # fmt: skip
 
 
 # ------------------------------------------------------------------ depthwise
@@ -190,10 +211,11 @@ def _dw_plan(problem: ConvProblem) -> tuple[str, int, int, tuple, tuple]:
     p, q, depth_taps = int(s["p"]), int(s["q"]), int(s["t"])
     taps = depth_taps * int(s["r"]) * int(s["s"])
     mult, images = problem.k_per_group, problem.n * int(s["o"])
+    elem = acc_bytes(dtype_of(problem))  # the tiles are staged in the accumulation type
     if problem.channels_last:
         for tp, tq in DW_NHWC_TILES:
             ih, iw = _spans(problem, tp, tq)
-            smem = 4 * DW_CHANNELS * (depth_taps * ih * iw + mult * taps)
+            smem = elem * DW_CHANNELS * (depth_taps * ih * iw + mult * taps)
             if smem <= SMEM_LIMIT:
                 break
         blocks = images * -(-p // tp) * -(-q // tq) * -(-problem.c // DW_CHANNELS)
@@ -202,7 +224,7 @@ def _dw_plan(problem: ConvProblem) -> tuple[str, int, int, tuple, tuple]:
     tile = "small" if q <= 16 else "large"
     tq, tp, rpt = DW_NCHW_TILES[tile]
     ih, iw = _spans(problem, tp, tq)
-    smem = 4 * (depth_taps * ih * iw + mult * taps)
+    smem = elem * (depth_taps * ih * iw + mult * taps)
     blocks = images * problem.c * -(-p // tp) * -(-q // tq)
     return f"{tq}x{tp}", smem, blocks, (tq, tp // rpt), (tile,)
 
@@ -248,7 +270,7 @@ class DepthwiseSolver(Solver):
         name = f"depthwise_{label}_{_layout_tag(problem)}_{dt.short}"
         launch = (kernel, (blocks,), block, smem)
         extra_args = extra if nhwc else ()
-        return LaunchRunner([launch], shape_struct(problem), [name], extra_args)
+        return LaunchRunner([launch], shape_struct(problem), [name], extra_args, dt)
 
 
 # is_applicable of these solvers does not look at the device's capabilities

@@ -120,7 +120,7 @@ class TcBwdDataPhasedSolver(Solver):
     def module_specs(self) -> list[ModuleSpec]:
         return [
             module_spec(dt, TcConfig(*t), a)
-            for dt in dtypes.FLOAT_TYPES
+            for dt in dtypes.FP32_COMPUTE_TYPES
             if dt.short in DTYPES
             for a, tiles in ((8, BWD_TILES), (2, BWD_TILES_ALIGN2))
             for t in tiles

@@ -33,7 +33,7 @@ from ...runtime.kernel import ModuleSpec
 from ..base import APPLICABLE, Applicability, Config, Runner, Solver, not_applicable
 from . import bwd_filter as bwf
 from .common import shape_struct
-from .tc_igemm import DTYPES, SOURCE, TcTile
+from .tc_igemm import DTYPES, NO_FP64_MMA, SOURCE, TcTile
 
 # (block_m (K), block_n (R*S*C), block_k (pixels), warp_m, warp_n, stages)
 TILES = (
@@ -79,6 +79,8 @@ def backward_reason(problem: ConvProblem, caps: Capabilities, direction: str) ->
     reason = bwf.common_reason(problem, direction)
     if reason:
         return reason
+    if problem.dtype == dtypes.FLOAT64.short:
+        return NO_FP64_MMA
     if problem.groups != 1:
         return "needs groups == 1"
     if not problem.channels_last:
@@ -193,7 +195,7 @@ class TcBwdFilterSolver(Solver):
     def module_specs(self) -> list[ModuleSpec]:
         specs = [
             module_spec(dt, tile, a)
-            for dt in dtypes.FLOAT_TYPES
+            for dt in dtypes.FP32_COMPUTE_TYPES
             if dt.short in DTYPES
             for a in (8, 2)
             for tile in (TILES if a == 8 else TILES_ALIGN2)
@@ -201,6 +203,8 @@ class TcBwdFilterSolver(Solver):
         return specs
 
     def prepare(self, backend: Backend, problem: ConvProblem, config: Config) -> Runner:
+        if problem.dtype == dtypes.FLOAT64.short:
+            raise NotSupportedError(f"{self.name}: {NO_FP64_MMA}")
         if not isinstance(config, TcSplitKConfig):
             raise NotSupportedError(f"{self.name}: expected a TcSplitKConfig, got {config!r}")
         return _Runner(backend, problem, config)

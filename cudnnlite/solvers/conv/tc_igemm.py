@@ -49,6 +49,7 @@ from typing import Any
 import numpy as np
 
 from ... import dtypes
+from ...errors import NotSupportedError
 from ...problems.conv import ConvProblem
 from ...runtime.backend import Backend
 from ...runtime.caps import Capabilities
@@ -56,6 +57,10 @@ from ...runtime.kernel import ModuleSpec
 from ..base import APPLICABLE, Applicability, Config, Runner, Solver, not_applicable
 from .common import ConvTensors, Epilogue, shape_struct
 from .direct import common_reason, dtype_of
+
+# Why the tensor-core solvers (mma.sync, WMMA) take no float64: their MMAs multiply
+# fp16/bf16/tf32 operands; exact float64 needs the double FMA the other solvers use.
+NO_FP64_MMA = "tensor cores: no fp64 MMA in this solver"
 
 SOURCE = "conv/tc_implicit_gemm.cu"
 DTYPES = ("fp16", "bf16")  # 16-bit inputs; fp32 runs too, with math="tf32" (forward)
@@ -332,6 +337,8 @@ class TcImplicitGemmSolver(Solver):
         reason = common_reason(problem, max_ndim=3)
         if reason:
             return not_applicable(reason)
+        if problem.dtype == dtypes.FLOAT64.short:
+            return not_applicable(NO_FP64_MMA)
         if problem.groups != 1:
             return not_applicable("needs groups == 1")
         if not problem.channels_last and max(problem.n, problem.k) > 65535:
@@ -399,7 +406,7 @@ class TcImplicitGemmSolver(Solver):
 
     def module_specs(self) -> list[ModuleSpec]:
         specs = []
-        for dt in dtypes.FLOAT_TYPES:
+        for dt in dtypes.FP32_COMPUTE_TYPES:
             v = variant(dt.short)
             wide, narrow = v.aligns
             for d3 in (False, True):
@@ -411,6 +418,8 @@ class TcImplicitGemmSolver(Solver):
         return specs
 
     def prepare(self, backend: Backend, problem: ConvProblem, config: Config) -> Runner:
+        if problem.dtype == dtypes.FLOAT64.short:
+            raise NotSupportedError(f"{self.name}: {NO_FP64_MMA}")
         if not isinstance(config, TcConfig):
             raise TypeError(f"{self.name}: expected a TcConfig, got {config!r}")
         return _Runner(backend, problem, config)

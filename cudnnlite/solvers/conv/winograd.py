@@ -37,6 +37,8 @@ from typing import Any
 
 import numpy as np
 
+from ... import dtypes
+from ...errors import NotSupportedError
 from ...problems.conv import ConvProblem
 from ...runtime.backend import Backend, Kernel
 from ...runtime.caps import Capabilities
@@ -45,7 +47,13 @@ from ..base import APPLICABLE, Applicability, Config, NoConfig, Runner, Solver, 
 from .common import ConvTensors, Epilogue, shape_struct
 
 SOURCE = "conv/winograd.cu"
-CTYPES = {"fp32": "float", "fp16": "__half", "bf16": "__nv_bfloat16"}
+# The storage types computed in float; float64 is not applicable (NO_FP64).
+CTYPES = {dt.short: dt.ctype for dt in dtypes.FP32_COMPUTE_TYPES}
+# The transforms multiply by fractions (1/2, 1/4, ...) and cancel terms of growing
+# magnitude: their error is several times the direct sum's, so float64 would lose the
+# accuracy a float64 caller asks for.
+NO_FP64 = "Winograd's transforms lose float64 accuracy"
+
 BLOCK = 256
 _MAX_GRID = 65535  # grid-stride loops: more blocks than any GPU keeps resident
 _FUSED_TILES, _FUSED_K = 32, 32  # WF_TILES, WF_K in winograd.cu
@@ -80,6 +88,9 @@ def applicability(problem: ConvProblem) -> Applicability:
     """What every Winograd solver here needs (flat early returns, reasons for explain())."""
     if problem.direction != "fwd":
         return not_applicable("forward convolution only")
+    if problem.dtype not in CTYPES:
+        return not_applicable(NO_FP64 if problem.dtype == dtypes.FLOAT64.short
+                              else f"dtype {problem.dtype} is not available here")  # fmt: skip
     if problem.ndim != 2:
         return not_applicable("needs a 2-D convolution")
     if problem.filter != (3, 3):
@@ -169,6 +180,12 @@ class _FusedRunner(Runner):
         self._kernel(grid, (BLOCK,), args)
 
 
+def _require_dtype(name: str, problem: ConvProblem) -> None:
+    """A prepare called directly on a dtype without kernels raises the reason."""
+    if problem.dtype not in CTYPES:
+        raise NotSupportedError(f"{name}: {applicability(problem).reason}")
+
+
 class _WinogradBase(Solver):
     family = "conv_fwd"
     config_type = NoConfig
@@ -191,6 +208,7 @@ class WinogradF2x2Solver(_WinogradBase):
         return workspace_bytes(problem, self.output_tile)
 
     def prepare(self, backend: Backend, problem: ConvProblem, config: Config) -> Runner:
+        _require_dtype(self.name, problem)
         return _PipelineRunner(backend, problem, self.output_tile)
 
 
@@ -208,6 +226,7 @@ class WinogradFusedSolver(_WinogradBase):
     name = "conv_fwd_winograd_fused_f2x2_3x3"
 
     def prepare(self, backend: Backend, problem: ConvProblem, config: Config) -> Runner:
+        _require_dtype(self.name, problem)
         return _FusedRunner(backend, problem)
 
 

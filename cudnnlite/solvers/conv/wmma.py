@@ -27,12 +27,15 @@ from typing import Any
 
 import numpy as np
 
+from ... import dtypes
+from ...errors import NotSupportedError
 from ...problems.conv import ConvProblem
 from ...runtime.backend import Backend
 from ...runtime.caps import Capabilities
 from ...runtime.kernel import ModuleSpec
 from ..base import APPLICABLE, Applicability, Config, Runner, Solver, not_applicable
 from .common import ConvTensors, Epilogue, shape_struct
+from .tc_igemm import NO_FP64_MMA
 
 SOURCE = "conv/wmma_implicit_gemm.cu"
 CTYPES = {"fp32": "float", "fp16": "__half", "bf16": "__nv_bfloat16"}
@@ -101,6 +104,8 @@ class WmmaImplicitGemmSolver(Solver):
             return not_applicable("forward convolution only")
         if problem.ndim not in (1, 2):
             return not_applicable("needs a 1-D or 2-D convolution")
+        if problem.dtype == dtypes.FLOAT64.short:
+            return not_applicable(NO_FP64_MMA)
         if problem.groups != 1:
             return not_applicable("needs groups == 1")
         if problem.dtype == "fp16" and not caps.fp16_tensor_cores:
@@ -131,6 +136,8 @@ class WmmaImplicitGemmSolver(Solver):
         return [module_spec(d) for d in CTYPES]
 
     def prepare(self, backend: Backend, problem: ConvProblem, config: Config) -> Runner:
+        if problem.dtype == dtypes.FLOAT64.short:
+            raise NotSupportedError(f"{self.name}: {NO_FP64_MMA}")
         if not isinstance(config, WmmaConfig):
             raise TypeError(f"{self.name}: expected a WmmaConfig, got {config!r}")
         return _Runner(backend, problem, config)
