@@ -27,6 +27,7 @@ _PROVIDER_MODULES = (
     "cudnnlite.ops.softmax",
     "cudnnlite.ops.spatial",
     "cudnnlite.ops.tensor",
+    "cudnnlite.runtime.dgemm_tc",
     "cudnnlite.runtime.selftest",
 )
 
