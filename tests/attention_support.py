@@ -13,6 +13,9 @@ Forward tolerance, per output element (row i, column c):
     online rescaling (one exp2 and one fp32 product per key tile);
   - P |v| (the reference's probabilities times |v|) is the magnitude of the sum.
 The reference runs on the inputs as stored (fp16/bf16 values widened exactly).
+
+float64 problems have their own bound (``assert_fp64_close``, derived there): operands are
+genuine doubles (not float32 values widened), and lse / dmask are float64.
 """
 
 from __future__ import annotations
@@ -30,6 +33,7 @@ from cudnnlite.solvers.attention.common import (
     AttentionBwdTensors,
     AttentionTensors,
     Scalars,
+    acc_numpy,
 )
 from cudnnlite.solvers.base import Config, Solver
 from cudnnlite.testing import to_backend, to_numpy
@@ -46,7 +50,8 @@ def operands(problem: AttentionProblem, seed: int = 0, mask_shape: tuple[int, ..
     dt = NUMPY_DTYPE[problem.dtype]
 
     def rand(shape: tuple[int, ...]) -> np.ndarray:
-        return rng.standard_normal(shape).astype(np.float32).astype(dt)
+        x = rng.standard_normal(shape)
+        return x if dt == np.float64 else x.astype(np.float32).astype(dt)
 
     ops = {
         "q": rand(problem.q_shape()),
@@ -80,6 +85,7 @@ def _ref_kwargs(problem: AttentionProblem, ops: dict, scalars: Scalars) -> dict:
         offset=scalars.offset,
         lengths_q=ops.get("lengths_q"),
         lengths_kv=ops.get("lengths_kv"),
+        exact_dropout_scale=problem.dtype == "fp64",
     )
 
 
@@ -123,7 +129,7 @@ def run_forward(
         q=to_backend(ops["q"], backend), k=to_backend(ops["k"], backend),
         v=to_backend(ops["v"], backend),
         o=xp.full(problem.o_shape(), np.nan, dtype=dt),  # NaN: unwritten outputs show
-        lse=xp.full(problem.lse_shape(), np.nan, dtype=np.float32),
+        lse=xp.full(problem.lse_shape(), np.nan, dtype=acc_numpy(problem)),
         mask=None if mask is None else xp.broadcast_to(
             mask, (problem.b, problem.hq, problem.sq, problem.skv)),
         lengths_q=to_backend(ops["lengths_q"], backend) if "lengths_q" in ops else None,
@@ -151,7 +157,8 @@ def run_backward(backend: str, solver: Solver, problem: AttentionProblem, ops: d
         dq=xp.full(problem.q_shape(), np.nan, dtype=dt),
         dk=xp.full(problem.k_shape(), np.nan, dtype=dt),
         dv=xp.full(problem.v_shape(), np.nan, dtype=dt),
-        dmask=xp.full(full, np.nan, dtype=np.float32) if problem.mask == "additive" else None,
+        dmask=xp.full(full, np.nan, dtype=acc_numpy(problem)) if problem.mask == "additive"
+        else None,
         mask=None if mask is None else xp.broadcast_to(mask, full),
         lengths_q=to_backend(ops["lengths_q"], backend) if "lengths_q" in ops else None,
         lengths_kv=to_backend(ops["lengths_kv"], backend) if "lengths_kv" in ops else None,

@@ -10,8 +10,13 @@
 // Pointers that a call does not use (no mask, no lengths) are valid pointers of the
 // right type that the kernel never reads (the MASK template parameter / has_lengths say).
 //
-// lse is float32, (b, hq, sq) contiguous, the natural-log logsumexp of each row's kept
-// scaled scores (-inf where a row keeps nothing, including rows past lengths_q).
+// lse is float32 (float64 for double storage), (b, hq, sq) contiguous, the natural-log
+// logsumexp of each row's kept scaled scores (-inf where a row keeps nothing, including
+// rows past lengths_q).
+//
+// The parameter struct is templated on the accumulation type A (float, or double for
+// double storage) so that the scale and the dropout scale reach double kernels exactly;
+// SdpaParams (A = float) is the struct of the float32-math kernels.
 #pragma once
 
 #include "common/cudnnlite.cuh"
@@ -26,7 +31,8 @@
 #define NAN __int_as_float(0x7fffffff)
 #endif
 
-struct SdpaParams {
+template <typename A>
+struct SdpaParamsT {
     // sizes
     int b, hq, hkv, sq, skv, d, dv, group;   // group = hq / hkv
     // element strides of q, k, v, o (batch, head, row; the head dim is contiguous);
@@ -37,16 +43,17 @@ struct SdpaParams {
     long long o_sb, o_sh, o_ss;
     // explicit mask over (b, h, i, j), 0 where broadcast (MASK != 0)
     long long m_sb, m_sh, m_si, m_sj;
-    float scale;        // softmax scale
-    float scale_log2;   // scale * log2(e): kernels work in the exp2 domain
+    A scale;            // softmax scale
+    A scale_log2;       // scale * log2(e): kernels work in the exp2 domain
     int left, right;    // keys j with i + shift - left <= j <= i + shift + right; -1 unbounded
     int align_br;       // shift = skv_b - sq_b (bottom-right) instead of 0
     int has_lengths;    // lengths_q / lengths_kv (int32, (b,)) are read
     // dropout on the probabilities (element e = ((b*hq + h)*sq + i)*skv + j, C order)
     unsigned long long seed, offset;
     unsigned int drop_threshold;  // words below it are dropped; 0 = no dropout
-    float drop_scale;             // float32(1 / (1 - p)) for kept elements
+    A drop_scale;  // kept elements: float32(1 / (1 - p)); for double, 1 / (1 - p) in double
 };
+typedef SdpaParamsT<float> SdpaParams;  // the float32-math kernels' (fp32 / fp16 / bf16 storage)
 
 namespace sdpa {
 
@@ -59,7 +66,8 @@ struct Lengths {
     int q, kv;
 };
 
-__device__ __forceinline__ Lengths lengths_of(const SdpaParams& p, const int* lengths_q,
+template <class P>
+__device__ __forceinline__ Lengths lengths_of(const P& p, const int* lengths_q,
                                               const int* lengths_kv, int bi) {
     Lengths l{p.sq, p.skv};
     if (p.has_lengths) {
@@ -75,7 +83,8 @@ struct KeyRange {
     int lo, hi;
 };
 
-__device__ __forceinline__ KeyRange key_range(const SdpaParams& p, Lengths l, int i) {
+template <class P>
+__device__ __forceinline__ KeyRange key_range(const P& p, Lengths l, int i) {
     KeyRange r{0, l.kv};
     if (i >= l.q) return KeyRange{0, 0};
     const int pos = i + (p.align_br ? l.kv - l.q : 0);
@@ -85,37 +94,46 @@ __device__ __forceinline__ KeyRange key_range(const SdpaParams& p, Lengths l, in
 }
 
 // The explicit mask at (bi, h, i, j): whether it keeps the entry and what it adds
-// (in the log2 domain: multiplied by log2(e)).
+// (in the log2 domain: multiplied by log2(e)), in the accumulation type of T.
 template <int MASK, typename T>
 struct MaskValue {
     bool keep;
-    float add_log2;
+    cl::acc_t<T> add_log2;
 };
 
-template <int MASK, typename T>
-__device__ __forceinline__ MaskValue<MASK, T> mask_at(const SdpaParams& p, const void* mask,
-                                                      int bi, int h, int i, int j) {
-    MaskValue<MASK, T> m{true, 0.0f};
+template <typename A> struct Log2e;
+template <> struct Log2e<float> { static constexpr float value = 1.4426950408889634f; };
+template <> struct Log2e<double> { static constexpr double value = 1.4426950408889634; };
+template <typename A> struct Ln2;
+template <> struct Ln2<float> { static constexpr float value = 0.6931471805599453f; };
+template <> struct Ln2<double> { static constexpr double value = 0.6931471805599453; };
+
+template <int MASK, typename T, class P>
+__device__ __forceinline__ MaskValue<MASK, T> mask_at(const P& p, const void* mask, int bi,
+                                                      int h, int i, int j) {
+    typedef cl::acc_t<T> A;
+    MaskValue<MASK, T> m{true, A(0)};
     if (MASK == kMaskNone) return m;
     const long long off = bi * p.m_sb + h * p.m_sh + i * p.m_si + j * p.m_sj;
     if (MASK == kMaskBool) {
         m.keep = static_cast<const unsigned char*>(mask)[off] != 0;
     } else {
-        const float a = cl::to_float(static_cast<const T*>(mask)[off]);
-        m.add_log2 = a * 1.4426950408889634f;
+        const A a = cl::to_acc(static_cast<const T*>(mask)[off]);
+        m.add_log2 = a * Log2e<A>::value;
         m.keep = a != -INFINITY;  // -inf masks as a boolean False would
     }
     return m;
 }
 
-// The dropout keep factor of probability element (bi, h, i, j): 0 or drop_scale.
-// Each call draws a Philox group of four words; kernels that visit 4 consecutive
-// elements of one group may share the draw (element e's word is e % 4).
-__device__ __forceinline__ float dropout_factor(const SdpaParams& p, int bi, int h, int i, int j) {
+// The dropout keep factor of probability element (bi, h, i, j): 0 or drop_scale (in the
+// type of p's drop_scale). Each call draws a Philox group of four words; kernels that
+// visit 4 consecutive elements of one group may share the draw (element e's word is e % 4).
+template <typename A>
+__device__ __forceinline__ A dropout_factor(const SdpaParamsT<A>& p, int bi, int h, int i, int j) {
     const unsigned long long e =
         ((((unsigned long long)bi * p.hq + h) * p.sq + i) * (unsigned long long)p.skv) + j;
     const cl::Philox4 w = cl::philox_group(p.seed, p.offset, e >> 2);
-    return w.v[e & 3] >= p.drop_threshold ? p.drop_scale : 0.0f;
+    return w.v[e & 3] >= p.drop_threshold ? p.drop_scale : A(0);
 }
 
 }  // namespace sdpa

@@ -1,34 +1,36 @@
 // flash_decode.cu — flash-decoding: a few query rows (sq <= 16) against a long KV cache.
 // The KV sequence is split across blocks so that small b * h still fills the GPU; each
 // split writes a partial (o, lse) to an fp32 workspace and a combine kernel merges the
-// splits with the logsumexp trick. fp32 math (FFMA) for every storage dtype, any head
-// dims (zero-padded to HD), every masking feature (run-time mask kind and dropout, as in
-// flash_fp32.cu). Building blocks and thread ownership: flash_fp32_tile.cuh.
+// splits with the logsumexp trick. fp32 math (FFMA) for fp32, fp16 and bf16 storage
+// (A = float), double math for double storage (A = double: workspace, lse and the merge
+// in double too), any head dims (zero-padded to HD), every masking feature (run-time mask
+// kind and dropout, as in flash_fp32.cu). Building blocks and thread ownership:
+// flash_fp32_tile.cuh.
 //
 // Kernels (the storage dtype and mask kind are run-time arguments, as in flash_fp32.cu):
-//   flash_decode_split<BM, BN, HD>     grid (splits, b * hkv, row blocks): a block serves
+//   flash_decode_split<BM, BN, HD, A>  grid (splits, b * hkv, row blocks): a block serves
 //       BM rows of (GQA group head, query row) pairs of one kv head, so every K/V byte of
 //       its split is read once for the whole group; keys [split's range) in BN tiles.
-//   flash_decode_combine             one warp per (b, hq, i) row: o = sum_s w_s o_s,
+//   flash_decode_combine<A>          one warp per (b, hq, i) row: o = sum_s w_s o_s,
 //       lse = log(sum_s 2^lse_s), w_s = 2^(lse_s - lse).
 // Workspace: o_part [splits][b * hq * sq][dv] and lse_part [splits][b * hq * sq] (log2
-// domain, -inf for a split that keeps nothing), both fp32.
+// domain, -inf for a split that keeps nothing), both A.
 #include "attention/flash_fp32_tile.cuh"
 
 using namespace sdpa_fp32;
 
-template <int BM, int BN, int HD>
+template <int BM, int BN, int HD, typename A = float>
 __global__ void __launch_bounds__(kThreads, 2) flash_decode_split(
     // pointers (the storage dtype is `dtype`)
     const void* __restrict__ q, const void* __restrict__ k, const void* __restrict__ v,
-    void* __restrict__ o, float* __restrict__ lse, const void* __restrict__ mask,
+    void* __restrict__ o, A* __restrict__ lse, const void* __restrict__ mask,
     const int* __restrict__ lengths_q, const int* __restrict__ lengths_kv,
     // sizes, strides, masking; the workspace
-    const SdpaParams p, const int dtype, const int mask_kind, float* __restrict__ o_part,
-    float* __restrict__ lse_part) {
-    using Tile = FwdTile<BM, BN, HD>;
+    const SdpaParamsT<A> p, const int dtype, const int mask_kind, A* __restrict__ o_part,
+    A* __restrict__ lse_part) {
+    using Tile = FwdTile<BM, BN, HD, A>;
     constexpr int RM = Tile::RM, CN = Tile::CN, LD = Tile::LD;
-    DYNAMIC_SHARED(float, smem);
+    DYNAMIC_SHARED(A, smem);
     const int split = blockIdx.x, splits = gridDim.x;
     const int bi = blockIdx.y / p.hkv, hk = blockIdx.y % p.hkv;
     const int rows = p.group * p.sq;  // (group head, query row) pairs of this kv head
@@ -38,7 +40,7 @@ __global__ void __launch_bounds__(kThreads, 2) flash_decode_split(
 
     // Q rows: pair g -> head hk * group + g / sq, row g % sq.
     const long long q_off = bi * p.q_sb + (long long)hk * p.group * p.q_sh;
-    const bool vec_q = vec_ok(q, q_off, p.q_ss, p.d, dtype) && (p.q_sh & 3) == 0;
+    const bool vec_q = Io<A>::vec_ok(q, q_off, p.q_ss, p.d, dtype) && (p.q_sh & 3) == 0;
     load_tile<BM, HD, LD>(smem, q, dtype, last - first + 1, p.d, vec_q, [&](int r) {
         const int g = first + r;
         return q_off + (g / p.sq) * p.q_sh + (g % p.sq) * p.q_ss;
@@ -76,42 +78,44 @@ __global__ void __launch_bounds__(kThreads, 2) flash_decode_split(
     for (int i = 0; i < RM; ++i) {
         if (ri[i] >= p.sq) continue;
         const long long part = split * total + ((long long)bi * p.hq + rh[i]) * p.sq + ri[i];
-        const float inv = t.l[i] > 0.f ? 1.f / t.l[i] : 0.f;
-        float* orow = o_part + part * p.dv;
+        const A inv = t.l[i] > A(0) ? A(1) / t.l[i] : A(0);
+        A* orow = o_part + part * p.dv;
 #pragma unroll
         for (int c = 0; c < CN; ++c) {
             const int col = col_of(c, tx);
             if (col < p.dv) orow[col] = t.o[i][c] * inv;
         }
-        if (tx == 0) lse_part[part] = t.l[i] > 0.f ? t.m[i] + log2f(t.l[i]) : -INFINITY;
+        if (tx == 0)
+            lse_part[part] = t.l[i] > A(0) ? t.m[i] + cl::math::log2(t.l[i]) : -INFINITY;
     }
 }
 
+template <typename A>
 __global__ void __launch_bounds__(kThreads) flash_decode_combine(
-    void* __restrict__ o, float* __restrict__ lse, const float* __restrict__ o_part,
-    const float* __restrict__ lse_part, const SdpaParams p, const int dtype, const int splits) {
+    void* __restrict__ o, A* __restrict__ lse, const A* __restrict__ o_part,
+    const A* __restrict__ lse_part, const SdpaParamsT<A> p, const int dtype, const int splits) {
     const long long total = (long long)p.b * p.hq * p.sq;
     const long long row = (long long)blockIdx.x * (kThreads / 32) + threadIdx.x / 32;
     const int lane = threadIdx.x % 32;
     if (row >= total) return;  // whole warps
-    float mx = -INFINITY;
-    for (int s = 0; s < splits; ++s) mx = fmaxf(mx, lse_part[s * total + row]);
+    A mx = -INFINITY;
+    for (int s = 0; s < splits; ++s) mx = cl::math::fmax(mx, lse_part[s * total + row]);
     const int i = (int)(row % p.sq), h = (int)(row / p.sq % p.hq), bi = (int)(row / p.sq / p.hq);
     const long long off = bi * p.o_sb + h * p.o_sh + i * p.o_ss;
     if (mx == -INFINITY) {  // nothing kept in any split
-        for (int c = lane; c < p.dv; c += 32) store1(o, off + c, dtype, 0.f);
+        for (int c = lane; c < p.dv; c += 32) Io<A>::store1(o, off + c, dtype, A(0));
         if (lane == 0) lse[row] = -INFINITY;
         return;
     }
-    float sum = 0.f;
-    for (int s = 0; s < splits; ++s) sum += exp2f(lse_part[s * total + row] - mx);
-    const float inv = 1.f / sum;
+    A sum = A(0);
+    for (int s = 0; s < splits; ++s) sum += cl::math::exp2(lse_part[s * total + row] - mx);
+    const A inv = A(1) / sum;
     for (int c = lane; c < p.dv; c += 32) {
-        float acc = 0.f;
+        A acc = A(0);
         for (int s = 0; s < splits; ++s)
-            acc = fmaf(exp2f(lse_part[s * total + row] - mx),
-                       o_part[(s * total + row) * p.dv + c], acc);
-        store1(o, off + c, dtype, acc * inv);
+            acc = cl::math::fma(cl::math::exp2(lse_part[s * total + row] - mx),
+                                o_part[(s * total + row) * p.dv + c], acc);
+        Io<A>::store1(o, off + c, dtype, acc * inv);
     }
-    if (lane == 0) lse[row] = (mx + log2f(sum)) * kLn2;
+    if (lane == 0) lse[row] = (mx + cl::math::log2(sum)) * Const<A>::ln2;
 }

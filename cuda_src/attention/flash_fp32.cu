@@ -1,46 +1,50 @@
 // flash_fp32.cu — FlashAttention on CUDA cores: fp32 math (FFMA) for fp32, fp16 and bf16
-// storage, any head dims 1..256 (d and dv zero-padded to the tile's HD in shared memory;
-// 4-element vector loads where the dims, strides and pointers allow, scalar otherwise).
+// storage (A = float), double math (DFMA, double softmax statistics, lse and delta in
+// double) for double storage (A = double); any head dims 1..256 (d and dv zero-padded to
+// the tile's HD in shared memory; 4-element vector loads where the dims, strides and
+// pointers allow, scalar otherwise).
 // Semantics: attention_common.cuh; building blocks and thread ownership:
 // flash_fp32_tile.cuh.
 //
-// Kernels (readable names in the solver carry the dtype too):
-//   flash_fp32_fwd<BM, BN, HD>       forward: a block owns BM query rows of one (b, hq); Q
+// Kernels (A: float or double; readable names in the solver carry the dtype too):
+//   flash_fp32_fwd<BM, BN, HD, A>    forward: a block owns BM query rows of one (b, hq); Q
 //                                    stays in shared memory, K/V tiles of BN keys pass
 //                                    through it; online softmax in the exp2 domain; fully
 //                                    masked KV tiles are never visited.
-//   flash_fp32_bwd_delta             backward preprocess: delta = rowsum(dout * o).
-//   flash_fp32_bwd_dkdv<BM, BN, HD>  dK, dV of BN keys of one (b, hkv): loops over the GQA
+//   flash_fp32_bwd_delta<A>          backward preprocess: delta = rowsum(dout * o).
+//   flash_fp32_bwd_dkdv<BM, BN, HD, A>  dK, dV of BN keys of one (b, hkv): loops over the GQA
 //                                    group's query heads and the query tiles that see the
 //                                    keys; no atomics.
-//   flash_fp32_bwd_dq<BM, BN, HD>    dQ of BM query rows, and the additive mask's gradient
+//   flash_fp32_bwd_dq<BM, BN, HD, A>    dQ of BM query rows, and the additive mask's gradient
 //                                    dmask (written once per entry).
-// Variants: HD (the padded head dim: 64, 128, 256) with its tile (BM x BN). Run-time,
-// uniform arguments outside the FFMA loops: the storage dtype (kF32 / kF16 / kBF16), the
+// Variants: HD (the padded head dim: 64, 128, 256) with its tile (BM x BN), and A (the
+// A = double kernels, in their own module, take double storage only, with tiles of their
+// own: registers and shared memory are twice as large per element). Run-time, uniform
+// arguments outside the FMA loops: the storage dtype (kF32 / kF16 / kBF16), the
 // mask kind (none / bool / additive) and dropout (drop_threshold != 0): one kernel per
 // tile serves every problem, which keeps the NVRTC work of the CI check small.
 #include "attention/flash_fp32_tile.cuh"
 
 using namespace sdpa_fp32;
 
-template <int BM, int BN, int HD>
+template <int BM, int BN, int HD, typename A = float>
 __global__ void __launch_bounds__(kThreads, 2) flash_fp32_fwd(
     // pointers (the storage dtype is `dtype`)
     const void* __restrict__ q, const void* __restrict__ k, const void* __restrict__ v,
-    void* __restrict__ o, float* __restrict__ lse, const void* __restrict__ mask,
+    void* __restrict__ o, A* __restrict__ lse, const void* __restrict__ mask,
     const int* __restrict__ lengths_q, const int* __restrict__ lengths_kv,
     // sizes, strides, masking
-    const SdpaParams p, const int dtype, const int mask_kind) {
-    using Tile = FwdTile<BM, BN, HD>;
+    const SdpaParamsT<A> p, const int dtype, const int mask_kind) {
+    using Tile = FwdTile<BM, BN, HD, A>;
     constexpr int RM = Tile::RM, LD = Tile::LD;
-    DYNAMIC_SHARED(float, smem);
+    DYNAMIC_SHARED(A, smem);
     const int bi = blockIdx.y / p.hq, h = blockIdx.y % p.hq, hk = h / p.group;
     const int m0 = blockIdx.x * BM;
     const int ty = threadIdx.x / kTC, tx = threadIdx.x % kTC;
     const sdpa::Lengths L = sdpa::lengths_of(p, lengths_q, lengths_kv, bi);
     const long long q_off = bi * p.q_sb + h * p.q_sh + m0 * p.q_ss;
     load_tile<BM, HD, LD>(smem, q, dtype, min(BM, p.sq - m0), p.d,
-                          vec_ok(q, q_off, p.q_ss, p.d, dtype), Strided{q_off, p.q_ss});
+                          Io<A>::vec_ok(q, q_off, p.q_ss, p.d, dtype), Strided{q_off, p.q_ss});
 
     int rh[RM], ri[RM], rlo[RM], rhi[RM];
 #pragma unroll
@@ -61,94 +65,95 @@ __global__ void __launch_bounds__(kThreads, 2) flash_fp32_fwd(
     // Epilogue: o = O / l (0 for rows that keep nothing), lse in natural log.
 #pragma unroll
     for (int i = 0; i < RM; ++i) {
-        const float inv = t.l[i] > 0.f ? 1.f / t.l[i] : 0.f;
+        const A inv = t.l[i] > A(0) ? A(1) / t.l[i] : A(0);
 #pragma unroll
         for (int c = 0; c < Tile::CN; ++c) t.o[i][c] *= inv;
         if (tx == 0 && ri[i] < p.sq)
             lse[(long long)blockIdx.y * p.sq + ri[i]] =
-                t.l[i] > 0.f ? (t.m[i] + log2f(t.l[i])) * kLn2 : -INFINITY;
+                t.l[i] > A(0) ? (t.m[i] + cl::math::log2(t.l[i])) * Const<A>::ln2 : -INFINITY;
     }
-    store_rows(o, dtype, bi * p.o_sb + h * p.o_sh, p.o_ss, m0, p.sq, p.dv, t.o, 1.f, ty, tx);
+    store_rows(o, dtype, bi * p.o_sb + h * p.o_sh, p.o_ss, m0, p.sq, p.dv, t.o, A(1), ty, tx);
 }
 
 // ------------------------------------------------------------------ backward
 // delta[bh, i] = sum_c dout[c] * o[c] (= sum_j P dP, the softmax Jacobian's row term);
 // 0 past lengths_q. One warp per row.
+template <typename A>
 __global__ void __launch_bounds__(kThreads) flash_fp32_bwd_delta(
     const void* __restrict__ o, const void* __restrict__ dout, const int* __restrict__ lengths_q,
-    const int* __restrict__ lengths_kv, float* __restrict__ delta, const SdpaParams p,
+    const int* __restrict__ lengths_kv, A* __restrict__ delta, const SdpaParamsT<A> p,
     const int dtype) {
     const long long row = (long long)blockIdx.x * (kThreads / 32) + threadIdx.x / 32;
     const int lane = threadIdx.x % 32;
     if (row >= (long long)p.b * p.hq * p.sq) return;  // whole warps
     const int i = (int)(row % p.sq), h = (int)(row / p.sq % p.hq), bi = (int)(row / p.sq / p.hq);
     const long long off = bi * p.o_sb + h * p.o_sh + i * p.o_ss;
-    float sum = 0.f;
+    A sum = A(0);
     for (int c = lane; c < p.dv; c += 32)
-        sum += load1(o, off + c, dtype) * load1(dout, off + c, dtype);
+        sum += Io<A>::load1(o, off + c, dtype) * Io<A>::load1(dout, off + c, dtype);
 #pragma unroll
     for (int m = 16; m > 0; m >>= 1) sum += __shfl_xor_sync(0xffffffffu, sum, m);
-    if (lane == 0) delta[row] = i < sdpa::lengths_of(p, lengths_q, lengths_kv, bi).q ? sum : 0.f;
+    if (lane == 0) delta[row] = i < sdpa::lengths_of(p, lengths_q, lengths_kv, bi).q ? sum : A(0);
 }
 
 // P (undropped, from the forward's lse) and dS = P * (dP * keep - delta) of one element;
 // returns P * keep (what multiplies dout in dV).
-__device__ __forceinline__ float grad_element(const SdpaParams& p, const void* mask,
-                                              int mask_kind, int dtype, bool full,
-                                              sdpa::KeyRange kr, int bi, int h, int i, int key,
-                                              float s, float dp, float lse_log2, float delta,
-                                              float& ds) {
-    float add = 0.f;
+template <typename A>
+__device__ __forceinline__ A grad_element(const SdpaParamsT<A>& p, const void* mask,
+                                          int mask_kind, int dtype, bool full, sdpa::KeyRange kr,
+                                          int bi, int h, int i, int key, A s, A dp, A lse_log2,
+                                          A delta, A& ds) {
+    A add = A(0);
     bool keep = lse_log2 != -INFINITY;
     if (!full) {
         keep = keep && key >= kr.lo && key < kr.hi;
         if (keep && mask_kind) keep = mask_keep(p, mask, mask_kind, dtype, bi, h, i, key, add);
     }
-    const float pv = keep ? exp2f(fmaf(s, p.scale_log2, add - lse_log2)) : 0.f;
-    const float f = p.drop_threshold != 0 ? drop_factor(p, bi, h, i, key) : 1.f;
+    const A pv = keep ? cl::math::exp2(cl::math::fma(s, p.scale_log2, add - lse_log2)) : A(0);
+    const A f = p.drop_threshold != 0 ? drop_factor(p, bi, h, i, key) : A(1);
     ds = pv * (dp * f - delta);
     return pv * f;
 }
 
 // dK, dV of BN keys of one (b, hkv): key rows row(i), query columns key(j) of the
 // transposed score tile S^T = K Q^T.
-template <int BM, int BN, int HD>
+template <int BM, int BN, int HD, typename A = float>
 __global__ void __launch_bounds__(kThreads, 2) flash_fp32_bwd_dkdv(
     // pointers (the storage dtype is `dtype`)
     const void* __restrict__ q, const void* __restrict__ k, const void* __restrict__ v,
-    const void* __restrict__ o, const void* __restrict__ dout, const float* __restrict__ lse,
+    const void* __restrict__ o, const void* __restrict__ dout, const A* __restrict__ lse,
     void* __restrict__ dq, void* __restrict__ dk, void* __restrict__ dv,
-    float* __restrict__ dmask, const void* __restrict__ mask, const int* __restrict__ lengths_q,
+    A* __restrict__ dmask, const void* __restrict__ mask, const int* __restrict__ lengths_q,
     const int* __restrict__ lengths_kv,
     // sizes, strides, masking; the workspace's delta
-    const SdpaParams p, const int dtype, const int mask_kind, const float* __restrict__ delta) {
+    const SdpaParamsT<A> p, const int dtype, const int mask_kind, const A* __restrict__ delta) {
     constexpr int RM = BN / kTR, RN = BM / kTC, CN = HD / kTC, LD = HD + 4, LDT = BM + 4;
     static_assert(BN % kTR == 0 && BM % kTC == 0 && BM % 4 == 0 && HD % 32 == 0, "tile shape");
-    DYNAMIC_SHARED(float, smem);
-    float* Ks = smem;
-    float* Vs = Ks + BN * LD;
-    float* Qs = Vs + BN * LD;
-    float* dOs = Qs + BM * LD;
-    float* Pt = dOs + BM * LD;
-    float* dSt = Pt + BN * LDT;
-    float* lse_s = dSt + BN * LDT;
-    float* delta_s = lse_s + BM;
+    DYNAMIC_SHARED(A, smem);
+    A* Ks = smem;
+    A* Vs = Ks + BN * LD;
+    A* Qs = Vs + BN * LD;
+    A* dOs = Qs + BM * LD;
+    A* Pt = dOs + BM * LD;
+    A* dSt = Pt + BN * LDT;
+    A* lse_s = dSt + BN * LDT;
+    A* delta_s = lse_s + BM;
     const int bi = blockIdx.y / p.hkv, hk = blockIdx.y % p.hkv;
     const int j0 = blockIdx.x * BN;
     const int ty = threadIdx.x / kTC, tx = threadIdx.x % kTC;
     const sdpa::Lengths L = sdpa::lengths_of(p, lengths_q, lengths_kv, bi);
     const long long k_off = bi * p.k_sb + hk * p.k_sh, v_off = bi * p.v_sb + hk * p.v_sh;
     const int nk = max(0, min(BN, L.kv - j0));
-    load_tile<BN, HD, LD>(Ks, k, dtype, nk, p.d, vec_ok(k, k_off, p.k_ss, p.d, dtype),
+    load_tile<BN, HD, LD>(Ks, k, dtype, nk, p.d, Io<A>::vec_ok(k, k_off, p.k_ss, p.d, dtype),
                           Strided{k_off + j0 * p.k_ss, p.k_ss});
-    load_tile<BN, HD, LD>(Vs, v, dtype, nk, p.dv, vec_ok(v, v_off, p.v_ss, p.dv, dtype),
+    load_tile<BN, HD, LD>(Vs, v, dtype, nk, p.dv, Io<A>::vec_ok(v, v_off, p.v_ss, p.dv, dtype),
                           Strided{v_off + j0 * p.v_ss, p.v_ss});
 
-    float dK[RM][CN], dV[RM][CN];
+    A dK[RM][CN], dV[RM][CN];
 #pragma unroll
     for (int i = 0; i < RM; ++i)
 #pragma unroll
-        for (int c = 0; c < CN; ++c) dK[i][c] = dV[i][c] = 0.f;
+        for (int c = 0; c < CN; ++c) dK[i][c] = dV[i][c] = A(0);
 
     // The query rows whose key range meets [j0, j1): the bounds are nondecreasing in the row.
     const int j1 = min(j0 + BN, L.kv);
@@ -162,8 +167,8 @@ __global__ void __launch_bounds__(kThreads, 2) flash_fp32_bwd_dkdv(
         const int h = hk * p.group + hh;
         const long long bh = (long long)bi * p.hq + h;
         const long long q_off = bi * p.q_sb + h * p.q_sh, do_off = bi * p.o_sb + h * p.o_sh;
-        const bool vec_q = vec_ok(q, q_off, p.q_ss, p.d, dtype);
-        const bool vec_do = vec_ok(dout, do_off, p.o_ss, p.dv, dtype);
+        const bool vec_q = Io<A>::vec_ok(q, q_off, p.q_ss, p.d, dtype);
+        const bool vec_do = Io<A>::vec_ok(dout, do_off, p.o_ss, p.dv, dtype);
         for (int i0 = i_begin / BM * BM; i0 < i_end; i0 += BM) {
             const int nq = min(BM, p.sq - i0);
             __syncthreads();  // the previous tile's readers are done
@@ -174,11 +179,11 @@ __global__ void __launch_bounds__(kThreads, 2) flash_fp32_bwd_dkdv(
             for (int r = threadIdx.x; r < BM; r += kThreads) {
                 const int i = i0 + r;
                 const bool in = i < L.q;
-                lse_s[r] = in ? lse[bh * p.sq + i] * kLog2e : -INFINITY;
-                delta_s[r] = in ? delta[bh * p.sq + i] : 0.f;
+                lse_s[r] = in ? lse[bh * p.sq + i] * Const<A>::log2e : -INFINITY;
+                delta_s[r] = in ? delta[bh * p.sq + i] : A(0);
             }
             __syncthreads();
-            float s[RM][RN], dp[RM][RN];
+            A s[RM][RN], dp[RM][RN];
             dot_tile<RM, RN, HD, LD, LD>(s, Ks, Qs, ty, tx);
             dot_tile<RM, RN, HD, LD, LD>(dp, Vs, dOs, ty, tx);
             const bool full = mask_kind == 0 && i0 + BM <= L.q && j0 + BN <= L.kv &&
@@ -188,11 +193,11 @@ __global__ void __launch_bounds__(kThreads, 2) flash_fp32_bwd_dkdv(
             for (int j = 0; j < RN; ++j) {
                 const int qc = tx + kTC * j, i = i0 + qc;
                 const sdpa::KeyRange kr = sdpa::key_range(p, L, i);
-                const float lrow = lse_s[qc], drow = delta_s[qc];
+                const A lrow = lse_s[qc], drow = delta_s[qc];
 #pragma unroll
                 for (int r = 0; r < RM; ++r) {
                     const int kt = ty + kTR * r;  // key within the tile
-                    float ds;
+                    A ds;
                     Pt[kt * LDT + qc] = grad_element(p, mask, mask_kind, dtype, full, kr, bi, h, i,
                                                      j0 + kt, s[r][j], dp[r][j], lrow, drow, ds);
                     dSt[kt * LDT + qc] = ds;
@@ -204,29 +209,29 @@ __global__ void __launch_bounds__(kThreads, 2) flash_fp32_bwd_dkdv(
         }
     }
     store_rows(dk, dtype, k_off, p.k_ss, j0, p.skv, p.d, dK, p.scale, ty, tx);
-    store_rows(dv, dtype, v_off, p.v_ss, j0, p.skv, p.dv, dV, 1.f, ty, tx);
+    store_rows(dv, dtype, v_off, p.v_ss, j0, p.skv, p.dv, dV, A(1), ty, tx);
 }
 
 // dQ of BM query rows of one (b, hq), and dmask (the additive mask's gradient: dS at kept
 // entries, 0 elsewhere; every entry of the block's rows written once).
-template <int BM, int BN, int HD>
+template <int BM, int BN, int HD, typename A = float>
 __global__ void __launch_bounds__(kThreads, 2) flash_fp32_bwd_dq(
     // pointers (the storage dtype is `dtype`)
     const void* __restrict__ q, const void* __restrict__ k, const void* __restrict__ v,
-    const void* __restrict__ o, const void* __restrict__ dout, const float* __restrict__ lse,
+    const void* __restrict__ o, const void* __restrict__ dout, const A* __restrict__ lse,
     void* __restrict__ dq, void* __restrict__ dk, void* __restrict__ dv,
-    float* __restrict__ dmask, const void* __restrict__ mask, const int* __restrict__ lengths_q,
+    A* __restrict__ dmask, const void* __restrict__ mask, const int* __restrict__ lengths_q,
     const int* __restrict__ lengths_kv,
     // sizes, strides, masking; the workspace's delta
-    const SdpaParams p, const int dtype, const int mask_kind, const float* __restrict__ delta) {
+    const SdpaParamsT<A> p, const int dtype, const int mask_kind, const A* __restrict__ delta) {
     constexpr int RM = BM / kTR, RN = BN / kTC, CN = HD / kTC, LD = HD + 4, LDP = BN + 4;
     static_assert(BM % kTR == 0 && BN % kTC == 0 && BN % 4 == 0 && HD % 32 == 0, "tile shape");
-    DYNAMIC_SHARED(float, smem);
-    float* Qs = smem;
-    float* dOs = Qs + BM * LD;
-    float* Ks = dOs + BM * LD;
-    float* Vs = Ks + BN * LD;
-    float* dSs = Vs + BN * LD;
+    DYNAMIC_SHARED(A, smem);
+    A* Qs = smem;
+    A* dOs = Qs + BM * LD;
+    A* Ks = dOs + BM * LD;
+    A* Vs = Ks + BN * LD;
+    A* dSs = Vs + BN * LD;
     const int bi = blockIdx.y / p.hq, h = blockIdx.y % p.hq, hk = h / p.group;
     const long long bh = blockIdx.y;
     const int m0 = blockIdx.x * BM;
@@ -235,35 +240,36 @@ __global__ void __launch_bounds__(kThreads, 2) flash_fp32_bwd_dq(
     const long long q_off = bi * p.q_sb + h * p.q_sh, do_off = bi * p.o_sb + h * p.o_sh;
     const long long k_off = bi * p.k_sb + hk * p.k_sh, v_off = bi * p.v_sb + hk * p.v_sh;
     const int nq = min(BM, p.sq - m0);
-    load_tile<BM, HD, LD>(Qs, q, dtype, nq, p.d, vec_ok(q, q_off, p.q_ss, p.d, dtype),
+    load_tile<BM, HD, LD>(Qs, q, dtype, nq, p.d, Io<A>::vec_ok(q, q_off, p.q_ss, p.d, dtype),
                           Strided{q_off + m0 * p.q_ss, p.q_ss});
-    load_tile<BM, HD, LD>(dOs, dout, dtype, nq, p.dv, vec_ok(dout, do_off, p.o_ss, p.dv, dtype),
+    load_tile<BM, HD, LD>(dOs, dout, dtype, nq, p.dv,
+                          Io<A>::vec_ok(dout, do_off, p.o_ss, p.dv, dtype),
                           Strided{do_off + m0 * p.o_ss, p.o_ss});
-    const bool vec_k = vec_ok(k, k_off, p.k_ss, p.d, dtype);
-    const bool vec_v = vec_ok(v, v_off, p.v_ss, p.dv, dtype);
+    const bool vec_k = Io<A>::vec_ok(k, k_off, p.k_ss, p.d, dtype);
+    const bool vec_v = Io<A>::vec_ok(v, v_off, p.v_ss, p.dv, dtype);
     const bool dmask_on = mask_kind == sdpa::kMaskAdditive;
 
     int ri[RM];
     sdpa::KeyRange kr[RM];
-    float lse_r[RM], delta_r[RM];
+    A lse_r[RM], delta_r[RM];
 #pragma unroll
     for (int i = 0; i < RM; ++i) {
         ri[i] = m0 + ty + kTR * i;
         kr[i] = sdpa::key_range(p, L, ri[i]);
         const bool in = ri[i] < L.q;
-        lse_r[i] = in ? lse[bh * p.sq + ri[i]] * kLog2e : -INFINITY;
-        delta_r[i] = in ? delta[bh * p.sq + ri[i]] : 0.f;
+        lse_r[i] = in ? lse[bh * p.sq + ri[i]] * Const<A>::log2e : -INFINITY;
+        delta_r[i] = in ? delta[bh * p.sq + ri[i]] : A(0);
     }
     const BlockRange br = block_range(p, L, m0, m0 + BM - 1);
     const bool rows_in = m0 + BM <= L.q && mask_kind == 0;
     const int full_lo = rows_in ? br.lo_max : 1, full_hi = rows_in ? br.hi_min : 0;
     const int kv_begin = br.lo / BN * BN;
 
-    float dQ[RM][CN];
+    A dQ[RM][CN];
 #pragma unroll
     for (int i = 0; i < RM; ++i)
 #pragma unroll
-        for (int c = 0; c < CN; ++c) dQ[i][c] = 0.f;
+        for (int c = 0; c < CN; ++c) dQ[i][c] = A(0);
     int written_end = kv_begin;
     for (int j0 = kv_begin; j0 < br.hi; j0 += BN) {
         const int nk = min(BN, L.kv - j0);
@@ -271,7 +277,7 @@ __global__ void __launch_bounds__(kThreads, 2) flash_fp32_bwd_dq(
         load_tile<BN, HD, LD>(Ks, k, dtype, nk, p.d, vec_k, Strided{k_off + j0 * p.k_ss, p.k_ss});
         load_tile<BN, HD, LD>(Vs, v, dtype, nk, p.dv, vec_v, Strided{v_off + j0 * p.v_ss, p.v_ss});
         __syncthreads();
-        float s[RM][RN], dp[RM][RN];
+        A s[RM][RN], dp[RM][RN];
         dot_tile<RM, RN, HD, LD, LD>(s, Qs, Ks, ty, tx);
         dot_tile<RM, RN, HD, LD, LD>(dp, dOs, Vs, ty, tx);
         const bool full = j0 >= full_lo && j0 + BN <= full_hi;
@@ -280,7 +286,7 @@ __global__ void __launch_bounds__(kThreads, 2) flash_fp32_bwd_dq(
 #pragma unroll
             for (int j = 0; j < RN; ++j) {
                 const int key = j0 + tx + kTC * j;
-                float ds;
+                A ds;
                 grad_element(p, mask, mask_kind, dtype, full, kr[i], bi, h, ri[i], key, s[i][j],
                              dp[i][j], lse_r[i], delta_r[i], ds);
                 if (dmask_on && ri[i] < p.sq && key < p.skv)
@@ -300,7 +306,7 @@ __global__ void __launch_bounds__(kThreads, 2) flash_fp32_bwd_dq(
         for (long long idx = threadIdx.x; idx < (long long)nq * cols; idx += kThreads) {
             const int r = (int)(idx / cols), c = (int)(idx % cols);
             const int key = c < zb ? c : ze + (c - zb);
-            dmask[(bh * p.sq + m0 + r) * p.skv + key] = 0.f;
+            dmask[(bh * p.sq + m0 + r) * p.skv + key] = A(0);
         }
     }
 }

@@ -1,20 +1,24 @@
-// flash_fp32_tile.cuh — the CUDA-core (FFMA) building blocks of the fp32-math attention
-// kernels (flash_fp32.cu: forward and backward; flash_decode.cu: split-KV decoding).
+// flash_fp32_tile.cuh — the CUDA-core (FFMA / DFMA) building blocks of the CUDA-core
+// attention kernels (flash_fp32.cu: forward and backward; flash_decode.cu: split-KV
+// decoding), templated on the accumulation type A: float (fp32 / fp16 / bf16 storage) or
+// double (double storage: every product, sum, exp2 and log2 in double).
 //
 // A block is 128 threads seen as a 16 x 8 grid: ty = tid / 8 (a "thread row"), tx = tid % 8
 // (the 8 lanes of one thread row are consecutive lanes of one warp, so row reductions are
-// three xor-shuffles). Tiles live in shared memory as fp32, row-major, the head dim padded
-// to HD (zeros past d / dv) with a row stride of HD + 4 floats. Ownership of a thread:
+// three xor-shuffles). Tiles live in shared memory as A, row-major, the head dim padded
+// to HD (zeros past d / dv) with a row stride of HD + 4 elements. Ownership of a thread:
 //   rows   row(i) = ty + 16 i                         (rows of S, O, dK, ...)
 //   keys   key(j) = tx + 8 j                          (columns of S: the 8 lanes of a
 //          128-bit shared-load phase read 8 rows at stride HD + 4 words: 8 distinct bank
 //          quads, no conflict)
 //   cols   col(c) = (c / 4) * 32 + tx * 4 + c % 4     (columns of O: float4 chunks, the 8
 //          lanes read 128 contiguous bytes)
-// Tiles enter shared memory converted to fp32 whatever the storage dtype (a run-time
-// argument: kF32 / kF16 / kBF16), so the FFMA loops are the same for every dtype.
-// dot_tile is the S = A B^T micro-GEMM over the head dim (RM + RN float4 loads per 4 RM RN
-// FFMA), acc_tile the O += P V micro-GEMM over keys (RM + CN float4 loads per 4 RM CN FFMA).
+// Tiles enter shared memory converted to A whatever the storage dtype (a run-time
+// argument: kF32 / kF16 / kBF16 for A = float; kF64 is the only one of A = double), so the
+// FMA loops are the same for every dtype.
+// dot_tile is the S = A B^T micro-GEMM over the head dim (RM + RN 4-element loads per 4 RM
+// RN FMA), acc_tile the O += P V micro-GEMM over keys (RM + CN 4-element loads per 4 RM CN
+// FMA). A 4-element pack is a float4, or two double2 for double (dbl4).
 #pragma once
 
 #include "attention/attention_common.cuh"
@@ -27,12 +31,22 @@ constexpr int kTC = 8;   // threads along a row
 constexpr float kLog2e = 1.4426950408889634f;
 constexpr float kLn2 = 0.6931471805599453f;
 
+// log2(e) and ln(2) in the accumulation type.
+template <typename A> struct Const;
+template <> struct Const<float> {
+    static constexpr float log2e = kLog2e, ln2 = kLn2;
+};
+template <> struct Const<double> {
+    static constexpr double log2e = 1.4426950408889634, ln2 = 0.6931471805599453;
+};
+
 __device__ __forceinline__ int col_of(int c, int tx) { return (c >> 2) * 32 + tx * 4 + (c & 3); }
 
 // Storage types, a run-time argument: the storage type only matters where tiles enter
 // (global -> shared, converted to fp32) and leave; the FFMA loops never see it, so one
 // kernel serves the three dtypes (a third of the NVRTC work of a template parameter).
 constexpr int kF32 = 0, kF16 = 1, kBF16 = 2;
+constexpr int kF64 = 3;  // the storage type of the A = double kernels (and only it)
 
 __device__ __forceinline__ int elem_bytes(int dtype) { return dtype == kF32 ? 4 : 2; }
 
@@ -82,11 +96,42 @@ __device__ __forceinline__ void store4(void* base, long long off, int dtype, flo
         dtype == kF16 ? pack4<__half>(v) : pack4<__nv_bfloat16>(v);
 }
 
-// Shared-memory float4 access.
+// Four doubles as two 16-byte halves (double4's alignment differs between toolkits).
+struct dbl4 {
+    double x, y, z, w;
+};
+
+// The 4-element pack of A, and a pack of four values.
+template <typename A> struct Pack4;
+template <> struct Pack4<float> { typedef float4 type; };
+template <> struct Pack4<double> { typedef dbl4 type; };
+template <typename A> using pack4_t = typename Pack4<A>::type;
+
+__device__ __forceinline__ float4 make4(float a, float b, float c, float d) {
+    return make_float4(a, b, c, d);
+}
+__device__ __forceinline__ dbl4 make4(double a, double b, double c, double d) {
+    return dbl4{a, b, c, d};
+}
+
+// Four doubles at p (16-byte aligned) and back.
+__device__ __forceinline__ dbl4 ld_dbl4(const double* p) {
+    const double2 lo = reinterpret_cast<const double2*>(p)[0];
+    const double2 hi = reinterpret_cast<const double2*>(p)[1];
+    return dbl4{lo.x, lo.y, hi.x, hi.y};
+}
+__device__ __forceinline__ void st_dbl4(double* p, dbl4 v) {
+    reinterpret_cast<double2*>(p)[0] = double2{v.x, v.y};
+    reinterpret_cast<double2*>(p)[1] = double2{v.z, v.w};
+}
+
+// Shared-memory 4-element access.
 __device__ __forceinline__ float4 lds4(const float* p) {
     return *reinterpret_cast<const float4*>(p);
 }
 __device__ __forceinline__ void sts4(float* p, float4 v) { *reinterpret_cast<float4*>(p) = v; }
+__device__ __forceinline__ dbl4 lds4(const double* p) { return ld_dbl4(p); }
+__device__ __forceinline__ void sts4(double* p, dbl4 v) { st_dbl4(p, v); }
 
 // Whether rows of `ncols` elements at base + off + r * ss allow 4-element vector accesses.
 __device__ __forceinline__ bool vec_ok(const void* base, long long off, long long ss, int ncols,
@@ -96,6 +141,49 @@ __device__ __forceinline__ bool vec_ok(const void* base, long long off, long lon
            ((unsigned long long)base + (unsigned long long)(off * e)) % (4 * e) == 0;
 }
 
+// Global-memory access of the kernels computing in A: the functions above for float, and
+// double storage (kF64) for double, whose vector accesses are two 16-byte halves (so rows
+// need 16-byte alignment, not 32).
+template <typename A> struct Io;
+template <> struct Io<float> {
+    static __device__ __forceinline__ float load1(const void* base, long long off, int dtype) {
+        return sdpa_fp32::load1(base, off, dtype);
+    }
+    static __device__ __forceinline__ float4 load4(const void* base, long long off, int dtype) {
+        return sdpa_fp32::load4(base, off, dtype);
+    }
+    static __device__ __forceinline__ void store1(void* base, long long off, int dtype, float v) {
+        sdpa_fp32::store1(base, off, dtype, v);
+    }
+    static __device__ __forceinline__ void store4(void* base, long long off, int dtype,
+                                                  float4 v) {
+        sdpa_fp32::store4(base, off, dtype, v);
+    }
+    static __device__ __forceinline__ bool vec_ok(const void* base, long long off, long long ss,
+                                                  int ncols, int dtype) {
+        return sdpa_fp32::vec_ok(base, off, ss, ncols, dtype);
+    }
+};
+template <> struct Io<double> {
+    static __device__ __forceinline__ double load1(const void* base, long long off, int) {
+        return static_cast<const double*>(base)[off];
+    }
+    static __device__ __forceinline__ dbl4 load4(const void* base, long long off, int) {
+        return ld_dbl4(static_cast<const double*>(base) + off);
+    }
+    static __device__ __forceinline__ void store1(void* base, long long off, int, double v) {
+        static_cast<double*>(base)[off] = v;
+    }
+    static __device__ __forceinline__ void store4(void* base, long long off, int, dbl4 v) {
+        st_dbl4(static_cast<double*>(base) + off, v);
+    }
+    static __device__ __forceinline__ bool vec_ok(const void* base, long long off, long long ss,
+                                                  int ncols, int) {
+        return (ncols & 3) == 0 && (ss & 1) == 0 &&
+               ((unsigned long long)base + (unsigned long long)(off * 8)) % 16 == 0;
+    }
+};
+
 // Rows of a tensor at a uniform stride: element offset off + r * ss.
 struct Strided {
     long long off, ss;
@@ -104,22 +192,22 @@ struct Strided {
 
 // dst[r][0..HD) (row stride LD floats) = rows r < nrows (element offsets row_off(r) from
 // base), columns < ncols; zeros elsewhere (padding must be finite: it meets P = 0 or q = 0).
-template <int ROWS, int HD, int LD, class RowOff>
-__device__ __forceinline__ void load_tile(float* dst, const void* base, int dtype, int nrows,
+template <int ROWS, int HD, int LD, class RowOff, typename A>
+__device__ __forceinline__ void load_tile(A* dst, const void* base, int dtype, int nrows,
                                           int ncols, bool vec, RowOff row_off) {
     constexpr int C4 = HD / 4;
     for (int idx = threadIdx.x; idx < ROWS * C4; idx += kThreads) {
         const int r = idx / C4, c = (idx % C4) * 4;
-        float4 v = make_float4(0.f, 0.f, 0.f, 0.f);
+        pack4_t<A> v = make4(A(0), A(0), A(0), A(0));
         if (r < nrows && c < ncols) {
             const long long off = row_off(r) + c;
             if (vec) {
-                v = load4(base, off, dtype);
+                v = Io<A>::load4(base, off, dtype);
             } else {
-                v.x = load1(base, off, dtype);
-                if (c + 1 < ncols) v.y = load1(base, off + 1, dtype);
-                if (c + 2 < ncols) v.z = load1(base, off + 2, dtype);
-                if (c + 3 < ncols) v.w = load1(base, off + 3, dtype);
+                v.x = Io<A>::load1(base, off, dtype);
+                if (c + 1 < ncols) v.y = Io<A>::load1(base, off + 1, dtype);
+                if (c + 2 < ncols) v.z = Io<A>::load1(base, off + 2, dtype);
+                if (c + 3 < ncols) v.w = Io<A>::load1(base, off + 3, dtype);
             }
         }
         sts4(dst + r * LD + c, v);
@@ -128,11 +216,11 @@ __device__ __forceinline__ void load_tile(float* dst, const void* base, int dtyp
 
 // Writes RM rows x CN columns of acc * mul: rows row0 + row(i) below nrows, columns col(c)
 // below ncols, at element offsets off + r * ss of base.
-template <int RM, int CN>
+template <int RM, int CN, typename A>
 __device__ __forceinline__ void store_rows(void* base, int dtype, long long off, long long ss,
                                            int row0, int nrows, int ncols,
-                                           const float (&acc)[RM][CN], float mul, int ty, int tx) {
-    const bool vec = vec_ok(base, off, ss, ncols, dtype);
+                                           const A (&acc)[RM][CN], A mul, int ty, int tx) {
+    const bool vec = Io<A>::vec_ok(base, off, ss, ncols, dtype);
 #pragma unroll
     for (int i = 0; i < RM; ++i) {
         const int r = row0 + ty + kTR * i;
@@ -141,33 +229,33 @@ __device__ __forceinline__ void store_rows(void* base, int dtype, long long off,
 #pragma unroll
         for (int c = 0; c < CN; c += 4) {
             const int col = col_of(c, tx);
-            const float4 val = make_float4(acc[i][c] * mul, acc[i][c + 1] * mul,
-                                           acc[i][c + 2] * mul, acc[i][c + 3] * mul);
+            const pack4_t<A> val = make4(acc[i][c] * mul, acc[i][c + 1] * mul,
+                                         acc[i][c + 2] * mul, acc[i][c + 3] * mul);
             if (vec) {
-                if (col < ncols) store4(base, row + col, dtype, val);
+                if (col < ncols) Io<A>::store4(base, row + col, dtype, val);
             } else {
-                if (col < ncols) store1(base, row + col, dtype, val.x);
-                if (col + 1 < ncols) store1(base, row + col + 1, dtype, val.y);
-                if (col + 2 < ncols) store1(base, row + col + 2, dtype, val.z);
-                if (col + 3 < ncols) store1(base, row + col + 3, dtype, val.w);
+                if (col < ncols) Io<A>::store1(base, row + col, dtype, val.x);
+                if (col + 1 < ncols) Io<A>::store1(base, row + col + 1, dtype, val.y);
+                if (col + 2 < ncols) Io<A>::store1(base, row + col + 2, dtype, val.z);
+                if (col + 3 < ncols) Io<A>::store1(base, row + col + 3, dtype, val.w);
             }
         }
     }
 }
 
 // acc[i][j] = sum_d A[row(i)][d] * B[key(j)][d], d < HD (A, B row-major, strides LDA, LDB).
-template <int RM, int RN, int HD, int LDA, int LDB>
-__device__ __forceinline__ void dot_tile(float (&acc)[RM][RN], const float* A, const float* B,
-                                         int ty, int tx) {
+template <int RM, int RN, int HD, int LDA, int LDB, typename T>
+__device__ __forceinline__ void dot_tile(T (&acc)[RM][RN], const T* A, const T* B, int ty,
+                                         int tx) {
 #pragma unroll
     for (int i = 0; i < RM; ++i)
 #pragma unroll
-        for (int j = 0; j < RN; ++j) acc[i][j] = 0.f;
-    const float* a0 = A + ty * LDA;
-    const float* b0 = B + tx * LDB;
+        for (int j = 0; j < RN; ++j) acc[i][j] = T(0);
+    const T* a0 = A + ty * LDA;
+    const T* b0 = B + tx * LDB;
 #pragma unroll 2
     for (int d = 0; d < HD; d += 4) {
-        float4 a[RM], b[RN];
+        pack4_t<T> a[RM], b[RN];
 #pragma unroll
         for (int i = 0; i < RM; ++i) a[i] = lds4(a0 + i * kTR * LDA + d);
 #pragma unroll
@@ -176,41 +264,41 @@ __device__ __forceinline__ void dot_tile(float (&acc)[RM][RN], const float* A, c
         for (int i = 0; i < RM; ++i)
 #pragma unroll
             for (int j = 0; j < RN; ++j) {
-                acc[i][j] = fmaf(a[i].x, b[j].x, acc[i][j]);
-                acc[i][j] = fmaf(a[i].y, b[j].y, acc[i][j]);
-                acc[i][j] = fmaf(a[i].z, b[j].z, acc[i][j]);
-                acc[i][j] = fmaf(a[i].w, b[j].w, acc[i][j]);
+                acc[i][j] = cl::math::fma(a[i].x, b[j].x, acc[i][j]);
+                acc[i][j] = cl::math::fma(a[i].y, b[j].y, acc[i][j]);
+                acc[i][j] = cl::math::fma(a[i].z, b[j].z, acc[i][j]);
+                acc[i][j] = cl::math::fma(a[i].w, b[j].w, acc[i][j]);
             }
     }
 }
 
 // acc[i][c] += sum_k P[row(i)][k] * V[k][col(c)], k < K (P stride LDP, V stride LDV).
-template <int RM, int CN, int K, int LDP, int LDV>
-__device__ __forceinline__ void acc_tile(float (&acc)[RM][CN], const float* P, const float* V,
-                                         int ty, int tx) {
-    static_assert(CN % 4 == 0, "O columns come in float4 chunks");
-    const float* p0 = P + ty * LDP;
-    const float* v0 = V + tx * 4;
+template <int RM, int CN, int K, int LDP, int LDV, typename A>
+__device__ __forceinline__ void acc_tile(A (&acc)[RM][CN], const A* P, const A* V, int ty,
+                                         int tx) {
+    static_assert(CN % 4 == 0, "O columns come in 4-element chunks");
+    const A* p0 = P + ty * LDP;
+    const A* v0 = V + tx * 4;
 #pragma unroll 1
     for (int k = 0; k < K; k += 4) {
-        float4 pv[RM];
+        pack4_t<A> pv[RM];
 #pragma unroll
         for (int i = 0; i < RM; ++i) pv[i] = lds4(p0 + i * kTR * LDP + k);
 #pragma unroll
         for (int kk = 0; kk < 4; ++kk) {
-            float4 v[CN / 4];
+            pack4_t<A> v[CN / 4];
 #pragma unroll
             for (int c4 = 0; c4 < CN / 4; ++c4) v[c4] = lds4(v0 + (k + kk) * LDV + c4 * 32);
 #pragma unroll
             for (int i = 0; i < RM; ++i) {
-                const float pk =
+                const A pk =
                     kk == 0 ? pv[i].x : kk == 1 ? pv[i].y : kk == 2 ? pv[i].z : pv[i].w;
 #pragma unroll
                 for (int c4 = 0; c4 < CN / 4; ++c4) {
-                    acc[i][c4 * 4 + 0] = fmaf(pk, v[c4].x, acc[i][c4 * 4 + 0]);
-                    acc[i][c4 * 4 + 1] = fmaf(pk, v[c4].y, acc[i][c4 * 4 + 1]);
-                    acc[i][c4 * 4 + 2] = fmaf(pk, v[c4].z, acc[i][c4 * 4 + 2]);
-                    acc[i][c4 * 4 + 3] = fmaf(pk, v[c4].w, acc[i][c4 * 4 + 3]);
+                    acc[i][c4 * 4 + 0] = cl::math::fma(pk, v[c4].x, acc[i][c4 * 4 + 0]);
+                    acc[i][c4 * 4 + 1] = cl::math::fma(pk, v[c4].y, acc[i][c4 * 4 + 1]);
+                    acc[i][c4 * 4 + 2] = cl::math::fma(pk, v[c4].z, acc[i][c4 * 4 + 2]);
+                    acc[i][c4 * 4 + 3] = cl::math::fma(pk, v[c4].w, acc[i][c4 * 4 + 3]);
                 }
             }
         }
@@ -222,14 +310,20 @@ __device__ __forceinline__ void acc_tile(float (&acc)[RM][CN], const float* P, c
 __device__ __noinline__ float drop_factor(const SdpaParams& p, int bi, int h, int i, int j) {
     return sdpa::dropout_factor(p, bi, h, i, j);
 }
+__device__ __noinline__ double drop_factor(const SdpaParamsT<double>& p, int bi, int h, int i,
+                                           int j) {
+    return sdpa::dropout_factor(p, bi, h, i, j);
+}
 
 // Reductions over the 8 lanes of a thread row.
-__device__ __forceinline__ float row_max(float v) {
-    v = fmaxf(v, __shfl_xor_sync(0xffffffffu, v, 1));
-    v = fmaxf(v, __shfl_xor_sync(0xffffffffu, v, 2));
-    return fmaxf(v, __shfl_xor_sync(0xffffffffu, v, 4));
+template <typename A>
+__device__ __forceinline__ A row_max(A v) {
+    v = cl::math::fmax(v, __shfl_xor_sync(0xffffffffu, v, 1));
+    v = cl::math::fmax(v, __shfl_xor_sync(0xffffffffu, v, 2));
+    return cl::math::fmax(v, __shfl_xor_sync(0xffffffffu, v, 4));
 }
-__device__ __forceinline__ float row_sum(float v) {
+template <typename A>
+__device__ __forceinline__ A row_sum(A v) {
     v += __shfl_xor_sync(0xffffffffu, v, 1);
     v += __shfl_xor_sync(0xffffffffu, v, 2);
     return v + __shfl_xor_sync(0xffffffffu, v, 4);
@@ -254,6 +348,15 @@ __device__ __noinline__ bool mask_keep(const SdpaParams& p, const void* mask, in
     add_log2 = m.add_log2;
     return m.keep;
 }
+__device__ __noinline__ bool mask_keep(const SdpaParamsT<double>& p, const void* mask,
+                                       int mask_kind, int dtype, int bi, int h, int i, int j,
+                                       double& add_log2) {
+    if (mask_kind == sdpa::kMaskBool)
+        return sdpa::mask_at<sdpa::kMaskBool, double>(p, mask, bi, h, i, j).keep;
+    const auto m = sdpa::mask_at<sdpa::kMaskAdditive, double>(p, mask, bi, h, i, j);
+    add_log2 = m.add_log2;
+    return m.keep;
+}
 
 // The key range of a block of query rows [i_first, i_last] (nondecreasing bounds in i):
 // [lo, hi) covers every row's keys; a tile [j0, j0 + n) with lo_max <= j0 and j0 + n <= hi_min
@@ -262,7 +365,8 @@ struct BlockRange {
     int lo, hi, lo_max, hi_min;
 };
 
-__device__ __forceinline__ BlockRange block_range(const SdpaParams& p, sdpa::Lengths L,
+template <class P>
+__device__ __forceinline__ BlockRange block_range(const P& p, sdpa::Lengths L,
                                                   int i_first, int i_last) {
     BlockRange r{0, 0, 0, 0};
     i_last = min(i_last, L.q - 1);
@@ -282,35 +386,35 @@ __device__ __forceinline__ BlockRange block_range(const SdpaParams& p, sdpa::Len
 // applied either way).
 // On return o (unnormalized), m (log2 domain, -inf when nothing kept) and l (the undropped
 // denominator) per row.
-template <int BM, int BN, int HD>
+template <int BM, int BN, int HD, typename A = float>
 struct FwdTile {
     static constexpr int RM = BM / kTR, RN = BN / kTC, CN = HD / kTC, LD = HD + 4, LDP = BN + 4;
     static constexpr int SMEM_FLOATS = BM * LD + 2 * BN * LD + BM * LDP;
     static_assert(BM % kTR == 0 && BN % kTC == 0 && BN % 4 == 0 && HD % 32 == 0, "tile shape");
 
-    float o[RM][CN];
-    float m[RM], l[RM];
+    A o[RM][CN];
+    A m[RM], l[RM];
 
-    __device__ __forceinline__ void run(const SdpaParams& p, float* smem, const void* k,
+    __device__ __forceinline__ void run(const SdpaParamsT<A>& p, A* smem, const void* k,
                                         long long k_off, const void* v, long long v_off,
                                         int dtype, const void* mask, int mask_kind, int bi,
                                         sdpa::Lengths L, const int (&rh)[RM], const int (&ri)[RM],
                                         const int (&rlo)[RM], const int (&rhi)[RM], int kv_begin,
                                         int kv_end, int full_lo, int full_hi) {
-        float* Qs = smem;
-        float* Ks = Qs + BM * LD;
-        float* Vs = Ks + BN * LD;
-        float* Ps = Vs + BN * LD;
+        A* Qs = smem;
+        A* Ks = Qs + BM * LD;
+        A* Vs = Ks + BN * LD;
+        A* Ps = Vs + BN * LD;
         const int ty = threadIdx.x / kTC, tx = threadIdx.x % kTC;
-        const bool vec_k = vec_ok(k, k_off, p.k_ss, p.d, dtype);
-        const bool vec_v = vec_ok(v, v_off, p.v_ss, p.dv, dtype);
+        const bool vec_k = Io<A>::vec_ok(k, k_off, p.k_ss, p.d, dtype);
+        const bool vec_v = Io<A>::vec_ok(v, v_off, p.v_ss, p.dv, dtype);
         const bool dropout = p.drop_threshold != 0;
 #pragma unroll
         for (int i = 0; i < RM; ++i) {
             m[i] = -INFINITY;
-            l[i] = 0.f;
+            l[i] = A(0);
 #pragma unroll
-            for (int c = 0; c < CN; ++c) o[i][c] = 0.f;
+            for (int c = 0; c < CN; ++c) o[i][c] = A(0);
         }
         for (int j0 = kv_begin; j0 < kv_end; j0 += BN) {
             const int nk = min(BN, L.kv - j0);
@@ -320,33 +424,33 @@ struct FwdTile {
             load_tile<BN, HD, LD>(Vs, v, dtype, nk, p.dv, vec_v,
                                   Strided{v_off + j0 * p.v_ss, p.v_ss});
             __syncthreads();
-            float s[RM][RN];
+            A s[RM][RN];
             dot_tile<RM, RN, HD, LD, LD>(s, Qs, Ks, ty, tx);
             const bool full = j0 >= full_lo && j0 + BN <= full_hi;
 #pragma unroll
             for (int i = 0; i < RM; ++i) {
-                float mx = -INFINITY;
+                A mx = -INFINITY;
 #pragma unroll
                 for (int j = 0; j < RN; ++j) {
-                    float x = s[i][j] * p.scale_log2;
+                    A x = s[i][j] * p.scale_log2;
                     if (!full) {
                         const int key = j0 + tx + kTC * j;
-                        float add = 0.f;
+                        A add = A(0);
                         bool keep = key >= rlo[i] && key < rhi[i];
                         if (keep && mask_kind)
                             keep = mask_keep(p, mask, mask_kind, dtype, bi, rh[i], ri[i], key, add);
                         x = keep ? x + add : -INFINITY;
                     }
                     s[i][j] = x;
-                    mx = fmaxf(mx, x);
+                    mx = cl::math::fmax(mx, x);
                 }
-                const float m_new = fmaxf(m[i], row_max(mx));
-                const float m_use = m_new == -INFINITY ? 0.f : m_new;  // nothing kept yet
-                const float alpha = exp2f(m[i] - m_use);
-                float sum = 0.f;
+                const A m_new = cl::math::fmax(m[i], row_max(mx));
+                const A m_use = m_new == -INFINITY ? A(0) : m_new;  // nothing kept yet
+                const A alpha = cl::math::exp2(m[i] - m_use);
+                A sum = A(0);
 #pragma unroll
                 for (int j = 0; j < RN; ++j) {
-                    float e = exp2f(s[i][j] - m_use);
+                    A e = cl::math::exp2(s[i][j] - m_use);
                     sum += e;
                     if (dropout) e *= drop_factor(p, bi, rh[i], ri[i], j0 + tx + kTC * j);
                     Ps[(ty + kTR * i) * LDP + tx + kTC * j] = e;

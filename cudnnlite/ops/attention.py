@@ -15,6 +15,11 @@ Deliberate differences from PyTorch (also in the README):
 - dropout uses the library's Philox stream from ``seed`` (PyTorch's global generator has
   no equivalent); with ``seed=None`` a seed is drawn from NumPy's global generator, and the
   backward needs the seed, so pass one when training.
+
+float64 inputs compute in double throughout (scores, softmax, accumulations); their lse
+and the additive mask's gradient are float64 too, and the dropout scale is 1 / (1 - p)
+in double (float32(1 / (1 - p)) for the other dtypes); the dropout mask is the same for a
+seed whatever the dtype.
 """
 
 from __future__ import annotations
@@ -32,7 +37,13 @@ from ..problems.attention import AttentionProblem
 from ..runtime.backend import Backend
 from ..runtime.select import backend_for
 from ..runtime.streams import with_stream
-from ..solvers.attention.common import AttentionBwdTensors, AttentionTensors, Scalars, data_ptr
+from ..solvers.attention.common import (
+    AttentionBwdTensors,
+    AttentionTensors,
+    Scalars,
+    acc_numpy,
+    data_ptr,
+)
 from ._arrays import array_module, as_array, check_out, float_dtype
 
 LAYOUTS = ("BHSD", "BSHD")
@@ -362,8 +373,8 @@ def scaled_dot_product_attention(
     flash solvers), with PyTorch's semantics (module docstring for the shapes).
 
     Args:
-        q, k, v: float32, float16 or bfloat16 arrays of one kind (NumPy → emulator, CuPy →
-            GPU); fp32 accumulation and softmax.
+        q, k, v: float32, float16, bfloat16 or float64 arrays of one kind (NumPy →
+            emulator, CuPy → GPU); fp32 accumulation and softmax (double for float64).
         attn_mask: None, a bool array (True = keep) or an additive array of q's dtype,
             broadcastable to (batch..., heads, L, S).
         dropout_p: dropout on the attention probabilities, in [0, 1).
@@ -375,8 +386,9 @@ def scaled_dot_product_attention(
         window: (left, right) sliding window around each query's aligned position, -1 for
             unbounded (FlashAttention's ``window_size``).
         seed, offset: the Philox stream of the dropout mask (module docstring).
-        return_lse: also return the logsumexp (float32, (batch..., heads, L), natural log;
-            -inf for rows that keep nothing), which the backward takes.
+        return_lse: also return the logsumexp (float32, float64 for float64 inputs;
+            (batch..., heads, L), natural log; -inf for rows that keep nothing), which the
+            backward takes.
         lengths_q, lengths_kv: per-batch-entry lengths (padded varlen): keys at or past
             lengths_kv[b] are masked; query rows at or past lengths_q[b] give 0.
         algo: "auto" or a solver name (``cudnnlite.explain`` lists them).
@@ -417,9 +429,9 @@ def scaled_dot_product_attention(
     o = out.reshape(p.o_shape()) if direct else xp.empty(p.o_shape(), dtype=call.dtype)
     if p.empty:
         o[...] = 0
-        lse = xp.full(p.lse_shape(), -np.inf, dtype=np.float32)
+        lse = xp.full(p.lse_shape(), -np.inf, dtype=acc_numpy(p))
     else:
-        lse = xp.empty(p.lse_shape(), dtype=np.float32)  # every solver writes every row
+        lse = xp.empty(p.lse_shape(), dtype=acc_numpy(p))  # every solver writes every row
         plan = get_plan(call.backend, p, algo)
         qq, kk, vv = _operands(call, p)
         plan.launch(
@@ -494,9 +506,10 @@ def scaled_dot_product_attention_backward(
                 f"{name}: expected shape {call.shapes.out_shape} dtype "
                 f"{np.dtype(call.dtype)}, got {tuple(a.shape)} {a.dtype}"
             )
-    if tuple(lse.shape) != call.shapes.lse_shape or lse.dtype != np.float32:
+    lse_dtype = acc_numpy(p)  # what the forward returned for this dtype
+    if tuple(lse.shape) != call.shapes.lse_shape or lse.dtype != lse_dtype:
         raise BadParamError(
-            f"lse: expected float32 of shape {call.shapes.lse_shape}, got "
+            f"lse: expected {lse_dtype} of shape {call.shapes.lse_shape}, got "
             f"{lse.dtype} {tuple(lse.shape)}"
         )
     # Every solver writes every element (its tests start from NaN): zeros only when
@@ -506,7 +519,7 @@ def scaled_dot_product_attention_backward(
     dk = alloc(p.k_shape(), dtype=call.dtype)
     dv = alloc(p.v_shape(), dtype=call.dtype)
     full = (p.b, p.hq, p.sq, p.skv)
-    dmask = alloc(full, dtype=np.float32) if p.mask == "additive" else None
+    dmask = alloc(full, dtype=acc_numpy(p)) if p.mask == "additive" else None
     if not p.empty:
         qq, kk, vv = _operands(call, p)
         o4 = _packed(o.reshape(p.o_shape()))
@@ -589,14 +602,14 @@ def tuning_operands(
     scalars = Scalars(
         scale=1.0 / math.sqrt(problem.d), dropout_p=0.1 if problem.dropout else 0.0, seed=1
     )
-    lse = xp.empty(problem.lse_shape(), dtype=np.float32)
+    lse = xp.empty(problem.lse_shape(), dtype=acc_numpy(problem))
     o = empty(problem, backend, problem.o_shape())
     if problem.direction == "fwd":
         return AttentionTensors(q, k, v, o, lse, mask, lq, lkv), scalars
     o[...] = 0
     lse[...] = 0
     dout = random(problem, backend, problem.o_shape(), 3)
-    dmask = xp.empty(full, dtype=np.float32) if problem.mask == "additive" else None
+    dmask = xp.empty(full, dtype=acc_numpy(problem)) if problem.mask == "additive" else None
     tensors = AttentionBwdTensors(
         q,
         k,

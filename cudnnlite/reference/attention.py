@@ -15,7 +15,8 @@ Semantics (``cudnnlite/problems/attention.py`` states them for every solver):
 - GQA: query head ``h`` reads key/value head ``h // (hq // hkv)``;
 - dropout on the probabilities with the Philox stream of ``reference/dropout.py``: the
   element numbering is C order over ``(b, hq, sq, skv)``; kept probabilities are scaled by
-  ``float32(1 / (1 - p))``.
+  ``float32(1 / (1 - p))``, or by ``1 / (1 - p)`` unrounded with ``exact_dropout_scale``
+  (what the library does for float64 inputs).
 
 Arrays are BHSD (``layout="BSHD"`` swaps axes 1 and 2 of q, k, v, out and their
 gradients); masks broadcast to ``(b, hq, sq, skv)``.
@@ -74,7 +75,8 @@ def keep_mask(
 
 
 def _probs(q, k, attn_mask, dropout_p, causal, scale, layout, align, window, seed, offset,
-           lengths_q, lengths_kv) -> tuple[_Probs, np.ndarray, np.ndarray]:  # fmt: skip
+           lengths_q, lengths_kv, exact_dropout_scale=False
+           ) -> tuple[_Probs, np.ndarray, np.ndarray]:  # fmt: skip
     b, hq, sq, d = q.shape
     hkv, skv = k.shape[1], k.shape[2]
     group = hq // hkv
@@ -114,7 +116,8 @@ def _probs(q, k, attn_mask, dropout_p, causal, scale, layout, align, window, see
     keep_scale: np.ndarray | float = 1.0
     if dropout_p > 0:
         kept = dropout_mask((b, hq, sq, skv), dropout_p, seed, offset)
-        keep_scale = kept * dropout_scale(dropout_p)
+        factor = 1.0 / (1.0 - dropout_p) if exact_dropout_scale else dropout_scale(dropout_p)
+        keep_scale = kept * factor
     pd = p * keep_scale
     return _Probs(p, pd, keep_scale, lse, row_ok), kk, s
 
@@ -135,11 +138,13 @@ def sdpa_forward(
     offset: int = 0,
     lengths_q: Any = None,
     lengths_kv: Any = None,
+    exact_dropout_scale: bool = False,
 ) -> tuple[np.ndarray, np.ndarray]:
     """(out, lse): out in ``layout``, lse (b, hq, sq) float64 (natural log)."""
     q, k, v = (_bhsd(a, layout) for a in (q, k, v))
     pr, _, _ = _probs(q, k, attn_mask, dropout_p, is_causal, scale, layout, causal_align,
-                      window, seed, offset, lengths_q, lengths_kv)  # fmt: skip
+                      window, seed, offset, lengths_q, lengths_kv,
+                      exact_dropout_scale)  # fmt: skip
     group = q.shape[1] // k.shape[1]
     out = np.einsum("bhij,bhjd->bhid", pr.pd, np.repeat(v, group, axis=1))
     out = np.where(pr.row_ok, out, 0.0)
@@ -164,6 +169,7 @@ def sdpa_backward(
     offset: int = 0,
     lengths_q: Any = None,
     lengths_kv: Any = None,
+    exact_dropout_scale: bool = False,
 ) -> tuple[np.ndarray, np.ndarray, np.ndarray, np.ndarray | None]:
     """(dq, dk, dv, dmask): the gradients of ``sum(out * dout)``; dmask is the gradient
     of an additive mask at full (b, hq, sq, skv) shape (None for other masks)."""
@@ -172,7 +178,8 @@ def sdpa_backward(
     hkv = k.shape[1]
     group = hq // hkv
     pr, kk, _ = _probs(q, k, attn_mask, dropout_p, is_causal, scale, layout, causal_align,
-                       window, seed, offset, lengths_q, lengths_kv)  # fmt: skip
+                       window, seed, offset, lengths_q, lengths_kv,
+                       exact_dropout_scale)  # fmt: skip
     scale = 1.0 / np.sqrt(d) if scale is None else float(scale)
     do = np.where(pr.row_ok, do, 0.0)
     vv = np.repeat(v, group, axis=1)

@@ -1,6 +1,11 @@
 """What every attention solver shares: the kernel parameter struct (mirror of
-``cuda_src/attention/attention_common.cuh:SdpaParams``), the tensors of a call and the
-per-call scalars (scale, dropout), and the mask-kind template argument."""
+``cuda_src/attention/attention_common.cuh:SdpaParamsT``: float scalars for the float32-math
+kernels, double ones for float64), the tensors of a call and the per-call scalars (scale,
+dropout), and the mask-kind template argument.
+
+float64 problems compute in double: lse, the additive mask's gradient and the solvers'
+workspaces are float64 (``acc_numpy``); the softmax and dropout scales reach the kernels
+unrounded (the dropout scale is ``1 / (1 - p)`` in double, not its float32 rounding)."""
 
 from __future__ import annotations
 
@@ -16,21 +21,39 @@ from ...reference.dropout import drop_threshold, dropout_scale
 
 SOURCE_COMMON = "attention/attention_common.cuh"
 
-PARAMS_DTYPE = np.dtype(
-    [(f, "<i4") for f in ("b", "hq", "hkv", "sq", "skv", "d", "dv", "group")]
-    + [(f"{t}_s{a}", "<i8") for t in "qkvo" for a in ("b", "h", "s")]
-    + [(f"m_s{a}", "<i8") for a in ("b", "h", "i", "j")]
-    + [("scale", "<f4"), ("scale_log2", "<f4"), ("left", "<i4"), ("right", "<i4")]
-    + [("align_br", "<i4"), ("has_lengths", "<i4")]
-    + [("seed", "<u8"), ("offset", "<u8"), ("drop_threshold", "<u4"), ("drop_scale", "<f4")],
-    align=True,
-)
+
+
+def _params_dtype(real: str) -> np.dtype:
+    """SdpaParamsT<A> with A = float ("<f4") or double ("<f8")."""
+    return np.dtype(
+        [(f, "<i4") for f in ("b", "hq", "hkv", "sq", "skv", "d", "dv", "group")]
+        + [(f"{t}_s{a}", "<i8") for t in "qkvo" for a in ("b", "h", "s")]
+        + [(f"m_s{a}", "<i8") for a in ("b", "h", "i", "j")]
+        + [("scale", real), ("scale_log2", real), ("left", "<i4"), ("right", "<i4")]
+        + [("align_br", "<i4"), ("has_lengths", "<i4")]
+        + [("seed", "<u8"), ("offset", "<u8"), ("drop_threshold", "<u4"), ("drop_scale", real)],
+        align=True,
+    )
+
+
+PARAMS_DTYPE = _params_dtype("<f4")  # SdpaParams: fp32, fp16, bf16
+PARAMS_DTYPE64 = _params_dtype("<f8")  # SdpaParamsT<double>: fp64
 
 MASK_KIND = {"none": 0, "bool": 1, "additive": 2}  # sdpa::kMask*
 
 
 def dtype_of(problem: AttentionProblem) -> dtypes.DType:
     return next(d for d in dtypes.FLOAT_TYPES if d.short == problem.dtype)
+
+
+def acc_numpy(problem: AttentionProblem) -> np.dtype:
+    """The type the kernels compute in, and of lse, dmask and the workspaces: float32, or
+    float64 for fp64 problems."""
+    return np.dtype(np.float64 if problem.dtype == "fp64" else np.float32)
+
+
+def acc_bytes(problem: AttentionProblem) -> int:
+    return acc_numpy(problem).itemsize
 
 
 def mask_ctype(problem: AttentionProblem) -> str:
@@ -53,7 +76,8 @@ class AttentionTensors:
     """The arrays of one forward call, on the backend.
 
     q, k, v, o: 4-D in the problem's layout, the head dim contiguous (strides are read
-    from the arrays); lse: float32 (b, hq, sq) contiguous (written); mask: None or an
+    from the arrays); lse: float32 (float64 for fp64: ``acc_numpy``) (b, hq, sq) contiguous
+    (written); mask: None or an
     array broadcastable to (b, hq, sq, skv) (bool as uint8 or the q dtype) already
     broadcast to 4-D (strides 0 where broadcast); lengths_q/lengths_kv: None or int32
     (b,)."""
@@ -75,8 +99,9 @@ class AttentionTensors:
 @dataclass
 class AttentionBwdTensors:
     """The arrays of one backward call: the forward's, dout (like o), and the written
-    gradients dq, dk, dv (like q, k, v) and dmask (None, or float32 (b, hq, sq, skv)
-    contiguous: the additive mask's gradient before any broadcast is summed)."""
+    gradients dq, dk, dv (like q, k, v) and dmask (None, or float32 (float64 for fp64)
+    (b, hq, sq, skv) contiguous: the additive mask's gradient before any broadcast is
+    summed)."""
 
     q: Any
     k: Any
@@ -118,8 +143,10 @@ def _strides(a: Any) -> tuple[int, int, int, int]:
 
 
 def params(problem: AttentionProblem, tensors: Any, scalars: Scalars) -> np.void:
-    """The SdpaParams of a call (strides from the arrays, so views work)."""
-    p = np.zeros((), PARAMS_DTYPE)
+    """The SdpaParamsT of a call (strides from the arrays, so views work): float scalars,
+    or double ones for fp64."""
+    fp64 = problem.dtype == "fp64"
+    p = np.zeros((), PARAMS_DTYPE64 if fp64 else PARAMS_DTYPE)
     for f in ("b", "hq", "hkv", "sq", "skv", "d", "dv", "group"):
         p[f] = getattr(problem, f)
     bhsd = problem.layout == "BHSD"
@@ -143,8 +170,14 @@ def params(problem: AttentionProblem, tensors: Any, scalars: Scalars) -> np.void
     p["drop_scale"] = 1.0  # drop_threshold 0 keeps everything, unscaled
     if problem.dropout and scalars.dropout_p > 0:
         p["drop_threshold"] = min(drop_threshold(scalars.dropout_p), 2**32 - 1)
-        p["drop_scale"] = dropout_scale(scalars.dropout_p)
+        p["drop_scale"] = drop_scale(scalars.dropout_p, fp64)
     return p[()]
+
+
+def drop_scale(p: float, fp64: bool) -> float:
+    """The factor of kept probabilities: float32(1 / (1 - p)) (``reference/dropout.py``),
+    or 1 / (1 - p) in double for float64."""
+    return 1.0 / (1.0 - p) if fp64 else dropout_scale(p)
 
 
 def head_dim_align(problem: AttentionProblem) -> int:

@@ -8,14 +8,22 @@ rowsum(dout * o), then dK/dV per key tile (looping over the GQA group's query he
 the query tiles that see the keys) and dQ (and the additive mask's gradient) per query
 tile: no atomics, deterministic.
 
-Every dtype (fp32 / fp16 / bf16 storage, fp32 math), any head dims 1..256 (d and dv
+Every dtype (fp32 / fp16 / bf16 storage with fp32 math; fp64 storage with double math:
+scores, softmax statistics, lse, delta and every accumulation in double, the kernels'
+A = double instantiation with tiles of their own), any head dims 1..256 (d and dv
 independent: both are zero-padded to the tile's head dim HD in {64, 128, 256}), every
 masking feature (GQA, causal either alignment, window, bool / additive masks, lengths,
 dropout). Vector loads where dims, strides and pointers allow, scalar otherwise. This is
 the exact fp32 path (the tensor-core solvers cover fp16/bf16 with head dims multiple of 8).
 
 Config: :class:`Fp32Config` (block_m query rows x block_n keys); one tile per HD, chosen
-for two 128-thread blocks per SM on sm_90 without spills.
+for two 128-thread blocks per SM on sm_90 without spills. fp64 tiles hold half the rows or
+keys (a double takes two registers and 8 bytes of shared memory); their shared memory
+fits sm_75's 64 KiB only for head dims <= 64 (elsewhere ``is_applicable`` says so and the
+dispatcher takes the unfused solver).
+
+Modules: one for fp32 / fp16 / bf16 (the storage dtype is a run-time argument) and one
+for fp64 (the A = double kernels).
 """
 
 from __future__ import annotations
@@ -25,13 +33,23 @@ from typing import Any
 
 import numpy as np
 
+from ... import dtypes
 from ...errors import NotSupportedError
 from ...problems.attention import AttentionProblem
 from ...runtime.backend import Backend
 from ...runtime.caps import Capabilities
 from ...runtime.kernel import ModuleSpec
 from ..base import APPLICABLE, Applicability, Config, Runner, Solver, not_applicable
-from .common import MASK_KIND, AttentionBwdTensors, AttentionTensors, Scalars, dtype_of, params
+from .common import (
+    MASK_KIND,
+    AttentionBwdTensors,
+    AttentionTensors,
+    Scalars,
+    acc_bytes,
+    acc_numpy,
+    dtype_of,
+    params,
+)
 
 SOURCE = "attention/flash_fp32.cu"
 THREADS = 128
@@ -41,8 +59,24 @@ MAX_HEAD_DIM = HEAD_TILES[-1]
 FWD_TILES = {64: (64, 64), 128: (64, 32), 256: (32, 32)}
 # ... and backward (block_m query rows x block_n keys for both the dK/dV and dQ kernels).
 BWD_TILES = {64: (32, 64), 128: (32, 32), 256: (32, 16)}
+# fp64 (double registers and shared memory): forward and backward tiles per HD.
+FWD_TILES64 = {64: (32, 32), 128: (16, 32), 256: (16, 16)}
+BWD_TILES64 = {64: (16, 32), 128: (16, 16), 256: (16, 16)}
 _MAX_GRID_Y = 65535
-DTYPE_CODE = {"fp32": 0, "fp16": 1, "bf16": 2}  # sdpa_fp32::kF32, kF16, kBF16
+DTYPE_CODE = {"fp32": 0, "fp16": 1, "bf16": 2, "fp64": 3}  # sdpa_fp32::kF32 ... kF64
+
+
+def acc_ctype(problem_dtype: str) -> str:
+    """The kernels' A: double for fp64, float otherwise."""
+    return "double" if problem_dtype == "fp64" else "float"
+
+
+def fwd_tiles(problem_dtype: str) -> dict[int, tuple[int, int]]:
+    return FWD_TILES64 if problem_dtype == "fp64" else FWD_TILES
+
+
+def bwd_tiles(problem_dtype: str) -> dict[int, tuple[int, int]]:
+    return BWD_TILES64 if problem_dtype == "fp64" else BWD_TILES
 
 
 def head_tile(problem: AttentionProblem) -> int:
@@ -60,37 +94,53 @@ class Fp32Config(Config):
             raise ValueError(f"block_m and block_n must be multiples of 16: {self}")
 
 
-def fwd_smem_bytes(bm: int, bn: int, hd: int) -> int:
+def fwd_smem_bytes(bm: int, bn: int, hd: int, elem: int = 4) -> int:
+    """Shared memory bytes of the forward with ``elem``-byte elements (8: fp64)."""
     ld = hd + 4
-    return 4 * (bm * ld + 2 * bn * ld + bm * (bn + 4))
+    return elem * (bm * ld + 2 * bn * ld + bm * (bn + 4))
 
 
-def bwd_smem_bytes(bm: int, bn: int, hd: int) -> tuple[int, int]:
+def bwd_smem_bytes(bm: int, bn: int, hd: int, elem: int = 4) -> tuple[int, int]:
     """(dK/dV kernel, dQ kernel) shared memory bytes."""
     ld = hd + 4
-    dkdv = 4 * (2 * bn * ld + 2 * bm * ld + 2 * bn * (bm + 4) + 2 * bm)
-    dq = 4 * (2 * bm * ld + 2 * bn * ld + bm * (bn + 4))
+    dkdv = elem * (2 * bn * ld + 2 * bm * ld + 2 * bn * (bm + 4) + 2 * bm)
+    dq = elem * (2 * bm * ld + 2 * bn * ld + bm * (bn + 4))
     return dkdv, dq
 
 
-def _fwd_expr(bm: int, bn: int, hd: int) -> str:
-    return f"flash_fp32_fwd<{bm}, {bn}, {hd}>"
+def _targs(bm: int, bn: int, hd: int, acc: str) -> str:
+    """Template arguments; A = float is the default (the names the fp32 module had)."""
+    return f"{bm}, {bn}, {hd}" + (", double" if acc == "double" else "")
 
 
-def _bwd_exprs(bm: int, bn: int, hd: int) -> tuple[str, str]:
-    return f"flash_fp32_bwd_dkdv<{bm}, {bn}, {hd}>", f"flash_fp32_bwd_dq<{bm}, {bn}, {hd}>"
+def _fwd_expr(bm: int, bn: int, hd: int, acc: str = "float") -> str:
+    return f"flash_fp32_fwd<{_targs(bm, bn, hd, acc)}>"
 
 
-_DELTA = "flash_fp32_bwd_delta"
+def _bwd_exprs(bm: int, bn: int, hd: int, acc: str = "float") -> tuple[str, str]:
+    t = _targs(bm, bn, hd, acc)
+    return f"flash_fp32_bwd_dkdv<{t}>", f"flash_fp32_bwd_dq<{t}>"
 
 
-def module_spec() -> ModuleSpec:
-    """One module for both solvers and every dtype (the storage dtype is a run-time
-    argument of the kernels): the forward and backward kernels of every head tile."""
-    names = [_fwd_expr(*FWD_TILES[hd], hd) for hd in HEAD_TILES]
-    names += [_DELTA]
-    names += [e for hd in HEAD_TILES for e in _bwd_exprs(*BWD_TILES[hd], hd)]
+def _delta_expr(acc: str) -> str:
+    return f"flash_fp32_bwd_delta<{acc}>"
+
+
+def module_spec(problem_dtype: str = "fp32") -> ModuleSpec:
+    """The module of both solvers for a dtype: one for fp32 / fp16 / bf16 (the storage
+    dtype is a run-time argument of the kernels), one for fp64 (A = double): the forward
+    and backward kernels of every head tile."""
+    acc = acc_ctype(problem_dtype)
+    fwd, bwd = fwd_tiles(problem_dtype), bwd_tiles(problem_dtype)
+    names = [_fwd_expr(*fwd[hd], hd, acc) for hd in HEAD_TILES]
+    names += [_delta_expr(acc)]
+    names += [e for hd in HEAD_TILES for e in _bwd_exprs(*bwd[hd], hd, acc)]
     return ModuleSpec.make(SOURCE, names)
+
+
+def module_specs() -> list[ModuleSpec]:
+    """The fp32-math module, and the fp64 one."""
+    return [module_spec("fp32"), module_spec(dtypes.FLOAT64.short)]
 
 
 def _reason(problem: AttentionProblem, caps: Capabilities) -> str:
@@ -115,9 +165,11 @@ class _FwdRunner(Runner):
     def __init__(self, backend: Backend, problem: AttentionProblem, cfg: Fp32Config) -> None:
         dt = dtype_of(problem)
         hd = head_tile(problem)
-        self.kernel = backend.kernel(module_spec(), _fwd_expr(cfg.block_m, cfg.block_n, hd))
+        acc = acc_ctype(problem.dtype)
+        expr = _fwd_expr(cfg.block_m, cfg.block_n, hd, acc)
+        self.kernel = backend.kernel(module_spec(problem.dtype), expr)
         self.grid = (-(-problem.sq // cfg.block_m), problem.b * problem.hq)
-        self.smem = fwd_smem_bytes(cfg.block_m, cfg.block_n, hd)
+        self.smem = fwd_smem_bytes(cfg.block_m, cfg.block_n, hd, acc_bytes(problem))
         self.problem = problem
         self.flags = (np.int32(DTYPE_CODE[problem.dtype]), np.int32(MASK_KIND[problem.mask]))
         self.names = [f"flash_fp32_fwd_{cfg.block_m}x{cfg.block_n}_hd{hd}_{dt.short}"]
@@ -135,7 +187,9 @@ class _FwdRunner(Runner):
 class _Fp32Solver(Solver):
     config_type = Fp32Config
     deterministic = True
-    _tiles: dict[int, tuple[int, int]] = FWD_TILES
+
+    def _tiles(self, problem: AttentionProblem) -> dict[int, tuple[int, int]]:
+        return fwd_tiles(problem.dtype)
 
     def is_applicable(self, problem: AttentionProblem, caps: Capabilities) -> Applicability:
         reason = _reason(problem, caps)
@@ -151,16 +205,16 @@ class _Fp32Solver(Solver):
 
     def _smem(self, problem: AttentionProblem) -> int:
         hd = head_tile(problem)
-        return fwd_smem_bytes(*self._tiles[hd], hd)
+        return fwd_smem_bytes(*self._tiles(problem)[hd], hd, acc_bytes(problem))
 
     def configs(self, problem: AttentionProblem, caps: Capabilities) -> list[Fp32Config]:
-        return [Fp32Config(*self._tiles[head_tile(problem)])]
+        return [Fp32Config(*self._tiles(problem)[head_tile(problem)])]
 
     def default_config(self, problem: AttentionProblem, caps: Capabilities) -> Fp32Config:
         return self.configs(problem, caps)[0]
 
     def module_specs(self) -> list[ModuleSpec]:
-        return [module_spec()]
+        return module_specs()
 
     def _check(self, backend: Backend, problem: AttentionProblem, config: Config) -> Fp32Config:
         from ...runtime.caps import capabilities
@@ -178,7 +232,6 @@ class FlashFp32FwdSolver(_Fp32Solver):
 
     name = "sdpa_fwd_flash_fp32"
     family = "sdpa_fwd"
-    _tiles = FWD_TILES
 
     def prepare(self, backend: Backend, problem: AttentionProblem, config: Config) -> Runner:
         return _FwdRunner(backend, problem, self._check(backend, problem, config))
@@ -188,20 +241,20 @@ class _BwdRunner(Runner):
     def __init__(self, backend: Backend, problem: AttentionProblem, cfg: Fp32Config) -> None:
         dt = dtype_of(problem)
         hd = head_tile(problem)
-        spec = module_spec()
+        spec = module_spec(problem.dtype)
+        acc = acc_ctype(problem.dtype)
         bm, bn = cfg.block_m, cfg.block_n
-        dkdv, dq = _bwd_exprs(bm, bn, hd)
-        self.delta = backend.kernel(spec, _DELTA)
+        dkdv, dq = _bwd_exprs(bm, bn, hd, acc)
+        self.delta = backend.kernel(spec, _delta_expr(acc))
         self.dkdv = backend.kernel(spec, dkdv)
         self.dq = backend.kernel(spec, dq)
         p = problem
         self.grid_delta = (-(-p.b * p.hq * p.sq // (THREADS // 32)),)
         self.grid_dkdv = (-(-p.skv // bn), p.b * p.hkv)
         self.grid_dq = (-(-p.sq // bm), p.b * p.hq)
-        self.smem_dkdv, self.smem_dq = bwd_smem_bytes(bm, bn, hd)
+        self.smem_dkdv, self.smem_dq = bwd_smem_bytes(bm, bn, hd, acc_bytes(problem))
         self.problem = problem
         self.flags = (np.int32(DTYPE_CODE[problem.dtype]), np.int32(MASK_KIND[problem.mask]))
-        self.xp = backend.xp
         tile = f"{bm}x{bn}_hd{hd}_{dt.short}"
         self.names = [f"flash_fp32_bwd_delta_{dt.short}", f"flash_fp32_bwd_dkdv_{tile}",
                       f"flash_fp32_bwd_dq_{tile}"]  # fmt: skip
@@ -213,7 +266,7 @@ class _BwdRunner(Runner):
     def __call__(self, tensors: AttentionBwdTensors, scalars: Scalars, workspace: Any) -> None:
         p = self.problem
         prm = params(p, tensors, scalars)
-        delta = workspace[: 4 * p.b * p.hq * p.sq].view(self.xp.float32)
+        delta = workspace[: acc_bytes(p) * p.b * p.hq * p.sq].view(acc_numpy(p))
         lq, lkv = _lengths(tensors)
         dargs = (tensors.o, tensors.dout, lq, lkv, delta, prm, self.flags[0])
         self.delta(self.grid_delta, (THREADS,), dargs)
@@ -225,18 +278,20 @@ class _BwdRunner(Runner):
 class FlashFp32BwdSolver(_Fp32Solver):
     """FlashAttention backward on CUDA cores (module docstring): delta, then dK/dV per key
     tile and dQ (with dmask) per query tile; the workspace holds delta (b * hq * sq
-    floats)."""
+    floats, doubles for fp64)."""
 
     name = "sdpa_bwd_flash_fp32"
     family = "sdpa_bwd"
-    _tiles = BWD_TILES
+
+    def _tiles(self, problem: AttentionProblem) -> dict[int, tuple[int, int]]:
+        return bwd_tiles(problem.dtype)
 
     def workspace_size(self, problem: AttentionProblem, config: Config) -> int:
-        return 4 * problem.b * problem.hq * problem.sq
+        return acc_bytes(problem) * problem.b * problem.hq * problem.sq
 
     def _smem(self, problem: AttentionProblem) -> int:
         hd = head_tile(problem)
-        return max(bwd_smem_bytes(*self._tiles[hd], hd))
+        return max(bwd_smem_bytes(*self._tiles(problem)[hd], hd, acc_bytes(problem)))
 
     def prepare(self, backend: Backend, problem: AttentionProblem, config: Config) -> Runner:
         return _BwdRunner(backend, problem, self._check(backend, problem, config))

@@ -1,9 +1,10 @@
 """Attention with the score matrix materialized (``cuda_src/attention/unfused.cu``).
 
-``sdpa_fwd_unfused`` / ``sdpa_bwd_unfused``: S = scale * q k^T (+ mask) into an fp32
-workspace of b * hq * sq * skv floats, a row softmax in place, then P v (forward) or the
-gradient products (backward). Every dtype, any head dim, every masking feature; one
-thread per output element with plain loops. It is the cross-check of the flash solvers
+``sdpa_fwd_unfused`` / ``sdpa_bwd_unfused``: S = scale * q k^T (+ mask) into a workspace
+of b * hq * sq * skv floats (doubles for fp64, which computes in double throughout), a
+row softmax in place, then P v (forward) or the gradient products (backward). Every
+dtype, any head dim, every masking feature; one thread per output element with plain
+loops. It is the cross-check of the flash solvers
 and the last resort of the dispatcher; its workspace grows with sq * skv, so a workspace
 limit keeps it off large problems. Deterministic (no atomics).
 """
@@ -20,7 +21,16 @@ from ...runtime.backend import Backend
 from ...runtime.caps import Capabilities
 from ...runtime.kernel import ModuleSpec
 from ..base import APPLICABLE, Applicability, Config, Runner, Solver, not_applicable
-from .common import MASK_KIND, AttentionBwdTensors, AttentionTensors, Scalars, dtype_of, params
+from .common import (
+    MASK_KIND,
+    AttentionBwdTensors,
+    AttentionTensors,
+    Scalars,
+    acc_bytes,
+    acc_numpy,
+    dtype_of,
+    params,
+)
 
 SOURCE = "attention/unfused.cu"
 _THREADS = 256
@@ -32,7 +42,11 @@ _BWD = ("sdpa_unfused_dv", "sdpa_unfused_ds", "sdpa_unfused_dq", "sdpa_unfused_d
 def module_spec(dt: dtypes.DType) -> ModuleSpec:
     """One module per dtype with every kernel of both directions."""
     names = [f"{n}<{dt.ctype}>" for n in (*_FWD, *_BWD)]
-    return ModuleSpec.make(SOURCE, [*names, "sdpa_unfused_softmax"])
+    return ModuleSpec.make(SOURCE, [*names, _softmax_expr(dt)])
+
+
+def _softmax_expr(dt: dtypes.DType) -> str:
+    return f"sdpa_unfused_softmax<{dt.acc_ctype}>"
 
 
 def _grid(total: int) -> tuple[int]:
@@ -40,7 +54,7 @@ def _grid(total: int) -> tuple[int]:
 
 
 def _scores_bytes(problem: AttentionProblem) -> int:
-    return 4 * problem.b * problem.hq * problem.sq * problem.skv
+    return acc_bytes(problem) * problem.b * problem.hq * problem.sq * problem.skv
 
 
 class _Kernels:
@@ -48,7 +62,7 @@ class _Kernels:
         dt = dtype_of(problem)
         spec = module_spec(dt)
         self.k = {n: backend.kernel(spec, f"{n}<{dt.ctype}>") for n in names}
-        self.k["softmax"] = backend.kernel(spec, "sdpa_unfused_softmax")
+        self.k["softmax"] = backend.kernel(spec, _softmax_expr(dt))
         self.xp = backend.xp
         self.problem = problem
         # launch order: scores, softmax, then the rest
@@ -78,7 +92,7 @@ class _FwdRunner(Runner):
     def __call__(self, tensors: AttentionTensors, scalars: Scalars, workspace: Any) -> None:
         p = self.problem
         prm = params(p, tensors, scalars)
-        s = workspace.view(self.kernels.xp.float32)
+        s = workspace.view(acc_numpy(p))
         self.kernels.scores(tensors, prm, s)
         pv = self.kernels.k["sdpa_unfused_pv"]
         pv(_grid(p.b * p.hq * p.sq * p.dv), (_THREADS,), (s, tensors.v, tensors.o, prm))
@@ -95,10 +109,9 @@ class _BwdRunner(Runner):
 
     def __call__(self, tensors: AttentionBwdTensors, scalars: Scalars, workspace: Any) -> None:
         p = self.problem
-        xp = self.kernels.xp
         nbytes = _scores_bytes(p)
-        s = workspace[:nbytes].view(xp.float32)
-        lse = workspace[nbytes:].view(xp.float32)  # recomputed: the forward's is not needed
+        s = workspace[:nbytes].view(acc_numpy(p))
+        lse = workspace[nbytes:].view(acc_numpy(p))  # recomputed: the forward's is not needed
         prm = params(p, tensors, scalars)
         k = self.kernels.k
         fwd = AttentionTensors(tensors.q, tensors.k, tensors.v, tensors.o, lse, tensors.mask,
@@ -150,7 +163,7 @@ class UnfusedBwdSolver(_Unfused):
     family = "sdpa_bwd"
 
     def workspace_size(self, problem: AttentionProblem, config: Config) -> int:
-        return _scores_bytes(problem) + 4 * problem.b * problem.hq * problem.sq
+        return _scores_bytes(problem) + acc_bytes(problem) * problem.b * problem.hq * problem.sq
 
     def prepare(self, backend: Backend, problem: AttentionProblem, config: Config) -> Runner:
         return _BwdRunner(backend, problem)
