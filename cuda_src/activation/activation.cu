@@ -3,11 +3,12 @@
 //   backward  dx = alpha * dy * f'(x)    + beta * dx_prior
 // When beta == 0 the output is never read (it may hold NaN or garbage).
 //
-// Kernels (T = float | __half | __nv_bfloat16; MODE = one of the act::k* constants)
+// Kernels (T = float | __half | __nv_bfloat16 | double; MODE = one of the act::k* constants)
 //   act_fwd_contig<T, MODE, VEC>   x and y contiguous. Grid-stride loop over packs of VEC
 //                                  elements: VEC = 16 / sizeof(T) makes one 16-byte load
-//                                  or store per operand and needs every pointer 16-byte
-//                                  aligned; the last n % VEC elements form a scalar tail.
+//                                  or store per operand (2 doubles, 4 floats, 8 halves)
+//                                  and needs every pointer 16-byte aligned; the last
+//                                  n % VEC elements form a scalar tail.
 //                                  VEC = 1 is the scalar path for misaligned pointers.
 //   act_fwd_strided<T, MODE>       any layout of up to 8 dims: each element's offsets come
 //                                  from sizes and per-operand strides (a Layout by value);
@@ -19,7 +20,9 @@
 // Defines: none. Every specialization is a template argument, so one module per dtype
 // holds all kernels (cudnnlite/ops/activation.py names them, e.g. act_fwd_contig<__half, 7, 8>).
 //
-// Math is float for every storage type, rounded once at the store. Numerically stable
+// Math runs in A = cl::acc_t<T> (float for float, __half and __nv_bfloat16; double for
+// double), rounded once at the store; the parameters are ActParamsFor<T> (the
+// coefficients and blending factors in A, so float64 gets them exactly). Numerically stable
 // forms: sigmoid as 1/(1+exp(-x)) (exp overflow gives exactly 0), softplus as
 // max(bx,0) + log1p(exp(-|bx|)), gelu through erfc (no cancellation for x << 0),
 // gelu_tanh as x * sigmoid(2u), sigmoid'/tanh' from exp(-|x|) (no 1 - y*y cancellation).
@@ -50,12 +53,13 @@ struct alignas(sizeof(T) * VEC) Pack {
 
 namespace act {
 
-// alpha * v + beta * prior, where prior is only read when beta != 0.
+// alpha * v + beta * prior in A, where prior is only read when beta != 0.
 template <typename T>
-__device__ __forceinline__ T blend(float v, const T* prior, const ActParams& p) {
-    float r = p.alpha * v;
-    if (p.beta != 0.0f) r = fmaf(p.beta, cl::to_float(*prior), r);
-    return cl::from_float<T>(r);
+__device__ __forceinline__ T blend(cl::acc_t<T> v, const T* prior, const ActParamsFor<T>& p) {
+    typedef cl::acc_t<T> A;
+    A r = p.alpha * v;
+    if (p.beta != A(0)) r = cl::math::fma(p.beta, cl::to_acc(*prior), r);
+    return cl::from_acc<T>(r);
 }
 
 template <typename T, int VEC>
@@ -109,23 +113,24 @@ __global__ void __launch_bounds__(256) act_fwd_contig(
     // sizes
     cl::index_t n,
     // parameters
-    ActParams p) {
+    ActParamsFor<T> p) {
+    typedef cl::acc_t<T> A;
     const cl::index_t packs = n / VEC;
     const cl::index_t stride = cl::grid_stride();
     const cl::index_t tid = cl::global_thread_id();
     for (cl::index_t k = tid; k < packs; k += stride) {
         const Pack<T, VEC> in = act::load_pack<T, VEC>(x, k);
         Pack<T, VEC> out;
-        if (p.beta != 0.0f) out = act::load_pack<T, VEC>(y, k);
+        if (p.beta != A(0)) out = act::load_pack<T, VEC>(y, k);
 #pragma unroll
         for (int j = 0; j < VEC; ++j) {
-            out.v[j] = act::blend(act::forward<MODE>(cl::to_float(in.v[j]), p), &out.v[j], p);
+            out.v[j] = act::blend(act::forward<MODE>(cl::to_acc(in.v[j]), p), &out.v[j], p);
         }
         act::store_pack<T, VEC>(y, k, out);
     }
     if constexpr (VEC > 1) {
         const cl::index_t i = packs * VEC + tid;  // range [packs * VEC, n): fewer than VEC
-        if (i < n) y[i] = act::blend(act::forward<MODE>(cl::to_float(x[i]), p), &y[i], p);
+        if (i < n) y[i] = act::blend(act::forward<MODE>(cl::to_acc(x[i]), p), &y[i], p);
     }
 }
 
@@ -136,10 +141,10 @@ __global__ void __launch_bounds__(256) act_fwd_strided(
     // sizes
     cl::index_t n, Layout L,
     // parameters
-    ActParams p) {
+    ActParamsFor<T> p) {
     act::strided_dispatch<2>(n, L, [&](const cl::index_t (&off)[2]) {
         T* out = y + off[0];
-        *out = act::blend(act::forward<MODE>(cl::to_float(x[off[1]]), p), out, p);
+        *out = act::blend(act::forward<MODE>(cl::to_acc(x[off[1]]), p), out, p);
     });
 }
 
@@ -152,7 +157,8 @@ __global__ void __launch_bounds__(256) act_bwd_contig(
     // sizes
     cl::index_t n,
     // parameters
-    ActParams p) {
+    ActParamsFor<T> p) {
+    typedef cl::acc_t<T> A;
     const cl::index_t packs = n / VEC;
     const cl::index_t stride = cl::grid_stride();
     const cl::index_t tid = cl::global_thread_id();
@@ -163,21 +169,21 @@ __global__ void __launch_bounds__(256) act_bwd_contig(
         if constexpr (MODE == act::kSigmoid || MODE == act::kTanh) {
             if (p.use_y) fy = act::load_pack<T, VEC>(y, k);
         }
-        if (p.beta != 0.0f) out = act::load_pack<T, VEC>(dx, k);
+        if (p.beta != A(0)) out = act::load_pack<T, VEC>(dx, k);
 #pragma unroll
         for (int j = 0; j < VEC; ++j) {
-            const float xv = MODE == act::kIdentity ? 0.0f : cl::to_float(in.v[j]);
-            const float yv = (MODE == act::kSigmoid || MODE == act::kTanh) && p.use_y
-                                 ? cl::to_float(fy.v[j]) : 0.0f;
-            out.v[j] = act::blend(act::backward<MODE>(cl::to_float(g.v[j]), xv, yv, p), &out.v[j], p);
+            const A xv = MODE == act::kIdentity ? A(0) : cl::to_acc(in.v[j]);
+            const A yv = (MODE == act::kSigmoid || MODE == act::kTanh) && p.use_y
+                             ? cl::to_acc(fy.v[j]) : A(0);
+            out.v[j] = act::blend(act::backward<MODE>(cl::to_acc(g.v[j]), xv, yv, p), &out.v[j], p);
         }
         act::store_pack<T, VEC>(dx, k, out);
     }
     if constexpr (VEC > 1) {
         const cl::index_t i = packs * VEC + tid;
         if (i < n) {
-            const float yv = p.use_y ? cl::to_float(y[i]) : 0.0f;
-            dx[i] = act::blend(act::backward<MODE>(cl::to_float(dy[i]), cl::to_float(x[i]), yv, p),
+            const A yv = p.use_y ? cl::to_acc(y[i]) : A(0);
+            dx[i] = act::blend(act::backward<MODE>(cl::to_acc(dy[i]), cl::to_acc(x[i]), yv, p),
                                &dx[i], p);
         }
     }
@@ -190,11 +196,12 @@ __global__ void __launch_bounds__(256) act_bwd_strided(
     // sizes
     cl::index_t n, Layout L,
     // parameters
-    ActParams p) {
+    ActParamsFor<T> p) {
+    typedef cl::acc_t<T> A;
     act::strided_dispatch<4>(n, L, [&](const cl::index_t (&off)[4]) {
         T* out = dx + off[0];
-        const float yv = p.use_y ? cl::to_float(y[off[3]]) : 0.0f;
-        *out = act::blend(act::backward<MODE>(cl::to_float(dy[off[2]]), cl::to_float(x[off[1]]), yv, p),
+        const A yv = p.use_y ? cl::to_acc(y[off[3]]) : A(0);
+        *out = act::blend(act::backward<MODE>(cl::to_acc(dy[off[2]]), cl::to_acc(x[off[1]]), yv, p),
                           out, p);
     });
 }

@@ -1,45 +1,53 @@
 // Dropout with a counter-based mask: element e of a call is kept iff its Philox4x32-10
 // word (common/philox.cuh: counter = (e / 4, offset), key = seed, word e % 4) is
 // >= p.threshold, where threshold = round(p * 2^32) in [0, 2^32]: p = 0 keeps every
-// element and p = 1 drops every element, exactly. Kept elements are scaled by
-// 1 / (1 - p) in float and rounded once to T; dropped ones are 0 (also for inf/NaN x).
+// element and p = 1 drops every element, exactly. The mask does not depend on T (the
+// same for float64 as for float32). Kept elements are scaled by 1 / (1 - p) in
+// A = cl::acc_t<T> (float32(1 / (1 - p)) in float for float, __half, __nv_bfloat16;
+// 1 / (1 - p) in double for double) and rounded once to T; dropped ones are 0 (also
+// for inf/NaN x).
 // The mask is a pure function of (seed, offset, e), so backward regenerates it by
 // running dropout_fwd on dy with the same stream (nothing stored), or reads a saved
 // byte mask with dropout_bwd_mask.
 //
-// Kernels (T = float | __half | __nv_bfloat16), elements in C order of a contiguous tensor:
+// Kernels (T = float | __half | __nv_bfloat16 | double), elements in C order of a
+// contiguous tensor:
 //   dropout_fwd<T, VEC>       one thread per group of 4 elements (one Philox call), grid-stride;
 //                             VEC = 4 loads and stores the group as one 4-element pack (needs
-//                             x, y aligned to 4 * sizeof(T)), VEC = 1 element by element.
+//                             x, y aligned to min(4 * sizeof(T), 16) bytes: a double group
+//                             is two 16-byte accesses), VEC = 1 element by element.
 //                             Writes the keep mask (one byte per element) when p.save_mask.
 //   dropout_bwd_mask<T, VEC>  dx = mask ? dy * scale : 0, from a saved byte mask.
 // Defines: none (one module per dtype).
 #include "common/cudnnlite.cuh"
 #include "common/philox.cuh"
 
-// ops/dropout.py: _PARAMS_DTYPE.
-struct DropoutParams {
+// ops/dropout.py: params_dtype(dt). The scale in the accumulation type A.
+template <typename A>
+struct DropoutParamsT {
     unsigned long long seed;
     unsigned long long offset;
     unsigned long long threshold;  // drop iff word < threshold; 2^32 drops everything
-    float scale;                   // 1 / (1 - p) in float (0 when p = 1)
+    A scale;                       // 1 / (1 - p) in A (0 when p = 1)
     int save_mask;
 };
+template <typename T> using DropoutParamsFor = DropoutParamsT<cl::acc_t<T>>;
 
+// N elements, aligned to the whole pack up to 16 bytes (the widest vector access).
 template <typename T, int N>
-struct alignas(sizeof(T) * N) DropPack {
+struct alignas(sizeof(T) * N < 16 ? sizeof(T) * N : 16) DropPack {
     T v[N];
 };
 
 namespace drop {
 
-__device__ __forceinline__ bool keep(unsigned int word, const DropoutParams& p) {
-    return (unsigned long long)word >= p.threshold;
+__device__ __forceinline__ bool keep(unsigned int word, unsigned long long threshold) {
+    return (unsigned long long)word >= threshold;
 }
 
 template <typename T>
-__device__ __forceinline__ T apply(T x, bool k, float scale) {
-    return cl::from_float<T>(k ? cl::to_float(x) * scale : 0.0f);
+__device__ __forceinline__ T apply(T x, bool k, cl::acc_t<T> scale) {
+    return cl::from_acc<T>(k ? cl::to_acc(x) * scale : cl::acc_t<T>(0));
 }
 
 }  // namespace drop
@@ -51,7 +59,7 @@ __global__ void __launch_bounds__(256) dropout_fwd(
     // sizes
     cl::index_t n,
     // parameters
-    DropoutParams p) {
+    DropoutParamsFor<T> p) {
     const cl::index_t groups = (n + 3) / 4;
     for (cl::index_t g = cl::global_thread_id(); g < groups; g += cl::grid_stride()) {
         const cl::Philox4 r = cl::philox_group(p.seed, p.offset, (unsigned long long)g);
@@ -63,7 +71,7 @@ __global__ void __launch_bounds__(256) dropout_fwd(
             bool k[4];
 #pragma unroll
             for (int j = 0; j < 4; ++j) {
-                k[j] = drop::keep(r.v[j], p);
+                k[j] = drop::keep(r.v[j], p.threshold);
                 out.v[j] = drop::apply(in.v[j], k[j], p.scale);
             }
             reinterpret_cast<DropPack<T, 4>*>(y)[g] = out;
@@ -76,7 +84,7 @@ __global__ void __launch_bounds__(256) dropout_fwd(
             for (int j = 0; j < 4; ++j) {
                 const cl::index_t e = base + j;
                 if (e < n) {
-                    const bool k = drop::keep(r.v[j], p);
+                    const bool k = drop::keep(r.v[j], p.threshold);
                     y[e] = drop::apply(x[e], k, p.scale);
                     if (p.save_mask) mask[e] = k;
                 }
@@ -92,7 +100,7 @@ __global__ void __launch_bounds__(256) dropout_bwd_mask(
     // sizes
     cl::index_t n,
     // parameters
-    float scale) {
+    cl::acc_t<T> scale) {
     const cl::index_t groups = (n + 3) / 4;
     for (cl::index_t g = cl::global_thread_id(); g < groups; g += cl::grid_stride()) {
         const cl::index_t base = g * 4;

@@ -1,6 +1,8 @@
 // Softmax and log-softmax, forward and backward, over one axis of a C-contiguous tensor
 // seen as [outer, len, inner] (ops/softmax.py reshapes; cuDNN's instance and channel
-// modes are such axes). Math in float for every storage type, one rounding at the store.
+// modes are such axes). Math in A = cl::acc_t<T> (float for float, __half and
+// __nv_bfloat16; double for double: maxima, sums, shuffles and the workspace are double),
+// one rounding at the store.
 //
 //   forward   y = exp(x - m) / s            log: y = (x - m) - log(s)
 //             m = max(x) ("accurate", cuDNN's CUDNN_SOFTMAX_ACCURATE) or 0 ("fast"),
@@ -8,15 +10,15 @@
 //             (m, s) + x = (max(m, x), s * exp(m - max) + exp(x - max)), one exp per element.
 //   backward  dx = y * (dy - sum(dy * y))   log: dx = dy - exp(y) * sum(dy)
 //
-// Kernels (T = float | __half | __nv_bfloat16; VEC = 16 / sizeof(T) loads one 16-byte pack
-// per access and needs len % VEC == 0 and 16-byte aligned rows, else VEC = 1):
+// Kernels (T = float | __half | __nv_bfloat16 | double; VEC = 16 / sizeof(T) loads one
+// 16-byte pack per access and needs len % VEC == 0 and 16-byte aligned rows, else VEC = 1):
 //   softmax_{fwd,bwd}_warp<T, VEC>      inner == 1, short rows (len <= 1024): one warp per
 //                                       row, 4 rows per 128-thread block, shuffles only.
 //   softmax_{fwd,bwd}_block<T, VEC>     inner == 1, longer rows: one block per row (256..1024
 //                                       threads), warp shuffles + one shared-memory round.
 //   softmax_{fwd,bwd}_partial<T, VEC>   inner == 1, very long rows with few rows: grid
 //   softmax_{fwd,bwd}_finish<T, VEC>    (chunks, rows); partial writes each chunk's (m, s)
-//                                       (or its partial sum) to a float workspace, finish
+//                                       (or its partial sum) to an A workspace, finish
 //                                       combines a row's partials and writes its chunk.
 //   softmax_{fwd,bwd}_cols<T>           inner > 1 (e.g. channel mode on NCHW): one thread per
 //                                       (outer, inner) column, grid-stride; neighbouring
@@ -26,8 +28,10 @@
 // Defines: none (one module per dtype).
 #include "common/cudnnlite.cuh"
 
-// ops/softmax.py: _SHAPE_DTYPE.
-struct SoftmaxShape {
+// ops/softmax.py: shape_dtype(dt). alpha and beta in the accumulation type A, so
+// float64 gets them exactly; the float layout is the one every other type uses.
+template <typename A>
+struct SoftmaxShapeT {
     cl::index_t rows;   // outer
     cl::index_t len;    // the softmax axis
     cl::index_t inner;  // elements after the axis (1 for the row kernels)
@@ -35,14 +39,16 @@ struct SoftmaxShape {
     int chunks;         // partial/finish: blocks per row
     int log;            // log-softmax
     int accurate;       // subtract the max (0: cuDNN's "fast" algorithm)
-    float alpha;        // y = alpha * result + beta * y_prior
-    float beta;         // 0: y is not read
+    A alpha;            // y = alpha * result + beta * y_prior
+    A beta;             // 0: y is not read
     int reserved;
 };
+template <typename T> using SoftmaxShapeFor = SoftmaxShapeT<cl::acc_t<T>>;
 
-struct SmStat {
-    float m;  // running max (0 in fast mode)
-    float s;  // sum of exp(x - m)
+template <typename A>
+struct SmStatT {
+    A m;  // running max (0 in fast mode)
+    A s;  // sum of exp(x - m)
 };
 
 template <typename T, int VEC>
@@ -52,51 +58,65 @@ struct alignas(sizeof(T) * VEC) SmPack {
 
 namespace sm {
 
-__device__ __forceinline__ float neg_inf() { return __int_as_float(0xff800000); }
+namespace m = cl::math;
 
-__device__ __forceinline__ SmStat init(int accurate) {
-    SmStat st;
-    st.m = accurate ? neg_inf() : 0.0f;
-    st.s = 0.0f;
+template <typename A> __device__ __forceinline__ A neg_inf();
+template <> __device__ __forceinline__ float neg_inf<float>() { return __int_as_float(0xff800000); }
+template <> __device__ __forceinline__ double neg_inf<double>() {
+    return __longlong_as_double((long long)0xfff0000000000000ULL);
+}
+
+template <typename A>
+__device__ __forceinline__ SmStatT<A> init(int accurate) {
+    SmStatT<A> st;
+    st.m = accurate ? neg_inf<A>() : A(0);
+    st.s = A(0);
     return st;
 }
 
 // Adds one element. -inf elements (masked attention scores) add nothing; NaN poisons s.
-__device__ __forceinline__ void add(SmStat& st, float x, int accurate) {
+template <typename A>
+__device__ __forceinline__ void add(SmStatT<A>& st, A x, int accurate) {
     if (!accurate) {
-        st.s += expf(x);
+        st.s += m::exp(x);
     } else if (x > st.m) {
-        st.s = st.s * expf(st.m - x) + 1.0f;  // st.m = -inf: s = 0 * 0 + 1
+        st.s = st.s * m::exp(st.m - x) + A(1);  // st.m = -inf: s = 0 * 0 + 1
         st.m = x;
-    } else if (x != neg_inf()) {
-        st.s += expf(x - st.m);
+    } else if (x != neg_inf<A>()) {
+        st.s += m::exp(x - st.m);
     }
 }
 
 // Commutative bit for bit, so every lane of a butterfly ends with the same value.
-__device__ __forceinline__ SmStat combine(SmStat a, SmStat b) {
-    SmStat r;
-    r.m = fmaxf(a.m, b.m);
-    const float ea = a.m == neg_inf() ? 0.0f : a.s * expf(a.m - r.m);
-    const float eb = b.m == neg_inf() ? 0.0f : b.s * expf(b.m - r.m);
+template <typename A>
+__device__ __forceinline__ SmStatT<A> combine(SmStatT<A> a, SmStatT<A> b) {
+    SmStatT<A> r;
+    r.m = m::fmax(a.m, b.m);
+    const A ea = a.m == neg_inf<A>() ? A(0) : a.s * m::exp(a.m - r.m);
+    const A eb = b.m == neg_inf<A>() ? A(0) : b.s * m::exp(b.m - r.m);
     r.s = ea + eb;
     return r;
 }
 __device__ __forceinline__ float combine(float a, float b) { return a + b; }
+__device__ __forceinline__ double combine(double a, double b) { return a + b; }
 
-__device__ __forceinline__ SmStat shfl_xor(SmStat v, int m) {
-    v.m = __shfl_xor_sync(0xffffffffu, v.m, m);
-    v.s = __shfl_xor_sync(0xffffffffu, v.s, m);
+template <typename A>
+__device__ __forceinline__ SmStatT<A> shfl_xor(SmStatT<A> v, int lane_mask) {
+    v.m = __shfl_xor_sync(0xffffffffu, v.m, lane_mask);
+    v.s = __shfl_xor_sync(0xffffffffu, v.s, lane_mask);
     return v;
 }
-__device__ __forceinline__ float shfl_xor(float v, int m) {
-    return __shfl_xor_sync(0xffffffffu, v, m);
+__device__ __forceinline__ float shfl_xor(float v, int lane_mask) {
+    return __shfl_xor_sync(0xffffffffu, v, lane_mask);
+}
+__device__ __forceinline__ double shfl_xor(double v, int lane_mask) {
+    return __shfl_xor_sync(0xffffffffu, v, lane_mask);
 }
 
 template <typename V>
 __device__ __forceinline__ V warp_allreduce(V v) {
 #pragma unroll
-    for (int m = 16; m > 0; m >>= 1) v = combine(v, shfl_xor(v, m));
+    for (int k = 16; k > 0; k >>= 1) v = combine(v, shfl_xor(v, k));
     return v;
 }
 
@@ -113,25 +133,29 @@ __device__ __forceinline__ V block_allreduce(V v, V* red) {
     return v;
 }
 
-__device__ __forceinline__ float blend(float r, float prior, float alpha, float beta) {
-    return beta != 0.0f ? fmaf(beta, prior, alpha * r) : alpha * r;
+template <typename A>
+__device__ __forceinline__ A blend(A r, A prior, A alpha, A beta) {
+    return beta != A(0) ? m::fma(beta, prior, alpha * r) : alpha * r;
 }
 
 // Turns a row's (m, s) into the two numbers the output formula needs.
+template <typename A>
 struct Finish {
-    float m;
-    float c;  // 1 / s, or log(s) for log-softmax
+    A m;
+    A c;  // 1 / s, or log(s) for log-softmax
     int log;
 };
-__device__ __forceinline__ Finish finish(SmStat st, int log) {
-    Finish f;
+template <typename A>
+__device__ __forceinline__ Finish<A> finish(SmStatT<A> st, int log) {
+    Finish<A> f;
     f.m = st.m;
-    f.c = log ? logf(st.s) : 1.0f / st.s;
+    f.c = log ? m::log(st.s) : A(1) / st.s;
     f.log = log;
     return f;
 }
-__device__ __forceinline__ float out(float x, const Finish& f) {
-    return f.log ? (x - f.m) - f.c : expf(x - f.m) * f.c;
+template <typename A>
+__device__ __forceinline__ A out(A x, const Finish<A>& f) {
+    return f.log ? (x - f.m) - f.c : m::exp(x - f.m) * f.c;
 }
 
 template <typename T, int VEC>
@@ -145,29 +169,31 @@ __device__ __forceinline__ void store(T* base, cl::index_t k, const SmPack<T, VE
 
 // Elements [begin, end) of one row (multiples of VEC), threads tid, tid + nthr, ... by packs.
 template <typename T, int VEC>
-__device__ __forceinline__ SmStat row_stat(const T* x, cl::index_t begin, cl::index_t end, int tid,
-                                           int nthr, int accurate) {
-    SmStat st = init(accurate);
+__device__ __forceinline__ SmStatT<cl::acc_t<T>> row_stat(const T* x, cl::index_t begin,
+                                                          cl::index_t end, int tid, int nthr,
+                                                          int accurate) {
+    SmStatT<cl::acc_t<T>> st = init<cl::acc_t<T>>(accurate);
     for (cl::index_t k = begin / VEC + tid; k < end / VEC; k += nthr) {
         const SmPack<T, VEC> p = load<T, VEC>(x, k);
 #pragma unroll
-        for (int j = 0; j < VEC; ++j) add(st, cl::to_float(p.v[j]), accurate);
+        for (int j = 0; j < VEC; ++j) add(st, cl::to_acc(p.v[j]), accurate);
     }
     return st;
 }
 
 template <typename T, int VEC>
 __device__ __forceinline__ void row_write(const T* x, T* y, cl::index_t begin, cl::index_t end,
-                                          int tid, int nthr, const Finish& f, float alpha,
-                                          float beta) {
+                                          int tid, int nthr, const Finish<cl::acc_t<T>>& f,
+                                          cl::acc_t<T> alpha, cl::acc_t<T> beta) {
+    typedef cl::acc_t<T> A;
     for (cl::index_t k = begin / VEC + tid; k < end / VEC; k += nthr) {
         const SmPack<T, VEC> p = load<T, VEC>(x, k);
         SmPack<T, VEC> o;
-        if (beta != 0.0f) o = load<T, VEC>(y, k);
+        if (beta != A(0)) o = load<T, VEC>(y, k);
 #pragma unroll
         for (int j = 0; j < VEC; ++j) {
-            const float prior = beta != 0.0f ? cl::to_float(o.v[j]) : 0.0f;
-            o.v[j] = cl::from_float<T>(blend(out(cl::to_float(p.v[j]), f), prior, alpha, beta));
+            const A prior = beta != A(0) ? cl::to_acc(o.v[j]) : A(0);
+            o.v[j] = cl::from_acc<T>(blend(out(cl::to_acc(p.v[j]), f), prior, alpha, beta));
         }
         store<T, VEC>(y, k, o);
     }
@@ -175,41 +201,43 @@ __device__ __forceinline__ void row_write(const T* x, T* y, cl::index_t begin, c
 
 // Backward: the row's reduction term, sum(dy * y) or (log) sum(dy).
 template <typename T, int VEC>
-__device__ __forceinline__ float row_dot(const T* dy, const T* y, cl::index_t begin,
-                                         cl::index_t end, int tid, int nthr, int log) {
-    float acc = 0.0f;
+__device__ __forceinline__ cl::acc_t<T> row_dot(const T* dy, const T* y, cl::index_t begin,
+                                                cl::index_t end, int tid, int nthr, int log) {
+    cl::acc_t<T> acc = cl::acc_t<T>(0);
     for (cl::index_t k = begin / VEC + tid; k < end / VEC; k += nthr) {
         const SmPack<T, VEC> g = load<T, VEC>(dy, k);
         if (log) {
 #pragma unroll
-            for (int j = 0; j < VEC; ++j) acc += cl::to_float(g.v[j]);
+            for (int j = 0; j < VEC; ++j) acc += cl::to_acc(g.v[j]);
         } else {
             const SmPack<T, VEC> p = load<T, VEC>(y, k);
 #pragma unroll
-            for (int j = 0; j < VEC; ++j) acc = fmaf(cl::to_float(g.v[j]), cl::to_float(p.v[j]), acc);
+            for (int j = 0; j < VEC; ++j) acc = m::fma(cl::to_acc(g.v[j]), cl::to_acc(p.v[j]), acc);
         }
     }
     return acc;
 }
 
-__device__ __forceinline__ float grad(float g, float y, float dot, int log) {
-    return log ? g - expf(y) * dot : y * (g - dot);
+template <typename A>
+__device__ __forceinline__ A grad(A g, A y, A dot, int log) {
+    return log ? g - m::exp(y) * dot : y * (g - dot);
 }
 
 template <typename T, int VEC>
 __device__ __forceinline__ void row_grad(const T* dy, const T* y, T* dx, cl::index_t begin,
-                                         cl::index_t end, int tid, int nthr, float dot, int log,
-                                         float alpha, float beta) {
+                                         cl::index_t end, int tid, int nthr, cl::acc_t<T> dot,
+                                         int log, cl::acc_t<T> alpha, cl::acc_t<T> beta) {
+    typedef cl::acc_t<T> A;
     for (cl::index_t k = begin / VEC + tid; k < end / VEC; k += nthr) {
         const SmPack<T, VEC> g = load<T, VEC>(dy, k);
         const SmPack<T, VEC> p = load<T, VEC>(y, k);
         SmPack<T, VEC> o;
-        if (beta != 0.0f) o = load<T, VEC>(dx, k);
+        if (beta != A(0)) o = load<T, VEC>(dx, k);
 #pragma unroll
         for (int j = 0; j < VEC; ++j) {
-            const float prior = beta != 0.0f ? cl::to_float(o.v[j]) : 0.0f;
-            const float r = grad(cl::to_float(g.v[j]), cl::to_float(p.v[j]), dot, log);
-            o.v[j] = cl::from_float<T>(blend(r, prior, alpha, beta));
+            const A prior = beta != A(0) ? cl::to_acc(o.v[j]) : A(0);
+            const A r = grad(cl::to_acc(g.v[j]), cl::to_acc(p.v[j]), dot, log);
+            o.v[j] = cl::from_acc<T>(blend(r, prior, alpha, beta));
         }
         store<T, VEC>(dx, k, o);
     }
@@ -224,12 +252,13 @@ __global__ void __launch_bounds__(128) softmax_fwd_warp(
     // pointers
     const T* x, T* y,
     // sizes
-    SoftmaxShape s) {
+    SoftmaxShapeFor<T> s) {
+    typedef cl::acc_t<T> A;
     const cl::index_t row = (cl::index_t)blockIdx.x * (blockDim.x >> 5) + (threadIdx.x >> 5);
     if (row >= s.rows) return;  // whole warps leave together
     const int lane = threadIdx.x & 31;
     const T* xr = x + row * s.len;
-    const SmStat st = sm::warp_allreduce(sm::row_stat<T, VEC>(xr, 0, s.len, lane, 32, s.accurate));
+    const SmStatT<A> st = sm::warp_allreduce(sm::row_stat<T, VEC>(xr, 0, s.len, lane, 32, s.accurate));
     sm::row_write<T, VEC>(xr, y + row * s.len, 0, s.len, lane, 32, sm::finish(st, s.log), s.alpha, s.beta);
 }
 
@@ -238,11 +267,12 @@ __global__ void __launch_bounds__(1024) softmax_fwd_block(
     // pointers
     const T* x, T* y,
     // sizes
-    SoftmaxShape s) {
-    __shared__ SmStat red[32];
+    SoftmaxShapeFor<T> s) {
+    typedef cl::acc_t<T> A;
+    __shared__ SmStatT<A> red[32];
     const cl::index_t row = blockIdx.x;
     const T* xr = x + row * s.len;
-    SmStat st = sm::row_stat<T, VEC>(xr, 0, s.len, threadIdx.x, blockDim.x, s.accurate);
+    SmStatT<A> st = sm::row_stat<T, VEC>(xr, 0, s.len, threadIdx.x, blockDim.x, s.accurate);
     st = sm::block_allreduce(st, red);
     sm::row_write<T, VEC>(xr, y + row * s.len, 0, s.len, threadIdx.x, blockDim.x,
                           sm::finish(st, s.log), s.alpha, s.beta);
@@ -250,15 +280,16 @@ __global__ void __launch_bounds__(1024) softmax_fwd_block(
 
 template <typename T, int VEC>
 __global__ void __launch_bounds__(256) softmax_fwd_partial(
-    // pointers (stats: rows * chunks (m, s) pairs)
-    const T* x, float* stats,
+    // pointers (stats: rows * chunks (m, s) pairs of the accumulation type)
+    const T* x, cl::acc_t<T>* stats,
     // sizes
-    SoftmaxShape s) {
-    __shared__ SmStat red[32];
+    SoftmaxShapeFor<T> s) {
+    typedef cl::acc_t<T> A;
+    __shared__ SmStatT<A> red[32];
     const cl::index_t row = blockIdx.y, begin = (cl::index_t)blockIdx.x * s.chunk;
     const cl::index_t end = begin + s.chunk < s.len ? begin + s.chunk : s.len;
-    SmStat st = sm::row_stat<T, VEC>(x + row * s.len, begin, end, threadIdx.x, blockDim.x,
-                                     s.accurate);
+    SmStatT<A> st = sm::row_stat<T, VEC>(x + row * s.len, begin, end, threadIdx.x, blockDim.x,
+                                         s.accurate);
     st = sm::block_allreduce(st, red);
     if (threadIdx.x == 0) {
         const cl::index_t k = row * s.chunks + blockIdx.x;
@@ -270,16 +301,17 @@ __global__ void __launch_bounds__(256) softmax_fwd_partial(
 template <typename T, int VEC>
 __global__ void __launch_bounds__(256) softmax_fwd_finish(
     // pointers
-    const T* x, T* y, const float* stats,
+    const T* x, T* y, const cl::acc_t<T>* stats,
     // sizes
-    SoftmaxShape s) {
-    __shared__ SmStat red[32];
+    SoftmaxShapeFor<T> s) {
+    typedef cl::acc_t<T> A;
+    __shared__ SmStatT<A> red[32];
     const cl::index_t row = blockIdx.y, begin = (cl::index_t)blockIdx.x * s.chunk;
     const cl::index_t end = begin + s.chunk < s.len ? begin + s.chunk : s.len;
-    SmStat st = sm::init(s.accurate);
+    SmStatT<A> st = sm::init<A>(s.accurate);
     for (int c = threadIdx.x; c < s.chunks; c += blockDim.x) {
         const cl::index_t k = row * s.chunks + c;
-        SmStat part;
+        SmStatT<A> part;
         part.m = stats[2 * k];
         part.s = stats[2 * k + 1];
         st = sm::combine(st, part);
@@ -294,18 +326,19 @@ __global__ void __launch_bounds__(256) softmax_fwd_cols(
     // pointers
     const T* x, T* y,
     // sizes
-    SoftmaxShape s) {
+    SoftmaxShapeFor<T> s) {
+    typedef cl::acc_t<T> A;
     const cl::index_t columns = s.rows * s.inner;
     for (cl::index_t c = cl::global_thread_id(); c < columns; c += cl::grid_stride()) {
         const cl::index_t o = c / s.inner, i = c - o * s.inner;
         const cl::index_t base = o * s.len * s.inner + i;
-        SmStat st = sm::init(s.accurate);
-        for (cl::index_t j = 0; j < s.len; ++j) sm::add(st, cl::to_float(x[base + j * s.inner]), s.accurate);
-        const sm::Finish f = sm::finish(st, s.log);
+        SmStatT<A> st = sm::init<A>(s.accurate);
+        for (cl::index_t j = 0; j < s.len; ++j) sm::add(st, cl::to_acc(x[base + j * s.inner]), s.accurate);
+        const sm::Finish<A> f = sm::finish(st, s.log);
         for (cl::index_t j = 0; j < s.len; ++j) {
             const cl::index_t e = base + j * s.inner;
-            const float prior = s.beta != 0.0f ? cl::to_float(y[e]) : 0.0f;
-            y[e] = cl::from_float<T>(sm::blend(sm::out(cl::to_float(x[e]), f), prior, s.alpha, s.beta));
+            const A prior = s.beta != A(0) ? cl::to_acc(y[e]) : A(0);
+            y[e] = cl::from_acc<T>(sm::blend(sm::out(cl::to_acc(x[e]), f), prior, s.alpha, s.beta));
         }
     }
 }
@@ -317,12 +350,13 @@ __global__ void __launch_bounds__(128) softmax_bwd_warp(
     // pointers
     const T* dy, const T* y, T* dx,
     // sizes
-    SoftmaxShape s) {
+    SoftmaxShapeFor<T> s) {
+    typedef cl::acc_t<T> A;
     const cl::index_t row = (cl::index_t)blockIdx.x * (blockDim.x >> 5) + (threadIdx.x >> 5);
     if (row >= s.rows) return;
     const int lane = threadIdx.x & 31;
     const cl::index_t o = row * s.len;
-    const float dot = sm::warp_allreduce(sm::row_dot<T, VEC>(dy + o, y + o, 0, s.len, lane, 32, s.log));
+    const A dot = sm::warp_allreduce(sm::row_dot<T, VEC>(dy + o, y + o, 0, s.len, lane, 32, s.log));
     sm::row_grad<T, VEC>(dy + o, y + o, dx + o, 0, s.len, lane, 32, dot, s.log, s.alpha, s.beta);
 }
 
@@ -331,25 +365,27 @@ __global__ void __launch_bounds__(1024) softmax_bwd_block(
     // pointers
     const T* dy, const T* y, T* dx,
     // sizes
-    SoftmaxShape s) {
-    __shared__ float red[32];
+    SoftmaxShapeFor<T> s) {
+    typedef cl::acc_t<T> A;
+    __shared__ A red[32];
     const cl::index_t o = (cl::index_t)blockIdx.x * s.len;
-    float dot = sm::row_dot<T, VEC>(dy + o, y + o, 0, s.len, threadIdx.x, blockDim.x, s.log);
+    A dot = sm::row_dot<T, VEC>(dy + o, y + o, 0, s.len, threadIdx.x, blockDim.x, s.log);
     dot = sm::block_allreduce(dot, red);
     sm::row_grad<T, VEC>(dy + o, y + o, dx + o, 0, s.len, threadIdx.x, blockDim.x, dot, s.log, s.alpha, s.beta);
 }
 
 template <typename T, int VEC>
 __global__ void __launch_bounds__(256) softmax_bwd_partial(
-    // pointers (sums: rows * chunks floats)
-    const T* dy, const T* y, float* sums,
+    // pointers (sums: rows * chunks partial sums of the accumulation type)
+    const T* dy, const T* y, cl::acc_t<T>* sums,
     // sizes
-    SoftmaxShape s) {
-    __shared__ float red[32];
+    SoftmaxShapeFor<T> s) {
+    typedef cl::acc_t<T> A;
+    __shared__ A red[32];
     const cl::index_t row = blockIdx.y, begin = (cl::index_t)blockIdx.x * s.chunk;
     const cl::index_t end = begin + s.chunk < s.len ? begin + s.chunk : s.len;
     const cl::index_t o = row * s.len;
-    float dot = sm::row_dot<T, VEC>(dy + o, y + o, begin, end, threadIdx.x, blockDim.x, s.log);
+    A dot = sm::row_dot<T, VEC>(dy + o, y + o, begin, end, threadIdx.x, blockDim.x, s.log);
     dot = sm::block_allreduce(dot, red);
     if (threadIdx.x == 0) sums[row * s.chunks + blockIdx.x] = dot;
 }
@@ -357,13 +393,14 @@ __global__ void __launch_bounds__(256) softmax_bwd_partial(
 template <typename T, int VEC>
 __global__ void __launch_bounds__(256) softmax_bwd_finish(
     // pointers
-    const T* dy, const T* y, T* dx, const float* sums,
+    const T* dy, const T* y, T* dx, const cl::acc_t<T>* sums,
     // sizes
-    SoftmaxShape s) {
-    __shared__ float red[32];
+    SoftmaxShapeFor<T> s) {
+    typedef cl::acc_t<T> A;
+    __shared__ A red[32];
     const cl::index_t row = blockIdx.y, begin = (cl::index_t)blockIdx.x * s.chunk;
     const cl::index_t end = begin + s.chunk < s.len ? begin + s.chunk : s.len;
-    float dot = 0.0f;
+    A dot = A(0);
     for (int c = threadIdx.x; c < s.chunks; c += blockDim.x) dot += sums[row * s.chunks + c];
     dot = sm::block_allreduce(dot, red);
     const cl::index_t o = row * s.len;
@@ -375,21 +412,22 @@ __global__ void __launch_bounds__(256) softmax_bwd_cols(
     // pointers
     const T* dy, const T* y, T* dx,
     // sizes
-    SoftmaxShape s) {
+    SoftmaxShapeFor<T> s) {
+    typedef cl::acc_t<T> A;
     const cl::index_t columns = s.rows * s.inner;
     for (cl::index_t c = cl::global_thread_id(); c < columns; c += cl::grid_stride()) {
         const cl::index_t o = c / s.inner, i = c - o * s.inner;
         const cl::index_t base = o * s.len * s.inner + i;
-        float dot = 0.0f;
+        A dot = A(0);
         for (cl::index_t j = 0; j < s.len; ++j) {
             const cl::index_t e = base + j * s.inner;
-            dot = s.log ? dot + cl::to_float(dy[e]) : fmaf(cl::to_float(dy[e]), cl::to_float(y[e]), dot);
+            dot = s.log ? dot + cl::to_acc(dy[e]) : cl::math::fma(cl::to_acc(dy[e]), cl::to_acc(y[e]), dot);
         }
         for (cl::index_t j = 0; j < s.len; ++j) {
             const cl::index_t e = base + j * s.inner;
-            const float prior = s.beta != 0.0f ? cl::to_float(dx[e]) : 0.0f;
-            const float r = sm::grad(cl::to_float(dy[e]), cl::to_float(y[e]), dot, s.log);
-            dx[e] = cl::from_float<T>(sm::blend(r, prior, s.alpha, s.beta));
+            const A prior = s.beta != A(0) ? cl::to_acc(dx[e]) : A(0);
+            const A r = sm::grad(cl::to_acc(dy[e]), cl::to_acc(y[e]), dot, s.log);
+            dx[e] = cl::from_acc<T>(sm::blend(r, prior, s.alpha, s.beta));
         }
     }
 }

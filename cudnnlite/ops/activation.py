@@ -6,7 +6,8 @@ where the prior is ``out``'s content (read only when beta != 0). The PyTorch-sty
 wrappers (``relu``, ``gelu``, ``softplus``, ...) are the forward pass without blending.
 Formulas and derivative conventions: :mod:`cudnnlite.reference.activation`.
 
-Kernels (``cuda_src/activation/activation.cu``), one module per dtype:
+Kernels (``cuda_src/activation/activation.cu``), one module per dtype; math in float32
+for float32/float16/bfloat16 and in float64 for float64 (parameters: :func:`act_params_dtype`):
 
 - ``act_{fwd,bwd}_contig<T, MODE, VEC>``: every operand contiguous in the same order
   (C, Fortran, or any dense layout ``out`` shares with the inputs); 16-byte vector
@@ -216,19 +217,25 @@ def _real(name: str, value: Any) -> float:
     return float(value)
 
 
-def _to_float32(name: str, value: Any) -> float:
-    with np.errstate(over="ignore"):  # overflow gives inf, which the callers reject
-        return float(np.float32(_real(name, value)))
+def _scalar(name: str, value: Any, wide: bool) -> float:
+    """``value`` as the kernel will see it: exact for float64 (``wide``), else rounded to
+    float32 (overflow gives inf, which the callers reject where it matters)."""
+    v = _real(name, value)
+    if wide:
+        return v
+    with np.errstate(over="ignore"):
+        return float(np.float32(v))
 
 
-def _float32_finite(name: str, value: Any) -> float:
-    v = _to_float32(name, value)
+def _finite(name: str, value: Any, wide: bool) -> float:
+    v = _scalar(name, value, wide)
     if not math.isfinite(v):
-        raise BadParamError(f"{name}: expected a finite number (in float32), got {value!r}")
+        where = "" if wide else " (in float32)"
+        raise BadParamError(f"{name}: expected a finite number{where}, got {value!r}")
     return v
 
 
-def _coef(mode: str, coef: Any) -> float:
+def _coef(mode: str, coef: Any, wide: bool) -> float:
     if mode not in DEFAULT_COEF:
         if coef is not None:
             raise BadParamError(
@@ -239,17 +246,18 @@ def _coef(mode: str, coef: Any) -> float:
     if coef is None:
         return DEFAULT_COEF[mode]
     if mode == "clipped_relu":
-        v = _to_float32("coef", coef)
+        v = _scalar("coef", coef, wide)
         if not v > 0:  # +inf is allowed: relu
             raise BadParamError(f"coef: clipped_relu's ceiling must be > 0, got {coef!r}")
         return v
-    v = _float32_finite("coef", coef)
+    v = _finite("coef", coef, wide)
     if mode == "softplus" and not v > 0:
-        raise BadParamError(f"coef: softplus's beta must be > 0 (in float32), got {coef!r}")
+        where = "" if wide else " (in float32)"
+        raise BadParamError(f"coef: softplus's beta must be > 0{where}, got {coef!r}")
     return v
 
 
-def _threshold(mode: str, threshold: Any) -> float:
+def _threshold(mode: str, threshold: Any, wide: bool) -> float:
     if mode != "softplus":
         if threshold is not None:
             raise BadParamError(
@@ -258,29 +266,33 @@ def _threshold(mode: str, threshold: Any) -> float:
         return 0.0
     if threshold is None:
         return DEFAULT_THRESHOLD
-    v = _to_float32("threshold", threshold)
+    v = _scalar("threshold", threshold, wide)
     if math.isnan(v):
         raise BadParamError(f"threshold: expected a number, got {threshold!r}")
     return v
 
 
 @functools.lru_cache(maxsize=512)
-def _params_struct(coef: float, threshold: float, alpha: float, beta: float, use_y: int) -> np.void:
-    return np.array((coef, threshold, alpha, beta, use_y), dtype=ACT_PARAMS_DTYPE)[()]
+def _params_struct(
+    coef: float, threshold: float, alpha: float, beta: float, use_y: int, wide: bool = False
+) -> np.void:
+    layout = ACT_PARAMS_DTYPE64 if wide else ACT_PARAMS_DTYPE
+    return np.array((coef, threshold, alpha, beta, use_y), dtype=layout)[()]
 
 
 def _checked_params(
-    mode: str, coef: Any, threshold: Any, alpha: Any, beta: Any, use_y: bool
+    mode: str, coef: Any, threshold: Any, alpha: Any, beta: Any, use_y: bool, wide: bool
 ) -> tuple[np.void, float]:
-    beta32 = _float32_finite("beta", beta)
+    beta_k = _finite("beta", beta, wide)
     struct = _params_struct(
-        _coef(mode, coef),
-        _threshold(mode, threshold),
-        _float32_finite("alpha", alpha),
-        beta32,
+        _coef(mode, coef, wide),
+        _threshold(mode, threshold, wide),
+        _finite("alpha", alpha, wide),
+        beta_k,
         int(use_y),
+        wide,
     )
-    return struct, beta32
+    return struct, beta_k
 
 
 # Calls repeat the same few argument sets: remember the checked struct per raw argument
@@ -289,13 +301,23 @@ _cached_params = functools.lru_cache(maxsize=1024, typed=True)(_checked_params)
 
 
 def _params(
-    mode: str, coef: Any, threshold: Any, alpha: Any, beta: Any, use_y: bool
+    mode: str,
+    coef: Any,
+    threshold: Any,
+    alpha: Any,
+    beta: Any,
+    use_y: bool,
+    dt: dtypes.DType = dtypes.FLOAT32,
 ) -> tuple[np.void, float]:
-    """The kernel's ActParams and beta as float32 saw it; BadParamError for bad values."""
+    """The kernel's ActParamsFor<T> for storage type ``dt`` (act_params_dtype(dt)) and
+    beta as the kernel sees it: the scalars exactly for float64, rounded to float32 (and
+    finite there) for the other types; BadParamError for bad values. Also used by
+    ops/norm.py's fused activations."""
+    wide = dt.acc_ctype == "double"
     try:
-        return _cached_params(mode, coef, threshold, alpha, beta, use_y)
+        return _cached_params(mode, coef, threshold, alpha, beta, use_y, wide)
     except TypeError:  # unhashable argument: check it uncached (raises BadParamError)
-        return _checked_params(mode, coef, threshold, alpha, beta, use_y)
+        return _checked_params(mode, coef, threshold, alpha, beta, use_y, wide)
 
 
 def _array(name: str, a: Any) -> Any:
@@ -504,8 +526,10 @@ def activation_forward(
     """``y = alpha * f(x) + beta * y_prior`` for an activation ``mode``.
 
     Args:
-        x: float32, float16 or bfloat16 array (NumPy runs on the emulator, CuPy on the
-            GPU), any shape and strides.
+        x: float32, float16, bfloat16 or float64 array (NumPy runs on the emulator, CuPy
+            on the GPU), any shape and strides. float64 computes in double and takes
+            the scalars below exactly; the other types compute in float32 with the
+            scalars rounded to float32.
         mode: one of :data:`ACTIVATION_MODES`.
         coef: the mode's coefficient (cuDNN's ``coef``): leaky_relu's negative slope
             (default 0.01), clipped_relu's ceiling (6.0), elu's alpha (1.0), swish's
@@ -530,9 +554,9 @@ def activation_forward(
     backend = backend_for(x, out, names=("x", "out"))
     x = _array("x", x)
     dt = float_dtype("x", x)
-    params, beta32 = _params(mode, coef, threshold, alpha, beta, False)
+    params, beta_k = _params(mode, coef, threshold, alpha, beta, False, dt)
     fresh = out is None
-    out = _output(out, x, backend, beta32, {"x": x})
+    out = _output(out, x, backend, beta_k, {"x": x})
     if x.size:
         _launch("fwd", mode_id, dt, backend, [out, x], params)
         if fresh and key is not None:
@@ -571,8 +595,8 @@ def activation_backward(
     same_dtype(("x", "dy", "y"), (x, dy, y))
     same_shape(("x", "dy", "y"), (x, dy, y))
     use_y = y is not None and mode_id in _USES_Y
-    params, beta32 = _params(mode, coef, threshold, alpha, beta, use_y)
-    out = _output(out, x, backend, beta32, {"dy": dy, "x": x, "y": y})
+    params, beta_k = _params(mode, coef, threshold, alpha, beta, use_y, dt)
+    out = _output(out, x, backend, beta_k, {"dy": dy, "x": x, "y": y})
     if x.size:
         arrays = [out, x, dy, y if use_y else x]
         _launch("bwd", mode_id, dt, backend, arrays, params)
@@ -626,7 +650,7 @@ def activation_plan(
     (emulator), "cuda", or "auto" (the GPU when CuPy sees one)."""
     _mode_id(mode)
     dims, dt = plan_shape(shape), plan_dtype(dtype)
-    _params(mode, coef, threshold, alpha, 0.0, False)
+    _params(mode, coef, threshold, alpha, 0.0, False, dtypes.lookup(dt))
     kwargs = {"mode": mode, "coef": coef, "threshold": threshold, "alpha": alpha}
     scalars = scalars_key(mode, coef, threshold, alpha, 0.0)  # as activation_forward's
     return OpPlan("activation", activation_forward, plan_backend(backend), dims, dt, kwargs,

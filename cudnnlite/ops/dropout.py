@@ -1,7 +1,10 @@
 """Dropout with a counter-based Philox4x32-10 mask.
 
 ``dropout(x, p, seed, offset)`` keeps element e (C order) iff its Philox word is at least
-``round(p * 2^32)`` and scales kept elements by ``1 / (1 - p)``; dropped elements are 0.
+``round(p * 2^32)`` and scales kept elements by ``1 / (1 - p)`` (rounded to float32 and
+applied in float32 for float32/float16/bfloat16, exact in float64 for float64); dropped
+elements are 0. The mask does not depend on the dtype: float64 and float32 inputs with
+the same (seed, offset) drop the same elements.
 The mask is a pure function of (seed, offset, e), identical on the emulator and on a GPU
 and equal bit for bit to :func:`cudnnlite.reference.dropout.dropout_mask`, so backward can
 regenerate it (``dropout_backward(dy, p, seed, offset)``) instead of storing it, or use a
@@ -10,7 +13,8 @@ for the same seed (e.g. the step or layer number).
 
 Kernels (``cuda_src/dropout/dropout.cu``), one module per dtype:
 ``dropout_fwd<T, VEC>`` and ``dropout_bwd_mask<T, VEC>`` (VEC = 4: one 4-element pack per
-Philox call when the pointers are aligned, else 1), and ``philox_raw`` (known-answer tests).
+Philox call when the pointers are aligned to the pack, up to 16 bytes, else 1), and
+``philox_raw`` (known-answer tests).
 Non-contiguous inputs are copied to C order first (the element numbering is C order).
 """
 
@@ -37,16 +41,27 @@ BLOCK = 256
 _EMULATOR_MAX_BLOCKS = 256
 _BLOCKS_PER_SM = 16
 
-_PARAMS_DTYPE = np.dtype(
-    [
-        ("seed", "<u8"),
-        ("offset", "<u8"),
-        ("threshold", "<u8"),
-        ("scale", "<f4"),
-        ("save_mask", "<i4"),
-    ],
-    align=True,
-)
+
+# DropoutParamsT<A> (dropout.cu): the scale in the accumulation type A (float, or double
+# for float64).
+def _params_dtype(real: str) -> np.dtype:
+    fields = [("seed", "<u8"), ("offset", "<u8"), ("threshold", "<u8")]
+    return np.dtype([*fields, ("scale", real), ("save_mask", "<i4")], align=True)
+
+
+_PARAMS_DTYPE = _params_dtype("<f4")
+_PARAMS_DTYPE64 = _params_dtype("<f8")
+
+
+def params_dtype(dt: dtypes.DType) -> np.dtype:
+    """The DropoutParamsT layout kernels on storage type ``dt`` take."""
+    return _PARAMS_DTYPE64 if dt.acc_ctype == "double" else _PARAMS_DTYPE
+
+
+def _scale(p: float, dt: dtypes.DType) -> np.floating:
+    """The kernels' scale argument: float32(1 / (1 - p)), or exact in double for float64."""
+    real = np.float64 if dt.acc_ctype == "double" else np.float32
+    return real(dropout_scale(p, real))
 
 
 def _names(dt: dtypes.DType) -> list[str]:
@@ -130,9 +145,9 @@ def _out(out: Any, like: Any, backend: Backend, inputs: dict[str, Any]) -> Any:
     return out
 
 
-def _params(p: float, seed: int, offset: int, save_mask: bool) -> np.void:
+def _params(p: float, seed: int, offset: int, save_mask: bool, dt: dtypes.DType) -> np.void:
     return np.array(
-        (seed, offset, drop_threshold(p), dropout_scale(p), int(save_mask)), dtype=_PARAMS_DTYPE
+        (seed, offset, drop_threshold(p), _scale(p, dt), int(save_mask)), dtype=params_dtype(dt)
     )[()]
 
 
@@ -145,7 +160,7 @@ def _launch_fwd(
     if n:
         vec = (
             4
-            if all(_ptr(a) % (4 * x.itemsize) == 0 for a in (x, y))
+            if all(_ptr(a) % _pack_align(x) == 0 for a in (x, y))
             and (mask is None or _ptr(mask) % 4 == 0)
             else 1
         )
@@ -155,6 +170,11 @@ def _launch_fwd(
         _LAST.name = f"dropout_fwd_{'vec4' if vec == 4 else 'scalar'}_{dt.short}"
     if y is not out:
         out[...] = y
+
+
+def _pack_align(a: Any) -> int:
+    """The alignment VEC = 4 needs: the 4-element pack, at most 16 bytes (DropPack)."""
+    return min(4 * a.itemsize, 16)
 
 
 def _ptr(a: Any) -> int:
@@ -177,8 +197,8 @@ def dropout(
     """Training-mode dropout: ``y = x / (1 - p)`` where kept, 0 where dropped.
 
     Args:
-        x: float32, float16 or bfloat16 array, any shape and strides (non-contiguous
-            inputs are copied to C order: element numbering is C order).
+        x: float32, float16, bfloat16 or float64 array, any shape and strides
+            (non-contiguous inputs are copied to C order: element numbering is C order).
         p: drop probability in [0, 1]; p = 0 returns a copy of x, p = 1 all zeros.
         seed: Philox key, an integer in [0, 2^64).
         offset: Philox stream (the counter's upper 64 bits), an integer in [0, 2^64).
@@ -197,7 +217,7 @@ def dropout(
     out = _out(out, x, backend, {"x": x})
     xc = _contiguous(x)
     mask = array_module(x).empty(x.shape, np.bool_) if return_mask else None
-    _launch_fwd(backend, dt, xc, out, mask, _params(p, seed, offset, return_mask))
+    _launch_fwd(backend, dt, xc, out, mask, _params(p, seed, offset, return_mask, dt))
     return (out, mask) if return_mask else out
 
 
@@ -227,7 +247,7 @@ def dropout_backward(
     dy = _array("dy", dy)
     dt = float_dtype("dy", dy)
     if mask is None:
-        params = _params(p, _check_u64("seed", seed), _check_u64("offset", offset), False)
+        params = _params(p, _check_u64("seed", seed), _check_u64("offset", offset), False, dt)
         out = _out(out, dy, backend, {"dy": dy})
         _launch_fwd(backend, dt, _contiguous(dy), out, None, params)
         return out
@@ -242,14 +262,14 @@ def dropout_backward(
     if n:
         vec = (
             4
-            if _ptr(dyc) % (4 * dy.itemsize) == 0
-            and _ptr(dx) % (4 * dy.itemsize) == 0
+            if _ptr(dyc) % _pack_align(dy) == 0
+            and _ptr(dx) % _pack_align(dy) == 0
             and _ptr(mc) % 4 == 0
             else 1
         )
         kernel = _kernel(backend, module_spec(dt), f"dropout_bwd_mask<{dt.ctype}, {vec}>")
         grid = max(1, min((n + 4 * BLOCK - 1) // (4 * BLOCK), _max_blocks(backend)))
-        kernel(grid, BLOCK, (dyc, mc, dx, np.int64(n), np.float32(dropout_scale(p))))
+        kernel(grid, BLOCK, (dyc, mc, dx, np.int64(n), _scale(p, dt)))
         _LAST.name = f"dropout_bwd_mask_{'vec4' if vec == 4 else 'scalar'}_{dt.short}"
     if dx is not out:
         out[...] = dx

@@ -1,9 +1,11 @@
 """Softmax and log-softmax over one axis, forward and backward.
 
 ``softmax(x, axis)`` = exp(x - max) / sum(exp(x - max)) along ``axis`` (``log=True``:
-log-softmax), computed in float32 for every storage type. ``algorithm="accurate"``
+log-softmax), computed in float32 for float32, float16 and bfloat16 and in float64
+(maxima, sums and alpha/beta too) for float64. ``algorithm="accurate"``
 subtracts the row max (cuDNN's CUDNN_SOFTMAX_ACCURATE; safe for any input);
-``"fast"`` does not (CUDNN_SOFTMAX_FAST: exp overflows for inputs above ~88).
+``"fast"`` does not (CUDNN_SOFTMAX_FAST: exp overflows for inputs above ~88, ~709
+in float64).
 cuDNN's modes: ``mode="instance"`` is over C*H*W of each image (all axes but the first),
 ``mode="channel"`` over C (axis 1) at each spatial position.
 
@@ -14,7 +16,8 @@ shape [outer, len, inner] around the axis:
 - inner == 1, longer rows: ``softmax_*_block`` (one block per row, 256..1024 threads);
 - inner == 1, rows of >= 2^17 elements and too few rows to fill the device:
   ``softmax_*_partial`` + ``softmax_*_finish`` (online softmax over chunks of a row,
-  several blocks per row, a float workspace of rows x chunks partials);
+  several blocks per row, a workspace of rows x chunks partials in the accumulation
+  type);
 - inner > 1: ``softmax_*_cols`` (one thread per column; coalesced across columns).
 
 Non-C-contiguous inputs are copied to C order first; an ``out`` that is not C-contiguous
@@ -58,21 +61,28 @@ MULTI_MIN_CHUNK = 4096  # elements per block in the split path, at least
 _WARPS_PER_BLOCK = 4
 _PARTIAL_BLOCK = 256
 
-_SHAPE_DTYPE = np.dtype(
-    [
-        ("rows", "<i8"),
-        ("len", "<i8"),
-        ("inner", "<i8"),
-        ("chunk", "<i8"),
-        ("chunks", "<i4"),
-        ("log", "<i4"),
-        ("accurate", "<i4"),
-        ("alpha", "<f4"),
-        ("beta", "<f4"),
-        ("reserved", "<i4"),
-    ],
-    align=True,
-)
+
+# SoftmaxShapeT<A> (softmax.cu) in the accumulation type A: alpha and beta are float for
+# float32/float16/bfloat16 and double for float64.
+def _shape_dtype(real: str) -> np.dtype:
+    fields = [("rows", "<i8"), ("len", "<i8"), ("inner", "<i8"), ("chunk", "<i8")]
+    fields += [("chunks", "<i4"), ("log", "<i4"), ("accurate", "<i4")]
+    fields += [("alpha", real), ("beta", real), ("reserved", "<i4")]
+    return np.dtype(fields, align=True)
+
+
+_SHAPE_DTYPE = _shape_dtype("<f4")
+_SHAPE_DTYPE64 = _shape_dtype("<f8")
+
+
+def _wide(dt: dtypes.DType) -> bool:
+    """Whether ``dt`` computes in double (its scalars and workspace are float64)."""
+    return dt.acc_ctype == "double"
+
+
+def shape_dtype(dt: dtypes.DType) -> np.dtype:
+    """The SoftmaxShapeT layout kernels on storage type ``dt`` take."""
+    return _SHAPE_DTYPE64 if _wide(dt) else _SHAPE_DTYPE
 
 
 def _vec(dt: dtypes.DType) -> int:
@@ -205,6 +215,8 @@ class _Plan:
                 if self.chunks > 1:
                     self.kind = "multi"
         self.outer, self.length, self.inner = outer, length, inner
+        self.layout = shape_dtype(dt)
+        self.acc = np.float64 if _wide(dt) else np.float32  # the workspace's dtype
 
     def struct(self, log: bool, accurate: int, alpha: float, beta: float) -> np.void:
         return np.array(
@@ -220,7 +232,7 @@ class _Plan:
                 beta,
                 0,
             ),
-            dtype=_SHAPE_DTYPE,
+            dtype=self.layout,
         )[()]
 
     def block_threads(self) -> int:
@@ -262,7 +274,7 @@ def _run(
         )
     elif plan.kind == "multi":
         per = 2 if direction == "fwd" else 1
-        work = xp.empty(plan.outer * plan.chunks * per, np.float32)
+        work = xp.empty(plan.outer * plan.chunks * per, plan.acc)
         grid = (plan.chunks, plan.outer)
         _kernel(backend, dt, f"softmax_{direction}_partial<{t}>")(
             grid, _PARTIAL_BLOCK, (*inputs, work, s)
@@ -277,16 +289,19 @@ def _run(
     _LAST.name = plan.name(direction, dt)
 
 
-def _blend(alpha: Any, beta: Any, out: Any) -> tuple[float, float]:
-    """(alpha, beta) as float32 values; beta != 0 reads out's prior content, so needs out."""
+def _blend(alpha: Any, beta: Any, out: Any, dt: dtypes.DType) -> tuple[float, float]:
+    """(alpha, beta) as the kernel sees them: exact for float64, rounded to float32 (and
+    finite there) for the other types; beta != 0 reads out's prior content, so needs out."""
+    wide = _wide(dt)
     vals = []
     for name, v in (("alpha", alpha), ("beta", beta)):
         if isinstance(v, bool) or not isinstance(v, (int, float, np.integer, np.floating)):
             raise BadParamError(f"{name}: expected a real number, got {v!r}")
         with np.errstate(over="ignore"):
-            f = float(np.float32(v))
+            f = float(v) if wide else float(np.float32(v))
         if not np.isfinite(f):
-            raise BadParamError(f"{name}: expected a finite number (in float32), got {v!r}")
+            where = "" if wide else " (in float32)"
+            raise BadParamError(f"{name}: expected a finite number{where}, got {v!r}")
         vals.append(f)
     if vals[1] != 0 and out is None:
         raise BadParamError("beta: blending (beta != 0) reads the prior content of out; pass out=")
@@ -351,13 +366,15 @@ def softmax(
     as cuDNN: ``out = alpha * softmax(x) + beta * out`` (out read only when beta != 0).
 
     Args:
-        x: float32, float16 or bfloat16 array (NumPy: emulator, CuPy: GPU), any strides.
+        x: float32, float16, bfloat16 or float64 array (NumPy: emulator, CuPy: GPU), any
+            strides. float64 computes in double; the others in float32.
         axis: the axis to normalize over; or give ``mode`` instead.
         log: log-softmax, ``(x - max) - log(sum(exp(x - max)))``.
         algorithm: ``"accurate"`` (max-subtracted) or ``"fast"`` (no max: overflows for
-            inputs above ~88, as cuDNN's fast mode).
+            inputs above ~88, or ~709 in float64, as cuDNN's fast mode).
         mode: cuDNN's ``"instance"`` (over all axes but the first) or ``"channel"`` (axis 1).
-        alpha, beta: blending factors (float32); ``beta != 0`` requires ``out``.
+        alpha, beta: blending factors (rounded to float32, exact for float64 x);
+            ``beta != 0`` requires ``out``.
         out: result array of x's shape and dtype (may be x itself).
 
     A row of only -inf gives NaN (0/0), as PyTorch; -inf entries elsewhere give 0.
@@ -375,7 +392,7 @@ def softmax(
     x = as_array("x", x)
     dt = float_dtype("x", x)
     problem = _problem(tuple(x.shape), axis, mode)
-    blend = _blend(alpha, beta, out)
+    blend = _blend(alpha, beta, out, dt)
     result, y = _result(out, x, backend, {"x": x}, blend[1])
     if x.size:
         xc = _contiguous(x)
@@ -424,7 +441,7 @@ def softmax_plan(
     dims, dt = plan_shape(shape), plan_dtype(dtype)
     _algorithm(algorithm)
     _problem(dims, axis, mode)
-    _blend(alpha, 0.0, None)
+    _blend(alpha, 0.0, None, dtypes.lookup(dt))
     kwargs = {"axis": axis, "log": log, "algorithm": algorithm, "mode": mode, "alpha": alpha}
     scalars = scalars_key(axis, log, algorithm, mode, alpha, 0.0)  # as softmax's
     return OpPlan("softmax", softmax, plan_backend(backend), dims, dt, kwargs, _quick, scalars)
@@ -453,7 +470,7 @@ def softmax_backward(
     same_dtype(("y", "dy"), (y, dy))
     same_shape(("y", "dy"), (y, dy))
     problem = _problem(tuple(y.shape), axis, mode)
-    blend = _blend(alpha, beta, out)
+    blend = _blend(alpha, beta, out, dt)
     result, dx = _result(out, y, backend, {"dy": dy, "y": y}, blend[1])
     if y.size:
         dyc, yc = _contiguous(dy), _contiguous(y)

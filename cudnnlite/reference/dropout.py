@@ -6,7 +6,9 @@ stream convention, shared bit for bit with ``cuda_src/common/philox.cuh``:
 - key = (seed mod 2^32, seed >> 32); counter = (g mod 2^32, g >> 32, offset mod 2^32,
   offset >> 32) with g = e // 4 for element e (C order); element e takes word e % 4;
 - element e is kept iff its word >= round(p * 2^32) (so p = 0 keeps all, p = 1 drops all);
-- kept elements are scaled by float32(1 / (1 - p)); dropped elements are 0.
+- kept elements are scaled by float32(1 / (1 - p)) (the 32- and 16-bit kernels) or by
+  1 / (1 - p) in float64 (the float64 kernels: ``dtype=np.float64``); dropped elements
+  are 0. The mask does not depend on the dtype.
 """
 
 from __future__ import annotations
@@ -64,9 +66,14 @@ def drop_threshold(p: float) -> int:
     return int(round(float(p) * 2.0**32))
 
 
-def dropout_scale(p: float) -> float:
-    """The float32 scale applied to kept elements (0 when p = 1)."""
-    return 0.0 if p >= 1.0 else float(np.float32(1.0 / (1.0 - float(p))))
+def dropout_scale(p: float, dtype: Any = np.float32) -> float:
+    """The scale the kernels of storage ``dtype`` apply to kept elements (0 when p = 1):
+    1 / (1 - p) rounded to float32 (float32, float16, bfloat16 compute in float), or
+    exactly as a double for float64."""
+    if p >= 1.0:
+        return 0.0
+    scale = 1.0 / (1.0 - float(p))
+    return scale if np.dtype(dtype) == np.float64 else float(np.float32(scale))
 
 
 def dropout_mask(shape: Any, p: float, seed: int, offset: int = 0) -> np.ndarray:
@@ -77,16 +84,21 @@ def dropout_mask(shape: Any, p: float, seed: int, offset: int = 0) -> np.ndarray
     return (words >= np.uint64(drop_threshold(p)) if p < 1 else np.zeros(n, bool)).reshape(shape)
 
 
-def dropout_forward(x: Any, p: float, seed: int, offset: int = 0) -> np.ndarray:
-    """float64 ``where(mask, x * scale, 0)``."""
+def dropout_forward(
+    x: Any, p: float, seed: int, offset: int = 0, *, dtype: Any = np.float32
+) -> np.ndarray:
+    """float64 ``where(mask, x * scale, 0)`` with the scale of the kernels of storage
+    ``dtype`` (:func:`dropout_scale`; the default float32 scale whatever x's dtype)."""
     x64 = np.asarray(x).astype(np.float64)
     mask = dropout_mask(x64.shape, p, seed, offset)
-    return np.where(mask, x64 * dropout_scale(p), 0.0)
+    return np.where(mask, x64 * dropout_scale(p, dtype), 0.0)
 
 
-def dropout_backward(dy: Any, p: float, seed: int, offset: int = 0) -> np.ndarray:
+def dropout_backward(
+    dy: Any, p: float, seed: int, offset: int = 0, *, dtype: Any = np.float32
+) -> np.ndarray:
     """float64 gradient: the same mask and scale applied to dy."""
-    return dropout_forward(dy, p, seed, offset)
+    return dropout_forward(dy, p, seed, offset, dtype=dtype)
 
 
 __all__ = [
