@@ -12,8 +12,10 @@ import pytest
 import cudnnlite as cl
 from cudnnlite.dispatch import registry
 from cudnnlite.errors import BadParamError, NotSupportedError
+from cudnnlite.problems import parse_key
 from cudnnlite.reference.conv import conv_bias_act_forward, conv_forward
-from cudnnlite.testing import to_backend, to_numpy
+from cudnnlite.runtime.select import backend_by_name
+from cudnnlite.testing import ACCUMULATION_EPS, ELEMENTWISE_RTOL, to_backend, to_numpy
 
 
 def rand(shape: tuple[int, ...], seed: int, dtype: Any = np.float32) -> np.ndarray:
@@ -161,7 +163,14 @@ def bad_cases() -> list[tuple[str, dict, str]]:
         ("mixed dtypes", dict(x=x, w=w.astype(np.float16)), r"w: expected dtype float32"),
         ("layout", dict(x=x, w=w, layout="CHWN"), r"layout"),
         ("NHWC data as NCHW", dict(x=rand((1, 6, 6, 4), 1), w=rand((8, 3, 3, 4), 1)), r"w: has"),
-        ("float64", dict(x=x.astype(np.float64), w=w.astype(np.float64)), r"x: expected dtype"),
+        ("int32", dict(x=x.astype(np.int32), w=w.astype(np.int32)), r"x: expected dtype"),
+        ("complex", dict(x=x.astype(np.complex128), w=w), r"x: expected dtype"),
+        ("float64 x, float32 w", dict(x=x.astype(np.float64), w=w),
+         r"w: expected dtype float64 like x, got float32"),
+        ("float64 with a float32 bias", dict(x=x.astype(np.float64), w=w.astype(np.float64),
+         bias=rand((8,), 1)), r"bias: expected dtype float64 like x, got float32"),
+        ("float32 with a float64 residual", dict(x=x, w=w, z=rand((1, 8, 4, 4), 1, np.float64)),
+         r"z: expected dtype float32 like x, got float64"),
         ("same with stride", dict(x=x, w=w, padding="same", stride=2), r"'same' needs stride 1"),
         ("unknown activation", dict(x=x, w=w, activation="mish"), r"activation"),
         ("tf32 for fp16", dict(x=x.astype(np.float16), w=w.astype(np.float16), math="tf32"),
@@ -203,3 +212,144 @@ def test_address_sanitizer_build_with_an_array_passed_twice(
     x, w = rand((1, 3, 6, 6), 30), rand((4, 3, 3, 3), 31)
     y = cl.conv2d(x, w, padding=1, algo="conv_fwd_direct")
     close(y, conv_forward(x, w, [(1, 1), (1, 1)], (1, 1), (1, 1)), x, w, pads=[(1, 1), (1, 1)])
+
+
+# ------------------------------------------------------------------ float64
+#
+# float64 computes and accumulates in double. Bound against the float64 reference for a
+# sum of K = C/g * R * S products: K * ACCUMULATION_EPS["fp64"] (2 * 2^-53 per term: one
+# rounding per fma on our side, one per addition on the reference's einsum side) times
+# conv(|x|, |w|). A float32 accumulation or a scalar rounded to float32 would be off by
+# ~2^-24 relative, 10^8 times this bound.
+FP64_EPS = ACCUMULATION_EPS["fp64"]
+
+FP64_CASES = [
+    # (x, w, conv2d arguments, what the heuristics pick: never Winograd or tensor cores)
+    ((2, 32, 14, 14), (32, 32, 3, 3), dict(padding=1), "real 3x3 layer"),
+    ((1, 5, 11, 7), (3, 5, 2, 3), dict(stride=(2, 1), dilation=(1, 2), padding=(1, 0)), "odd"),
+    ((1, 11, 7, 5), (3, 2, 3, 5), dict(stride=(2, 1), dilation=(1, 2), padding=(1, 0),
+                                       layout="NHWC"), "odd NHWC"),  # fmt: skip
+    ((2, 24, 7, 9), (40, 24, 1, 1), {}, "pointwise"),
+    ((1, 12, 9, 10), (24, 1, 3, 3), dict(groups=12, padding=1), "depthwise"),
+]
+
+
+def _geometry(kw: dict, nd: int = 2) -> dict:
+    """conv_forward's arguments for conv2d keyword arguments (int or tuple forms)."""
+    def tup(v: Any) -> tuple:
+        return (v,) * nd if isinstance(v, int) else tuple(v)
+    pads = [(p, p) for p in tup(kw.get("padding", 0))]
+    return dict(pads=pads, strides=tup(kw.get("stride", 1)), dilations=tup(kw.get("dilation", 1)),
+                groups=kw.get("groups", 1), channels_last=kw.get("layout", "NCHW")[-1] == "C")
+
+
+def _fp64_bound(x: np.ndarray, w: np.ndarray, geo: dict) -> np.ndarray:
+    """K * FP64_EPS * conv(|x|, |w|) (see FP64_EPS)."""
+    k_terms = w[0].size  # C/g * R * S in either filter layout
+    return k_terms * FP64_EPS * conv_forward(np.abs(x), np.abs(w), **geo)
+
+
+@pytest.mark.parametrize("xs,ws,kw,what", FP64_CASES, ids=[c[3] for c in FP64_CASES])
+def test_float64_default_dispatch(backend: str, xs: tuple, ws: tuple, kw: dict,
+                                  what: str) -> None:  # fmt: skip
+    x, w = rand(xs, 40, np.float64), rand(ws, 41, np.float64)
+    x += rand(xs, 42, np.float64) * 2.0**-30  # bits beyond float32's mantissa
+    y = cl.conv2d(to_backend(x, backend), to_backend(w, backend), **kw)
+    assert y.dtype == np.float64
+    geo = _geometry(kw)
+    err = np.abs(to_numpy(y) - conv_forward(x, w, **geo))
+    bound = _fp64_bound(x, w, geo)
+    assert np.all(err <= bound), f"{what}: max err {err.max():.3g}, bound {bound.max():.3g}"
+    plan = cl.conv2d_plan(xs, ws, dtype=np.float64, backend=backend, **kw)
+    assert "winograd" not in plan.solver and "wmma" not in plan.solver
+    assert "tc_" not in plan.solver and plan.problem.key().endswith(" fp64")
+
+
+def test_float64_fused_epilogue_scalars_are_exact(backend: str) -> None:
+    # alpha 0.1, alpha2 -0.7 and elu's 0.3 are not float32 numbers: rounded to float32 they
+    # would move the result by ~1e-9 relative, far outside the bound below.
+    x, w = rand((2, 6, 8, 8), 43, np.float64), rand((5, 6, 3, 3), 44, np.float64)
+    b, z = rand((5,), 45, np.float64), rand((2, 5, 8, 8), 46, np.float64)
+    kw: dict[str, Any] = dict(padding=1, alpha=0.1, alpha2=-0.7)
+    geo = _geometry(kw)
+    for act, coef in (("elu", 0.3), ("relu", None), ("swish", 1.7)):
+        y = cl.conv2d(*(to_backend(a, backend) for a in (x, w, b)), z=to_backend(z, backend),
+                      activation=act, activation_coef=coef, **kw)  # fmt: skip
+        ref = conv_bias_act_forward(x, w, **geo, bias=b, z=z, alpha=0.1, alpha2=-0.7,
+                                    activation=act, coef=coef)  # fmt: skip
+        # the sum's bound scaled by alpha, 8 roundings of the epilogue's terms (alpha *
+        # acc, the fma with alpha2 * z, + bias, on both sides), times the activation's
+        # slope (<= 1.1 for these three), plus the activation's own ELEMENTWISE_RTOL
+        terms = 0.1 * conv_forward(np.abs(x), np.abs(w), **geo) + 0.7 * np.abs(z)
+        terms += np.abs(b).reshape(1, -1, 1, 1)
+        pre = 0.1 * _fp64_bound(x, w, geo) + 8 * 2.0**-53 * terms
+        bound = 1.1 * pre + ELEMENTWISE_RTOL["fp64"] * np.abs(ref) + 1e-300
+        err = np.abs(to_numpy(y) - ref)
+        assert np.all(err <= bound), f"{act}: max err {err.max():.3g}"
+
+
+def test_float64_nan_and_inf_propagate(backend: str) -> None:
+    x, w = rand((1, 5, 11, 7), 47, np.float64), rand((3, 5, 2, 3), 48, np.float64)
+    x[0, 1, 4, 3], x[0, 3, 8, 1] = np.nan, np.inf
+    kw: dict[str, Any] = dict(stride=(2, 1), dilation=(1, 2), padding=(1, 0))
+    y = to_numpy(cl.conv2d(to_backend(x, backend), to_backend(w, backend), **kw))
+    ref = conv_forward(x, w, **_geometry(kw))
+    np.testing.assert_array_equal(np.isnan(y), np.isnan(ref))
+    np.testing.assert_array_equal(np.isinf(y), np.isinf(ref))
+    assert np.isnan(y).any() and np.isinf(y).any()
+    finite = np.isfinite(ref)
+    xf = np.where(np.isfinite(x), x, 0.0)
+    bound = _fp64_bound(xf, w, _geometry(kw))[finite]
+    assert np.all(np.abs(y[finite] - ref[finite]) <= bound)
+
+
+def test_float64_conv1d_and_plan(backend: str) -> None:
+    x1, w1 = rand((3, 4, 11), 49, np.float64), rand((6, 2, 3), 50, np.float64)
+    y1 = cl.conv1d(to_backend(x1, backend), to_backend(w1, backend), padding=2, dilation=2,
+                   groups=2)  # fmt: skip
+    geo = dict(pads=[(2, 2)], strides=(1,), dilations=(2,), groups=2)
+    assert np.all(np.abs(to_numpy(y1) - conv_forward(x1, w1, **geo))
+                  <= _fp64_bound(x1, w1, geo))  # fmt: skip
+    x, w, b = rand((2, 4, 7, 7), 51, np.float64), rand((6, 4, 3, 3), 52, np.float64), None
+    b = rand((6,), 53, np.float64)
+    xb, wb, bb = (to_backend(a, backend) for a in (x, w, b))
+    plan = cl.conv2d_plan(x.shape, w.shape, padding=1, dtype=np.float64, backend=backend)
+    assert plan.problem.dtype == "fp64"
+    y = cl.conv2d(xb, wb, bb, padding=1, activation="relu", alpha=0.1)
+    np.testing.assert_array_equal(to_numpy(plan(xb, wb, bb, activation="relu", alpha=0.1)),
+                                  to_numpy(y))  # fmt: skip
+    with pytest.raises(BadParamError, match="this plan is for fp64"):
+        plan(to_backend(x.astype(np.float32), backend), to_backend(w.astype(np.float32), backend))
+
+
+@pytest.mark.parametrize("algo,reason", [
+    ("conv_fwd_winograd_f2x2_3x3", "Winograd's transforms lose float64 accuracy"),
+    ("conv_fwd_winograd_fused_f2x2_3x3", "Winograd's transforms lose float64 accuracy"),
+    ("conv_fwd_wmma_implicit_gemm", "tensor cores: no fp64 MMA in this solver"),
+    ("conv_fwd_tc_implicit_gemm", "tensor cores: no fp64 MMA in this solver"),
+])  # fmt: skip
+def test_float64_forced_solver_that_cannot_says_why(algo: str, reason: str) -> None:
+    x, w = rand((1, 16, 6, 6), 54, np.float64), rand((16, 16, 3, 3), 55, np.float64)
+    with pytest.raises(NotSupportedError, match=f"{algo} cannot run .* fp64: {reason}"):
+        cl.conv2d(x, w, padding=1, algo=algo)
+    # prepare called directly (no dispatcher) refuses with the same reason
+    problem = cl.conv2d_plan(x.shape, w.shape, padding=1, dtype=np.float64, backend="cpu").problem
+    with pytest.raises(NotSupportedError, match=reason):
+        registry.get(algo).prepare(backend_by_name("cpu"), problem, None)
+
+
+def test_float64_explain_and_key_round_trip() -> None:
+    key = "conv2d_fwd n2-c32-h16-w16 k32-r3-s3 p1x1-u1x1-d1x1 g1 NCHW fp64"
+    problem = parse_key(key)
+    assert problem.dtype == "fp64" and problem.key() == key and parse_key(problem.key()) == problem
+    e = cl.explain(key, "cpu")
+    text = str(e)
+    assert key in text and e.choice is not None
+    assert not any(s in e.choice for s in ("winograd", "wmma", "tc_"))
+    reasons = {r.name: r.reason for r in e.rows}
+    assert reasons["conv_fwd_winograd_f4x4_3x3"] == "Winograd's transforms lose float64 accuracy"
+    assert reasons["conv_fwd_tc_implicit_gemm"] == "tensor cores: no fp64 MMA in this solver"
+    assert "Winograd's transforms lose float64 accuracy" in text
+    bwd = cl.explain(key.replace("fwd", "bwd_data"), "cpu")
+    assert "lose float64 accuracy" in {r.name: r.reason for r in bwd.rows}[
+        "conv_bwd_data_winograd_f2x2_3x3"]

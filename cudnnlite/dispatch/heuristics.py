@@ -49,13 +49,21 @@ def _multistage(p: ConvProblem, caps: Capabilities) -> bool:
     return not caps.emulator and (p.dtype in ("fp16", "bf16") or p.math == "tf32")
 
 
+def _winograd_dtype(p: ConvProblem) -> bool:
+    """float64 never ranks Winograd (its transforms lose float64 accuracy; the solvers
+    say so); its tensor-core flags are False already (no fp64 MMA in those solvers), so
+    a float64 problem ranks depthwise / 1x1 GEMM / implicit GEMM / direct by shape."""
+    return p.dtype != "fp64"
+
+
 def conv_fwd_ranking(p: ConvProblem, caps: Capabilities) -> list[str]:
     tensor_cores = (p.dtype == "fp16" and caps.fp16_tensor_cores) or (
         (p.dtype == "bf16" or p.math == "tf32") and caps.bf16_tensor_cores
     )
     tc = [TC] if tensor_cores and _multistage(p, caps) else []
     winograd_shape = (
-        p.ndim == 2
+        _winograd_dtype(p)
+        and p.ndim == 2
         and p.filter == (3, 3)
         and p.strides == (1, 1)
         and p.dilations == (1, 1)
@@ -111,7 +119,8 @@ def conv_bwd_data_ranking(p: ConvProblem, caps: Capabilities) -> list[str]:
     the phase-decomposed implicit GEMM when there is a GEMM tile's worth of work."""
     if p.depthwise:
         return [BWD_DATA_DIRECT]
-    wino = p.filter == (3, 3) and p.dilations == (1, 1) and p.groups == 1
+    wino = (_winograd_dtype(p) and p.filter == (3, 3) and p.dilations == (1, 1)
+            and p.groups == 1)  # fmt: skip
     ranked = [BWD_DATA_CUBLAS_1X1] if _cublas_pointwise(p, caps) else []
     tc = _tensor_cores(p, caps)
     # Phases (any stride, filter read as stored) for fp16/bf16; TF32 has no ldmatrix.trans

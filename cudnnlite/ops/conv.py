@@ -391,9 +391,12 @@ def conv2d(
 
     Args:
         x: (N, C, H, W) for layout "NCHW" or (N, H, W, C) for "NHWC"; float32, float16 or
-            bfloat16 (fp32 accumulation).
-        w: (K, C/groups, R, S) for NCHW, (K, R, S, C/groups) for NHWC, same dtype.
-        bias: (K,) or None.
+            bfloat16 (fp32 accumulation), or float64 (float64 accumulation; alpha, alpha2
+            and the activation's coefficients reach the kernels unrounded; Winograd and
+            the tensor-core solvers do not apply).
+        w: (K, C/groups, R, S) for NCHW, (K, R, S, C/groups) for NHWC, same dtype (a
+            different dtype is a BadParamError: no mixed precision).
+        bias: (K,) or None, same dtype.
         stride, dilation: an int or (h, w).
         padding: an int, (h, w), (top, bottom, left, right), "valid" or "same" (stride 1;
             with an even total the extra row/column goes after, as PyTorch).

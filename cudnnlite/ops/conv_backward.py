@@ -9,7 +9,8 @@ problem is the FORWARD convolution x -> y whose gradient is taken, with ``direct
 ``cudnnlite.settings(deterministic=True)`` excludes the atomics solver) and launches
 it. Inputs that are not contiguous in the layout are copied first; an ``out`` that is
 not contiguous receives a copy of the result. fp32, fp16, bf16 storage with fp32
-accumulation; NCHW/NHWC (NCW/NWC in 1-D, NCDHW/NDHWC in 3-D).
+accumulation, fp64 with fp64 accumulation (every operand of one dtype); NCHW/NHWC
+(NCW/NWC in 1-D, NCDHW/NDHWC in 3-D).
 """
 
 from __future__ import annotations
@@ -182,7 +183,8 @@ def conv2d_backward_data(
 
     Args:
         dy: (N, K, P, Q) for "NCHW" or (N, P, Q, K) for "NHWC"; float32, float16 or
-            bfloat16 (fp32 accumulation). Must be exactly the forward's output shape.
+            bfloat16 (fp32 accumulation), or float64 (float64 accumulation). Must be
+            exactly the forward's output shape.
         w: (K, C/groups, R, S) for NCHW, (K, R, S, C/groups) for NHWC, dy's dtype.
         x_shape: the forward input's shape in the layout.
         stride, padding, dilation, groups: as in :func:`cudnnlite.conv2d`.
