@@ -1,9 +1,13 @@
 // Normalization layers: batch norm (train / inference / backward, fused add + activation),
 // row norms (layer, group, instance, RMS; forward and backward) and cross-channel LRN.
 //
-// Statistics and parameter gradients are float32 whatever the storage type T of the data.
-// Batch-norm parameters (gamma, beta, running and saved statistics) are float32 (cuDNN's
-// rule for half data); row-norm weight and bias have the data's type T (PyTorch's).
+// Arithmetic runs in A = cl::acc_t<T>: float for float, __half and __nv_bfloat16, double
+// for double. Statistics, workspaces and batch-norm parameter gradients have type A.
+// Batch-norm parameters (gamma, beta, running and saved statistics) have type A too
+// (float32 for half data: cuDNN's rule; double for double); row-norm weight and bias have
+// the data's type T (PyTorch's). Scalars (eps, momentum, LRN's alpha / beta / k) travel
+// in A through the *T<A> structs, so double kernels see the caller's values unrounded.
+// Types T: float, __half, __nv_bfloat16, double.
 //
 // Per-channel reductions (batch-norm statistics, batch-norm backward sums, row-norm
 // parameter gradients) view the data as elements (o, c, i), o < rows, c < channels,
@@ -24,7 +28,7 @@
 // sum g * xhat with g the gradient through the optional activation), 2 row-norm
 // parameter sums (sum dy, sum dy * xhat with per-row statistics), 3 the same for NHWC
 // group norm (row of element (o, c) = (o / spatial) * groups + c / (channels / groups)).
-// Partials go to a float workspace [channels * chunks] and a one-thread-per-channel
+// Partials go to an A workspace [channels * chunks] and a one-thread-per-channel
 // finalize kernel merges them in a fixed order: every result is deterministic.
 //
 // Other kernels
@@ -44,14 +48,15 @@
 //                              channels-last group / instance norm (NHWC, no transposed
 //                              copy): a 32 x 16 block per (sample, tile of whole groups),
 //                              threadIdx.x along the contiguous channels (coalesced),
-//                              threadIdx.y along H*W; exact two-pass statistics in fp32
-//                              as rownorm_fwd; the backward's dweight / dbias are
+//                              threadIdx.y along H*W; exact two-pass statistics
+//                              (in A) as rownorm_fwd; the backward's dweight / dbias are
 //                              red_chlast<T, 3> + sum2_finalize
 //   lrn_fwd<T>, lrn_scale<T>, lrn_bwd<T>   cross-channel LRN, one thread per element
 //
-// Defines: none; one module per dtype holds all kernels.
+// Defines: none; one module per dtype holds all kernels. Kernels of the 32-bit types
+// compute in float exactly as before float64 existed (A = float everywhere).
 #include "common/cudnnlite.cuh"
-#include "common/activation_math.cuh"  // act::forward<MODE>, act::backward<MODE>, ActParams
+#include "common/activation_math.cuh"  // act::forward<MODE>, act::backward<MODE>, ActParamsT
 
 namespace nrm {
 
@@ -59,7 +64,8 @@ constexpr int kRedThreads = 256;
 constexpr int kChlastRows = 8;  // blockDim.y of red_chlast
 
 // Activation by runtime mode (uniform per launch): the modes of activation.cu, -1 none.
-__device__ __forceinline__ float act_fwd(int mode, float u, const ActParams& p) {
+template <typename A>
+__device__ __forceinline__ A act_fwd(int mode, A u, const ActParamsT<A>& p) {
     switch (mode) {
         case act::kRelu: return act::forward<act::kRelu>(u, p);
         case act::kLeakyRelu: return act::forward<act::kLeakyRelu>(u, p);
@@ -75,37 +81,39 @@ __device__ __forceinline__ float act_fwd(int mode, float u, const ActParams& p) 
     }
 }
 
-__device__ __forceinline__ float act_bwd(int mode, float g, float u, const ActParams& p) {
+template <typename A>
+__device__ __forceinline__ A act_bwd(int mode, A g, A u, const ActParamsT<A>& p) {
     switch (mode) {
-        case act::kRelu: return act::backward<act::kRelu>(g, u, 0.0f, p);
-        case act::kLeakyRelu: return act::backward<act::kLeakyRelu>(g, u, 0.0f, p);
-        case act::kClippedRelu: return act::backward<act::kClippedRelu>(g, u, 0.0f, p);
-        case act::kElu: return act::backward<act::kElu>(g, u, 0.0f, p);
-        case act::kSigmoid: return act::backward<act::kSigmoid>(g, u, 0.0f, p);
-        case act::kTanh: return act::backward<act::kTanh>(g, u, 0.0f, p);
-        case act::kSwish: return act::backward<act::kSwish>(g, u, 0.0f, p);
-        case act::kGelu: return act::backward<act::kGelu>(g, u, 0.0f, p);
-        case act::kGeluTanh: return act::backward<act::kGeluTanh>(g, u, 0.0f, p);
-        case act::kSoftplus: return act::backward<act::kSoftplus>(g, u, 0.0f, p);
+        case act::kRelu: return act::backward<act::kRelu>(g, u, A(0), p);
+        case act::kLeakyRelu: return act::backward<act::kLeakyRelu>(g, u, A(0), p);
+        case act::kClippedRelu: return act::backward<act::kClippedRelu>(g, u, A(0), p);
+        case act::kElu: return act::backward<act::kElu>(g, u, A(0), p);
+        case act::kSigmoid: return act::backward<act::kSigmoid>(g, u, A(0), p);
+        case act::kTanh: return act::backward<act::kTanh>(g, u, A(0), p);
+        case act::kSwish: return act::backward<act::kSwish>(g, u, A(0), p);
+        case act::kGelu: return act::backward<act::kGelu>(g, u, A(0), p);
+        case act::kGeluTanh: return act::backward<act::kGeluTanh>(g, u, A(0), p);
+        case act::kSoftplus: return act::backward<act::kSoftplus>(g, u, A(0), p);
         default: return g;
     }
 }
 
 // Running count, mean and sum of squared deviations.
+template <typename A>
 struct Welford {
-    float n, mean, m2;
-    __device__ __forceinline__ void init() { n = 0.0f; mean = 0.0f; m2 = 0.0f; }
-    __device__ __forceinline__ void add(float x) {
-        n += 1.0f;
-        const float d = x - mean;
+    A n, mean, m2;
+    __device__ __forceinline__ void init() { n = A(0); mean = A(0); m2 = A(0); }
+    __device__ __forceinline__ void add(A x) {
+        n += A(1);
+        const A d = x - mean;
         mean += d / n;
         m2 += d * (x - mean);
     }
     __device__ __forceinline__ void merge(const Welford& o) {  // Chan et al.
-        if (o.n == 0.0f) return;
-        const float total = n + o.n;
-        const float d = o.mean - mean;
-        const float f = o.n / total;
+        if (o.n == A(0)) return;
+        const A total = n + o.n;
+        const A d = o.mean - mean;
+        const A f = o.n / total;
         mean += d * f;
         m2 += o.m2 + d * d * n * f;
         n = total;
@@ -118,17 +126,18 @@ struct Welford {
         return r;
     }
     static constexpr int kFloats = 3;
-    __device__ __forceinline__ void store(float* ws, cl::index_t at, cl::index_t plane) const {
+    __device__ __forceinline__ void store(A* ws, cl::index_t at, cl::index_t plane) const {
         ws[at] = n; ws[at + plane] = mean; ws[at + 2 * plane] = m2;
     }
-    __device__ __forceinline__ void load(const float* ws, cl::index_t at, cl::index_t plane) {
+    __device__ __forceinline__ void load(const A* ws, cl::index_t at, cl::index_t plane) {
         n = ws[at]; mean = ws[at + plane]; m2 = ws[at + 2 * plane];
     }
 };
 
+template <typename A>
 struct Sum2 {
-    float a, b;
-    __device__ __forceinline__ void init() { a = 0.0f; b = 0.0f; }
+    A a, b;
+    __device__ __forceinline__ void init() { a = A(0); b = A(0); }
     __device__ __forceinline__ void merge(const Sum2& o) { a += o.a; b += o.b; }
     __device__ __forceinline__ Sum2 shfl_down(unsigned off) const {
         Sum2 r;
@@ -137,16 +146,17 @@ struct Sum2 {
         return r;
     }
     static constexpr int kFloats = 2;
-    __device__ __forceinline__ void store(float* ws, cl::index_t at, cl::index_t plane) const {
+    __device__ __forceinline__ void store(A* ws, cl::index_t at, cl::index_t plane) const {
         ws[at] = a; ws[at + plane] = b;
     }
-    __device__ __forceinline__ void load(const float* ws, cl::index_t at, cl::index_t plane) {
+    __device__ __forceinline__ void load(const A* ws, cl::index_t at, cl::index_t plane) {
         a = ws[at]; b = ws[at + plane];
     }
 };
 
-template <int KIND> struct AccOf { typedef Sum2 type; };
-template <> struct AccOf<0> { typedef Welford type; };
+// The accumulator of reduction KIND for storage type T.
+template <typename T, int KIND> struct AccOf { typedef Sum2<cl::acc_t<T>> type; };
+template <typename T> struct AccOf<T, 0> { typedef Welford<cl::acc_t<T>> type; };
 
 template <class A>
 __device__ __forceinline__ A warp_reduce(A v) {
@@ -174,17 +184,19 @@ namespace nrm {
 // Adds element (o, c) at offset `off` to the accumulator.
 template <typename T, int KIND>
 __device__ __forceinline__ void visit(
-    typename AccOf<KIND>::type& acc, cl::index_t off, cl::index_t o, cl::index_t c,
-    const T* x, const T* dy, const T* z, const float* mean, const float* invstd,
-    const float* gamma, const float* beta, const RedShape& s, const ActParams& p, float shift) {
+    typename AccOf<T, KIND>::type& acc, cl::index_t off, cl::index_t o, cl::index_t c,
+    const T* x, const T* dy, const T* z, const cl::acc_t<T>* mean, const cl::acc_t<T>* invstd,
+    const cl::acc_t<T>* gamma, const cl::acc_t<T>* beta, const RedShape& s,
+    const ActParamsFor<T>& p, cl::acc_t<T> shift) {
+    typedef cl::acc_t<T> A;
     if constexpr (KIND == 0) {
-        acc.add(cl::to_float(x[off]) - shift);
+        acc.add(cl::to_acc(x[off]) - shift);
     } else if constexpr (KIND == 1) {
-        const float xhat = (cl::to_float(x[off]) - mean[c]) * invstd[c];
-        float g = cl::to_float(dy[off]);
+        const A xhat = (cl::to_acc(x[off]) - mean[c]) * invstd[c];
+        A g = cl::to_acc(dy[off]);
         if (s.act_mode >= 0) {
-            float u = fmaf(xhat, gamma[c], beta[c]);
-            if (s.has_z) u += cl::to_float(z[off]);
+            A u = cl::math::fma(xhat, gamma[c], beta[c]);
+            if (s.has_z) u += cl::to_acc(z[off]);
             g = act_bwd(s.act_mode, g, u, p);
         }
         acc.a += g;
@@ -194,16 +206,16 @@ __device__ __forceinline__ void visit(
         const cl::index_t smp = s.rows <= 0x7fffffffLL ? (cl::index_t)((unsigned)o / (unsigned)s.spatial)
                                                       : o / s.spatial;
         const cl::index_t row = smp * s.groups + c / (s.channels / s.groups);
-        const float xhat = (cl::to_float(x[off]) - mean[row]) * invstd[row];
-        const float g = cl::to_float(dy[off]);
+        const A xhat = (cl::to_acc(x[off]) - mean[row]) * invstd[row];
+        const A g = cl::to_acc(dy[off]);
         acc.a += g;
         acc.b += g * xhat;
     } else {
         // row-norm parameter j = c of sample o belongs to row o * groups + c / (channels/groups)
         const cl::index_t row = o * s.groups + c / (s.channels / s.groups);
-        const float m = mean == nullptr ? 0.0f : mean[row];  // RMS norm has no mean
-        const float xhat = (cl::to_float(x[off]) - m) * invstd[row];
-        const float g = cl::to_float(dy[off]);
+        const A m = mean == nullptr ? A(0) : mean[row];  // RMS norm has no mean
+        const A xhat = (cl::to_acc(x[off]) - m) * invstd[row];
+        const A g = cl::to_acc(dy[off]);
         acc.a += g;
         acc.b += g * xhat;
     }
@@ -217,9 +229,9 @@ namespace nrm {
 // running mean then stays near 0, where float32 rounding is fine-grained (at mean 1e4
 // every rounded update of an unshifted mean would perturb the variance by ~1e-4).
 template <typename T, int KIND>
-__device__ __forceinline__ float shift_of(const T* x, cl::index_t c, const RedShape& s) {
-    if constexpr (KIND == 0) return cl::to_float(x[c * s.inner]);
-    return 0.0f;
+__device__ __forceinline__ cl::acc_t<T> shift_of(const T* x, cl::index_t c, const RedShape& s) {
+    if constexpr (KIND == 0) return cl::to_acc(x[c * s.inner]);
+    return cl::acc_t<T>(0);
 }
 
 }  // namespace nrm
@@ -229,18 +241,18 @@ __device__ __forceinline__ float shift_of(const T* x, cl::index_t c, const RedSh
 template <typename T, int KIND>
 __global__ void __launch_bounds__(256) red_planar(
     // pointers (unused ones may be null)
-    const T* x, const T* dy, const T* z, const float* mean, const float* invstd,
-    const float* gamma, const float* beta, float* partial,
+    const T* x, const T* dy, const T* z, const cl::acc_t<T>* mean, const cl::acc_t<T>* invstd,
+    const cl::acc_t<T>* gamma, const cl::acc_t<T>* beta, cl::acc_t<T>* partial,
     // problem
-    RedShape s, ActParams p) {
-    typedef typename nrm::AccOf<KIND>::type Acc;
+    RedShape s, ActParamsFor<T> p) {
+    typedef typename nrm::AccOf<T, KIND>::type Acc;
     __shared__ Acc warp_acc[32];
     const cl::index_t c = blockIdx.x;
     const cl::index_t chunks = gridDim.y;
     const cl::index_t per = (s.count + chunks - 1) / chunks;
     const cl::index_t begin = blockIdx.y * per;
     const cl::index_t end = begin + per < s.count ? begin + per : s.count;
-    const float shift = nrm::shift_of<T, KIND>(x, c, s);
+    const cl::acc_t<T> shift = nrm::shift_of<T, KIND>(x, c, s);
     Acc acc;
     acc.init();
     // range [begin, end) of channel c's elements, flat j = o * inner + i. (o, i) and the
@@ -278,18 +290,18 @@ __global__ void __launch_bounds__(256) red_planar(
 template <typename T, int KIND>
 __global__ void __launch_bounds__(256) red_chlast(
     // pointers (unused ones may be null)
-    const T* x, const T* dy, const T* z, const float* mean, const float* invstd,
-    const float* gamma, const float* beta, float* partial,
+    const T* x, const T* dy, const T* z, const cl::acc_t<T>* mean, const cl::acc_t<T>* invstd,
+    const cl::acc_t<T>* gamma, const cl::acc_t<T>* beta, cl::acc_t<T>* partial,
     // problem (inner == 1)
-    RedShape s, ActParams p) {
-    typedef typename nrm::AccOf<KIND>::type Acc;
+    RedShape s, ActParamsFor<T> p) {
+    typedef typename nrm::AccOf<T, KIND>::type Acc;
     __shared__ Acc part[nrm::kChlastRows][32];
     const cl::index_t c = (cl::index_t)blockIdx.x * 32 + threadIdx.x;
     const cl::index_t chunks = gridDim.y;
     const cl::index_t per = (s.rows + chunks - 1) / chunks;
     const cl::index_t begin = blockIdx.y * per;
     const cl::index_t end = begin + per < s.rows ? begin + per : s.rows;
-    const float shift = c < s.channels ? nrm::shift_of<T, KIND>(x, c, s) : 0.0f;
+    const cl::acc_t<T> shift = c < s.channels ? nrm::shift_of<T, KIND>(x, c, s) : cl::acc_t<T>(0);
     Acc acc;
     acc.init();
     if (c < s.channels) {
@@ -308,10 +320,11 @@ __global__ void __launch_bounds__(256) red_chlast(
 
 // ---------------------------------------------------------------- finalize
 
-// Batch-norm training statistics (ops/norm.py: _BN_DTYPE).
-struct BnParams {
-    float eps;
-    float momentum;
+// Batch-norm training statistics (ops/norm.py: _BN_DTYPE), scalars in A.
+template <typename A>
+struct BnParamsT {
+    A eps;
+    A momentum;
     int update_running;  // running_mean / running_var are updated (both given)
     int chunks;
 };
@@ -319,56 +332,58 @@ struct BnParams {
 template <typename T>
 __global__ void __launch_bounds__(256) bn_stats_finalize(
     // pointers (x: for each channel's shift, its first element at c * inner)
-    const T* x, const float* partial, float* save_mean, float* save_invstd,
-    float* running_mean, float* running_var,
+    const T* x, const cl::acc_t<T>* partial, cl::acc_t<T>* save_mean, cl::acc_t<T>* save_invstd,
+    cl::acc_t<T>* running_mean, cl::acc_t<T>* running_var,
     // problem
-    cl::index_t channels, cl::index_t inner, BnParams bp) {
+    cl::index_t channels, cl::index_t inner, BnParamsT<cl::acc_t<T>> bp) {
+    typedef cl::acc_t<T> A;
     const cl::index_t c = cl::global_thread_id();
     if (c >= channels) return;
     const cl::index_t plane = channels * bp.chunks;
-    nrm::Welford acc, part;
+    nrm::Welford<A> acc, part;
     acc.init();
     for (int k = 0; k < bp.chunks; ++k) {
         part.load(partial, c * bp.chunks + k, plane);
         acc.merge(part);
     }
-    const float var = acc.m2 / acc.n;  // biased, for normalizing
-    const float mean = acc.mean + cl::to_float(x[c * inner]);
+    const A var = acc.m2 / acc.n;  // biased, for normalizing
+    const A mean = acc.mean + cl::to_acc(x[c * inner]);
     save_mean[c] = mean;
-    save_invstd[c] = 1.0f / sqrtf(var + bp.eps);
+    save_invstd[c] = A(1) / cl::math::sqrt(var + bp.eps);
     if (bp.update_running) {
-        const float unbiased = acc.m2 / (acc.n - 1.0f);  // n >= 2: checked by the caller
-        running_mean[c] = (1.0f - bp.momentum) * running_mean[c] + bp.momentum * mean;
-        running_var[c] = (1.0f - bp.momentum) * running_var[c] + bp.momentum * unbiased;
+        const A unbiased = acc.m2 / (acc.n - A(1));  // n >= 2: checked by the caller
+        running_mean[c] = (A(1) - bp.momentum) * running_mean[c] + bp.momentum * mean;
+        running_var[c] = (A(1) - bp.momentum) * running_var[c] + bp.momentum * unbiased;
     }
 }
 
 // out_a[c] = sum of a, out_b[c] = sum of b over the chunks (either output may be null).
 template <typename O>
 __global__ void __launch_bounds__(256) sum2_finalize(
-    const float* partial, O* out_a, O* out_b, cl::index_t channels, int chunks) {
+    const cl::acc_t<O>* partial, O* out_a, O* out_b, cl::index_t channels, int chunks) {
     const cl::index_t c = cl::global_thread_id();
     if (c >= channels) return;
     const cl::index_t plane = channels * chunks;
-    nrm::Sum2 acc, part;
+    nrm::Sum2<cl::acc_t<O>> acc, part;
     acc.init();
     for (int k = 0; k < chunks; ++k) {
         part.load(partial, c * chunks + k, plane);
         acc.merge(part);
     }
-    if (out_a != nullptr) out_a[c] = cl::from_float<O>(acc.a);
-    if (out_b != nullptr) out_b[c] = cl::from_float<O>(acc.b);
+    if (out_a != nullptr) out_a[c] = cl::from_acc<O>(acc.a);
+    if (out_b != nullptr) out_b[c] = cl::from_acc<O>(acc.b);
 }
 
 // ---------------------------------------------------------------- batch-norm elementwise
 
-// The elementwise part (ops/norm.py: _BN_APPLY_DTYPE).
-struct BnApply {
+// The elementwise part (ops/norm.py: _BN_APPLY_DTYPE), scalars in A.
+template <typename A>
+struct BnApplyT {
     cl::index_t n;         // elements
     cl::index_t channels;
     cl::index_t inner;     // channel of element e: (e / inner) % channels
-    float eps;             // inference: invstd = 1 / sqrt(var + eps)
-    float inv_count;       // backward: 1 / elements per channel
+    A eps;                 // inference: invstd = 1 / sqrt(var + eps)
+    A inv_count;           // backward: 1 / elements per channel
     int stats_are_var;     // 1: `stat` is running_var (inference); 0: saved invstd
     int act_mode;          // -1 none
 };
@@ -405,28 +420,29 @@ struct ChannelIter {
 
 template <typename T, typename I>
 __device__ __forceinline__ void bn_fwd_loop(
-    const T* x, const T* z, T* y, const float* mean, const float* stat, const float* gamma,
-    const float* beta, const BnApply& a, const ActParams& p) {
+    const T* x, const T* z, T* y, const cl::acc_t<T>* mean, const cl::acc_t<T>* stat,
+    const cl::acc_t<T>* gamma, const cl::acc_t<T>* beta, const BnApplyT<cl::acc_t<T>>& a, const ActParamsFor<T>& p) {
+    typedef cl::acc_t<T> A;
     const I n = (I)a.n, inner = (I)a.inner, channels = (I)a.channels;
     const I stride = (I)cl::grid_stride();
     const I e0 = (I)cl::global_thread_id();
     nrm::ChannelIter<I> it(e0, stride, inner, channels);
     for (I e = e0; e < n; e += stride, it.next()) {
         const I c = it.c;
-        const float inv = a.stats_are_var ? 1.0f / sqrtf(stat[c] + a.eps) : stat[c];
-        float u = fmaf((cl::to_float(x[e]) - mean[c]) * inv, gamma[c], beta[c]);
-        if (z != nullptr) u += cl::to_float(z[e]);
-        y[e] = cl::from_float<T>(nrm::act_fwd(a.act_mode, u, p));
+        const A inv = a.stats_are_var ? A(1) / cl::math::sqrt(stat[c] + a.eps) : stat[c];
+        A u = cl::math::fma((cl::to_acc(x[e]) - mean[c]) * inv, gamma[c], beta[c]);
+        if (z != nullptr) u += cl::to_acc(z[e]);
+        y[e] = cl::from_acc<T>(nrm::act_fwd(a.act_mode, u, p));
     }
 }
 
 template <typename T>
 __global__ void __launch_bounds__(256) bn_fwd_apply(
     // pointers (z may be null)
-    const T* x, const T* z, T* y, const float* mean, const float* stat, const float* gamma,
-    const float* beta,
+    const T* x, const T* z, T* y, const cl::acc_t<T>* mean, const cl::acc_t<T>* stat,
+    const cl::acc_t<T>* gamma, const cl::acc_t<T>* beta,
     // problem
-    BnApply a, ActParams p) {
+    BnApplyT<cl::acc_t<T>> a, ActParamsFor<T> p) {
     if (a.n <= 0x7fffffffLL) bn_fwd_loop<T, unsigned>(x, z, y, mean, stat, gamma, beta, a, p);
     else bn_fwd_loop<T, cl::index_t>(x, z, y, mean, stat, gamma, beta, a, p);
 }
@@ -434,35 +450,38 @@ __global__ void __launch_bounds__(256) bn_fwd_apply(
 // dx = gamma invstd (g - dbeta / m - xhat dgamma / m); dz = g (the gradient into the add).
 template <typename T, typename I>
 __device__ __forceinline__ void bn_bwd_loop(
-    const T* dy, const T* x, const T* z, T* dx, T* dz, const float* mean, const float* invstd,
-    const float* gamma, const float* beta, const float* dgamma, const float* dbeta,
-    const BnApply& a, const ActParams& p) {
+    const T* dy, const T* x, const T* z, T* dx, T* dz, const cl::acc_t<T>* mean,
+    const cl::acc_t<T>* invstd, const cl::acc_t<T>* gamma, const cl::acc_t<T>* beta,
+    const cl::acc_t<T>* dgamma, const cl::acc_t<T>* dbeta,
+    const BnApplyT<cl::acc_t<T>>& a, const ActParamsFor<T>& p) {
+    typedef cl::acc_t<T> A;
     const I n = (I)a.n, inner = (I)a.inner, channels = (I)a.channels;
     const I stride = (I)cl::grid_stride();
     const I e0 = (I)cl::global_thread_id();
     nrm::ChannelIter<I> it(e0, stride, inner, channels);
     for (I e = e0; e < n; e += stride, it.next()) {
         const I c = it.c;
-        const float xhat = (cl::to_float(x[e]) - mean[c]) * invstd[c];
-        float g = cl::to_float(dy[e]);
+        const A xhat = (cl::to_acc(x[e]) - mean[c]) * invstd[c];
+        A g = cl::to_acc(dy[e]);
         if (a.act_mode >= 0) {
-            float u = fmaf(xhat, gamma[c], beta[c]);
-            if (z != nullptr) u += cl::to_float(z[e]);
+            A u = cl::math::fma(xhat, gamma[c], beta[c]);
+            if (z != nullptr) u += cl::to_acc(z[e]);
             g = nrm::act_bwd(a.act_mode, g, u, p);
         }
-        if (dz != nullptr) dz[e] = cl::from_float<T>(g);
-        const float r = g - a.inv_count * fmaf(xhat, dgamma[c], dbeta[c]);
-        dx[e] = cl::from_float<T>(gamma[c] * invstd[c] * r);
+        if (dz != nullptr) dz[e] = cl::from_acc<T>(g);
+        const A r = g - a.inv_count * cl::math::fma(xhat, dgamma[c], dbeta[c]);
+        dx[e] = cl::from_acc<T>(gamma[c] * invstd[c] * r);
     }
 }
 
 template <typename T>
 __global__ void __launch_bounds__(256) bn_bwd_apply(
     // pointers (z, dz may be null)
-    const T* dy, const T* x, const T* z, T* dx, T* dz, const float* mean, const float* invstd,
-    const float* gamma, const float* beta, const float* dgamma, const float* dbeta,
+    const T* dy, const T* x, const T* z, T* dx, T* dz, const cl::acc_t<T>* mean,
+    const cl::acc_t<T>* invstd, const cl::acc_t<T>* gamma, const cl::acc_t<T>* beta,
+    const cl::acc_t<T>* dgamma, const cl::acc_t<T>* dbeta,
     // problem
-    BnApply a, ActParams p) {
+    BnApplyT<cl::acc_t<T>> a, ActParamsFor<T> p) {
     if (a.n <= 0x7fffffffLL)
         bn_bwd_loop<T, unsigned>(dy, x, z, dx, dz, mean, invstd, gamma, beta, dgamma, dbeta, a, p);
     else
@@ -492,7 +511,8 @@ struct VecOf {
 template <typename I, bool CHLAST, int VEC>
 struct PackView {
     I packs, inner, channels;
-    __device__ __forceinline__ explicit PackView(const BnApply& a)
+    template <typename A>
+    __device__ __forceinline__ explicit PackView(const BnApplyT<A>& a)
         : packs((I)(a.n / VEC)),
           inner(CHLAST ? (I)1 : (I)(a.inner / VEC)),
           channels(CHLAST ? (I)(a.channels / VEC) : (I)a.channels) {}
@@ -505,8 +525,9 @@ struct PackView {
 
 template <typename T, bool CHLAST, typename I>
 __device__ __forceinline__ void bn_fwd_vec_loop(
-    const T* x, const T* z, T* y, const float* mean, const float* stat, const float* gamma,
-    const float* beta, const BnApply& a, const ActParams& p) {
+    const T* x, const T* z, T* y, const cl::acc_t<T>* mean, const cl::acc_t<T>* stat,
+    const cl::acc_t<T>* gamma, const cl::acc_t<T>* beta, const BnApplyT<cl::acc_t<T>>& a, const ActParamsFor<T>& p) {
+    typedef cl::acc_t<T> A;
     constexpr int VEC = nrm::VecOf<T>::value;
     typedef nrm::Pack<T, VEC> P;
     const nrm::PackView<I, CHLAST, VEC> pv(a);
@@ -520,10 +541,10 @@ __device__ __forceinline__ void bn_fwd_vec_loop(
 #pragma unroll
         for (int j = 0; j < VEC; ++j) {
             const I c = pv.channel(it.c, j);
-            const float inv = a.stats_are_var ? 1.0f / sqrtf(stat[c] + a.eps) : stat[c];
-            float u = fmaf((cl::to_float(xv.v[j]) - mean[c]) * inv, gamma[c], beta[c]);
-            if (z != nullptr) u += cl::to_float(zv.v[j]);
-            yv.v[j] = cl::from_float<T>(nrm::act_fwd(a.act_mode, u, p));
+            const A inv = a.stats_are_var ? A(1) / cl::math::sqrt(stat[c] + a.eps) : stat[c];
+            A u = cl::math::fma((cl::to_acc(xv.v[j]) - mean[c]) * inv, gamma[c], beta[c]);
+            if (z != nullptr) u += cl::to_acc(zv.v[j]);
+            yv.v[j] = cl::from_acc<T>(nrm::act_fwd(a.act_mode, u, p));
         }
         reinterpret_cast<P*>(y)[k] = yv;
     }
@@ -532,10 +553,10 @@ __device__ __forceinline__ void bn_fwd_vec_loop(
 template <typename T, bool CHLAST>
 __global__ void __launch_bounds__(256) bn_fwd_apply_vec(
     // pointers (z may be null; all 16-byte aligned)
-    const T* x, const T* z, T* y, const float* mean, const float* stat, const float* gamma,
-    const float* beta,
+    const T* x, const T* z, T* y, const cl::acc_t<T>* mean, const cl::acc_t<T>* stat,
+    const cl::acc_t<T>* gamma, const cl::acc_t<T>* beta,
     // problem
-    BnApply a, ActParams p) {
+    BnApplyT<cl::acc_t<T>> a, ActParamsFor<T> p) {
     if (a.n <= 0x7fffffffLL)
         bn_fwd_vec_loop<T, CHLAST, unsigned>(x, z, y, mean, stat, gamma, beta, a, p);
     else
@@ -544,9 +565,11 @@ __global__ void __launch_bounds__(256) bn_fwd_apply_vec(
 
 template <typename T, bool CHLAST, typename I>
 __device__ __forceinline__ void bn_bwd_vec_loop(
-    const T* dy, const T* x, const T* z, T* dx, T* dz, const float* mean, const float* invstd,
-    const float* gamma, const float* beta, const float* dgamma, const float* dbeta,
-    const BnApply& a, const ActParams& p) {
+    const T* dy, const T* x, const T* z, T* dx, T* dz, const cl::acc_t<T>* mean,
+    const cl::acc_t<T>* invstd, const cl::acc_t<T>* gamma, const cl::acc_t<T>* beta,
+    const cl::acc_t<T>* dgamma, const cl::acc_t<T>* dbeta,
+    const BnApplyT<cl::acc_t<T>>& a, const ActParamsFor<T>& p) {
+    typedef cl::acc_t<T> A;
     constexpr int VEC = nrm::VecOf<T>::value;
     typedef nrm::Pack<T, VEC> P;
     const nrm::PackView<I, CHLAST, VEC> pv(a);
@@ -561,16 +584,16 @@ __device__ __forceinline__ void bn_bwd_vec_loop(
 #pragma unroll
         for (int j = 0; j < VEC; ++j) {
             const I c = pv.channel(it.c, j);
-            const float xhat = (cl::to_float(xv.v[j]) - mean[c]) * invstd[c];
-            float g = cl::to_float(gv.v[j]);
+            const A xhat = (cl::to_acc(xv.v[j]) - mean[c]) * invstd[c];
+            A g = cl::to_acc(gv.v[j]);
             if (a.act_mode >= 0) {
-                float u = fmaf(xhat, gamma[c], beta[c]);
-                if (z != nullptr) u += cl::to_float(zv.v[j]);
+                A u = cl::math::fma(xhat, gamma[c], beta[c]);
+                if (z != nullptr) u += cl::to_acc(zv.v[j]);
                 g = nrm::act_bwd(a.act_mode, g, u, p);
             }
-            dzv.v[j] = cl::from_float<T>(g);
-            const float r = g - a.inv_count * fmaf(xhat, dgamma[c], dbeta[c]);
-            dxv.v[j] = cl::from_float<T>(gamma[c] * invstd[c] * r);
+            dzv.v[j] = cl::from_acc<T>(g);
+            const A r = g - a.inv_count * cl::math::fma(xhat, dgamma[c], dbeta[c]);
+            dxv.v[j] = cl::from_acc<T>(gamma[c] * invstd[c] * r);
         }
         if (dz != nullptr) reinterpret_cast<P*>(dz)[k] = dzv;
         reinterpret_cast<P*>(dx)[k] = dxv;
@@ -580,10 +603,11 @@ __device__ __forceinline__ void bn_bwd_vec_loop(
 template <typename T, bool CHLAST>
 __global__ void __launch_bounds__(256) bn_bwd_apply_vec(
     // pointers (z, dz may be null; all 16-byte aligned)
-    const T* dy, const T* x, const T* z, T* dx, T* dz, const float* mean, const float* invstd,
-    const float* gamma, const float* beta, const float* dgamma, const float* dbeta,
+    const T* dy, const T* x, const T* z, T* dx, T* dz, const cl::acc_t<T>* mean,
+    const cl::acc_t<T>* invstd, const cl::acc_t<T>* gamma, const cl::acc_t<T>* beta,
+    const cl::acc_t<T>* dgamma, const cl::acc_t<T>* dbeta,
     // problem
-    BnApply a, ActParams p) {
+    BnApplyT<cl::acc_t<T>> a, ActParamsFor<T> p) {
     if (a.n <= 0x7fffffffLL)
         bn_bwd_vec_loop<T, CHLAST, unsigned>(dy, x, z, dx, dz, mean, invstd, gamma, beta, dgamma,
                                              dbeta, a, p);
@@ -594,16 +618,17 @@ __global__ void __launch_bounds__(256) bn_bwd_apply_vec(
 
 // ---------------------------------------------------------------- row norms
 
-// One row norm problem (ops/norm.py: _ROW_DTYPE). Row r holds `cols` contiguous elements;
-// the weight index of column k is ((r % groups) * cols + k) / inner:
+// One row norm problem (ops/norm.py: _ROW_DTYPE), eps in A. Row r holds `cols`
+// contiguous elements; the weight index of column k is ((r % groups) * cols + k) / inner:
 //   layer / RMS norm: groups = 1, inner = 1 (weight over the normalized shape)
 //   group norm: groups = G, inner = H*W (weight per channel); instance norm: G = C
-struct RowShape {
+template <typename A>
+struct RowShapeT {
     cl::index_t rows;
     cl::index_t cols;
     cl::index_t groups;
     cl::index_t inner;
-    float eps;
+    A eps;
     int has_weight;
     int has_bias;
     int reserved;
@@ -611,9 +636,10 @@ struct RowShape {
 
 namespace nrm {
 
-// Sum over the block, returned to every thread. `sm` holds 32 floats; the leading
+// Sum over the block, returned to every thread. `sm` holds 32 values; the leading
 // barrier makes back-to-back calls safe.
-__device__ __forceinline__ float block_sum(float v, float* sm) {
+template <typename A>
+__device__ __forceinline__ A block_sum(A v, A* sm) {
 #pragma unroll
     for (unsigned off = 16; off > 0; off >>= 1) v += __shfl_down_sync(0xffffffffu, v, off);
     const int lane = threadIdx.x & 31, warp = threadIdx.x >> 5;
@@ -621,22 +647,22 @@ __device__ __forceinline__ float block_sum(float v, float* sm) {
     if (lane == 0) sm[warp] = v;
     __syncthreads();
     const int nwarps = blockDim.x >> 5;
-    float t = 0.0f;
+    A t = A(0);
     for (int w = 0; w < nwarps; ++w) t += sm[w];  // same order in every thread
     return t;
 }
 
 template <typename T>
-__device__ __forceinline__ float weight_at(const T* w, int has, cl::index_t r, cl::index_t k,
-                                           const RowShape& s) {
-    if (!has) return 1.0f;
-    if (s.inner == 1) return cl::to_float(w[s.groups == 1 ? k : (r % s.groups) * s.cols + k]);
+__device__ __forceinline__ cl::acc_t<T> weight_at(const T* w, int has, cl::index_t r,
+                                                  cl::index_t k, const RowShapeT<cl::acc_t<T>>& s) {
+    if (!has) return cl::acc_t<T>(1);
+    if (s.inner == 1) return cl::to_acc(w[s.groups == 1 ? k : (r % s.groups) * s.cols + k]);
     // group norm: channel (r % groups) * channels_per_group + k / inner, 32-bit when it fits
     const cl::index_t first = (r % s.groups) * s.cols;
     const cl::index_t q = s.cols <= 0x7fffffffLL && s.inner <= 0x7fffffffLL
                               ? (cl::index_t)((unsigned)k / (unsigned)s.inner)
                               : k / s.inner;
-    return cl::to_float(w[first / s.inner + q]);
+    return cl::to_acc(w[first / s.inner + q]);
 }
 
 }  // namespace nrm
@@ -644,32 +670,34 @@ __device__ __forceinline__ float weight_at(const T* w, int has, cl::index_t r, c
 template <typename T, bool RMS>
 __global__ void __launch_bounds__(1024) rownorm_fwd(
     // pointers (weight, bias, mean may be null)
-    const T* x, const T* weight, const T* bias, T* y, float* mean_out, float* rstd_out,
+    const T* x, const T* weight, const T* bias, T* y, cl::acc_t<T>* mean_out,
+    cl::acc_t<T>* rstd_out,
     // problem
-    RowShape s) {
-    __shared__ float sm[32];
+    RowShapeT<cl::acc_t<T>> s) {
+    typedef cl::acc_t<T> A;
+    __shared__ A sm[32];
     const cl::index_t r = blockIdx.x;
     const T* xr = x + r * s.cols;
     T* yr = y + r * s.cols;
-    const float inv_cols = 1.0f / (float)s.cols;
-    float mean = 0.0f;
+    const A inv_cols = A(1) / (A)s.cols;
+    A mean = A(0);
     if constexpr (!RMS) {
-        float t = 0.0f;
-        for (cl::index_t k = threadIdx.x; k < s.cols; k += blockDim.x) t += cl::to_float(xr[k]);
+        A t = A(0);
+        for (cl::index_t k = threadIdx.x; k < s.cols; k += blockDim.x) t += cl::to_acc(xr[k]);
         mean = nrm::block_sum(t, sm) * inv_cols;
     }
     // second pass over the (cached) row: exact deviations, no cancellation
-    float q = 0.0f;
+    A q = A(0);
     for (cl::index_t k = threadIdx.x; k < s.cols; k += blockDim.x) {
-        const float d = cl::to_float(xr[k]) - mean;
-        q = fmaf(d, d, q);
+        const A d = cl::to_acc(xr[k]) - mean;
+        q = cl::math::fma(d, d, q);
     }
-    const float rstd = 1.0f / sqrtf(nrm::block_sum(q, sm) * inv_cols + s.eps);
+    const A rstd = A(1) / cl::math::sqrt(nrm::block_sum(q, sm) * inv_cols + s.eps);
     for (cl::index_t k = threadIdx.x; k < s.cols; k += blockDim.x) {
-        float v = (cl::to_float(xr[k]) - mean) * rstd;
+        A v = (cl::to_acc(xr[k]) - mean) * rstd;
         v *= nrm::weight_at(weight, s.has_weight, r, k, s);
         if (s.has_bias) v += nrm::weight_at(bias, 1, r, k, s);
-        yr[k] = cl::from_float<T>(v);
+        yr[k] = cl::from_acc<T>(v);
     }
     if (threadIdx.x == 0) {
         if (mean_out != nullptr) mean_out[r] = mean;
@@ -681,45 +709,48 @@ __global__ void __launch_bounds__(1024) rownorm_fwd(
 template <typename T, bool RMS>
 __global__ void __launch_bounds__(1024) rownorm_bwd(
     // pointers (weight, mean may be null)
-    const T* dy, const T* x, const T* weight, const float* mean_in, const float* rstd_in, T* dx,
+    const T* dy, const T* x, const T* weight, const cl::acc_t<T>* mean_in,
+    const cl::acc_t<T>* rstd_in, T* dx,
     // problem
-    RowShape s) {
-    __shared__ float sm[32];
+    RowShapeT<cl::acc_t<T>> s) {
+    typedef cl::acc_t<T> A;
+    __shared__ A sm[32];
     const cl::index_t r = blockIdx.x;
     const cl::index_t base = r * s.cols;
-    const float mean = RMS ? 0.0f : mean_in[r];
-    const float rstd = rstd_in[r];
-    float sg = 0.0f, sgx = 0.0f;
+    const A mean = RMS ? A(0) : mean_in[r];
+    const A rstd = rstd_in[r];
+    A sg = A(0), sgx = A(0);
     for (cl::index_t k = threadIdx.x; k < s.cols; k += blockDim.x) {
-        const float gw = cl::to_float(dy[base + k]) * nrm::weight_at(weight, s.has_weight, r, k, s);
-        const float xhat = (cl::to_float(x[base + k]) - mean) * rstd;
+        const A gw = cl::to_acc(dy[base + k]) * nrm::weight_at(weight, s.has_weight, r, k, s);
+        const A xhat = (cl::to_acc(x[base + k]) - mean) * rstd;
         sg += gw;
-        sgx = fmaf(gw, xhat, sgx);
+        sgx = cl::math::fma(gw, xhat, sgx);
     }
-    const float inv_cols = 1.0f / (float)s.cols;
-    const float mg = RMS ? 0.0f : nrm::block_sum(sg, sm) * inv_cols;
-    const float mgx = nrm::block_sum(sgx, sm) * inv_cols;
+    const A inv_cols = A(1) / (A)s.cols;
+    const A mg = RMS ? A(0) : nrm::block_sum(sg, sm) * inv_cols;
+    const A mgx = nrm::block_sum(sgx, sm) * inv_cols;
     for (cl::index_t k = threadIdx.x; k < s.cols; k += blockDim.x) {
-        const float gw = cl::to_float(dy[base + k]) * nrm::weight_at(weight, s.has_weight, r, k, s);
-        const float xhat = (cl::to_float(x[base + k]) - mean) * rstd;
-        dx[base + k] = cl::from_float<T>(rstd * (gw - mg - xhat * mgx));
+        const A gw = cl::to_acc(dy[base + k]) * nrm::weight_at(weight, s.has_weight, r, k, s);
+        const A xhat = (cl::to_acc(x[base + k]) - mean) * rstd;
+        dx[base + k] = cl::from_acc<T>(rstd * (gw - mg - xhat * mgx));
     }
 }
 
 // ---------------------------------------------------------------- NHWC group norm
 
-// Channels-last group norm (ops/norm.py: _GN_NHWC_DTYPE). x is (N, spatial, C) contiguous;
-// group g holds channels [g * cpg, (g + 1) * cpg). A block covers sample n and `gpb`
+// Channels-last group norm (ops/norm.py: _GN_NHWC_DTYPE), eps in A. x is (N, spatial, C)
+// contiguous; group g holds channels [g * cpg, (g + 1) * cpg). A block covers sample n and `gpb`
 // whole consecutive groups (a tile of gpb * cpg <= 32 channels when cpg < 32, one group
 // otherwise): tiles = ceil(groups / gpb), block b = n * tiles + tile.
-struct GnNhwcShape {
+template <typename A>
+struct GnNhwcShapeT {
     cl::index_t spatial;   // H*W (1 for (N, C) input)
     cl::index_t channels;  // C
     cl::index_t groups;    // G
     cl::index_t cpg;       // C / G
     cl::index_t tiles;     // tiles of groups per sample
     int gpb;               // groups per block: 32 / cpg when cpg < 32, else 1
-    float eps;
+    A eps;
     int has_weight;
     int has_bias;
 };
@@ -733,7 +764,8 @@ constexpr int kGnRows = 16;  // blockDim.y of gn_nhwc_*: blockDim = (32, kGnRows
 struct GnTile {
     cl::index_t n, g0, c0, span;
     int ng, lg;
-    __device__ __forceinline__ explicit GnTile(const GnNhwcShape& s) {
+    template <typename A>
+    __device__ __forceinline__ explicit GnTile(const GnNhwcShapeT<A>& s) {
         const cl::index_t b = blockIdx.x;
         n = b / s.tiles;
         g0 = (b - n * s.tiles) * s.gpb;
@@ -744,11 +776,13 @@ struct GnTile {
         if (lg >= ng) lg = ng - 1;  // idle lanes (threadIdx.x >= span): any valid group
     }
     // statistics row of the thread's group
-    __device__ __forceinline__ cl::index_t row(const GnNhwcShape& s) const {
+    template <typename A>
+    __device__ __forceinline__ cl::index_t row(const GnNhwcShapeT<A>& s) const {
         return n * s.groups + g0 + lg;
     }
     // does this thread publish its group's statistics (first lane of the group)?
-    __device__ __forceinline__ bool leader(const GnNhwcShape& s) const {
+    template <typename A>
+    __device__ __forceinline__ bool leader(const GnNhwcShapeT<A>& s) const {
         return threadIdx.y == 0 && threadIdx.x < span &&
                (s.cpg >= 32 ? threadIdx.x == 0 : threadIdx.x % (unsigned)s.cpg == 0);
     }
@@ -759,12 +793,13 @@ struct GnTile {
 // a fixed order (deterministic). Back-to-back calls are safe: part is last read before
 // the third barrier, tot is rewritten only after every thread has passed the next call's
 // first barrier.
-__device__ __forceinline__ float gn_tile_sum(float v, float (*part)[32], float* tot,
-                                             const GnTile& t, cl::index_t cpg) {
+template <typename A>
+__device__ __forceinline__ A gn_tile_sum(A v, A (*part)[32], A* tot, const GnTile& t,
+                                         cl::index_t cpg) {
     part[threadIdx.y][threadIdx.x] = v;
     __syncthreads();
     if (threadIdx.y == 0) {
-        float col = 0.0f;
+        A col = A(0);
         for (int r = 0; r < (int)blockDim.y; ++r) col += part[r][threadIdx.x];
         part[0][threadIdx.x] = col;  // own column only: no other thread reads it now
     }
@@ -772,7 +807,7 @@ __device__ __forceinline__ float gn_tile_sum(float v, float (*part)[32], float* 
     if (threadIdx.y == 0 && (int)threadIdx.x < t.ng) {
         const int lo = cpg >= 32 ? 0 : (int)threadIdx.x * (int)cpg;
         const int hi = cpg >= 32 ? 32 : lo + (int)cpg;
-        float sum = 0.0f;
+        A sum = A(0);
         for (int l = lo; l < hi; ++l) sum += part[0][l];
         tot[threadIdx.x] = sum;
     }
@@ -787,35 +822,38 @@ __device__ __forceinline__ float gn_tile_sum(float v, float (*part)[32], float* 
 template <typename T>
 __global__ void __launch_bounds__(512) gn_nhwc_fwd(
     // pointers (weight, bias may be null)
-    const T* x, const T* weight, const T* bias, T* y, float* mean_out, float* rstd_out,
+    const T* x, const T* weight, const T* bias, T* y, cl::acc_t<T>* mean_out,
+    cl::acc_t<T>* rstd_out,
     // problem
-    GnNhwcShape s) {
-    __shared__ float part[nrm::kGnRows][32];
-    __shared__ float tot[32];
+    GnNhwcShapeT<cl::acc_t<T>> s) {
+    typedef cl::acc_t<T> A;
+    __shared__ A part[nrm::kGnRows][32];
+    __shared__ A tot[32];
     const nrm::GnTile t(s);
     const cl::index_t base = t.n * s.spatial * s.channels + t.c0;
     const T* xs = x + base;
     T* ys = y + base;
     const cl::index_t rstep = (cl::index_t)blockDim.y * s.channels;
     const cl::index_t off0 = (cl::index_t)threadIdx.y * s.channels;
-    const float inv_cnt = 1.0f / (float)(s.spatial * s.cpg);
-    float sum = 0.0f;
+    const A inv_cnt = A(1) / (A)(s.spatial * s.cpg);
+    A sum = A(0);
     for (cl::index_t p = threadIdx.y, off = off0; p < s.spatial; p += blockDim.y, off += rstep)
-        for (cl::index_t k = threadIdx.x; k < t.span; k += 32) sum += cl::to_float(xs[off + k]);
-    const float mean = nrm::gn_tile_sum(sum, part, tot, t, s.cpg) * inv_cnt;
-    float q = 0.0f;
+        for (cl::index_t k = threadIdx.x; k < t.span; k += 32) sum += cl::to_acc(xs[off + k]);
+    const A mean = nrm::gn_tile_sum(sum, part, tot, t, s.cpg) * inv_cnt;
+    A q = A(0);
     for (cl::index_t p = threadIdx.y, off = off0; p < s.spatial; p += blockDim.y, off += rstep)
         for (cl::index_t k = threadIdx.x; k < t.span; k += 32) {
-            const float d = cl::to_float(xs[off + k]) - mean;
-            q = fmaf(d, d, q);
+            const A d = cl::to_acc(xs[off + k]) - mean;
+            q = cl::math::fma(d, d, q);
         }
-    const float rstd = 1.0f / sqrtf(nrm::gn_tile_sum(q, part, tot, t, s.cpg) * inv_cnt + s.eps);
+    const A rstd =
+        A(1) / cl::math::sqrt(nrm::gn_tile_sum(q, part, tot, t, s.cpg) * inv_cnt + s.eps);
     for (cl::index_t p = threadIdx.y, off = off0; p < s.spatial; p += blockDim.y, off += rstep)
         for (cl::index_t k = threadIdx.x; k < t.span; k += 32) {
-            float v = (cl::to_float(xs[off + k]) - mean) * rstd;
-            if (s.has_weight) v *= cl::to_float(weight[t.c0 + k]);
-            if (s.has_bias) v += cl::to_float(bias[t.c0 + k]);
-            ys[off + k] = cl::from_float<T>(v);
+            A v = (cl::to_acc(xs[off + k]) - mean) * rstd;
+            if (s.has_weight) v *= cl::to_acc(weight[t.c0 + k]);
+            if (s.has_bias) v += cl::to_acc(bias[t.c0 + k]);
+            ys[off + k] = cl::from_acc<T>(v);
         }
     if (t.leader(s)) {
         mean_out[t.row(s)] = mean;
@@ -827,111 +865,119 @@ __global__ void __launch_bounds__(512) gn_nhwc_fwd(
 template <typename T>
 __global__ void __launch_bounds__(512) gn_nhwc_bwd(
     // pointers (weight may be null)
-    const T* dy, const T* x, const T* weight, const float* mean_in, const float* rstd_in, T* dx,
+    const T* dy, const T* x, const T* weight, const cl::acc_t<T>* mean_in,
+    const cl::acc_t<T>* rstd_in, T* dx,
     // problem
-    GnNhwcShape s) {
-    __shared__ float part[nrm::kGnRows][32];
-    __shared__ float tot[32];
+    GnNhwcShapeT<cl::acc_t<T>> s) {
+    typedef cl::acc_t<T> A;
+    __shared__ A part[nrm::kGnRows][32];
+    __shared__ A tot[32];
     const nrm::GnTile t(s);
     const cl::index_t base = t.n * s.spatial * s.channels + t.c0;
     const cl::index_t rstep = (cl::index_t)blockDim.y * s.channels;
     const cl::index_t off0 = (cl::index_t)threadIdx.y * s.channels;
-    const float mean = mean_in[t.row(s)];
-    const float rstd = rstd_in[t.row(s)];
-    float sg = 0.0f, sgx = 0.0f;
+    const A mean = mean_in[t.row(s)];
+    const A rstd = rstd_in[t.row(s)];
+    A sg = A(0), sgx = A(0);
     for (cl::index_t p = threadIdx.y, off = base + off0; p < s.spatial;
          p += blockDim.y, off += rstep)
         for (cl::index_t k = threadIdx.x; k < t.span; k += 32) {
-            const float w = s.has_weight ? cl::to_float(weight[t.c0 + k]) : 1.0f;
-            const float gw = cl::to_float(dy[off + k]) * w;
-            const float xhat = (cl::to_float(x[off + k]) - mean) * rstd;
+            const A w = s.has_weight ? cl::to_acc(weight[t.c0 + k]) : A(1);
+            const A gw = cl::to_acc(dy[off + k]) * w;
+            const A xhat = (cl::to_acc(x[off + k]) - mean) * rstd;
             sg += gw;
-            sgx = fmaf(gw, xhat, sgx);
+            sgx = cl::math::fma(gw, xhat, sgx);
         }
-    const float inv_cnt = 1.0f / (float)(s.spatial * s.cpg);
-    const float mg = nrm::gn_tile_sum(sg, part, tot, t, s.cpg) * inv_cnt;
-    const float mgx = nrm::gn_tile_sum(sgx, part, tot, t, s.cpg) * inv_cnt;
+    const A inv_cnt = A(1) / (A)(s.spatial * s.cpg);
+    const A mg = nrm::gn_tile_sum(sg, part, tot, t, s.cpg) * inv_cnt;
+    const A mgx = nrm::gn_tile_sum(sgx, part, tot, t, s.cpg) * inv_cnt;
     for (cl::index_t p = threadIdx.y, off = base + off0; p < s.spatial;
          p += blockDim.y, off += rstep)
         for (cl::index_t k = threadIdx.x; k < t.span; k += 32) {
-            const float w = s.has_weight ? cl::to_float(weight[t.c0 + k]) : 1.0f;
-            const float gw = cl::to_float(dy[off + k]) * w;
-            const float xhat = (cl::to_float(x[off + k]) - mean) * rstd;
-            dx[off + k] = cl::from_float<T>(rstd * (gw - mg - xhat * mgx));
+            const A w = s.has_weight ? cl::to_acc(weight[t.c0 + k]) : A(1);
+            const A gw = cl::to_acc(dy[off + k]) * w;
+            const A xhat = (cl::to_acc(x[off + k]) - mean) * rstd;
+            dx[off + k] = cl::from_acc<T>(rstd * (gw - mg - xhat * mgx));
         }
 }
 
 // ---------------------------------------------------------------- LRN
 
-// Cross-channel LRN (ops/norm.py: _LRN_DTYPE). Channel c of element e is
-// (e / cstride) % channels; its window is [c - size/2, c + (size-1)/2] (PyTorch's).
-struct LrnShape {
+// Cross-channel LRN (ops/norm.py: _LRN_DTYPE), scalars in A. Channel c of element e
+// is (e / cstride) % channels; its window is [c - size/2, c + (size-1)/2] (PyTorch's).
+template <typename A>
+struct LrnShapeT {
     cl::index_t n;
     cl::index_t channels;
     cl::index_t cstride;  // NCHW: H*W; NHWC: 1
     int size;
-    float alpha_over_n;   // alpha / size
-    float beta;
-    float k;
+    A alpha_over_n;       // alpha / size
+    A beta;
+    A k;
 };
 
 namespace nrm {
 
 template <typename T>
-__device__ __forceinline__ float lrn_scale_at(const T* x, cl::index_t e, cl::index_t c,
-                                              const LrnShape& s) {
+__device__ __forceinline__ cl::acc_t<T> lrn_scale_at(const T* x, cl::index_t e, cl::index_t c,
+                                                     const LrnShapeT<cl::acc_t<T>>& s) {
+    typedef cl::acc_t<T> A;
     const cl::index_t lo = c - s.size / 2 < 0 ? 0 : c - s.size / 2;
     const cl::index_t hi_ = c + (s.size - 1) / 2;
     const cl::index_t hi = hi_ >= s.channels ? s.channels - 1 : hi_;
-    float sq = 0.0f;
+    A sq = A(0);
     for (cl::index_t j = lo; j <= hi; ++j) {
-        const float v = cl::to_float(x[e + (j - c) * s.cstride]);
-        sq = fmaf(v, v, sq);
+        const A v = cl::to_acc(x[e + (j - c) * s.cstride]);
+        sq = cl::math::fma(v, v, sq);
     }
-    return fmaf(s.alpha_over_n, sq, s.k);
+    return cl::math::fma(s.alpha_over_n, sq, s.k);
 }
 
 }  // namespace nrm
 
 template <typename T>
-__global__ void __launch_bounds__(256) lrn_fwd(const T* x, T* y, LrnShape s) {
+__global__ void __launch_bounds__(256) lrn_fwd(const T* x, T* y, LrnShapeT<cl::acc_t<T>> s) {
+    typedef cl::acc_t<T> A;
     const cl::index_t stride = cl::grid_stride();
     for (cl::index_t e = cl::global_thread_id(); e < s.n; e += stride) {
         const cl::index_t c = (e / s.cstride) % s.channels;
-        const float scale = nrm::lrn_scale_at(x, e, c, s);
-        y[e] = cl::from_float<T>(cl::to_float(x[e]) * powf(scale, -s.beta));
+        const A scale = nrm::lrn_scale_at(x, e, c, s);
+        y[e] = cl::from_acc<T>(cl::to_acc(x[e]) * cl::math::pow(scale, -s.beta));
     }
 }
 
-// Backward pass 1: t[e] = dy x scale^(-beta-1) and sp[e] = scale^-beta (float workspaces).
+// Backward pass 1: t[e] = dy x scale^(-beta-1) and sp[e] = scale^-beta (A workspaces).
 template <typename T>
-__global__ void __launch_bounds__(256) lrn_scale(const T* dy, const T* x, float* t, float* sp,
-                                                 LrnShape s) {
+__global__ void __launch_bounds__(256) lrn_scale(const T* dy, const T* x, cl::acc_t<T>* t,
+                                                 cl::acc_t<T>* sp, LrnShapeT<cl::acc_t<T>> s) {
+    typedef cl::acc_t<T> A;
     const cl::index_t stride = cl::grid_stride();
     for (cl::index_t e = cl::global_thread_id(); e < s.n; e += stride) {
         const cl::index_t c = (e / s.cstride) % s.channels;
-        const float scale = nrm::lrn_scale_at(x, e, c, s);
-        const float pw = powf(scale, -s.beta);
+        const A scale = nrm::lrn_scale_at(x, e, c, s);
+        const A pw = cl::math::pow(scale, -s.beta);
         sp[e] = pw;
-        t[e] = cl::to_float(dy[e]) * cl::to_float(x[e]) * (pw / scale);
+        t[e] = cl::to_acc(dy[e]) * cl::to_acc(x[e]) * (pw / scale);
     }
 }
 
 // Backward pass 2: dx_i = dy_i sp_i - 2 alpha beta / n x_i sum_{j: i in win(j)} t_j,
 // j in [i - (size-1)/2, i + size/2].
 template <typename T>
-__global__ void __launch_bounds__(256) lrn_bwd(const T* dy, const T* x, const float* t,
-                                               const float* sp, T* dx, LrnShape s) {
+__global__ void __launch_bounds__(256) lrn_bwd(const T* dy, const T* x, const cl::acc_t<T>* t,
+                                               const cl::acc_t<T>* sp, T* dx,
+                                               LrnShapeT<cl::acc_t<T>> s) {
+    typedef cl::acc_t<T> A;
     const cl::index_t stride = cl::grid_stride();
     for (cl::index_t e = cl::global_thread_id(); e < s.n; e += stride) {
         const cl::index_t c = (e / s.cstride) % s.channels;
         const cl::index_t lo = c - (s.size - 1) / 2 < 0 ? 0 : c - (s.size - 1) / 2;
         const cl::index_t hi_ = c + s.size / 2;
         const cl::index_t hi = hi_ >= s.channels ? s.channels - 1 : hi_;
-        float acc = 0.0f;
+        A acc = A(0);
         for (cl::index_t j = lo; j <= hi; ++j) acc += t[e + (j - c) * s.cstride];
-        const float v = cl::to_float(dy[e]) * sp[e] -
-                        2.0f * s.alpha_over_n * s.beta * cl::to_float(x[e]) * acc;
-        dx[e] = cl::from_float<T>(v);
+        const A v = cl::to_acc(dy[e]) * sp[e] -
+                    A(2) * s.alpha_over_n * s.beta * cl::to_acc(x[e]) * acc;
+        dx[e] = cl::from_acc<T>(v);
     }
 }

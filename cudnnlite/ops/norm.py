@@ -1,11 +1,14 @@
 """Normalization layers: batch norm, layer / group / instance / RMS norm, and LRN.
 
 Every function validates, allocates, launches (``cuda_src/norm/norm.cu``, one module per
-dtype) and returns arrays of the inputs' kind. Data may be float32, float16 or bfloat16;
-statistics (mean, invstd / rstd) are float32. Batch-norm parameters (weight, bias,
-running statistics) are float32 (cuDNN's rule); row-norm weight and bias share x's dtype
-(PyTorch's). Inputs of any strides are copied to C-contiguous arrays first where they
-are not already; ``out=`` may have any strides (the result is copied into it).
+dtype) and returns arrays of the inputs' kind. Data may be float32, float16, bfloat16 or
+float64. Statistics (mean, invstd / rstd) and batch-norm parameters (weight, bias,
+running statistics, dweight / dbias) have the type the kernels compute in: float32 for
+float32 / float16 / bfloat16 data (cuDNN's rule), float64 for float64 data (which
+computes and accumulates in double; eps, momentum, activation coefficients and LRN's
+scalars reach it unrounded). Row-norm weight and bias share x's dtype (PyTorch's).
+Inputs of any strides are copied to C-contiguous arrays first where they are not already;
+``out=`` may have any strides (the result is copied into it).
 Semantics: :mod:`cudnnlite.reference.norm`.
 
 :func:`last_kernel_name` names the last kernel the calling thread launched, e.g.
@@ -30,6 +33,7 @@ import numpy as np
 
 from .. import dtypes
 from ..errors import BadParamError
+from ..reference.activation import DEFAULT_COEF
 from ..runtime.backend import Backend
 from ..runtime.graph import graph_safe, note_host_work
 from ..runtime.kernel import ModuleSpec
@@ -39,7 +43,7 @@ from ..runtime.variants import register
 from ._arrays import array_module, as_array, check_out, float_dtype, same_dtype, same_shape
 from ._fastpath import CallCache, arrays_key, backend_key, scalars_key
 from ._kernels import KernelTable, LastLaunch, kernel_table
-from .activation import ACTIVATION_MODES, _params
+from .activation import ACTIVATION_MODES, _params, act_params_dtype
 
 SOURCE = "norm/norm.cu"
 LAYOUTS = ("NCHW", "NHWC")
@@ -47,6 +51,26 @@ BN_MODES = ("spatial", "per_activation")
 _BLOCK = 256
 _CHLAST_ROWS = 8
 _KIND = {"stats": 0, "bwd": 1, "params": 2}
+
+# Mirrors of the kernels' structs. Those with scalars are templated on the accumulation
+# type A (BnParamsT<A> ...): one layout per A, "<f4" (float) and "<f8" (double), picked
+# by _real(dt).
+_REALS = ("<f4", "<f8")
+
+
+def _mirrors(fields: list[tuple[str, str]]) -> dict[str, np.dtype]:
+    """The struct's numpy layouts by real type; fields typed "A" take it."""
+    return {r: np.dtype([(n, r if t == "A" else t) for n, t in fields], align=True) for r in _REALS}
+
+
+def _real(dt: dtypes.DType) -> str:
+    return "<f8" if dt.acc_ctype == "double" else "<f4"
+
+
+def _acc(dt: dtypes.DType) -> np.dtype:
+    """dtype of statistics, workspaces and batch-norm parameters for data of type ``dt``."""
+    return np.dtype(np.float64) if dt.acc_ctype == "double" else np.dtype(np.float32)
+
 
 _RED_DTYPE = np.dtype(
     [
@@ -61,36 +85,33 @@ _RED_DTYPE = np.dtype(
     ],
     align=True,
 )
-_BN_DTYPE = np.dtype(
-    [("eps", "<f4"), ("momentum", "<f4"), ("update_running", "<i4"), ("chunks", "<i4")],
-    align=True,
+_BN_DTYPE = _mirrors(  # BnParamsT<A>
+    [("eps", "A"), ("momentum", "A"), ("update_running", "<i4"), ("chunks", "<i4")]
 )
-_BN_APPLY_DTYPE = np.dtype(
+_BN_APPLY_DTYPE = _mirrors(  # BnApplyT<A>
     [
         ("n", "<i8"),
         ("channels", "<i8"),
         ("inner", "<i8"),
-        ("eps", "<f4"),
-        ("inv_count", "<f4"),
+        ("eps", "A"),
+        ("inv_count", "A"),
         ("stats_are_var", "<i4"),
         ("act_mode", "<i4"),
-    ],
-    align=True,
+    ]
 )
-_ROW_DTYPE = np.dtype(
+_ROW_DTYPE = _mirrors(  # RowShapeT<A>
     [
         ("rows", "<i8"),
         ("cols", "<i8"),
         ("groups", "<i8"),
         ("inner", "<i8"),
-        ("eps", "<f4"),
+        ("eps", "A"),
         ("has_weight", "<i4"),
         ("has_bias", "<i4"),
         ("reserved", "<i4"),
-    ],
-    align=True,
+    ]
 )
-_GN_NHWC_DTYPE = np.dtype(
+_GN_NHWC_DTYPE = _mirrors(  # GnNhwcShapeT<A>
     [
         ("spatial", "<i8"),
         ("channels", "<i8"),
@@ -98,24 +119,22 @@ _GN_NHWC_DTYPE = np.dtype(
         ("cpg", "<i8"),
         ("tiles", "<i8"),
         ("gpb", "<i4"),
-        ("eps", "<f4"),
+        ("eps", "A"),
         ("has_weight", "<i4"),
         ("has_bias", "<i4"),
-    ],
-    align=True,
+    ]
 )
 _GN_ROWS = 16  # blockDim.y of gn_nhwc_* (nrm::kGnRows)
-_LRN_DTYPE = np.dtype(
+_LRN_DTYPE = _mirrors(  # LrnShapeT<A>
     [
         ("n", "<i8"),
         ("channels", "<i8"),
         ("cstride", "<i8"),
         ("size", "<i4"),
-        ("alpha_over_n", "<f4"),
-        ("beta", "<f4"),
-        ("k", "<f4"),
-    ],
-    align=True,
+        ("alpha_over_n", "A"),
+        ("beta", "A"),
+        ("k", "A"),
+    ]
 )
 
 # ------------------------------------------------------------------ kernels
@@ -132,8 +151,8 @@ def _names(dt: dtypes.DType) -> dict[str, str]:
     names["gn_nhwc_fwd"] = f"gn_nhwc_fwd<{t}>"
     names["gn_nhwc_bwd"] = f"gn_nhwc_bwd<{t}>"
     names["bn_stats_finalize"] = f"bn_stats_finalize<{t}>"
-    names["sum2_finalize_fp32"] = "sum2_finalize<float>"
-    names[f"sum2_finalize_{dt.short}"] = f"sum2_finalize<{t}>"
+    names[f"sum2_finalize_{dt.short}"] = f"sum2_finalize<{t}>"  # row-norm dweight / dbias
+    names[_sum2_params(dt)] = f"sum2_finalize<{dt.acc_ctype}>"  # batch-norm dgamma / dbeta
     names["bn_fwd_apply"] = f"bn_fwd_apply<{t}>"
     names["bn_bwd_apply"] = f"bn_bwd_apply<{t}>"
     for chlast, tag in ((False, "planar"), (True, "chlast")):
@@ -147,6 +166,11 @@ def _names(dt: dtypes.DType) -> dict[str, str]:
     for k in ("lrn_fwd", "lrn_scale", "lrn_bwd"):
         names[k] = f"{k}<{t}>"
     return names
+
+
+def _sum2_params(dt: dtypes.DType) -> str:
+    """Key of the finalize writing batch-norm parameter gradients (type _acc(dt))."""
+    return "sum2_finalize_fp64" if dt.acc_ctype == "double" else "sum2_finalize_fp32"
 
 
 def module_spec(dt: dtypes.DType) -> ModuleSpec:
@@ -226,19 +250,28 @@ def _param(
     return a
 
 
-def _act(activation: Any, coef: Any) -> tuple[int, np.void]:
-    """Activation mode id (-1 none) and its ActParams."""
+def _act(activation: Any, coef: Any, dt: dtypes.DType) -> tuple[int, np.void]:
+    """Activation mode id (-1 none) and its ActParamsT for data of type ``dt``."""
     if activation is None:
         if coef is not None:
             raise BadParamError("coef: given without an activation")
-        return -1, _params("identity", None, None, 1.0, 0.0, False)[0]
-    if activation not in ACTIVATION_MODES:
+        activation = "identity"
+    elif activation not in ACTIVATION_MODES:
         raise BadParamError(
             f"activation: expected None or one of {', '.join(ACTIVATION_MODES)}, got {activation!r}"
         )
-    params = _params(activation, coef, None, 1.0, 0.0, False)[0]
-    mode = ACTIVATION_MODES.index(activation)
-    return (-1 if activation == "identity" else mode), params
+    params = _params(activation, coef, None, 1.0, 0.0, False)[0]  # checks coef
+    mode = -1 if activation == "identity" else ACTIVATION_MODES.index(activation)
+    layout = act_params_dtype(dt)
+    if layout != params.dtype:
+        # double kernels: the same fields, the coefficient as given (not its float32)
+        wide = np.zeros((), layout)
+        for name in layout.names:
+            wide[name] = params[name]
+        if activation in DEFAULT_COEF:
+            wide["coef"] = float(DEFAULT_COEF[activation] if coef is None else coef)
+        params = wide[()]
+    return mode, params
 
 
 def _deliver(result: Any, out: Any) -> Any:
@@ -254,7 +287,10 @@ def _check_out(out: Any, x: Any, backend: Backend, inputs: dict[str, Any]) -> No
         check_out(out, x.shape, x.dtype, backend, inputs)
 
 
-def _struct(dtype: np.dtype, **fields: Any) -> np.void:
+def _struct(dtype: np.dtype | dict[str, np.dtype], dt: Any = None, **fields: Any) -> np.void:
+    """The struct's value; ``dtype`` a dict of _mirrors is picked by ``dt``'s real type."""
+    if isinstance(dtype, dict):
+        dtype = dtype[_real(dt)]
     s = np.zeros((), dtype=dtype)
     for k, v in fields.items():
         s[k] = v
@@ -315,7 +351,7 @@ def _reduce(
         variant = "chlast"
     chunks = max(1, min(-(-table.target_blocks // col_blocks), -(-count // per_block), 65535))
     nacc = 3 if kind == "stats" else 2
-    partial = xp.empty((nacc * channels * chunks,), np.float32)
+    partial = xp.empty((nacc * channels * chunks,), _acc(table.dt))
     shape = _struct(
         _RED_DTYPE,
         rows=rows,
@@ -328,7 +364,7 @@ def _reduce(
         has_z=int(has_z),
     )
     if params is None:
-        params = _act(None, None)[1]
+        params = _act(None, None, table.dt)[1]
     block = (_BLOCK,) if variant == "planar" else (32, _CHLAST_ROWS)
     table.launch(
         f"red_{variant}_{kind}", (col_blocks, chunks), block, (*ptrs, partial, shape, params)
@@ -344,13 +380,14 @@ def _bn_common(x: Any, mode: Any, layout: Any) -> tuple[Any, _BnView, dtypes.DTy
     return x, view, dt
 
 
-def _bn_params(x: Any, view: _BnView, weight: Any, bias: Any) -> tuple[Any, Any]:
-    w = _param("weight", weight, view.param_shape, np.float32)
-    b = _param("bias", bias, view.param_shape, np.float32)
+def _bn_params(x: Any, view: _BnView, weight: Any, bias: Any, dt: dtypes.DType) -> tuple[Any, Any]:
+    pd = _acc(dt)
+    w = _param("weight", weight, view.param_shape, pd)
+    b = _param("bias", bias, view.param_shape, pd)
     c = view.channels
     xp = array_module(x)
-    w = xp.ones((c,), np.float32) if w is None else _dense(w).reshape(c)
-    b = xp.zeros((c,), np.float32) if b is None else _dense(b).reshape(c)
+    w = xp.ones((c,), pd) if w is None else _dense(w).reshape(c)
+    b = xp.zeros((c,), pd) if b is None else _dense(b).reshape(c)
     return w, b
 
 
@@ -364,8 +401,8 @@ def _momentum(momentum: Any) -> float:
     return float(momentum)
 
 
-def _running(name: str, a: Any, view: _BnView) -> Any:
-    a = _param(name, a, view.param_shape, np.float32)
+def _running(name: str, a: Any, view: _BnView, dt: dtypes.DType) -> Any:
+    a = _param(name, a, view.param_shape, _acc(dt))
     if a is not None and not a.flags.c_contiguous:
         raise BadParamError(f"{name}: expected a C-contiguous array (it is updated in place)")
     if a is not None and isinstance(a, np.ndarray) and not a.flags.writeable:
@@ -400,13 +437,15 @@ def batch_norm_forward_training(
     out: Any = None,
 ) -> tuple[Any, Any, Any]:
     """Training forward: ``y = act(gamma (x - mean) invstd + beta [+ z])`` with batch
-    statistics; returns ``(y, save_mean, save_invstd)`` (float32, one per channel).
+    statistics; returns ``(y, save_mean, save_invstd)`` (one per channel; float32, or
+    float64 for float64 x).
 
     Args:
         x: ``(N, C, *spatial)`` for ``layout="NCHW"``, ``(N, *spatial, C)`` for "NHWC".
-        weight, bias: float32 of the parameter shape (``(C,)`` in mode "spatial",
-            ``x.shape[1:]`` in mode "per_activation"); None means ones / zeros.
-        running_mean, running_var: float32 C-contiguous arrays updated in place:
+        weight, bias: float32 (float64 for float64 x) of the parameter shape (``(C,)``
+            in mode "spatial", ``x.shape[1:]`` in mode "per_activation"); None means ones /
+            zeros.
+        running_mean, running_var: C-contiguous arrays (weight's dtype) updated in place:
             ``r = (1 - momentum) r + momentum batch`` with the unbiased batch variance for
             running_var (as PyTorch). Either may be None.
         z, activation, coef: the fused form (cuDNN's BN_ADD_ACTIVATION): ``z`` (like x)
@@ -430,26 +469,29 @@ def batch_norm_forward_training(
             f"x: training needs more than one value per channel to compute a variance, got "
             f"shape {tuple(x.shape)} ({view.count} value per channel)"
         )
-    rm = _running("running_mean", running_mean, view)
-    rv = _running("running_var", running_var, view)
-    w, b = _bn_params(x, view, weight, bias)
+    rm = _running("running_mean", running_mean, view, dt)
+    rv = _running("running_var", running_var, view, dt)
+    w, b = _bn_params(x, view, weight, bias, dt)
     z = _z(z, x)
-    act_mode, params = _act(activation, coef)
+    act_mode, params = _act(activation, coef, dt)
     _check_out(out, x, backend, {"x": x, "z": z})
     table = _table(backend, dt)
     xd, zd = _dense(x), _dense(z)
     c = view.channels
     xp = array_module(x)
+    pd = _acc(dt)
     partial, chunks = _reduce(
         table, "stats", view.rows, c, view.inner, (xd, None, None, None, None, None, None)
     )
-    mean = xp.empty((c,), np.float32)
-    invstd = xp.empty((c,), np.float32)
+    mean = xp.empty((c,), pd)
+    invstd = xp.empty((c,), pd)
     # a lone running_mean or running_var is updated through a scratch partner
-    rm_k = rm if rm is not None else xp.zeros((c,), np.float32)
-    rv_k = rv if rv is not None else xp.ones((c,), np.float32)
+    rm_k = rm if rm is not None else xp.zeros((c,), pd)
+    rv_k = rv if rv is not None else xp.ones((c,), pd)
     update = rm is not None or rv is not None
-    bp = _struct(_BN_DTYPE, eps=eps, momentum=momentum, update_running=int(update), chunks=chunks)
+    bp = _struct(
+        _BN_DTYPE, dt, eps=eps, momentum=momentum, update_running=int(update), chunks=chunks
+    )
     table.launch(
         "bn_stats_finalize",
         (table.grid1d(c),),
@@ -501,6 +543,7 @@ def _bn_apply(
     n = x.size
     a = _struct(
         _BN_APPLY_DTYPE,
+        table.dt,
         n=n,
         channels=view.channels,
         inner=view.inner,
@@ -532,8 +575,9 @@ def _bn_inference_fast(entry: tuple, x: Any, rm: Any, rv: Any, weight: Any, bias
     table, view, eps, act_mode, params = entry
     c = view.channels
     xp = array_module(x)
-    w = xp.ones((c,), np.float32) if weight is None else _dense(weight).reshape(c)
-    b = xp.zeros((c,), np.float32) if bias is None else _dense(bias).reshape(c)
+    pd = _acc(table.dt)
+    w = xp.ones((c,), pd) if weight is None else _dense(weight).reshape(c)
+    b = xp.zeros((c,), pd) if bias is None else _dense(bias).reshape(c)
     rm, rv = _dense(rm).reshape(-1), _dense(rv).reshape(-1)
     return _bn_apply(table, view, _dense(x), _dense(z), rm, rv, w, b, True, eps, act_mode,
                      params)  # fmt: skip
@@ -580,11 +624,11 @@ def batch_norm_forward_inference(
     for name, a in (("running_mean", running_mean), ("running_var", running_var)):
         if a is None:
             raise BadParamError(f"{name}: inference needs the running statistics, got None")
-    rm = _dense(_param("running_mean", running_mean, view.param_shape, np.float32))
-    rv = _dense(_param("running_var", running_var, view.param_shape, np.float32))
-    w, b = _bn_params(x, view, weight, bias)
+    rm = _dense(_param("running_mean", running_mean, view.param_shape, _acc(dt)))
+    rv = _dense(_param("running_var", running_var, view.param_shape, _acc(dt)))
+    w, b = _bn_params(x, view, weight, bias, dt)
     z = _z(z, x)
-    act_mode, params = _act(activation, coef)
+    act_mode, params = _act(activation, coef, dt)
     _check_out(out, x, backend, {"x": x, "z": z})
     table = _table(backend, dt)
     y = _bn_apply(
@@ -621,7 +665,8 @@ def batch_norm_backward(
     coef: float | None = None,
 ) -> tuple[Any, Any, Any, Any]:
     """Training backward from the saved statistics: ``(dx, dweight, dbias, dz)``
-    (dweight, dbias float32; dz, the gradient of the fused form's z, None without z).
+    (dweight, dbias float32, float64 for float64 x; dz, the gradient of the fused form's z,
+    None without z).
     With an activation the forward's ``bias`` (and ``z``) recompute its input."""
     backend = backend_for(
         dy,
@@ -637,13 +682,13 @@ def batch_norm_backward(
     dy = as_array("dy", dy)
     same_dtype(("x", "dy"), (x, dy))
     same_shape(("x", "dy"), (x, dy))
-    mean = _param("save_mean", save_mean, view.param_shape, np.float32)
-    invstd = _param("save_invstd", save_invstd, view.param_shape, np.float32)
+    mean = _param("save_mean", save_mean, view.param_shape, _acc(dt))
+    invstd = _param("save_invstd", save_invstd, view.param_shape, _acc(dt))
     if mean is None or invstd is None:
         raise BadParamError("save_mean, save_invstd: the forward's saved statistics are needed")
-    w, b = _bn_params(x, view, weight, bias)
+    w, b = _bn_params(x, view, weight, bias, dt)
     z = _z(z, x)
-    act_mode, params = _act(activation, coef)
+    act_mode, params = _act(activation, coef, dt)
     table = _table(backend, dt)
     c = view.channels
     xd, dyd, zd = _dense(x), _dense(dy), _dense(z)
@@ -659,10 +704,10 @@ def batch_norm_backward(
         has_z=z is not None,
         params=params,
     )
-    dgamma = array_module(x).empty((c,), np.float32)
-    dbeta = array_module(x).empty((c,), np.float32)
+    dgamma = array_module(x).empty((c,), _acc(dt))
+    dbeta = array_module(x).empty((c,), _acc(dt))
     table.launch(
-        "sum2_finalize_fp32",
+        _sum2_params(dt),
         (table.grid1d(c),),
         (_BLOCK,),
         (partial, dbeta, dgamma, np.int64(c), np.int32(chunks)),
@@ -673,6 +718,7 @@ def batch_norm_backward(
     n = x.size
     a = _struct(
         _BN_APPLY_DTYPE,
+        dt,
         n=n,
         channels=c,
         inner=view.inner,
@@ -749,10 +795,11 @@ def _row_forward(
     table = _table(backend, dt)
     xp = array_module(x)
     y = xp.empty(x.shape, x.dtype)
-    mean = None if rms else xp.empty((rows,), np.float32)
-    rstd = xp.empty((rows,), np.float32)
+    mean = None if rms else xp.empty((rows,), _acc(dt))
+    rstd = xp.empty((rows,), _acc(dt))
     s = _struct(
         _ROW_DTYPE,
+        dt,
         rows=rows,
         cols=cols,
         groups=groups,
@@ -792,6 +839,7 @@ def _row_backward(
     dx = xp.empty(x.shape, x.dtype)
     s = _struct(
         _ROW_DTYPE,
+        dt,
         rows=rows,
         cols=cols,
         groups=groups,
@@ -866,8 +914,9 @@ def layer_norm_forward(
     out: Any = None,
 ) -> tuple[Any, Any, Any]:
     """Layer norm over the trailing ``normalized_shape`` dims: ``(y, mean, rstd)``, the
-    statistics float32 of shape ``x.shape[:-len(normalized_shape)]``. weight and bias
-    (x's dtype, shape normalized_shape) are optional."""
+    statistics (float32, float64 for float64 x) of shape
+    ``x.shape[:-len(normalized_shape)]``. weight and bias (x's dtype, shape
+    normalized_shape) are optional."""
     backend = backend_for(x, weight, bias, out, names=("x", "weight", "bias", "out"))
     x, dt, ns, w, b, cols = _row_common(x, normalized_shape, weight, bias, ())
     eps = _eps(eps)
@@ -911,8 +960,8 @@ def layer_norm_backward(
     same_shape(("x", "dy"), (x, dy))
     rows = x.size // cols
     lead = tuple(x.shape[: x.ndim - len(ns)])
-    mean = _dense(_param("mean", _required("mean", mean), lead, np.float32)).reshape(-1)
-    rstd = _dense(_param("rstd", _required("rstd", rstd), lead, np.float32)).reshape(-1)
+    mean = _dense(_param("mean", _required("mean", mean), lead, _acc(dt))).reshape(-1)
+    rstd = _dense(_param("rstd", _required("rstd", rstd), lead, _acc(dt))).reshape(-1)
     wgrad = (
         w if w is not None else (array_module(x).ones((cols,), x.dtype) if b is not None else None)
     )
@@ -989,7 +1038,7 @@ def rms_norm_backward(
     same_shape(("x", "dy"), (x, dy))
     rows = x.size // cols
     lead = tuple(x.shape[: x.ndim - len(ns)])
-    rstd = _dense(_param("rstd", _required("rstd", rstd), lead, np.float32)).reshape(-1)
+    rstd = _dense(_param("rstd", _required("rstd", rstd), lead, _acc(dt))).reshape(-1)
     dx, dw, _ = _row_backward(
         _dense(dy), _dense(x), rows, cols, 1, 1, w, None, rstd, True, backend, dt, cols, False
     )
@@ -1021,7 +1070,7 @@ def _group_common(x: Any, num_groups: Any, weight: Any, bias: Any, layout: Any) 
 
 
 def _gn_nhwc_shape(
-    c: int, g: int, spatial: int, eps: float, weight: Any, bias: Any
+    c: int, g: int, spatial: int, eps: float, weight: Any, bias: Any, dt: dtypes.DType
 ) -> tuple[np.void, int]:
     """The GnNhwcShape of an NHWC group norm and its tiles (blocks) per sample."""
     cpg = c // g
@@ -1029,6 +1078,7 @@ def _gn_nhwc_shape(
     tiles = -(-g // gpb)
     s = _struct(
         _GN_NHWC_DTYPE,
+        dt,
         spatial=spatial,
         channels=c,
         groups=g,
@@ -1057,9 +1107,9 @@ def _gn_nhwc_forward(
     table = _table(backend, dt)
     xp = array_module(x)
     y = xp.empty(x.shape, x.dtype)
-    mean = xp.empty((n * g,), np.float32)
-    rstd = xp.empty((n * g,), np.float32)
-    s, tiles = _gn_nhwc_shape(c, g, spatial, eps, w, b)
+    mean = xp.empty((n * g,), _acc(dt))
+    rstd = xp.empty((n * g,), _acc(dt))
+    s, tiles = _gn_nhwc_shape(c, g, spatial, eps, w, b, dt)
     if n * g:
         table.launch("gn_nhwc_fwd", (n * tiles,), (32, _GN_ROWS), (x, w, b, y, mean, rstd, s))
     return y, mean, rstd
@@ -1082,7 +1132,7 @@ def _gn_nhwc_backward(
     table = _table(backend, dt)
     xp = array_module(x)
     dx = xp.empty(x.shape, x.dtype)
-    s, tiles = _gn_nhwc_shape(c, g, spatial, 0.0, weight, None)
+    s, tiles = _gn_nhwc_shape(c, g, spatial, 0.0, weight, None, dt)
     if n * g:
         table.launch(
             "gn_nhwc_bwd", (n * tiles,), (32, _GN_ROWS), (dy, x, weight, mean, rstd, dx, s)
@@ -1121,10 +1171,10 @@ def group_norm_forward(
     layout: str = "NCHW",
     out: Any = None,
 ) -> tuple[Any, Any, Any]:
-    """Group norm: ``(y, mean, rstd)``, statistics float32 of shape (N, num_groups).
-    ``layout="NHWC"`` takes ``(N, *spatial, C)`` and runs natively channels-last
-    (``gn_nhwc_fwd``, no transposed copy); NCHW runs ``rownorm_fwd_mean``. x of other
-    strides is copied to a C-contiguous array first."""
+    """Group norm: ``(y, mean, rstd)``, statistics (float32, float64 for float64 x) of
+    shape (N, num_groups). ``layout="NHWC"`` takes ``(N, *spatial, C)`` and runs natively
+    channels-last (``gn_nhwc_fwd``, no transposed copy); NCHW runs ``rownorm_fwd_mean``.
+    x of other strides is copied to a C-contiguous array first."""
     backend = backend_for(x, weight, bias, out, names=("x", "weight", "bias", "out"))
     x, dt, g, c, n, spatial, w, b = _group_common(x, num_groups, weight, bias, layout)
     eps = _eps(eps)
@@ -1175,8 +1225,8 @@ def group_norm_backward(
     same_dtype(("x", "dy"), (x, dy))
     same_shape(("x", "dy"), (x, dy))
     dy = _dense(dy)
-    mean = _dense(_param("mean", _required("mean", mean), (n, g), np.float32)).reshape(-1)
-    rstd = _dense(_param("rstd", _required("rstd", rstd), (n, g), np.float32)).reshape(-1)
+    mean = _dense(_param("mean", _required("mean", mean), (n, g), _acc(dt))).reshape(-1)
+    rstd = _dense(_param("rstd", _required("rstd", rstd), (n, g), _acc(dt))).reshape(-1)
     wgrad = w if w is not None else (array_module(x).ones((c,), x.dtype) if b is not None else None)
     if layout == "NHWC":
         dx, dw, db = _gn_nhwc_backward(
@@ -1254,7 +1304,9 @@ def instance_norm_backward(
 # ------------------------------------------------------------------ LRN
 
 
-def _lrn_struct(x: Any, size: Any, alpha: Any, beta: Any, k: Any, layout: str) -> np.void:
+def _lrn_struct(
+    x: Any, size: Any, alpha: Any, beta: Any, k: Any, layout: str, dt: dtypes.DType
+) -> np.void:
     if x.ndim < 2:
         raise BadParamError(f"x: expected at least 2 dims (N, C, ...), got shape {x.shape}")
     if isinstance(size, bool) or not isinstance(size, (int, np.integer)) or size < 1:
@@ -1272,6 +1324,7 @@ def _lrn_struct(x: Any, size: Any, alpha: Any, beta: Any, k: Any, layout: str) -
     cstride = 1 if layout == "NHWC" else math.prod(x.shape[2:])
     return _struct(
         _LRN_DTYPE,
+        dt,
         n=x.size,
         channels=c,
         cstride=cstride,
@@ -1299,7 +1352,7 @@ def lrn(
     backend = backend_for(x, out, names=("x", "out"))
     x = as_array("x", x)
     dt = float_dtype("x", x)
-    s = _lrn_struct(x, size, alpha, beta, k, _layout(layout))
+    s = _lrn_struct(x, size, alpha, beta, k, _layout(layout), dt)
     _check_out(out, x, backend, {"x": x})
     xd = _dense(x)
     y = array_module(x).empty(x.shape, x.dtype)
@@ -1320,20 +1373,20 @@ def lrn_backward(
     *,
     layout: str = "NCHW",
 ) -> Any:
-    """dx of :func:`lrn` (recomputes the scale from x; float32 workspace)."""
+    """dx of :func:`lrn` (recomputes the scale from x; workspace in the compute type)."""
     backend = backend_for(dy, x, names=("dy", "x"))
     x = as_array("x", x)
     dy = as_array("dy", dy)
     dt = float_dtype("x", x)
     same_dtype(("x", "dy"), (x, dy))
     same_shape(("x", "dy"), (x, dy))
-    s = _lrn_struct(x, size, alpha, beta, k, _layout(layout))
+    s = _lrn_struct(x, size, alpha, beta, k, _layout(layout), dt)
     xp = array_module(x)
     dx = xp.empty(x.shape, x.dtype)
     if x.size:
         table = _table(backend, dt)
-        t = xp.empty((x.size,), np.float32)
-        sp = xp.empty((x.size,), np.float32)
+        t = xp.empty((x.size,), _acc(dt))
+        sp = xp.empty((x.size,), _acc(dt))
         xd, dyd = _dense(x), _dense(dy)
         grid = (table.grid1d(x.size),)
         table.launch("lrn_scale", grid, (_BLOCK,), (dyd, xd, t, sp, s))
