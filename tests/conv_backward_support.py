@@ -8,6 +8,11 @@ Tolerance (as tests/conv_support.py for the forward):
     rounding at most 2^-24 relative to the running sum of magnitudes ``mag`` (the same
     gradient of |operands|); acc_factor 2 covers any summation order incl. split-K;
   - 2^-14: fp16's smallest normal (results near 0 flush/round there).
+float64 (fp64 storage, fp64 accumulation): 2^-24 becomes ACCUMULATION_EPS["fp64"] =
+2 * 2^-53 per term (our double fma and the reference's double sums both round);
+out_rtol 2^-52 for the bias add's rounding on each side; no absolute floor (a
+gradient with no terms is exactly 0).
+Its operands carry bits below float32's mantissa, so a float32 path would fail.
 Winograd bounds its error by the largest magnitude L of the image, not per output
 (its transforms mix a tile's neighbourhood; see solvers/conv/winograd.py): for those
 ``mag`` is replaced by its maximum, with acc_factor covering F(4x4)'s growth.
@@ -28,9 +33,9 @@ from cudnnlite.solvers.base import Solver
 from cudnnlite.solvers.conv.bwd_data import BwdDataTensors
 from cudnnlite.solvers.conv.bwd_filter import BwdFilterTensors
 from cudnnlite.solvers.conv.common import Epilogue
-from cudnnlite.testing import to_backend, to_numpy
+from cudnnlite.testing import ACCUMULATION_EPS, to_backend, to_numpy
 
-OUT_RTOL = {"fp32": 0.0, "fp16": 2.0**-11, "bf16": 2.0**-8}
+OUT_RTOL = {"fp32": 0.0, "fp16": 2.0**-11, "bf16": 2.0**-8, "fp64": 2.0**-52}
 NUMPY_DTYPE = {d.short: d.numpy for d in dtypes.FLOAT_TYPES}
 DTYPES = [d.short for d in dtypes.FLOAT_TYPES]
 
@@ -50,7 +55,10 @@ def problem(n: int, c: int, hw: tuple, k: int, rs: tuple, pad: Any = 0, stride: 
 
 def rand(shape: tuple, seed: int, dtype: str) -> np.ndarray:
     rng = np.random.default_rng(seed)
-    return rng.standard_normal(shape).astype(np.float32).astype(NUMPY_DTYPE[dtype])
+    a = rng.standard_normal(shape).astype(np.float32).astype(NUMPY_DTYPE[dtype])
+    if dtype == "fp64":
+        a += rng.standard_normal(shape) * 2.0**-30  # bits a float32 would drop
+    return a
 
 
 def _spatial(p: ConvProblem) -> tuple[int, ...]:
@@ -95,8 +103,10 @@ def run_filter(backend: str, solver: Solver, p: ConvProblem, x: np.ndarray, dy: 
 
 def assert_grad_close(got: np.ndarray, ref: np.ndarray, mag: np.ndarray, terms: int,
                       dtype: str, *, acc_factor: float = 2.0, what: str = "") -> None:  # fmt: skip
-    bound = OUT_RTOL[dtype] * np.abs(ref) + acc_factor * terms * 2.0**-24 * mag + 1e-6
-    if dtype != "fp32":
+    floor = 0.0 if dtype == "fp64" else 1e-6
+    bound = OUT_RTOL[dtype] * np.abs(ref) + acc_factor * terms * ACCUMULATION_EPS[dtype] * mag
+    bound = bound + floor
+    if dtype not in ("fp32", "fp64"):
         bound = bound + 2.0**-14
     err = np.abs(got.astype(np.float64) - ref)
     bad = ~(err <= bound)  # NaN counts as bad

@@ -8,6 +8,12 @@ Tolerance: |y - ref| <= out_rtol * |ref| + acc_factor * K * 2^-24 * conv(|x|, |w
     at most 2^-24 relative to the running sum of magnitudes; acc_factor gives the
     algorithm's own growth (1-2 for direct/GEMM orders, more for Winograd's transforms).
 The reference runs on the inputs as stored (fp16/bf16 values widened exactly).
+float64: ACCUMULATION_EPS["fp64"] = 2 * 2^-53 per term in place of 2^-24 (both our
+double sum and the reference's round); out_rtol ELEMENTWISE_RTOL["fp64"] (16 ulps: the
+activation's libm error and the epilogue's roundings); a 1e-13 floor for the epilogue's
+terms where alpha * conv + alpha2 * z + bias cancels (|z|, |bias| ~ 1 here: a few
+2^-53 each). Its operands carry bits below float32's mantissa, so a float32 path would
+be off by ~1e-7 and fail.
 """
 
 from __future__ import annotations
@@ -23,9 +29,9 @@ from cudnnlite.runtime.caps import capabilities
 from cudnnlite.runtime.select import backend_by_name
 from cudnnlite.solvers.base import Config, Solver
 from cudnnlite.solvers.conv.common import ConvTensors, Epilogue
-from cudnnlite.testing import to_backend, to_numpy
+from cudnnlite.testing import ACCUMULATION_EPS, ELEMENTWISE_RTOL, to_backend, to_numpy
 
-OUT_RTOL = {"fp32": 0.0, "fp16": 2.0**-11, "bf16": 2.0**-8}
+OUT_RTOL = {"fp32": 0.0, "fp16": 2.0**-11, "bf16": 2.0**-8, "fp64": ELEMENTWISE_RTOL["fp64"]}
 NUMPY_DTYPE = {d.short: d.numpy for d in dtypes.FLOAT_TYPES}
 
 
@@ -33,14 +39,18 @@ def operands(problem: ConvProblem, seed: int = 0, bias: bool = False, z: bool = 
     """Random x, w (and bias, z) of the problem's shapes and dtype, as NumPy arrays."""
     rng = np.random.default_rng(seed)
     dt = NUMPY_DTYPE[problem.dtype]
-    out = {
-        "x": rng.standard_normal(problem.x_shape()).astype(np.float32).astype(dt),
-        "w": rng.standard_normal(problem.w_shape()).astype(np.float32).astype(dt),
-    }
+
+    def draw(shape: Any) -> np.ndarray:
+        a = rng.standard_normal(shape).astype(np.float32).astype(dt)
+        if problem.dtype == "fp64":
+            a += rng.standard_normal(shape) * 2.0**-30  # bits a float32 would drop
+        return a
+
+    out = {"x": draw(problem.x_shape()), "w": draw(problem.w_shape())}
     if bias:
-        out["bias"] = rng.standard_normal(problem.k).astype(np.float32).astype(dt)
+        out["bias"] = draw(problem.k)
     if z:
-        out["z"] = rng.standard_normal(problem.y_shape()).astype(np.float32).astype(dt)
+        out["z"] = draw(problem.y_shape())
     return out
 
 
@@ -108,10 +118,12 @@ def assert_conv_close(
     mag = magnitude(problem, ops)
     e = epilogue or Epilogue()
     k_terms = problem.c_per_group * int(np.prod(problem.filter))
+    eps = ACCUMULATION_EPS[problem.dtype]
+    floor = 1e-13 if problem.dtype == "fp64" else 1e-6
     bound = (OUT_RTOL[problem.dtype] * np.abs(ref)
-             + acc_factor * k_terms * 2.0**-24 * abs(e.alpha) * mag
-             + 1e-6)  # fmt: skip
-    if problem.dtype != "fp32":
+             + acc_factor * k_terms * eps * abs(e.alpha) * mag
+             + floor)  # fmt: skip
+    if problem.dtype not in ("fp32", "fp64"):
         bound = bound + 2.0**-14  # smallest normal half: results near 0 flush
     err = np.abs(got.astype(np.float64) - ref)
     bad = ~(err <= bound)  # NaN counts as bad

@@ -6,7 +6,8 @@ fp32 accumulation bound acc_factor * C/g*R*S * 2^-24 * conv(|x|, |w|)); the dire
 kernels sum in a fixed sequential order, for which acc_factor = 2 is ample (the
 accumulated rounding of a sequential sum is at most n * 2^-24 relative to the sum of
 magnitudes, here counted twice for the product's own rounding inside fmaf: none, and
-the conversion of fp16/bf16 inputs to float: exact).
+the conversion of fp16/bf16 inputs to float: exact). float64 accumulates in double:
+the same bound with 2 * 2^-53 per term (conv_support.py).
 """
 
 from __future__ import annotations
@@ -31,8 +32,8 @@ from conv_support import assert_conv_close, check, operands, run_solver
 
 DIRECT = DirectSolver()
 DW = DepthwiseSolver()
-DTYPES = [d.short for d in dtypes.FLOAT_TYPES]
-HALF_DTYPES = [d for d in DTYPES if d != "fp32"]
+DTYPES = [d.short for d in dtypes.FLOAT_TYPES]  # fp32, fp16, bf16, fp64
+HALF_DTYPES = [d.short for d in dtypes.FP32_COMPUTE_TYPES if d.short != "fp32"]
 
 
 def make(
@@ -119,8 +120,8 @@ def test_direct_odd_shapes(backend: str, case: str, layout: str) -> None:
     check(backend, DIRECT, make(layout=layout, **ODD[case]))
 
 
-@pytest.mark.parametrize("dtype", HALF_DTYPES)
-def test_direct_odd_shapes_half(backend: str, dtype: str) -> None:
+@pytest.mark.parametrize("dtype", [*HALF_DTYPES, "fp64"])
+def test_direct_odd_shapes_half_and_fp64(backend: str, dtype: str) -> None:
     for case in ("primes", "groups4", "dilation3", "1d"):
         for layout in ("NCHW", "NHWC"):
             check(backend, DIRECT, make(layout=layout, dtype=dtype, **ODD[case]))
@@ -147,6 +148,27 @@ def test_depthwise_odd_shapes(backend: str, case: str, layout: str) -> None:
     check(backend, DW, make(layout=layout, groups=spec["c"], **spec))
 
 
+def test_depthwise_odd_shapes_fp64(backend: str) -> None:
+    # float64 stages its tiles in double: twice the shared memory, so large_halo's NHWC
+    # tile shrinks further (1x2), dilation3_5x5's NHWC one no longer fits (the direct
+    # solver runs it), and many_tiles still spans two channel tiles.
+    wide = make(layout="NHWC", groups=3, dtype="fp64", **DW_ODD["dilation3_5x5"])
+    r = DW.is_applicable(wide, EMULATOR)
+    assert not r and "shared memory" in r.reason
+    check(backend, DIRECT, wide)
+    for case in ("mult3_stride2", "many_tiles", "1d", "large_halo"):
+        spec = DW_ODD[case]
+        for layout in ("NCHW", "NHWC"):
+            problem = make(layout=layout, groups=spec["c"], dtype="fp64", **spec)
+            assert DW.is_applicable(problem, EMULATOR)
+            check(backend, DW, problem)
+    halo = make(c=5, k=5, groups=5, hw=(31, 29), f=(4, 4), stride=3, dil=3, layout="NHWC",
+                dtype="fp64")  # fmt: skip
+    assert DW.prepare(backend_by_name(backend), halo, None).kernel_names == [
+        "depthwise_1x2_nhwc_fp64"
+    ]
+
+
 # ------------------------------------------------------------------ fused epilogue
 
 EPILOGUES = [
@@ -163,7 +185,7 @@ EPILOGUES = [
 @pytest.mark.parametrize("name,epilogue,act", EPILOGUES, ids=[e[0] for e in EPILOGUES])
 def test_fused_epilogue(backend: str, solver, name: str, epilogue: Epilogue, act, layout) -> None:
     assert act is None or ACTIVATION_MODES[epilogue.act_mode] == act
-    for dtype in ("fp32", HALF_DTYPES[-1]):
+    for dtype in ("fp32", HALF_DTYPES[-1], "fp64"):
         problem = make(c=6, k=12, groups=6, hw=(5, 7), layout=layout, dtype=dtype)
         ops = operands(problem, seed=3, bias=epilogue.has_bias, z=epilogue.has_z)
         got = run_solver(backend, solver, problem, ops, epilogue=epilogue)
