@@ -2,7 +2,9 @@
 // max, average (padding included or excluded, divisor override) and adaptive windows,
 // forward and backward, NCHW (N, C, D, H, W) or NHWC (N, D, H, W, C).
 //
-// Kernels (T = float | __half | __nv_bfloat16), one thread per element, grid-stride:
+// Kernels (T = float | __half | __nv_bfloat16 | double), one thread per element, grid-stride.
+// Arithmetic (max comparisons, sums, the divisor) runs in cl::acc_t<T>: float for the 16-
+// and 32-bit types, double for double (the divisor, an int, is exact in either).
 //   pool_fwd<T>               one thread per output: y and (max modes, if `indices` is
 //                             not null) the argmax as a flat position d*H*W + h*W + w of
 //                             the input plane (PyTorch's int64 indices). NaN wins.
@@ -124,6 +126,7 @@ namespace pool {
 template <typename T, typename I>
 __device__ __forceinline__ void fwd_body(const T* x, T* y, long long* indices,
                                          const PoolShape& s) {
+    typedef cl::acc_t<T> A;
     const I total = (I)(s.n * s.c * s.out_plane);
     const I stride = (I)cl::grid_stride();
     for (I e = (I)cl::global_thread_id(); e < total; e += stride) {
@@ -137,7 +140,7 @@ __device__ __forceinline__ void fwd_body(const T* x, T* y, long long* indices,
         const cl::index_t base = (cl::index_t)pool::offset<I>(n, c, 0, (I)s.in_plane, s);
         const cl::index_t fstep = s.channel_last ? s.c : 1;  // element step of one position
         if (s.mode == pool::kMax) {
-            float best = __int_as_float(0xff800000);  // -inf
+            A best = A(__int_as_float(0xff800000));  // -inf
             long long arg = -1;
             for (int a = 0; a < wd.len; ++a) {
                 const int id = wd.start + a * wd.step;
@@ -149,7 +152,7 @@ __device__ __forceinline__ void fwd_body(const T* x, T* y, long long* indices,
                         const int iw = ww.start + q * ww.step;
                         if (iw < 0 || iw >= s.in[2]) continue;
                         const long long pos = ((long long)id * s.in[1] + ih) * s.in[2] + iw;
-                        const float v = cl::to_float(x[base + pos * fstep]);
+                        const A v = cl::to_acc(x[base + pos * fstep]);
                         if (arg < 0 || v > best || v != v) {  // NaN wins, as PyTorch
                             best = v;
                             arg = pos;
@@ -157,16 +160,16 @@ __device__ __forceinline__ void fwd_body(const T* x, T* y, long long* indices,
                     }
                 }
             }
-            y[e] = cl::from_float<T>(best);
+            y[e] = cl::from_acc<T>(best);
             if (indices != nullptr) indices[e] = arg;
         } else {
-            float sum = 0.0f;
+            A sum = A(0);
             for (int a = 0; a < wd.len; ++a) {
                 for (int b = 0; b < wh.len; ++b) {
                     const long long row =
                         ((long long)(wd.start + a) * s.in[1] + (wh.start + b)) * s.in[2];
                     for (int q = 0; q < ww.len; ++q) {
-                        sum += cl::to_float(x[base + (row + ww.start + q) * fstep]);
+                        sum += cl::to_acc(x[base + (row + ww.start + q) * fstep]);
                     }
                 }
             }
@@ -174,7 +177,7 @@ __device__ __forceinline__ void fwd_body(const T* x, T* y, long long* indices,
             if (s.divisor) div = s.divisor;
             else if (s.adaptive || s.mode == pool::kAvgExcludePad) div = wd.len * wh.len * ww.len;
             else div = wd.pool * wh.pool * ww.pool;
-            y[e] = cl::from_float<T>(sum / (float)div);
+            y[e] = cl::from_acc<T>(sum / (A)div);
         }
     }
 }
@@ -221,6 +224,7 @@ namespace pool {
 template <typename T, typename I>
 __device__ __forceinline__ void bwd_body(const T* dy, const long long* indices, T* dx,
                                          const PoolShape& s) {
+    typedef cl::acc_t<T> A;
     const I total = (I)(s.n * s.c * s.in_plane);
     const I stride = (I)cl::grid_stride();
     for (I e = (I)cl::global_thread_id(); e < total; e += stride) {
@@ -235,14 +239,14 @@ __device__ __forceinline__ void bwd_body(const T* dy, const long long* indices, 
         pool::out_range(iw, 2, s, w0, w1);
         const cl::index_t base = (cl::index_t)pool::offset<I>(n, c, 0, (I)s.out_plane, s);
         const cl::index_t fstep = s.channel_last ? s.c : 1;
-        float acc = 0.0f;
+        A acc = A(0);
         for (int od = d0; od < d1; ++od) {
             for (int oh = h0; oh < h1; ++oh) {
                 for (int ow = w0; ow < w1; ++ow) {
                     const cl::index_t o =
                         base + (((cl::index_t)od * s.out[1] + oh) * s.out[2] + ow) * fstep;
                     if (s.mode == pool::kMax) {
-                        if (indices[o] == (long long)f) acc += cl::to_float(dy[o]);
+                        if (indices[o] == (long long)f) acc += cl::to_acc(dy[o]);
                         continue;
                     }
                     const pool::Window wd = pool::window(od, 0, s), wh = pool::window(oh, 1, s),
@@ -254,11 +258,11 @@ __device__ __forceinline__ void bwd_body(const T* dy, const long long* indices, 
                     else if (s.adaptive || s.mode == pool::kAvgExcludePad)
                         div = wd.len * wh.len * ww.len;
                     else div = wd.pool * wh.pool * ww.pool;
-                    acc += cl::to_float(dy[o]) / (float)div;
+                    acc += cl::to_acc(dy[o]) / (A)div;
                 }
             }
         }
-        dx[e] = cl::from_float<T>(acc);
+        dx[e] = cl::from_acc<T>(acc);
     }
 }
 
@@ -294,8 +298,8 @@ __global__ void __launch_bounds__(256) maxpool_bwd_scatter(
 // ---------------------------------------------------------------- global average pooling
 
 // Global average pooling (adaptive average to 1 x ... x 1, the classifier head): a
-// reduction per (n, c) plane of `plane` = D*H*W elements, float accumulation in a fixed
-// order (deterministic). NCHW planes are contiguous; NHWC planes are strided by C.
+// reduction per (n, c) plane of `plane` = D*H*W elements, accumulation in cl::acc_t<T> in a
+// fixed order (deterministic). NCHW planes are contiguous; NHWC planes are strided by C.
 //   gap_fwd_planar<T>   NCHW: `group` threads per plane (8, 16 or 32: a (sub-)warp,
 //                       shuffle reduction; 256: the whole block, for large planes), loads
 //                       along the contiguous plane (coalesced). Block 256.
@@ -311,7 +315,8 @@ constexpr int kGapRows = 8;  // blockDim.y of the chlast kernels
 
 // Sum over aligned groups of `group` lanes (power of two <= 32); every lane of the warp
 // must call it. The group's first lane holds the total.
-__device__ __forceinline__ float group_sum(float v, int group) {
+template <typename A>
+__device__ __forceinline__ A group_sum(A v, int group) {
     for (int off = (group < 32 ? group : 32) >> 1; off > 0; off >>= 1)
         v += __shfl_down_sync(0xffffffffu, v, off);
     return v;
@@ -325,18 +330,19 @@ __global__ void __launch_bounds__(256) gap_fwd_planar(
     const T* x, T* y,
     // problem: planes = N*C, plane = D*H*W, group = threads per plane (8, 16, 32 or 256)
     cl::index_t planes, cl::index_t plane, int group) {
-    __shared__ float warp_sum[pool::kGapBlock / 32];
+    typedef cl::acc_t<T> A;
+    __shared__ A warp_sum[pool::kGapBlock / 32];
     const int per_block = pool::kGapBlock / group;
     const int g = threadIdx.x / group, lane = threadIdx.x % group;
-    const float div = (float)plane;
+    const A div = (A)plane;
     // the loop bound is uniform over the block: every thread meets every barrier
     for (cl::index_t first = (cl::index_t)blockIdx.x * per_block; first < planes;
          first += (cl::index_t)gridDim.x * per_block) {
         const cl::index_t pl = first + g;
-        float sum = 0.0f;
+        A sum = A(0);
         if (pl < planes) {
             const T* xp = x + pl * plane;
-            for (cl::index_t i = lane; i < plane; i += group) sum += cl::to_float(xp[i]);
+            for (cl::index_t i = lane; i < plane; i += group) sum += cl::to_acc(xp[i]);
         }
         sum = pool::group_sum(sum, group);
         if (group > 32) {
@@ -345,11 +351,11 @@ __global__ void __launch_bounds__(256) gap_fwd_planar(
             if ((threadIdx.x & 31) == 0) warp_sum[w] = sum;
             __syncthreads();
             if (threadIdx.x == 0) {
-                sum = 0.0f;
+                sum = A(0);
                 for (int k = 0; k < pool::kGapBlock / 32; ++k) sum += warp_sum[k];
             }
         }
-        if (lane == 0 && pl < planes) y[pl] = cl::from_float<T>(sum / div);
+        if (lane == 0 && pl < planes) y[pl] = cl::from_acc<T>(sum / div);
     }
 }
 
@@ -359,22 +365,23 @@ __global__ void __launch_bounds__(256) gap_fwd_chlast(
     const T* x, T* y,
     // problem: n samples of `plane` positions x c channels
     cl::index_t n, cl::index_t c, cl::index_t plane) {
-    __shared__ float part[pool::kGapRows][32];
+    typedef cl::acc_t<T> A;
+    __shared__ A part[pool::kGapRows][32];
     const cl::index_t ch = (cl::index_t)blockIdx.x * 32 + threadIdx.x;
-    const float div = (float)plane;
+    const A div = (A)plane;
     for (cl::index_t s = blockIdx.y; s < n; s += gridDim.y) {  // uniform over the block
-        float sum = 0.0f;
+        A sum = A(0);
         if (ch < c) {
             const T* xs = x + s * plane * c + ch;
             for (cl::index_t f = threadIdx.y; f < plane; f += pool::kGapRows)
-                sum += cl::to_float(xs[f * c]);
+                sum += cl::to_acc(xs[f * c]);
         }
         __syncthreads();  // the previous sample's readers are done with part
         part[threadIdx.y][threadIdx.x] = sum;
         __syncthreads();
         if (threadIdx.y == 0 && ch < c) {
             for (int r = 1; r < pool::kGapRows; ++r) sum += part[r][threadIdx.x];
-            y[s * c + ch] = cl::from_float<T>(sum / div);
+            y[s * c + ch] = cl::from_acc<T>(sum / div);
         }
     }
 }
@@ -385,12 +392,13 @@ __global__ void __launch_bounds__(256) gap_bwd_planar(
     const T* dy, T* dx,
     // problem: as gap_fwd_planar (no barriers: any group size works)
     cl::index_t planes, cl::index_t plane, int group) {
+    typedef cl::acc_t<T> A;
     const int per_block = pool::kGapBlock / group;
     const int g = threadIdx.x / group, lane = threadIdx.x % group;
-    const float div = (float)plane;
+    const A div = (A)plane;
     for (cl::index_t pl = (cl::index_t)blockIdx.x * per_block + g; pl < planes;
          pl += (cl::index_t)gridDim.x * per_block) {
-        const T v = cl::from_float<T>(cl::to_float(dy[pl]) / div);
+        const T v = cl::from_acc<T>(cl::to_acc(dy[pl]) / div);
         T* dxp = dx + pl * plane;
         for (cl::index_t i = lane; i < plane; i += group) dxp[i] = v;
     }
@@ -402,11 +410,12 @@ __global__ void __launch_bounds__(256) gap_bwd_chlast(
     const T* dy, T* dx,
     // problem: as gap_fwd_chlast
     cl::index_t n, cl::index_t c, cl::index_t plane) {
+    typedef cl::acc_t<T> A;
     const cl::index_t ch = (cl::index_t)blockIdx.x * 32 + threadIdx.x;
     if (ch >= c) return;
-    const float div = (float)plane;
+    const A div = (A)plane;
     for (cl::index_t s = blockIdx.y; s < n; s += gridDim.y) {
-        const T v = cl::from_float<T>(cl::to_float(dy[s * c + ch]) / div);
+        const T v = cl::from_acc<T>(cl::to_acc(dy[s * c + ch]) / div);
         T* dxs = dx + s * plane * c + ch;
         for (cl::index_t f = threadIdx.y; f < plane; f += pool::kGapRows) dxs[f * c] = v;
     }

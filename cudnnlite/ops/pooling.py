@@ -7,6 +7,8 @@ PyTorch-style functions (``max_pool2d``, ``avg_pool3d``, ``adaptive_max_pool1d``
 ``(N, C, *spatial)`` and ``"NHWC"`` means ``(N, *spatial, C)``. Inputs of any strides are
 copied to C-contiguous arrays first where they are not already; ``out=`` may have any
 strides. Max indices are int64 flat positions in the input plane, as PyTorch's.
+float32, float16 and bfloat16 compute in float32; float64 compares, sums and divides in
+double (the divisor, a window count, is exact), forward and backward.
 
 Kernels (``cuda_src/pooling/pooling.cu``, one module per dtype): ``pool_fwd<T>``,
 ``pool_bwd<T>`` (a gather: deterministic, no atomics) and ``maxpool_bwd_scatter<float>``
@@ -482,7 +484,7 @@ def max_pool_backward(
 ) -> Any:
     """dx of :func:`max_pool` from its saved indices (the window arguments must be the
     forward's). float32 scatters with atomics unless ``deterministic``; the gather used
-    otherwise (and for fp16 / bf16) is deterministic."""
+    otherwise (and for fp16 / bf16 / fp64) is deterministic."""
     nd = len(input_shape) - 2
     prob = _window_problem(
         tuple(input_shape), nd, kernel_size, stride, padding, dilation, ceil_mode, layout, 0
