@@ -53,7 +53,7 @@ from conv_support import assert_conv_close, check, operands, run_solver
 FWD_1X1, FWD_IM2COL = Gemm1x1Solver(), Im2colSolver()
 DATA_1X1, DATA_COL2IM = BwdData1x1Solver(), BwdDataCol2imSolver()
 FILTER_1X1, FILTER_IM2COL = BwdFilter1x1Solver(), BwdFilterIm2colSolver()
-DTYPES = [d.short for d in dtypes.FLOAT_TYPES]
+DTYPES = [d.short for d in dtypes.FP32_COMPUTE_TYPES]  # fp64: test_conv_fp64_gemm.py
 LAYOUTS = ["NCHW", "NHWC"]
 
 

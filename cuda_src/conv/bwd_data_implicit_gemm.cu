@@ -14,15 +14,16 @@
 //   p or q fall outside dy; B[j][c] = w[k, c, r, t].
 // No multiply is spent on a stride gap; only the border rows see zeros.
 //
-// Kernels (T = float | __half | __nv_bfloat16; fp32 accumulation, one block per output
-// tile and a fixed reduction order: deterministic):
+// Kernels (T = float | __half | __nv_bfloat16 | double; accumulation in cl::acc_t<T>: fp32,
+// fp64 for double; one block per output tile and a fixed reduction order: deterministic):
 //   bwd_data_igemm<T, NHWC, BM, BN, TM, TN>
 //       grid (ceil(N * ceil(H/sh) * ceil(W/sw) / BM), ceil(C/g / BN), groups * sh * sw),
-//       (BM/TM) * (BN/TN) threads; the shared tiles, cp.async pipeline (fp32, kStages
-//       stages) and TM x TN register blocking of conv/gemm_tiles.cuh (BK = 16).
+//       (BM/TM) * (BN/TN) threads; the shared tiles, cp.async pipeline (fp32: 3 stages, fp64:
+//       2, stages<T>(), so 64 x 64 fits 48 KB in doubles) and TM x TN register blocking of
+//       conv/gemm_tiles.cuh (BK = 16).
 //       Reduction order: NHWC (k fastest: contiguous in dy and, with c, in KRSC) or NCHW
 //       (taps fastest, k slowest). Each thread loads one reduction column j per slice
-//       (4-byte copies, gathers) and advances its (k, r, t) by BK with adds and wraps; the
+//       (element copies, gathers) and advances its (k, r, t) by BK with adds and wraps; the
 //       output row of a dy element is p = pm - ir * dil_h / gcd(stride_h, dil_h) (no
 //       division in the main loop).
 //       Epilogue: conv_common.cuh's, channel c (alpha; bias[c] for conv_transpose).
@@ -33,7 +34,12 @@
 namespace bwd {
 
 constexpr int kBK = 16;
-constexpr int kStages = 3;  // fp32 cp.async stages
+// cp.async stages (fp32; fp16/bf16 stage through registers, two stages): 3, but 2 for
+// double, whose 3 stages of the 64 x 64 tile would take 52 KB (> 48 KB static).
+template <typename T>
+constexpr int stages() {
+    return sizeof(cl::acc_t<T>) == 8 ? 2 : 3;
+}
 
 // The valid taps of one phase along one axis: r = first + i * step, i < count.
 struct Taps {
@@ -203,16 +209,17 @@ struct FilterGather {
 }  // namespace bwd
 
 template <typename T, bool NHWC, int BM, int BN, int TM, int TN>
-__global__ void __launch_bounds__(gemm::Tile<BM, BN, bwd::kBK, TM, TN, bwd::kStages>::THREADS,
-                                  gemm::Tile<BM, BN, bwd::kBK, TM, TN, bwd::kStages>::MIN_BLOCKS)
+__global__ void __launch_bounds__(
+    gemm::Tile<BM, BN, bwd::kBK, TM, TN, bwd::stages<T>()>::THREADS,
+    gemm::Tile<BM, BN, bwd::kBK, TM, TN, bwd::stages<T>()>::MIN_BLOCKS)
     bwd_data_igemm(
     // pointers: dx is written; bias may be dy when absent (e.has_bias says)
     const T* __restrict__ dy, const T* __restrict__ w, T* __restrict__ dx,
     const T* __restrict__ bias,
     // sizes and epilogue
-    ConvShape s, ConvEpilogue e) {
-    using Tl = gemm::Tile<BM, BN, bwd::kBK, TM, TN, bwd::kStages>;
-    __shared__ __align__(16) float smem[gemm::Smem<T, Tl>::FLOATS];
+    ConvShape s, EpilogueFor<T> e) {
+    using Tl = gemm::Tile<BM, BN, bwd::kBK, TM, TN, bwd::stages<T>()>;
+    __shared__ __align__(16) typename gemm::Smem<T, Tl>::E smem[gemm::Smem<T, Tl>::ELEMS];
     const int g = blockIdx.z % s.groups, phase = blockIdx.z / s.groups;
     const bwd::Phase f = bwd::make_phase(s, phase);  // uniform per block
     const cl::index_t m0 = (cl::index_t)blockIdx.x * BM;
@@ -222,7 +229,7 @@ __global__ void __launch_bounds__(gemm::Tile<BM, BN, bwd::kBK, TM, TN, bwd::kSta
 
     bwd::DyGather<T, NHWC, Tl> la(dy, s, f, g * s.k_per_group, m0);
     bwd::FilterGather<T, NHWC, Tl> lb(w, s, f, g * s.k_per_group, c0);
-    float acc[TM][TN];
+    cl::acc_t<T> acc[TM][TN];
     gemm::run<T, Tl>(slices, la, lb, smem, acc);
 
     const int tx = threadIdx.x % Tl::THREADS_N, ty = threadIdx.x / Tl::THREADS_N;

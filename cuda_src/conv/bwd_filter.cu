@@ -1,7 +1,8 @@
 // Convolution backward filter (dw = sum over N*P*Q of dy (x) x-patches) and backward
 // bias (db = sum of dy over N*P*Q). ConvShape describes the FORWARD problem.
 //
-// Kernels (T = float | __half | __nv_bfloat16; fp32 accumulation):
+// Kernels (T = float | __half | __nv_bfloat16 | double; accumulation in cl::acc_t<T>: fp32,
+// fp64 for double, and the workspace partials in that type: "fp32" below is double there):
 //   bwd_filter_direct<T, NHWC>   one 256-thread block per filter element (k, c, r, t)
 //                                (grid-stride over them): each thread sums a fixed
 //                                subset of the N*P*Q products, then a fixed shared-memory
@@ -14,19 +15,21 @@
 //                                filter's memory order (KCRS: (c, r, t); KRSC: (r, t, c)).
 //                                A block computes a BM x BN tile over one split of m
 //                                (blockIdx.z = split * groups + g), with the shared tiles
-//                                and cp.async pipeline of conv/gemm_tiles.cuh (kStages
-//                                stages for fp32). Loads: NHWC dy rows and x channel runs
+//                                and cp.async pipeline of conv/gemm_tiles.cuh
+//                                (stages<T>(): 3 for fp32, 2 for fp64 to fit 48 KB).
+//                                Loads: NHWC dy rows and x channel runs
 //                                as 16-byte copies (K/g, C/g % 4 == 0 and aligned; else
-//                                4-byte), NCHW as 4-byte gathers; the output positions
+//                                element copies), NCHW as element gathers; the output positions
 //                                m = (n, p, q) advance by BK with adds and wraps and the
 //                                taps of a thread's columns are decoded once (no division
 //                                in the main loop). atomic == 0: it stores its fp32
 //                                partial tile to ws[split][K][C/g*R*S] (deterministic,
 //                                reduced by bwd_filter_reduce in split order);
 //                                atomic == 1: it atomicAdds into ws[K][C/g*R*S] (zeroed by
-//                                zero_f32 first; summation order varies: NOT deterministic).
+//                                zero_f32 / zero_f64 first; summation order varies: NOT
+//                                deterministic).
 //   bwd_filter_reduce<T>         dw[i] = sum_{split} ws[split][i] in split order, stored as T.
-//   zero_f32                     ws[i] = 0.
+//   zero_f32, zero_f64           ws[i] = 0 (float, double workspace).
 //   bwd_bias_nchw<T>             a block per (channel k, split of N*P*Q): 256 threads
 //                                (coalesced along P*Q), fixed tree; fp32 partial per split.
 //   bwd_bias_nhwc<T>             a block per (32 channels, split): 32 x 8 threads (coalesced
@@ -44,7 +47,8 @@ constexpr int kThreads = 256;
 constexpr int kBK = 16;  // reduction slice (over N*P*Q) of the GEMM kernel
 
 // Fixed-order tree over kThreads partials in shared memory; thread 0 gets the total.
-__device__ __forceinline__ float block_sum(float v, float* red) {
+template <typename A>
+__device__ __forceinline__ A block_sum(A v, A* red) {
     red[threadIdx.x] = v;
     __syncthreads();
     for (int half = kThreads / 2; half > 0; half /= 2) {
@@ -62,7 +66,8 @@ namespace bwf {
 template <typename T, bool NHWC, bool D3>
 __device__ __forceinline__ void filter_direct(const T* __restrict__ x, const T* __restrict__ dy,
                                               T* __restrict__ dw, const ConvShape& s) {
-    __shared__ float red[kThreads];
+    typedef cl::acc_t<T> A;
+    __shared__ A red[kThreads];
     const int taps_d = D3 ? s.t : 1;
     const int taps = s.r * s.s * taps_d;
     const cl::index_t total = (cl::index_t)s.k * s.c_per_group * taps;
@@ -84,7 +89,7 @@ __device__ __forceinline__ void filter_direct(const T* __restrict__ x, const T* 
             cg = (int)(rem % s.c_per_group), k = (int)(rem / s.c_per_group);
         }
         const int c = (k / s.k_per_group) * s.c_per_group + cg;
-        float acc = 0.0f;
+        A acc = 0;
         for (cl::index_t m = threadIdx.x; m < npq; m += kThreads) {
             const int n = (int)(m / opq);
             int j = (int)(m - (cl::index_t)n * opq), o = 0, dd = 0;
@@ -97,11 +102,11 @@ __device__ __forceinline__ void filter_direct(const T* __restrict__ x, const T* 
             const int ww = q * s.stride_w - s.pad_w + t * s.dil_w;
             if ((unsigned)h >= (unsigned)s.h || (unsigned)ww >= (unsigned)s.w) continue;
             if (D3 && (unsigned)dd >= (unsigned)s.d) continue;
-            acc = fmaf(cl::to_float(dy[conv::y_off<NHWC, D3>(s, n, k, o, p, q)]),
-                       cl::to_float(x[conv::x_off<NHWC, D3>(s, n, c, dd, h, ww)]), acc);
+            acc = cl::math::fma(cl::to_acc(dy[conv::y_off<NHWC, D3>(s, n, k, o, p, q)]),
+                                cl::to_acc(x[conv::x_off<NHWC, D3>(s, n, c, dd, h, ww)]), acc);
         }
-        const float sum = block_sum(acc, red);
-        if (threadIdx.x == 0) dw[f] = cl::from_float<T>(sum);
+        const A sum = block_sum(acc, red);
+        if (threadIdx.x == 0) dw[f] = cl::from_acc<T>(sum);
         __syncthreads();  // red is reused by the next filter element
     }
 }
@@ -122,7 +127,12 @@ __global__ void __launch_bounds__(bwf::kThreads) bwd_filter_direct_3d(
 
 namespace bwf {
 
-constexpr int kStages = 3;  // fp32 cp.async stages of the GEMM kernel
+// cp.async stages of the GEMM kernel (fp16/bf16 stage through registers, two stages): 3,
+// but 2 for double, whose 3 stages of the 64 x 64 tile would take 52 KB (> 48 KB static).
+template <typename T>
+constexpr int stages() {
+    return sizeof(cl::acc_t<T>) == 8 ? 2 : 3;
+}
 
 template <bool B, class X, class Y> struct Pick { using type = X; };
 template <class X, class Y> struct Pick<false, X, Y> { using type = Y; };
@@ -145,7 +155,7 @@ struct Position {
     }
 };
 
-// A[m][kk] = dy[m, g*K/g + k0 + kk], As[m][kk] (m: the reduction). NCHW: a 4-byte gather per
+// A[m][kk] = dy[m, g*K/g + k0 + kk], As[m][kk] (m: the reduction). NCHW: an element gather per
 // element, each thread one m column (k-fastest layout) and channels row(i).
 template <typename T, class Tl>
 struct DyGatherNchw {
@@ -274,15 +284,17 @@ struct PatchLoader {
 }  // namespace bwf
 
 template <typename T, bool NHWC, int BM, int BN, int TM, int TN>
-__global__ void __launch_bounds__(gemm::Tile<BM, BN, bwf::kBK, TM, TN, bwf::kStages>::THREADS,
-                                  gemm::Tile<BM, BN, bwf::kBK, TM, TN, bwf::kStages>::MIN_BLOCKS)
+__global__ void __launch_bounds__(
+    gemm::Tile<BM, BN, bwf::kBK, TM, TN, bwf::stages<T>()>::THREADS,
+    gemm::Tile<BM, BN, bwf::kBK, TM, TN, bwf::stages<T>()>::MIN_BLOCKS)
     bwd_filter_gemm(
-        // pointers: ws holds fp32 partials (splits x K x C/g*R*S) or the atomic sums (K x ...)
-        const T* __restrict__ x, const T* __restrict__ dy, float* __restrict__ ws,
+        // pointers: ws holds acc_t<T> partials (splits x K x C/g*R*S) or the atomic sums
+        const T* __restrict__ x, const T* __restrict__ dy, cl::acc_t<T>* __restrict__ ws,
         // sizes: the problem, m-chunk per split (a multiple of BK), and the variant
         ConvShape s, long long chunk, int atomic) {
-    using Tl = gemm::Tile<BM, BN, bwf::kBK, TM, TN, bwf::kStages>;
-    __shared__ __align__(16) float smem[gemm::Smem<T, Tl>::FLOATS];
+    using Tl = gemm::Tile<BM, BN, bwf::kBK, TM, TN, bwf::stages<T>()>;
+    typedef cl::acc_t<T> A;
+    __shared__ __align__(16) A smem[gemm::Smem<T, Tl>::ELEMS];
     const int g = blockIdx.z % s.groups, split = blockIdx.z / s.groups;
     const int jtot = s.c_per_group * s.r * s.s;
     const int j0 = blockIdx.x * BN, kk0 = blockIdx.y * BM;
@@ -296,7 +308,7 @@ __global__ void __launch_bounds__(gemm::Tile<BM, BN, bwf::kBK, TM, TN, bwf::kSta
     // 16-byte copies: runs of 4 channels inside a group from 16-byte aligned bases
     const bool vec_x = NHWC && s.c_per_group % 4 == 0 && s.c % 4 == 0 && gemm::aligned16(x);
     bwf::PatchLoader<T, Tl, NHWC> lb(x, s, g * s.c_per_group, j0, m0, m_end, vec_x);
-    float acc[TM][TN];
+    A acc[TM][TN];
     if constexpr (NHWC) {
         const bool vec_dy = s.k_per_group % 4 == 0 && s.k % 4 == 0 && gemm::aligned16(dy);
         gemm::RowLoader<T, Tl, BM> la(dy + m0 * s.k + kbase, s.k, (int)(m_end - m0), krows,
@@ -308,12 +320,12 @@ __global__ void __launch_bounds__(gemm::Tile<BM, BN, bwf::kBK, TM, TN, bwf::kSta
     }
 
     const int tx = threadIdx.x % Tl::THREADS_N, ty = threadIdx.x / Tl::THREADS_N;
-    float* out = ws + (atomic ? 0 : (cl::index_t)split * s.k * jtot);
+    A* out = ws + (atomic ? 0 : (cl::index_t)split * s.k * jtot);
 #pragma unroll
     for (int i = 0; i < TM; ++i) {
         const int kk = kk0 + Tl::row_of(ty, i);
         if (kk >= s.k_per_group) break;
-        float* row = out + (cl::index_t)(g * s.k_per_group + kk) * jtot;
+        A* row = out + (cl::index_t)(g * s.k_per_group + kk) * jtot;
 #pragma unroll
         for (int jn = 0; jn < TN; ++jn) {
             const int j = j0 + Tl::col_of(tx, jn);
@@ -330,22 +342,28 @@ __global__ void __launch_bounds__(256) zero_f32(float* __restrict__ ws, long lon
     for (cl::index_t i = cl::global_thread_id(); i < count; i += cl::grid_stride()) ws[i] = 0.0f;
 }
 
+__global__ void __launch_bounds__(256) zero_f64(double* __restrict__ ws, long long count) {
+    for (cl::index_t i = cl::global_thread_id(); i < count; i += cl::grid_stride()) ws[i] = 0.0;
+}
+
 // Bias partials: split z = blockIdx.y covers m in [z*chunk, (z+1)*chunk) of the N*P*Q
-// positions and writes ws[z][k] (fp32); bwd_filter_reduce adds the splits in order.
+// positions and writes ws[z][k] (acc_t<T>); bwd_filter_reduce adds the splits in order.
 template <typename T>
 __global__ void __launch_bounds__(bwf::kThreads) bwd_bias_nchw(const T* __restrict__ dy,
-                                                               float* __restrict__ ws, int k,
+                                                               cl::acc_t<T>* __restrict__ ws,
+                                                               int k,
                                                                long long npq, long long pq,
                                                                long long chunk) {
-    __shared__ float red[bwf::kThreads];
+    typedef cl::acc_t<T> A;
+    __shared__ A red[bwf::kThreads];
     const cl::index_t m0 = blockIdx.y * chunk, m1 = m0 + chunk < npq ? m0 + chunk : npq;
     for (int ch = blockIdx.x; ch < k; ch += gridDim.x) {  // uniform per block
-        float acc = 0.0f;
+        A acc = 0;
         for (cl::index_t m = m0 + threadIdx.x; m < m1; m += bwf::kThreads) {
             const cl::index_t img = m / pq;
-            acc += cl::to_float(dy[(img * k + ch) * pq + (m - img * pq)]);  // coalesced in pq
+            acc += cl::to_acc(dy[(img * k + ch) * pq + (m - img * pq)]);  // coalesced in pq
         }
-        const float sum = bwf::block_sum(acc, red);
+        const A sum = bwf::block_sum(acc, red);
         if (threadIdx.x == 0) ws[(cl::index_t)blockIdx.y * k + ch] = sum;
         __syncthreads();
     }
@@ -353,18 +371,19 @@ __global__ void __launch_bounds__(bwf::kThreads) bwd_bias_nchw(const T* __restri
 
 template <typename T>
 __global__ void __launch_bounds__(256) bwd_bias_nhwc(const T* __restrict__ dy,
-                                                     float* __restrict__ ws, int k,
+                                                     cl::acc_t<T>* __restrict__ ws, int k,
                                                      long long npq, long long chunk) {
-    __shared__ float red[8][32];
+    typedef cl::acc_t<T> A;
+    __shared__ A red[8][32];
     const int ch = blockIdx.x * 32 + threadIdx.x;  // blockDim (32, 8): coalesced along K
     const cl::index_t m0 = blockIdx.y * chunk, m1 = m0 + chunk < npq ? m0 + chunk : npq;
-    float acc = 0.0f;
+    A acc = 0;
     if (ch < k)
-        for (cl::index_t m = m0 + threadIdx.y; m < m1; m += 8) acc += cl::to_float(dy[m * k + ch]);
+        for (cl::index_t m = m0 + threadIdx.y; m < m1; m += 8) acc += cl::to_acc(dy[m * k + ch]);
     red[threadIdx.y][threadIdx.x] = acc;
     __syncthreads();
     if (threadIdx.y == 0 && ch < k) {
-        float v = 0.0f;
+        A v = 0;
         for (int i = 0; i < 8; ++i) v += red[i][threadIdx.x];
         ws[(cl::index_t)blockIdx.y * k + ch] = v;
     }

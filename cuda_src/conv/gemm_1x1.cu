@@ -7,13 +7,13 @@
 // Tiles, register blocking and the cp.async pipeline: conv/gemm_tiles.cuh. Unlike the
 // implicit GEMM there is no tap decoding and no bounds check per tap.
 //
-// Kernels (T = float | __half | __nv_bfloat16; fp32 accumulation, fused epilogue):
+// Kernels (T = float | __half | __nv_bfloat16 | double; accumulation in cl::acc_t<T>: fp32,
+// fp64 for double; fused epilogue):
 //   gemm_1x1<T, NHWC, BM, BN, BK, TM, TN, STAGES>
-// Loads: w rows are contiguous along c (4-byte copies, k-fastest); x is contiguous along c
-// in NHWC (the same) and along hw in NCHW, where vec = 1 copies 4 pixels at once (16 bytes
-// for fp32; needs H*W % 4 == 0 and x aligned to 4 elements). vec = 0: the same 4 pixels
-// one by one, each in its own image (a uniform branch). NHWC ignores vec.
-//
+// Loads: w rows are contiguous along c (element copies, k-fastest); x is contiguous along c in
+// NHWC (the same) and along hw in NCHW, where vec = 1 copies 4 pixels at once (16 bytes for
+// fp32, two 16-byte copies for fp64; needs H*W % 4 == 0 and x aligned to 4 elements). vec = 0:
+// the same 4 pixels one by one, each in its own image (a uniform branch). NHWC ignores vec.
 // Defines: none; one module per (dtype, tile) with both layouts
 // (cudnnlite/solvers/conv/gemm_1x1.py). Index limits: x, w, y below 2^31 elements.
 #include "conv/gemm_tiles.cuh"
@@ -81,9 +81,9 @@ __global__ void __launch_bounds__(G1_TILE::THREADS, G1_TILE::MIN_BLOCKS) gemm_1x
     // pointers: z may be y and bias may be x when absent (e.has_z / e.has_bias say)
     const T* __restrict__ x, const T* __restrict__ w, T* y, const T* z, const T* bias,
     // sizes (R = S = 1, P = H, Q = W), epilogue, vector loads (1: see the header comment)
-    ConvShape s, ConvEpilogue e, int vec) {
+    ConvShape s, EpilogueFor<T> e, int vec) {
     using Tl = G1_TILE;
-    __shared__ __align__(16) float smem[gemm::Smem<T, Tl>::FLOATS];
+    __shared__ __align__(16) typename gemm::Smem<T, Tl>::E smem[gemm::Smem<T, Tl>::ELEMS];
 
     const int tiles_n = (s.k_per_group + BN - 1) / BN;
     const int g = blockIdx.y / tiles_n;
@@ -94,7 +94,7 @@ __global__ void __launch_bounds__(G1_TILE::THREADS, G1_TILE::MIN_BLOCKS) gemm_1x
 
     gemm::ColLoader<T, Tl, BN> lb(w + (cl::index_t)(g * s.k_per_group + n0) * s.c_per_group,
                                   s.c_per_group, s.c_per_group, s.k_per_group - n0);
-    float acc[TM][TN];
+    cl::acc_t<T> acc[TM][TN];
     if constexpr (NHWC) {
         gemm::ColLoader<T, Tl, BM> la(x + (cl::index_t)m0 * s.c + g * s.c_per_group, s.c,
                                       s.c_per_group, rows - m0);

@@ -1,13 +1,17 @@
-// The fp32 register-blocked GEMM core shared by the CUDA-core GEMM kernels
+// The register-blocked GEMM core shared by the CUDA-core GEMM kernels
 // (conv/implicit_gemm.cu, conv/gemm_1x1.cu, conv/bwd_data_implicit_gemm.cu,
 // conv/bwd_filter.cu, conv/winograd.cu's batched GEMM).
 //
-// A block computes a BM x BN tile of C = A * B (A: M x K, B: K x N) in fp32, walking K in
+// Element type E = cl::acc_t<T>: float for T = float | __half | __nv_bfloat16, double for
+// T = double (float64 computes, stores its stages and accumulates in double). Everything
+// below counts in elements of E.
+//
+// A block computes a BM x BN tile of C = A * B (A: M x K, B: K x N) in E, walking K in
 // slices of BK. Each of the (BM/TM) x (BN/TN) threads owns a TM x TN micro-tile of C in
-// registers. A slice lives in shared memory as floats, both operands k-major: As[k][m]
-// and Bs[k][n], rows padded by 4 floats (APITCH = BM + 4, BPITCH = BN + 4) so that the
-// k-fastest loaders below write without bank conflicts; a thread reads TM (TN) floats per
-// k with 16-byte loads.
+// registers. A slice lives in shared memory as E, both operands k-major: As[k][m]
+// and Bs[k][n], rows padded by 4 elements (APITCH = BM + 4, BPITCH = BN + 4) so that the
+// k-fastest loaders below write without bank conflicts (float); a thread reads TM (TN)
+// elements per k with 16-byte loads (4 floats or 2 doubles).
 //
 // Which columns a thread owns (col_of): with TN a multiple of 4 they come in runs of 4,
 // run r at column 4 * (tx + r * THREADS_N): 8 consecutive threads then read 8 consecutive
@@ -17,21 +21,22 @@
 // words (a broadcast).
 //
 // Main loops (run() picks one from the storage type):
-//  - float: a cp.async pipeline of STAGES shared stages. Slices 0..STAGES-2 are issued
-//    before the loop; iteration t waits for slice t (cp_async_wait<STAGES - 2>), passes one
-//    barrier, issues slice t + STAGES - 1 into the stage that slice t - 1 used (every
-//    thread multiplied it before the barrier), then multiplies slice t. One barrier per
-//    slice; no data passes through registers.
+//  - float, double (copied without conversion): a cp.async pipeline of STAGES shared stages.
+//    Slices 0..STAGES-2 are issued before the loop; iteration t waits for slice t
+//    (cp_async_wait<STAGES - 2>), passes one barrier, issues slice t + STAGES - 1 into the
+//    stage that slice t - 1 used (every thread multiplied it before the barrier), then
+//    multiplies slice t. One barrier per slice; no data passes through registers.
 //  - __half / __nv_bfloat16 (cp.async cannot convert to float): two stages staged in
 //    registers; slice t + 1 is loaded into registers before multiplying slice t and stored
 //    to the other stage at the top of the next iteration.
-// The reduction order is the same in both: k ascending, one fmaf per (i, j, k).
+// The reduction order is the same in both: k ascending, one fma per (i, j, k) in E.
 //
 // Loaders (one per operand) describe which global elements go where:
 //   VECS, VEC                  vectors per thread per slice, elements per vector (1 or 4,
-//                              contiguous in both global and shared memory)
+//                              contiguous in both global and shared memory; 4 doubles
+//                              are two 16-byte copies)
 //   Layout                     KFast or RowFast4 below (Layout::live(j): vector j exists)
-//   offset(j)                  shared offset (floats, within a stage) of vector j
+//   offset(j)                  shared offset (elements, within a stage) of vector j
 //   template <class Sink> void next(Sink& sink)
 //                              for each vector j of the next slice calls
 //                              sink.template put<W>(j, v, src, valid): W elements (W = VEC,
@@ -50,8 +55,10 @@
 
 namespace gemm {
 
+// Storage types copied into the stages as they are (cp.async): float and double.
 template <typename T> struct IsFloat { static constexpr bool value = false; };
 template <> struct IsFloat<float> { static constexpr bool value = true; };
+template <> struct IsFloat<double> { static constexpr bool value = true; };
 
 template <int BM_, int BN_, int BK_, int TM_, int TN_, int STAGES_>
 struct Tile {
@@ -59,7 +66,7 @@ struct Tile {
     static constexpr int THREADS_M = BM / TM, THREADS_N = BN / TN;
     static constexpr int THREADS = THREADS_M * THREADS_N, WARPS = THREADS / 32;
     static constexpr int APITCH = BM + 4, BPITCH = BN + 4;
-    static constexpr int A_STAGE = BK * APITCH, B_STAGE = BK * BPITCH;  // floats
+    static constexpr int A_STAGE = BK * APITCH, B_STAGE = BK * BPITCH;  // elements
     // __launch_bounds__ minimum: 16 warps per SM (256 threads: 2 blocks, <= 128 registers)
     static constexpr int MIN_BLOCKS = 512 / THREADS > 1 ? 512 / THREADS : 1;
     static_assert(BM % TM == 0 && BN % TN == 0, "the micro-tile must divide the tile");
@@ -76,11 +83,14 @@ struct Tile {
     __device__ __forceinline__ static int row_of(int ty, int i) { return ty * TM + i; }
 };
 
-// Shared floats a kernel declares for tile Tl and storage type T (A stages, then B).
+// Shared elements (of type Smem::E = cl::acc_t<T>) a kernel declares for tile Tl and
+// storage type T (A stages, then B). FLOATS: the same count (the name of the fp32 era).
 template <typename T, class Tl>
 struct Smem {
+    typedef cl::acc_t<T> E;
     static constexpr int STAGES = IsFloat<T>::value ? Tl::STAGES : 2;
-    static constexpr int FLOATS = STAGES * (Tl::A_STAGE + Tl::B_STAGE);
+    static constexpr int ELEMS = STAGES * (Tl::A_STAGE + Tl::B_STAGE);
+    static constexpr int FLOATS = ELEMS;
 };
 
 template <int N> struct Width { static constexpr int value = N; };
@@ -91,14 +101,21 @@ struct alignas(sizeof(T) * VEC) Vec {
     T v[VEC];
 };
 
+// VEC elements at p (16-byte aligned when VEC > 1 and sizeof(T) * VEC >= 16) into E
+// registers; more than 16 bytes (4 doubles) go as 16-byte loads.
 template <typename T, int VEC>
-__device__ __forceinline__ void load_vec(const T* __restrict__ p, float* out) {
+__device__ __forceinline__ void load_vec(const T* __restrict__ p, cl::acc_t<T>* out) {
+    constexpr int BYTES = (int)sizeof(T) * VEC;
     if constexpr (VEC == 1) {
-        out[0] = cl::to_float(*p);
+        out[0] = cl::to_acc(*p);
+    } else if constexpr (BYTES > 16) {
+        constexpr int PER = 16 / (int)sizeof(T);
+#pragma unroll
+        for (int c = 0; c < VEC; c += PER) load_vec<T, PER>(p + c, out + c);
     } else {
         const Vec<T, VEC> v = *reinterpret_cast<const Vec<T, VEC>*>(p);
 #pragma unroll
-        for (int i = 0; i < VEC; ++i) out[i] = cl::to_float(v.v[i]);
+        for (int i = 0; i < VEC; ++i) out[i] = cl::to_acc(v.v[i]);
     }
 }
 
@@ -106,7 +123,22 @@ __device__ __forceinline__ bool aligned16(const void* p) {
     return (reinterpret_cast<unsigned long long>(p) & 15) == 0;
 }
 
-// N consecutive floats of shared memory into registers (16-byte loads when N % 4 == 0).
+// N consecutive elements of shared memory into registers (16-byte loads: 4 floats when
+// N % 4 == 0, 2 doubles when N % 2 == 0).
+template <int N>
+__device__ __forceinline__ void read_smem(const double* s, double* r) {
+    if constexpr (N % 2 == 0) {
+#pragma unroll
+        for (int i = 0; i < N; i += 2) {
+            const double2 v = *reinterpret_cast<const double2*>(s + i);
+            r[i] = v.x, r[i + 1] = v.y;
+        }
+    } else {
+#pragma unroll
+        for (int i = 0; i < N; ++i) r[i] = s[i];
+    }
+}
+
 template <int N>
 __device__ __forceinline__ void read_smem(const float* s, float* r) {
     if constexpr (N % 4 == 0) {
@@ -122,13 +154,13 @@ __device__ __forceinline__ void read_smem(const float* s, float* r) {
 }
 
 // acc += As(:, rows of ty) x Bs(:, columns of tx) over one BK slice.
-template <class Tl>
-__device__ __forceinline__ void multiply_slice(const float* As, const float* Bs, int ty, int tx,
-                                               float (&acc)[Tl::TM][Tl::TN]) {
+template <class Tl, typename E>
+__device__ __forceinline__ void multiply_slice(const E* As, const E* Bs, int ty, int tx,
+                                               E (&acc)[Tl::TM][Tl::TN]) {
     constexpr int BRUN = Tl::TN % 4 == 0 ? 4 : Tl::TN;  // contiguous columns per read
 #pragma unroll
     for (int k = 0; k < Tl::BK; ++k) {
-        float a[Tl::TM], b[Tl::TN];
+        E a[Tl::TM], b[Tl::TN];
         read_smem<Tl::TM>(As + k * Tl::APITCH + ty * Tl::TM, a);
 #pragma unroll
         for (int j = 0; j < Tl::TN; j += BRUN)
@@ -136,36 +168,46 @@ __device__ __forceinline__ void multiply_slice(const float* As, const float* Bs,
 #pragma unroll
         for (int i = 0; i < Tl::TM; ++i)
 #pragma unroll
-            for (int j = 0; j < Tl::TN; ++j) acc[i][j] = fmaf(a[i], b[j], acc[i][j]);
+            for (int j = 0; j < Tl::TN; ++j) acc[i][j] = cl::math::fma(a[i], b[j], acc[i][j]);
     }
 }
 
-// cp.async sink: each vector straight into a stage (T = float only).
-template <class L>
+// cp.async sink: each vector straight into a stage (T = E: float or double). A vector of
+// more than 16 bytes (4 doubles) is issued as 16-byte copies.
+template <class L, typename E>
 struct AsyncSink {
     const L& l;
-    float* stage;
+    E* stage;
     template <int W, typename T>
     __device__ __forceinline__ void put(int j, int v, const T* src, bool valid) {
-        cl::mma::cp_async<4 * W>(stage + l.offset(j) + v, src, valid);
+        static_assert(sizeof(T) == sizeof(E), "cp.async copies without converting");
+        constexpr int BYTES = (int)sizeof(T) * W;
+        if constexpr (BYTES <= 16) {
+            cl::mma::cp_async<BYTES>(stage + l.offset(j) + v, src, valid);
+        } else {
+            constexpr int PER = 16 / (int)sizeof(T);
+#pragma unroll
+            for (int c = 0; c < W; c += PER)
+                cl::mma::cp_async<16>(stage + l.offset(j) + v + c, src + c, valid);
+        }
     }
 };
 
 // Register sink of the converting path: fetch now, store() to a stage later.
-template <class L>
+template <class L, typename E>
 struct RegSink {
     const L& l;
-    float reg[L::VECS][L::VEC];
+    E reg[L::VECS][L::VEC];
     template <int W, typename T>
     __device__ __forceinline__ void put(int j, int v, const T* src, bool valid) {
         if (valid) {
             load_vec<T, W>(src, &reg[j][v]);
         } else {
 #pragma unroll
-            for (int e = 0; e < W; ++e) reg[j][v + e] = 0.0f;
+            for (int e = 0; e < W; ++e) reg[j][v + e] = E(0);
         }
     }
-    __device__ __forceinline__ void store(float* stage) const {
+    __device__ __forceinline__ void store(E* stage) const {
 #pragma unroll
         for (int j = 0; j < L::VECS; ++j) {
             if (!L::Layout::live(j)) continue;  // an idle thread's vector
@@ -175,27 +217,27 @@ struct RegSink {
     }
 };
 
-template <class Tl>
-__device__ __forceinline__ void zero(float (&acc)[Tl::TM][Tl::TN]) {
+template <class Tl, typename E>
+__device__ __forceinline__ void zero(E (&acc)[Tl::TM][Tl::TN]) {
 #pragma unroll
     for (int i = 0; i < Tl::TM; ++i)
 #pragma unroll
-        for (int j = 0; j < Tl::TN; ++j) acc[i][j] = 0.0f;
+        for (int j = 0; j < Tl::TN; ++j) acc[i][j] = E(0);
 }
 
-template <class Tl, class LoadA, class LoadB>
-__device__ __forceinline__ void mainloop_async(int slices, LoadA& la, LoadB& lb, float* smem,
-                                               float (&acc)[Tl::TM][Tl::TN]) {
+template <class Tl, class LoadA, class LoadB, typename E>
+__device__ __forceinline__ void mainloop_async(int slices, LoadA& la, LoadB& lb, E* smem,
+                                               E (&acc)[Tl::TM][Tl::TN]) {
     constexpr int S = Tl::STAGES;
-    float* As = smem;
-    float* Bs = smem + S * Tl::A_STAGE;
+    E* As = smem;
+    E* Bs = smem + S * Tl::A_STAGE;
     const int tx = threadIdx.x % Tl::THREADS_N, ty = threadIdx.x / Tl::THREADS_N;
     zero<Tl>(acc);
 #pragma unroll
     for (int s = 0; s < S - 1; ++s) {
         if (s < slices) {
-            AsyncSink<LoadA> sa{la, As + s * Tl::A_STAGE};
-            AsyncSink<LoadB> sb{lb, Bs + s * Tl::B_STAGE};
+            AsyncSink<LoadA, E> sa{la, As + s * Tl::A_STAGE};
+            AsyncSink<LoadB, E> sb{lb, Bs + s * Tl::B_STAGE};
             la.next(sa);
             lb.next(sb);
         }
@@ -206,8 +248,8 @@ __device__ __forceinline__ void mainloop_async(int slices, LoadA& la, LoadB& lb,
         cl::mma::cp_async_wait<S - 2>();  // slice t has landed (this thread's copies)
         __syncthreads();                  // ... everyone's; stage `write` is free
         if (t + S - 1 < slices) {
-            AsyncSink<LoadA> sa{la, As + write * Tl::A_STAGE};
-            AsyncSink<LoadB> sb{lb, Bs + write * Tl::B_STAGE};
+            AsyncSink<LoadA, E> sa{la, As + write * Tl::A_STAGE};
+            AsyncSink<LoadB, E> sb{lb, Bs + write * Tl::B_STAGE};
             la.next(sa);
             lb.next(sb);
         }
@@ -221,22 +263,22 @@ __device__ __forceinline__ void mainloop_async(int slices, LoadA& la, LoadB& lb,
 
 // Slice t is stored to stage t & 1, which multiply t - 2 read last: every thread passed
 // the barrier of iteration t - 1, after its multiply t - 2, before anyone stores slice t.
-template <class Tl, class LoadA, class LoadB>
-__device__ __forceinline__ void mainloop_regs(int slices, LoadA& la, LoadB& lb, float* smem,
-                                              float (&acc)[Tl::TM][Tl::TN]) {
-    float* As = smem;
-    float* Bs = smem + 2 * Tl::A_STAGE;
+template <class Tl, class LoadA, class LoadB, typename E>
+__device__ __forceinline__ void mainloop_regs(int slices, LoadA& la, LoadB& lb, E* smem,
+                                              E (&acc)[Tl::TM][Tl::TN]) {
+    E* As = smem;
+    E* Bs = smem + 2 * Tl::A_STAGE;
     const int tx = threadIdx.x % Tl::THREADS_N, ty = threadIdx.x / Tl::THREADS_N;
     zero<Tl>(acc);
-    RegSink<LoadA> ra{la};
-    RegSink<LoadB> rb{lb};
+    RegSink<LoadA, E> ra{la};
+    RegSink<LoadB, E> rb{lb};
     if (slices > 0) {
         la.next(ra);
         lb.next(rb);
     }
     for (int t = 0; t < slices; ++t) {
-        float* as = As + (t & 1) * Tl::A_STAGE;
-        float* bs = Bs + (t & 1) * Tl::B_STAGE;
+        E* as = As + (t & 1) * Tl::A_STAGE;
+        E* bs = Bs + (t & 1) * Tl::B_STAGE;
         ra.store(as);
         rb.store(bs);
         __syncthreads();
@@ -248,11 +290,11 @@ __device__ __forceinline__ void mainloop_regs(int slices, LoadA& la, LoadB& lb, 
     }
 }
 
-// The main loop for storage type T over `slices` BK-slices; smem holds Smem<T, Tl>::FLOATS
-// floats, 16-byte aligned. Every thread of the block calls it.
+// The main loop for storage type T over `slices` BK-slices; smem holds Smem<T, Tl>::ELEMS
+// elements of cl::acc_t<T>, 16-byte aligned. Every thread of the block calls it.
 template <typename T, class Tl, class LoadA, class LoadB>
-__device__ __forceinline__ void run(int slices, LoadA& la, LoadB& lb, float* smem,
-                                    float (&acc)[Tl::TM][Tl::TN]) {
+__device__ __forceinline__ void run(int slices, LoadA& la, LoadB& lb, cl::acc_t<T>* smem,
+                                    cl::acc_t<T> (&acc)[Tl::TM][Tl::TN]) {
     if constexpr (IsFloat<T>::value) mainloop_async<Tl>(slices, la, lb, smem, acc);
     else mainloop_regs<Tl>(slices, la, lb, smem, acc);
 }
@@ -308,9 +350,10 @@ struct Offsets {
     __device__ __forceinline__ int operator()(int j) const { return off0 + j * L::STEP; }
 };
 
-// Operand element (k, r) at p[k * ld + r], r < ROWS of the tile: 16-byte copies when
-// `vec` (ld % 4 == 0, p 16-byte aligned, the row bound a multiple of 4), else 4 scalar
-// copies. Bounds: k < kend, r < rend (from the tile's first row and the slice's first k).
+// Operand element (k, r) at p[k * ld + r], r < ROWS of the tile: 4-element copies (16 bytes of
+// float, two of 16 bytes of double) when `vec` (ld % 4 == 0, p 16-byte aligned, the row bound a
+// multiple of 4), else 4 scalar copies. Bounds: k < kend, r < rend (from the tile's first row
+// and the slice's first k).
 template <typename T, class Tl, int ROWS>
 struct RowLoader {
     using L = RowFast4<Tl, ROWS>;
@@ -349,7 +392,7 @@ struct RowLoader {
     }
 };
 
-// Operand element (k, r) at p[r * ld + k] (contiguous along k): 4-byte copies.
+// Operand element (k, r) at p[r * ld + k] (contiguous along k): element copies.
 template <typename T, class Tl, int ROWS>
 struct ColLoader {
     using L = KFast<Tl, ROWS>;

@@ -1,7 +1,8 @@
 // The data-movement kernels of the cuBLAS convolution solvers
 // (cudnnlite/solvers/conv/gemm_cublas.py, gemm_cublas_bwd.py): the GEMMs themselves run in
 // cuBLAS (NumPy's matmul on the emulator); these kernels build the im2col matrix, fold a
-// GEMM result back into dx (col2im), and apply the fused epilogue to an fp32 GEMM result.
+// GEMM result back into dx (col2im), and apply the fused epilogue to an fp32 GEMM result
+// (fp64 for T = double: the GEMM result is in cl::acc_t<T>, a DGEMM's).
 //
 // Column matrix layouts (ConvShape describes the FORWARD problem; images [n0, n0+images)):
 //   NHWC: col[m][kk], m = (img, p, q) over the chunk's output pixels, kk = (g, r, t, c) with
@@ -10,7 +11,8 @@
 //   NCHW: col[img][kk][pq], kk = (c, r, t) over all C channels: a group's rows (offset
 //         g*Cg*R*S) match the KCRS filter row w[k][(c, r, t)].
 //
-// Kernels (T = float | __half | __nv_bfloat16):
+// Kernels (T = float | __half | __nv_bfloat16 | double; "fp32" below is cl::acc_t<T>,
+// double for T = double):
 //   im2col<T, NHWC>         one thread per col element (grid-stride, in col's memory order:
 //                           coalesced stores); zeros where a tap falls in the padding.
 //   col2im<T, NHWC>         dx = the sum, over the taps that reach each dx element, of the
@@ -23,8 +25,9 @@
 //                           fp32 GEMM result; out and z point at a chunk that starts at
 //                           element `base` of the tensor, so the channel of element i is
 //                           ((base + i) / inner) % channels (NHWC: inner = 1). acc may be out
-//                           itself (T = float, in place). With an identity epilogue it is the
-//                           fp32 -> T conversion of an accumulation buffer.
+//                           itself (T = float or double, in place). With an identity
+//                           epilogue it is the fp32 -> T conversion of an accumulation
+//                           buffer.
 //
 // Defines: none; one module per dtype (cudnnlite/solvers/conv/gemm_cublas.py).
 // Index limits: 64-bit element offsets everywhere (the col matrix may pass 2^31 elements).
@@ -64,16 +67,17 @@ __global__ void __launch_bounds__(256) im2col(
         const int h = p * s.stride_h - s.pad_h + r * s.dil_h;
         const int w = q * s.stride_w - s.pad_w + t * s.dil_w;
         const bool inside = h >= 0 && h < s.h && w >= 0 && w < s.w;
-        col[i] = inside ? x[conv::x_offset<NHWC>(s, n0 + img, c, h, w)] : cl::from_float<T>(0.0f);
+        col[i] = inside ? x[conv::x_offset<NHWC>(s, n0 + img, c, h, w)]
+                        : cl::from_acc<T>(cl::acc_t<T>(0));
     }
 }
 
 template <typename T, bool NHWC>
 __global__ void __launch_bounds__(256) col2im(
     // pointers: dx is written; bias may be any valid pointer when absent (e.has_bias says)
-    const float* __restrict__ col, T* dx, const T* bias,
+    const cl::acc_t<T>* __restrict__ col, T* dx, const T* bias,
     // sizes and epilogue: the forward problem, the chunk of images
-    ConvShape s, ConvEpilogue e, int n0, int images) {
+    ConvShape s, EpilogueFor<T> e, int n0, int images) {
     const cl::index_t taps = (cl::index_t)s.c * s.r * s.s;
     const cl::index_t pq = (cl::index_t)s.p * s.q;
     const cl::index_t per_image = (cl::index_t)s.c * s.h * s.w;
@@ -82,7 +86,7 @@ __global__ void __launch_bounds__(256) col2im(
         int img, c, h, w;
         conv::x_coords<NHWC>(s, i, img, c, h, w);
         const int g = c / s.c_per_group, cg = c - g * s.c_per_group;
-        float acc = 0.0f;
+        cl::acc_t<T> acc = 0;
         for (int r = 0; r < s.r; ++r) {
             const int hp = h + s.pad_h - r * s.dil_h;
             if (hp < 0 || hp % s.stride_h) continue;
@@ -111,14 +115,15 @@ __global__ void __launch_bounds__(256) col2im(
 
 template <typename T>
 __global__ void __launch_bounds__(256) gemm_epilogue(
-    // pointers, all at the chunk's first element: acc may alias out (in place, T = float);
+    // pointers, all at the chunk's first element: acc may alias out (in place, T = float or
+    // double);
     // z and bias as e says (else any valid pointer)
-    const float* acc, T* out, const T* z, const T* bias,
+    const cl::acc_t<T>* acc, T* out, const T* z, const T* bias,
     // sizes and epilogue: out[i] for i < count; its channel is ((base + i) / inner) % channels
-    ConvEpilogue e, cl::index_t base, cl::index_t count, int channels, cl::index_t inner) {
+    EpilogueFor<T> e, cl::index_t base, cl::index_t count, int channels, cl::index_t inner) {
     for (cl::index_t i = cl::global_thread_id(); i < count; i += cl::grid_stride()) {
         const int k = (int)(((base + i) / inner) % channels);
-        const float v = acc[i];
+        const cl::acc_t<T> v = acc[i];
         conv::store_output_inline(out, z, bias, e, i, k, v);
     }
 }

@@ -11,8 +11,8 @@
 //   B[kk][n] = w[g*Ng + n][kk]
 // Tiles, register blocking and the cp.async pipeline: conv/gemm_tiles.cuh.
 //
-// Kernels (T = float | __half | __nv_bfloat16; fp32 accumulation, fused epilogue of
-// conv_common.cuh for every output):
+// Kernels (T = float | __half | __nv_bfloat16 | double; accumulation in cl::acc_t<T>: fp32,
+// fp64 for double; fused epilogue of conv_common.cuh for every output):
 //   implicit_gemm<T, NHWC, BM, BN, BK, TM, TN, STAGES>          taps (c, r, s) from an
 //                                                       incremental iterator: each thread
 //                                                       loads one kk column per slice and
@@ -34,8 +34,8 @@
 //                                                       (no table) or from the table.
 //                                                       Separate kernels: the 2-D ones
 //                                                       keep their integer work.
-// Loads: A is a gather (4-byte cp.async per element, zero-filled in the padding); B rows
-// are filters, contiguous along kk (4-byte cp.async, k-fastest). The output rows' pixel
+// Loads: A is a gather (an element-sized cp.async per element, zero-filled in the padding);
+// B rows are filters, contiguous along kk (element cp.async, k-fastest). The output rows' pixel
 // decode (img, h0, w0) is done once per block into shared memory.
 //
 // Defines: none; every parameter is a template argument. One module per (dtype, tile)
@@ -178,8 +178,8 @@ struct GatherLoader {
 template <typename T, bool NHWC, bool PRECOMP, bool D3, class Tl>
 __device__ __forceinline__ void body(const T* __restrict__ x, const T* __restrict__ w, T* y,
                                      const T* z, const T* bias, const int4* taps,
-                                     const ConvShape& s, const ConvEpilogue& e) {
-    __shared__ __align__(16) float smem[gemm::Smem<T, Tl>::FLOATS];
+                                     const ConvShape& s, const EpilogueFor<T>& e) {
+    __shared__ __align__(16) typename gemm::Smem<T, Tl>::E smem[gemm::Smem<T, Tl>::ELEMS];
     __shared__ int4 rows[Tl::BM];
 
     const int tiles_n = (s.k_per_group + Tl::BN - 1) / Tl::BN;
@@ -193,7 +193,7 @@ __device__ __forceinline__ void body(const T* __restrict__ x, const T* __restric
     GatherLoader<T, Tl, NHWC, PRECOMP, D3> la(x, rows, taps, s);
     gemm::ColLoader<T, Tl, Tl::BN> lb(w + (cl::index_t)(g * s.k_per_group + n0) * ktot, ktot,
                                       ktot, s.k_per_group - n0);
-    float acc[Tl::TM][Tl::TN];
+    cl::acc_t<T> acc[Tl::TM][Tl::TN];
     gemm::run<T, Tl>((ktot + Tl::BK - 1) / Tl::BK, la, lb, smem, acc);
 
     const int tx = threadIdx.x % Tl::THREADS_N, ty = threadIdx.x / Tl::THREADS_N;
@@ -237,14 +237,14 @@ __global__ void __launch_bounds__(IGEMM_TILE::THREADS, igemm::min_blocks<T, NHWC
     // pointers: z may be y and bias may be x when absent (e.has_z / e.has_bias say)
     const T* __restrict__ x, const T* __restrict__ w, T* y, const T* z, const T* bias,
     // sizes, epilogue
-    ConvShape s, ConvEpilogue e) {
+    ConvShape s, EpilogueFor<T> e) {
     igemm::body<T, NHWC, false, false, IGEMM_TILE>(x, w, y, z, bias, nullptr, s, e);
 }
 
 template <typename T, bool NHWC, int BM, int BN, int BK, int TM, int TN, int STAGES>
 __global__ void __launch_bounds__(IGEMM_TILE::THREADS, igemm::min_blocks<T, NHWC, IGEMM_TILE>())
     implicit_gemm_3d(const T* __restrict__ x, const T* __restrict__ w, T* y, const T* z,
-                     const T* bias, ConvShape s, ConvEpilogue e) {
+                     const T* bias, ConvShape s, EpilogueFor<T> e) {
     igemm::body<T, NHWC, false, true, IGEMM_TILE>(x, w, y, z, bias, nullptr, s, e);
 }
 
@@ -255,7 +255,7 @@ __global__ void __launch_bounds__(IGEMM_TILE::THREADS, IGEMM_TILE::MIN_BLOCKS)
         const T* __restrict__ x, const T* __restrict__ w, T* y, const T* z, const T* bias,
         const int4* __restrict__ taps,
         // sizes, epilogue
-        ConvShape s, ConvEpilogue e) {
+        ConvShape s, EpilogueFor<T> e) {
     igemm::body<T, NHWC, true, false, IGEMM_TILE>(x, w, y, z, bias, taps, s, e);
 }
 
@@ -263,7 +263,7 @@ template <typename T, bool NHWC, int BM, int BN, int BK, int TM, int TN, int STA
 __global__ void __launch_bounds__(IGEMM_TILE::THREADS, IGEMM_TILE::MIN_BLOCKS)
     implicit_precomp_gemm_3d(const T* __restrict__ x, const T* __restrict__ w, T* y, const T* z,
                              const T* bias, const int4* __restrict__ taps, ConvShape s,
-                             ConvEpilogue e) {
+                             EpilogueFor<T> e) {
     igemm::body<T, NHWC, true, true, IGEMM_TILE>(x, w, y, z, bias, taps, s, e);
 }
 

@@ -8,9 +8,10 @@ phase is a stride-1 problem that only meets the taps r with (h + pad - r*dil) di
 the stride (an arithmetic progression of r), so each (phase, group) is one GEMM
 dx[pixels, C/g] = dY-gather[pixels, K/g * valid taps] * W[K/g * valid taps, C/g]: no
 multiply is spent on a stride gap, no col2im buffer. Tiles of conv/gemm_tiles.cuh (shared
-memory, double buffering, register blocking), fp32 accumulation, one block per output tile
+memory, double buffering, register blocking), fp32 accumulation (fp64 for float64, two
+stages of doubles instead of three fp32 ones: 35 KB for 64x64), one block per output tile
 with a fixed reduction order: deterministic. NCHW/KCRS and NHWC/KRSC, 1-D and 2-D, groups,
-fp32/fp16/bf16; the epilogue adds the conv_transpose bias. Tensors contiguous in the
+fp32/fp16/bf16/fp64; the epilogue adds the conv_transpose bias. Tensors contiguous in the
 problem's layout (the ops layer copies). Config: :class:`TileConfig` (64x64 or 32x32 over
 pixels x input channels, BK 16). Workspace: none.
 """
@@ -34,7 +35,7 @@ from ..base import APPLICABLE, Applicability, Config, Runner, Solver, not_applic
 from .bwd_data import BwdDataTensors
 from .bwd_filter import common_reason, dtype_of
 from .common import Epilogue, shape_struct
-from .direct import epilogue_struct
+from .implicit_gemm import epilogue_arg
 
 SOURCE = "conv/bwd_data_implicit_gemm.cu"
 BK = 16  # bwd::kBK
@@ -108,10 +109,12 @@ class _Runner(Runner):
         )
         layout = "nhwc" if nhwc else "nchw"
         self.name = f"bwd_data_implicit_gemm_{cfg.label()}_{phases}phase_{layout}_{dt.short}"
+        self.dtype = dt.short
 
     def __call__(self, tensors: BwdDataTensors, epilogue: Epilogue, workspace: Any) -> None:
         bias = tensors.bias if tensors.bias is not None else tensors.dy
-        args = (tensors.dy, tensors.w, tensors.dx, bias, self.shape, epilogue_struct(epilogue))
+        args = (tensors.dy, tensors.w, tensors.dx, bias, self.shape,
+                epilogue_arg(epilogue, self.dtype))  # fmt: skip
         self.kernel(self.grid, (256,), args)
 
     @property

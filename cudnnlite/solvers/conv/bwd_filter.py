@@ -9,11 +9,17 @@ bias kernels. Kernels: ``cuda_src/conv/bwd_filter.cu``, one module per dtype.
   buffer (patches gathered into shared memory), double-buffered tiles of
   conv/gemm_tiles.cuh. The reduction over N*P*Q is split across ``splits`` blocks per
   tile; each split writes its fp32 partial tile to the workspace and a second kernel
-  adds the splits in a fixed order: deterministic. Workspace 4 * splits * K * C/g*R*S.
+  adds the splits in a fixed order: deterministic. Workspace 4 * splits * K * C/g*R*S
+  (8 * ... for float64, whose partials are doubles).
 - :class:`ImplicitGemmAtomicSolver` (``conv_bwd_filter_implicit_gemm_atomic``): the same
-  GEMM, splits added with fp32 atomics into a zeroed workspace (4 * K * C/g*R*S bytes),
-  then converted. The order of the atomic adds varies between runs: NOT deterministic,
-  never chosen under ``cudnnlite.settings(deterministic=True)``.
+  GEMM, splits added with fp32 atomics into a zeroed workspace (4 * K * C/g*R*S bytes;
+  float64: double atomics, 8 * ... bytes), then converted. The order of the atomic adds
+  varies between runs: NOT deterministic, never chosen under
+  ``cudnnlite.settings(deterministic=True)``.
+
+Precision: fp32/fp16/bf16 accumulate in fp32; float64 accumulates in fp64 everywhere
+(products, the block trees, the split partials and their reduction; the GEMM's stages are
+doubles, two stages instead of three so the 64x64 tile fits 48 KB).
 
 Tensor cores (fp16/bf16): ``conv_bwd_filter_wmma_implicit_gemm`` in :mod:`.bwd_filter_wmma`.
 
@@ -108,7 +114,7 @@ def module_spec(dt: dtypes.DType, d3: bool = False) -> ModuleSpec:
         return ModuleSpec.make(SOURCE, names)
     names = [_direct_expr(dt, nhwc) for nhwc in (False, True)]
     names += [_gemm_expr(dt, nhwc, t) for t in TILES for nhwc in (False, True)]
-    names += [_reduce_expr(dt), "zero_f32"]
+    names += [_reduce_expr(dt), _zero_name(dt)]
     names += [f"bwd_bias_nchw<{dt.ctype}>", f"bwd_bias_nhwc<{dt.ctype}>"]
     return ModuleSpec.make(SOURCE, names)
 
@@ -125,6 +131,20 @@ def _grid(total: int, backend: Backend) -> int:
 
 def _f32(workspace: Any, count: int, offset: int = 0) -> Any:
     return workspace[offset : offset + 4 * count].view(np.float32)
+
+
+def acc_dtype(dt: dtypes.DType) -> np.dtype:
+    """The NumPy type of the partials (cl::acc_t<T>): float32, or float64 for fp64."""
+    return np.dtype(np.float64) if dt.acc_ctype == "double" else np.dtype(np.float32)
+
+
+def _acc_view(workspace: Any, count: int, dt: dtypes.DType) -> Any:
+    acc = acc_dtype(dt)
+    return workspace[: acc.itemsize * count].view(acc)
+
+
+def _zero_name(dt: dtypes.DType) -> str:
+    return "zero_f64" if dt.acc_ctype == "double" else "zero_f32"
 
 
 # ------------------------------------------------------------------ direct
@@ -213,7 +233,8 @@ class _GemmRunner(Runner):
         spec = module_spec(dt)
         self.gemm = backend.kernel(spec, _gemm_expr(dt, nhwc, cfg.tile))
         self.reduce = backend.kernel(spec, _reduce_expr(dt))
-        self.zero = backend.kernel(spec, "zero_f32")
+        self.zero = backend.kernel(spec, _zero_name(dt))
+        self.dt = dt
         rows, cols, npq = _gemm_dims(problem)
         self.splits = _useful_splits(npq, cfg.splits)
         self.chunk = np.int64(_chunk(npq, cfg.splits))
@@ -230,11 +251,11 @@ class _GemmRunner(Runner):
             f"bwd_filter_reduce_{dt.short}",
         ]
         if atomic:
-            self.names.insert(0, "zero_f32")
+            self.names.insert(0, _zero_name(dt))
 
     def __call__(self, tensors: BwdFilterTensors, epilogue: Any, workspace: Any) -> None:
         count = np.int64(self.count)
-        ws = _f32(workspace, self.count * (1 if self.atomic else self.splits))
+        ws = _acc_view(workspace, self.count * (1 if self.atomic else self.splits), self.dt)
         if self.atomic:
             self.zero((self.cgrid,), (BLOCK,), (ws, count))
         self.gemm(self.grid, (BLOCK,), (tensors.x, tensors.dy, ws, self.shape, self.chunk,
@@ -295,7 +316,7 @@ class ImplicitGemmSplitKSolver(Solver):
     def workspace_size(self, problem: ConvProblem, config: Config) -> int:
         rows, cols, npq = _gemm_dims(problem)
         splits = 1 if self.atomic else _useful_splits(npq, config.splits)  # type: ignore[attr-defined]
-        return 4 * splits * problem.k * cols
+        return acc_dtype(dtype_of(problem)).itemsize * splits * problem.k * cols
 
     def module_specs(self) -> list[ModuleSpec]:
         return [module_spec(dt) for dt in dtypes.FLOAT_TYPES]
@@ -310,7 +331,7 @@ class ImplicitGemmSplitKSolver(Solver):
 
 
 class ImplicitGemmAtomicSolver(ImplicitGemmSplitKSolver):
-    """The same GEMM with the splits added by fp32 atomics: NOT deterministic."""
+    """The same GEMM with the splits added by fp32 (fp64) atomics: NOT deterministic."""
 
     name = "conv_bwd_filter_implicit_gemm_atomic"
     deterministic = False
@@ -335,7 +356,7 @@ def backward_bias(backend: Backend, dy: Any, db: Any, channels_last: bool) -> li
     spec = module_spec(dt, d3=dy.ndim == 5)  # both modules hold the bias kernels
     splits = bias_splits(npq, -(-k // 32) if channels_last else k)
     chunk = -(-npq // splits)
-    ws = backend.xp.empty(splits * k, dtype=np.float32)
+    ws = backend.xp.empty(splits * k, dtype=acc_dtype(dt))  # partials in cl::acc_t<T>
     if channels_last:
         kernel = backend.kernel(spec, f"bwd_bias_nhwc<{dt.ctype}>")
         kernel((-(-k // 32), splits), (32, 8), (dy, ws, np.int32(k), np.int64(npq),

@@ -11,8 +11,10 @@ need H*W % 4 == 0 and x aligned to 4 elements; otherwise, and always in NHWC, th
 ``align1`` kernel runs). Kernels are named like
 ``gemm_1x1_64x64_16x3_4x4_nchw_fp32_align4``. Limits: x, w, y below 2^31 elements. The
 tensors must be contiguous in the problem's layout (``cudnnlite.conv2d`` copies when they
-are not). Deterministic. 3-D pointwise problems run as the 2-D problem of D*H x W pixels
-they equal (:func:`flat_2d`): the same kernels, no 3-D variant needed.
+are not). Deterministic. fp32/fp16/bf16 accumulate in fp32, fp64 in fp64 on the implicit
+GEMM's fp64 tiles (``TILES_FP64``: stages of doubles). 3-D pointwise problems run as the
+2-D problem of D*H x W pixels they equal (:func:`flat_2d`): the same kernels, no 3-D
+variant needed.
 """
 
 from __future__ import annotations
@@ -37,6 +39,8 @@ from .implicit_gemm import (
     gemm_grid,
     pick_tile,
     prune_tiles,
+    tile_reason,
+    tiles_for,
     vec_for,
 )
 
@@ -93,23 +97,27 @@ class Gemm1x1Solver(Solver):
         return problem.n * int(np.prod(problem.spatial)), problem.k_per_group, problem.groups
 
     def configs(self, problem: ConvProblem, caps: Capabilities) -> list[TileConfig]:
-        return prune_tiles(*self._gemm_size(problem), TILES_1X1)
+        return prune_tiles(*self._gemm_size(problem), tiles_for(problem.dtype, TILES_1X1))
 
     def default_config(self, problem: ConvProblem, caps: Capabilities) -> TileConfig:
         return pick_tile(self.configs(problem, caps), *self._gemm_size(problem))
 
     def is_valid(self, config: Config, problem: ConvProblem, caps: Capabilities) -> bool:
-        if not isinstance(config, TileConfig) or config not in all_tiles(TILES_1X1):
+        if not isinstance(config, TileConfig) or tile_reason(problem.dtype, config, TILES_1X1):
             return False
         return gemm_grid(*self._gemm_size(problem), config)[1] <= MAX_GRID_Y
 
     def module_specs(self) -> list[ModuleSpec]:
-        return [module_spec(dt, cfg) for dt in dtypes.FLOAT_TYPES for cfg in all_tiles(TILES_1X1)]
+        return [module_spec(dt, cfg) for dt in dtypes.FLOAT_TYPES
+                for cfg in all_tiles(tiles_for(dt.short, TILES_1X1))]  # fmt: skip
 
     def prepare(self, backend: Backend, problem: ConvProblem, config: Config) -> Runner:
         ok = self.is_applicable(problem, None)  # type: ignore[arg-type]
         if not ok:
             raise NotSupportedError(f"{self.name}: {ok.reason}")
+        reason = isinstance(config, TileConfig) and tile_reason(problem.dtype, config, TILES_1X1)
+        if reason:
+            raise NotSupportedError(f"{self.name}: {reason}")
         if not isinstance(config, TileConfig) or not self.is_valid(config, problem, None):  # type: ignore[arg-type]
             raise NotSupportedError(f"{self.name}: config {config!r} is not valid for {problem}")
         dt = dtype_of(problem)
@@ -120,5 +128,5 @@ class Gemm1x1Solver(Solver):
             kernel=backend.kernel(module_spec(dt, config), _expr(dt, nhwc, config)),
             name=_readable(dt, nhwc, config), vec=vec, itemsize=dt.itemsize,
             grid=gemm_grid(*self._gemm_size(problem), config), block=(config.threads,),
-            shape=shape_struct(flat_2d(problem)),
+            shape=shape_struct(flat_2d(problem)), dtype=problem.dtype,
         )  # fmt: skip

@@ -22,6 +22,8 @@ Epilogue ``y = act(alpha * conv + alpha2 * z + bias)``:
   bias and activation;
 - fp16/bf16: the GEMM writes its fp32 result into the workspace and ``gemm_epilogue``
   stores y from it (one rounding, as the other solvers).
+- fp64: as fp32 (:data:`IN_PLACE`: the GEMM's result type is the storage type), with a
+  DGEMM and the kernels' double epilogue.
 
 Config (:class:`ChunkConfig`): images per GEMM chunk. The workspace (the im2col matrix
 of a chunk, plus the fp32 result of a chunk for fp16/bf16) grows with it; the default is
@@ -29,11 +31,12 @@ the largest chunk whose workspace fits the current workspace limit
 (``cudnnlite.set_workspace_limit``), so the limit refuses a problem only when even one
 image does not fit. Regions start at 256-byte boundaries; ``workspace_size`` is exact.
 
-Precision: fp32 accumulation (cuBLAS compute type 32F); fp32 stays fp32 unless
-``problem.math == "tf32"`` (cuBLAS ``COMPUTE_32F_FAST_TF32``; the emulator rounds the
-GEMM inputs to TF32). bf16 on a GPU needs sm_80+ (cuBLAS bf16 GEMMs). Deterministic:
-our kernels use no atomics, chunks and groups run in a fixed order, and cuBLAS documents
-bitwise-reproducible GEMMs from run to run on one GPU model (see runtime/blas.py).
+Precision: fp32 accumulation (cuBLAS compute type 32F), fp64 for float64 (a DGEMM, compute
+type 64F; TF32 never applies to it); fp32 stays fp32 unless ``problem.math == "tf32"``
+(cuBLAS ``COMPUTE_32F_FAST_TF32``; the emulator rounds the GEMM inputs to TF32). bf16 on
+a GPU needs sm_80+ (cuBLAS bf16 GEMMs). Deterministic: our kernels use no atomics, chunks
+and groups run in a fixed order, and cuBLAS documents bitwise-reproducible GEMMs from run
+to run on one GPU model (see runtime/blas.py).
 
 The tensors must be contiguous in the problem's layout and of the backend's kind (the
 GEMMs read raw device pointers or NumPy views, not the host copies the emulator and the
@@ -59,7 +62,8 @@ from ...runtime.kernel import ModuleSpec
 from ..base import APPLICABLE, Applicability, Config, Runner, Solver, not_applicable
 from .bwd_filter import common_reason
 from .common import IDENTITY_MODE, ConvTensors, Epilogue, flat_2d, shape_struct
-from .direct import address, dtype_of, epilogue_struct
+from .direct import address, dtype_of
+from .implicit_gemm import epilogue_arg
 
 SOURCE = "conv/im2col.cu"
 BLOCK = 256
@@ -70,6 +74,16 @@ _CHUNKS = (256, 64, 16, 4, 1)  # images per chunk tried below N
 
 def _flag(nhwc: bool) -> str:
     return "true" if nhwc else "false"
+
+
+# dtypes whose GEMM result is already the storage type (cl::acc_t<T> == T): the epilogue
+# runs in place on the output, no accumulation buffer in the workspace.
+IN_PLACE = ("fp32", "fp64")
+
+
+def acc_np(dt: dtypes.DType) -> np.dtype:
+    """The GEMM result / accumulation buffer type: float32, or float64 for fp64."""
+    return np.dtype(np.float64) if dt.short == "fp64" else np.dtype(np.float32)
 
 
 def module_spec(dt: dtypes.DType) -> ModuleSpec:
@@ -221,7 +235,7 @@ class Geometry:
         self.ctaps = p.c * self.taps  # a col row (NHWC) / col rows of an image (NCHW)
         self.pq = int(np.prod(p.out_spatial))
         self.hw = int(np.prod(p.spatial))
-        self.tf32 = p.math == "tf32"
+        self.tf32 = p.math == "tf32" and p.dtype != "fp64"  # no TF32 for doubles
         self.dt = dtype_of(p)
         self.tag = f"{layout_tag(p)}_{self.dt.short}"
 
@@ -233,12 +247,13 @@ class EpilogueKernel:
         self.backend = backend
         self.kernel = backend.kernel(module_spec(dt), f"gemm_epilogue<{dt.ctype}>")
         self.name = f"gemm_epilogue_{dt.short}"
+        self.dtype = dt.short
 
     def __call__(self, acc: Any, out: Any, z: Any, bias: Any, e: Epilogue, base: int,
                  channels: int, inner: int) -> None:  # fmt: skip
         count = int(out.size)
         args = (acc, out, z if z is not None else out, bias if bias is not None else out,
-                epilogue_struct(e), np.int64(base), np.int64(count), np.int32(channels),
+                epilogue_arg(e, self.dtype), np.int64(base), np.int64(count), np.int32(channels),
                 np.int64(inner))  # fmt: skip
         self.kernel((grid(count, self.backend),), (BLOCK,), args)
 
@@ -314,7 +329,7 @@ class _ForwardRunner(Runner):
             inner = 1 if g.nhwc else g.pq
             if plain:
                 calls += self._gemm(src, src_off, tensors.w, y_chunk, cn, e.alpha, 0.0)
-            elif g.dt.short != "fp32":
+            elif g.dt.short not in IN_PLACE:
                 acc = region(workspace, self.acc_offset, count, np.float32)
                 calls += self._gemm(src, src_off, tensors.w, acc, cn, 1.0, 0.0)
                 self.epilogue(acc, y_chunk, z_chunk, tensors.bias, e, base, g.p.k, inner)
@@ -349,7 +364,7 @@ class Gemm1x1Solver(ChunkedSolver):
     max_ndim = 3  # a pointwise 3-D problem runs as the 2-D one it equals (flat_2d)
 
     def workspace_for(self, problem: ConvProblem, images: int) -> int:
-        if problem.dtype == "fp32":
+        if problem.dtype in IN_PLACE:
             return 0
         return 4 * images * int(np.prod(problem.out_spatial)) * problem.k  # fp32 result
 
@@ -367,7 +382,7 @@ class Im2colSolver(ChunkedSolver):
     def workspace_for(self, problem: ConvProblem, images: int) -> int:
         pq = int(np.prod(problem.out_spatial))
         col = images * pq * problem.c * problem.filter_taps * dtype_of(problem).itemsize
-        if problem.dtype == "fp32":
+        if problem.dtype in IN_PLACE:
             return col
         return align(col) + 4 * images * pq * problem.k
 

@@ -22,6 +22,8 @@ Backward filter (``BwdFilterTensors``: x, dy -> dw; no epilogue):
   im2col of x, then ``dw += dy^T @ col`` (NHWC: one GEMM per chunk; NCHW: one per image).
 When a sum takes more than one GEMM, fp16/bf16 accumulate in an fp32 buffer in the
 workspace (4 bytes per dw element) converted once at the end; fp32 accumulates in dw.
+float64 works as fp32 with fp64 everywhere: DGEMMs, an fp64 column matrix for col2im
+(8 bytes per element) and accumulation in dw itself.
 """
 
 from __future__ import annotations
@@ -37,12 +39,13 @@ from ..base import Config, Runner
 from .bwd_data import BwdDataTensors
 from .bwd_filter import BwdFilterTensors
 from .common import Epilogue, shape_struct
-from .direct import epilogue_struct
 from .gemm_cublas import (
     BLOCK,
+    IN_PLACE,
     ChunkedSolver,
     EpilogueKernel,
     Geometry,
+    acc_np,
     align,
     gemm_name,
     grid,
@@ -52,6 +55,7 @@ from .gemm_cublas import (
     region,
 )
 from .gemm_cublas import _flag as flag
+from .implicit_gemm import epilogue_arg
 
 
 def _col_elems(problem: ConvProblem, images: int) -> int:
@@ -104,15 +108,16 @@ class _DataRunner(Runner):
             base, count = n0 * per_image, cn * per_image
             dx_chunk = dx[base : base + count]
             if self.col2im is not None:
-                col = region(workspace, 0, cn * g.pq * g.ctaps, np.float32)
+                col = region(workspace, 0, cn * g.pq * g.ctaps, acc_np(g.dt))
                 calls += self._gemm(dy, w, col, n0, cn, 1.0)
                 bias = tensors.bias if tensors.bias is not None else dx
                 self.col2im((grid(count, self.backend),), (BLOCK,),
-                            (col, dx, bias, self.shape, epilogue_struct(e), np.int32(n0),
+                            (col, dx, bias, self.shape, epilogue_arg(e, g.dt.short),
+                             np.int32(n0),
                              np.int32(cn)))  # fmt: skip
             elif is_plain(e):
                 calls += self._gemm(dy, w, dx_chunk, n0, cn, e.alpha)
-            elif g.dt.short != "fp32":
+            elif g.dt.short not in IN_PLACE:
                 acc = region(workspace, 0, count, np.float32)
                 calls += self._gemm(dy, w, acc, n0, cn, 1.0)
                 self.epilogue(acc, dx_chunk, None, tensors.bias, e, base, g.p.c, inner)
@@ -142,7 +147,7 @@ class BwdData1x1Solver(ChunkedSolver):
     pointwise_only = True
 
     def workspace_for(self, problem: ConvProblem, images: int) -> int:
-        if problem.dtype == "fp32":
+        if problem.dtype in IN_PLACE:
             return 0
         return 4 * images * int(np.prod(problem.spatial)) * problem.c  # fp32 result (bias)
 
@@ -153,14 +158,15 @@ class BwdData1x1Solver(ChunkedSolver):
 
 
 class BwdDataCol2imSolver(ChunkedSolver):
-    """GEMM into an fp32 column matrix, then a deterministic col2im gather; any problem."""
+    """GEMM into an fp32 (fp64) column matrix, then a deterministic col2im gather; any
+    problem."""
 
     name = "conv_bwd_data_col2im_gemm_cublas"
     family = "conv_bwd_data"
     direction = "bwd_data"
 
     def workspace_for(self, problem: ConvProblem, images: int) -> int:
-        return 4 * _col_elems(problem, images)
+        return acc_np(Geometry(problem).dt).itemsize * _col_elems(problem, images)
 
     def prepare(self, backend: Backend, problem: ConvProblem, config: Config) -> Runner:
         cfg = self.check(problem, config)
@@ -178,7 +184,7 @@ def _passes(problem: ConvProblem, images: int) -> int:
 
 def _acc_bytes(problem: ConvProblem, images: int) -> int:
     """An fp32 accumulator for fp16/bf16 sums of more than one GEMM."""
-    if problem.dtype == "fp32" or _passes(problem, images) == 1:
+    if problem.dtype in IN_PLACE or _passes(problem, images) == 1:
         return 0
     return 4 * int(np.prod(problem.w_shape()))
 

@@ -7,13 +7,15 @@ shared memory; tiles of A and B in shared memory, each thread computes a TM x TN
 micro-tile in registers; fp32 runs a cp.async pipeline of ``stages`` shared stages
 (fp16/bf16 convert through registers, two stages). The filter taps advance by adding and
 wrapping (no division in the main loop). NCHW/KCRS and NHWC/KRSC, 1-D and 2-D,
-fp32/fp16/bf16 with fp32 accumulation, deterministic. 3-D (NCDHW/KCTRS, NDHWC/KTRSC):
+fp32/fp16/bf16 with fp32 accumulation and fp64 with fp64 accumulation (its stages in
+doubles, copied by cp.async like fp32), deterministic. 3-D (NCDHW/KCTRS, NDHWC/KTRSC):
 ``_3d`` kernels in modules of their own, with the depth in the rows' and taps' 4th int
 and taps decoded per slice (division) or read from the table.
 
 The config is the tile: :class:`TileConfig` (BM, BN, BK, TM, TN, stages), one of
 :data:`TILES`; kernels are named with every parameter, cutlass style
 (BM x BN _ BK x stages _ TM x TN), e.g. ``implicit_gemm_128x64_16x3_8x4_nhwc_fp32``.
+float64 has tiles of its own, :data:`TILES_FP64` (see there); ``tiles_for(dtype)``.
 
 Precomputed offsets: the table (one int4 {offset, dh, dw, 0} per tap, 16 bytes each)
 depends only on the problem, but it lives in the caller's workspace
@@ -25,12 +27,13 @@ read per thread and slice instead).
 
 Limits: x, w and y below 2^31 elements each (32-bit offsets within an image).
 The tensors must be contiguous in the problem's layout (``cudnnlite.conv2d`` copies
-when they are not); every load is a 4-byte element copy (a gather), so no alignment is
+when they are not); every load is an element copy (a gather), so no alignment is
 needed beyond the element's.
 """
 
 from __future__ import annotations
 
+import functools
 from dataclasses import dataclass
 from typing import Any
 
@@ -43,7 +46,7 @@ from ...runtime.backend import Backend, Kernel
 from ...runtime.caps import Capabilities
 from ...runtime.kernel import ModuleSpec
 from ..base import APPLICABLE, Applicability, Config, Runner, Solver, not_applicable
-from .common import ConvTensors, Epilogue, shape_struct
+from .common import ConvTensors, Epilogue, epilogue_dtype, shape_struct
 from .direct import INT32_MAX, address, common_reason, dtype_of, epilogue_struct
 
 SOURCE = "conv/implicit_gemm.cu"
@@ -79,10 +82,12 @@ class TileConfig(Config):
             raise BadParamError(f"stages must be at least 2, got {self.stages}")
         if not 32 <= self.threads <= 1024:
             raise BadParamError(f"{self.label()}: {self.threads} threads, expected 32 to 1024")
-        if self.shared_bytes > SMEM_LIMIT:
-            raise BadParamError(f"{self.label()}: {self.shared_bytes} bytes of shared memory")
-        if values not in TILES:
-            known = ", ".join(TileConfig(*t).label() for t in TILES)
+        elem = 8 if values in TILES_FP64 and values not in TILES else 4
+        if self.shared_bytes_for(elem) > SMEM_LIMIT:
+            raise BadParamError(f"{self.label()}: {self.shared_bytes_for(elem)} bytes of shared "
+                                "memory")  # fmt: skip
+        if values not in TILES + TILES_FP64:
+            known = ", ".join(TileConfig(*t).label() for t in TILES + TILES_FP64)
             raise BadParamError(f"tile {self.label()} is not compiled; known tiles: {known}")
 
     @property
@@ -91,8 +96,14 @@ class TileConfig(Config):
 
     @property
     def shared_bytes(self) -> int:
-        # fp32 stages of A and B, rows padded by 4 floats, and the int4 row decode
-        return self.stages * self.bk * (self.bm + self.bn + 8) * 4 + 16 * self.bm
+        """Static shared memory of the fp32 kernels (fp16/bf16 use no more)."""
+        return self.shared_bytes_for(4)
+
+    def shared_bytes_for(self, elem_bytes: int) -> int:
+        """Stages of A and B in elements of ``elem_bytes`` (4: float, 8: double: the
+        accumulation type the stages hold), rows padded by 4 elements, and the int4 row
+        decode (implicit GEMM; gemm_1x1 declares none: an upper bound there)."""
+        return self.stages * self.bk * (self.bm + self.bn + 8) * elem_bytes + 16 * self.bm
 
     def label(self) -> str:
         return f"{self.bm}x{self.bn}_{self.bk}x{self.stages}_{self.tm}x{self.tn}"
@@ -110,6 +121,54 @@ TILES: tuple[tuple[int, int, int, int, int, int], ...] = (
     (128, 64, 16, 8, 4, 3),  # K/groups <= 64 (many ResNet/MobileNet layers)
     (64, 64, 16, 4, 4, 3),  # small problems
 )
+
+# float64's tiles: stages of doubles take twice the bytes, so none of the tiles above fits
+# 48 KB with its stage count (64x64x16x3: 53 KB, 128x64x16x3: 79 KB, 128x128x16x2: 69 KB).
+# BK 8 keeps three stages (latency hiding) within 48 KB: 128x64: 40 KB, 64x64: 27 KB. Two
+# tiles only (fp64 FMA runs at half the fp32 rate on an H200, so fewer, mid-size tiles;
+# the 8x4 micro-tile keeps 32 double accumulators = 64 registers).
+TILES_FP64: tuple[tuple[int, int, int, int, int, int], ...] = (
+    (128, 64, 8, 8, 4, 3),
+    (64, 64, 8, 4, 4, 3),
+)
+
+
+def tiles_for(dtype: str, tiles: tuple = TILES) -> tuple:
+    """The tiles compiled for a dtype (short name): ``tiles``, or :data:`TILES_FP64`."""
+    return TILES_FP64 if dtype == "fp64" else tiles
+
+
+def tile_reason(dtype: str, cfg: TileConfig, tiles: tuple = TILES) -> str | None:
+    """Why ``cfg`` cannot run ``dtype`` (None when it is compiled for it)."""
+    values = (cfg.bm, cfg.bn, cfg.bk, cfg.tm, cfg.tn, cfg.stages)
+    if values in tiles_for(dtype, tiles):
+        return None
+    known = ", ".join(TileConfig(*t).label() for t in tiles_for(dtype, tiles))
+    if dtype == "fp64":
+        need = cfg.shared_bytes_for(8)
+        why = (f"its stages in doubles would take {need} bytes of shared memory (> 48 KB)"
+               if need > SMEM_LIMIT else "not one of the fp64 tiles")  # fmt: skip
+        return f"tile {cfg.label()} is not compiled for fp64: {why}; fp64 tiles: {known}"
+    return f"tile {cfg.label()} is not compiled for {dtype}; tiles: {known}"
+
+
+def _pack_epilogue(epi: Epilogue, dt: np.dtype) -> np.void:
+    e = np.zeros((), dt)
+    e["alpha"], e["alpha2"] = epi.alpha, epi.alpha2
+    e["act"]["coef"], e["act"]["threshold"] = epi.coef, epi.threshold
+    e["act"]["alpha"] = 1.0
+    e["act_mode"] = epi.act_mode
+    e["has_bias"], e["has_z"] = int(epi.has_bias), int(epi.has_z)
+    return e[()]
+
+
+@functools.lru_cache(maxsize=256)
+def epilogue_arg(epilogue: Epilogue, dtype: str) -> np.void:
+    """The EpilogueFor<T> kernels on ``dtype`` take: the float ConvEpilogue, or for fp64
+    the double one, its scalars packed from the Python floats (exact, never via float32)."""
+    if dtype != "fp64":
+        return epilogue_struct(epilogue)
+    return _pack_epilogue(epilogue, epilogue_dtype(dtypes.by_short("fp64")))
 
 
 def all_tiles(tiles: tuple = TILES) -> list[TileConfig]:
@@ -158,8 +217,9 @@ class GemmRunner(Runner):
     to 4 elements (readable name ``..._align4``), else scalar loads (``_align1``)."""
 
     def __init__(self, kernel: Kernel, name: str, vec: int | None, itemsize: int, grid: tuple,
-                 block: tuple, shape: np.void) -> None:  # fmt: skip
+                 block: tuple, shape: np.void, dtype: str = "fp32") -> None:  # fmt: skip
         self.kernel, self.name, self.vec, self.itemsize = kernel, name, vec, itemsize
+        self.dtype = dtype
         self.grid, self.block, self.shape = grid, block, shape
         self.last = name if vec is None else f"{name}_align{vec}"
 
@@ -172,7 +232,7 @@ class GemmRunner(Runner):
 
     def __call__(self, tensors: ConvTensors, epilogue: Epilogue, workspace: Any) -> None:
         vec = self._vec(tensors)
-        args = (*tensors.kernel_pointers(), self.shape, epilogue_struct(epilogue), *vec)
+        args = (*tensors.kernel_pointers(), self.shape, epilogue_arg(epilogue, self.dtype), *vec)
         self.kernel(self.grid, self.block, args)
 
     @property
@@ -194,8 +254,8 @@ class PrecompRunner(GemmRunner):
             raise BadParamError(f"workspace: must be {TAP_BYTES}-byte aligned (int4 table)")
         vec = self._vec(tensors)
         self.taps_kernel((self.taps_blocks,), (_TAPS_BLOCK,), (workspace, self.shape))
-        args = (*tensors.kernel_pointers(), workspace, self.shape, epilogue_struct(epilogue),
-                *vec)  # fmt: skip
+        args = (*tensors.kernel_pointers(), workspace, self.shape,
+                epilogue_arg(epilogue, self.dtype), *vec)  # fmt: skip
         self.kernel(self.grid, self.block, args)
 
     @property
@@ -274,24 +334,26 @@ class ImplicitGemmSolver(Solver):
         return m, problem.k_per_group, problem.groups
 
     def configs(self, problem: ConvProblem, caps: Capabilities) -> list[TileConfig]:
-        return prune_tiles(*self._gemm_size(problem))
+        return prune_tiles(*self._gemm_size(problem), tiles_for(problem.dtype))
 
     def default_config(self, problem: ConvProblem, caps: Capabilities) -> TileConfig:
         return pick_tile(self.configs(problem, caps), *self._gemm_size(problem))
 
     def is_valid(self, config: Config, problem: ConvProblem, caps: Capabilities) -> bool:
-        if not isinstance(config, TileConfig):
+        if not isinstance(config, TileConfig) or tile_reason(problem.dtype, config):
             return False
         return gemm_grid(*self._gemm_size(problem), config)[1] <= MAX_GRID_Y
 
     def module_specs(self) -> list[ModuleSpec]:
         return [module_spec(dt, cfg, d3) for d3 in (False, True) for dt in dtypes.FLOAT_TYPES
-                for cfg in all_tiles()]  # fmt: skip
+                for cfg in all_tiles(tiles_for(dt.short))]  # fmt: skip
 
     def _check(self, problem: ConvProblem, config: Config) -> TileConfig:
         ok = self.is_applicable(problem, None)  # type: ignore[arg-type]
         if not ok:
             raise NotSupportedError(f"{self.name}: {ok.reason}")
+        if isinstance(config, TileConfig) and tile_reason(problem.dtype, config):
+            raise NotSupportedError(f"{self.name}: {tile_reason(problem.dtype, config)}")
         if not isinstance(config, TileConfig) or not self.is_valid(config, problem, None):  # type: ignore[arg-type]
             raise NotSupportedError(f"{self.name}: config {config!r} is not valid for {problem}")
         return config
@@ -303,7 +365,7 @@ class ImplicitGemmSolver(Solver):
             kernel=backend.kernel(module_spec(dt, cfg, d3), _expr(self.kind, dt, nhwc, cfg, d3)),
             name=_readable(self.kind, dt, nhwc, cfg, d3), vec=None,
             itemsize=dt.itemsize, grid=gemm_grid(*self._gemm_size(problem), cfg),
-            block=(cfg.threads,), shape=shape_struct(problem),
+            block=(cfg.threads,), shape=shape_struct(problem), dtype=problem.dtype,
         )  # fmt: skip
 
     def prepare(self, backend: Backend, problem: ConvProblem, config: Config) -> Runner:
