@@ -1,7 +1,8 @@
 """Activation forward/backward on every backend against the float64 reference.
 
 Tolerances are cudnnlite.testing's per-dtype elementwise ones (fp32 math, one rounding
-to the storage type); where a test loosens one, the comment next to it says why.
+to the storage type; float64 math for float64); where a test loosens one, the comment next
+to it says why. float64 specifics (exact scalars, finite differences): test_activation_fp64.py.
 """
 
 from __future__ import annotations
@@ -546,7 +547,8 @@ def _bad_cases(backend: str) -> tuple[Any, Any, list[tuple[str, Any, str]]]:
     f = cl.activation_forward
     b = cl.activation_backward
     cases = [
-        ("float64 x", lambda: f(x.astype(np.float64), "relu"), "x: expected dtype"),
+        ("complex x", lambda: f(x.astype(np.complex64), "relu"), "x: expected dtype"),
+        ("float64 dy, float32 x", lambda: b(dy.astype(np.float64), x, "relu"), "dy: expected"),
         ("int x", lambda: f(xp.ones((2, 3), np.int32), "relu"), "x: expected dtype"),
         ("list x", lambda: f([1.0, 2.0], "relu"), "x: expected a NumPy or CuPy array"),
         ("int scalar x", lambda: f(3, "relu"), "x: expected a NumPy or CuPy array"),

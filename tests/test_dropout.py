@@ -1,8 +1,9 @@
 """Dropout and its Philox4x32-10 generator on every backend.
 
 The mask must equal the NumPy reference bit for bit (a pure function of seed, offset and
-element index); values are x * float32(1 / (1 - p)) rounded once to the storage type, so
-the tolerance is one storage rounding (cudnnlite.testing's elementwise rtol).
+element index); values are x * float32(1 / (1 - p)) rounded once to the storage type
+(float64: x * (1 / (1 - p)) in double, one rounding), so the tolerance is one storage
+rounding (cudnnlite.testing's elementwise rtol). float64 specifics: test_dropout_fp64.py.
 """
 
 from __future__ import annotations
@@ -58,7 +59,7 @@ def test_mask_and_values_match_reference(backend: str, dtype: Any, shape: tuple)
     y, mask = dropout(to_backend(x, backend), p, seed, offset, return_mask=True)
     want_mask = ref.dropout_mask(shape, p, seed, offset)
     np.testing.assert_array_equal(to_numpy(mask), want_mask)  # bit-exact on every backend
-    assert_close(y, ref.dropout_forward(x, p, seed, offset), dtype, what="dropout")
+    assert_close(y, ref.dropout_forward(x, p, seed, offset, dtype=dtype), dtype, what="dropout")
     assert np.all(to_numpy(y)[~want_mask] == 0)
 
 
@@ -109,7 +110,8 @@ def test_backward_regenerates_or_reads_the_mask(backend: str, dtype: Any) -> Non
     a = dropout_backward(dyb, 0.25, 11, 3)
     b = dropout_backward(dyb, 0.25, mask=mask)
     np.testing.assert_array_equal(to_numpy(a).view(np.uint8), to_numpy(b).view(np.uint8))
-    assert_close(a, ref.dropout_backward(dy, 0.25, 11, 3), dtype, what="dropout bwd")
+    want = ref.dropout_backward(dy, 0.25, 11, 3, dtype=dtype)
+    assert_close(a, want, dtype, what="dropout bwd")
 
 
 def test_strided_input_and_out(backend: str) -> None:
@@ -144,7 +146,8 @@ def test_bad_inputs_raise_and_leave_inputs_untouched(backend: str) -> None:
         (lambda: dropout(xb, 0.5, 2**64), "seed"),
         (lambda: dropout(xb, 0.5, 1.5), "seed"),
         (lambda: dropout(xb, 0.5, 1, -3), "offset"),
-        (lambda: dropout(to_backend(x.astype(np.float64), backend), 0.5, 1), "x"),
+        (lambda: dropout(to_backend(x.astype(np.int32), backend), 0.5, 1), "x"),
+        (lambda: dropout(xb, 0.5, 1, out=to_backend(x.astype(np.float64), backend)), "out"),
         (lambda: dropout(xb, 0.5, 1, out=to_backend(np.zeros(3, np.float32), backend)), "out"),
         (lambda: dropout_backward(xb, 0.5), "seed"),
         (lambda: dropout_backward(xb, 0.5, 1, mask=xb), "seed"),

@@ -11,6 +11,9 @@ Tolerances (per element, see `check`):
 - backward: the row sum in float32 has error <= (terms per thread + tree depth) ulps of
   sum|terms|; bounded by 2^-18 * sum|terms| (64 ulps: rows here have at most ~62 serial
   terms per thread) times |y| (softmax) or exp(y) (log-softmax), plus the storage rounding.
+float64 runs the same bounds with float64's unit roundoff in place of float32's (U below),
+doubled because the float64 reference rounds at the same level as the kernel; its
+softmax atol is 2 U (see check_forward). float64 specifics: test_softmax_fp64.py.
 """
 
 from __future__ import annotations
@@ -35,11 +38,15 @@ from cudnnlite.testing import to_backend, to_numpy
 
 DTYPES = [d.numpy for d in dtypes.FLOAT_TYPES]
 SHORT = {d.numpy: d.short for d in dtypes.FLOAT_TYPES}
-STORAGE = {"fp32": 0.0, "fp16": 2.0**-11, "bf16": 2.0**-8}  # half an ulp of the storage type
+# half an ulp of the storage type, where it is narrower than the arithmetic
+STORAGE = {"fp32": 0.0, "fp16": 2.0**-11, "bf16": 2.0**-8, "fp64": 0.0}
 ULP32 = 2.0**-24
+# Unit roundoff of the arithmetic: float32 for the 32- and 16-bit types; float64's doubled
+# for float64 (the float64 reference's own rounding is of the same size).
+U = {"fp32": ULP32, "fp16": ULP32, "bf16": ULP32, "fp64": 2 * 2.0**-53}
 # half the spacing of the storage type's subnormals (fp16's start at 6e-5: tiny gradients
 # are stored with this absolute error); float32 and bfloat16 reach 1e-38
-SUBNORMAL = {"fp32": 0.0, "fp16": 2.0**-25, "bf16": 0.0}
+SUBNORMAL = {"fp32": 0.0, "fp16": 2.0**-25, "bf16": 0.0, "fp64": 0.0}
 
 
 def rand(shape: tuple[int, ...], dtype: Any, seed: int = 0, scale: float = 3.0) -> np.ndarray:
@@ -50,10 +57,15 @@ def check_forward(y: Any, x: np.ndarray, axis: Any, log: bool, mode: Any = None)
     short = SHORT[x.dtype]
     got = to_numpy(y).astype(np.float64)
     want = ref.softmax.softmax(x, axis, log=log, mode=mode)
-    rtol = 32 * ULP32 + STORAGE[short]
+    u = U[short]
+    rtol = 32 * u + STORAGE[short]
     if log:
         n = x.size if mode == "instance" else x.shape[1 if mode == "channel" else axis]
-        atol = 2.0**-20 * (1 + math.log(max(n, 1))) + STORAGE[short] * 1e-3
+        atol = 16 * u * (1 + math.log(max(n, 1))) + STORAGE[short] * 1e-3
+    elif short == "fp64":
+        # the rounding of z = x - m (relative u) is amplified by exp into an absolute error
+        # y |z| u <= |z| e^-|z| u <= u / e: 2 u bounds it for every z
+        atol = 2 * u
     else:
         atol = 1e-7
     np.testing.assert_allclose(got, want, rtol=rtol, atol=atol, err_msg=f"{short} log={log}")
@@ -76,9 +88,8 @@ def check_backward(
     else:
         scale = np.abs(y64) * (np.sum(np.abs(dy64 * y64), axis=axes, keepdims=True) + np.abs(dy64))
     err = np.abs(got - want)
-    bound = (
-        2.0**-18 * scale + (STORAGE[short] + 8 * ULP32) * np.abs(want) + SUBNORMAL[short] + 1e-30
-    )
+    u = U[short]
+    bound = 64 * u * scale + (STORAGE[short] + 8 * u) * np.abs(want) + SUBNORMAL[short] + 1e-300
     assert np.all(err <= bound), f"{short} log={log}: max excess {np.max(err - bound):.3e}"
 
 
@@ -240,7 +251,8 @@ def test_bad_inputs_raise_and_leave_inputs_untouched(backend: str) -> None:
         (lambda: softmax(xb, algorithm="exact"), "algorithm"),
         (lambda: softmax(xb, mode="spatial"), "mode"),
         (lambda: softmax(xb, 1, mode="channel"), "axis"),
-        (lambda: softmax(to_backend(x.astype(np.float64), backend)), "x"),
+        (lambda: softmax(to_backend(x.astype(np.int32), backend)), "x"),
+        (lambda: softmax_backward(to_backend(x.astype(np.float64), backend), xb), "dy"),
         (lambda: softmax(to_backend(np.zeros((), np.float32), backend)), "x"),
         (lambda: softmax(xb, out=to_backend(np.zeros((2, 3), np.float32), backend)), "out"),
         (lambda: softmax_backward(xb, to_backend(x[:, :2], backend)), "dy"),
@@ -288,7 +300,9 @@ def test_blending(backend: str, dtype: Any, case: int) -> None:
         # (log-softmax) get a few float32 ulps absolute, plus the storage rounding
         mag = np.abs(want) + np.abs(prior.astype(np.float64))
         err = np.abs(to_numpy(out).astype(np.float64) - want)
-        assert np.all(err <= (64 * ULP32 + STORAGE[SHORT[dtype]]) * mag + 1e-6), err.max()
+        u = U[SHORT[dtype]]
+        floor = 1e-6 if SHORT[dtype] != "fp64" else 16 * u  # ~16 ulps of 1 either way
+        assert np.all(err <= (64 * u + STORAGE[SHORT[dtype]]) * mag + floor), err.max()
         y = to_numpy(softmax(to_backend(x, backend), axis, log=log))
         dy = rand(shape, dtype, seed=22, scale=1.0)
         out = to_backend(prior, backend)
@@ -311,10 +325,10 @@ def test_blending(backend: str, dtype: Any, case: int) -> None:
             rowsum + np.sum(np.abs(dy64), axis=axis, keepdims=True) * log
         )
         bound = (
-            2 * 2.0**-18 * (scale + np.abs(dy64))
-            + (STORAGE[SHORT[dtype]] + 8 * ULP32) * (np.abs(want) + np.abs(prior))
+            2 * 64 * u * (scale + np.abs(dy64))
+            + (STORAGE[SHORT[dtype]] + 8 * u) * (np.abs(want) + np.abs(prior))
             + SUBNORMAL[SHORT[dtype]]
-            + 1e-30
+            + 1e-300
         )
         assert np.all(err <= bound), f"log={log}: {np.max(err - bound):.3e}"
 

@@ -80,6 +80,7 @@ BLOCK = 256
 MAX_DIMS = 8
 _OPERANDS = 4  # strided operand slots: out, x, dy, y
 
+
 # Mirrors of the kernel's structs (passed by value as numpy.void).
 # ActParamsT<A> (common/activation_math.cuh) in the accumulation type: float for the
 # storage types computed in float (ACT_PARAMS_DTYPE), double for float64.
@@ -95,6 +96,8 @@ ACT_PARAMS_DTYPE64 = _act_params_dtype("<f8")
 def act_params_dtype(dt: dtypes.DType) -> np.dtype:
     """The ActParamsT layout kernels on storage type ``dt`` take."""
     return ACT_PARAMS_DTYPE64 if dt.acc_ctype == "double" else ACT_PARAMS_DTYPE
+
+
 _LAYOUT_DTYPE = np.dtype(
     [
         ("size", "<i8", (MAX_DIMS,)),
