@@ -88,6 +88,83 @@ def test_matches_reference_and_torch(
     _compare(got, _torch(x, g, dy, *args), f"{nd}-D {args} vs torch")
 
 
+# float64 (double kernels): the fp32 argument with 2^-52 for 2^-23: indices (<= ~8) carry a
+# few ulps of 8 (~4e-15), so weights err by ~1e-14 and y, dx (<= 16 taps of |x|, |dy| <= 4)
+# by 16 * 4 * 1e-14 ~ 6e-13; dgrid sums C * K = 48 such terms times size / 2 <= 2.5.
+TOL64 = {"rtol": 1e-12, "atol": 1e-12}
+TOL64_DGRID = {"rtol": 1e-12, "atol": 1e-11}
+CASES_64 = [(2, "bicubic", "reflection", False), (3, "bilinear", "border", True),
+            (2, "nearest", "zeros", False)]  # fmt: skip
+
+
+def _case64(nd: int, seed: int) -> tuple[np.ndarray, ...]:
+    """_case's shapes with values that are not float32 numbers, and NaN / inf points."""
+    rng = np.random.default_rng(seed)
+    x, g, dy = (a.astype(np.float64) for a in _case(nd, seed))
+    x += rng.standard_normal(x.shape) * 2.0**-30
+    g.flat[len(EDGES) :] += rng.standard_normal(g.size - len(EDGES)) * 1e-9  # EDGES stay exact
+    if nd == 2:  # the last row: non-finite and far-away coordinates
+        g[1, -1, :4] = [[np.nan, 0.0], [np.inf, 0.2], [1e20, 0.0], [-7.0, 2.5]]
+    return x, g, dy
+
+
+@pytest.mark.parametrize("nd,mode,padding,align", CASES_64, ids=str)
+def test_float64_matches_reference_and_torch(
+    backend: str, nd: int, mode: str, padding: str, align: bool
+) -> None:
+    x, g, dy = _case64(nd, seed=20 + nd)
+    args = (mode, padding, align)
+    got = _ours(backend, x, g, dy, *args)
+    assert last_kernel_name() == "dx_gather_fp64"
+    want = (ref.grid_sample(x, g, *args), *ref.grid_sample_backward(dy, x, g, *args))
+    for name, a, b in zip(("y", "dx", "dgrid"), got, want, strict=True):
+        assert a.dtype == np.float64
+        assert_close(a, b, np.float64, what=name, **(TOL64_DGRID if name == "dgrid" else TOL64))
+    dx_atomic = grid_sample_backward(*(to_backend(a, backend) for a in (dy, x, g)), *args,
+                                     deterministic=False)[0]  # fmt: skip
+    assert last_kernel_name() == f"bwd{nd}_{mode}_fp64"  # float64 atomics straight into dx
+    assert_close(dx_atomic, want[1], np.float64, what="dx atomic", **TOL64)
+    # PyTorch's CPU backward crashes on NaN coordinates: batch entry 0 (all finite) only.
+    assert np.isfinite(g[:1]).all()
+    theirs = _torch(x[:1], g[:1], dy[:1], *args)
+    for name, a, b in zip(("y", "dx", "dgrid"), got, theirs, strict=True):
+        assert_close(a[:1], b, np.float64, what=f"{name} vs torch",
+                     **(TOL64_DGRID if name == "dgrid" else TOL64))  # fmt: skip
+
+
+@pytest.mark.parametrize("mode", ["bilinear", "bicubic"])
+def test_float64_gradients_by_central_differences(backend: str, mode: str) -> None:
+    # L = sum(dy * grid_sample(x, grid)); dL/dx and dL/dgrid against central differences,
+    # every perturbed copy in its own batch entry (one forward call per argument).
+    rng = np.random.default_rng(30)
+    x = rng.standard_normal((1, 2, 4, 5))
+    g = rng.uniform(-0.9, 0.9, (1, 2, 3, 2))
+    dy = rng.standard_normal((1, 2, 2, 3))
+    args = (mode, "zeros", False)
+    dx, dg = (to_numpy(a) for a in grid_sample_backward(
+        *(to_backend(a, backend) for a in (dy, x, g)), *args))  # fmt: skip
+
+    def loss(xs: np.ndarray, gs: np.ndarray) -> np.ndarray:
+        y = to_numpy(grid_sample(to_backend(xs, backend), to_backend(gs, backend), *args))
+        return (y * dy).reshape(len(y), -1).sum(1)
+
+    def central(a: np.ndarray, h: float, f: Any) -> np.ndarray:
+        bump = np.eye(a.size).reshape(a.size, *a.shape[1:]) * h
+        both = np.concatenate([a + bump, a - bump])
+        v = f(both)
+        return ((v[: a.size] - v[a.size :]) / (2 * h)).reshape(a.shape)
+
+    # x: L is linear in x, so any h is exact up to rounding: h = 1 leaves only the
+    # cancellation 2^-52 * |L| (|L| <= 20) ~ 5e-15 per evaluation.
+    fd_x = central(x, 1.0, lambda xs: loss(xs, np.repeat(g, len(xs), 0)))
+    assert_close(dx, fd_x, np.float64, what="dx", rtol=0, atol=1e-13)
+    # grid: h = 1e-6 moves an index by ~2.5e-6, within its pixel cell for these points
+    # (bilinear is linear there: no truncation error; bicubic's truncation is
+    # h^2 / 6 * |d3L| ~ 1e-11); cancellation 2^-52 * |L| / h ~ 5e-9; atol 1e-7.
+    fd_g = central(g, 1e-6, lambda gs: loss(np.repeat(x, len(gs), 0), gs))
+    assert_close(dg, fd_g, np.float64, what="dgrid", rtol=0, atol=1e-7)
+
+
 def test_channels_last_and_strided_views_read_in_place(backend: str) -> None:
     x, g, dy = _case(2, seed=3)
     args = ("bilinear", "reflection", False)
@@ -243,6 +320,27 @@ def test_affine_grid(backend: str, size: tuple, align: bool) -> None:
     assert_close(dtheta, tt.grad.numpy(), np.float32, rtol=1e-5, atol=1e-5)
 
 
+def test_affine_grid_float64(backend: str) -> None:
+    torch = pytest.importorskip("torch")
+    size, align = (2, 3, 2, 3, 4), False
+    theta = np.random.default_rng(40).standard_normal((2, 3, 4))  # not float32 numbers
+    grid = affine_grid(to_backend(theta, backend), size, align)
+    gg = np.random.default_rng(41).standard_normal(grid.shape)
+    dtheta = affine_grid_backward(to_backend(gg, backend), size, align)
+    assert grid.dtype == np.float64 and dtheta.dtype == np.float64
+    tt = torch.tensor(theta, requires_grad=True)
+    tg = torch.nn.functional.affine_grid(tt, size, align_corners=align)
+    tg.backward(torch.tensor(gg))
+    # float64 sums of 4 (grid) and P = 24 (dtheta) products of magnitude ~3: K * 3 * 2^-52.
+    checks = [
+        ("grid", grid, ref.affine_grid(theta, size, align), tg, 1e-14),
+        ("dtheta", dtheta, ref.affine_grid_backward(gg, size, align), tt.grad, 1e-13),
+    ]
+    for name, got, want, theirs, atol in checks:
+        assert_close(got, want, np.float64, rtol=1e-14, atol=atol, what=name)
+        assert_close(got, theirs.detach().numpy(), np.float64, rtol=1e-14, atol=atol, what=name)
+
+
 class _nothing:
     def __enter__(self) -> None:
         return None
@@ -260,7 +358,8 @@ def test_bad_input_names_the_argument() -> None:
         (lambda: grid_sample(x[0], g), "x: expected a 4-D"),
         (lambda: grid_sample(x, g[:1]), "grid: expected batch size 2"),
         (lambda: grid_sample(x, g.astype(np.float16)), "grid: expected dtype float32"),
-        (lambda: grid_sample(x.astype(np.float64), g), "x: expected dtype float32"),
+        (lambda: grid_sample(x.astype(np.int32), g), "x: expected dtype float32"),
+        (lambda: grid_sample(x.astype(np.float64), g), "grid: expected dtype float64 like x"),
         (lambda: grid_sample(x, g, "linear"), "mode: expected one of"),
         (lambda: grid_sample(x, g, "bilinear", "clamp"), "padding_mode: expected one of"),
         (lambda: grid_sample(x, g, "bilinear", "zeros", 1), "align_corners: expected a bool"),
@@ -275,6 +374,7 @@ def test_bad_input_names_the_argument() -> None:
         ),  # fmt: skip
         (lambda: grid_sample_backward(dy[:, :1], x, g), "grad_out: expected shape"),
         (lambda: grid_sample_backward(dy.astype(np.float16), x, g), "grad_out: expected dtype"),
+        (lambda: grid_sample_backward(dy.astype(np.float64), x, g), "grad_out: expected dtype"),
         (lambda: grid_sample_backward(dy, x, g, deterministic=None), "deterministic: expected"),
         (
             lambda: affine_grid(np.zeros((2, 2, 3), np.float32), (2, 1, 4, 4, 4)),

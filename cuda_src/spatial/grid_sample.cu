@@ -3,25 +3,29 @@
 // reflection padding, bilinear (trilinear in 3-D), nearest (round half to even) and
 // bicubic (A = -0.75, 2-D only). Non-finite or absurd (|i| >= 2^30) source indices become
 // -100 after padding, i.e. out of bounds, as PyTorch's CUDA kernels do; clipping uses
-// fminf/fmaxf, so a NaN coordinate clips to 0 under border/reflection padding.
+// fmin/fmax, so a NaN coordinate clips to 0 under border/reflection padding.
+//
+// Arithmetic (indices, weights, sums, gradients) is in A = cl::acc_t<T>: float for the
+// 16/32-bit types, double for double; the x gradient's atomic buffer and the recorded
+// weights are in A too.
 //
 // Every mode is a list of K taps per output point (bilinear 4, trilinear 8, nearest 1,
 // bicubic 16): an in-bounds input position and a weight, computed once per point and
 // applied to every channel.
 //
-// Kernels (T = float | __half | __nv_bfloat16; NDIM = 2 | 3; MODE = 0 bilinear, 1 nearest,
+// Kernels (T = float | __half | __nv_bfloat16 | double; NDIM = 2 | 3; MODE = 0 bilinear, 1 nearest,
 // 2 bicubic (NDIM 2 only)), one module per dtype:
 //   grid_sample_fwd<T, NDIM, MODE> one thread per output point, grid-stride; loops channels.
 //   grid_sample_bwd<T, NDIM, MODE> one thread per output point: dgrid (channels summed in
 //                                  order: deterministic) and, by p.dx_mode, the x gradient:
 //                                  1 = record each tap's (key, weight) and the point's dy
 //                                  offset for grid_sample_dx_gather (deterministic);
-//                                  2 = atomicAdd(weight * dy) into a float buffer (fast,
+//                                  2 = atomicAdd(weight * dy) into an A buffer (fast,
 //                                  order-dependent rounding); 0 = no x gradient.
 //   grid_sample_dx_gather<T>       one thread per x element: sums weight * dy over its
 //                                  contributions, sorted by (key, entry) on the host side,
 //                                  in that fixed order: bitwise reproducible.
-//   grid_sample_cast<T>            float buffer -> T, elementwise (the atomic path, 16-bit).
+//   grid_sample_cast<T>            A buffer -> T, elementwise (the atomic path, 16-bit).
 // The mode is compile time (each kernel holds only its own taps in registers); padding and
 // align_corners are runtime fields of GridSampleParams, uniform over a launch (no
 // divergence), so one module per dtype serves every combination.
@@ -33,7 +37,7 @@ struct GridSampleParams {
     long long x_stride[5];   // x: n, c, d, h, w (elements)
     long long g_stride[5];   // grid: n, d, h, w, coordinate
     long long y_stride[5];   // y (forward) or dy (backward): n, c, d, h, w
-    long long dx_stride[5];  // dx or its float accumulation buffer: n, c, d, h, w
+    long long dx_stride[5];  // dx or its accumulation-type buffer: n, c, d, h, w
     long long dg_stride[5];  // dgrid: n, d, h, w, coordinate
     long long n, c;
     long long points;        // n * out_d * out_h * out_w
@@ -52,47 +56,50 @@ enum { ZEROS = 0, BORDER = 1, REFLECTION = 2 };
 enum { DX_NONE = 0, DX_RECORD = 1, DX_ATOMIC = 2 };
 
 // [-1, 1] -> pixel index (PyTorch's operation order); *scale = d index / d coordinate.
-__device__ __forceinline__ float unnormalize(float g, int size, bool align, float* scale) {
+template <typename A>
+__device__ __forceinline__ A unnormalize(A g, int size, bool align, A* scale) {
     if (align) {
-        *scale = (size - 1) * 0.5f;
-        return ((g + 1.f) / 2) * (size - 1);
+        *scale = (size - 1) * A(0.5);
+        return ((g + A(1)) / 2) * (size - 1);
     }
-    *scale = size * 0.5f;
-    return ((g + 1.f) * size - 1) / 2;
+    *scale = size * A(0.5);
+    return ((g + A(1)) * size - 1) / 2;
 }
 
-// fminf/fmaxf: NaN clips to 0. The gradient is 1 strictly inside, 0 on and beyond the
+// fmin/fmax: NaN clips to 0. The gradient is 1 strictly inside, 0 on and beyond the
 // borders (and for NaN).
-__device__ __forceinline__ float clip(float i, int size, float* grad) {
-    *grad = (i > 0.f && i < (float)(size - 1)) ? 1.f : 0.f;
-    return fminf((float)(size - 1), fmaxf(i, 0.f));
+template <typename A>
+__device__ __forceinline__ A clip(A i, int size, A* grad) {
+    *grad = (i > A(0) && i < (A)(size - 1)) ? A(1) : A(0);
+    return cl::math::fmin((A)(size - 1), cl::math::fmax(i, A(0)));
 }
 
 // Reflects i into [twice_lo / 2, twice_hi / 2]; *grad is the sign of the reflection.
 // The flip parity comes from floats: no float -> int conversion of a huge quotient.
-__device__ __forceinline__ float reflect(float i, int twice_lo, int twice_hi, float* grad) {
+template <typename A>
+__device__ __forceinline__ A reflect(A i, int twice_lo, int twice_hi, A* grad) {
     if (twice_lo == twice_hi) {
-        *grad = 0.f;
-        return 0.f;
+        *grad = A(0);
+        return A(0);
     }
-    const float lo = twice_lo * 0.5f;
-    const float span = (twice_hi - twice_lo) * 0.5f;
-    float d = i - lo;
-    float sign = 1.f;
-    if (d < 0.f) {
-        sign = -1.f;
+    const A lo = twice_lo * A(0.5);
+    const A span = (twice_hi - twice_lo) * A(0.5);
+    A d = i - lo;
+    A sign = A(1);
+    if (d < A(0)) {
+        sign = A(-1);
         d = -d;
     }
-    const float extra = fmodf(d, span);
-    const bool odd = fmodf(floorf(d / span), 2.f) != 0.f;
+    const A extra = cl::math::fmod(d, span);
+    const bool odd = cl::math::fmod(cl::math::floor(d / span), A(2)) != A(0);
     *grad = odd ? -sign : sign;
     return odd ? span - extra + lo : extra + lo;
 }
 
 // Padding applied to an unnormalized index (bicubic applies it to each integer tap).
-__device__ __forceinline__ float pad_index(float i, int size, int padding, bool align,
-                                           float* grad) {
-    float gc = 1.f, gr = 1.f;
+template <typename A>
+__device__ __forceinline__ A pad_index(A i, int size, int padding, bool align, A* grad) {
+    A gc = A(1), gr = A(1);
     if (padding == BORDER) {
         i = clip(i, size, &gc);
     } else if (padding == REFLECTION) {
@@ -101,33 +108,39 @@ __device__ __forceinline__ float pad_index(float i, int size, int padding, bool 
     }
     *grad = gc * gr;
     // NaN, inf and huge indices: out of bounds, and safe to convert to int.
-    return fabsf(i) < 1073741824.f ? i : -100.f;
+    return cl::math::fabs(i) < A(1073741824) ? i : A(-100);
 }
 
-__device__ __forceinline__ float cubic1(float x) {  // |x| <= 1
-    const float A = -0.75f;
-    return ((A + 2.f) * x - (A + 3.f)) * x * x + 1.f;
+// The cubic convolution coefficient is called A in the literature; here it is CA so that
+// A stays the arithmetic type.
+template <typename A>
+__device__ __forceinline__ A cubic1(A x) {  // |x| <= 1
+    const A CA = A(-0.75);
+    return ((CA + A(2)) * x - (CA + A(3))) * x * x + A(1);
 }
-__device__ __forceinline__ float cubic2(float x) {  // 1 < |x| < 2
-    const float A = -0.75f;
-    return ((A * x - 5.f * A) * x + 8.f * A) * x - 4.f * A;
+template <typename A>
+__device__ __forceinline__ A cubic2(A x) {  // 1 < |x| < 2
+    const A CA = A(-0.75);
+    return ((CA * x - A(5) * CA) * x + A(8) * CA) * x - A(4) * CA;
 }
-__device__ __forceinline__ float dcubic1(float x) {
-    const float A = -0.75f;
-    return (3.f * (A + 2.f) * x - 2.f * (A + 3.f)) * x;
+template <typename A>
+__device__ __forceinline__ A dcubic1(A x) {
+    const A CA = A(-0.75);
+    return (A(3) * (CA + A(2)) * x - A(2) * (CA + A(3))) * x;
 }
-__device__ __forceinline__ float dcubic2(float x) {
-    const float A = -0.75f;
-    return (3.f * A * x - 10.f * A) * x + 8.f * A;
+template <typename A>
+__device__ __forceinline__ A dcubic2(A x) {
+    const A CA = A(-0.75);
+    return (A(3) * CA * x - A(10) * CA) * x + A(8) * CA;
 }
 
 // The taps of one output point: input position (z, y, x; x < 0 = no tap) and weight, and
 // for the backward the weight's derivative with respect to each unnormalized index.
-template <int K, int NDIM>
+template <typename A, int K, int NDIM>
 struct Taps {
     int z[K], y[K], x[K];
-    float w[K];
-    float dw[K][NDIM];  // [k][0] d/d ix, [1] d/d iy, [2] d/d iz
+    A w[K];
+    A dw[K][NDIM];  // [k][0] d/d ix, [1] d/d iy, [2] d/d iz
 };
 
 __device__ __forceinline__ bool inside(int z, int y, int x, const GridSampleParams& p) {
@@ -140,29 +153,30 @@ __device__ __forceinline__ bool inside(int z, int y, int x, const GridSamplePara
 template <typename T, int NDIM>
 __device__ __forceinline__ void source_indices(const T* grid, long long goff,
                                                const GridSampleParams& p, bool pad,
-                                               float* idx, float* scale) {
+                                               cl::acc_t<T>* idx, cl::acc_t<T>* scale) {
+    typedef cl::acc_t<T> A;
 #pragma unroll
     for (int k = 0; k < NDIM; ++k) {
         const int size = p.in_size[2 - k];
-        const float g = cl::to_float(grid[goff + k * p.g_stride[4]]);
-        float s, gp = 1.f;
-        float i = unnormalize(g, size, p.align_corners != 0, &s);
+        const A g = cl::to_acc(grid[goff + k * p.g_stride[4]]);
+        A s, gp = A(1);
+        A i = unnormalize(g, size, p.align_corners != 0, &s);
         if (pad) i = pad_index(i, size, p.padding, p.align_corners != 0, &gp);
         idx[k] = i;
         scale[k] = s * gp;
     }
 }
 
-template <int NDIM>
-__device__ __forceinline__ void linear_taps(const float* idx, const GridSampleParams& p,
-                                            Taps<1 << NDIM, NDIM>& t) {
+template <typename A, int NDIM>
+__device__ __forceinline__ void linear_taps(const A* idx, const GridSampleParams& p,
+                                            Taps<A, 1 << NDIM, NDIM>& t) {
     int lo[3] = {0, 0, 0};
-    float wl[3] = {1.f, 1.f, 1.f}, wh[3] = {0.f, 0.f, 0.f};
+    A wl[3] = {A(1), A(1), A(1)}, wh[3] = {A(0), A(0), A(0)};
 #pragma unroll
     for (int k = 0; k < NDIM; ++k) {
-        const float f = floorf(idx[k]);
+        const A f = cl::math::floor(idx[k]);
         lo[k] = (int)f;
-        wl[k] = (f + 1.f) - idx[k];  // PyTorch's (i_hi - i) and (i - i_lo)
+        wl[k] = (f + A(1)) - idx[k];  // PyTorch's (i_hi - i) and (i - i_lo)
         wh[k] = idx[k] - f;
     }
     // corner b: bit 0 = x + 1, bit 1 = y + 1, bit 2 = z + 1 (x fastest, as PyTorch sums)
@@ -170,10 +184,10 @@ __device__ __forceinline__ void linear_taps(const float* idx, const GridSamplePa
     for (int b = 0; b < (1 << NDIM); ++b) {
         const int cx = lo[0] + (b & 1), cy = lo[1] + ((b >> 1) & 1);
         const int cz = NDIM == 3 ? lo[2] + ((b >> 2) & 1) : 0;
-        float f[3];
+        A f[3];
 #pragma unroll
         for (int k = 0; k < NDIM; ++k) f[k] = ((b >> k) & 1) ? wh[k] : wl[k];
-        float w = f[0] * f[1];
+        A w = f[0] * f[1];
         if (NDIM == 3) w *= f[2];
         const bool ok = inside(cz, cy, cx, p);
         t.z[b] = cz;
@@ -183,7 +197,7 @@ __device__ __forceinline__ void linear_taps(const float* idx, const GridSamplePa
 #pragma unroll
         for (int k = 0; k < NDIM; ++k) {
             // d w / d i_k: the other factors, signed by the corner's side along k
-            float o = 1.f;
+            A o = A(1);
 #pragma unroll
             for (int j = 0; j < NDIM; ++j)
                 if (j != k) o *= f[j];
@@ -192,43 +206,44 @@ __device__ __forceinline__ void linear_taps(const float* idx, const GridSamplePa
     }
 }
 
-template <int NDIM>
-__device__ __forceinline__ void nearest_taps(const float* idx, const GridSampleParams& p,
-                                             Taps<1, NDIM>& t) {
-    const int x = (int)rintf(idx[0]), y = (int)rintf(idx[1]);  // half to even
-    const int z = NDIM == 3 ? (int)rintf(idx[2]) : 0;
+template <typename A, int NDIM>
+__device__ __forceinline__ void nearest_taps(const A* idx, const GridSampleParams& p,
+                                             Taps<A, 1, NDIM>& t) {
+    const int x = (int)cl::math::rint(idx[0]), y = (int)cl::math::rint(idx[1]);  // half to even
+    const int z = NDIM == 3 ? (int)cl::math::rint(idx[2]) : 0;
     t.z[0] = z;
     t.y[0] = y;
     t.x[0] = inside(z, y, x, p) ? x : -1;
-    t.w[0] = 1.f;
+    t.w[0] = A(1);
 #pragma unroll
-    for (int k = 0; k < NDIM; ++k) t.dw[0][k] = 0.f;
+    for (int k = 0; k < NDIM; ++k) t.dw[0][k] = A(0);
 }
 
 // 2-D only. idx: unnormalized, unpadded; each integer tap is padded on its own.
-__device__ __forceinline__ void cubic_taps(const float* idx, const GridSampleParams& p,
-                                           Taps<16, 2>& t) {
-    float c[2][4], dc[2][4], base[2];
+template <typename A>
+__device__ __forceinline__ void cubic_taps(const A* idx, const GridSampleParams& p,
+                                           Taps<A, 16, 2>& t) {
+    A c[2][4], dc[2][4], base[2];
 #pragma unroll
     for (int k = 0; k < 2; ++k) {
-        base[k] = floorf(idx[k]);
-        const float u = idx[k] - base[k];
-        c[k][0] = cubic2(u + 1.f);
+        base[k] = cl::math::floor(idx[k]);
+        const A u = idx[k] - base[k];
+        c[k][0] = cubic2(u + A(1));
         c[k][1] = cubic1(u);
-        c[k][2] = cubic1(1.f - u);
-        c[k][3] = cubic2(2.f - u);
-        dc[k][0] = dcubic2(u + 1.f);
+        c[k][2] = cubic1(A(1) - u);
+        c[k][3] = cubic2(A(2) - u);
+        dc[k][0] = dcubic2(u + A(1));
         dc[k][1] = dcubic1(u);
-        dc[k][2] = -dcubic1(1.f - u);
-        dc[k][3] = -dcubic2(2.f - u);
+        dc[k][2] = -dcubic1(A(1) - u);
+        dc[k][3] = -dcubic2(A(2) - u);
     }
     int tx[4], ty[4];
 #pragma unroll
     for (int a = 0; a < 4; ++a) {
-        float unused;
-        tx[a] = (int)pad_index(base[0] - 1.f + a, p.in_size[2], p.padding, p.align_corners != 0,
+        A unused;
+        tx[a] = (int)pad_index(base[0] - A(1) + a, p.in_size[2], p.padding, p.align_corners != 0,
                                &unused);
-        ty[a] = (int)pad_index(base[1] - 1.f + a, p.in_size[1], p.padding, p.align_corners != 0,
+        ty[a] = (int)pad_index(base[1] - A(1) + a, p.in_size[1], p.padding, p.align_corners != 0,
                                &unused);
     }
 #pragma unroll
@@ -265,52 +280,56 @@ __device__ __forceinline__ long long at(const long long* s, long long n, long lo
 template <typename T, int K, int NDIM>
 __device__ __forceinline__ void forward_point(const T* x, T* y, const GridSampleParams& p,
                                               long long n, const int* o,
-                                              const Taps<K, NDIM>& t) {
+                                              const Taps<cl::acc_t<T>, K, NDIM>& t) {
+    typedef cl::acc_t<T> A;
     const long long yb = at(p.y_stride, n, 0, o[0], o[1], o[2]);
     for (long long c = 0; c < p.c; ++c) {
         const long long xb = n * p.x_stride[0] + c * p.x_stride[1];
-        float acc = 0.f;
+        A acc = A(0);
 #pragma unroll
         for (int k = 0; k < K; ++k) {
             if (t.x[k] >= 0) {
                 const long long off =
                     xb + t.z[k] * p.x_stride[2] + t.y[k] * p.x_stride[3] + t.x[k] * p.x_stride[4];
-                acc += cl::to_float(x[off]) * t.w[k];
+                acc += cl::to_acc(x[off]) * t.w[k];
             } else if (K == 16) {
-                acc += 0.f * t.w[k];  // bicubic weighs a zero: a NaN weight makes a NaN
+                acc += A(0) * t.w[k];  // bicubic weighs a zero: a NaN weight makes a NaN
             }
         }
-        y[yb + c * p.y_stride[1]] = cl::from_float<T>(acc);
+        y[yb + c * p.y_stride[1]] = cl::from_acc<T>(acc);
     }
 }
 
 // dgrid of one point, and its x-gradient contributions by p.dx_mode.
 template <typename T, int K, int NDIM>
 __device__ __forceinline__ void backward_point(const T* dy, const T* x, T* dgrid,
-                                               float* dx_acc, long long* keys, float* weights,
-                                               long long* dy_base, const GridSampleParams& p,
-                                               long long pt, long long n, const int* o,
-                                               const float* scale, const Taps<K, NDIM>& t) {
+                                               cl::acc_t<T>* dx_acc, long long* keys,
+                                               cl::acc_t<T>* weights, long long* dy_base,
+                                               const GridSampleParams& p, long long pt,
+                                               long long n, const int* o,
+                                               const cl::acc_t<T>* scale,
+                                               const Taps<cl::acc_t<T>, K, NDIM>& t) {
+    typedef cl::acc_t<T> A;
     const long long yb = at(p.y_stride, n, 0, o[0], o[1], o[2]);
-    float gi[NDIM];
+    A gi[NDIM];
 #pragma unroll
-    for (int k = 0; k < NDIM; ++k) gi[k] = 0.f;
+    for (int k = 0; k < NDIM; ++k) gi[k] = A(0);
     const bool need_grid = p.mode != NEAREST;  // nearest: dgrid is exactly 0
     for (long long c = 0; c < p.c; ++c) {
-        const float g = cl::to_float(dy[yb + c * p.y_stride[1]]);
+        const A g = cl::to_acc(dy[yb + c * p.y_stride[1]]);
         const long long xb = n * p.x_stride[0] + c * p.x_stride[1];
 #pragma unroll
         for (int k = 0; k < K; ++k) {
             if (t.x[k] < 0) {
                 if (K == 16) {  // bicubic weighs a zero (NaN weights make NaN), as forward
 #pragma unroll
-                    for (int j = 0; j < NDIM; ++j) gi[j] += 0.f * g * t.dw[k][j];
+                    for (int j = 0; j < NDIM; ++j) gi[j] += A(0) * g * t.dw[k][j];
                 }
                 continue;
             }
             if (need_grid) {
-                const float v =
-                    cl::to_float(x[xb + t.z[k] * p.x_stride[2] + t.y[k] * p.x_stride[3] +
+                const A v =
+                    cl::to_acc(x[xb + t.z[k] * p.x_stride[2] + t.y[k] * p.x_stride[3] +
                                    t.x[k] * p.x_stride[4]]) * g;
 #pragma unroll
                 for (int j = 0; j < NDIM; ++j) gi[j] += v * t.dw[k][j];
@@ -323,7 +342,7 @@ __device__ __forceinline__ void backward_point(const T* dy, const T* x, T* dgrid
                          o[2] * p.dg_stride[3];
 #pragma unroll
     for (int j = 0; j < NDIM; ++j)
-        dgrid[gb + j * p.dg_stride[4]] = cl::from_float<T>(need_grid ? gi[j] * scale[j] : 0.f);
+        dgrid[gb + j * p.dg_stride[4]] = cl::from_acc<T>(need_grid ? gi[j] * scale[j] : A(0));
     if (p.dx_mode == DX_RECORD) {
         const long long plane = (long long)p.in_size[0] * p.in_size[1] * p.in_size[2];
         const long long invalid = p.n * plane;  // sorts after every real key
@@ -347,21 +366,22 @@ __device__ __forceinline__ void backward_point(const T* dy, const T* x, T* dgrid
 template <typename T, int NDIM, int MODE, typename F>
 __device__ __forceinline__ void with_taps(const T* grid, long long goff,
                                           const GridSampleParams& p, F&& f) {
-    float idx[3] = {0.f, 0.f, 0.f}, scale[3] = {1.f, 1.f, 1.f};
+    typedef cl::acc_t<T> A;
+    A idx[3] = {A(0), A(0), A(0)}, scale[3] = {A(1), A(1), A(1)};
     if constexpr (MODE == gs::BICUBIC) {
         gs::source_indices<T, 2>(grid, goff, p, false, idx, scale);
-        gs::Taps<16, 2> t;
+        gs::Taps<A, 16, 2> t;
         gs::cubic_taps(idx, p, t);
         f(t, scale);
     } else if constexpr (MODE == gs::NEAREST) {
         gs::source_indices<T, NDIM>(grid, goff, p, true, idx, scale);
-        gs::Taps<1, NDIM> t;
-        gs::nearest_taps<NDIM>(idx, p, t);
+        gs::Taps<A, 1, NDIM> t;
+        gs::nearest_taps<A, NDIM>(idx, p, t);
         f(t, scale);
     } else {
         gs::source_indices<T, NDIM>(grid, goff, p, true, idx, scale);
-        gs::Taps<1 << NDIM, NDIM> t;
-        gs::linear_taps<NDIM>(idx, p, t);
+        gs::Taps<A, 1 << NDIM, NDIM> t;
+        gs::linear_taps<A, NDIM>(idx, p, t);
         f(t, scale);
     }
 }
@@ -380,7 +400,7 @@ __global__ void __launch_bounds__(256) grid_sample_fwd(
         gs::point_coords(pt, p, &n, o);
         const long long goff =
             n * p.g_stride[0] + o[0] * p.g_stride[1] + o[1] * p.g_stride[2] + o[2] * p.g_stride[3];
-        with_taps<T, NDIM, MODE>(grid, goff, p, [&](const auto& t, const float*) {
+        with_taps<T, NDIM, MODE>(grid, goff, p, [&](const auto& t, const cl::acc_t<T>*) {
             gs::forward_point(x, y, p, n, o, t);
         });
     }
@@ -389,8 +409,8 @@ __global__ void __launch_bounds__(256) grid_sample_fwd(
 template <typename T, int NDIM, int MODE>
 __global__ void __launch_bounds__(256) grid_sample_bwd(
     // pointers (dx_acc only for dx_mode 2; keys, weights, dy_base only for dx_mode 1)
-    const T* dy, const T* x, const T* grid, T* dgrid, float* dx_acc, long long* keys,
-    float* weights, long long* dy_base,
+    const T* dy, const T* x, const T* grid, T* dgrid, cl::acc_t<T>* dx_acc, long long* keys,
+    cl::acc_t<T>* weights, long long* dy_base,
     // sizes, strides and options
     GridSampleParams p) {
     static_assert(MODE != gs::BICUBIC || NDIM == 2, "bicubic is 2-D only");
@@ -400,7 +420,7 @@ __global__ void __launch_bounds__(256) grid_sample_bwd(
         gs::point_coords(pt, p, &n, o);
         const long long goff =
             n * p.g_stride[0] + o[0] * p.g_stride[1] + o[1] * p.g_stride[2] + o[2] * p.g_stride[3];
-        with_taps<T, NDIM, MODE>(grid, goff, p, [&](const auto& t, const float* scale) {
+        with_taps<T, NDIM, MODE>(grid, goff, p, [&](const auto& t, const cl::acc_t<T>* scale) {
             gs::backward_point(dy, x, dgrid, dx_acc, keys, weights, dy_base, p, pt, n, o, scale,
                                t);
         });
@@ -412,7 +432,7 @@ __global__ void __launch_bounds__(256) grid_sample_bwd(
 template <typename T>
 __global__ void __launch_bounds__(256) grid_sample_dx_gather(
     // pointers: contributions sorted by (key, entry), and segment starts per key
-    const T* dy, const float* weight, const long long* src, const long long* start, T* dx,
+    const T* dy, const cl::acc_t<T>* weight, const long long* src, const long long* start, T* dx,
     // sizes, strides (p.dx_stride: dx, p.y_stride: dy)
     GridSampleParams p) {
     const long long plane = (long long)p.in_size[0] * p.in_size[1] * p.in_size[2];
@@ -423,22 +443,22 @@ __global__ void __launch_bounds__(256) grid_sample_dx_gather(
         const long long n = e / (plane * p.c);
         const long long key = n * plane + s;
         const long long cy = c * p.y_stride[1];
-        float acc = 0.f;
+        cl::acc_t<T> acc = 0;
         for (long long j = start[key]; j < start[key + 1]; ++j)
-            acc += weight[j] * cl::to_float(dy[src[j] + cy]);
+            acc += weight[j] * cl::to_acc(dy[src[j] + cy]);
         const int xw = (int)(s % p.in_size[2]);
         const int yh = (int)((s / p.in_size[2]) % p.in_size[1]);
         const int zd = (int)(s / ((long long)p.in_size[2] * p.in_size[1]));
-        dx[gs::at(p.dx_stride, n, c, zd, yh, xw)] = cl::from_float<T>(acc);
+        dx[gs::at(p.dx_stride, n, c, zd, yh, xw)] = cl::from_acc<T>(acc);
     }
 }
 
 template <typename T>
 __global__ void __launch_bounds__(256) grid_sample_cast(
     // pointers
-    const float* src, T* dst,
+    const cl::acc_t<T>* src, T* dst,
     // sizes
     long long n) {
     for (long long i = cl::global_thread_id(); i < n; i += cl::grid_stride())
-        dst[i] = cl::from_float<T>(src[i]);
+        dst[i] = cl::from_acc<T>(src[i]);
 }

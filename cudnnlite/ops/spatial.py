@@ -2,14 +2,16 @@
 PyTorch's signatures and semantics (:mod:`cudnnlite.reference.spatial`).
 
 ``affine_grid`` is a tiny batched matmul of theta with a fixed base grid (N x P x 3 by
-3 x 2): array math on the inputs' own array module (NumPy or CuPy), float32 inside, the
-result in theta's dtype; a kernel would add a module to compile for no speed.
+3 x 2): array math on the inputs' own array module (NumPy or CuPy), float32 inside
+(float64 for float64), the result in theta's dtype; a kernel would add a module to compile
+for no speed.
 
 ``grid_sample`` runs ``cuda_src/spatial/grid_sample.cu`` (one module per dtype): one thread
 per output point computes its taps once and loops over channels. x may have any strides
 (NCHW, channels-last NHWC / NDHWC, views): the kernels read strides, nothing is copied. The
 output and dx follow x's memory format (channels-last in, channels-last out); dgrid is
-C-contiguous.
+C-contiguous. Indices, weights and sums are float32 for float32/float16/bfloat16 and
+float64 for float64 (the recorded weights and the atomic buffer of the x gradient too).
 
 The x gradient is a scatter. Two ways, chosen by ``grid_sample_backward(deterministic=)``:
 
@@ -20,9 +22,9 @@ The x gradient is a scatter. Two ways, chosen by ``grid_sample_backward(determin
   contributions in (point, tap) order. Bitwise reproducible run to run, no float atomics.
   Workspace: 12 bytes per tap (keys, weights) plus the sort's index arrays.
 - atomic (``deterministic=False`` while ``cudnnlite.settings().deterministic`` is off):
-  ``grid_sample_bwd`` atomically adds weight * dy into float32 (dx itself for float32, a
-  float32 buffer cast to the dtype afterwards for fp16/bf16). Faster, one pass, but the
-  rounding depends on the order of the atomics.
+  ``grid_sample_bwd`` atomically adds weight * dy in the accumulation type (dx itself for
+  float32 and float64, a float32 buffer cast to the dtype afterwards for fp16/bf16).
+  Faster, one pass, but the rounding depends on the order of the atomics.
 
 dgrid is summed over channels in order by one thread per point in both ways.
 """
@@ -52,6 +54,12 @@ _BLOCK = 256
 _MODE_ID = {m: i for i, m in enumerate(MODES)}  # bilinear 0, nearest 1, bicubic 2
 _PAD_ID = {m: i for i, m in enumerate(PADDINGS)}  # zeros 0, border 1, reflection 2
 _DX_NONE, _DX_RECORD, _DX_ATOMIC = 0, 1, 2
+
+
+def _acc(dt: dtypes.DType) -> np.dtype:
+    """The kernels' arithmetic type (cl::acc_t<T>): float64 for float64, else float32."""
+    return np.dtype(np.float64 if dt.acc_ctype == "double" else np.float32)
+
 
 # cuda_src/spatial/grid_sample.cu: GridSampleParams.
 _PARAMS_DTYPE = np.dtype(
@@ -248,7 +256,7 @@ def grid_sample(
     """Samples x at the grid's points (``torch.nn.functional.grid_sample``).
 
     Args:
-        x: (N, C, H, W) or (N, C, D, H, W), float32/float16/bfloat16, any strides.
+        x: (N, C, H, W) or (N, C, D, H, W), float32/float16/bfloat16/float64, any strides.
         grid: (N, Ho, Wo, 2) or (N, Do, Ho, Wo, 3) of x's dtype: (x, y[, z]) in [-1, 1].
         mode: "bilinear" (trilinear in 3-D), "nearest" (round half to even) or "bicubic"
             (2-D only).
@@ -315,7 +323,7 @@ def grid_sample_backward(
     if not want_dx:
         dx, dx_mode = None, _DX_NONE
     elif atomic:
-        dx = _empty_like_layout(xp, x.shape, x.dtype, chlast, zeros=dt.short == "fp32")
+        dx = _empty_like_layout(xp, x.shape, x.dtype, chlast, zeros=x.dtype == _acc(dt))
         dx_mode = _DX_ATOMIC
     else:
         dx = _empty_like_layout(xp, x.shape, x.dtype, chlast)
@@ -329,11 +337,11 @@ def grid_sample_backward(
     dummy = dgrid  # stands in for pointers a dx mode does not use
     acc = keys = weights = dy_base = dummy
     if dx_mode == _DX_ATOMIC:
-        acc = dx if dt.short == "fp32" else _empty_like_layout(xp, x.shape, np.float32, chlast,
-                                                               zeros=True)  # fmt: skip
+        acc = dx if x.dtype == _acc(dt) else _empty_like_layout(xp, x.shape, np.float32, chlast,
+                                                                zeros=True)  # fmt: skip
     elif dx_mode == _DX_RECORD:
         keys = xp.empty(prob.points * prob.taps, np.int64)
-        weights = xp.empty(prob.points * prob.taps, np.float32)
+        weights = xp.empty(prob.points * prob.taps, _acc(dt))
         dy_base = xp.empty(prob.points, np.int64)
     params = _params(
         prob, x, grid, grad_out,
@@ -387,11 +395,12 @@ def _check_size(size: Any) -> tuple[int, ...]:
     return tuple(out)
 
 
-def _base_grid(xp: Any, size: tuple[int, ...], align: bool) -> Any:
-    """(P, ndim + 1) float32: (x, y[, z], 1) per output point, C order of the spatial dims."""
+def _base_grid(xp: Any, size: tuple[int, ...], align: bool, acc: np.dtype) -> Any:
+    """(P, ndim + 1) in ``acc``: (x, y[, z], 1) per output point, C order of the spatial
+    dims."""
     from ..reference.spatial import base_grid
 
-    base = base_grid(size, align).reshape(-1, len(size) - 1).astype(np.float32)
+    base = base_grid(size, align).reshape(-1, len(size) - 1).astype(acc)
     return xp.asarray(base)
 
 
@@ -401,15 +410,16 @@ def affine_grid(theta: Any, size: Sequence[int], align_corners: bool = False) ->
 
     Args:
         theta: (N, 2, 3) for a 2-D size (N, C, H, W), (N, 3, 4) for (N, C, D, H, W);
-            float32/float16/bfloat16.
+            float32/float16/bfloat16/float64.
         size: the output's size.
         align_corners: as in :func:`grid_sample`.
 
     Returns:
-        (N, H, W, 2) or (N, D, H, W, 3) in theta's dtype (computed in float32).
+        (N, H, W, 2) or (N, D, H, W, 3) in theta's dtype (computed in float32, float64
+        for float64).
     """
     theta = as_array("theta", theta)
-    float_dtype("theta", theta)
+    acc = _acc(float_dtype("theta", theta))
     size = _check_size(size)
     align = _flag("align_corners", align_corners)
     nd = len(size) - 2
@@ -421,8 +431,8 @@ def affine_grid(theta: Any, size: Sequence[int], align_corners: bool = False) ->
     if theta.shape[0] != size[0]:
         raise BadParamError(f"size: expected N = {theta.shape[0]} (theta's batch), got size {size}")
     xp = array_module(theta)
-    base = _base_grid(xp, size, align)  # (P, nd + 1)
-    t = theta.astype(np.float32)
+    base = _base_grid(xp, size, align, acc)  # (P, nd + 1)
+    t = theta.astype(acc)
     grid = xp.matmul(base, t.transpose(0, 2, 1))  # (N, P, nd)
     return grid.reshape((size[0], *size[2:], nd)).astype(theta.dtype)
 
@@ -430,9 +440,9 @@ def affine_grid(theta: Any, size: Sequence[int], align_corners: bool = False) ->
 @with_stream
 def affine_grid_backward(grad_grid: Any, size: Sequence[int], align_corners: bool = False) -> Any:
     """Gradient of :func:`affine_grid` with respect to theta: (N, 2, 3) or (N, 3, 4) in
-    grad_grid's dtype (float32 accumulation)."""
+    grad_grid's dtype (float32 accumulation; float64 for float64)."""
     g = as_array("grad_grid", grad_grid)
-    float_dtype("grad_grid", g)
+    acc = _acc(float_dtype("grad_grid", g))
     size = _check_size(size)
     align = _flag("align_corners", align_corners)
     nd = len(size) - 2
@@ -441,9 +451,9 @@ def affine_grid_backward(grad_grid: Any, size: Sequence[int], align_corners: boo
         raise BadParamError(f"grad_grid: expected shape {want} for size {size}, got "
                             f"{tuple(g.shape)}")  # fmt: skip
     xp = array_module(g)
-    base = _base_grid(xp, size, align)
-    g32 = g.astype(np.float32).reshape(size[0], -1, nd)
-    return xp.matmul(g32.transpose(0, 2, 1), base).astype(g.dtype)
+    base = _base_grid(xp, size, align, acc)
+    ga = g.astype(acc).reshape(size[0], -1, nd)
+    return xp.matmul(ga.transpose(0, 2, 1), base).astype(g.dtype)
 
 
 __all__ = [
