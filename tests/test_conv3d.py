@@ -43,7 +43,7 @@ from cudnnlite.solvers.conv.bwd_filter import BwdFilterTensors
 from cudnnlite.solvers.conv.common import Epilogue, shape_struct
 from cudnnlite.solvers.conv.implicit_gemm import TileConfig
 from cudnnlite.solvers.conv.tc_igemm import TcConfig
-from cudnnlite.testing import to_backend, to_numpy
+from cudnnlite.testing import ACCUMULATION_EPS, to_backend, to_numpy
 
 from conv_support import assert_conv_close, check, operands, run_solver
 
@@ -185,8 +185,10 @@ def test_forward_fused_epilogue_direct(backend: str) -> None:
 
 
 def _close(got: np.ndarray, ref: np.ndarray, mag: np.ndarray, terms: int, what: str,
-           rounding: Any = 0.0) -> None:  # fmt: skip
-    bound = rounding + 2 * terms * 2.0**-24 * mag + 1e-6
+           rounding: Any = 0.0, dtype: str = "fp32") -> None:  # fmt: skip
+    # fp64: 2 * 2^-53 per term (ACCUMULATION_EPS) and no floor: a gradient without terms is 0
+    eps, floor = (ACCUMULATION_EPS["fp64"], 0.0) if dtype == "fp64" else (2.0**-24, 1e-6)
+    bound = rounding + 2 * terms * eps * mag + floor
     err = np.abs(got.astype(np.float64) - ref)
     assert (err <= bound).all(), f"{what}: max error {err.max():.3g}, bound {bound.max():.3g}"
 
@@ -208,9 +210,9 @@ def _bwd_data(backend: str, solver_name: str, problem: ConvProblem, seed: int = 
             problem.channels_last)  # fmt: skip
     ref = conv_backward_data(dy, ops["w"], *args)
     mag = conv_backward_data(np.abs(dy), np.abs(ops["w"]), *args)
-    out_rtol = {"fp32": 0.0, "fp16": 2.0**-11, "bf16": 2.0**-8}[problem.dtype]
+    out_rtol = {"fp32": 0.0, "fp16": 2.0**-11, "bf16": 2.0**-8, "fp64": 0.0}[problem.dtype]
     _close(to_numpy(dx), ref, mag, problem.k_per_group * problem.filter_taps, solver_name,
-           out_rtol * np.abs(ref))  # fmt: skip
+           out_rtol * np.abs(ref), problem.dtype)  # fmt: skip
 
 
 @pytest.mark.parametrize("layout", ["NCDHW", "NDHWC"])
@@ -256,6 +258,37 @@ def test_backward_filter_direct(backend: str, case: str, layout: str) -> None:
     mag = conv_backward_filter(np.abs(ops["x"]), np.abs(dy), *args)
     terms = problem.n * int(np.prod(problem.out_spatial))
     _close(to_numpy(dw), ref, mag, terms, "conv_bwd_filter_direct")
+
+
+# ------------------------------------------------------------------ float64
+
+
+@pytest.mark.parametrize("layout", ["NCDHW", "NDHWC"])
+def test_float64_direct_depthwise_and_backward_data(backend: str, layout: str) -> None:
+    # the 3-D fp64 modules of direct.cu (direct + depthwise) and bwd_data.cu only
+    for case in ("primes_big_pad", "stride3_dil2", "groups", "r2plus1d_3x1x1_s2"):
+        check(backend, registry.get("conv_fwd_direct"), _problem(case, layout, "fp64"))
+    c = 36 if layout == "NDHWC" else 5  # NDHWC: two 32-channel blocks
+    dw = p3(n=1, c=c, dhw=(4, 5, 6), k=2 * c, groups=c, f=(3, 1, 3), stride=2, layout=layout,
+            dtype="fp64")  # fmt: skip
+    assert registry.get("conv_fwd_direct_depthwise").is_applicable(dw, EMULATOR)
+    check(backend, registry.get("conv_fwd_direct_depthwise"), dw)
+    for case in ("unet_down_s2", "primes_big_pad", "groups"):
+        _bwd_data(backend, "conv_bwd_data_direct", _problem(case, layout, "fp64", "bwd_data"))
+
+
+def test_float64_conv3d_default_dispatch_fused(backend: str) -> None:
+    # R(2+1)D's temporal 3x1x1 with stride 2 (C*T*R*S = 21: the heuristics take direct)
+    problem = _problem("r2plus1d_3x1x1_s2", "NDHWC", "fp64")
+    ops = operands(problem, seed=7, bias=True)
+    e = Epilogue(alpha=0.3, has_bias=True, act_mode=0)  # 0.3: not a float32 number
+    y = cl.conv3d(*(to_backend(ops[k], backend) for k in ("x", "w", "bias")), stride=(2, 1, 1),
+                  padding=(1, 0, 0), layout="NDHWC", activation="relu", alpha=0.3)  # fmt: skip
+    assert y.dtype == np.float64
+    assert_conv_close(to_numpy(y), problem, ops, epilogue=e, activation="relu")
+    plan = cl.conv3d_plan(problem.x_shape(), problem.w_shape(), stride=(2, 1, 1),
+                          padding=(1, 0, 0), layout="NDHWC", dtype=np.float64, backend=backend)
+    assert plan.solver == "conv_fwd_direct" and plan.problem.key().endswith(" fp64")
 
 
 # ------------------------------------------------------------------ applicability
