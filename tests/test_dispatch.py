@@ -195,3 +195,16 @@ def test_explain_and_tune_refuse_what_is_not_a_problem() -> None:
         cl.tune([P1, 3.5], backend="cpu", progress=False)
     with pytest.raises(BadParamError, match="unknown backend"):
         cl.tune(P1, backend="tpu", progress=False)
+
+
+def test_float64_keys_in_the_tuning_db_and_explain(fakes: Path) -> None:
+    # fp64 is part of the key: an entry for it neither serves nor hides the fp32 problem
+    p64 = ConvProblem.parse(P3.key().replace(" fp32", " fp64"))
+    assert p64.dtype == "fp64" and ConvProblem.parse(p64.key()) == p64
+    tuning_db.database("cpu").record(p64.key(), [Entry("fake_a", {"tile": 4}, 2.0, 0)])
+    tuning_db.forget_databases()  # read back from the file
+    c = choose(p64)
+    assert (c.solver.name, c.source, c.config) == ("fake_a", "user DB", fake_solvers.TileConfig(4))
+    assert choose(P3).source == "heuristic"
+    e = cl.explain(p64.key(), "cpu")
+    assert e.choice == "fake_a" and e.source == "user DB" and "NCHW fp64" in str(e)

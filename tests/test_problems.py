@@ -22,11 +22,18 @@ def test_asymmetric_padding_and_math_in_key() -> None:
     assert ConvProblem.parse(p.key()) == p
 
 
+def test_float64_key_round_trip() -> None:
+    p = ConvProblem(2, 5, (4, 7, 9), 6, (3, 1, 2), ((1, 1), (0, 0), (1, 0)), (2, 1, 1),
+                    (1, 1, 2), layout="NDHWC", dtype="fp64", direction="bwd_filter")  # fmt: skip
+    assert p.key().endswith(" NDHWC fp64") and p.key().startswith("conv3d_bwd_filter ")
+    assert ConvProblem.parse(p.key()) == p
+
+
 @pytest.mark.parametrize(
     "key",
     [
         "conv2d_fwd n1-c3-h7 k8-r2-s2 p0x0-u1x1-d1x1 g1 NCHW fp32",  # missing w
-        "conv2d_fwd n1-c3-h7-w7 k8-r2-s2 p0x0-u1x1-d1x1 g1 NCHW fp64",
+        "conv2d_fwd n1-c3-h7-w7 k8-r2-s2 p0x0-u1x1-d1x1 g1 NCHW fp8",  # no such dtype
         "conv2d_fwd n1-c3-h7-w7 k8-r2-s2 p0x0-u1x1-d1x1 g2 NCHW fp32",  # groups ! | c
         "conv2d_fwd n1-c3-h7-w7 k8-r2-s2 p0x0-u1x1-d1x1 g1 NCW fp32",  # 1-D layout
         "hello",
