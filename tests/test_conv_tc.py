@@ -36,7 +36,7 @@ from cudnnlite.solvers.conv.tc_igemm import (
 from conv_support import assert_conv_close, operands, run_solver
 
 SOLVER = TcImplicitGemmSolver()
-SHORTS = [d.short for d in dtypes.FLOAT_TYPES]
+SHORTS = [d.short for d in dtypes.FP32_COMPUTE_TYPES]  # fp64: not applicable
 SMALL = TcConfig(64, 64, 32, 32, 32, 4)
 SMALL_TF32 = TcConfig(64, 64, 16, 32, 32, 4)
 
@@ -169,6 +169,7 @@ def test_backward_data_stride1(backend: str, pad: int, layout: str) -> None:
         (conv(1, 8, 4, 4), for_sm(70), "sm_75"),
         (dataclasses.replace(conv(1, 8, 4, 4), groups=2), EMULATOR, "groups == 1"),
         (dataclasses.replace(conv(1, 8, 4, 4), direction="bwd_data"), EMULATOR, "fwd"),
+        (conv(1, 8, 4, 4, dtype="fp64"), for_sm(90), "tensor cores: no fp64 MMA in this solver"),
     ],
 )
 def test_not_applicable_with_reason(problem, caps, reason: str) -> None:
@@ -246,6 +247,7 @@ def test_backward_filter_configs() -> None:
     with pytest.raises(ValueError):
         TcSplitKConfig(64, 64, 32, 32, 32, 3, 3)
     assert "even K and C" in BWF.is_applicable(_bwf(1, 6, 4, 5), EMULATOR).reason
+    assert "no fp64 MMA" in BWF.is_applicable(_bwf(1, 8, 4, 8, dtype="fp64"), EMULATOR).reason
     assert (
         "channels-last"
         in BWF.is_applicable(dataclasses.replace(_bwf(1, 8, 4, 8), layout="NCHW"), EMULATOR).reason
@@ -361,6 +363,7 @@ def test_backward_data_tiles(backend: str, tile) -> None:
 def test_backward_data_reasons() -> None:
     assert "fp16 or bf16" in PHASED.is_applicable(_bwd(1, 8, 4, 8, dtype="fp32"), EMULATOR).reason
     assert "even K and C" in PHASED.is_applicable(_bwd(1, 8, 4, 7), EMULATOR).reason
+    assert "no fp64 MMA" in PHASED.is_applicable(_bwd(1, 8, 4, 8, dtype="fp64"), EMULATOR).reason
     assert (
         "groups == 1"
         in PHASED.is_applicable(dataclasses.replace(_bwd(1, 8, 4, 8), groups=2), EMULATOR).reason

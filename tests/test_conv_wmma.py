@@ -27,7 +27,7 @@ from cudnnlite.solvers.conv.wmma import TILES, WmmaConfig, WmmaImplicitGemmSolve
 from conv_support import assert_conv_close, operands, run_solver
 
 SOLVER = WmmaImplicitGemmSolver()
-SHORTS = [d.short for d in dtypes.FLOAT_TYPES]
+SHORTS = [d.short for d in dtypes.FP32_COMPUTE_TYPES]  # fp64: not applicable
 
 
 def conv(n, c, hw, k, f=3, pad=1, stride=1, dil=1, layout="NHWC", dtype="fp16", math="default"):
@@ -140,6 +140,7 @@ def test_random_schedule(backend: str, emulator_only: None, monkeypatch) -> None
         (conv(1, 4, 4, 4, dtype="fp16"), for_sm(60), "sm_70"),
         (dataclasses.replace(conv(1, 4, 4, 4), groups=2), EMULATOR, "groups == 1"),
         (dataclasses.replace(conv(1, 4, 4, 4), direction="bwd_data"), EMULATOR, "forward"),
+        (conv(1, 4, 4, 4, dtype="fp64"), EMULATOR, "tensor cores: no fp64 MMA in this solver"),
     ],
 )
 def test_not_applicable_with_reason(problem, caps, reason: str) -> None:
