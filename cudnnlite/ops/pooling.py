@@ -633,6 +633,7 @@ def pooling_backward(
     "max_deterministic" gathers without atomics)."""
     mode = _mode(mode)
     x, _ = _input(x)
+    same_dtype(("x", "dy"), (x, as_array("dy", dy)))
     if mode.startswith("max"):
         _, ind = max_pool(x, kernel_size, stride, padding, dilation, ceil_mode, True, layout=layout)
         return max_pool_backward(
@@ -647,7 +648,6 @@ def pooling_backward(
             layout=layout,
             deterministic=mode == "max_deterministic",
         )
-    same_dtype(("x", "dy"), (x, as_array("dy", dy)))
     return avg_pool_backward(
         dy,
         x.shape,
