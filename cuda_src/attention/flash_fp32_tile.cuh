@@ -277,6 +277,9 @@ template <int RM, int CN, int K, int LDP, int LDV, typename A>
 __device__ __forceinline__ void acc_tile(A (&acc)[RM][CN], const A* P, const A* V, int ty,
                                          int tx) {
     static_assert(CN % 4 == 0, "O columns come in 4-element chunks");
+    // V packs live at once: all CN / 4 for float; at most 4 (32 registers) for double,
+    // whose accumulators take twice the registers (head dim 256 would spill otherwise).
+    constexpr int G = sizeof(A) == 8 && CN / 4 > 4 ? 4 : CN / 4;
     const A* p0 = P + ty * LDP;
     const A* v0 = V + tx * 4;
 #pragma unroll 1
@@ -286,19 +289,24 @@ __device__ __forceinline__ void acc_tile(A (&acc)[RM][CN], const A* P, const A* 
         for (int i = 0; i < RM; ++i) pv[i] = lds4(p0 + i * kTR * LDP + k);
 #pragma unroll
         for (int kk = 0; kk < 4; ++kk) {
-            pack4_t<A> v[CN / 4];
 #pragma unroll
-            for (int c4 = 0; c4 < CN / 4; ++c4) v[c4] = lds4(v0 + (k + kk) * LDV + c4 * 32);
+            for (int g0 = 0; g0 < CN / 4; g0 += G) {
+                pack4_t<A> v[G];
 #pragma unroll
-            for (int i = 0; i < RM; ++i) {
-                const A pk =
-                    kk == 0 ? pv[i].x : kk == 1 ? pv[i].y : kk == 2 ? pv[i].z : pv[i].w;
+                for (int c4 = 0; c4 < G; ++c4)
+                    v[c4] = lds4(v0 + (k + kk) * LDV + (g0 + c4) * 32);
 #pragma unroll
-                for (int c4 = 0; c4 < CN / 4; ++c4) {
-                    acc[i][c4 * 4 + 0] = cl::math::fma(pk, v[c4].x, acc[i][c4 * 4 + 0]);
-                    acc[i][c4 * 4 + 1] = cl::math::fma(pk, v[c4].y, acc[i][c4 * 4 + 1]);
-                    acc[i][c4 * 4 + 2] = cl::math::fma(pk, v[c4].z, acc[i][c4 * 4 + 2]);
-                    acc[i][c4 * 4 + 3] = cl::math::fma(pk, v[c4].w, acc[i][c4 * 4 + 3]);
+                for (int i = 0; i < RM; ++i) {
+                    const A pk =
+                        kk == 0 ? pv[i].x : kk == 1 ? pv[i].y : kk == 2 ? pv[i].z : pv[i].w;
+#pragma unroll
+                    for (int c4 = 0; c4 < G; ++c4) {
+                        const int c = (g0 + c4) * 4;
+                        acc[i][c + 0] = cl::math::fma(pk, v[c4].x, acc[i][c + 0]);
+                        acc[i][c + 1] = cl::math::fma(pk, v[c4].y, acc[i][c + 1]);
+                        acc[i][c + 2] = cl::math::fma(pk, v[c4].z, acc[i][c + 2]);
+                        acc[i][c + 3] = cl::math::fma(pk, v[c4].w, acc[i][c + 3]);
+                    }
                 }
             }
         }
