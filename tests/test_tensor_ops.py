@@ -4,7 +4,9 @@ Tolerances: elementwise ops are one float32 operation (or two with beta) and one
 to the storage type: cudnnlite.testing's elementwise rtol. Reductions: a float32 sum of n
 terms has error <= (n + 32) ulps of sum|terms| (serial part plus the shuffle tree), a
 product <= (n + 32) ulps relative; min / max / amax pick a stored element (exact); each
-result is then rounded once to the storage type.
+result is then rounded once to the storage type. float64 computes in double: the same
+bounds in units of 2^-53, plus the float64 reference's own error of the same kind (n more
+units), since the reference is then no more precise than the kernel.
 """
 
 from __future__ import annotations
@@ -34,9 +36,29 @@ from cudnnlite.testing import ELEMENTWISE_RTOL, assert_close, to_backend, to_num
 
 DTYPES = [d.numpy for d in dtypes.FLOAT_TYPES]
 SHORT = {d.numpy: d.short for d in dtypes.FLOAT_TYPES}
-STORAGE = {"fp32": 0.0, "fp16": 2.0**-11, "bf16": 2.0**-8}
+STORAGE = {"fp32": 0.0, "fp16": 2.0**-11, "bf16": 2.0**-8, "fp64": 0.0}
 # half the spacing of fp16's subnormals (below 6e-5 fp16 rounds absolutely, e.g. products)
-SUBNORMAL = {"fp32": 0.0, "fp16": 2.0**-25, "bf16": 0.0}
+SUBNORMAL = {"fp32": 0.0, "fp16": 2.0**-25, "bf16": 0.0, "fp64": 0.0}
+# unit roundoff of the arithmetic (float32 for the 16- and 32-bit types)
+UNIT = {"fp32": 2.0**-24, "fp16": 2.0**-24, "bf16": 2.0**-24, "fp64": 2.0**-53}
+
+
+def round_once(x: np.ndarray, dst: Any) -> np.ndarray:
+    """x converted to dst with one rounding (to nearest even). NumPy converts float64 to
+    float32 / float16 directly, but ml_dtypes' bfloat16 goes through float32 (two
+    roundings); float32 rounded to odd, then to bfloat16, is the one rounding."""
+    if np.dtype(dst) != dtypes.BFLOAT16.numpy or x.dtype != np.float64:
+        return x.astype(dst)
+    f = x.astype(np.float32)
+    fix = (f.astype(np.float64) != x) & (f.view(np.uint32) % 2 == 0)
+    toward = np.where(x > f, np.float32(np.inf), np.float32(-np.inf))
+    f[fix] = np.nextafter(f[fix], toward[fix])
+    return f.astype(dst)
+
+
+def converted(x: np.ndarray, dst: Any) -> np.ndarray:
+    """What a conversion kernel stores: the value (exact in its arithmetic) rounded once."""
+    return round_once(x if x.dtype == np.float64 else x.astype(np.float32), dst)
 
 
 def rand(shape: tuple[int, ...], dtype: Any, seed: int = 0, lo: float = -2, hi: float = 2) -> Any:
@@ -50,7 +72,9 @@ def check_reduce(
     short = SHORT[x.dtype]
     g = to_numpy(got).astype(np.float64)
     n = max(1, x.size // max(1, want.size))
-    ulps = (n + 32) * 2.0**-24
+    u = UNIT[short]
+    ulps = (2 * n + 32 if short == "fp64" else n + 32) * u  # fp64: + the reference's n
+    last = 4 * u if short == "fp64" else 2.0**-23  # alpha * v, the division of avg, sqrt
     if op in ("min", "max", "amax"):
         np.testing.assert_array_equal(g, want)
         if idx is not None:
@@ -62,9 +86,9 @@ def check_reduce(
             mag = mag / n
         if op == "norm2":
             mag = np.abs(want)
-        bound = ulps * mag + (STORAGE[short] + 2.0**-23) * np.abs(want) + SUBNORMAL[short] + 1e-30
+        bound = ulps * mag + (STORAGE[short] + last) * np.abs(want) + SUBNORMAL[short] + 1e-30
     else:
-        bound = (ulps + STORAGE[short] + 2.0**-23) * np.abs(want) + SUBNORMAL[short] + 1e-30
+        bound = (ulps + STORAGE[short] + last) * np.abs(want) + SUBNORMAL[short] + 1e-30
     assert np.all(np.abs(g - want) <= bound), f"{op} {axes} {short}: {np.abs(g - want).max()}"
 
 
@@ -181,7 +205,7 @@ def test_transform_conversions_and_layouts(backend: str, src: Any, dst: Any) -> 
     x = rand((2, 16, 5, 7), src, seed=15)
     y = nchw_to_nhwc(to_backend(x, backend), dtype=dst)
     assert y.shape == (2, 5, 7, 16) and y.flags.c_contiguous and y.dtype == dst
-    want = x.transpose(0, 2, 3, 1).astype(np.float32).astype(dst)  # exact values, one rounding
+    want = converted(x.transpose(0, 2, 3, 1), dst)  # exact values, one rounding
     np.testing.assert_array_equal(to_numpy(y).astype(np.float64), want.astype(np.float64))
     back = nhwc_to_nchw(y, dtype=src)
     if np.dtype(dst).itemsize >= np.dtype(src).itemsize and not (
@@ -244,7 +268,8 @@ def test_bad_inputs_raise_and_leave_inputs_untouched(backend: str) -> None:
         (lambda: transform_tensor(xb, dtype=np.int32), "dtype"),
         (lambda: nchw_to_nhwc(xb), "x"),
         (lambda: set_tensor(xb, "a"), "value"),
-        (lambda: scale_tensor(to_backend(x.astype(np.float64), backend), 2.0), "y"),
+        (lambda: scale_tensor(to_backend(x.astype(np.int32), backend), 2.0), "y"),
+        (lambda: op_tensor("add", xb, to_backend(x.astype(np.float64), backend)), "b"),
     ]
     for call, name in bad:
         with pytest.raises(BadParamError, match=name):
@@ -265,7 +290,7 @@ def test_tiled_transpose_odd_sizes(backend: str, src: Any, dst: Any) -> None:
             tiled = min(c, hw[0] * hw[1]) >= 4
             assert last_kernel_name().startswith("tensor_transpose" if tiled else "tensor_trans")
             assert (last_kernel_name() == f"tensor_transpose_{SHORT[src]}_to_{SHORT[dst]}") == tiled
-            want = x.transpose(0, 2, 3, 1).astype(np.float32).astype(dst)  # one rounding
+            want = converted(x.transpose(0, 2, 3, 1), dst)  # one rounding
             np.testing.assert_array_equal(to_numpy(y).astype(np.float64), want.astype(np.float64))
             back = nhwc_to_nchw(y)
             assert (last_kernel_name() == f"tensor_transpose_{SHORT[dst]}_to_{SHORT[dst]}") == tiled

@@ -30,12 +30,16 @@
 //   tensor_reduce_split_{block,thread}<T> + tensor_reduce_finish<T>
 //                              few outputs, long reductions (sum of everything, per-channel
 //                              sums over N, H, W): grid (chunks, outputs or output groups);
-//                              each block reduces one chunk of the reduced range into a float
-//                              (value, int64 index) workspace [outputs][chunks]; finish (one
+//                              each block reduces one chunk of the reduced range into an
+//                              (acc_t<T> value, int64 index) workspace [outputs][chunks]; finish (one
 //                              warp per output, fixed order) combines a row of partials and
 //                              stores. Deterministic: no atomics. split_block: lanes walk the
 //                              reduced range; split_thread: threads walk outputs (the kept
 //                              contiguous dim), each over its chunk.
+// T = float | __half | __nv_bfloat16 | double. Arithmetic runs in cl::acc_t<T> (float, or
+// double for double) with the scalars (alpha, beta) of that type: OpParamsT<A>,
+// ReduceLayoutT<A>, reduction partials in A. A conversion TI -> TO computes in double when
+// either side is double (tens::cvt_acc), so it rounds once, straight to TO.
 // Op numbers: the order of OP_TENSOR_OPS / REDUCE_OPS in ops/tensor.py.
 // Defines: none (one module per dtype T; the transform kernels of a module are those with
 // TO = T, for every TI).
@@ -64,17 +68,20 @@ struct TensorLayout {
     int reserved;
 };
 
-// ops/tensor.py: _OP_DTYPE.
-struct OpParams {
-    float alpha1;
-    float alpha2;
-    float beta;
+// ops/tensor.py: _OP_DTYPE (A = float) and _OP_DTYPE64 (A = double).
+template <typename A>
+struct OpParamsT {
+    A alpha1;
+    A alpha2;
+    A beta;
     int op;
 };
 
-// ops/tensor.py: _REDUCE_DTYPE. Kept dims index the outputs; reduced dims (innermost first,
-// in the original axis order) index the elements of one output.
-struct ReduceLayout {
+// ops/tensor.py: _REDUCE_DTYPE (A = float) and _REDUCE_DTYPE64 (A = double). Kept dims
+// index the outputs; reduced dims (innermost first, in the original axis order) index the
+// elements of one output.
+template <typename A>
+struct ReduceLayoutT {
     cl::index_t ksize[tens::kMaxDims];
     cl::index_t kstride_in[tens::kMaxDims];
     cl::index_t kstride_out[tens::kMaxDims];
@@ -82,8 +89,8 @@ struct ReduceLayout {
     cl::index_t rstride[tens::kMaxDims];
     cl::index_t outputs;  // product of ksize
     cl::index_t count;    // product of rsize
-    float alpha;
-    float beta;
+    A alpha;
+    A beta;
     int kndim;
     int rndim;
     int op;
@@ -120,19 +127,36 @@ struct alignas(sizeof(T) * VEC) TPack {
 
 namespace tens {
 
-__device__ __forceinline__ float binary(int op, float a, float b) {
+// The arithmetic type of a conversion TI -> TO: double when either side is double.
+template <typename TI, typename TO> struct cvt_acc { typedef cl::acc_t<TO> type; };
+template <typename TO> struct cvt_acc<double, TO> { typedef double type; };
+
+// Rounds an arithmetic value to storage TO once (double -> __half / bf16 directly, not
+// through float, which could round twice).
+template <typename TO> __device__ __forceinline__ TO round_to(float v) { return cl::from_float<TO>(v); }
+template <typename TO> __device__ __forceinline__ TO round_to(double v);
+template <> __device__ __forceinline__ double round_to<double>(double v) { return v; }
+template <> __device__ __forceinline__ float round_to<float>(double v) { return (float)v; }
+template <> __device__ __forceinline__ __half round_to<__half>(double v) { return __double2half(v); }
+template <> __device__ __forceinline__ __nv_bfloat16 round_to<__nv_bfloat16>(double v) {
+    return __double2bfloat16(v);
+}
+
+template <typename A>
+__device__ __forceinline__ A binary(int op, A a, A b) {
     switch (op) {
         case kAdd: return a + b;
         case kMul: return a * b;
-        case kMin: return fminf(a, b);
-        case kMax: return fmaxf(a, b);
-        case kSqrt: return sqrtf(a);
-        case kNot: return 1.0f - a;
+        case kMin: return cl::math::fmin(a, b);
+        case kMax: return cl::math::fmax(a, b);
+        case kSqrt: return cl::math::sqrt(a);
+        case kNot: return A(1) - a;
         default: return a;  // kCopy, kSet (a is alpha1 itself)
     }
 }
 
-__device__ __forceinline__ float apply(const OpParams& p, float a, float b) {
+template <typename A>
+__device__ __forceinline__ A apply(const OpParamsT<A>& p, A a, A b) {
     return binary(p.op, p.op == kSet ? p.alpha1 : p.alpha1 * a, p.alpha2 * b);
 }
 
@@ -160,17 +184,18 @@ __global__ void __launch_bounds__(256) tensor_binary(
     // sizes
     cl::index_t n, TensorLayout L,
     // parameters
-    OpParams p) {
+    OpParamsT<cl::acc_t<T>> p) {
+    typedef cl::acc_t<T> A;
     const bool reads_a = p.op != tens::kSet;
     const bool reads_b = p.op <= tens::kMax;
     for (cl::index_t i = cl::global_thread_id(); i < n; i += cl::grid_stride()) {
         cl::index_t off[3];
         tens::offsets<3>(i, L, off);
-        const float av = reads_a ? cl::to_float(a[off[1]]) : 0.0f;
-        const float bv = reads_b ? cl::to_float(b[off[2]]) : 0.0f;
-        float r = tens::apply(p, av, bv);
-        if (p.beta != 0.0f) r = fmaf(p.beta, cl::to_float(c[off[0]]), r);
-        c[off[0]] = cl::from_float<T>(r);
+        const A av = reads_a ? cl::to_acc(a[off[1]]) : A(0);
+        const A bv = reads_b ? cl::to_acc(b[off[2]]) : A(0);
+        A r = tens::apply(p, av, bv);
+        if (p.beta != A(0)) r = cl::math::fma(p.beta, cl::to_acc(c[off[0]]), r);
+        c[off[0]] = cl::from_acc<T>(r);
     }
 }
 
@@ -181,7 +206,8 @@ __global__ void __launch_bounds__(256) tensor_binary_vec(
     // sizes
     cl::index_t n,
     // parameters
-    OpParams p) {
+    OpParamsT<cl::acc_t<T>> p) {
+    typedef cl::acc_t<T> A;
     const bool reads_a = p.op != tens::kSet;
     const bool reads_b = p.op <= tens::kMax;
     const cl::index_t packs = n / VEC;
@@ -189,21 +215,21 @@ __global__ void __launch_bounds__(256) tensor_binary_vec(
         TPack<T, VEC> pa, pb, pc;
         if (reads_a) pa = reinterpret_cast<const TPack<T, VEC>*>(a)[k];
         if (reads_b) pb = reinterpret_cast<const TPack<T, VEC>*>(b)[k];
-        if (p.beta != 0.0f) pc = reinterpret_cast<const TPack<T, VEC>*>(c)[k];
+        if (p.beta != A(0)) pc = reinterpret_cast<const TPack<T, VEC>*>(c)[k];
 #pragma unroll
         for (int j = 0; j < VEC; ++j) {
-            float r = tens::apply(p, reads_a ? cl::to_float(pa.v[j]) : 0.0f,
-                                  reads_b ? cl::to_float(pb.v[j]) : 0.0f);
-            if (p.beta != 0.0f) r = fmaf(p.beta, cl::to_float(pc.v[j]), r);
-            pc.v[j] = cl::from_float<T>(r);
+            A r = tens::apply(p, reads_a ? cl::to_acc(pa.v[j]) : A(0),
+                              reads_b ? cl::to_acc(pb.v[j]) : A(0));
+            if (p.beta != A(0)) r = cl::math::fma(p.beta, cl::to_acc(pc.v[j]), r);
+            pc.v[j] = cl::from_acc<T>(r);
         }
         reinterpret_cast<TPack<T, VEC>*>(c)[k] = pc;
     }
     const cl::index_t i = packs * VEC + cl::global_thread_id();  // the tail: fewer than VEC
     if (i < n) {
-        float r = tens::apply(p, reads_a ? cl::to_float(a[i]) : 0.0f, reads_b ? cl::to_float(b[i]) : 0.0f);
-        if (p.beta != 0.0f) r = fmaf(p.beta, cl::to_float(c[i]), r);
-        c[i] = cl::from_float<T>(r);
+        A r = tens::apply(p, reads_a ? cl::to_acc(a[i]) : A(0), reads_b ? cl::to_acc(b[i]) : A(0));
+        if (p.beta != A(0)) r = cl::math::fma(p.beta, cl::to_acc(c[i]), r);
+        c[i] = cl::from_acc<T>(r);
     }
 }
 
@@ -220,7 +246,8 @@ __global__ void __launch_bounds__(256) tensor_channel(
     // sizes
     ChannelShape S,
     // parameters
-    OpParams p) {
+    OpParamsT<cl::acc_t<T>> p) {
+    typedef cl::acc_t<T> A;
     const bool reads_a = p.op != tens::kSet;
     const bool reads_b = p.op <= tens::kMax;
     const bool vec_is_a = S.vector_operand == 1;
@@ -235,15 +262,15 @@ __global__ void __launch_bounds__(256) tensor_channel(
         const unsigned int ch = q - S.channels * tens::fdiv(q, S.channels_mul, S.channels_shift);
         TPack<T, VEC> pf, pc;
         if (reads_full) pf = reinterpret_cast<const TPack<T, VEC>*>(full)[k];
-        if (p.beta != 0.0f) pc = reinterpret_cast<const TPack<T, VEC>*>(c)[k];
+        if (p.beta != A(0)) pc = reinterpret_cast<const TPack<T, VEC>*>(c)[k];
 #pragma unroll
         for (int j = 0; j < VEC; ++j) {
             // VEC > 1: one channel per pack (inner % VEC == 0) or VEC channels (inner == 1)
-            const float vv = reads_vec ? cl::to_float(vec[S.inner == 1 ? ch + j : ch]) : 0.0f;
-            const float fv = reads_full ? cl::to_float(pf.v[j]) : 0.0f;
-            float r = tens::apply(p, vec_is_a ? vv : fv, vec_is_a ? fv : vv);
-            if (p.beta != 0.0f) r = fmaf(p.beta, cl::to_float(pc.v[j]), r);
-            pc.v[j] = cl::from_float<T>(r);
+            const A vv = reads_vec ? cl::to_acc(vec[S.inner == 1 ? ch + j : ch]) : A(0);
+            const A fv = reads_full ? cl::to_acc(pf.v[j]) : A(0);
+            A r = tens::apply(p, vec_is_a ? vv : fv, vec_is_a ? fv : vv);
+            if (p.beta != A(0)) r = cl::math::fma(p.beta, cl::to_acc(pc.v[j]), r);
+            pc.v[j] = cl::from_acc<T>(r);
         }
         reinterpret_cast<TPack<T, VEC>*>(c)[k] = pc;
     }
@@ -256,13 +283,14 @@ __global__ void __launch_bounds__(256) tensor_transform(
     // sizes
     cl::index_t n, TensorLayout L,
     // parameters (alpha1, beta; op unused)
-    OpParams p) {
+    OpParamsT<typename tens::cvt_acc<TI, TO>::type> p) {
+    typedef typename tens::cvt_acc<TI, TO>::type A;
     for (cl::index_t i = cl::global_thread_id(); i < n; i += cl::grid_stride()) {
         cl::index_t off[2];
         tens::offsets<2>(i, L, off);
-        float r = p.alpha1 * cl::to_float(x[off[1]]);
-        if (p.beta != 0.0f) r = fmaf(p.beta, cl::to_float(y[off[0]]), r);
-        y[off[0]] = cl::from_float<TO>(r);
+        A r = p.alpha1 * (A)cl::to_acc(x[off[1]]);
+        if (p.beta != A(0)) r = cl::math::fma(p.beta, (A)cl::to_acc(y[off[0]]), r);
+        y[off[0]] = tens::round_to<TO>(r);
     }
 }
 
@@ -274,8 +302,9 @@ __global__ void __launch_bounds__(256) tensor_transpose(
     // sizes
     TransposeShape S,
     // parameters (alpha1, beta; op unused)
-    OpParams p) {
-    __shared__ float tile[32][33];  // [column][row]; +1: the column-wise reads hit 32 banks
+    OpParamsT<typename tens::cvt_acc<TI, TO>::type> p) {
+    typedef typename tens::cvt_acc<TI, TO>::type A;
+    __shared__ A tile[32][33];  // [column][row]; +1: the column-wise reads hit 32 banks
     const cl::index_t per_batch = S.tiles_r * S.tiles_c, tiles = S.batch * per_batch;
     const int tx = threadIdx.x, ty = threadIdx.y;
     for (cl::index_t t = blockIdx.x; t < tiles; t += gridDim.x) {
@@ -287,7 +316,7 @@ __global__ void __launch_bounds__(256) tensor_transpose(
 #pragma unroll
         for (int k = ty; k < 32; k += 8) {
             const cl::index_t col = c0 + k;
-            if (r < S.rows && col < S.cols) tile[k][tx] = cl::to_float(xb[col * S.x_col + r]);
+            if (r < S.rows && col < S.cols) tile[k][tx] = (A)cl::to_acc(xb[col * S.x_col + r]);
         }
         __syncthreads();
         TO* yb = y + b * S.y_batch;
@@ -297,9 +326,9 @@ __global__ void __launch_bounds__(256) tensor_transpose(
             const cl::index_t row = r0 + k;
             if (row < S.rows && col < S.cols) {
                 TO* dst = yb + row * S.y_row + col;
-                float v = p.alpha1 * tile[tx][k];
-                if (p.beta != 0.0f) v = fmaf(p.beta, cl::to_float(*dst), v);
-                *dst = cl::from_float<TO>(v);
+                A v = p.alpha1 * tile[tx][k];
+                if (p.beta != A(0)) v = cl::math::fma(p.beta, (A)cl::to_acc(*dst), v);
+                *dst = tens::round_to<TO>(v);
             }
         }
         __syncthreads();  // the tile is refilled by the next iteration
@@ -308,8 +337,9 @@ __global__ void __launch_bounds__(256) tensor_transpose(
 
 // ---------------------------------------------------------------- reductions
 
+template <typename A>
 struct RAcc {
-    float v;
+    A v;
     long long i;  // index of the chosen element (min / max / amax); LLONG_MAX: none yet
 };
 
@@ -317,59 +347,65 @@ namespace tens {
 
 __device__ __forceinline__ bool is_arg(int op) { return op == kRMin || op == kRMax || op == kRAmax; }
 
-__device__ __forceinline__ RAcc rinit(int op) {
-    RAcc a;
+template <typename A>
+__device__ __forceinline__ RAcc<A> rinit(int op) {
+    RAcc<A> a;
     a.i = 0x7fffffffffffffffLL;
     switch (op) {
-        case kRMul: case kRMulNoZeros: a.v = 1.0f; break;
-        case kRMin: a.v = __int_as_float(0x7f800000); break;                 // +inf
-        case kRMax: case kRAmax: a.v = __int_as_float(0xff800000); break;  // -inf
-        default: a.v = 0.0f;
+        case kRMul: case kRMulNoZeros: a.v = A(1); break;
+        case kRMin: a.v = A(__int_as_float(0x7f800000)); break;                 // +inf
+        case kRMax: case kRAmax: a.v = A(__int_as_float(0xff800000)); break;  // -inf
+        default: a.v = A(0);
     }
     return a;
 }
 
 // Min / max by (value, index): NaN beats numbers (it propagates), ties go to the lower
 // index, so the result does not depend on the order of combination.
-__device__ __forceinline__ bool better(int op, const RAcc& b, const RAcc& a) {
+template <typename A>
+__device__ __forceinline__ bool better(int op, const RAcc<A>& b, const RAcc<A>& a) {
     const bool bn = b.v != b.v, an = a.v != a.v;
     if (bn || an) return bn && (!an || b.i < a.i);
     if (b.v == a.v) return b.i < a.i;
     return op == kRMin ? b.v < a.v : b.v > a.v;
 }
 
-__device__ __forceinline__ RAcc rcombine(int op, RAcc a, const RAcc& b) {
+template <typename A>
+__device__ __forceinline__ RAcc<A> rcombine(int op, RAcc<A> a, const RAcc<A>& b) {
     if (is_arg(op)) return better(op, b, a) ? b : a;
     if (op == kRMul || op == kRMulNoZeros) a.v *= b.v;
     else a.v += b.v;
     return a;
 }
 
-__device__ __forceinline__ void radd(int op, RAcc& a, float x, long long i) {
+template <typename A>
+__device__ __forceinline__ void radd(int op, RAcc<A>& a, A x, long long i) {
     switch (op) {
-        case kRAmax: x = fabsf(x);  // fall through
+        case kRAmax: x = cl::math::fabs(x);  // fall through
         case kRMin: case kRMax: {
-            RAcc b;
+            RAcc<A> b;
             b.v = x;
             b.i = i;
             if (better(op, b, a)) a = b;
             break;
         }
         case kRMul: a.v *= x; break;
-        case kRMulNoZeros: if (x != 0.0f) a.v *= x; break;
-        case kRNorm1: a.v += fabsf(x); break;
-        case kRNorm2: a.v = fmaf(x, x, a.v); break;
+        case kRMulNoZeros: if (x != A(0)) a.v *= x; break;
+        case kRNorm1: a.v += cl::math::fabs(x); break;
+        case kRNorm2: a.v = cl::math::fma(x, x, a.v); break;
         default: a.v += x;  // sum, avg
     }
 }
 
-__device__ __forceinline__ RAcc shfl_xor(RAcc a, int m) {
+template <typename A>
+__device__ __forceinline__ RAcc<A> shfl_xor(RAcc<A> a, int m) {
     a.v = __shfl_xor_sync(0xffffffffu, a.v, m);
     a.i = __shfl_xor_sync(0xffffffffu, a.i, m);
     return a;
 }
 
-__device__ __forceinline__ cl::index_t reduced_offset(cl::index_t r, const ReduceLayout& R) {
+template <typename A>
+__device__ __forceinline__ cl::index_t reduced_offset(cl::index_t r, const ReduceLayoutT<A>& R) {
     cl::index_t off = 0;
 #pragma unroll
     for (int d = 0; d < kMaxDims; ++d) {
@@ -381,7 +417,8 @@ __device__ __forceinline__ cl::index_t reduced_offset(cl::index_t r, const Reduc
     return off;
 }
 
-__device__ __forceinline__ void output_offsets(cl::index_t o, const ReduceLayout& R,
+template <typename A>
+__device__ __forceinline__ void output_offsets(cl::index_t o, const ReduceLayoutT<A>& R,
                                                cl::index_t& in, cl::index_t& out) {
     in = 0;
     out = 0;
@@ -396,41 +433,47 @@ __device__ __forceinline__ void output_offsets(cl::index_t o, const ReduceLayout
 }
 
 template <typename T>
-__device__ __forceinline__ RAcc reduce_range(const T* base, const ReduceLayout& R, cl::index_t r0,
-                                             cl::index_t step) {
-    RAcc acc = rinit(R.op);
+__device__ __forceinline__ RAcc<cl::acc_t<T>> reduce_range(const T* base,
+                                                           const ReduceLayoutT<cl::acc_t<T>>& R,
+                                                           cl::index_t r0, cl::index_t step) {
+    RAcc<cl::acc_t<T>> acc = rinit<cl::acc_t<T>>(R.op);
     for (cl::index_t r = r0; r < R.count; r += step) {
-        radd(R.op, acc, cl::to_float(base[reduced_offset(r, R)]), r);
+        radd(R.op, acc, cl::to_acc(base[reduced_offset(r, R)]), r);
     }
     return acc;
 }
 
 // Elements [r0, end) of one output's reduced range, by `step`.
 template <typename T>
-__device__ __forceinline__ RAcc reduce_span(const T* base, const ReduceLayout& R, cl::index_t r0,
-                                            cl::index_t end, cl::index_t step) {
-    RAcc acc = rinit(R.op);
+__device__ __forceinline__ RAcc<cl::acc_t<T>> reduce_span(const T* base,
+                                                          const ReduceLayoutT<cl::acc_t<T>>& R,
+                                                          cl::index_t r0, cl::index_t end,
+                                                          cl::index_t step) {
+    RAcc<cl::acc_t<T>> acc = rinit<cl::acc_t<T>>(R.op);
     for (cl::index_t r = r0; r < end; r += step) {
-        radd(R.op, acc, cl::to_float(base[reduced_offset(r, R)]), r);
+        radd(R.op, acc, cl::to_acc(base[reduced_offset(r, R)]), r);
     }
     return acc;
 }
 
-__device__ __forceinline__ RAcc warp_reduce(int op, RAcc acc) {
+template <typename A>
+__device__ __forceinline__ RAcc<A> warp_reduce(int op, RAcc<A> acc) {
 #pragma unroll
     for (int m = 16; m > 0; m >>= 1) acc = rcombine(op, acc, shfl_xor(acc, m));
     return acc;
 }
 
 template <typename T>
-__device__ __forceinline__ void reduce_store(RAcc acc, const ReduceLayout& R, T* c,
+__device__ __forceinline__ void reduce_store(RAcc<cl::acc_t<T>> acc,
+                                             const ReduceLayoutT<cl::acc_t<T>>& R, T* c,
                                              long long* indices, cl::index_t out) {
-    float v = acc.v;
-    if (R.op == kRAvg) v = v / (float)R.count;
-    if (R.op == kRNorm2) v = sqrtf(v);
-    float r = R.alpha * v;
-    if (R.beta != 0.0f) r = fmaf(R.beta, cl::to_float(c[out]), r);
-    c[out] = cl::from_float<T>(r);
+    typedef cl::acc_t<T> A;
+    A v = acc.v;
+    if (R.op == kRAvg) v = v / (A)R.count;
+    if (R.op == kRNorm2) v = cl::math::sqrt(v);
+    A r = R.alpha * v;
+    if (R.beta != A(0)) r = cl::math::fma(R.beta, cl::to_acc(c[out]), r);
+    c[out] = cl::from_acc<T>(r);
     if (indices != nullptr) indices[out] = acc.i;
 }
 
@@ -441,7 +484,7 @@ __global__ void __launch_bounds__(256) tensor_reduce_thread(
     // pointers (indices: null, or one per output, laid out like c)
     const T* a, T* c, long long* indices,
     // sizes and parameters
-    ReduceLayout R) {
+    ReduceLayoutT<cl::acc_t<T>> R) {
     for (cl::index_t o = cl::global_thread_id(); o < R.outputs; o += cl::grid_stride()) {
         cl::index_t in, out;
         tens::output_offsets(o, R, in, out);
@@ -454,13 +497,13 @@ __global__ void __launch_bounds__(256) tensor_reduce_warp(
     // pointers
     const T* a, T* c, long long* indices,
     // sizes and parameters
-    ReduceLayout R) {
+    ReduceLayoutT<cl::acc_t<T>> R) {
     const cl::index_t warps = (cl::index_t)gridDim.x * (blockDim.x >> 5);
     const int lane = threadIdx.x & 31;
     for (cl::index_t o = cl::global_thread_id() >> 5; o < R.outputs; o += warps) {
         cl::index_t in, out;
         tens::output_offsets(o, R, in, out);
-        RAcc acc = tens::reduce_range(a + in, R, lane, 32);
+        RAcc<cl::acc_t<T>> acc = tens::reduce_range(a + in, R, lane, 32);
 #pragma unroll
         for (int m = 16; m > 0; m >>= 1) acc = tens::rcombine(R.op, acc, tens::shfl_xor(acc, m));
         if (lane == 0) tens::reduce_store(acc, R, c, indices, out);
@@ -472,13 +515,13 @@ __global__ void __launch_bounds__(256) tensor_reduce_block(
     // pointers
     const T* a, T* c, long long* indices,
     // sizes and parameters
-    ReduceLayout R) {
-    __shared__ RAcc red[32];
+    ReduceLayoutT<cl::acc_t<T>> R) {
+    __shared__ RAcc<cl::acc_t<T>> red[32];
     const int lane = threadIdx.x & 31, warp = threadIdx.x >> 5;
     for (cl::index_t o = blockIdx.x; o < R.outputs; o += gridDim.x) {
         cl::index_t in, out;
         tens::output_offsets(o, R, in, out);
-        RAcc acc = tens::reduce_range(a + in, R, threadIdx.x, blockDim.x);
+        RAcc<cl::acc_t<T>> acc = tens::reduce_range(a + in, R, threadIdx.x, blockDim.x);
 #pragma unroll
         for (int m = 16; m > 0; m >>= 1) acc = tens::rcombine(R.op, acc, tens::shfl_xor(acc, m));
         if (lane == 0) red[warp] = acc;
@@ -498,16 +541,16 @@ __global__ void __launch_bounds__(256) tensor_reduce_block(
 template <typename T>
 __global__ void __launch_bounds__(256) tensor_reduce_split_block(
     // pointers (partials: outputs * chunks values and indices)
-    const T* a, float* part_v, long long* part_i,
+    const T* a, cl::acc_t<T>* part_v, long long* part_i,
     // sizes and parameters
-    ReduceLayout R, cl::index_t chunk) {
-    __shared__ RAcc red[32];
+    ReduceLayoutT<cl::acc_t<T>> R, cl::index_t chunk) {
+    __shared__ RAcc<cl::acc_t<T>> red[32];
     const int lane = threadIdx.x & 31, warp = threadIdx.x >> 5;
     const cl::index_t o = blockIdx.y, begin = (cl::index_t)blockIdx.x * chunk;
     const cl::index_t end = begin + chunk < R.count ? begin + chunk : R.count;
     cl::index_t in, out;
     tens::output_offsets(o, R, in, out);
-    RAcc acc = tens::reduce_span(a + in, R, begin + threadIdx.x, end, blockDim.x);
+    RAcc<cl::acc_t<T>> acc = tens::reduce_span(a + in, R, begin + threadIdx.x, end, blockDim.x);
     acc = tens::warp_reduce(R.op, acc);
     if (lane == 0) red[warp] = acc;
     __syncthreads();
@@ -524,16 +567,16 @@ __global__ void __launch_bounds__(256) tensor_reduce_split_block(
 template <typename T>
 __global__ void __launch_bounds__(256) tensor_reduce_split_thread(
     // pointers
-    const T* a, float* part_v, long long* part_i,
+    const T* a, cl::acc_t<T>* part_v, long long* part_i,
     // sizes and parameters
-    ReduceLayout R, cl::index_t chunk) {
+    ReduceLayoutT<cl::acc_t<T>> R, cl::index_t chunk) {
     const cl::index_t o = (cl::index_t)blockIdx.y * blockDim.x + threadIdx.x;
     if (o >= R.outputs) return;
     const cl::index_t begin = (cl::index_t)blockIdx.x * chunk;
     const cl::index_t end = begin + chunk < R.count ? begin + chunk : R.count;
     cl::index_t in, out;
     tens::output_offsets(o, R, in, out);
-    const RAcc acc = tens::reduce_span(a + in, R, begin, end, 1);
+    const RAcc<cl::acc_t<T>> acc = tens::reduce_span(a + in, R, begin, end, 1);
     const cl::index_t k = o * gridDim.x + blockIdx.x;
     part_v[k] = acc.v;
     part_i[k] = acc.i;
@@ -544,15 +587,15 @@ __global__ void __launch_bounds__(256) tensor_reduce_split_thread(
 template <typename T>
 __global__ void __launch_bounds__(256) tensor_reduce_finish(
     // pointers
-    const float* part_v, const long long* part_i, T* c, long long* indices,
+    const cl::acc_t<T>* part_v, const long long* part_i, T* c, long long* indices,
     // sizes and parameters
-    ReduceLayout R, int chunks) {
+    ReduceLayoutT<cl::acc_t<T>> R, int chunks) {
     const cl::index_t warps = (cl::index_t)gridDim.x * (blockDim.x >> 5);
     const int lane = threadIdx.x & 31;
     for (cl::index_t o = cl::global_thread_id() >> 5; o < R.outputs; o += warps) {
-        RAcc acc = tens::rinit(R.op);
+        RAcc<cl::acc_t<T>> acc = tens::rinit<cl::acc_t<T>>(R.op);
         for (int k = lane; k < chunks; k += 32) {
-            RAcc part;
+            RAcc<cl::acc_t<T>> part;
             part.v = part_v[o * chunks + k];
             part.i = part_i[o * chunks + k];
             acc = tens::rcombine(R.op, acc, part);

@@ -1,7 +1,9 @@
 """cuDNN's tensor API as array functions: add_tensor, op_tensor, reduce_tensor,
 transform_tensor (with nchw_to_nhwc / nhwc_to_nchw), scale_tensor, set_tensor.
 
-Semantics follow cuDNN (math in float32 for every storage type, one rounding at the store):
+Semantics follow cuDNN (math in float32 for float32, float16 and bfloat16, in float64 for
+float64, one rounding at the store; alpha / beta are float32 numbers for the former and
+exact for float64):
 
 - ``add_tensor(a, c, alpha, beta)``: ``c = alpha * a + beta * c`` in place, ``a`` broadcast
   to ``c`` (each dim of a is 1 or c's; fewer dims are padded on the left), e.g. a bias.
@@ -16,7 +18,8 @@ Semantics follow cuDNN (math in float32 for every storage type, one rounding at 
   on ties; NaN propagates and wins). Reducing zero elements is an error for min, max,
   amax and avg (undefined); sum, norm1, norm2 give 0, mul and mul_no_zeros 1.
 - ``transform_tensor(x, out, alpha, beta)``: ``out = alpha * x + beta * out`` between any
-  two layouts and float dtypes (cuDNN's cudnnTransformTensor); ``nchw_to_nhwc(x)`` and
+  two layouts and float dtypes (cuDNN's cudnnTransformTensor; in float64, alpha and beta
+  exact, when either side is float64, so a conversion rounds once); ``nchw_to_nhwc(x)`` and
   ``nhwc_to_nchw(x)`` are the layout conversions.
 - ``scale_tensor(y, alpha)``: ``y *= alpha`` in place; ``set_tensor(y, value)``: ``y[...] = value``.
 
@@ -27,7 +30,8 @@ NHWC, 32-bit multiply-shift channel index), ``tensor_transform<TI, TO>`` (stride
 ``tensor_transpose<TI, TO>`` (32x32 shared-memory tiles when the layout change transposes
 the two innermost merged dims, e.g. NCHW <-> NHWC), ``tensor_reduce_{thread,warp,block}<T>``
 and, for few outputs with long reductions, ``tensor_reduce_split_{block,thread}<T>`` +
-``tensor_reduce_finish<T>`` (two passes through a float workspace, deterministic). Any
+``tensor_reduce_finish<T>`` (two passes through a workspace of the arithmetic type,
+deterministic). One module per output dtype (the transforms into it from every dtype). Any
 strides are accepted without copies (up to 8 dims after merging, else NotSupportedError);
 reduce_tensor writes a non-C-contiguous ``out`` through a contiguous copy.
 """
@@ -74,6 +78,10 @@ _LAYOUT_DTYPE = np.dtype(
 _OP_DTYPE = np.dtype(
     [("alpha1", "<f4"), ("alpha2", "<f4"), ("beta", "<f4"), ("op", "<i4")], align=True
 )
+# OpParamsT<double>: float64 outputs, and conversions from or to float64
+_OP_DTYPE64 = np.dtype(
+    [("alpha1", "<f8"), ("alpha2", "<f8"), ("beta", "<f8"), ("op", "<i4")], align=True
+)
 _CHANNEL_DTYPE = np.dtype(
     [
         ("n", "<u4"),
@@ -104,24 +112,32 @@ _TRANSPOSE_DTYPE = np.dtype(
     ],
     align=True,
 )
-_REDUCE_DTYPE = np.dtype(
-    [
-        ("ksize", "<i8", (MAX_DIMS,)),
-        ("kstride_in", "<i8", (MAX_DIMS,)),
-        ("kstride_out", "<i8", (MAX_DIMS,)),
-        ("rsize", "<i8", (MAX_DIMS,)),
-        ("rstride", "<i8", (MAX_DIMS,)),
-        ("outputs", "<i8"),
-        ("count", "<i8"),
-        ("alpha", "<f4"),
-        ("beta", "<f4"),
-        ("kndim", "<i4"),
-        ("rndim", "<i4"),
-        ("op", "<i4"),
-        ("reserved", "<i4"),
-    ],
-    align=True,
-)
+
+
+def _reduce_dtype(scalar: str) -> np.dtype:
+    """ReduceLayoutT<A>: alpha and beta of the arithmetic type (f4: float, f8: double)."""
+    return np.dtype(
+        [
+            ("ksize", "<i8", (MAX_DIMS,)),
+            ("kstride_in", "<i8", (MAX_DIMS,)),
+            ("kstride_out", "<i8", (MAX_DIMS,)),
+            ("rsize", "<i8", (MAX_DIMS,)),
+            ("rstride", "<i8", (MAX_DIMS,)),
+            ("outputs", "<i8"),
+            ("count", "<i8"),
+            ("alpha", scalar),
+            ("beta", scalar),
+            ("kndim", "<i4"),
+            ("rndim", "<i4"),
+            ("op", "<i4"),
+            ("reserved", "<i4"),
+        ],
+        align=True,
+    )
+
+
+_REDUCE_DTYPE = _reduce_dtype("<f4")
+_REDUCE_DTYPE64 = _reduce_dtype("<f8")
 
 
 def _vec(dt: dtypes.DType) -> int:
@@ -185,14 +201,23 @@ def last_kernel_name() -> str | None:
 # ------------------------------------------------------------------ checks
 
 
-def _real(name: str, v: Any) -> float:
+def _real(name: str, v: Any, wide: bool = False) -> float:
+    """A user scalar as the kernel will see it: rounded to float32, or (``wide``: float64
+    arithmetic) exact."""
     if isinstance(v, bool) or not isinstance(v, (int, float, np.integer, np.floating)):
         raise BadParamError(f"{name}: expected a real number, got {v!r}")
     with np.errstate(over="ignore"):
-        f = float(np.float32(v))
+        f = float(v) if wide else float(np.float32(v))
     if not np.isfinite(f):
-        raise BadParamError(f"{name}: expected a finite number (in float32), got {v!r}")
+        raise BadParamError(
+            f"{name}: expected a finite number{'' if wide else ' (in float32)'}, got {v!r}"
+        )
     return f
+
+
+def _wide(*types: dtypes.DType) -> bool:
+    """Whether the kernel computes in double: float64 on either side."""
+    return any(t.short == "fp64" for t in types)
 
 
 def _choice(name: str, v: Any, options: Sequence[str]) -> int:
@@ -260,8 +285,9 @@ def _layout(shape: tuple[int, ...], strides: list[list[int]]) -> np.void:
     return lay[()]
 
 
-def _op_struct(alpha1: float, alpha2: float, beta: float, op: int) -> np.void:
-    return np.array((alpha1, alpha2, beta, op), _OP_DTYPE)[()]
+def _op_struct(alpha1: float, alpha2: float, beta: float, op: int, wide: bool) -> np.void:
+    """OpParamsT<float> or (``wide``) OpParamsT<double>."""
+    return np.array((alpha1, alpha2, beta, op), _OP_DTYPE64 if wide else _OP_DTYPE)[()]
 
 
 # ------------------------------------------------------------------ elementwise
@@ -363,7 +389,8 @@ def add_tensor(a: Any, c: Any, *, alpha: float = 1.0, beta: float = 1.0) -> Any:
     _same_kind_dtype("a", a, dt)
     _writable("c", c)
     _broadcast_strides("a", a, tuple(c.shape))
-    params = _op_struct(_real("alpha", alpha), 0.0, _real("beta", beta), _OP_COPY)
+    w = _wide(dt)
+    params = _op_struct(_real("alpha", alpha, w), 0.0, _real("beta", beta, w), _OP_COPY, w)
     if a.size and array_module(c).may_share_memory(a, c) and a is not c:
         a = a.copy()
     _elementwise(backend, dt, c, a, None, params)
@@ -406,10 +433,11 @@ def op_tensor(
             ) from None
     else:
         shape = tuple(a.shape)
-    beta32 = _real("beta", beta)
-    params = _op_struct(_real("alpha1", alpha1), _real("alpha2", alpha2), beta32, op_id)
+    w = _wide(dt)
+    beta_val = _real("beta", beta, w)
+    params = _op_struct(_real("alpha1", alpha1, w), _real("alpha2", alpha2, w), beta_val, op_id, w)
     if out is None:
-        if beta32 != 0:
+        if beta_val != 0:
             raise BadParamError(
                 "beta: blending (beta != 0) reads the prior content of out; pass out="
             )
@@ -442,7 +470,9 @@ def scale_tensor(y: Any, alpha: float) -> Any:
     y = as_array("y", y)
     dt = float_dtype("y", y)
     _writable("y", y)
-    _elementwise(backend, dt, y, y, None, _op_struct(_real("alpha", alpha), 0.0, 0.0, _OP_COPY))
+    w = _wide(dt)
+    params = _op_struct(_real("alpha", alpha, w), 0.0, 0.0, _OP_COPY, w)
+    _elementwise(backend, dt, y, y, None, params)
     return y
 
 
@@ -454,8 +484,9 @@ def set_tensor(y: Any, value: float) -> Any:
     dt = float_dtype("y", y)
     _writable("y", y)
     v = float(value) if isinstance(value, (float, np.floating)) and np.isnan(value) else None
-    val = v if v is not None else _real("value", value)
-    _elementwise(backend, dt, y, None, None, _op_struct(val, 0.0, 0.0, _OP_SET))
+    w = _wide(dt)
+    val = v if v is not None else _real("value", value, w)
+    _elementwise(backend, dt, y, None, None, _op_struct(val, 0.0, 0.0, _OP_SET, w))
     return y
 
 
@@ -477,18 +508,21 @@ def transform_tensor(
     backend = backend_for(x, out, names=("x", "out"))
     x = as_array("x", x)
     src = float_dtype("x", x)
-    beta32 = _real("beta", beta)
     if out is None:
-        if beta32 != 0:
-            raise BadParamError(
-                "beta: blending (beta != 0) reads the prior content of out; pass out="
-            )
         dst = src if dtype is None else dtypes.lookup(dtype)
         if dst is None:
             raise BadParamError(f"dtype: expected {dtypes.names()}, got {dtype!r}")
-        out = array_module(x).empty(x.shape, dst.numpy)
     else:
         dst = float_dtype("out", out)
+    w = _wide(src, dst)
+    beta_val = _real("beta", beta, w)
+    if out is None:
+        if beta_val != 0:
+            raise BadParamError(
+                "beta: blending (beta != 0) reads the prior content of out; pass out="
+            )
+        out = array_module(x).empty(x.shape, dst.numpy)
+    else:
         if dtype is not None and dtypes.lookup(dtype) != dst:
             raise BadParamError(f"dtype: {dtype!r} differs from out's dtype {out.dtype}")
         check_out(out, x.shape, dst.numpy, backend, {})
@@ -498,7 +532,7 @@ def transform_tensor(
     if out.size:
         strides = [[s // out.itemsize for s in out.strides], [s // x.itemsize for s in x.strides]]
         strides.append([0] * x.ndim)
-        params = _op_struct(_real("alpha", alpha), 0.0, beta32, _OP_COPY)
+        params = _op_struct(_real("alpha", alpha, w), 0.0, beta_val, _OP_COPY, w)
         tr = _transpose_shape(tuple(x.shape), strides)
         if tr is not None:
             name = f"tensor_transpose<{src.ctype}, {dst.ctype}>"
@@ -594,7 +628,7 @@ def reduce_tensor(
     """cuDNN's cudnnReduceTensor: ``out = alpha * reduce_op(x over axes) + beta * out``.
 
     Args:
-        x: float32, float16 or bfloat16 array, any strides, at most 8 dims.
+        x: float32, float16, bfloat16 or float64 array, any strides, at most 8 dims.
         op: one of :data:`REDUCE_OPS` (see the module docstring for their definitions).
         axes: the axes to reduce (None: all).
         keepdims: keep reduced axes as size 1 (cuDNN's output shape).
@@ -623,10 +657,10 @@ def reduce_tensor(
         )
     full_shape = tuple(1 if d in red else s for d, s in enumerate(x.shape))
     shape = full_shape if keepdims else tuple(x.shape[d] for d in kept)
-    beta32 = _real("beta", beta)
+    beta_val = _real("beta", beta, _wide(dt))
     xp = array_module(x)
     if out is None:
-        if beta32 != 0:
+        if beta_val != 0:
             raise BadParamError(
                 "beta: blending (beta != 0) reads the prior content of out; pass out="
             )
@@ -640,7 +674,7 @@ def reduce_tensor(
     # the kernel writes values and indices at the same offsets: a C-contiguous target
     target = out if out.flags.c_contiguous else xp.ascontiguousarray(out)
     if target.size:
-        _launch_reduce(backend, dt, x, target, indices, kept, red, count, op_id, alpha, beta32)
+        _launch_reduce(backend, dt, x, target, indices, kept, red, count, op_id, alpha, beta_val)
         if target is not out:
             out[...] = target
     return (out, indices) if return_indices else out
@@ -664,7 +698,8 @@ def _launch_reduce(
     out_strides = [s // out.itemsize for s in out.strides]
     if out.ndim == x.ndim:
         out_strides = [out_strides[d] for d in kept]
-    r = np.zeros((), _REDUCE_DTYPE)
+    w = _wide(dt)
+    r = np.zeros((), _REDUCE_DTYPE64 if w else _REDUCE_DTYPE)
     xs = [s // x.itemsize for s in x.strides]
     r["kndim"], r["rndim"] = len(kept), len(red)
     r["ksize"][: len(kept)] = [x.shape[d] for d in kept][::-1]
@@ -673,7 +708,7 @@ def _launch_reduce(
     r["rsize"][: len(red)] = [x.shape[d] for d in red][::-1]
     r["rstride"][: len(red)] = [xs[d] for d in red][::-1]
     r["outputs"], r["count"] = outputs, count
-    r["alpha"], r["beta"], r["op"] = _real("alpha", alpha), beta, op_id
+    r["alpha"], r["beta"], r["op"] = _real("alpha", alpha, w), beta, op_id
     # The contiguous (smallest-stride) axis decides who walks it: threads across outputs
     # when it is kept, lanes of a warp (or a block) when it is reduced.
     live = [d for d in range(x.ndim) if x.shape[d] > 1]
@@ -728,17 +763,19 @@ def _launch_split(
     chunks: int,
     threads_walk_outputs: bool,
 ) -> None:
-    """Pass 1: each block reduces one chunk into a float (value, index) workspace; pass 2:
-    one warp per output combines its partials in a fixed order (deterministic).
+    """Pass 1: each block reduces one chunk into a (value, index) workspace of the
+    arithmetic type; pass 2: one warp per output combines its partials in a fixed order
+    (deterministic).
 
-    float partials: each is a float32 reduction of >= 128 elements, so the workspace adds
-    one rounding per partial to (n + 32) ulps already spent; double would not change the
-    bound the tests check and doubles the finish's reads."""
+    float partials for the 32-bit arithmetic: each is a float32 reduction of >= 128
+    elements, so the workspace adds one rounding per partial to (n + 32) ulps already
+    spent; double would not change the bound the tests check and doubles the finish's
+    reads. float64 inputs keep double partials (the accumulation stays in double)."""
     outputs, count = int(r["outputs"]), int(r["count"])
     chunk = -(-count // chunks)
     chunks = -(-count // chunk)  # every chunk non-empty
     xp = array_module(x)
-    part_v = xp.empty(outputs * chunks, np.float32)
+    part_v = xp.empty(outputs * chunks, np.float64 if _wide(dt) else np.float32)
     part_i = xp.empty(outputs * chunks, np.int64)
     if threads_walk_outputs:
         kind, grid = "split_thread", (chunks, -(-outputs // BLOCK))
