@@ -174,7 +174,11 @@ def test_bad_configs_and_workspace() -> None:
     with pytest.raises(BadParamError, match="not compiled"):
         TileConfig(64, 32, 16, 4, 4)
     with pytest.raises(BadParamError, match="not compiled"):
-        TileConfig(64, 64, 8, 4, 4)  # the former BK 8 tiles
+        TileConfig(64, 64, 8, 4, 4, 2)  # BK 8: fp64's tiles only, with 3 stages
+    fp64_tile = TileConfig(64, 64, 8, 4, 4, 3)  # compiled for fp64 only
+    assert not IGEMM.is_valid(fp64_tile, make(c=8, k=8, hw=(5, 5)), EMULATOR)
+    with pytest.raises(NotSupportedError, match="not compiled for fp32"):
+        IGEMM.prepare(None, make(c=8, k=8, hw=(5, 5)), fp64_tile)  # type: ignore[arg-type]
     with pytest.raises(BadParamError, match="positive ints"):
         TileConfig(64, 64, 16, 4, True)
     with pytest.raises(TypeError):
