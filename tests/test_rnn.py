@@ -78,7 +78,7 @@ def _check_fwd_bwd(x, hx, cx, w, kw, atol, rng_seed=3, algo="auto", backend="cpu
                  training=True, algo=algo, **kw_b, **extra)  # fmt: skip
     out = (*(to_numpy(a) for a in out[:-1]), out[-1])
     y_r, hy_r, cy_r = ref.rnn_forward(f64(x), f64(hx), _upcast(w), cx=f64(cx), training=True,
-                                      **kw, **extra)  # fmt: skip
+                                      dtype=x.dtype, **kw, **extra)  # fmt: skip
     np.testing.assert_allclose(out[0].astype(np.float64), y_r, atol=atol, rtol=0)
     np.testing.assert_allclose(out[1].astype(np.float64), hy_r, atol=atol, rtol=0)
     if cy_r is not None:
@@ -92,7 +92,7 @@ def _check_fwd_bwd(x, hx, cx, w, kw, atol, rng_seed=3, algo="auto", backend="cpu
     dx, dhx, dw = to_numpy(dx), to_numpy(dhx), {k: to_numpy(v) for k, v in dw.items()}
     dcx = None if dcx is None else to_numpy(dcx)
     g = ref.rnn_backward(f64(dy), f64(dhy), f64(dcy), f64(x), f64(hx), _upcast(w), cx=f64(cx),
-                         training=True, **kw, **extra)  # fmt: skip
+                         training=True, dtype=x.dtype, **kw, **extra)  # fmt: skip
     np.testing.assert_allclose(dx.astype(np.float64), g[0], atol=4 * atol, rtol=0)
     np.testing.assert_allclose(dhx.astype(np.float64), g[1], atol=4 * atol, rtol=0)
     if g[2] is not None:
@@ -134,6 +134,51 @@ def test_16bit(dtype):
     x, hx, cx, w, kw = _case("lstm", 5, 2, 3, 4, bi=True, lens=[5, 3], dtype=dt)
     out = _check_fwd_bwd(x, hx, cx, w, kw, atol=ATOL[dtype])
     assert out[0].dtype == dt and out[1].dtype == dt and out[2].dtype == dt
+
+
+# fp64: the fp32 argument with 2^-53 for 2^-24: a step's value sums at most G*H + I + 2 ~ 40
+# products of O(1) terms (5e-15) and double tanh/exp are within 2 ulps on a GPU; through
+# T <= 5 steps of contractive gates that stays under 3e-14. 1e-13 (and _check_fwd_bwd's 4x /
+# 8x for the gradients) bounds it, while one float32 rounding anywhere (~1e-7) fails.
+ATOL64 = 1e-13
+CASES_64 = [
+    # a tiny LSTM through the dispatcher (the persistent solver at this batch), with lengths
+    ("lstm", dict(t=3, b=2, i=3, h=4, bi=True, lens=[3, 2]), "auto", {}),
+    ("lstm", dict(t=4, b=3, i=3, h=6, p=2, bi=True, lens=[4, 1, 3]), "rnn_fwd_standard", {}),
+    ("gru", dict(t=5, b=3, i=4, h=7, layers=2, bi=True), "rnn_fwd_standard",
+     dict(dropout=0.4, seed=11)),
+]  # fmt: skip
+
+
+@pytest.mark.parametrize("mode,kw,algo,extra", CASES_64, ids=lambda v: str(v)[:40])
+def test_float64_matches_reference(mode, kw, algo, extra, backend):
+    x, hx, cx, w, kw = _case(mode, dtype=np.float64, **kw)
+    out = _check_fwd_bwd(x, hx, cx, w, kw, atol=ATOL64, algo=algo, backend=backend, **extra)
+    assert all(a.dtype == np.float64 for a in out[:-1])  # y, hy (, cy)
+
+
+def test_float64_matches_torch():
+    torch = pytest.importorskip("torch")
+    torch.manual_seed(1)
+    m = torch.nn.LSTM(3, 4, bidirectional=True, batch_first=True).double()
+    x = torch.randn(2, 3, 3, dtype=torch.float64, requires_grad=True)
+    h0 = torch.randn(2, 2, 4, dtype=torch.float64, requires_grad=True)
+    c0 = torch.randn(2, 2, 4, dtype=torch.float64, requires_grad=True)
+    y, (hy, cy) = m(x, (h0, c0))
+    (y.square().sum() + hy.sum() + (cy * 2).sum()).backward()
+    w = cl.rnn_weights_from_torch(m)  # float64 arrays, no copy
+    assert all(v.dtype == np.float64 for v in w.values())
+    xn, hn, cn = (a.detach().numpy() for a in (x, h0, c0))
+    kw = dict(mode="lstm", bidirectional=True, batch_first=True)
+    y2, hy2, cy2, res = cl.rnn(xn, hn, w, cx=cn, training=True, **kw)
+    for a, b in ((y2, y), (hy2, hy), (cy2, cy)):
+        np.testing.assert_allclose(a, b.detach().numpy(), atol=ATOL64, rtol=0)
+    dx, dhx, dcx, dw = cl.rnn_backward(2 * y2, np.ones_like(hy2), np.full_like(cy2, 2), res)
+    for a, b in ((dx, x), (dhx, h0), (dcx, c0)):
+        np.testing.assert_allclose(a, b.grad.numpy(), atol=4 * ATOL64, rtol=0)
+    for name, prm in m.named_parameters():
+        np.testing.assert_allclose(dw[name], prm.grad.numpy(), atol=8 * ATOL64, rtol=0,
+                                   err_msg=name)  # fmt: skip
 
 
 def test_flat_weights_equal_dict():
@@ -271,6 +316,9 @@ def test_bad_input():
     _bad("num_layers: expected an integer >= 1", num_layers=0)
     _bad("x: expected dtype", x=np.zeros((3, 2, 3), np.int32))
     _bad("hx: expected dtype float32", hx=np.zeros((2, 2, 4), np.float16))
+    _bad("hx: expected dtype float32", hx=np.zeros((2, 2, 4), np.float64))  # mixed
+    _bad(r"weights\['weight_ih_l0'\]: expected dtype float32",
+         weights={**w, "weight_ih_l0": w["weight_ih_l0"].astype(np.float64)})  # fmt: skip
     _bad("sequence length must be at least 1", x=np.zeros((0, 2, 3), np.float32))
     _bad("matches no hidden size", weights=np.zeros(17, np.float32))
     with pytest.raises(BadParamError, match="reserve: expected the reserve"):

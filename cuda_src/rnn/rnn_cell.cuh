@@ -8,7 +8,9 @@
 namespace rnn {
 enum Mode { kTanh = 0, kRelu = 1, kLstm = 2, kGru = 3 };
 
-__device__ __forceinline__ float sigmoid(float v) { return 1.0f / (1.0f + expf(-v)); }
+// A: the arithmetic type, float or double (cl::acc_t of the storage type).
+template <typename A>
+__device__ __forceinline__ A sigmoid(A v) { return A(1) / (A(1) + cl::math::exp(-v)); }
 
 // Gates per unit, at compile time (loops over gates unroll; no local-memory arrays).
 template <int MODE>
@@ -20,25 +22,24 @@ struct Gates {
 // GRU n gate's recurrent part, `ghn` that part (h W_hn^T + b_hn; GRU only), c the cell state
 // (LSTM; updated), h_prev the previous h (GRU). Returns the new h; `gates` gets the gates
 // after their nonlinearities (what the backward reads).
-template <int MODE, typename Pre>
-__device__ __forceinline__ float cell_forward(Pre pre, float ghn, float& c, float h_prev,
-                                              float gates[4]) {
+template <int MODE, typename A, typename Pre>
+__device__ __forceinline__ A cell_forward(Pre pre, A ghn, A& c, A h_prev, A gates[4]) {
     if (MODE == kLstm) {
-        float i = sigmoid(pre(0)), f = sigmoid(pre(1));
-        float g = tanhf(pre(2)), o = sigmoid(pre(3));
+        A i = sigmoid(pre(0)), f = sigmoid(pre(1));
+        A g = cl::math::tanh(pre(2)), o = sigmoid(pre(3));
         c = f * c + i * g;
         gates[0] = i, gates[1] = f, gates[2] = g, gates[3] = o;
-        return o * tanhf(c);
+        return o * cl::math::tanh(c);
     }
     if (MODE == kGru) {
-        float r = sigmoid(pre(0)), z = sigmoid(pre(1));
-        float n = tanhf(pre(2) + r * ghn);
+        A r = sigmoid(pre(0)), z = sigmoid(pre(1));
+        A n = cl::math::tanh(pre(2) + r * ghn);
         gates[0] = r, gates[1] = z, gates[2] = n;
-        return (1.0f - z) * n + z * h_prev;
+        return (A(1) - z) * n + z * h_prev;
     }
-    float v = pre(0);
-    float h = MODE == kTanh ? tanhf(v) : fmaxf(v, 0.0f);
-    if (MODE == kRelu && v != v) h = v;  // fmaxf drops NaN; PyTorch's relu keeps it
+    A v = pre(0);
+    A h = MODE == kTanh ? cl::math::tanh(v) : cl::math::fmax(v, A(0));
+    if (MODE == kRelu && v != v) h = v;  // fmax drops NaN; PyTorch's relu keeps it
     gates[0] = h;
     return h;
 }

@@ -2,7 +2,10 @@
 // every time step of one layer, both directions, and keeps W_hh on chip for all of them.
 // The input projection x W_ih^T of every step is done before (the solver's GEMM, gx).
 //
-// Kernels (T = float | __half | __nv_bfloat16, MODE = rnn::kMode*; no projections):
+// Arithmetic, accumulation and the A buffers below are in A = cl::acc_t<T> (float, double
+// for double).
+//
+// Kernels (T = float | __half | __nv_bfloat16 | double, MODE = rnn::kMode*; no projections):
 //   rnn_persistent_fwd<T, MODE>
 //       grid: D * blocks_per_dir blocks of kThreads; block k serves direction
 //       d = k / blocks_per_dir and the hidden units [j0, j0 + U), all G gates of them.
@@ -12,7 +15,7 @@
 //       memory; each warp takes rows of its W slice and all B batch rows, its lanes
 //       splitting K = Ho (lane l reads 16 contiguous bytes at a time, or with Ho not a
 //       multiple of 16 bytes one element: consecutive addresses, no bank conflicts; a W
-//       row is read once per 4 batch rows) with fp32 accumulation and a
+//       row is read once per 4 batch rows) with A accumulation and a
 //       butterfly shuffle reduction; the pre-activations go to shared memory, then one
 //       thread per (batch row, unit) applies rnn::cell_forward<MODE> (the per-step
 //       kernel's math, rnn_cell.cuh), writes h to the other state buffer, y[t], c and in
@@ -23,15 +26,15 @@
 // caller's hstate (D, B, Ho), state[1] = scratch of the same shape. Step s reads
 // state[(T - s) & 1] and writes state[(T - 1 - s) & 1], so the last step (s = T - 1) writes
 // state[0] and the final h lands in hstate; the host puts the initial h into state[T & 1].
-// cstate (D, B, H) fp32: each (d, b, j) belongs to one block, updated in place.
+// cstate (D, B, H) A: each (d, b, j) belongs to one block, updated in place.
 //
 // Layouts and semantics are rnn_cell.cu's (file comment there): gx, s_gates (D, T, B, G*H)
-// fp32; y (T, B, D*Ho); s_c, s_ghn (D, T, B, H) fp32; s_h (D, T, B, Ho) T (h before the
+// A; y (T, B, D*Ho); s_c, s_ghn (D, T, B, H) A; s_h (D, T, B, Ho) T (h before the
 // step, every row); direction 0 runs t = 0 .. T-1, direction 1 t = T-1 .. 0; a row past its
 // length keeps its state (copied into the new buffer) and gets y = 0.
 //
 // Dynamic shared memory (bytes, each part 16-byte aligned; persistent.py: smem_bytes):
-//   W slice  G*U*Ho T    h_prev  B*Ho T    pre-activations  B*G*U fp32
+//   W slice  G*U*Ho T    h_prev  B*Ho T    pre-activations  B*G*U A
 // Defines: none (one module per dtype with the four modes).
 #include "rnn/rnn_cell.cuh"
 #include "common/grid_sync.cuh"
@@ -52,7 +55,7 @@ struct RnnPersistentParams {
     long long y_ld;             // row stride of y: directions * hout
 };
 
-// 16 bytes of T: one 128-bit shared-memory load.
+// 16 bytes of T: one 128-bit shared-memory load (2 doubles).
 template <typename T>
 struct alignas(16) Pack16 {
     static constexpr int kSize = 16 / sizeof(T);
@@ -65,11 +68,13 @@ struct alignas(16) Pack16 {
 // contiguous bytes (a warp 512: conflict-free, 4x fewer loads per FMA); else scalars.
 template <int NB, typename T>
 __device__ __forceinline__ void dot_rows(const T* __restrict__ w_row, const T* __restrict__ h,
-                                         int b0, int ho, bool vec, float* __restrict__ pre,
-                                         int ld, int row, int lane) {
-    float acc[NB];
+                                         int b0, int ho, bool vec,
+                                         cl::acc_t<T>* __restrict__ pre, int ld, int row,
+                                         int lane) {
+    typedef cl::acc_t<T> A;
+    A acc[NB];
 #pragma unroll
-    for (int i = 0; i < NB; ++i) acc[i] = 0.0f;
+    for (int i = 0; i < NB; ++i) acc[i] = A(0);
     if (vec) {
         using P = Pack16<T>;
         for (int k = lane * P::kSize; k < ho; k += 32 * P::kSize) {
@@ -79,15 +84,15 @@ __device__ __forceinline__ void dot_rows(const T* __restrict__ w_row, const T* _
                 const P hv = *reinterpret_cast<const P*>(h + (b0 + i) * ho + k);
 #pragma unroll
                 for (int e = 0; e < P::kSize; ++e)
-                    acc[i] = fmaf(cl::to_float(w.v[e]), cl::to_float(hv.v[e]), acc[i]);
+                    acc[i] = cl::math::fma(cl::to_acc(w.v[e]), cl::to_acc(hv.v[e]), acc[i]);
             }
         }
     } else {
         for (int k = lane; k < ho; k += 32) {
-            float w = cl::to_float(w_row[k]);
+            A w = cl::to_acc(w_row[k]);
 #pragma unroll
             for (int i = 0; i < NB; ++i)
-                acc[i] = fmaf(w, cl::to_float(h[(b0 + i) * ho + k]), acc[i]);
+                acc[i] = cl::math::fma(w, cl::to_acc(h[(b0 + i) * ho + k]), acc[i]);
         }
     }
 #pragma unroll
@@ -104,18 +109,19 @@ __device__ __forceinline__ void dot_rows(const T* __restrict__ w_row, const T* _
 template <typename T, int MODE>
 __global__ void __launch_bounds__(rnn_persist::kThreads, 1) rnn_persistent_fwd(
     // inputs
-    const float* __restrict__ gx, const T* __restrict__ w_hh, const T* __restrict__ b_ih,
+    const cl::acc_t<T>* __restrict__ gx, const T* __restrict__ w_hh, const T* __restrict__ b_ih,
     const T* __restrict__ b_hh, const int* __restrict__ lengths,
     // state: state0 = hstate (final h), state1 scratch (file comment); c in place
-    T* state0, T* state1, float* __restrict__ cstate,
+    T* state0, T* state1, cl::acc_t<T>* __restrict__ cstate,
     // outputs
     T* __restrict__ y,
     // saved for the backward (training only)
-    float* __restrict__ s_gates, float* __restrict__ s_c, T* __restrict__ s_h,
-    float* __restrict__ s_ghn,
+    cl::acc_t<T>* __restrict__ s_gates, cl::acc_t<T>* __restrict__ s_c, T* __restrict__ s_h,
+    cl::acc_t<T>* __restrict__ s_ghn,
     // grid barrier counter, zeroed by the host
     unsigned int* barrier, RnnPersistentParams p) {
     using namespace rnn_persist;
+    typedef cl::acc_t<T> A;
     constexpr int G = rnn::Gates<MODE>::value;
     const int d = blockIdx.x / p.blocks_per_dir;
     const int j0 = (blockIdx.x - d * p.blocks_per_dir) * p.units;
@@ -131,7 +137,7 @@ __global__ void __launch_bounds__(rnn_persist::kThreads, 1) rnn_persistent_fwd(
     long long at = align16((long long)gu * ho * sizeof(T));
     T* h_s = reinterpret_cast<T*>(smem + at);  // (B, Ho)
     at += align16((long long)p.b * ho * sizeof(T));
-    float* pre_s = reinterpret_cast<float*>(smem + at);  // (B, G*U)
+    A* pre_s = reinterpret_cast<A*>(smem + at);  // (B, G*U)
 
     // W_hh slice, once for every step: reads along k are coalesced.
     const T* w_dir = w_hh + (long long)d * p.gh * ho;
@@ -152,7 +158,7 @@ __global__ void __launch_bounds__(rnn_persist::kThreads, 1) rnn_persistent_fwd(
         for (int idx = threadIdx.x; idx < p.b * ho; idx += kThreads) h_s[idx] = h_in[idx];
         __syncthreads();  // h_s staged (and, at s = 0, w_s loaded)
 
-        // Recurrent pre-activations h_prev W^T of this block's rows, fp32.
+        // Recurrent pre-activations h_prev W^T of this block's rows, in A.
         for (int r = warp; r < G * nu; r += kWarps) {
             const int row = (r / nu) * p.units + r % nu;
             const T* w_row = w_s + (long long)row * ho;
@@ -173,34 +179,34 @@ __global__ void __launch_bounds__(rnn_persist::kThreads, 1) rnn_persistent_fwd(
             if (p.training) s_h[trow * ho + j] = h_old;
             if (p.has_len && t >= lengths[b]) {
                 h_out[b * ho + j] = h_old;
-                *yv = cl::from_float<T>(0.0f);
+                *yv = cl::from_acc<T>(A(0));
                 continue;
             }
-            const float* gxr = gx + trow * p.gh;
-            const float* pr = pre_s + b * gu + u;
+            const A* gxr = gx + trow * p.gh;
+            const A* pr = pre_s + b * gu + u;
             auto pre = [&](int g) {
                 int k = g * p.h + j;
-                float v = gxr[k] + cl::to_float(bi[k]);
-                return MODE == rnn::kGru && g == 2 ? v : v + pr[g * p.units] + cl::to_float(bh[k]);
+                A v = gxr[k] + cl::to_acc(bi[k]);
+                return MODE == rnn::kGru && g == 2 ? v : v + pr[g * p.units] + cl::to_acc(bh[k]);
             };
             const int kn = 2 * p.h + j;
-            float ghn = MODE == rnn::kGru ? pr[2 * p.units] + cl::to_float(bh[kn]) : 0.0f;
-            float* cs = cstate + row * p.h + j;
-            float cell = MODE == rnn::kLstm ? *cs : 0.0f;
-            float gates[4];
-            float h_prev = MODE == rnn::kGru ? cl::to_float(h_old) : 0.0f;
-            float h_new = rnn::cell_forward<MODE>(pre, ghn, cell, h_prev, gates);
+            A ghn = MODE == rnn::kGru ? pr[2 * p.units] + cl::to_acc(bh[kn]) : A(0);
+            A* cs = cstate + row * p.h + j;
+            A cell = MODE == rnn::kLstm ? *cs : A(0);
+            A gates[4];
+            A h_prev = MODE == rnn::kGru ? cl::to_acc(h_old) : A(0);
+            A h_new = rnn::cell_forward<MODE>(pre, ghn, cell, h_prev, gates);
             if (MODE == rnn::kLstm) {
                 if (p.training) s_c[trow * p.h + j] = *cs;
                 *cs = cell;
             }
             if (p.training) {
-                float* sg = s_gates + trow * p.gh;
+                A* sg = s_gates + trow * p.gh;
 #pragma unroll
                 for (int g = 0; g < G; ++g) sg[g * p.h + j] = gates[g];
                 if (MODE == rnn::kGru) s_ghn[trow * p.h + j] = ghn;
             }
-            T hv = cl::from_float<T>(h_new);
+            T hv = cl::from_acc<T>(h_new);
             h_out[b * ho + j] = hv;
             *yv = hv;
         }

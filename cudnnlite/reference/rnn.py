@@ -14,7 +14,9 @@ backward, with the semantics of ``torch.nn.RNN`` / ``LSTM`` / ``GRU``.
   reverse direction starts there from hx. Implemented by letting an inactive step carry
   the state through unchanged.
 - Dropout between layers (training, p > 0): the input of layer k >= 1 is
-  ``dropout_forward(y_{k-1}, p, seed, offset=k-1)`` on the time-major (T, B, D*Hout) output.
+  ``dropout_forward(y_{k-1}, p, seed, offset=k-1, dtype=dtype)`` on the time-major
+  (T, B, D*Hout) output; ``dtype`` is the storage type of the kernels being modelled, which
+  picks the dropout scale (float32's 1 / (1 - p) unless float64: see ``dropout_scale``).
 
 The backward is hand-written back-propagation through time; the forward is recomputed.
 """
@@ -65,6 +67,7 @@ class _Prepared:
     weights: dict[str, np.ndarray]
     drop: float  # the dropout probability actually applied between layers (0: none)
     seed: int
+    dtype: Any = np.float32  # the modelled storage type (the dropout scale)
 
 
 def _sigmoid(a: np.ndarray) -> np.ndarray:
@@ -91,7 +94,7 @@ def _check_shape(name: str, a: np.ndarray, shape: tuple[int, ...]) -> None:
 
 
 def _prepare(x, hx, cx, weights, mode, num_layers, bidirectional, batch_first, proj_size,
-             lengths, dropout, seed, training) -> _Prepared:  # fmt: skip
+             lengths, dropout, seed, training, dtype=np.float32) -> _Prepared:  # fmt: skip
     if mode not in GATES:
         raise ValueError(f"mode: expected one of {', '.join(GATES)}, got {mode!r}")
     if proj_size and mode != "lstm":
@@ -147,7 +150,7 @@ def _prepare(x, hx, cx, weights, mode, num_layers, bidirectional, batch_first, p
             raise ValueError(f"lengths: expected {batch} values in [1, {steps}], got {lengths}")
         active = np.arange(steps)[:, None] < lens[None, :]
     drop = float(dropout) if training and num_layers > 1 else 0.0
-    return _Prepared(dims, x, hx, cx, active, w, drop, int(seed))
+    return _Prepared(dims, x, hx, cx, active, w, drop, int(seed), dtype)
 
 
 def _state(s: Any, name: str, shape: tuple[int, int], dims: _Dims) -> np.ndarray:
@@ -295,7 +298,7 @@ def _network_forward(p: _Prepared):
     inp = p.x
     for k in range(dims.layers):
         if k > 0 and p.drop > 0:
-            inp = dropout_forward(inp, p.drop, p.seed, offset=k - 1)
+            inp = dropout_forward(inp, p.drop, p.seed, offset=k - 1, dtype=p.dtype)
         inputs.append(inp)
         outs = []
         for d in range(dims.dirs):
@@ -337,10 +340,12 @@ def rnn_forward(
     dropout: float = 0.0,
     seed: int = 0,
     training: bool = False,
+    dtype: Any = np.float32,
 ) -> tuple[np.ndarray, np.ndarray, np.ndarray | None]:
-    """(y, hy, cy) float64; cy is None unless mode == "lstm"."""
+    """(y, hy, cy) float64; cy is None unless mode == "lstm". ``dtype``: the storage type
+    whose dropout scale to apply (module docstring)."""
     p = _prepare(x, hx, cx, weights, mode, num_layers, bidirectional, batch_first, proj_size,
-                 lengths, dropout, seed, training)  # fmt: skip
+                 lengths, dropout, seed, training, dtype)  # fmt: skip
     y, hy, cy, _, _ = _network_forward(p)
     return _to_user(y, p.dims), _state_to_user(hy, p.dims), _state_to_user(cy, p.dims)
 
@@ -363,14 +368,16 @@ def rnn_backward(
     dropout: float = 0.0,
     seed: int = 0,
     training: bool = False,
+    dtype: Any = np.float32,
 ) -> tuple[np.ndarray, np.ndarray, np.ndarray | None, dict[str, np.ndarray]]:
     """(dx, dhx, dcx, dweights): gradients of sum(y*dy) + sum(hy*dhy) + sum(cy*dcy).
 
     dhy / dcy may be None (zero). dx has x's shape; dhx and dcx have the shape hx and cx
     have (or would have, when passed as None); dcx is None unless lstm. dweights has the
-    keys of ``weights`` (no bias keys for a model without biases)."""
+    keys of ``weights`` (no bias keys for a model without biases). ``dtype`` as for
+    :func:`rnn_forward`."""
     p = _prepare(x, hx, cx, weights, mode, num_layers, bidirectional, batch_first, proj_size,
-                 lengths, dropout, seed, training)  # fmt: skip
+                 lengths, dropout, seed, training, dtype)  # fmt: skip
     dims = p.dims
     _, _, _, inputs, saved = _network_forward(p)
     y_shape = (dims.steps, dims.batch, dims.dirs * dims.hout)
@@ -402,7 +409,10 @@ def rnn_backward(
                 key = f"{names[short]}_l{k}{_suffix(d)}"
                 if key in p.weights:
                     dweights[key] = g
-        d_out = dropout_backward(d_in, p.drop, p.seed, offset=k - 1) if k and p.drop else d_in
+        if k and p.drop:
+            d_out = dropout_backward(d_in, p.drop, p.seed, offset=k - 1, dtype=p.dtype)
+        else:
+            d_out = d_in
     dweights = {key: dweights[key] for key in weights}
     return (
         _to_user(d_out, dims),

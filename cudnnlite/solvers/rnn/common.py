@@ -5,6 +5,10 @@ directions), the reserve a training forward leaves for the backward, the cell ke
 Internal layouts (time-major, contiguous): x (T, B, I), y (T, B, D*Ho), hx/hy (L*D, B, Ho),
 cx/cy (L*D, B, H); per layer the weights stacked over the D directions: w_ih (D, G*H, I_l),
 w_hh (D, G*H, Ho), b_ih/b_hh (D, G*H), w_hr (D, P, H). Ho = P with projections, else H.
+
+The cells' arithmetic, their saved gates and states and the GEMMs around them run in the
+accumulation type (:func:`acc_dtype`): float32 for float32/float16/bfloat16, float64 for
+float64.
 """
 
 from __future__ import annotations
@@ -31,7 +35,13 @@ CELL_PARAMS_DTYPE = np.dtype(
 
 
 def dtype_of(problem: RnnProblem) -> dtypes.DType:
-    return next(d for d in dtypes.FLOAT_TYPES if d.short == problem.dtype)
+    return dtypes.by_short(problem.dtype)
+
+
+def acc_dtype(problem: RnnProblem) -> np.dtype:
+    """The cells' arithmetic type (cl::acc_t<T>) and that of every internal buffer and GEMM:
+    float64 for float64, else float32."""
+    return np.dtype(np.float64 if dtype_of(problem).acc_ctype == "double" else np.float32)
 
 
 def _names(dt: dtypes.DType) -> list[str]:
@@ -39,7 +49,7 @@ def _names(dt: dtypes.DType) -> list[str]:
     for mode in MODES:
         m = MODE_ID[mode]
         names += [f"rnn_cell_fwd<{dt.ctype}, {m}>", f"rnn_cell_bwd<{dt.ctype}, {m}>"]
-    return [*names, f"rnn_proj_commit<{dt.ctype}>", "rnn_proj_dh"]
+    return [*names, f"rnn_proj_commit<{dt.ctype}>", f"rnn_proj_dh<{dt.acc_ctype}>"]
 
 
 def module_spec(dt: dtypes.DType) -> ModuleSpec:
@@ -71,10 +81,10 @@ class LayerSaves:
     """What a training forward keeps of one layer for the backward."""
 
     x: Any  # the layer's input (T, B, I_l), after dropout
-    gates: Any  # (D, T, B, G*H) fp32, after the nonlinearities
-    c: Any  # (D, T, B, H) fp32: c before each step (LSTM)
+    gates: Any  # (D, T, B, G*H) accumulation type, after the nonlinearities
+    c: Any  # (D, T, B, H) accumulation type: c before each step (LSTM)
     h: Any  # (D, T, B, Ho): h before each step
-    ghn: Any  # (D, T, B, H) fp32: h W_hn^T + b_hn (GRU)
+    ghn: Any  # (D, T, B, H) accumulation type: h W_hn^T + b_hn (GRU)
 
 
 @dataclass
@@ -142,7 +152,7 @@ class CellKernels:
         self.fwd = backend.kernel(spec, f"rnn_cell_fwd<{dt.ctype}, {m}>")
         self.bwd = backend.kernel(spec, f"rnn_cell_bwd<{dt.ctype}, {m}>")
         self.commit = backend.kernel(spec, f"rnn_proj_commit<{dt.ctype}>")
-        self.proj_dh = backend.kernel(spec, "rnn_proj_dh")
+        self.proj_dh = backend.kernel(spec, f"rnn_proj_dh<{dt.acc_ctype}>")
         self.backend = backend
         self.problem = problem
         self.names = [f"rnn_cell_fwd_{problem.mode}_{dt.short}"]

@@ -31,7 +31,7 @@ from ...runtime.backend import Backend
 from ...runtime.caps import Capabilities
 from ...runtime.kernel import ModuleSpec
 from ..base import APPLICABLE, Applicability, Config, Runner, Solver, not_applicable
-from .common import LayerSaves, RnnTensors, dtype_of
+from .common import LayerSaves, RnnTensors, acc_dtype, dtype_of
 from .standard import ForwardRunner, _stand_in
 
 SOURCE = "rnn/rnn_persistent.cu"
@@ -56,11 +56,12 @@ def _align16(n: int) -> int:
 
 def smem_bytes(problem: RnnProblem, units: int) -> int:
     """Dynamic shared memory of one block (the kernel's file comment): the W_hh slice and
-    the staged h in the data type, the pre-activations in fp32."""
+    the staged h in the data type, the pre-activations in the accumulation type (fp32, or
+    8 bytes each for float64)."""
     p, size = problem, dtype_of(problem).itemsize
     w = _align16(p.gates * units * p.hout * size)
     h = _align16(p.b * p.hout * size)
-    return w + h + 4 * p.b * p.gates * units
+    return w + h + acc_dtype(p).itemsize * p.b * p.gates * units
 
 
 def blocks_per_dir(problem: RnnProblem, units: int) -> int:
@@ -211,7 +212,7 @@ class PersistentFwdSolver(Solver):
 
     def workspace_size(self, problem: RnnProblem, config: Config) -> int:
         p = problem
-        gx = 4 * p.dirs * p.t * p.b * p.gates * p.h
+        gx = acc_dtype(p).itemsize * p.dirs * p.t * p.b * p.gates * p.h
         scratch = p.dirs * p.b * p.hout * dtype_of(p).itemsize
         return gx + scratch + 4  # gx, the second h buffer, the barrier counter
 

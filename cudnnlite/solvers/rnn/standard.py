@@ -13,16 +13,15 @@ and input gradients as large GEMMs over all time steps at once: dW_ih = dG^T x,
 dW_hh = dG^T h_prev, dW_hr = dh^T r, dx = dG W_ih; bias gradients are column sums of dG.
 The backward's GEMMs run in fp32 (the saved gate gradients are fp32; 16-bit inputs are
 widened), the forward's take the data type's inputs with fp32 accumulation and output.
+float64 runs all of it in float64 instead (DGEMMs, double cells and buffers).
 
-GEMMs go through ``runtime.blas`` (cuBLAS on a GPU, NumPy's sgemm on the emulator); the
+GEMMs go through ``runtime.blas`` (cuBLAS on a GPU, NumPy's matmul on the emulator); the
 cell kernels are ``cuda_src/rnn/rnn_cell.cu``. Deterministic: no atomics.
 """
 
 from __future__ import annotations
 
 from typing import Any
-
-import numpy as np
 
 from ...problems.rnn import RnnProblem
 from ...runtime.backend import Backend
@@ -35,11 +34,10 @@ from .common import (
     RnnBwdTensors,
     RnnScalars,
     RnnTensors,
+    acc_dtype,
     module_specs,
     stacked_gemm,
 )
-
-F32 = np.float32
 
 
 def _stand_in(a: Any, *others: Any) -> Any:
@@ -63,14 +61,14 @@ class ForwardRunner(Runner):
         return ["gemm_x_w_ih", "gemm_h_w_hh", *self.cell.names]
 
     def __call__(self, tensors: RnnTensors, scalars: RnnScalars, workspace: Any) -> None:
-        p, xp = self.problem, self.backend.xp
+        p, xp, acc = self.problem, self.backend.xp, acc_dtype(self.problem)
         d_, t_, b_, h_, gh = p.dirs, p.t, p.b, p.h, p.gates * p.h
         training = tensors.reserve is not None
         x = tensors.x
         for layer in range(p.layers):
             w = tensors.weights[layer]
             lo, hi = layer * d_, (layer + 1) * d_
-            gx = xp.empty((d_, t_, b_, gh), F32)
+            gx = xp.empty((d_, t_, b_, gh), acc)
             stacked_gemm(self.backend, x.reshape(t_ * b_, -1), w.w_ih,
                          gx.reshape(d_, t_ * b_, gh), trans_b=True)  # fmt: skip
             hstate = tensors.hy[lo:hi]
@@ -78,7 +76,7 @@ class ForwardRunner(Runner):
                 hstate[...] = tensors.hx[lo:hi]
             else:
                 hstate.fill(0)
-            cstate = xp.zeros((d_, b_, h_), F32)
+            cstate = xp.zeros((d_, b_, h_), acc)
             if tensors.cx is not None:
                 cstate[...] = tensors.cx[lo:hi]
             last = layer == p.layers - 1
@@ -90,10 +88,10 @@ class ForwardRunner(Runner):
                 alloc = xp.zeros if p.varlen else xp.empty
                 saves = LayerSaves(
                     x=x,
-                    gates=alloc((d_, t_, b_, gh), F32),
-                    c=alloc((d_, t_, b_, h_), F32) if p.mode == "lstm" else None,
+                    gates=alloc((d_, t_, b_, gh), acc),
+                    c=alloc((d_, t_, b_, h_), acc) if p.mode == "lstm" else None,
                     h=xp.empty((d_, t_, b_, p.hout), x.dtype),
-                    ghn=xp.empty((d_, t_, b_, h_), F32) if p.mode == "gru" else None,
+                    ghn=xp.empty((d_, t_, b_, h_), acc) if p.mode == "gru" else None,
                 )
                 tensors.reserve.layers.append(saves)
             self.recurrence(tensors, layer, gx, hstate, cstate, y, saves)
@@ -109,11 +107,12 @@ class ForwardRunner(Runner):
     def recurrence(self, tensors: RnnTensors, layer: int, gx: Any, hstate: Any, cstate: Any,
                    y: Any, saves: LayerSaves | None) -> None:  # fmt: skip
         p, xp, cell = self.problem, self.backend.xp, self.cell
+        acc = acc_dtype(p)
         w = tensors.weights[layer]
-        gh = xp.empty((p.dirs, p.b, p.gates * p.h), F32)
+        gh = xp.empty((p.dirs, p.b, p.gates * p.h), acc)
         proj = p.p > 0
         r = xp.empty((p.dirs, p.b, p.h), hstate.dtype) if proj else None
-        hp = xp.empty((p.dirs, p.b, p.p), F32) if proj else None
+        hp = xp.empty((p.dirs, p.b, p.p), acc) if proj else None
         lengths = tensors.lengths
         s = saves
         sg = s.gates if s else gx  # stand-ins where nothing is saved
@@ -144,16 +143,16 @@ class BackwardRunner(Runner):
         return [f"rnn_cell_bwd_{self.problem.mode}", "gemm_dg_w_hh", "gemm_weight_grads"]
 
     def __call__(self, tensors: RnnBwdTensors, scalars: RnnScalars, workspace: Any) -> None:
-        p, xp = self.problem, self.backend.xp
+        p, xp, acc = self.problem, self.backend.xp, acc_dtype(self.problem)
         res = tensors.reserve
-        dy = tensors.dy.astype(F32)  # a copy even when fp32: the layers below overwrite it
+        dy = tensors.dy.astype(acc)  # a copy even when fp32: the layers below overwrite it
         for layer in reversed(range(p.layers)):
             lo, hi = layer * p.dirs, (layer + 1) * p.dirs
             saves = res.layers[layer]
-            dh = xp.zeros((p.dirs, p.b, p.hout), F32)
+            dh = xp.zeros((p.dirs, p.b, p.hout), acc)
             if tensors.dhy is not None:
                 dh[...] = tensors.dhy[lo:hi]
-            dc = xp.zeros((p.dirs, p.b, p.h), F32)
+            dc = xp.zeros((p.dirs, p.b, p.h), acc)
             if tensors.dcy is not None:
                 dc[...] = tensors.dcy[lo:hi]
             dgx, dgh, dh_save = self.through_time(res, layer, dy, dh, dc)
@@ -172,17 +171,17 @@ class BackwardRunner(Runner):
                                           offset=layer - 1, out=dx)  # fmt: skip
 
     def through_time(self, res: Any, layer: int, dy: Any, dh: Any, dc: Any) -> tuple[Any, ...]:
-        p, xp, cell = self.problem, self.backend.xp, self.cell
+        p, xp, cell, acc = self.problem, self.backend.xp, self.cell, acc_dtype(self.problem)
         s = res.layers[layer]
         gh = p.gates * p.h
-        w_hh = res.weights[layer].w_hh.astype(F32)
-        w_hr = res.weights[layer].w_hr.astype(F32) if p.p else None
-        dgx = xp.empty((p.dirs, p.t, p.b, gh), F32)
+        w_hh = res.weights[layer].w_hh.astype(acc)
+        w_hr = res.weights[layer].w_hr.astype(acc) if p.p else None
+        dgx = xp.empty((p.dirs, p.t, p.b, gh), acc)
         dgh = xp.empty_like(dgx) if p.mode == "gru" else dgx
-        dgh_step = xp.empty((p.dirs, p.b, gh), F32)
-        dh_step = xp.empty((p.dirs, p.b, p.p), F32) if p.p else None
-        dh_save = xp.empty((p.dirs, p.t, p.b, p.p), F32) if p.p else None
-        dr = xp.empty((p.dirs, p.b, p.h), F32) if p.p else None
+        dgh_step = xp.empty((p.dirs, p.b, gh), acc)
+        dh_step = xp.empty((p.dirs, p.b, p.p), acc) if p.p else None
+        dh_save = xp.empty((p.dirs, p.t, p.b, p.p), acc) if p.p else None
+        dr = xp.empty((p.dirs, p.b, p.h), acc) if p.p else None
         lens = _stand_in(res.lengths, dgx)
         has_len = res.lengths is not None
         sc = s.c if s.c is not None else s.gates
@@ -201,20 +200,21 @@ class BackwardRunner(Runner):
 
     def weight_grads(self, tensors: RnnBwdTensors, layer: int, saves: LayerSaves, dgx: Any,
                      dgh: Any, dh_save: Any) -> Any:  # fmt: skip
-        """The layer's weight gradients into tensors.dweights[layer]; returns dx (fp32)."""
-        p, xp, be = self.problem, self.backend.xp, self.backend
+        """The layer's weight gradients into tensors.dweights[layer]; returns dx (in the
+        accumulation type)."""
+        p, xp, be, acc = self.problem, self.backend.xp, self.backend, acc_dtype(self.problem)
         res = tensors.reserve
         w, dw = res.weights[layer], tensors.dweights[layer]
         rows = p.t * p.b
         gh = p.gates * p.h
-        x32 = saves.x.reshape(rows, -1).astype(F32)
+        x32 = saves.x.reshape(rows, -1).astype(acc)
         dgx2 = dgx.reshape(p.dirs, rows, gh)
         dgh2 = dgh.reshape(p.dirs, rows, gh)
-        dw_ih = xp.empty(w.w_ih.shape, F32)
+        dw_ih = xp.empty(w.w_ih.shape, acc)
         stacked_gemm(be, dgx2, x32, dw_ih, trans_a=True)
         dw.w_ih[...] = dw_ih
-        dw_hh = xp.empty(w.w_hh.shape, F32)
-        stacked_gemm(be, dgh2, saves.h.reshape(p.dirs, rows, p.hout).astype(F32), dw_hh,
+        dw_hh = xp.empty(w.w_hh.shape, acc)
+        stacked_gemm(be, dgh2, saves.h.reshape(p.dirs, rows, p.hout).astype(acc), dw_hh,
                      trans_a=True)  # fmt: skip
         dw.w_hh[...] = dw_hh
         dw.b_ih[...] = dgx2.sum(axis=1)
@@ -223,12 +223,12 @@ class BackwardRunner(Runner):
             g = saves.gates.reshape(p.dirs, rows, 4, p.h)
             c = g[:, :, 1] * saves.c.reshape(p.dirs, rows, p.h) + g[:, :, 0] * g[:, :, 2]
             r = g[:, :, 3] * xp.tanh(c)
-            dw_hr = xp.empty(w.w_hr.shape, F32)
+            dw_hr = xp.empty(w.w_hr.shape, acc)
             stacked_gemm(be, dh_save.reshape(p.dirs, rows, p.p), xp.ascontiguousarray(r), dw_hr,
                          trans_a=True)  # fmt: skip
             dw.w_hr[...] = dw_hr
-        dx = xp.empty((p.dirs, rows, w.w_ih.shape[2]), F32)
-        stacked_gemm(be, dgx2, w.w_ih.astype(F32), dx)
+        dx = xp.empty((p.dirs, rows, w.w_ih.shape[2]), acc)
+        stacked_gemm(be, dgx2, w.w_ih.astype(acc), dx)
         out = dx[0]
         for d in range(1, p.dirs):
             out += dx[d]
@@ -256,7 +256,8 @@ class StandardFwdSolver(_Standard):
 
     def workspace_size(self, problem: RnnProblem, config: Config) -> int:
         p = problem
-        return 4 * p.dirs * (p.t + 1) * p.b * p.gates * p.h  # gx and gh (allocated per call)
+        size = acc_dtype(p).itemsize  # gx and gh (allocated per call)
+        return size * p.dirs * (p.t + 1) * p.b * p.gates * p.h
 
     def prepare(self, backend: Backend, problem: RnnProblem, config: Config) -> Runner:
         return ForwardRunner(backend, problem)
@@ -271,7 +272,7 @@ class StandardBwdSolver(_Standard):
 
     def workspace_size(self, problem: RnnProblem, config: Config) -> int:
         p = problem
-        return 4 * p.dirs * (2 * p.t + 1) * p.b * p.gates * p.h
+        return acc_dtype(p).itemsize * p.dirs * (2 * p.t + 1) * p.b * p.gates * p.h
 
     def prepare(self, backend: Backend, problem: RnnProblem, config: Config) -> Runner:
         return BackwardRunner(backend, problem)
