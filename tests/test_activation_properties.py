@@ -75,7 +75,7 @@ def test_property_fp16_and_bf16_are_one_rounding_of_fp32(
 ) -> None:
     """fp32 math inside, one rounding at the store: the 16-bit result is within one
     rounding of the fp32 kernel's result on the same (16-bit) input."""
-    for dtype in DTYPES[1:]:  # fp16 and (if present) bf16
+    for dtype in [d for d in DTYPES if np.dtype(d).itemsize == 2]:  # fp16, bf16 if present
         x16 = np.array(values, np.float64).astype(dtype)
         y16 = to_numpy(cl.activation_forward(to_backend(x16, backend), mode)).astype(np.float64)
         y32 = to_numpy(cl.activation_forward(to_backend(x16.astype(np.float32), backend), mode))
