@@ -189,6 +189,13 @@ def test_not_applicable_reasons():
     assert SOLVER.is_applicable(big, h200)
     cfg = SOLVER.default_config(big, h200)
     assert cfg.units == 8 and smem_bytes(big, cfg.units) <= h200.max_shared_bytes
+    # float64 counts 8 bytes per weight, staged h and pre-activation: the same slice needs
+    # 8 x 4 x 1024 x 8 B = 256 KiB of W_hh alone, over an H200's block limit.
+    big64 = RnnProblem(**{**base, "h": 1024, "dtype": "fp64"})
+    assert smem_bytes(big64, 8) == 8 * (4 * 8 * 1024 + 2 * 1024 + 2 * 4 * 8)
+    app = SOLVER.is_applicable(big64, h200)
+    assert not app and "shared memory" in app.reason
+    assert SOLVER.is_applicable(RnnProblem(**{**base, "dtype": "fp64"}), EMULATOR)
     app = SOLVER.is_applicable(RnnProblem(**base, bidirectional=True), for_sm(90, 1))
     assert not app and "co-resident" in app.reason
 
