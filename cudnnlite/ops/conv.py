@@ -341,6 +341,10 @@ def _forward(
     bias = None if bias is None else as_array("bias", bias)
     z = None if z is None else as_array("z", z)
     float_dtype("x", x)
+    for name, a in (("w", w), ("bias", bias), ("z", z)):
+        # before the plan: a mixed call must not compile the kernels of x's dtype first
+        if a is not None and a.dtype != x.dtype:
+            raise BadParamError(f"{name}: expected dtype {x.dtype} like x, got {a.dtype}")
     problem = make_problem(
         x.shape,
         w.shape,
