@@ -38,7 +38,7 @@ from .common import ConvTensors, Epilogue, shape_struct
 from .tc_igemm import NO_FP64_MMA
 
 SOURCE = "conv/wmma_implicit_gemm.cu"
-CTYPES = {"fp32": "float", "fp16": "__half", "bf16": "__nv_bfloat16"}
+CTYPES = {dt.short: dt.ctype for dt in dtypes.FP32_COMPUTE_TYPES}  # fp64: NO_FP64_MMA
 TILES = ((32, 32), (64, 64), (128, 64))
 _MAX_GRID_Y = 65535
 
