@@ -4,7 +4,8 @@
 - :class:`DirectSolver` (``conv_bwd_data_direct``): one thread per dx element gathers
   the dy positions that reach it (the gaps of a stride are skipped by an exact-division
   test, not multiplied by zeros). Any stride, dilation, padding, groups, both layouts,
-  1-D, 2-D and 3-D; fixed summation order: deterministic. The fallback.
+  1-D, 2-D and 3-D; fixed summation order: deterministic. The fallback. fp32/fp16/bf16
+  accumulate in fp32, fp64 in double (the epilogue's scalars in double too).
 - Rotated-forward solvers: for stride 1 the backward data IS a forward convolution of
   dy with the filters rotated by 180 degrees and K/C swapped within each group, padded
   by dil*(f-1) - pad on each side. A kernel writes the transformed filter into the
