@@ -142,15 +142,20 @@ def test_relu_misses_on_dtype_layout_stride_alignment(monkeypatch: pytest.Monkey
         np.ascontiguousarray(buf[:, :64]).astype(np.float16),
         np.asfortranarray(buf[:, :64]),
         buf.reshape(-1)[1:257],  # contiguous but not 16-byte aligned
+        np.ascontiguousarray(buf[:, :64]).astype(np.float64),  # float64: its own entry
     ]
-    expected = [2, 3, 4, 5, 6]
+    expected = [2, 3, 4, 5, 6, 7]
     for a, count in zip(arrays, expected, strict=True):
         same_bits(cl.relu(a), np.maximum(a, 0))
         same_bits(cl.relu(a), np.maximum(a, 0))
         assert slow.count == count
     cl.leaky_relu(arrays[1], 0.5)
     cl.leaky_relu(arrays[1], 0.25)
-    assert slow.count == 8
+    assert slow.count == 9
+    # the same scalars on float64 and float32 are different calls (exact vs rounded coef)
+    x64 = arrays[-1]
+    same_bits(cl.leaky_relu(x64, 0.1), np.where(x64 > 0, x64, x64 * 0.1))
+    assert slow.count == 10
 
 
 # ------------------------------------------------------------------ errors and threads
