@@ -13,6 +13,10 @@ layer, each layer's w_ih (D, G*H, I_l), w_hh (D, G*H, Ho), b_ih (D, G*H), b_hh (
 with projections, w_hr (D, P, H), each stacked over the D directions (forward first), all
 contiguous. A flat buffer saves the per-call stacking copies: use it with plans and loops.
 
+Precision: float32/float16/bfloat16 run the GEMMs with float32 accumulation and the cells in
+float32 (c, the gates and every gradient buffer float32); float64 runs all of it in float64
+(DGEMMs, double cells), forward and backward, on both solvers.
+
 Deliberate differences from PyTorch (also in the README): dropout uses the library's Philox
 stream (layer k's output mask is ``dropout(y_k, p, seed, offset=k)`` on the time-major
 output); ``lengths`` replaces packed sequences (padded input, any order, as
@@ -341,8 +345,10 @@ def rnn(
     """A stack of recurrent layers, as ``torch.nn.RNN/LSTM/GRU(x, hx)``.
 
     Args:
-        x: (T, B, I), (B, T, I) with ``batch_first``, or unbatched (T, I); float32, float16
-            or bfloat16.
+        x: (T, B, I), (B, T, I) with ``batch_first``, or unbatched (T, I); float32, float16,
+            bfloat16 (computed in float32, h rounded to x's dtype each step) or float64
+            (computed, accumulated and saved in float64). hx, cx and the weights take x's
+            dtype.
         hx: initial h, (num_layers * D, B, Ho) (unbatched: (num_layers * D, Ho)), or None
             for zeros. D = 2 when bidirectional; Ho = proj_size or the hidden size.
         weights: a dict of PyTorch-named arrays or a flat buffer (module docstring).
