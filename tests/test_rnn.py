@@ -272,10 +272,11 @@ def test_tune_records_both_directions(tmp_path, monkeypatch):
     keys = [
         "rnn_fwd lstm t3-b2 i3-h4-p2 l1 bi fp32 varlen",
         "rnn_bwd gru t3-b2 i3-h4-p0 l2 uni fp32",
+        "rnn_bwd lstm t3-b2 i3-h4-p0 l1 bi fp64",
     ]
     results = cl.tune(keys, backend="cpu", progress=False)
     assert results[keys[0]][0].solver.startswith("rnn_fwd_")
-    assert results[keys[1]][0].solver == "rnn_bwd_standard"
+    assert results[keys[1]][0].solver == results[keys[2]][0].solver == "rnn_bwd_standard"
 
 
 # ------------------------------------------------------------------ bad input
