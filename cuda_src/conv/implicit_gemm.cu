@@ -222,12 +222,24 @@ __device__ __forceinline__ void body(const T* __restrict__ x, const T* __restric
 #define IGEMM_TILE gemm::Tile<BM, BN, BK, TM, TN, STAGES>
 
 namespace igemm {
+// Below sm_80 an SM has 64 KB of shared memory: one block of the fp64 128x64 tile (40 KB)
+// per SM at most, so asking for two there only capped the registers at 128 (the 3-D
+// precomp kernel spilled on sm_75); double asks for one block below sm_80.
+template <typename T, class Tile>
+constexpr int tile_min_blocks() {
+#if defined(__CUDA_ARCH__) && __CUDA_ARCH__ < 800
+    return sizeof(T) == 8 ? 1 : Tile::MIN_BLOCKS;
+#else
+    return Tile::MIN_BLOCKS;
+#endif
+}
+
 // The 16-bit NHWC kernel stages its loads through registers and its 128-register budget
 // for two 256-thread blocks per SM spilled 56 bytes (ptxas, sm_90): it asks for one block
 // (8 warps per SM, still the occupancy target) and keeps its registers instead.
 template <typename T, bool NHWC, class Tile>
 constexpr int min_blocks() {
-    return sizeof(T) == 2 && NHWC && Tile::THREADS >= 256 ? 1 : Tile::MIN_BLOCKS;
+    return sizeof(T) == 2 && NHWC && Tile::THREADS >= 256 ? 1 : tile_min_blocks<T, Tile>();
 }
 }  // namespace igemm
 
@@ -249,7 +261,7 @@ __global__ void __launch_bounds__(IGEMM_TILE::THREADS, igemm::min_blocks<T, NHWC
 }
 
 template <typename T, bool NHWC, int BM, int BN, int BK, int TM, int TN, int STAGES>
-__global__ void __launch_bounds__(IGEMM_TILE::THREADS, IGEMM_TILE::MIN_BLOCKS)
+__global__ void __launch_bounds__(IGEMM_TILE::THREADS, igemm::tile_min_blocks<T, IGEMM_TILE>())
     implicit_precomp_gemm(
         // pointers, then the tap table (implicit_gemm_taps<NHWC> fills it)
         const T* __restrict__ x, const T* __restrict__ w, T* y, const T* z, const T* bias,
@@ -260,7 +272,7 @@ __global__ void __launch_bounds__(IGEMM_TILE::THREADS, IGEMM_TILE::MIN_BLOCKS)
 }
 
 template <typename T, bool NHWC, int BM, int BN, int BK, int TM, int TN, int STAGES>
-__global__ void __launch_bounds__(IGEMM_TILE::THREADS, IGEMM_TILE::MIN_BLOCKS)
+__global__ void __launch_bounds__(IGEMM_TILE::THREADS, igemm::tile_min_blocks<T, IGEMM_TILE>())
     implicit_precomp_gemm_3d(const T* __restrict__ x, const T* __restrict__ w, T* y, const T* z,
                              const T* bias, const int4* __restrict__ taps, ConvShape s,
                              EpilogueFor<T> e) {
