@@ -16,10 +16,14 @@ def test_key_of_a_resnet_layer() -> None:
 
 
 def test_asymmetric_padding_and_math_in_key() -> None:
-    p = ConvProblem(1, 3, (7,), 8, (2,), ((0, 1),), (2,), (1,), layout="NWC", dtype="bf16",
+    p = ConvProblem(1, 3, (7,), 8, (2,), ((0, 1),), (2,), (1,), layout="NWC", dtype="fp32",
                     math="tf32")  # fmt: skip
-    assert p.key() == "conv1d_fwd n1-c3-w7 k8-s2 p0_1-u2-d1 g1 NWC bf16 tf32"
+    assert p.key() == "conv1d_fwd n1-c3-w7 k8-s2 p0_1-u2-d1 g1 NWC fp32 tf32"
     assert ConvProblem.parse(p.key()) == p
+    # TF32 is a way to multiply float32: no other dtype's key may carry it.
+    for dtype in ("bf16", "fp16", "fp64"):
+        with pytest.raises(BadParamError, match="math: 'tf32' applies to fp32 problems only"):
+            ConvProblem.parse(f"conv1d_fwd n1-c3-w7 k8-s2 p0_1-u2-d1 g1 NWC {dtype} tf32")
 
 
 def test_float64_key_round_trip() -> None:

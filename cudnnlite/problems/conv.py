@@ -59,6 +59,8 @@ class ConvProblem:
             raise BadParamError(f"direction: expected one of {DIRECTIONS}, got {self.direction!r}")
         if self.math not in MATHS:
             raise BadParamError(f"math: expected one of {MATHS}, got {self.math!r}")
+        if self.math == "tf32" and self.dtype != "fp32":
+            raise BadParamError(f"math: 'tf32' applies to fp32 problems only, got {self.dtype}")
         if min(self.n, self.c, self.k, self.groups, *self.spatial, *self.filter) < 1:
             raise BadParamError(f"sizes must be >= 1: {self}")
         if any(p < 0 for pair in self.pads for p in pair):
