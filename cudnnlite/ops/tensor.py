@@ -18,8 +18,9 @@ exact for float64):
   on ties; NaN propagates and wins). Reducing zero elements is an error for min, max,
   amax and avg (undefined); sum, norm1, norm2 give 0, mul and mul_no_zeros 1.
 - ``transform_tensor(x, out, alpha, beta)``: ``out = alpha * x + beta * out`` between any
-  two layouts and float dtypes (cuDNN's cudnnTransformTensor; in float64, alpha and beta
-  exact, when either side is float64, so a conversion rounds once); ``nchw_to_nhwc(x)`` and
+  two layouts and float dtypes (cuDNN's cudnnTransformTensor; computed in float64 with
+  exact alpha and beta when either side is float64, so a conversion rounds once, straight
+  to the destination type); ``nchw_to_nhwc(x)`` and
   ``nhwc_to_nchw(x)`` are the layout conversions.
 - ``scale_tensor(y, alpha)``: ``y *= alpha`` in place; ``set_tensor(y, value)``: ``y[...] = value``.
 
