@@ -31,9 +31,9 @@
 //                              few outputs, long reductions (sum of everything, per-channel
 //                              sums over N, H, W): grid (chunks, outputs or output groups);
 //                              each block reduces one chunk of the reduced range into an
-//                              (acc_t<T> value, int64 index) workspace [outputs][chunks]; finish (one
-//                              warp per output, fixed order) combines a row of partials and
-//                              stores. Deterministic: no atomics. split_block: lanes walk the
+//                              (acc_t<T> value, int64 index) workspace [outputs][chunks];
+//                              finish (one warp per output, fixed order) combines a row of
+//                              partials and stores. Deterministic: no atomics. split_block: lanes walk the
 //                              reduced range; split_thread: threads walk outputs (the kept
 //                              contiguous dim), each over its chunk.
 // T = float | __half | __nv_bfloat16 | double. Arithmetic runs in cl::acc_t<T> (float, or
@@ -582,6 +582,41 @@ __global__ void __launch_bounds__(256) tensor_reduce_split_thread(
     part_i[k] = acc.i;
 }
 
+namespace tens {
+
+// Partials lane, lane + 32, ... of one output's row, in that order.
+template <typename A>
+__device__ __forceinline__ RAcc<A> combine_row(int op, const A* v, const long long* idx,
+                                               int chunks, int lane) {
+    RAcc<A> acc = rinit<A>(op);
+    for (int k = lane; k < chunks; k += 32) {
+        RAcc<A> part;
+        part.v = v[k];
+        part.i = idx[k];
+        acc = rcombine(op, acc, part);
+    }
+    return acc;
+}
+
+// The same loop kept rolled: unrolled, the double kernel spills around the call of
+// double division's slow path (sm_90).
+template <>
+__device__ __forceinline__ RAcc<double> combine_row<double>(int op, const double* v,
+                                                            const long long* idx, int chunks,
+                                                            int lane) {
+    RAcc<double> acc = rinit<double>(op);
+#pragma unroll 1
+    for (int k = lane; k < chunks; k += 32) {
+        RAcc<double> part;
+        part.v = v[k];
+        part.i = idx[k];
+        acc = rcombine(op, acc, part);
+    }
+    return acc;
+}
+
+}  // namespace tens
+
 // One warp per output: lanes combine partials lane, lane + 32, ... then a fixed shuffle
 // tree; the order never depends on timing, so results are reproducible bit for bit.
 template <typename T>
@@ -593,13 +628,8 @@ __global__ void __launch_bounds__(256) tensor_reduce_finish(
     const cl::index_t warps = (cl::index_t)gridDim.x * (blockDim.x >> 5);
     const int lane = threadIdx.x & 31;
     for (cl::index_t o = cl::global_thread_id() >> 5; o < R.outputs; o += warps) {
-        RAcc<cl::acc_t<T>> acc = tens::rinit<cl::acc_t<T>>(R.op);
-        for (int k = lane; k < chunks; k += 32) {
-            RAcc<cl::acc_t<T>> part;
-            part.v = part_v[o * chunks + k];
-            part.i = part_i[o * chunks + k];
-            acc = tens::rcombine(R.op, acc, part);
-        }
+        RAcc<cl::acc_t<T>> acc =
+            tens::combine_row(R.op, part_v + o * chunks, part_i + o * chunks, chunks, lane);
         acc = tens::warp_reduce(R.op, acc);
         if (lane == 0) {
             cl::index_t in, out;
