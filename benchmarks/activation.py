@@ -4,7 +4,7 @@
 
 On a GPU (CuPy), unless --small:
 - overhead: wall time per call of ``relu`` on a tiny array over 2000 calls (goal <= 10 us);
-- bandwidth: every mode x fp32/fp16/bf16 x forward/backward on a 64M-element tensor, CUDA
+- bandwidth: every mode x fp32/fp16/bf16/fp64 x forward/backward on a 64M-element tensor, CUDA
   events, warm-up, L2 flushed by writing 256 MB before each repeat, median of repeats, in
   GB/s of bytes that must move (fwd: read x, write y; bwd: read dy and x, write dx); against
   a device-to-device copy of the same bytes measured in the same run (goal >= 90%), and
@@ -29,7 +29,7 @@ from _bench import CpuClock, GpuClock, gpu_available, import_cudnnlite, median, 
 
 OVERHEAD_GOAL_US = 10.0
 COPY_RATIO_GOAL = 0.90
-DTYPES = ("fp32", "fp16", "bf16")
+DTYPES = ("fp32", "fp16", "bf16", "fp64")
 
 # Only clipped_relu needs a coefficient (its ceiling); every other mode runs with the
 # API's defaults, which the torch counterparts below mirror.

@@ -17,7 +17,8 @@ Method (DESIGN.md section 7): CUDA events on CuPy's current stream, a warm-up la
 the L2 cache flushed before every repeat, the median of repeats. fp32 runs with TF32
 disabled on both sides (``torch.backends.cudnn.allow_tf32 = False``); "tf32" rows are fp32
 tensors with ``math="tf32"`` here and TF32 allowed in PyTorch; tf32/fp16/bf16 run
-channels-last (NHWC) for the tensor cores, on both sides. The ratio is PyTorch's time
+channels-last (NHWC) for the tensor cores, on both sides; fp64 rows (ResNet-50 only unless
+--dtype is given) run NCHW against cuDNN's double convolutions. The ratio is PyTorch's time
 over ours (> 1: we are faster). With --small or without a GPU the same code runs on
 the emulator with tiny layers so the script keeps working in CI.
 """
@@ -120,7 +121,8 @@ def run(small: bool = False, batch: int | None = None, suites: list[str] | None 
 
     suites = suites or (list(SUITES_2D) + list(ROWS_3D) if on_gpu else ["resnet50", "c3d"])
     directions = directions or list(DIRECTIONS)
-    dtypes = dtypes or (["fp32", "tf32", "fp16", "bf16"] if on_gpu else ["fp32"])
+    explicit_dtypes = dtypes is not None
+    dtypes = dtypes or (["fp32", "tf32", "fp16", "bf16", "fp64"] if on_gpu else ["fp32", "fp64"])
     by_short = {d.short: d.numpy for d in cl.dtypes.FLOAT_TYPES}
     rows: list[dict[str, Any]] = []
     for direction in directions:
@@ -134,6 +136,8 @@ def run(small: bool = False, batch: int | None = None, suites: list[str] | None 
                 suite_dtypes = [d for d in dtypes if d in ("fp16", "bf16")]
             else:
                 suite_dtypes = dtypes
+            if not explicit_dtypes and suite != "resnet50":
+                suite_dtypes = [d for d in suite_dtypes if d != "fp64"]  # fp64: ResNet-50 only
             rows += _run_suite(
                 suite,
                 direction,
@@ -179,7 +183,7 @@ def _run_suite(suite: str, direction: str, dtypes: list[str], batch: int, on_gpu
         storage, math = ("fp32", "tf32") if dtype == "tf32" else (dtype, "default")
         if storage not in by_short:
             continue
-        layout = "NCHW" if dtype == "fp32" else "NHWC"
+        layout = "NCHW" if dtype in ("fp32", "fp64") else "NHWC"
         for layer in layers:
             problem = dataclasses.replace(
                 layer.problem(batch, storage, layout), direction=direction, math=math

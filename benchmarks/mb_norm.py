@@ -29,20 +29,30 @@ def _torch_nchw(ctx: Context, a: Any, layout: str) -> Any:
     return t.permute(0, 3, 1, 2) if layout == "NHWC" else t
 
 
+# (dtype, NumPy type, layout): fp32 NCHW, fp16 channels-last as PyTorch's AMP runs it,
+# fp64 NCHW (cuDNN's double path on a GPU).
+DTYPES_LAYOUTS = (
+    ("fp32", np.float32, "NCHW"),
+    ("fp16", np.float16, "NHWC"),
+    ("fp64", np.float64, "NCHW"),
+)
+
+
 def _bn_cases(ctx: Context, F: Any) -> list[Case]:
     big = ctx.target == "cuda" and not ctx.small
     fmap = (32, 256, 56, 56) if big else (2, 256, 8, 8)
     xp = ctx.xp
     torch = ctx.torch
     out: list[Case] = []
-    for short, dt, layout in (("fp32", np.float32, "NCHW"), ("fp16", np.float16, "NHWC")):
+    for short, dt, layout in DTYPES_LAYOUTS:
         item = np.dtype(dt).itemsize
         n, c, h, w = fmap
         shape = fmap if layout == "NCHW" else (n, h, w, c)
         nx = int(np.prod(shape))
         x, z, dy = ctx.randn(shape, dt), ctx.randn(shape, dt), ctx.randn(shape, dt)
-        wt, bs = xp.ones(c, np.float32), xp.zeros(c, np.float32)
-        rm, rv = xp.zeros(c, np.float32), xp.ones(c, np.float32)
+        pdt = np.float64 if short == "fp64" else np.float32  # parameters: fp32 but for fp64
+        wt, bs = xp.ones(c, pdt), xp.zeros(c, pdt)
+        rm, rv = xp.zeros(c, pdt), xp.ones(c, pdt)
         _, mean, invstd = N.batch_norm_forward_training(x, wt, bs, layout=layout)
         t = {}
         if torch is not None:
@@ -147,7 +157,7 @@ def _row_cases(ctx: Context, F: Any) -> list[Case]:
     gmap = (32, 256, 56, 56) if big else (2, 256, 8, 8)
     torch = ctx.torch
     out: list[Case] = []
-    for short, dt in (("fp32", np.float32), ("fp16", np.float16)):
+    for short, dt in (("fp32", np.float32), ("fp16", np.float16), ("fp64", np.float64)):
         item = np.dtype(dt).itemsize
         x, dy = ctx.randn(rows, dt), ctx.randn(rows, dt)
         w, b = ctx.randn((rows[1],), dt), ctx.randn((rows[1],), dt)

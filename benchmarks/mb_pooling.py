@@ -13,6 +13,7 @@ from __future__ import annotations
 from typing import Any
 
 import numpy as np
+from mb_norm import DTYPES_LAYOUTS
 from memory_bound import Case, Context
 
 import cudnnlite.ops.pooling as P
@@ -36,7 +37,7 @@ def cases(ctx: Context) -> list[Case]:
     if torch is not None:
         import torch.nn.functional as F  # noqa: N812
     out: list[Case] = []
-    for short, dt, layout in (("fp32", np.float32, "NCHW"), ("fp16", np.float16, "NHWC")):
+    for short, dt, layout in DTYPES_LAYOUTS:
         item = np.dtype(dt).itemsize
         n, c, h, w = stem
         shape = stem if layout == "NCHW" else (n, h, w, c)

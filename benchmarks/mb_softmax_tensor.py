@@ -23,7 +23,7 @@ import cudnnlite.ops.tensor as tn
 def _dtypes(ctx: Context) -> list[tuple[str, Any]]:
     from cudnnlite import dtypes
 
-    out = [("fp32", np.float32), ("fp16", np.float16)]
+    out = [("fp32", np.float32), ("fp16", np.float16), ("fp64", np.float64)]
     if dtypes.BFLOAT16 is not None and ctx.target == "cuda":
         out.append(("bf16", dtypes.BFLOAT16.numpy))
     return out

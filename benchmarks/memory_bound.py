@@ -49,7 +49,7 @@ class Context:
     def to_torch(self, a: Any) -> Any:
         """A zero-copy torch view of a CuPy array (bf16 through its int16 bits)."""
         torch = self.torch
-        if a.dtype == np.float16 or a.dtype == np.float32:
+        if a.dtype in (np.float16, np.float32, np.float64):
             return torch.as_tensor(a, device="cuda")
         return torch.as_tensor(a.view(np.int16), device="cuda").view(torch.bfloat16)
 

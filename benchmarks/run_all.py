@@ -102,7 +102,7 @@ def headlines(doc: dict[str, Any]) -> list[str]:
             f"(goal <= {ov['goal_us']:g} us on a GPU)"
         )
         rows = [r for r in act["bandwidth"] if "gbs" in r]
-        for dtype in ("fp32", "fp16", "bf16"):
+        for dtype in ("fp32", "fp16", "bf16", "fp64"):
             for direction in ("fwd", "bwd"):
                 sel = [r for r in rows if r["dtype"] == dtype and r["direction"] == direction]
                 if not sel:
