@@ -42,7 +42,6 @@ from ...runtime.kernel import ModuleSpec
 from ..base import APPLICABLE, Applicability, Config, Runner, Solver, not_applicable
 from .bwd_filter import common_reason, dtype_of
 from .common import ConvTensors, Epilogue, shape_struct
-from .direct import epilogue_struct
 
 SOURCE = "conv/bwd_data.cu"
 BLOCK = 256
@@ -123,7 +122,7 @@ class _DirectRunner(Runner):
     def __call__(self, tensors: BwdDataTensors, epilogue: Epilogue, workspace: Any) -> None:
         bias = tensors.bias if tensors.bias is not None else tensors.dy
         args = (tensors.dy, tensors.w, tensors.dx, bias, self.shape,
-                epilogue_struct(epilogue, self.dt))
+                epilogue.struct(self.dt))
         self.kernel((self.blocks,), (BLOCK,), args)
 
     @property

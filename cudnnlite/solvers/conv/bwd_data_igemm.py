@@ -35,7 +35,6 @@ from ..base import APPLICABLE, Applicability, Config, Runner, Solver, not_applic
 from .bwd_data import BwdDataTensors
 from .bwd_filter import common_reason, dtype_of
 from .common import Epilogue, shape_struct
-from .implicit_gemm import epilogue_arg
 
 SOURCE = "conv/bwd_data_implicit_gemm.cu"
 BK = 16  # bwd::kBK
@@ -110,11 +109,12 @@ class _Runner(Runner):
         layout = "nhwc" if nhwc else "nchw"
         self.name = f"bwd_data_implicit_gemm_{cfg.label()}_{phases}phase_{layout}_{dt.short}"
         self.dtype = dt.short
+        self.dt = dt
 
     def __call__(self, tensors: BwdDataTensors, epilogue: Epilogue, workspace: Any) -> None:
         bias = tensors.bias if tensors.bias is not None else tensors.dy
         args = (tensors.dy, tensors.w, tensors.dx, bias, self.shape,
-                epilogue_arg(epilogue, self.dtype))  # fmt: skip
+                epilogue.struct(self.dt))  # fmt: skip
         self.kernel(self.grid, (256,), args)
 
     @property

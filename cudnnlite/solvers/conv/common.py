@@ -98,15 +98,18 @@ class Epilogue:
     has_bias: bool = False
     has_z: bool = False
 
-    def struct(self) -> np.void:
-        return _epilogue_struct(self)
+    def struct(self, dt: dtypes.DType | None = None) -> np.void:
+        """The EpilogueFor<T> kernels on storage type ``dt`` take, by value: the float
+        ConvEpilogue (``dt`` None or computed in float), or float64's, whose scalars are
+        packed from the Python floats (alpha, alpha2 and the coefficients exact)."""
+        return _epilogue_struct(self, epilogue_dtype(dt) if dt is not None else EPILOGUE_DTYPE)
 
 
 @functools.lru_cache(maxsize=256)
-def _epilogue_struct(epi: Epilogue) -> np.void:
-    """The ConvEpilogue by value; cached per call shape (off the per-call path), safe
-    because nobody mutates it: a launch copies it."""
-    e = np.zeros((), EPILOGUE_DTYPE)
+def _epilogue_struct(epi: Epilogue, layout: np.dtype) -> np.void:
+    """Cached per call shape (off the per-call path), safe because nobody mutates it: a
+    launch copies it."""
+    e = np.zeros((), layout)
     e["alpha"], e["alpha2"] = epi.alpha, epi.alpha2
     e["act"]["coef"], e["act"]["threshold"] = epi.coef, epi.threshold
     e["act"]["alpha"] = 1.0

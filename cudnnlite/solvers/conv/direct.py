@@ -36,7 +36,7 @@ from ...runtime.backend import Backend, Kernel
 from ...runtime.caps import Capabilities
 from ...runtime.kernel import ModuleSpec
 from ..base import APPLICABLE, Applicability, Config, Runner, Solver, not_applicable
-from .common import EPILOGUE_DTYPE, ConvTensors, Epilogue, epilogue_dtype, shape_struct
+from .common import ConvTensors, Epilogue, shape_struct
 
 SOURCE = "conv/direct.cu"
 BLOCK = 256
@@ -70,21 +70,6 @@ def common_reason(problem: ConvProblem, max_ndim: int = 2) -> str | None:
 
 
 @functools.lru_cache(maxsize=256)
-def epilogue_struct(epilogue: Epilogue, dt: dtypes.DType | None = None) -> np.void:
-    """The EpilogueFor<T> by value for storage type ``dt`` (None: the float layout of
-    fp32/fp16/bf16). float64's holds the scalars in double: alpha, alpha2 and the
-    activation coefficients reach its kernels exactly as the caller gave them."""
-    if dt is None or epilogue_dtype(dt) == EPILOGUE_DTYPE:
-        return epilogue.struct()
-    e = np.zeros((), epilogue_dtype(dt))
-    e["alpha"], e["alpha2"] = epilogue.alpha, epilogue.alpha2
-    e["act"]["coef"], e["act"]["threshold"] = epilogue.coef, epilogue.threshold
-    e["act"]["alpha"] = 1.0
-    e["act_mode"] = epilogue.act_mode
-    e["has_bias"], e["has_z"] = int(epilogue.has_bias), int(epilogue.has_z)
-    return e[()]
-
-
 def acc_bytes(dt: dtypes.DType) -> int:
     """Bytes of one cl::acc_t<T> (what shared-memory tiles staged in it hold)."""
     return 8 if dt.acc_ctype == "double" else 4
@@ -109,7 +94,7 @@ class LaunchRunner(Runner):
         self.dt = dt
 
     def __call__(self, tensors: ConvTensors, epilogue: Epilogue, workspace: Any) -> None:
-        args = (*tensors.kernel_pointers(), self.shape, epilogue_struct(epilogue, self.dt),
+        args = (*tensors.kernel_pointers(), self.shape, epilogue.struct(self.dt),
                 *self.extra_args)  # fmt: skip
         for kernel, grid, block, smem in self.launches:
             kernel(grid, block, args, shared_mem=smem)

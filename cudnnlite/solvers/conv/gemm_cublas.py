@@ -63,7 +63,6 @@ from ..base import APPLICABLE, Applicability, Config, Runner, Solver, not_applic
 from .bwd_filter import common_reason
 from .common import IDENTITY_MODE, ConvTensors, Epilogue, flat_2d, shape_struct
 from .direct import address, dtype_of
-from .implicit_gemm import epilogue_arg
 
 SOURCE = "conv/im2col.cu"
 BLOCK = 256
@@ -247,13 +246,13 @@ class EpilogueKernel:
         self.backend = backend
         self.kernel = backend.kernel(module_spec(dt), f"gemm_epilogue<{dt.ctype}>")
         self.name = f"gemm_epilogue_{dt.short}"
-        self.dtype = dt.short
+        self.dt = dt
 
     def __call__(self, acc: Any, out: Any, z: Any, bias: Any, e: Epilogue, base: int,
                  channels: int, inner: int) -> None:  # fmt: skip
         count = int(out.size)
         args = (acc, out, z if z is not None else out, bias if bias is not None else out,
-                epilogue_arg(e, self.dtype), np.int64(base), np.int64(count), np.int32(channels),
+                e.struct(self.dt), np.int64(base), np.int64(count), np.int32(channels),
                 np.int64(inner))  # fmt: skip
         self.kernel((grid(count, self.backend),), (BLOCK,), args)
 

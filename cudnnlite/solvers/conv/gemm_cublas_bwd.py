@@ -55,7 +55,6 @@ from .gemm_cublas import (
     region,
 )
 from .gemm_cublas import _flag as flag
-from .implicit_gemm import epilogue_arg
 
 
 def _col_elems(problem: ConvProblem, images: int) -> int:
@@ -112,7 +111,7 @@ class _DataRunner(Runner):
                 calls += self._gemm(dy, w, col, n0, cn, 1.0)
                 bias = tensors.bias if tensors.bias is not None else dx
                 self.col2im((grid(count, self.backend),), (BLOCK,),
-                            (col, dx, bias, self.shape, epilogue_arg(e, g.dt.short),
+                            (col, dx, bias, self.shape, e.struct(g.dt),
                              np.int32(n0),
                              np.int32(cn)))  # fmt: skip
             elif is_plain(e):

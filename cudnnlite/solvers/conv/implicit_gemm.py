@@ -33,7 +33,6 @@ needed beyond the element's.
 
 from __future__ import annotations
 
-import functools
 from dataclasses import dataclass
 from typing import Any
 
@@ -46,8 +45,8 @@ from ...runtime.backend import Backend, Kernel
 from ...runtime.caps import Capabilities
 from ...runtime.kernel import ModuleSpec
 from ..base import APPLICABLE, Applicability, Config, Runner, Solver, not_applicable
-from .common import ConvTensors, Epilogue, epilogue_dtype, shape_struct
-from .direct import INT32_MAX, address, common_reason, dtype_of, epilogue_struct
+from .common import ConvTensors, Epilogue, shape_struct
+from .direct import INT32_MAX, address, common_reason, dtype_of
 
 SOURCE = "conv/implicit_gemm.cu"
 MAX_GRID_Y = 65535
@@ -152,25 +151,6 @@ def tile_reason(dtype: str, cfg: TileConfig, tiles: tuple = TILES) -> str | None
     return f"tile {cfg.label()} is not compiled for {dtype}; tiles: {known}"
 
 
-def _pack_epilogue(epi: Epilogue, dt: np.dtype) -> np.void:
-    e = np.zeros((), dt)
-    e["alpha"], e["alpha2"] = epi.alpha, epi.alpha2
-    e["act"]["coef"], e["act"]["threshold"] = epi.coef, epi.threshold
-    e["act"]["alpha"] = 1.0
-    e["act_mode"] = epi.act_mode
-    e["has_bias"], e["has_z"] = int(epi.has_bias), int(epi.has_z)
-    return e[()]
-
-
-@functools.lru_cache(maxsize=256)
-def epilogue_arg(epilogue: Epilogue, dtype: str) -> np.void:
-    """The EpilogueFor<T> kernels on ``dtype`` take: the float ConvEpilogue, or for fp64
-    the double one, its scalars packed from the Python floats (exact, never via float32)."""
-    if dtype != "fp64":
-        return epilogue_struct(epilogue)
-    return _pack_epilogue(epilogue, epilogue_dtype(dtypes.by_short("fp64")))
-
-
 def all_tiles(tiles: tuple = TILES) -> list[TileConfig]:
     return [TileConfig(*t) for t in tiles]
 
@@ -220,6 +200,7 @@ class GemmRunner(Runner):
                  block: tuple, shape: np.void, dtype: str = "fp32") -> None:  # fmt: skip
         self.kernel, self.name, self.vec, self.itemsize = kernel, name, vec, itemsize
         self.dtype = dtype
+        self.dt = dtypes.by_short(dtype)
         self.grid, self.block, self.shape = grid, block, shape
         self.last = name if vec is None else f"{name}_align{vec}"
 
@@ -232,7 +213,7 @@ class GemmRunner(Runner):
 
     def __call__(self, tensors: ConvTensors, epilogue: Epilogue, workspace: Any) -> None:
         vec = self._vec(tensors)
-        args = (*tensors.kernel_pointers(), self.shape, epilogue_arg(epilogue, self.dtype), *vec)
+        args = (*tensors.kernel_pointers(), self.shape, epilogue.struct(self.dt), *vec)
         self.kernel(self.grid, self.block, args)
 
     @property
@@ -255,7 +236,7 @@ class PrecompRunner(GemmRunner):
         vec = self._vec(tensors)
         self.taps_kernel((self.taps_blocks,), (_TAPS_BLOCK,), (workspace, self.shape))
         args = (*tensors.kernel_pointers(), workspace, self.shape,
-                epilogue_arg(epilogue, self.dtype), *vec)  # fmt: skip
+                epilogue.struct(self.dt), *vec)  # fmt: skip
         self.kernel(self.grid, self.block, args)
 
     @property
