@@ -21,6 +21,7 @@ WINO_4 = "conv_fwd_winograd_f4x4_3x3"
 WINO_FUSED = "conv_fwd_winograd_fused_f2x2_3x3"
 WMMA = "conv_fwd_wmma_implicit_gemm"
 TC = "conv_fwd_tc_implicit_gemm"
+DMMA = "conv_fwd_dmma_implicit_gemm"
 CUBLAS_1X1 = "conv_fwd_gemm_cublas_1x1"
 BWD_DATA_CUBLAS_1X1 = "conv_bwd_data_gemm_cublas_1x1"
 BWD_FILTER_CUBLAS_1X1 = "conv_bwd_filter_gemm_cublas_1x1"
@@ -56,7 +57,24 @@ def _winograd_dtype(p: ConvProblem) -> bool:
     return p.dtype != "fp64"
 
 
+def _dmma(p: ConvProblem, caps: Capabilities) -> bool:
+    """float64 on the fp64 tensor cores (mma.sync m8n8k4 .f64) on a GPU of sm_80+: an H200
+    does 67 TFLOP/s of DMMA against 34 of CUDA-core double FMA. Not on the emulator (the
+    warp-collective MMA model is slow there; the rankings stay as they were). Grouped
+    layers (depthwise) and 3-D are not applicable (the selector skips it there)."""
+    return p.dtype == "fp64" and not caps.emulator and caps.bf16_tensor_cores
+
+
 def conv_fwd_ranking(p: ConvProblem, caps: Capabilities) -> list[str]:
+    if _dmma(p, caps) and p.groups == 1:
+        # First, except behind cuBLAS's DGEMM on large pointwise NHWC layers (itself on
+        # the fp64 tensor cores, and tuned further than one 64x64 tile).
+        rest = [n for n in _conv_fwd_ranking(p, caps) if n != CUBLAS_1X1]
+        return ([CUBLAS_1X1] if _cublas_pointwise(p, caps) else []) + [DMMA] + rest
+    return _conv_fwd_ranking(p, caps)
+
+
+def _conv_fwd_ranking(p: ConvProblem, caps: Capabilities) -> list[str]:
     tensor_cores = (p.dtype == "fp16" and caps.fp16_tensor_cores) or (
         (p.dtype == "bf16" or p.math == "tf32") and caps.bf16_tensor_cores
     )

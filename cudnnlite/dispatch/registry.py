@@ -90,6 +90,8 @@ _ENTRIES: tuple[tuple[str, str], ...] = (
     ("rnn_fwd_standard", "cudnnlite.solvers.rnn.standard:StandardFwdSolver"),
     ("rnn_bwd_standard", "cudnnlite.solvers.rnn.standard:StandardBwdSolver"),
     ("rnn_fwd_persistent", "cudnnlite.solvers.rnn.persistent:PersistentFwdSolver"),
+    # float64 on the fp64 tensor cores (mma.sync m8n8k4 .f64)
+    ("conv_fwd_dmma_implicit_gemm", "cudnnlite.solvers.conv.dmma_igemm:DmmaImplicitGemmSolver"),
 )
 
 NAMES = tuple(name for name, _ in _ENTRIES)

@@ -1,0 +1,214 @@
+// Convolution forward as an implicit GEMM on the fp64 tensor cores (DMMA: mma.sync
+// m8n8k4 .f64 through common/mma.cuh), for float64 on sm_80+.
+//
+// GEMM view (groups == 1):
+//   M  = N * P * Q     rows: output pixels (img, p, q)
+//   Ng = K             columns: output channels
+//   Kg = C * R * S     reduction: taps (c, r, s) in the filter's memory order
+//                      NCHW/KCRS: kk = (c * R + r) * S + s
+//                      NHWC/KRSC: kk = (r * S + s) * C + c
+//   A[m][kk] = x[img, c, p*u - pad_h + r*dil_h, q*v - pad_w + s*dil_w] (0 outside)
+//   B[kk][n] = w[n][kk]   (a filter row is contiguous along kk in both layouts)
+// 1-D arrives as 2-D with H = R = 1. 3-D is not served (the solver says so).
+//
+// Kernel (T = double only: the tensor core's accumulation is double; sm_80+, mma.cuh
+// traps below and the solver refuses older GPUs):
+//   dmma_conv_fwd<NHWC, BM, BN, BK, WM, WN>
+// A block computes a BM x BN tile of y with (BM / WM) x (BN / WN) warps; a warp owns a
+// WM x WN tile as (WM / 8) x (WN / 8) m8n8 fragments (two doubles of accumulator each per
+// lane: 32 doubles for 32 x 32). The reduction advances in slices of BK staged in shared
+// memory, two stages filled by cp.async (8-byte copies, zero-filled in the padding, past
+// the last row, column and tap), then BK / 4 k4 MMA steps per slice:
+//   a = As[m][k4 + t] for the lane's rows m = wm + 8i + g, b = Bs[n][k4 + t] for n = wn + 8j + g
+// (g = lane >> 2, t = lane & 3: mma.cuh's m8n8k4 layout). Both stages are m-/n-major with
+// rows of BK + 4 doubles: the 16 lanes of a half-warp read 16 distinct 8-byte bank pairs
+// (row pitch 20 doubles: 4g + t mod 16), and the loaders' writes (kk fastest) are
+// contiguous runs of 16 doubles.
+// Loaders: thread i owns the reduction column kk = i % BK of every slice, for A and for B,
+// and the rows i / BK + j * (THREADS / BK). Its tap (offset, dh, dw) advances by BK per
+// slice with adds and wraps (no division in the main loop); the rows' pixel decode is done
+// once per block into shared memory.
+// Epilogue: conv_common.cuh's store_output (EpilogueFor<double>: exact double alpha,
+// alpha2, activation coefficients; bias, residual z, activation fused).
+//
+// Defines: none; every parameter is a template argument. One module holds both layouts
+// of the tile (cudnnlite/solvers/conv/dmma_igemm.py).
+// Index limits: x, w and y below 2^31 elements, and an image's padded span (32-bit offsets).
+#include "common/cudnnlite.cuh"
+#include "common/mma.cuh"
+#include "conv/conv_common.cuh"
+
+namespace dmma {
+
+constexpr int kFarAway = -(1 << 29);  // an h0 / dh that no tap brings inside the image
+
+template <int BM_, int BN_, int BK_, int WM_, int WN_>
+struct Tile {
+    static constexpr int BM = BM_, BN = BN_, BK = BK_, WM = WM_, WN = WN_;
+    static constexpr int WARPS_N = BN / WN;
+    static constexpr int THREADS = 32 * (BM / WM) * WARPS_N;
+    static constexpr int FM = WM / 8, FN = WN / 8;  // m8n8 fragments per warp
+    static constexpr int PITCH = BK + 4;             // doubles per shared row
+    static constexpr int A_STAGE = BM * PITCH, B_STAGE = BN * PITCH;
+    static constexpr int ROW_STEP = THREADS / BK;    // rows one loader pass covers
+    static constexpr int A_ROWS = BM / ROW_STEP, B_ROWS = BN / ROW_STEP;
+    static_assert(BK % 4 == 0 && THREADS % BK == 0, "BK: k4 steps, whole loader rows");
+    static_assert(BM % ROW_STEP == 0 && BN % ROW_STEP == 0, "loader rows tile the block");
+    static_assert(WM % 8 == 0 && WN % 8 == 0, "warp tiles of m8n8 fragments");
+};
+
+// The reduction index kk of one thread as three digits (lo fastest) advanced by a fixed
+// step: NHWC (c | s | r) with radices (C, S), NCHW (s | r | c) with radices (S, R).
+struct Digits {
+    int lo, mid, hi;
+    int dlo, dmid, dhi;
+    int nlo, nmid;
+
+    __device__ __forceinline__ void init(int value, int step, int nlo_, int nmid_) {
+        nlo = nlo_, nmid = nmid_;
+        lo = value % nlo, mid = value / nlo % nmid, hi = value / nlo / nmid;
+        dlo = step % nlo, dmid = step / nlo % nmid, dhi = step / nlo / nmid;
+    }
+    __device__ __forceinline__ void advance() {
+        lo += dlo;
+        const int c0 = lo >= nlo;
+        lo -= c0 ? nlo : 0;
+        mid += dmid + c0;
+        const int c1 = mid >= nmid;
+        mid -= c1 ? nmid : 0;
+        hi += dhi + c1;
+    }
+};
+
+// The tap of reduction index kk (its digits): {x offset from the pixel (h0, w0) of
+// channel 0, dh, dw}; dh = kFarAway past the reduction's end.
+template <bool NHWC>
+__device__ __forceinline__ int3 tap_of(const ConvShape& s, const Digits& d, bool live) {
+    const int c = NHWC ? d.lo : d.hi, r = NHWC ? d.hi : d.mid, t = NHWC ? d.mid : d.lo;
+    const int dh = r * s.dil_h, dw = t * s.dil_w;
+    const int off = NHWC ? (dh * s.w + dw) * s.c + c : (c * s.h + dh) * s.w + dw;
+    return make_int3(off, live ? dh : kFarAway, dw);
+}
+
+}  // namespace dmma
+
+#define DMMA_TILE dmma::Tile<BM, BN, BK, WM, WN>
+
+// x: NCHW or NHWC; w: KCRS or KRSC; y (and z): the layout of x. z may be y and bias may
+// be x when absent (e.has_z / e.has_bias say).
+template <bool NHWC, int BM, int BN, int BK, int WM, int WN>
+__global__ void __launch_bounds__(DMMA_TILE::THREADS)
+    dmma_conv_fwd(const double* __restrict__ x, const double* __restrict__ w, double* y,
+                  const double* z, const double* bias, ConvShape s, EpilogueFor<double> e) {
+    using Tl = DMMA_TILE;
+    __shared__ __align__(16) double smem[2 * (Tl::A_STAGE + Tl::B_STAGE)];
+    __shared__ int4 rows[BM];  // {x offset of (img, h0, w0, channel 0), h0, w0, -}
+
+    const int m0 = blockIdx.x * BM, n0 = blockIdx.y * BN;
+    const int pq = s.p * s.q, nrows = s.n * pq;
+    const int ktot = s.c * s.r * s.s;
+    for (int i = threadIdx.x; i < BM; i += Tl::THREADS) {
+        const int m = m0 + i;
+        int4 r = make_int4(0, dmma::kFarAway, dmma::kFarAway, 0);
+        if (m < nrows) {
+            const int img = m / pq, rem = m - img * pq;
+            const int p = rem / s.q, q = rem - p * s.q;
+            r.y = p * s.stride_h - s.pad_h;
+            r.z = q * s.stride_w - s.pad_w;
+            r.x = NHWC ? ((img * s.h + r.y) * s.w + r.z) * s.c : (img * s.c * s.h + r.y) * s.w + r.z;
+        }
+        rows[i] = r;
+    }
+
+    // Loader state: this thread's reduction column and rows (module comment).
+    const int col = threadIdx.x % BK, row = threadIdx.x / BK;
+    int kk = col;
+    dmma::Digits it;
+    if (NHWC) it.init(kk, BK, s.c, s.s);
+    else it.init(kk, BK, s.s, s.r);
+    const double* wp = w + (cl::index_t)(n0 + row) * ktot + col;  // B: filter row n0 + row
+    const int b_rows_left = s.k - n0 - row;
+    __syncthreads();  // rows[] decoded
+
+    auto load = [&](int stage) {
+        double* as = smem + stage * (Tl::A_STAGE + Tl::B_STAGE);
+        double* bs = as + Tl::A_STAGE;
+        const int3 tap = dmma::tap_of<NHWC>(s, it, kk < ktot);
+#pragma unroll
+        for (int j = 0; j < Tl::A_ROWS; ++j) {
+            const int4 r = rows[row + j * Tl::ROW_STEP];
+            const int hh = r.y + tap.y, ww = r.z + tap.z;
+            const bool ok = (unsigned)hh < (unsigned)s.h && (unsigned)ww < (unsigned)s.w;
+            cl::mma::cp_async<8>(as + (row + j * Tl::ROW_STEP) * Tl::PITCH + col,
+                                 x + (ok ? r.x + tap.x : 0), ok);
+        }
+#pragma unroll
+        for (int j = 0; j < Tl::B_ROWS; ++j) {
+            const bool ok = kk < ktot && j * Tl::ROW_STEP < b_rows_left;
+            const cl::index_t off = (cl::index_t)j * Tl::ROW_STEP * ktot;
+            cl::mma::cp_async<8>(bs + (row + j * Tl::ROW_STEP) * Tl::PITCH + col,
+                                 ok ? wp + off : w, ok);
+        }
+        kk += BK;
+        wp += BK;
+        it.advance();
+    };
+
+    const int warp = threadIdx.x / 32, lane = threadIdx.x % 32;
+    const int g = lane >> 2, t = lane & 3;
+    const int wm = (warp / Tl::WARPS_N) * WM, wn = (warp % Tl::WARPS_N) * WN;
+    double acc[Tl::FM][Tl::FN][2];
+#pragma unroll
+    for (int i = 0; i < Tl::FM; ++i)
+#pragma unroll
+        for (int j = 0; j < Tl::FN; ++j) acc[i][j][0] = acc[i][j][1] = 0.0;
+
+    // Two stages: slice sl + 1 is in flight while slice sl is multiplied. The barrier
+    // after the MMAs frees stage sl & 1 for the copies of slice sl + 2.
+    const int slices = (ktot + BK - 1) / BK;
+    load(0);
+    cl::mma::cp_async_commit();
+    for (int sl = 0; sl < slices; ++sl) {
+        if (sl + 1 < slices) load((sl + 1) & 1);
+        cl::mma::cp_async_commit();
+        cl::mma::cp_async_wait<1>();  // slice sl has landed (this thread's copies)
+        __syncthreads();              // ... and every thread's
+        const double* as = smem + (sl & 1) * (Tl::A_STAGE + Tl::B_STAGE);
+        const double* bs = as + Tl::A_STAGE;
+#pragma unroll
+        for (int k4 = 0; k4 < BK; k4 += 4) {
+            double a[Tl::FM], b[Tl::FN];
+#pragma unroll
+            for (int i = 0; i < Tl::FM; ++i) a[i] = as[(wm + 8 * i + g) * Tl::PITCH + k4 + t];
+#pragma unroll
+            for (int j = 0; j < Tl::FN; ++j) b[j] = bs[(wn + 8 * j + g) * Tl::PITCH + k4 + t];
+#pragma unroll
+            for (int i = 0; i < Tl::FM; ++i)
+#pragma unroll
+                for (int j = 0; j < Tl::FN; ++j)
+                    cl::mma::mma_m8n8k4_f64(acc[i][j], a[i], b[j], acc[i][j]);
+        }
+        __syncthreads();
+    }
+
+    // The lane's cells: rows wm + 8i + g, columns wn + 8j + 2t + c (C/D fragment layout).
+#pragma unroll
+    for (int i = 0; i < Tl::FM; ++i) {
+        const int m = m0 + wm + 8 * i + g;
+        if (m >= nrows) continue;
+        const int img = m / pq, rem = m - img * pq;
+#pragma unroll
+        for (int j = 0; j < Tl::FN; ++j)
+#pragma unroll
+            for (int c = 0; c < 2; ++c) {
+                const int n = n0 + wn + 8 * j + 2 * t + c;
+                if (n >= s.k) continue;
+                // NHWC: y[m][n]; NCHW: y[img][n][rem]
+                const cl::index_t off = NHWC ? (cl::index_t)m * s.k + n
+                                             : ((cl::index_t)img * s.k + n) * pq + rem;
+                conv::store_output(y, z, bias, e, off, n, acc[i][j][c]);
+            }
+    }
+}
+
+#undef DMMA_TILE

@@ -1,0 +1,174 @@
+"""Forward convolution on the fp64 tensor cores (``cuda_src/conv/dmma_implicit_gemm.cu``).
+
+``conv_fwd_dmma_implicit_gemm`` (:class:`DmmaImplicitGemmSolver`): float64 only, sm_80+,
+an implicit GEMM (M = N*P*Q output pixels, N = K output channels, reduction C*R*S taps)
+whose products and sums are the tensor core's double MMA (``mma.sync`` m8n8k4 .f64 through
+``common/mma.cuh``; an H200 does 67 TFLOP/s of it against 34 of CUDA-core double FMA).
+1-D and 2-D, groups == 1, any padding, stride and dilation; NCHW/KCRS and NHWC/KRSC (the
+A operand is gathered element by element either way: NHWC's loads are the coalesced ones).
+
+Config (:class:`DmmaConfig`, every field in the kernel's readable name
+``dmma_igemm_fwd_64x64x16_w32x32_s2_nhwc_fp64``): the block tile ``block_m`` x ``block_n``,
+``block_k`` reduction elements per shared stage, the warp tile ``warp_m`` x ``warp_n`` and
+the number of ``cp.async`` stages. One tile is compiled (:data:`TILES`): 4 warps of 32x32
+(16 m8n8 fragments, 32 double accumulators per lane), BK 16 in two stages of
+2 x 64 x 20 doubles (40 KiB of static shared memory with the row decode: the 48 KiB
+static limit holds no third stage, and a 128-row tile would need dynamic shared memory).
+
+Error: the MMA rounds each product-sum in double; the GPU's order of the four additions
+of one k4 step is unspecified (the emulator adds them in k order, one fma each), so a
+result is within about C*R*S * 2^-53 * sum|x||w| of the exact one, like the CUDA-core
+implicit GEMM's. Deterministic (no atomics, fixed order per GPU).
+"""
+
+from __future__ import annotations
+
+import functools
+from dataclasses import dataclass
+from typing import Any
+
+import numpy as np
+
+from ... import dtypes
+from ...errors import BadParamError, NotSupportedError
+from ...problems.conv import ConvProblem
+from ...runtime.backend import Backend
+from ...runtime.caps import Capabilities, capabilities
+from ...runtime.kernel import ModuleSpec
+from ..base import APPLICABLE, Applicability, Config, Runner, Solver, not_applicable
+from .common import EPILOGUE_DTYPE64, ConvTensors, Epilogue, shape_struct
+from .direct import common_reason
+from .implicit_gemm import _limits_reason
+
+SOURCE = "conv/dmma_implicit_gemm.cu"
+MAX_GRID_Y = 65535
+STATIC_SMEM = 48 * 1024
+
+# (block_m, block_n, block_k, warp_m, warp_n, stages): the compiled tiles.
+TILES: tuple[tuple[int, int, int, int, int, int], ...] = ((64, 64, 16, 32, 32, 2),)
+
+
+@dataclass(frozen=True)
+class DmmaConfig(Config):
+    """The block tile, its reduction slice, the warp tile and the shared stages."""
+
+    block_m: int = 64
+    block_n: int = 64
+    block_k: int = 16
+    warp_m: int = 32
+    warp_n: int = 32
+    stages: int = 2
+
+    def __post_init__(self) -> None:
+        if self.astuple() not in TILES:
+            known = ", ".join(DmmaConfig(*t).label() for t in TILES)
+            raise BadParamError(f"DMMA tile {self.label()} is not compiled; tiles: {known}")
+
+    def astuple(self) -> tuple[int, ...]:
+        return (self.block_m, self.block_n, self.block_k, self.warp_m, self.warp_n, self.stages)
+
+    @property
+    def threads(self) -> int:
+        return (self.block_m // self.warp_m) * (self.block_n // self.warp_n) * 32
+
+    def smem_bytes(self) -> int:
+        """Static shared memory: the stages (rows of block_k + 4 doubles) and the int4 row
+        decode."""
+        rows = self.block_m + self.block_n
+        return self.stages * rows * (self.block_k + 4) * 8 + 16 * self.block_m
+
+    def label(self) -> str:
+        return (f"{self.block_m}x{self.block_n}x{self.block_k}_w{self.warp_m}x{self.warp_n}"
+                f"_s{self.stages}")  # fmt: skip
+
+
+@functools.lru_cache(maxsize=256)
+def epilogue_arg(epi: Epilogue) -> np.void:
+    """EpilogueFor<double>: the scalars packed from the Python floats (exact, never via
+    float32); cached per call shape, never mutated (a launch copies it)."""
+    e = np.zeros((), EPILOGUE_DTYPE64)
+    e["alpha"], e["alpha2"] = epi.alpha, epi.alpha2
+    e["act"]["coef"], e["act"]["threshold"] = epi.coef, epi.threshold
+    e["act"]["alpha"] = 1.0
+    e["act_mode"] = epi.act_mode
+    e["has_bias"], e["has_z"] = int(epi.has_bias), int(epi.has_z)
+    return e[()]
+
+
+def kernel_expr(config: DmmaConfig, nhwc: bool) -> str:
+    c = config
+    return (f"dmma_conv_fwd<{str(nhwc).lower()}, {c.block_m}, {c.block_n}, {c.block_k}, "
+            f"{c.warp_m}, {c.warp_n}>")  # fmt: skip
+
+
+def module_spec(config: DmmaConfig) -> ModuleSpec:
+    """Both layouts of one tile (the stage count is the kernel's own: two)."""
+    return ModuleSpec.make(SOURCE, [kernel_expr(config, nhwc) for nhwc in (False, True)])
+
+
+class _Runner(Runner):
+    def __init__(self, backend: Backend, problem: ConvProblem, config: DmmaConfig) -> None:
+        nhwc = problem.channels_last
+        self._kernel = backend.kernel(module_spec(config), kernel_expr(config, nhwc))
+        layout = "nhwc" if nhwc else "nchw"
+        self._name = f"dmma_igemm_fwd_{config.label()}_{layout}_fp64"
+        rows = problem.n * int(np.prod(problem.out_spatial))
+        self._grid = (-(-rows // config.block_m), -(-problem.k // config.block_n))
+        self._block = (config.threads,)
+        self._shape = shape_struct(problem)
+
+    @property
+    def kernel_names(self) -> list[str]:
+        return [self._name]
+
+    def __call__(self, tensors: ConvTensors, epilogue: Epilogue, workspace: Any) -> None:
+        args = (*tensors.kernel_pointers(), self._shape, epilogue_arg(epilogue))
+        self._kernel(self._grid, self._block, args)
+
+
+class DmmaImplicitGemmSolver(Solver):
+    """Implicit GEMM on the fp64 tensor cores, forward (module docstring)."""
+
+    name = "conv_fwd_dmma_implicit_gemm"
+    family = "conv_fwd"
+    config_type = DmmaConfig
+    deterministic = True
+
+    def is_applicable(self, problem: ConvProblem, caps: Capabilities) -> Applicability:
+        reason = common_reason(problem, max_ndim=2)
+        if reason:
+            return not_applicable(reason)
+        if problem.dtype != dtypes.FLOAT64.short:
+            return not_applicable(
+                f"needs float64: the fp64 tensor-core MMA (m8n8k4 .f64), got {problem.dtype}"
+            )
+        if problem.groups != 1:
+            return not_applicable(f"needs groups == 1, got {problem.groups}")
+        if caps is not None and not caps.emulator and not caps.bf16_tensor_cores:
+            return not_applicable(f"fp64 tensor cores need sm_80+, device is {caps.arch}")
+        reason = _limits_reason(problem)
+        if reason:
+            return not_applicable(reason)
+        if -(-problem.k // max(t[1] for t in TILES)) > MAX_GRID_Y:
+            return not_applicable(f"k={problem.k} exceeds the grid's y limit")
+        return APPLICABLE
+
+    def configs(self, problem: ConvProblem, caps: Capabilities) -> list[DmmaConfig]:
+        return [DmmaConfig(*t) for t in TILES if DmmaConfig(*t).smem_bytes() <= STATIC_SMEM]
+
+    def default_config(self, problem: ConvProblem, caps: Capabilities) -> DmmaConfig:
+        return DmmaConfig(*TILES[0])
+
+    def is_valid(self, config: Config, problem: ConvProblem, caps: Capabilities) -> bool:
+        return isinstance(config, DmmaConfig) and -(-problem.k // config.block_n) <= MAX_GRID_Y
+
+    def module_specs(self) -> list[ModuleSpec]:
+        return [module_spec(DmmaConfig(*t)) for t in TILES]
+
+    def prepare(self, backend: Backend, problem: ConvProblem, config: Config) -> Runner:
+        ok = self.is_applicable(problem, capabilities(backend))
+        if not ok:
+            raise NotSupportedError(f"{self.name}: {ok.reason}")
+        if not isinstance(config, DmmaConfig):
+            raise NotSupportedError(f"{self.name}: expected a DmmaConfig, got {config!r}")
+        return _Runner(backend, problem, config)
