@@ -143,8 +143,31 @@ def test_applicable_and_config() -> None:
         assert SOLVER.is_applicable(p, caps)
     assert SOLVER.configs(p, for_sm(90)) == [CFG]
     assert CFG.label() == "64x64x16_w32x32_s2" and CFG.smem_bytes() <= 48 * 1024
+    assert SOLVER.config_from_dict(CFG.to_dict()) == CFG  # the tuning DB's round trip
     with pytest.raises(BadParamError, match="not compiled"):
         DmmaConfig(block_m=128)
+
+
+def test_public_api_forced(backend: str) -> None:
+    """cudnnlite.conv2d with algo= this solver: bias and leaky_relu's coefficient 0.1 (not a
+    float32 value) through the API's epilogue; the plan names the solver and its tile."""
+    import cudnnlite
+    from cudnnlite.reference.conv import conv_bias_act_forward
+    from cudnnlite.testing import to_backend, to_numpy
+
+    p = prob(n=2, c=3, hw=(9, 9), k=5, rs=(3, 3), pad=1, stride=2)
+    x, w, b = rand(p.x_shape(), 1), rand(p.w_shape(), 2), rand((p.k,), 3)
+    xs, ws, bs = (to_backend(a, backend) for a in (x, w, b))
+    got = to_numpy(cudnnlite.conv2d(xs, ws, bias=bs, padding=1, stride=2, activation="leaky_relu",
+                                    activation_coef=0.1, algo=SOLVER.name))  # fmt: skip
+    ref = conv_bias_act_forward(x, w, p.pads, p.strides, p.dilations, 1, False, bias=b,
+                                activation="leaky_relu", coef=0.1)  # fmt: skip
+    mag = magnitude(p, {"x": x, "w": w}) + np.abs(b)
+    bound = ACC * p.c * p.filter_taps * EPS * mag + OUT * np.abs(ref)
+    assert np.all(np.abs(got - ref) <= bound)
+    plan = cudnnlite.conv2d_plan(x.shape, w.shape, dtype="float64", padding=1, stride=2,
+                                 algo=SOLVER.name, backend=backend)  # fmt: skip
+    assert SOLVER.name in repr(plan) and CFG.label() in repr(plan)
 
 
 def test_heuristics_rank_dmma_first_on_sm80_plus() -> None:

@@ -12,7 +12,7 @@ Config (:class:`DmmaConfig`, every field in the kernel's readable name
 ``block_k`` reduction elements per shared stage, the warp tile ``warp_m`` x ``warp_n`` and
 the number of ``cp.async`` stages. One tile is compiled (:data:`TILES`): 4 warps of 32x32
 (16 m8n8 fragments, 32 double accumulators per lane), BK 16 in two stages of
-2 x 64 x 20 doubles (40 KiB of static shared memory with the row decode: the 48 KiB
+2 x 64 x 20 doubles (41 KiB of static shared memory with the row decode: the 48 KiB
 static limit holds no third stage, and a 128-row tile would need dynamic shared memory).
 
 Error: the MMA rounds each product-sum in double; the GPU's order of the four additions
