@@ -425,7 +425,7 @@ def test_conv_transpose3d_matches_torch(backend: str, kw: dict) -> None:
 @pytest.mark.parametrize(
     "call,match",
     [
-        (lambda x, w: cl.conv3d(x[0], w), r"x: expected a 5-D array \(NCDHW\)"),
+        (lambda x, w: cl.conv3d(x[0, 0], w), r"x: expected a 5-D array \(NCDHW\)"),
         (lambda x, w: cl.conv3d(x, w[0]), r"w: expected a 5-D filter"),
         (lambda x, w: cl.conv3d(x, w, layout="NCHW"), r"layout: expected 'NCDHW' or 'NDHWC'"),
         (lambda x, w: cl.conv3d(x, w[:, :2]), r"w: has 2 channels per group, expected 3"),

@@ -64,7 +64,12 @@ def module_specs() -> list[ModuleSpec]:
 
 
 def _ints(name: str, value: Any, n: int, minimum: int) -> tuple[int, ...]:
-    vals = (value,) * n if isinstance(value, (int, np.integer)) else tuple(value)
+    try:
+        vals = (value,) * n if isinstance(value, (int, np.integer)) else tuple(value)
+    except TypeError:
+        raise BadParamError(f"{name}: expected an int or {n} ints, got {value!r}") from None
+    if len(vals) == 1:
+        vals = vals * n  # PyTorch broadcasts a 1-tuple: padding=(1,) is (1, 1) in 2-D
     if len(vals) != n or not all(isinstance(v, (int, np.integer)) and not isinstance(v, bool)
                                  for v in vals):  # fmt: skip
         raise BadParamError(f"{name}: expected an int or {n} ints, got {value!r}")
@@ -93,7 +98,14 @@ def _pads(padding: Any, filt: tuple[int, ...], strides: tuple[int, ...],
     if isinstance(padding, (int, np.integer)) and not isinstance(padding, bool):
         p = _ints("padding", padding, 1, 0)[0]
         return ((p, p),) * nd
-    vals = tuple(padding)
+    try:
+        vals = tuple(padding)
+    except TypeError:
+        raise BadParamError(
+            f"padding: expected an int, a tuple, 'same' or 'valid', got {padding!r}"
+        ) from None
+    if len(vals) == 1:
+        vals = vals * nd  # a 1-tuple broadcasts, as in PyTorch
     if len(vals) == nd:
         p = _ints("padding", vals, nd, 0)
         return tuple((v, v) for v in p)
@@ -180,7 +192,10 @@ def make_problem(
             raise BadParamError(f"layout: expected 'NCW' or 'NWC', got {layout!r}")
         lay = _LAYOUTS_1D[layout]
     if len(x_shape) != nd + 2:
-        raise BadParamError(f"x: expected a {nd + 2}-D array ({lay}), got shape {tuple(x_shape)}")
+        raise BadParamError(
+            f"x: expected a {nd + 2}-D array ({lay}) or an unbatched {nd + 1}-D one, got shape "
+            f"{tuple(x_shape)}"
+        )
     if len(w_shape) != nd + 2:
         raise BadParamError(f"w: expected a {nd + 2}-D filter array, got shape {tuple(w_shape)}")
     channels_last = lay[-1] == "C"
@@ -285,6 +300,36 @@ def _run(plan: Plan, x: Any, w: Any, bias: Any, z: Any, out: Any, epilogue: Epil
     return y
 
 
+def unbatched_view(name: str, a: Any, nd: int, writable: bool) -> Any:
+    """``a[None]`` for an operand of an unbatched call (x of nd + 1 dims), which must be
+    unbatched too; a view, so that a write to it is a write to ``a``."""
+    if getattr(a, "ndim", None) != nd + 1:
+        raise BadParamError(
+            f"{name}: x is unbatched ({nd + 1}-D), expected an unbatched {nd + 1}-D {name} "
+            f"too, got shape {tuple(getattr(a, 'shape', ()))}"
+        )
+    if writable and isinstance(a, np.ndarray) and not a.flags.writeable:
+        raise BadParamError(f"{name}: the array is read-only")
+    return a[None]
+
+
+def _empty_batch(problem: ConvProblem, x: Any, w: Any, bias: Any, z: Any, out: Any) -> Any:
+    """A batch of zero images (PyTorch returns an empty output): every operand is checked
+    as for a batch of one, nothing is launched."""
+    y_shape = (0, *problem.y_shape()[1:])
+    _check_operand("w", w, problem.w_shape(), x.dtype)
+    if bias is not None:
+        _check_operand("bias", bias, (problem.k,), x.dtype)
+    if z is not None:
+        _check_operand("z", z, y_shape, x.dtype)
+    if out is None:
+        return array_module(x).empty(y_shape, dtype=x.dtype)
+    _check_operand("out", out, y_shape, x.dtype)
+    if isinstance(out, np.ndarray) and not out.flags.writeable:
+        raise BadParamError("out: the array is read-only")
+    return out
+
+
 # Functional calls without ``out`` (whose overlap checks depend on the pointers), by
 # everything their validation reads: see _fastpath.
 _CALLS = CallCache("conv")
@@ -328,6 +373,17 @@ def _forward(
     out: Any,
 ) -> Any:
     """conv1d/conv2d/conv3d: validate, take the plan, launch."""
+    if getattr(x, "ndim", None) == nd + 1:
+        # unbatched (C, *spatial) or (*spatial, C), as PyTorch: a batch of one
+        x = as_array("x", x)
+        z1 = None if z is None else unbatched_view("z", as_array("z", z), nd, z is out)
+        out1 = None if out is None else unbatched_view("out", out, nd, True)
+        if z is not None and z is out:
+            z1 = out1  # the in-place residual stays the very same array
+        y = _forward(nd, x[None], w, bias, stride, padding, dilation, groups, layout,
+                     activation, coef, threshold, z1, alpha, alpha2, math_mode, algo,
+                     out1)  # fmt: skip
+        return out if out is not None else y[0]
     key = None
     if out is None:
         key = _call_key(nd, (x, w, bias, z), (stride, padding, dilation, groups, layout,
@@ -345,8 +401,9 @@ def _forward(
         # before the plan: a mixed call must not compile the kernels of x's dtype first
         if a is not None and a.dtype != x.dtype:
             raise BadParamError(f"{name}: expected dtype {x.dtype} like x, got {a.dtype}")
+    empty_batch = x.ndim == nd + 2 and x.shape[0] == 0
     problem = make_problem(
-        x.shape,
+        (1, *x.shape[1:]) if empty_batch else x.shape,
         w.shape,
         x.dtype,
         stride=stride,
@@ -360,6 +417,8 @@ def _forward(
     epilogue = _epilogue(
         activation, coef, threshold, alpha, alpha2, bias is not None, z is not None
     )
+    if empty_batch:
+        return _empty_batch(problem, x, w, bias, z, out)
     plan = get_plan(backend, problem, algo)
     y = _run(plan, x, w, bias, z, out, epilogue)
     _CALLS.put(key, (plan, problem.y_shape(), epilogue))
@@ -411,8 +470,11 @@ def conv2d(
             z is given, else 0): the residual of cuDNN's ConvBiasActivation.
         alpha: scales the convolution.
         math: "default" (fp32 stays fp32) or "tf32" (tensor cores for float32 inputs).
-        algo: "auto" (the dispatcher decides) or a solver name (NotSupportedError with
-            the solver's reason when it cannot run this problem).
+        algo: "auto" (the dispatcher decides), an algorithm family ("winograd",
+            "implicit_gemm", "direct", "gemm", "tensor_core": the best usable solver of
+            that family, by the tuning DB's times, then the dispatcher's ranking; see
+            cudnnlite.dispatch.select.algo_families) or a solver name (NotSupportedError
+            with the solver's or the family's reasons when it cannot run this problem).
         out: the output array (may be z itself).
 
     Returns:

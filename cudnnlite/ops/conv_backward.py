@@ -34,7 +34,7 @@ from ..solvers.conv.bwd_data import BwdDataTensors
 from ..solvers.conv.bwd_filter import BwdFilterTensors
 from ..solvers.conv.common import IDENTITY_MODE, Epilogue
 from ._arrays import array_module, as_array, float_dtype
-from .conv import _contiguous, _ints, make_problem
+from .conv import _contiguous, _ints, make_problem, unbatched_view
 
 _last_kernel_names: list[str] = []
 
@@ -67,6 +67,13 @@ def _shape_arg(name: str, value: Any, nd: int) -> tuple[int, ...]:
     if min(vals) < 1:
         raise BadParamError(f"{name}: every size must be >= 1, got {vals}")
     return tuple(int(v) for v in vals)
+
+
+def _length(value: Any) -> int | None:
+    try:
+        return len(value)
+    except TypeError:
+        return None
 
 
 def _renamed(exc: BadParamError, names: dict[str, str]) -> BadParamError:
@@ -118,6 +125,12 @@ def _why(stride: Any, padding: Any, dilation: Any) -> str:
 
 def _backward_data(dy: Any, w: Any, x_shape: Any, stride: Any, padding: Any, dilation: Any,
                    groups: int, layout: str, algo: str, out: Any, nd: int) -> Any:  # fmt: skip
+    if getattr(dy, "ndim", None) == nd + 1 and _length(x_shape) == nd + 1:
+        # unbatched, as the forward: a batch of one
+        out1 = None if out is None else unbatched_view("out", out, nd, True)
+        dx = _backward_data(as_array("dy", dy)[None], w, (1, *x_shape), stride, padding,
+                            dilation, groups, layout, algo, out1, nd)  # fmt: skip
+        return out if out is not None else dx[0]
     backend = backend_for(dy, w, out, names=("dy", "w", "out"))
     dy, w = as_array("dy", dy), as_array("w", w)
     float_dtype("dy", dy)
@@ -222,6 +235,11 @@ def conv1d_backward_data(
 
 def _backward_filter(x: Any, dy: Any, w_shape: Any, stride: Any, padding: Any, dilation: Any,
                      groups: int, layout: str, algo: str, out: Any, nd: int) -> Any:  # fmt: skip
+    if getattr(x, "ndim", None) == nd + 1:
+        # unbatched, as the forward: a batch of one (dw has no batch dim)
+        dy1 = unbatched_view("dy", as_array("dy", dy), nd, False)
+        return _backward_filter(as_array("x", x)[None], dy1, w_shape, stride, padding,
+                                dilation, groups, layout, algo, out, nd)  # fmt: skip
     backend = backend_for(x, dy, out, names=("x", "dy", "out"))
     x, dy = as_array("x", x), as_array("dy", dy)
     float_dtype("x", x)
@@ -316,8 +334,13 @@ def _backward_bias(dy: Any, layout: str, out: Any, nd: int) -> Any:
     allowed = _LAYOUTS[nd]
     if layout not in allowed:
         raise BadParamError(f"layout: expected one of {allowed}, got {layout!r}")
+    if dy.ndim == nd + 1:
+        dy = dy[None]  # unbatched, as the forward
     if dy.ndim != nd + 2:
-        raise BadParamError(f"dy: expected a {nd + 2}-D array ({layout}), got shape {dy.shape}")
+        raise BadParamError(
+            f"dy: expected a {nd + 2}-D array ({layout}) or an unbatched {nd + 1}-D one, "
+            f"got shape {dy.shape}"
+        )
     if min(dy.shape) < 1:
         raise BadParamError(f"dy: must not be empty, got shape {tuple(dy.shape)}")
     channels_last = _BIAS_LAYOUTS[layout]
@@ -338,6 +361,12 @@ def _backward_bias(dy: Any, layout: str, out: Any, nd: int) -> Any:
 def _transpose(x: Any, w: Any, bias: Any, stride: Any, padding: Any, output_padding: Any,
                groups: int, dilation: Any, layout: str, algo: str, out: Any,
                nd: int) -> Any:  # fmt: skip
+    if getattr(x, "ndim", None) == nd + 1:
+        # unbatched, as PyTorch: a batch of one
+        out1 = None if out is None else unbatched_view("out", out, nd, True)
+        y = _transpose(as_array("x", x)[None], w, bias, stride, padding, output_padding,
+                       groups, dilation, layout, algo, out1, nd)  # fmt: skip
+        return out if out is not None else y[0]
     backend = backend_for(x, w, bias, out, names=("x", "w", "bias", "out"))
     x, w = as_array("x", x), as_array("w", w)
     bias = None if bias is None else as_array("bias", bias)
@@ -348,7 +377,10 @@ def _transpose(x: Any, w: Any, bias: Any, stride: Any, padding: Any, output_padd
     if layout not in layouts:
         raise BadParamError(f"layout: expected one of {layouts}, got {layout!r}")
     if x.ndim != nd + 2:
-        raise BadParamError(f"x: expected a {nd + 2}-D array ({layout}), got shape {x.shape}")
+        raise BadParamError(
+            f"x: expected a {nd + 2}-D array ({layout}) or an unbatched {nd + 1}-D one, got "
+            f"shape {x.shape}"
+        )
     if w.ndim != nd + 2:
         raise BadParamError(f"w: expected a {nd + 2}-D filter array, got shape {w.shape}")
     strides = _ints("stride", stride, nd, 1)
@@ -389,13 +421,18 @@ def _transpose(x: Any, w: Any, bias: Any, stride: Any, padding: Any, output_padd
     flat_pads = tuple(v for b, a in fwd_pads for v in (b, max(0, a)))
     n = int(x.shape[0])
     shape_of = (lambda sp: (n, *sp, c_out)) if channels_last else (lambda sp: (n, c_out, *sp))
-    problem = _problem(shape_of(run_spatial), w.shape, x.dtype, {"x": "x", "w": "w"}, nd,
-                       stride=strides, padding=flat_pads, dilation=dils, groups=groups,
+    # a batch of zero images (PyTorch: an empty output) is checked as a batch of one
+    run_shape = shape_of(run_spatial)
+    problem = _problem((max(n, 1), *run_shape[1:]), w.shape, x.dtype, {"x": "x", "w": "w"},
+                       nd, stride=strides, padding=flat_pads, dilation=dils, groups=groups,
                        layout=layout)  # fmt: skip
-    if tuple(problem.y_shape()) != tuple(x.shape):  # cannot happen: the sizes are derived
+    if tuple(problem.y_shape())[1:] != tuple(x.shape)[1:]:  # cannot happen: sizes derived
         raise BadParamError(f"x: shape {x.shape} is inconsistent with the transposed output")
     if bias is not None:
         _check("bias", bias, (c_out,), x.dtype)
+    if n == 0:
+        xp = array_module(x)
+        return _target(out, shape_of(out_spatial), x.dtype, {}, xp)[0]
     problem = dataclasses.replace(problem, direction="bwd_data")
     return _run_data(backend, problem, x, w, bias, out, algo, shape_of(out_spatial))
 

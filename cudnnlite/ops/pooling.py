@@ -147,6 +147,8 @@ def _tuple(name: str, v: Any, nd: int, minimum: int) -> tuple[int, ...]:
     except TypeError:
         raise BadParamError(f"{name}: expected an int or {nd} ints, got {v!r}") from None
     if len(vals) != nd or any(
+    if len(vals) == 1:
+        vals = vals * nd  # PyTorch broadcasts a 1-tuple: kernel_size=(2,) is (2, 2) in 2-D
         isinstance(a, bool) or not isinstance(a, (int, np.integer)) for a in vals
     ):
         raise BadParamError(f"{name}: expected an int or {nd} ints, got {v!r}")
@@ -173,6 +175,46 @@ def _split(shape: Sequence[int], nd: int, layout: str, name: str = "x") -> tuple
 
 
 def _out_size(i: int, k: int, s: int, p: int, d: int, ceil_mode: bool) -> int:
+def _rank(name: str, ndim: int, nd: Any) -> tuple[int, bool]:
+    """(spatial dims, unbatched) of an array of ``ndim`` dims for an op of ``nd`` spatial
+    dims; ``nd`` None: the array is batched and its rank says (the N-d functions' rule).
+    Only an explicit ``nd`` tells an unbatched (C, H, W) from a batched 1-d (N, C, L)."""
+    if nd is None:
+        return ndim - 2, False
+    if isinstance(nd, bool) or not isinstance(nd, (int, np.integer)) or nd not in (1, 2, 3):
+        raise BadParamError(f"nd: expected 1, 2, 3 or None, got {nd!r}")
+    if ndim not in (nd + 1, nd + 2):
+        raise BadParamError(
+            f"{name}: expected {nd + 2} dims (N, C and {nd} spatial) or {nd + 1} (unbatched: "
+            f"C and {nd} spatial), got {ndim}"
+        )
+    return int(nd), ndim == nd + 1
+
+
+def _batched(name: str, a: Any, nd: int) -> Any:
+    """``a[None]``: an operand of an unbatched call, which must be unbatched too."""
+    if a is None:
+        return None
+    if getattr(a, "ndim", None) != nd + 1:
+        raise BadParamError(
+            f"{name}: the call is unbatched ({nd + 1}-D), expected an unbatched {name} too, "
+            f"got shape {tuple(getattr(a, 'shape', ()))}"
+        )
+    return a[None]
+
+
+def _unbatched_call(fn: Any, nd: int, x: Any, args: tuple, kwargs: dict) -> Any:
+    """``fn`` (a forward with N-d rules) on an unbatched x as a batch of one; results
+    without the batch dim, ``out`` written through a view."""
+    out = kwargs.get("out")
+    if out is not None:
+        kwargs = {**kwargs, "out": _batched("out", out, nd)}
+    r = fn(x[None], *args, **kwargs)
+    if isinstance(r, tuple):
+        return tuple(a[0] for a in r) if out is None else (out, r[1][0])
+    return r[0] if out is None else out
+
+
     span = i + 2 * p - d * (k - 1) - 1
     o = (-(-span // s) if ceil_mode else span // s) + 1
     if ceil_mode and (o - 1) * s >= i + p:
@@ -412,8 +454,17 @@ def max_pool(
     layout: str = "NCHW",
     out: Any = None,
 ) -> Any:
-    """Max pooling over ``x.ndim - 2`` spatial dims (1 to 3). Returns y, or
-    ``(y, indices)`` with ``return_indices``."""
+    """Max pooling over ``x.ndim - 2`` spatial dims (1 to 3), or over ``nd`` when given:
+    then x may be unbatched (C and ``nd`` spatial dims; the results have no batch dim
+    either), as PyTorch's ``max_pool{nd}d``. Returns y, or ``(y, indices)`` with
+    ``return_indices``."""
+    if nd is not None:
+        x = as_array("x", x)
+        nd, unbatched = _rank("x", x.ndim, nd)
+        if unbatched:
+            return _unbatched_call(max_pool.__wrapped__, nd, x, (kernel_size, stride, padding,
+                                   dilation, ceil_mode, return_indices),
+                                   {"layout": layout, "out": out})  # fmt: skip
     key = None
     if out is None:
         key = _call_key(x, "max", kernel_size, stride, padding, dilation, ceil_mode,
@@ -447,7 +498,16 @@ def avg_pool(
     layout: str = "NCHW",
     out: Any = None,
 ) -> Any:
-    """Average pooling over ``x.ndim - 2`` spatial dims (1 to 3)."""
+    nd: int | None = None,
+    """Average pooling over ``x.ndim - 2`` spatial dims (1 to 3), or over ``nd`` (x may
+    then be unbatched, as in :func:`max_pool`)."""
+    if nd is not None:
+        x = as_array("x", x)
+        nd, unbatched = _rank("x", x.ndim, nd)
+        if unbatched:
+            return _unbatched_call(avg_pool.__wrapped__, nd, x, (kernel_size, stride, padding,
+                                   ceil_mode, count_include_pad, divisor_override),
+                                   {"layout": layout, "out": out})  # fmt: skip
     key = None
     if out is None:
         key = _call_key(x, "avg", kernel_size, stride, padding, ceil_mode, count_include_pad,
@@ -482,10 +542,21 @@ def max_pool_backward(
     layout: str = "NCHW",
     deterministic: bool = False,
 ) -> Any:
+    nd: int | None = None,
     """dx of :func:`max_pool` from its saved indices (the window arguments must be the
     forward's). float32 scatters with atomics unless ``deterministic``; the gather used
-    otherwise (and for fp16 / bf16 / fp64) is deterministic."""
-    nd = len(input_shape) - 2
+    otherwise (and for fp16 / bf16 / fp64) is deterministic. ``nd``: the forward's
+    spatial dims; with it, an unbatched ``input_shape`` (C and ``nd`` spatial dims) takes
+    unbatched dy and indices and gives an unbatched dx (without it, the rank of
+    ``input_shape`` says: N, C and the rest spatial)."""
+    nd, unbatched = _rank("input_shape", len(input_shape), nd)
+    if unbatched:
+        dy1 = _batched("dy", as_array("dy", dy), nd)
+        ind1 = None if indices is None else _batched("indices", as_array("indices", indices), nd)
+        return max_pool_backward.__wrapped__(
+            dy1, ind1, (1, *input_shape), kernel_size, stride, padding, dilation, ceil_mode,
+            layout=layout, deterministic=deterministic, nd=nd,
+        )[0]  # fmt: skip
     prob = _window_problem(
         tuple(input_shape), nd, kernel_size, stride, padding, dilation, ceil_mode, layout, 0
     )
@@ -505,8 +576,14 @@ def avg_pool_backward(
     *,
     layout: str = "NCHW",
 ) -> Any:
-    """dx of :func:`avg_pool` (same window arguments)."""
-    nd = len(input_shape) - 2
+    """dx of :func:`avg_pool` (same window arguments; ``nd`` and unbatched shapes as in
+    :func:`max_pool_backward`)."""
+    nd, unbatched = _rank("input_shape", len(input_shape), nd)
+    if unbatched:
+        return avg_pool_backward.__wrapped__(
+            _batched("dy", as_array("dy", dy), nd), (1, *input_shape), kernel_size, stride,
+            padding, ceil_mode, count_include_pad, divisor_override, layout=layout, nd=nd,
+        )[0]  # fmt: skip
     mode = 1 if count_include_pad else 2
     prob = _window_problem(
         tuple(input_shape),
@@ -517,6 +594,7 @@ def avg_pool_backward(
         1,
         ceil_mode,
         layout,
+    nd: int | None = None,
         mode,
         divisor_override,
     )
@@ -524,7 +602,10 @@ def avg_pool_backward(
 
 
 @with_stream
-def adaptive_avg_pool(x: Any, output_size: Any, *, layout: str = "NCHW", out: Any = None) -> Any:
+def adaptive_avg_pool(x: Any, output_size: Any, *, layout: str = "NCHW", out: Any = None,
+                      nd: int | None = None) -> Any:  # fmt: skip
+    """Adaptive average pooling to ``output_size`` over ``x.ndim - 2`` spatial dims, or
+    over ``nd`` (x may then be unbatched, as in :func:`max_pool`)."""
     x, _ = _input(x)
     prob = _adaptive_problem(x.shape, x.ndim - 2, output_size, layout, 1)
     return _forward(x, prob, False, out)[0]
@@ -540,13 +621,17 @@ def adaptive_max_pool(
     out: Any = None,
 ) -> Any:
     x, _ = _input(x)
+    nd: int | None = None,
     prob = _adaptive_problem(x.shape, x.ndim - 2, output_size, layout, 0)
     y, ind = _forward(x, prob, return_indices, out)
     return (y, ind) if return_indices else y
 
 
 @with_stream
-def adaptive_avg_pool_backward(dy: Any, input_shape: Sequence[int], *, layout: str = "NCHW") -> Any:
+def adaptive_avg_pool_backward(dy: Any, input_shape: Sequence[int], *, layout: str = "NCHW",
+                               nd: int | None = None) -> Any:  # fmt: skip
+    """dx of :func:`adaptive_avg_pool` (``nd`` and unbatched shapes as in
+    :func:`max_pool_backward`)."""
     dy = as_array("dy", dy)
     out_sp = _split(dy.shape, len(input_shape) - 2, _layout(layout), "dy")[2]
     prob = _adaptive_problem(tuple(input_shape), len(input_shape) - 2, out_sp, layout, 1)
@@ -562,6 +647,11 @@ def adaptive_max_pool_backward(
     layout: str = "NCHW",
     deterministic: bool = False,
 ) -> Any:
+    if nd is not None:
+        nd, unbatched = _rank("x", x.ndim, nd)
+        if unbatched:
+            return _unbatched_call(adaptive_avg_pool.__wrapped__, nd, x, (output_size,),
+                                   {"layout": layout, "out": out})  # fmt: skip
     dy = as_array("dy", dy)
     out_sp = _split(dy.shape, len(input_shape) - 2, _layout(layout), "dy")[2]
     prob = _adaptive_problem(tuple(input_shape), len(input_shape) - 2, out_sp, layout, 0)
@@ -574,8 +664,16 @@ def global_avg_pool(x: Any, *, layout: str = "NCHW", out: Any = None) -> Any:
     x, _ = _input(x)
     return adaptive_avg_pool(x, 1, layout=layout, out=out)
 
+    nd: int | None = None,
 
+    """Adaptive max pooling (``nd`` and unbatched x as in :func:`adaptive_avg_pool`)."""
 # ------------------------------------------------------------------ cuDNN-style
+    if nd is not None:
+        nd, unbatched = _rank("x", x.ndim, nd)
+        if unbatched:
+            return _unbatched_call(adaptive_max_pool.__wrapped__, nd, x,
+                                   (output_size, return_indices),
+                                   {"layout": layout, "out": out})  # fmt: skip
 
 
 def _mode(mode: Any) -> str:
@@ -584,6 +682,11 @@ def _mode(mode: Any) -> str:
     return mode
 
 
+    nd, unbatched = _rank("input_shape", len(input_shape), nd)
+    if unbatched:
+        return adaptive_avg_pool_backward.__wrapped__(
+            _batched("dy", dy, nd), (1, *input_shape), layout=layout, nd=nd
+        )[0]
 @with_stream
 def pooling_forward(
     x: Any,
@@ -597,8 +700,18 @@ def pooling_forward(
     layout: str = "NCHW",
     out: Any = None,
 ) -> Any:
+    nd: int | None = None,
     """cuDNN's pooling forward for a mode of :data:`POOLING_MODES` (dilation: max only)."""
+    """dx of :func:`adaptive_max_pool` from its indices (``nd`` and unbatched shapes as in
+    :func:`max_pool_backward`)."""
     if _mode(mode).startswith("max"):
+    nd, unbatched = _rank("input_shape", len(input_shape), nd)
+    if unbatched:
+        ind1 = None if indices is None else _batched("indices", as_array("indices", indices), nd)
+        return adaptive_max_pool_backward.__wrapped__(
+            _batched("dy", dy, nd), ind1, (1, *input_shape), layout=layout,
+            deterministic=deterministic, nd=nd,
+        )[0]  # fmt: skip
         return max_pool(
             x, kernel_size, stride, padding, dilation, ceil_mode, layout=layout, out=out
         )
@@ -708,19 +821,18 @@ def pooling_plan(
 
 def _fixed_nd(fn: Any, nd: int) -> Any:
     def wrapper(x: Any, *args: Any, **kwargs: Any) -> Any:
-        xa = as_array("x", x)
-        if xa.ndim != nd + 2:
-            raise BadParamError(
-                f"x: expected {nd + 2} dims (N, C and {nd} spatial), got shape {tuple(xa.shape)}"
-            )
-        return inner(xa, *args, **kwargs)
+        # (N, C, *spatial) or unbatched (C, *spatial), as PyTorch
+        return inner(as_array("x", x), *args, nd=nd, **kwargs)
 
     # This wrapper gets its own with_stream below: call fn's unwrapped body, saving a
     # second wrapper per call.
     inner = getattr(fn, "__wrapped__", fn)
     wrapper.__name__ = f"{fn.__name__}{nd}d"
     wrapper.__qualname__ = wrapper.__name__
-    wrapper.__doc__ = f"{nd}-d :func:`{fn.__name__}` (PyTorch's ``{fn.__name__}{nd}d``)."
+    wrapper.__doc__ = (
+        f"{nd}-d :func:`{fn.__name__}` (PyTorch's ``{fn.__name__}{nd}d``); x may be "
+        f"unbatched ({nd + 1} dims)."
+    )
     return with_stream(wrapper)
 
 

@@ -164,7 +164,10 @@ def _problem(shape: tuple[int, ...], axis: Any, mode: Any) -> tuple[int, int, in
             return shape[0], int(np.prod(shape[1:], dtype=np.int64)), 1
         axis = 1
     if ndim == 0:
-        raise BadParamError("x: expected an array of at least 1 dim, got a 0-d array")
+        # a 0-d array is one row of one element, as PyTorch (axis 0 or -1): 1, log 0
+        if axis is not None and (isinstance(axis, bool) or axis not in (0, -1)):
+            raise BadParamError(f"axis: a 0-d x takes axis 0, -1 or None, got {axis!r}")
+        return 1, 1, 1
     a = _axis(-1 if axis is None else axis, ndim)
     outer = int(np.prod(shape[:a], dtype=np.int64))
     inner = int(np.prod(shape[a + 1 :], dtype=np.int64))

@@ -606,6 +606,8 @@ def _axes(axes: Any, ndim: int) -> tuple[int, ...]:
     for a in items:
         if isinstance(a, bool) or not isinstance(a, (int, np.integer)):
             raise BadParamError(f"axes: expected ints, got {a!r}")
+        if ndim == 0 and int(a) in (0, -1):
+            continue  # PyTorch reduces a 0-d array over dim 0 or -1: the element itself
         if not -ndim <= int(a) < ndim:
             raise BadParamError(f"axes: {int(a)} is out of range for a {ndim}-d array")
         norm.append(int(a) % ndim)
