@@ -29,6 +29,11 @@ constexpr int kGelu = 7;      // x * Phi(x), erf form
 constexpr int kGeluTanh = 8;  // tanh approximation
 constexpr int kSoftplus = 9;  // coef: beta, threshold: linear above beta x > threshold
 constexpr int kIdentity = 10;
+// Appended after identity so the numbers above (in tuning keys and epilogue structs) stay.
+constexpr int kHardtanh = 11;     // coef: max_val, threshold: min_val (min_val <= max_val)
+constexpr int kHardswish = 12;    // x * clamp(x + 3, 0, 6) / 6
+constexpr int kHardsigmoid = 13;  // clamp(x + 3, 0, 6) / 6
+constexpr int kMish = 14;         // x * tanh(log1p(exp(x)))
 
 // As double; A(k) rounds them to float where A is float (the values the float kernels
 // always used).
@@ -49,6 +54,8 @@ struct ActParamsT {
     A beta;       // 0: the output is not read
     int use_y;    // backward of sigmoid/tanh: derive from y instead of x
 };
+// (hardtanh reuses threshold as its lower bound min_val: the struct, shared with the
+// convolution and norm epilogues, keeps its layout.)
 typedef ActParamsT<float> ActParams;  // storage types float, __half, __nv_bfloat16
 // The parameters kernels on storage type T take.
 template <typename T> using ActParamsFor = ActParamsT<cl::acc_t<T>>;
@@ -59,6 +66,16 @@ namespace m = cl::math;
 
 template <typename A>
 __device__ __forceinline__ A sigmoid(A x) { return A(1) / (A(1) + m::exp(-x)); }
+
+// clamp(v, lo, hi) by comparisons, so NaN passes through (fmin/fmax would drop it).
+template <typename A>
+__device__ __forceinline__ A clamp_nan(A v, A lo, A hi) {
+    return v <= lo ? lo : (v >= hi ? hi : v);
+}
+
+// tanh(softplus(x)) as PyTorch's mish evaluates it: exp(x) overflowing to inf gives 1.
+template <typename A>
+__device__ __forceinline__ A tanh_softplus(A x) { return m::tanh(m::log1p(m::exp(x))); }
 
 // x * s where s in [0, 1] is a gate that may underflow to 0 while |x| is infinite:
 // the limit is then a signed zero, not inf * 0 = NaN.
@@ -99,6 +116,17 @@ __device__ __forceinline__ A forward(A x, const ActParamsT<A>& p) {
         const A bx = beta * x;
         if (bx > p.threshold) return x;
         return (m::fmax(bx, zero) + m::log1p(m::exp(-m::fabs(bx)))) / beta;
+    } else if constexpr (MODE == kHardtanh) {
+        return clamp_nan(x, p.threshold, p.coef);
+    } else if constexpr (MODE == kHardswish) {
+        // PyTorch's x * clamp(x + 3, 0, 6) / 6, with -0 (the limit) at x = -inf and x
+        // itself from x = 3 on (x * 6 would overflow near the type's maximum)
+        const A r = clamp_nan(x + A(3), zero, A(6));
+        return r >= A(6) ? x : gated(x, r) / A(6);
+    } else if constexpr (MODE == kHardsigmoid) {
+        return clamp_nan(x + A(3), zero, A(6)) / A(6);
+    } else if constexpr (MODE == kMish) {
+        return gated(x, tanh_softplus(x));
     } else {
         static_assert(MODE == kIdentity, "unknown activation mode");
         return x;
@@ -157,6 +185,21 @@ __device__ __forceinline__ A backward(A dy, A x, A y, const ActParamsT<A>& p) {
     } else if constexpr (MODE == kSoftplus) {
         const A bx = p.coef * x;
         return bx > p.threshold ? dy : dy * sigmoid(bx);
+    } else if constexpr (MODE == kHardtanh) {
+        // 0 at both bounds (PyTorch's hardtanh_backward)
+        return (x > p.threshold && x < p.coef) ? dy : (x != x ? x : zero);
+    } else if constexpr (MODE == kHardswish) {
+        // PyTorch: 0 for x <= -3, x / 3 + 1/2 for -3 < x < 3, 1 from x = 3 on
+        if (x <= A(-3)) return zero;
+        return x < A(3) ? dy * (x / A(3) + A(0.5)) : (x >= A(3) ? dy : x);
+    } else if constexpr (MODE == kHardsigmoid) {
+        // 1/6 strictly inside (-3, 3), 0 at the bounds and outside
+        return (x > A(-3) && x < A(3)) ? dy / A(6) : (x != x ? x : zero);
+    } else if constexpr (MODE == kMish) {
+        // t + x s(x) (1 - t^2), t = tanh(softplus x); at x = +-inf the limit is t
+        const A t = tanh_softplus(x);
+        const A d = isinf(x) ? t : t + x * sigmoid(x) * (one - t * t);
+        return dy * d;
     } else {
         static_assert(MODE == kIdentity, "unknown activation mode");
         return dy;

@@ -32,7 +32,7 @@ import numpy as np
 
 from .. import dtypes
 from ..errors import BadParamError
-from ..reference.activation import DEFAULT_COEF, DEFAULT_THRESHOLD
+from ..reference.activation import DEFAULT_COEF, DEFAULT_THRESHOLDS
 from ..runtime.backend import Backend, Kernel
 from ..runtime.graph import graph_safe, note_host_work
 from ..runtime.kernel import ModuleSpec
@@ -70,6 +70,11 @@ ACTIVATION_MODES = (
     "gelu_tanh",
     "softplus",
     "identity",
+    # appended: the numbers above stay (act::k* in the .cu, tuning keys, epilogue structs)
+    "hardtanh",
+    "hardswish",
+    "hardsigmoid",
+    "mish",
 )
 # The kernel's MODE template argument: the position in ACTIVATION_MODES (act::k* in the .cu).
 _MODE_ID = {name: i for i, name in enumerate(ACTIVATION_MODES)}
@@ -253,6 +258,11 @@ def _coef(mode: str, coef: Any, wide: bool) -> float:
         if not v > 0:  # +inf is allowed: relu
             raise BadParamError(f"coef: clipped_relu's ceiling must be > 0, got {coef!r}")
         return v
+    if mode == "hardtanh":  # max_val; +-inf allowed (an open side), as PyTorch
+        v = _scalar("coef", coef, wide)
+        if math.isnan(v):
+            raise BadParamError(f"coef: hardtanh's max_val must be a number, got {coef!r}")
+        return v
     v = _finite("coef", coef, wide)
     if mode == "softplus" and not v > 0:
         where = "" if wide else " (in float32)"
@@ -261,14 +271,15 @@ def _coef(mode: str, coef: Any, wide: bool) -> float:
 
 
 def _threshold(mode: str, threshold: Any, wide: bool) -> float:
-    if mode != "softplus":
+    if mode not in DEFAULT_THRESHOLDS:
         if threshold is not None:
             raise BadParamError(
-                f"threshold: only softplus takes a threshold, not mode {mode!r}; got {threshold!r}"
+                f"threshold: only softplus (its threshold) and hardtanh (its min_val) take a "
+                f"threshold, not mode {mode!r}; got {threshold!r}"
             )
         return 0.0
     if threshold is None:
-        return DEFAULT_THRESHOLD
+        return DEFAULT_THRESHOLDS[mode]
     v = _scalar("threshold", threshold, wide)
     if math.isnan(v):
         raise BadParamError(f"threshold: expected a number, got {threshold!r}")
@@ -287,9 +298,15 @@ def _checked_params(
     mode: str, coef: Any, threshold: Any, alpha: Any, beta: Any, use_y: bool, wide: bool
 ) -> tuple[np.void, float]:
     beta_k = _finite("beta", beta, wide)
+    c, t = _coef(mode, coef, wide), _threshold(mode, threshold, wide)
+    if mode == "hardtanh" and t > c:
+        raise BadParamError(
+            f"threshold/coef: hardtanh's min_val (threshold, {threshold!r}) must not exceed "
+            f"its max_val (coef, {coef!r})"
+        )
     struct = _params_struct(
-        _coef(mode, coef, wide),
-        _threshold(mode, threshold, wide),
+        c,
+        t,
         _finite("alpha", alpha, wide),
         beta_k,
         int(use_y),
@@ -536,8 +553,10 @@ def activation_forward(
         mode: one of :data:`ACTIVATION_MODES`.
         coef: the mode's coefficient (cuDNN's ``coef``): leaky_relu's negative slope
             (default 0.01), clipped_relu's ceiling (6.0), elu's alpha (1.0), swish's
-            beta (1.0), softplus's beta (1.0). Other modes take none.
-        threshold: softplus's linear-region threshold (default 20: ``beta*x > 20`` gives x).
+            beta (1.0), softplus's beta (1.0), hardtanh's max_val (1.0). Other modes
+            take none.
+        threshold: softplus's linear-region threshold (default 20: ``beta*x > 20`` gives
+            x); hardtanh's min_val (default -1.0, at most max_val).
         alpha, beta: blending factors; ``beta != 0`` reads ``out``'s prior content and
             needs ``out``. With ``beta == 0`` out is never read.
         out: the result array (same shape and dtype as x; may be x itself).
@@ -732,6 +751,38 @@ def softplus(x: Any, beta: float = 1.0, threshold: float = 20.0, *, out: Any = N
 
 
 @with_stream
+def hardtanh(x: Any, min_val: float = -1.0, max_val: float = 1.0, *, out: Any = None) -> Any:
+    """min(max(x, min_val), max_val) (NaN stays NaN), as ``torch.nn.functional.hardtanh``;
+    min_val <= max_val."""
+    return _forward(x, "hardtanh", coef=max_val, threshold=min_val, out=out)
+
+
+@with_stream
+def relu6(x: Any, *, out: Any = None) -> Any:
+    """min(max(x, 0), 6), as ``torch.nn.functional.relu6`` (clipped_relu with ceiling 6;
+    its gradient is 0 at 0 and 6, as PyTorch's)."""
+    return _forward(x, "clipped_relu", coef=6.0, out=out)
+
+
+@with_stream
+def hardswish(x: Any, *, out: Any = None) -> Any:
+    """x * min(max(x + 3, 0), 6) / 6, as ``torch.nn.functional.hardswish``."""
+    return _forward(x, "hardswish", out=out)
+
+
+@with_stream
+def hardsigmoid(x: Any, *, out: Any = None) -> Any:
+    """min(max(x + 3, 0), 6) / 6, as ``torch.nn.functional.hardsigmoid``."""
+    return _forward(x, "hardsigmoid", out=out)
+
+
+@with_stream
+def mish(x: Any, *, out: Any = None) -> Any:
+    """x * tanh(log(1 + exp(x))), as ``torch.nn.functional.mish``."""
+    return _forward(x, "mish", out=out)
+
+
+@with_stream
 def identity(x: Any, *, out: Any = None) -> Any:
     """x (a copy into a new array or ``out``)."""
     return _forward(x, "identity", out=out)
@@ -745,12 +796,17 @@ __all__ = [
     "clipped_relu",
     "elu",
     "gelu",
+    "hardsigmoid",
+    "hardswish",
+    "hardtanh",
     "identity",
     "kernel_name_for",
     "last_kernel_name",
     "leaky_relu",
+    "mish",
     "module_specs",
     "relu",
+    "relu6",
     "sigmoid",
     "silu",
     "softplus",
@@ -761,4 +817,5 @@ __all__ = [
 
 # Kernel launches only, host copies reported: an emulator graph may replay these.
 graph_safe(activation_forward, relu, leaky_relu, clipped_relu, elu, sigmoid, tanh, silu, swish,
-           gelu, softplus, identity)  # fmt: skip
+           gelu, softplus, identity, hardtanh, relu6, hardswish, hardsigmoid,
+           mish)  # fmt: skip

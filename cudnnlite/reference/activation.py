@@ -2,7 +2,8 @@
 
 Every function takes arrays of any float dtype (float16, bfloat16, float32, float64),
 computes in float64 and returns float64. The formulas, with ``c`` the mode's
-coefficient and ``t`` softplus's threshold (defaults in :data:`DEFAULT_COEF`):
+coefficient and ``t`` its threshold: softplus's, or hardtanh's min_val (defaults in
+:data:`DEFAULT_COEF` and :data:`DEFAULT_THRESHOLDS`):
 
 ==============  =====================================  ========================================
 mode            f(x)                                   f'(x)
@@ -18,13 +19,20 @@ gelu            x Phi(x) = x erfc(-x/sqrt2) / 2        Phi(x) + x phi(x), phi = 
 gelu_tanh       x s(2u), u = sqrt(2/pi)(x + 0.044715 x^3)   s(2u) + 2 x s(2u) s(-2u) u'(x)
 softplus        x if cx > t else log(1 + e^(cx)) / c   1 if cx > t else s(cx)   (c 1, t 20)
 identity        x                                      1
+hardtanh        min(max(x, t), c)     (t -1, c 1)      1 if t < x < c else 0 (0 at both ends)
+hardswish       x min(max(x + 3, 0), 6) / 6            0 if x <= -3, x/3 + 1/2 if x < 3, else 1
+hardsigmoid     min(max(x + 3, 0), 6) / 6              1/6 if -3 < x < 3 else 0
+mish            x tanh(sp(x)), sp(x) = log(1 + e^x)    t + x s(x) (1 - t^2), t = tanh(sp(x))
 ==============  =====================================  ========================================
+
+hardtanh's bounds travel as (threshold, coef) = (min_val, max_val), min_val <= max_val.
 
 Conventions shared with the kernels (and with PyTorch where it defines one):
  - the derivative at a kink is the one in the table (PyTorch's choice);
  - NaN in x gives NaN in f and in the gradient (identity's gradient is dy itself);
  - limits at infinity are used where the formula would give inf * 0: swish, gelu and
-   gelu_tanh are -0 at x = -inf and their derivatives are 0 or 1 at x = +-inf;
+   gelu_tanh, hardswish and mish are -0 at x = -inf and their derivatives are 0 or 1
+   at x = +-inf (PyTorch's CPU kernels give NaN there: a deliberate difference);
  - 0.5 (1 + tanh u) is evaluated as s(2u) and Phi through erfc, so large negative x
    keeps full relative accuracy.
 """
@@ -48,12 +56,26 @@ MODES = (
     "gelu_tanh",
     "softplus",
     "identity",
+    "hardtanh",
+    "hardswish",
+    "hardsigmoid",
+    "mish",
 )
 
 #: The coefficient each mode uses when ``coef`` is None (modes not listed take none).
-DEFAULT_COEF = {"leaky_relu": 0.01, "clipped_relu": 6.0, "elu": 1.0, "swish": 1.0, "softplus": 1.0}
+DEFAULT_COEF = {
+    "leaky_relu": 0.01,
+    "clipped_relu": 6.0,
+    "elu": 1.0,
+    "swish": 1.0,
+    "softplus": 1.0,
+    "hardtanh": 1.0,  # max_val
+}
 #: softplus's threshold when ``threshold`` is None (PyTorch's default).
 DEFAULT_THRESHOLD = 20.0
+#: The threshold of each mode that takes one, when ``threshold`` is None: softplus's
+#: linear-region threshold and hardtanh's min_val (PyTorch's defaults).
+DEFAULT_THRESHOLDS = {"softplus": DEFAULT_THRESHOLD, "hardtanh": -1.0}
 
 _SQRT_2_OVER_PI = math.sqrt(2.0 / math.pi)
 _INV_SQRT_2PI = 1.0 / math.sqrt(2.0 * math.pi)
@@ -74,8 +96,8 @@ def _coef(mode: str, coef: float | None) -> float:
     return float(DEFAULT_COEF.get(mode, 0.0) if coef is None else coef)
 
 
-def _threshold(threshold: float | None) -> float:
-    return float(DEFAULT_THRESHOLD if threshold is None else threshold)
+def _threshold(threshold: float | None, mode: str = "softplus") -> float:
+    return float(DEFAULT_THRESHOLDS.get(mode, 0.0) if threshold is None else threshold)
 
 
 def sigmoid(x: np.ndarray) -> np.ndarray:
@@ -90,6 +112,16 @@ def _gated(x: np.ndarray, s: np.ndarray) -> np.ndarray:
     return np.where(s == 0, np.copysign(0.0, x), x * s)
 
 
+def _clamp(x: np.ndarray, lo: float, hi: float) -> np.ndarray:
+    # by comparisons: NaN passes through
+    return np.where(x <= lo, lo, np.where(x >= hi, hi, x))
+
+
+def _tanh_softplus(x: np.ndarray) -> np.ndarray:
+    # log1p(e^x) overflows to inf for x > 709, where tanh is 1 anyway
+    return np.tanh(np.log1p(np.exp(x)))
+
+
 def _normal_cdf(x: np.ndarray) -> np.ndarray:
     return 0.5 * np.asarray(_erfc(-x / math.sqrt(2.0)), dtype=np.float64)  # 0-d gives a float
 
@@ -100,7 +132,7 @@ def activation_forward(
     """f(x) in float64 for ``mode`` (see the module's table of formulas)."""
     _check_mode(mode)
     x = _f64(x)
-    c, t = _coef(mode, coef), _threshold(threshold)
+    c, t = _coef(mode, coef), _threshold(threshold, mode)
     with np.errstate(all="ignore"):
         if mode == "relu":
             return np.where(x <= 0, 0.0, x)
@@ -126,6 +158,15 @@ def activation_forward(
             bx = c * x
             soft = (np.maximum(bx, 0.0) + np.log1p(np.exp(-np.abs(bx)))) / c
             return np.where(bx > t, x, soft)
+        if mode == "hardtanh":
+            return _clamp(x, t, c)
+        if mode == "hardswish":
+            r = _clamp(x + 3.0, 0.0, 6.0)
+            return np.where(r >= 6.0, x, _gated(x, r) / 6.0)
+        if mode == "hardsigmoid":
+            return _clamp(x + 3.0, 0.0, 6.0) / 6.0
+        if mode == "mish":
+            return _gated(x, _tanh_softplus(x))
         return x.copy()  # identity
 
 
@@ -145,7 +186,7 @@ def activation_backward(
     """
     _check_mode(mode)
     dy, x = _f64(dy), _f64(x)
-    c, t = _coef(mode, coef), _threshold(threshold)
+    c, t = _coef(mode, coef), _threshold(threshold, mode)
     nan_x = np.isnan(x)
     with np.errstate(all="ignore"):
         if mode == "relu":
@@ -187,6 +228,15 @@ def activation_backward(
         elif mode == "softplus":
             bx = c * x
             g = np.where(bx > t, dy, dy * sigmoid(bx))
+        elif mode == "hardtanh":
+            g = np.where((x > t) & (x < c), dy, 0.0)
+        elif mode == "hardswish":
+            g = np.where(x <= -3.0, 0.0, np.where(x < 3.0, dy * (x / 3.0 + 0.5), dy))
+        elif mode == "hardsigmoid":
+            g = np.where((x > -3.0) & (x < 3.0), dy / 6.0, 0.0)
+        elif mode == "mish":
+            th = _tanh_softplus(x)
+            g = dy * np.where(np.isinf(x), th, th + x * sigmoid(x) * (1.0 - th * th))
         else:  # identity
             return dy.copy()
     return np.where(nan_x, np.nan, g)
@@ -195,6 +245,7 @@ def activation_backward(
 __all__ = [
     "DEFAULT_COEF",
     "DEFAULT_THRESHOLD",
+    "DEFAULT_THRESHOLDS",
     "MODES",
     "activation_backward",
     "activation_forward",
