@@ -14,6 +14,14 @@
 //   maxpool_bwd_scatter<T>    one thread per output adds dy at its saved index with
 //                             atomicAdd into a zeroed dx (float only: cheapest when the
 //                             windows do not overlap); the order of additions varies.
+//                             An index outside its window is not followed: it is
+//                             flagged in `bad` (the lowest such output) instead.
+//   pool_check_indices        one thread per output: flags in `bad` the lowest output
+//                             whose saved index lies outside its window (before the
+//                             gather, which would silently drop it).
+// Saved indices come from the user: a valid one is -1 (a window holding no input) or a
+// position inside the output's window (and so inside the input plane); `bad` starts at
+// ~0ull and the host raises when it changed.
 // Neighbouring threads own neighbouring W positions (NCHW) or channels (NHWC), so loads
 // and stores are coalesced in both layouts.
 //   gap_fwd_planar<T>, gap_fwd_chlast<T>, gap_bwd_planar<T>, gap_bwd_chlast<T>
@@ -278,10 +286,36 @@ __global__ void __launch_bounds__(256) pool_bwd(
     else pool::bwd_body<T, cl::index_t>(dy, indices, dx, s);
 }
 
+namespace pool {
+
+// Whether `pos`, the saved index of the output at flat plane position `f`, may be that
+// output's argmax: -1 (no input in the window) or a position of its window in the input.
+__device__ __forceinline__ bool index_ok(long long pos, cl::index_t f, const PoolShape& s) {
+    if (pos == -1) return true;
+    if (pos < 0 || pos >= s.in_plane) return false;
+    const int o[3] = {(int)(f / ((cl::index_t)s.out[2] * s.out[1])),
+                      (int)((f / s.out[2]) % s.out[1]), (int)(f % s.out[2])};
+    const int i[3] = {(int)(pos / ((long long)s.in[2] * s.in[1])),
+                      (int)((pos / s.in[2]) % s.in[1]), (int)(pos % s.in[2])};
+    for (int j = 0; j < 3; ++j) {
+        const Window w = window(o[j], j, s);
+        const int r = i[j] - w.start;  // the window's positions: start + q * step, q < len
+        if (r < 0 || r % w.step != 0 || r / w.step >= w.len) return false;
+    }
+    return true;
+}
+
+// Records output e as holding a bad index (the lowest one wins).
+__device__ __forceinline__ void flag_bad(unsigned long long* bad, cl::index_t e) {
+    atomicMin(bad, (unsigned long long)e);
+}
+
+}  // namespace pool
+
 template <typename T>
 __global__ void __launch_bounds__(256) maxpool_bwd_scatter(
-    // pointers (dx zeroed by the caller)
-    const T* dy, const long long* indices, T* dx,
+    // pointers (dx zeroed by the caller; bad: ~0ull, lowered to the first bad output)
+    const T* dy, const long long* indices, T* dx, unsigned long long* bad,
     // problem
     PoolShape s) {
     const cl::index_t total = s.n * s.c * s.out_plane;
@@ -290,8 +324,26 @@ __global__ void __launch_bounds__(256) maxpool_bwd_scatter(
         cl::index_t n, c, f;
         pool::split<cl::index_t>(e, s.out_plane, s, n, c, f);
         const long long pos = indices[e];
+        if (!pool::index_ok(pos, f, s)) {
+            pool::flag_bad(bad, e);
+            continue;
+        }
         if (pos < 0) continue;  // an all-padding window has no input to credit
         atomicAdd(dx + pool::offset<cl::index_t>(n, c, pos, s.in_plane, s), dy[e]);
+    }
+}
+
+__global__ void __launch_bounds__(256) pool_check_indices(
+    // pointers (bad: ~0ull, lowered to the first output with a bad index)
+    const long long* indices, unsigned long long* bad,
+    // problem
+    PoolShape s) {
+    const cl::index_t total = s.n * s.c * s.out_plane;
+    const cl::index_t stride = cl::grid_stride();
+    for (cl::index_t e = cl::global_thread_id(); e < total; e += stride) {
+        cl::index_t n, c, f;
+        pool::split<cl::index_t>(e, s.out_plane, s, n, c, f);
+        if (!pool::index_ok(indices[e], f, s)) pool::flag_bad(bad, e);
     }
 }
 

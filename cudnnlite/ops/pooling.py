@@ -77,7 +77,8 @@ _SHAPE_DTYPE = np.dtype(
 
 
 def _names(dt: dtypes.DType) -> dict[str, str]:
-    names = {"pool_fwd": f"pool_fwd<{dt.ctype}>", "pool_bwd": f"pool_bwd<{dt.ctype}>"}
+    names = {"pool_fwd": f"pool_fwd<{dt.ctype}>", "pool_bwd": f"pool_bwd<{dt.ctype}>",
+             "pool_check_indices": "pool_check_indices"}  # fmt: skip
     for k in ("gap_fwd_planar", "gap_fwd_chlast", "gap_bwd_planar", "gap_bwd_chlast"):
         names[k] = f"{k}<{dt.ctype}>"
     if dt.short == "fp32":
@@ -146,9 +147,9 @@ def _tuple(name: str, v: Any, nd: int, minimum: int) -> tuple[int, ...]:
         vals = tuple(vals)
     except TypeError:
         raise BadParamError(f"{name}: expected an int or {nd} ints, got {v!r}") from None
-    if len(vals) != nd or any(
     if len(vals) == 1:
         vals = vals * nd  # PyTorch broadcasts a 1-tuple: kernel_size=(2,) is (2, 2) in 2-D
+    if len(vals) != nd or any(
         isinstance(a, bool) or not isinstance(a, (int, np.integer)) for a in vals
     ):
         raise BadParamError(f"{name}: expected an int or {nd} ints, got {v!r}")
@@ -174,7 +175,6 @@ def _split(shape: Sequence[int], nd: int, layout: str, name: str = "x") -> tuple
     return shape[0], shape[1], tuple(shape[2:])
 
 
-def _out_size(i: int, k: int, s: int, p: int, d: int, ceil_mode: bool) -> int:
 def _rank(name: str, ndim: int, nd: Any) -> tuple[int, bool]:
     """(spatial dims, unbatched) of an array of ``ndim`` dims for an op of ``nd`` spatial
     dims; ``nd`` None: the array is batched and its rank says (the N-d functions' rule).
@@ -215,6 +215,7 @@ def _unbatched_call(fn: Any, nd: int, x: Any, args: tuple, kwargs: dict) -> Any:
     return r[0] if out is None else out
 
 
+def _out_size(i: int, k: int, s: int, p: int, d: int, ceil_mode: bool) -> int:
     span = i + 2 * p - d * (k - 1) - 1
     o = (-(-span // s) if ceil_mode else span // s) + 1
     if ceil_mode and (o - 1) * s >= i + p:
@@ -428,14 +429,49 @@ def _backward(dy: Any, indices: Any, prob: _Problem, deterministic: bool) -> Any
     if prob.mode == 0 and not deterministic and dt.short == "fp32":
         dx = xp.zeros(prob.x_shape, dy.dtype)
         if dy.size:
-            table.launch("maxpool_bwd_scatter", dy.size, (dyd, indices, dx, prob.struct))
+            bad = _bad_flag(xp)
+            table.launch("maxpool_bwd_scatter", dy.size, (dyd, indices, dx, bad, prob.struct))
+            _raise_bad_index(bad, indices, prob)
         return dx
+    if prob.mode == 0 and dy.size:
+        # The gather cannot stray outside dx, but it would drop a bad index silently.
+        bad = _bad_flag(xp)
+        table.launch("pool_check_indices", dy.size, (indices, bad, prob.struct))
+        _raise_bad_index(bad, indices, prob)
     dx = xp.empty(prob.x_shape, dy.dtype)
     if dx.size and prob.is_global_avg:
         table.launch_gap("bwd", prob, dyd, dx)
     elif dx.size:
         table.launch("pool_bwd", dx.size, (dyd, indices, dx, prob.struct))
     return dx
+
+
+_NO_BAD = np.uint64(0xFFFF_FFFF_FFFF_FFFF)
+
+
+def _bad_flag(xp: Any) -> Any:
+    """The kernels' ``bad`` word: ~0, lowered to the first output with a bad index."""
+    return xp.full(1, _NO_BAD, np.uint64)
+
+
+def _raise_bad_index(bad: Any, indices: Any, prob: _Problem) -> None:
+    """BadParamError naming the first output whose saved index is not in its window
+    (one 8-byte read back: a device sync for GPU arrays)."""
+    first = int(bad[0])
+    if first == int(_NO_BAD):
+        return
+    value = int(indices.reshape(-1)[first])
+    where = tuple(int(i) for i in np.unravel_index(first, prob.y_shape))
+    plane = math.prod(prob.in_sp)
+    what = (
+        f"outside the input plane [0, {plane})"
+        if not 0 <= value < plane
+        else "a position outside that output's pooling window"
+    )
+    raise BadParamError(
+        f"indices: entry {where} is {value}, {what}; max pooling backward takes the "
+        "forward's indices (flat positions in the input plane, -1 for a window without input)"
+    )
 
 
 # ------------------------------------------------------------------ public: N-d
@@ -453,6 +489,7 @@ def max_pool(
     *,
     layout: str = "NCHW",
     out: Any = None,
+    nd: int | None = None,
 ) -> Any:
     """Max pooling over ``x.ndim - 2`` spatial dims (1 to 3), or over ``nd`` when given:
     then x may be unbatched (C and ``nd`` spatial dims; the results have no batch dim
@@ -497,8 +534,8 @@ def avg_pool(
     *,
     layout: str = "NCHW",
     out: Any = None,
-) -> Any:
     nd: int | None = None,
+) -> Any:
     """Average pooling over ``x.ndim - 2`` spatial dims (1 to 3), or over ``nd`` (x may
     then be unbatched, as in :func:`max_pool`)."""
     if nd is not None:
@@ -541,8 +578,8 @@ def max_pool_backward(
     *,
     layout: str = "NCHW",
     deterministic: bool = False,
-) -> Any:
     nd: int | None = None,
+) -> Any:
     """dx of :func:`max_pool` from its saved indices (the window arguments must be the
     forward's). float32 scatters with atomics unless ``deterministic``; the gather used
     otherwise (and for fp16 / bf16 / fp64) is deterministic. ``nd``: the forward's
@@ -575,6 +612,7 @@ def avg_pool_backward(
     divisor_override: int | None = None,
     *,
     layout: str = "NCHW",
+    nd: int | None = None,
 ) -> Any:
     """dx of :func:`avg_pool` (same window arguments; ``nd`` and unbatched shapes as in
     :func:`max_pool_backward`)."""
@@ -594,7 +632,6 @@ def avg_pool_backward(
         1,
         ceil_mode,
         layout,
-    nd: int | None = None,
         mode,
         divisor_override,
     )
@@ -607,6 +644,11 @@ def adaptive_avg_pool(x: Any, output_size: Any, *, layout: str = "NCHW", out: An
     """Adaptive average pooling to ``output_size`` over ``x.ndim - 2`` spatial dims, or
     over ``nd`` (x may then be unbatched, as in :func:`max_pool`)."""
     x, _ = _input(x)
+    if nd is not None:
+        nd, unbatched = _rank("x", x.ndim, nd)
+        if unbatched:
+            return _unbatched_call(adaptive_avg_pool.__wrapped__, nd, x, (output_size,),
+                                   {"layout": layout, "out": out})  # fmt: skip
     prob = _adaptive_problem(x.shape, x.ndim - 2, output_size, layout, 1)
     return _forward(x, prob, False, out)[0]
 
@@ -619,9 +661,16 @@ def adaptive_max_pool(
     *,
     layout: str = "NCHW",
     out: Any = None,
-) -> Any:
-    x, _ = _input(x)
     nd: int | None = None,
+) -> Any:
+    """Adaptive max pooling (``nd`` and unbatched x as in :func:`adaptive_avg_pool`)."""
+    x, _ = _input(x)
+    if nd is not None:
+        nd, unbatched = _rank("x", x.ndim, nd)
+        if unbatched:
+            return _unbatched_call(adaptive_max_pool.__wrapped__, nd, x,
+                                   (output_size, return_indices),
+                                   {"layout": layout, "out": out})  # fmt: skip
     prob = _adaptive_problem(x.shape, x.ndim - 2, output_size, layout, 0)
     y, ind = _forward(x, prob, return_indices, out)
     return (y, ind) if return_indices else y
@@ -633,6 +682,11 @@ def adaptive_avg_pool_backward(dy: Any, input_shape: Sequence[int], *, layout: s
     """dx of :func:`adaptive_avg_pool` (``nd`` and unbatched shapes as in
     :func:`max_pool_backward`)."""
     dy = as_array("dy", dy)
+    nd, unbatched = _rank("input_shape", len(input_shape), nd)
+    if unbatched:
+        return adaptive_avg_pool_backward.__wrapped__(
+            _batched("dy", dy, nd), (1, *input_shape), layout=layout, nd=nd
+        )[0]
     out_sp = _split(dy.shape, len(input_shape) - 2, _layout(layout), "dy")[2]
     prob = _adaptive_problem(tuple(input_shape), len(input_shape) - 2, out_sp, layout, 1)
     return _backward(dy, None, prob, True)
@@ -646,13 +700,18 @@ def adaptive_max_pool_backward(
     *,
     layout: str = "NCHW",
     deterministic: bool = False,
+    nd: int | None = None,
 ) -> Any:
-    if nd is not None:
-        nd, unbatched = _rank("x", x.ndim, nd)
-        if unbatched:
-            return _unbatched_call(adaptive_avg_pool.__wrapped__, nd, x, (output_size,),
-                                   {"layout": layout, "out": out})  # fmt: skip
+    """dx of :func:`adaptive_max_pool` from its indices (``nd`` and unbatched shapes as in
+    :func:`max_pool_backward`)."""
     dy = as_array("dy", dy)
+    nd, unbatched = _rank("input_shape", len(input_shape), nd)
+    if unbatched:
+        ind1 = None if indices is None else _batched("indices", as_array("indices", indices), nd)
+        return adaptive_max_pool_backward.__wrapped__(
+            _batched("dy", dy, nd), ind1, (1, *input_shape), layout=layout,
+            deterministic=deterministic, nd=nd,
+        )[0]  # fmt: skip
     out_sp = _split(dy.shape, len(input_shape) - 2, _layout(layout), "dy")[2]
     prob = _adaptive_problem(tuple(input_shape), len(input_shape) - 2, out_sp, layout, 0)
     return _backward(dy, indices, prob, deterministic)
@@ -664,16 +723,8 @@ def global_avg_pool(x: Any, *, layout: str = "NCHW", out: Any = None) -> Any:
     x, _ = _input(x)
     return adaptive_avg_pool(x, 1, layout=layout, out=out)
 
-    nd: int | None = None,
 
-    """Adaptive max pooling (``nd`` and unbatched x as in :func:`adaptive_avg_pool`)."""
 # ------------------------------------------------------------------ cuDNN-style
-    if nd is not None:
-        nd, unbatched = _rank("x", x.ndim, nd)
-        if unbatched:
-            return _unbatched_call(adaptive_max_pool.__wrapped__, nd, x,
-                                   (output_size, return_indices),
-                                   {"layout": layout, "out": out})  # fmt: skip
 
 
 def _mode(mode: Any) -> str:
@@ -682,11 +733,6 @@ def _mode(mode: Any) -> str:
     return mode
 
 
-    nd, unbatched = _rank("input_shape", len(input_shape), nd)
-    if unbatched:
-        return adaptive_avg_pool_backward.__wrapped__(
-            _batched("dy", dy, nd), (1, *input_shape), layout=layout, nd=nd
-        )[0]
 @with_stream
 def pooling_forward(
     x: Any,
@@ -700,18 +746,8 @@ def pooling_forward(
     layout: str = "NCHW",
     out: Any = None,
 ) -> Any:
-    nd: int | None = None,
     """cuDNN's pooling forward for a mode of :data:`POOLING_MODES` (dilation: max only)."""
-    """dx of :func:`adaptive_max_pool` from its indices (``nd`` and unbatched shapes as in
-    :func:`max_pool_backward`)."""
     if _mode(mode).startswith("max"):
-    nd, unbatched = _rank("input_shape", len(input_shape), nd)
-    if unbatched:
-        ind1 = None if indices is None else _batched("indices", as_array("indices", indices), nd)
-        return adaptive_max_pool_backward.__wrapped__(
-            _batched("dy", dy, nd), ind1, (1, *input_shape), layout=layout,
-            deterministic=deterministic, nd=nd,
-        )[0]  # fmt: skip
         return max_pool(
             x, kernel_size, stride, padding, dilation, ceil_mode, layout=layout, out=out
         )

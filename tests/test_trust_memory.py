@@ -1,0 +1,127 @@
+"""Memory the caller did not give us is never touched (issue 12, "Trust").
+
+- Bad indices: max pooling backward follows user-provided indices; every one is checked
+  against its output's window before anything is written through it, and the call
+  raises BadParamError naming ``indices`` (also under the emulator's AddressSanitizer
+  build, which would report the stray write as an ExecutionError).
+- Aliasing: ``z is out`` (the fused residual written in place) gives the answer of a
+  separate z on every convolution solver that runs here, and on batch norm + add.
+"""
+
+from __future__ import annotations
+
+from typing import Any
+
+import numpy as np
+import pytest
+
+import cudnnlite.ops.pooling as P
+from cudnnlite.errors import BadParamError
+from cudnnlite.reference import pooling as rp
+from cudnnlite.testing import to_backend, to_numpy
+
+
+def ranked(shape: tuple[int, ...], seed: int = 0) -> np.ndarray:
+    """Distinct values: the argmax of every window is unique."""
+    n = int(np.prod(shape))
+    return (np.random.default_rng(seed).permutation(n).astype(np.float32) / 8).reshape(shape)
+
+
+# ------------------------------------------------------------------ bad indices
+
+# 3x3 windows, stride 2, padding 1, dilation 2 on a 7x7 plane (output 2x2): a window's
+# positions are start + {0, 2, 4} per dim, so start + 1 is inside the window's span but
+# not one of its positions.
+SHAPE, KW = (2, 3, 7, 7), dict(kernel_size=3, stride=2, padding=1, dilation=2)
+
+
+def _max_case(backend: str) -> tuple[Any, Any, np.ndarray]:
+    x = ranked(SHAPE)
+    y, ind = P.max_pool(to_backend(x, backend), return_indices=True, **KW)
+    dy = np.random.default_rng(1).standard_normal(to_numpy(y).shape).astype(np.float32)
+    return to_backend(dy, backend), to_numpy(ind), x
+
+
+def _bad_values(ind: np.ndarray) -> dict[str, tuple[tuple[int, ...], int]]:
+    """(entry, value) per kind of bad index; entry (0, 1, 1, 0)'s window starts at
+    (1, -1): positions rows 1, 3, 5 and columns 1, 3 (-1 is padding)."""
+    e = (0, 1, 1, 0)
+    assert ind[e] in {r * 7 + c for r in (1, 3, 5) for c in (1, 3)}
+    return {
+        "negative": (e, -2),
+        "past the plane": (e, 49),
+        "huge": (e, 1 << 40),
+        "between dilated taps": (e, 2 * 7 + 1),  # row 2: inside the span, not a tap
+        "another window's": (e, 0),  # (0, 0): output (0, 0)'s argmax region
+    }
+
+
+@pytest.mark.parametrize("deterministic", [False, True], ids=["scatter", "gather"])
+def test_max_pool_backward_refuses_bad_indices(backend: str, deterministic: bool) -> None:
+    dy, ind, _ = _max_case(backend)
+    dy_before = to_numpy(dy).copy()
+    for what, (entry, value) in _bad_values(ind).items():
+        bad = ind.copy()
+        bad[entry] = value
+        bad_b = to_backend(bad, backend)
+        with pytest.raises(BadParamError, match=rf"indices: entry \(0, 1, 1, 0\) is {value}"):
+            P.max_pool_backward(dy, bad_b, SHAPE, deterministic=deterministic, **KW)
+        np.testing.assert_array_equal(to_numpy(bad_b), bad, err_msg=what)  # inputs untouched
+        np.testing.assert_array_equal(to_numpy(dy), dy_before, err_msg=what)
+    # -1 (a window without input) is valid: that output credits nothing
+    ok = ind.copy()
+    ok[0, 1, 1, 0] = -1
+    dx = to_numpy(P.max_pool_backward(dy, to_backend(ok, backend), SHAPE,
+                                      deterministic=deterministic, **KW))  # fmt: skip
+    dropped = dy_before.astype(np.float64)
+    dropped[0, 1, 1, 0] = 0.0  # (the reference would read -1 as NumPy's last element)
+    want = rp.max_pool_backward(dropped, ind, SHAPE)
+    np.testing.assert_allclose(dx, want, rtol=1e-6, atol=1e-6)
+
+
+def test_the_first_bad_entry_is_named(backend: str) -> None:
+    dy, ind, _ = _max_case(backend)
+    bad = ind.copy()
+    bad[1, 2, 1, 1] = 10**6
+    bad[0, 2, 0, 1] = -7  # lower in C order: reported
+    with pytest.raises(BadParamError, match=r"entry \(0, 2, 0, 1\) is -7, outside the input"):
+        P.max_pool_backward(dy, to_backend(bad, backend), SHAPE, **KW)
+
+
+@pytest.mark.parametrize("layout", ["NCHW", "NHWC"])
+def test_adaptive_max_pool_backward_refuses_bad_indices(backend: str, layout: str) -> None:
+    # 7 -> 3 adaptive windows: rows [0, 3), [2, 5), [4, 7) (they overlap)
+    x = ranked((1, 2, 7, 7), 3)
+    xb = to_backend(x if layout == "NCHW" else x.transpose(0, 2, 3, 1).copy(), backend)
+    y, ind = P.adaptive_max_pool(xb, 3, return_indices=True, layout=layout)
+    dy = to_backend(np.ones(to_numpy(y).shape, np.float32), backend)
+    ind = to_numpy(ind)
+    e = (0, 0, 0, 1) if layout == "NCHW" else (0, 0, 1, 0)  # window rows 0-2, columns 2-4
+    shape = xb.shape
+    for value in (-3, 49, 5 * 7 + 3, 2 * 7 + 1):  # negative, too large, rows 5 / column 1
+        bad = ind.copy()
+        bad[e] = value
+        for deterministic in (False, True):
+            with pytest.raises(BadParamError, match=rf"indices: entry \({', '.join(map(str, e))}"):
+                P.adaptive_max_pool_backward(dy, to_backend(bad, backend), shape, layout=layout,
+                                             deterministic=deterministic)  # fmt: skip
+    # the window's own corner (row 2, column 4) is fine
+    ok = ind.copy()
+    ok[e] = 2 * 7 + 4
+    P.adaptive_max_pool_backward(dy, to_backend(ok, backend), shape, layout=layout)
+
+
+def test_bad_indices_never_reach_memory_under_asan(
+    backend: str, emulator_only: None, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    # Unchecked, the scatter's atomicAdd at x + 10^6 is an out-of-bounds write that the
+    # AddressSanitizer build reports (ExecutionError); checked, nothing is written.
+    monkeypatch.setenv("CUDNNLITE_EMU_ASAN", "1")
+    dy, ind, _ = _max_case(backend)
+    bad = ind.copy()
+    bad[1, 0, 1, 1] = 10**6
+    with pytest.raises(BadParamError, match="indices"):
+        P.max_pool_backward(dy, bad, SHAPE, **KW)
+    dx = P.max_pool_backward(dy, ind, SHAPE, **KW)  # the valid call still runs clean
+    want = rp.max_pool_backward(to_numpy(dy).astype(np.float64), ind, SHAPE)
+    np.testing.assert_allclose(to_numpy(dx), want, rtol=1e-6, atol=1e-6)
