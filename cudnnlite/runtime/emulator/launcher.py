@@ -15,6 +15,11 @@ CUDNNLITE_EMU_THREADS   OS threads running blocks (default: all cores); a cooper
 CUDNNLITE_EMU_STACK_KB  stack per CUDA thread (default 256)
 CUDNNLITE_EMU_ASAN      ``1``: AddressSanitizer build; every array is copied into a
                         buffer with poisoned redzones, out-of-bounds accesses raise
+CUDNNLITE_EMU_RACECHECK ``1``: ThreadSanitizer build (emu_racecheck.h): a data race
+                        between two threads of a block, on shared or global memory,
+                        raises ExecutionError naming both threads and source lines.
+                        Needs TSan's runtime loaded first: run the program under
+                        ``python -m cudnnlite.runtime.emulator.racecheck``
 CUDNNLITE_EMU_NO_PCH    ``1``: compile modules without the precompiled emulator header
 CUDNNLITE_EMU_PORTABLE  ``1``: build for the baseline of the architecture instead of
                         this CPU (``-march=native``, the default)
@@ -46,6 +51,7 @@ from ..graph import current_recorder
 from ..kernel import ModuleSpec
 from ..sources import common_headers_digest, cuda_src_dir, source_path
 from ..transfer import DeviceToHost
+from . import racecheck as racecheck_mod
 
 INCLUDE_DIR = Path(__file__).resolve().parent / "include"
 _SCHEDULES = {"forward": 0, "reverse": 1, "random": 2}
@@ -135,7 +141,7 @@ def _header_digest() -> str:
     return h.hexdigest()
 
 
-def compile_flags(asan: bool) -> list[str]:
+def compile_flags(asan: bool, racecheck: bool = False) -> list[str]:
     flags = [
         "-std=gnu++17",
         "-O2",
@@ -162,6 +168,8 @@ def compile_flags(asan: bool) -> list[str]:
             "-O1",
             "-static-libstdc++",
         ]
+    if racecheck:
+        flags += racecheck_mod.COMPILE_FLAGS
     return flags
 
 
@@ -205,12 +213,12 @@ def _precompiled_header(cxx: str, flags: list[str]) -> Path | None:
     return pch_dir
 
 
-def _compile(spec: ModuleSpec, asan: bool) -> Path:
+def _compile(spec: ModuleSpec, asan: bool, racecheck: bool = False) -> Path:
     src = source_path(spec.source)
     text = src.read_text()
     _check_source(spec, text)
     cxx = compiler()
-    flags = compile_flags(asan)
+    flags = compile_flags(asan, racecheck)
     kernels = " ".join(f"EMU_KERNEL({name})" for name in spec.names)
     defines = [
         f'-DCUDNNLITE_EMU_SOURCE="{src}"',
@@ -237,8 +245,9 @@ def _compile(spec: ModuleSpec, asan: bool) -> Path:
     out_dir.mkdir(parents=True, exist_ok=True)
     fd, tmp = tempfile.mkstemp(suffix=".so", dir=out_dir)
     os.close(fd)
-    # The ASan build (different flags, rarely used) skips the precompiled header.
-    pch = None if asan or _env_flag("CUDNNLITE_EMU_NO_PCH") else _precompiled_header(cxx, flags)
+    # The sanitizer builds (different flags, rarely used) skip the precompiled header.
+    plain = not (asan or racecheck or _env_flag("CUDNNLITE_EMU_NO_PCH"))
+    pch = _precompiled_header(cxx, flags) if plain else None
     cmd = [
         cxx,
         *flags,
@@ -251,7 +260,9 @@ def _compile(spec: ModuleSpec, asan: bool) -> Path:
         str(Path(tmp).resolve()),
     ]
     # -include looks in the working directory first: there lies the .gch.
-    proc = subprocess.run(cmd, capture_output=True, text=True, check=False, cwd=pch)
+    proc = subprocess.run(
+        cmd, capture_output=True, text=True, check=False, cwd=pch, env=racecheck_mod.child_env()
+    )
     if proc.returncode != 0:
         Path(tmp).unlink(missing_ok=True)
         log = proc.stderr.strip()
@@ -506,6 +517,9 @@ class EmulatorKernel(Kernel):
         # Parsed after the dims checks, in the order the errors always came.
         switches = _launch_switches(raw)
         cfg.schedule, cfg.poison, cfg.num_threads, cfg.seed, cfg.stack_bytes = switches
+        if self.module.racecheck:
+            # Blocks one after another on one OS thread: the check is per block.
+            cfg.num_threads = 1
         if key is not None:
             if len(self._configs) > 256:  # a kernel launched with ever-changing grids
                 self._configs.clear()
@@ -528,9 +542,15 @@ class EmulatorKernel(Kernel):
             values = self._convert(args, keep)
             if recorder is not None:
                 recorder.record_emulator(self, cfg, args, keep)
-            rc = module.lib.emu_launch(self.index, ctypes.byref(cfg), values)
+            if module.racecheck:
+                with racecheck_mod.capture() as races:
+                    rc = module.lib.emu_launch(self.index, ctypes.byref(cfg), values)
+            else:
+                rc = module.lib.emu_launch(self.index, ctypes.byref(cfg), values)
             if keep:
                 module.copy_back(keep)
+            if module.racecheck and races.reports:
+                raise racecheck_mod.race_error(self.name, self.spec.label(), races.reports)
             if rc != 0:
                 message = module.lib.emu_last_error().decode(errors="replace")
                 raise ExecutionError(f"kernel {self.name} ({self.spec.label()}) failed: {message}")
@@ -540,7 +560,13 @@ class EmulatorKernel(Kernel):
         copy of the argument arena (``values`` points into it)."""
         module = self.module
         with module.lock:
-            rc = module.lib.emu_launch(self.index, cfg_ref, values)
+            if module.racecheck:
+                with racecheck_mod.capture() as races:
+                    rc = module.lib.emu_launch(self.index, cfg_ref, values)
+                if races.reports:
+                    raise racecheck_mod.race_error(self.name, self.spec.label(), races.reports)
+            else:
+                rc = module.lib.emu_launch(self.index, cfg_ref, values)
             if rc != 0:
                 message = module.lib.emu_last_error().decode(errors="replace")
                 raise ExecutionError(f"kernel {self.name} ({self.spec.label()}) failed: {message}")
@@ -601,10 +627,13 @@ class _AsanBuffer:
 
 
 class EmulatorModule(Module):
-    def __init__(self, spec: ModuleSpec, asan: bool) -> None:
+    def __init__(self, spec: ModuleSpec, asan: bool, racecheck: bool = False) -> None:
         self.spec = spec
         self.asan = asan
-        self.path = _compile(spec, asan)
+        self.racecheck = racecheck
+        if racecheck:
+            racecheck_mod.require_runtime()
+        self.path = _compile(spec, asan, racecheck)
         self.lock = threading.Lock()
         self.lib = ctypes.CDLL(str(self.path), mode=ctypes.RTLD_LOCAL)
         lib = self.lib
@@ -681,7 +710,8 @@ class EmulatorBackend(Backend):
         return np
 
     def device_key(self) -> str:
-        return "cpu-asan" if _env_flag("CUDNNLITE_EMU_ASAN") else "cpu"
+        key = "cpu-asan" if _env_flag("CUDNNLITE_EMU_ASAN") else "cpu"
+        return key + "-racecheck" if _env_flag("CUDNNLITE_EMU_RACECHECK") else key
 
     def arch(self) -> str:
         return "cpu"
@@ -696,7 +726,7 @@ class EmulatorBackend(Backend):
                 os.environ["ASAN_OPTIONS"] = (opts + ":" if opts else "") + (
                     "verify_asan_link_order=0:halt_on_error=0:detect_leaks=0"
                 )
-        return EmulatorModule(spec, asan)
+        return EmulatorModule(spec, asan, _env_flag("CUDNNLITE_EMU_RACECHECK"))
 
     def synchronize(self) -> None:
         """Emulator launches are synchronous."""

@@ -343,6 +343,7 @@ struct Worker {
     char* tls_start = nullptr;
     size_t tls_size = 0;
     std::mt19937_64 rng;
+    void* race = nullptr;  // race-check state (emu_racecheck.h), race-check builds only
 };
 
 // The only thread_local of the emulator itself; every other TLS byte of a kernel
@@ -360,6 +361,8 @@ inline std::string thread_name(const uint3& t) {
 inline std::string site_name(const Site& s) {
     return std::string(s.what) + " at " + (s.file ? s.file : "?") + ":" + std::to_string(s.line);
 }
+
+#include "emu_racecheck.h"
 
 inline std::string where() {
     Worker& w = worker();
@@ -465,6 +468,7 @@ inline void yield_to_scheduler(Fiber* f) {
         }
     }
     if (g == f) return;  // released already and next in turn: keep running
+    race_switch_to(w, g);
 #if defined(EMU_ASAN)
     void* fake = nullptr;
     __sanitizer_start_switch_fiber(&fake, g ? g->stack : nullptr, g ? g->stack_size : 0);
@@ -482,6 +486,7 @@ inline void yield_to_scheduler(Fiber* f) {
 
 // Scheduler → fiber.
 inline void resume(Worker& w, Fiber* f) {
+    race_switch_to(w, f);
     w.current = f;
 #if defined(EMU_ASAN)
     void* fake = nullptr;
@@ -640,6 +645,7 @@ inline std::string hex(unsigned v) {
 inline unsigned long long warp_exchange(WarpOp op, unsigned mask, unsigned long long value, int param,
                                         int width, const char* file, int line,
                                         const char* name = nullptr) {
+    RaceWarpScope race_scope;  // first: the rendezvous is emulator bookkeeping
     if (!name) name = op_name(op);
     Fiber* f = current_fiber(name);
     Worker& w = worker();
@@ -687,6 +693,7 @@ inline unsigned long long warp_exchange(WarpOp op, unsigned mask, unsigned long 
         group->site = site;
     }
     group->arrived |= 1u << lane;
+    race_scope.arrive(op, warp_index, int(group - warp.groups), group->arrived == 1u << lane);
     warp.value[lane] = value;
     warp.param[lane] = param;
     warp.width[lane] = width;
@@ -704,6 +711,7 @@ enum class BarrierKind : int { kSync, kCount, kAnd, kOr };
 
 inline int barrier_arrive(BarrierKind kind, int predicate, const char* file, int line,
                           const char* what) {
+    RaceBarrierScope race_scope;  // first: the rendezvous is emulator bookkeeping
     Fiber* f = current_fiber(what);
     Worker& w = worker();
     Site site{file, line, what};
@@ -856,8 +864,10 @@ inline void run_thread_body(Worker& w, Fiber* f) {
     f->copies.clear();
     f->copy_groups = 0;
     f->grid_syncs = 0;
+    race_thread_begin(w, f);
     w.thunk(w.args, w.kfn);
     complete_copies(f, 0, true);  // an exiting thread's copies still land
+    race_thread_end(w, f);
 }
 
 // Writes the cp.async data of every copy in groups <= upto_group (all: every copy).
@@ -968,6 +978,7 @@ inline void run_block(Worker& w, unsigned bx, unsigned by, unsigned bz) {
         poison_tls_shared_memory();
         if (w.cfg->shared_bytes) memset(w.dyn_smem, 0xFF, w.cfg->shared_bytes);
     }
+    RaceBlockScope race_block(w);  // race-check builds: TSan's view of the block
     Fiber* first = get_fiber(w, w.fibers_used++);
     if (!first) {
         record_error("cannot allocate a fiber stack");
