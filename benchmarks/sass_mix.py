@@ -464,7 +464,7 @@ def document(report: Report, arch: str, small: bool) -> dict[str, Any]:
     from cudnnlite.runtime import compile_options, cuda_toolkit
     from cudnnlite.runtime.sources import cuda_src_dir
 
-    options = [*compile_options.base_options(), *compile_options.cupy_added_options(arch)]
+    options = list(compile_options.runtime_options(arch))
     return {
         "date": dt.date.today().isoformat(),
         "arch": arch,

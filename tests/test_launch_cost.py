@@ -9,7 +9,6 @@ self-test module and relu's are compiled by other tests already (no new module h
 
 from __future__ import annotations
 
-import sys
 import types
 from typing import Any
 
@@ -124,24 +123,13 @@ class _FakeFunction:
         self.calls.append((grid, block, args, shared_mem))
 
 
-class _FakeRawModule:
-    def __init__(self, code: str, options: Any, name_expressions: list[str]) -> None:
-        self.functions = {n: _FakeFunction() for n in name_expressions}
-
-    def get_function(self, name: str) -> _FakeFunction:
-        return self.functions[name]
-
-
 @pytest.fixture
-def fake_cuda_kernel(monkeypatch: pytest.MonkeyPatch) -> Any:
-    from cudnnlite.runtime.cuda import CudaBackend
+def fake_cuda_kernel() -> Any:
+    # The kernel object the CUDA backend hands out, around a stand-in for the loaded
+    # cupy.cuda.function.Function (building one is tests/test_cuda_backend_glue.py's).
+    from cudnnlite.runtime.cuda import CudaKernel
 
-    cupy = types.ModuleType("cupy")
-    cupy.RawModule = _FakeRawModule  # type: ignore[attr-defined]
-    device = types.SimpleNamespace(id=0, compute_capability="90", attributes={})
-    cupy.cuda = types.SimpleNamespace(Device=lambda: device)  # type: ignore[attr-defined]
-    monkeypatch.setitem(sys.modules, "cupy", cupy)
-    return CudaBackend().module(EMULATOR_SELFTEST).get_function("trap_if")
+    return CudaKernel(EMULATOR_SELFTEST, "trap_if", _FakeFunction())
 
 
 def test_cuda_arguments_go_as_one_tuple(fake_cuda_kernel: Any) -> None:

@@ -1,37 +1,41 @@
 """The NVRTC options a kernel module is compiled with, in one place.
 
-The CUDA backend hands :func:`base_options` to ``cupy.RawModule(options=...)``; CuPy then
-adds options of its own before it calls NVRTC. The NVRTC check (``nvrtc_check``), which
-calls NVRTC directly on a machine without a GPU, appends :func:`cupy_added_options` to the
-same base so that the registers, spills and SASS it reports are those of the code that
-runs. ``tests/test_compile_options.py`` pins both lists.
+The CUDA backend compiles every module with our own NVRTC call (``nvrtc_check``'s
+``compile_source`` through ctypes) and loads the CUBIN with ``cupy.cuda.function.Module``;
+the NVRTC check compiles with the same call. Both take their options from
+:func:`runtime_options`, so the registers, spills and SASS the check reports are those
+of the code that runs. ``tests/test_compile_options.py`` pins the list.
 
-What CuPy adds for ``RawModule(code=..., options=..., name_expressions=...)``, read from its
-source for CuPy 13.x (v13.6.0) and 14.x (v14.2.0, and main as of 2026-08):
+Why not ``cupy.RawModule``: CuPy appends options of its own, and one of them decides the
+numbers. What it adds, read from its source for CuPy 13.x (v13.6.0) and 14.x (v14.2.0,
+and main as of 2026-08), is kept in :func:`cupy_added_options`:
 
-- ``cupy/_core/core.pyx``, ``assemble_cupy_compiler_options``: ``--std=c++17`` (CuPy 14;
-  ``--std=c++11`` in CuPy 13) only when no ``-std=`` option is given (ours gives one), its
-  bundled CCCL include folders in front, and its own ``include`` folder and the CUDA
-  headers' folder (cudart wheel or ``CUDA_PATH``) at the end. Include folders choose
-  headers, not code generation; without CuPy the NVRTC check uses the pip wheels' headers
-  (``cuda_toolkit.find_cuda_include_dirs``), which is also what the backend falls back to.
-- ``cupy/cuda/compiler.py``, ``_compile_with_cache_cuda``: ``-ftz=true`` always
-  (``--device-debug --generate-line-info`` only with ``CUPY_CUDA_COMPILE_WITH_DEBUG=1``;
-  ``-DCUPY_USE_JITIFY`` only with ``jitify=True``, which we never pass).
-- ``cupy/cuda/compiler.py``, ``_compile_using_nvrtc_no_warning``: ``-arch=sm_XX`` from
-  ``_get_arch_for_options_for_nvrtc`` (``-arch=compute_XX``, i.e. PTX, only with
-  ``CUPY_COMPILE_WITH_PTX=1`` or a device newer than NVRTC knows), then
-  ``--device-as-default-execution-space`` (no jitify), and ``--pch`` only with
-  ``CUPY_NVRTC_USE_PCH=1`` (CuPy 14, NVRTC >= 12.8).
+- ``cupy/cuda/compiler.py``, ``_compile_with_cache_cuda``: ``-ftz=true`` always, after
+  the caller's options. Float32 subnormals would flush to zero on the GPU
+  (``relu(1e-40)`` gives 0) while PyTorch, NumPy and the emulator keep them.
+- ``cupy/cuda/compiler.py``, ``_compile_using_nvrtc_no_warning``: ``-arch=sm_XX`` and
+  ``--device-as-default-execution-space``.
+- ``cupy/_core/core.pyx``, ``assemble_cupy_compiler_options``: include folders (CCCL,
+  its own, the CUDA headers'), which choose headers, not code generation.
 
-The environment-dependent ones are left out: they are not what runs by default.
+Our run-time options keep CuPy's code-generation choices except that one: subnormals are
+kept (``-ftz=false``, NVRTC's default, written out so that nothing downstream can append
+the opposite unnoticed), as in PyTorch, whose CUDA kernels nvcc compiles without
+``--use_fast_math``. Division and square root stay IEEE-rounded (NVRTC's defaults
+``-prec-div=true``, ``-prec-sqrt=true``); ``-fmad=true`` (contraction to FMA) stays as in
+CuPy, PyTorch and nvcc by default.
 """
 
 from __future__ import annotations
 
 from collections.abc import Iterable
+from os import PathLike
 
 from .sources import common_headers_digest, cuda_src_dir
+
+# Float32 subnormals are kept (PyTorch's semantics): the one option that differs from
+# what cupy.RawModule would compile with.
+SUBNORMALS = "-ftz=false"
 
 
 def base_options(defines: Iterable[str] = ()) -> tuple[str, ...]:
@@ -48,7 +52,29 @@ def base_options(defines: Iterable[str] = ()) -> tuple[str, ...]:
     )
 
 
+def codegen_options(arch: str) -> tuple[str, ...]:
+    """The target and floating-point options, after the include folders: ``-arch=sm_XX``,
+    subnormals kept, and unannotated functions compiled as device code (as CuPy does:
+    helpers in conv/implicit_gemm.cu and others rely on it)."""
+    return (f"-arch={arch}", SUBNORMALS, "--device-as-default-execution-space")
+
+
+def runtime_options(
+    arch: str, defines: Iterable[str] = (), include_dirs: Iterable[str | PathLike] = ()
+) -> tuple[str, ...]:
+    """EXACTLY the NVRTC options of a module at run time, in order: :func:`base_options`,
+    the CUDA headers' folders (``cuda_toolkit.find_cuda_include_dirs()``), then
+    :func:`codegen_options`. The CUDA backend and the NVRTC check both compile with this."""
+    return (
+        *base_options(defines),
+        *(f"-I{d}" for d in include_dirs),
+        *codegen_options(arch),
+    )
+
+
 def cupy_added_options(arch: str) -> tuple[str, ...]:
-    """What ``cupy.RawModule`` appends for NVRTC on a device of ``arch`` (``sm_90``),
-    leaving out include folders and the options CuPy adds only under an environment switch."""
+    """What ``cupy.RawModule`` would append for NVRTC on a device of ``arch`` (``sm_90``),
+    leaving out include folders and the options CuPy adds only under an environment switch
+    (``CUPY_CUDA_COMPILE_WITH_DEBUG``, ``CUPY_COMPILE_WITH_PTX``, ``CUPY_NVRTC_USE_PCH``).
+    Kept as a record of why the backend does not use ``RawModule``; nothing compiles with it."""
     return ("-ftz=true", f"-arch={arch}", "--device-as-default-execution-space")

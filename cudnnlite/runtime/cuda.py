@@ -1,5 +1,14 @@
-"""The CUDA backend: ``cupy.RawModule`` through NVRTC, CuPy's disk cache, CuPy's
-current stream and memory pool. Works with cupy-cuda12x and cupy-cuda13x.
+"""The CUDA backend: NVRTC with our options, a CUBIN cache on disk, CuPy's current stream
+and memory pool. Works with cupy-cuda12x and cupy-cuda13x.
+
+A module is compiled by NVRTC with ``compile_options.runtime_options`` (the options the
+NVRTC check uses; float32 subnormals kept, as in PyTorch), its CUBIN loaded with
+``cupy.cuda.function.Module`` and its kernels found by their lowered names. Not
+``cupy.RawModule``: CuPy appends ``-ftz=true`` to every compile, which no option of ours
+can undo. The NVRTC is ours (``cuda_toolkit``, through ctypes, as in the NVRTC check)
+when it has the CUDA major version of CuPy's runtime, else CuPy's own NVRTC binding with
+the same options (a CUBIN of another major may not load). CUBINs go to
+``cubin_cache`` (``$CUDNNLITE_CACHE_DIR/cubin``), so another process loads them.
 
 Nothing here imports CuPy or touches a GPU until a module is built.
 """
@@ -8,13 +17,14 @@ from __future__ import annotations
 
 import importlib
 from collections.abc import Sequence
+from pathlib import Path
 from typing import Any
 
 import numpy as np
 
 from ..errors import BadParamError, CompileError, ExecutionError, NotSupportedError
+from . import compile_options, cubin_cache
 from .backend import Backend, Dim, Kernel, Module, check_cooperative_grid, launch_dims
-from .compile_options import base_options
 from .graph import current_recorder
 from .kernel import ModuleSpec
 from .sources import source_path
@@ -33,15 +43,11 @@ def import_cupy() -> Any:
         ) from exc
 
 
-def _missing_header(log: str) -> bool:
-    return "cannot open source file" in log or "could not open source file" in log
-
-
 class CudaKernel(Kernel):
     def __init__(self, spec: ModuleSpec, name: str, function: Any) -> None:
         self.spec = spec
         self.name = name
-        self.function = function  # a cupy.RawKernel; its cupy.cuda.Function is .kernel
+        self.function = function  # a LoadedFunction; its cupy.cuda.Function is .kernel
         self._smem_limit = _DEFAULT_DYNAMIC_SMEM
         # (device, block threads, dynamic shared memory) -> co-resident blocks
         self._cooperative_limits: dict[tuple[int, int, int], int] = {}
@@ -135,36 +141,167 @@ def _host_arguments(args: Sequence[Any]) -> tuple[tuple[Any, ...], list[HostToDe
     return tuple(out), copies
 
 
-class CudaModule(Module):
-    def __init__(self, spec: ModuleSpec, cupy: Any) -> None:
-        self.spec = spec
-        text = source_path(spec.source).read_text()
-        # CuPy appends compile_options.cupy_added_options(arch) to these (-ftz=true, -arch).
-        base = base_options(spec.define_options())
-        try:
-            self.functions = self._compile(cupy, text, base)
-        except CompileError as first:
-            if not _missing_header(str(first)):
-                raise
-            # CuPy found no CUDA headers (fp16/bf16); add the toolkit's from the pip wheels.
-            from .cuda_toolkit import find_cuda_include_dirs
+class LoadedFunction:
+    """One kernel of a loaded CUBIN (a ``cupy.cuda.function.Function``) with the part of
+    ``cupy.RawKernel``'s interface :class:`CudaKernel` uses: calling it launches on CuPy's
+    current stream, ``.kernel`` is the Function, ``max_dynamic_shared_size_bytes`` opts in
+    to more than 48 KiB of dynamic shared memory."""
 
-            extra = tuple(f"-I{d}" for d in find_cuda_include_dirs())
-            if not extra:
-                raise
-            self.functions = self._compile(cupy, text, base + extra)
+    __slots__ = ("kernel", "name", "symbol", "_driver")
 
-    def _compile(self, cupy: Any, text: str, options: tuple[str, ...]) -> dict[str, Any]:
-        spec = self.spec
+    def __init__(self, cupy: Any, function: Any, name: str, symbol: str) -> None:
+        self.kernel = function
+        self.name = name  # the name expression
+        self.symbol = symbol  # its lowered name in the CUBIN
+        self._driver = cupy.cuda.driver
+
+    def __call__(self, grid: tuple, block: tuple, args: tuple, shared_mem: int = 0) -> None:
+        self.kernel(grid, block, args, shared_mem)  # stream None: CuPy's current stream
+
+    @property
+    def max_dynamic_shared_size_bytes(self) -> int:
+        attr = self._driver.CU_FUNC_ATTRIBUTE_MAX_DYNAMIC_SHARED_SIZE_BYTES
+        return int(self._driver.funcGetAttribute(attr, self.kernel.ptr))
+
+    @max_dynamic_shared_size_bytes.setter
+    def max_dynamic_shared_size_bytes(self, size: int) -> None:
+        attr = self._driver.CU_FUNC_ATTRIBUTE_MAX_DYNAMIC_SHARED_SIZE_BYTES
+        self._driver.funcSetAttribute(self.kernel.ptr, attr, size)
+
+
+def _cuda_major(cupy: Any) -> int | None:
+    """The CUDA major version CuPy was built for (12 or 13), None if it cannot tell."""
+    try:
+        return int(cupy.cuda.runtime.runtimeGetVersion()) // 1000
+    except Exception:
+        return None
+
+
+class NvrtcCompiler:
+    """Compiles a module with exactly the run-time options, through one NVRTC: ours
+    (``nvrtc_check.compile_program``) or CuPy's binding (``cupy.cuda.nvrtc``)."""
+
+    def __init__(self, cupy: Any) -> None:
+        from . import cuda_toolkit
+
+        self._cupy_nvrtc = None
+        self.library = None
+        want = _cuda_major(cupy)
         try:
-            module = cupy.RawModule(code=text, options=options, name_expressions=list(spec.names))
-            return {name: module.get_function(name) for name in spec.names}
-        except Exception as exc:
-            if type(exc).__name__ != "CompileException":
+            ours = cuda_toolkit.find_nvrtc()
+        except NotSupportedError as exc:
+            ours, why = None, str(exc)
+        else:
+            why = f"NVRTC {ours.version_string()} ({ours.path}) is not CuPy's CUDA {want}"
+        if ours is not None and (want is None or ours.major == want):
+            self.library = ours
+            self.version: tuple[int, ...] = ours.version
+            self.origin = f"NVRTC {ours.version_string()} ({ours.origin})"
+            return
+        nvrtc = getattr(cupy.cuda, "nvrtc", None)
+        if nvrtc is None:
+            raise NotSupportedError(f"cudnnlite: no usable NVRTC: {why}")
+        self._cupy_nvrtc = nvrtc
+        self.version = tuple(int(v) for v in nvrtc.getVersion())
+        self.origin = f"CuPy's NVRTC {'.'.join(map(str, self.version))} ({why})"
+
+    def include_dirs(self, cupy: Any) -> list[str]:
+        """The CUDA headers' folders (cuda_fp16.h, ...): the pip wheels' or a toolkit's
+        (``cuda_toolkit``), else, with CuPy's NVRTC, the toolkit CuPy uses."""
+        from .cuda_toolkit import find_cuda_include_dirs
+
+        try:
+            if self.library is not None:
+                return [str(d) for d in find_cuda_include_dirs()]
+            return [str(d) for d in find_cuda_include_dirs(self.version[:2])]
+        except NotSupportedError:
+            if self._cupy_nvrtc is None:
                 raise
+            get_path = getattr(cupy.cuda, "get_cuda_path", None)
+            root = get_path() if get_path is not None else None
+            if root and (Path(root) / "include" / "cuda_fp16.h").is_file():
+                return [str(Path(root) / "include")]
+            raise
+
+    def compile(
+        self,
+        text: str,
+        program: str,
+        names: Sequence[str],
+        arch: str,
+        options: Sequence[str],
+        defines: Sequence[str],
+    ) -> cubin_cache.CompiledModule:
+        if self._cupy_nvrtc is None:
+            from .nvrtc_check import compile_program
+
+            res = compile_program(text, program, names, arch, options, defines)
+            return cubin_cache.CompiledModule(res.cubin, res.lowered_names, res.log)
+        return _compile_with_cupy_nvrtc(self._cupy_nvrtc, text, program, names, options)
+
+
+def _compile_with_cupy_nvrtc(
+    nvrtc: Any, text: str, program: str, names: Sequence[str], options: Sequence[str]
+) -> cubin_cache.CompiledModule:
+    prog = nvrtc.createProgram(text, program, (), ())
+    try:
+        for name in names:
+            nvrtc.addNameExpression(prog, name)
+        try:
+            nvrtc.compileProgram(prog, list(options))
+        except Exception as exc:  # NVRTCError
+            raise CompileError(f"{exc}\n{nvrtc.getProgramLog(prog)}") from exc
+        log = nvrtc.getProgramLog(prog).strip()
+        lowered = {name: nvrtc.getLoweredName(prog, name) for name in names}
+        return cubin_cache.CompiledModule(nvrtc.getCUBIN(prog), lowered, log)
+    finally:
+        nvrtc.destroyProgram(prog)
+
+
+def build_cubin(spec: ModuleSpec, arch: str, cupy: Any) -> cubin_cache.CompiledModule:
+    """The CUBIN and lowered names of ``spec`` for ``arch``: from the disk cache, else
+    compiled with ``compile_options.runtime_options`` (no GPU needed)."""
+    path = source_path(spec.source)
+    text = path.read_text()
+    compiler = NvrtcCompiler(cupy)
+    defines = spec.define_options()
+    try:
+        options = compile_options.runtime_options(arch, defines, compiler.include_dirs(cupy))
+    except NotSupportedError as exc:
+        raise NotSupportedError(f"cannot compile {spec.label()} for the GPU: {exc}") from exc
+    key = cubin_cache.cache_key(text, spec.names, options, compiler.version, arch)
+
+    def compile_now() -> cubin_cache.CompiledModule:
+        try:
+            return compiler.compile(text, str(path), spec.names, arch, options, defines)
+        except CompileError as exc:
             raise CompileError(
-                f"NVRTC failed to compile {spec.source}\n  kernels: {', '.join(spec.names)}\n"
-                f"  defines: {dict(spec.defines)}\n{exc}"
+                f"NVRTC failed to compile {spec.source} for {arch} ({compiler.origin})\n"
+                f"  kernels: {', '.join(spec.names)}\n  defines: {dict(spec.defines)}\n{exc}"
+            ) from exc
+
+    return cubin_cache.get_or_compile(arch, key, spec.names, compile_now)
+
+
+class CudaModule(Module):
+    def __init__(self, spec: ModuleSpec, cupy: Any, arch: str) -> None:
+        self.spec = spec
+        self.arch = arch
+        built = build_cubin(spec, arch, cupy)
+        self.lowered_names = built.lowered_names
+        try:
+            # Loads into the current device's context (the backend builds per device).
+            self.module = cupy.cuda.function.Module()
+            self.module.load(built.cubin)
+            self.functions = {
+                name: LoadedFunction(cupy, self.module.get_function(sym), name, sym)
+                for name, sym in built.lowered_names.items()
+            }
+        except Exception as exc:
+            if type(exc).__name__ not in ("CUDADriverError", "CUDARuntimeError"):
+                raise
+            raise ExecutionError(
+                f"loading the CUBIN of {spec.label()} ({arch}) failed: {exc}"
             ) from exc
 
     def get_function(self, name: str) -> Kernel:
@@ -196,7 +333,7 @@ class CudaBackend(Backend):
         return "sm_" + str(self.xp.cuda.Device().compute_capability)
 
     def _build(self, spec: ModuleSpec) -> Module:
-        return CudaModule(spec, self.xp)
+        return CudaModule(spec, self.xp, self.arch())
 
     def synchronize(self) -> None:
         self.xp.cuda.get_current_stream().synchronize()

@@ -479,12 +479,15 @@ def find_cuda_headers(nvrtc_version: tuple[int, int] | None = None) -> CudaHeade
     return CudaHeaders(fp16, cccl)
 
 
-def find_cuda_include_dirs() -> list[Path]:
+def find_cuda_include_dirs(nvrtc_version: tuple[int, int] | None = None) -> list[Path]:
     """``-I`` folders for NVRTC: the one with cuda_fp16.h/cuda_bf16.h, then CCCL's (nv/target),
     then, when the first lacks them, the folder with the ``crt/`` headers that ``mma.h``
     (tensor cores) includes: CUDA 13 wheels put them in the same tree (nvidia-cuda-crt),
-    CUDA 12 wheels in nvidia-cuda-nvcc-cu12's ``nvidia/cuda_nvcc/include``."""
-    headers = find_cuda_headers()
+    CUDA 12 wheels in nvidia-cuda-nvcc-cu12's ``nvidia/cuda_nvcc/include``.
+
+    The headers match ``nvrtc_version`` when possible (default: :func:`find_nvrtc`'s; the
+    CUDA backend passes the version of the NVRTC it compiles with, maybe CuPy's)."""
+    headers = find_cuda_headers(nvrtc_version)
     dirs = headers.include_dirs()
     if not (headers.fp16.path / "crt" / "mma.h").is_file():
         crt = _find_crt_dir(headers.fp16.major)

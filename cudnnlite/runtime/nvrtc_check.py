@@ -3,9 +3,10 @@
 CuPy's compiler asks the driver for a device, so this calls NVRTC directly through
 ctypes. Every ``ModuleSpec`` the library can generate (``variants.all_module_specs()``)
 is compiled for real architectures (``sm_75``, ``sm_80``, ``sm_90`` by default), which
-catches a kernel variant that only the CPU emulator's g++ accepts. It compiles with the
-options the CUDA backend runs with (``compile_options``), so ``--resources`` (registers,
-spills, shared memory, occupancy per kernel: ``resources``) reports the code that runs.
+catches a kernel variant that only the CPU emulator's g++ accepts. The CUDA backend
+compiles with the same function (:func:`compile_program`) and the same options
+(``compile_options.runtime_options``), so ``--resources`` (registers, spills, shared
+memory, occupancy per kernel: ``resources``) reports the code that runs.
 
     python -m cudnnlite.runtime.nvrtc_check [--arch sm_90 ...] [--jobs N] [--list]
     python -m cudnnlite.runtime.nvrtc_check --resources --arch sm_90 [--json PATH]
@@ -118,20 +119,13 @@ def _check_arch(arch: str) -> None:
 def nvrtc_options(
     arch: str, defines: Iterable[str] = (), include_dirs: Iterable[Path] | None = None
 ) -> list[str]:
-    """The NVRTC options a module is compiled with at run time (no GPU needed to compute them).
-
-    The CUDA backend's ``compile_options.base_options`` (what it gives ``cupy.RawModule``),
-    the CUDA headers' folders (CuPy adds its own; these are the pip wheels'), then what
-    CuPy appends (``-ftz=true``, ``-arch=sm_XX``, ...: ``compile_options.cupy_added_options``).
-    """
+    """The NVRTC options a module is compiled with at run time (no GPU needed to compute them):
+    ``compile_options.runtime_options`` with the CUDA headers' folders found by
+    ``cuda_toolkit.find_cuda_include_dirs`` (or ``include_dirs``)."""
     _check_arch(arch)
     if include_dirs is None:
         include_dirs = cuda_toolkit.find_cuda_include_dirs()
-    return [
-        *compile_options.base_options(defines),
-        *(f"-I{d}" for d in include_dirs),
-        *compile_options.cupy_added_options(arch),
-    ]
+    return list(compile_options.runtime_options(arch, defines, include_dirs))
 
 
 def compile_source(
@@ -150,6 +144,22 @@ def compile_source(
     after the runtime's options and must not change the code (``--ptxas-options=-v``).
     """
     _check_arch(arch)
+    options = [*nvrtc_options(arch, defines), *report_options]
+    return compile_program(source, program_name, name_expressions, arch, options, defines)
+
+
+def compile_program(
+    source: str,
+    program_name: str,
+    name_expressions: Sequence[str],
+    arch: str,
+    options: Sequence[str],
+    defines: Sequence[str] = (),
+) -> CompileResult:
+    """Compiles ``source`` with exactly ``options`` (which name ``-arch={arch}``) through
+    the NVRTC of ``cuda_toolkit.find_nvrtc()``; ``defines`` only label error messages.
+    The CUDA backend's entry point: it keys its CUBIN cache on these options."""
+    _check_arch(arch)
     nvrtc = cuda_toolkit.find_nvrtc()
     if not nvrtc.supports(arch):
         raise NotSupportedError(
@@ -157,7 +167,7 @@ def compile_source(
             f"it supports sm_{', sm_'.join(map(str, nvrtc.supported_archs))}"
         )
     lib = cuda_toolkit.open_nvrtc(nvrtc)
-    options = [*nvrtc_options(arch, defines), *report_options]
+    options = list(options)
     start = time.perf_counter()
 
     def fail(what: str, log: str) -> CompileError:
