@@ -125,7 +125,8 @@ class Access:
     where: str  # file:line, relative to cuda_src/ when under it
 
     def describe(self) -> str:
-        return f"{self.kind} of {self.size} byte{'s' * (self.size != 1)} at {self.where} by {self.thread}"
+        unit = "byte" if self.size == 1 else "bytes"
+        return f"{self.kind} of {self.size} {unit} at {self.where} by {self.thread}"
 
 
 @dataclass
@@ -182,6 +183,12 @@ def _pick_frame(frames: list[tuple[str, str]]) -> str:
     return _where(*frames[0]) if frames else "?"
 
 
+def _side(access: tuple, names: dict[str, str]) -> Access:
+    _, kind, size, _, tid, frames = access
+    thread = names.get(tid, "the emulator's own thread" if tid == "main" else tid)
+    return Access(kind, size, thread, _pick_frame(frames))
+
+
 def parse_reports(text: str) -> list[RaceReport]:
     """Data races of a TSan log, one per distinct pair of accesses (by kind and line)."""
     found: dict[tuple[str, str, str, str], RaceReport] = {}
@@ -229,12 +236,7 @@ def parse_reports(text: str) -> list[RaceReport]:
         if current is None or previous is None:
             continue
 
-        def side(a: tuple) -> Access:
-            _, kind, size, _, tid, frames = a
-            thread = names.get(tid, "the emulator's own thread" if tid == "main" else tid)
-            return Access(kind, size, thread, _pick_frame(frames))
-
-        report = RaceReport(side(current), side(previous), memory, current[3])
+        report = RaceReport(_side(current, names), _side(previous, names), memory, current[3])
         if report.key() in found:
             found[report.key()].count += 1
         else:

@@ -1,0 +1,311 @@
+"""The emulator's race check (CUDNNLITE_EMU_RACECHECK=1; emulator/racecheck.py and
+include/emu_racecheck.h).
+
+ThreadSanitizer's runtime has to be in a process from its start, so the checks run in
+one child process started by the race-check runner (``python -m
+cudnnlite.runtime.emulator.racecheck -c ...``): the planted races of
+cuda_src/selftest/racecheck_selftest.cu must be reported with both threads and both
+source lines, the race-free self-tests and a representative kernel of several primitive
+families must pass (and give the same numbers as the ordinary build). The runner, the
+refusal without the runtime and the report parser are checked in this process.
+"""
+
+from __future__ import annotations
+
+import json
+import os
+import subprocess
+import sys
+import textwrap
+from pathlib import Path
+
+import pytest
+
+from cudnnlite.errors import NotSupportedError
+from cudnnlite.runtime import ModuleSpec
+from cudnnlite.runtime.emulator import racecheck
+from cudnnlite.runtime.emulator.launcher import EmulatorBackend, compile_flags
+
+SRC = "selftest/racecheck_selftest.cu"
+KERNELS = [
+    "planted_missing_syncthreads",
+    "neighbour_with_syncthreads",
+    "planted_warp_synchronous",
+    "warp_sum_with_syncwarp",
+    "planted_global_race",
+    "warp_shuffle_exchange",
+    "atomic_histogram",
+    "barrier_reuse",
+]
+
+# Runs in the child (TSan preloaded, CUDNNLITE_EMU_RACECHECK=1): each case prints one JSON
+# line {"case", "races": [...] or null, "error", "ok"}; ok compares with NumPy.
+CHILD = textwrap.dedent(
+    """
+    import json, sys
+    import numpy as np
+    import cudnnlite as cl
+    from cudnnlite.errors import ExecutionError
+    from cudnnlite.runtime import ModuleSpec, backend_by_name
+
+    spec = ModuleSpec.make(%(src)r, %(kernels)r)
+    mod = backend_by_name("cpu").module(spec)
+    rng = np.random.default_rng(0)
+
+    def emit(case, fn):
+        try:
+            ok = bool(fn())
+            print(json.dumps({"case": case, "races": None, "ok": ok}), flush=True)
+        except ExecutionError as e:
+            races = [
+                {"memory": r.memory, "count": r.count,
+                 "current": [r.current.kind, r.current.thread, r.current.where],
+                 "previous": [r.previous.kind, r.previous.thread, r.previous.where]}
+                for r in getattr(e, "races", [])
+            ]
+            print(json.dumps({"case": case, "races": races, "error": str(e)}), flush=True)
+
+    x = np.arange(128, dtype=np.float32)
+
+    def launch(name, grid, block, args):
+        mod.get_function(name)(grid, block, args)
+        return True
+
+    def neighbour():
+        out = np.zeros(128, np.float32)
+        launch("neighbour_with_syncthreads", 2, 64, (x, out))
+        return np.array_equal(out.reshape(2, 64), np.roll(x.reshape(2, 64), -1, axis=1))
+
+    def warp_sum():
+        out = np.zeros(4, np.float32)
+        launch("warp_sum_with_syncwarp", 2, 64, (x, out))
+        return np.array_equal(out, x.reshape(4, 32).sum(axis=1))
+
+    def shuffle():
+        out, sums = np.zeros(128, np.float32), np.zeros(4, np.float32)
+        launch("warp_shuffle_exchange", 2, 64, (x, out, sums))
+        return np.array_equal(out, x[np.arange(128) ^ 1]) and np.array_equal(
+            sums, x.reshape(4, 32).sum(axis=1))
+
+    def histogram():
+        v = rng.integers(0, 1000, 128).astype(np.int32)
+        bins = np.zeros(16, np.int32)
+        launch("atomic_histogram", 2, 64, (v, bins, np.int32(8)))
+        want = np.stack([np.bincount(b % 8, minlength=8) for b in v.reshape(2, 64)])
+        return np.array_equal(bins.reshape(2, 8), want)
+
+    def reuse():
+        out = np.zeros(64, np.float32)
+        launch("barrier_reuse", 1, 64, (out, np.int32(3)))
+        t = np.arange(64)
+        return np.array_equal(out, sum((t ^ 1) + r for r in range(3)).astype(np.float32))
+
+    emit("planted_missing_syncthreads", lambda: launch(
+        "planted_missing_syncthreads", 2, 64, (x, np.zeros(128, np.float32))))
+    emit("planted_warp_synchronous", lambda: launch(
+        "planted_warp_synchronous", 2, 64, (x, np.zeros(4, np.float32))))
+    emit("planted_global_race", lambda: launch(
+        "planted_global_race", 2, 64, (np.zeros(2, np.int32),)))
+    # A second launch of a racy kernel reports again (no deduplication across launches).
+    emit("planted_missing_syncthreads again", lambda: launch(
+        "planted_missing_syncthreads", 1, 32, (x, np.zeros(128, np.float32))))
+    emit("neighbour_with_syncthreads", neighbour)
+    emit("warp_sum_with_syncwarp", warp_sum)
+    emit("warp_shuffle_exchange", shuffle)
+    emit("atomic_histogram", histogram)
+    emit("barrier_reuse", reuse)
+
+    # Representative kernels of primitive families, small shapes, against the reference.
+    f = lambda *s: rng.standard_normal(s).astype(np.float32)
+    a = f(4, 300)
+    e = np.exp(a - a.max(axis=-1, keepdims=True))
+    emit("softmax", lambda: np.allclose(
+        cl.softmax(a, axis=-1), e / e.sum(axis=-1, keepdims=True), atol=1e-6))
+    ln = (a - a.mean(axis=-1, keepdims=True)) / np.sqrt(a.var(axis=-1, keepdims=True) + 1e-5)
+    emit("layer_norm", lambda: np.allclose(cl.layer_norm(a, (300,)), ln, atol=1e-4))
+    """
+)
+
+
+def _race_runtime() -> str:
+    try:
+        return racecheck.runtime_path()
+    except NotSupportedError as e:
+        pytest.skip(str(e))
+
+
+@pytest.fixture(scope="module")
+def child_results() -> dict[str, dict]:
+    _race_runtime()
+    code = CHILD % {"src": SRC, "kernels": KERNELS}
+    env = dict(os.environ)
+    env.pop("CUDNNLITE_BACKEND", None)
+    proc = subprocess.run(
+        [sys.executable, "-m", "cudnnlite.runtime.emulator.racecheck", "-c", code],
+        capture_output=True,
+        text=True,
+        env=env,
+        timeout=900,
+        cwd=Path(__file__).resolve().parents[2],
+    )
+    results = {}
+    for line in proc.stdout.splitlines():
+        if line.startswith("{"):
+            item = json.loads(line)
+            results[item["case"]] = item
+    assert proc.returncode == 0 and results, proc.stdout[-3000:] + proc.stderr[-3000:]
+    return results
+
+
+def _where(line_of: str) -> str:
+    """`selftest/racecheck_selftest.cu:<line>` of the first source line containing text."""
+    path = Path(__file__).resolve().parents[2] / "cuda_src" / SRC
+    for i, text in enumerate(path.read_text().splitlines(), 1):
+        if line_of in text:
+            return f"{SRC}:{i}"
+    raise AssertionError(line_of)
+
+
+def test_missing_syncthreads_is_reported_with_both_lines(child_results: dict) -> None:
+    item = child_results["planted_missing_syncthreads"]
+    assert item["races"], item
+    write = _where("buf[t] = x[blockIdx.x * blockDim.x + t];")
+    read = _where("out[blockIdx.x * blockDim.x + t] = buf[(t + 1) % blockDim.x];")
+    pairs = {(r["current"][0], r["current"][2], r["previous"][0], r["previous"][2])
+             for r in item["races"]}  # fmt: skip
+    assert pairs <= {("write", write, "read", read), ("read", read, "write", write)}, pairs
+    for r in item["races"]:
+        assert r["memory"] == "shared memory"
+        for side in (r["current"], r["previous"]):
+            assert side[1].startswith("block (0,0,0) thread (")  # the first block races first
+        assert r["current"][1] != r["previous"][1]
+    # The readable message names the kernel, both threads and both lines.
+    message = item["error"]
+    assert "planted_missing_syncthreads" in message and write in message and read in message
+    assert "races with a previous" in message
+    again = child_results["planted_missing_syncthreads again"]
+    assert again["races"], again
+
+
+def test_warp_synchronous_code_without_syncwarp_is_a_race(child_results: dict) -> None:
+    item = child_results["planted_warp_synchronous"]
+    assert item["races"], item
+    lines = {r["current"][2] for r in item["races"]} | {r["previous"][2] for r in item["races"]}
+    assert (
+        _where("if (lane < 16) v[t] += v[t + 16];") in lines
+        or _where("if (lane < 8) v[t] += v[t + 8];") in lines
+    )
+    for r in item["races"]:
+        assert r["memory"] == "shared memory"
+        # Two lanes of one warp: the same block, threads of one warp.
+        ta = int(r["current"][1].split("thread (")[1].split(",")[0])
+        tb = int(r["previous"][1].split("thread (")[1].split(",")[0])
+        assert ta // 32 == tb // 32 and ta != tb
+
+
+def test_global_memory_write_write_race(child_results: dict) -> None:
+    item = child_results["planted_global_race"]
+    assert item["races"], item
+    (race,) = item["races"]
+    line = _where("if (threadIdx.x < 2) out[blockIdx.x] = (int)threadIdx.x;")
+    assert race["memory"] == "global memory"
+    assert race["current"][0] == race["previous"][0] == "write"
+    assert race["current"][2] == race["previous"][2] == line
+    threads = {race["current"][1], race["previous"][1]}
+    assert threads == {"block (0,0,0) thread (0,0,0)", "block (0,0,0) thread (1,0,0)"}
+
+
+@pytest.mark.parametrize(
+    "case",
+    [
+        "neighbour_with_syncthreads",
+        "warp_sum_with_syncwarp",
+        "warp_shuffle_exchange",
+        "atomic_histogram",
+        "barrier_reuse",
+        "softmax",
+        "layer_norm",
+    ],
+)
+def test_race_free_kernels_pass_with_the_right_numbers(child_results: dict, case: str) -> None:
+    item = child_results[case]
+    assert item["races"] is None, item.get("error")
+    assert item["ok"], item
+
+
+# ------------------------------------------------------------------ in this process
+def test_refused_without_the_tsan_runtime(monkeypatch: pytest.MonkeyPatch) -> None:
+    if racecheck.runtime_loaded():
+        pytest.skip("this process runs under the race-check runner")
+    monkeypatch.setenv("CUDNNLITE_EMU_RACECHECK", "1")
+    backend = EmulatorBackend()
+    assert backend.device_key().endswith("-racecheck")  # its own module cache
+    with pytest.raises(NotSupportedError, match="cudnnlite.runtime.emulator.racecheck"):
+        backend._build(ModuleSpec.make(SRC, KERNELS))
+
+
+def test_compile_flags_of_the_race_check_build() -> None:
+    plain, checked = compile_flags(False), compile_flags(False, racecheck=True)
+    assert "-fsanitize=thread" not in plain
+    assert "-fsanitize=thread" in checked and "-g" in checked
+    assert "--param=tsan-instrument-func-entry-exit=0" in checked
+
+
+def test_runner_usage_and_compiler_environment(monkeypatch: pytest.MonkeyPatch) -> None:
+    assert racecheck.main(["-c"]) == 2
+    monkeypatch.setenv("LD_PRELOAD", "/x/libfoo.so:/usr/lib/libtsan.so.2")
+    assert racecheck.child_env()["LD_PRELOAD"] == "/x/libfoo.so"
+    monkeypatch.setenv("LD_PRELOAD", "/usr/lib/libtsan.so.2")
+    assert "LD_PRELOAD" not in racecheck.child_env()
+    monkeypatch.delenv("LD_PRELOAD")
+    assert racecheck.child_env() is None
+
+
+def test_report_parser_reads_tsan_output() -> None:
+    src = str(Path(__file__).resolve().parents[2] / "cuda_src" / SRC)
+    log = textwrap.dedent(
+        f"""\
+        ==================
+        WARNING: ThreadSanitizer: data race (pid=1)
+          Write of size 4 at 0x7b8c00024504 by thread T3:
+            #0 k {src}:27 (m.so+0x37fb)
+
+          Previous read of size 4 at 0x7b8c00024504 by thread T2:
+            #0 k {src}:29 (m.so+0x3825)
+
+          Location is heap block of size 6408 at 0x7b8c00023000 allocated by main thread:
+            #0 malloc tsan_interceptors_posix.cpp:647 (libtsan.so.2+0x3ebb8)
+            #2 allocate_dtv_entry ../elf/dl-tls.c:721 (ld-linux-x86-64.so.2+0x10e4d)
+
+          Thread T3 'block (1,0,0) thread (1,0,0)' (tid=0, running) created by main thread at:
+            #0 emu::race_block_begin(emu::Worker&) emu_racecheck.h:97 (m.so+0x1a0cc)
+
+          Thread T2 'block (1,0,0) thread (0,0,0)' (tid=0, running) created by main thread at:
+            #0 emu::race_block_begin(emu::Worker&) emu_racecheck.h:97 (m.so+0x1a0cc)
+
+        SUMMARY: ThreadSanitizer: data race {src}:27 in k
+        ==================
+        WARNING: ThreadSanitizer: data race (pid=1)
+          Write of size 4 at 0x7b8c00024508 by thread T4:
+            #0 k {src}:27 (m.so+0x37fb)
+
+          Previous read of size 4 at 0x7b8c00024508 by thread T3:
+            #0 k {src}:29 (m.so+0x3825)
+
+          Thread T4 'block (1,0,0) thread (2,0,0)' (tid=0, running) created by main thread at:
+          Thread T3 'block (1,0,0) thread (1,0,0)' (tid=0, running) created by main thread at:
+        ==================
+        """
+    )
+    (report,) = racecheck.parse_reports(log)
+    assert report.count == 2 and report.memory == "shared memory"
+    assert report.current == racecheck.Access(
+        "write", 4, "block (1,0,0) thread (1,0,0)", f"{SRC}:27"
+    )
+    assert report.previous == racecheck.Access(
+        "read", 4, "block (1,0,0) thread (0,0,0)", f"{SRC}:29"
+    )
+    err = racecheck.race_error("k", SRC, [report])
+    assert "write of 4 bytes at selftest/racecheck_selftest.cu:27 by block (1,0,0)" in str(err)
+    assert err.races == [report]
+    assert racecheck.parse_reports("WARNING: ThreadSanitizer: thread leak\n") == []
