@@ -27,7 +27,14 @@
 // Loaders: thread i owns the reduction column kk = i % BK of every slice, for A and for B,
 // and the rows i / BK + j * (THREADS / BK). Its tap (offset, dh, dw) advances by BK per
 // slice with adds and wraps (no division in the main loop); the rows' pixel decode is done
-// once per block into shared memory.
+// once per block into shared memory, and each thread keeps its BM * BK / THREADS rows in
+// registers (reading them from shared memory per slice took a quarter of the shared
+// bandwidth the MMA fragments need). Invalid copies read nothing (cp.async src-size 0),
+// so their addresses are formed without a select.
+// Static figures (sm_90, ptxas + nvdisasm, benchmarks/sass_mix.py): 126-128 registers, no
+// spills, 4 blocks (16 warps) per SM; main loop 304 instructions for 64 DMMA, of which 60
+// are the UIADD3 no-ops ptxas pads between DMMAs. Per DMMA (2 SM cycles at the fp64 tensor
+// rate) the fragments read 128 bytes of shared memory (1 cycle) and the copies write 64.
 // Epilogue: conv_common.cuh's store_output (EpilogueFor<double>: exact double alpha,
 // alpha2, activation coefficients; bias, residual z, activation fused).
 //
@@ -129,6 +136,9 @@ __global__ void __launch_bounds__(DMMA_TILE::THREADS)
     const double* wp = w + (cl::index_t)(n0 + row) * ktot + col;  // B: filter row n0 + row
     const int b_rows_left = s.k - n0 - row;
     __syncthreads();  // rows[] decoded
+    int4 my_rows[Tl::A_ROWS];  // this thread's A rows, in registers for the whole loop
+#pragma unroll
+    for (int j = 0; j < Tl::A_ROWS; ++j) my_rows[j] = rows[row + j * Tl::ROW_STEP];
 
     auto load = [&](int stage) {
         double* as = smem + stage * (Tl::A_STAGE + Tl::B_STAGE);
@@ -136,18 +146,18 @@ __global__ void __launch_bounds__(DMMA_TILE::THREADS)
         const int3 tap = dmma::tap_of<NHWC>(s, it, kk < ktot);
 #pragma unroll
         for (int j = 0; j < Tl::A_ROWS; ++j) {
-            const int4 r = rows[row + j * Tl::ROW_STEP];
+            const int4 r = my_rows[j];
             const int hh = r.y + tap.y, ww = r.z + tap.z;
             const bool ok = (unsigned)hh < (unsigned)s.h && (unsigned)ww < (unsigned)s.w;
             cl::mma::cp_async<8>(as + (row + j * Tl::ROW_STEP) * Tl::PITCH + col,
-                                 x + (ok ? r.x + tap.x : 0), ok);
+                                 x + (unsigned)(r.x + tap.x), ok);
         }
 #pragma unroll
         for (int j = 0; j < Tl::B_ROWS; ++j) {
             const bool ok = kk < ktot && j * Tl::ROW_STEP < b_rows_left;
             const cl::index_t off = (cl::index_t)j * Tl::ROW_STEP * ktot;
             cl::mma::cp_async<8>(bs + (row + j * Tl::ROW_STEP) * Tl::PITCH + col,
-                                 ok ? wp + off : w, ok);
+                                 wp + off, ok);
         }
         kk += BK;
         wp += BK;
