@@ -67,10 +67,11 @@ namespace m = cl::math;
 template <typename A>
 __device__ __forceinline__ A sigmoid(A x) { return A(1) / (A(1) + m::exp(-x)); }
 
-// clamp(v, lo, hi) by comparisons, so NaN passes through (fmin/fmax would drop it).
+// clamp(v, lo, hi) by comparisons, as PyTorch's min(max(v, lo), hi): NaN passes through
+// (fmin/fmax would drop it) and so does -0 when lo is 0.
 template <typename A>
 __device__ __forceinline__ A clamp_nan(A v, A lo, A hi) {
-    return v <= lo ? lo : (v >= hi ? hi : v);
+    return v < lo ? lo : (v > hi ? hi : v);
 }
 
 // tanh(softplus(x)) as PyTorch's mish evaluates it: exp(x) overflowing to inf gives 1.

@@ -1,7 +1,9 @@
 """Choosing (solver, config) for a problem, in this order:
 
 1. an explicit ``algo=`` (NotSupportedError with the solver's own reason if it does
-   not apply), or ``CUDNNLITE_FORCE_SOLVER``;
+   not apply), or ``CUDNNLITE_FORCE_SOLVER``; ``algo=`` may also name an algorithm
+   family (:data:`ALGO_FAMILIES`: the best usable solver of that family, by the tuning
+   DB's times and then the heuristic ranking);
 2. (the in-process plan cache, in plans.py, which stores what 3-5 chose);
 3. the user tuning DB, then the shipped DB of the device's arch (entries that no
    longer apply or validate are skipped);
@@ -36,6 +38,57 @@ class Choice:
 
 def family_of(problem: Any) -> str:
     return problem.family
+
+
+# Algorithm families an ``algo=`` may name instead of a solver. A solver belongs to every
+# family its algorithm falls in (tc_implicit_gemm is both "implicit_gemm" and
+# "tensor_core"); membership comes from the solver's name, whose parts are stable.
+ALGO_FAMILIES = ("winograd", "implicit_gemm", "direct", "gemm", "tensor_core")
+_TENSOR_CORE_PARTS = ("wmma", "tc", "dmma")
+
+
+def algo_families(solver_name: str) -> frozenset[str]:
+    """The :data:`ALGO_FAMILIES` a solver belongs to: "winograd", "direct", "implicit_gemm"
+    (implicit GEMM on CUDA or tensor cores, incl. precomputed offsets), "gemm" (an
+    explicit GEMM: 1x1 as a GEMM, im2col/col2im with cuBLAS), "tensor_core" (WMMA,
+    mma.sync or DMMA)."""
+    parts = solver_name.split("_")
+    found = set()
+    if "winograd" in parts:
+        found.add("winograd")
+    if "direct" in parts:
+        found.add("direct")
+    if "implicit" in parts:
+        found.add("implicit_gemm")
+    elif "gemm" in parts:
+        found.add("gemm")
+    if any(t in parts for t in _TENSOR_CORE_PARTS):
+        found.add("tensor_core")
+    return frozenset(found)
+
+
+def _family_choice(algo: str, problem: Any, caps: Capabilities) -> Choice:
+    family = family_of(problem)
+    members = {s.name: s for s in registry.solvers(family) if algo in algo_families(s.name)}
+    if not members:
+        raise NotSupportedError(f"algo: no {algo} solver solves {family}")
+    found = database(caps.arch).lookup(problem.key())
+    if found is not None:
+        entries = [e for e in found[0] if e.solver in members]
+        choice = from_entries(entries, problem, caps, found[1])
+        if choice is not None:
+            return Choice(choice.solver, choice.config, f"{algo} ({found[1]})", choice.time_us)
+    ranked = [n for n in RANKINGS[family](problem, caps) if n in members]
+    ranked += [n for n in members if n not in ranked]
+    reasons = []
+    for name in ranked:
+        solver = members[name]
+        app = usable(solver, problem, caps)
+        if app:
+            return Choice(solver, solver.default_config(problem, caps), f"{algo} (heuristic)")
+        reasons.append(f"{name}: {app.reason}")
+    raise NotSupportedError(f"algo={algo!r}: no {algo} solver can run {problem.key()}: "
+                            + "; ".join(reasons))  # fmt: skip
 
 
 def usable(solver: Solver, problem: Any, caps: Capabilities, config: Config | None = None,
@@ -138,8 +191,18 @@ def heuristic(problem: Any, caps: Capabilities) -> Choice:
 def select(problem: Any, backend: Backend, algo: str = "auto") -> Choice:
     caps = capabilities(backend)
     if not isinstance(algo, str):
-        raise BadParamError(f"algo: expected 'auto' or a solver name, got {algo!r}")
+        raise BadParamError(
+            f"algo: expected 'auto', an algorithm family ({', '.join(ALGO_FAMILIES)}) or a "
+            f"solver name, got {algo!r}"
+        )
+    if algo in ALGO_FAMILIES:
+        return _family_choice(algo, problem, caps)
     if algo != "auto":
+        if algo not in registry.NAMES:
+            raise BadParamError(
+                f"algo: unknown solver or family {algo!r}; families: {', '.join(ALGO_FAMILIES)}"
+                f"; solvers: {', '.join(registry.NAMES)}"
+            )
         return _explicit(algo, problem, caps, None, "explicit")
     forced = settings.forced_solver()
     if forced is not None:

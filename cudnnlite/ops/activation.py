@@ -759,9 +759,9 @@ def hardtanh(x: Any, min_val: float = -1.0, max_val: float = 1.0, *, out: Any = 
 
 @with_stream
 def relu6(x: Any, *, out: Any = None) -> Any:
-    """min(max(x, 0), 6), as ``torch.nn.functional.relu6`` (clipped_relu with ceiling 6;
-    its gradient is 0 at 0 and 6, as PyTorch's)."""
-    return _forward(x, "clipped_relu", coef=6.0, out=out)
+    """min(max(x, 0), 6), as ``torch.nn.functional.relu6``: hardtanh(x, 0, 6), so -0
+    stays -0 (clipped_relu gives +0) and the gradient is 0 at 0 and 6."""
+    return _forward(x, "hardtanh", coef=6.0, threshold=0.0, out=out)
 
 
 @with_stream

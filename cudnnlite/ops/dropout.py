@@ -188,9 +188,10 @@ def _ptr(a: Any) -> int:
 def dropout(
     x: Any,
     p: float,
-    seed: int,
+    seed: int | None = None,
     offset: int = 0,
     *,
+    training: bool = True,
     return_mask: bool = False,
     out: Any = None,
 ) -> Any:
@@ -200,8 +201,11 @@ def dropout(
         x: float32, float16, bfloat16 or float64 array, any shape and strides
             (non-contiguous inputs are copied to C order: element numbering is C order).
         p: drop probability in [0, 1]; p = 0 returns a copy of x, p = 1 all zeros.
-        seed: Philox key, an integer in [0, 2^64).
+        seed: Philox key, an integer in [0, 2^64); required when ``training``.
         offset: Philox stream (the counter's upper 64 bits), an integer in [0, 2^64).
+        training: False is PyTorch's evaluation mode: x itself is returned (no copy, as
+            ``torch.nn.functional.dropout(x, p, training=False)``), or copied into
+            ``out`` when one is given; the mask is then all True. p is still checked.
         return_mask: also return the boolean keep mask (uint8 storage as bool).
         out: result array (same shape and dtype as x; may be x itself).
 
@@ -209,6 +213,12 @@ def dropout(
         y, or (y, mask) with ``return_mask``.
     """
     p = _check_p(p)
+    if not isinstance(training, (bool, np.bool_)):
+        raise BadParamError(f"training: expected True or False, got {training!r}")
+    if not training:
+        return _identity(x, out, return_mask)
+    if seed is None:
+        raise BadParamError("seed: required in training mode (an integer in [0, 2^64))")
     seed = _check_u64("seed", seed)
     offset = _check_u64("offset", offset)
     backend = backend_for(x, out, names=("x", "out"))
@@ -219,6 +229,21 @@ def dropout(
     mask = array_module(x).empty(x.shape, np.bool_) if return_mask else None
     _launch_fwd(backend, dt, xc, out, mask, _params(p, seed, offset, return_mask, dt))
     return (out, mask) if return_mask else out
+
+
+def _identity(x: Any, out: Any, return_mask: bool) -> Any:
+    """Evaluation-mode dropout: x itself (or x copied into out) and an all-True mask."""
+    backend = backend_for(x, out, names=("x", "out"))
+    x = _array("x", x)
+    float_dtype("x", x)
+    if out is not None:
+        out = _out(out, x, backend, {"x": x})
+        if out is not x:
+            out[...] = x
+        x = out
+    if not return_mask:
+        return x
+    return x, array_module(x).ones(x.shape, np.bool_)
 
 
 @with_stream

@@ -353,6 +353,22 @@ def _fast_forward(x: Any, entry: tuple) -> Any:
 # ------------------------------------------------------------------ public API
 
 
+def _converted(x: Any, dtype: Any) -> Any:
+    """x in the float type ``dtype`` (PyTorch's ``softmax(..., dtype=)``): x itself when it
+    has it already, else a converted copy (transform_tensor: one rounding)."""
+    if type(dtype).__module__ == "torch":  # torch.float64 and friends
+        name = str(dtype).removeprefix("torch.")
+        dtype = dtypes.BFLOAT16.numpy if name == "bfloat16" and dtypes.BFLOAT16 else name
+    dt = dtypes.lookup(dtype)
+    if dt is None:
+        raise BadParamError(f"dtype: expected {dtypes.names()} (or None), got {dtype!r}")
+    from .tensor import transform_tensor  # tensor.py imports more than softmax needs
+
+    x = as_array("x", x)
+    float_dtype("x", x)
+    return x if x.dtype == dt.numpy else transform_tensor(x, dtype=dt.numpy)
+
+
 @with_stream
 def softmax(
     x: Any,
@@ -364,6 +380,7 @@ def softmax(
     alpha: float = 1.0,
     beta: float = 0.0,
     out: Any = None,
+    dtype: Any = None,
 ) -> Any:
     """Softmax (or, with ``log``, log-softmax) of ``x`` along ``axis`` (default -1), blended
     as cuDNN: ``out = alpha * softmax(x) + beta * out`` (out read only when beta != 0).
@@ -379,9 +396,13 @@ def softmax(
         alpha, beta: blending factors (rounded to float32, exact for float64 x);
             ``beta != 0`` requires ``out``.
         out: result array of x's shape and dtype (may be x itself).
+        dtype: as PyTorch's ``dtype=``: x is first converted to this float type (one
+            rounding; x itself is untouched) and the result has it; None keeps x's.
 
     A row of only -inf gives NaN (0/0), as PyTorch; -inf entries elsewhere give 0.
     """
+    if dtype is not None:
+        x = _converted(x, dtype)
     key = None
     if out is None:
         key = call_key(x, scalars_key(axis, log, algorithm, mode, alpha, beta), aligned=True)
@@ -419,10 +440,12 @@ def log_softmax(
     alpha: float = 1.0,
     beta: float = 0.0,
     out: Any = None,
+    dtype: Any = None,
 ) -> Any:
     """``softmax(x, axis, log=True)``."""
     return softmax.__wrapped__(  # type: ignore[attr-defined]  (this call's wrapper ran)
-        x, axis, log=True, algorithm=algorithm, mode=mode, alpha=alpha, beta=beta, out=out
+        x, axis, log=True, algorithm=algorithm, mode=mode, alpha=alpha, beta=beta, out=out,
+        dtype=dtype,
     )
 
 

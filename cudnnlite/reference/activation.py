@@ -113,8 +113,8 @@ def _gated(x: np.ndarray, s: np.ndarray) -> np.ndarray:
 
 
 def _clamp(x: np.ndarray, lo: float, hi: float) -> np.ndarray:
-    # by comparisons: NaN passes through
-    return np.where(x <= lo, lo, np.where(x >= hi, hi, x))
+    # by comparisons, as PyTorch: NaN passes through, and -0 too when lo is 0
+    return np.where(x < lo, lo, np.where(x > hi, hi, x))
 
 
 def _tanh_softplus(x: np.ndarray) -> np.ndarray:
