@@ -20,6 +20,10 @@
 //   planted_deadlock     lane 0 at a barrier, the rest of its warp in __syncwarp
 //   planted_out_of_bounds writes x[n] (AddressSanitizer build catches it)
 //   trap_if              __trap() on request (execution error)
+//   partial_warp_reduce  butterfly sum per warp in a block whose last warp is partial:
+//                        with the mask of the lanes present (correct), or with the full
+//                        mask (planted: undefined on a GPU, an error on the emulator)
+//   planted_warp_op_after_exit  lanes >= keep return, the rest shuffle with the full mask
 #include "common/cudnnlite.cuh"
 
 extern "C" __global__ void block_reduce_sum(const float* __restrict__ x, float* __restrict__ out, int n) {
@@ -213,4 +217,33 @@ extern "C" __global__ void planted_out_of_bounds(float* x, int n) {
 // Stops the kernel with __trap() when flag != 0 (an execution error).
 extern "C" __global__ void trap_if(int flag) {
     if (flag != 0 && threadIdx.x == 3) __trap();
+}
+
+// Sum of each warp's values in lane 0, for any block size. A warp's lanes are
+// [0, lanes): the last warp of a block of 48 threads has 16. The mask of a warp
+// operation may name only lanes that exist, so `full_mask` != 0 (0xffffffff in the
+// partial warp) is undefined behaviour on a GPU; the correct form passes the lanes
+// present, and adds a shuffled value only when its source lane exists (a source lane
+// outside the mask returns undefined data).
+extern "C" __global__ void partial_warp_reduce(const float* __restrict__ x, float* __restrict__ out,
+                                               int full_mask) {
+    const int tid = threadIdx.x, lane = tid % 32;
+    const int lanes = min(32, (int)blockDim.x - (tid - lane));
+    const unsigned present = lanes == 32 ? 0xffffffffu : (1u << lanes) - 1u;
+    const unsigned mask = full_mask ? 0xffffffffu : present;
+    float v = x[blockIdx.x * blockDim.x + tid];
+    for (int off = 16; off > 0; off /= 2) {
+        const float o = __shfl_down_sync(mask, v, off);
+        if (lane + off < lanes) v += o;
+    }
+    const int warps = (blockDim.x + 31) / 32;
+    if (lane == 0) out[blockIdx.x * warps + tid / 32] = v;
+}
+
+// Bug when keep < 32: lanes >= keep of every warp return, then the others shuffle with
+// the full mask, which names the exited lanes (undefined behaviour on a GPU).
+extern "C" __global__ void planted_warp_op_after_exit(int* out, int keep) {
+    const int lane = threadIdx.x % 32;
+    if (lane >= keep) return;
+    out[threadIdx.x] = __shfl_sync(0xffffffffu, (int)threadIdx.x, 0);
 }

@@ -25,6 +25,8 @@ EMULATOR_SELFTEST = ModuleSpec.make(
         "planted_deadlock",
         "planted_out_of_bounds",
         "trap_if",
+        "partial_warp_reduce",
+        "planted_warp_op_after_exit",
     ],
 )
 

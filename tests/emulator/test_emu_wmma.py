@@ -147,3 +147,17 @@ def test_missing_barrier_before_load_shows(
     c = np.zeros((16, 32), np.float32)
     _kernel("cpu", "wmma_staged_fp16")(1, 64, (a, b, c, np.int32(16), np.int32(0)))
     assert np.isnan(c).any()
+
+
+def test_partial_warp_is_an_error(emulator_only: None) -> None:
+    # wmma operations are warp-wide: a warp of 16 lanes is undefined behaviour on a GPU.
+    from cudnnlite.errors import ExecutionError
+
+    x = np.zeros((16, 16), np.float32)
+    with pytest.raises(ExecutionError) as info:
+        _kernel("cpu", "wmma_acc_roundtrip")(1, 16, (x, x.copy(), np.float32(1), np.int32(0)))
+    message = str(info.value)
+    # The kernel, the call in its source, what is missing and why.
+    assert "kernel wmma_acc_roundtrip" in message
+    assert "load_matrix_sync at " in message and "wmma_selftest.cu:" in message
+    assert "lanes 16-31, absent from the warp" in message and "needs all 32 lanes" in message

@@ -154,13 +154,14 @@ WARP_CASES = [
     (XOR, 0xFFFFFFFF, 1, 32, 1, 64),
     (XOR, 0xFFFFFFFF, 16, 32, 1, 64),
     (XOR, 0xFFFFFFFF, 4, 8, 1, 64),
-    (XOR, 0xFFFFFFFF, 1, 32, 1, 48),  # partial last warp: absent lanes are not waited for
-    (BALLOT, 0xFFFFFFFF, 0, 32, 3, 48),
+    # partial last warp (lanes 0-15): the mask names only lanes that exist
+    (XOR, 0x0000FFFF, 1, 32, 1, 48),
+    (BALLOT, 0x0000FFFF, 0, 32, 3, 48),
     (ANY, 0xFFFFFFFF, 0, 32, 100, 64),
     (ALL, 0xFFFFFFFF, 0, 32, 1, 64),
     (ALL, 0xFFFFFFFF, 0, 32, 2, 64),
-    (SYNCWARP, 0xFFFFFFFF, 0, 32, 1, 40),
-    (ACTIVEMASK, 0xFFFFFFFF, 0, 32, 1, 40),
+    (SYNCWARP, 0x000000FF, 0, 32, 1, 40),
+    (ACTIVEMASK, 0xFFFFFFFF, 0, 32, 1, 40),  # no mask: the lanes present
     # partial masks: lanes outside the mask skip the operation
     (SHFL, 0x0000FFFF, 3, 16, 1, 64),
     (XOR, 0x55555555, 2, 32, 1, 64),
@@ -187,6 +188,63 @@ def test_warp_operations(backend: str, case: tuple[int, ...]) -> None:
         (out, np.uint32(mask), np.int32(op), np.int32(param), np.int32(width), np.int32(pred_mod)),
     )
     np.testing.assert_array_equal(out, expected_warp_op(op, mask, param, width, pred_mod, n))
+
+
+@pytest.mark.parametrize("op", [XOR, BALLOT, SYNCWARP])
+def test_full_mask_in_a_partial_warp_is_an_error(
+    backend: str, emulator_only: None, op: int
+) -> None:
+    # 40 threads: warp 1 has lanes 0-7. A mask naming lanes 8-31 there is undefined
+    # behaviour on a GPU (they can never execute the operation).
+    out = np.zeros(40, np.int32)
+    args = (out, np.uint32(0xFFFFFFFF), np.int32(op), np.int32(1), np.int32(32), np.int32(1))
+    with pytest.raises(ExecutionError) as info:
+        run(backend, "warp_op", 1, 40, args)
+    message = str(info.value)
+    assert "undefined warp operation" in message and "kernel warp_op" in message
+    assert "mask 0xffffffff" in message and "emulator_selftest.cu:" in message
+    assert "lanes 8-31, absent from the warp" in message and "block of 40 threads" in message
+
+
+@pytest.mark.parametrize("n", [32, 48, 100])
+def test_partial_warp_reduction_with_the_lanes_present(backend: str, n: int) -> None:
+    x = np.arange(2 * n, dtype=np.float32)
+    warps = (n + 31) // 32
+    out = np.zeros(2 * warps, np.float32)
+    run(backend, "partial_warp_reduce", 2, n, (x, out, np.int32(0)))
+    expected = [
+        x[b * n + w * 32 : b * n + min(n, (w + 1) * 32)].sum() for b in (0, 1) for w in range(warps)
+    ]
+    np.testing.assert_array_equal(out, np.array(expected, np.float32))
+
+
+@pytest.mark.parametrize("schedule", ["forward", "reverse"])
+def test_planted_warp_ub_is_an_error(
+    backend: str, emulator_only: None, env: pytest.MonkeyPatch, schedule: str
+) -> None:
+    env.setenv("CUDNNLITE_EMU_SCHEDULE", schedule)
+    # Full mask in the partial warp of a 48-thread block: lanes 16-31 do not exist.
+    x, out = np.ones(48, np.float32), np.zeros(2, np.float32)
+    with pytest.raises(
+        ExecutionError,
+        match=r"__shfl_down_sync at .*emulator_selftest\.cu:\d+ "
+        r"with mask 0xffffffff in warp 1 names lanes 16-31, absent",
+    ):
+        run(backend, "partial_warp_reduce", 1, 48, (x, out, np.int32(1)))
+    # Lanes 16-31 of each warp return, the others shuffle with the full mask. The lanes
+    # exit before the others arrive (reverse) or while they wait (forward): both are errors.
+    out = np.zeros(64, np.int32)
+    with pytest.raises(ExecutionError) as info:
+        run(backend, "planted_warp_op_after_exit", 1, 64, (out, np.int32(16)))
+    message = str(info.value)
+    assert "kernel planted_warp_op_after_exit" in message and "__shfl_sync at" in message
+    assert "mask 0xffffffff" in message
+    if schedule == "reverse":
+        assert "names lanes 16-31, which exited before it" in message
+    else:
+        assert "lane 16 of warp 0 exited while lanes 0-15 wait in __shfl_sync" in message
+    run(backend, "planted_warp_op_after_exit", 1, 64, (out, np.int32(32)))  # nobody exits
+    np.testing.assert_array_equal(out, np.repeat([0, 32], 32))
 
 
 def test_warp_butterfly_reduction(backend: str) -> None:

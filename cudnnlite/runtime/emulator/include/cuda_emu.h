@@ -16,8 +16,12 @@
 //    count). Arrivals from two different call sites in one round are a divergent
 //    barrier: an error, never a hang. A block whose fibers all wait with no
 //    possible progress is a deadlock: an error naming what each thread waits on.
-//  - Warp operations (shuffles, votes, __syncwarp) meet in a per-warp rendezvous
-//    keyed by mask and wait only for the live lanes of their mask.
+//  - Warp operations (shuffles, votes, __syncwarp, wmma, mma.sync, ldmatrix) meet
+//    in a per-warp rendezvous keyed by mask. Every lane the mask names must execute
+//    the operation: a mask naming a lane absent from the warp (a partial warp, when
+//    the block size is not a multiple of 32) or a lane that has exited — before the
+//    operation, or while the others wait in it — is undefined behaviour on a GPU and
+//    an error here (check_warp_mask, warp_lane_exits). __activemask has no mask.
 //  - Dynamic shared memory: declare it with DYNAMIC_SHARED(T, name) (see
 //    cuda_src/common/cudnnlite.cuh); a plain `extern __shared__` is refused by the
 //    launcher with a message pointing there.
@@ -257,7 +261,8 @@ struct WarpGroup {
 };
 
 struct Warp {
-    unsigned live = 0;  // lanes that exist and have not exited
+    unsigned present = 0;  // lanes that exist (a partial last warp has fewer than 32)
+    unsigned live = 0;     // lanes that exist and have not exited
     WarpGroup groups[32];
     // Per-lane operands and results of the current exchange.
     unsigned long long value[32];
@@ -639,6 +644,83 @@ inline std::string hex(unsigned v) {
     return buf;
 }
 
+// "lane 3", "lanes 16-31", "lanes 0, 2, 5-7".
+inline std::string lane_list(unsigned m) {
+    std::string out;
+    int count = 0;
+    for (int l = 0; l < 32;) {
+        if (!(m >> l & 1)) {
+            ++l;
+            continue;
+        }
+        int e = l;
+        while (e + 1 < 32 && (m >> (e + 1) & 1)) ++e;
+        out += (out.empty() ? "" : ", ") + std::to_string(l);
+        if (e > l) out += "-" + std::to_string(e);
+        count += e - l + 1;
+        l = e + 1;
+    }
+    return (count == 1 ? "lane " : "lanes ") + out;
+}
+
+inline bool is_tensor_op(WarpOp op, const char* name) {
+    return op == WarpOp::kTensor || (name && strstr(name, "_matrix_sync")) ||
+           (name && strcmp(name, "mma_sync") == 0);
+}
+
+// What the operation needs, for the error messages.
+inline std::string warp_op_rule(WarpOp op, const char* name) {
+    if (is_tensor_op(op, name))
+        return "A tensor-core operation (wmma, mma.sync, ldmatrix) is warp-wide: it needs all "
+               "32 lanes of the warp, converged";
+    return "Every lane named in the mask must execute the operation with the same mask";
+}
+
+// Undefined behaviour on a GPU: the mask names lanes that cannot take part — absent
+// from a partial warp, or exited. Checked at each arrival: a few bit operations.
+inline void check_warp_mask(const Worker& w, const Warp& warp, int warp_index, WarpOp op,
+                            unsigned mask, const Site& site) {
+    unsigned absent = mask & ~warp.present;
+    unsigned exited = mask & warp.present & ~warp.live;
+    if (!(absent | exited)) return;
+    std::string msg = "undefined warp operation: " + site_name(site) + " with mask " + hex(mask) +
+                      " in warp " + std::to_string(warp_index) + " names ";
+    if (absent) {
+        int lanes = __builtin_popcount(warp.present);
+        msg += lane_list(absent) + ", absent from the warp (a block of " +
+               std::to_string(w.nthreads) + " threads: warp " + std::to_string(warp_index) +
+               " has " + (lanes == 32 ? std::string("all 32 lanes") : lane_list(warp.present)) +
+               ")";
+    }
+    if (absent && exited) msg += ", and ";
+    if (exited) msg += lane_list(exited) + ", which exited before it";
+    msg += ". " + warp_op_rule(op, site.what) + "; otherwise the result is undefined on a GPU. ";
+    if (is_tensor_op(op, site.what))
+        msg += "Launch whole warps and keep all their lanes until the operation.";
+    else if (absent)
+        msg += "Pass the mask of the lanes that exist and take part (e.g. the lanes present in "
+               "the last warp; then read no shuffled value from a lane outside it).";
+    else
+        msg += "Keep every lane named in the mask alive until the operation (a guard instead "
+               "of an early return), or leave the exited lanes out of the mask; "
+               "__ballot_sync/__activemask do not bring exited lanes back.";
+    fail(msg);
+}
+
+// A lane exits: undefined behaviour if lanes of its warp wait in an operation whose
+// mask names it (it will never arrive).
+inline void warp_lane_exits(const Warp& warp, int warp_index, int lane) {
+    for (const WarpGroup& g : warp.groups) {
+        if (!g.used || g.op == WarpOp::kActive || !(g.mask >> lane & 1)) continue;
+        fail("undefined warp operation: lane " + std::to_string(lane) + " of warp " +
+             std::to_string(warp_index) + " exited while " + lane_list(g.arrived) + " wait in " +
+             site_name(g.site) + " with mask " + hex(g.mask) + ", which names it. " +
+             warp_op_rule(g.op, g.site.what) +
+             "; otherwise the result is undefined on a GPU. Keep the lane alive until the "
+             "operation (a guard instead of an early return) or leave it out of the mask.");
+    }
+}
+
 // One lane arrives at a warp operation; returns its result once every live lane of
 // the mask has arrived.
 // `name` overrides the operation's name in reports; lanes meet only at the same name.
@@ -664,6 +746,7 @@ inline unsigned long long warp_exchange(WarpOp op, unsigned mask, unsigned long 
              hex(mask));
     if (width < 1 || width > 32 || (width & (width - 1)))
         fail(site_name(site) + ": width " + std::to_string(width) + " is not a power of two in [1, 32]");
+    if ((mask & warp.live) != mask) check_warp_mask(w, warp, warp_index, op, mask, site);
     WarpGroup* group = nullptr;
     for (WarpGroup& g : warp.groups) {
         if (!g.used) continue;
@@ -914,10 +997,11 @@ extern "C" __attribute__((used, visibility("hidden"))) void emu_fiber_main(Fiber
     } else {
         run_thread_body(w, f);
     }
+    Warp& warp = warp_of(w, f->linear);
+    warp_lane_exits(warp, f->linear / 32, f->linear % 32);
     f->state = State::kDone;
     w.live -= 1;
     w.done += 1;
-    Warp& warp = warp_of(w, f->linear);
     warp.live &= ~(1u << (f->linear % 32));
     // An exit may complete a barrier or a warp group that waited for this thread.
     maybe_release_barrier(w);
@@ -965,6 +1049,7 @@ inline void run_block(Worker& w, unsigned bx, unsigned by, unsigned bz) {
         Warp& warp = w.warps[i];
         int lanes = std::min(32, w.nthreads - i * 32);
         warp.live = lanes == 32 ? 0xffffffffu : ((1u << lanes) - 1);
+        warp.present = warp.live;
         for (WarpGroup& g : warp.groups) g = WarpGroup();
     }
     if (w.cfg->schedule == kRandom) {

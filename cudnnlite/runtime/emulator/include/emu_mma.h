@@ -12,7 +12,8 @@
 //    error); each lane then reads the other lanes' operands and computes its own result
 //    from the PTX fragment layout; a second meeting keeps every lane's operands alive
 //    until all have read them. A warp with fewer than 32 live lanes (a partial warp, or
-//    lanes that exited) is an error: undefined behaviour on a GPU.
+//    lanes that exited) is an error: undefined behaviour on a GPU. Reports name the
+//    call in mma.cuh (the instruction) and, through the launcher, the kernel.
 //  - mma.sync: d = c + sum_k a_k * b_k in k order, in fp32. Products of fp16, bf16 and
 //    tf32 values are exact in fp32, so only the additions round (the GPU's adder tree
 //    is unspecified). TF32 operands keep their top 19 bits, as the hardware reads them.
@@ -64,13 +65,14 @@ inline std::string ptr_text(const void* p) {
 
 // ------------------------------------------------------------------ warp collectives
 // Publishes `mine`, meets the whole warp, and returns the warp's slot table.
-inline const void* const* collective_begin(const char* what, const void* mine) {
+inline const void* const* collective_begin(const char* what, const void* mine, const char* file,
+                                           int line) {
     Fiber* f = current_fiber(what);
     Worker& w = worker();
     Warp& warp = w.warps[f->linear / 32];
     const int lane = f->linear % 32;
     warp.slot[lane] = mine;
-    warp_exchange(WarpOp::kTensor, 0xffffffffu, 0, 0, 32, "mma.cuh", 0, what);
+    warp_exchange(WarpOp::kTensor, 0xffffffffu, 0, 0, 32, file, line, what);
     if (warp.live != 0xffffffffu)
         fail(std::string(what) + " needs all 32 lanes of warp " + std::to_string(f->linear / 32) +
              " (.sync.aligned); live lanes: " + hex(warp.live) +
@@ -78,18 +80,19 @@ inline const void* const* collective_begin(const char* what, const void* mine) {
     return warp.slot;
 }
 
-inline void collective_end(const char* what_end) {
-    warp_exchange(WarpOp::kTensor, 0xffffffffu, 0, 0, 32, "mma.cuh", 0, what_end);
+inline void collective_end(const char* what_end, const char* file, int line) {
+    warp_exchange(WarpOp::kTensor, 0xffffffffu, 0, 0, 32, file, line, what_end);
 }
 
 // ------------------------------------------------------------------ ldmatrix
-inline void ldmatrix(int count, bool trans, unsigned* r, const void* row) {
+inline void ldmatrix(int count, bool trans, unsigned* r, const void* row,
+                     const char* file = __builtin_FILE(), int line = __builtin_LINE()) {
     const char* what = trans ? "ldmatrix.trans" : "ldmatrix";
     if (reinterpret_cast<uintptr_t>(row) % 16)
         fail(std::string(what) + ": row address " + ptr_text(row) + " is not 16-byte aligned");
     if (!in_shared_memory(row, 16))
         fail(std::string(what) + ": row address " + ptr_text(row) + " is not in shared memory");
-    const void* const* rows = collective_begin(what, row);
+    const void* const* rows = collective_begin(what, row, file, line);
     const int lane = worker().current->linear % 32;
     for (int i = 0; i < count; ++i) {
         unsigned short v[2];
@@ -103,7 +106,7 @@ inline void ldmatrix(int count, bool trans, unsigned* r, const void* row) {
         }
         r[i] = (unsigned)v[0] | ((unsigned)v[1] << 16);
     }
-    collective_end(trans ? "ldmatrix.trans (end)" : "ldmatrix (end)");
+    collective_end(trans ? "ldmatrix.trans (end)" : "ldmatrix (end)", file, line);
 }
 
 // ------------------------------------------------------------------ mma.sync
@@ -152,12 +155,13 @@ inline float b_at(Kind kind, const void* const* ops, int k, int n) {
     return element_value(kind, static_cast<const MmaOperands*>(ops[lane])->b[k / 8], k % 2);
 }
 
-inline void mma(Kind kind, float* d, const unsigned* a, const unsigned* b, const float* c) {
+inline void mma(Kind kind, float* d, const unsigned* a, const unsigned* b, const float* c,
+                const char* file = __builtin_FILE(), int line = __builtin_LINE()) {
     const char* what = kind == kF16    ? "mma.sync.m16n8k16.f16"
                        : kind == kBF16 ? "mma.sync.m16n8k16.bf16"
                                        : "mma.sync.m16n8k8.tf32";
     MmaOperands mine{a, b};
-    const void* const* ops = collective_begin(what, &mine);
+    const void* const* ops = collective_begin(what, &mine, file, line);
     const int lane = worker().current->linear % 32;
     const int g = lane >> 2, t = lane & 3;
     const int K = kind == kTF32 ? 8 : 16;
@@ -168,7 +172,7 @@ inline void mma(Kind kind, float* d, const unsigned* a, const unsigned* b, const
         for (int k = 0; k < K; ++k) acc = acc + a_at(kind, ops, row, k) * b_at(kind, ops, k, col);
         out[i] = acc;
     }
-    collective_end("mma.sync (end)");
+    collective_end("mma.sync (end)", file, line);
     for (int i = 0; i < 4; ++i) d[i] = out[i];  // d may alias c
 }
 
@@ -182,9 +186,10 @@ struct MmaF64Operands {
     double b;
 };
 
-inline void mma_f64(double* d, double a, double b, const double* c) {
+inline void mma_f64(double* d, double a, double b, const double* c,
+                    const char* file = __builtin_FILE(), int line = __builtin_LINE()) {
     MmaF64Operands mine{a, b};
-    const void* const* ops = collective_begin("mma.sync.m8n8k4.f64", &mine);
+    const void* const* ops = collective_begin("mma.sync.m8n8k4.f64", &mine, file, line);
     const int lane = worker().current->linear % 32;
     const int g = lane >> 2, t = lane & 3;
     auto at = [ops](int l) { return static_cast<const MmaF64Operands*>(ops[l]); };
@@ -196,7 +201,7 @@ inline void mma_f64(double* d, double a, double b, const double* c) {
         for (int k = 0; k < 4; ++k) acc = std::fma(at(4 * g + k)->a, at(4 * col + k)->b, acc);
         out[i] = acc;
     }
-    collective_end("mma.sync.m8n8k4.f64 (end)");
+    collective_end("mma.sync.m8n8k4.f64 (end)", file, line);
     for (int i = 0; i < 2; ++i) d[i] = out[i];  // d may alias c
 }
 

@@ -10,8 +10,8 @@
 //    that only uses `x[]` element-wise (scaling, __float_to_tf32) is correct under any
 //    mapping, which is all CUDA promises.
 //  - load_matrix_sync, store_matrix_sync and mma_sync are warp-collective: each ends
-//    with a __syncwarp() over the full warp (all 32 lanes must call it, converged, as on
-//    a GPU). Every lane reads the full tile from memory itself BEFORE that meeting, at
+//    with a meeting of the full warp (all 32 lanes must call it, converged, as on a GPU:
+//    a partial warp or a lane that exited is an error naming the kernel's call site). Every lane reads the full tile from memory itself BEFORE that meeting, at
 //    the moment it reaches the call: a lane that reaches a load before other threads
 //    (of any warp) wrote the tile reads stale or poisoned data, so a missing
 //    __syncthreads before a load shows in any schedule (CUDNNLITE_EMU_POISON fills
@@ -84,9 +84,9 @@ template <> inline float narrow<float>(float v) { return v; }
 template <> inline __half narrow<__half>(float v) { return __float2half_rn(v); }
 
 // The whole warp meets here (a __syncwarp with the full mask); `what` names the operation
-// in the emulator's deadlock and divergence reports.
-inline void warp_sync(const char* what) {
-    (void)::emu::warp_exchange(::emu::WarpOp::kSync, 0xffffffffu, 0, 0, 32, what, 0);
+// and file:line its call in the kernel, in the emulator's reports.
+inline void warp_sync(const char* what, const char* file, int line) {
+    (void)::emu::warp_exchange(::emu::WarpOp::kSync, 0xffffffffu, 0, 0, 32, file, line, what);
 }
 
 }  // namespace detail
@@ -112,36 +112,39 @@ inline void fill_fragment(fragment<Use, M, N, K, T, L>& f, const V& v) {
 
 // matrix_a / matrix_b: the layout is part of the fragment type; ldm in elements.
 template <typename Use, int M, int N, int K, typename T, typename L, typename P>
-inline void load_matrix_sync(fragment<Use, M, N, K, T, L>& f, const P* p, unsigned ldm) {
+inline void load_matrix_sync(fragment<Use, M, N, K, T, L>& f, const P* p, unsigned ldm,
+                             const char* file = __builtin_FILE(), int line = __builtin_LINE()) {
     static_assert(std::is_same<L, row_major>::value || std::is_same<L, col_major>::value,
                   "wmma: matrix fragments need row_major or col_major");
     const bool row = std::is_same<L, row_major>::value;
     for (int i = 0; i < f.rows; ++i)
         for (int j = 0; j < f.cols; ++j)
             f.x[i * f.cols + j] = row ? p[(size_t)i * ldm + j] : p[(size_t)j * ldm + i];
-    detail::warp_sync("load_matrix_sync");
+    detail::warp_sync("load_matrix_sync", file, line);
 }
 
 // Accumulators: the memory layout is a run-time argument.
 template <int M, int N, int K, typename T, typename P>
 inline void load_matrix_sync(fragment<accumulator, M, N, K, T>& f, const P* p, unsigned ldm,
-                             layout_t layout) {
+                             layout_t layout, const char* file = __builtin_FILE(),
+                             int line = __builtin_LINE()) {
     for (int i = 0; i < M; ++i)
         for (int j = 0; j < N; ++j)
             f.x[i * N + j] =
                 layout == mem_row_major ? p[(size_t)i * ldm + j] : p[(size_t)j * ldm + i];
-    detail::warp_sync("load_matrix_sync");
+    detail::warp_sync("load_matrix_sync", file, line);
 }
 
 template <int M, int N, int K, typename T, typename P>
 inline void store_matrix_sync(P* p, const fragment<accumulator, M, N, K, T>& f, unsigned ldm,
-                              layout_t layout) {
+                              layout_t layout, const char* file = __builtin_FILE(),
+                              int line = __builtin_LINE()) {
     for (int i = 0; i < M; ++i)
         for (int j = 0; j < N; ++j) {
             size_t off = layout == mem_row_major ? (size_t)i * ldm + j : (size_t)j * ldm + i;
             p[off] = f.x[i * N + j];
         }
-    detail::warp_sync("store_matrix_sync");
+    detail::warp_sync("store_matrix_sync", file, line);
 }
 
 template <int M, int N, int K, typename TA, typename TB, typename LA, typename LB, typename TC,
@@ -149,7 +152,8 @@ template <int M, int N, int K, typename TA, typename TB, typename LA, typename L
 inline void mma_sync(fragment<accumulator, M, N, K, TD>& d,
                      const fragment<matrix_a, M, N, K, TA, LA>& a,
                      const fragment<matrix_b, M, N, K, TB, LB>& b,
-                     const fragment<accumulator, M, N, K, TC>& c, bool satf = false) {
+                     const fragment<accumulator, M, N, K, TC>& c, bool satf = false,
+                     const char* file = __builtin_FILE(), int line = __builtin_LINE()) {
     static_assert(std::is_same<TA, TB>::value, "wmma: matrix_a and matrix_b types differ");
     const bool tf32 = std::is_same<TA, precision::tf32>::value;
     static_assert(!tf32 || (M == 16 && N == 16 && K == 8), "wmma: tf32 needs m16n16k8");
@@ -171,7 +175,7 @@ inline void mma_sync(fragment<accumulator, M, N, K, TD>& d,
             out[i * N + j] = acc;
         }
     for (int i = 0; i < M * N; ++i) d.x[i] = detail::narrow<TD>(out[i]);
-    detail::warp_sync("mma_sync");
+    detail::warp_sync("mma_sync", file, line);
 }
 
 }  // namespace wmma
