@@ -71,7 +71,9 @@ extern "C" __global__ void divergent_barrier(int* out) {
 }
 
 // op: 0 shfl, 1 shfl_up, 2 shfl_down, 3 shfl_xor, 4 ballot, 5 any, 6 all, 7 syncwarp,
-// 8 activemask. Lanes outside `mask` skip the operation; `pred_mod` drives the votes.
+// 8 activemask, 9 match_any, 10 match_all, 11 reduce_add, 12 reduce_min (int),
+// 13 reduce_max (unsigned), 14 reduce_xor (__reduce_*: sm_80+, trap below). Lanes outside
+// `mask` skip the operation; `pred_mod` drives the votes and the matched values.
 extern "C" __global__ void warp_op(int* out, unsigned mask, int op, int param, int width, int pred_mod) {
     int tid = threadIdx.x;
     int lane = tid % 32;
@@ -89,6 +91,21 @@ extern "C" __global__ void warp_op(int* out, unsigned mask, int op, int param, i
             case 6: result = __all_sync(mask, pred); break;
             case 7: __syncwarp(mask); result = 7; break;
             case 8: result = (int)__activemask(); break;
+            case 9: result = (int)__match_any_sync(mask, lane % pred_mod); break;
+            case 10: {
+                int same = 0;
+                const unsigned m = __match_all_sync(mask, lane % pred_mod, &same);
+                result = same ? (int)m : -2 - (int)m;
+                break;
+            }
+#if defined(CUDNNLITE_EMULATOR) || __CUDA_ARCH__ >= 800
+            case 11: result = __reduce_add_sync(mask, value); break;
+            case 12: result = __reduce_min_sync(mask, lane % pred_mod - lane); break;
+            case 13: result = (int)__reduce_max_sync(mask, (unsigned)value * 2654435761u); break;
+            case 14: result = (int)__reduce_xor_sync(mask, (unsigned)value * 40503u); break;
+#else
+            case 11: case 12: case 13: case 14: __trap(); break;
+#endif
         }
     }
     out[tid] = result;

@@ -20,6 +20,7 @@ import pytest
 
 from cudnnlite.errors import BadParamError, CompileError, ExecutionError
 from cudnnlite.runtime import ModuleSpec, backend_by_name
+from cudnnlite.runtime.caps import capabilities
 from cudnnlite.runtime.selftest import EMULATOR_SELFTEST
 from cudnnlite.testing import to_backend, to_numpy
 
@@ -106,6 +107,7 @@ def test_trap_is_an_execution_error(backend: str, emulator_only: None) -> None:
 
 # ------------------------------------------------------------------ warp operations
 SHFL, UP, DOWN, XOR, BALLOT, ANY, ALL, SYNCWARP, ACTIVEMASK = range(9)
+MATCH_ANY, MATCH_ALL, RED_ADD, RED_MIN, RED_MAX, RED_XOR = range(9, 15)
 
 
 def expected_warp_op(
@@ -137,6 +139,21 @@ def expected_warp_op(
                 value = int(ballot == sum(1 << lane for lane in lanes))
             elif op == SYNCWARP:
                 value = 7
+            elif op == MATCH_ANY:
+                value = sum(1 << other for other in lanes if other % pred_mod == lane % pred_mod)
+            elif op == MATCH_ALL:
+                same = len({other % pred_mod for other in lanes}) == 1
+                value = sum(1 << other for other in lanes) if same else -2
+            elif op == RED_ADD:
+                value = sum(100 + warp * 32 + other for other in lanes)
+            elif op == RED_MIN:
+                value = min(other % pred_mod - other for other in lanes)
+            elif op == RED_MAX:
+                value = max((100 + warp * 32 + other) * 2654435761 % 2**32 for other in lanes)
+            elif op == RED_XOR:
+                value = 0
+                for other in lanes:
+                    value ^= (100 + warp * 32 + other) * 40503 % 2**32
             else:
                 value = sum(1 << lane for lane in range(32) if warp * 32 + lane < n)
             out[warp * 32 + lane] = value
@@ -171,6 +188,16 @@ WARP_CASES = [
     (ANY, 0xF0000000, 0, 32, 2, 64),
     (ALL, 0x0000000F, 0, 32, 4, 64),
     (SYNCWARP, 0x80000001, 0, 32, 1, 64),
+    # __match_*_sync (sm_70+) and __reduce_*_sync (sm_80+)
+    (MATCH_ANY, 0xFFFFFFFF, 0, 32, 3, 64),
+    (MATCH_ANY, 0x0000FFFF, 0, 32, 5, 48),
+    (MATCH_ALL, 0xFFFFFFFF, 0, 32, 1, 64),
+    (MATCH_ALL, 0x11111111, 0, 32, 4, 64),
+    (MATCH_ALL, 0xFFFFFFFF, 0, 32, 2, 64),
+    (RED_ADD, 0xFFFFFFFF, 0, 32, 1, 64),
+    (RED_MIN, 0x00FF00FF, 0, 32, 3, 64),
+    (RED_MAX, 0xFFFFFFFF, 0, 32, 1, 64),
+    (RED_XOR, 0x0000FFFF, 0, 32, 1, 48),
 ]
 
 
@@ -179,6 +206,8 @@ WARP_CASES = [
 )
 def test_warp_operations(backend: str, case: tuple[int, ...]) -> None:
     op, mask, param, width, pred_mod, n = case
+    if op >= RED_ADD and not capabilities(backend_by_name(backend)).bf16_tensor_cores:
+        pytest.skip("__reduce_*_sync needs sm_80+")
     out = np.zeros(n, np.int32)
     run(
         backend,
@@ -190,7 +219,7 @@ def test_warp_operations(backend: str, case: tuple[int, ...]) -> None:
     np.testing.assert_array_equal(out, expected_warp_op(op, mask, param, width, pred_mod, n))
 
 
-@pytest.mark.parametrize("op", [XOR, BALLOT, SYNCWARP])
+@pytest.mark.parametrize("op", [XOR, BALLOT, SYNCWARP, MATCH_ANY, RED_ADD])
 def test_full_mask_in_a_partial_warp_is_an_error(
     backend: str, emulator_only: None, op: int
 ) -> None:

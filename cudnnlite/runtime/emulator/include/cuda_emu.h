@@ -22,6 +22,7 @@
 //    the block size is not a multiple of 32) or a lane that has exited — before the
 //    operation, or while the others wait in it — is undefined behaviour on a GPU and
 //    an error here (check_warp_mask, warp_lane_exits). __activemask has no mask.
+//    __match_any/all_sync and __reduce_*_sync take part in the same rendezvous.
 //  - Dynamic shared memory: declare it with DYNAMIC_SHARED(T, name) (see
 //    cuda_src/common/cudnnlite.cuh); a plain `extern __shared__` is refused by the
 //    launcher with a message pointing there.
@@ -250,7 +251,14 @@ struct Site {
 };
 
 // A pending warp operation: the lanes of `mask` meet here.
-enum class WarpOp : int { kNone, kShfl, kShflUp, kShflDown, kShflXor, kBallot, kAny, kAll, kSync, kActive, kTensor };
+enum class WarpOp : int {
+    kNone, kShfl, kShflUp, kShflDown, kShflXor, kBallot, kAny, kAll, kSync, kActive, kTensor,
+    kMatchAny, kMatchAll,  // __match_any_sync / __match_all_sync (bit patterns compared)
+    kReduce                // __reduce_<op>_sync; the lane's param is a ReduceKind
+};
+
+// __reduce_*_sync operations (redux.sync), in a warp exchange's param.
+enum ReduceKind : int { kRedAdd, kRedMinS, kRedMaxS, kRedMinU, kRedMaxU, kRedAnd, kRedOr, kRedXor };
 
 struct WarpGroup {
     bool used = false;
@@ -576,6 +584,31 @@ inline void check_warp_groups(Worker& w, Warp& warp, int warp_index) {
                 // A source lane that does not take part (exited, or outside the
                 // mask) gives undefined data on a GPU; here: the lane's own value.
                 warp.result[lane] = (lanes >> src & 1) ? warp.value[src] : warp.value[lane];
+            } else if (g.op == WarpOp::kMatchAny || g.op == WarpOp::kMatchAll) {
+                unsigned same = 0;
+                for (int l = 0; l < 32; ++l)
+                    if ((lanes >> l & 1) && warp.value[l] == warp.value[lane]) same |= 1u << l;
+                // match_all: the mask when every lane holds the same value, else 0.
+                warp.result[lane] = g.op == WarpOp::kMatchAny ? same : same == lanes ? lanes : 0;
+            } else if (g.op == WarpOp::kReduce) {
+                const int kind = warp.param[lane];
+                unsigned r = 0;
+                bool first = true;
+                for (int l = 0; l < 32; ++l) {
+                    if (!(lanes >> l & 1)) continue;
+                    const unsigned v = (unsigned)warp.value[l];
+                    if (first) r = v;
+                    else if (kind == kRedAdd) r += v;  // wraps, as redux.sync.add truncates
+                    else if (kind == kRedMinS) r = (int)v < (int)r ? v : r;
+                    else if (kind == kRedMaxS) r = (int)v > (int)r ? v : r;
+                    else if (kind == kRedMinU) r = v < r ? v : r;
+                    else if (kind == kRedMaxU) r = v > r ? v : r;
+                    else if (kind == kRedAnd) r &= v;
+                    else if (kind == kRedOr) r |= v;
+                    else r ^= v;
+                    first = false;
+                }
+                warp.result[lane] = r;
             } else {
                 unsigned ballot = 0;
                 for (int l = 0; l < 32; ++l)
@@ -634,6 +667,9 @@ inline const char* op_name(WarpOp op) {
         case WarpOp::kSync: return "__syncwarp";
         case WarpOp::kActive: return "__activemask";
         case WarpOp::kTensor: return "tensor-core operation";
+        case WarpOp::kMatchAny: return "__match_any_sync";
+        case WarpOp::kMatchAll: return "__match_all_sync";
+        case WarpOp::kReduce: return "__reduce_sync";
         default: return "?";
     }
 }
@@ -1434,6 +1470,58 @@ inline unsigned activemask(const char* file, int line) {
 }
 }  // namespace emu
 #define __activemask() (::emu::activemask(__FILE__, __LINE__))
+
+// __match_any_sync / __match_all_sync (sm_70+): lanes compare the bit patterns of
+// 32- or 64-bit values (float and double included, as the hardware does).
+namespace emu {
+template <typename T>
+inline unsigned match_any(unsigned mask, T v, const char* file, int line) {
+    static_assert(sizeof(T) == 4 || sizeof(T) == 8, "__match_any_sync: 32- or 64-bit values");
+    return (unsigned)warp_exchange(WarpOp::kMatchAny, mask, to_bits(v), 0, 32, file, line);
+}
+template <typename T>
+inline unsigned match_all(unsigned mask, T v, int* pred, const char* file, int line) {
+    static_assert(sizeof(T) == 4 || sizeof(T) == 8, "__match_all_sync: 32- or 64-bit values");
+    unsigned r = (unsigned)warp_exchange(WarpOp::kMatchAll, mask, to_bits(v), 0, 32, file, line);
+    *pred = r != 0;
+    return r;
+}
+// __reduce_*_sync (redux.sync, sm_80+): 32-bit integer reductions over the lanes of mask;
+// min/max follow the value's signedness, add wraps.
+inline unsigned reduce_sync(ReduceKind kind, const char* name, unsigned mask, unsigned v,
+                            const char* file, int line) {
+    return (unsigned)warp_exchange(WarpOp::kReduce, mask, v, kind, 32, file, line, name);
+}
+inline unsigned reduce_add(unsigned mask, unsigned v, const char* f, int l) {
+    return reduce_sync(kRedAdd, "__reduce_add_sync", mask, v, f, l);
+}
+inline int reduce_add(unsigned mask, int v, const char* f, int l) {
+    return (int)reduce_sync(kRedAdd, "__reduce_add_sync", mask, (unsigned)v, f, l);
+}
+inline unsigned reduce_min(unsigned mask, unsigned v, const char* f, int l) {
+    return reduce_sync(kRedMinU, "__reduce_min_sync", mask, v, f, l);
+}
+inline int reduce_min(unsigned mask, int v, const char* f, int l) {
+    return (int)reduce_sync(kRedMinS, "__reduce_min_sync", mask, (unsigned)v, f, l);
+}
+inline unsigned reduce_max(unsigned mask, unsigned v, const char* f, int l) {
+    return reduce_sync(kRedMaxU, "__reduce_max_sync", mask, v, f, l);
+}
+inline int reduce_max(unsigned mask, int v, const char* f, int l) {
+    return (int)reduce_sync(kRedMaxS, "__reduce_max_sync", mask, (unsigned)v, f, l);
+}
+}  // namespace emu
+#define __match_any_sync(mask, v) (::emu::match_any((mask), (v), __FILE__, __LINE__))
+#define __match_all_sync(mask, v, pred) (::emu::match_all((mask), (v), (pred), __FILE__, __LINE__))
+#define __reduce_add_sync(mask, v) (::emu::reduce_add((mask), (v), __FILE__, __LINE__))
+#define __reduce_min_sync(mask, v) (::emu::reduce_min((mask), (v), __FILE__, __LINE__))
+#define __reduce_max_sync(mask, v) (::emu::reduce_max((mask), (v), __FILE__, __LINE__))
+#define __reduce_and_sync(mask, v) \
+    (::emu::reduce_sync(::emu::kRedAnd, "__reduce_and_sync", (mask), (unsigned)(v), __FILE__, __LINE__))
+#define __reduce_or_sync(mask, v) \
+    (::emu::reduce_sync(::emu::kRedOr, "__reduce_or_sync", (mask), (unsigned)(v), __FILE__, __LINE__))
+#define __reduce_xor_sync(mask, v) \
+    (::emu::reduce_sync(::emu::kRedXor, "__reduce_xor_sync", (mask), (unsigned)(v), __FILE__, __LINE__))
 
 // Tensor-core fragments (nvcuda::wmma), warp-collective on the emulator.
 #if __has_include("emu_wmma.h")
