@@ -37,7 +37,7 @@ from cudnnlite.testing import ACCUMULATION_EPS
 from conv_support import magnitude, reference, run_solver
 
 SOLVER = DmmaImplicitGemmSolver()
-CFG = DmmaConfig(*TILES[0])
+CFG, BIG = DmmaConfig(*TILES[0]), DmmaConfig(*TILES[1])  # 64x64 (4 warps), 128x64 (8 warps)
 EPS = ACCUMULATION_EPS["fp64"]
 ACC, OUT = 2.0, 8 * 2.0**-53
 
@@ -51,7 +51,7 @@ def rand(shape: tuple, seed: int) -> np.ndarray:
 
 
 def check(backend: str, p: ConvProblem, e: Epilogue | None = None, act: str | None = None,
-          poison: bool = False) -> np.ndarray:  # fmt: skip
+          poison: bool = False, cfg: DmmaConfig = CFG) -> np.ndarray:  # fmt: skip
     e = e or Epilogue()
     ops = {"x": rand(p.x_shape(), 1), "w": rand(p.w_shape(), 2)}
     if e.has_bias:
@@ -60,7 +60,7 @@ def check(backend: str, p: ConvProblem, e: Epilogue | None = None, act: str | No
         ops["z"] = rand(p.y_shape(), 4)
     if poison:
         ops["x"].flat[5] = np.nan
-    got = run_solver(backend, SOLVER, p, ops, CFG, epilogue=e)
+    got = run_solver(backend, SOLVER, p, ops, cfg, epilogue=e)
     ref = reference(p, ops, e, act)
     assert got.dtype == np.float64
     if poison:
@@ -98,12 +98,19 @@ def test_forward_fp64(backend: str, shape: dict) -> None:
     check(backend, prob(**shape))
 
 
+@pytest.mark.parametrize("shape", ["odd_stride2_dil2", "resnet3x3_nhwc"])
+def test_forward_fp64_128x64(backend: str, shape: str) -> None:
+    """The 8-warp tile (same module): an M edge inside a 128-row block, NCHW and NHWC."""
+    check(backend, prob(**SHAPES[shape]), cfg=BIG)
+
+
 def test_fused_epilogue_exact_scalars(backend: str) -> None:
     """alpha = 1/3 and alpha2 = -0.7 are not float32 values (a float32 copy is off by
     ~1e-8 relative); bias, residual and relu fused; NCHW with M and N edges."""
     p = prob(n=2, c=7, hw=(9, 10), k=70, rs=(3, 3), pad=1)
     e = Epilogue(alpha=1 / 3, alpha2=-0.7, has_bias=True, has_z=True, act_mode=0)
     check(backend, p, e, "relu")
+    check(backend, p, e, "relu", cfg=BIG)
 
 
 def test_nan_propagates(backend: str) -> None:
@@ -118,6 +125,7 @@ def test_random_schedule(backend: str, emulator_only: None, monkeypatch) -> None
     monkeypatch.setenv("CUDNNLITE_EMU_SCHEDULE", "random")
     monkeypatch.setenv("CUDNNLITE_EMU_SEED", "5")
     check(backend, prob(**SHAPES["odd_stride2_dil2"]))
+    check(backend, prob(**SHAPES["odd_stride2_dil2"]), cfg=BIG)
 
 
 @pytest.mark.parametrize(
@@ -141,11 +149,16 @@ def test_applicable_and_config() -> None:
     p = prob(n=1, c=4, hw=(4, 4), k=4, rs=(3, 3))
     for caps in (EMULATOR, for_sm(80), for_sm(90)):
         assert SOLVER.is_applicable(p, caps)
-    assert SOLVER.configs(p, for_sm(90)) == [CFG]
-    assert CFG.label() == "64x64x16_w32x32_s2" and CFG.smem_bytes() <= 48 * 1024
-    assert SOLVER.config_from_dict(CFG.to_dict()) == CFG  # the tuning DB's round trip
+    assert SOLVER.configs(p, for_sm(90)) == [CFG, BIG]
+    assert CFG.label() == "64x64x16_w32x32_s2" and BIG.label() == "128x64x16_w32x32_s2"
+    # stages in doubles: 2 x (64 + 64) rows x 20 doubles; 2 x (128 + 64) x 20
+    assert (CFG.smem_bytes(), BIG.smem_bytes()) == (40960, 61440)
+    assert SOLVER.config_from_dict(BIG.to_dict()) == BIG  # the tuning DB's round trip
+    assert SOLVER.default_config(p, for_sm(90)) == CFG  # 1 block: far from filling a GPU
+    big = prob(n=32, c=64, hw=(56, 56), k=64, rs=(3, 3), pad=1, layout="NHWC")
+    assert SOLVER.default_config(big, for_sm(90)) == BIG
     with pytest.raises(BadParamError, match="not compiled"):
-        DmmaConfig(block_m=128)
+        DmmaConfig(block_n=128)
 
 
 def test_public_api_forced(backend: str) -> None:

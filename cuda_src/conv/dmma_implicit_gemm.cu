@@ -16,8 +16,8 @@
 //   dmma_conv_fwd<NHWC, BM, BN, BK, WM, WN>
 // A block computes a BM x BN tile of y with (BM / WM) x (BN / WN) warps; a warp owns a
 // WM x WN tile as (WM / 8) x (WN / 8) m8n8 fragments (two doubles of accumulator each per
-// lane: 32 doubles for 32 x 32). The reduction advances in slices of BK staged in shared
-// memory, two stages filled by cp.async (8-byte copies, zero-filled in the padding, past
+// lane: 32 doubles for 32 x 32). The reduction advances in slices of BK staged in dynamic
+// shared memory (2 * (BM + BN) * (BK + 4) doubles), two stages filled by cp.async (8-byte copies, zero-filled in the padding, past
 // the last row, column and tap), then BK / 4 k4 MMA steps per slice:
 //   a = As[m][k4 + t] for the lane's rows m = wm + 8i + g, b = Bs[n][k4 + t] for n = wn + 8j + g
 // (g = lane >> 2, t = lane & 3: mma.cuh's m8n8k4 layout). Both stages are m-/n-major with
@@ -32,14 +32,15 @@
 // bandwidth the MMA fragments need). Invalid copies read nothing (cp.async src-size 0),
 // so their addresses are formed without a select.
 // Static figures (sm_90, ptxas + nvdisasm, benchmarks/sass_mix.py): 126-128 registers, no
-// spills, 4 blocks (16 warps) per SM; main loop 304 instructions for 64 DMMA, of which 60
-// are the UIADD3 no-ops ptxas pads between DMMAs. Per DMMA (2 SM cycles at the fp64 tensor
+// spills, 16 warps per SM (64x64: 4 blocks, 128x64: 2); main loop 305 (64x64) and 282
+// (128x64) instructions for 64 DMMA, of which 60 are the UIADD3 no-ops ptxas pads between
+// DMMAs. Per DMMA (2 SM cycles at the fp64 tensor
 // rate) the fragments read 128 bytes of shared memory (1 cycle) and the copies write 64.
 // Epilogue: conv_common.cuh's store_output (EpilogueFor<double>: exact double alpha,
 // alpha2, activation coefficients; bias, residual z, activation fused).
 //
 // Defines: none; every parameter is a template argument. One module holds both layouts
-// of the tile (cudnnlite/solvers/conv/dmma_igemm.py).
+// of both tiles, 64x64 and 128x64 (cudnnlite/solvers/conv/dmma_igemm.py).
 // Index limits: x, w and y below 2^31 elements, and an image's padded span (32-bit offsets).
 #include "common/cudnnlite.cuh"
 #include "common/mma.cuh"
@@ -108,7 +109,7 @@ __global__ void __launch_bounds__(DMMA_TILE::THREADS)
     dmma_conv_fwd(const double* __restrict__ x, const double* __restrict__ w, double* y,
                   const double* z, const double* bias, ConvShape s, EpilogueFor<double> e) {
     using Tl = DMMA_TILE;
-    __shared__ __align__(16) double smem[2 * (Tl::A_STAGE + Tl::B_STAGE)];
+    DYNAMIC_SHARED(double, smem);  // 2 * (A_STAGE + B_STAGE) doubles (dmma_igemm.py)
     __shared__ int4 rows[BM];  // {x offset of (img, h0, w0, channel 0), h0, w0, -}
 
     const int m0 = blockIdx.x * BM, n0 = blockIdx.y * BN;

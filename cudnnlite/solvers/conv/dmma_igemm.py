@@ -10,10 +10,11 @@ A operand is gathered element by element either way: NHWC's loads are the coales
 Config (:class:`DmmaConfig`, every field in the kernel's readable name
 ``dmma_igemm_fwd_64x64x16_w32x32_s2_nhwc_fp64``): the block tile ``block_m`` x ``block_n``,
 ``block_k`` reduction elements per shared stage, the warp tile ``warp_m`` x ``warp_n`` and
-the number of ``cp.async`` stages. One tile is compiled (:data:`TILES`): 4 warps of 32x32
-(16 m8n8 fragments, 32 double accumulators per lane), BK 16 in two stages of
-2 x 64 x 20 doubles (41 KiB of static shared memory with the row decode: the 48 KiB
-static limit holds no third stage, and a 128-row tile would need dynamic shared memory).
+the number of ``cp.async`` stages. Two tiles (:data:`TILES`), both of 32x32 warps (16 m8n8
+fragments, 32 double accumulators per lane) and BK 16 in two stages of rows of 20 doubles
+in dynamic shared memory: 64x64 (4 warps, 40 KiB) and 128x64 (8 warps, 60 KiB), which
+reads each filter slice once per 128 output pixels instead of 64 (half the L2 traffic for
+B per FLOP) for layers with enough output tiles to fill the GPU; one module holds both.
 
 Error: the MMA rounds each product-sum in double; the GPU's order of the four additions
 of one k4 step is unspecified (the emulator adds them in k order, one fma each), so a
@@ -42,10 +43,12 @@ from .implicit_gemm import _limits_reason
 
 SOURCE = "conv/dmma_implicit_gemm.cu"
 MAX_GRID_Y = 65535
-STATIC_SMEM = 48 * 1024
 
 # (block_m, block_n, block_k, warp_m, warp_n, stages): the compiled tiles.
-TILES: tuple[tuple[int, int, int, int, int, int], ...] = ((64, 64, 16, 32, 32, 2),)
+TILES: tuple[tuple[int, int, int, int, int, int], ...] = (
+    (64, 64, 16, 32, 32, 2),
+    (128, 64, 16, 32, 32, 2),
+)
 
 
 @dataclass(frozen=True)
@@ -64,6 +67,10 @@ class DmmaConfig(Config):
             known = ", ".join(DmmaConfig(*t).label() for t in TILES)
             raise BadParamError(f"DMMA tile {self.label()} is not compiled; tiles: {known}")
 
+    @classmethod
+    def from_tuple(cls, t: tuple[int, ...]) -> DmmaConfig:
+        return cls(*t)
+
     def astuple(self) -> tuple[int, ...]:
         return (self.block_m, self.block_n, self.block_k, self.warp_m, self.warp_n, self.stages)
 
@@ -72,10 +79,12 @@ class DmmaConfig(Config):
         return (self.block_m // self.warp_m) * (self.block_n // self.warp_n) * 32
 
     def smem_bytes(self) -> int:
-        """Static shared memory: the stages (rows of block_k + 4 doubles) and the int4 row
-        decode."""
-        rows = self.block_m + self.block_n
-        return self.stages * rows * (self.block_k + 4) * 8 + 16 * self.block_m
+        """Dynamic shared memory: the stages, rows of block_k + 4 doubles."""
+        return self.stages * (self.block_m + self.block_n) * (self.block_k + 4) * 8
+
+    def static_smem_bytes(self) -> int:
+        """The int4 row decode, in static shared memory."""
+        return 16 * self.block_m
 
     def label(self) -> str:
         return (f"{self.block_m}x{self.block_n}x{self.block_k}_w{self.warp_m}x{self.warp_n}"
@@ -101,21 +110,29 @@ def kernel_expr(config: DmmaConfig, nhwc: bool) -> str:
             f"{c.warp_m}, {c.warp_n}>")  # fmt: skip
 
 
-def module_spec(config: DmmaConfig) -> ModuleSpec:
-    """Both layouts of one tile (the stage count is the kernel's own: two)."""
-    return ModuleSpec.make(SOURCE, [kernel_expr(config, nhwc) for nhwc in (False, True)])
+def module_spec() -> ModuleSpec:
+    """Both layouts of every tile, one module (the stage count is the kernel's own: two)."""
+    names = [kernel_expr(DmmaConfig(*t), nhwc) for t in TILES for nhwc in (False, True)]
+    return ModuleSpec.make(SOURCE, names)
+
+
+def _fits(config: DmmaConfig, caps: Capabilities | None) -> bool:
+    """The stages fit the device's shared memory per block (with the static row decode)."""
+    limit = caps.max_shared_bytes if caps is not None else 48 * 1024
+    return config.smem_bytes() + config.static_smem_bytes() <= limit
 
 
 class _Runner(Runner):
     def __init__(self, backend: Backend, problem: ConvProblem, config: DmmaConfig) -> None:
         nhwc = problem.channels_last
-        self._kernel = backend.kernel(module_spec(config), kernel_expr(config, nhwc))
+        self._kernel = backend.kernel(module_spec(), kernel_expr(config, nhwc))
         layout = "nhwc" if nhwc else "nchw"
         self._name = f"dmma_igemm_fwd_{config.label()}_{layout}_fp64"
         rows = problem.n * int(np.prod(problem.out_spatial))
         self._grid = (-(-rows // config.block_m), -(-problem.k // config.block_n))
         self._block = (config.threads,)
         self._shape = shape_struct(problem)
+        self._smem = config.smem_bytes()
 
     @property
     def kernel_names(self) -> list[str]:
@@ -123,7 +140,7 @@ class _Runner(Runner):
 
     def __call__(self, tensors: ConvTensors, epilogue: Epilogue, workspace: Any) -> None:
         args = (*tensors.kernel_pointers(), self._shape, epilogue_arg(epilogue))
-        self._kernel(self._grid, self._block, args)
+        self._kernel(self._grid, self._block, args, shared_mem=self._smem)
 
 
 class DmmaImplicitGemmSolver(Solver):
@@ -154,21 +171,35 @@ class DmmaImplicitGemmSolver(Solver):
         return APPLICABLE
 
     def configs(self, problem: ConvProblem, caps: Capabilities) -> list[DmmaConfig]:
-        return [DmmaConfig(*t) for t in TILES if DmmaConfig(*t).smem_bytes() <= STATIC_SMEM]
+        return [c for c in map(DmmaConfig.from_tuple, TILES) if _fits(c, caps)]
 
     def default_config(self, problem: ConvProblem, caps: Capabilities) -> DmmaConfig:
-        return DmmaConfig(*TILES[0])
+        """128x64 where its blocks fill the GPU twice over (two per SM), else 64x64.
+        Unmeasured on a GPU so far: a tuning DB entry overrides it."""
+        options = self.configs(problem, caps)
+        rows = problem.n * int(np.prod(problem.out_spatial))
+        for c in reversed(options):  # the larger tile first
+            blocks = -(-rows // c.block_m) * -(-problem.k // c.block_n)
+            if blocks >= 2 * max(caps.sm_count, 1):
+                return c
+        return options[0]
 
     def is_valid(self, config: Config, problem: ConvProblem, caps: Capabilities) -> bool:
-        return isinstance(config, DmmaConfig) and -(-problem.k // config.block_n) <= MAX_GRID_Y
+        return (isinstance(config, DmmaConfig) and _fits(config, caps)
+                and -(-problem.k // config.block_n) <= MAX_GRID_Y)  # fmt: skip
 
     def module_specs(self) -> list[ModuleSpec]:
-        return [module_spec(DmmaConfig(*t)) for t in TILES]
+        return [module_spec()]
 
     def prepare(self, backend: Backend, problem: ConvProblem, config: Config) -> Runner:
-        ok = self.is_applicable(problem, capabilities(backend))
+        caps = capabilities(backend)
+        ok = self.is_applicable(problem, caps)
         if not ok:
             raise NotSupportedError(f"{self.name}: {ok.reason}")
         if not isinstance(config, DmmaConfig):
             raise NotSupportedError(f"{self.name}: expected a DmmaConfig, got {config!r}")
+        if not self.is_valid(config, problem, caps):
+            need = config.smem_bytes() + config.static_smem_bytes()
+            raise NotSupportedError(f"{self.name}: config {config.label()} needs {need} bytes "
+                                    f"of shared memory, more than {caps.arch} has")  # fmt: skip
         return _Runner(backend, problem, config)
