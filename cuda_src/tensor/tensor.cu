@@ -53,10 +53,16 @@ constexpr int kMaxDims = 8;
 constexpr int kAdd = 0, kMul = 1, kMin = 2, kMax = 3, kSqrt = 4, kNot = 5;
 constexpr int kCopy = 6;  // C = alpha1 * A (+ beta C): add_tensor, scale_tensor
 constexpr int kSet = 7;   // C = alpha1: set_tensor
+// min / max with cuDNN's CUDNN_NOT_PROPAGATE_NAN: a NaN operand gives the other one
+// (fmin / fmax). kMin / kMax propagate NaN, as PyTorch's minimum / maximum.
+constexpr int kMinNum = 8, kMaxNum = 9;
 
 // reduce ops
 constexpr int kRSum = 0, kRMul = 1, kRMin = 2, kRMax = 3, kRAmax = 4, kRAvg = 5, kRNorm1 = 6,
               kRNorm2 = 7, kRMulNoZeros = 8;
+// kRMin / kRMax / kRAmax with CUDNN_NOT_PROPAGATE_NAN: NaN elements lose to numbers (a
+// range of only NaN still gives NaN)
+constexpr int kRMinNum = 9, kRMaxNum = 10, kRAmaxNum = 11;
 
 }  // namespace tens
 
@@ -147,8 +153,10 @@ __device__ __forceinline__ A binary(int op, A a, A b) {
     switch (op) {
         case kAdd: return a + b;
         case kMul: return a * b;
-        case kMin: return cl::math::fmin(a, b);
-        case kMax: return cl::math::fmax(a, b);
+        case kMin: return (a != a || b != b) ? a + b : cl::math::fmin(a, b);  // NaN wins
+        case kMax: return (a != a || b != b) ? a + b : cl::math::fmax(a, b);
+        case kMinNum: return cl::math::fmin(a, b);
+        case kMaxNum: return cl::math::fmax(a, b);
         case kSqrt: return cl::math::sqrt(a);
         case kNot: return A(1) - a;
         default: return a;  // kCopy, kSet (a is alpha1 itself)
@@ -159,6 +167,8 @@ template <typename A>
 __device__ __forceinline__ A apply(const OpParamsT<A>& p, A a, A b) {
     return binary(p.op, p.op == kSet ? p.alpha1 : p.alpha1 * a, p.alpha2 * b);
 }
+
+__device__ __forceinline__ bool reads_b(int op) { return op <= kMax || op >= kMinNum; }
 
 // Offsets of operands 0..NOPS-1 of linear index i (innermost dim first).
 template <int NOPS>
@@ -187,7 +197,7 @@ __global__ void __launch_bounds__(256) tensor_binary(
     OpParamsT<cl::acc_t<T>> p) {
     typedef cl::acc_t<T> A;
     const bool reads_a = p.op != tens::kSet;
-    const bool reads_b = p.op <= tens::kMax;
+    const bool reads_b = tens::reads_b(p.op);
     for (cl::index_t i = cl::global_thread_id(); i < n; i += cl::grid_stride()) {
         cl::index_t off[3];
         tens::offsets<3>(i, L, off);
@@ -209,7 +219,7 @@ __global__ void __launch_bounds__(256) tensor_binary_vec(
     OpParamsT<cl::acc_t<T>> p) {
     typedef cl::acc_t<T> A;
     const bool reads_a = p.op != tens::kSet;
-    const bool reads_b = p.op <= tens::kMax;
+    const bool reads_b = tens::reads_b(p.op);
     const cl::index_t packs = n / VEC;
     for (cl::index_t k = cl::global_thread_id(); k < packs; k += cl::grid_stride()) {
         TPack<T, VEC> pa, pb, pc;
@@ -249,7 +259,7 @@ __global__ void __launch_bounds__(256) tensor_channel(
     OpParamsT<cl::acc_t<T>> p) {
     typedef cl::acc_t<T> A;
     const bool reads_a = p.op != tens::kSet;
-    const bool reads_b = p.op <= tens::kMax;
+    const bool reads_b = tens::reads_b(p.op);
     const bool vec_is_a = S.vector_operand == 1;
     const T* vec = vec_is_a ? a : b;
     const T* full = vec_is_a ? b : a;
@@ -345,29 +355,39 @@ struct RAcc {
 
 namespace tens {
 
-__device__ __forceinline__ bool is_arg(int op) { return op == kRMin || op == kRMax || op == kRAmax; }
+__device__ __forceinline__ bool is_arg(int op) {
+    return op == kRMin || op == kRMax || op == kRAmax || op >= kRMinNum;
+}
+
+constexpr long long kNoIndex = 0x7fffffffffffffffLL;  // RAcc::i before any element
 
 template <typename A>
 __device__ __forceinline__ RAcc<A> rinit(int op) {
     RAcc<A> a;
-    a.i = 0x7fffffffffffffffLL;
+    a.i = kNoIndex;
     switch (op) {
         case kRMul: case kRMulNoZeros: a.v = A(1); break;
-        case kRMin: a.v = A(__int_as_float(0x7f800000)); break;                 // +inf
-        case kRMax: case kRAmax: a.v = A(__int_as_float(0xff800000)); break;  // -inf
+        case kRMin: case kRMinNum: a.v = A(__int_as_float(0x7f800000)); break;  // +inf
+        case kRMax: case kRAmax: case kRMaxNum: case kRAmaxNum:
+            a.v = A(__int_as_float(0xff800000)); break;  // -inf
         default: a.v = A(0);
     }
     return a;
 }
 
-// Min / max by (value, index): NaN beats numbers (it propagates), ties go to the lower
-// index, so the result does not depend on the order of combination.
+// Min / max by (value, index): NaN beats numbers (it propagates; the *Num ops: numbers
+// beat NaN, NaN beats only "no element yet"), ties go to the lower index: a strict total
+// order, so the result does not depend on the order of combination.
 template <typename A>
 __device__ __forceinline__ bool better(int op, const RAcc<A>& b, const RAcc<A>& a) {
     const bool bn = b.v != b.v, an = a.v != a.v;
-    if (bn || an) return bn && (!an || b.i < a.i);
+    if (bn || an) {
+        if (op < kRMinNum) return bn && (!an || b.i < a.i);
+        if (bn && an) return b.i < a.i;
+        return bn ? a.i == kNoIndex : b.i != kNoIndex;
+    }
     if (b.v == a.v) return b.i < a.i;
-    return op == kRMin ? b.v < a.v : b.v > a.v;
+    return op == kRMin || op == kRMinNum ? b.v < a.v : b.v > a.v;
 }
 
 template <typename A>
@@ -381,8 +401,8 @@ __device__ __forceinline__ RAcc<A> rcombine(int op, RAcc<A> a, const RAcc<A>& b)
 template <typename A>
 __device__ __forceinline__ void radd(int op, RAcc<A>& a, A x, long long i) {
     switch (op) {
-        case kRAmax: x = cl::math::fabs(x);  // fall through
-        case kRMin: case kRMax: {
+        case kRAmax: case kRAmaxNum: x = cl::math::fabs(x);  // fall through
+        case kRMin: case kRMax: case kRMinNum: case kRMaxNum: {
             RAcc<A> b;
             b.v = x;
             b.i = i;

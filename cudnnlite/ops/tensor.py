@@ -62,9 +62,13 @@ SPLIT_MIN_THREAD_CHUNK = 128  # split reductions: elements per thread (threads w
 BLOCK = 256
 OP_TENSOR_OPS = ("add", "mul", "min", "max", "sqrt", "not")
 _OP_COPY, _OP_SET = 6, 7
-_LAST_BINARY = 3  # ops 0..3 (add, mul, min, max) read b
+_LAST_BINARY = 3  # ops 0..3 (add, mul, min, max) read b, and the two below
+# min / max without NaN propagation (cuDNN's CUDNN_NOT_PROPAGATE_NAN): tens::kMinNum/kMaxNum
+_OP_NUM = {"min": 8, "max": 9}
 REDUCE_OPS = ("sum", "mul", "min", "max", "amax", "avg", "norm1", "norm2", "mul_no_zeros")
 _ARG_OPS = ("min", "max", "amax")
+# _ARG_OPS without NaN propagation: tens::kRMinNum, kRMaxNum, kRAmaxNum
+_REDUCE_NUM = {"min": 9, "max": 10, "amax": 11}
 _UNDEFINED_WHEN_EMPTY = ("min", "max", "amax", "avg")
 
 _LAYOUT_DTYPE = np.dtype(
@@ -227,6 +231,12 @@ def _choice(name: str, v: Any, options: Sequence[str]) -> int:
     return list(options).index(v)
 
 
+def _nan_option(value: Any) -> bool:
+    if not isinstance(value, (bool, np.bool_)):
+        raise BadParamError(f"nan_propagation: expected True or False, got {value!r}")
+    return bool(value)
+
+
 def _ptr(a: Any) -> int:
     return a.__array_interface__["data"][0] if isinstance(a, np.ndarray) else int(a.data.ptr)
 
@@ -342,7 +352,8 @@ def _elementwise(
     if c.size == 0:
         return
     op = int(params["op"])
-    reads = (op != _OP_SET, op <= _LAST_BINARY)  # as the kernels: is a read, is b read
+    # as the kernels: is a read, is b read
+    reads = (op != _OP_SET, op <= _LAST_BINARY or op in _OP_NUM.values())
     a = c if a is None else a
     b = a if b is None else b
     shape = tuple(c.shape)
@@ -408,13 +419,19 @@ def op_tensor(
     alpha2: float = 1.0,
     beta: float = 0.0,
     out: Any = None,
+    nan_propagation: bool = True,
 ) -> Any:
     """cuDNN's cudnnOpTensor: ``out = op(alpha1 * a, alpha2 * b) + beta * out``.
 
     ``op`` in :data:`OP_TENSOR_OPS`; ``sqrt`` and ``not`` (= 1 - alpha1 a) take no b. a and
     b broadcast (NumPy rules) to the result's shape; ``beta != 0`` reads ``out`` (required).
+    ``nan_propagation`` (min and max): True (default, as PyTorch's ``minimum``/``maximum``
+    and cuDNN's CUDNN_PROPAGATE_NAN) gives NaN where either operand is NaN; False
+    (CUDNN_NOT_PROPAGATE_NAN, NumPy's ``fmin``/``fmax``) gives the other operand.
     """
     op_id = _choice("op", op, OP_TENSOR_OPS)
+    if _nan_option(nan_propagation) is False and op in _OP_NUM:
+        op_id = _OP_NUM[op]
     unary = op in ("sqrt", "not")
     if unary and b is not None:
         raise BadParamError(f"b: op {op!r} is unary and takes no b")
@@ -462,6 +479,20 @@ def op_tensor(
             b = b.copy()
     _elementwise(backend, dt, out, a, b, params)
     return out
+
+
+@with_stream
+def maximum(a: Any, b: Any, *, nan_propagation: bool = True, out: Any = None) -> Any:
+    """Elementwise max of a and b (broadcast), as ``torch.maximum``: NaN where either is
+    NaN, unless ``nan_propagation=False`` (``numpy.fmax``). ``op_tensor("max", a, b)``."""
+    return op_tensor.__wrapped__("max", a, b, out=out, nan_propagation=nan_propagation)  # type: ignore[attr-defined]
+
+
+@with_stream
+def minimum(a: Any, b: Any, *, nan_propagation: bool = True, out: Any = None) -> Any:
+    """Elementwise min of a and b (broadcast), as ``torch.minimum``: NaN where either is
+    NaN, unless ``nan_propagation=False`` (``numpy.fmin``). ``op_tensor("min", a, b)``."""
+    return op_tensor.__wrapped__("min", a, b, out=out, nan_propagation=nan_propagation)  # type: ignore[attr-defined]
 
 
 @with_stream
@@ -627,6 +658,7 @@ def reduce_tensor(
     alpha: float = 1.0,
     beta: float = 0.0,
     out: Any = None,
+    nan_propagation: bool = True,
 ) -> Any:
     """cuDNN's cudnnReduceTensor: ``out = alpha * reduce_op(x over axes) + beta * out``.
 
@@ -638,11 +670,17 @@ def reduce_tensor(
         return_indices: min / max / amax only: also return int64 indices of the chosen
             elements, flattened in C order over the reduced axes.
         out: result array (x's dtype; shape with or without the kept 1s per keepdims).
+        nan_propagation: min / max / amax: True (default, as PyTorch's amin/amax and
+            cuDNN's CUDNN_PROPAGATE_NAN): a NaN element wins (the first NaN's index);
+            False (CUDNN_NOT_PROPAGATE_NAN, NumPy's nanmin/nanmax): NaN elements are
+            skipped, and only an all-NaN range gives NaN.
 
     Returns:
         out, or (out, indices).
     """
     op_id = _choice("op", op, REDUCE_OPS)
+    if _nan_option(nan_propagation) is False and op in _REDUCE_NUM:
+        op_id = _REDUCE_NUM[op]
     if return_indices and op not in _ARG_OPS:
         raise BadParamError(f"return_indices: only min, max and amax have indices, not {op!r}")
     backend = backend_for(x, out, names=("x", "out"))
@@ -796,6 +834,8 @@ __all__ = [
     "REDUCE_OPS",
     "add_tensor",
     "last_kernel_name",
+    "maximum",
+    "minimum",
     "module_specs",
     "nchw_to_nhwc",
     "nhwc_to_nchw",
