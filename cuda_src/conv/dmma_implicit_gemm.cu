@@ -17,9 +17,10 @@
 // A block computes a BM x BN tile of y with (BM / WM) x (BN / WN) warps; a warp owns a
 // WM x WN tile as (WM / 8) x (WN / 8) m8n8 fragments (two doubles of accumulator each per
 // lane: 32 doubles for 32 x 32). The reduction advances in slices of BK staged in dynamic
-// shared memory (2 * (BM + BN) * (BK + 4) doubles), two stages filled by cp.async (8-byte copies, zero-filled in the padding, past
-// the last row, column and tap), then BK / 4 k4 MMA steps per slice:
-//   a = As[m][k4 + t] for the lane's rows m = wm + 8i + g, b = Bs[n][k4 + t] for n = wn + 8j + g
+// shared memory (2 * (BM + BN) * (BK + 4) doubles): two stages filled by cp.async (8-byte
+// copies, zero-filled in the padding, past the last row, column and tap), then BK / 4 k4
+// MMA steps per slice:
+//   a = As[m][k4 + t], m = wm + 8i + g (the lane's rows);  b = Bs[n][k4 + t], n = wn + 8j + g
 // (g = lane >> 2, t = lane & 3: mma.cuh's m8n8k4 layout). Both stages are m-/n-major with
 // rows of BK + 4 doubles: the 16 lanes of a half-warp read 16 distinct 8-byte bank pairs
 // (row pitch 20 doubles: 4g + t mod 16), and the loaders' writes (kk fastest) are
@@ -34,8 +35,8 @@
 // Static figures (sm_90, ptxas + nvdisasm, benchmarks/sass_mix.py): 126-128 registers, no
 // spills, 16 warps per SM (64x64: 4 blocks, 128x64: 2); main loop 305 (64x64) and 282
 // (128x64) instructions for 64 DMMA, of which 60 are the UIADD3 no-ops ptxas pads between
-// DMMAs. Per DMMA (2 SM cycles at the fp64 tensor
-// rate) the fragments read 128 bytes of shared memory (1 cycle) and the copies write 64.
+// DMMAs. Per DMMA (2 SM cycles at the fp64 tensor rate) the fragments read 128 bytes of
+// shared memory (1 cycle at 128 B/clk) and the copies write 64 (64x64) or 48 (128x64).
 // Epilogue: conv_common.cuh's store_output (EpilogueFor<double>: exact double alpha,
 // alpha2, activation coefficients; bias, residual z, activation fused).
 //
@@ -123,7 +124,8 @@ __global__ void __launch_bounds__(DMMA_TILE::THREADS)
             const int p = rem / s.q, q = rem - p * s.q;
             r.y = p * s.stride_h - s.pad_h;
             r.z = q * s.stride_w - s.pad_w;
-            r.x = NHWC ? ((img * s.h + r.y) * s.w + r.z) * s.c : (img * s.c * s.h + r.y) * s.w + r.z;
+            r.x = NHWC ? ((img * s.h + r.y) * s.w + r.z) * s.c
+                       : (img * s.c * s.h + r.y) * s.w + r.z;
         }
         rows[i] = r;
     }
