@@ -315,3 +315,95 @@ def test_algo_family_through_conv2d_and_its_errors(empty_dbs: Any) -> None:
         cl.conv2d(x, w, algo="winogard")
     with pytest.raises(BadParamError, match="algo"):
         cl.conv2d(x, w, algo=3)
+
+
+# ------------------------------------------------------------------ NaN propagation
+
+
+@pytest.mark.parametrize("dtype", DTYPES, ids=["fp32", "fp64"])
+def test_maximum_minimum_nan_semantics(backend: str, dtype: Any) -> None:
+    av = np.array([1.0, NAN, 3.0, NAN, -INF, 2.0], dtype)
+    bv = np.array([NAN, 2.0, 1.0, NAN, 5.0, 2.0], dtype)
+    a, b = to_backend(av, backend), to_backend(bv, backend)
+    ta, tb = torch.from_numpy(av), torch.from_numpy(bv)
+    _close(cl.maximum(a, b), torch.maximum(ta, tb), dtype, "maximum")  # NaN where either is
+    _close(cl.minimum(a, b), torch.minimum(ta, tb), dtype, "minimum")
+    _close(cl.op_tensor("max", a, b), torch.maximum(ta, tb), dtype, "op_tensor max")
+    # cuDNN's NOT_PROPAGATE_NAN: the other operand (NumPy's fmax / fmin)
+    _close(cl.maximum(a, b, nan_propagation=False), np.fmax(av, bv), dtype, "fmax")
+    _close(cl.op_tensor("min", a, b, nan_propagation=False), np.fmin(av, bv), dtype, "fmin")
+    # broadcast and alpha scaling still apply
+    col = to_backend(np.array([[NAN], [0.0]], dtype), backend)
+    got = to_numpy(cl.op_tensor("max", col, a, alpha2=2.0))
+    np.testing.assert_array_equal(got, np.maximum(np.array([[NAN], [0.0]]), 2 * av))
+    for bad in ("yes", None, 1):
+        with pytest.raises(BadParamError, match="nan_propagation"):
+            cl.maximum(a, b, nan_propagation=bad)
+    assert to_numpy(a).tobytes() == av.tobytes()
+
+
+@pytest.mark.parametrize("dtype", DTYPES, ids=["fp32", "fp64"])
+def test_reduce_min_max_nan_semantics(backend: str, dtype: Any) -> None:
+    xv = np.random.default_rng(5).standard_normal((4, 300)).astype(dtype)
+    xv[0, 7] = xv[0, 100] = NAN  # two NaNs: the first one's index
+    xv[1, :] = NAN  # all NaN: NaN either way
+    xv[2, 299] = NAN
+    x = to_backend(xv, backend)
+    tx = torch.from_numpy(xv)
+    for op, tf, nf, narg in (("max", torch.amax, np.nanmax, np.nanargmax),
+                             ("min", torch.amin, np.nanmin, np.nanargmin)):  # fmt: skip
+        v, i = cl.reduce_tensor(x, op, 1, return_indices=True)
+        _close(v, tf(tx, 1), dtype, f"{op} propagating")
+        assert to_numpy(i).tolist()[:3] == [7, 0, 299]
+        v, i = cl.reduce_tensor(x, op, 1, return_indices=True, nan_propagation=False)
+        with np.errstate(all="ignore"), pytest.warns(RuntimeWarning):
+            want = nf(xv.astype(np.float64), axis=1)
+        _close(v, want, dtype, f"{op} skipping NaN")
+        got_i = to_numpy(i)
+        for r in (0, 2, 3):
+            assert got_i[r] == narg(xv[r]), (op, r)
+    # one long row: the split reduction's partials combine in the same order
+    long = np.random.default_rng(6).standard_normal(70000).astype(dtype)
+    long[::5] = NAN
+    v, i = cl.reduce_tensor(to_backend(long, backend), "amax", return_indices=True,
+                            nan_propagation=False)  # fmt: skip
+    assert float(v) == np.nanmax(np.abs(long)) and int(i) == np.nanargmax(np.abs(long))
+    assert np.isnan(float(cl.reduce_tensor(to_backend(long, backend), "amax")))
+
+
+@pytest.mark.parametrize("dtype", DTYPES, ids=["fp32", "fp64"])
+def test_max_pool_nan_semantics(backend: str, dtype: Any) -> None:
+    xv = np.random.default_rng(8).standard_normal((1, 2, 6, 6)).astype(dtype)
+    xv[0, 0, 1, 1] = NAN  # one NaN in window (0, 0)
+    xv[0, 0, 2:4, 2:4] = NAN  # a window of only NaN
+    xv[0, 1, 4, 5] = xv[0, 1, 5, 4] = NAN  # two NaNs in one window
+    x = to_backend(xv, backend)
+    xt = torch.from_numpy(xv).requires_grad_(True)
+    yt, it = F.max_pool2d(xt, 2, return_indices=True)
+    y, i = cl.max_pool2d(x, 2, return_indices=True)
+    _close(y, yt, dtype, "max_pool2d NaN propagates")
+    np.testing.assert_array_equal(to_numpy(i), it.numpy())  # the same NaN's index
+    dyv = np.arange(18, dtype=dtype).reshape(1, 2, 3, 3) + 1
+    yt.backward(torch.from_numpy(dyv))
+    dx = cl.max_pool_backward(to_backend(dyv, backend), i, xv.shape, 2)
+    _close(dx, xt.grad, dtype, "max_pool2d backward through the NaN's index")
+    # NOT_PROPAGATE: NaN loses to numbers, an all-NaN window stays NaN
+    y, i = cl.max_pool2d(x, 2, return_indices=True, nan_propagation=False)
+    windows = xv.reshape(1, 2, 3, 2, 3, 2).transpose(0, 1, 2, 4, 3, 5).reshape(1, 2, 3, 3, 4)
+    with np.errstate(all="ignore"), pytest.warns(RuntimeWarning):
+        want = np.nanmax(windows, axis=-1)
+    _close(y, want, dtype, "max_pool2d skipping NaN")
+    assert np.isnan(to_numpy(y)[0, 0, 1, 1]) and not np.isnan(to_numpy(y)[0, 0, 0, 0])
+    ya = cl.adaptive_max_pool2d(x, (3, 3), nan_propagation=False)
+    _close(ya, want, dtype, "adaptive_max_pool2d skipping NaN")
+    _close(cl.adaptive_max_pool2d(x, (3, 3)), yt, dtype, "adaptive NaN propagates")
+    yc = cl.pooling_forward(x, "max", 2, nan_propagation=False)
+    _close(yc, want, dtype, "pooling_forward skipping NaN")
+    dx = cl.pooling_backward(to_backend(dyv, backend), x, "max", 2, nan_propagation=False)
+    assert to_numpy(dx)[0, 0, 1, 1] == 0  # the number won window (0, 0)
+    for bad in ("no", 0, None):
+        with pytest.raises(BadParamError, match="nan_propagation"):
+            cl.max_pool2d(x, 2, nan_propagation=bad)
+    with pytest.raises(BadParamError, match="nan_propagation"):
+        cl.pooling_forward(x, "avg_include_pad", 2, nan_propagation="x")
+    assert to_numpy(x).tobytes() == xv.tobytes()

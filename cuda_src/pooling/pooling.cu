@@ -7,7 +7,8 @@
 // and 32-bit types, double for double (the divisor, an int, is exact in either).
 //   pool_fwd<T>               one thread per output: y and (max modes, if `indices` is
 //                             not null) the argmax as a flat position d*H*W + h*W + w of
-//                             the input plane (PyTorch's int64 indices). NaN wins.
+//                             the input plane (PyTorch's int64 indices). NaN wins
+//                             (the last one), or with s.nan_skip loses to numbers.
 //   pool_bwd<T>               one thread per input element gathers from the outputs whose
 //                             windows can hold it: max from the saved indices, average
 //                             divided as the forward did. No atomics: deterministic.
@@ -55,6 +56,8 @@ struct PoolShape {
     int adaptive;      // windows [floor(o in / out), ceil((o + 1) in / out))
     int divisor;       // divisor_override; 0: none
     int channel_last;  // NHWC
+    int nan_skip;      // max modes: 0 NaN wins (PyTorch, CUDNN_PROPAGATE_NAN), 1 NaN loses
+                       // to numbers (CUDNN_NOT_PROPAGATE_NAN; an all-NaN window gives NaN)
 };
 
 namespace pool {
@@ -161,7 +164,8 @@ __device__ __forceinline__ void fwd_body(const T* x, T* y, long long* indices,
                         if (iw < 0 || iw >= s.in[2]) continue;
                         const long long pos = ((long long)id * s.in[1] + ih) * s.in[2] + iw;
                         const A v = cl::to_acc(x[base + pos * fstep]);
-                        if (arg < 0 || v > best || v != v) {  // NaN wins, as PyTorch
+                        if (arg < 0 || v > best ||
+                            (s.nan_skip ? best != best && v == v : v != v)) {
                             best = v;
                             arg = pos;
                         }

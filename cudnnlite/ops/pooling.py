@@ -71,6 +71,7 @@ _SHAPE_DTYPE = np.dtype(
         ("adaptive", "<i4"),
         ("divisor", "<i4"),
         ("channel_last", "<i4"),
+        ("nan_skip", "<i4"),
     ],
     align=True,
 )
@@ -258,6 +259,13 @@ class _Problem:
         st["channel_last"] = int(layout == "NHWC")
         self.struct = st[()]
 
+    def skipping_nan(self) -> _Problem:
+        """This max problem with NaN losing to numbers (CUDNN_NOT_PROPAGATE_NAN)."""
+        st = np.array(self.struct)
+        st["nan_skip"] = 1
+        self.struct = st[()]
+        return self
+
     @property
     def is_global_avg(self) -> bool:
         """Adaptive average to 1 x ... x 1: the per-plane reduction kernels apply."""
@@ -395,6 +403,12 @@ def _launch_forward(table: _Table, x: Any, prob: _Problem, want_indices: bool) -
 _CALLS = CallCache("pooling")
 
 
+def _nan_option(value: Any) -> bool:
+    if not isinstance(value, (bool, np.bool_)):
+        raise BadParamError(f"nan_propagation: expected True or False, got {value!r}")
+    return bool(value)
+
+
 def _call_key(x: Any, *args: Any) -> tuple | None:
     return call_key(x, scalars_key(*args))
 
@@ -490,22 +504,30 @@ def max_pool(
     layout: str = "NCHW",
     out: Any = None,
     nd: int | None = None,
+    nan_propagation: bool = True,
 ) -> Any:
     """Max pooling over ``x.ndim - 2`` spatial dims (1 to 3), or over ``nd`` when given:
     then x may be unbatched (C and ``nd`` spatial dims; the results have no batch dim
     either), as PyTorch's ``max_pool{nd}d``. Returns y, or ``(y, indices)`` with
-    ``return_indices``."""
+    ``return_indices``.
+
+    ``nan_propagation``: True (default, PyTorch's and cuDNN's CUDNN_PROPAGATE_NAN): a
+    window holding NaN gives NaN, its index the last NaN's; False
+    (CUDNN_NOT_PROPAGATE_NAN): NaN loses to every number, and only a window of nothing
+    but NaN gives NaN."""
+    skip = not _nan_option(nan_propagation)
     if nd is not None:
         x = as_array("x", x)
         nd, unbatched = _rank("x", x.ndim, nd)
         if unbatched:
             return _unbatched_call(max_pool.__wrapped__, nd, x, (kernel_size, stride, padding,
                                    dilation, ceil_mode, return_indices),
-                                   {"layout": layout, "out": out})  # fmt: skip
+                                   {"layout": layout, "out": out,
+                                    "nan_propagation": not skip})  # fmt: skip
     key = None
     if out is None:
-        key = _call_key(x, "max", kernel_size, stride, padding, dilation, ceil_mode,
-                        return_indices, layout)  # fmt: skip
+        key = _call_key(x, "max_num" if skip else "max", kernel_size, stride, padding,
+                        dilation, ceil_mode, return_indices, layout)  # fmt: skip
         entry = _CALLS.get(key)
         if entry is not None:
             y, ind = _launch_forward(entry[0], x, entry[1], return_indices)
@@ -517,6 +539,8 @@ def max_pool(
     prob = _window_problem(
         x.shape, nd, kernel_size, stride, padding, dilation, ceil_mode, layout, 0
     )
+    if skip:
+        prob = prob.skipping_nan()
     y, ind = _forward(x, prob, return_indices, out)
     _CALLS.put(key, (_table(backend_for(x), dt), prob))
     return (y, ind) if return_indices else y
@@ -662,16 +686,22 @@ def adaptive_max_pool(
     layout: str = "NCHW",
     out: Any = None,
     nd: int | None = None,
+    nan_propagation: bool = True,
 ) -> Any:
-    """Adaptive max pooling (``nd`` and unbatched x as in :func:`adaptive_avg_pool`)."""
+    """Adaptive max pooling (``nd`` and unbatched x as in :func:`adaptive_avg_pool`;
+    ``nan_propagation`` as in :func:`max_pool`)."""
+    skip = not _nan_option(nan_propagation)
     x, _ = _input(x)
     if nd is not None:
         nd, unbatched = _rank("x", x.ndim, nd)
         if unbatched:
             return _unbatched_call(adaptive_max_pool.__wrapped__, nd, x,
                                    (output_size, return_indices),
-                                   {"layout": layout, "out": out})  # fmt: skip
+                                   {"layout": layout, "out": out,
+                                    "nan_propagation": not skip})  # fmt: skip
     prob = _adaptive_problem(x.shape, x.ndim - 2, output_size, layout, 0)
+    if skip:
+        prob = prob.skipping_nan()
     y, ind = _forward(x, prob, return_indices, out)
     return (y, ind) if return_indices else y
 
@@ -745,12 +775,17 @@ def pooling_forward(
     *,
     layout: str = "NCHW",
     out: Any = None,
+    nan_propagation: bool = True,
 ) -> Any:
-    """cuDNN's pooling forward for a mode of :data:`POOLING_MODES` (dilation: max only)."""
+    """cuDNN's pooling forward for a mode of :data:`POOLING_MODES` (dilation: max only;
+    ``nan_propagation``: the pooling descriptor's NaN option, max modes only, as in
+    :func:`max_pool`)."""
     if _mode(mode).startswith("max"):
         return max_pool(
-            x, kernel_size, stride, padding, dilation, ceil_mode, layout=layout, out=out
+            x, kernel_size, stride, padding, dilation, ceil_mode, layout=layout, out=out,
+            nan_propagation=nan_propagation,
         )
+    _nan_option(nan_propagation)
     if dilation not in (1, (1,), (1, 1), (1, 1, 1)):
         raise BadParamError(f"dilation: average pooling takes none, got {dilation!r}")
     return avg_pool(
@@ -777,14 +812,17 @@ def pooling_backward(
     ceil_mode: bool = False,
     *,
     layout: str = "NCHW",
+    nan_propagation: bool = True,
 ) -> Any:
-    """cuDNN's pooling backward: dx from dy and x (max modes find the argmax again;
-    "max_deterministic" gathers without atomics)."""
+    """cuDNN's pooling backward: dx from dy and x (max modes find the argmax again, with
+    the forward's ``nan_propagation``; "max_deterministic" gathers without atomics)."""
     mode = _mode(mode)
+    _nan_option(nan_propagation)
     x, _ = _input(x)
     same_dtype(("x", "dy"), (x, as_array("dy", dy)))
     if mode.startswith("max"):
-        _, ind = max_pool(x, kernel_size, stride, padding, dilation, ceil_mode, True, layout=layout)
+        _, ind = max_pool(x, kernel_size, stride, padding, dilation, ceil_mode, True,
+                          layout=layout, nan_propagation=nan_propagation)  # fmt: skip
         return max_pool_backward(
             dy,
             ind,
