@@ -24,7 +24,6 @@ implicit GEMM's. Deterministic (no atomics, fixed order per GPU).
 
 from __future__ import annotations
 
-import functools
 from dataclasses import dataclass
 from typing import Any
 
@@ -37,7 +36,7 @@ from ...runtime.backend import Backend
 from ...runtime.caps import Capabilities, capabilities
 from ...runtime.kernel import ModuleSpec
 from ..base import APPLICABLE, Applicability, Config, Runner, Solver, not_applicable
-from .common import EPILOGUE_DTYPE64, ConvTensors, Epilogue, shape_struct
+from .common import ConvTensors, Epilogue, shape_struct
 from .direct import common_reason
 from .implicit_gemm import _limits_reason
 
@@ -91,19 +90,6 @@ class DmmaConfig(Config):
                 f"_s{self.stages}")  # fmt: skip
 
 
-@functools.lru_cache(maxsize=256)
-def epilogue_arg(epi: Epilogue) -> np.void:
-    """EpilogueFor<double>: the scalars packed from the Python floats (exact, never via
-    float32); cached per call shape, never mutated (a launch copies it)."""
-    e = np.zeros((), EPILOGUE_DTYPE64)
-    e["alpha"], e["alpha2"] = epi.alpha, epi.alpha2
-    e["act"]["coef"], e["act"]["threshold"] = epi.coef, epi.threshold
-    e["act"]["alpha"] = 1.0
-    e["act_mode"] = epi.act_mode
-    e["has_bias"], e["has_z"] = int(epi.has_bias), int(epi.has_z)
-    return e[()]
-
-
 def kernel_expr(config: DmmaConfig, nhwc: bool) -> str:
     c = config
     return (f"dmma_conv_fwd<{str(nhwc).lower()}, {c.block_m}, {c.block_n}, {c.block_k}, "
@@ -139,7 +125,7 @@ class _Runner(Runner):
         return [self._name]
 
     def __call__(self, tensors: ConvTensors, epilogue: Epilogue, workspace: Any) -> None:
-        args = (*tensors.kernel_pointers(), self._shape, epilogue_arg(epilogue))
+        args = (*tensors.kernel_pointers(), self._shape, epilogue.struct(dtypes.FLOAT64))
         self._kernel(self._grid, self._block, args, shared_mem=self._smem)
 
 
