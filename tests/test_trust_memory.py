@@ -15,9 +15,12 @@ from typing import Any
 import numpy as np
 import pytest
 
+import cudnnlite as cl
 import cudnnlite.ops.pooling as P
-from cudnnlite.errors import BadParamError
+from cudnnlite.dispatch import registry
+from cudnnlite.errors import BadParamError, CudnnliteError
 from cudnnlite.reference import pooling as rp
+from cudnnlite.reference.conv import conv_forward
 from cudnnlite.testing import to_backend, to_numpy
 
 
@@ -125,3 +128,85 @@ def test_bad_indices_never_reach_memory_under_asan(
     dx = P.max_pool_backward(dy, ind, SHAPE, **KW)  # the valid call still runs clean
     want = rp.max_pool_backward(to_numpy(dy).astype(np.float64), ind, SHAPE)
     np.testing.assert_allclose(to_numpy(dx), want, rtol=1e-6, atol=1e-6)
+
+
+# ------------------------------------------------------------------ aliasing: z is out
+
+# One case per kind of solver: (x, w, conv2d arguments). Every registered forward solver
+# must apply to one of them, so a new solver is covered (or this list says why not).
+ALIAS_CASES = {
+    "fp32 3x3": ((1, 8, 9, 7), (8, 8, 3, 3), dict(padding=1), np.float32),
+    "fp32 1x1": ((2, 8, 5, 6), (12, 8, 1, 1), {}, np.float32),
+    "fp32 depthwise": ((1, 8, 7, 7), (8, 1, 3, 3), dict(padding=1, groups=8), np.float32),
+    "fp16 3x3": ((1, 16, 8, 8), (16, 16, 3, 3), dict(padding=1), np.float16),
+    "fp64 3x3": ((1, 8, 6, 6), (8, 8, 3, 3), dict(padding=1), np.float64),
+}
+
+
+def _alias_plan() -> dict[str, str]:
+    """solver -> the first case it applies to (on the emulator: what runs here)."""
+    from cudnnlite.dispatch.explain import explain_call
+
+    plan: dict[str, str] = {}
+    for case, (xs, ws, kw, dt) in ALIAS_CASES.items():
+        rows = explain_call(np.zeros(xs, dt), np.zeros(ws, dt), **kw).rows
+        for row in rows:
+            if row.applicable and row.name not in plan:
+                plan[row.name] = case
+    return plan
+
+
+def test_z_is_out_on_every_forward_solver(backend: str) -> None:
+    plan = _alias_plan()
+    missing = {s.name for s in registry.solvers("conv_fwd")} - set(plan)
+    assert not missing, f"no alias case applies to {sorted(missing)}: add one"
+    rng = np.random.default_rng(5)
+    for solver, case in plan.items():
+        xs, ws, kw, dt = ALIAS_CASES[case]
+        x, w = (rng.standard_normal(s).astype(dt) for s in (xs, ws))
+        bias = rng.standard_normal(ws[0]).astype(dt)
+        ys = cl.conv2d(x, w, **kw).shape
+        z = rng.standard_normal(ys).astype(dt)
+        args = [to_backend(a, backend) for a in (x, w, bias)]
+        try:
+            apart = to_numpy(cl.conv2d(*args, **kw, z=to_backend(z, backend), alpha2=-0.5,
+                                       activation="relu", algo=solver))  # fmt: skip
+        except CudnnliteError as exc:  # a solver that takes no residual at all
+            pytest.fail(f"{solver} ({case}): {exc}")
+        inplace = to_backend(z, backend)
+        got = cl.conv2d(*args, **kw, z=inplace, alpha2=-0.5, activation="relu", algo=solver,
+                        out=inplace)  # fmt: skip
+        assert got is inplace
+        # same kernel, same order of operations: bit for bit
+        np.testing.assert_array_equal(to_numpy(got), apart, err_msg=f"{solver} ({case})")
+        # and the right answer (a guard against both being wrong the same way)
+        ref = conv_forward(x.astype(np.float64), w.astype(np.float64),
+                           [(p, p) for p in (kw.get("padding", 0),) * 2], (1, 1), (1, 1),
+                           groups=kw.get("groups", 1))  # fmt: skip
+        ref = np.maximum(ref + bias.astype(np.float64)[:, None, None] - 0.5 * z, 0)
+        tol = {np.float16: 2e-2, np.float32: 1e-4, np.float64: 1e-10}[dt]
+        np.testing.assert_allclose(apart, ref, rtol=tol, atol=tol, err_msg=f"{solver} ({case})")
+
+
+@pytest.mark.parametrize("training", [True, False], ids=["training", "inference"])
+def test_batch_norm_add_with_z_is_out(backend: str, training: bool) -> None:
+    rng = np.random.default_rng(9)
+    x, z = (rng.standard_normal((2, 4, 5, 3)).astype(np.float32) for _ in range(2))
+    mean, var = rng.standard_normal(4).astype(np.float32), rng.random(4).astype(np.float32) + 0.5
+
+    def run(zz: Any, out: Any = None) -> Any:
+        xb = to_backend(x, backend)
+        if training:
+            return cl.batch_norm_forward_training(xb, z=zz, activation="relu", out=out)[0]
+        m, v = to_backend(mean, backend), to_backend(var, backend)
+        return cl.batch_norm_forward_inference(xb, m, v, z=zz, activation="relu", out=out)
+
+    apart = to_numpy(run(to_backend(z, backend)))
+    inplace = to_backend(z, backend)
+    assert run(inplace, out=inplace) is inplace
+    np.testing.assert_array_equal(to_numpy(inplace), apart)
+    if training:
+        mean, var = x.mean(axis=(0, 2, 3)), x.var(axis=(0, 2, 3))
+    c = (slice(None), None, None)
+    ref = np.maximum((x - mean[c]) / np.sqrt(var[c] + 1e-5) + z, 0)
+    np.testing.assert_allclose(apart, ref, rtol=1e-5, atol=1e-5)

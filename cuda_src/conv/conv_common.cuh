@@ -173,8 +173,10 @@ __device__ __forceinline__ A epilogue_sum(const ConvEpilogueT<A>& e, A acc, A zv
 namespace detail {
 
 // The fused epilogue's arithmetic for one output element; `off` is its offset in y (and z).
+// y and z may be the same array (z is out: an in-place residual; backward data blends into
+// dx by passing dx as both), so neither is __restrict__ here or in the entries below.
 template <typename T>
-__device__ __forceinline__ void epilogue(T* __restrict__ y, const T* __restrict__ z,
+__device__ __forceinline__ void epilogue(T* y, const T* z,
                                          const T* __restrict__ bias, const EpilogueFor<T>& e,
                                          cl::index_t off, int k, cl::acc_t<T> acc) {
     typedef cl::acc_t<T> A;
@@ -186,7 +188,7 @@ __device__ __forceinline__ void epilogue(T* __restrict__ y, const T* __restrict_
 // One out-of-line copy per element type: the activation switch is compiled once per
 // module instead of once per call site (e by value: scalarized into call registers).
 template <typename T>
-__device__ __noinline__ void epilogue_activated(T* __restrict__ y, const T* __restrict__ z,
+__device__ __noinline__ void epilogue_activated(T* y, const T* z,
                                                 const T* __restrict__ bias, EpilogueFor<T> e,
                                                 cl::index_t off, int k, cl::acc_t<T> acc) {
     epilogue(y, z, bias, e, off, k, acc);
@@ -206,7 +208,7 @@ __device__ __noinline__ void epilogue_activated(T* __restrict__ y, const T* __re
 // common one) stays inline, with a constant mode that folds the switch away, and any
 // activation goes through one out-of-line copy per element type.
 template <typename T>
-__device__ __forceinline__ void store_output(T* __restrict__ y, const T* __restrict__ z,
+__device__ __forceinline__ void store_output(T* y, const T* z,
                                              const T* __restrict__ bias, const EpilogueFor<T>& e,
                                              cl::index_t off, int k, cl::acc_t<T> acc) {
     if (e.act_mode == act::kIdentity) {
@@ -222,7 +224,7 @@ __device__ __forceinline__ void store_output(T* __restrict__ y, const T* __restr
 // kernels). The switch is compiled once anyway, and a call would make the kernel keep
 // the callee's registers (the depthwise kernels went from 32 to 48-62 registers).
 template <typename T>
-__device__ __forceinline__ void store_output_inline(T* __restrict__ y, const T* __restrict__ z,
+__device__ __forceinline__ void store_output_inline(T* y, const T* z,
                                                     const T* __restrict__ bias,
                                                     const EpilogueFor<T>& e, cl::index_t off, int k,
                                                     cl::acc_t<T> acc) {

@@ -157,7 +157,7 @@ __device__ __forceinline__ void load_filter(const T* __restrict__ w, const ConvS
 
 // The m x m outputs of tile `tl`, channel k, from its alpha x alpha products.
 template <typename T, int M, bool NHWC>
-__device__ __forceinline__ void store_tile(T* __restrict__ y, const T* __restrict__ z,
+__device__ __forceinline__ void store_tile(T* y, const T* z,  // may alias (z is out)
                                            const T* __restrict__ bias, const ConvShape& s,
                                            const ConvEpilogue& e, const Tile& tl, int k,
                                            const float (&m)[M + 2][M + 2]) {
@@ -250,8 +250,8 @@ extern "C" __global__ void __launch_bounds__(WinoTile::THREADS, WinoTile::MIN_BL
 }
 
 template <typename T, int M, bool NHWC>
-__global__ void __launch_bounds__(256) wino_output_transform(const float* __restrict__ Mw, T* __restrict__ y,
-                                                             const T* __restrict__ z,
+__global__ void __launch_bounds__(256) wino_output_transform(const float* __restrict__ Mw, T* y,
+                                                             const T* z,  // may be y
                                                              const T* __restrict__ bias, ConvShape s,
                                                              ConvEpilogue e, int tiles_h, int tiles_w) {
     const int A = M + 2;
@@ -279,7 +279,7 @@ __global__ void __launch_bounds__(256) wino_output_transform(const float* __rest
 // channels tid / 32 + 8 p (p < 4).
 template <typename T, bool NHWC>
 __global__ void __launch_bounds__(256) wino_fused_f2(const T* __restrict__ x, const T* __restrict__ w,
-                                                     T* __restrict__ y, const T* __restrict__ z,
+                                                     T* y, const T* z,  // may alias
                                                      const T* __restrict__ bias, ConvShape s,
                                                      ConvEpilogue e, int tiles_h, int tiles_w) {
     __shared__ float Vs[16][WF_C][WF_TILES];

@@ -65,7 +65,7 @@ __device__ __forceinline__ void to_tf32(Frag&, U) {}
 
 template <typename T, int BM, int BN, bool NHWC>
 __device__ __forceinline__ void conv_body(const T* __restrict__ x, const T* __restrict__ w,
-                                          T* __restrict__ y, const T* __restrict__ z,
+                                          T* y, const T* z,  // may alias (z is out)
                                           const T* __restrict__ bias, const ConvShape& s,
                                           const ConvEpilogue& e) {
     typedef Traits<T> Tr;
@@ -212,7 +212,7 @@ template <int BM, int BN, bool NHWC> struct Run<float, BM, BN, NHWC> {
 // grid (ceil(N*P*Q / BM), ceil(K / BN)), block (BM / 32) * (BN / 32) * 32.
 template <typename T, int BM, int BN, bool NHWC>
 __global__ void __launch_bounds__((BM / 32) * (BN / 32) * 32)
-    wmma_conv_fwd(const T* __restrict__ x, const T* __restrict__ w, T* __restrict__ y,
-                  const T* __restrict__ z, const T* __restrict__ bias, ConvShape s, ConvEpilogue e) {
+    wmma_conv_fwd(const T* __restrict__ x, const T* __restrict__ w, T* y,
+                  const T* z, const T* __restrict__ bias, ConvShape s, ConvEpilogue e) {
     wmmaconv::Run<T, BM, BN, NHWC>::go(x, w, y, z, bias, s, e);
 }
