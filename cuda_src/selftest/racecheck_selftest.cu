@@ -10,6 +10,8 @@
 //   planted_warp_synchronous     warp-synchronous tree sum in shared memory without
 //                                __syncwarp (the pre-Volta idiom; a race on Volta+)
 //   planted_global_race          two threads of a block write one global word
+//   planted_dynamic_shared       pairs of threads swap values through dynamic shared
+//                                memory without a barrier
 //   neighbour_with_syncthreads   planted_missing_syncthreads with the barrier
 //   warp_sum_with_syncwarp       planted_warp_synchronous with __syncwarp between steps
 //   warp_shuffle_exchange        lanes publish through shared memory, __syncwarp, read a
@@ -76,6 +78,15 @@ extern "C" __global__ void warp_sum_with_syncwarp(const float* __restrict__ x,
 extern "C" __global__ void planted_global_race(int* out) {
     // Threads 0 and 1 of each block store to the same word.
     if (threadIdx.x < 2) out[blockIdx.x] = (int)threadIdx.x;
+}
+
+extern "C" __global__ void planted_dynamic_shared(const float* __restrict__ x,
+                                                  float* __restrict__ out) {
+    DYNAMIC_SHARED(float, buf);
+    int t = threadIdx.x;
+    buf[t] = x[blockIdx.x * blockDim.x + t];
+    // missing __syncthreads() (or __syncwarp(): the pair is in one warp)
+    out[blockIdx.x * blockDim.x + t] = buf[t ^ 1];
 }
 
 // out[t] = x[t ^ 1] through shared memory ordered by __syncwarp, plus the warp's sum

@@ -33,6 +33,7 @@ KERNELS = [
     "planted_warp_synchronous",
     "warp_sum_with_syncwarp",
     "planted_global_race",
+    "planted_dynamic_shared",
     "warp_shuffle_exchange",
     "atomic_histogram",
     "barrier_reuse",
@@ -48,7 +49,7 @@ CHILD = textwrap.dedent(
     from cudnnlite.errors import ExecutionError
     from cudnnlite.runtime import ModuleSpec, backend_by_name
 
-    spec = ModuleSpec.make(%(src)r, %(kernels)r)
+    spec = ModuleSpec.make(SRC_AND_KERNELS)
     mod = backend_by_name("cpu").module(spec)
     rng = np.random.default_rng(0)
 
@@ -106,6 +107,8 @@ CHILD = textwrap.dedent(
         "planted_warp_synchronous", 2, 64, (x, np.zeros(4, np.float32))))
     emit("planted_global_race", lambda: launch(
         "planted_global_race", 2, 64, (np.zeros(2, np.int32),)))
+    emit("planted_dynamic_shared", lambda: mod.get_function("planted_dynamic_shared")(
+        1, 64, (x, np.zeros(128, np.float32)), shared_mem=256))
     # A second launch of a racy kernel reports again (no deduplication across launches).
     emit("planted_missing_syncthreads again", lambda: launch(
         "planted_missing_syncthreads", 1, 32, (x, np.zeros(128, np.float32))))
@@ -137,7 +140,7 @@ def _race_runtime() -> str:
 @pytest.fixture(scope="module")
 def child_results() -> dict[str, dict]:
     _race_runtime()
-    code = CHILD % {"src": SRC, "kernels": KERNELS}
+    code = CHILD.replace("SRC_AND_KERNELS", f"{SRC!r}, {KERNELS!r}")
     env = dict(os.environ)
     env.pop("CUDNNLITE_BACKEND", None)
     proc = subprocess.run(
@@ -158,12 +161,10 @@ def child_results() -> dict[str, dict]:
 
 
 def _where(line_of: str) -> str:
-    """`selftest/racecheck_selftest.cu:<line>` of the first source line containing text."""
-    path = Path(__file__).resolve().parents[2] / "cuda_src" / SRC
-    for i, text in enumerate(path.read_text().splitlines(), 1):
-        if line_of in text:
-            return f"{SRC}:{i}"
-    raise AssertionError(line_of)
+    """`selftest/racecheck_selftest.cu:<line>` where the text first occurs."""
+    text = (Path(__file__).resolve().parents[2] / "cuda_src" / SRC).read_text()
+    at = text.index(line_of)
+    return f"{SRC}:{text.count(chr(10), 0, at) + 1}"
 
 
 def test_missing_syncthreads_is_reported_with_both_lines(child_results: dict) -> None:
@@ -213,6 +214,19 @@ def test_global_memory_write_write_race(child_results: dict) -> None:
     assert race["current"][2] == race["previous"][2] == line
     threads = {race["current"][1], race["previous"][1]}
     assert threads == {"block (0,0,0) thread (0,0,0)", "block (0,0,0) thread (1,0,0)"}
+
+
+def test_dynamic_shared_memory_race(child_results: dict) -> None:
+    item = child_results["planted_dynamic_shared"]
+    assert item["races"], item
+    write = _where("buf[t] = x[blockIdx.x * blockDim.x + t];\n    // missing __syncthreads() (or")
+    read = _where("out[blockIdx.x * blockDim.x + t] = buf[t ^ 1];")
+    for r in item["races"]:
+        assert r["memory"] == "dynamic shared memory"
+        assert {r["current"][2], r["previous"][2]} == {write, read}
+        ta = int(r["current"][1].split("thread (")[1].split(",")[0])
+        tb = int(r["previous"][1].split("thread (")[1].split(",")[0])
+        assert ta ^ 1 == tb  # the two threads of a pair
 
 
 @pytest.mark.parametrize(

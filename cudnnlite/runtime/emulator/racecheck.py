@@ -227,7 +227,7 @@ def parse_reports(text: str) -> list[RaceReport]:
                 # allocates); dynamic shared memory is the emulator's per-worker buffer.
                 if "dl-tls" in f.group(1):
                     memory = "shared memory"
-                elif "cuda_emu.h" in f.group(1) and memory == "global memory":
+                elif "setup_block_shape" in line and memory == "global memory":
                     memory = "dynamic shared memory"
             elif not line.strip():
                 section = "" if section == "access" else section

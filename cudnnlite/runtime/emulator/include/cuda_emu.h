@@ -937,6 +937,7 @@ inline void grid_block_exited(const uint3& block) {
 
 // cl::grid_sync on the emulator (cuda_src/common/grid_sync.cuh).
 inline void grid_sync(unsigned* counter, unsigned target, const char* file, int line) {
+    RaceGridScope race_scope;  // first: the grid barrier's bookkeeping
     Fiber* f = current_fiber("grid_sync");
     Worker& w = worker();
     Site site{file, line, "grid_sync"};
@@ -953,6 +954,7 @@ inline void grid_sync(unsigned* counter, unsigned target, const char* file, int 
         w.grid_syncs += 1;
         std::string error = grid_arrive(counter, target, site);
         if (!error.empty()) fail(error);  // after the lock is released
+        race_scope.met_other_blocks();
     }
     f->grid_syncs += 1;
 }
@@ -1307,6 +1309,7 @@ inline int launch_cooperative(KernelThunk thunk, const void* kfn, const LaunchCo
 }
 
 inline int launch(KernelThunk thunk, const void* kfn, const LaunchConfig& cfg, void* const* args) {
+    RaceLaunchScope race_launch;  // race-check builds: the blocks see what came before
     g_error.set.store(0);
     g_error.message[0] = 0;
     unsigned long long nblocks = 1ull * cfg.grid[0] * cfg.grid[1] * cfg.grid[2];

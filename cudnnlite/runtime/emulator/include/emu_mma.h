@@ -41,7 +41,8 @@ inline Worker& worker_checked(const char* what) {
 }
 
 // ------------------------------------------------------------------ shared memory
-inline bool in_shared_memory(const void* p, size_t bytes) {
+// Exempt from the race check: it fills w.tls_start on first use, from whichever thread.
+EMU_RACE_EXEMPT inline bool in_shared_memory(const void* p, size_t bytes) {
     Worker& w = worker();
     const char* c = static_cast<const char*>(p);
     const char* dyn = reinterpret_cast<const char*>(w.dyn_smem);

@@ -46,10 +46,20 @@ extern "C" void __tsan_ignore_thread_end();
 
 #if defined(EMU_RACECHECK)
 
+// On an emulator function that kernel code calls and that keeps state of its own in the
+// Worker (a lazily filled cache, say): not instrumented, its accesses are not the kernel's.
+#define EMU_RACE_EXEMPT __attribute__((no_sanitize_thread, noinline))
+
 // Sync objects of one OS thread: barrier pair, block start/end, and a ring of
 // objects for warp rendezvous (unique within a block up to kWarpObjects rendezvous;
 // reusing one in a later block is harmless, every earlier block happened before).
 constexpr size_t kWarpObjects = size_t(1) << 20;
+constexpr size_t kWarpBase = 5;  // objects before the warps' ring
+
+// Launches: the launching thread releases before the blocks start and acquires once they
+// all ended, each block acquires at its start and releases at its end. Blocks may run on
+// OpenMP threads, whose wake-ups TSan does not see (a cooperative launch).
+inline char g_race_launch_object;
 
 struct RaceState {
     void* sched = nullptr;                 // the OS thread's own TSan identity
@@ -58,7 +68,7 @@ struct RaceState {
     std::vector<unsigned> barriers;        // barriers passed, by linear thread index
     std::vector<unsigned long long> group_instance;  // per warp group slot: its rendezvous
     unsigned long long next_instance = 0;
-    unsigned char* objects = nullptr;      // [0..3]: start, end, barrier pair; then warps
+    unsigned char* objects = nullptr;      // start, end, barrier pair, grid; then warps
     bool dirty = false;                    // a block aborted: fibers may be mid-operation
     std::string name;
 };
@@ -66,7 +76,7 @@ struct RaceState {
 inline RaceState& race_state(Worker& w) {
     if (!w.race) {
         RaceState* s = new RaceState();
-        s->objects = static_cast<unsigned char*>(calloc(4 + kWarpObjects, 1));
+        s->objects = static_cast<unsigned char*>(calloc(kWarpBase + kWarpObjects, 1));
         w.race = s;
     }
     return *static_cast<RaceState*>(w.race);
@@ -99,6 +109,7 @@ inline void race_block_begin(Worker& w) {
     s.barriers.assign(w.nthreads, 0);
     s.group_instance.assign(w.warps.size() * 32, 0);
     s.next_instance = 0;
+    __tsan_acquire(&g_race_launch_object);
     __tsan_release(&s.objects[0]);
 }
 
@@ -107,6 +118,7 @@ inline void race_block_end(Worker& w) {
     RaceState& s = race_state(w);
     if (w.aborted || w.done < w.nthreads) s.dirty = true;
     __tsan_acquire(&s.objects[1]);
+    __tsan_release(&g_race_launch_object);
     std::fill(s.started.begin(), s.started.end(), 0);
     __tsan_ignore_thread_end();
 }
@@ -171,7 +183,7 @@ struct RaceWarpScope {
         RaceState& s = *static_cast<RaceState*>(worker().race);
         unsigned long long& inst = s.group_instance[warp_index * 32 + group];
         if (first) inst = s.next_instance++;
-        object = &s.objects[4 + inst % kWarpObjects];
+        object = &s.objects[kWarpBase + inst % kWarpObjects];
         __tsan_release(object);
     }
     ~RaceWarpScope() {
@@ -179,6 +191,33 @@ struct RaceWarpScope {
         __tsan_ignore_thread_end();
         if (object) __tsan_acquire(object);
     }
+};
+
+// grid_sync (constructed first in it): the emulator's count of grid barriers is not the
+// kernel's memory. The block's first thread through the block barrier meets the other
+// blocks at the grid barrier (a mutex: TSan sees that) and releases what it acquired
+// there to the block's other threads, which acquire it after.
+struct RaceGridScope {
+    bool active = false;
+    RaceGridScope() {
+        Worker& w = worker();
+        if (!w.race || !w.current) return;
+        active = true;
+        __tsan_ignore_thread_begin();
+    }
+    void met_other_blocks() {
+        if (active) __tsan_release(&static_cast<RaceState*>(worker().race)->objects[4]);
+    }
+    ~RaceGridScope() {
+        if (!active) return;
+        __tsan_ignore_thread_end();
+        __tsan_acquire(&static_cast<RaceState*>(worker().race)->objects[4]);
+    }
+};
+
+struct RaceLaunchScope {
+    RaceLaunchScope() { __tsan_release(&g_race_launch_object); }
+    ~RaceLaunchScope() { __tsan_acquire(&g_race_launch_object); }
 };
 
 // A block, on its OS thread (around the scheduler loop of run_block).
@@ -190,6 +229,8 @@ struct RaceBlockScope {
 
 #else  // not a race-check build: nothing
 
+#define EMU_RACE_EXEMPT
+
 inline void race_switch_to(Worker&, Fiber*) {}
 inline void race_block_begin(Worker&) {}
 inline void race_block_end(Worker&) {}
@@ -199,6 +240,10 @@ struct RaceBlockScope {
     explicit RaceBlockScope(Worker&) {}
 };
 struct RaceBarrierScope {};
+struct RaceGridScope {
+    void met_other_blocks() {}
+};
+struct RaceLaunchScope {};
 struct RaceWarpScope {
     void arrive(WarpOp, int, int, bool) {}
 };
