@@ -311,7 +311,7 @@ def test_algo_family_through_conv2d_and_its_errors(empty_dbs: Any) -> None:
     np.testing.assert_allclose(cl.conv2d(x, w, algo="gemm"), want, rtol=1e-5, atol=1e-5)
     with pytest.raises(NotSupportedError, match="winograd"):  # 1x1: no Winograd applies
         cl.conv2d(x, w, algo="winograd")
-    with pytest.raises(BadParamError, match="families: winograd"):
+    with pytest.raises(BadParamError, match="unknown solver 'winogard', nor an algorithm family"):
         cl.conv2d(x, w, algo="winogard")
     with pytest.raises(BadParamError, match="algo"):
         cl.conv2d(x, w, algo=3)
@@ -407,3 +407,122 @@ def test_max_pool_nan_semantics(backend: str, dtype: Any) -> None:
     with pytest.raises(BadParamError, match="nan_propagation"):
         cl.pooling_forward(x, "avg_include_pad", 2, nan_propagation="x")
     assert to_numpy(x).tobytes() == xv.tobytes()
+
+
+# ------------------------------------------------------------------ fused activations
+
+
+def test_new_modes_in_conv_and_batch_norm_epilogues() -> None:
+    """The conv epilogue and the batch-norm fused activation run the new modes (not the
+    identity their switches' default would give)."""
+    rng = np.random.default_rng(9)
+    x = rng.standard_normal((1, 3, 6, 6)) * 3
+    w = rng.standard_normal((4, 3, 3, 3))
+    pre = F.conv2d(torch.from_numpy(x), torch.from_numpy(w), padding=1)
+    for act, f, kw in (("mish", F.mish, {}), ("hardswish", F.hardswish, {}),
+                       ("hardsigmoid", F.hardsigmoid, {}),
+                       ("hardtanh", lambda v: F.hardtanh(v, -2.0, 0.5),
+                        {"activation_coef": 0.5, "activation_threshold": -2.0})):  # fmt: skip
+        y = cl.conv2d(x, w, padding=1, activation=act, algo="direct", **kw)
+        _close(y, f(pre), np.float64, f"conv2d + {act}", rtol=1e-12, atol=1e-12)
+    with pytest.raises(BadParamError, match="min_val"):
+        cl.conv2d(x, w, padding=1, activation="hardtanh", activation_coef=-3.0)
+    with pytest.raises(BadParamError, match="activation_threshold"):
+        cl.conv2d(x, w, padding=1, activation="mish", activation_threshold=1.0)
+    rm, rv = np.zeros(3), np.ones(3)
+    y = cl.batch_norm_forward_inference(x, rm, rv, activation="hardswish")
+    want = F.hardswish(F.batch_norm(torch.from_numpy(x), torch.from_numpy(rm),
+                                    torch.from_numpy(rv)))  # fmt: skip
+    _close(y, want, np.float64, "batch norm + hardswish")
+
+
+# ------------------------------------------------------------------ norms
+
+
+@pytest.mark.parametrize("dtype", DTYPES, ids=["fp32", "fp64"])
+def test_instance_norm_running_statistics(backend: str, dtype: Any) -> None:
+    rng = np.random.default_rng(10)
+    xv = (rng.standard_normal((3, 4, 5, 6)) * 2 + 1).astype(dtype)
+    wv, bv = rng.uniform(0.5, 1.5, 4).astype(dtype), rng.standard_normal(4).astype(dtype)
+    rmv, rvv = rng.standard_normal(4).astype(dtype), rng.uniform(0.5, 2, 4).astype(dtype)
+    x, w, b = (to_backend(a, backend) for a in (xv, wv, bv))
+    rm, rv = to_backend(rmv.copy(), backend), to_backend(rvv.copy(), backend)
+    trm, trv = torch.from_numpy(rmv.copy()), torch.from_numpy(rvv.copy())
+    args = (torch.from_numpy(wv), torch.from_numpy(bv))
+    yt = F.instance_norm(torch.from_numpy(xv), trm, trv, *args, True, 0.3, 1e-5)
+    y = cl.instance_norm(x, w, b, 1e-5, running_mean=rm, running_var=rv, momentum=0.3)
+    tol = dict(rtol=1e-5, atol=1e-6) if dtype == np.float32 else dict(rtol=1e-13, atol=1e-14)
+    _close(y, yt, dtype, "instance_norm y", **tol)
+    _close(rm, trm, dtype, "running_mean", **tol)
+    _close(rv, trv, dtype, "running_var (unbiased)", **tol)
+    # only one running statistic: that one is updated
+    rm1 = to_backend(rmv.copy(), backend)
+    cl.instance_norm(x, w, b, running_mean=rm1, momentum=0.3)
+    _close(rm1, trm, dtype, "lone running_mean", **tol)
+    # use_input_stats=False: the running statistics normalize every instance
+    yt = F.instance_norm(torch.from_numpy(xv), trm, trv, *args, False, 0.3, 1e-5)
+    before = to_numpy(rm).copy()
+    y = cl.instance_norm(x, w, b, running_mean=rm, running_var=rv, use_input_stats=False)
+    _close(y, yt, dtype, "instance_norm from running statistics", **tol)
+    assert to_numpy(rm).tobytes() == before.tobytes()  # not updated
+
+
+def test_instance_norm_bad_inputs_leave_running_statistics_untouched() -> None:
+    x = np.random.default_rng(11).standard_normal((2, 3, 4)).astype(np.float32)
+    rm, rv = np.zeros(3, np.float32), np.ones(3, np.float32)
+    with pytest.raises(BadParamError, match="running_var"):
+        cl.instance_norm(x, running_mean=rm, use_input_stats=False)
+    with pytest.raises(BadParamError, match="use_input_stats"):
+        cl.instance_norm(x, running_mean=rm, running_var=rv, use_input_stats=1)
+    with pytest.raises(BadParamError, match="momentum"):
+        cl.instance_norm(x, running_mean=rm, running_var=rv, momentum=1.5)
+    with pytest.raises(BadParamError, match="running_mean"):
+        cl.instance_norm(x, running_mean=np.zeros(4, np.float32))
+    with pytest.raises(BadParamError, match="running_var"):
+        cl.instance_norm(x, running_var=np.ones(3))  # float64 for float32 x
+    with pytest.raises(BadParamError, match="spatial"):  # an unbiased variance of 1 value
+        cl.instance_norm(x[:, :, :1], running_mean=rm, running_var=rv)
+    with pytest.raises(BadParamError, match="weight"):
+        cl.instance_norm(x, np.ones(5, np.float32), running_mean=rm, running_var=rv)
+    assert (rm == 0).all() and (rv == 1).all()
+
+
+@pytest.mark.parametrize("dtype", DTYPES, ids=["fp32", "fp64"])
+def test_batch_norm_backward_in_inference_mode(backend: str, dtype: Any) -> None:
+    rng = np.random.default_rng(12)
+    xv = (rng.standard_normal((4, 3, 5, 5)) * 2).astype(dtype)
+    dyv = rng.standard_normal(xv.shape).astype(dtype)
+    wv, bv = rng.uniform(0.5, 1.5, 3).astype(dtype), rng.standard_normal(3).astype(dtype)
+    rmv, rvv = rng.standard_normal(3).astype(dtype), rng.uniform(0.5, 2, 3).astype(dtype)
+    xt, wt, bt = (torch.from_numpy(a).requires_grad_(True) for a in (xv, wv, bv))
+    yt = F.batch_norm(xt, torch.from_numpy(rmv), torch.from_numpy(rvv), wt, bt, False, 0.1, 1e-3)
+    yt.backward(torch.from_numpy(dyv))
+    tb = lambda a: to_backend(a, backend)  # noqa: E731
+    dx, dw, db, dz = cl.batch_norm_backward(
+        tb(dyv), tb(xv), None, None, tb(wv), training=False, running_mean=tb(rmv),
+        running_var=tb(rvv), eps=1e-3,
+    )  # fmt: skip
+    tol = dict(rtol=2e-5, atol=2e-5) if dtype == np.float32 else dict(rtol=1e-12, atol=1e-12)
+    _close(dx, xt.grad, dtype, "dx", **tol)
+    _close(dw, wt.grad, dtype, "dweight", **tol)
+    _close(db, bt.grad, dtype, "dbias", **tol)
+    assert dz is None
+    # NHWC gives the same numbers
+    to_nhwc = lambda a: tb(np.ascontiguousarray(a.transpose(0, 2, 3, 1)))  # noqa: E731
+    dx2 = cl.batch_norm_backward(to_nhwc(dyv), to_nhwc(xv), weight=tb(wv), training=False,
+                                 running_mean=tb(rmv), running_var=tb(rvv), eps=1e-3,
+                                 layout="NHWC")[0]  # fmt: skip
+    _close(to_numpy(dx2).transpose(0, 3, 1, 2), xt.grad, dtype, "dx NHWC", **tol)
+    # the argument pairs that do not go together
+    with pytest.raises(BadParamError, match="running_var"):
+        cl.batch_norm_backward(tb(dyv), tb(xv), training=False, running_mean=tb(rmv))
+    with pytest.raises(BadParamError, match="save_mean"):
+        cl.batch_norm_backward(tb(dyv), tb(xv), tb(rmv), tb(rvv), training=False,
+                               running_mean=tb(rmv), running_var=tb(rvv))  # fmt: skip
+    with pytest.raises(BadParamError, match="training=False"):
+        cl.batch_norm_backward(tb(dyv), tb(xv), tb(rmv), tb(rvv), running_mean=tb(rmv))
+    with pytest.raises(BadParamError, match="training"):
+        cl.batch_norm_backward(tb(dyv), tb(xv), training="no")
+    with pytest.raises(BadParamError, match="eps"):
+        cl.batch_norm_backward(tb(dyv), tb(xv), training=False, running_mean=tb(rmv),
+                               running_var=tb(rvv), eps=-1.0)  # fmt: skip

@@ -155,6 +155,10 @@ __device__ __forceinline__ A activate(int mode, A v, const ActParamsT<A>& a) {
         case act::kGelu: return act::forward<act::kGelu>(v, a);
         case act::kGeluTanh: return act::forward<act::kGeluTanh>(v, a);
         case act::kSoftplus: return act::forward<act::kSoftplus>(v, a);
+        case act::kHardtanh: return act::forward<act::kHardtanh>(v, a);
+        case act::kHardswish: return act::forward<act::kHardswish>(v, a);
+        case act::kHardsigmoid: return act::forward<act::kHardsigmoid>(v, a);
+        case act::kMish: return act::forward<act::kMish>(v, a);
         default: return v;  // identity
     }
 }

@@ -77,6 +77,10 @@ __device__ __forceinline__ A act_fwd(int mode, A u, const ActParamsT<A>& p) {
         case act::kGelu: return act::forward<act::kGelu>(u, p);
         case act::kGeluTanh: return act::forward<act::kGeluTanh>(u, p);
         case act::kSoftplus: return act::forward<act::kSoftplus>(u, p);
+        case act::kHardtanh: return act::forward<act::kHardtanh>(u, p);
+        case act::kHardswish: return act::forward<act::kHardswish>(u, p);
+        case act::kHardsigmoid: return act::forward<act::kHardsigmoid>(u, p);
+        case act::kMish: return act::forward<act::kMish>(u, p);
         default: return u;
     }
 }
@@ -94,6 +98,10 @@ __device__ __forceinline__ A act_bwd(int mode, A g, A u, const ActParamsT<A>& p)
         case act::kGelu: return act::backward<act::kGelu>(g, u, A(0), p);
         case act::kGeluTanh: return act::backward<act::kGeluTanh>(g, u, A(0), p);
         case act::kSoftplus: return act::backward<act::kSoftplus>(g, u, A(0), p);
+        case act::kHardtanh: return act::backward<act::kHardtanh>(g, u, A(0), p);
+        case act::kHardswish: return act::backward<act::kHardswish>(g, u, A(0), p);
+        case act::kHardsigmoid: return act::backward<act::kHardsigmoid>(g, u, A(0), p);
+        case act::kMish: return act::backward<act::kMish>(g, u, A(0), p);
         default: return g;
     }
 }
@@ -383,7 +391,8 @@ struct BnApplyT {
     cl::index_t channels;
     cl::index_t inner;     // channel of element e: (e / inner) % channels
     A eps;                 // inference: invstd = 1 / sqrt(var + eps)
-    A inv_count;           // backward: 1 / elements per channel
+    A inv_count;           // backward: 1 / elements per channel; 0: inference backward
+                           // (running statistics are constants: dx = gamma invstd g)
     int stats_are_var;     // 1: `stat` is running_var (inference); 0: saved invstd
     int act_mode;          // -1 none
 };
@@ -447,7 +456,8 @@ __global__ void __launch_bounds__(256) bn_fwd_apply(
     else bn_fwd_loop<T, cl::index_t>(x, z, y, mean, stat, gamma, beta, a, p);
 }
 
-// dx = gamma invstd (g - dbeta / m - xhat dgamma / m); dz = g (the gradient into the add).
+// dx = gamma invstd (g - dbeta / m - xhat dgamma / m), or gamma invstd g in inference
+// (a.inv_count == 0); dz = g (the gradient into the add).
 template <typename T, typename I>
 __device__ __forceinline__ void bn_bwd_loop(
     const T* dy, const T* x, const T* z, T* dx, T* dz, const cl::acc_t<T>* mean,
@@ -469,7 +479,8 @@ __device__ __forceinline__ void bn_bwd_loop(
             g = nrm::act_bwd(a.act_mode, g, u, p);
         }
         if (dz != nullptr) dz[e] = cl::from_acc<T>(g);
-        const A r = g - a.inv_count * cl::math::fma(xhat, dgamma[c], dbeta[c]);
+        const A r = a.inv_count != A(0)
+                        ? g - a.inv_count * cl::math::fma(xhat, dgamma[c], dbeta[c]) : g;
         dx[e] = cl::from_acc<T>(gamma[c] * invstd[c] * r);
     }
 }
@@ -592,7 +603,8 @@ __device__ __forceinline__ void bn_bwd_vec_loop(
                 g = nrm::act_bwd(a.act_mode, g, u, p);
             }
             dzv.v[j] = cl::from_acc<T>(g);
-            const A r = g - a.inv_count * cl::math::fma(xhat, dgamma[c], dbeta[c]);
+            const A r = a.inv_count != A(0)
+                            ? g - a.inv_count * cl::math::fma(xhat, dgamma[c], dbeta[c]) : g;
             dxv.v[j] = cl::from_acc<T>(gamma[c] * invstd[c] * r);
         }
         if (dz != nullptr) reinterpret_cast<P*>(dz)[k] = dzv;

@@ -200,8 +200,8 @@ def select(problem: Any, backend: Backend, algo: str = "auto") -> Choice:
     if algo != "auto":
         if algo not in registry.NAMES:
             raise BadParamError(
-                f"algo: unknown solver or family {algo!r}; families: {', '.join(ALGO_FAMILIES)}"
-                f"; solvers: {', '.join(registry.NAMES)}"
+                f"algo: unknown solver {algo!r}, nor an algorithm family (families: "
+                f"{', '.join(ALGO_FAMILIES)}); solvers: {', '.join(registry.NAMES)}"
             )
         return _explicit(algo, problem, caps, None, "explicit")
     forced = settings.forced_solver()

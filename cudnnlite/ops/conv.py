@@ -43,7 +43,10 @@ _COEF_DEFAULTS = {
     "elu": 1.0,
     "swish": 1.0,
     "softplus": 1.0,
+    "hardtanh": 1.0,  # max_val (its min_val: activation_threshold, default -1)
 }
+# activation_threshold's default: softplus's linear threshold, hardtanh's min_val
+_THRESHOLD_DEFAULTS = {"softplus": 20.0, "hardtanh": -1.0}
 _INDEX_LIMIT = 2**31
 
 
@@ -141,16 +144,28 @@ def _epilogue(activation: Any, coef: Any, threshold: Any, alpha: Any, alpha2: An
         )
     if coef is not None and activation not in _COEF_DEFAULTS:
         raise BadParamError(f"activation_coef: {activation} takes no coefficient")
-    if threshold is not None and activation != "softplus":
-        raise BadParamError("activation_threshold: only softplus takes a threshold")
+    if threshold is not None and activation not in _THRESHOLD_DEFAULTS:
+        raise BadParamError(
+            "activation_threshold: only softplus (its threshold) and hardtanh (its min_val) "
+            "take a threshold"
+        )
     c = (
         _finite("activation_coef", coef)
         if coef is not None
         else _COEF_DEFAULTS.get(activation, 0.0)
     )
-    t = _finite("activation_threshold", threshold) if threshold is not None else 20.0
+    t = (
+        _finite("activation_threshold", threshold)
+        if threshold is not None
+        else _THRESHOLD_DEFAULTS.get(activation, 20.0)
+    )
     if activation in ("clipped_relu", "softplus") and c <= 0:
         raise BadParamError(f"activation_coef: {activation} needs a coefficient > 0, got {c}")
+    if activation == "hardtanh" and t > c:
+        raise BadParamError(
+            f"activation_threshold: hardtanh's min_val ({t}) must not exceed its max_val "
+            f"(activation_coef, {c})"
+        )
     return Epilogue(a, a2, _MODE_ID[activation], c, t, has_bias, has_z)
 
 

@@ -649,12 +649,28 @@ def batch_norm_forward_inference(
     return _deliver(y, out)
 
 
+def _inference_stats(running_mean: Any, running_var: Any, view: _BnView, dt: dtypes.DType,
+                     eps: Any) -> tuple[Any, Any]:  # fmt: skip
+    """running_mean and 1 / sqrt(running_var + eps) (the acc type), as the inference forward
+    computes them."""
+    for name, a in (("running_mean", running_mean), ("running_var", running_var)):
+        if a is None:
+            raise BadParamError(f"{name}: inference backward needs the running statistics")
+    eps = _eps(eps)
+    rm = _param("running_mean", running_mean, view.param_shape, _acc(dt))
+    rv = _param("running_var", running_var, view.param_shape, _acc(dt))
+    xp = array_module(rv)
+    acc = _acc(dt).type
+    invstd = acc(1) / xp.sqrt(rv.astype(acc, copy=False) + acc(eps))
+    return rm, invstd
+
+
 @with_stream
 def batch_norm_backward(
     dy: Any,
     x: Any,
-    save_mean: Any,
-    save_invstd: Any,
+    save_mean: Any = None,
+    save_invstd: Any = None,
     weight: Any = None,
     *,
     mode: str = "spatial",
@@ -663,11 +679,21 @@ def batch_norm_backward(
     z: Any = None,
     activation: str | None = None,
     coef: float | None = None,
+    training: bool = True,
+    running_mean: Any = None,
+    running_var: Any = None,
+    eps: float = 1e-5,
 ) -> tuple[Any, Any, Any, Any]:
-    """Training backward from the saved statistics: ``(dx, dweight, dbias, dz)``
-    (dweight, dbias float32, float64 for float64 x; dz, the gradient of the fused form's z,
-    None without z).
-    With an activation the forward's ``bias`` (and ``z``) recompute its input."""
+    """Backward of batch norm: ``(dx, dweight, dbias, dz)`` (dweight, dbias float32,
+    float64 for float64 x; dz, the gradient of the fused form's z, None without z).
+    With an activation the forward's ``bias`` (and ``z``) recompute its input.
+
+    ``training=True`` (default): from the training forward's saved statistics
+    (``save_mean``, ``save_invstd``), through the batch statistics.
+    ``training=False``: the backward of the inference forward, as PyTorch's batch_norm
+    backward in evaluation mode: ``running_mean`` and ``running_var`` (with ``eps``) are
+    constants, so ``dx = dy * weight / sqrt(running_var + eps)``, ``dweight = sum(dy *
+    xhat)``, ``dbias = sum(dy)``; save_mean/save_invstd must then be None."""
     backend = backend_for(
         dy,
         x,
@@ -676,16 +702,36 @@ def batch_norm_backward(
         weight,
         bias,
         z,
-        names=("dy", "x", "save_mean", "save_invstd", "weight", "bias", "z"),
-    )
+        running_mean,
+        running_var,
+        names=("dy", "x", "save_mean", "save_invstd", "weight", "bias", "z", "running_mean",
+               "running_var"),
+    )  # fmt: skip
+    if not isinstance(training, (bool, np.bool_)):
+        raise BadParamError(f"training: expected True or False, got {training!r}")
     x, view, dt = _bn_common(x, mode, layout)
     dy = as_array("dy", dy)
     same_dtype(("x", "dy"), (x, dy))
     same_shape(("x", "dy"), (x, dy))
-    mean = _param("save_mean", save_mean, view.param_shape, _acc(dt))
-    invstd = _param("save_invstd", save_invstd, view.param_shape, _acc(dt))
-    if mean is None or invstd is None:
-        raise BadParamError("save_mean, save_invstd: the forward's saved statistics are needed")
+    if training:
+        if running_mean is not None or running_var is not None:
+            raise BadParamError(
+                "running_mean, running_var: training backward goes through the batch "
+                "statistics (save_mean, save_invstd); pass training=False for the inference one"
+            )
+        mean = _param("save_mean", save_mean, view.param_shape, _acc(dt))
+        invstd = _param("save_invstd", save_invstd, view.param_shape, _acc(dt))
+        if mean is None or invstd is None:
+            raise BadParamError(
+                "save_mean, save_invstd: the forward's saved statistics are needed"
+            )
+    else:
+        if save_mean is not None or save_invstd is not None:
+            raise BadParamError(
+                "save_mean, save_invstd: inference backward (training=False) uses "
+                "running_mean and running_var, not saved batch statistics"
+            )
+        mean, invstd = _inference_stats(running_mean, running_var, view, dt, eps)
     w, b = _bn_params(x, view, weight, bias, dt)
     z = _z(z, x)
     act_mode, params = _act(activation, coef, dt)
@@ -723,7 +769,7 @@ def batch_norm_backward(
         channels=c,
         inner=view.inner,
         eps=0.0,
-        inv_count=1.0 / view.count,
+        inv_count=1.0 / view.count if training else 0.0,  # 0: the kernel's inference form
         stats_are_var=0,
         act_mode=act_mode,
     )
@@ -1261,13 +1307,73 @@ def instance_norm_forward(
     *,
     layout: str = "NCHW",
     out: Any = None,
+    running_mean: Any = None,
+    running_var: Any = None,
+    use_input_stats: bool = True,
+    momentum: float = 0.1,
 ) -> tuple[Any, Any, Any]:
-    """Instance norm (statistics per sample and channel; no running statistics):
-    ``(y, mean, rstd)`` with statistics of shape (N, C)."""
+    """Instance norm (statistics per sample and channel): ``(y, mean, rstd)`` with
+    statistics of shape (N, C), as ``torch.nn.functional.instance_norm``.
+
+    ``running_mean``, ``running_var``: optional (C,) C-contiguous arrays of the batch-norm
+    parameter dtype (float32, float64 for float64 x). With ``use_input_stats`` (default)
+    each given one is updated in place as PyTorch does: ``r = (1 - momentum) r + momentum
+    s`` with s the per-instance mean (or unbiased variance) averaged over the batch. With
+    ``use_input_stats=False`` both are needed and normalize every instance (the
+    batch-norm inference formula; weight and bias then in the parameter dtype too); mean
+    and rstd are then None, and the backward is ``batch_norm_backward(...,
+    training=False)``."""
+    if not isinstance(use_input_stats, (bool, np.bool_)):
+        raise BadParamError(f"use_input_stats: expected True or False, got {use_input_stats!r}")
     x = as_array("x", x)
     _layout(layout)
-    c = x.shape[-1 if layout == "NHWC" else 1] if x.ndim >= 2 else 1
-    return group_norm_forward(x, c, weight, bias, eps, layout=layout, out=out)
+    if x.ndim < 2:
+        raise BadParamError(f"x: expected at least 2 dims (N, C, ...), got shape {x.shape}")
+    c = x.shape[-1 if layout == "NHWC" else 1]
+    if not use_input_stats:
+        for name, a in (("running_mean", running_mean), ("running_var", running_var)):
+            if a is None:
+                raise BadParamError(
+                    f"{name}: use_input_stats=False normalizes with the running statistics; "
+                    "give running_mean and running_var"
+                )
+        _momentum(momentum)
+        y = batch_norm_forward_inference(x, running_mean, running_var, weight, bias, eps=eps,
+                                         layout=layout, out=out)  # fmt: skip
+        return y, None, None
+    momentum = _momentum(momentum)
+    dt = float_dtype("x", x)
+    updating = running_mean is not None or running_var is not None
+    view = _BnView(tuple(x.shape), "spatial", layout) if updating else None
+    rm = rv = None
+    if view is not None:
+        rm = _running("running_mean", running_mean, view, dt)
+        rv = _running("running_var", running_var, view, dt)
+        spatial = math.prod(x.shape[1:-1] if layout == "NHWC" else x.shape[2:])
+        if spatial < 2:
+            raise BadParamError(
+                f"x: updating running statistics needs more than one spatial element per "
+                f"instance (an unbiased variance), got shape {tuple(x.shape)}"
+            )
+    y, mean, rstd = group_norm_forward(x, c, weight, bias, eps, layout=layout, out=out)
+    if view is not None:
+        _update_running_instance(rm, rv, mean, rstd, float(eps), momentum, spatial)
+    return y, mean, rstd
+
+
+def _update_running_instance(rm: Any, rv: Any, mean: Any, rstd: Any, eps: float,
+                             momentum: float, spatial: int) -> None:  # fmt: skip
+    """PyTorch's instance-norm running update from the (N, C) statistics, in float64:
+    the batch mean of the per-instance means and unbiased variances (var = rstd^-2 - eps,
+    the variance group_norm_forward normalized with)."""
+    if rm is not None:
+        m = mean.astype(np.float64).mean(axis=0)
+        rm[...] = ((1.0 - momentum) * rm.astype(np.float64) + momentum * m).astype(rm.dtype)
+    if rv is not None:
+        r = rstd.astype(np.float64)
+        var = (1.0 / (r * r) - eps) * (spatial / (spatial - 1))
+        rv[...] = ((1.0 - momentum) * rv.astype(np.float64)
+                   + momentum * var.mean(axis=0)).astype(rv.dtype)  # fmt: skip
 
 
 @with_stream
@@ -1279,9 +1385,16 @@ def instance_norm(
     *,
     layout: str = "NCHW",
     out: Any = None,
+    running_mean: Any = None,
+    running_var: Any = None,
+    use_input_stats: bool = True,
+    momentum: float = 0.1,
 ) -> Any:
-    """``torch.nn.functional.instance_norm`` with use_input_stats=True."""
-    return instance_norm_forward(x, weight, bias, eps, layout=layout, out=out)[0]
+    """``torch.nn.functional.instance_norm`` (its running statistics and use_input_stats as
+    keywords; see :func:`instance_norm_forward`). Returns y."""
+    return instance_norm_forward(x, weight, bias, eps, layout=layout, out=out,
+                                 running_mean=running_mean, running_var=running_var,
+                                 use_input_stats=use_input_stats, momentum=momentum)[0]  # fmt: skip
 
 
 @with_stream
