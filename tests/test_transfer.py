@@ -33,10 +33,12 @@ def fake_cupy(monkeypatch: pytest.MonkeyPatch) -> None:
     cupy = types.ModuleType("cupy")
     cupy.empty = lambda n, dtype: FakeDeviceArray(np.zeros(n, dtype))  # type: ignore[attr-defined]
     runtime = types.SimpleNamespace(
-        memcpy=lambda dst, src, n, kind: ctypes.memmove(dst, src, n),
-        deviceSynchronize=lambda: None,
+        memcpyAsync=lambda dst, src, n, kind, stream: ctypes.memmove(dst, src, n),
     )
-    cupy.cuda = types.SimpleNamespace(runtime=runtime)  # type: ignore[attr-defined]
+    stream = types.SimpleNamespace(ptr=0, synchronize=lambda: None)
+    cupy.cuda = types.SimpleNamespace(  # type: ignore[attr-defined]
+        runtime=runtime, get_current_stream=lambda: stream
+    )
     monkeypatch.setitem(sys.modules, "cupy", cupy)
 
 

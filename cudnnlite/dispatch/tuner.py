@@ -4,24 +4,38 @@ ranking in the user tuning DB.
 Method: random operands of the problem's shapes; for each candidate a warm-up launch
 (which also compiles), then repeats until the last three are within 5% of their
 median or the repeat budget is spent; the median is the figure. On a GPU the L2 cache
-is flushed by writing a 256 MiB buffer before every repeat and the launch is timed
-with CUDA events; on the emulator with perf_counter. Candidates whose first timed run
-is 10x slower than the best so far are not repeated (pruning).
+is flushed by writing a 256 MiB buffer before every repeat and the candidate's GPU work
+alone is timed with CUDA events: the flush and a spin kernel (``spin_wait``) are queued
+first, the start event after them, and while the GPU spins Python issues the candidate's
+launches, which then run back to back before the end event (the host time between
+launches is not counted; a candidate whose launches take longer to issue than the spin
+is timed again behind a longer one). On the emulator perf_counter times the call.
+Candidates whose first timed run is 10x slower than the best so far are not repeated
+(pruning).
+
+A candidate that fails (a CUDA error at launch or at the synchronization after it, a
+compile error, a refused configuration) is reported with a warning and skipped; the
+others are still timed. A CUDA error that leaves the context unusable (an illegal
+address, a trap: every later CUDA call fails too) ends the run with an ExecutionError
+naming the candidate; nothing is stored.
 """
 
 from __future__ import annotations
 
 import statistics
 import time
+import warnings
 from collections.abc import Callable, Iterable
 from typing import Any
 
 import numpy as np
 
-from ..errors import BadParamError, CudnnliteError, NotSupportedError
+from ..errors import BadParamError, CudnnliteError, ExecutionError, NotSupportedError
 from ..runtime.backend import Backend
 from ..runtime.caps import capabilities
+from ..runtime.kernel import ModuleSpec
 from ..runtime.select import backend_by_name
+from ..runtime.variants import register
 from . import registry
 from .select import family_of, usable
 from .tuning_db import Entry, database
@@ -39,26 +53,54 @@ def _numpy_dtype(short: str) -> Any:
     return _NUMPY_DTYPES[short]
 
 
+SPIN_SOURCE = "tuner/spin_wait.cu"
+
+
+def spin_spec() -> ModuleSpec:
+    return ModuleSpec.make(SPIN_SOURCE, ["spin_wait"])
+
+
+@register("tuner")
+def module_specs() -> list[ModuleSpec]:
+    return [spin_spec()]
+
+
+# clock64 cycles per microsecond of spin: no GPU clocks its SMs above 2 GHz, so a spin
+# of us * 2000 cycles lasts at least us microseconds.
+_CYCLES_PER_US = 2000
+_MAX_SPIN_US = 200_000.0
+
+
 class _Timer:
     def __init__(self, backend: Backend) -> None:
         self.backend = backend
         self.gpu = backend.name == "cuda"
+        self.spin_us = 100.0  # grows to cover the slowest candidate's launch issue time
         if self.gpu:
             cp = backend.xp
             self._flush = cp.empty(256 << 20, dtype=cp.uint8)
             self._start, self._end = cp.cuda.Event(), cp.cuda.Event()
+            self._spin = backend.module(spin_spec()).get_function("spin_wait")
 
     def once_us(self, fn: Callable[[], None]) -> float:
-        if self.gpu:
-            self._flush.fill(1)
-            self._start.record()
+        if not self.gpu:
+            t0 = time.perf_counter()
             fn()
+            return (time.perf_counter() - t0) * 1e6
+        while True:
+            self._flush.fill(1)
+            self._spin(1, 32, (np.int64(self.spin_us * _CYCLES_PER_US),))
+            self._start.record()
+            t0 = time.perf_counter()
+            fn()
+            issue_us = (time.perf_counter() - t0) * 1e6
             self._end.record()
             self._end.synchronize()
-            return self.backend.xp.cuda.get_elapsed_time(self._start, self._end) * 1e3
-        t0 = time.perf_counter()
-        fn()
-        return (time.perf_counter() - t0) * 1e6
+            gpu_us = self.backend.xp.cuda.get_elapsed_time(self._start, self._end) * 1e3
+            if issue_us < self.spin_us or self.spin_us >= _MAX_SPIN_US:
+                return gpu_us
+            # the GPU may have waited for Python between launches: again, spinning longer
+            self.spin_us = min(_MAX_SPIN_US, 2 * issue_us + 50)
 
 
 def _stable_median(timer: _Timer, fn: Callable[[], None], best: float | None,
@@ -168,12 +210,22 @@ def tune_problem(problem: Any, backend: Backend, *, store: bool = True,
                     runner(tensors, epilogue, workspace)
 
                 run()  # warm-up (and compile)
-                backend.synchronize()
+                backend.synchronize()  # an asynchronous CUDA error surfaces here
                 t = _stable_median(timer, run, best, repeats)
-            except CudnnliteError as exc:  # a candidate that fails is not a candidate
-                import warnings
-
-                warnings.warn(f"tuning {problem.key()}: {solver.name} failed: {exc}", stacklevel=2)
+            except Exception as exc:  # a candidate that fails is not a candidate
+                if not isinstance(exc, CudnnliteError) and not is_cuda_error(exc):
+                    raise  # a bug of ours, not the candidate's
+                what = f"tuning {problem.key()}: {solver.name} {config.to_dict()}"
+                if timer.gpu and context_is_lost(backend):
+                    raise ExecutionError(
+                        f"{what} failed with {type(exc).__name__}: {exc}; the error left "
+                        "the CUDA context unusable (every later CUDA call fails), so tuning "
+                        f"stops here and nothing is stored ({len(results)} candidates were "
+                        "timed); restart the process, and disable this solver "
+                        "(CUDNNLITE_DISABLE_SOLVERS) or report it"
+                    ) from exc
+                warnings.warn(f"{what} failed, skipped: {type(exc).__name__}: {exc}",
+                              stacklevel=2)  # fmt: skip
                 continue
             results.append(Entry(solver.name, config.to_dict(), t, size))
             best = t if best is None else min(best, t)
@@ -181,6 +233,29 @@ def tune_problem(problem: Any, backend: Backend, *, store: bool = True,
     if store and results:
         database(caps.arch).record(problem.key(), results)
     return results
+
+
+_CUDA_ERRORS = ("CUDADriverError", "CUDARuntimeError", "CUBLASError", "CompileException")
+
+
+def is_cuda_error(exc: BaseException) -> bool:
+    """An error CuPy raises for a CUDA failure (driver, runtime, cuBLAS, NVRTC)."""
+    return type(exc).__name__ in _CUDA_ERRORS
+
+
+def context_is_lost(backend: Backend) -> bool:
+    """Whether the CUDA context is poisoned by a sticky error: a device synchronization
+    and a small allocation and copy, which fail after one, are tried."""
+    xp = backend.xp
+    try:
+        xp.cuda.runtime.deviceSynchronize()
+        probe = xp.zeros(1, dtype=xp.float32)
+        probe += 1
+        return float(probe.get()[0]) != 1.0
+    except Exception as exc:
+        if is_cuda_error(exc) or isinstance(exc, CudnnliteError):
+            return True
+        raise
 
 
 def tune(problems: Any, *, backend: str | Backend = "auto", progress: bool = True,

@@ -5,7 +5,9 @@ on the emulator. ``CUDNNLITE_BACKEND=cpu|cuda`` forces one."""
 from __future__ import annotations
 
 import functools
+import importlib
 import os
+from collections.abc import Iterable
 from typing import Any
 
 import numpy as np
@@ -48,6 +50,76 @@ def array_kind(a: Any) -> str | None:
         if kind in _DLPACK_CUDA:
             return "cuda"
     return None
+
+
+# ------------------------------------------------------------------ devices
+
+
+def _cuda_device(a: Any) -> int | None:
+    """The CUDA device ordinal of a GPU array (CuPy's ``.device``, a DLPack producer's
+    kDLCUDA / kDLCUDAManaged device, a ``__cuda_array_interface__`` pointer's device);
+    None for anything else (host arrays, pinned host memory, scalars)."""
+    t = type(a)
+    if t is np.ndarray or a is None or t in (int, float, bool, str):
+        return None
+    if (t.__module__ or "").startswith("cupy"):
+        dev = getattr(a, "device", None)
+        return int(dev.id) if hasattr(dev, "id") else None
+    dl = getattr(a, "__dlpack_device__", None)
+    if dl is not None:
+        try:
+            kind, index = dl()
+        except Exception:
+            return None
+        return int(index) if int(kind) in (2, 13) else None  # kDLCUDA, kDLCUDAManaged
+    cai = getattr(a, "__cuda_array_interface__", None)
+    if isinstance(cai, dict) and cai.get("data"):
+        ptr = int(cai["data"][0])
+        if ptr:
+            cupy = importlib.import_module("cupy")
+            return int(cupy.cuda.runtime.pointerGetAttributes(ptr).device)
+    return None
+
+
+def call_device(items: Iterable[tuple[str, Any]]) -> int | None:
+    """The one CUDA device of the GPU arrays among ``(label, value)`` items (lists,
+    tuples and dicts of arrays are looked into, one level); None when there are none.
+    Arrays on two devices are a BadParamError naming one of each: a kernel runs on one
+    device, and reading another device's memory fails or, with peer access, is slow."""
+    device, first = None, ""
+    for label, value in items:
+        if isinstance(value, (list, tuple)):
+            inner: Iterable[tuple[str, Any]] = (
+                (f"{label}[{i}]", v) for i, v in enumerate(value)
+            )
+        elif isinstance(value, dict):
+            inner = ((f"{label}[{k!r}]", v) for k, v in value.items())
+        else:
+            inner = ((label, value),)
+        for name, v in inner:
+            dev = _cuda_device(v)
+            if dev is None:
+                continue
+            if device is None:
+                device, first = dev, name
+            elif dev != device:
+                raise BadParamError(
+                    f"{name}: on GPU {dev}, but {first} is on GPU {device}; the arrays of "
+                    f"one call must live on one device (copy with cupy.asarray inside "
+                    f"cupy.cuda.Device({device}), or .to('cuda:{device}'))"
+                )
+    return device
+
+
+def device_scope(device: int | None) -> Any:
+    """A context that makes ``device`` CuPy's current device for a call (its launches,
+    allocations, modules and stream), or None when it is current already (or None)."""
+    if device is None:
+        return None
+    cupy = importlib.import_module("cupy")
+    if int(cupy.cuda.runtime.getDevice()) == device:
+        return None
+    return cupy.cuda.Device(device)
 
 
 def forced_backend() -> str | None:

@@ -16,6 +16,11 @@ Every public function of :mod:`cudnnlite` is wrapped by :func:`with_stream`, whi
    to the producer's ``__dlpack__(stream=...)``, and the producer makes that stream wait
    for its pending work on the tensor.
 
+3. runs the call on the device its GPU arrays live on: when that is not CuPy's current
+   device, the call runs inside ``cupy.cuda.Device(id)`` (launches, allocations, modules,
+   the current stream of that device); arrays on two devices are a BadParamError naming
+   them (:func:`cudnnlite.runtime.select.call_device`).
+
 The emulator (NumPy arrays) runs synchronously on the host and has no streams: a call
 that runs there accepts only ``stream=None`` and raises :class:`NotSupportedError` for
 anything else.
@@ -30,6 +35,7 @@ from __future__ import annotations
 import contextlib
 import functools
 import inspect
+import itertools
 from collections.abc import Callable, Iterator
 from typing import Any, TypeVar
 
@@ -37,7 +43,7 @@ import numpy as np
 
 from ..errors import BadParamError, NotSupportedError
 from . import graph
-from .select import forced_backend
+from .select import call_device, device_scope, forced_backend
 
 F = TypeVar("F", bound=Callable[..., Any])
 
@@ -191,6 +197,15 @@ def with_stream(fn: F) -> F:
         foreign = any(_foreign_array(a) for a in args) or any(
             _foreign_array(v) for v in kwargs.values()
         )
+        # GPU arrays on a device that is not CuPy's current one: the call runs there
+        labelled = ((label(i), a) for i, a in enumerate(args))
+        scope = device_scope(call_device(itertools.chain(labelled, kwargs.items())))
+        if scope is not None:
+            with scope:
+                return _run(args, stream, kwargs, foreign)
+        return _run(args, stream, kwargs, foreign)
+
+    def _run(args: tuple, stream: Any, kwargs: dict, foreign: bool) -> Any:
         if stream is None and not foreign:
             return fn(*args, **kwargs)
         from ..ops._arrays import as_array
