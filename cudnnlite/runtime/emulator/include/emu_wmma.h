@@ -15,7 +15,8 @@
 //    the moment it reaches the call: a lane that reaches a load before other threads
 //    (of any warp) wrote the tile reads stale or poisoned data, so a missing
 //    __syncthreads before a load shows in any schedule (CUDNNLITE_EMU_POISON fills
-//    shared memory with NaN), as it may on a GPU. A store writes the tile, then meets.
+//    shared memory with NaN), as it may on a GPU. A store writes the lane's part of the
+//    tile (element e by lane e % 32), then meets.
 //  - mma_sync: d = a * b + c with fp32 (or half) accumulators, summed in k order; the
 //    products of half, bf16 and tf32 inputs are exact in fp32 (at most 22 significant
 //    bits), so only the additions round. TF32 inputs are rounded to a 10-bit mantissa
@@ -139,8 +140,14 @@ template <int M, int N, int K, typename T, typename P>
 inline void store_matrix_sync(P* p, const fragment<accumulator, M, N, K, T>& f, unsigned ldm,
                               layout_t layout, const char* file = __builtin_FILE(),
                               int line = __builtin_LINE()) {
+    // Every lane holds the whole tile; lane l stores the elements e with e % 32 == l, as
+    // each lane of a GPU stores its own part: the tile is whole once the warp met, and no
+    // two lanes store one element (the race check would see the same word written twice).
+    const ::emu::Worker* w = ::emu::t_worker;
+    const int lane = w && w->current ? w->current->linear % 32 : 0;
     for (int i = 0; i < M; ++i)
         for (int j = 0; j < N; ++j) {
+            if ((i * N + j) % 32 != lane) continue;
             size_t off = layout == mem_row_major ? (size_t)i * ldm + j : (size_t)j * ldm + i;
             p[off] = f.x[i * N + j];
         }
