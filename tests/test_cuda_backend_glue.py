@@ -13,7 +13,7 @@ from typing import Any
 import numpy as np
 import pytest
 
-from cudnnlite.errors import BadParamError, CompileError, ExecutionError
+from cudnnlite.errors import BadParamError, CompileError, ExecutionError, NotSupportedError
 from cudnnlite.runtime import compile_options, cubin_cache, cuda
 from cudnnlite.runtime.cuda import CudaBackend
 from cudnnlite.runtime.kernel import ModuleSpec
@@ -397,3 +397,27 @@ def test_real_modules_compile_through_the_backend_path_without_a_gpu(
     again = cuda.build_cubin(spec, "sm_90", cupy)
     assert again.from_cache and again.cubin == check.cubin
     assert again.lowered_names["probe_kernel<__nv_bfloat16>"].startswith("_Z")
+    # A device newer than this NVRTC knows gets PTX of the newest arch it knows, which the
+    # driver compiles at load; the options are the same but for -arch=compute_XX.
+    ptx = cuda.build_cubin(spec, "sm_990", cupy)
+    newest = max(cuda_toolkit.find_nvrtc().supported_archs)
+    assert ptx.cubin.startswith(b"//") and f".target sm_{newest}".encode() in ptx.cubin
+    assert ptx.lowered_names == check.lowered_names
+
+
+def test_a_device_newer_than_nvrtc_gets_ptx_with_the_same_options(
+    fake_cupy: types.ModuleType, compiles: Compiles, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    from cudnnlite.runtime import cuda_toolkit
+
+    old = cuda_toolkit.NvrtcLibrary(Path("/x/libnvrtc.so.13"), (13, 0), "test", (75, 80, 90))
+    monkeypatch.setattr(cuda_toolkit, "find_nvrtc", lambda: old)
+    monkeypatch.setattr(fake_cupy.cuda.Device(), "compute_capability", "100")
+    CudaBackend().module(TEMPLATED)
+    (options,) = compiles.options
+    assert options == compile_options.runtime_options(
+        "compute_90", TEMPLATED.define_options(), ["/opt/cuda/inc"]
+    )
+    monkeypatch.setattr(fake_cupy.cuda.Device(), "compute_capability", "70")
+    with pytest.raises(NotSupportedError, match="sm_70"):
+        CudaBackend().module(TEMPLATED)

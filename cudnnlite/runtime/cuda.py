@@ -195,6 +195,7 @@ class NvrtcCompiler:
             why = f"NVRTC {ours.version_string()} ({ours.path}) is not CuPy's CUDA {want}"
         if ours is not None and (want is None or ours.major == want):
             self.library = ours
+            self.nvrtc = ours
             self.version: tuple[int, ...] = ours.version
             self.origin = f"NVRTC {ours.version_string()} ({ours.origin})"
             return
@@ -203,7 +204,18 @@ class NvrtcCompiler:
             raise NotSupportedError(f"cudnnlite: no usable NVRTC: {why}")
         self._cupy_nvrtc = nvrtc
         self.version = tuple(int(v) for v in nvrtc.getVersion())
+        try:
+            archs = tuple(int(a) for a in nvrtc.getSupportedArchs())
+        except Exception:  # an NVRTC too old to list them
+            archs = ()
+        self.nvrtc = cuda_toolkit.NvrtcLibrary(Path("libnvrtc (CuPy)"), self.version[:2], "CuPy",
+                                               archs)  # fmt: skip
         self.origin = f"CuPy's NVRTC {'.'.join(map(str, self.version))} ({why})"
+
+    def target(self, arch: str) -> str:
+        """``arch`` (``sm_90``: a CUBIN), or for a device newer than this NVRTC knows the
+        ``compute_XX`` whose PTX the driver compiles at load (what CuPy does too)."""
+        return arch if self.nvrtc.supports(arch) else self.nvrtc.ptx_target(arch)
 
     def include_dirs(self, cupy: Any) -> list[str]:
         """The CUDA headers' folders (cuda_fp16.h, ...): the pip wheels' or a toolkit's
@@ -237,11 +249,11 @@ class NvrtcCompiler:
 
             res = compile_program(text, program, names, arch, options, defines)
             return cubin_cache.CompiledModule(res.cubin, res.lowered_names, res.log)
-        return _compile_with_cupy_nvrtc(self._cupy_nvrtc, text, program, names, options)
+        return _compile_with_cupy_nvrtc(self._cupy_nvrtc, text, program, names, arch, options)
 
 
 def _compile_with_cupy_nvrtc(
-    nvrtc: Any, text: str, program: str, names: Sequence[str], options: Sequence[str]
+    nvrtc: Any, text: str, program: str, names: Sequence[str], arch: str, options: Sequence[str]
 ) -> cubin_cache.CompiledModule:
     prog = nvrtc.createProgram(text, program, (), ())
     try:
@@ -253,17 +265,20 @@ def _compile_with_cupy_nvrtc(
             raise CompileError(f"{exc}\n{nvrtc.getProgramLog(prog)}") from exc
         log = nvrtc.getProgramLog(prog).strip()
         lowered = {name: nvrtc.getLoweredName(prog, name) for name in names}
-        return cubin_cache.CompiledModule(nvrtc.getCUBIN(prog), lowered, log)
+        image = nvrtc.getPTX(prog) if arch.startswith("compute_") else nvrtc.getCUBIN(prog)
+        return cubin_cache.CompiledModule(image, lowered, log)
     finally:
         nvrtc.destroyProgram(prog)
 
 
 def build_cubin(spec: ModuleSpec, arch: str, cupy: Any) -> cubin_cache.CompiledModule:
-    """The CUBIN and lowered names of ``spec`` for ``arch``: from the disk cache, else
-    compiled with ``compile_options.runtime_options`` (no GPU needed)."""
+    """The CUBIN and lowered names of ``spec`` for a device of ``arch``: from the disk
+    cache, else compiled with ``compile_options.runtime_options`` (no GPU needed). A
+    device newer than the NVRTC gets PTX for the newest arch NVRTC knows instead."""
     path = source_path(spec.source)
     text = path.read_text()
     compiler = NvrtcCompiler(cupy)
+    arch = compiler.target(arch)
     defines = spec.define_options()
     try:
         options = compile_options.runtime_options(arch, defines, compiler.include_dirs(cupy))

@@ -79,6 +79,19 @@ class NvrtcLibrary:
             return False
         return not self.supported_archs or int(m.group(1)) in self.supported_archs
 
+    def ptx_target(self, arch: str) -> str:
+        """``compute_XX`` for a device ``arch`` this NVRTC has no CUBIN for (newer than it
+        knows): the newest arch it supports below the device's, whose PTX the driver
+        compiles for the device (what CuPy does too)."""
+        m = re.fullmatch(r"sm_(\d+)[af]?", arch)
+        older = [a for a in self.supported_archs if m is not None and a < int(m.group(1))]
+        if not older:
+            raise NotSupportedError(
+                f"cudnnlite: NVRTC {self.version_string()} ({self.path}) cannot compile for "
+                f"{arch}; {INSTALL_HINT}"
+            )
+        return f"compute_{max(older)}"
+
 
 @dataclass(frozen=True)
 class HeaderDir:
@@ -276,6 +289,8 @@ def _declare(lib: ctypes.CDLL) -> None:
         "nvrtcGetProgramLog": (ctypes.c_int, [prog, ctypes.c_char_p]),
         "nvrtcGetCUBINSize": (ctypes.c_int, [prog, size_p]),
         "nvrtcGetCUBIN": (ctypes.c_int, [prog, ctypes.c_char_p]),
+        "nvrtcGetPTXSize": (ctypes.c_int, [prog, size_p]),
+        "nvrtcGetPTX": (ctypes.c_int, [prog, ctypes.c_char_p]),
         "nvrtcAddNameExpression": (ctypes.c_int, [prog, ctypes.c_char_p]),
         "nvrtcGetLoweredName": (ctypes.c_int, [prog, ctypes.c_char_p, _c_char_pp]),
     }

@@ -33,6 +33,7 @@ from .sources import source_path
 DEFAULT_ARCHS = ("sm_75", "sm_80", "sm_90")
 
 _ARCH_RE = re.compile(r"sm_\d+[af]?")
+_VIRTUAL_RE = re.compile(r"compute_\d+[af]?")
 
 
 @dataclass(frozen=True)
@@ -158,10 +159,15 @@ def compile_program(
 ) -> CompileResult:
     """Compiles ``source`` with exactly ``options`` (which name ``-arch={arch}``) through
     the NVRTC of ``cuda_toolkit.find_nvrtc()``; ``defines`` only label error messages.
-    The CUDA backend's entry point: it keys its CUBIN cache on these options."""
-    _check_arch(arch)
+    The CUDA backend's entry point: it keys its CUBIN cache on these options.
+
+    ``arch`` may also be virtual (``compute_90``, for a device newer than NVRTC knows):
+    the result's ``cubin`` then holds PTX text, which the driver compiles at load."""
+    ptx = _VIRTUAL_RE.fullmatch(arch) is not None
+    if not ptx:
+        _check_arch(arch)
     nvrtc = cuda_toolkit.find_nvrtc()
-    if not nvrtc.supports(arch):
+    if not ptx and not nvrtc.supports(arch):
         raise NotSupportedError(
             f"cudnnlite: NVRTC {nvrtc.version_string()} ({nvrtc.path}) cannot compile for {arch}; "
             f"it supports sm_{', sm_'.join(map(str, nvrtc.supported_archs))}"
@@ -200,14 +206,20 @@ def compile_program(
                 raise fail(f"nvrtcGetLoweredName({expr!r}) failed: {_status_text(lib, rc)}", log)
             lowered[expr] = out.value.decode()  # owned by the program: copy before destroying
 
+        what = "PTX" if ptx else "CUBIN"
+        get_size, get = (
+            (lib.nvrtcGetPTXSize, lib.nvrtcGetPTX)
+            if ptx
+            else (lib.nvrtcGetCUBINSize, lib.nvrtcGetCUBIN)
+        )
         size = ctypes.c_size_t()
-        rc = lib.nvrtcGetCUBINSize(prog, ctypes.byref(size))
+        rc = get_size(prog, ctypes.byref(size))
         if rc != 0 or size.value == 0:
-            raise fail(f"nvrtcGetCUBINSize failed: {_status_text(lib, rc)}", log)
+            raise fail(f"nvrtcGet{what}Size failed: {_status_text(lib, rc)}", log)
         buf = ctypes.create_string_buffer(size.value)
-        rc = lib.nvrtcGetCUBIN(prog, buf)
+        rc = get(prog, buf)
         if rc != 0:
-            raise fail(f"nvrtcGetCUBIN failed: {_status_text(lib, rc)}", log)
+            raise fail(f"nvrtcGet{what} failed: {_status_text(lib, rc)}", log)
         cubin = buf.raw
     finally:
         lib.nvrtcDestroyProgram(ctypes.byref(prog))
