@@ -134,6 +134,33 @@ __device__ __forceinline__ Window window(int o, int j, const PoolShape& s) {
 
 namespace pool {
 
+// The max of one window and its position (-1: no input in it). NaN wins (the last
+// one, as PyTorch), or with SKIP_NAN loses to every number (an all-NaN window: NaN).
+template <bool SKIP_NAN, typename T, typename A>
+__device__ __forceinline__ void window_max(const T* x, cl::index_t fstep, const Window& wd,
+                                           const Window& wh, const Window& ww,
+                                           const PoolShape& s, A& best, long long& arg) {
+    for (int a = 0; a < wd.len; ++a) {
+        const int id = wd.start + a * wd.step;
+        if (id < 0 || id >= s.in[0]) continue;
+        for (int b = 0; b < wh.len; ++b) {
+            const int ih = wh.start + b * wh.step;
+            if (ih < 0 || ih >= s.in[1]) continue;
+            for (int q = 0; q < ww.len; ++q) {
+                const int iw = ww.start + q * ww.step;
+                if (iw < 0 || iw >= s.in[2]) continue;
+                const long long pos = ((long long)id * s.in[1] + ih) * s.in[2] + iw;
+                const A v = cl::to_acc(x[pos * fstep]);
+                const bool nan_rule = SKIP_NAN ? best != best && v == v : v != v;
+                if (arg < 0 || v > best || nan_rule) {
+                    best = v;
+                    arg = pos;
+                }
+            }
+        }
+    }
+}
+
 template <typename T, typename I>
 __device__ __forceinline__ void fwd_body(const T* x, T* y, long long* indices,
                                          const PoolShape& s) {
@@ -153,25 +180,9 @@ __device__ __forceinline__ void fwd_body(const T* x, T* y, long long* indices,
         if (s.mode == pool::kMax) {
             A best = A(__int_as_float(0xff800000));  // -inf
             long long arg = -1;
-            for (int a = 0; a < wd.len; ++a) {
-                const int id = wd.start + a * wd.step;
-                if (id < 0 || id >= s.in[0]) continue;
-                for (int b = 0; b < wh.len; ++b) {
-                    const int ih = wh.start + b * wh.step;
-                    if (ih < 0 || ih >= s.in[1]) continue;
-                    for (int q = 0; q < ww.len; ++q) {
-                        const int iw = ww.start + q * ww.step;
-                        if (iw < 0 || iw >= s.in[2]) continue;
-                        const long long pos = ((long long)id * s.in[1] + ih) * s.in[2] + iw;
-                        const A v = cl::to_acc(x[base + pos * fstep]);
-                        if (arg < 0 || v > best ||
-                            (s.nan_skip ? best != best && v == v : v != v)) {
-                            best = v;
-                            arg = pos;
-                        }
-                    }
-                }
-            }
+            // one loop per NaN rule: the test stays out of the window loop's registers
+            if (s.nan_skip) pool::window_max<true>(x + base, fstep, wd, wh, ww, s, best, arg);
+            else pool::window_max<false>(x + base, fstep, wd, wh, ww, s, best, arg);
             y[e] = cl::from_acc<T>(best);
             if (indices != nullptr) indices[e] = arg;
         } else {
