@@ -184,8 +184,9 @@ class NvrtcCompiler:
     def __init__(self, cupy: Any) -> None:
         from . import cuda_toolkit
 
-        self._cupy_nvrtc = None
-        self.library = None
+        self._cupy_nvrtc: Any = None
+        self.library: cuda_toolkit.NvrtcLibrary | None = None  # ours, when it compiles
+        self.nvrtc: cuda_toolkit.NvrtcLibrary  # whichever compiles: its version and archs
         want = _cuda_major(cupy)
         try:
             ours = cuda_toolkit.find_nvrtc()
@@ -194,8 +195,7 @@ class NvrtcCompiler:
         else:
             why = f"NVRTC {ours.version_string()} ({ours.path}) is not CuPy's CUDA {want}"
         if ours is not None and (want is None or ours.major == want):
-            self.library = ours
-            self.nvrtc = ours
+            self.library = self.nvrtc = ours
             self.version: tuple[int, ...] = ours.version
             self.origin = f"NVRTC {ours.version_string()} ({ours.origin})"
             return
@@ -208,8 +208,9 @@ class NvrtcCompiler:
             archs = tuple(int(a) for a in nvrtc.getSupportedArchs())
         except Exception:  # an NVRTC too old to list them
             archs = ()
-        self.nvrtc = cuda_toolkit.NvrtcLibrary(Path("libnvrtc (CuPy)"), self.version[:2], "CuPy",
-                                               archs)  # fmt: skip
+        self.nvrtc = cuda_toolkit.NvrtcLibrary(
+            Path("libnvrtc (CuPy)"), self.version[:2], "CuPy", archs
+        )
         self.origin = f"CuPy's NVRTC {'.'.join(map(str, self.version))} ({why})"
 
     def target(self, arch: str) -> str:
