@@ -9,7 +9,7 @@ that is wrong, what to do next:
 - NVRTC (found where, which version, does it match the driver) and the fp16/bf16, CCCL
   and crt/mma.h headers the kernels include;
 - whether every kernel compiles for the GPU's arch (or ``arch=``), with NVRTC;
-- the kernel cache and tuning directories (writable?), the tuning DB for the arch;
+- the kernel caches (emulator modules, CUBINs) and tuning directories (writable?), the tuning DB for the arch;
 - which backend a NumPy or a CuPy array would use.
 
 ``doctor()`` returns a :class:`DoctorReport` (a list of :class:`Check`), never raises,
@@ -19,7 +19,6 @@ and prints nothing; ``cudnnlite doctor`` prints it and exits 1 when a check fail
 from __future__ import annotations
 
 import importlib
-import os
 import shutil
 import tempfile
 from collections.abc import Callable, Sequence
@@ -416,8 +415,12 @@ def doctor(*, arch: str | None = None, compile: bool = True) -> DoctorReport:
         "kernel cache dir",
     )
     if gpu.cupy_version is not None:
-        cupy_cache = Path(os.environ.get("CUPY_CACHE_DIR", Path.home() / ".cupy" / "kernel_cache"))
-        run(lambda: _check_dir("CuPy kernel cache", cupy_cache, "CUPY_CACHE_DIR"), "CuPy cache")
+        from .runtime import cubin_cache
+
+        run(
+            lambda: _check_dir("CUBIN cache", cubin_cache.cache_dir(), "CUDNNLITE_CACHE_DIR"),
+            "CUBIN cache",
+        )
     from .dispatch import tuning_db
 
     run(
