@@ -6,8 +6,8 @@
 #
 # 1. the environment: nvidia-smi, the version of every module we import (a missing one
 #    is reported, and the rest still runs), `cudnnlite info`;
-# 2. every kernel module compiled through CuPy on 16 threads (timeout 90 s), so later
-#    steps load them from CuPy's cache;
+# 2. every kernel module compiled by the CUDA backend on 16 threads (timeout 90 s), so
+#    later steps load them from the CUBIN cache;
 # 3. the whole test suite on the CUDA backend (timeout 150 s), JUnit XML in $OUT;
 # 4. the ResNet-50 suite tuned at batch 32 (timeout 45 s): $OUT/tuning/<arch>.yaml, the
 #    DB to ship in tuning_db/;
@@ -94,8 +94,8 @@ grep -E '^(python |module |cupy:|torch:|NOTE:)' "$OUT_DIR/environment.txt" >>"$S
 [[ $env_rc -ne 0 ]] && note "environment step exited with $env_rc"
 
 # ------------------------------------------------------------------ 2. compile
-# Every kernel module through CuPy (NVRTC, on 16 threads), so that the tests and
-# benchmarks below load cubins from CuPy's disk cache instead of compiling one by one.
+# Every kernel module through the CUDA backend (our NVRTC path, on 16 threads), so that the
+# tests and benchmarks below load CUBINs from its disk cache instead of compiling one by one.
 STEP="compile"
 echo "== compiling every kernel module =="
 t0=$SECONDS
