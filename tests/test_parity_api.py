@@ -434,6 +434,10 @@ def test_new_modes_in_conv_and_batch_norm_epilogues() -> None:
     want = F.hardswish(F.batch_norm(torch.from_numpy(x), torch.from_numpy(rm),
                                     torch.from_numpy(rv)))  # fmt: skip
     _close(y, want, np.float64, "batch norm + hardswish")
+    xs = x.copy()
+    with pytest.raises(BadParamError, match="mish is not fused"):  # refused, not identity
+        cl.batch_norm_forward_inference(x, rm, rv, activation="mish")
+    assert x.tobytes() == xs.tobytes()
 
 
 # ------------------------------------------------------------------ norms

@@ -64,6 +64,8 @@ constexpr int kRedThreads = 256;
 constexpr int kChlastRows = 8;  // blockDim.y of red_chlast
 
 // Activation by runtime mode (uniform per launch): the modes of activation.cu, -1 none.
+// Not mish (ops/norm.py refuses it): inlined into the vector kernels it cost a spill
+// (bn_bwd_apply_vec<float, false> on sm_90) and occupancy elsewhere.
 template <typename A>
 __device__ __forceinline__ A act_fwd(int mode, A u, const ActParamsT<A>& p) {
     switch (mode) {
@@ -80,7 +82,6 @@ __device__ __forceinline__ A act_fwd(int mode, A u, const ActParamsT<A>& p) {
         case act::kHardtanh: return act::forward<act::kHardtanh>(u, p);
         case act::kHardswish: return act::forward<act::kHardswish>(u, p);
         case act::kHardsigmoid: return act::forward<act::kHardsigmoid>(u, p);
-        case act::kMish: return act::forward<act::kMish>(u, p);
         default: return u;
     }
 }
@@ -101,7 +102,6 @@ __device__ __forceinline__ A act_bwd(int mode, A g, A u, const ActParamsT<A>& p)
         case act::kHardtanh: return act::backward<act::kHardtanh>(g, u, A(0), p);
         case act::kHardswish: return act::backward<act::kHardswish>(g, u, A(0), p);
         case act::kHardsigmoid: return act::backward<act::kHardsigmoid>(g, u, A(0), p);
-        case act::kMish: return act::backward<act::kMish>(g, u, A(0), p);
         default: return g;
     }
 }

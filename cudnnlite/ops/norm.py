@@ -250,6 +250,10 @@ def _param(
     return a
 
 
+# Activation modes the norm kernels' switch leaves out (cuda_src/norm/norm.cu: nrm::act_fwd).
+_UNFUSED_ACTIVATIONS = ("mish",)
+
+
 def _act(activation: Any, coef: Any, dt: dtypes.DType) -> tuple[int, np.void]:
     """Activation mode id (-1 none) and its ActParamsT for data of type ``dt``."""
     if activation is None:
@@ -259,6 +263,11 @@ def _act(activation: Any, coef: Any, dt: dtypes.DType) -> tuple[int, np.void]:
     elif activation not in ACTIVATION_MODES:
         raise BadParamError(
             f"activation: expected None or one of {', '.join(ACTIVATION_MODES)}, got {activation!r}"
+        )
+    if activation in _UNFUSED_ACTIVATIONS:
+        raise BadParamError(
+            f"activation: {activation} is not fused into the norm kernels (its math inlined "
+            f"there costs registers for every mode); apply cudnnlite.{activation} to the result"
         )
     params = _params(activation, coef, None, 1.0, 0.0, False)[0]  # checks coef
     mode = -1 if activation == "identity" else ACTIVATION_MODES.index(activation)
@@ -449,7 +458,8 @@ def batch_norm_forward_training(
             ``r = (1 - momentum) r + momentum batch`` with the unbiased batch variance for
             running_var (as PyTorch). Either may be None.
         z, activation, coef: the fused form (cuDNN's BN_ADD_ACTIVATION): ``z`` (like x)
-            is added before the activation (a mode of :data:`cudnnlite.ACTIVATION_MODES`).
+            is added before the activation (a mode of :data:`cudnnlite.ACTIVATION_MODES`
+            other than mish, which the norm kernels do not fuse).
     """
     backend = backend_for(
         x,
