@@ -5,8 +5,8 @@ ThreadSanitizer's runtime has to be in a process from its start, so the checks r
 one child process started by the race-check runner (``python -m
 cudnnlite.runtime.emulator.racecheck -c ...``): the planted races of
 cuda_src/selftest/racecheck_selftest.cu must be reported with both threads and both
-source lines, the race-free self-tests and a representative kernel of several primitive
-families must pass (and give the same numbers as the ordinary build). The runner, the
+source lines, the race-free self-tests, a representative kernel of several primitive
+families and a cooperative launch must pass (with the right numbers). The runner, the
 refusal without the runtime and the report parser are checked in this process.
 """
 
@@ -123,6 +123,25 @@ CHILD = textwrap.dedent(
         cl.softmax(a, axis=-1), e / e.sum(axis=-1, keepdims=True), atol=1e-6))
     ln = (a - a.mean(axis=-1, keepdims=True)) / np.sqrt(a.var(axis=-1, keepdims=True) + 1e-5)
     emit("layer_norm", lambda: np.allclose(cl.layer_norm(a, (300,)), ln, atol=1e-4))
+    xc, wc = f(2, 4, 6, 6), f(8, 4, 3, 3)
+    emit("conv2d", lambda: np.allclose(
+        cl.conv2d(xc, wc, padding=1, algo="direct"),
+        cl.reference.conv_forward(xc, wc, [(1, 1), (1, 1)], [1, 1], [1, 1]), atol=1e-4))
+
+    # A cooperative launch: blocks on OS threads of their own, ordered by grid_sync only.
+    from cudnnlite.runtime.selftest import GRID_SYNC_SELFTEST
+    def grid():
+        kernel = backend_by_name("cpu").module(GRID_SYNC_SELFTEST).get_function("grid_exchange")
+        nb, nt, rounds = 4, 32, 3
+        slots = np.full(2 * nb * nt, -10**6, np.int32)
+        out, counter = np.zeros(nb * nt, np.int64), np.zeros(1, np.uint32)
+        kernel(nb, nt, (slots, out, counter, np.int32(rounds)), cooperative=True)
+        r = np.arange(rounds)[:, None, None]
+        c = np.arange(nb)[None, :, None]
+        t = np.arange(nt)[None, None, :]
+        want = ((r * nb + c) * nt + t + 1).sum(axis=(0, 1))
+        return np.array_equal(out.reshape(nb, nt), np.tile(want, (nb, 1)))
+    emit("grid_exchange", grid)
     """
 )
 
@@ -234,6 +253,8 @@ def test_dynamic_shared_memory_race(child_results: dict) -> None:
         "barrier_reuse",
         "softmax",
         "layer_norm",
+        "conv2d",
+        "grid_exchange",
     ],
 )
 def test_race_free_kernels_pass_with_the_right_numbers(child_results: dict, case: str) -> None:

@@ -29,6 +29,8 @@
 //    it exits, which the OS thread acquires before the next block. Blocks of one launch
 //    are ordered one after another: only races inside a block are reported (the
 //    launcher runs a race-checked launch's blocks on one OS thread).
+//  - A block runs in fiber mode from the end of its first thread on: the plain loop
+//    reuses one stack for consecutive threads, whose locals TSan would see race.
 //  - Atomics are TSan atomics already (emu_types.h uses the __atomic builtins).
 // Limits: TSan keeps a bounded history per memory word (a race whose first access is
 // long overwritten may go unseen) and at most 256 threads in its vector clocks at
@@ -72,6 +74,8 @@ struct RaceState {
     bool dirty = false;                    // a block aborted: fibers may be mid-operation
     std::string name;
 };
+
+inline void convert_to_fiber_mode(Worker& w);
 
 inline RaceState& race_state(Worker& w) {
     if (!w.race) {
@@ -131,21 +135,31 @@ inline void race_thread_begin(Worker& w, Fiber* f) {
     void* me = s.fibers[f->linear];
     s.name = "block " + thread_name(w.block_idx) + " thread " + thread_name(f->tid);
     __tsan_set_fiber_name(me, s.name.c_str());
+    void* start = &s.objects[0];
     __tsan_switch_to_fiber(me, __tsan_switch_to_fiber_no_sync);
-    __tsan_acquire(&s.objects[0]);
+    __tsan_acquire(start);
 }
 
 // The CUDA thread returned from the kernel (its cp.async copies landed).
 inline void race_thread_end(Worker& w, Fiber* f) {
     if (!w.race) return;
+    // The race state is the emulator's: read with checks off (this identity must end
+    // with none pending, it runs the same thread index of the next block).
+    __tsan_ignore_thread_begin();
     RaceState& s = *static_cast<RaceState*>(w.race);
     __tsan_release(&s.objects[1]);
     // An exited thread no longer takes part in barriers: what it wrote is visible after
     // the next barrier of the others. That barrier's object only: threads still leaving
     // the previous one acquire the other.
     __tsan_release(&s.objects[2 + (s.barriers[f->linear] & 1)]);
-    s.started[f->linear] = 0;
+    __tsan_ignore_thread_end();
     __tsan_switch_to_fiber(s.sched, __tsan_switch_to_fiber_no_sync);
+    s.started[f->linear] = 0;
+    // The plain loop would run the next thread on this same stack: TSan would see its
+    // locals at the addresses of this one's, written by another thread. The block goes
+    // to fiber mode instead (a stack per thread); this thread then ends as a converted
+    // one does.
+    if (!w.fiber_mode) convert_to_fiber_mode(w);
 }
 
 // __syncthreads and friends, around the rendezvous (constructed first in barrier_arrive).
@@ -154,11 +168,11 @@ struct RaceBarrierScope {
     RaceBarrierScope() {
         Worker& w = worker();
         if (!w.race || !w.current) return;
+        __tsan_ignore_thread_begin();  // first: the count below is the emulator's
         RaceState& s = *static_cast<RaceState*>(w.race);
         unsigned k = s.barriers[w.current->linear]++;
         object = &s.objects[2 + (k & 1)];
         __tsan_release(object);
-        __tsan_ignore_thread_begin();
     }
     ~RaceBarrierScope() {
         if (!object) return;
@@ -175,8 +189,8 @@ struct RaceWarpScope {
     RaceWarpScope() {
         Worker& w = worker();
         if (!w.race || !w.current) return;
-        active = true;
         __tsan_ignore_thread_begin();
+        active = true;
     }
     void arrive(WarpOp op, int warp_index, int group, bool first) {
         if (!active || op == WarpOp::kActive) return;
@@ -198,26 +212,34 @@ struct RaceWarpScope {
 // blocks at the grid barrier (a mutex: TSan sees that) and releases what it acquired
 // there to the block's other threads, which acquire it after.
 struct RaceGridScope {
-    bool active = false;
+    void* object = nullptr;
     RaceGridScope() {
         Worker& w = worker();
         if (!w.race || !w.current) return;
-        active = true;
         __tsan_ignore_thread_begin();
+        object = &static_cast<RaceState*>(w.race)->objects[4];
     }
     void met_other_blocks() {
-        if (active) __tsan_release(&static_cast<RaceState*>(worker().race)->objects[4]);
+        if (object) __tsan_release(object);
     }
     ~RaceGridScope() {
-        if (!active) return;
+        if (!object) return;
         __tsan_ignore_thread_end();
-        __tsan_acquire(&static_cast<RaceState*>(worker().race)->objects[4]);
+        __tsan_acquire(object);
     }
 };
 
+// Around a launch, on the launching thread: its own accesses (the grid barrier's reset,
+// say) are the emulator's, not the kernel's, and go unchecked like the blocks' scheduler.
 struct RaceLaunchScope {
-    RaceLaunchScope() { __tsan_release(&g_race_launch_object); }
-    ~RaceLaunchScope() { __tsan_acquire(&g_race_launch_object); }
+    RaceLaunchScope() {
+        __tsan_ignore_thread_begin();
+        __tsan_release(&g_race_launch_object);
+    }
+    ~RaceLaunchScope() {
+        __tsan_acquire(&g_race_launch_object);
+        __tsan_ignore_thread_end();
+    }
 };
 
 // A block, on its OS thread (around the scheduler loop of run_block).
