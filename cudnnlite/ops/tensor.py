@@ -245,7 +245,7 @@ def _writable(name: str, a: Any) -> None:
     if isinstance(a, np.ndarray) and not a.flags.writeable:
         raise BadParamError(f"{name}: the array is read-only")
     for size, stride in zip(a.shape, a.strides, strict=True):
-        if stride == 0 and size > 1:
+        if stride == 0 and size > 1 and a.size:  # an empty array aliases nothing
             raise BadParamError(f"{name}: has a zero stride (elements alias each other)")
 
 
