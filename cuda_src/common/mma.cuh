@@ -44,6 +44,18 @@
 #define CL_MMA_SM80 0
 #endif
 
+// The warp-collective functions below take their caller's file and line on the emulator,
+// which names them in its reports (a partial warp, an exited lane); nothing on a GPU.
+#ifdef CUDNNLITE_EMULATOR
+#define CL_MMA_SITE , const char *site_file = __builtin_FILE(), int site_line = __builtin_LINE()
+#define CL_MMA_SITE_PARAMS , const char *site_file, int site_line
+#define CL_MMA_AT , site_file, site_line
+#else
+#define CL_MMA_SITE
+#define CL_MMA_SITE_PARAMS
+#define CL_MMA_AT
+#endif
+
 namespace cl {
 namespace mma {
 
@@ -84,10 +96,10 @@ __device__ __forceinline__ unsigned smem_addr(const void* p) {
 // ------------------------------------------------------------------ ldmatrix
 // N = 1, 2 or 4 matrices of 8 x 8 16-bit values; `row` is this lane's row address.
 template <int N, bool Trans>
-__device__ __forceinline__ void ldmatrix(unsigned (&r)[N], const void* row) {
+__device__ __forceinline__ void ldmatrix(unsigned (&r)[N], const void* row CL_MMA_SITE) {
     static_assert(N == 1 || N == 2 || N == 4, "ldmatrix: 1, 2 or 4 matrices");
 #ifdef CUDNNLITE_EMULATOR
-    ::emu::tc::ldmatrix(N, Trans, r, row);
+    ::emu::tc::ldmatrix(N, Trans, r, row CL_MMA_AT);
 #else
     const unsigned a = smem_addr(row);
     if constexpr (N == 1 && !Trans)
@@ -114,24 +126,28 @@ __device__ __forceinline__ void ldmatrix(unsigned (&r)[N], const void* row) {
 #endif
 }
 
-template <int N> __device__ __forceinline__ void ldmatrix(unsigned (&r)[N], const void* row) {
-    ldmatrix<N, false>(r, row);
+template <int N>
+__device__ __forceinline__ void ldmatrix(unsigned (&r)[N], const void* row CL_MMA_SITE) {
+    ldmatrix<N, false>(r, row CL_MMA_AT);
 }
-template <int N> __device__ __forceinline__ void ldmatrix_trans(unsigned (&r)[N], const void* row) {
-    ldmatrix<N, true>(r, row);
+template <int N>
+__device__ __forceinline__ void ldmatrix_trans(unsigned (&r)[N], const void* row CL_MMA_SITE) {
+    ldmatrix<N, true>(r, row CL_MMA_AT);
 }
 
 // ------------------------------------------------------------------ mma.sync
 // d = a * b + c, fp32 accumulation; T = __half or __nv_bfloat16 (the input type).
 template <typename T>
 __device__ __forceinline__ void mma_m16n8k16(float (&d)[4], const unsigned (&a)[4],
-                                             const unsigned (&b)[2], const float (&c)[4]);
+                                             const unsigned (&b)[2],
+                                             const float (&c)[4] CL_MMA_SITE);
 
 template <>
 __device__ __forceinline__ void mma_m16n8k16<__half>(float (&d)[4], const unsigned (&a)[4],
-                                                     const unsigned (&b)[2], const float (&c)[4]) {
+                                                     const unsigned (&b)[2],
+                                                     const float (&c)[4] CL_MMA_SITE_PARAMS) {
 #ifdef CUDNNLITE_EMULATOR
-    ::emu::tc::mma(::emu::tc::kF16, d, a, b, c);
+    ::emu::tc::mma(::emu::tc::kF16, d, a, b, c CL_MMA_AT);
 #elif CL_MMA_SM80
     asm volatile(
         "mma.sync.aligned.m16n8k16.row.col.f32.f16.f16.f32 {%0, %1, %2, %3}, {%4, %5, %6, %7}, "
@@ -160,9 +176,10 @@ __device__ __forceinline__ void mma_m16n8k16<__half>(float (&d)[4], const unsign
 template <>
 __device__ __forceinline__ void mma_m16n8k16<__nv_bfloat16>(float (&d)[4], const unsigned (&a)[4],
                                                             const unsigned (&b)[2],
-                                                            const float (&c)[4]) {
+                                                            const float (&c)[4]
+                                                                CL_MMA_SITE_PARAMS) {
 #ifdef CUDNNLITE_EMULATOR
-    ::emu::tc::mma(::emu::tc::kBF16, d, a, b, c);
+    ::emu::tc::mma(::emu::tc::kBF16, d, a, b, c CL_MMA_AT);
 #elif CL_MMA_SM80
     asm volatile(
         "mma.sync.aligned.m16n8k16.row.col.f32.bf16.bf16.f32 {%0, %1, %2, %3}, {%4, %5, %6, %7}, "
@@ -177,9 +194,10 @@ __device__ __forceinline__ void mma_m16n8k16<__nv_bfloat16>(float (&d)[4], const
 
 // d = a * b + c with TF32 inputs (registers from to_tf32; the hardware reads 19 bits).
 __device__ __forceinline__ void mma_m16n8k8_tf32(float (&d)[4], const unsigned (&a)[4],
-                                                 const unsigned (&b)[2], const float (&c)[4]) {
+                                                 const unsigned (&b)[2],
+                                                 const float (&c)[4] CL_MMA_SITE) {
 #ifdef CUDNNLITE_EMULATOR
-    ::emu::tc::mma(::emu::tc::kTF32, d, a, b, c);
+    ::emu::tc::mma(::emu::tc::kTF32, d, a, b, c CL_MMA_AT);
 #elif CL_MMA_SM80
     asm volatile(
         "mma.sync.aligned.m16n8k8.row.col.f32.tf32.tf32.f32 {%0, %1, %2, %3}, {%4, %5, %6, %7}, "
@@ -200,9 +218,9 @@ __device__ __forceinline__ void mma_m16n8k8_tf32(float (&d)[4], const unsigned (
 // The GPU's order of the four products' additions is unspecified; the emulator computes
 // c[i] then fma(A[g][k], B[k][2t+i], acc) for k = 0..3 in order (emu_mma.h).
 __device__ __forceinline__ void mma_m8n8k4_f64(double (&d)[2], double a, double b,
-                                               const double (&c)[2]) {
+                                               const double (&c)[2] CL_MMA_SITE) {
 #ifdef CUDNNLITE_EMULATOR
-    ::emu::tc::mma_f64(d, a, b, c);
+    ::emu::tc::mma_f64(d, a, b, c CL_MMA_AT);
 #elif CL_MMA_SM80
     asm volatile(
         "mma.sync.aligned.m8n8k4.row.col.f64.f64.f64.f64 {%0, %1}, {%2}, {%3}, {%4, %5};"
