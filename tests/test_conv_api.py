@@ -159,7 +159,7 @@ def bad_cases() -> list[tuple[str, dict, str]]:
         ("stride 0", dict(x=x, w=w, stride=0), r"stride"),
         ("dilation 0", dict(x=x, w=w, dilation=0), r"dilation"),
         ("empty output", dict(x=rand((1, 4, 2, 2), 1), w=w), r"output would be empty"),
-        ("3-D input", dict(x=rand((4, 6, 6), 1), w=w), r"x: expected a 4-D"),
+        ("2-D input", dict(x=rand((6, 6), 1), w=w), r"x: expected a 4-D"),
         ("mixed dtypes", dict(x=x, w=w.astype(np.float16)), r"w: expected dtype float32"),
         ("layout", dict(x=x, w=w, layout="CHWN"), r"layout"),
         ("NHWC data as NCHW", dict(x=rand((1, 6, 6, 4), 1), w=rand((8, 3, 3, 4), 1)), r"w: has"),

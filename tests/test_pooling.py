@@ -245,7 +245,7 @@ def snapshot(*arrays: Any) -> list[bytes]:
         (lambda x: P.max_pool2d(x, (2, 2, 2)), "kernel_size: expected an int or 2 ints"),
         (lambda x: P.max_pool2d(x, 3, padding=-1), "padding: expected values >= 0"),
         (lambda x: P.avg_pool2d(x, 2, divisor_override=0), "divisor_override"),
-        (lambda x: P.max_pool3d(x, 2), "x: expected 5 dims"),
+        (lambda x: P.max_pool3d(x[0], 2), "x: expected 5 dims"),
         (lambda x: P.max_pool2d(x, 2, layout="NWHC"), "layout"),
         (lambda x: P.adaptive_avg_pool2d(x, (0, 2)), "output_size: expected positive"),
         (lambda x: P.pooling_forward(x, "min", 2), "mode: expected one of"),

@@ -253,7 +253,7 @@ def test_bad_inputs_raise_and_leave_inputs_untouched(backend: str) -> None:
         (lambda: softmax(xb, 1, mode="channel"), "axis"),
         (lambda: softmax(to_backend(x.astype(np.int32), backend)), "x"),
         (lambda: softmax_backward(to_backend(x.astype(np.float64), backend), xb), "dy"),
-        (lambda: softmax(to_backend(np.zeros((), np.float32), backend)), "x"),
+        (lambda: softmax(to_backend(np.zeros((), np.float32), backend), 1), "axis"),
         (lambda: softmax(xb, out=to_backend(np.zeros((2, 3), np.float32), backend)), "out"),
         (lambda: softmax_backward(xb, to_backend(x[:, :2], backend)), "dy"),
         (lambda: softmax_backward(to_backend(x.astype(np.float16), backend), xb), "dy"),
