@@ -549,11 +549,14 @@ class EmulatorKernel(Kernel):
                 rc = module.lib.emu_launch(self.index, ctypes.byref(cfg), values)
             if keep:
                 module.copy_back(keep)
-            if module.racecheck and races.reports:
-                raise racecheck_mod.race_error(self.name, self.spec.label(), races.reports)
             if rc != 0:
                 message = module.lib.emu_last_error().decode(errors="replace")
+                if module.racecheck and races.reports:  # both: the failure comes first
+                    race = racecheck_mod.race_error(self.name, self.spec.label(), races.reports)
+                    message += f"\n{race}"
                 raise ExecutionError(f"kernel {self.name} ({self.spec.label()}) failed: {message}")
+            if module.racecheck and races.reports:
+                raise racecheck_mod.race_error(self.name, self.spec.label(), races.reports)
 
     def launch_recorded(self, cfg_ref: Any, values: ctypes.Array) -> None:
         """Runs a launch recorded by a graph: ``ctypes.byref`` of its config and its own
@@ -563,7 +566,7 @@ class EmulatorKernel(Kernel):
             if module.racecheck:
                 with racecheck_mod.capture() as races:
                     rc = module.lib.emu_launch(self.index, cfg_ref, values)
-                if races.reports:
+                if races.reports and rc == 0:
                     raise racecheck_mod.race_error(self.name, self.spec.label(), races.reports)
             else:
                 rc = module.lib.emu_launch(self.index, cfg_ref, values)

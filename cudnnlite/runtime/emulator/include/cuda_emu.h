@@ -974,6 +974,7 @@ inline void start_thread_fiber(Worker& w, int linear) {
 }
 
 inline void convert_to_fiber_mode(Worker& w) {
+    RaceIgnoreScope race_ignore;  // the emulator's, even when a kernel thread converts
     w.fiber_mode = true;
     // The threads the plain loop has not started get their own fibers, in order.
     while (w.next_plain < (int)w.order.size()) start_thread_fiber(w, w.order[w.next_plain++]);

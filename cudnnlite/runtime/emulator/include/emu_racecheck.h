@@ -242,6 +242,13 @@ struct RaceLaunchScope {
     }
 };
 
+// Emulator bookkeeping that kernel code reaches outside a barrier or warp operation
+// (the plain loop's conversion to fiber mode, from a tensor-core operation say).
+struct RaceIgnoreScope {
+    RaceIgnoreScope() { __tsan_ignore_thread_begin(); }
+    ~RaceIgnoreScope() { __tsan_ignore_thread_end(); }
+};
+
 // A block, on its OS thread (around the scheduler loop of run_block).
 struct RaceBlockScope {
     Worker& w;
@@ -262,6 +269,7 @@ struct RaceBlockScope {
     explicit RaceBlockScope(Worker&) {}
 };
 struct RaceBarrierScope {};
+struct RaceIgnoreScope {};
 struct RaceGridScope {
     void met_other_blocks() {}
 };
