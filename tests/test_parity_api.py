@@ -91,8 +91,8 @@ def test_new_activations_match_torch(backend: str, name: str, dtype: Any) -> Non
     nan = np.isnan(xv)
     assert np.isnan(to_numpy(dx)[nan]).all()
     want[nan] = np.nan
-    # PyTorch's float64 hardsigmoid backward multiplies by float32(1/6); ours divides by 6
-    # in double (a deliberate difference of 3e-8 relative).
+    # PyTorch's float64 hardsigmoid backward multiplies by float32(1/6); ours by 1/6 in
+    # double (a deliberate difference of 3e-8 relative).
     tol = dict(rtol=1e-7) if name == "hardsigmoid" and dtype == np.float64 else {}
     _close(dx, want, dtype, f"{name} backward", **tol)
 

@@ -194,8 +194,9 @@ __device__ __forceinline__ A backward(A dy, A x, A y, const ActParamsT<A>& p) {
         if (x <= A(-3)) return zero;
         return x < A(3) ? dy * (x / A(3) + A(0.5)) : (x >= A(3) ? dy : x);
     } else if constexpr (MODE == kHardsigmoid) {
-        // 1/6 strictly inside (-3, 3), 0 at the bounds and outside
-        return (x > A(-3) && x < A(3)) ? dy / A(6) : (x != x ? x : zero);
+        // 1/6 strictly inside (-3, 3), 0 at the bounds and outside; a product by 1/6 in A,
+        // as PyTorch (a double division took a slow-path call: 48 registers and a spill)
+        return (x > A(-3) && x < A(3)) ? dy * A(1.0 / 6.0) : (x != x ? x : zero);
     } else if constexpr (MODE == kMish) {
         // t + x s(x) (1 - t^2), t = tanh(softplus x); at x = +-inf the limit is t
         const A t = tanh_softplus(x);
