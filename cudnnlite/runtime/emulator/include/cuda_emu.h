@@ -1223,6 +1223,7 @@ inline void* dynamic_shared_memory() {
 
 // ---------------------------------------------------------------- launch
 inline Worker* get_worker(const LaunchConfig& cfg) {
+    race_worker_enter();  // race-check builds: an OpenMP thread sees the launcher's writes
     if (!t_worker) t_worker = new Worker();
     Worker& w = *t_worker;
     if (w.stack_bytes != cfg.stack_bytes) {

@@ -229,6 +229,10 @@ struct RaceGridScope {
     }
 };
 
+// An OS thread takes up a launch (get_worker, before it reads the launch's config):
+// what the launching thread did before the launch happened before.
+inline void race_worker_enter() { __tsan_acquire(&g_race_launch_object); }
+
 // Around a launch, on the launching thread: its own accesses (the grid barrier's reset,
 // say) are the emulator's, not the kernel's, and go unchecked like the blocks' scheduler.
 struct RaceLaunchScope {
@@ -263,6 +267,7 @@ struct RaceBlockScope {
 inline void race_switch_to(Worker&, Fiber*) {}
 inline void race_block_begin(Worker&) {}
 inline void race_block_end(Worker&) {}
+inline void race_worker_enter() {}
 inline void race_thread_begin(Worker&, Fiber*) {}
 inline void race_thread_end(Worker&, Fiber*) {}
 struct RaceBlockScope {
