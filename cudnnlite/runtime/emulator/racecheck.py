@@ -297,10 +297,8 @@ def race_error(kernel: str, label: str, reports: list[RaceReport]) -> ExecutionE
 
 # ------------------------------------------------------------------ runner
 # Reports that are no kernel's: the grid barrier's condition variable, destroyed at exit
-# by the main thread after the OpenMP threads of a cooperative launch last woke it; an
-# OpenMP thread of a cooperative launch reading the launch's shared variables before it
-# can acquire the launching thread's release (libgomp's wake-up is invisible to TSan).
-SUPPRESSIONS = "race:emu::GridBarrier::~GridBarrier\nrace:emu::launch_cooperative\n"
+# by the main thread after the threads of a cooperative launch last woke it.
+SUPPRESSIONS = "race:emu::GridBarrier::~GridBarrier\n"
 
 
 def _suppressions_file() -> str | None:

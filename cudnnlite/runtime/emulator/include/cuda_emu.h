@@ -1276,6 +1276,32 @@ inline int launch_cooperative(KernelThunk thunk, const void* kfn, const LaunchCo
     g_grid.generation = 0;
     g_grid.site = Site();
     g_grid.exited = 0;
+#if defined(EMU_RACECHECK)
+    // A thread per block that TSan sees start and end (emu_racecheck.h); the same body.
+    auto block = [&](long long b) {
+        Worker* w = get_worker(cfg);
+        setup_block_shape(*w, cfg);
+        w->thunk = thunk;
+        w->kfn = kfn;
+        w->args = args;
+        uint3 idx;
+        idx.x = grid_coord(cfg, b, 0);
+        idx.y = grid_coord(cfg, b, 1);
+        idx.z = grid_coord(cfg, b, 2);
+        if (!launch_failed()) run_block(*w, idx.x, idx.y, idx.z);
+        grid_block_exited(idx);
+    };
+    auto done = [](long long) {
+        Worker* w = t_worker;
+        for (Fiber* f : w->pool) free_fiber(f);
+        race_worker_exit(*w);
+        free(w->dyn_smem);
+        delete w;
+        t_worker = nullptr;
+    };
+    race_run_cooperative(n, block, done);
+    return launch_failed() ? 1 : 0;
+#endif
 #pragma omp parallel num_threads((int)n)
     {
         int team = omp_get_num_threads();

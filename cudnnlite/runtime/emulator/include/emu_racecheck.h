@@ -44,6 +44,8 @@
 #include <sanitizer/tsan_interface.h>
 extern "C" void __tsan_ignore_thread_begin();
 extern "C" void __tsan_ignore_thread_end();
+extern "C" void AnnotateNewMemory(const char* file, int line, const volatile void* mem,
+                                  unsigned long size);
 #endif
 
 #if defined(EMU_RACECHECK)
@@ -76,6 +78,13 @@ struct RaceState {
 };
 
 inline void convert_to_fiber_mode(Worker& w);
+
+// Emulator bookkeeping that kernel code reaches outside a barrier or warp operation
+// (the plain loop's conversion to fiber mode, from a tensor-core operation say).
+struct RaceIgnoreScope {
+    RaceIgnoreScope() { __tsan_ignore_thread_begin(); }
+    ~RaceIgnoreScope() { __tsan_ignore_thread_end(); }
+};
 
 inline RaceState& race_state(Worker& w) {
     if (!w.race) {
@@ -152,8 +161,9 @@ inline void race_thread_end(Worker& w, Fiber* f) {
     // the next barrier of the others. That barrier's object only: threads still leaving
     // the previous one acquire the other.
     __tsan_release(&s.objects[2 + (s.barriers[f->linear] & 1)]);
+    void* sched = s.sched;
     __tsan_ignore_thread_end();
-    __tsan_switch_to_fiber(s.sched, __tsan_switch_to_fiber_no_sync);
+    __tsan_switch_to_fiber(sched, __tsan_switch_to_fiber_no_sync);
     s.started[f->linear] = 0;
     // The plain loop would run the next thread on this same stack: TSan would see its
     // locals at the addresses of this one's, written by another thread. The block goes
@@ -229,28 +239,74 @@ struct RaceGridScope {
     }
 };
 
+// A cooperative launch in a race-check build: a POSIX thread per block, created and
+// joined by the launching thread (TSan sees both; it does not see libgomp waking its pool,
+// whose threads read the parallel region's shared variables before any annotation can
+// run). fn(b) runs block b; done(b) afterwards, on the same thread, cleans up.
+template <typename F, typename G>
+inline void race_run_cooperative(long long n, F& fn, G& done) {
+    struct Job {
+        F* fn;
+        G* done;
+        long long b;
+        static void* run(void* p) {
+            Job* j = static_cast<Job*>(p);
+            (*j->fn)(j->b);
+            (*j->done)(j->b);
+            return nullptr;
+        }
+    };
+    std::vector<Job> jobs(n);
+    std::vector<pthread_t> threads(n);
+    std::vector<char> started(n, 0);
+    for (long long b = 0; b < n; ++b) {
+        jobs[b] = Job{&fn, &done, b};
+        pthread_attr_t attr;
+        pthread_attr_init(&attr);
+        pthread_attr_setstacksize(&attr, 8 << 20);
+        started[b] = pthread_create(&threads[b], &attr, &Job::run, &jobs[b]) == 0;
+        pthread_attr_destroy(&attr);
+        if (!started[b]) record_error("cooperative launch: cannot start a thread for block " +
+                                      std::to_string(b));
+    }
+    for (long long b = 0; b < n; ++b)
+        if (started[b]) pthread_join(threads[b], nullptr);
+}
+
+// A thread of race_run_cooperative ends: its TSan fibers and race state go with it.
+inline void race_worker_exit(Worker& w) {
+    if (!w.race) return;
+    RaceIgnoreScope race_ignore;
+    RaceState* s = static_cast<RaceState*>(w.race);
+    for (void* f : s->fibers) __tsan_destroy_fiber(f);
+    free(s->objects);
+    delete s;
+    w.race = nullptr;
+}
+
 // An OS thread takes up a launch (get_worker, before it reads the launch's config):
 // what the launching thread did before the launch happened before.
 inline void race_worker_enter() { __tsan_acquire(&g_race_launch_object); }
 
 // Around a launch, on the launching thread: its own accesses (the grid barrier's reset,
 // say) are the emulator's, not the kernel's, and go unchecked like the blocks' scheduler.
+// The frames below this one (the OpenMP region's shared variables among them) start with
+// no history: an OpenMP thread reads them before it can acquire the release below, and
+// must not meet whatever the launching thread once wrote at those stack addresses.
+constexpr unsigned long kRaceFreshStack = 64 * 1024;
+
 struct RaceLaunchScope {
     RaceLaunchScope() {
         __tsan_ignore_thread_begin();
+        char here;
+        uintptr_t below = (reinterpret_cast<uintptr_t>(&here) & ~uintptr_t(63)) - kRaceFreshStack;
+        AnnotateNewMemory(__FILE__, __LINE__, reinterpret_cast<void*>(below), kRaceFreshStack);
         __tsan_release(&g_race_launch_object);
     }
     ~RaceLaunchScope() {
         __tsan_acquire(&g_race_launch_object);
         __tsan_ignore_thread_end();
     }
-};
-
-// Emulator bookkeeping that kernel code reaches outside a barrier or warp operation
-// (the plain loop's conversion to fiber mode, from a tensor-core operation say).
-struct RaceIgnoreScope {
-    RaceIgnoreScope() { __tsan_ignore_thread_begin(); }
-    ~RaceIgnoreScope() { __tsan_ignore_thread_end(); }
 };
 
 // A block, on its OS thread (around the scheduler loop of run_block).
