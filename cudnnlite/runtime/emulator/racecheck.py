@@ -159,6 +159,35 @@ _ACCESS = re.compile(
     re.IGNORECASE,
 )
 _FRAME = re.compile(r"^\s+#\d+ .*? (\S+?):(\d+)(?::\d+)? \(")
+# A frame TSan could not symbolize: "#0 <null> <null> (module.so+0x1dae1)".
+_RAW_FRAME = re.compile(r"^\s+#\d+ <null> <null> \(([^()+\s]+\.so)\+(0x[0-9a-f]+)\)")
+
+
+@functools.lru_cache(maxsize=256)
+def _addr2line(module: str, offset: str) -> tuple[tuple[str, str], ...]:
+    """Source lines (innermost first) of an offset in an emulator module, by addr2line;
+    TSan's own symbolizer fails on some frames (OpenMP-outlined code, say)."""
+    from .launcher import cache_dir
+
+    path = cache_dir() / module
+    exe = shutil.which("addr2line")
+    if exe is None or not path.exists():
+        return ()
+    # The offset TSan prints is of the next instruction's call site: step back one byte.
+    addr = hex(max(0, int(offset, 16) - 1))
+    out = subprocess.run(
+        [exe, "-i", "-e", str(path), addr], capture_output=True, text=True, check=False,
+        env=child_env(),
+    )  # fmt: skip
+    lines = []
+    for text in out.stdout.splitlines():
+        file, _, line = text.rpartition(":")
+        line = line.split(" ")[0]
+        if file and file != "??" and line.isdigit() and line != "0":
+            lines.append((file, line))
+    return tuple(lines)
+
+
 _THREAD = re.compile(r"^\s+Thread (T\d+) '(.*)' \(")
 
 
@@ -225,7 +254,10 @@ def parse_reports(text: str) -> list[RaceReport]:
                 section = "thread"
                 continue
             f = _FRAME.match(line)
-            if f and section == "access" and accesses:
+            raw = _RAW_FRAME.match(line) if f is None else None
+            if raw and section == "access" and accesses:
+                accesses[-1][5].extend(_addr2line(raw.group(1), raw.group(2)))
+            elif f and section == "access" and accesses:
                 accesses[-1][5].append((f.group(1), f.group(2)))
             elif f and section == "location":
                 # Static __shared__ is the module's TLS (a block the dynamic loader
