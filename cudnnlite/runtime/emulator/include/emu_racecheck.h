@@ -28,7 +28,9 @@
 //    run, each thread acquires it first; each thread releases a block-end object when
 //    it exits, which the OS thread acquires before the next block. Blocks of one launch
 //    are ordered one after another: only races inside a block are reported (the
-//    launcher runs a race-checked launch's blocks on one OS thread).
+//    launcher runs a race-checked launch's blocks on one OS thread). A cooperative
+//    launch runs its blocks at once on POSIX threads it creates and joins (not OpenMP's
+//    pool, whose wake-ups TSan cannot see); grid_sync orders them through its mutex.
 //  - A block runs in fiber mode from the end of its first thread on: the plain loop
 //    reuses one stack for consecutive threads, whose locals TSan would see race.
 //  - Atomics are TSan atomics already (emu_types.h uses the __atomic builtins).
@@ -44,8 +46,6 @@
 #include <sanitizer/tsan_interface.h>
 extern "C" void __tsan_ignore_thread_begin();
 extern "C" void __tsan_ignore_thread_end();
-extern "C" void AnnotateNewMemory(const char* file, int line, const volatile void* mem,
-                                  unsigned long size);
 #endif
 
 #if defined(EMU_RACECHECK)
@@ -290,17 +290,9 @@ inline void race_worker_enter() { __tsan_acquire(&g_race_launch_object); }
 
 // Around a launch, on the launching thread: its own accesses (the grid barrier's reset,
 // say) are the emulator's, not the kernel's, and go unchecked like the blocks' scheduler.
-// The frames below this one (the OpenMP region's shared variables among them) start with
-// no history: an OpenMP thread reads them before it can acquire the release below, and
-// must not meet whatever the launching thread once wrote at those stack addresses.
-constexpr unsigned long kRaceFreshStack = 64 * 1024;
-
 struct RaceLaunchScope {
     RaceLaunchScope() {
         __tsan_ignore_thread_begin();
-        char here;
-        uintptr_t below = (reinterpret_cast<uintptr_t>(&here) & ~uintptr_t(63)) - kRaceFreshStack;
-        AnnotateNewMemory(__FILE__, __LINE__, reinterpret_cast<void*>(below), kRaceFreshStack);
         __tsan_release(&g_race_launch_object);
     }
     ~RaceLaunchScope() {
