@@ -468,14 +468,16 @@ def conv2d(
     epilogue: ``y = act(alpha * conv(x, w) + alpha2 * z + bias)``.
 
     Args:
-        x: (N, C, H, W) for layout "NCHW" or (N, H, W, C) for "NHWC"; float32, float16 or
+        x: (N, C, H, W) for layout "NCHW" or (N, H, W, C) for "NHWC", or unbatched
+            (C, H, W) / (H, W, C) as in PyTorch (z and out then unbatched too, and so is
+            the result); N may be 0 (an empty result, nothing launched); float32, float16 or
             bfloat16 (fp32 accumulation), or float64 (float64 accumulation; alpha, alpha2
             and the activation's coefficients reach the kernels unrounded; Winograd and
             the tensor-core solvers do not apply).
         w: (K, C/groups, R, S) for NCHW, (K, R, S, C/groups) for NHWC, same dtype (a
             different dtype is a BadParamError: no mixed precision).
         bias: (K,) or None, same dtype.
-        stride, dilation: an int or (h, w).
+        stride, dilation: an int or (h, w) (a 1-tuple broadcasts, as in PyTorch).
         padding: an int, (h, w), (top, bottom, left, right), "valid" or "same" (stride 1;
             with an even total the extra row/column goes after, as PyTorch).
         groups: channel groups; groups == C is a depthwise convolution.

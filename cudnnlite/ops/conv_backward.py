@@ -456,7 +456,8 @@ def conv_transpose2d(
     backward data of a convolution, plus bias.
 
     Args:
-        x: (N, C_in, H, W) for "NCHW" or (N, H, W, C_in) for "NHWC".
+        x: (N, C_in, H, W) for "NCHW" or (N, H, W, C_in) for "NHWC", or unbatched
+            (C_in, H, W) / (H, W, C_in) (an unbatched result); N may be 0.
         w: (C_in, C_out/groups, R, S) for NCHW, (C_in, R, S, C_out/groups) for NHWC.
         bias: (C_out,) or None.
         stride, padding, dilation: an int or (h, w); padding is PyTorch's symmetric one.

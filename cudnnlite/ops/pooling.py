@@ -7,6 +7,9 @@ PyTorch-style functions (``max_pool2d``, ``avg_pool3d``, ``adaptive_max_pool1d``
 ``(N, C, *spatial)`` and ``"NHWC"`` means ``(N, *spatial, C)``. Inputs of any strides are
 copied to C-contiguous arrays first where they are not already; ``out=`` may have any
 strides. Max indices are int64 flat positions in the input plane, as PyTorch's.
+Unbatched inputs ``(C, *spatial)`` work where the op's rank is known: the 1d/2d/3d
+names, and ``nd=`` on the N-d forms and every backward (the N-d forms without ``nd``
+read the rank from x: N, C and the rest spatial). A 1-tuple window argument broadcasts.
 float32, float16 and bfloat16 compute in float32; float64 compares, sums and divides in
 double (the divisor, a window count, is exact), forward and backward.
 
