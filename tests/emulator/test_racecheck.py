@@ -266,6 +266,92 @@ def test_race_free_kernels_pass_with_the_right_numbers(child_results: dict, case
     assert item["ok"], item
 
 
+# Every primitive family under the check, small shapes (about 30 instrumented modules,
+# 5-20 s of g++ each when cold): opt-in, CUDNNLITE_RACECHECK_SWEEP=1.
+SWEEP = textwrap.dedent(
+    """
+    import json
+    import numpy as np
+    import cudnnlite as cl
+    from cudnnlite.errors import ExecutionError
+
+    rng = np.random.default_rng(0)
+    f = lambda *s: rng.standard_normal(s).astype(np.float32)
+    x4, w4, h = f(2, 8, 8, 8), f(8, 8, 3, 3), np.float16
+    q = f(1, 2, 16, 32)
+    grid = rng.uniform(-1, 1, (2, 5, 5, 2)).astype(np.float32)
+    cases = {
+        "relu": lambda: cl.relu(f(1000)),
+        "softmax": lambda: cl.softmax(f(4, 300), axis=-1),
+        "softmax_backward": lambda: cl.softmax_backward(f(4, 300), f(4, 300), axis=-1),
+        "softmax fp16": lambda: cl.softmax(f(4, 300).astype(h), axis=-1),
+        "layer_norm bf16": lambda: cl.layer_norm(f(4, 300).astype(cl.bfloat16), (300,)),
+        "rms_norm": lambda: cl.rms_norm(f(4, 300), (300,)),
+        "batch_norm": lambda: cl.batch_norm(x4, np.zeros(8, np.float32),
+                                            np.ones(8, np.float32), training=True),
+        "batch_norm_backward": lambda: cl.batch_norm_backward(
+            f(2, 8, 8, 8), x4, np.zeros(8, np.float32), np.ones(8, np.float32)),
+        "group_norm": lambda: cl.group_norm(x4, 2),
+        "lrn": lambda: cl.lrn(x4, 3),
+        "max_pool2d": lambda: cl.max_pool2d(x4, 3, 2, 1),
+        "avg_pool_backward": lambda: cl.avg_pool_backward(f(2, 8, 4, 4), x4.shape, 2),
+        "adaptive_avg_pool2d": lambda: cl.adaptive_avg_pool2d(x4, 3),
+        "dropout": lambda: cl.dropout(f(1000), 0.5, seed=1),
+        "add_tensor": lambda: cl.add_tensor(f(4, 300), f(4, 300)),
+        "grid_sample": lambda: cl.grid_sample(x4, grid),
+        "grid_sample_backward": lambda: cl.grid_sample_backward(f(2, 8, 5, 5), x4, grid),
+        "sdpa": lambda: cl.scaled_dot_product_attention(q, q, q),
+        "sdpa fp16": lambda: cl.scaled_dot_product_attention(*(f(1, 2, 64, 64).astype(h),) * 3),
+        "ctc_loss": lambda: cl.ctc_loss(
+            np.log(cl.softmax(f(12, 2, 5), axis=-1)),
+            rng.integers(1, 5, (2, 4)).astype(np.int32),
+            np.array([12, 10], np.int32), np.array([4, 3], np.int32)),
+        "conv direct": lambda: cl.conv2d(x4, w4, padding=1, algo="direct"),
+        "conv implicit_gemm": lambda: cl.conv2d(x4, w4, padding=1, algo="implicit_gemm"),
+        "conv implicit_gemm fp16": lambda: cl.conv2d(x4.astype(h), w4.astype(h), padding=1,
+                                                     algo="implicit_gemm"),
+        "conv winograd": lambda: cl.conv2d(x4, w4, padding=1, algo="winograd"),
+        "conv gemm": lambda: cl.conv2d(x4, w4, padding=1, algo="gemm"),
+        "conv tensor_core fp16": lambda: cl.conv2d(x4.astype(h), w4.astype(h), padding=1,
+                                                   algo="tensor_core"),
+        "conv3d": lambda: cl.conv3d(f(1, 4, 5, 5, 5), f(4, 4, 3, 3, 3), padding=1),
+        "conv_transpose2d": lambda: cl.conv_transpose2d(x4, f(8, 4, 3, 3), padding=1),
+        "conv2d_backward_data": lambda: cl.conv2d_backward_data(f(2, 8, 8, 8), w4, x4.shape,
+                                                                padding=1),
+        "conv2d_backward_filter": lambda: cl.conv2d_backward_filter(x4, f(2, 8, 8, 8),
+                                                                    w4.shape, padding=1),
+        "conv2d_backward_bias": lambda: cl.conv2d_backward_bias(f(2, 8, 8, 8)),
+    }
+    for name, fn in cases.items():
+        try:
+            fn()
+            print(json.dumps({"case": name, "error": None}), flush=True)
+        except ExecutionError as e:
+            print(json.dumps({"case": name, "error": str(e)}), flush=True)
+    """
+)
+
+
+@pytest.mark.slow
+@pytest.mark.skipif(
+    os.environ.get("CUDNNLITE_RACECHECK_SWEEP") != "1",
+    reason="every family under the race check: set CUDNNLITE_RACECHECK_SWEEP=1",
+)
+def test_every_family_is_race_free() -> None:
+    _race_runtime()
+    proc = subprocess.run(
+        [sys.executable, "-m", "cudnnlite.runtime.emulator.racecheck", "-c", SWEEP],
+        capture_output=True,
+        text=True,
+        timeout=3600,
+        cwd=Path(__file__).resolve().parents[2],
+    )
+    results = [json.loads(x) for x in proc.stdout.splitlines() if x.startswith("{")]
+    assert proc.returncode == 0 and len(results) >= 31, proc.stdout[-3000:] + proc.stderr[-3000:]
+    failed = {r["case"]: r["error"] for r in results if r["error"]}
+    assert not failed, json.dumps(failed, indent=1)[:6000]
+
+
 # ------------------------------------------------------------------ in this process
 def test_refused_without_the_tsan_runtime(monkeypatch: pytest.MonkeyPatch) -> None:
     if racecheck.runtime_loaded():
