@@ -172,7 +172,7 @@ def bad_cases() -> list[tuple[str, dict, str]]:
         ("float32 with a float64 residual", dict(x=x, w=w, z=rand((1, 8, 4, 4), 1, np.float64)),
          r"z: expected dtype float32 like x, got float64"),
         ("same with stride", dict(x=x, w=w, padding="same", stride=2), r"'same' needs stride 1"),
-        ("unknown activation", dict(x=x, w=w, activation="mish"), r"activation"),
+        ("unknown activation", dict(x=x, w=w, activation="swiglu"), r"activation"),
         ("tf32 for fp16", dict(x=x.astype(np.float16), w=w.astype(np.float16), math="tf32"),
          r"tf32"),
         ("unknown algo", dict(x=x, w=w, algo="fastest"), r"unknown solver"),
