@@ -223,12 +223,19 @@ def test_coverage_tasks_cover_every_code_path_on_every_arch() -> None:
     tasks = nvrtc_check.coverage_tasks([flash, relu], ARCHS, "sm_90")
     assert [s for s, a in tasks if a == "sm_80"] == [flash]
     assert [s for s, a in tasks if a == "sm_75"] == [flash, relu]
+    # a code path in double alone meets sm_75 only where a source tells sm_75 from sm_80
+    relu64 = ModuleSpec.make("activation/activation.cu", ["act_fwd<double, 1>"])
+    tc64 = ModuleSpec.make("conv/tc_implicit_gemm.cu", ["k<double>"])
+    tasks = nvrtc_check.coverage_tasks([relu64, tc64], ARCHS, "sm_90")
+    assert [s for s, a in tasks if a == "sm_75"] == [tc64]
+    assert [s for s, a in tasks if a == "sm_90"] == [relu64, tc64]
 
 
 def test_every_registered_variant_compiles(nvrtc: cuda_toolkit.NvrtcLibrary) -> None:
     """THE CI check: every ModuleSpec the library can generate compiles for sm_90, and one
-    per code path (source, dtype, kernel templates) for sm_75, and for sm_80 where a source
-    tells it from sm_90 (coverage_tasks); `python -m cudnnlite.runtime.nvrtc_check`
+    per code path (source, dtype, kernel templates) for sm_75 (double-only paths where a
+    source tells sm_75 from sm_80), and for sm_80 where a source tells it from sm_90
+    (coverage_tasks); `python -m cudnnlite.runtime.nvrtc_check`
     compiles every one for all three."""
     import importlib
 
