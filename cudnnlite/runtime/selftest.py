@@ -64,6 +64,23 @@ GRID_SYNC_SELFTEST = ModuleSpec.make(
 )
 
 
+# Race-check self-tests (CUDNNLITE_EMU_RACECHECK, emulator/racecheck.py): planted races that
+# must be reported and race-free kernels that must not; compiled by the NVRTC check too.
+RACECHECK_SELFTEST = ModuleSpec.make(
+    "selftest/racecheck_selftest.cu",
+    [
+        "planted_missing_syncthreads",
+        "neighbour_with_syncthreads",
+        "planted_warp_synchronous",
+        "warp_sum_with_syncwarp",
+        "planted_global_race",
+        "planted_dynamic_shared",
+        "warp_shuffle_exchange",
+        "atomic_histogram",
+        "barrier_reuse",
+    ],
+)
+
 
 def acc_selftest_spec(ctype: str) -> ModuleSpec:
     """The accumulation-type self-test (common/cudnnlite.cuh's acc layer) for one storage
@@ -83,5 +100,6 @@ def selftest_specs() -> list[ModuleSpec]:
         WMMA_SELFTEST,
         MMA_SELFTEST,
         GRID_SYNC_SELFTEST,
+        RACECHECK_SELFTEST,
         *(acc_selftest_spec(t) for t in ACC_SELFTEST_TYPES),
     ]

@@ -25,19 +25,10 @@ from cudnnlite.errors import NotSupportedError
 from cudnnlite.runtime import ModuleSpec
 from cudnnlite.runtime.emulator import racecheck
 from cudnnlite.runtime.emulator.launcher import EmulatorBackend, compile_flags
+from cudnnlite.runtime.selftest import RACECHECK_SELFTEST
 
-SRC = "selftest/racecheck_selftest.cu"
-KERNELS = [
-    "planted_missing_syncthreads",
-    "neighbour_with_syncthreads",
-    "planted_warp_synchronous",
-    "warp_sum_with_syncwarp",
-    "planted_global_race",
-    "planted_dynamic_shared",
-    "warp_shuffle_exchange",
-    "atomic_histogram",
-    "barrier_reuse",
-]
+SRC = RACECHECK_SELFTEST.source
+KERNELS = list(RACECHECK_SELFTEST.names)
 
 # Runs in the child (TSan preloaded, CUDNNLITE_EMU_RACECHECK=1): each case prints one JSON
 # line {"case", "races": [...] or null, "error", "ok"}; ok compares with NumPy.
