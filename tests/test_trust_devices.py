@@ -209,6 +209,31 @@ def test_a_public_function_refuses_two_devices_before_any_work(fake_cupy: FakeCu
         cl.relu(x, out=out)
 
 
+def test_a_conv_plan_refuses_arrays_on_another_device(fake_cupy: FakeCupy) -> None:
+    """A plan's kernels are loaded on the device it was made on; a call runs on its
+    arrays' device, where they do not exist: a clear error, before any work."""
+    from cudnnlite.ops.conv import ConvPlan
+    from cudnnlite.problems.conv import ConvProblem
+
+    class Backend:
+        name, xp = "cuda", fake_cupy
+
+        def device_key(self) -> str:
+            return f"cuda:{fake_cupy.current_device}"
+
+    problem = ConvProblem(1, 2, (4, 4), 3, (1, 1), ((0, 0), (0, 0)), (1, 1), (1, 1))
+    made = types.SimpleNamespace(problem=problem, solver=types.SimpleNamespace(name="s"),
+                                 config=None, source="heuristic", workspace_bytes=0,
+                                 backend=Backend())  # fmt: skip
+    plan = ConvPlan(made)  # made on GPU 0
+    x = FakeDeviceArray(np.zeros((1, 2, 4, 4), np.float32), 1)
+    w = FakeDeviceArray(np.zeros((3, 2, 1, 1), np.float32), 1)
+    with pytest.raises(BadParamError, match="x: the arrays are on cuda:1, this plan was made "
+                                            "on cuda:0; make one plan per device"):  # fmt: skip
+        plan(x, w)
+    assert fake_cupy.entered == [1]  # the call entered the arrays' device, then refused
+
+
 # ------------------------------------------------------------------ the tuner
 
 

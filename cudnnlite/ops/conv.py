@@ -641,6 +641,17 @@ class ConvPlan:
         self._shapes = (p.x_shape(), p.w_shape(), (p.k,), p.y_shape())
         # Epilogues by their arguments as given (a plan meets few): checked once each.
         self._epilogues: dict[tuple, Epilogue] = {}
+        # The GPU the plan's kernels were loaded on (None on the emulator): a call runs on
+        # its arrays' device (with_stream), where those kernels do not exist.
+        self._device = plan.backend.device_key() if plan.backend.name == "cuda" else None
+
+    def _check_device(self) -> None:
+        here = self._plan.backend.device_key()
+        if here != self._device:
+            raise BadParamError(
+                f"x: the arrays are on {here}, this plan was made on {self._device}; "
+                "make one plan per device"
+            )
 
     def _quick(self, x: Any, w: Any, bias: Any, z: Any, epilogue_args: tuple) -> Any:
         """The launch of a call that needs no other check (see the class docstring), or
@@ -689,6 +700,8 @@ class ConvPlan:
         alpha: float = 1.0,
         alpha2: float | None = None,
     ) -> Any:
+        if self._device is not None:
+            self._check_device()
         if out is None:
             args = (activation, activation_coef, activation_threshold, alpha, alpha2)
             y = self._quick(x, w, bias, z, args)
