@@ -124,8 +124,11 @@ def _torch(gpu: bool) -> Any:
         return None
     if not gpu:
         # A reference time only; its thread pool would fight the emulator's OS threads for
-        # the cores (a T=5 GRU took 200 ms on a busy 2-core machine).
+        # the cores (a T=5 GRU took 200 ms on a busy 2-core machine). No cuDNN flags: they
+        # mean nothing on the CPU, and a process that imported torch's OpInfo tables (the
+        # test suite) has them frozen.
         torch.set_num_threads(1)
+        return torch
     # fp32 means fp32 on both sides: cuDNN's RNN GEMMs follow cudnn.allow_tf32.
     torch.backends.cudnn.allow_tf32 = False
     torch.backends.cuda.matmul.allow_tf32 = False

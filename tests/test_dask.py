@@ -271,6 +271,7 @@ def _tune_direct_only(key: str) -> tuple[int, list[str]]:
 @on_cluster
 def test_tuning_in_two_workers_lands_in_the_shared_db(client: Any, tuning_dir: Path) -> None:
     keys = [f"conv2d_fwd n1-c3-h{h}-w9 k2-r3-s3 p1x1-u1x1-d1x1 g1 NCHW fp32" for h in (5, 7)]
+    client.wait_for_workers(2, timeout=120)  # a worker killed by an earlier test restarts
     workers = sorted(client.scheduler_info()["workers"])
     futures = [
         client.submit(
