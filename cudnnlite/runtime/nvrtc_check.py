@@ -302,6 +302,13 @@ def _arch_number(arch: str) -> int:
     return int(re.sub(r"\D", "", arch)) * 10
 
 
+def _uses_16bit_headers(spec: ModuleSpec) -> bool:
+    """Whether a module's code path may use cuda_fp16.h / cuda_bf16.h types: it names one,
+    or names no type at all (a kernel's types are then not visible from its name)."""
+    types_ = code_path(spec)[1]
+    return not types_ or any(t in ("__half", "__nv_bfloat16") for t in types_)
+
+
 def coverage_tasks(
     specs: Iterable[ModuleSpec], archs: Sequence[str], full_arch: str
 ) -> list[tuple[ModuleSpec, str]]:
@@ -314,9 +321,9 @@ def coverage_tasks(
       lines of our sources (no ``arch_thresholds`` value between them; sm_80 and sm_90
       differ only where a source tests for 900). The oldest arch is always compiled:
       the toolkit headers' own arch differences (16-bit types on sm_75) live there;
-      except for code paths in double alone, which use none of those headers' types: they
-      meet the oldest arch only where a source tells it from the next one (mma.cuh's
-      sm_80 test: the DMMA kernels' trap path).
+      except for code paths in float and double alone, which use none of those headers'
+      types: they meet the oldest arch only where a source tells it from the next one
+      (mma.cuh's sm_80 test: the DMMA and TF32 kernels' trap paths).
 
     Every line of every source thus meets every arch's compiler in each data type, and
     every tuning variant one arch's; the command line compiles everything everywhere."""
@@ -345,7 +352,7 @@ def coverage_tasks(
 
         if i == 0:
             tasks.extend((spec, arch) for spec in sampled
-                         if code_path(spec)[1] != ("double",) or differs(spec))  # fmt: skip
+                         if _uses_16bit_headers(spec) or differs(spec))  # fmt: skip
             continue
         tasks.extend((spec, arch) for spec in sampled if differs(spec))
     return tasks
