@@ -22,7 +22,7 @@ REPO = Path(__file__).resolve().parent.parent
 DEMO_COMMAND = "python3 -m venv .venv && .venv/bin/pip install -e . && .venv/bin/cudnnlite demo"
 TEST_COMMAND = (
     'python3 -m venv .venv && .venv/bin/pip install -e ".[test]" '
-    "&& .venv/bin/python -m pytest -q -n 2"
+    "&& .venv/bin/python -m pytest -q -n 2 --dist worksteal"
 )
 
 
