@@ -213,6 +213,10 @@ def test_coverage_tasks_cover_every_code_path_on_every_arch() -> None:
              ModuleSpec.make("conv/y.cu", ["k"], {"T": "__nv_bfloat16"})]  # fmt: skip
     tasks = nvrtc_check.coverage_tasks(tile + other, ARCHS, "sm_90")
     assert [s for s, a in tasks if a == "sm_90"] == tile + other  # every variant once
+    # with ptx_variants, a code path's later tile variants compile to PTX only
+    ptx = nvrtc_check.coverage_tasks(tile + other, ARCHS, "sm_90", ptx_variants=True)
+    assert [s for s, a in ptx if a == "compute_90"] == [tile[1]]
+    assert [s for s, a in ptx if a == "sm_90"] == [tile[0], *other]
     # one per code path, float-only ones (other[0]) only where a source tests sm_75/80
     assert [s for s, a in tasks if a == "sm_75"] == [tile[0], other[1], other[2]]
     assert nvrtc_check.code_path(other[2])[1] == ("__nv_bfloat16",)
@@ -241,7 +245,8 @@ NVRTC_SHARDS = 10
 
 @pytest.mark.parametrize("shard", range(NVRTC_SHARDS))
 def test_every_registered_variant_compiles(nvrtc: cuda_toolkit.NvrtcLibrary, shard: int) -> None:
-    """THE CI check: every ModuleSpec the library can generate compiles for sm_90, and one
+    """THE CI check: every ModuleSpec the library can generate compiles for sm_90 (later
+    tile variants of a code path to PTX only: compute_90), and one
     per code path (source, dtype, kernel templates) for sm_75 (float/double-only paths where
     a source tells sm_75 from sm_80), and for sm_80 where a source tells it from sm_90
     (coverage_tasks), in NVRTC_SHARDS shards; `python -m cudnnlite.runtime.nvrtc_check`
@@ -254,7 +259,7 @@ def test_every_registered_variant_compiles(nvrtc: cuda_toolkit.NvrtcLibrary, sha
         importlib.import_module(name)
     specs = variants.all_module_specs()
     assert len(specs) >= 50, f"only {len(specs)} kernel modules registered"
-    tasks = nvrtc_check.coverage_tasks(specs, ARCHS, "sm_90")
+    tasks = nvrtc_check.coverage_tasks(specs, ARCHS, "sm_90", ptx_variants=True)
     # one compile at a time: the other test process keeps the other core busy
     results = nvrtc_check.check_all(tasks=tasks[shard::NVRTC_SHARDS], jobs=1)
     failures = [f"{r.spec.label()} {r.arch}:\n{r.error}" for r in results if not r.ok]

@@ -249,10 +249,22 @@ def compile_to_cubin(
 # ------------------------------------------------------------------ the check
 
 
+def _compile_ptx(spec: ModuleSpec, virtual: str) -> CompileResult:
+    """``spec`` through NVRTC's front end and code generation to PTX for ``compute_XX``:
+    the run-time options of ``sm_XX`` but the arch, no ptxas."""
+    real = "sm_" + virtual.split("_", 1)[1]
+    options = [f"-arch={virtual}" if o.startswith("-arch=") else o
+               for o in nvrtc_options(real, spec.define_options())]  # fmt: skip
+    path = source_path(spec.source)
+    return compile_program(path.read_text(), str(path), spec.names, virtual, options,
+                           spec.define_options())  # fmt: skip
+
+
 def _check_one(spec: ModuleSpec, arch: str) -> CheckResult:
     start = time.perf_counter()
     try:
-        res = compile_to_cubin(spec, arch)
+        virtual = _VIRTUAL_RE.fullmatch(arch) is not None
+        res = _compile_ptx(spec, arch) if virtual else compile_to_cubin(spec, arch)
     except (CompileError, NotSupportedError, BadParamError, OSError) as exc:
         # OSError: a spec naming a missing source (FileNotFoundError) is a failure to report.
         return CheckResult(spec, arch, False, time.perf_counter() - start, error=str(exc))
@@ -310,7 +322,7 @@ def _uses_16bit_headers(spec: ModuleSpec) -> bool:
 
 
 def coverage_tasks(
-    specs: Iterable[ModuleSpec], archs: Sequence[str], full_arch: str
+    specs: Iterable[ModuleSpec], archs: Sequence[str], full_arch: str, ptx_variants: bool = False
 ) -> list[tuple[ModuleSpec, str]]:
     """The CI check's (spec, arch) pairs, about half of every spec for every arch (most
     modules are tile-size variants of one kernel):
@@ -326,7 +338,12 @@ def coverage_tasks(
       (mma.cuh's sm_80 test: the DMMA and TF32 kernels' trap paths).
 
     Every line of every source thus meets every arch's compiler in each data type, and
-    every tuning variant one arch's; the command line compiles everything everywhere."""
+    every tuning variant one arch's; the command line compiles everything everywhere.
+
+    ``ptx_variants``: the tuning variants beyond each code path's first go to PTX for
+    ``full_arch`` (``compute_90``: NVRTC's front end and code generation, their template
+    arithmetic and static_asserts, without ptxas, which the first variant of the same
+    code path meets)."""
     specs = list(specs)
     seen: set[tuple] = set()
     sampled = []
@@ -339,7 +356,10 @@ def coverage_tasks(
     tasks = []
     for arch in archs:
         if arch == full_arch:
-            tasks.extend((spec, arch) for spec in specs)
+            first = {id(spec) for spec in sampled}
+            virtual = "compute_" + arch.split("_", 1)[1]
+            tasks.extend((spec, arch if id(spec) in first or not ptx_variants else virtual)
+                         for spec in specs)  # fmt: skip
             continue
         i = ordered.index(arch)
         if i == len(ordered) - 1:
