@@ -235,4 +235,28 @@ __device__ __forceinline__ void store_output_inline(T* y, const T* z,
     detail::epilogue(y, z, bias, e, off, k, acc);
 }
 
+// Advances a mixed-radix counter (hi, mid, lo) with radices (-, MID, LO) by a step
+// decomposed once as (dhi, dmid, dlo), dmid < MID and dlo < LO: no division.
+struct Radix3 {
+    int lo, mid, hi;
+    int dlo, dmid, dhi;
+    int nlo, nmid;  // radices
+
+    // Decomposes `value` and `step` (divisions: once, outside the main loop).
+    __device__ __forceinline__ void init(int value, int step, int nlo_, int nmid_) {
+        nlo = nlo_ > 0 ? nlo_ : 1, nmid = nmid_ > 0 ? nmid_ : 1;
+        lo = value % nlo, mid = value / nlo % nmid, hi = value / nlo / nmid;
+        dlo = step % nlo, dmid = step / nlo % nmid, dhi = step / nlo / nmid;
+    }
+    __device__ __forceinline__ void advance() {
+        lo += dlo;
+        const int c0 = lo >= nlo;
+        lo -= c0 ? nlo : 0;
+        mid += dmid + c0;
+        const int c1 = mid >= nmid;
+        mid -= c1 ? nmid : 0;
+        hi += dhi + c1;
+    }
+};
+
 }  // namespace conv

@@ -68,26 +68,7 @@ struct Tile {
 
 // The reduction index kk of one thread as three digits (lo fastest) advanced by a fixed
 // step: NHWC (c | s | r) with radices (C, S), NCHW (s | r | c) with radices (S, R).
-struct Digits {
-    int lo, mid, hi;
-    int dlo, dmid, dhi;
-    int nlo, nmid;
-
-    __device__ __forceinline__ void init(int value, int step, int nlo_, int nmid_) {
-        nlo = nlo_, nmid = nmid_;
-        lo = value % nlo, mid = value / nlo % nmid, hi = value / nlo / nmid;
-        dlo = step % nlo, dmid = step / nlo % nmid, dhi = step / nlo / nmid;
-    }
-    __device__ __forceinline__ void advance() {
-        lo += dlo;
-        const int c0 = lo >= nlo;
-        lo -= c0 ? nlo : 0;
-        mid += dmid + c0;
-        const int c1 = mid >= nmid;
-        mid -= c1 ? nmid : 0;
-        hi += dhi + c1;
-    }
-};
+using Digits = conv::Radix3;  // conv_common.cuh
 
 // The tap of reduction index kk (its digits): {x offset from the pixel (h0, w0) of
 // channel 0, dh, dw}; dh = kFarAway past the reduction's end.
