@@ -24,6 +24,8 @@ from collections.abc import Callable, Sequence
 from dataclasses import dataclass, field
 from pathlib import Path
 
+from .sources import cache_root
+
 ENV_DISABLE = "CUDNNLITE_CUBIN_CACHE"
 CACHE_FORMAT = 1
 # A compile of the largest module takes tens of seconds; a lock held longer is a stuck
@@ -44,13 +46,7 @@ class CompiledModule:
 def cache_dir() -> Path:
     """``$CUDNNLITE_CACHE_DIR/cubin``, else ``$XDG_CACHE_HOME/cudnnlite/cubin``
     (``~/.cache/cudnnlite/cubin``); the emulator's libraries sit beside it in ``emu``."""
-    root = os.environ.get("CUDNNLITE_CACHE_DIR")
-    base = (
-        Path(root)
-        if root
-        else Path(os.environ.get("XDG_CACHE_HOME", Path.home() / ".cache")) / "cudnnlite"
-    )
-    return base / "cubin"
+    return cache_root() / "cubin"
 
 
 def enabled() -> bool:

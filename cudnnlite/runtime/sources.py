@@ -5,6 +5,7 @@ from __future__ import annotations
 
 import functools
 import hashlib
+import os
 from pathlib import Path
 
 _PACKAGE_DIR = Path(__file__).resolve().parent.parent
@@ -56,3 +57,13 @@ def common_headers_digest() -> str:
         h.update(str(path.relative_to(root)).encode())
         h.update(path.read_bytes())
     return h.hexdigest()[:16]
+
+
+def cache_root() -> Path:
+    """Where compiled kernels are cached: ``$CUDNNLITE_CACHE_DIR``, else
+    ``$XDG_CACHE_HOME/cudnnlite`` (``~/.cache/cudnnlite``); the emulator's libraries go
+    in ``emu``, the CUDA backend's CUBINs in ``cubin``."""
+    root = os.environ.get("CUDNNLITE_CACHE_DIR")
+    if root:
+        return Path(root)
+    return Path(os.environ.get("XDG_CACHE_HOME", Path.home() / ".cache")) / "cudnnlite"

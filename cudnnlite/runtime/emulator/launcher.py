@@ -49,7 +49,7 @@ from ...errors import BadParamError, CompileError, ExecutionError, NotSupportedE
 from ..backend import Backend, Dim, Kernel, Module, check_cooperative_grid, launch_dims
 from ..graph import current_recorder
 from ..kernel import ModuleSpec
-from ..sources import common_headers_digest, cuda_src_dir, source_path
+from ..sources import cache_root, common_headers_digest, cuda_src_dir, source_path
 from ..transfer import DeviceToHost
 from . import racecheck as racecheck_mod
 
@@ -92,13 +92,7 @@ def _env_flag(name: str) -> bool:
 
 
 def cache_dir() -> Path:
-    root = os.environ.get("CUDNNLITE_CACHE_DIR")
-    base = (
-        Path(root)
-        if root
-        else Path(os.environ.get("XDG_CACHE_HOME", Path.home() / ".cache")) / "cudnnlite"
-    )
-    return base / "emu"
+    return cache_root() / "emu"
 
 
 def compiler() -> str:
