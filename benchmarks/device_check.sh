@@ -13,9 +13,11 @@
 #    DB to ship in tuning_db/;
 # 5. the benchmarks but rnn (timeout 80 s), JSON in $OUT (benchmarks/results/ without OUT);
 # 6. recurrent networks: benchmarks/rnn.py against cuDNN (timeout 50 s; the script skips
-#    the rows left after 35 s, so the step keeps what it measured), JSON in $OUT/rnn.
-# Worst case 8 minutes (the timeouts: 45 s environment, 90 + 150 + 45 + 80 + 50, and
-# 2 x 10 s of summaries). It always writes $OUT/device_check_summary.txt.
+#    the rows left after 35 s, so the step keeps what it measured), JSON in $OUT/rnn;
+# 7. step 5's figures as pictures (benchmarks/report.py, timeout 30 s): PNGs and a
+#    Markdown page in $OUT/report (last: the pictures matter least).
+# Worst case 8.5 minutes (the timeouts: 45 s environment, 90 + 150 + 45 + 80 + 50 + 30,
+# and 2 x 10 s of summaries). It always writes $OUT/device_check_summary.txt.
 # CUDNNLITE_TEST_BACKENDS=cpu runs the same steps on the emulator (to check the script
 # on a machine without a GPU).
 
@@ -206,6 +208,19 @@ latest="$(ls -t "$OUT_DIR"/rnn/benchmarks-*.json 2>/dev/null | head -n 1)"
 if [[ -n "$latest" ]]; then
     note "rnn results: $latest"
     timeout 10 "$PY" benchmarks/run_all.py --summarize "$latest" 2>&1 | tee -a "$SUMMARY"
+fi
+
+# ------------------------------------------------------------------ 7. report
+# Step 5's JSON drawn: per-layer conv TFLOP/s against cuDNN, GB/s against copy, per-call
+# overhead; a missing matplotlib leaves a page that says so. Never counts against the exit.
+STEP="report"
+latest="$(ls -t "$OUT_DIR"/benchmarks-*.json 2>/dev/null | head -n 1)"
+if [[ -n "$latest" ]]; then
+    echo "== benchmark report =="
+    t0=$SECONDS
+    timeout 30 "$PY" benchmarks/report.py "$latest" --out "$OUT_DIR/report" 2>&1 \
+        | tee "$OUT_DIR/report.log"
+    note "report: exit ${PIPESTATUS[0]} after $((SECONDS - t0)) s, in $OUT_DIR/report/"
 fi
 
 STEP="done"

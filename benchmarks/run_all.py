@@ -1,12 +1,19 @@
 """Runs every benchmark, prints its tables, and writes one JSON with every figure.
 
     python benchmarks/run_all.py [--small] [--out DIR] [--only emulator|activation]
+                                 [--report DIR]
+    python benchmarks/run_all.py --summarize JSON [--report DIR]
 
 --small runs everything on the emulator with small sizes (CI runs this, so the
 benchmarks keep working). --out DIR writes DIR/benchmarks-<date>.json: the machine
 (GPU, CUDA versions, CPU, compiler, library versions), then each benchmark's figures;
 it is rewritten after each benchmark, so a run cut short keeps what it measured.
-Exit status 0 unless a benchmark crashed: benchmarks measure, they never assert.
+--summarize JSON prints the headline figures of an earlier run instead of running.
+--report DIR draws the figures of this run (or of the --summarize JSON) as PNGs with a
+Markdown page, DIR/README.md (benchmarks/report.py; needs matplotlib, else the page
+says so).
+Exit status 0 unless a benchmark crashed or the report failed: benchmarks measure,
+they never assert.
 """
 
 from __future__ import annotations
@@ -227,10 +234,17 @@ def main(argv: list[str] | None = None) -> int:
         metavar="JSON",
         help="print the headline figures of an earlier run and exit",
     )
+    p.add_argument(
+        "--report",
+        type=Path,
+        metavar="DIR",
+        help="draw the figures of this run (or of --summarize JSON) in DIR, with DIR/README.md",
+    )
     args = p.parse_args(argv)
     if args.summarize:
-        print("\n".join(headlines(json.loads(args.summarize.read_text()))))
-        return 0
+        doc = json.loads(args.summarize.read_text())
+        print("\n".join(headlines(doc)))
+        return _report(doc, args.report) if args.report else 0
 
     now = dt.datetime.now(dt.timezone.utc)
     path = args.out / f"benchmarks-{now:%Y-%m-%dT%H%M%SZ}.json" if args.out else None
@@ -265,7 +279,22 @@ def main(argv: list[str] | None = None) -> int:
     print("\n".join(headlines(doc)))
     if path is not None:
         print(f"\nwrote {path}")
+    if args.report and _report(doc, args.report):
+        failed = True
     return 1 if failed else 0
+
+
+def _report(doc: dict[str, Any], out_dir: Path) -> int:
+    """Draws ``doc`` into ``out_dir`` (benchmarks/report.py); 1 when that failed."""
+    try:
+        import report
+
+        written = report.render(doc, out_dir)
+    except Exception:
+        print(f"\nthe report failed:\n{traceback.format_exc()}", file=sys.stderr)
+        return 1
+    print(f"report: {', '.join(str(p) for p in written)}")
+    return 0
 
 
 if __name__ == "__main__":
