@@ -35,7 +35,8 @@ import _bench
 # (attention and rnn last: their first calls compile kernels the precompile step does not
 # cover; the device check runs rnn as a step of its own).
 # sass_mix needs no GPU (NVRTC and nvdisasm): static figures, kept whatever the device does.
-BENCHMARKS = ("emulator", "dispatch", "overhead", "sass_mix", "activation", "memory_bound", "conv",
+BENCHMARKS = ("emulator", "dispatch", "overhead", "sass_mix", "compile_time", "activation",
+              "memory_bound", "conv",
               "attention", "rnn", "ctc", "grid_sample", "dask_scaling")  # fmt: skip
 
 
@@ -153,6 +154,10 @@ def headlines(doc: dict[str, Any]) -> list[str]:
         import grid_sample
 
         lines += grid_sample.headlines(res["grid_sample"])
+    if res.get("compile_time"):
+        import compile_time
+
+        lines += compile_time.headlines(res["compile_time"])
     if res.get("dask_scaling"):
         import dask_scaling
 

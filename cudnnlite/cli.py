@@ -336,6 +336,9 @@ def _add_precompile(sub: Any) -> None:
     p.add_argument("--dtype", action="append", choices=("fp32", "fp16", "bf16", "fp64"),
                    help="repeatable (default: fp32)")  # fmt: skip
     p.add_argument("--backend", choices=("auto", "cpu", "cuda"), default="auto")
+    p.add_argument("--arch", metavar="sm_XX",
+                   help="compile CUBINs for this GPU arch without one (sm_80, sm_90, ...) into "
+                   "the CUBIN cache a run on that GPU reads")  # fmt: skip
     p.add_argument("--jobs", "-j", type=int, default=8, help="parallel compilations")
     p.add_argument("--no-progress", action="store_true", help="no progress bar")
 
@@ -346,7 +349,8 @@ def _run_precompile(args: argparse.Namespace) -> int:
 
     try:
         report = precompile(args.targets, dtypes_=args.dtype or ["fp32"], backend=args.backend,
-                            jobs=args.jobs, progress=not args.no_progress)  # fmt: skip
+                            arch=args.arch, jobs=args.jobs,
+                            progress=not args.no_progress)  # fmt: skip
     except BadParamError as exc:
         print(f"cudnnlite precompile: {exc}", file=sys.stderr)
         return 2

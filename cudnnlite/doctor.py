@@ -9,7 +9,8 @@ that is wrong, what to do next:
 - NVRTC (found where, which version, does it match the driver) and the fp16/bf16, CCCL
   and crt/mma.h headers the kernels include;
 - whether every kernel compiles for the GPU's arch (or ``arch=``), with NVRTC;
-- the kernel caches (emulator modules, CUBINs) and tuning directories (writable?), the tuning DB for the arch;
+- the kernel caches (emulator modules, CUBINs) and tuning directories (writable?), the
+  tuning DB for the arch;
 - which backend a NumPy or a CuPy array would use.
 
 ``doctor()`` returns a :class:`DoctorReport` (a list of :class:`Check`), never raises,

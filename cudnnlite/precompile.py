@@ -15,6 +15,11 @@ Targets:
   DB and heuristics decide, as a later call would).
 
 No target means every family.
+
+On a GPU a kernel is its own compile unit (``Backend.per_kernel_modules``), so a family
+is compiled kernel by kernel, as first calls would. ``arch="sm_90"`` compiles for a GPU
+that is not here (a container image, a login node): the CUDA backend's NVRTC, options and
+CUBIN cache, no device needed (``runtime.cuda.AheadOfTimeBackend``).
 """
 
 from __future__ import annotations
@@ -58,7 +63,7 @@ def _family_specs(family: str, wanted: Sequence[str]) -> list[ModuleSpec]:
     ctypes_ = {d.ctype for d in dtypes.FLOAT_TYPES if d.short in wanted}
     out = []
     for spec in variants._PROVIDERS[family]():
-        kinds = set(code_path(spec)[1]) - {"double"}
+        kinds = set(code_path(spec)[1])
         if not kinds or kinds & ctypes_:  # dtype-free modules (selftests) always
             out.append(spec)
     return out
@@ -81,27 +86,27 @@ def precompile(
     *,
     dtypes_: Sequence[str] = ("fp32",),
     backend: str = "auto",
+    arch: str | None = None,
     jobs: int = 8,
     progress: bool = True,
 ) -> Report:
     """Compiles what ``targets`` need on ``backend`` ("cpu", "cuda" or "auto": the GPU when
-    CuPy sees one); see the module docstring. Failures are reported, not raised."""
+    CuPy sees one), or with ``arch`` for that GPU arch without one; see the module
+    docstring. Failures are reported, not raised."""
     from .problems.suites import SUITES
-    from .runtime.select import backend_by_name
 
     _check(targets, dtypes_)
-    if backend == "auto":
-        from .runtime.cuda import CudaBackend
-
-        backend = "cuda" if CudaBackend.available() else "cpu"
-    be = backend_by_name(backend)
+    be = _backend(backend, arch)
     chosen = list(targets) or families()
     work: list[tuple[str, Any]] = []
     for target in chosen:
         if target in SUITES:
             work += [(f"{target}: {p.key()}", p) for p in _suite_problems(target, dtypes_)]
         else:
-            work += [(spec.label(), spec) for spec in _family_specs(target, dtypes_)]
+            for spec in _family_specs(target, dtypes_):
+                units = be.compile_units(spec)
+                work += [(spec.label() if len(units) == 1 else f"{u.label()}: {u.names[0]}", u)
+                         for u in units]  # fmt: skip
     work = list(dict(work).items())  # one job per module or problem
     report = Report()
 
@@ -129,6 +134,24 @@ def precompile(
             else:
                 report.failed[label] = error
     return report
+
+
+def _backend(backend: str, arch: str | None) -> Any:
+    from .runtime.select import backend_by_name
+
+    if backend not in ("auto", "cpu", "cuda"):
+        raise BadParamError(f"backend: expected 'auto', 'cpu' or 'cuda', got {backend!r}")
+    if arch is not None:
+        if backend == "cpu":
+            raise BadParamError("arch: the emulator has no GPU arch; drop arch or backend='cpu'")
+        from .runtime.cuda import AheadOfTimeBackend
+
+        return AheadOfTimeBackend(arch)
+    if backend == "auto":
+        from .runtime.cuda import CudaBackend
+
+        backend = "cuda" if CudaBackend.available() else "cpu"
+    return backend_by_name(backend)
 
 
 def _suite_problems(suite: str, wanted: Sequence[str]) -> list[Any]:

@@ -35,3 +35,20 @@ def backend(request: pytest.FixtureRequest) -> str:
 def emulator_only(backend: str) -> None:
     if backend != "cpu":
         pytest.skip("checks an emulator-only behaviour")
+
+
+@pytest.fixture(scope="module")
+def nvrtc():
+    """The NVRTC library (no GPU needed); the test skips without one, unless
+    ``CUDNNLITE_REQUIRE_NVRTC=1`` (CI), where a failed discovery fails it."""
+    from cudnnlite.errors import NotSupportedError
+    from cudnnlite.runtime import cuda_toolkit
+
+    try:
+        lib = cuda_toolkit.find_nvrtc()
+        cuda_toolkit.find_cuda_include_dirs()
+    except NotSupportedError as exc:
+        if os.environ.get("CUDNNLITE_REQUIRE_NVRTC") == "1":
+            pytest.fail(f"CUDNNLITE_REQUIRE_NVRTC=1 but discovery failed: {exc}")
+        pytest.skip(f"NVRTC not available: {exc}")
+    return lib

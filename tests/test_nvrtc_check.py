@@ -7,7 +7,6 @@ where they fail with the discovery error.
 
 from __future__ import annotations
 
-import os
 from pathlib import Path
 
 import pytest
@@ -30,18 +29,6 @@ PROBE_SPEC = ModuleSpec.make(
     ],
     {"PROBE_SCALE": 3},
 )
-
-
-@pytest.fixture(scope="module")
-def nvrtc() -> cuda_toolkit.NvrtcLibrary:
-    try:
-        lib = cuda_toolkit.find_nvrtc()
-        cuda_toolkit.find_cuda_include_dirs()
-    except NotSupportedError as exc:
-        if os.environ.get("CUDNNLITE_REQUIRE_NVRTC") == "1":
-            pytest.fail(f"CUDNNLITE_REQUIRE_NVRTC=1 but discovery failed: {exc}")
-        pytest.skip(f"NVRTC not available: {exc}")
-    return lib
 
 
 # ------------------------------------------------------------------ discovery

@@ -6,13 +6,11 @@ Compiles only tiny sources and the emulator self-test module, for sm_90, to stay
 from __future__ import annotations
 
 import json
-import os
 from pathlib import Path
 
 import pytest
 
-from cudnnlite.errors import NotSupportedError
-from cudnnlite.runtime import cubin, cuda_toolkit, nvrtc_check, resources
+from cudnnlite.runtime import cubin, nvrtc_check, resources
 from cudnnlite.runtime.kernel import ModuleSpec
 
 SELFTEST = ModuleSpec.make("selftest/emulator_selftest.cu", ["tiled_matmul", "block_reduce_sum"])
@@ -56,17 +54,6 @@ def test_parse_ptxas_log() -> None:
     assert (g.shared, g.barriers) == (8448, 1)
     p = got["plain"]
     assert (p.registers, p.shared, p.barriers, p.spill_stores) == (8, 0, 0, 0)
-
-
-@pytest.fixture(scope="module")
-def nvrtc() -> None:
-    try:
-        cuda_toolkit.find_nvrtc()
-        cuda_toolkit.find_cuda_include_dirs()
-    except NotSupportedError as exc:
-        if os.environ.get("CUDNNLITE_REQUIRE_NVRTC") == "1":
-            pytest.fail(f"CUDNNLITE_REQUIRE_NVRTC=1 but discovery failed: {exc}")
-        pytest.skip(f"NVRTC not available: {exc}")
 
 
 def _tiny(report: tuple[str, ...] = ()) -> nvrtc_check.CompileResult:

@@ -303,15 +303,15 @@ class FakeGpuBackend:
         if self.xp.sticky is not None:
             raise self.xp.sticky
 
-    def module(self, spec: ModuleSpec) -> Any:
-        assert spec.source == "tuner/spin_wait.cu"
+    def kernel(self, spec: ModuleSpec, name: str) -> Any:
+        assert (spec.source, name) == ("tuner/spin_wait.cu", "spin_wait")
         cupy = self.xp
 
         def spin(grid: Any, block: Any, args: tuple) -> None:
             cupy.spin_us = int(args[0]) / 2000  # cycles at <= 2 GHz
             cupy.log.append("spin")
 
-        return types.SimpleNamespace(get_function=lambda name: spin)
+        return spin
 
 
 class Cfg:

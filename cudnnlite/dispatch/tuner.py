@@ -80,7 +80,7 @@ class _Timer:
             cp = backend.xp
             self._flush = cp.empty(256 << 20, dtype=cp.uint8)
             self._start, self._end = cp.cuda.Event(), cp.cuda.Event()
-            self._spin = backend.module(spin_spec()).get_function("spin_wait")
+            self._spin = backend.kernel(spin_spec(), "spin_wait")
 
     def once_us(self, fn: Callable[[], None]) -> float:
         if not self.gpu:

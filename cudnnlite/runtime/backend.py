@@ -104,6 +104,12 @@ class Backend(abc.ABC):
     """``name`` is ``"cuda"`` or ``"cpu"``; ``xp`` is the array module (cupy / numpy)."""
 
     name: str
+    # Whether a kernel is compiled in a module of its own (``ModuleSpec.part``) rather than
+    # with its whole family module: NVRTC's cost grows with the kernels a program
+    # instantiates, so a first call on a GPU compiles only what it launches (tenths of a
+    # second, not seconds). The emulator keeps family modules: each g++ run has a fixed
+    # cost of seconds, so fewer, larger libraries are cheaper there.
+    per_kernel_modules: bool = False
 
     def __init__(self) -> None:
         self._modules: dict[tuple[str, ModuleSpec], Module] = {}
@@ -136,8 +142,17 @@ class Backend(abc.ABC):
                     self._modules[key] = mod
         return mod
 
+    def compile_unit(self, spec: ModuleSpec, name: str) -> ModuleSpec:
+        """The module this backend builds for kernel ``name`` of ``spec``."""
+        return spec.part(name) if self.per_kernel_modules else spec
+
+    def compile_units(self, spec: ModuleSpec) -> list[ModuleSpec]:
+        """The modules this backend builds for all of ``spec``'s kernels (``precompile``)."""
+        return spec.parts() if self.per_kernel_modules else [spec]
+
     def kernel(self, spec: ModuleSpec, name: str) -> Kernel:
-        return self.module(spec).get_function(name)
+        """Kernel ``name`` of ``spec``, built (with its compile unit) once per device."""
+        return self.module(self.compile_unit(spec, name)).get_function(name)
 
     @abc.abstractmethod
     def synchronize(self) -> None: ...

@@ -182,6 +182,7 @@ class NvrtcCompiler:
     (``nvrtc_check.compile_program``) or CuPy's binding (``cupy.cuda.nvrtc``)."""
 
     def __init__(self, cupy: Any) -> None:
+        """``cupy`` None (ahead-of-time builds without CuPy): our NVRTC, whatever its major."""
         from . import cuda_toolkit
 
         self._cupy_nvrtc: Any = None
@@ -199,7 +200,7 @@ class NvrtcCompiler:
             self.version: tuple[int, ...] = ours.version
             self.origin = f"NVRTC {ours.version_string()} ({ours.origin})"
             return
-        nvrtc = getattr(cupy.cuda, "nvrtc", None)
+        nvrtc = getattr(cupy.cuda, "nvrtc", None) if cupy is not None else None
         if nvrtc is None:
             raise NotSupportedError(f"cudnnlite: no usable NVRTC: {why}")
         self._cupy_nvrtc = nvrtc
@@ -275,7 +276,8 @@ def _compile_with_cupy_nvrtc(
 def build_cubin(spec: ModuleSpec, arch: str, cupy: Any) -> cubin_cache.CompiledModule:
     """The CUBIN and lowered names of ``spec`` for a device of ``arch``: from the disk
     cache, else compiled with ``compile_options.runtime_options`` (no GPU needed). A
-    device newer than the NVRTC gets PTX for the newest arch NVRTC knows instead."""
+    device newer than the NVRTC gets PTX for the newest arch NVRTC knows instead.
+    ``cupy`` picks the NVRTC as a run on a GPU would (None: ours)."""
     path = source_path(spec.source)
     text = path.read_text()
     compiler = NvrtcCompiler(cupy)
@@ -333,6 +335,7 @@ class CudaBackend(Backend):
     """Runs kernels on the current CuPy device and stream."""
 
     name = "cuda"
+    per_kernel_modules = True
 
     def __init__(self) -> None:
         super().__init__()
@@ -370,3 +373,74 @@ class CudaBackend(Backend):
             return cupy.cuda.runtime.getDeviceCount() > 0
         except Exception:
             return False
+
+
+# ------------------------------------------------------------------ ahead of time
+
+
+class _AheadOfTimeKernel(Kernel):
+    def __init__(self, spec: ModuleSpec, name: str, arch: str) -> None:
+        self.spec, self.name, self.arch = spec, name, arch
+
+    def __call__(self, grid: Dim, block: Dim, args: Sequence[Any], shared_mem: int = 0,
+                 cooperative: bool = False) -> None:  # fmt: skip
+        raise NotSupportedError(
+            f"kernel {self.name} was compiled ahead of time for {self.arch}; there is no "
+            "GPU here to run it on"
+        )
+
+    def max_cooperative_blocks(self, block_threads: int, shared_mem: int = 0) -> int:
+        raise NotSupportedError(f"{self.arch} ahead of time: no device to ask for occupancy")
+
+
+class _AheadOfTimeModule(Module):
+    def __init__(self, spec: ModuleSpec, built: cubin_cache.CompiledModule, arch: str) -> None:
+        self.spec, self.built, self.arch = spec, built, arch
+
+    def get_function(self, name: str) -> Kernel:
+        if name not in self.built.lowered_names:
+            raise BadParamError(f"kernel {name!r} is not among the names compiled for "
+                                f"{self.spec.label()}")  # fmt: skip
+        return _AheadOfTimeKernel(self.spec, name, self.arch)
+
+
+class AheadOfTimeBackend(Backend):
+    """The CUDA backend's compile half for a GPU that is not here (``cudnnlite precompile
+    --arch sm_90``): the same compile units, options, NVRTC choice and CUBIN cache as a
+    run on that GPU, so the run finds every module compiled. Plans can be made on it (the
+    dispatcher sees ``arch`` and that arch's typical SM count); kernels cannot run."""
+
+    name = "cuda"
+    per_kernel_modules = True
+
+    def __init__(self, arch: str) -> None:
+        from .caps import for_sm
+
+        super().__init__()
+        if not arch.startswith("sm_") or not arch[3:].isdigit():
+            raise BadParamError(f"arch: expected sm_XX (sm_80, sm_90, ...), got {arch!r}")
+        self._arch = arch
+        self._sm_count = for_sm(int(arch[3:])).sm_count
+        try:
+            self._cupy: Any = importlib.import_module("cupy")
+        except ImportError:
+            self._cupy = None  # no CuPy: our NVRTC, as a CuPy of its CUDA major would pick
+
+    @property
+    def xp(self) -> Any:
+        return np
+
+    def device_key(self) -> str:
+        return f"aot:{self._arch}"
+
+    def arch(self) -> str:
+        return self._arch
+
+    def multiprocessor_count(self) -> int:
+        return self._sm_count
+
+    def _build(self, spec: ModuleSpec) -> Module:
+        return _AheadOfTimeModule(spec, build_cubin(spec, self._arch, self._cupy), self._arch)
+
+    def synchronize(self) -> None:
+        pass

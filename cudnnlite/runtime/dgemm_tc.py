@@ -103,7 +103,7 @@ def dgemm_tc(
     s["a_off"], s["b_off"], s["c_off"] = a.offset, b.offset, c.offset
     s["alpha"], s["beta"] = float(alpha), float(beta)  # exact: Python floats are doubles
     s["m"], s["n"], s["k"] = m, n, k
-    kernel = backend.module(DGEMM_TC).get_function("dgemm_tc")
+    kernel = backend.kernel(DGEMM_TC, "dgemm_tc")
     grid_xy = (-(-n // TILE), -(-m // TILE))
     for z0 in range(0, batch, _MAX_GRID_Z):
         s["z0"] = z0

@@ -36,6 +36,18 @@ class ModuleSpec:
         items = tuple(sorted((str(k), _define_value(v)) for k, v in (defines or {}).items()))
         return cls(source, names, items)
 
+    def part(self, name: str) -> ModuleSpec:
+        """The module of ``name`` alone: same source and defines. NVRTC instantiates only
+        the templates a program names, so this compiles one kernel of a family module
+        (a file's non-template kernels, few and small, come along)."""
+        if name not in self.names:
+            raise ValueError(f"{name!r} is not a kernel of {self.label()}")
+        return self if len(self.names) == 1 else ModuleSpec(self.source, (name,), self.defines)
+
+    def parts(self) -> list[ModuleSpec]:
+        """One single-kernel module per name (see :meth:`part`)."""
+        return [self.part(name) for name in self.names]
+
     def define_options(self) -> list[str]:
         return [f"-D{k}={v}" for k, v in self.defines]
 

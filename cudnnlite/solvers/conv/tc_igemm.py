@@ -270,8 +270,7 @@ class _Runner(Runner):
         assert align is not None
         d3 = problem.ndim == 3
         spec = module_spec(dt, config, align, d3)
-        module = backend.module(spec)
-        self._kernel = module.get_function(kernel_expr(dt, config, align, d3))
+        self._kernel = backend.kernel(spec, kernel_expr(dt, config, align, d3))
         math = "tf32" if problem.dtype == "fp32" else problem.dtype
         layout = problem.layout.lower() if d3 else "nhwc" if problem.channels_last else "nchw"
         self._names = [f"tc_igemm_fwd_{config.label()}_a{align}_{layout}_{math}"]
@@ -286,13 +285,13 @@ class _Runner(Runner):
         self._nchw = np.int32(0 if problem.channels_last else 1)
         self._layout = workspace_layout(problem, config)
         self._dtype = dt.numpy
-        helpers = backend.module(helper_module_spec(dt))
+        helpers = helper_module_spec(dt)
         if splits > 1:
-            self._finish = helpers.get_function(splitk_expr(dt))
+            self._finish = backend.kernel(helpers, splitk_expr(dt))
             self._names.append(f"tc_igemm_fwd_splitk_epilogue_{problem.dtype}")
             self._fgrid = (max(1, min(-(-self._count // 256), 1 << 16)),)
         if not problem.channels_last:
-            self._convert = helpers.get_function(transpose_expr(dt))
+            self._convert = backend.kernel(helpers, transpose_expr(dt))
             hw, taps = int(np.prod(problem.spatial)), problem.filter_taps
             # (grid, C, HW) of x -> NHWC and of w (K images of C x R*S) -> KRSC
             self._x_t = ((-(-hw // 32), -(-problem.c // 32), problem.n), problem.c, hw)

@@ -124,11 +124,10 @@ class _PipelineRunner(Runner):
     def __init__(self, backend: Backend, problem: ConvProblem, m: int) -> None:
         spec = module_spec(problem.dtype)
         t, nhwc = CTYPES[problem.dtype], _layout_flag(problem)
-        mod = backend.module(spec)
-        self._filter: Kernel = mod.get_function(f"wino_filter_transform<{t}, {m}, {nhwc}>")
-        self._input: Kernel = mod.get_function(f"wino_input_transform<{t}, {m}, {nhwc}>")
-        self._gemm: Kernel = mod.get_function("wino_batched_gemm")
-        self._output: Kernel = mod.get_function(f"wino_output_transform<{t}, {m}, {nhwc}>")
+        self._filter: Kernel = backend.kernel(spec, f"wino_filter_transform<{t}, {m}, {nhwc}>")
+        self._input: Kernel = backend.kernel(spec, f"wino_input_transform<{t}, {m}, {nhwc}>")
+        self._gemm: Kernel = backend.kernel(spec, "wino_batched_gemm")
+        self._output: Kernel = backend.kernel(spec, f"wino_output_transform<{t}, {m}, {nhwc}>")
         self._problem, self._m = problem, m
         self._shape = shape_struct(problem)
         self._th, self._tw, self._t = _tiles(problem, m)
@@ -161,9 +160,7 @@ class _PipelineRunner(Runner):
 class _FusedRunner(Runner):
     def __init__(self, backend: Backend, problem: ConvProblem) -> None:
         t, nhwc = CTYPES[problem.dtype], _layout_flag(problem)
-        self._kernel = backend.module(module_spec(problem.dtype)).get_function(
-            f"wino_fused_f2<{t}, {nhwc}>"
-        )
+        self._kernel = backend.kernel(module_spec(problem.dtype), f"wino_fused_f2<{t}, {nhwc}>")
         self._problem = problem
         self._shape = shape_struct(problem)
         self._th, self._tw, self._t = _tiles(problem, 2)

@@ -74,7 +74,7 @@ def module_spec(dtype: str) -> ModuleSpec:
 class _Runner(Runner):
     def __init__(self, backend: Backend, problem: ConvProblem, config: WmmaConfig) -> None:
         name = _name(problem.dtype, config, problem.channels_last)
-        self._kernel = backend.module(module_spec(problem.dtype)).get_function(name)
+        self._kernel = backend.kernel(module_spec(problem.dtype), name)
         self._problem, self._config = problem, config
         self._shape = shape_struct(problem)
         rows = problem.n * int(np.prod(problem.out_spatial))

@@ -1,0 +1,82 @@
+"""A first call compiles only what it launches: on a GPU each kernel is a compile unit of
+its own (``ModuleSpec.part``), and ``precompile --arch`` fills the CUBIN cache a run on
+that GPU reads. The NVRTC parts need no GPU (they skip without NVRTC, except in CI)."""
+
+from __future__ import annotations
+
+import pytest
+
+from cudnnlite import dtypes
+from cudnnlite.errors import BadParamError, NotSupportedError
+from cudnnlite.ops import activation, dropout
+from cudnnlite.runtime import cubin
+from cudnnlite.runtime.cuda import AheadOfTimeBackend, CudaBackend
+from cudnnlite.runtime.emulator.launcher import EmulatorBackend
+from cudnnlite.runtime.kernel import ModuleSpec
+
+FAMILY = activation.module_spec(dtypes.FLOAT32)  # 90 kernels: seconds of NVRTC as a whole
+RELU_VEC = "act_fwd_contig<float, 1, 4>"
+
+
+def test_a_part_is_one_kernel_of_the_same_source_and_defines() -> None:
+    spec = ModuleSpec.make("conv/direct.cu", ["a<float>", "b<float>"], {"TILE": 8})
+    part = spec.part("b<float>")
+    assert (part.source, part.names, part.defines) == (spec.source, ("b<float>",), spec.defines)
+    assert [p.names for p in spec.parts()] == [("a<float>",), ("b<float>",)]
+    assert part.part("b<float>") is part  # a single-kernel module is its own unit
+    with pytest.raises(ValueError, match="'c' is not a kernel of conv/direct.cu"):
+        spec.part("c")
+
+
+def test_the_gpu_compiles_per_kernel_and_the_emulator_per_family() -> None:
+    # g++ costs seconds per library whatever its size, NVRTC grows with the kernels.
+    assert CudaBackend.per_kernel_modules and AheadOfTimeBackend.per_kernel_modules
+    emu = EmulatorBackend()
+    assert emu.compile_unit(FAMILY, RELU_VEC) is FAMILY
+    assert emu.compile_units(FAMILY) == [FAMILY]
+    gpu = AheadOfTimeBackend("sm_90")
+    assert gpu.compile_unit(FAMILY, RELU_VEC) == FAMILY.part(RELU_VEC)
+    assert len(gpu.compile_units(FAMILY)) == len(FAMILY.names) == 90
+
+
+def test_a_kernel_request_compiles_that_kernel_alone(
+    nvrtc, tmp_path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    monkeypatch.setenv("CUDNNLITE_CACHE_DIR", str(tmp_path))
+    backend = AheadOfTimeBackend("sm_90")
+    kernel = backend.kernel(FAMILY, RELU_VEC)
+    (module,) = backend._modules.values()
+    # The CUBIN holds one kernel: the ReLU the call launches, none of its 89 siblings.
+    assert list(cubin.read_cubin(module.built.cubin)) == [module.built.lowered_names[RELU_VEC]]
+    with pytest.raises(NotSupportedError, match="compiled ahead of time for sm_90"):
+        kernel((1,), (32,), ())
+
+
+def test_precompile_for_an_arch_fills_the_cache_a_run_reads(
+    nvrtc, tmp_path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    from cudnnlite.precompile import precompile
+
+    monkeypatch.setenv("CUDNNLITE_CACHE_DIR", str(tmp_path))
+    spec = dropout.module_specs()[0]
+    report = precompile(["dropout"], dtypes_=["fp32"], arch="sm_90",
+                        jobs=2, progress=False)  # fmt: skip
+    assert report.ok and len(report.built) == len(spec.parts()) > 1
+    # A later process (a fresh backend) compiles nothing: every unit comes from the cache.
+    fresh = AheadOfTimeBackend("sm_90")
+    for name in spec.names:
+        fresh.kernel(spec, name)
+    assert all(m.built.from_cache for m in fresh._modules.values())
+
+
+def test_bad_arch_and_backend_combinations_are_refused() -> None:
+    from cudnnlite.cli import main
+    from cudnnlite.precompile import precompile
+
+    with pytest.raises(BadParamError, match="arch: expected sm_XX"):
+        AheadOfTimeBackend("hopper")
+    with pytest.raises(BadParamError, match="arch: the emulator has no GPU arch"):
+        precompile(["dropout"], backend="cpu", arch="sm_90", progress=False)
+    with pytest.raises(BadParamError, match="backend: expected"):
+        precompile(["dropout"], backend="tpu", progress=False)
+    assert main(["precompile", "dropout", "--arch", "sm90", "--no-progress"]) == 2
