@@ -15,6 +15,7 @@ import numpy as np
 from .. import dtypes
 from ..errors import BadParamError, NotSupportedError
 from ..runtime.backend import Backend
+from ..runtime.pointers import data_pointer
 from ..runtime.select import backend_for
 
 
@@ -284,20 +285,13 @@ def check_out(
         if a is None or a is out or not xp.may_share_memory(a, out):
             continue
         # Overlapping memory is fine only as the very same view (in place).
-        same_view = (
-            a.shape == out.shape and a.strides == out.strides and _data_ptr(a) == _data_ptr(out)
-        )
+        same_view = (a.shape == out.shape and a.strides == out.strides
+                     and data_pointer(a) == data_pointer(out))  # fmt: skip
         if not same_view:
             raise BadParamError(
                 f"out: overlaps {name} without being the same view; pass out={name} for in-place "
                 "or a separate array"
             )
-
-
-def _data_ptr(a: Any) -> int:
-    if isinstance(a, np.ndarray):
-        return a.__array_interface__["data"][0]
-    return int(a.data.ptr)
 
 
 __all__ = ["as_array", "backend_for", "check_out", "float_dtype", "same_dtype", "same_shape"]

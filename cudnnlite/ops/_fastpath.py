@@ -33,6 +33,7 @@ from .. import dtypes
 from ..dispatch import plans, settings
 from ..errors import BadParamError
 from ..runtime.graph import graph_safe
+from ..runtime.pointers import host_pointer
 from ..runtime.select import backend_by_name
 from ..runtime.streams import with_stream
 
@@ -162,7 +163,7 @@ def array_key(a: Any, aligned: bool = False) -> tuple | None:
         return None
     if type(a) is np.ndarray:
         key = ("cpu", a.shape, a.dtype, a.strides, a.flags.writeable)
-        return (*key, a.__array_interface__["data"][0] % 16 == 0) if aligned else key
+        return (*key, host_pointer(a) % 16 == 0) if aligned else key
     if (type(a).__module__ or "").startswith("cupy") and hasattr(a, "data"):
         key = ("cuda", a.device.id, a.shape, a.dtype, a.strides)
         return (*key, a.data.ptr % 16 == 0) if aligned else key

@@ -36,6 +36,7 @@ from ..reference.activation import DEFAULT_COEF, DEFAULT_THRESHOLDS
 from ..runtime.backend import Backend, Kernel
 from ..runtime.graph import graph_safe, note_host_work
 from ..runtime.kernel import ModuleSpec
+from ..runtime.pointers import data_pointer
 from ..runtime.select import backend_for
 from ..runtime.streams import with_stream
 from ..runtime.variants import register
@@ -371,12 +372,6 @@ def _output(out: Any, x: Any, backend: Backend, beta: float, inputs: dict[str, A
 # ------------------------------------------------------------------ layouts
 
 
-def _data_ptr(a: Any) -> int:
-    if isinstance(a, np.ndarray):
-        return a.__array_interface__["data"][0]  # cheaper than a.ctypes.data
-    return int(a.data.ptr)
-
-
 def _flip_negative(arrays: list[Any]) -> list[Any]:
     """Reverses every axis along which out (arrays[0]) runs backwards, in all operands
     alike: the elementwise correspondence is unchanged and out becomes ascending."""
@@ -442,7 +437,7 @@ def _plan(arrays: list[Any]) -> _Plan | None:
             if len(sizes) > MAX_DIMS:
                 return None
             return _Plan("strided", arrays, _layout_struct(sizes, merged))
-    aligned = all(_data_ptr(a) % 16 == 0 for a in arrays)
+    aligned = all(data_pointer(a) % 16 == 0 for a in arrays)
     return _Plan("vec" if aligned else "scalar", arrays)
 
 
@@ -509,7 +504,7 @@ def _fast_entry(x: Any, out: Any, mode_id: int, dt: dtypes.DType, backend: Backe
     kernel, name = table.get("fwd", plan.variant, mode_id)
     n = x.size
     units = n // _vec(dt) if plan.variant == "vec" else n
-    return kernel, name, table.grid(units), (np.int64(n), params), _data_ptr(out) % 16 == 0
+    return kernel, name, table.grid(units), (np.int64(n), params), data_pointer(out) % 16 == 0
 
 
 def _quick(x: Any, scalars: tuple | None) -> Any:
@@ -522,7 +517,7 @@ def _fast_forward(x: Any, entry: tuple) -> Any:
     """A cached forward call; None when the new out's alignment differs from the entry's."""
     kernel, name, grid, tail, aligned = entry
     out = _empty_like(None, x)  # type: ignore[arg-type]
-    if (_data_ptr(out) % 16 == 0) != aligned:
+    if (data_pointer(out) % 16 == 0) != aligned:
         return None
     kernel(grid, BLOCK, (x, out, *tail))
     _LAST.name = name

@@ -31,6 +31,7 @@ from ..errors import BadParamError
 from ..reference.dropout import drop_threshold, dropout_scale
 from ..runtime.backend import Backend, Kernel
 from ..runtime.kernel import ModuleSpec
+from ..runtime.pointers import data_pointer
 from ..runtime.select import backend_for
 from ..runtime.streams import with_stream
 from ..runtime.variants import register
@@ -160,8 +161,8 @@ def _launch_fwd(
     if n:
         vec = (
             4
-            if all(_ptr(a) % _pack_align(x) == 0 for a in (x, y))
-            and (mask is None or _ptr(mask) % 4 == 0)
+            if all(data_pointer(a) % _pack_align(x) == 0 for a in (x, y))
+            and (mask is None or data_pointer(mask) % 4 == 0)
             else 1
         )
         kernel = _kernel(backend, module_spec(dt), f"dropout_fwd<{dt.ctype}, {vec}>")
@@ -175,10 +176,6 @@ def _launch_fwd(
 def _pack_align(a: Any) -> int:
     """The alignment VEC = 4 needs: the 4-element pack, at most 16 bytes (DropPack)."""
     return min(4 * a.itemsize, 16)
-
-
-def _ptr(a: Any) -> int:
-    return a.__array_interface__["data"][0] if isinstance(a, np.ndarray) else int(a.data.ptr)
 
 
 # ------------------------------------------------------------------ public API
@@ -287,9 +284,9 @@ def dropout_backward(
     if n:
         vec = (
             4
-            if _ptr(dyc) % _pack_align(dy) == 0
-            and _ptr(dx) % _pack_align(dy) == 0
-            and _ptr(mc) % 4 == 0
+            if data_pointer(dyc) % _pack_align(dy) == 0
+            and data_pointer(dx) % _pack_align(dy) == 0
+            and data_pointer(mc) % 4 == 0
             else 1
         )
         kernel = _kernel(backend, module_spec(dt), f"dropout_bwd_mask<{dt.ctype}, {vec}>")

@@ -37,6 +37,7 @@ from ..reference.activation import DEFAULT_COEF
 from ..runtime.backend import Backend
 from ..runtime.graph import graph_safe, note_host_work
 from ..runtime.kernel import ModuleSpec
+from ..runtime.pointers import data_pointer
 from ..runtime.select import backend_for
 from ..runtime.streams import with_stream
 from ..runtime.variants import register
@@ -513,12 +514,6 @@ def batch_norm_forward_training(
     return _deliver(y, out), mean.reshape(shape), invstd.reshape(shape)
 
 
-def _data_ptr(a: Any) -> int:
-    if isinstance(a, np.ndarray):
-        return a.__array_interface__["data"][0]
-    return int(a.data.ptr)
-
-
 def _apply_variant(view: _BnView, dt: dtypes.DType, arrays: Sequence[Any]) -> str:
     """Suffix of the elementwise kernel: ``_vec_planar`` (a 16-byte pack per channel run,
     H*W % VEC == 0), ``_vec_chlast`` (packs of consecutive channels, C % VEC == 0) when
@@ -530,7 +525,7 @@ def _apply_variant(view: _BnView, dt: dtypes.DType, arrays: Sequence[Any]) -> st
         variant = "_vec_chlast"
     else:
         return ""
-    if any(a is not None and _data_ptr(a) % 16 for a in arrays):
+    if any(a is not None and data_pointer(a) % 16 for a in arrays):
         return ""
     return variant
 

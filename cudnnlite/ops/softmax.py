@@ -37,6 +37,7 @@ from ..errors import BadParamError
 from ..runtime.backend import Backend, Kernel
 from ..runtime.graph import graph_safe, note_host_work
 from ..runtime.kernel import ModuleSpec
+from ..runtime.pointers import data_pointer
 from ..runtime.select import backend_for
 from ..runtime.streams import with_stream
 from ..runtime.variants import register
@@ -187,10 +188,6 @@ def _contiguous(a: Any) -> Any:
     return array_module(a).ascontiguousarray(a)
 
 
-def _ptr(a: Any) -> int:
-    return a.__array_interface__["data"][0] if isinstance(a, np.ndarray) else int(a.data.ptr)
-
-
 class _Plan:
     """Which kernel family runs a [outer, len, inner] problem and with what geometry."""
 
@@ -199,7 +196,7 @@ class _Plan:
     ) -> None:
         outer, length, inner = problem
         vec = _vec(dt)
-        aligned = length % vec == 0 and all(_ptr(a) % 16 == 0 for a in arrays)
+        aligned = length % vec == 0 and all(data_pointer(a) % 16 == 0 for a in arrays)
         self.vec = vec if aligned else 1
         self.chunk, self.chunks = 0, 1
         if inner > 1:
@@ -344,7 +341,7 @@ def _fast_forward(x: Any, entry: tuple) -> Any:
     """A cached forward call; None when the new y's alignment no longer fits the plan."""
     backend, dt, plan, log, accurate, blend, aligned = entry
     y = array_module(x).empty(x.shape, x.dtype)
-    if (_ptr(y) % 16 == 0) != aligned:
+    if (data_pointer(y) % 16 == 0) != aligned:
         return None
     _run(backend, dt, plan, "fwd", [x], y, log, accurate, blend)
     return y
@@ -426,7 +423,7 @@ def softmax(
             note_host_work("softmax: a copy into a non-contiguous out=")
             result[...] = y
         if key is not None and xc is x:
-            _CALLS.put(key, (backend, dt, plan, log, accurate, blend, _ptr(y) % 16 == 0))
+            _CALLS.put(key, (backend, dt, plan, log, accurate, blend, data_pointer(y) % 16 == 0))
     return result
 
 

@@ -49,6 +49,7 @@ from .. import dtypes
 from ..errors import BadParamError, NotSupportedError
 from ..runtime.backend import Backend, Kernel
 from ..runtime.kernel import ModuleSpec
+from ..runtime.pointers import data_pointer
 from ..runtime.select import backend_for
 from ..runtime.streams import with_stream
 from ..runtime.variants import register
@@ -237,10 +238,6 @@ def _nan_option(value: Any) -> bool:
     return bool(value)
 
 
-def _ptr(a: Any) -> int:
-    return a.__array_interface__["data"][0] if isinstance(a, np.ndarray) else int(a.data.ptr)
-
-
 def _writable(name: str, a: Any) -> None:
     if isinstance(a, np.ndarray) and not a.flags.writeable:
         raise BadParamError(f"{name}: the array is read-only")
@@ -358,7 +355,7 @@ def _elementwise(
     b = a if b is None else b
     shape = tuple(c.shape)
     dense = all(x.shape == c.shape and x.flags.c_contiguous for x in (a, b, c))
-    if dense and all(_ptr(x) % 16 == 0 for x in (a, b, c)):
+    if dense and all(data_pointer(x) % 16 == 0 for x in (a, b, c)):
         vec = _vec(dt)
         name = f"tensor_binary_vec<{dt.ctype}, {vec}>"
         kernel = _kernel(backend, dt, name, f"tensor_binary_vec{vec}_{dt.short}")
@@ -374,7 +371,7 @@ def _elementwise(
         cs, vec = plan
         vo = int(cs["vector_operand"])
         full = [x for o, (x, r) in enumerate(zip((a, b), reads, strict=True), 1) if r and o != vo]
-        if vec > 1 and any(_ptr(x) % 16 for x in (c, *full)):
+        if vec > 1 and any(data_pointer(x) % 16 for x in (c, *full)):
             vec = 1
         tag = f"vec{vec}" if vec > 1 else "scalar"
         name = f"tensor_channel<{dt.ctype}, {vec}>"

@@ -146,6 +146,20 @@ def _foreign_array(a: Any) -> bool:
     )
 
 
+# Values that are neither foreign arrays nor on a GPU: with only these (and tuples of
+# them, as kernel sizes and paddings come) a call has no array to import and no device to
+# enter, which a per-call type test shows faster than the checks that find out.
+_PLAIN_TYPES = frozenset((np.ndarray, type(None), int, float, bool, str))
+
+
+def _plain(values: Any) -> bool:
+    for v in values:
+        t = type(v)
+        if t not in _PLAIN_TYPES and not (t is tuple and _PLAIN_TYPES.issuperset(map(type, v))):
+            return False
+    return True
+
+
 def _runs_on_gpu(values: list[Any]) -> bool:
     forced = forced_backend()
     if forced:
@@ -182,6 +196,8 @@ def with_stream(fn: F) -> F:
     def label(i: int) -> str:
         return positional[i] if i < len(positional) else f"argument {i}"
 
+    first = 1 if positional[:1] == ["self"] else 0  # a plan's method: self is no array
+
     @functools.wraps(fn)
     def wrapper(*args: Any, stream: Any = None, **kwargs: Any) -> Any:
         if graph._active:  # a capture somewhere: check the op (graph.enter_op)
@@ -194,6 +210,9 @@ def with_stream(fn: F) -> F:
         return _call(args, stream, kwargs)
 
     def _call(args: tuple, stream: Any, kwargs: dict) -> Any:
+        if (stream is None and _plain(args[first:] if first else args)
+                and (not kwargs or _plain(kwargs.values()))):  # fmt: skip
+            return fn(*args, **kwargs)  # host arrays and scalars: nothing to import or enter
         foreign = any(_foreign_array(a) for a in args) or any(
             _foreign_array(v) for v in kwargs.values()
         )

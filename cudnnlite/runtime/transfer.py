@@ -21,6 +21,8 @@ from typing import Any
 
 import numpy as np
 
+from .pointers import host_pointer
+
 
 def _span(
     ptr: int, shape: tuple[int, ...], strides: tuple[int, ...], itemsize: int
@@ -76,7 +78,7 @@ class HostToDevice:
     def __init__(self, arr: np.ndarray) -> None:
         cupy = importlib.import_module("cupy")
         self.cupy = cupy
-        ptr = arr.__array_interface__["data"][0]
+        ptr = host_pointer(arr)
         self.lo, hi = _span(ptr, arr.shape, arr.strides, arr.itemsize)
         self.nbytes = hi - self.lo
         self.device = cupy.empty(max(1, self.nbytes), np.uint8)

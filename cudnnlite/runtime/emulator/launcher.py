@@ -49,6 +49,7 @@ from ...errors import BadParamError, CompileError, ExecutionError, NotSupportedE
 from ..backend import Backend, Dim, Kernel, Module, check_cooperative_grid, launch_dims
 from ..graph import current_recorder
 from ..kernel import ModuleSpec
+from ..pointers import host_pointer
 from ..sources import cache_root, common_headers_digest, cuda_src_dir, source_path
 from ..transfer import DeviceToHost
 from . import racecheck as racecheck_mod
@@ -404,7 +405,7 @@ class EmulatorKernel(Kernel):
                 # make, an error to raise) takes the general path.
                 if type(arg) is not np.ndarray or asan or not arg.flags.aligned:
                     return False
-                u64[slot] = arg.ctypes.data
+                u64[slot] = host_pointer(arg)
                 return True
 
             return write_pointer
@@ -608,7 +609,7 @@ class _AsanBuffer:
     def pointer(self, arr: np.ndarray | None = None) -> int:
         """Where ``arr`` (default: the array this buffer was made for) lives in the copy."""
         a = self.arr if arr is None else arr
-        return self.start + (a.__array_interface__["data"][0] - self.lo)
+        return self.start + (host_pointer(a) - self.lo)
 
     def covers(self, lo: int, hi: int) -> bool:
         return self.lo <= lo and hi <= self.lo + self.nbytes
@@ -674,7 +675,7 @@ class EmulatorModule(Module):
         # count on it (cp.async checks it), so such an array runs on an aligned copy.
         realign = not arr.flags.aligned
         if not (self.asan or realign) or arr.size == 0:
-            return arr.ctypes.data
+            return host_pointer(arr)
         # Arguments that share memory (the same array twice, a view of another) must
         # share one copy, or copy_back would overwrite one result with the other.
         lo, hi = _byte_bounds(arr)
