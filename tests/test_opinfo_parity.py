@@ -231,11 +231,53 @@ def _softmax(log: bool) -> tuple[Callable, Callable]:
     return forward, backward
 
 
+def _param_grads(dx: Any, dw: Any, db: Any, weight: Any, bias: Any) -> dict[str, Any]:
+    """A normalization's gradients under PyTorch's names, those of given parameters only."""
+    grads = {"input": dx}
+    if weight is not None:
+        grads["weight"] = dw
+    if bias is not None:
+        grads["bias"] = db
+    return grads
+
+
+def _layer_norm_bwd(dy, x, normalized_shape, weight=None, bias=None, eps=1e-5):
+    _, mean, rstd = cl.layer_norm_forward(x, normalized_shape, weight, bias, eps)
+    dx, dw, db = cl.layer_norm_backward(dy, x, normalized_shape, mean, rstd, weight, bias)
+    return _param_grads(dx, dw, db, weight, bias)
+
+
+def _rms_norm_bwd(dy, x, normalized_shape, weight=None, eps=None):
+    _, rstd = cl.rms_norm_forward(x, normalized_shape, weight, eps)
+    dx, dw = cl.rms_norm_backward(dy, x, normalized_shape, rstd, weight)
+    return _param_grads(dx, dw, None, weight, None)
+
+
+def _group_norm_bwd(dy, x, num_groups, weight=None, bias=None, eps=1e-5):
+    _, mean, rstd = cl.group_norm_forward(x, num_groups, weight, bias, eps)
+    dx, dw, db = cl.group_norm_backward(dy, x, num_groups, mean, rstd, weight, bias)
+    return _param_grads(dx, dw, db, weight, bias)
+
+
 def _batch_norm(x, running_mean, running_var, weight=None, bias=None, training=False,
                 momentum=0.1, eps=1e-5):  # fmt: skip
     if running_mean is None and not training:
         raise NotMapped("batch_norm without running statistics in evaluation mode")
     return cl.batch_norm(x, running_mean, running_var, weight, bias, training, momentum, eps)
+
+
+def _batch_norm_bwd(dy, x, running_mean, running_var, weight=None, bias=None, training=False,
+                    momentum=0.1, eps=1e-5):  # fmt: skip
+    if training:
+        # the batch statistics; the running ones (the forward adapter updated them) stay
+        _, mean, invstd = cl.batch_norm_forward_training(x, weight, bias, eps=eps)
+        dx, dw, db, _ = cl.batch_norm_backward(dy, x, mean, invstd, weight, bias=bias)
+    else:  # the running statistics are constants
+        dx, dw, db, _ = cl.batch_norm_backward(
+            dy, x, None, None, weight, bias=bias, training=False,
+            running_mean=running_mean, running_var=running_var, eps=eps,
+        )  # fmt: skip
+    return _param_grads(dx, dw, db, weight, bias)
 
 
 def _instance_norm(x, running_mean=None, running_var=None, weight=None, bias=None,
@@ -248,6 +290,20 @@ def _instance_norm(x, running_mean=None, running_var=None, weight=None, bias=Non
         raise NotMapped("instance_norm with running statistics is not in this checkout")
     return cl.instance_norm(x, weight, bias, eps, running_mean=running_mean,
                             running_var=running_var, momentum=momentum)  # fmt: skip
+
+
+def _instance_norm_bwd(dy, x, running_mean=None, running_var=None, weight=None, bias=None,
+                       use_input_stats=True, momentum=0.1, eps=1e-5):  # fmt: skip
+    if not use_input_stats:
+        raise NotMapped("instance_norm(use_input_stats=False)")
+    # the per-instance statistics (the running ones, updated by the forward adapter, stay)
+    _, mean, rstd = cl.instance_norm_forward(x, weight, bias, eps)
+    dx, dw, db = cl.instance_norm_backward(dy, x, mean, rstd, weight, bias)
+    return _param_grads(dx, dw, db, weight, bias)
+
+
+def _lrn_bwd(dy, x, size, alpha=1e-4, beta=0.75, k=1.0):
+    return {"input": cl.lrn_backward(dy, x, size, alpha, beta, k)}
 
 
 def _dropout(x, p=0.5, training=True, inplace=False):
@@ -289,8 +345,11 @@ def _ctc_fwd(log_probs, targets, input_lengths, target_lengths, blank=0, reducti
 
 def _ctc_bwd(dy, log_probs, targets, input_lengths, target_lengths, blank=0, reduction="mean",
              zero_infinity=False):  # fmt: skip
-    return {"input": cl.ctc_loss_backward(dy, log_probs, targets, input_lengths,
-                                          target_lengths, blank, reduction, zero_infinity)}
+    return {
+        "input": cl.ctc_loss_backward(
+            dy, log_probs, targets, input_lengths, target_lengths, blank, reduction, zero_infinity
+        )
+    }
 
 
 def _reduction(op: str) -> Callable:
@@ -320,18 +379,26 @@ ADAPTERS: dict[str, tuple[Callable, Callable | None]] = {
     **{f"nn.functional.conv_transpose{n}d": _conv_transpose(n) for n in (1, 2, 3)},
     **{f"nn.functional.max_pool{n}d": _max_pool(n) for n in (1, 2, 3)},
     **{f"nn.functional.avg_pool{n}d": _avg_pool(n) for n in (1, 2, 3)},
-    **{f"nn.functional.adaptive_{k}_pool{n}d": _adaptive(k, n) for k in ("avg", "max")
-       for n in (1, 2, 3)},  # fmt: skip
+    **{
+        f"nn.functional.adaptive_{k}_pool{n}d": _adaptive(k, n)
+        for k in ("avg", "max")
+        for n in (1, 2, 3)
+    },  # fmt: skip
     "nn.functional.relu": _activation(cl.relu, "relu"),
     "nn.functional.leaky_relu": _activation(
-        cl.leaky_relu, "leaky_relu", lambda v: {"coef": v.get("negative_slope", 0.01)},
-        ("negative_slope",)),  # fmt: skip
-    "nn.functional.elu": _activation(cl.elu, "elu", lambda v: {"coef": v.get("alpha", 1.0)},
-                                     ("alpha",)),  # fmt: skip
+        cl.leaky_relu,
+        "leaky_relu",
+        lambda v: {"coef": v.get("negative_slope", 0.01)},
+        ("negative_slope",),
+    ),  # fmt: skip
+    "nn.functional.elu": _activation(
+        cl.elu, "elu", lambda v: {"coef": v.get("alpha", 1.0)}, ("alpha",)
+    ),  # fmt: skip
     "nn.functional.gelu": (_gelu_fwd, _gelu_bwd),
     "nn.functional.silu": _activation(cl.silu, "swish"),
-    "nn.functional.softplus": _activation(cl.softplus, "softplus", _softplus_coef,
-                                          ("beta", "threshold")),  # fmt: skip
+    "nn.functional.softplus": _activation(
+        cl.softplus, "softplus", _softplus_coef, ("beta", "threshold")
+    ),  # fmt: skip
     "nn.functional.relu6": _activation(cl.relu6, "clipped_relu", lambda v: {"coef": 6.0}),
     "nn.functional.hardtanh": _activation(cl.hardtanh, None),
     "nn.functional.hardswish": _activation(cl.hardswish, "hardswish"),
@@ -341,12 +408,12 @@ ADAPTERS: dict[str, tuple[Callable, Callable | None]] = {
     "tanh": _activation(cl.tanh, "tanh"),
     "softmax": _softmax(False),
     "log_softmax": _softmax(True),
-    "nn.functional.layer_norm": (cl.layer_norm, None),
-    "nn.functional.rms_norm": (cl.rms_norm, None),
-    "nn.functional.group_norm": (cl.group_norm, None),
-    "nn.functional.batch_norm": (_batch_norm, None),
-    "nn.functional.instance_norm": (_instance_norm, None),
-    "nn.functional.local_response_norm": (cl.lrn, None),
+    "nn.functional.layer_norm": (cl.layer_norm, _layer_norm_bwd),
+    "nn.functional.rms_norm": (cl.rms_norm, _rms_norm_bwd),
+    "nn.functional.group_norm": (cl.group_norm, _group_norm_bwd),
+    "nn.functional.batch_norm": (_batch_norm, _batch_norm_bwd),
+    "nn.functional.instance_norm": (_instance_norm, _instance_norm_bwd),
+    "nn.functional.local_response_norm": (cl.lrn, _lrn_bwd),
     "nn.functional.dropout": (_dropout, None),
     "nn.functional.grid_sample": (_grid_sample_fwd, _grid_sample_bwd),
     "nn.functional.ctc_loss": (_ctc_fwd, _ctc_bwd),
@@ -400,19 +467,21 @@ _MOMENTUM = (
 )
 
 DIFFERENCES: tuple[Difference, ...] = (
-    *(Difference(op, lambda s: (_kw(s, "eps") or 0) < 0, _NEGATIVE_EPS)
-      for op in _NORMS_WITH_EPS),  # fmt: skip
+    *(
+        Difference(op, lambda s: (_kw(s, "eps") or 0) < 0, _NEGATIVE_EPS) for op in _NORMS_WITH_EPS
+    ),  # fmt: skip
     Difference(
         "nn.functional.batch_norm",
-        lambda s: bool(_kw(s, "training", 5, False))
-        and not 0 <= _kw(s, "momentum", 6, 0.1) <= 1,
+        lambda s: bool(_kw(s, "training", 5, False)) and not 0 <= _kw(s, "momentum", 6, 0.1) <= 1,
         _MOMENTUM,
     ),
     Difference(
         "nn.functional.instance_norm",
-        lambda s: _kw(s, "running_mean", 0) is not None
-        and bool(_kw(s, "use_input_stats", 5, True))
-        and not 0 <= _kw(s, "momentum", 6, 0.1) <= 1,
+        lambda s: (
+            _kw(s, "running_mean", 0) is not None
+            and bool(_kw(s, "use_input_stats", 5, True))
+            and not 0 <= _kw(s, "momentum", 6, 0.1) <= 1
+        ),
         _MOMENTUM,
     ),
     Difference(
@@ -434,8 +503,7 @@ DIFFERENCES: tuple[Difference, ...] = (
 DIFFERENCES += (
     Difference(
         "nn.functional.hardsigmoid",
-        lambda s: s.input.dtype == torch.float64
-        and bool(((s.input > -3) & (s.input < 3)).any()),
+        lambda s: s.input.dtype == torch.float64 and bool(((s.input > -3) & (s.input < 3)).any()),
         "float64 hardsigmoid backward: PyTorch's CPU kernel multiplies by 1.0f / 6.0f, "
         "float32's 1/6 (3e-8 relative off) even for double; cudnnlite's 1/6 is double's "
         "(its forward, and PyTorch's, are exact)",
@@ -508,8 +576,22 @@ def _differentiable(sample: Any) -> dict[str, torch.Tensor]:
             if isinstance(v, torch.Tensor) and v.requires_grad}  # fmt: skip
 
 
-# PyTorch's names for the conv adapters' weight / bias gradients
-_ALIASES = {"weight": ("args.0", "kwargs.weight"), "bias": ("args.1", "kwargs.bias")}
+# PyTorch's names for an adapter's weight / bias gradients: the arguments' positions
+# after the input (convolutions: weight, bias; the normalizations put theirs later)
+_PARAM_POSITIONS = {
+    "nn.functional.layer_norm": (1, 2),
+    "nn.functional.rms_norm": (1, None),
+    "nn.functional.group_norm": (1, 2),
+    "nn.functional.batch_norm": (2, 3),
+    "nn.functional.instance_norm": (2, 3),
+}
+
+
+def _aliases(op: str, key: str) -> tuple[str, ...]:
+    if key not in ("weight", "bias"):
+        return (key,)
+    pos = _PARAM_POSITIONS.get(op, (0, 1))[key == "bias"]
+    return (f"kwargs.{key}",) + (() if pos is None else (f"args.{pos}",))
 
 
 def run_sample(name: str, sample: Any, dtype: Any) -> str:
@@ -542,7 +624,7 @@ def run_sample(name: str, sample: Any, dtype: Any) -> str:
     grads = dict(zip(diff_in, grads, strict=True))
     mine = bwd(_np(dy), x, *args, **kwargs)
     for key, g in mine.items():
-        for alias in _ALIASES.get(key, (key,)):
+        for alias in _aliases(name, key):
             if alias in grads and grads[alias] is not None:
                 _compare(f"gradient of {alias}", g, grads[alias], tol)
     return "pass"
@@ -610,6 +692,17 @@ def test_opinfo_summary() -> None:
     for (op, reason), count in sorted(_DIFFERING.items()):
         print(f"  differs: {op} ({count} samples): {reason}")
     assert total["pass"] > 0
+
+
+def test_zero_channel_convolution_still_differs() -> None:
+    """README's deliberate difference outside op_db: for C = 0 PyTorch returns (N, 0, P, Q),
+    dropping w's K output channels and the bias (pytorch/pytorch#56998, open); cudnnlite
+    returns the bias over (N, K, P, Q) (tests/test_parity_shapes.py)."""
+    y = F.conv2d(torch.zeros(1, 0, 5, 5), torch.zeros(4, 0, 3, 3), torch.ones(4))
+    assert tuple(y.shape) == (1, 0, 3, 3)
+    mine = cl.conv2d(np.zeros((1, 0, 5, 5), np.float32), np.zeros((4, 0, 3, 3), np.float32),
+                     np.ones(4, np.float32))  # fmt: skip
+    assert mine.shape == (1, 4, 3, 3) and (mine == 1).all()
 
 
 def test_difference_table_is_used() -> None:

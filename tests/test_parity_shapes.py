@@ -188,3 +188,85 @@ def test_empty_arrays_with_zero_strides_are_not_aliases() -> None:
                                           writeable=True)  # fmt: skip
     r = cl.reduce_tensor(np.zeros((4, 0, 3), np.float32), "sum", 2, out=dst)
     assert r.shape == (4, 0)
+
+
+# ------------------------------------------------------------------ zero channels
+
+
+def test_conv_zero_input_channels_is_the_epilogue_of_a_zero_sum() -> None:
+    """C = 0: every output is act(alpha2 * z + bias), of K channels (nothing launched for
+    the convolution); groups, 1-d/3-d, channels-last and unbatched alike."""
+    b, z = _r(4), _r(2, 4, 3, 3)
+    y = cl.conv2d(np.zeros((2, 0, 5, 5), np.float32), _r(4, 0, 3, 3), b)
+    np.testing.assert_array_equal(y, np.broadcast_to(b[:, None, None], (2, 4, 3, 3)))
+    y = cl.conv2d(np.zeros((2, 0, 5, 5), np.float32), _r(4, 0, 3, 3), b, z=z, alpha2=0.5,
+                  activation="relu")  # fmt: skip
+    np.testing.assert_allclose(y, np.maximum(0.5 * z + b[:, None, None], 0), rtol=1e-6)
+    assert not cl.conv2d(np.zeros((1, 0, 5, 5), np.float32), _r(4, 0, 3, 3), groups=2).any()
+    y = cl.conv1d(np.zeros((1, 0, 6), np.float32), _r(4, 0, 3), b, stride=2, padding=1)
+    assert y.shape == (1, 4, 3) and (y == b[:, None]).all()
+    y = cl.conv3d(np.zeros((1, 0, 0, 4, 3), np.float32), _r(4, 0, 1, 2, 2), b, padding=1)
+    assert y.shape == (1, 4, 2, 5, 4) and (y == b[:, None, None, None]).all()
+    y = cl.conv2d(np.zeros((5, 5, 0), np.float32), _r(4, 3, 3, 0), b, layout="NHWC")
+    assert y.shape == (3, 3, 4) and (y == b).all()
+
+
+def test_conv_zero_channels_backward_and_transposed() -> None:
+    """Gradients of a convolution without work are zeros or empty, nothing launched;
+    K = 0 gives an empty output; an empty batch's filter and bias gradients are zeros."""
+    dy = _r(2, 4, 3, 3)
+    assert cl.conv2d_backward_data(dy, _r(4, 0, 3, 3), (2, 0, 5, 5)).shape == (2, 0, 5, 5)
+    dw = cl.conv2d_backward_filter(np.zeros((2, 0, 5, 5), np.float32), dy, (4, 0, 3, 3))
+    assert dw.shape == (4, 0, 3, 3)
+    np.testing.assert_allclose(cl.conv2d_backward_bias(dy), dy.sum((0, 2, 3)), rtol=1e-5)
+    x, w0 = _r(2, 3, 5, 5), np.zeros((0, 3, 3, 3), np.float32)
+    assert cl.conv2d(x, w0, np.zeros(0, np.float32)).shape == (2, 0, 3, 3)
+    dy0 = np.zeros((2, 0, 3, 3), np.float32)
+    assert not cl.conv2d_backward_data(dy0, w0, x.shape).any()  # K = 0: no output reads x
+    assert cl.conv2d_backward_filter(x, dy0, w0.shape).shape == (0, 3, 3, 3)
+    assert cl.conv2d_backward_bias(dy0).shape == (0,)
+    out = np.full((4, 3, 3, 3), np.nan, np.float32)
+    xn, dyn = np.zeros((0, 3, 5, 5), np.float32), np.zeros((0, 4, 3, 3), np.float32)
+    r = cl.conv2d_backward_filter(xn, dyn, out.shape, out=out)
+    assert r is out and not out.any()
+    assert not cl.conv1d_backward_bias(np.zeros((0, 4, 3), np.float32)).any()
+    assert cl.conv3d_backward_data(np.zeros((0, 4, 1, 1, 1), np.float32), _r(4, 2, 3, 3, 3),
+                                   (0, 2, 3, 3, 3)).shape == (0, 2, 3, 3, 3)  # fmt: skip
+    b = _r(4)
+    y = cl.conv_transpose2d(np.zeros((1, 0, 5, 5), np.float32), _r(0, 2, 3, 3), b, groups=2)
+    assert y.shape == (1, 4, 7, 7) and (y == b[:, None, None]).all()
+    assert cl.conv_transpose1d(_r(1, 3, 5), _r(3, 0, 3)).shape == (1, 0, 7)
+    e = cl.conv_transpose2d(np.zeros((0, 3, 0, 5), np.float32), _r(3, 4, 3, 3), b, padding=1)
+    assert e.shape == (0, 4, 0, 5)
+
+
+def test_conv_empty_shapes_still_validated() -> None:
+    """Negative or mismatched channel counts, empty filters and empty spatial dims of a
+    non-empty batch with channels are BadParamErrors naming the argument (as PyTorch)."""
+    z = np.zeros
+    with pytest.raises(cl.BadParamError, match="w: has 1 channels per group, expected 0"):
+        cl.conv2d(z((1, 0, 5, 5), np.float32), _r(4, 1, 3, 3))
+    with pytest.raises(cl.BadParamError, match="w: has 0 channels per group, expected 3"):
+        cl.conv2d(_r(1, 3, 5, 5), _r(4, 0, 3, 3))
+    with pytest.raises(cl.BadParamError, match="groups: 3 does not divide the 4 output"):
+        cl.conv2d(z((1, 0, 5, 5), np.float32), _r(4, 0, 3, 3), groups=3)
+    with pytest.raises(cl.BadParamError, match="bias: expected shape"):
+        cl.conv2d(z((1, 0, 5, 5), np.float32), _r(4, 0, 3, 3), _r(3))
+    with pytest.raises(cl.BadParamError, match="x_shape: every size must be >= 0"):
+        cl.conv2d_backward_data(_r(1, 4, 3, 3), _r(4, 3, 3, 3), (1, -3, 5, 5))
+    with pytest.raises(cl.BadParamError, match="w_shape: every size must be >= 0"):
+        cl.conv2d_backward_filter(_r(1, 3, 5, 5), _r(1, 4, 3, 3), (4, -3, 3, 3))
+    with pytest.raises(cl.BadParamError, match="w_shape: has 1 channels per group"):
+        cl.conv2d_backward_filter(z((1, 0, 5, 5), np.float32), _r(1, 4, 3, 3), (4, 1, 3, 3))
+    with pytest.raises(cl.BadParamError, match=r"dy: expected shape \(1, 4, 3, 3\)"):
+        cl.conv2d_backward_data(_r(1, 3, 3, 3), _r(4, 0, 3, 3), (1, 0, 5, 5))
+    with pytest.raises(cl.BadParamError, match="x: empty spatial dims need N = 0 or C = 0"):
+        cl.conv2d(z((1, 3, 0, 5), np.float32), _r(4, 3, 1, 3), padding=1)
+    with pytest.raises(cl.BadParamError, match="x: empty spatial dims need N = 0 or C = 0"):
+        cl.conv_transpose2d(z((1, 3, 0, 5), np.float32), _r(3, 4, 3, 3))
+    with pytest.raises(cl.BadParamError, match="x: the padded input"):
+        cl.conv2d(z((0, 3, 0, 5), np.float32), _r(4, 3, 1, 3))
+    with pytest.raises(cl.BadParamError, match="must not be empty"):
+        cl.conv2d(_r(1, 3, 5, 5), z((4, 3, 0, 3), np.float32))
+    with pytest.raises(cl.BadParamError, match="w: expected 0 filters"):
+        cl.conv_transpose2d(z((1, 0, 5, 5), np.float32), _r(3, 4, 3, 3))

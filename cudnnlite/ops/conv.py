@@ -31,7 +31,7 @@ from ..solvers.conv.common import IDENTITY_MODE, ConvTensors, Epilogue
 from ._arrays import array_module, as_array, float_dtype
 from ._fastpath import CallCache, arrays_key, scalars_key, settings_key
 from ._fastpath import enabled as fastpath_enabled
-from .activation import ACTIVATION_MODES
+from .activation import ACTIVATION_MODES, activation_forward
 
 _LAYOUTS_2D = ("NCHW", "NHWC")
 _LAYOUTS_1D = {"NCW": "NCW", "NWC": "NWC", "NCHW": "NCW", "NHWC": "NWC"}
@@ -170,6 +170,20 @@ def _epilogue(activation: Any, coef: Any, threshold: Any, alpha: Any, alpha2: An
 
 
 @dataclass(frozen=True)
+class EmptyConv:
+    """A valid convolution with no work (N, C or K zero, or empty spatial dims with N or C
+    zero): its shapes in the layout, and nothing for a kernel to do. Every output is
+    ``act(alpha2 * z + bias)`` (a sum over no input channels is 0); that output is empty
+    unless only C is zero."""
+
+    x_shape: tuple[int, ...]
+    w_shape: tuple[int, ...]
+    y_shape: tuple[int, ...]
+    k: int
+    channels_last: bool
+
+
+@dataclass(frozen=True)
 class _Call:
     """A validated call: its problem and epilogue."""
 
@@ -189,8 +203,12 @@ def make_problem(
     layout: str = "NCHW",
     math_mode: str = "default",
     nd: int = 2,
-) -> ConvProblem:
-    """Validates shapes and hyper-parameters; the ConvProblem they describe."""
+    allow_empty: bool = False,
+) -> ConvProblem | EmptyConv:
+    """Validates shapes and hyper-parameters; the ConvProblem they describe. With
+    ``allow_empty``, a convolution PyTorch accepts although it has no work (N, C or K
+    zero; empty spatial dims with N or C zero) is an :class:`EmptyConv`; without it,
+    a BadParamError."""
     dt = dtypes.lookup(dtype)
     if dt is None:
         raise BadParamError(f"x: expected dtype {dtypes.names()}, got {dtype}")
@@ -232,8 +250,13 @@ def make_problem(
             f"groups={groups}); check the layout ({lay}: filters "
             f"{'K,*filter,C' if channels_last else 'K,C,*filter'})"
         )
-    if min(n, c, k, *spatial, *filt) < 1:
+    empty = min(n, c, k, *spatial) == 0
+    if min(filt) < 1 or (empty and not allow_empty):
         raise BadParamError(f"x and w must not be empty: x {tuple(x_shape)}, w {tuple(w_shape)}")
+    if min(spatial) == 0 and n and c:
+        raise BadParamError(
+            f"x: empty spatial dims need N = 0 or C = 0 (as PyTorch), got shape {tuple(x_shape)}"
+        )
     strides = _ints("stride", stride, nd, 1)
     dils = _ints("dilation", dilation, nd, 1)
     pads = _pads(padding, tuple(filt), strides, dils)
@@ -241,6 +264,20 @@ def make_problem(
         raise BadParamError(f"math: expected 'default' or 'tf32', got {math_mode!r}")
     if math_mode == "tf32" and dt.short != "fp32":
         raise BadParamError("math: 'tf32' applies to float32 inputs only")
+    for size, f, (b, a), d in zip(spatial, filt, pads, dils, strict=True):
+        if size + b + a < d * (f - 1) + 1:
+            raise BadParamError(
+                f"x: the padded input ({size} + {b} + {a}) is smaller than the dilated filter "
+                f"({d * (f - 1) + 1}): the output would be empty"
+            )
+    if empty:
+        out = tuple(
+            (size + b + a - d * (f - 1) - 1) // s + 1
+            for size, f, (b, a), d, s in zip(spatial, filt, pads, dils, strides, strict=True)
+        )
+        y_shape = (n, *out, k) if channels_last else (n, k, *out)
+        return EmptyConv(tuple(map(int, x_shape)), tuple(map(int, w_shape)),
+                         tuple(map(int, y_shape)), int(k), channels_last)  # fmt: skip
     problem = ConvProblem(
         n=int(n),
         c=int(c),
@@ -255,12 +292,6 @@ def make_problem(
         dtype=dt.short,
         math=math_mode,
     )
-    for size, f, (b, a), d in zip(spatial, filt, pads, dils, strict=True):
-        if size + b + a < d * (f - 1) + 1:
-            raise BadParamError(
-                f"x: the padded input ({size} + {b} + {a}) is smaller than the dilated filter "
-                f"({d * (f - 1) + 1}): the output would be empty"
-            )
     for name, shape in (("x", x_shape), ("y", problem.y_shape()), ("w", w_shape)):
         if math.prod(shape) >= _INDEX_LIMIT:
             raise NotSupportedError(
@@ -328,20 +359,46 @@ def unbatched_view(name: str, a: Any, nd: int, writable: bool) -> Any:
     return a[None]
 
 
-def _empty_batch(problem: ConvProblem, x: Any, w: Any, bias: Any, z: Any, out: Any) -> Any:
-    """A batch of zero images (PyTorch returns an empty output): every operand is checked
-    as for a batch of one, nothing is launched."""
-    y_shape = (0, *problem.y_shape()[1:])
-    _check_operand("w", w, problem.w_shape(), x.dtype)
+def bias_only(y_shape: tuple[int, ...], channels_last: bool, bias: Any, z: Any,
+              alpha2: float, dtype: Any, xp: Any) -> Any:  # fmt: skip
+    """``alpha2 * z + bias`` broadcast to ``y_shape`` (zeros without either), summed in
+    the accumulation type (float64 for float64, else float32) as the kernels do."""
+    acc = np.float64 if np.dtype(dtype) == np.float64 else np.float32
+    y = xp.zeros(y_shape, dtype=acc)
+    if bias is not None and y.size:
+        nd = len(y_shape) - 2
+        y += bias.astype(acc) if channels_last else bias.astype(acc).reshape((-1,) + (1,) * nd)
+    if z is not None and y.size:
+        y += acc(alpha2) * z.astype(acc)
+    return y
+
+
+def _empty_conv(e: EmptyConv, x: Any, w: Any, bias: Any, z: Any, out: Any,
+                epilogue: Epilogue) -> Any:  # fmt: skip
+    """A convolution without work (PyTorch's empty batch, zero channels): every operand is
+    checked as for a launch, nothing is launched for the convolution; with C = 0 alone
+    the output is the epilogue of a zero sum, ``act(alpha2 * z + bias)``."""
+    _check_operand("w", w, e.w_shape, x.dtype)
     if bias is not None:
-        _check_operand("bias", bias, (problem.k,), x.dtype)
+        _check_operand("bias", bias, (e.k,), x.dtype)
     if z is not None:
-        _check_operand("z", z, y_shape, x.dtype)
+        _check_operand("z", z, e.y_shape, x.dtype)
+    if out is not None:
+        _check_operand("out", out, e.y_shape, x.dtype)
+        if isinstance(out, np.ndarray) and not out.flags.writeable:
+            raise BadParamError("out: the array is read-only")
+    xp = array_module(x)
+    if math.prod(e.y_shape) == 0:
+        return out if out is not None else xp.empty(e.y_shape, dtype=x.dtype)
+    y = bias_only(e.y_shape, e.channels_last, bias, z, epilogue.alpha2, x.dtype, xp)
+    if epilogue.act_mode != IDENTITY_MODE:
+        mode = ACTIVATION_MODES[epilogue.act_mode]
+        coef = epilogue.coef if mode in _COEF_DEFAULTS else None
+        threshold = epilogue.threshold if mode in _THRESHOLD_DEFAULTS else None
+        y = activation_forward(y, mode, coef=coef, threshold=threshold)
     if out is None:
-        return array_module(x).empty(y_shape, dtype=x.dtype)
-    _check_operand("out", out, y_shape, x.dtype)
-    if isinstance(out, np.ndarray) and not out.flags.writeable:
-        raise BadParamError("out: the array is read-only")
+        return y.astype(x.dtype, copy=False)
+    out[...] = y
     return out
 
 
@@ -416,9 +473,8 @@ def _forward(
         # before the plan: a mixed call must not compile the kernels of x's dtype first
         if a is not None and a.dtype != x.dtype:
             raise BadParamError(f"{name}: expected dtype {x.dtype} like x, got {a.dtype}")
-    empty_batch = x.ndim == nd + 2 and x.shape[0] == 0
     problem = make_problem(
-        (1, *x.shape[1:]) if empty_batch else x.shape,
+        x.shape,
         w.shape,
         x.dtype,
         stride=stride,
@@ -428,12 +484,13 @@ def _forward(
         layout=layout,
         math_mode=math_mode,
         nd=nd,
+        allow_empty=True,
     )
     epilogue = _epilogue(
         activation, coef, threshold, alpha, alpha2, bias is not None, z is not None
     )
-    if empty_batch:
-        return _empty_batch(problem, x, w, bias, z, out)
+    if isinstance(problem, EmptyConv):
+        return _empty_conv(problem, x, w, bias, z, out, epilogue)
     plan = get_plan(backend, problem, algo)
     y = _run(plan, x, w, bias, z, out, epilogue)
     _CALLS.put(key, (plan, problem.y_shape(), epilogue))
@@ -470,7 +527,9 @@ def conv2d(
     Args:
         x: (N, C, H, W) for layout "NCHW" or (N, H, W, C) for "NHWC", or unbatched
             (C, H, W) / (H, W, C) as in PyTorch (z and out then unbatched too, and so is
-            the result); N may be 0 (an empty result, nothing launched); float32, float16 or
+            the result); N may be 0 (an empty result, nothing launched), and so may C
+            (``act(alpha2 * z + bias)``, nothing launched for the convolution) or w's K
+            (an empty result); float32, float16 or
             bfloat16 (fp32 accumulation), or float64 (float64 accumulation; alpha, alpha2
             and the activation's coefficients reach the kernels unrounded; Winograd and
             the tensor-core solvers do not apply).

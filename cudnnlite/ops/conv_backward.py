@@ -34,7 +34,7 @@ from ..solvers.conv.bwd_data import BwdDataTensors
 from ..solvers.conv.bwd_filter import BwdFilterTensors
 from ..solvers.conv.common import IDENTITY_MODE, Epilogue
 from ._arrays import array_module, as_array, float_dtype
-from .conv import _contiguous, _ints, make_problem, unbatched_view
+from .conv import EmptyConv, _contiguous, _ints, bias_only, make_problem, unbatched_view
 
 _last_kernel_names: list[str] = []
 
@@ -64,8 +64,8 @@ def _shape_arg(name: str, value: Any, nd: int) -> tuple[int, ...]:
         isinstance(v, (int, np.integer)) and not isinstance(v, bool) for v in vals
     ):
         raise BadParamError(f"{name}: expected a sequence of {nd + 2} ints, got {value!r}")
-    if min(vals) < 1:
-        raise BadParamError(f"{name}: every size must be >= 1, got {vals}")
+    if min(vals) < 0:
+        raise BadParamError(f"{name}: every size must be >= 0, got {vals}")
     return tuple(int(v) for v in vals)
 
 
@@ -86,9 +86,12 @@ def _renamed(exc: BadParamError, names: dict[str, str]) -> BadParamError:
 
 
 def _problem(x_shape: Sequence[int], w_shape: Sequence[int], dtype: Any, names: dict[str, str],
-             nd: int, **conv: Any) -> ConvProblem:  # fmt: skip
+             nd: int, **conv: Any) -> ConvProblem | EmptyConv:  # fmt: skip
+    """The forward problem, or an EmptyConv when it has no work (PyTorch's empty batch,
+    zero channels): its gradients are then zeros or empty, and nothing is launched."""
     try:
-        return make_problem(tuple(x_shape), tuple(w_shape), dtype, nd=nd, **conv)
+        return make_problem(tuple(x_shape), tuple(w_shape), dtype, nd=nd, allow_empty=True,
+                            **conv)  # fmt: skip
     except BadParamError as exc:
         raise _renamed(exc, names) from None
 
@@ -116,6 +119,17 @@ def _target(out: Any, shape: tuple[int, ...], dtype: Any, inputs: dict[str, Any]
     return xp.empty(shape, dtype=dtype), True
 
 
+def _zeros(out: Any, shape: tuple[int, ...], dtype: Any, inputs: dict[str, Any], xp: Any) -> Any:
+    """The gradient of a convolution without work: zeros (no output depends on the
+    operand), or an empty array; nothing is launched."""
+    target, copy = _target(out, shape, dtype, inputs, xp)
+    target[...] = 0
+    if copy:
+        out[...] = target
+        return out
+    return target
+
+
 def _why(stride: Any, padding: Any, dilation: Any) -> str:
     return f" (from the shapes with stride={stride}, padding={padding}, dilation={dilation})"
 
@@ -140,6 +154,9 @@ def _backward_data(dy: Any, w: Any, x_shape: Any, stride: Any, padding: Any, dil
     problem = _problem(xs, w.shape, dy.dtype, {"x": "x_shape"}, nd, stride=stride,
                        padding=padding, dilation=dilation, groups=groups,
                        layout=layout)  # fmt: skip
+    if isinstance(problem, EmptyConv):
+        _check("dy", dy, problem.y_shape, dy.dtype, _why(stride, padding, dilation))
+        return _zeros(out, problem.x_shape, dy.dtype, {"dy": dy, "w": w}, array_module(dy))
     _check("dy", dy, problem.y_shape(), dy.dtype, _why(stride, padding, dilation))
     problem = dataclasses.replace(problem, direction="bwd_data")
     return _run_data(backend, problem, dy, w, None, out, algo, problem.x_shape())
@@ -249,9 +266,12 @@ def _backward_filter(x: Any, dy: Any, w_shape: Any, stride: Any, padding: Any, d
     problem = _problem(x.shape, ws, x.dtype, {"w": "w_shape"}, nd, stride=stride,
                        padding=padding, dilation=dilation, groups=groups,
                        layout=layout)  # fmt: skip
+    xp = array_module(x)
+    if isinstance(problem, EmptyConv):
+        _check("dy", dy, problem.y_shape, x.dtype, _why(stride, padding, dilation))
+        return _zeros(out, problem.w_shape, x.dtype, {"x": x, "dy": dy}, xp)
     _check("dy", dy, problem.y_shape(), x.dtype, _why(stride, padding, dilation))
     problem = dataclasses.replace(problem, direction="bwd_filter")
-    xp = array_module(x)
     plan = get_plan(backend, problem, algo)
     dw, copy = _target(out, problem.w_shape(), x.dtype, {"x": x, "dy": dy}, xp)
     plan.launch(BwdFilterTensors(_contiguous(x), _contiguous(dy), dw), Epilogue())
@@ -341,11 +361,11 @@ def _backward_bias(dy: Any, layout: str, out: Any, nd: int) -> Any:
             f"dy: expected a {nd + 2}-D array ({layout}) or an unbatched {nd + 1}-D one, "
             f"got shape {dy.shape}"
         )
-    if min(dy.shape) < 1:
-        raise BadParamError(f"dy: must not be empty, got shape {tuple(dy.shape)}")
     channels_last = _BIAS_LAYOUTS[layout]
     k = int(dy.shape[-1] if channels_last else dy.shape[1])
     xp = array_module(dy)
+    if dy.size == 0:  # an empty batch or output: a sum of nothing
+        return _zeros(out, (k,), dy.dtype, {"dy": dy}, xp)
     db, copy = _target(out, (k,), dy.dtype, {"dy": dy}, xp)
     names = bwd_filter.backward_bias(backend, _contiguous(dy), db, channels_last)
     _last_kernel_names[:] = names
@@ -406,10 +426,19 @@ def _transpose(x: Any, w: Any, bias: Any, stride: Any, padding: Any, output_padd
     if c_in % groups:
         raise BadParamError(f"groups: {groups} does not divide the {c_in} input channels")
     c_out = cg_out * groups
+    n = int(x.shape[0])
+    # no work (PyTorch's empty batch; zero channels): checked alike, nothing launched
+    empty = n == 0 or c_in == 0 or c_out == 0 or 0 in in_spatial
+    if 0 in in_spatial and n and c_in:
+        raise BadParamError(
+            f"x: empty spatial dims need N = 0 or C = 0 (as PyTorch), got shape {x.shape}"
+        )
+    if min(filt) < 1:
+        raise BadParamError(f"w: the filter must not be empty, got shape {w.shape}")
     out_spatial, fwd_pads = [], []
     for i, f, s, p, d, op in zip(in_spatial, filt, strides, pads, dils, ops, strict=True):
         size = (i - 1) * s - 2 * p + d * (f - 1) + op + 1
-        if size < 1:
+        if size < (0 if empty else 1):
             raise BadParamError(
                 f"padding: {padding} leaves an empty output ({size}) for input {in_spatial}"
             )
@@ -419,22 +448,35 @@ def _transpose(x: Any, w: Any, bias: Any, stride: Any, padding: Any, output_padd
         fwd_pads.append((p, p - (op // s) * s))
     run_spatial = [size + min(0, a) for size, (_, a) in zip(out_spatial, fwd_pads, strict=True)]
     flat_pads = tuple(v for b, a in fwd_pads for v in (b, max(0, a)))
-    n = int(x.shape[0])
     shape_of = (lambda sp: (n, *sp, c_out)) if channels_last else (lambda sp: (n, c_out, *sp))
-    # a batch of zero images (PyTorch: an empty output) is checked as a batch of one
+    if empty:
+        if bias is not None:
+            _check("bias", bias, (c_out,), x.dtype)
+        return _bias_fill(out, shape_of(out_spatial), channels_last, bias, x, w)
     run_shape = shape_of(run_spatial)
-    problem = _problem((max(n, 1), *run_shape[1:]), w.shape, x.dtype, {"x": "x", "w": "w"},
-                       nd, stride=strides, padding=flat_pads, dilation=dils, groups=groups,
+    problem = _problem(run_shape, w.shape, x.dtype, {"x": "x", "w": "w"}, nd, stride=strides,
+                       padding=flat_pads, dilation=dils, groups=groups,
                        layout=layout)  # fmt: skip
     if tuple(problem.y_shape())[1:] != tuple(x.shape)[1:]:  # cannot happen: sizes derived
         raise BadParamError(f"x: shape {x.shape} is inconsistent with the transposed output")
     if bias is not None:
         _check("bias", bias, (c_out,), x.dtype)
-    if n == 0:
-        xp = array_module(x)
-        return _target(out, shape_of(out_spatial), x.dtype, {}, xp)[0]
     problem = dataclasses.replace(problem, direction="bwd_data")
     return _run_data(backend, problem, x, w, bias, out, algo, shape_of(out_spatial))
+
+
+def _bias_fill(out: Any, shape: tuple[int, ...], channels_last: bool, bias: Any, x: Any,
+               w: Any) -> Any:  # fmt: skip
+    """A transposed convolution without work: every output is the bias (a sum over no
+    input channels is 0), or the output is empty."""
+    xp = array_module(x)
+    y, copy = _target(out, shape, x.dtype, {"x": x, "w": w, "bias": bias}, xp)
+    if y.size:
+        y[...] = bias_only(shape, channels_last, bias, None, 0.0, x.dtype, xp)
+    if copy:
+        out[...] = y
+        return out
+    return y
 
 
 @with_stream
