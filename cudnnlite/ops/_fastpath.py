@@ -21,7 +21,6 @@ from __future__ import annotations
 
 import contextlib
 import math
-import os
 import threading
 from collections import OrderedDict
 from collections.abc import Iterator
@@ -32,6 +31,7 @@ import numpy as np
 from .. import dtypes
 from ..dispatch import plans, settings
 from ..errors import BadParamError
+from ..runtime.env import raw_reader
 from ..runtime.graph import graph_safe
 from ..runtime.pointers import host_pointer
 from ..runtime.select import backend_by_name
@@ -46,6 +46,10 @@ _ENV = (
     "CUDNNLITE_FORCE_CONFIG",
 )
 _PLAIN = (type(None), bool, int, str, np.integer, np.bool_)
+# Raw values (runtime.env): keys only need equality, and a dict access per name is far
+# cheaper than os.environ.get on every call.
+_read_backend = raw_reader(_ENV[:1])
+_read_dispatch_env = raw_reader(_ENV)
 _FLOATS = (float, np.floating)
 _FAST_TYPES = frozenset((int, bool, str, float, type(None)))
 _state = threading.local()
@@ -183,17 +187,17 @@ def call_key(x: Any, scalars: tuple | None, aligned: bool = False) -> tuple | No
     a = array_key(x, aligned)
     if a is None or a is False or scalars is None:
         return None
-    return (a, scalars, os.environ.get("CUDNNLITE_BACKEND"))
+    return (a, scalars, _read_backend())
 
 
-def backend_key() -> str | None:
-    """The environment's forced backend, the one switch an op without solvers reads."""
-    return os.environ.get("CUDNNLITE_BACKEND")
+def backend_key() -> tuple:
+    """The environment's forced backend (raw), the one switch an op without solvers reads."""
+    return _read_backend()
 
 
 def settings_key() -> tuple:
     """What the dispatcher reads besides the problem: its settings and env switches."""
-    return (settings.current(), *(os.environ.get(name) for name in _ENV))
+    return (settings.current(), *_read_dispatch_env())
 
 
 # ------------------------------------------------------------------ plans of one-input ops

@@ -14,6 +14,7 @@ import numpy as np
 
 from ..errors import BadParamError
 from .backend import Backend
+from .env import raw_reader
 
 _DLPACK_CPU = 1
 _DLPACK_CUDA = (2, 3, 13)  # kDLCUDA, kDLCUDAHost, kDLCUDAManaged
@@ -122,8 +123,14 @@ def device_scope(device: int | None) -> Any:
     return cupy.cuda.Device(device)
 
 
+_read_forced = raw_reader(("CUDNNLITE_BACKEND",))  # read on every call: runtime.env
+
+
 def forced_backend() -> str | None:
-    forced = os.environ.get("CUDNNLITE_BACKEND", "").strip().lower()
+    (raw,) = _read_forced()
+    if raw is None:
+        return None
+    forced = (os.fsdecode(raw) if isinstance(raw, bytes) else raw).strip().lower()
     return forced or None
 
 
