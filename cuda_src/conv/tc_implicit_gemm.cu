@@ -45,13 +45,25 @@
 namespace tcconv {
 
 // Implicit-GEMM operand loader of the forward convolution (tc_gemm.cuh's Loader contract).
-// Per copy in the main loop: a validity bit from the row's packed tap mask and one 32-bit add
-// of an offset that is the same for every row of the tile (the tap's
-// (r * dil_h * W + s * dil_w) * C + c0); the solver keeps x and w below 2^31 elements and
-// the filter within 16 x 16 taps.
+// Everything per row is decoded once per block (CUTLASS's "precomputed" iterator); the
+// main path of load() is, per copy, one 32-bit add and one wide multiply-add for the
+// address and one bit test for the predicate, and per tile a channel-slice compare and
+// two increments: no tap decode, no mask shifts.
+//   A: each row's x offset of (n, h0, w0, col) at tap (0, 0) (a_off) plus a_tap, the same
+//      for every row ((r * dil_h * W + t * dil_w) * C + c0). The solver keeps x and w below
+//      2^31 elements and the filter within 16 x 16 taps.
+//   B: row j of the tile at w + b_pos + j * b_step (the filter's k rows, R*S*C apart).
+//   Validity: one word (ok), rebuilt from the rows' packed tap masks (a_mask) only when the
+//      tap changes; the A rows' bits at this tap and the B rows' (below K, fixed), all
+//      cleared in a slice where this thread's channels are past C (a ragged last slice).
 // D3 (the _3d kernel): the filter depth taps lead the reduction, (t, r, s, c) in KTRSC
 // order; a third mask word per row holds the depth bits and the iterator carries the depth
 // tap. The 2-D instantiation has none of it.
+//
+// The validity word: two bits per copy (FwdLoader::bits), 32 bits up to 16 copies, else 64.
+template <bool WIDE> struct PredWord { typedef unsigned type; };
+template <> struct PredWord<true> { typedef unsigned long long type; };
+
 template <class G, int ALIGN, bool D3>
 struct FwdLoader {
     typedef typename G::T T;
@@ -65,30 +77,36 @@ struct FwdLoader {
     static_assert(G::THREADS % CPR == 0, "a thread keeps one column of the tile");
     static_assert(G::BM % ROWS_PER_PASS == 0 && G::BN % ROWS_PER_PASS == 0, "whole passes");
     static_assert(ROWS_PER_PASS % 8 == 0, "passes keep the row swizzle (period 8)");
+    static_assert(A_PASSES + B_PASSES <= 32, "two validity bits per copy");
+    typedef typename PredWord<(A_PASSES + B_PASSES > 16)>::type Pred;
+    // Copy k's bits. Two of them: a test of a two-bit mask stays one LOP3 to a predicate,
+    // where the compiler turns a one-bit test into a shift, a mask and a compare.
+    __device__ static Pred bits(int k) { return (Pred)3 << 2 * k; }
 
     const T* x;
     const T* w;
     int a_off[A_PASSES];          // x offset of this row's (n, h0, w0, col): tap (0, 0)
     unsigned a_mask[A_PASSES];    // bit r: h0 + r * dil_h inside the image (0: row past M);
                                   // bit 16 + s: w0 + s * dil_w inside the image
-    int b_off;                    // w offset of the first row's (k, 0, 0, col)
-    int b_rows;                   // K - that k: rows j * ROWS_PER_PASS < b_rows are valid
-    int b_step;                   // ROWS_PER_PASS * R * S * C
-    int dst;                      // this thread's element offset in a stage
     unsigned a_dmask[D3 ? A_PASSES : 1];  // D3: bit td: d0 + td * dil_d inside the volume
-    int W, C, S, dil_h, dil_w, col;
-    int H, R, dil_d;  // D3 only
+    Pred ok;                      // bits(i): A row i inside the image at this tap;
+                                  // bits(A_PASSES + j): B row j below K
+    int b_step;                   // ROWS_PER_PASS * R * S * C: B rows j and j + 1
+    int dst;                      // this thread's element offset in a stage
+    int c_lim;                    // C - col: c0 < c_lim while this thread's copy is inside C
+    int C, S, R;
+    int a_next_s, a_next_r, a_next_d, b_next_s;  // offset steps at the end of a tap's slices
     // The reduction iterator: tap (r, t), channel slice c0 (D3: depth tap td first).
-    int r, t, c0, t_off, td;
+    int r, t, c0, td;
     int a_tap;  // (r * dil_h * W + t * dil_w) * C + c0: uniform over rows
-    int b_tap;  // (r * S + t) * C + c0
+    int b_pos;  // w offset of (this thread's first k row, r, t, c0 + col)
 
     __device__ FwdLoader(const T* x_, const T* w_, const ConvShape& s, cl::index_t m0, int n0)
-        : x(x_), w(w_), W(s.w), C(s.c), S(s.s), dil_h(s.dil_h), dil_w(s.dil_w), H(s.h), R(s.r),
-          dil_d(s.dil_d) {
-        col = (threadIdx.x % CPR) * ALIGN;
+        : x(x_), w(w_), C(s.c), S(s.s), R(s.r) {
+        const int col = (threadIdx.x % CPR) * ALIGN;
         const int row0 = threadIdx.x / CPR;
         dst = tc::tile_offset<G::BK, G::EPC>(row0, col);
+        c_lim = s.c - col;
         const cl::index_t rows = (cl::index_t)s.n * s.p * s.q * (D3 ? s.o : 1);
 #pragma unroll
         for (int i = 0; i < A_PASSES; ++i) {
@@ -120,65 +138,83 @@ struct FwdLoader {
             a_mask[i] = m < rows ? mask : 0u;
         }
         const int rsc = s.r * s.s * s.c * (D3 ? s.t : 1);
-        b_rows = s.k - (n0 + row0);
-        b_off = (b_rows > 0 ? n0 + row0 : 0) * rsc + col;
+        const int b_rows = s.k - (n0 + row0);  // rows j * ROWS_PER_PASS < b_rows are valid
+        ok = 0;
+#pragma unroll
+        for (int j = 0; j < B_PASSES; ++j)
+            if (j * ROWS_PER_PASS < b_rows) ok |= bits(A_PASSES + j);
+        b_pos = (b_rows > 0 ? n0 + row0 : 0) * rsc + col;
         b_step = ROWS_PER_PASS * rsc;
-        r = t = c0 = t_off = td = 0;
-        a_tap = b_tap = 0;
+        // From a tap's last slice (c0 = c_end - BK) to the next tap's first.
+        const int c_end = (s.c + G::BK - 1) / G::BK * G::BK;
+        a_next_s = s.dil_w * s.c - c_end + G::BK;
+        a_next_r = (s.dil_h * s.w - s.s * s.dil_w) * s.c;
+        a_next_d = D3 ? (s.dil_d * s.h - s.r * s.dil_h) * s.w * s.c : 0;
+        b_next_s = s.c - c_end + G::BK;
+        r = t = c0 = td = 0;
+        a_tap = 0;
+        set_tap();
+    }
+
+    // The rows' validity at tap (r, t) (D3: and depth tap td).
+    __device__ void set_tap() {
+        ok &= ~(Pred)0 << 2 * A_PASSES;
+#pragma unroll
+        for (int i = 0; i < A_PASSES; ++i) {
+            unsigned bit = (a_mask[i] >> r) & (a_mask[i] >> (16 + t));
+            if (D3) bit &= a_dmask[D3 ? i : 0] >> td;
+            ok |= (Pred)(bit & 1u) * bits(i);
+        }
     }
 
     // Split-K: start at reduction tile `it0` (one division per block, none per tile).
-    __device__ void seek(int it0) {
+    __device__ void seek(int it0, const ConvShape& s) {
         const int slices = (C + G::BK - 1) / G::BK;
         const int tap = it0 / slices;
         r = tap / S;
         t = tap % S;
         c0 = (it0 % slices) * G::BK;
-        t_off = t * dil_w;
         if (D3) {
             td = r / R;
             r = r % R;
-            a_tap = ((td * dil_d * H + r * dil_h) * W + t_off) * C + c0;
+            a_tap = ((td * s.dil_d * s.h + r * s.dil_h) * s.w + t * s.dil_w) * C + c0;
         } else {
-            a_tap = (r * dil_h * W + t_off) * C + c0;
+            a_tap = (r * s.dil_h * s.w + t * s.dil_w) * C + c0;
         }
-        b_tap = tap * C + c0;
+        b_pos += tap * C + c0;
+        set_tap();
     }
 
     __device__ void load(T* As, T* Bs) {
-        const bool c_ok = c0 + col < C;  // C % ALIGN == 0: a copy is wholly in or out
+        const Pred v = c0 < c_lim ? ok : 0;  // C % ALIGN == 0: wholly in or out
 #pragma unroll
-        for (int i = 0; i < A_PASSES; ++i) {
-            bool ok = c_ok && ((a_mask[i] >> r) & (a_mask[i] >> (16 + t)) & 1u);
-            if (D3) ok = ok && ((a_dmask[D3 ? i : 0] >> td) & 1u);
-            // Not read when !ok (zero-fill): the offset may point anywhere.
+        for (int i = 0; i < A_PASSES; ++i)  // not read where invalid (zero-fill)
             cl::mma::cp_async<BYTES>(As + dst + i * ROWS_PER_PASS * G::BK, x + (a_off[i] + a_tap),
-                                     ok);
-        }
+                                     v & bits(i));
 #pragma unroll
         for (int j = 0; j < B_PASSES; ++j)
             cl::mma::cp_async<BYTES>(Bs + dst + j * ROWS_PER_PASS * G::BK,
-                                     w + (b_off + j * b_step + b_tap),
-                                     c_ok && j * ROWS_PER_PASS < b_rows);
+                                     w + (b_pos + j * b_step), v & bits(A_PASSES + j));
         // Next tile: the next channel slice, or the first slice of the next tap.
-        c0 += G::BK;
-        a_tap += G::BK;
-        b_tap += G::BK;
-        if (c0 >= C) {
-            a_tap += dil_w * C - c0;
-            b_tap += C - c0;
+        if (c0 + G::BK < C) {
+            c0 += G::BK;
+            a_tap += G::BK;
+            b_pos += G::BK;
+        } else {
             c0 = 0;
-            t_off += dil_w;
+            a_tap += a_next_s;
+            b_pos += b_next_s;
             if (++t == S) {
                 t = 0;
-                a_tap += (dil_h * W - t_off) * C;
-                t_off = 0;
-                if (++r == R && D3) {
+                ++r;
+                a_tap += a_next_r;
+                if (D3 && r == R) {
                     r = 0;
-                    a_tap += (dil_d * H - R * dil_h) * W * C;
                     ++td;
+                    a_tap += a_next_d;
                 }
             }
+            set_tap();
         }
     }
 };
@@ -280,7 +316,7 @@ __device__ __forceinline__ void fwd_body(const T* x, const T* w, T* y, const T* 
     const int total = s.r * s.s * (D3 ? s.t : 1) * ((s.c + BK - 1) / BK);
     const int it0 = blockIdx.z * iters_per_split;
     const int iters = min(iters_per_split, total - it0);  // >= 1: the host sizes the splits
-    if (it0 > 0) ld.seek(it0);
+    if (it0 > 0) ld.seek(it0, s);
     typename G::Acc acc;
     G::mainloop(ld, iters, smem, acc);
     float* Cs = reinterpret_cast<float*>(smem);
