@@ -83,47 +83,65 @@ struct Gemm {
 
     typedef float Acc[MF][NF][4];
 
-    // This lane's ldmatrix element offsets within one stage, for each k16 step (the swizzle
-    // of a row repeats every 8 rows, so fragment i adds a constant i * 16 rows).
+    // This lane's ldmatrix addresses, in bytes from a stage's tile: one per-lane offset per
+    // operand, computed once; the unrolled k-steps and fragments add compile-time parts:
+    //   reduction-contiguous tile ([rows][BK]): fragment i is 16 rows further (+ constant:
+    //     the swizzle repeats every 8 rows); k-step s is 2 chunks further along the row,
+    //     chunk (2s + h) ^ x = (h ^ x) ^ 2s, i.e. the offset XOR 32 * s;
+    //   m- (n-) contiguous tile ([BK][cols]): k-step s is KSTEP rows further (+ constant);
+    //     fragment i is 2 chunks further, chunk (c + h + 2i) ^ x with c a multiple of the
+    //     warp's chunk count (a power of two above 2i): the offset XOR 32 * i.
+    // The XORs touch the chunk bits of a row only (rows are 16 * CHUNKS bytes), so they
+    // stay loop-invariant and ldmatrix addresses are [lane offset + stage base + constant].
+    enum {
+        A_ROW_BYTES = (A_ROWS_K ? BM : BK) * (int)sizeof(T),  // one tile row
+        B_ROW_BYTES = (B_ROWS_K ? BN : BK) * (int)sizeof(T),
+    };
+    static_assert(!A_ROWS_K || (MF & (MF - 1)) == 0, "A fragments by XOR: MF a power of two");
+    static_assert(!B_ROWS_K || ((NF / 2) & (NF / 2 - 1)) == 0,
+                  "B fragment pairs by XOR: NF / 2 a power of two");
+    static_assert((A_ROWS_K && B_ROWS_K) || (BK & (BK - 1)) == 0,
+                  "k-steps by XOR: BK a power of two");
     struct FragOffsets {
-        int a[BK / KSTEP], b[BK / KSTEP];
+        int a, b;
     };
 
     __device__ static FragOffsets frag_offsets(int wm0, int wn0) {
         const int lane = threadIdx.x & 31, mat = lane >> 3;
         FragOffsets o;
-#pragma unroll
-        for (int s = 0; s < BK / KSTEP; ++s) {
-            const int ks = KSTEP * s;
-            o.a[s] = A_ROWS_K
-                         ? tile_offset<BM>(ks + (lane & 7) + (mat >> 1) * 8, wm0 + (mat & 1) * 8)
-                         : tile_offset<BK, EPC>(wm0 + (lane & 15), ks + (lane >> 4) * EPC);
-            o.b[s] = B_ROWS_K
-                         ? tile_offset<BN>(ks + (lane & 7) + (mat & 1) * 8, wn0 + (mat >> 1) * 8)
-                         : tile_offset<BK, EPC>(wn0 + (lane & 7) + (lane >> 4) * 8,
-                                                ks + ((lane >> 3) & 1) * EPC);
-        }
+        const int a = A_ROWS_K ? tile_offset<BM>((lane & 7) + (mat >> 1) * 8, wm0 + (mat & 1) * 8)
+                               : tile_offset<BK, EPC>(wm0 + (lane & 15), (lane >> 4) * EPC);
+        const int b = B_ROWS_K ? tile_offset<BN>((lane & 7) + (mat & 1) * 8, wn0 + (mat >> 1) * 8)
+                               : tile_offset<BK, EPC>(wn0 + (lane & 7) + (lane >> 4) * 8,
+                                                      ((lane >> 3) & 1) * EPC);
+        o.a = a * (int)sizeof(T);
+        o.b = b * (int)sizeof(T);
         return o;
     }
 
-    // Fragment i of A: 16 more m rows (A_ROWS_K: 16 more m columns, one 16-byte chunk pair
-    // further in a row; the swizzle XOR keeps chunk pairs together since 16 / 8 = 2 chunks).
-    __device__ static void load_a(const T* As, int off, unsigned (&a)[MF][4]) {
+    // Fragments of k-step s from a stage's A (B) tile at byte address `tile`.
+    __device__ static void load_a(const char* tile, const FragOffsets& o, int s,
+                                  unsigned (&a)[MF][4]) {
 #pragma unroll
         for (int i = 0; i < MF; ++i) {
-            if (!A_ROWS_K) cl::mma::ldmatrix<4>(a[i], As + off + 16 * i * BK);
-            else cl::mma::ldmatrix_trans<4>(a[i], As + off + a_step(i));
+            if (!A_ROWS_K)
+                cl::mma::ldmatrix<4>(a[i], tile + (o.a ^ (32 * s)) + A_ROW_BYTES * 16 * i);
+            else
+                cl::mma::ldmatrix_trans<4>(a[i], tile + (o.a ^ (32 * i)) + A_ROW_BYTES * KSTEP * s);
 #pragma unroll
             for (int v = 0; v < 4; ++v) MmaStep<T>::round(a[i][v]);
         }
     }
 
-    __device__ static void load_b(const T* Bs, int off, unsigned (&b)[NF][2]) {
+    __device__ static void load_b(const char* tile, const FragOffsets& o, int s,
+                                  unsigned (&b)[NF][2]) {
 #pragma unroll
         for (int j = 0; j < NF / 2; ++j) {
             unsigned r[4];
-            if (!B_ROWS_K) cl::mma::ldmatrix<4>(r, Bs + off + 16 * j * BK);
-            else cl::mma::ldmatrix_trans<4>(r, Bs + off + b_step(j));
+            if (!B_ROWS_K)
+                cl::mma::ldmatrix<4>(r, tile + (o.b ^ (32 * s)) + B_ROW_BYTES * 16 * j);
+            else
+                cl::mma::ldmatrix_trans<4>(r, tile + (o.b ^ (32 * j)) + B_ROW_BYTES * KSTEP * s);
 #pragma unroll
             for (int v = 0; v < 4; ++v) MmaStep<T>::round(r[v]);
             b[2 * j][0] = r[0];
@@ -133,26 +151,14 @@ struct Gemm {
         }
     }
 
-    // In an m- (n-) contiguous tile, fragment i sits 16 columns = 2 chunks further; XOR
-    // with the row's swizzle commutes with adding 2 chunks only within an aligned group,
-    // so these steps are computed per lane (compile-time i, one XOR each).
-    __device__ static int a_step(int i) {
-        const int lane = threadIdx.x & 31, mat = lane >> 3;
-        const int row = (lane & 7) + (mat >> 1) * 8, col = (mat & 1) * 8;
-        return tile_offset<BM>(row, col + 16 * i) - tile_offset<BM>(row, col);
-    }
-    __device__ static int b_step(int j) {
-        const int lane = threadIdx.x & 31, mat = lane >> 3;
-        const int row = (lane & 7) + (mat & 1) * 8, col = (mat >> 1) * 8;
-        return tile_offset<BN>(row, col + 16 * j) - tile_offset<BN>(row, col);
-    }
-
     // Runs `iters` reduction tiles through the pipeline into acc (zeroed here). Ends with
     // every copy landed and a barrier: shared memory is free for the epilogue.
+    // Stages are interleaved ([STAGES][A_TILE + B_TILE]) so one rotating pointer names both
+    // tiles of a stage; the stage a tile refills is the one the previous tile read, and the
+    // rotation is an add and a compare-select (no multiply by the stage index).
     template <class Loader>
     __device__ static void mainloop(Loader& ld, int iters, T* smem, Acc& acc) {
-        T* As = smem;
-        T* Bs = smem + STAGES * A_TILE;
+        enum { STAGE = A_TILE + B_TILE };
         const int warp = threadIdx.x >> 5;
         const int wm0 = (warp / WARPS_N) * WM, wn0 = (warp % WARPS_N) * WN;
         const FragOffsets fo = frag_offsets(wm0, wn0);
@@ -165,29 +171,29 @@ struct Gemm {
 
 #pragma unroll
         for (int s = 0; s < STAGES - 1; ++s) {
-            if (s < iters) ld.load(As + s * A_TILE, Bs + s * B_TILE);
+            if (s < iters) ld.load(smem + s * STAGE, smem + s * STAGE + A_TILE);
             cl::mma::cp_async_commit();
         }
-        int read = 0, write = STAGES - 1;
-        for (int it = 0; it < iters; ++it) {
+        T* const last = smem + (STAGES - 1) * STAGE;
+        T* read = smem;
+        T* write = last;
+        for (int left = iters; left > 0; --left) {  // tiles left, this one included
             cl::mma::cp_async_wait<STAGES - 2>();
             __syncthreads();
-            if (it + STAGES - 1 < iters) ld.load(As + write * A_TILE, Bs + write * B_TILE);
+            if (left > STAGES - 1) ld.load(write, write + A_TILE);
             cl::mma::cp_async_commit();
-            const T* a_s = As + read * A_TILE;
-            const T* b_s = Bs + read * B_TILE;
 #pragma unroll
             for (int s = 0; s < BK / KSTEP; ++s) {
                 unsigned a[MF][4], b[NF][2];
-                load_a(a_s, fo.a[s], a);
-                load_b(b_s, fo.b[s], b);
+                load_a(reinterpret_cast<const char*>(read), fo, s, a);
+                load_b(reinterpret_cast<const char*>(read + A_TILE), fo, s, b);
 #pragma unroll
                 for (int i = 0; i < MF; ++i)
 #pragma unroll
                     for (int j = 0; j < NF; ++j) MmaStep<T>::run(acc[i][j], a[i], b[j]);
             }
-            read = read + 1 == STAGES ? 0 : read + 1;
-            write = write + 1 == STAGES ? 0 : write + 1;
+            write = read;
+            read = read == last ? smem : read + STAGE;
         }
         cl::mma::cp_async_wait<0>();
         __syncthreads();
