@@ -258,10 +258,12 @@ def test_race_free_kernels_pass_with_the_right_numbers(child_results: dict, case
 
 
 # Every primitive family under the check, small shapes (about 30 instrumented modules,
-# 5-20 s of g++ each when cold): opt-in, CUDNNLITE_RACECHECK_SWEEP=1.
+# 5-20 s of g++ each when cold; 136 s in one process): CUDNNLITE_RACECHECK_SWEEP=1 (CI
+# sets it). Four child processes, one per group of families sharing modules, so xdist's
+# workers share the work; each prints its cases and every case name the sweep knows.
 SWEEP = textwrap.dedent(
     """
-    import json
+    import json, os
     import numpy as np
     import cudnnlite as cl
     from cudnnlite.errors import ExecutionError
@@ -313,7 +315,11 @@ SWEEP = textwrap.dedent(
                                                                     w4.shape, padding=1),
         "conv2d_backward_bias": lambda: cl.conv2d_backward_bias(f(2, 8, 8, 8)),
     }
+    print(json.dumps({"all": sorted(cases)}), flush=True)
+    group = os.environ["SWEEP_CASES"].split("|")
     for name, fn in cases.items():
+        if name not in group:
+            continue
         try:
             fn()
             print(json.dumps({"case": name, "error": None}), flush=True)
@@ -323,23 +329,43 @@ SWEEP = textwrap.dedent(
 )
 
 
+SWEEP_GROUPS = (
+    ("relu", "softmax", "softmax_backward", "softmax fp16", "layer_norm bf16", "rms_norm",
+     "batch_norm", "batch_norm_backward", "group_norm", "lrn", "ctc_loss"),
+    ("max_pool2d", "avg_pool_backward", "adaptive_avg_pool2d", "dropout", "add_tensor",
+     "grid_sample", "grid_sample_backward", "sdpa", "sdpa fp16"),
+    ("conv direct", "conv implicit_gemm", "conv implicit_gemm fp16", "conv winograd",
+     "conv gemm", "conv tensor_core fp16"),
+    ("conv3d", "conv_transpose2d", "conv2d_backward_data", "conv2d_backward_filter",
+     "conv2d_backward_bias"),
+)  # fmt: skip
+
+
 @pytest.mark.slow
 @pytest.mark.skipif(
     os.environ.get("CUDNNLITE_RACECHECK_SWEEP") != "1",
     reason="every family under the race check: set CUDNNLITE_RACECHECK_SWEEP=1",
 )
-def test_every_family_is_race_free() -> None:
+@pytest.mark.parametrize("group", range(len(SWEEP_GROUPS)))
+def test_every_family_is_race_free(group: int) -> None:
     _race_runtime()
+    cases = SWEEP_GROUPS[group]
     proc = subprocess.run(
         [sys.executable, "-m", "cudnnlite.runtime.emulator.racecheck", "-c", SWEEP],
         capture_output=True,
         text=True,
         timeout=3600,
         cwd=Path(__file__).resolve().parents[2],
+        env={**os.environ, "SWEEP_CASES": "|".join(cases)},
     )
-    results = [json.loads(x) for x in proc.stdout.splitlines() if x.startswith("{")]
-    assert proc.returncode == 0 and len(results) >= 31, proc.stdout[-3000:] + proc.stderr[-3000:]
-    failed = {r["case"]: r["error"] for r in results if r["error"]}
+    lines = [json.loads(x) for x in proc.stdout.splitlines() if x.startswith("{")]
+    assert proc.returncode == 0 and lines, proc.stdout[-3000:] + proc.stderr[-3000:]
+    # The groups cover every case of the sweep, each once.
+    known = lines[0]["all"]
+    assert sorted(c for g in SWEEP_GROUPS for c in g) == known
+    results = {r["case"]: r["error"] for r in lines[1:]}
+    assert sorted(results) == sorted(cases), proc.stdout[-3000:] + proc.stderr[-3000:]
+    failed = {case: error for case, error in results.items() if error}
     assert not failed, json.dumps(failed, indent=1)[:6000]
 
 
