@@ -25,6 +25,7 @@ channels-last (``gn_nhwc_fwd`` / ``gn_nhwc_bwd``, parameter gradients by
 
 from __future__ import annotations
 
+import functools
 import math
 from collections.abc import Sequence
 from typing import Any
@@ -530,6 +531,15 @@ def _apply_variant(view: _BnView, dt: dtypes.DType, arrays: Sequence[Any]) -> st
     return variant
 
 
+@functools.lru_cache(maxsize=256)
+def _bn_apply_struct(dt: Any, n: int, channels: int, inner: int, eps: float,
+                     stats_are_var: bool, act_mode: int) -> np.void:  # fmt: skip
+    """The apply kernel's parameters, built once per value (a repeat call reuses them;
+    a struct is never modified after it is built)."""
+    return _struct(_BN_APPLY_DTYPE, dt, n=n, channels=channels, inner=inner, eps=eps,
+                   inv_count=0.0, stats_are_var=int(stats_are_var), act_mode=act_mode)  # fmt: skip
+
+
 def _bn_apply(
     table: _Table,
     view: _BnView,
@@ -546,17 +556,7 @@ def _bn_apply(
 ) -> Any:
     y = array_module(x).empty(x.shape, x.dtype)
     n = x.size
-    a = _struct(
-        _BN_APPLY_DTYPE,
-        table.dt,
-        n=n,
-        channels=view.channels,
-        inner=view.inner,
-        eps=eps,
-        inv_count=0.0,
-        stats_are_var=int(stats_are_var),
-        act_mode=act_mode,
-    )
+    a = _bn_apply_struct(table.dt, n, view.channels, view.inner, eps, stats_are_var, act_mode)
     key = "bn_fwd_apply" + _apply_variant(view, table.dt, (x, z, y))
     # a vector thread moves VEC elements: size the grid by packs
     per_thread = 16 // x.itemsize if key != "bn_fwd_apply" else 1

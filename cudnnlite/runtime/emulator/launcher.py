@@ -691,6 +691,22 @@ class EmulatorModule(Module):
                 item.copy_back()
 
 
+# The switches that pick a module build (their own cache of modules per device key), read
+# by the ops' call caches on every call: raw reads (runtime.env), parsed once per value.
+_read_build_switches = raw_reader(("CUDNNLITE_EMU_ASAN", "CUDNNLITE_EMU_RACECHECK"))
+
+
+def _flag(raw: Any) -> bool:
+    text = "0" if raw is None else os.fsdecode(raw) if isinstance(raw, bytes) else raw
+    return text.strip().lower() in ("1", "true", "yes", "on")
+
+
+@functools.lru_cache(maxsize=16)
+def _device_key(raw: tuple[Any, Any]) -> str:
+    key = "cpu-asan" if _flag(raw[0]) else "cpu"
+    return key + "-racecheck" if _flag(raw[1]) else key
+
+
 class EmulatorBackend(Backend):
     """Runs the CUDA sources on the CPU, on NumPy arrays."""
 
@@ -701,8 +717,7 @@ class EmulatorBackend(Backend):
         return np
 
     def device_key(self) -> str:
-        key = "cpu-asan" if _env_flag("CUDNNLITE_EMU_ASAN") else "cpu"
-        return key + "-racecheck" if _env_flag("CUDNNLITE_EMU_RACECHECK") else key
+        return _device_key(_read_build_switches())
 
     def arch(self) -> str:
         return "cpu"
