@@ -287,8 +287,15 @@ def test_float64_conv3d_default_dispatch_fused(backend: str) -> None:
                   padding=(1, 0, 0), layout="NDHWC", activation="relu", alpha=0.3)  # fmt: skip
     assert y.dtype == np.float64
     assert_conv_close(to_numpy(y), problem, ops, epilogue=e, activation="relu")
-    plan = cl.conv3d_plan(problem.x_shape(), problem.w_shape(), stride=(2, 1, 1),
-                          padding=(1, 0, 0), layout="NDHWC", dtype=np.float64, backend=backend)
+    plan = cl.conv3d_plan(
+        problem.x_shape(),
+        problem.w_shape(),
+        stride=(2, 1, 1),
+        padding=(1, 0, 0),
+        layout="NDHWC",
+        dtype=np.float64,
+        backend=backend,
+    )
     assert plan.solver == "conv_fwd_direct" and plan.problem.key().endswith(" fp64")
 
 
@@ -494,3 +501,103 @@ def test_tune_and_explain_a_tiny_3d_key() -> None:
     assert {"conv_fwd_direct", "conv_fwd_implicit_precomp_gemm"} <= names
     text = str(cl.explain(key, "cpu"))
     assert "conv_fwd_direct" in text and "winograd" in text
+
+
+# ------------------------------------------------------------------ tensor-core backward
+# tc_conv_bwd_filter_3d / tc_conv_bwd_data_3d (fp16 / bf16 NDHWC) against the float64
+# backward references: stride 1, 2 and (1, 2, 2), padding, dilation, odd sizes, split-K, and
+# 4-byte copies (C, K even, not multiples of 8). Modules: fp16 64x128 and 64x64 (4-byte)
+# filter, fp16 64x64 (both copy widths) data, one bf16 tile of each.
+TC_BWD_3D = {
+    "i3d_pad_dil": dict(n=2, c=8, dhw=(4, 5, 6), k=16, pad=(1, 1, 2), dil=(1, 1, 2)),
+    "unet_down_s2_odd": dict(n=2, c=8, dhw=(5, 6, 5), k=16, stride=2),
+    "mixed_s122_bf16": dict(
+        c=16, dhw=(3, 5, 6), k=8, f=(3, 1, 3), pad=(1, 0, 1), stride=(1, 2, 2), dtype="bf16"
+    ),  # fmt: skip
+    "align2_s3_phases_without_taps": dict(
+        c=6, dhw=(5, 4, 5), k=10, f=(2, 2, 2), pad=0, stride=(3, 2, 1), dil=(1, 1, 2)
+    ),  # fmt: skip
+}
+
+
+def _tc_bwd(case: str, direction: str) -> ConvProblem:
+    kw = dict(TC_BWD_3D[case])
+    kw.setdefault("dtype", "fp16")
+    return p3(layout="NDHWC", direction=direction, **kw)
+
+
+@pytest.mark.parametrize("case", list(TC_BWD_3D))
+def test_backward_filter_tensor_cores(backend: str, case: str) -> None:
+    from conv_backward_support import check_filter
+
+    if not {"fp16", "bf16"} <= SHORTS:
+        pytest.skip("ml_dtypes missing")
+    problem = _tc_bwd(case, "bwd_filter")
+    solver = registry.get("conv_bwd_filter_tc_implicit_gemm")
+    assert solver.is_applicable(problem, EMULATOR)
+    check_filter(backend, solver, problem)
+
+
+def test_backward_filter_tensor_cores_split_k(backend: str) -> None:
+    # 54 output pixels, chunks of 32: the second split starts inside the second image and
+    # the first split's tile carries (o, p, q) into it
+    from conv_backward_support import check_filter
+
+    if "fp16" not in SHORTS:
+        pytest.skip("ml_dtypes missing")
+    problem = p3(n=2, c=8, dhw=(6, 6, 6), k=16, stride=2, layout="NDHWC", dtype="fp16",
+                 direction="bwd_filter")  # fmt: skip
+    solver = registry.get("conv_bwd_filter_tc_implicit_gemm")
+    config = solver.default_config(problem, EMULATOR)
+    check_filter(backend, solver, problem, config=dataclasses.replace(config, splits=2))
+    assert solver.workspace_size(problem, dataclasses.replace(config, splits=2)) == (
+        4 * 2 * 16 * 27 * 8
+    )
+
+
+@pytest.mark.parametrize("case", list(TC_BWD_3D))
+def test_backward_data_tensor_cores_phased(backend: str, case: str) -> None:
+    from conv_backward_support import check_data
+
+    if not {"fp16", "bf16"} <= SHORTS:
+        pytest.skip("ml_dtypes missing")
+    problem = _tc_bwd(case, "bwd_data")
+    solver = registry.get("conv_bwd_data_tc_implicit_gemm_phased")
+    assert solver.is_applicable(problem, EMULATOR)
+    check_data(backend, solver, problem, bias=True)
+
+
+def test_backward_tensor_cores_128x128_tiles(backend: str) -> None:
+    # the 8-warp tiles: the filter's default for K >= 128, the data's for large problems
+    from conv_backward_support import check_filter, rand, ref_data, run_data
+
+    if "fp16" not in SHORTS:
+        pytest.skip("ml_dtypes missing")
+    bwf = p3(c=8, dhw=(3, 4, 5), k=128, stride=(2, 1, 2), layout="NDHWC", dtype="fp16",
+             direction="bwd_filter")  # fmt: skip
+    solver = registry.get("conv_bwd_filter_tc_implicit_gemm")
+    assert solver.default_config(bwf, EMULATOR).block_m == 128
+    check_filter(backend, solver, bwf)
+    bwd = p3(c=72, dhw=(3, 5, 4), k=16, stride=2, layout="NDHWC", dtype="fp16",
+             direction="bwd_data")  # fmt: skip
+    solver = registry.get("conv_bwd_data_tc_implicit_gemm_phased")
+    config = TcConfig(128, 128, 32, 64, 64, 4)
+    assert config in solver.configs(bwd, EMULATOR)
+    dy, w = rand(bwd.y_shape(), 0, "fp16"), rand(bwd.w_shape(), 1, "fp16")
+    got = run_data(backend, solver, bwd, dy, w, config=config)
+    # fp16 output rounding (2^-11 relative) over fp32 sums of 16 * 27 exact products
+    np.testing.assert_allclose(got.astype(np.float64), ref_data(bwd, dy, w), rtol=2e-3, atol=5e-3)
+
+
+def test_explain_lists_the_tensor_core_backward_solvers() -> None:
+    for direction, name in (("bwd_filter", "conv_bwd_filter_tc_implicit_gemm"),
+                            ("bwd_data", "conv_bwd_data_tc_implicit_gemm_phased")):  # fmt: skip
+        problem = _tc_bwd("unet_down_s2_odd", direction)
+        rows = {r.name: r for r in cl.explain(problem, "cpu").rows}
+        assert rows[name].applicable, rows[name].reason
+        ncdhw = dataclasses.replace(problem, layout="NCDHW")
+        assert "channels-last" in registry.get(name).is_applicable(ncdhw, EMULATOR).reason
+    solvers = ("conv_bwd_filter_tc_implicit_gemm", "conv_bwd_data_tc_implicit_gemm_phased")
+    names = [n for s in solvers for spec in registry.get(s).module_specs() for n in spec.names]
+    assert any(n.startswith("tc_conv_bwd_filter_3d<") for n in names)
+    assert any(n.startswith("tc_conv_bwd_data_3d<") for n in names)

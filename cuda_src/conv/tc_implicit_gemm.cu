@@ -434,10 +434,14 @@ __global__ void __launch_bounds__(256)
 //
 // Kernel: tc_conv_bwd_filter<T, BM, BN, BK, WM, WN, STAGES, ALIGN> (ALIGN divides K and C)
 // grid (ceil(RSC / BN), ceil(K / BM), splits), block (BM / WM) * (BN / WN) * 32.
+//
+// Kernel: tc_conv_bwd_filter_3d<same parameters>: 3-D, NDHWC + KTRSC: the GEMM's N is
+// T*R*S*C, the reduction N*O*P*Q; each thread's B column carries a depth tap and its pixel
+// a depth coordinate (D3 in the loader; the 2-D instantiation has none of it).
 
 namespace tcconv {
 
-template <class G, int ALIGN>
+template <class G, int ALIGN, bool D3>
 struct BwdFilterLoader {
     typedef typename G::T T;
     enum {
@@ -460,15 +464,18 @@ struct BwdFilterLoader {
     int b_rh, b_rw;                 // r * dil_h - pad_h, s * dil_w - pad_w
     int b_n, b_p, b_q;              // the pixel of this thread's first row of the next tile
     int b_c;                        // c
+    int b_rd, b_o;                  // D3: td * dil_d - pad_d; the pixel's depth o
     const T* x;
     int H, W, C, P, Q, stride_h, stride_w, K;
+    int D, O, stride_d;             // D3 only
     cl::index_t row, end;           // first npq row of the next tile, end of this split
     int a_row0, b_row0;
 
     __device__ BwdFilterLoader(const T* x_, const T* dy, const ConvShape& s, int m0, int n0,
                                cl::index_t start, cl::index_t end_)
         : x(x_), H(s.h), W(s.w), C(s.c), P(s.p), Q(s.q), stride_h(s.stride_h),
-          stride_w(s.stride_w), K(s.k), row(start), end(end_) {
+          stride_w(s.stride_w), K(s.k), D(s.d), O(s.o), stride_d(s.stride_d), row(start),
+          end(end_) {
         const int a_col = (threadIdx.x % A_CPR) * ALIGN;
         a_row0 = threadIdx.x / A_CPR;
         a_kok = m0 + a_col < s.k;
@@ -479,11 +486,12 @@ struct BwdFilterLoader {
         const int b_col = (threadIdx.x % B_CPR) * ALIGN;
         b_row0 = threadIdx.x / B_CPR;
         const int rsc = n0 + b_col;
-        b_colok = rsc < s.r * s.s * s.c;
-        const int c = rsc % s.c, rs = rsc / s.c;
+        b_colok = rsc < s.r * s.s * s.c * (D3 ? s.t : 1);
+        const int c = rsc % s.c, trs = rsc / s.c, rs = D3 ? trs % (s.r * s.s) : trs;
         b_c = c;
         b_rh = (rs / s.s) * s.dil_h - s.pad_h;
         b_rw = (rs % s.s) * s.dil_w - s.pad_w;
+        b_rd = D3 ? (trs / (s.r * s.s)) * s.dil_d - s.pad_d : 0;
 #pragma unroll
         for (int j = 0; j < B_PASSES; ++j)
             b_dst[j] = tc::tile_offset<G::BN>(b_row0 * B_PASSES + j, b_col);
@@ -492,6 +500,21 @@ struct BwdFilterLoader {
         const cl::index_t np = m / s.q;
         b_p = (int)(np % s.p);
         b_n = (int)(np / s.p);
+        b_o = 0;
+        if (D3) b_o = b_n % s.o, b_n /= s.o;
+    }
+
+    // The pixel after (n, o, p, q) (o: D3 only).
+    __device__ static void next_pixel(int& n, int& o, int& p, int& q, int P_, int Q_, int O_) {
+        if (++q == Q_) {
+            q = 0;
+            if (++p == P_) {
+                p = 0;
+                if (D3 && ++o < O_) return;
+                o = 0;
+                ++n;
+            }
+        }
     }
 
     __device__ void load(T* As, T* Bs) {
@@ -500,22 +523,22 @@ struct BwdFilterLoader {
             const bool ok = a_kok && row + a_row0 + i * A_RPP < end;
             cl::mma::cp_async<BYTES>(As + a_dst[i], a_ptr + (cl::index_t)i * A_RPP * K, ok);
         }
-        int n = b_n, p = b_p, q = b_q;
+        int n = b_n, p = b_p, q = b_q, o = b_o;
         const cl::index_t first = row + b_row0 * B_PASSES;
 #pragma unroll
         for (int j = 0; j < B_PASSES; ++j) {
             const int h = p * stride_h + b_rh, w = q * stride_w + b_rw;
-            const bool ok = b_colok && first + j < end && (unsigned)h < (unsigned)H &&
-                            (unsigned)w < (unsigned)W;
-            const T* src = x + (((n * H + h) * W + w) * C + b_c);  // x < 2^31 elements
-            cl::mma::cp_async<BYTES>(Bs + b_dst[j], src, ok);
-            if (++q == Q) {  // the next pixel
-                q = 0;
-                if (++p == P) {
-                    p = 0;
-                    ++n;
-                }
+            bool ok = b_colok && first + j < end && (unsigned)h < (unsigned)H &&
+                      (unsigned)w < (unsigned)W;
+            int nd = n;  // D3: n * D + d
+            if (D3) {
+                const int d = o * stride_d + b_rd;
+                ok = ok && (unsigned)d < (unsigned)D;
+                nd = n * D + d;
             }
+            const T* src = x + (((nd * H + h) * W + w) * C + b_c);  // x < 2^31 elements
+            cl::mma::cp_async<BYTES>(Bs + b_dst[j], src, ok);
+            next_pixel(n, o, p, q, P, Q, O);
         }
         // This thread's first row of the next tile, BK pixels on: carry without dividing.
         b_q += G::BK;
@@ -523,6 +546,8 @@ struct BwdFilterLoader {
             b_q -= Q;
             if (++b_p == P) {
                 b_p = 0;
+                if (D3 && ++b_o < O) continue;
+                b_o = 0;
                 ++b_n;
             }
         }
@@ -531,21 +556,21 @@ struct BwdFilterLoader {
     }
 };
 
-template <typename T, int BM, int BN, int BK, int WM, int WN, int STAGES, int ALIGN>
+template <typename T, int BM, int BN, int BK, int WM, int WN, int STAGES, int ALIGN, bool D3>
 __device__ __forceinline__ void bwd_filter_body(const T* x, const T* dy, float* ws,
                                                 const ConvShape& s, long long chunk) {
     typedef tc::Gemm<T, BM, BN, BK, WM, WN, STAGES, true, true> G;
     DYNAMIC_SHARED(T, smem);
     const int n0 = blockIdx.x * BN, m0 = blockIdx.y * BM;
-    const cl::index_t npq = (cl::index_t)s.n * s.p * s.q;
+    const cl::index_t npq = (cl::index_t)s.n * s.p * s.q * (D3 ? s.o : 1);
     const cl::index_t start = (cl::index_t)blockIdx.z * chunk;
     const cl::index_t end = start + chunk < npq ? start + chunk : npq;
     const int iters = start < end ? (int)((end - start + BK - 1) / BK) : 0;
-    BwdFilterLoader<G, ALIGN> ld(x, dy, s, m0, n0, start, end);
+    BwdFilterLoader<G, ALIGN, D3> ld(x, dy, s, m0, n0, start, end);
     typename G::Acc acc;
     G::mainloop(ld, iters, smem, acc);
     // Partials straight from the fragments: two consecutive rsc per register pair.
-    const int rsc = s.r * s.s * s.c;
+    const int rsc = s.r * s.s * s.c * (D3 ? s.t : 1);
     float* part = ws + (cl::index_t)blockIdx.z * s.k * rsc;
     const int warp = threadIdx.x >> 5, lane = threadIdx.x & 31;
     const int wm0 = m0 + (warp / G::WARPS_N) * WM, wn0 = n0 + (warp % G::WARPS_N) * WN;
@@ -561,16 +586,16 @@ __device__ __forceinline__ void bwd_filter_body(const T* x, const T* dy, float* 
             }
 }
 
-template <typename T, int BM, int BN, int BK, int WM, int WN, int STAGES, int ALIGN>
+template <typename T, int BM, int BN, int BK, int WM, int WN, int STAGES, int ALIGN, bool D3>
 struct BwdFilter {
     __device__ static void go(const T* x, const T* dy, float* ws, const ConvShape& s,
                               long long chunk) {
-        bwd_filter_body<T, BM, BN, BK, WM, WN, STAGES, ALIGN>(x, dy, ws, s, chunk);
+        bwd_filter_body<T, BM, BN, BK, WM, WN, STAGES, ALIGN, D3>(x, dy, ws, s, chunk);
     }
 };
 #if !CL_MMA_SM80
-template <int BM, int BN, int BK, int WM, int WN, int STAGES, int ALIGN>
-struct BwdFilter<__nv_bfloat16, BM, BN, BK, WM, WN, STAGES, ALIGN> {
+template <int BM, int BN, int BK, int WM, int WN, int STAGES, int ALIGN, bool D3>
+struct BwdFilter<__nv_bfloat16, BM, BN, BK, WM, WN, STAGES, ALIGN, D3> {
     __device__ static void go(const __nv_bfloat16*, const __nv_bfloat16*, float*,
                               const ConvShape&, long long) {
         __trap();
@@ -584,7 +609,14 @@ template <typename T, int BM, int BN, int BK, int WM, int WN, int STAGES, int AL
 __global__ void __launch_bounds__((BM / WM) * (BN / WN) * 32)
     tc_conv_bwd_filter(const T* __restrict__ x, const T* __restrict__ dy, float* __restrict__ ws,
                        ConvShape s, long long chunk) {
-    tcconv::BwdFilter<T, BM, BN, BK, WM, WN, STAGES, ALIGN>::go(x, dy, ws, s, chunk);
+    tcconv::BwdFilter<T, BM, BN, BK, WM, WN, STAGES, ALIGN, false>::go(x, dy, ws, s, chunk);
+}
+
+template <typename T, int BM, int BN, int BK, int WM, int WN, int STAGES, int ALIGN>
+__global__ void __launch_bounds__((BM / WM) * (BN / WN) * 32)
+    tc_conv_bwd_filter_3d(const T* __restrict__ x, const T* __restrict__ dy,
+                          float* __restrict__ ws, ConvShape s, long long chunk) {
+    tcconv::BwdFilter<T, BM, BN, BK, WM, WN, STAGES, ALIGN, true>::go(x, dy, ws, s, chunk);
 }
 
 // ------------------------------------------------------------------ backward data
@@ -600,6 +632,10 @@ __global__ void __launch_bounds__((BM / WM) * (BN / WN) * 32)
 // Kernel: tc_conv_bwd_data<T, BM, BN, BK, WM, WN, STAGES, ALIGN> (ALIGN divides K and C)
 // grid (ceil(N * ceil(H / u_h) * ceil(W / u_w) / BM), ceil(C / BN), u_h * u_w); the
 // epilogue (bias of conv_transpose, alpha/beta blending, activation) as the forward's.
+//
+// Kernel: tc_conv_bwd_data_3d<same parameters>: 3-D, NDHWC + KTRSC; phases (pd, ph, pw),
+// grid z u_d * u_h * u_w, the rows (n, jd, jh, jw) and the taps (td, r, s) of the phase's
+// lists, depth outermost (D3 in the loader; the 2-D instantiation has none of it).
 
 namespace tcconv {
 
@@ -630,7 +666,7 @@ __device__ inline Phase make_phase(int ph, int size, int pad, int stride, int ta
     return f;
 }
 
-template <class G, int ALIGN>
+template <class G, int ALIGN, bool D3>
 struct BwdDataLoader {
     typedef typename G::T T;
     enum {
@@ -646,6 +682,7 @@ struct BwdDataLoader {
     const T* w;
     int a_off[A_PASSES];               // dy offset of (n, jh, jw, a_col): tap offset 0
     int a_jh[A_PASSES], a_jw[A_PASSES];  // jh, jw (far negative: a row past the phase)
+    int a_jd[D3 ? A_PASSES : 1];       // D3: jd
     int a_dst, a_col;
     int b_off;                         // w offset of (first k row of this thread, tap 0, b_col)
     bool b_cok;
@@ -657,29 +694,36 @@ struct BwdDataLoader {
     int a_tap;  // -(dph * Q + dpw) * K + k0
     int b_tap;  // (r * S + s) * C + k0 * rsc
     int r0, s0, r_step, C;
+    int dpd, dpd_step, td_step, r_span, R, O;  // D3: the depth tap list (iters bound it)
 
-    __device__ BwdDataLoader(const T* dy_, const T* w_, const ConvShape& s, const Phase& fh,
-                             const Phase& fw, cl::index_t m0, int n0)
-        : dy(dy_), w(w_), P(s.p), Q(s.q), K(s.k), S(s.s), C(s.c) {
-        rsc = s.r * s.s * s.c;
+    __device__ BwdDataLoader(const T* dy_, const T* w_, const ConvShape& s, const Phase& fd,
+                             const Phase& fh, const Phase& fw, cl::index_t m0, int n0)
+        : dy(dy_), w(w_), P(s.p), Q(s.q), K(s.k), S(s.s), C(s.c), R(s.r), O(s.o) {
+        rsc = s.r * s.s * s.c * (D3 ? s.t : 1);
         a_col = (threadIdx.x % A_CPR) * ALIGN;
         const int a_row0 = threadIdx.x / A_CPR;
         a_dst = tc::tile_offset<G::BK, G::EPC>(a_row0, a_col);
-        const cl::index_t rows = (cl::index_t)s.n * fh.count * fw.count;
+        const cl::index_t rows = (cl::index_t)s.n * fh.count * fw.count * (D3 ? fd.count : 1);
 #pragma unroll
         for (int i = 0; i < A_PASSES; ++i) {
             const cl::index_t m = m0 + a_row0 + i * A_RPP;
-            int n = 0, ih = 0, iw = 0;
+            int n = 0, ih = 0, iw = 0, idd = 0;
             if (m < rows) {
                 iw = (int)(m % fw.count);
                 const cl::index_t nh = m / fw.count;
                 ih = (int)(nh % fh.count);
                 n = (int)(nh / fh.count);
+                if (D3) idd = n % fd.count, n /= fd.count;
             }
             a_jh[i] = m < rows ? fh.j0 + ih : -(1 << 30);
             a_jw[i] = fw.j0 + iw;
             // (A row past the phase: offset of jh = 0, never read; no overflow.)
-            a_off[i] = ((n * s.p + (m < rows ? a_jh[i] : 0)) * s.q + a_jw[i]) * s.k + a_col;
+            int nd = n;  // D3: n * O + jd
+            if (D3) {
+                a_jd[D3 ? i : 0] = fd.j0 + idd;
+                nd = n * s.o + (m < rows ? fd.j0 + idd : 0);
+            }
+            a_off[i] = ((nd * s.p + (m < rows ? a_jh[i] : 0)) * s.q + a_jw[i]) * s.k + a_col;
         }
         const int b_col = (threadIdx.x % B_CPR) * ALIGN;
         b_row0 = threadIdx.x / B_CPR;
@@ -704,14 +748,24 @@ struct BwdDataLoader {
         dpw = dpw0;
         a_tap = -(dph * Q + dpw) * K;
         b_tap = (r0 * S + s0) * C;
+        dpd = 0;
+        if (D3) {
+            dpd = fd.dp0;
+            dpd_step = fd.dp_step;
+            td_step = fd.t_step;
+            r_span = fh.ntaps * fh.t_step;  // r advanced past the list: back by this
+            a_tap -= dpd * P * Q * K;
+            b_tap += fd.t0 * s.r * S * C;
+        }
     }
 
     __device__ void load(T* As, T* Bs) {
         const bool k_ok = k0 + a_col < K;
 #pragma unroll
         for (int i = 0; i < A_PASSES; ++i) {
-            const bool ok = k_ok && (unsigned)(a_jh[i] - dph) < (unsigned)P &&
-                            (unsigned)(a_jw[i] - dpw) < (unsigned)Q;
+            bool ok = k_ok && (unsigned)(a_jh[i] - dph) < (unsigned)P &&
+                      (unsigned)(a_jw[i] - dpw) < (unsigned)Q;
+            if (D3) ok = ok && (unsigned)(a_jd[D3 ? i : 0] - dpd) < (unsigned)O;
             cl::mma::cp_async<BYTES>(As + a_dst + i * A_RPP * G::BK, dy + (a_off[i] + a_tap), ok);
         }
 #pragma unroll
@@ -739,18 +793,25 @@ struct BwdDataLoader {
                 b_tap += (r_step * S - (ns - 1) * s_step) * C;
                 dpw = dpw0;
                 dph += dph_step;
+                if (D3 && ir == nr) {  // the first tap (r0, s0) of the next depth tap
+                    ir = 0;
+                    a_tap += ((dph - dph0) * Q - dpd_step * P * Q) * K;
+                    b_tap += (td_step * R - r_span) * S * C;
+                    dph = dph0;
+                    dpd += dpd_step;
+                }
             }
         }
     }
 };
 
 // Writes the staged tile of one phase: row m -> dx pixel (n, first + stride * i).
-template <class G, typename T>
+template <class G, bool D3, typename T>
 __device__ void store_tile_phase(const float* Cs, T* y, const T* z, const T* bias,
-                                 const ConvEpilogue& e, const ConvShape& s, const Phase& fh,
-                                 const Phase& fw, int stride_h, int stride_w, cl::index_t m0,
-                                 int n0) {
-    const cl::index_t rows = (cl::index_t)s.n * fh.count * fw.count;
+                                 const ConvEpilogue& e, const ConvShape& s, const Phase& fd,
+                                 const Phase& fh, const Phase& fw, int stride_h, int stride_w,
+                                 cl::index_t m0, int n0) {
+    const cl::index_t rows = (cl::index_t)s.n * fh.count * fw.count * (D3 ? fd.count : 1);
     const int C = s.c;
     for (int idx = threadIdx.x; idx < G::BM * G::BN; idx += G::THREADS) {
         const int row = idx / G::BN, c = n0 + idx % G::BN;
@@ -758,47 +819,57 @@ __device__ void store_tile_phase(const float* Cs, T* y, const T* z, const T* bia
         if (m >= rows || c >= C) continue;
         const int iw = (int)(m % fw.count);
         const cl::index_t nh = m / fw.count;
-        const int ih = (int)(nh % fh.count), n = (int)(nh / fh.count);
+        const int ih = (int)(nh % fh.count);
+        int n = (int)(nh / fh.count);
         const int h = fh.first + ih * stride_h, w = fw.first + iw * stride_w;
-        const cl::index_t off = (((cl::index_t)n * s.h + h) * s.w + w) * C + c;
+        cl::index_t nd = n;  // D3: n * D + d
+        if (D3) {
+            const int d = fd.first + (n % fd.count) * s.stride_d;
+            nd = (cl::index_t)(n / fd.count) * s.d + d;
+        }
+        const cl::index_t off = ((nd * s.h + h) * s.w + w) * C + c;
         const float zv = e.has_z ? cl::to_float(z[off]) : 0.f;
         const float bv = e.has_bias ? cl::to_float(bias[c]) : 0.f;
         y[off] = cl::from_float<T>(finish(e, Cs[row * G::C_LD + (c - n0)], zv, bv));
     }
 }
 
-template <typename T, int BM, int BN, int BK, int WM, int WN, int STAGES, int ALIGN>
+template <typename T, int BM, int BN, int BK, int WM, int WN, int STAGES, int ALIGN, bool D3>
 __device__ __forceinline__ void bwd_data_body(const T* dy, const T* w, T* dx, const T* z,
                                               const T* bias, const ConvShape& s,
                                               const ConvEpilogue& e) {
     typedef tc::Gemm<T, BM, BN, BK, WM, WN, STAGES, false, true> G;
     DYNAMIC_SHARED(T, smem);
-    const int ph = blockIdx.z / s.stride_w, pw = blockIdx.z % s.stride_w;
+    const int pw = blockIdx.z % s.stride_w, phd = blockIdx.z / s.stride_w;
+    const int ph = D3 ? phd % s.stride_h : phd;
+    Phase fd;  // D3 only
+    if (D3) fd = make_phase(phd / s.stride_h, s.d, s.pad_d, s.stride_d, s.t, s.dil_d);
     const Phase fh = make_phase(ph, s.h, s.pad_h, s.stride_h, s.r, s.dil_h);
     const Phase fw = make_phase(pw, s.w, s.pad_w, s.stride_w, s.s, s.dil_w);
     const cl::index_t m0 = (cl::index_t)blockIdx.x * BM;
-    if (m0 >= (cl::index_t)s.n * fh.count * fw.count) return;  // a small phase: uniform exit
+    const cl::index_t rows = (cl::index_t)s.n * fh.count * fw.count * (D3 ? fd.count : 1);
+    if (m0 >= rows) return;  // a small phase: uniform exit
     const int n0 = blockIdx.y * BN;
-    BwdDataLoader<G, ALIGN> ld(dy, w, s, fh, fw, m0, n0);
-    const int iters = fh.ntaps * fw.ntaps * ((s.k + BK - 1) / BK);
+    BwdDataLoader<G, ALIGN, D3> ld(dy, w, s, fd, fh, fw, m0, n0);
+    const int iters = fh.ntaps * fw.ntaps * (D3 ? fd.ntaps : 1) * ((s.k + BK - 1) / BK);
     typename G::Acc acc;
     G::mainloop(ld, iters, smem, acc);
     float* Cs = reinterpret_cast<float*>(smem);
     G::stage_acc(acc, Cs);
     __syncthreads();
-    store_tile_phase<G>(Cs, dx, z, bias, e, s, fh, fw, s.stride_h, s.stride_w, m0, n0);
+    store_tile_phase<G, D3>(Cs, dx, z, bias, e, s, fd, fh, fw, s.stride_h, s.stride_w, m0, n0);
 }
 
-template <typename T, int BM, int BN, int BK, int WM, int WN, int STAGES, int ALIGN>
+template <typename T, int BM, int BN, int BK, int WM, int WN, int STAGES, int ALIGN, bool D3>
 struct BwdData {
     __device__ static void go(const T* dy, const T* w, T* dx, const T* z, const T* bias,
                               const ConvShape& s, const ConvEpilogue& e) {
-        bwd_data_body<T, BM, BN, BK, WM, WN, STAGES, ALIGN>(dy, w, dx, z, bias, s, e);
+        bwd_data_body<T, BM, BN, BK, WM, WN, STAGES, ALIGN, D3>(dy, w, dx, z, bias, s, e);
     }
 };
 #if !CL_MMA_SM80
-template <int BM, int BN, int BK, int WM, int WN, int STAGES, int ALIGN>
-struct BwdData<__nv_bfloat16, BM, BN, BK, WM, WN, STAGES, ALIGN> {
+template <int BM, int BN, int BK, int WM, int WN, int STAGES, int ALIGN, bool D3>
+struct BwdData<__nv_bfloat16, BM, BN, BK, WM, WN, STAGES, ALIGN, D3> {
     __device__ static void go(const __nv_bfloat16*, const __nv_bfloat16*, __nv_bfloat16*,
                               const __nv_bfloat16*, const __nv_bfloat16*, const ConvShape&,
                               const ConvEpilogue&) {
@@ -813,5 +884,12 @@ template <typename T, int BM, int BN, int BK, int WM, int WN, int STAGES, int AL
 __global__ void __launch_bounds__((BM / WM) * (BN / WN) * 32)
     tc_conv_bwd_data(const T* __restrict__ dy, const T* __restrict__ w, T* dx, const T* z,
                      const T* __restrict__ bias, ConvShape s, ConvEpilogue e) {
-    tcconv::BwdData<T, BM, BN, BK, WM, WN, STAGES, ALIGN>::go(dy, w, dx, z, bias, s, e);
+    tcconv::BwdData<T, BM, BN, BK, WM, WN, STAGES, ALIGN, false>::go(dy, w, dx, z, bias, s, e);
+}
+
+template <typename T, int BM, int BN, int BK, int WM, int WN, int STAGES, int ALIGN>
+__global__ void __launch_bounds__((BM / WM) * (BN / WN) * 32)
+    tc_conv_bwd_data_3d(const T* __restrict__ dy, const T* __restrict__ w, T* dx, const T* z,
+                        const T* __restrict__ bias, ConvShape s, ConvEpilogue e) {
+    tcconv::BwdData<T, BM, BN, BK, WM, WN, STAGES, ALIGN, true>::go(dy, w, dx, z, bias, s, e);
 }

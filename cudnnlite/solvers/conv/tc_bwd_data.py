@@ -2,13 +2,17 @@
 ``cuda_src/conv/tc_implicit_gemm.cu``).
 
 ``conv_bwd_data_tc_implicit_gemm_phased`` (:class:`TcBwdDataPhasedSolver`): dx from dy and
-the filters, NHWC + KRSC, groups == 1, fp16 (sm_75+) or bf16 (sm_80+), 1-D or 2-D, any
-stride, dilation and padding. Phase decomposition: the grid's z picks a phase of the dx
+the filters, NHWC + KRSC, groups == 1, fp16 (sm_75+) or bf16 (sm_80+), 1-D, 2-D or 3-D,
+any stride, dilation and padding. Phase decomposition: the grid's z picks a phase of the dx
 pixels (their coordinate plus padding modulo the stride); each phase is a stride-1
 correlation of dy with the taps that reach it, so no MMA is spent on the stride's gaps and
 nothing divides per element. The filter is read as stored (k rows, c contiguous) through
 ``ldmatrix.trans``: no rotated copy, no workspace. The epilogue is the forward's (the
 transposed convolution's bias, blending, activation).
+
+3-D (NDHWC + KTRSC): the kernel ``tc_conv_bwd_data_3d``, phases (pd, ph, pw) and the taps
+(t, r, s) of each, a module of its own per tile (the 2-D kernels' code stays as it was),
+compiled for the tiles of :data:`BWD_TILES_3D` only.
 
 fp32 with TF32 math has no ``ldmatrix.trans`` (it moves 16-bit halves): TF32 backward data
 at stride 1 runs the forward kernel on rotated filters (``conv_bwd_data_tc_implicit_gemm``).
@@ -46,20 +50,26 @@ BWD_TILES = (
     (64, 64, 32, 32, 32, 4),
 )
 BWD_TILES_ALIGN2 = ((64, 64, 32, 32, 32, 4),)
+# The 3-D kernel's tiles: the two block shapes the default picks, and the 4-byte one (each
+# tile is one more module in the NVRTC check and on the emulator). sm_90 registers, no
+# spills: 128x128 238 (2-D: 228), 64x64 94 (80), 64x64 4-byte 128 (96): the depth rows
+# and the depth tap list.
+BWD_TILES_3D = frozenset({BWD_TILES[0], BWD_TILES[3], *BWD_TILES_ALIGN2})
 assert set(BWD_TILES) <= set(TILES) and set(BWD_TILES_ALIGN2) <= set(TILES_ALIGN2)
 _MAX_GRID = 65535
 
 
-def _expr(dt: dtypes.DType, cfg: TcConfig, align: int) -> str:
-    return f"tc_conv_bwd_data<{dt.ctype}, {', '.join(map(str, cfg.astuple()))}, {align}>"
+def _expr(dt: dtypes.DType, cfg: TcConfig, align: int, d3: bool = False) -> str:
+    name = "tc_conv_bwd_data_3d" if d3 else "tc_conv_bwd_data"
+    return f"{name}<{dt.ctype}, {', '.join(map(str, cfg.astuple()))}, {align}>"
 
 
-def module_spec(dt: dtypes.DType, cfg: TcConfig, align: int) -> ModuleSpec:
-    return ModuleSpec.make(SOURCE, [_expr(dt, cfg, align)])
+def module_spec(dt: dtypes.DType, cfg: TcConfig, align: int, d3: bool = False) -> ModuleSpec:
+    return ModuleSpec.make(SOURCE, [_expr(dt, cfg, align, d3)])
 
 
 def _phase_rows(problem: ConvProblem) -> int:
-    """Rows of the largest phase: N * ceil(H / u_h) * ceil(W / u_w)."""
+    """Rows of the largest phase: N * ceil(H / u_h) * ceil(W / u_w) (and D / u_d)."""
     rows = problem.n
     for size, stride in zip(problem.spatial, problem.strides, strict=True):
         rows *= -(-size // stride)
@@ -71,13 +81,18 @@ class _Runner(Runner):
         dt = bwf.dtype_of(problem)
         align = align_for(problem)
         assert align is not None
-        self.kernel = backend.kernel(module_spec(dt, cfg, align), _expr(dt, cfg, align))
+        d3 = problem.ndim == 3
+        spec = module_spec(dt, cfg, align, d3)
+        self.kernel = backend.kernel(spec, _expr(dt, cfg, align, d3))
         phases = int(np.prod(problem.strides))
         self.grid = (-(-_phase_rows(problem) // cfg.block_m), -(-problem.c // cfg.block_n), phases)
         self.block = (cfg.threads,)
         self.smem = cfg.smem_bytes()
         self.shape = shape_struct(problem)
-        self.names = [f"tc_igemm_bwd_data_{cfg.label()}_a{align}_phases{phases}_nhwc_{dt.short}"]
+        layout = "ndhwc" if d3 else "nhwc"
+        self.names = [
+            f"tc_igemm_bwd_data_{cfg.label()}_a{align}_phases{phases}_{layout}_{dt.short}"
+        ]
 
     @property
     def kernel_names(self) -> list[str]:
@@ -110,6 +125,8 @@ class TcBwdDataPhasedSolver(Solver):
 
     def configs(self, problem: ConvProblem, caps: Capabilities) -> list[TcConfig]:
         tiles = BWD_TILES_ALIGN2 if align_for(problem) == 2 else BWD_TILES
+        if problem.ndim == 3:
+            tiles = tuple(t for t in tiles if t in BWD_TILES_3D)
         return [c for c in (TcConfig(*t) for t in tiles) if c.smem_bytes() <= caps.max_shared_bytes]
 
     def default_config(self, problem: ConvProblem, caps: Capabilities) -> TcConfig:
@@ -119,11 +136,13 @@ class TcBwdDataPhasedSolver(Solver):
 
     def module_specs(self) -> list[ModuleSpec]:
         return [
-            module_spec(dt, TcConfig(*t), a)
+            module_spec(dt, TcConfig(*t), a, d3)
             for dt in dtypes.FP32_COMPUTE_TYPES
             if dt.short in DTYPES
+            for d3 in (False, True)
             for a, tiles in ((8, BWD_TILES), (2, BWD_TILES_ALIGN2))
             for t in tiles
+            if not d3 or t in BWD_TILES_3D
         ]
 
     def prepare(self, backend: Backend, problem: ConvProblem, config: Config) -> Runner:

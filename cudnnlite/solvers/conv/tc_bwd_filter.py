@@ -3,9 +3,14 @@
 
 ``conv_bwd_filter_tc_implicit_gemm`` (:class:`TcBwdFilterSolver`): dw = dy^T * im2col(x)
 as a GEMM with M = K, N = R*S*C and the reduction over the N*P*Q output pixels. NHWC +
-KRSC, groups == 1, fp16 or bf16 (fp32 accumulation, fp32 partials), 1-D or 2-D, any
+KRSC, groups == 1, fp16 or bf16 (fp32 accumulation, fp32 partials), 1-D, 2-D or 3-D, any
 stride, dilation and padding. Both operands are contiguous along K and C, so both shared
 tiles hold reduction rows and reach the MMA fragments through ``ldmatrix.trans``.
+
+3-D (NDHWC + KTRSC): the kernel ``tc_conv_bwd_filter_3d`` (N = T*R*S*C, the reduction over
+N*O*P*Q; each thread's column carries its depth tap), a module of its own per tile so the
+2-D kernels' code stays as it was; every tile (sm_90: the 2-D kernel's registers, two more
+for 64x64x32 with 16-byte copies, and no spills).
 
 Split-K: ``splits`` blocks share the reduction, each over a chunk of output pixels (a
 multiple of ``block_k``), writing fp32 partials to the workspace; ``bwd_filter_reduce``
@@ -75,8 +80,9 @@ def align_for(problem: ConvProblem) -> int | None:
 
 
 def backward_reason(problem: ConvProblem, caps: Capabilities, direction: str) -> str | None:
-    """What the tensor-core backward kernels (filter, and data by phases) cannot run."""
-    reason = bwf.common_reason(problem, direction)
+    """What the tensor-core backward kernels (filter, and data by phases) cannot run; both
+    have a 3-D variant."""
+    reason = bwf.common_reason(problem, direction, max_ndim=3)
     if reason:
         return reason
     if problem.dtype == dtypes.FLOAT64.short:
@@ -96,13 +102,16 @@ def backward_reason(problem: ConvProblem, caps: Capabilities, direction: str) ->
     return None
 
 
-def _expr(dt: dtypes.DType, tile: tuple[int, ...], align: int) -> str:
-    return f"tc_conv_bwd_filter<{dt.ctype}, {', '.join(map(str, tile))}, {align}>"
+def _expr(dt: dtypes.DType, tile: tuple[int, ...], align: int, d3: bool = False) -> str:
+    name = "tc_conv_bwd_filter_3d" if d3 else "tc_conv_bwd_filter"
+    return f"{name}<{dt.ctype}, {', '.join(map(str, tile))}, {align}>"
 
 
-def module_spec(dt: dtypes.DType, tile: tuple[int, ...], align: int) -> ModuleSpec:
+def module_spec(
+    dt: dtypes.DType, tile: tuple[int, ...], align: int, d3: bool = False
+) -> ModuleSpec:
     """The GEMM and the split reduction (conv/splitk_reduce.cuh): one small module."""
-    return ModuleSpec.make(SOURCE, [_expr(dt, tile, align), bwf._reduce_expr(dt)])
+    return ModuleSpec.make(SOURCE, [_expr(dt, tile, align, d3), bwf._reduce_expr(dt)])
 
 
 def _dims(problem: ConvProblem) -> tuple[int, int]:
@@ -115,8 +124,9 @@ class _Runner(Runner):
         dt = bwf.dtype_of(problem)
         align = align_for(problem)
         assert align is not None
-        spec = module_spec(dt, cfg.tile(), align)
-        self.gemm = backend.kernel(spec, _expr(dt, cfg.tile(), align))
+        d3 = problem.ndim == 3
+        spec = module_spec(dt, cfg.tile(), align, d3)
+        self.gemm = backend.kernel(spec, _expr(dt, cfg.tile(), align, d3))
         self.reduce = backend.kernel(spec, bwf._reduce_expr(dt))
         rsc, npq = _dims(problem)
         self.splits = bwf._useful_splits(npq, cfg.splits, cfg.block_k)
@@ -128,7 +138,7 @@ class _Runner(Runner):
         self.cgrid = bwf._grid(self.count, backend)
         self.shape = shape_struct(problem)
         self.names = [
-            f"tc_igemm_bwd_filter_{cfg.label()}_a{align}_nhwc_{dt.short}",
+            f"tc_igemm_bwd_filter_{cfg.label()}_a{align}_{'ndhwc' if d3 else 'nhwc'}_{dt.short}",
             f"bwd_filter_reduce_{dt.short}",
         ]
 
@@ -194,9 +204,10 @@ class TcBwdFilterSolver(Solver):
 
     def module_specs(self) -> list[ModuleSpec]:
         specs = [
-            module_spec(dt, tile, a)
+            module_spec(dt, tile, a, d3)
             for dt in dtypes.FP32_COMPUTE_TYPES
             if dt.short in DTYPES
+            for d3 in (False, True)
             for a in (8, 2)
             for tile in (TILES if a == 8 else TILES_ALIGN2)
         ]
