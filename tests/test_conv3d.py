@@ -14,7 +14,9 @@ in 2-D. Backward results are compared with the float64 backward references
 length of each direction (K/g*T*R*S for dx, N*O*P*Q for dw).
 
 Module budget (g++ time on the emulator): the fp32 3-D modules of direct.cu, bwd_data.cu,
-bwd_filter.cu and one implicit-GEMM tile; one fp16 tensor-core tile; bf16 direct. 2-D
+bwd_filter.cu and one implicit-GEMM tile; one fp16 tensor-core tile; the tensor-core 3-D
+backward modules (`tc_conv_bwd_filter_3d`, `tc_conv_bwd_data_3d`: fp16 and bf16 tiles, about
+2 s of g++ each when cold); bf16 direct. 2-D
 modules are never compiled here except the 1x1 GEMM tile and the cuBLAS epilogue (shared
 with the 2-D tests). float64: the 3-D fp64 modules of direct.cu and bwd_data.cu only
 (conv3d's default dispatch is steered to direct by a shape with C*T*R*S < 32).
