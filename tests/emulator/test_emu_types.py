@@ -446,6 +446,9 @@ def test_half_fma_single_rounding(lib):
     a[: n // 2] = (a[: n // 2] & 0x87FF) | 0x3000  # magnitudes where a*b and c overlap
     b[: n // 2] = (b[: n // 2] & 0x87FF) | 0x3000
     c[: n // 2] = (c[: n // 2] & 0x87FF) | 0x2000
+    # a case double rounding gets wrong (63.9 exactly rounded, 63.94 through float32), so
+    # the check below does not depend on what the shared generator drew for this test
+    a[-1], b[-1], c[-1] = 0x9BC9, 0xF41B, 0x9662
     got = call(lib, "half_fma", np.uint16, a, b, c, extra=(0,))
     want = fma_reference(f16(a), f16(b), f16(c), "f16")
     assert_bits_equal(got, want, f16, "__hfma", [f16(a), f16(b), f16(c)])
@@ -692,10 +695,13 @@ def test_bf16_arithmetic_per_op_rounding(lib, op, name):
     for variant in (op, op + 4):
         got = call(lib, "bf16_binop", np.uint16, a, b, extra=(variant,))
         assert_bits_equal(got, want, bf16_to_f32, f"bf16 {name}", [fa, fb])
-    # cross-check a sample against the exact rational reference
+    # cross-check a sample against the exact rational reference; an exactly zero result is
+    # left out (a Fraction has no signed zero: -0 / x is -0 in IEEE and 0 here), its bits
+    # are checked against float64 above like every other entry
     idx = RNG.choice(n, 1500, replace=False)
     idx = idx[
         np.isfinite(exact[idx]) & np.isfinite(fa[idx]) & np.isfinite(fb[idx]) & (fb[idx] != 0)
+        & (exact[idx] != 0)
     ]
     ops = {
         0: lambda x, y: x + y,

@@ -1276,9 +1276,8 @@ inline int launch_cooperative(KernelThunk thunk, const void* kfn, const LaunchCo
     g_grid.generation = 0;
     g_grid.site = Site();
     g_grid.exited = 0;
-#if defined(EMU_RACECHECK)
-    // A thread per block that TSan sees start and end (emu_racecheck.h); the same body.
-    auto block = [&](long long b) {
+    // Block b on this OS thread's worker: the kernel run, then its exit noted for grid_sync.
+    auto grid_block = [&](long long b) -> Worker* {
         Worker* w = get_worker(cfg);
         setup_block_shape(*w, cfg);
         w->thunk = thunk;
@@ -1290,7 +1289,11 @@ inline int launch_cooperative(KernelThunk thunk, const void* kfn, const LaunchCo
         idx.z = grid_coord(cfg, b, 2);
         if (!launch_failed()) run_block(*w, idx.x, idx.y, idx.z);
         grid_block_exited(idx);
+        return w;
     };
+#if defined(EMU_RACECHECK)
+    // A thread per block that TSan sees start and end (emu_racecheck.h); the same body.
+    auto block = [&](long long b) { grid_block(b); };
     auto done = [](long long) {
         Worker* w = t_worker;
         for (Fiber* f : w->pool) free_fiber(f);
@@ -1312,18 +1315,8 @@ inline int launch_cooperative(KernelThunk thunk, const void* kfn, const LaunchCo
                              " threads (OMP_THREAD_LIMIT? OMP_DYNAMIC?), so the emulator can keep "
                              "at most " + std::to_string(team) + " co-resident");
         } else {
-            Worker* w = get_worker(cfg);
-            setup_block_shape(*w, cfg);
-            w->thunk = thunk;
-            w->kfn = kfn;
-            w->args = args;
             long long b = omp_get_thread_num();
-            uint3 idx;
-            idx.x = grid_coord(cfg, b, 0);
-            idx.y = grid_coord(cfg, b, 1);
-            idx.z = grid_coord(cfg, b, 2);
-            if (!launch_failed()) run_block(*w, idx.x, idx.y, idx.z);
-            grid_block_exited(idx);
+            Worker* w = grid_block(b);
             w->cfg = nullptr;
             // Threads past the usual team ran only for this launch: their fiber stacks
             // (a block's worth each) would stay resident until the process ends.
