@@ -137,7 +137,7 @@ def precompile(
 
 
 def _backend(backend: str, arch: str | None) -> Any:
-    from .runtime.select import backend_by_name
+    from .ops._fastpath import plan_backend
 
     if backend not in ("auto", "cpu", "cuda"):
         raise BadParamError(f"backend: expected 'auto', 'cpu' or 'cuda', got {backend!r}")
@@ -147,11 +147,7 @@ def _backend(backend: str, arch: str | None) -> Any:
         from .runtime.cuda import AheadOfTimeBackend
 
         return AheadOfTimeBackend(arch)
-    if backend == "auto":
-        from .runtime.cuda import CudaBackend
-
-        backend = "cuda" if CudaBackend.available() else "cpu"
-    return backend_by_name(backend)
+    return plan_backend(backend)  # "auto": the GPU when CuPy sees one
 
 
 def _suite_problems(suite: str, wanted: Sequence[str]) -> list[Any]:

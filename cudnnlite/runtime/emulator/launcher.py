@@ -89,8 +89,14 @@ def max_cooperative_blocks(block_threads: int) -> int:
     return min(MAX_COOPERATIVE_BLOCKS, MAX_COOPERATIVE_THREADS // block_threads)
 
 
+def _flag(raw: Any) -> bool:
+    """An on/off switch's value (str, or bytes as runtime.env reads it; None: off)."""
+    text = "0" if raw is None else os.fsdecode(raw) if isinstance(raw, bytes) else raw
+    return text.strip().lower() in ("1", "true", "yes", "on")
+
+
 def _env_flag(name: str) -> bool:
-    return os.environ.get(name, "0").strip().lower() in ("1", "true", "yes", "on")
+    return _flag(os.environ.get(name))
 
 
 def cache_dir() -> Path:
@@ -322,7 +328,7 @@ def _launch_switches(raw: tuple[Any, ...]) -> tuple[int, int, int, int, int]:
         raise BadParamError(
             f"CUDNNLITE_EMU_SCHEDULE must be one of {sorted(_SCHEDULES)}, got {schedule!r}"
         )
-    poison = env[1].strip().lower() in ("1", "true", "yes", "on")
+    poison = _flag(env[1])
     return _SCHEDULES[schedule], int(poison), int(env[2]), int(env[3]), int(env[4]) * 1024
 
 
@@ -694,11 +700,6 @@ class EmulatorModule(Module):
 # The switches that pick a module build (their own cache of modules per device key), read
 # by the ops' call caches on every call: raw reads (runtime.env), parsed once per value.
 _read_build_switches = raw_reader(("CUDNNLITE_EMU_ASAN", "CUDNNLITE_EMU_RACECHECK"))
-
-
-def _flag(raw: Any) -> bool:
-    text = "0" if raw is None else os.fsdecode(raw) if isinstance(raw, bytes) else raw
-    return text.strip().lower() in ("1", "true", "yes", "on")
 
 
 @functools.lru_cache(maxsize=16)
