@@ -528,16 +528,23 @@ def _tc_bwd(case: str, direction: str) -> ConvProblem:
     return p3(layout="NDHWC", direction=direction, **kw)
 
 
+@pytest.mark.parametrize("direction", ["bwd_filter", "bwd_data"])
 @pytest.mark.parametrize("case", list(TC_BWD_3D))
-def test_backward_filter_tensor_cores(backend: str, case: str) -> None:
-    from conv_backward_support import check_filter
+def test_backward_tensor_cores(backend: str, case: str, direction: str) -> None:
+    # backward data by phases (bias checked too), backward filter
+    from conv_backward_support import check_data, check_filter
 
     if not {"fp16", "bf16"} <= SHORTS:
         pytest.skip("ml_dtypes missing")
-    problem = _tc_bwd(case, "bwd_filter")
-    solver = registry.get("conv_bwd_filter_tc_implicit_gemm")
-    assert solver.is_applicable(problem, EMULATOR)
-    check_filter(backend, solver, problem)
+    problem = _tc_bwd(case, direction)
+    if direction == "bwd_filter":
+        solver = registry.get("conv_bwd_filter_tc_implicit_gemm")
+        assert solver.is_applicable(problem, EMULATOR)
+        check_filter(backend, solver, problem)
+    else:
+        solver = registry.get("conv_bwd_data_tc_implicit_gemm_phased")
+        assert solver.is_applicable(problem, EMULATOR)
+        check_data(backend, solver, problem, bias=True)
 
 
 def test_backward_filter_tensor_cores_split_k(backend: str) -> None:
@@ -557,16 +564,6 @@ def test_backward_filter_tensor_cores_split_k(backend: str) -> None:
     )
 
 
-@pytest.mark.parametrize("case", list(TC_BWD_3D))
-def test_backward_data_tensor_cores_phased(backend: str, case: str) -> None:
-    from conv_backward_support import check_data
-
-    if not {"fp16", "bf16"} <= SHORTS:
-        pytest.skip("ml_dtypes missing")
-    problem = _tc_bwd(case, "bwd_data")
-    solver = registry.get("conv_bwd_data_tc_implicit_gemm_phased")
-    assert solver.is_applicable(problem, EMULATOR)
-    check_data(backend, solver, problem, bias=True)
 
 
 def test_backward_tensor_cores_128x128_tiles(backend: str) -> None:
