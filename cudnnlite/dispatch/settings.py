@@ -33,6 +33,14 @@ class Settings:
     workspace_limit: int | None = DEFAULT_WORKSPACE_LIMIT
     deterministic: bool = False
 
+    def __post_init__(self) -> None:
+        # Settings are part of every cache key: hashed once, not field by field per call.
+        object.__setattr__(self, "_hash", hash((self.mode, self.workspace_limit,
+                                                self.deterministic)))  # fmt: skip
+
+    def __hash__(self) -> int:
+        return self._hash  # type: ignore[attr-defined,no-any-return]
+
 
 _current = Settings()
 

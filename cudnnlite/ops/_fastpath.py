@@ -19,11 +19,9 @@ compare both.
 
 from __future__ import annotations
 
-import contextlib
 import math
 import threading
 from collections import OrderedDict
-from collections.abc import Iterator
 from typing import Any
 
 import numpy as np
@@ -31,6 +29,7 @@ import numpy as np
 from .. import dtypes
 from ..dispatch import plans, settings
 from ..errors import BadParamError
+from ..runtime import templates
 from ..runtime.env import raw_reader
 from ..runtime.graph import graph_safe
 from ..runtime.pointers import host_pointer
@@ -52,8 +51,6 @@ _read_backend = raw_reader(_ENV[:1])
 _read_dispatch_env = raw_reader(_ENV)
 _FLOATS = (float, np.floating)
 _FAST_TYPES = frozenset((int, bool, str, float, type(None)))
-_state = threading.local()
-_enabled = True
 
 
 class CallCache:
@@ -101,35 +98,32 @@ _CACHES: list[CallCache] = []
 
 
 def clear_all() -> None:
-    """Empties every op's cache (also called when the plan cache is cleared, so that no
-    cached call keeps a plan the dispatcher would no longer choose)."""
+    """Empties every op's cache and the launch templates (also called when the plan cache
+    is cleared, so that nothing cached keeps a plan the dispatcher would no longer
+    choose)."""
     for cache in _CACHES:
         cache.clear()
+    templates.clear()
 
 
 plans.on_clear(clear_all)
+_enabled = True
+# A disabled() block (one thread) turns off the ops' caches and the launch templates.
+disabled = templates.disabled
 
 
 def enabled() -> bool:
-    return _enabled and not getattr(_state, "off", False)
+    """Whether the ops' call caches are on in this thread."""
+    return _enabled and not templates.bypassed()
 
 
 def set_enabled(flag: bool) -> None:
-    """Turns every op's call cache on or off for the whole process (on by default)."""
+    """Turns every op's call cache and the launch templates on or off for the whole
+    process (on by default)."""
     global _enabled
     _enabled = bool(flag)
+    templates.set_enabled(flag)
     clear_all()
-
-
-@contextlib.contextmanager
-def disabled() -> Iterator[None]:
-    """Runs the block's calls (in this thread) on the slow path only."""
-    old = getattr(_state, "off", False)
-    _state.off = True
-    try:
-        yield
-    finally:
-        _state.off = old
 
 
 def _scalar_key(v: Any) -> Any:
@@ -198,6 +192,9 @@ def backend_key() -> tuple:
 def settings_key() -> tuple:
     """What the dispatcher reads besides the problem: its settings and env switches."""
     return (settings.current(), *_read_dispatch_env())
+
+
+templates.set_context_key(settings.current)  # (its env switches are in the templates' key)
 
 
 # ------------------------------------------------------------------ plans of one-input ops

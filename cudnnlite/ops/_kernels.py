@@ -10,6 +10,7 @@ from typing import Any, TypeVar
 
 from .. import dtypes
 from ..runtime.backend import Backend, Kernel
+from ..runtime.graph import current_recorder
 from ..runtime.kernel import ModuleSpec
 
 
@@ -22,6 +23,9 @@ class LastLaunch:
 
     def set(self, name: str) -> None:
         self._local.name = name
+        recorder = current_recorder()
+        if recorder is not None:
+            recorder.record_last(self, name)  # a template's replay sets it again
 
     def get(self) -> str | None:
         return getattr(self._local, "name", None)

@@ -58,6 +58,7 @@ from ._fastpath import (
     plan_shape,
     scalars_key,
 )
+from ._kernels import LastLaunch
 
 ACTIVATION_MODES = (
     "relu",
@@ -200,14 +201,14 @@ def _table(backend: Backend, dt: dtypes.DType) -> _KernelTable:
     return table
 
 
-_LAST = threading.local()
+_LAST = LastLaunch()
 
 
 def last_kernel_name() -> str | None:
     """The readable name of the last activation kernel this thread launched, e.g.
     ``act_bwd_strided_softplus_bf16``; None before the first launch. Empty arrays
     launch nothing and leave it unchanged."""
-    return getattr(_LAST, "name", None)
+    return _LAST.get()
 
 
 # ------------------------------------------------------------------ argument checks
@@ -482,7 +483,7 @@ def _launch(
     else:
         units = n // _vec(dt) if plan.variant == "vec" else n
         kernel(table.grid(units), BLOCK, (*pointers, np.int64(n), params))
-    _LAST.name = name
+    _LAST.set(name)
     return name
 
 
@@ -520,7 +521,7 @@ def _fast_forward(x: Any, entry: tuple) -> Any:
     if (data_pointer(out) % 16 == 0) != aligned:
         return None
     kernel(grid, BLOCK, (x, out, *tail))
-    _LAST.name = name
+    _LAST.set(name)
     return out
 
 

@@ -34,6 +34,7 @@ from ..runtime.select import backend_for
 from ..runtime.streams import with_stream
 from ..runtime.variants import register
 from ._arrays import array_module, as_array, float_dtype
+from ._kernels import LastLaunch
 
 SOURCE = "ctc/ctc.cu"
 REDUCTIONS = ("none", "sum", "mean")
@@ -71,7 +72,7 @@ def module_specs() -> list[ModuleSpec]:
 
 _KERNELS: dict[tuple, Kernel] = {}
 _LOCK = threading.Lock()
-_LAST = threading.local()
+_LAST = LastLaunch()
 
 
 def _kernel(backend: Backend, kind: str, dt: dtypes.DType) -> Kernel:
@@ -83,13 +84,13 @@ def _kernel(backend: Backend, kind: str, dt: dtypes.DType) -> Kernel:
             k = _KERNELS.get(key)
             if k is None:
                 k = _KERNELS[key] = backend.kernel(module_spec(), name)
-    _LAST.name = f"{kind}_{dt.short}"
+    _LAST.set(f"{kind}_{dt.short}")
     return k
 
 
 def last_kernel_name() -> str | None:
     """Readable name of the last CTC kernel this thread launched (``ctc_grad_fp32``)."""
-    return getattr(_LAST, "name", None)
+    return _LAST.get()
 
 
 # ------------------------------------------------------------------ checks

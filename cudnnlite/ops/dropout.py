@@ -36,6 +36,7 @@ from ..runtime.select import backend_for
 from ..runtime.streams import with_stream
 from ..runtime.variants import register
 from ._arrays import array_module, as_array, check_out, float_dtype, same_shape
+from ._kernels import LastLaunch
 
 SOURCE = "dropout/dropout.cu"
 BLOCK = 256
@@ -85,7 +86,7 @@ def module_specs() -> list[ModuleSpec]:
 
 _KERNELS: dict[tuple, Kernel] = {}
 _LOCK = threading.Lock()
-_LAST = threading.local()
+_LAST = LastLaunch()
 
 
 def _kernel(backend: Backend, spec: ModuleSpec, name: str) -> Kernel:
@@ -107,7 +108,7 @@ def _max_blocks(backend: Backend) -> int:
 def last_kernel_name() -> str | None:
     """Readable name of the last dropout kernel this thread launched, e.g.
     ``dropout_fwd_vec4_fp16``; None before the first launch."""
-    return getattr(_LAST, "name", None)
+    return _LAST.get()
 
 
 # ------------------------------------------------------------------ checks
@@ -168,7 +169,7 @@ def _launch_fwd(
         kernel = _kernel(backend, module_spec(dt), f"dropout_fwd<{dt.ctype}, {vec}>")
         grid = max(1, min((n + 4 * BLOCK - 1) // (4 * BLOCK), _max_blocks(backend)))
         kernel(grid, BLOCK, (x, y, mask if mask is not None else y, np.int64(n), params))
-        _LAST.name = f"dropout_fwd_{'vec4' if vec == 4 else 'scalar'}_{dt.short}"
+        _LAST.set(f"dropout_fwd_{'vec4' if vec == 4 else 'scalar'}_{dt.short}")
     if y is not out:
         out[...] = y
 
@@ -292,7 +293,7 @@ def dropout_backward(
         kernel = _kernel(backend, module_spec(dt), f"dropout_bwd_mask<{dt.ctype}, {vec}>")
         grid = max(1, min((n + 4 * BLOCK - 1) // (4 * BLOCK), _max_blocks(backend)))
         kernel(grid, BLOCK, (dyc, mc, dx, np.int64(n), _scale(p, dt)))
-        _LAST.name = f"dropout_bwd_mask_{'vec4' if vec == 4 else 'scalar'}_{dt.short}"
+        _LAST.set(f"dropout_bwd_mask_{'vec4' if vec == 4 else 'scalar'}_{dt.short}")
     if dx is not out:
         out[...] = dx
     return out

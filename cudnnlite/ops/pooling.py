@@ -785,7 +785,14 @@ def pooling_forward(
     :func:`max_pool`)."""
     if _mode(mode).startswith("max"):
         return max_pool(
-            x, kernel_size, stride, padding, dilation, ceil_mode, layout=layout, out=out,
+            x,
+            kernel_size,
+            stride,
+            padding,
+            dilation,
+            ceil_mode,
+            layout=layout,
+            out=out,
             nan_propagation=nan_propagation,
         )
     _nan_option(nan_propagation)

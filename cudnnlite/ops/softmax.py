@@ -51,6 +51,7 @@ from ._fastpath import (
     plan_shape,
     scalars_key,
 )
+from ._kernels import LastLaunch
 
 SOURCE = "softmax/softmax.cu"
 ALGORITHMS = ("accurate", "fast")
@@ -112,7 +113,7 @@ def module_specs() -> list[ModuleSpec]:
 
 _KERNELS: dict[tuple, Kernel] = {}
 _LOCK = threading.Lock()
-_LAST = threading.local()
+_LAST = LastLaunch()
 
 
 def _kernel(backend: Backend, dt: dtypes.DType, name: str) -> Kernel:
@@ -136,7 +137,7 @@ def _target_blocks(backend: Backend) -> int:
 def last_kernel_name() -> str | None:
     """Readable name of the last softmax kernel this thread launched, e.g.
     ``softmax_fwd_warp_vec4_fp32`` or ``softmax_bwd_cols_bf16``."""
-    return getattr(_LAST, "name", None)
+    return _LAST.get()
 
 
 # ------------------------------------------------------------------ checks and shapes
@@ -286,7 +287,7 @@ def _run(
         cols = plan.outer * plan.inner
         grid = max(1, min(-(-cols // 256), 64 * _target_blocks(backend)))
         _kernel(backend, dt, f"softmax_{direction}_cols<{t}>")(grid, 256, (*inputs, out, s))
-    _LAST.name = plan.name(direction, dt)
+    _LAST.set(plan.name(direction, dt))
 
 
 def _blend(alpha: Any, beta: Any, out: Any, dt: dtypes.DType) -> tuple[float, float]:
@@ -441,7 +442,14 @@ def log_softmax(
 ) -> Any:
     """``softmax(x, axis, log=True)``."""
     return softmax.__wrapped__(  # type: ignore[attr-defined]  (this call's wrapper ran)
-        x, axis, log=True, algorithm=algorithm, mode=mode, alpha=alpha, beta=beta, out=out,
+        x,
+        axis,
+        log=True,
+        algorithm=algorithm,
+        mode=mode,
+        alpha=alpha,
+        beta=beta,
+        out=out,
         dtype=dtype,
     )
 

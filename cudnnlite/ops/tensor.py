@@ -54,6 +54,7 @@ from ..runtime.select import backend_for
 from ..runtime.streams import with_stream
 from ..runtime.variants import register
 from ._arrays import array_module, as_array, check_out, float_dtype
+from ._kernels import LastLaunch
 
 SOURCE = "tensor/tensor.cu"
 MAX_DIMS = 8
@@ -173,7 +174,7 @@ def module_specs() -> list[ModuleSpec]:
 
 _KERNELS: dict[tuple, Kernel] = {}
 _LOCK = threading.Lock()
-_LAST = threading.local()
+_LAST = LastLaunch()
 
 
 def _kernel(backend: Backend, dt: dtypes.DType, name: str, readable: str) -> Kernel:
@@ -184,7 +185,7 @@ def _kernel(backend: Backend, dt: dtypes.DType, name: str, readable: str) -> Ker
             k = _KERNELS.get(key)
             if k is None:
                 k = _KERNELS[key] = backend.kernel(module_spec(dt), name)
-    _LAST.name = readable
+    _LAST.set(readable)
     return k
 
 
@@ -201,7 +202,7 @@ def _grid(backend: Backend, units: int) -> int:
 def last_kernel_name() -> str | None:
     """Readable name of the last tensor-op kernel this thread launched, e.g.
     ``tensor_binary_vec4_fp32``, ``tensor_reduce_warp_bf16``."""
-    return getattr(_LAST, "name", None)
+    return _LAST.get()
 
 
 # ------------------------------------------------------------------ checks

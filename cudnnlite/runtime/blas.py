@@ -49,7 +49,7 @@ import numpy as np
 
 from ..errors import BadParamError, NotSupportedError
 from .backend import Backend
-from .graph import note_host_work
+from .graph import note_foreign_work, note_host_work
 
 _INT_MAX = 2**31 - 1
 
@@ -121,6 +121,7 @@ def gemm(
     elif c.array.dtype not in (a.array.dtype, np.dtype(np.float32)):
         raise BadParamError(f"gemm: C must be {a.array.dtype} or float32, got {c.array.dtype}")
     if backend.name == "cuda":
+        note_foreign_work("blas.gemm (cuBLAS)")
         _gemm_cublas(a, b, c, trans_a, trans_b, batch, m, n, k, alpha, beta, tf32)
     else:
         # NumPy work in Python: an emulator graph cannot replay it.

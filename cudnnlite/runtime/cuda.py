@@ -96,13 +96,16 @@ class CudaKernel(Kernel):
         # One pass over the arguments; a tuple is what CuPy wants, built once. The common
         # case (device arrays and NumPy scalars) copies nothing else.
         copies = None
+        original = args
         if any(isinstance(a, (np.ndarray, np.void)) for a in args):
             args, copies = _host_arguments(args)
         elif type(args) is not tuple:
             args = tuple(args)
         recorder = current_recorder()
         if recorder is not None:
-            recorder.record_cuda(self, args)
+            recorder.record_cuda(self, args, original=tuple(original), grid=grid, block=block,
+                                 shared_mem=shared_mem, cooperative=cooperative,
+                                 copies=bool(copies))  # fmt: skip
         try:
             if cooperative:
                 # cupy.cuda.Function launches with cuLaunchCooperativeKernel on request

@@ -27,4 +27,10 @@ def raw_reader(names: Sequence[str]) -> Callable[[], tuple[Any, ...]]:
     return lambda: tuple([os.environ.get(n) for n in names])
 
 
-__all__ = ["raw_reader"]
+def flag(raw: Any) -> bool:
+    """An on/off switch's value, raw (bytes) or str; unset (None) is off."""
+    text = "0" if raw is None else os.fsdecode(raw) if isinstance(raw, bytes) else raw
+    return text.strip().lower() in ("1", "true", "yes", "on")
+
+
+__all__ = ["flag", "raw_reader"]

@@ -101,10 +101,19 @@ def exit_op() -> None:
 
 def note_host_work(what: str) -> None:
     """Called by code that does work on the host in Python during a call (a NumPy GEMM, a
-    host copy): an emulator graph recording now cannot replay it, and says so."""
-    graph = current_recorder()
-    if graph is not None and graph.backend == "cpu" and graph._host_work is None:
-        graph._host_work = what
+    host copy, or a CuPy copy on the GPU): an emulator graph recording now cannot replay
+    it, and says so; a launch template (runtime.templates) is not made."""
+    recorder = current_recorder()
+    if recorder is not None:
+        recorder.note_host_work(what)
+
+
+def note_foreign_work(what: str) -> None:
+    """Called by code that runs GPU work other than the library's kernels (cuBLAS): a CUDA
+    graph captures it with the stream, a launch template could not replay it."""
+    recorder = current_recorder()
+    if recorder is not None:
+        recorder.note_foreign_work(what)
 
 
 class Graph:
@@ -130,6 +139,16 @@ class Graph:
         return f"<cudnnlite.Graph {self.backend} {self._state}, {len(self._launches)} launches>"
 
     # -- recording (called by the backends' Kernel.__call__) ---------------------------
+    def note_host_work(self, what: str) -> None:
+        if self.backend == "cpu" and self._host_work is None:
+            self._host_work = what
+
+    def note_foreign_work(self, what: str) -> None:
+        """cuBLAS and CuPy's own kernels on the capturing stream are in the CUDA graph."""
+
+    def record_last(self, last: Any, name: str) -> None:
+        """A family's last-kernel name (ops._kernels.LastLaunch): a replay leaves it."""
+
     def record_emulator(self, kernel: Any, cfg: Any, args: Any, keep: list) -> None:
         """Keeps an emulator launch: its config, a copy of its argument bytes (taken under
         the module lock, right after conversion) and every argument object alive."""
@@ -144,7 +163,7 @@ class Graph:
         self._launches.append((kernel.launch_recorded, ctypes.byref(cfg), values))
         self._keep.append((cfg, arena, tuple(args)))
 
-    def record_cuda(self, kernel: Any, args: Any) -> None:
+    def record_cuda(self, kernel: Any, args: Any, **launch: Any) -> None:
         """Keeps the arguments of a captured CUDA launch alive: the graph replays on their
         pointers, which CuPy's pool must not hand to another array meanwhile."""
         if self.backend != "cuda":
@@ -153,7 +172,7 @@ class Graph:
                 f"{kernel.name}: GPU arrays inside an emulator recording"
             )
         self._launches.append((kernel.name, None, None))
-        self._keep.append(tuple(args))
+        self._keep.append(tuple(args))  # (``launch``: what a template keeps; not needed)
 
     # -- replay ------------------------------------------------------------------------
     def replay(self) -> None:

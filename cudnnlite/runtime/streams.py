@@ -42,7 +42,7 @@ from typing import Any, TypeVar
 import numpy as np
 
 from ..errors import BadParamError, NotSupportedError
-from . import graph
+from . import graph, templates
 from .select import call_device, device_scope, forced_backend
 
 F = TypeVar("F", bound=Callable[..., Any])
@@ -209,10 +209,16 @@ def with_stream(fn: F) -> F:
                     graph.exit_op()
         return _call(args, stream, kwargs)
 
+    def invoke(args: tuple, kwargs: dict) -> Any:
+        # An op verified to be kernel launches only goes through its launch template.
+        if wrapper.__dict__.get("_graph_safe"):
+            return templates.call(wrapper, fn, args, kwargs)
+        return fn(*args, **kwargs)
+
     def _call(args: tuple, stream: Any, kwargs: dict) -> Any:
         if (stream is None and _plain(args[first:] if first else args)
                 and (not kwargs or _plain(kwargs.values()))):  # fmt: skip
-            return fn(*args, **kwargs)  # host arrays and scalars: nothing to import or enter
+            return invoke(args, kwargs)  # host arrays and scalars: nothing to import or enter
         foreign = any(_foreign_array(a) for a in args) or any(
             _foreign_array(v) for v in kwargs.values()
         )
@@ -226,7 +232,7 @@ def with_stream(fn: F) -> F:
 
     def _run(args: tuple, stream: Any, kwargs: dict, foreign: bool) -> Any:
         if stream is None and not foreign:
-            return fn(*args, **kwargs)
+            return invoke(args, kwargs)
         from ..ops._arrays import as_array
 
         if stream is not None:
@@ -245,7 +251,7 @@ def with_stream(fn: F) -> F:
                     as_array(label(i), a) if _foreign_array(a) else a for i, a in enumerate(args)
                 )
                 kwargs = {k: as_array(k, v) if _foreign_array(v) else v for k, v in kwargs.items()}
-            return fn(*args, **kwargs)
+            return invoke(args, kwargs)
 
     stream_param = inspect.Parameter("stream", inspect.Parameter.KEYWORD_ONLY, default=None)
     if params and params[-1].kind is inspect.Parameter.VAR_KEYWORD:

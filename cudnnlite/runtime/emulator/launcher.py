@@ -47,7 +47,7 @@ import numpy as np
 
 from ...errors import BadParamError, CompileError, ExecutionError, NotSupportedError
 from ..backend import Backend, Dim, Kernel, Module, check_cooperative_grid, launch_dims
-from ..env import raw_reader
+from ..env import flag, raw_reader
 from ..graph import current_recorder
 from ..kernel import ModuleSpec
 from ..pointers import host_pointer
@@ -89,14 +89,8 @@ def max_cooperative_blocks(block_threads: int) -> int:
     return min(MAX_COOPERATIVE_BLOCKS, MAX_COOPERATIVE_THREADS // block_threads)
 
 
-def _flag(raw: Any) -> bool:
-    """An on/off switch's value (str, or bytes as runtime.env reads it; None: off)."""
-    text = "0" if raw is None else os.fsdecode(raw) if isinstance(raw, bytes) else raw
-    return text.strip().lower() in ("1", "true", "yes", "on")
-
-
 def _env_flag(name: str) -> bool:
-    return _flag(os.environ.get(name))
+    return flag(os.environ.get(name))
 
 
 def cache_dir() -> Path:
@@ -328,7 +322,7 @@ def _launch_switches(raw: tuple[Any, ...]) -> tuple[int, int, int, int, int]:
         raise BadParamError(
             f"CUDNNLITE_EMU_SCHEDULE must be one of {sorted(_SCHEDULES)}, got {schedule!r}"
         )
-    poison = _flag(env[1])
+    poison = flag(env[1])
     return _SCHEDULES[schedule], int(poison), int(env[2]), int(env[3]), int(env[4]) * 1024
 
 
@@ -568,6 +562,11 @@ class EmulatorKernel(Kernel):
                 message = module.lib.emu_last_error().decode(errors="replace")
                 raise ExecutionError(f"kernel {self.name} ({self.spec.label()}) failed: {message}")
 
+    def pointer_slots(self) -> list[int]:
+        """The arena's pointer arguments, as indices of its uint64 words."""
+        return [off // 8 for code, off in zip(self.signature, self._plan.offsets, strict=True)
+                if code == "p"]  # fmt: skip
+
     def snapshot_arguments(self) -> tuple[np.ndarray, ctypes.Array]:
         """A copy of the arena as the last conversion left it (callers hold the module
         lock) and an argument array pointing into the copy: what a graph replays."""
@@ -704,8 +703,8 @@ _read_build_switches = raw_reader(("CUDNNLITE_EMU_ASAN", "CUDNNLITE_EMU_RACECHEC
 
 @functools.lru_cache(maxsize=16)
 def _device_key(raw: tuple[Any, Any]) -> str:
-    key = "cpu-asan" if _flag(raw[0]) else "cpu"
-    return key + "-racecheck" if _flag(raw[1]) else key
+    key = "cpu-asan" if flag(raw[0]) else "cpu"
+    return key + "-racecheck" if flag(raw[1]) else key
 
 
 class EmulatorBackend(Backend):

@@ -1,0 +1,486 @@
+"""Launch templates: a call's kernel launches recorded once, replayed on new arrays.
+
+The first call of a public op with a given key (which op; every argument's kind, shape,
+dtype, strides, writability and address modulo 16; the scalars as given, each with its
+type; the dispatch settings; the environment switches) runs the op as usual while its
+kernel launches are recorded, the way :mod:`runtime.graph` records them. If every pointer
+argument of every launch lies inside one of the call's arrays (an input, or an array the
+call returned that it allocated), the recording becomes a :class:`Template`: the launches
+with their grids, blocks and constant arguments, and for each pointer argument which
+array and which byte offset it is. The next call with the same key allocates the outputs
+as the first call did (same shape, dtype and strides), writes the new arrays' addresses
+into the recorded arguments and launches: no validation, no dispatch, no argument
+packing. That is what makes a repeated call or a plan cost about a launch.
+
+What is templated, and what is not:
+
+- only ops marked :func:`runtime.graph.graph_safe` (verified to be kernel launches once
+  their arguments are checked, every host-side copy reported), called without ``out=``;
+- a call is not templated (it runs the ops' own code every time, which is never wrong)
+  when it did work a replay would skip: host work in Python or a CuPy copy
+  (:func:`graph.note_host_work`), GPU work outside the library's kernels such as cuBLAS
+  (:func:`graph.note_foreign_work`), a host copy of an argument; when a launch reads or
+  writes memory outside the call's arrays (a temporary, a plan's workspace); when two of
+  the call's arrays overlap; when it launched nothing, or an array is empty;
+- a replay whose new output is not aligned as the recorded one was (modulo 16, what the
+  kernels' variants depend on) runs the op's own code instead.
+
+Bad arguments never reach a template: validation raises before a recording completes, so
+a stored key always describes a valid call, and a bad call takes the op's own path and
+raises its error. Templates are per process, bounded (the oldest key leaves first),
+thread-safe (a replay patches a private copy of the argument bytes under its own lock on
+the emulator; on CUDA it builds a fresh argument tuple), switched by :func:`set_enabled`
+(process-wide) and off in a :func:`disabled` block (one thread, together with the ops'
+call caches). Clearing the plan cache clears them. A key refused once is recorded again
+on its next call (a first call may tune or compile, with temporaries later calls do not
+need); a second refusal is kept.
+
+Under ``CUDNNLITE_EMU_POISON=1`` a replay fills the outputs it allocates with NaN bytes
+before launching on the emulator, so a kernel that relied on zeroed memory fails tests.
+"""
+
+from __future__ import annotations
+
+import contextlib
+import ctypes
+import math
+import threading
+from collections.abc import Callable, Iterator
+from typing import Any
+
+import numpy as np
+
+from . import graph
+from .env import flag, raw_reader
+from .pointers import data_pointer, host_pointer
+
+# The switches the ops' own path reads at every call (a replay skips that path): the
+# backend, the dispatcher's solver switches, the emulator's launch switches and the two
+# that choose which build of its modules runs.
+_SWITCHES = raw_reader(
+    tuple(
+        f"CUDNNLITE_{n}"
+        for n in (
+            "BACKEND", "DISABLE_SOLVERS", "FORCE_SOLVER", "FORCE_CONFIG", "EMU_SCHEDULE",
+            "EMU_POISON", "EMU_THREADS", "EMU_SEED", "EMU_STACK_KB", "EMU_RACECHECK",
+            "EMU_ASAN",
+        )
+    )
+)  # fmt: skip
+_read_poison = raw_reader(("CUDNNLITE_EMU_POISON",))
+_state = threading.local()
+_enabled = True
+# What the dispatcher reads besides the arguments (settings); set by the ops layer.
+_context_key: Callable[[], Any] = lambda: None  # noqa: E731
+_CACHE_SIZE = 1024
+
+
+def enabled() -> bool:
+    """Whether launch templates are on in this thread."""
+    return _enabled and not bypassed()
+
+
+def bypassed() -> bool:
+    """Whether this thread is inside :func:`disabled` (templates and call caches off)."""
+    return getattr(_state, "off", False)
+
+
+def set_enabled(flag: bool) -> None:
+    """Turns launch templates on or off for the whole process (on by default); the ops'
+    call caches have their own switch (``ops._fastpath.set_enabled`` turns off both)."""
+    global _enabled
+    _enabled = bool(flag)
+    clear()
+
+
+@contextlib.contextmanager
+def disabled() -> Iterator[None]:
+    """Runs the block's calls (in this thread) without templates or call caches: the
+    ops' own code on every call, which is how tests compare both."""
+    old = getattr(_state, "off", False)
+    _state.off = True
+    try:
+        yield
+    finally:
+        _state.off = old
+
+
+def set_context_key(fn: Callable[[], Any]) -> None:
+    """Registers what else a call's result depends on (the dispatch settings)."""
+    global _context_key
+    _context_key = fn
+
+
+# ------------------------------------------------------------------ keys
+
+_FLAT = frozenset((int, bool, str, type(None)))
+_NUMPY_SCALARS = (np.integer, np.bool_, np.floating)
+
+
+class _Unkeyable(Exception):
+    pass
+
+
+def _value_key(v: Any, arrays: list) -> Any:
+    """``v``'s part of a call key (arrays appended to ``arrays``), or raises _Unkeyable.
+    An array's part is its shape, dtype, strides and address modulo 16; no templated op
+    writes its inputs, so writability does not matter."""
+    t = type(v)
+    if t is np.ndarray:
+        arrays.append(v)
+        return (v.shape, v.dtype, v.strides, host_pointer(v) & 15)
+    if t in _FLAT:
+        return (t, v)
+    if t is float:
+        # -0.0 == 0.0 yet can change a result's sign bit: key the sign too.
+        return (t, v, math.copysign(1.0, v))
+    if t is tuple or t is list:
+        return (t, tuple([_value_key(e, arrays) for e in v]))
+    kind = _KINDS.get(t) or _kind(t)
+    if kind == "device":
+        arrays.append(v)
+        return ("device", v.device.id, v.shape, v.dtype, v.strides, v.data.ptr & 15)
+    if kind == "identity":
+        return v  # a plan (self of a method), by identity
+    if kind == "scalar":
+        return (t, v.item(), math.copysign(1.0, v) if isinstance(v, np.floating) else 0)
+    if kind == "value":
+        return v
+    raise _Unkeyable
+
+
+_KINDS: dict[type, str] = {}
+
+
+def _kind(t: type) -> str:
+    """How a value of type ``t`` (not a plain one) enters a key, memoized per type."""
+    if (t.__module__ or "").startswith("cupy") and hasattr(t, "__cuda_array_interface__"):
+        kind = "device"
+    elif issubclass(t, _NUMPY_SCALARS):
+        kind = "scalar"
+    elif t is np.dtype or issubclass(t, np.dtype):
+        kind = "value"
+    elif t.__hash__ is object.__hash__ and t.__eq__ is object.__eq__:
+        kind = "identity"
+    else:
+        kind = "none"
+    _KINDS[t] = kind
+    return kind
+
+
+def call_key(op: Any, args: tuple, kwargs: dict) -> tuple[tuple, list] | None:
+    """The key of a call of ``op`` and the arrays among its arguments (in order), or None
+    for a call that is not templated (``out=`` given, an argument of another kind)."""
+    arrays: list = []
+    try:
+        parts = [_value_key(a, arrays) for a in args]
+        if kwargs:
+            if kwargs.get("out") is not None:
+                return None
+            parts += [(k, _value_key(v, arrays)) for k, v in sorted(kwargs.items())]
+    except _Unkeyable:
+        return None
+    return (op, *parts, _context_key(), _SWITCHES()), arrays
+
+
+# ------------------------------------------------------------------ recording
+
+
+def _extent(a: Any) -> tuple[int, int, int]:
+    """(first byte, one past the last byte, data pointer) of a non-empty array."""
+    ptr = data_pointer(a)
+    lo = hi = ptr
+    for n, s in zip(a.shape, a.strides, strict=True):
+        if s < 0:
+            lo += (n - 1) * s
+        else:
+            hi += (n - 1) * s
+    return lo, hi + a.itemsize, ptr
+
+
+def _allocator(a: Any) -> tuple[tuple[int, ...], tuple[int, ...] | None] | None:
+    """How to allocate an array laid out as ``a``: (shape to allocate C-ordered, the axes
+    permutation back to ``a``'s order or None), or None when no dense layout gives
+    ``a``'s strides."""
+    order = sorted(range(a.ndim), key=lambda i: -a.strides[i])
+    shape = tuple(a.shape[i] for i in order)
+    inverse = tuple(order.index(i) for i in range(a.ndim))
+    probe = np.empty(shape, dtype=a.dtype)
+    if order != list(range(a.ndim)):
+        probe = probe.transpose(inverse)
+    if probe.strides != a.strides:
+        return None
+    return shape, None if order == list(range(a.ndim)) else inverse
+
+
+class Refused:
+    """A key whose calls are not templated, and why (kept so the reason can be read).
+
+    ``final`` is False after a first refusal: a key's first call may do once-only work (a
+    tuning run, a compilation, a table uploaded) that later calls skip, so the second
+    call records again; a second refusal is final."""
+
+    __slots__ = ("reason", "final")
+
+    def __init__(self, reason: str, final: bool = False) -> None:
+        self.reason = reason
+        self.final = final
+
+    def __repr__(self) -> str:
+        return f"<not templated: {self.reason}>"
+
+
+class Recording:
+    """The recorder while a call runs (graph's protocol: Kernel.__call__ reports to it)."""
+
+    backend = "template"
+
+    def __init__(self) -> None:
+        self.depth = 1  # the op being recorded is entered already; nested ops are its own
+        self.refusal: str | None = None
+        self.launches: list[tuple] = []
+        self.lasts: list[tuple[Any, str]] = []
+        self.persistent: list[tuple[Any, Any]] = []
+
+    def refuse(self, why: str) -> None:
+        if self.refusal is None:
+            self.refusal = why
+
+    def note_host_work(self, what: str) -> None:
+        self.refuse(f"host work: {what}")
+
+    def note_foreign_work(self, what: str) -> None:
+        self.refuse(f"GPU work outside the library's kernels: {what}")
+
+    def record_last(self, last: Any, name: str) -> None:
+        self.lasts.append((last, name))
+
+    def record_emulator(self, kernel: Any, cfg: Any, args: Any, keep: list) -> None:
+        if keep:
+            self.refuse("a host copy of an argument")
+            return
+        arena, values = kernel.snapshot_arguments()
+        u64 = arena.view(np.uint64)
+        slots = [(i, int(u64[i])) for i in kernel.pointer_slots()]
+        self.launches.append(("cpu", kernel, cfg, arena, values, slots))
+
+    def record_cuda(self, kernel: Any, args: Any, **launch: Any) -> None:
+        if launch.get("copies"):
+            self.refuse("host arrays copied to the GPU for a launch")
+            return
+        original = launch["original"]
+        slots = [(i, data_pointer(a)) for i, a in enumerate(original) if _is_device_array(a)]
+        self.launches.append(("cuda", kernel, launch, original, slots))
+
+
+def _is_device_array(a: Any) -> bool:
+    return hasattr(a, "__cuda_array_interface__") and hasattr(a, "data")
+
+
+def record(fn: Callable[..., Any], args: tuple, kwargs: dict, arrays: list) -> tuple[Any, Any]:
+    """Runs ``fn(*args, **kwargs)`` recording its launches; returns (its result, a
+    :class:`Template` or :class:`Refused`). An exception propagates (nothing is kept)."""
+    rec = Recording()
+    graph._set_recorder(rec)
+    try:
+        result = fn(*args, **kwargs)
+    finally:
+        graph._set_recorder(None)
+    return result, _template(rec, result, arrays)
+
+
+def _template(rec: Recording, result: Any, inputs: list) -> Any:
+    if rec.refusal is not None:
+        return Refused(rec.refusal)
+    if not rec.launches:
+        return Refused("the call launched no kernel")
+    kinds = {launch[0] for launch in rec.launches}
+    if len(kinds) > 1:
+        return Refused("launches on both backends")
+    results = result if type(result) is tuple else (result,)
+    bound = list(inputs)
+    spec = []
+    for r in results:
+        index = next((i for i, a in enumerate(bound) if a is r), None)
+        if index is None:
+            if type(r) is not np.ndarray and not _is_device_array(r):
+                return Refused(f"the call returned a {type(r).__name__}")
+            bound.append(r)
+            index = len(bound) - 1
+        spec.append(index)
+    if any(a.size == 0 for a in bound):
+        return Refused("an empty array")
+    extents = [_extent(a) for a in bound]
+    ordered = sorted(range(len(bound)), key=lambda i: extents[i][0])
+    for i, j in zip(ordered, ordered[1:], strict=False):
+        if extents[j][0] < extents[i][1]:
+            return Refused("two of the call's arrays overlap")
+    outputs = []
+    for index in range(len(inputs), len(bound)):
+        how = _allocator(bound[index])
+        if how is None:
+            return Refused("an output with a layout no allocation reproduces")
+        outputs.append((*how, bound[index].dtype, extents[index][2] & 15))
+
+    def resolve(ptr: int) -> tuple[int, int] | None:
+        for i, (lo, hi, base) in enumerate(extents):
+            if lo <= ptr < hi:
+                return i, ptr - base
+        return None
+
+    launches = []
+    for launch in rec.launches:
+        patches = []
+        for slot, ptr in launch[-1]:
+            if ptr == 0:
+                continue
+            where = resolve(ptr)
+            if where is None:
+                return Refused("a launch reads or writes memory outside the call's arrays")
+            patches.append((slot, *where))
+        launches.append((*launch[:-1], tuple(patches)))
+    return Template(kinds.pop(), launches, outputs, tuple(spec), type(result) is tuple,
+                    tuple(rec.lasts), type(results[0]))  # fmt: skip
+
+
+# ------------------------------------------------------------------ replay
+
+
+class Template:
+    """A recorded call: see the module docstring."""
+
+    def __init__(self, kind: str, launches: list[tuple], outputs: list[tuple],
+                 result: tuple[int, ...], is_tuple: bool, lasts: tuple, array_type: type
+                 ) -> None:  # fmt: skip
+        self.kind = kind
+        # (shape to allocate, axes back to the recorded order or None, dtype, address % 16)
+        self.outputs = tuple(outputs)
+        self.result = result
+        self.is_tuple = is_tuple
+        self.lasts = lasts
+        self.xp = np if kind == "cpu" else _cupy_of(array_type)
+        self.poison = kind == "cpu" and flag(_read_poison()[0])  # (a switch of the key)
+        self._lock = threading.Lock()
+        if kind == "cpu":
+            # (launch_recorded, byref(cfg), argument array, the arena as uint64 words,
+            # patches, cfg): the words view keeps the arena alive, the tuple the config.
+            self._launches = tuple(
+                (kernel.launch_recorded, ctypes.byref(cfg), values,
+                 (ctypes.c_uint64 * (arena.size // 8)).from_buffer(arena), patches, cfg)
+                for _, kernel, cfg, arena, values, patches in launches
+            )  # fmt: skip
+        else:
+            self._launches = tuple(
+                (kernel, launch["grid"], launch["block"], list(original),
+                 launch["shared_mem"], launch["cooperative"], patches)
+                for _, kernel, launch, original, patches in launches
+            )  # fmt: skip
+
+    def __len__(self) -> int:
+        return len(self._launches)
+
+    def __repr__(self) -> str:
+        return f"<Template {self.kind}: {len(self)} launches, {len(self.outputs)} outputs>"
+
+    def replay(self, arrays: list) -> Any:
+        """Launches on ``arrays`` (the call's arrays, as the key found them; the outputs
+        are appended) and returns what the recorded call returned; None when an output
+        could not be allocated as recorded (the caller then runs the op itself)."""
+        empty, pointer = self.xp.empty, host_pointer if self.kind == "cpu" else data_pointer
+        for shape, perm, dtype, align in self.outputs:
+            a = empty(shape, dtype)
+            if perm is not None:
+                a = a.transpose(perm)
+            if pointer(a) & 15 != align:
+                return None
+            arrays.append(a)
+        if self.kind == "cpu":
+            if self.poison:
+                for a in arrays[len(arrays) - len(self.outputs) :]:
+                    a.view(np.uint8).fill(0xFF)
+            ptrs = [host_pointer(a) for a in arrays]
+            with self._lock:  # the patched argument bytes are this template's own
+                for launch, cfg_ref, values, words, patches, _ in self._launches:
+                    for slot, index, offset in patches:
+                        words[slot] = ptrs[index] + offset
+                    launch(cfg_ref, values)
+        else:
+            for kernel, grid, block, args, shared_mem, cooperative, patches in self._launches:
+                call_args = list(args)
+                for slot, index, offset in patches:
+                    a = arrays[index]
+                    call_args[slot] = a if offset == 0 else np.uint64(data_pointer(a) + offset)
+                kernel(grid, block, tuple(call_args), shared_mem, cooperative)
+        for last, name in self.lasts:
+            last.set(name)
+        if self.is_tuple:
+            return tuple([arrays[i] for i in self.result])
+        return arrays[self.result[0]]
+
+
+def _cupy_of(array_type: type) -> Any:
+    import importlib
+
+    return importlib.import_module(array_type.__module__.split(".")[0])
+
+
+# ------------------------------------------------------------------ the cache
+
+
+_cache: dict[tuple, Any] = {}
+_cache_lock = threading.Lock()
+
+
+def clear() -> None:
+    with _cache_lock:
+        _cache.clear()
+
+
+def lookup(op: Any, args: tuple, kwargs: dict) -> Any:
+    """The Template or Refused stored for this call, or None (for tests and ``explain``)."""
+    keyed = call_key(op, args, kwargs)
+    return None if keyed is None else _cache.get(keyed[0])
+
+
+def call(op: Any, fn: Callable[..., Any], args: tuple, kwargs: dict) -> Any:
+    """``fn(*args, **kwargs)`` for the public op ``op``, through its template."""
+    if graph._active or not enabled():
+        return fn(*args, **kwargs)  # a capture or a recording is in progress somewhere
+    keyed = call_key(op, args, kwargs)
+    if keyed is None:
+        return fn(*args, **kwargs)
+    key, arrays = keyed
+    entry = _cache.get(key)
+    if entry is not None:
+        if type(entry) is Template:
+            result = entry.replay(arrays)
+            if result is not None:
+                return result
+            return fn(*args, **kwargs)
+        if entry.final:
+            return fn(*args, **kwargs)
+    result, new = record(fn, args, kwargs, arrays)
+    if entry is not None and type(new) is Refused:
+        new.final = True
+    with _cache_lock:
+        _cache[key] = new
+        while len(_cache) > _CACHE_SIZE:
+            del _cache[next(iter(_cache))]
+    return result
+
+
+__all__ = [
+    "Recording",
+    "Refused",
+    "Template",
+    "call",
+    "call_key",
+    "clear",
+    "bypassed",
+    "disabled",
+    "enabled",
+    "lookup",
+    "record",
+    "set_context_key",
+    "set_enabled",
+]
