@@ -1,16 +1,23 @@
 """Launch templates: a call's kernel launches recorded once, replayed on new arrays.
 
 The first call of a public op with a given key (which op; every argument's kind, shape,
-dtype, strides, writability and address modulo 16; the scalars as given, each with its
-type; the dispatch settings; the environment switches) runs the op as usual while its
-kernel launches are recorded, the way :mod:`runtime.graph` records them. If every pointer
-argument of every launch lies inside one of the call's arrays (an input, or an array the
-call returned that it allocated), the recording becomes a :class:`Template`: the launches
-with their grids, blocks and constant arguments, and for each pointer argument which
-array and which byte offset it is. The next call with the same key allocates the outputs
-as the first call did (same shape, dtype and strides), writes the new arrays' addresses
-into the recorded arguments and launches: no validation, no dispatch, no argument
-packing. That is what makes a repeated call or a plan cost about a launch.
+dtype, strides, address modulo 16 and, for NumPy, writability; the scalars as given, each
+with its type; the dispatch settings; the environment switches; on CUDA the current
+stream) runs the op as usual while its kernel launches are recorded, the way
+:mod:`runtime.graph` records them. The recording becomes a :class:`Template`: the
+launches with their grids, blocks and constant arguments, and for each pointer argument
+which of the call's arrays (an input, or an array the call returned that it allocated)
+and which byte offset it is. The next call with the same key allocates the outputs as the
+first call did (same shape, dtype and strides), writes the new arrays' addresses into the
+recorded arguments and launches: no validation, no dispatch, no argument packing. That is
+what makes a repeated call or a plan cost about a launch.
+
+A pointer into none of the call's arrays points into a temporary the op allocated for the
+call (a Winograd workspace, an offsets table a kernel fills): the template keeps that
+array alive (up to :data:`SCRATCH_LIMIT` bytes) and its replays reuse it, one at a time
+(a lock; on CUDA the key's stream orders them), each rewriting it before reading it as
+the recorded call's launches did. A graph replay relies on the same property of
+graph-safe ops.
 
 What is templated, and what is not:
 
@@ -20,8 +27,8 @@ What is templated, and what is not:
   when it did work a replay would skip: host work in Python or a CuPy copy
   (:func:`graph.note_host_work`), GPU work outside the library's kernels such as cuBLAS
   (:func:`graph.note_foreign_work`), a host copy of an argument; when a launch reads or
-  writes memory outside the call's arrays (a temporary, a plan's workspace); when two of
-  the call's arrays overlap; when it launched nothing, or an array is empty;
+  writes memory it was not given as an array; when its temporaries pass the limit; when
+  two of the call's arrays overlap; when it launched nothing, or an array is empty;
 - a replay whose new output is not aligned as the recorded one was (modulo 16, what the
   kernels' variants depend on) runs the op's own code instead.
 
@@ -73,6 +80,9 @@ _enabled = True
 # What the dispatcher reads besides the arguments (settings); set by the ops layer.
 _context_key: Callable[[], Any] = lambda: None  # noqa: E731
 _CACHE_SIZE = 1024
+# The most temporary memory (a workspace, transformed weights, an offsets table) one
+# template keeps for its replays; a call that needs more runs the op's own code.
+SCRATCH_LIMIT = 64 << 20
 
 
 def enabled() -> bool:
@@ -123,12 +133,13 @@ class _Unkeyable(Exception):
 
 def _value_key(v: Any, arrays: list) -> Any:
     """``v``'s part of a call key (arrays appended to ``arrays``), or raises _Unkeyable.
-    An array's part is its shape, dtype, strides and address modulo 16; no templated op
-    writes its inputs, so writability does not matter."""
+    An array's part is its shape, dtype, strides and address modulo 16, and for NumPy its
+    writability (an op that updates an input, such as batch norm's running statistics,
+    refuses a read-only one; a replay must not write it)."""
     t = type(v)
     if t is np.ndarray:
         arrays.append(v)
-        return (v.shape, v.dtype, v.strides, host_pointer(v) & 15)
+        return (v.shape, v.dtype, v.strides, host_pointer(v) & 15, v.flags.writeable)
     if t in _FLAT:
         return (t, v)
     if t is float:
@@ -180,6 +191,11 @@ def call_key(op: Any, args: tuple, kwargs: dict) -> tuple[tuple, list] | None:
             parts += [(k, _value_key(v, arrays)) for k, v in sorted(kwargs.items())]
     except _Unkeyable:
         return None
+    for a in arrays:
+        if type(a) is not np.ndarray:
+            # a GPU call: per stream (a template's temporaries are used in stream order)
+            parts.append(_cupy_of(type(a)).cuda.get_current_stream().ptr)
+            break
     return (op, *parts, _context_key(), _SWITCHES()), arrays
 
 
@@ -240,7 +256,6 @@ class Recording:
         self.refusal: str | None = None
         self.launches: list[tuple] = []
         self.lasts: list[tuple[Any, str]] = []
-        self.persistent: list[tuple[Any, Any]] = []
 
     def refuse(self, why: str) -> None:
         if self.refusal is None:
@@ -262,7 +277,8 @@ class Recording:
         arena, values = kernel.snapshot_arguments()
         u64 = arena.view(np.uint64)
         slots = [(i, int(u64[i])) for i in kernel.pointer_slots()]
-        self.launches.append(("cpu", kernel, cfg, arena, values, slots))
+        owners = tuple(a for a in args if type(a) is np.ndarray and a.size)
+        self.launches.append(("cpu", kernel, cfg, arena, values, owners, slots))
 
     def record_cuda(self, kernel: Any, args: Any, **launch: Any) -> None:
         if launch.get("copies"):
@@ -270,7 +286,8 @@ class Recording:
             return
         original = launch["original"]
         slots = [(i, data_pointer(a)) for i, a in enumerate(original) if _is_device_array(a)]
-        self.launches.append(("cuda", kernel, launch, original, slots))
+        owners = tuple(a for a in original if _is_device_array(a) and a.size)
+        self.launches.append(("cuda", kernel, launch, original, owners, slots))
 
 
 def _is_device_array(a: Any) -> bool:
@@ -329,18 +346,33 @@ def _template(rec: Recording, result: Any, inputs: list) -> Any:
         return None
 
     launches = []
+    scratch: dict[int, Any] = {}  # by extent start: the arrays a replay keeps and reuses
     for launch in rec.launches:
         patches = []
+        kept = []  # slots left as recorded: they point into scratch
         for slot, ptr in launch[-1]:
             if ptr == 0:
                 continue
             where = resolve(ptr)
-            if where is None:
-                return Refused("a launch reads or writes memory outside the call's arrays")
-            patches.append((slot, *where))
-        launches.append((*launch[:-1], tuple(patches)))
+            if where is not None:
+                patches.append((slot, *where))
+                continue
+            owner = next((a for a in launch[-2] if _holds(a, ptr)), None)
+            if owner is None:
+                return Refused("a launch reads or writes memory it was not given as an array")
+            scratch[_extent(owner)[0]] = owner
+            kept.append(slot)
+        launches.append((*launch[:-2], tuple(patches), tuple(kept)))
+    size = sum(a.nbytes for a in scratch.values())
+    if size > SCRATCH_LIMIT:
+        return Refused(f"{size >> 20} MiB of temporaries, more than a template keeps")
     return Template(kinds.pop(), launches, outputs, tuple(spec), type(result) is tuple,
-                    tuple(rec.lasts), type(results[0]))  # fmt: skip
+                    tuple(rec.lasts), type(results[0]), tuple(scratch.values()))  # fmt: skip
+
+
+def _holds(a: Any, ptr: int) -> bool:
+    lo, hi, _ = _extent(a)
+    return lo <= ptr < hi
 
 
 # ------------------------------------------------------------------ replay
@@ -350,9 +382,13 @@ class Template:
     """A recorded call: see the module docstring."""
 
     def __init__(self, kind: str, launches: list[tuple], outputs: list[tuple],
-                 result: tuple[int, ...], is_tuple: bool, lasts: tuple, array_type: type
-                 ) -> None:  # fmt: skip
+                 result: tuple[int, ...], is_tuple: bool, lasts: tuple, array_type: type,
+                 scratch: tuple = ()) -> None:  # fmt: skip
         self.kind = kind
+        # Temporaries of the recorded call (kept alive here, their addresses left in the
+        # recorded arguments): each replay's launches rewrite them before reading them,
+        # as the recorded call's did, one replay at a time (the lock).
+        self.scratch = scratch
         # (shape to allocate, axes back to the recorded order or None, dtype, address % 16)
         self.outputs = tuple(outputs)
         self.result = result
@@ -367,13 +403,16 @@ class Template:
             self._launches = tuple(
                 (kernel.launch_recorded, ctypes.byref(cfg), values,
                  (ctypes.c_uint64 * (arena.size // 8)).from_buffer(arena), patches, cfg)
-                for _, kernel, cfg, arena, values, patches in launches
+                for _, kernel, cfg, arena, values, patches, _kept in launches
             )  # fmt: skip
         else:
+            # The recorded arguments without the recorded call's own arrays (a replay
+            # patches those slots; the template does not keep that call's memory alive).
             self._launches = tuple(
-                (kernel, launch["grid"], launch["block"], list(original),
+                (kernel, launch["grid"], launch["block"],
+                 _without(original, {slot for slot, _, _ in patches}),
                  launch["shared_mem"], launch["cooperative"], patches)
-                for _, kernel, launch, original, patches in launches
+                for _, kernel, launch, original, patches, _kept in launches
             )  # fmt: skip
 
     def __len__(self) -> int:
@@ -389,33 +428,43 @@ class Template:
         empty, pointer = self.xp.empty, host_pointer if self.kind == "cpu" else data_pointer
         for shape, perm, dtype, align in self.outputs:
             a = empty(shape, dtype)
+            if self.poison:
+                a.view(np.uint8).fill(0xFF)  # NaN in every float type
             if perm is not None:
                 a = a.transpose(perm)
             if pointer(a) & 15 != align:
                 return None
             arrays.append(a)
         if self.kind == "cpu":
-            if self.poison:
-                for a in arrays[len(arrays) - len(self.outputs) :]:
-                    a.view(np.uint8).fill(0xFF)
             ptrs = [host_pointer(a) for a in arrays]
             with self._lock:  # the patched argument bytes are this template's own
                 for launch, cfg_ref, values, words, patches, _ in self._launches:
                     for slot, index, offset in patches:
                         words[slot] = ptrs[index] + offset
                     launch(cfg_ref, values)
+        elif self.scratch:
+            # (the stream is part of the key: one stream's launches, enqueued in order)
+            with self._lock:
+                self._launch_cuda(arrays)
         else:
-            for kernel, grid, block, args, shared_mem, cooperative, patches in self._launches:
-                call_args = list(args)
-                for slot, index, offset in patches:
-                    a = arrays[index]
-                    call_args[slot] = a if offset == 0 else np.uint64(data_pointer(a) + offset)
-                kernel(grid, block, tuple(call_args), shared_mem, cooperative)
+            self._launch_cuda(arrays)
         for last, name in self.lasts:
             last.set(name)
         if self.is_tuple:
             return tuple([arrays[i] for i in self.result])
         return arrays[self.result[0]]
+
+    def _launch_cuda(self, arrays: list) -> None:
+        for kernel, grid, block, args, shared_mem, cooperative, patches in self._launches:
+            call_args = list(args)
+            for slot, index, offset in patches:
+                a = arrays[index]
+                call_args[slot] = a if offset == 0 else np.uint64(data_pointer(a) + offset)
+            kernel(grid, block, tuple(call_args), shared_mem, cooperative)
+
+
+def _without(args: tuple, slots: set[int]) -> list:
+    return [None if i in slots else a for i, a in enumerate(args)]
 
 
 def _cupy_of(array_type: type) -> Any:

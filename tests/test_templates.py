@@ -1,0 +1,425 @@
+"""Launch templates (cudnnlite/runtime/templates.py): a replayed call gives the op's own
+result bit for bit on new arrays, anything the op's own path reads is part of the key,
+calls a replay could not reproduce are refused (and say why), bad arguments still raise
+the op's errors, and replays are safe between threads. The CUDA replay's argument
+patching is checked with stand-in device arrays, so it runs without a GPU. Uses modules
+other tests compile already (fp32 relu, sigmoid, softmax, pooling, batch norm, the 3x3
+and 1-D/3-D convolution solvers)."""
+
+from __future__ import annotations
+
+import types
+from collections.abc import Callable
+from concurrent.futures import ThreadPoolExecutor
+from fractions import Fraction
+from typing import Any
+
+import numpy as np
+import pytest
+
+import cudnnlite as cl
+from cudnnlite.errors import BadParamError
+from cudnnlite.ops import _fastpath
+from cudnnlite.ops import activation as act_mod
+from cudnnlite.runtime import graph, templates
+from cudnnlite.testing import to_backend, to_numpy
+
+
+def rand(shape: tuple[int, ...], seed: int = 0, dtype: Any = np.float32) -> np.ndarray:
+    return np.random.default_rng(seed).standard_normal(shape).astype(dtype)
+
+
+@pytest.fixture(autouse=True)
+def fresh_templates() -> Any:
+    _fastpath.clear_all()
+    yield
+    _fastpath.clear_all()
+
+
+class Replays:
+    """Counts template replays (Template.replay calls that launched)."""
+
+    def __init__(self, monkeypatch: pytest.MonkeyPatch) -> None:
+        self.count = 0
+        original = templates.Template.replay
+
+        def counting(tmpl: templates.Template, arrays: list) -> Any:
+            result = original(tmpl, arrays)
+            self.count += result is not None
+            return result
+
+        monkeypatch.setattr(templates.Template, "replay", counting)
+
+
+def same_bits(a: Any, b: Any) -> None:
+    if isinstance(a, tuple):
+        assert isinstance(b, tuple) and len(a) == len(b)
+        for x, y in zip(a, b, strict=True):
+            same_bits(x, y)
+        return
+    a, b = to_numpy(a), to_numpy(b)
+    assert a.dtype == b.dtype and a.shape == b.shape and a.strides == b.strides
+    assert a.tobytes() == b.tobytes()
+
+
+def replays_like_the_op(
+    replays: Replays, op: Callable[[Any], Any], inputs: list[Any], **how: Any
+) -> None:
+    """``op(inputs[0])`` records; each later input is a replay whose result must be the
+    op's own, bit for bit, on that input (new data, new addresses)."""
+    before = replays.count
+    op(inputs[0])
+    for i, x in enumerate(inputs[1:], 1):
+        got = op(x)
+        with templates.disabled():
+            want = op(x)
+        same_bits(got, want)
+        assert replays.count == before + i, f"call {i} was not replayed ({how})"
+
+
+# ------------------------------------------------------------------ bit-identical replays
+
+
+def test_convolutions_replay_bit_identical(backend: str, monkeypatch: pytest.MonkeyPatch) -> None:
+    replays = Replays(monkeypatch)
+    xs = [to_backend(rand((2, 4, 7, 9), s), backend) for s in (1, 2, 3)]
+    w, b = to_backend(rand((4, 4, 3, 3), 4), backend), to_backend(rand((4,), 5), backend)
+    z = to_backend(rand((2, 4, 7, 9), 6), backend)
+    replays_like_the_op(replays, lambda x: cl.conv2d(x, w, b, padding=1, activation="relu"), xs)
+    replays_like_the_op(replays, lambda x: cl.conv2d(x, w, None, 1, 1, z=z, alpha2=0.5), xs)
+    # the weights change too: every array of the call is patched, not just the first
+    ws = [to_backend(rand((4, 4, 3, 3), s), backend) for s in (13, 14)]
+    replays_like_the_op(replays, lambda v: cl.conv2d(xs[0], v, padding=1), ws)
+    x1 = [to_backend(rand((2, 3, 11), s), backend) for s in (7, 8)]
+    w1 = to_backend(rand((4, 3, 3), 9), backend)
+    replays_like_the_op(replays, lambda x: cl.conv1d(x, w1, padding=2, dilation=2), x1)
+    x3 = [to_backend(rand((1, 2, 4, 5, 6), s), backend) for s in (10, 11)]
+    w3 = to_backend(rand((3, 2, 3, 3, 3), 12), backend)
+    replays_like_the_op(replays, lambda x: cl.conv3d(x, w3, padding=1), x3)
+    plan = cl.conv2d_plan(xs[0].shape, w.shape, padding=1, backend=backend)
+    replays_like_the_op(replays, lambda x: plan(x, w, b, activation="relu"), xs)
+
+
+def test_activations_softmax_pools_and_norm_replay_bit_identical(
+    backend: str, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    replays = Replays(monkeypatch)
+    xs = [to_backend(rand((2, 3, 8, 8), s), backend) for s in (1, 2, 3)]
+    calls: list[Callable[[Any], Any]] = [
+        cl.relu,
+        lambda x: cl.leaky_relu(x, 0.25),
+        cl.sigmoid,
+        lambda x: cl.activation_forward(x, "relu", alpha=-0.0),
+        lambda x: cl.softmax(x, 1),
+        lambda x: cl.log_softmax(x, 1),
+        lambda x: cl.max_pool2d(x, 2),
+        lambda x: cl.avg_pool2d(x, 3, 1, 1),
+        cl.activation_plan(xs[0].shape, "leaky_relu", coef=0.2, backend=backend),
+        cl.softmax_plan(xs[0].shape, 1, log=True, backend=backend),
+        cl.pooling_plan(xs[0].shape, "max", 2, backend=backend),
+    ]
+    for i, call in enumerate(calls):
+        replays_like_the_op(replays, call, xs, call=i)
+    rm, w, b = (to_backend(rand((3,), s), backend) for s in (8, 9, 10))
+    rv = to_backend(np.abs(rand((3,), 11)) + 0.5, backend)
+    replays_like_the_op(
+        replays, lambda x: cl.batch_norm_forward_inference(x, rm, rv, w, b, activation="relu"), xs
+    )
+
+
+def test_layouts_of_inputs_and_outputs_are_reproduced(monkeypatch: pytest.MonkeyPatch) -> None:
+    replays = Replays(monkeypatch)
+    base = [rand((2, 5, 6, 4), s) for s in (1, 2)]
+    nchw_views = [b.transpose(0, 3, 1, 2) for b in base]  # channels-last memory
+    replays_like_the_op(replays, cl.relu, nchw_views)  # an output laid out as its input
+    strided = [rand((4, 65), s)[:, :64] for s in (3, 4)]
+    replays_like_the_op(replays, cl.relu, strided)
+    # pooling and softmax copy such an input on the host first: not templated
+    x = nchw_views[0]
+    for op, arg in ((cl.max_pool2d, 2), (cl.softmax, 1)):
+        for _ in range(3):
+            same_bits(op(x, arg), op(np.ascontiguousarray(x), arg))
+        entry = templates.lookup(op, (x, arg), {})
+        assert type(entry) is templates.Refused and "host work" in entry.reason
+
+
+def test_temporaries_are_kept_and_rewritten_by_each_replay(
+    backend: str, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """Winograd (transformed filter and input in a workspace) and the precomputed implicit
+    GEMM (an offsets table a kernel fills) launch on temporaries of the call."""
+    replays = Replays(monkeypatch)
+    xs = [to_backend(rand((1, 32, 14, 14), s), backend) for s in (1, 2, 3)]
+    w = to_backend(rand((32, 32, 3, 3), 4), backend)
+    replays_like_the_op(replays, lambda x: cl.conv2d(x, w, padding=1), xs)
+    entry = templates.lookup(cl.conv2d, (xs[0], w), {"padding": 1})
+    assert type(entry) is templates.Template and entry.scratch and len(entry) > 1
+    x7 = [to_backend(rand((1, 3, 32, 32), s), backend) for s in (5, 6)]
+    w7 = to_backend(rand((16, 3, 7, 7), 7), backend)
+    replays_like_the_op(replays, lambda x: cl.conv2d(x, w7, stride=2, padding=3), x7)
+    with ThreadPoolExecutor(4) as pool:  # one workspace, one replay at a time
+        got = list(pool.map(lambda x: cl.conv2d(x, w, padding=1), xs * 4))
+    with templates.disabled():
+        want = [cl.conv2d(x, w, padding=1) for x in xs]
+    for i, y in enumerate(got):
+        same_bits(y, want[i % 3])
+
+
+def test_temporaries_over_the_limit_are_refused(monkeypatch: pytest.MonkeyPatch) -> None:
+    monkeypatch.setattr(templates, "SCRATCH_LIMIT", 1024)
+    x, w = rand((1, 32, 14, 14), 1), rand((32, 32, 3, 3), 4)
+    for _ in range(3):
+        y = cl.conv2d(x, w, padding=1)
+    with templates.disabled():
+        same_bits(y, cl.conv2d(x, w, padding=1))
+    entry = templates.lookup(cl.conv2d, (x, w), {"padding": 1})
+    assert type(entry) is templates.Refused and "temporaries" in entry.reason
+
+
+def test_last_kernel_name_and_a_tuple_result_survive_a_replay(
+    monkeypatch: pytest.MonkeyPatch,
+) -> None:
+    replays = Replays(monkeypatch)
+    x, y = rand((3, 5, 7), 1), rand((3, 5, 7), 2)
+    cl.sigmoid(x)
+    recorded = act_mod.last_kernel_name()
+    cl.relu(x)
+    assert act_mod.last_kernel_name() != recorded
+    cl.sigmoid(y)
+    assert replays.count == 1
+    assert act_mod.last_kernel_name() == recorded
+
+
+# ------------------------------------------------------------------ keys
+
+
+def test_anything_the_op_reads_is_part_of_the_key(monkeypatch: pytest.MonkeyPatch) -> None:
+    x, w = rand((1, 4, 8, 8), 1), rand((4, 4, 3, 3), 2)
+    buf = rand((4, 65), 3)
+    variants: list[tuple[Any, tuple, dict]] = [
+        (cl.conv2d, (x, w), {"padding": 1}),
+        (cl.conv2d, (x, w), {"padding": (1, 1)}),  # equal meaning, another value
+        (cl.conv2d, (x, w), {"padding": np.int64(1)}),  # equal value, another type
+        (cl.conv2d, (x, w), {"padding": 1, "alpha": 0.0}),
+        (cl.conv2d, (x, w), {"padding": 1, "alpha": -0.0}),  # -0.0 == 0.0, not its sign
+        (cl.conv2d, (x[:, :, ::-1], w), {"padding": 1}),  # strides
+        (cl.conv2d, (np.asfortranarray(x), w), {"padding": 1}),
+        (cl.conv2d, (x[:, :, :7], w), {"padding": 1}),  # shape
+        (cl.conv2d, (x.astype(np.float64), w.astype(np.float64)), {"padding": 1}),
+        (cl.relu, (buf[:, :64],), {}),
+        (cl.relu, (np.ascontiguousarray(buf[:, :64]),), {}),
+        (cl.relu, (buf.reshape(-1)[1:257],), {}),  # contiguous, not 16-byte aligned
+        (cl.leaky_relu, (x, 0.5), {}),
+        (cl.leaky_relu, (x, 0.25), {}),
+    ]
+    keys = [templates.call_key(op, args, kw) for op, args, kw in variants]
+    assert all(k is not None for k in keys)
+    assert len({k[0] for k in keys}) == len(keys)
+    readonly = x.copy()
+    readonly.flags.writeable = False
+    assert (
+        templates.call_key(cl.relu, (readonly,), {})[0]
+        != templates.call_key(cl.relu, (x.copy(),), {})[0]
+    )
+    # another address with the same alignment is the same key: that is what is replayed
+    assert (
+        templates.call_key(cl.relu, (x.copy(),), {})[0]
+        == templates.call_key(cl.relu, (x + 1,), {})[0]
+    )
+    # the dispatch settings and every switch the op's own path reads
+    base = templates.call_key(cl.relu, (x,), {})[0]
+    with cl.settings(deterministic=True):
+        assert templates.call_key(cl.relu, (x,), {})[0] != base
+    for name in ("CUDNNLITE_FORCE_SOLVER", "CUDNNLITE_EMU_POISON", "CUDNNLITE_EMU_SCHEDULE"):
+        with monkeypatch.context() as env:
+            env.setenv(name, "another value")
+            assert templates.call_key(cl.relu, (x,), {})[0] != base, name
+    assert templates.call_key(cl.relu, (x,), {})[0] == base
+
+
+def test_out_and_unkeyable_arguments_are_never_templated() -> None:
+    x = rand((2, 3), 1)
+    assert templates.call_key(cl.relu, (x,), {"out": np.empty_like(x)}) is None
+    assert templates.call_key(cl.leaky_relu, (x, Fraction(1, 4)), {}) is None
+    assert templates.call_key(cl.relu, (x,), {"out": None}) is not None
+    out = np.empty_like(x)
+    for _ in range(2):
+        assert cl.relu(x, out=out) is out
+    same_bits(out, np.maximum(x, 0))
+    assert templates.lookup(cl.relu, (x,), {"out": out}) is None
+
+
+# ------------------------------------------------------------------ refusals
+
+
+def test_calls_a_replay_cannot_reproduce_are_refused() -> None:
+    x = rand((2, 3, 8, 8), 1)
+    w = rand((3, 3, 3, 3), 2)
+    cl.relu(np.empty((0, 4), np.float32))
+    entry = templates.lookup(cl.relu, (np.empty((0, 4), np.float32),), {})
+    assert type(entry) is templates.Refused and "no kernel" in entry.reason
+    # the weights are a view into the input's memory: the recording cannot tell which
+    # array a pointer belongs to
+    both = np.concatenate([x.reshape(-1), w.reshape(-1)])
+    overlapping = (both[: x.size].reshape(x.shape), both[4 : 4 + w.size].reshape(w.shape))
+    for _ in range(3):
+        y = cl.conv2d(*overlapping, padding=1)
+        with templates.disabled():
+            same_bits(y, cl.conv2d(*overlapping, padding=1))
+    entry = templates.lookup(cl.conv2d, overlapping, {"padding": 1})
+    assert type(entry) is templates.Refused and "overlap" in entry.reason and entry.final
+
+
+class Counted:
+    """An op for templates.call: relu, with host work on the calls ``busy`` names."""
+
+    def __init__(self, busy: Callable[[int], bool]) -> None:
+        self.calls = 0
+        self.busy = busy
+
+    def __call__(self, x: np.ndarray) -> Any:
+        self.calls += 1
+        if self.busy(self.calls):
+            graph.note_host_work("a warm-up")
+        return cl.relu(x)
+
+
+def test_a_first_refusal_is_recorded_again_a_second_is_kept() -> None:
+    xs = [rand((3, 4), s) for s in range(4)]
+    once = Counted(lambda n: n == 1)  # e.g. a tuning run with temporaries on the first call
+    for x in xs:
+        same_bits(templates.call(once, once, (x,), {}), np.maximum(x, 0))
+    assert once.calls == 2  # recorded, recorded again, then replayed
+    assert type(templates.lookup(once, (xs[0],), {})) is templates.Template
+
+    always = Counted(lambda n: True)
+    for x in xs:
+        same_bits(templates.call(always, always, (x,), {}), np.maximum(x, 0))
+    assert always.calls == len(xs)
+    entry = templates.lookup(always, (xs[0],), {})
+    assert type(entry) is templates.Refused and entry.final and "warm-up" in entry.reason
+
+
+def test_switches_turn_templates_off(monkeypatch: pytest.MonkeyPatch) -> None:
+    replays = Replays(monkeypatch)
+    x = rand((3, 4), 1)
+    with templates.disabled():
+        cl.relu(x), cl.relu(x)
+    assert templates.lookup(cl.relu, (x,), {}) is None
+    templates.set_enabled(False)
+    try:
+        cl.relu(x), cl.relu(x)
+        assert templates.lookup(cl.relu, (x,), {}) is None
+    finally:
+        templates.set_enabled(True)
+    cl.relu(x), cl.relu(x)
+    assert replays.count == 1
+
+
+def test_poisoned_replays_still_give_the_ops_result(monkeypatch: pytest.MonkeyPatch) -> None:
+    monkeypatch.setenv("CUDNNLITE_EMU_POISON", "1")
+    replays = Replays(monkeypatch)
+    x = rand((2, 3, 8, 8), 1)
+    cl.max_pool2d(x, 2)
+    entry = templates.lookup(cl.max_pool2d, (x, 2), {})
+    assert type(entry) is templates.Template and entry.poison
+    replays_like_the_op(replays, lambda a: cl.avg_pool2d(a, 3, 1, 1), [x, rand(x.shape, 2)])
+
+
+# ------------------------------------------------------------------ errors and threads
+
+
+def test_bad_arguments_after_a_replay_raise_the_ops_errors() -> None:
+    x, w = rand((1, 4, 8, 8), 1), rand((4, 4, 3, 3), 2)
+    for _ in range(3):
+        cl.conv2d(x, w, padding=1)
+        cl.softmax(x, 1)
+        with pytest.raises(BadParamError, match="padding: every value must be >= 0"):
+            cl.conv2d(x, w, padding=-1)
+        with pytest.raises(BadParamError, match="w: has 3 channels per group"):
+            cl.conv2d(x, w[:, :3], padding=1)
+        with pytest.raises(BadParamError, match="axis: 4 is out of range"):
+            cl.softmax(x, 4)
+    assert type(templates.lookup(cl.conv2d, (x, w), {"padding": 1})) is templates.Template
+
+
+def test_eight_threads_replay_one_template() -> None:
+    w = rand((4, 4, 3, 3), 2)
+    inputs = [rand((1, 4, 6, 6), s) for s in range(8)]
+    with templates.disabled():
+        want = [(cl.conv2d(x, w, padding=1), cl.relu(x)) for x in inputs]
+
+    def work(i: int) -> None:
+        for _ in range(12):
+            same_bits(cl.conv2d(inputs[i], w, padding=1), want[i][0])
+            same_bits(cl.relu(inputs[i]), want[i][1])
+
+    with ThreadPoolExecutor(8) as pool:
+        list(pool.map(work, range(8)))
+    assert type(templates.lookup(cl.relu, (inputs[0],), {})) is templates.Template
+
+
+# ------------------------------------------------------------------ the CUDA replay
+
+
+class FakeDeviceArray:
+    """Stands in for a CuPy array: a shape, strides, dtype and a made-up device address."""
+
+    __cuda_array_interface__: dict = {}
+    _next = 1 << 40
+
+    def __init__(self, shape: tuple[int, ...], dtype: Any, ptr: int | None = None) -> None:
+        probe = np.empty(shape, dtype)
+        self.shape, self.strides, self.dtype = probe.shape, probe.strides, probe.dtype
+        self.itemsize, self.size, self.ndim = probe.itemsize, probe.size, probe.ndim
+        self.nbytes = probe.nbytes
+        if ptr is None:
+            ptr = FakeDeviceArray._next
+            FakeDeviceArray._next += (probe.nbytes + 511) // 256 * 256
+        self.data = types.SimpleNamespace(ptr=ptr)
+
+
+class FakeKernel:
+    def __init__(self) -> None:
+        self.calls: list[tuple] = []
+
+    def __call__(self, grid: Any, block: Any, args: tuple, shared_mem: int, coop: bool) -> None:
+        self.calls.append((grid, block, args, shared_mem, coop))
+
+
+def cuda_recording(x: Any, w: Any, y: Any, kernel: FakeKernel, **launch: Any) -> Any:
+    rec = templates.Recording()
+    view = FakeDeviceArray((4,), np.float32, ptr=w.data.ptr + 64)  # w[16:20], say
+    args = (x, view, y, np.int32(7), None)
+    rec.record_cuda(kernel, args, original=args, grid=(3, 1, 1), block=(128, 1, 1),
+                    shared_mem=256, cooperative=False, **launch)  # fmt: skip
+    return rec
+
+
+def test_cuda_replays_patch_arrays_and_offset_pointers(monkeypatch: pytest.MonkeyPatch) -> None:
+    fake_cupy = types.SimpleNamespace(empty=lambda shape, dtype: FakeDeviceArray(shape, dtype))
+    monkeypatch.setattr(templates, "_cupy_of", lambda t: fake_cupy)
+    x, w = FakeDeviceArray((2, 8), np.float32), FakeDeviceArray((64,), np.float32)
+    y = FakeDeviceArray((2, 8), np.float32)
+    kernel = FakeKernel()
+    tmpl = templates._template(cuda_recording(x, w, y, kernel, copies=False), y, [x, w])
+    assert type(tmpl) is templates.Template and tmpl.kind == "cuda" and len(tmpl) == 1
+    x2, w2 = FakeDeviceArray((2, 8), np.float32), FakeDeviceArray((64,), np.float32)
+    y2 = tmpl.replay([x2, w2])
+    assert isinstance(y2, FakeDeviceArray) and y2.shape == (2, 8) and y2 not in (x2, y)
+    grid, block, args, shared_mem, coop = kernel.calls[-1]
+    assert (grid, block, shared_mem, coop) == ((3, 1, 1), (128, 1, 1), 256, False)
+    assert args[0] is x2 and args[2] is y2 and args[4] is None
+    assert args[1] == np.uint64(w2.data.ptr + 64) and args[3] == np.int32(7)
+
+    assert tmpl.scratch == ()
+    # the view points into none of the call's arrays: a temporary, kept as recorded
+    stranger = FakeDeviceArray((64,), np.float32)
+    kept = templates._template(cuda_recording(x, stranger, y, kernel, copies=False), y, [x, w])
+    assert type(kept) is templates.Template and len(kept.scratch) == 1
+    kept.replay([x2, w2])
+    args = kernel.calls[-1][2]
+    assert args[1] is kept.scratch[0] and args[1].data.ptr == stranger.data.ptr + 64
+    # a host copy is refused
+    copied = templates._template(cuda_recording(x, w, y, kernel, copies=True), y, [x, w])
+    assert type(copied) is templates.Refused and "copied" in copied.reason
