@@ -7,7 +7,9 @@
    Python, from the arguments to the launcher's packed arguments. It runs, and means the
    same, on any machine. Rows: conv2d (functional, plan), relu, batch_norm (inference),
    softmax, max_pool2d, and a 10-op network forward (functional calls, conv plans, graph
-   replay), each against the issue's target.
+   replay), each against the issue's target; and each again with launch templates off
+   (``runtime.templates``: a repeated call replays its recorded launches), which is what a
+   call costs when its key is new or not templated.
 2. **Real launches** per call on each available backend: the emulator (whose launch itself
    costs tens of microseconds), and on a GPU the same ops on CuPy arrays synchronized once
    per batch of calls, next to PyTorch's per-call time for the same ops.
@@ -166,16 +168,22 @@ def library_work(cl: Any, small: bool) -> list[dict[str, Any]]:
     ops.update(network_variants(cl, t, plans, "cpu"))
     for fn in ops.values():
         fn()  # compiles every module before the launches are stubbed
+    from cudnnlite.runtime import templates
+
     calls, repeats = (200, 3) if small else (1000, 3)
     rows = []
     with noop_launches():
         for name, fn in ops.items():
             slow = name in ("network functional", "network plans")
-            us = per_call_us(fn, calls // 10 if slow else calls, lambda: None, repeats)
+            n = calls // 10 if slow else calls
+            us = per_call_us(fn, n, lambda: None, repeats)
+            with templates.disabled():
+                untemplated = per_call_us(fn, n, lambda: None, repeats)
             target = TARGETS_US.get(
                 name, TARGETS_US["conv2d plan"] if name.endswith(" plan") else None
             )
-            rows.append({"op": name, "us": us, "target_us": target,
+            rows.append({"op": name, "us": us, "untemplated_us": untemplated,
+                         "target_us": target,
                          "meets": None if target is None else us <= target})  # fmt: skip
     return rows
 
@@ -253,8 +261,8 @@ def run(small: bool = False) -> dict[str, Any]:
     work = library_work(cl, small)
     print_table(
         "Library work per call (emulator arrays, launch stubbed out), us",
-        ["op", "us", "target us", "meets"],
-        [[r["op"], r["us"], r["target_us"], r["meets"]] for r in work],
+        ["op", "us", "templates off us", "target us", "meets"],
+        [[r["op"], r["us"], r["untemplated_us"], r["target_us"], r["meets"]] for r in work],
     )
     real = real_launches(cl, small, False)
     if on_gpu:

@@ -324,6 +324,8 @@ def test_poisoned_replays_still_give_the_ops_result(monkeypatch: pytest.MonkeyPa
     entry = templates.lookup(cl.max_pool2d, (x, 2), {})
     assert type(entry) is templates.Template and entry.poison
     replays_like_the_op(replays, lambda a: cl.avg_pool2d(a, 3, 1, 1), [x, rand(x.shape, 2)])
+    scalars = [np.array(v, np.float32) for v in (-7.5, np.nan, 2.0)]  # 0-d outputs too
+    replays_like_the_op(replays, cl.softmax, scalars)
 
 
 # ------------------------------------------------------------------ errors and threads

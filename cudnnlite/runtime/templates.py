@@ -429,7 +429,7 @@ class Template:
         for shape, perm, dtype, align in self.outputs:
             a = empty(shape, dtype)
             if self.poison:
-                a.view(np.uint8).fill(0xFF)  # NaN in every float type
+                a.reshape(-1).view(np.uint8).fill(0xFF)  # NaN in every float type
             if perm is not None:
                 a = a.transpose(perm)
             if pointer(a) & 15 != align:
