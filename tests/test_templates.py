@@ -43,8 +43,8 @@ class Replays:
         self.count = 0
         original = templates.Template.replay
 
-        def counting(tmpl: templates.Template, arrays: list) -> Any:
-            result = original(tmpl, arrays)
+        def counting(tmpl: templates.Template, *args: Any) -> Any:
+            result = original(tmpl, *args)
             self.count += result is not None
             return result
 

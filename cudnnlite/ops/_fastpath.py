@@ -211,6 +211,8 @@ class OpPlan:
     wrong x raises BadParamError naming what the plan expects.
     """
 
+    _templated_by_identity = True  # its calls' launch templates key it by identity
+
     def __init__(self, op: str, fn: Any, backend: Any, shape: tuple[int, ...], dtype: Any,
                  kwargs: dict[str, Any], quick: Any = None,
                  scalars: tuple | None = None) -> None:  # fmt: skip

@@ -75,7 +75,13 @@ _SWITCHES = raw_reader(
     )
 )  # fmt: skip
 _read_poison = raw_reader(("CUDNNLITE_EMU_POISON",))
-_state = threading.local()
+
+
+class _ThreadState(threading.local):
+    off = False  # inside disabled() (a class default: no failed lookup per call)
+
+
+_state = _ThreadState()
 _enabled = True
 # What the dispatcher reads besides the arguments (settings); set by the ops layer.
 _context_key: Callable[[], Any] = lambda: None  # noqa: E731
@@ -92,7 +98,7 @@ def enabled() -> bool:
 
 def bypassed() -> bool:
     """Whether this thread is inside :func:`disabled` (templates and call caches off)."""
-    return getattr(_state, "off", False)
+    return _state.off
 
 
 def set_enabled(flag: bool) -> None:
@@ -107,7 +113,7 @@ def set_enabled(flag: bool) -> None:
 def disabled() -> Iterator[None]:
     """Runs the block's calls (in this thread) without templates or call caches: the
     ops' own code on every call, which is how tests compare both."""
-    old = getattr(_state, "off", False)
+    old = _state.off
     _state.off = True
     try:
         yield
@@ -131,26 +137,31 @@ class _Unkeyable(Exception):
     pass
 
 
-def _value_key(v: Any, arrays: list) -> Any:
-    """``v``'s part of a call key (arrays appended to ``arrays``), or raises _Unkeyable.
-    An array's part is its shape, dtype, strides and address modulo 16, and for NumPy its
-    writability (an op that updates an input, such as batch norm's running statistics,
-    refuses a read-only one; a replay must not write it)."""
+def _value_key(v: Any, arrays: list, ptrs: list) -> Any:
+    """``v``'s part of a call key (arrays appended to ``arrays``, their data pointers to
+    ``ptrs``), or raises _Unkeyable. An array's part is its shape, dtype, strides and
+    address modulo 16, and for NumPy its writability (an op that updates an input, such as
+    batch norm's running statistics, refuses a read-only one; a replay must not write it).
+    A plan (the ``self`` of a plan's method) enters by identity."""
     t = type(v)
     if t is np.ndarray:
+        ptr = host_pointer(v)
         arrays.append(v)
-        return (v.shape, v.dtype, v.strides, host_pointer(v) & 15, v.flags.writeable)
+        ptrs.append(ptr)
+        return (v.shape, v.dtype, v.strides, ptr & 15, v.flags.writeable)
     if t in _FLAT:
         return (t, v)
     if t is float:
         # -0.0 == 0.0 yet can change a result's sign bit: key the sign too.
         return (t, v, math.copysign(1.0, v))
     if t is tuple or t is list:
-        return (t, tuple([_value_key(e, arrays) for e in v]))
+        return (t, tuple([_value_key(e, arrays, ptrs) for e in v]))
     kind = _KINDS.get(t) or _kind(t)
     if kind == "device":
+        ptr = v.data.ptr
         arrays.append(v)
-        return ("device", v.device.id, v.shape, v.dtype, v.strides, v.data.ptr & 15)
+        ptrs.append(ptr)
+        return ("device", v.device.id, v.shape, v.dtype, v.strides, ptr & 15)
     if kind == "identity":
         return v  # a plan (self of a method), by identity
     if kind == "scalar":
@@ -171,7 +182,7 @@ def _kind(t: type) -> str:
         kind = "scalar"
     elif t is np.dtype or issubclass(t, np.dtype):
         kind = "value"
-    elif t.__hash__ is object.__hash__ and t.__eq__ is object.__eq__:
+    elif getattr(t, "_templated_by_identity", False):
         kind = "identity"
     else:
         kind = "none"
@@ -179,16 +190,18 @@ def _kind(t: type) -> str:
     return kind
 
 
-def call_key(op: Any, args: tuple, kwargs: dict) -> tuple[tuple, list] | None:
-    """The key of a call of ``op`` and the arrays among its arguments (in order), or None
-    for a call that is not templated (``out=`` given, an argument of another kind)."""
+def call_key(op: Any, args: tuple, kwargs: dict) -> tuple[tuple, list, list] | None:
+    """The key of a call of ``op``, the arrays among its arguments (in order) and their
+    data pointers, or None for a call that is not templated (``out=`` given, an argument
+    of another kind)."""
     arrays: list = []
+    ptrs: list = []
     try:
-        parts = [_value_key(a, arrays) for a in args]
+        parts = [_value_key(a, arrays, ptrs) for a in args]
         if kwargs:
             if kwargs.get("out") is not None:
                 return None
-            parts += [(k, _value_key(v, arrays)) for k, v in sorted(kwargs.items())]
+            parts += [(k, _value_key(v, arrays, ptrs)) for k, v in sorted(kwargs.items())]
     except _Unkeyable:
         return None
     for a in arrays:
@@ -196,7 +209,7 @@ def call_key(op: Any, args: tuple, kwargs: dict) -> tuple[tuple, list] | None:
             # a GPU call: per stream (a template's temporaries are used in stream order)
             parts.append(_cupy_of(type(a)).cuda.get_current_stream().ptr)
             break
-    return (op, *parts, _context_key(), _SWITCHES()), arrays
+    return (op, *parts, _context_key(), _SWITCHES()), arrays, ptrs
 
 
 # ------------------------------------------------------------------ recording
@@ -268,7 +281,7 @@ class Recording:
         self.refuse(f"GPU work outside the library's kernels: {what}")
 
     def record_last(self, last: Any, name: str) -> None:
-        self.lasts.append((last, name))
+        self.lasts.append((last._local, name))  # (the thread-local LastLaunch.get reads)
 
     def record_emulator(self, kernel: Any, cfg: Any, args: Any, keep: list) -> None:
         if keep:
@@ -421,22 +434,26 @@ class Template:
     def __repr__(self) -> str:
         return f"<Template {self.kind}: {len(self)} launches, {len(self.outputs)} outputs>"
 
-    def replay(self, arrays: list) -> Any:
-        """Launches on ``arrays`` (the call's arrays, as the key found them; the outputs
-        are appended) and returns what the recorded call returned; None when an output
-        could not be allocated as recorded (the caller then runs the op itself)."""
+    def replay(self, arrays: list, ptrs: list | None = None) -> Any:
+        """Launches on ``arrays`` (the call's arrays, as the key found them, and their
+        data pointers; the outputs are appended to both) and returns what the recorded
+        call returned; None when an output could not be allocated as recorded (the caller
+        then runs the op itself)."""
         empty, pointer = self.xp.empty, host_pointer if self.kind == "cpu" else data_pointer
+        if ptrs is None:
+            ptrs = [pointer(a) for a in arrays]
         for shape, perm, dtype, align in self.outputs:
             a = empty(shape, dtype)
             if self.poison:
                 a.reshape(-1).view(np.uint8).fill(0xFF)  # NaN in every float type
             if perm is not None:
                 a = a.transpose(perm)
-            if pointer(a) & 15 != align:
+            ptr = pointer(a)
+            if ptr & 15 != align:
                 return None
             arrays.append(a)
+            ptrs.append(ptr)
         if self.kind == "cpu":
-            ptrs = [host_pointer(a) for a in arrays]
             with self._lock:  # the patched argument bytes are this template's own
                 for launch, cfg_ref, values, words, patches, _ in self._launches:
                     for slot, index, offset in patches:
@@ -448,8 +465,8 @@ class Template:
                 self._launch_cuda(arrays)
         else:
             self._launch_cuda(arrays)
-        for last, name in self.lasts:
-            last.set(name)
+        for local, name in self.lasts:
+            local.name = name  # (LastLaunch.set without its recorder check)
         if self.is_tuple:
             return tuple([arrays[i] for i in self.result])
         return arrays[self.result[0]]
@@ -493,16 +510,16 @@ def lookup(op: Any, args: tuple, kwargs: dict) -> Any:
 
 def call(op: Any, fn: Callable[..., Any], args: tuple, kwargs: dict) -> Any:
     """``fn(*args, **kwargs)`` for the public op ``op``, through its template."""
-    if graph._active or not enabled():
-        return fn(*args, **kwargs)  # a capture or a recording is in progress somewhere
+    if graph._active or not _enabled or _state.off:
+        return fn(*args, **kwargs)  # (a capture or a recording somewhere; switched off)
     keyed = call_key(op, args, kwargs)
     if keyed is None:
         return fn(*args, **kwargs)
-    key, arrays = keyed
+    key, arrays, ptrs = keyed
     entry = _cache.get(key)
     if entry is not None:
         if type(entry) is Template:
-            result = entry.replay(arrays)
+            result = entry.replay(arrays, ptrs)
             if result is not None:
                 return result
             return fn(*args, **kwargs)
