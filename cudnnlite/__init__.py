@@ -5,6 +5,8 @@ CUDA sources on the CPU emulator. Importing this package touches no GPU and
 compiles nothing.
 """
 
+from contextlib import AbstractContextManager
+
 from . import reference
 from .dispatch.explain import explain, explain_call
 from .dispatch.settings import set_deterministic, set_mode, set_workspace_limit, settings
@@ -18,6 +20,7 @@ from .errors import (
     ExecutionError,
     NotSupportedError,
 )
+from .ops import _fastpath as _fastpath
 from .ops._fastpath import OpPlan
 from .ops.activation import (
     ACTIVATION_MODES,
@@ -145,6 +148,19 @@ from .runtime.streams import current_stream, use_stream
 
 __version__ = "0.1.0"
 
+
+def set_fast_paths(enabled: bool) -> None:
+    """Turns the fast paths of repeated calls on or off for the whole process (on by
+    default): the launch templates and the ops' call caches (README, "Per-call
+    overhead"). Off, every call runs the full checks and dispatch."""
+    _fastpath.set_enabled(enabled)
+
+
+def fast_paths_off() -> AbstractContextManager[None]:
+    """A context manager: the calls of this thread inside it take the full path."""
+    return _fastpath.disabled()
+
+
 __all__ = [
     "ACTIVATION_MODES",
     "conv1d_backward_bias",
@@ -253,7 +269,9 @@ __all__ = [
     "Graph",
     "explain",
     "explain_call",
+    "fast_paths_off",
     "set_deterministic",
+    "set_fast_paths",
     "set_mode",
     "set_workspace_limit",
     "settings",

@@ -314,6 +314,16 @@ def test_switches_turn_templates_off(monkeypatch: pytest.MonkeyPatch) -> None:
         templates.set_enabled(True)
     cl.relu(x), cl.relu(x)
     assert replays.count == 1
+    # the public switches: both fast paths (templates and the ops' caches)
+    cl.set_fast_paths(False)
+    try:
+        assert not templates.enabled() and not _fastpath.enabled()
+        assert templates.lookup(cl.relu, (x,), {}) is None  # (and the store was cleared)
+    finally:
+        cl.set_fast_paths(True)
+    with cl.fast_paths_off():
+        assert not templates.enabled() and not _fastpath.enabled()
+    assert templates.enabled() and _fastpath.enabled()
 
 
 def test_poisoned_replays_still_give_the_ops_result(monkeypatch: pytest.MonkeyPatch) -> None:
