@@ -270,6 +270,21 @@ def test_calls_a_replay_cannot_reproduce_are_refused() -> None:
     assert type(entry) is templates.Refused and "overlap" in entry.reason and entry.final
 
 
+def test_an_output_that_is_part_of_a_larger_buffer_is_refused() -> None:
+    """A replay allocates only the returned array's layout; an op that wrote a larger
+    buffer and returned part of it must keep running its own code."""
+
+    def sliced(x: np.ndarray) -> np.ndarray:
+        buf = np.empty(x.size + 16, x.dtype)
+        return cl.relu(x.reshape(-1), out=buf[: x.size])
+
+    x = rand((3, 4), 1)
+    for _ in range(3):
+        same_bits(templates.call(sliced, sliced, (x,), {}), np.maximum(x, 0).reshape(-1))
+    entry = templates.lookup(sliced, (x,), {})
+    assert type(entry) is templates.Refused and "larger allocation" in entry.reason
+
+
 class Counted:
     """An op for templates.call: relu, with host work on the calls ``busy`` names."""
 
@@ -384,7 +399,7 @@ class FakeDeviceArray:
         probe = np.empty(shape, dtype)
         self.shape, self.strides, self.dtype = probe.shape, probe.strides, probe.dtype
         self.itemsize, self.size, self.ndim = probe.itemsize, probe.size, probe.ndim
-        self.nbytes = probe.nbytes
+        self.nbytes, self.base = probe.nbytes, None
         if ptr is None:
             ptr = FakeDeviceArray._next
             FakeDeviceArray._next += (probe.nbytes + 511) // 256 * 256

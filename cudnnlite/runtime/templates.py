@@ -347,6 +347,9 @@ def _template(rec: Recording, result: Any, inputs: list) -> Any:
             return Refused("two of the call's arrays overlap")
     outputs = []
     for index in range(len(inputs), len(bound)):
+        if not _whole(bound[index]):
+            # a view of a larger buffer: the kernels may write the rest of it too
+            return Refused("an output that is part of a larger allocation")
         how = _allocator(bound[index])
         if how is None:
             return Refused("an output with a layout no allocation reproduces")
@@ -381,6 +384,19 @@ def _template(rec: Recording, result: Any, inputs: list) -> Any:
         return Refused(f"{size >> 20} MiB of temporaries, more than a template keeps")
     return Template(kinds.pop(), launches, outputs, tuple(spec), type(result) is tuple,
                     tuple(rec.lasts), type(results[0]), tuple(scratch.values()))  # fmt: skip
+
+
+def _whole(a: Any) -> bool:
+    """Whether ``a`` spans all the memory it views (it owns its data, or its base has the
+    same first and last byte), so that an allocation of ``a``'s layout is all of it."""
+    base = a.base
+    while base is not None and getattr(base, "base", None) is not None:
+        base = base.base
+    if base is None:
+        return True
+    if type(base) is not type(a) or base.size == 0:
+        return False  # (NumPy memory from a bytes object, an mmap: not ours to reproduce)
+    return _extent(base)[:2] == _extent(a)[:2]
 
 
 def _holds(a: Any, ptr: int) -> bool:
