@@ -166,9 +166,11 @@ def test_relu_misses_on_dtype_layout_stride_alignment(monkeypatch: pytest.Monkey
 # ------------------------------------------------------------------ errors and threads
 
 
-def test_bad_arguments_after_a_cached_call_raise_the_same_errors() -> None:
+@pytest.mark.parametrize("with_templates", [False, True])
+def test_bad_arguments_after_a_cached_call_raise_the_same_errors(with_templates: bool) -> None:
+    templates.set_enabled(with_templates)  # (the fixture turns them back on)
     x, w = rand((1, 4, 8, 8), 1), rand((4, 4, 3, 3), 2)
-    for _ in range(2):
+    for _ in range(3):
         cl.conv2d(x, w, padding=1)
         cl.relu(x)
         cl.softmax(x, 1)
@@ -187,6 +189,8 @@ def test_bad_arguments_after_a_cached_call_raise_the_same_errors() -> None:
             cl.softmax(x, 4)
         with pytest.raises(BadParamError, match="padding: expected at most half"):
             cl.max_pool2d(x, 2, padding=2)
+    if with_templates:
+        assert type(templates.lookup(cl.conv2d, (x, w), {"padding": 1})) is templates.Template
 
 
 def test_eight_threads_share_the_caches() -> None:
