@@ -83,6 +83,7 @@ from .ops.norm import (
     rms_norm_backward,
     rms_norm_forward,
 )
+from .ops.norm_plans import batch_norm_inference_plan
 from .ops.pooling import (
     POOLING_MODES,
     adaptive_avg_pool,
@@ -262,6 +263,7 @@ __all__ = [
     "conv2d_plan",
     "conv3d",
     "conv3d_plan",
+    "batch_norm_inference_plan",
     "current_stream",
     "doctor",
     "use_stream",

@@ -325,3 +325,45 @@ def test_batch_norm_inference_cached_calls_match_the_slow_path(backend: str) -> 
             cl.batch_norm_forward_inference(x, rm, rv, w, b, eps=-1.0)
         with pytest.raises(BadParamError, match=r"weight: expected shape \(3,\)"):
             cl.batch_norm_forward_inference(x, rm, rv, w[:2], b)
+
+
+def test_batch_norm_inference_plan_matches_the_functional_call(backend: str) -> None:
+    x = to_backend(rand((2, 3, 5, 5), 7), backend)
+    rm, w, b = (to_backend(rand((3,), s), backend) for s in (8, 9, 10))
+    rv = to_backend(np.abs(rand((3,), 11)) + 0.5, backend)
+    plan = cl.batch_norm_inference_plan(x.shape, eps=1e-3, activation="relu", backend=backend)
+    templates.set_enabled(True)  # (off in this module; a plan's repeat is a replay)
+    for args in ((rm, rv), (rm, rv, w), (rm, rv, w, b)):
+        want = cl.batch_norm_forward_inference(x, *args, eps=1e-3, activation="relu")
+        for _ in range(2):
+            same_bits(plan(x, *args), want)
+        out = to_backend(np.empty(x.shape, np.float32), backend)
+        assert plan(x, *args, out=out) is out
+        same_bits(out, want)
+    nhwc = cl.batch_norm_inference_plan((2, 5, 5, 3), layout="NHWC", backend=backend)
+    xt = to_backend(np.ascontiguousarray(to_numpy(x).transpose(0, 2, 3, 1)), backend)
+    same_bits(nhwc(xt, rm, rv), cl.batch_norm_forward_inference(xt, rm, rv, layout="NHWC"))
+
+
+def test_batch_norm_inference_plan_misuse_raises_clear_errors() -> None:
+    x, rm, rv = rand((2, 3, 5, 5), 1), rand((3,), 2), np.abs(rand((3,), 3)) + 0.5
+    plan = cl.batch_norm_inference_plan(x.shape, backend="cpu")
+    takes = r"takes \(x, running_mean, running_var, weight=None, bias=None\), got"
+    with pytest.raises(BadParamError, match=takes + " 1 arrays"):
+        plan(x)
+    with pytest.raises(BadParamError, match=takes + " 6 arrays"):
+        plan(x, rm, rv, rm, rm, rm)
+    with pytest.raises(BadParamError, match=r"running_var: expected shape \(3,\), got \(2,\)"):
+        plan(x, rm, rv[:2])
+    with pytest.raises(BadParamError, match=r"x: this batch_norm_inference plan is for shape"):
+        plan(x[:1], rm, rv)
+    with pytest.raises(BadParamError, match="eps: expected a finite number >= 0"):
+        cl.batch_norm_inference_plan(x.shape, eps=-1.0, backend="cpu")
+    with pytest.raises(BadParamError, match="mode: expected 'spatial' or 'per_activation'"):
+        cl.batch_norm_inference_plan(x.shape, mode="channel", backend="cpu")
+    with pytest.raises(BadParamError, match="layout: expected 'NCHW' or 'NHWC'"):
+        cl.batch_norm_inference_plan(x.shape, layout="NCDHW", backend="cpu")
+    with pytest.raises(BadParamError, match="activation: expected None or one of"):
+        cl.batch_norm_inference_plan(x.shape, activation="rleu", backend="cpu")
+    with pytest.raises(BadParamError, match=r"shape: expected at least 2 dims"):
+        cl.batch_norm_inference_plan((3,), backend="cpu")

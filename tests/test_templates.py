@@ -1,10 +1,10 @@
 """Launch templates (cudnnlite/runtime/templates.py): a replayed call gives the op's own
 result bit for bit on new arrays, anything the op's own path reads is part of the key,
 calls a replay could not reproduce are refused (and say why), and replays are safe
-between threads (bad arguments on a templated key: tests/test_fastpath.py). The CUDA replay's argument
-patching is checked with stand-in device arrays, so it runs without a GPU. Uses modules
-other tests compile already (fp32 relu, sigmoid, softmax, pooling, batch norm, the 3x3
-and 1-D/3-D convolution solvers)."""
+between threads (bad arguments on a templated key: tests/test_fastpath.py). The CUDA
+replay's argument patching is checked with stand-in device arrays, so it runs without a
+GPU. Uses modules other tests compile already (fp32 relu, sigmoid, softmax, pooling,
+batch norm, the 3x3 and 1-D/3-D convolution solvers)."""
 
 from __future__ import annotations
 

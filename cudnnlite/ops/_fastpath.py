@@ -201,22 +201,27 @@ templates.set_context_key(settings.current)  # (its env switches are in the temp
 
 
 class OpPlan:
-    """A one-input primitive (activation, softmax, pooling) prepared for arrays of one
-    shape and dtype on one backend, with its arguments checked once: made by
-    :func:`cudnnlite.activation_plan`, :func:`cudnnlite.softmax_plan` or
-    :func:`cudnnlite.pooling_plan`.
+    """A primitive (activation, softmax, pooling, batch-norm inference) prepared for
+    inputs of one shape and dtype on one backend, with its arguments checked once: made
+    by :func:`cudnnlite.activation_plan`, :func:`cudnnlite.softmax_plan`,
+    :func:`cudnnlite.pooling_plan` or :func:`cudnnlite.batch_norm_inference_plan`.
 
-    ``plan(x, out=None, stream=None)`` checks x's array kind, shape and dtype, then runs
-    the primitive (through its call cache, so a repeat costs a key and a launch). A
-    wrong x raises BadParamError naming what the plan expects.
+    ``plan(x, *operands, out=None, stream=None)`` checks x's array kind, shape and dtype,
+    then runs the primitive on x and the plan's other operands, if it takes any (batch
+    norm's statistics and affine parameters: ``operands`` names them), which the
+    primitive checks. A repeat costs a key and a launch (a launch template, or the op's
+    call cache). A wrong x raises BadParamError naming what the plan expects.
     """
 
     _templated_by_identity = True  # its calls' launch templates key it by identity
 
     def __init__(self, op: str, fn: Any, backend: Any, shape: tuple[int, ...], dtype: Any,
                  kwargs: dict[str, Any], quick: Any = None,
-                 scalars: tuple | None = None) -> None:  # fmt: skip
+                 scalars: tuple | None = None, operands: tuple[str, ...] = (),
+                 required: int = 0) -> None:  # fmt: skip
         self.op = op
+        self.operands = operands  # the names of the arrays after x; the first required ones
+        self.required = required  # must be given
         self.backend = backend
         self.shape = tuple(int(s) for s in shape)
         self.dtype = np.dtype(dtype)
@@ -228,7 +233,7 @@ class OpPlan:
         self._quick = quick
         self._scalars = scalars
 
-    def __call__(self, x: Any, *, out: Any = None) -> Any:
+    def __call__(self, x: Any, *operands: Any, out: Any = None) -> Any:
         if type(x) is not self._array_type:
             raise BadParamError(
                 f"x: this {self.op} plan runs on {self.backend.name} and takes "
@@ -238,11 +243,17 @@ class OpPlan:
             raise BadParamError(f"x: this {self.op} plan is for shape {self.shape}, got {x.shape}")
         if x.dtype != self.dtype:
             raise BadParamError(f"x: this {self.op} plan is for {self.dtype}, got {x.dtype}")
-        if out is None and self._quick is not None:
+        if not self.required <= len(operands) <= len(self.operands):
+            takes = ", ".join(("x", *self.operands[: self.required],
+                               *(f"{n}=None" for n in self.operands[self.required :])))  # fmt: skip
+            raise BadParamError(
+                f"operands: this {self.op} plan takes ({takes}), got {1 + len(operands)} arrays"
+            )
+        if out is None and self._quick is not None and not operands:
             y = self._quick(x, self._scalars)
             if y is not None:
                 return y
-        return self._fn(x, out=out, **self.kwargs)  # fills the op's cache for next time
+        return self._fn(x, *operands, out=out, **self.kwargs)  # fills the op's cache
 
     def __repr__(self) -> str:
         args = ", ".join(f"{k}={v!r}" for k, v in self.kwargs.items())
@@ -250,7 +261,7 @@ class OpPlan:
 
 
 OpPlan.__call__ = with_stream(OpPlan.__call__)  # type: ignore[method-assign]
-graph_safe(OpPlan.__call__)  # plans of activation, softmax and pooling: kernel launches only
+graph_safe(OpPlan.__call__)  # plans of graph-safe ops: kernel launches only
 
 
 def plan_backend(name: str) -> Any:
