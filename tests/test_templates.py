@@ -175,6 +175,29 @@ def test_temporaries_over_the_limit_are_refused(monkeypatch: pytest.MonkeyPatch)
     assert type(entry) is templates.Refused and "temporaries" in entry.reason
 
 
+def test_the_store_is_bounded_in_keys_and_in_temporaries(
+    monkeypatch: pytest.MonkeyPatch,
+) -> None:
+    monkeypatch.setattr(templates, "_CACHE_SIZE", 3)
+    xs = [rand((2, n), n) for n in range(1, 6)]
+    for x in xs:
+        cl.relu(x)
+    assert [templates.lookup(cl.relu, (x,), {}) is None for x in xs] == [True] * 2 + [False] * 3
+    # two Winograd calls whose temporaries together pass the total: the older one leaves
+    w = rand((32, 32, 3, 3), 4)
+    x1, x2 = rand((1, 32, 14, 14), 1), rand((1, 32, 12, 12), 2)
+    cl.conv2d(x1, w, padding=1)
+    first = templates.lookup(cl.conv2d, (x1, w), {"padding": 1})
+    assert first.scratch_bytes > 0
+    monkeypatch.setattr(templates, "SCRATCH_TOTAL", first.scratch_bytes + 1)
+    cl.conv2d(x2, w, padding=1)
+    assert templates.lookup(cl.conv2d, (x1, w), {"padding": 1}) is None
+    second = templates.lookup(cl.conv2d, (x2, w), {"padding": 1})
+    assert type(second) is templates.Template and templates._scratch_total == second.scratch_bytes
+    templates.clear()
+    assert templates._scratch_total == 0
+
+
 def test_last_kernel_name_and_a_tuple_result_survive_a_replay(
     monkeypatch: pytest.MonkeyPatch,
 ) -> None:

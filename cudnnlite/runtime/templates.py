@@ -14,7 +14,8 @@ what makes a repeated call or a plan cost about a launch.
 
 A pointer into none of the call's arrays points into a temporary the op allocated for the
 call (a Winograd workspace, an offsets table a kernel fills): the template keeps that
-array alive (up to :data:`SCRATCH_LIMIT` bytes) and its replays reuse it, one at a time
+array alive (up to :data:`SCRATCH_LIMIT` bytes, :data:`SCRATCH_TOTAL` for all templates:
+past it the oldest leave) and its replays reuse it, one at a time
 (a lock; on CUDA the key's stream orders them), each rewriting it before reading it as
 the recorded call's launches did. A graph replay relies on the same property of
 graph-safe ops.
@@ -87,8 +88,10 @@ _enabled = True
 _context_key: Callable[[], Any] = lambda: None  # noqa: E731
 _CACHE_SIZE = 1024
 # The most temporary memory (a workspace, transformed weights, an offsets table) one
-# template keeps for its replays; a call that needs more runs the op's own code.
+# template keeps for its replays (a call that needs more runs the op's own code), and all
+# templates together (past it, the oldest templates leave).
 SCRATCH_LIMIT = 64 << 20
+SCRATCH_TOTAL = 512 << 20
 
 
 def enabled() -> bool:
@@ -418,6 +421,7 @@ class Template:
         # recorded arguments): each replay's launches rewrite them before reading them,
         # as the recorded call's did, one replay at a time (the lock).
         self.scratch = scratch
+        self.scratch_bytes = sum(a.nbytes for a in scratch)
         # (shape to allocate, axes back to the recorded order or None, dtype, address % 16)
         self.outputs = tuple(outputs)
         self.result = result
@@ -514,8 +518,10 @@ _cache_lock = threading.Lock()
 
 
 def clear() -> None:
+    global _scratch_total
     with _cache_lock:
         _cache.clear()
+        _scratch_total = 0
 
 
 def lookup(op: Any, args: tuple, kwargs: dict) -> Any:
@@ -544,11 +550,25 @@ def call(op: Any, fn: Callable[..., Any], args: tuple, kwargs: dict) -> Any:
     result, new = record(fn, args, kwargs, arrays)
     if entry is not None and type(new) is Refused:
         new.final = True
-    with _cache_lock:
-        _cache[key] = new
-        while len(_cache) > _CACHE_SIZE:
-            del _cache[next(iter(_cache))]
+    _store(key, new)
     return result
+
+
+_scratch_total = 0  # the bytes of every stored template's temporaries
+
+
+def _store(key: tuple, entry: Any) -> None:
+    """Stores ``entry`` for ``key``; the oldest keys leave while there are more than
+    _CACHE_SIZE, or more temporaries than SCRATCH_TOTAL."""
+    global _scratch_total
+    with _cache_lock:
+        old = _cache.pop(key, None)
+        _scratch_total -= getattr(old, "scratch_bytes", 0)
+        _cache[key] = entry
+        _scratch_total += getattr(entry, "scratch_bytes", 0)
+        while len(_cache) > _CACHE_SIZE or (_scratch_total > SCRATCH_TOTAL and len(_cache) > 1):
+            gone = _cache.pop(next(iter(_cache)))
+            _scratch_total -= getattr(gone, "scratch_bytes", 0)
 
 
 __all__ = [
