@@ -12,9 +12,10 @@ from typing import Any
 
 import numpy as np
 import pytest
+from fake_device import FakeDeviceArray
 
 from cudnnlite.errors import BadParamError, CompileError, ExecutionError, NotSupportedError
-from cudnnlite.runtime import compile_options, cubin_cache, cuda
+from cudnnlite.runtime import compile_options, cubin_cache, cuda, graph, templates
 from cudnnlite.runtime.cuda import CudaBackend
 from cudnnlite.runtime.kernel import ModuleSpec
 from cudnnlite.runtime.sources import cuda_src_dir
@@ -339,6 +340,33 @@ def test_structs_go_to_cupy_as_size_one_arrays(fake_cupy: types.ModuleType) -> N
     passed = kernel.function.kernel.calls[-1][2]
     assert isinstance(passed[0], np.ndarray) and passed[0].size == 1
     assert passed[0].dtype == struct.dtype and isinstance(passed[1], np.int32)
+
+
+def test_a_recorded_launch_replays_through_the_prepared_path(fake_cupy: types.ModuleType) -> None:
+    """A CudaKernel launch recorded by a launch template (runtime.templates) replays with
+    CuPy's form of every argument prepared once (the struct as a size-one array, the
+    dims checked) and the new arrays in the recorded arrays' places."""
+    kernel = CudaBackend().module(SPEC).get_function("trap_if")
+    struct = np.array((3, 2.5), np.dtype([("a", "<i4"), ("b", "<f4")], align=True))[()]
+    x, y = FakeDeviceArray((4, 8), np.float32), FakeDeviceArray((4, 8), np.float32)
+    rec = templates.Recording()
+    graph._set_recorder(rec)
+    try:
+        kernel(4, (32, 2), (x, struct, y, np.int32(5)), shared_mem=100 * 1024)
+    finally:
+        graph._set_recorder(None)
+    tmpl = templates._template(rec, y, [x])
+    assert type(tmpl) is templates.Template and tmpl.kind == "cuda"
+    x2 = FakeDeviceArray((4, 8), np.float32)
+    # (the stand-in cupy module has no arrays)
+    tmpl.xp = types.SimpleNamespace(empty=lambda shape, dtype: FakeDeviceArray(shape, dtype))
+    y2 = tmpl.replay([x2])
+    calls = kernel.function.kernel.calls
+    assert len(calls) == 2  # the recorded launch and the replay
+    grid, block, args, shared_mem = calls[-1]
+    assert (grid, block, shared_mem) == ((4, 1, 1), (32, 2, 1), 100 * 1024)
+    assert args[0] is x2 and args[2] is y2 and y2 is not y and args[3] == np.int32(5)
+    assert isinstance(args[1], np.ndarray) and args[1].tobytes() == struct.tobytes()
 
 
 def test_multiprocessor_count_is_cached(fake_cupy: types.ModuleType) -> None:

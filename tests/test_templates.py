@@ -16,6 +16,7 @@ from typing import Any
 
 import numpy as np
 import pytest
+from fake_device import FakeDeviceArray
 
 import cudnnlite as cl
 from cudnnlite.ops import _fastpath
@@ -398,36 +399,21 @@ def test_eight_threads_replay_one_template() -> None:
 # ------------------------------------------------------------------ the CUDA replay
 
 
-class FakeDeviceArray:
-    """Stands in for a CuPy array: a shape, strides, dtype and a made-up device address."""
-
-    __cuda_array_interface__: dict = {}
-    _next = 1 << 40
-
-    def __init__(self, shape: tuple[int, ...], dtype: Any, ptr: int | None = None) -> None:
-        probe = np.empty(shape, dtype)
-        self.shape, self.strides, self.dtype = probe.shape, probe.strides, probe.dtype
-        self.itemsize, self.size, self.ndim = probe.itemsize, probe.size, probe.ndim
-        self.nbytes, self.base = probe.nbytes, None
-        if ptr is None:
-            ptr = FakeDeviceArray._next
-            FakeDeviceArray._next += (probe.nbytes + 511) // 256 * 256
-        self.data = types.SimpleNamespace(ptr=ptr)
-
-
 class FakeKernel:
+    """Stands in for a CudaKernel: what a replay calls, with the arguments it got."""
+
     def __init__(self) -> None:
         self.calls: list[tuple] = []
 
-    def __call__(self, grid: Any, block: Any, args: tuple, shared_mem: int, coop: bool) -> None:
-        self.calls.append((grid, block, args, shared_mem, coop))
+    def launch_prepared(self, g: Any, b: Any, args: tuple, shared_mem: int, coop: bool) -> None:
+        self.calls.append((g, b, args, shared_mem, coop))
 
 
 def cuda_recording(x: Any, w: Any, y: Any, kernel: FakeKernel, **launch: Any) -> Any:
     rec = templates.Recording()
     view = FakeDeviceArray((4,), np.float32, ptr=w.data.ptr + 64)  # w[16:20], say
     args = (x, view, y, np.int32(7), None)
-    rec.record_cuda(kernel, args, original=args, grid=(3, 1, 1), block=(128, 1, 1),
+    rec.record_cuda(kernel, args, grid=3, block=128,
                     shared_mem=256, cooperative=False, **launch)  # fmt: skip
     return rec
 

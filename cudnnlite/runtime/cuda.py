@@ -96,16 +96,26 @@ class CudaKernel(Kernel):
         # One pass over the arguments; a tuple is what CuPy wants, built once. The common
         # case (device arrays and NumPy scalars) copies nothing else.
         copies = None
-        original = args
         if any(isinstance(a, (np.ndarray, np.void)) for a in args):
             args, copies = _host_arguments(args)
         elif type(args) is not tuple:
             args = tuple(args)
         recorder = current_recorder()
         if recorder is not None:
-            recorder.record_cuda(self, args, original=tuple(original), grid=grid, block=block,
+            recorder.record_cuda(self, args, grid=grid, block=block,
                                  shared_mem=shared_mem, cooperative=cooperative,
                                  copies=bool(copies))  # fmt: skip
+        self.launch_prepared(g, b, args, shared_mem, cooperative)
+        if copies:
+            for c in copies:
+                c.copy_back()
+
+    def launch_prepared(self, g: tuple, b: tuple, args: tuple, shared_mem: int,
+                        cooperative: bool) -> None:  # fmt: skip
+        """Launches with arguments in the form CuPy takes (device arrays, NumPy scalars,
+        structs as size-one arrays) and checked dims, on CuPy's current stream: what
+        :meth:`__call__` ends with, and what a launch template replays (runtime.templates)
+        after one ordinary launch made the shared-memory opt-in and the checks."""
         try:
             if cooperative:
                 # cupy.cuda.Function launches with cuLaunchCooperativeKernel on request
@@ -121,9 +131,6 @@ class CudaKernel(Kernel):
                     f"kernel {self.name} ({self.spec.label()}) failed: {exc}"
                 ) from exc
             raise
-        if copies:
-            for c in copies:
-                c.copy_back()
 
 
 def _host_arguments(args: Sequence[Any]) -> tuple[tuple[Any, ...], list[HostToDevice]]:

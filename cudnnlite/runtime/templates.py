@@ -59,6 +59,7 @@ from typing import Any
 import numpy as np
 
 from . import graph
+from .backend import launch_dims
 from .env import flag, raw_reader
 from .pointers import data_pointer, host_pointer
 
@@ -300,10 +301,13 @@ class Recording:
         if launch.get("copies"):
             self.refuse("host arrays copied to the GPU for a launch")
             return
-        original = launch["original"]
-        slots = [(i, data_pointer(a)) for i, a in enumerate(original) if _is_device_array(a)]
-        owners = tuple(a for a in original if _is_device_array(a) and a.size)
-        self.launches.append(("cuda", kernel, launch, original, owners, slots))
+        # ``args``: as CuPy takes them (structs as size-one arrays); device arrays in the
+        # same places as in the original arguments
+        slots = [(i, data_pointer(a)) for i, a in enumerate(args) if _is_device_array(a)]
+        owners = tuple(a for a in args if _is_device_array(a) and a.size)
+        dims = launch_dims(launch["grid"], launch["block"])
+        self.launches.append(("cuda", kernel, (*dims, launch["shared_mem"],
+                              launch["cooperative"]), tuple(args), owners, slots))  # fmt: skip
 
 
 def _is_device_array(a: Any) -> bool:
@@ -439,13 +443,13 @@ class Template:
                 for _, kernel, cfg, arena, values, patches, _kept in launches
             )  # fmt: skip
         else:
-            # The recorded arguments without the recorded call's own arrays (a replay
-            # patches those slots; the template does not keep that call's memory alive).
+            # (launch_prepared, the recorded arguments without the recorded call's own
+            # arrays: a replay patches those slots, and the template does not keep that
+            # call's memory alive; grid, block, shared memory, cooperative; patches)
             self._launches = tuple(
-                (kernel, launch["grid"], launch["block"],
-                 _without(original, {slot for slot, _, _ in patches}),
-                 launch["shared_mem"], launch["cooperative"], patches)
-                for _, kernel, launch, original, patches, _kept in launches
+                (kernel.launch_prepared, _without(args, {slot for slot, _, _ in patches}),
+                 *how, patches)
+                for _, kernel, how, args, patches, _kept in launches
             )  # fmt: skip
 
     def __len__(self) -> int:
@@ -492,12 +496,12 @@ class Template:
         return arrays[self.result[0]]
 
     def _launch_cuda(self, arrays: list) -> None:
-        for kernel, grid, block, args, shared_mem, cooperative, patches in self._launches:
+        for launch, args, grid, block, shared_mem, cooperative, patches in self._launches:
             call_args = list(args)
             for slot, index, offset in patches:
                 a = arrays[index]
                 call_args[slot] = a if offset == 0 else np.uint64(data_pointer(a) + offset)
-            kernel(grid, block, tuple(call_args), shared_mem, cooperative)
+            launch(grid, block, tuple(call_args), shared_mem, cooperative)
 
 
 def _without(args: tuple, slots: set[int]) -> list:
