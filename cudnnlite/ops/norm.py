@@ -1534,5 +1534,7 @@ __all__ = [
     "rms_norm_forward",
 ]
 
-# Kernel launches only, host copies reported: an emulator graph may replay it.
-graph_safe(batch_norm_forward_inference)
+# Kernel launches only, host copies reported: an emulator graph may replay them, and a
+# repeated call replays its launch template (runtime.templates).
+graph_safe(batch_norm_forward_inference, layer_norm_forward, layer_norm, rms_norm_forward,
+           rms_norm, group_norm_forward, group_norm)  # fmt: skip

@@ -48,6 +48,7 @@ import numpy as np
 from .. import dtypes
 from ..errors import BadParamError, NotSupportedError
 from ..runtime.backend import Backend, Kernel
+from ..runtime.graph import graph_safe, note_host_work
 from ..runtime.kernel import ModuleSpec
 from ..runtime.pointers import data_pointer
 from ..runtime.select import backend_for
@@ -402,6 +403,7 @@ def add_tensor(a: Any, c: Any, *, alpha: float = 1.0, beta: float = 1.0) -> Any:
     w = _wide(dt)
     params = _op_struct(_real("alpha", alpha, w), 0.0, _real("beta", beta, w), _OP_COPY, w)
     if a.size and array_module(c).may_share_memory(a, c) and a is not c:
+        note_host_work("add_tensor: a copy of a, which overlaps c")
         a = a.copy()
     _elementwise(backend, dt, c, a, None, params)
     return c
@@ -462,18 +464,12 @@ def op_tensor(
         check_out(out, shape, dt.numpy, backend, {})
         _writable("out", out)
         xp = array_module(out)
-        a = (
-            a.copy()
-            if a is not out and a.size and xp.may_share_memory(a, out) and a.shape != out.shape
-            else a
-        )
-        if (
-            b is not None
-            and b is not out
-            and b.size
-            and xp.may_share_memory(b, out)
-            and b.shape != out.shape
-        ):
+        if a is not out and a.size and xp.may_share_memory(a, out) and a.shape != out.shape:
+            note_host_work("op_tensor: a copy of a, which overlaps out")
+            a = a.copy()
+        if (b is not None and b is not out and b.size and xp.may_share_memory(b, out)
+                and b.shape != out.shape):  # fmt: skip
+            note_host_work("op_tensor: a copy of b, which overlaps out")
             b = b.copy()
     _elementwise(backend, dt, out, a, b, params)
     return out
@@ -558,6 +554,7 @@ def transform_tensor(
         check_out(out, x.shape, dst.numpy, backend, {})
         _writable("out", out)
         if x.size and array_module(out).may_share_memory(x, out):
+            note_host_work("transform_tensor: a copy of x, which overlaps out")
             x = x.copy()
     if out.size:
         strides = [[s // out.itemsize for s in out.strides], [s // x.itemsize for s in x.strides]]
@@ -708,10 +705,14 @@ def reduce_tensor(
         check_out(out, shape, dt.numpy, backend, {})
         _writable("out", out)
         if x.size and xp.may_share_memory(x, out):
+            note_host_work("reduce_tensor: a copy of x, which overlaps out")
             x = x.copy()
     indices = xp.empty(shape, np.int64) if return_indices else None
     # the kernel writes values and indices at the same offsets: a C-contiguous target
-    target = out if out.flags.c_contiguous else xp.ascontiguousarray(out)
+    target = out
+    if not out.flags.c_contiguous:
+        note_host_work("reduce_tensor: a contiguous copy of out, copied back")
+        target = xp.ascontiguousarray(out)
     if target.size:
         _launch_reduce(backend, dt, x, target, indices, kept, red, count, op_id, alpha, beta_val)
         if target is not out:
@@ -843,3 +844,8 @@ __all__ = [
     "set_tensor",
     "transform_tensor",
 ]
+
+# Kernel launches only, host copies reported: an emulator graph may replay them, and a
+# repeated call replays its launch template (runtime.templates).
+graph_safe(add_tensor, op_tensor, maximum, minimum, scale_tensor, set_tensor, transform_tensor,
+           nchw_to_nhwc, nhwc_to_nchw, reduce_tensor)  # fmt: skip

@@ -31,7 +31,9 @@ What is templated, and what is not:
   writes memory it was not given as an array; when its temporaries pass the limit; when
   two of the call's arrays overlap; when it launched nothing, or an array is empty;
 - a replay whose new output is not aligned as the recorded one was (modulo 16, what the
-  kernels' variants depend on) runs the op's own code instead.
+  kernels' variants depend on), or whose inputs overlap where the op writes one of them
+  (an in-place op such as add_tensor copies the other first), runs the op's own code
+  instead.
 
 Bad arguments never reach a template: validation raises before a recording completes, so
 a stored key always describes a valid call, and a bad call takes the op's own path and
@@ -184,8 +186,8 @@ def _kind(t: type) -> str:
         kind = "device"
     elif issubclass(t, _NUMPY_SCALARS):
         kind = "scalar"
-    elif t is np.dtype or issubclass(t, np.dtype):
-        kind = "value"
+    elif t is np.dtype or issubclass(t, (np.dtype, type)):
+        kind = "value"  # a dtype, or a class (dtype=np.float16)
     elif getattr(t, "_templated_by_identity", False):
         kind = "identity"
     else:
@@ -348,10 +350,8 @@ def _template(rec: Recording, result: Any, inputs: list) -> Any:
     if any(a.size == 0 for a in bound):
         return Refused("an empty array")
     extents = [_extent(a) for a in bound]
-    ordered = sorted(range(len(bound)), key=lambda i: extents[i][0])
-    for i, j in zip(ordered, ordered[1:], strict=False):
-        if extents[j][0] < extents[i][1]:
-            return Refused("two of the call's arrays overlap")
+    if _overlap(extents):
+        return Refused("two of the call's arrays overlap")
     outputs = []
     for index in range(len(inputs), len(bound)):
         if not _whole(bound[index]):
@@ -390,7 +390,14 @@ def _template(rec: Recording, result: Any, inputs: list) -> Any:
     if size > SCRATCH_LIMIT:
         return Refused(f"{size >> 20} MiB of temporaries, more than a template keeps")
     return Template(kinds.pop(), launches, outputs, tuple(spec), type(result) is tuple,
-                    tuple(rec.lasts), type(results[0]), tuple(scratch.values()))  # fmt: skip
+                    tuple(rec.lasts), type(results[0]), tuple(scratch.values()),
+                    len(inputs))  # fmt: skip
+
+
+def _overlap(extents: list[tuple[int, int, int]]) -> bool:
+    """Whether two of the byte ranges (first, one past the last, ...) overlap."""
+    ordered = sorted(extents)
+    return any(b[0] < a[1] for a, b in zip(ordered, ordered[1:], strict=False))
 
 
 def _whole(a: Any) -> bool:
@@ -419,7 +426,7 @@ class Template:
 
     def __init__(self, kind: str, launches: list[tuple], outputs: list[tuple],
                  result: tuple[int, ...], is_tuple: bool, lasts: tuple, array_type: type,
-                 scratch: tuple = ()) -> None:  # fmt: skip
+                 scratch: tuple = (), inputs: int = 0) -> None:  # fmt: skip
         self.kind = kind
         # Temporaries of the recorded call (kept alive here, their addresses left in the
         # recorded arguments): each replay's launches rewrite them before reading them,
@@ -429,6 +436,10 @@ class Template:
         # (shape to allocate, axes back to the recorded order or None, dtype, address % 16)
         self.outputs = tuple(outputs)
         self.result = result
+        # An op that writes one of its inputs (returns it: add_tensor's c) copies another
+        # input that overlaps it first; the key cannot tell overlap, so a replay checks.
+        self.inputs = inputs
+        self.in_place = inputs > 1 and any(i < inputs for i in result)
         self.is_tuple = is_tuple
         self.lasts = lasts
         self.xp = np if kind == "cpu" else _cupy_of(array_type)
@@ -461,11 +472,13 @@ class Template:
     def replay(self, arrays: list, ptrs: list | None = None) -> Any:
         """Launches on ``arrays`` (the call's arrays, as the key found them, and their
         data pointers; the outputs are appended to both) and returns what the recorded
-        call returned; None when an output could not be allocated as recorded (the caller
-        then runs the op itself)."""
+        call returned; None when an output could not be allocated as recorded, or an op that
+        writes an input got overlapping inputs (the caller then runs the op itself)."""
         empty, pointer = self.xp.empty, host_pointer if self.kind == "cpu" else data_pointer
         if ptrs is None:
             ptrs = [pointer(a) for a in arrays]
+        if self.in_place and _overlap([_extent(a) for a in arrays[: self.inputs]]):
+            return None
         for shape, perm, dtype, align in self.outputs:
             a = empty(shape, dtype)
             if self.poison:
