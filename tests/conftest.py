@@ -7,6 +7,8 @@ import os
 
 # Test mode for the emulator: shared memory poisoned with NaN at every block start.
 os.environ.setdefault("CUDNNLITE_EMU_POISON", "1")
+# Every launch-template replay is compared with the op's own call (runtime.templates).
+os.environ.setdefault("CUDNNLITE_TEMPLATE_CHECK", "1")
 # The emulator runs blocks on OpenMP threads, and libgomp's idle threads spin by default.
 # With pytest-xdist's workers on as many cores as there are workers, the spinning takes
 # the cores the other worker needs: passive waiting ran a three-file sample 1.4-1.8x

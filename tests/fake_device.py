@@ -24,3 +24,7 @@ class FakeDeviceArray:
             ptr = FakeDeviceArray._next
             FakeDeviceArray._next += (probe.nbytes + 511) // 256 * 256
         self.data = types.SimpleNamespace(ptr=ptr)
+        self.flags = types.SimpleNamespace(c_contiguous=True)
+
+    def __setitem__(self, key: Any, value: Any) -> None:
+        """A copy into the array (there are no contents to copy)."""

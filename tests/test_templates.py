@@ -19,6 +19,7 @@ import pytest
 from fake_device import FakeDeviceArray
 
 import cudnnlite as cl
+from cudnnlite.errors import ExecutionError
 from cudnnlite.ops import _fastpath
 from cudnnlite.ops import activation as act_mod
 from cudnnlite.runtime import graph, templates
@@ -382,7 +383,31 @@ class Counted:
         return cl.relu(x)
 
 
-def test_a_first_refusal_is_recorded_again_a_second_is_kept() -> None:
+def test_the_check_catches_a_template_that_skips_unreported_host_work(
+    monkeypatch: pytest.MonkeyPatch,
+) -> None:
+    """An op breaking graph_safe's contract (NumPy work on the data, not reported) records
+    a template that replays stale data; CUDNNLITE_TEMPLATE_CHECK=1 (the test suite's
+    setting) compares every replay with the op's own call and says so."""
+
+    def doubled_relu(x: np.ndarray) -> np.ndarray:
+        return cl.relu(x * 2)  # x * 2: host work on the data, unreported
+
+    x1, x2 = rand((3, 4), 1), rand((3, 4), 2)
+    monkeypatch.setenv("CUDNNLITE_TEMPLATE_CHECK", "0")
+    templates.call(doubled_relu, doubled_relu, (x1,), {})
+    stale = templates.call(doubled_relu, doubled_relu, (x2,), {})
+    same_bits(stale, np.maximum(x1 * 2, 0))  # what an unchecked replay gives: x1's result
+    monkeypatch.setenv("CUDNNLITE_TEMPLATE_CHECK", "1")
+    templates.call(doubled_relu, doubled_relu, (x1,), {})  # (a new key: the switch changed)
+    with pytest.raises(ExecutionError, match="launch template of .*doubled_relu: its replay"):
+        templates.call(doubled_relu, doubled_relu, (x2,), {})
+
+
+def test_a_first_refusal_is_recorded_again_a_second_is_kept(
+    monkeypatch: pytest.MonkeyPatch,
+) -> None:
+    monkeypatch.setenv("CUDNNLITE_TEMPLATE_CHECK", "0")  # (its checks would call ops again)
     xs = [rand((3, 4), s) for s in range(4)]
     once = Counted(lambda n: n == 1)  # e.g. a tuning run with temporaries on the first call
     for x in xs:
@@ -495,13 +520,17 @@ def test_cuda_replays_patch_arrays_and_offset_pointers(monkeypatch: pytest.Monke
     assert args[1] == np.uint64(w2.data.ptr + 64) and args[3] == np.int32(7)
 
     assert tmpl.scratch == ()
-    # the view points into none of the call's arrays: a temporary, kept as recorded
+    # the view points into none of the call's arrays: a temporary, of which the template
+    # keeps a copy
     stranger = FakeDeviceArray((64,), np.float32)
     kept = templates._template(cuda_recording(x, stranger, y, kernel, copies=False), y, [x, w])
     assert type(kept) is templates.Template and len(kept.scratch) == 1
     kept.replay([x2, w2])
     args = kernel.calls[-1][2]
-    assert args[1] is kept.scratch[0] and args[1].data.ptr == stranger.data.ptr + 64
+    # (the template's own copy of that temporary, not the call's: nothing else shares it)
+    copy = kept.scratch[0]
+    assert copy.shape == (4,) and copy.data.ptr != stranger.data.ptr + 64
+    assert args[1] == np.uint64(copy.data.ptr)
     # a host copy is refused
     copied = templates._template(cuda_recording(x, w, y, kernel, copies=True), y, [x, w])
     assert type(copied) is templates.Refused and "copied" in copied.reason

@@ -390,6 +390,7 @@ def _empty_conv(e: EmptyConv, x: Any, w: Any, bias: Any, z: Any, out: Any,
     xp = array_module(x)
     if math.prod(e.y_shape) == 0:
         return out if out is not None else xp.empty(e.y_shape, dtype=x.dtype)
+    note_host_work("conv: the epilogue of a convolution without channels, on the host")
     y = bias_only(e.y_shape, e.channels_last, bias, z, epilogue.alpha2, x.dtype, xp)
     if epilogue.act_mode != IDENTITY_MODE:
         mode = ACTIVATION_MODES[epilogue.act_mode]

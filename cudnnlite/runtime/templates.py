@@ -60,6 +60,7 @@ from typing import Any
 
 import numpy as np
 
+from ..errors import ExecutionError
 from . import graph
 from .backend import launch_dims
 from .env import flag, raw_reader
@@ -74,7 +75,7 @@ _SWITCHES = raw_reader(
         for n in (
             "BACKEND", "DISABLE_SOLVERS", "FORCE_SOLVER", "FORCE_CONFIG", "EMU_SCHEDULE",
             "EMU_POISON", "EMU_THREADS", "EMU_SEED", "EMU_STACK_KB", "EMU_RACECHECK",
-            "EMU_ASAN",
+            "EMU_ASAN", "TEMPLATE_CHECK",
         )
     )
 )  # fmt: skip
@@ -369,10 +370,10 @@ def _template(rec: Recording, result: Any, inputs: list) -> Any:
         return None
 
     launches = []
-    scratch: dict[int, Any] = {}  # by extent start: the arrays a replay keeps and reuses
+    roots: dict[int, Any] = {}  # the temporaries' allocations, by first byte
     for launch in rec.launches:
         patches = []
-        kept = []  # slots left as recorded: they point into scratch
+        kept = []  # (slot, its allocation's first byte, byte offset): into a temporary
         for slot, ptr in launch[-1]:
             if ptr == 0:
                 continue
@@ -383,15 +384,52 @@ def _template(rec: Recording, result: Any, inputs: list) -> Any:
             owner = next((a for a in launch[-2] if _holds(a, ptr)), None)
             if owner is None:
                 return Refused("a launch reads or writes memory it was not given as an array")
-            scratch[_extent(owner)[0]] = owner
-            kept.append(slot)
-        launches.append((*launch[:-2], tuple(patches), tuple(kept)))
-    size = sum(a.nbytes for a in scratch.values())
+            root = _root(owner)
+            if root is None:
+                return Refused("a temporary that is not a whole array of its own")
+            lo = _extent(root)[0]
+            roots[lo] = root
+            kept.append((slot, lo, ptr - lo))
+        launches.append([*launch[:-2], tuple(patches), tuple(kept)])
+    size = sum(a.nbytes for a in roots.values())
     if size > SCRATCH_LIMIT:
         return Refused(f"{size >> 20} MiB of temporaries, more than a template keeps")
-    return Template(kinds.pop(), launches, outputs, tuple(spec), type(result) is tuple,
-                    tuple(rec.lasts), type(results[0]), tuple(scratch.values()),
-                    len(inputs))  # fmt: skip
+    # The template's own copies of the temporaries (as the call left them: a constant
+    # table keeps its values; a workspace is rewritten by each replay before it is read),
+    # so that nothing else (a plan that reuses its workspace) shares them.
+    private = {lo: _copy(root) for lo, root in roots.items()}
+    for launch in launches:
+        if not launch[-1]:
+            continue
+        if launch[0] == "cpu":
+            words = launch[3].view(np.uint64)  # the recorded argument arena
+            for slot, lo, offset in launch[-1]:
+                words[slot] = host_pointer(private[lo]) + offset
+        else:
+            args = list(launch[3])
+            for slot, lo, offset in launch[-1]:
+                args[slot] = np.uint64(data_pointer(private[lo]) + offset)
+            launch[3] = tuple(args)
+    return Template(kinds.pop(), [tuple(x) for x in launches], outputs, tuple(spec),
+                    type(result) is tuple, tuple(rec.lasts), type(results[0]),
+                    tuple(private.values()), len(inputs))  # fmt: skip
+
+
+def _root(a: Any) -> Any:
+    """The array that owns ``a``'s memory (``a``, or the end of its chain of bases) when
+    it is a C-contiguous array of its own, else None."""
+    while getattr(a, "base", None) is not None:
+        if type(a.base) is not type(a):
+            return None
+        a = a.base
+    return a if a.flags.c_contiguous else None
+
+
+def _copy(a: Any) -> Any:
+    """A new array with ``a``'s bytes (NumPy or CuPy: on the current stream)."""
+    copy = (np if type(a) is np.ndarray else _cupy_of(type(a))).empty(a.shape, a.dtype)
+    copy[...] = a
+    return copy
 
 
 def _overlap(extents: list[tuple[int, int, int]]) -> bool:
@@ -558,6 +596,8 @@ def call(op: Any, fn: Callable[..., Any], args: tuple, kwargs: dict) -> Any:
     entry = _cache.get(key)
     if entry is not None:
         if type(entry) is Template:
+            if key[-1][-1] is not None and flag(key[-1][-1]):  # CUDNNLITE_TEMPLATE_CHECK
+                return _checked_replay(entry, op, fn, args, kwargs, arrays, ptrs)
             result = entry.replay(arrays, ptrs)
             if result is not None:
                 return result
@@ -569,6 +609,38 @@ def call(op: Any, fn: Callable[..., Any], args: tuple, kwargs: dict) -> Any:
         new.final = True
     _store(key, new)
     return result
+
+
+def _checked_replay(tmpl: Template, op: Any, fn: Callable[..., Any], args: tuple,
+                    kwargs: dict, arrays: list, ptrs: list) -> Any:  # fmt: skip
+    """A replay, then the op's own call on the same arguments, whose results must be the
+    same bit for bit (``CUDNNLITE_TEMPLATE_CHECK=1``, which the test suite sets): what
+    catches a template that skipped work (host work not reported, a temporary whose
+    initial contents mattered). An input the op writes is restored between the two."""
+    written = sorted({i for i in tmpl.result if i < tmpl.inputs})
+    saved = [arrays[i].copy() for i in written]
+    result = tmpl.replay(arrays, ptrs)
+    if result is None:
+        return fn(*args, **kwargs)
+    got = [_host_bytes(r) for r in (result if tmpl.is_tuple else (result,))]
+    for i, copy in zip(written, saved, strict=True):
+        arrays[i][...] = copy
+    with disabled():
+        want = fn(*args, **kwargs)
+    want_bytes = [_host_bytes(r) for r in (want if tmpl.is_tuple else (want,))]
+    if got != want_bytes:
+        name = getattr(op, "__qualname__", repr(op))
+        raise ExecutionError(
+            f"launch template of {name}: its replay differs from the op's own result "
+            f"(a template skipped work the op does; CUDNNLITE_TEMPLATE_CHECK=1 found it)"
+        )
+    return want if written else result
+
+
+def _host_bytes(a: Any) -> tuple:
+    """(shape, dtype, the bytes in C order) of a NumPy or CuPy array, for comparison."""
+    host = a if isinstance(a, np.ndarray) else a.get()
+    return host.shape, host.dtype, np.ascontiguousarray(host).tobytes()
 
 
 _scratch_total = 0  # the bytes of every stored template's temporaries
