@@ -13,12 +13,15 @@ recorded arguments and launches: no validation, no dispatch, no argument packing
 what makes a repeated call or a plan cost about a launch.
 
 A pointer into none of the call's arrays points into a temporary the op allocated for the
-call (a Winograd workspace, an offsets table a kernel fills): the template keeps that
-array alive (up to :data:`SCRATCH_LIMIT` bytes, :data:`SCRATCH_TOTAL` for all templates:
-past it the oldest leave) and its replays reuse it, one at a time
-(a lock; on CUDA the key's stream orders them), each rewriting it before reading it as
-the recorded call's launches did. A graph replay relies on the same property of
-graph-safe ops.
+call (a Winograd workspace, an offsets table a kernel fills, a plan's reused workspace):
+the template keeps its own copy of that allocation, as the call left it (up to
+:data:`SCRATCH_LIMIT` bytes, :data:`SCRATCH_TOTAL` for all templates: past it the oldest
+leave), points the recorded launches there, and its replays use it one at a time (a lock;
+on CUDA the key's stream orders them). A constant table keeps its values; a workspace is
+rewritten by each replay's launches before they read it, as the recorded call's were. A
+graph replay relies on the same property of graph-safe ops, and
+``CUDNNLITE_TEMPLATE_CHECK=1`` (on in the test suite) checks it: every replay is followed
+by the op's own call, and a result that differs by a bit raises ExecutionError.
 
 What is templated, and what is not:
 
