@@ -299,6 +299,15 @@ def test_anything_the_op_reads_is_part_of_the_key(monkeypatch: pytest.MonkeyPatc
     keys = [templates.call_key(op, args, kw) for op, args, kw in variants]
     assert all(k is not None for k in keys)
     assert len({k[0] for k in keys}) == len(keys)
+    # an int or 0-d array may be a value read on the host (padding=np.array([1, 1])): its
+    # contents are keyed; a float tensor's are not
+    pads = [templates.call_key(cl.conv2d, (x, w), {"padding": np.array([p, p])}) for p in (1, 2)]
+    assert pads[0][0] != pads[1][0]
+    zero_d = [templates.call_key(cl.relu, (np.array(v, np.float32),), {}) for v in (1, 2)]
+    assert zero_d[0][0] != zero_d[1][0]
+    assert templates.call_key(cl.relu, (x,), {})[0] == templates.call_key(cl.relu, (x + 1,), {})[0]
+    for p in (1, 2, 1):
+        same_bits(cl.conv2d(x, w, padding=np.array([p, p])), cl.conv2d(x, w, padding=p))
     readonly = x.copy()
     readonly.flags.writeable = False
     assert (
@@ -457,7 +466,8 @@ def test_poisoned_replays_still_give_the_ops_result(monkeypatch: pytest.MonkeyPa
     entry = templates.lookup(cl.max_pool2d, (x, 2), {})
     assert type(entry) is templates.Template and entry.poison
     replays_like_the_op(replays, lambda a: cl.avg_pool2d(a, 3, 1, 1), [x, rand(x.shape, 2)])
-    scalars = [np.array(v, np.float32) for v in (-7.5, np.nan, 2.0)]  # 0-d outputs too
+    # 0-d outputs too (a 0-d array's value is keyed: the same value, in new arrays)
+    scalars = [np.array(v, np.float32) for v in (np.nan, np.nan, np.nan)]
     replays_like_the_op(replays, cl.softmax, scalars)
 
 

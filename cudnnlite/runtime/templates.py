@@ -63,6 +63,7 @@ from typing import Any
 
 import numpy as np
 
+from .. import dtypes
 from ..errors import ExecutionError
 from . import graph
 from .backend import launch_dims
@@ -140,6 +141,9 @@ def set_context_key(fn: Callable[[], Any]) -> None:
 # ------------------------------------------------------------------ keys
 
 _FLAT = frozenset((int, bool, str, type(None)))
+# The dtypes of tensors (float16, bfloat16, float32, float64): other arrays' contents are
+# keyed.
+_TENSOR_DTYPES = frozenset(np.dtype(d.numpy) for d in dtypes.FLOAT_TYPES)
 _NUMPY_SCALARS = (np.integer, np.bool_, np.floating)
 
 
@@ -158,7 +162,11 @@ def _value_key(v: Any, arrays: list, ptrs: list) -> Any:
         ptr = host_pointer(v)
         arrays.append(v)
         ptrs.append(ptr)
-        return (v.shape, v.dtype, v.strides, ptr & 15, v.flags.writeable)
+        if v.ndim and v.dtype in _TENSOR_DTYPES:
+            return (v.shape, v.dtype, v.strides, ptr & 15, v.flags.writeable)
+        # A 0-d or non-float array may be a value the op reads on the host (padding as
+        # an int array): its contents are part of the key.
+        return (v.shape, v.dtype, v.strides, ptr & 15, v.flags.writeable, v.tobytes())
     if t in _FLAT:
         return (t, v)
     if t is float:
@@ -171,7 +179,9 @@ def _value_key(v: Any, arrays: list, ptrs: list) -> Any:
         ptr = v.data.ptr
         arrays.append(v)
         ptrs.append(ptr)
-        return ("device", v.device.id, v.shape, v.dtype, v.strides, ptr & 15)
+        if v.ndim and v.dtype in _TENSOR_DTYPES:
+            return ("device", v.device.id, v.shape, v.dtype, v.strides, ptr & 15)
+        return ("device", v.device.id, v.shape, v.dtype, v.strides, ptr & 15, v.get().tobytes())
     if kind == "identity":
         return v  # a plan (self of a method), by identity
     if kind == "scalar":
