@@ -56,6 +56,8 @@ from __future__ import annotations
 
 import contextlib
 import ctypes
+import functools
+import importlib
 import math
 import threading
 from collections.abc import Callable, Iterator
@@ -572,9 +574,10 @@ def _without(args: tuple, slots: set[int]) -> list:
     return [None if i in slots else a for i, a in enumerate(args)]
 
 
+@functools.cache
 def _cupy_of(array_type: type) -> Any:
-    import importlib
-
+    """The module of a GPU array type (cupy), memoized: a CUDA call asks it every time
+    (the current stream is part of the key)."""
     return importlib.import_module(array_type.__module__.split(".")[0])
 
 
