@@ -6,6 +6,7 @@ compiles nothing.
 """
 
 from contextlib import AbstractContextManager
+from typing import Any
 
 from . import reference
 from .dispatch.explain import explain, explain_call
@@ -144,6 +145,7 @@ from .ops.tensor import (
 from .problems.attention import AttentionProblem
 from .problems.conv import ConvProblem
 from .problems.rnn import RnnProblem
+from .runtime import templates as _templates
 from .runtime.graph import Graph, graph
 from .runtime.streams import current_stream, use_stream
 
@@ -155,6 +157,13 @@ def set_fast_paths(enabled: bool) -> None:
     default): the launch templates and the ops' call caches (README, "Per-call
     overhead"). Off, every call runs the full checks and dispatch."""
     _fastpath.set_enabled(enabled)
+
+
+def fast_path(op: Any, *args: Any, **kwargs: Any) -> str:
+    """What the call ``op(*args, **kwargs)`` (a public function or a plan) gets from the
+    fast path of repeated calls, in words, without running it: replayed from its launch
+    template, refused (and why), not recorded yet, or not templated (and why)."""
+    return _templates.describe(op, args, kwargs)
 
 
 def fast_paths_off() -> AbstractContextManager[None]:
@@ -271,6 +280,7 @@ __all__ = [
     "Graph",
     "explain",
     "explain_call",
+    "fast_path",
     "fast_paths_off",
     "set_deterministic",
     "set_fast_paths",

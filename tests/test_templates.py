@@ -260,6 +260,31 @@ def test_the_store_is_bounded_in_keys_and_in_temporaries(
     assert templates._scratch_total == 0
 
 
+def test_fast_path_says_what_a_call_gets(monkeypatch: pytest.MonkeyPatch) -> None:
+    x, w = rand((1, 32, 14, 14), 1), rand((32, 32, 3, 3), 2)
+    assert cl.fast_path(cl.conv2d, x, w, padding=1).startswith("not recorded yet")
+    cl.conv2d(x, w, padding=1)
+    said = cl.fast_path(cl.conv2d, x, w, padding=1, stream=None)
+    assert said.startswith("replayed: 4 launch(es) on cpu, 1 new output(s), ")
+    assert " 0 bytes" not in said  # (Winograd's workspace)
+    strided = x[:, :, ::2]
+    cl.max_pool2d(strided, 2)
+    assert cl.fast_path(cl.max_pool2d, strided, 2) == (
+        "not templated: host work: pooling: a contiguous copy of a non-contiguous operand "
+        "(its next call records again)"
+    )
+    assert "dropout is not marked graph-safe" in cl.fast_path(cl.dropout, x, 0.5)
+    assert "out= given" in cl.fast_path(cl.relu, x, out=np.empty_like(x))
+    plan = cl.activation_plan(x.shape, "relu", backend="cpu")
+    plan(x)
+    assert cl.fast_path(plan, x).startswith("replayed: 1 launch(es)")
+    with cl.fast_paths_off():
+        assert "fast paths are off" in cl.fast_path(cl.relu, x)
+    # it runs nothing: no new entry for a call never made
+    assert cl.fast_path(cl.relu, x[:, :3]).startswith("not recorded yet")
+    assert templates.lookup(cl.relu, (x[:, :3],), {}) is None
+
+
 def test_last_kernel_name_and_a_tuple_result_survive_a_replay(
     monkeypatch: pytest.MonkeyPatch,
 ) -> None:

@@ -601,6 +601,31 @@ def lookup(op: Any, args: tuple, kwargs: dict) -> Any:
     return None if keyed is None else _cache.get(keyed[0])
 
 
+def describe(op: Any, args: tuple, kwargs: dict) -> str:
+    """What a call ``op(*args, **kwargs)`` of a public op (or a plan) gets from its launch
+    template now, in words: replayed (with what), refused (why), not recorded yet, or not
+    templated (why). Runs nothing."""
+    if getattr(type(op), "_templated_by_identity", False):
+        args, op = (op, *args), type(op).__call__  # a plan: its __call__, self first
+    name = getattr(op, "__qualname__", repr(op))
+    if not getattr(op, "_graph_safe", False):
+        return (f"not templated: {name} is not marked graph-safe (it may do work a replay "
+                "would skip)")  # fmt: skip
+    if not enabled():
+        return "not templated: fast paths are off (cudnnlite.set_fast_paths)"
+    keyed = call_key(op, args, {k: v for k, v in kwargs.items() if k != "stream"})
+    if keyed is None:
+        return "not templated: out= given, or an argument of a kind a key cannot hold"
+    entry = _cache.get(keyed[0])
+    if entry is None:
+        return "not recorded yet: the next call of this key records its launches"
+    if type(entry) is Refused:
+        again = "" if entry.final else " (its next call records again)"
+        return f"not templated: {entry.reason}{again}"
+    return (f"replayed: {len(entry)} launch(es) on {entry.kind}, {len(entry.outputs)} "
+            f"new output(s), {entry.scratch_bytes} bytes of temporaries")  # fmt: skip
+
+
 def call(op: Any, fn: Callable[..., Any], args: tuple, kwargs: dict) -> Any:
     """``fn(*args, **kwargs)`` for the public op ``op``, through its template."""
     if graph._active or not _enabled or _state.off:
