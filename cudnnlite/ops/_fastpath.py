@@ -1,5 +1,8 @@
 """The fast path of repeated calls: a per-op cache from a cheap key to what the full
-validation of a call produced (problem, plan, kernel, packed constant arguments).
+validation of a call produced (problem, plan, kernel, packed constant arguments). In
+front of it, a graph-safe op's repeated call replays its launch template
+(:mod:`runtime.templates`); this cache serves the calls a template does not (the first
+call of a key, a refused one).
 
 A call builds its key from what the slow path reads: the arrays' kind, device, shape,
 dtype, strides and 16-byte alignment (:func:`array_key`), the scalar arguments as given,
