@@ -260,6 +260,21 @@ def test_the_store_is_bounded_in_keys_and_in_temporaries(
     assert templates._scratch_total == 0
 
 
+def test_a_template_does_not_keep_a_dropped_plan_alive() -> None:
+    import gc
+    import weakref
+
+    x = rand((2, 3, 8, 8), 1)
+    plan = cl.activation_plan(x.shape, "relu", backend="cpu")
+    for _ in range(2):
+        same_bits(plan(x), np.maximum(x, 0))
+    assert cl.fast_path(plan, x).startswith("replayed")
+    gone = weakref.ref(plan)
+    del plan
+    gc.collect()
+    assert gone() is None
+
+
 def test_fast_path_says_what_a_call_gets(monkeypatch: pytest.MonkeyPatch) -> None:
     x, w = rand((1, 32, 14, 14), 1), rand((32, 32, 3, 3), 2)
     assert cl.fast_path(cl.conv2d, x, w, padding=1).startswith("not recorded yet")

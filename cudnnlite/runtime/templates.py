@@ -60,6 +60,7 @@ import functools
 import importlib
 import math
 import threading
+import weakref
 from collections.abc import Callable, Iterator
 from typing import Any
 
@@ -185,7 +186,9 @@ def _value_key(v: Any, arrays: list, ptrs: list) -> Any:
             return ("device", v.device.id, v.shape, v.dtype, v.strides, ptr & 15)
         return ("device", v.device.id, v.shape, v.dtype, v.strides, ptr & 15, v.get().tobytes())
     if kind == "identity":
-        return v  # a plan (self of a method), by identity
+        # a plan (self of a method), by identity; weakly, so that a key does not keep a
+        # plan the user dropped (its workspace, kernels) alive
+        return weakref.ref(v)
     if kind == "scalar":
         return (t, v.item(), math.copysign(1.0, v) if isinstance(v, np.floating) else 0)
     if kind == "value":
