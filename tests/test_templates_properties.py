@@ -1,0 +1,76 @@
+"""Property tests of launch templates (hypothesis): for arrays of any shape and layout
+(views with steps, transposes, offsets), a repeated call of a templated op on new data
+gives the op's own result bit for bit, whether it was replayed or refused. Kept apart
+from test_templates.py so that a machine without hypothesis still runs those."""
+
+from __future__ import annotations
+
+from collections.abc import Callable
+from typing import Any
+
+import numpy as np
+import pytest
+
+hypothesis = pytest.importorskip("hypothesis")
+from hypothesis import HealthCheck, given, settings  # noqa: E402
+from hypothesis import strategies as st  # noqa: E402
+
+import cudnnlite as cl  # noqa: E402
+from cudnnlite.errors import BadParamError  # noqa: E402
+from cudnnlite.ops import _fastpath  # noqa: E402
+from cudnnlite.runtime import templates  # noqa: E402
+from cudnnlite.testing import to_backend, to_numpy  # noqa: E402
+
+HYPO = settings(suppress_health_check=[HealthCheck.function_scoped_fixture], max_examples=20)
+
+# One-input ops over 4-D float32 arrays (modules other tests compile already).
+OPS: dict[str, Callable[[Any], Any]] = {
+    "relu": cl.relu,
+    "sigmoid": cl.sigmoid,
+    "softmax": lambda x: cl.softmax(x, 1),
+    "log_softmax": lambda x: cl.log_softmax(x, -1),
+    "max_pool2d": lambda x: cl.max_pool2d(x, 2, 1),
+    "avg_pool2d": lambda x: cl.avg_pool2d(x, 3, 1, 1),
+    "layer_norm": lambda x: cl.layer_norm(x, x.shape[-1:]),
+    "rms_norm": lambda x: cl.rms_norm(x, x.shape[-2:]),
+    "reduce_tensor": lambda x: cl.reduce_tensor(x, "max", axes=(1, 3)),
+    "transform_tensor": lambda x: cl.transform_tensor(x, dtype=np.float16),
+}
+
+
+@st.composite
+def layouts(draw: Any) -> tuple[tuple[int, ...], tuple[slice, ...], tuple[int, ...], int]:
+    """A 4-D base shape, a view of it (slices with steps), an axes order and an element
+    offset of the whole base: arrays of any layout and alignment."""
+    shape = tuple(draw(st.integers(2, 6)) for _ in range(4))
+    view = tuple(
+        slice(draw(st.integers(0, 1)), None, draw(st.sampled_from([1, 1, 2]))) for _ in shape
+    )
+    order = tuple(draw(st.permutations(range(4))))
+    return shape, view, order, draw(st.integers(0, 3))
+
+
+def make(layout: tuple, seed: int) -> np.ndarray:
+    shape, view, order, offset = layout
+    size = int(np.prod(shape))
+    flat = np.random.default_rng(seed).standard_normal(size + offset).astype(np.float32)
+    return flat[offset:].reshape(shape)[view].transpose(order)
+
+
+@HYPO
+@given(layout=layouts(), name=st.sampled_from(sorted(OPS)))
+def test_a_repeated_call_gives_the_ops_own_result(backend: str, layout: tuple, name: str) -> None:
+    op = OPS[name]
+    _fastpath.clear_all()
+    # (on CUDA, to_backend's copies are dense: the layouts are the emulator's to vary)
+    first, second = to_backend(make(layout, 1), backend), to_backend(make(layout, 2), backend)
+    try:
+        op(first)
+    except BadParamError:
+        hypothesis.reject()  # (a view too small for the pooling window)
+    got = op(second)  # a replay (checked by CUDNNLITE_TEMPLATE_CHECK) or the op's own path
+    with templates.disabled():
+        want = op(second)
+    a, b = to_numpy(got), to_numpy(want)
+    assert a.dtype == b.dtype and a.shape == b.shape
+    assert a.tobytes() == b.tobytes()
