@@ -74,3 +74,42 @@ def test_a_repeated_call_gives_the_ops_own_result(backend: str, layout: tuple, n
     a, b = to_numpy(got), to_numpy(want)
     assert a.dtype == b.dtype and a.shape == b.shape
     assert a.tobytes() == b.tobytes()
+
+
+@st.composite
+def conv_cases(draw: Any) -> tuple[tuple[int, ...], tuple[int, ...], dict[str, Any], bool]:
+    groups = draw(st.sampled_from([1, 1, 2]))
+    c, k = groups * draw(st.integers(1, 4)), groups * draw(st.integers(1, 4))
+    r = draw(st.integers(1, 3))
+    kw = {
+        "stride": draw(st.integers(1, 2)),
+        "padding": draw(st.integers(0, 2)),
+        "dilation": draw(st.integers(1, 2)),
+        "groups": groups,
+    }
+    hw = draw(st.integers(r * kw["dilation"], 9))
+    x_shape = (draw(st.integers(1, 2)), c, hw, draw(st.integers(r * kw["dilation"], 9)))
+    return x_shape, (k, c // groups, r, r), kw, draw(st.booleans())
+
+
+@HYPO
+@given(case=conv_cases())
+def test_a_repeated_convolution_gives_the_ops_own_result(backend: str, case: tuple) -> None:
+    x_shape, w_shape, kw, channels_last = case
+    _fastpath.clear_all()
+    rng = np.random.default_rng(0)
+
+    def operands() -> tuple[Any, Any, Any]:
+        x = rng.standard_normal(x_shape).astype(np.float32)
+        if channels_last:  # NCHW shape, NHWC memory
+            x = np.ascontiguousarray(x.transpose(0, 2, 3, 1)).transpose(0, 3, 1, 2)
+        w = rng.standard_normal(w_shape).astype(np.float32)
+        b = rng.standard_normal(w_shape[0]).astype(np.float32)
+        return to_backend(x, backend), to_backend(w, backend), to_backend(b, backend)
+
+    cl.conv2d(*operands(), **kw)
+    again = operands()
+    got = cl.conv2d(*again, **kw)
+    with templates.disabled():
+        want = cl.conv2d(*again, **kw)
+    assert to_numpy(got).tobytes() == to_numpy(want).tobytes()
