@@ -152,6 +152,22 @@ def test_row_norms_and_tensor_ops_replay_bit_identical(
         replays_like_the_op(replays, op, inputs)
 
 
+def test_activation_and_softmax_backward_replay_bit_identical(
+    backend: str, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    replays = Replays(monkeypatch)
+    x, y = to_backend(rand((2, 3, 8, 8), 1), backend), to_backend(rand((2, 3, 8, 8), 2), backend)
+    dys = [to_backend(rand((2, 3, 8, 8), s), backend) for s in (3, 4, 5)]
+    for op in (
+        lambda dy: cl.activation_backward(dy, x, "relu"),
+        lambda dy: cl.activation_backward(dy, x, "gelu", alpha=0.5),
+        lambda dy: cl.activation_backward(dy, x, "sigmoid", y=y),
+        lambda dy: cl.softmax_backward(dy, y, 1),
+        lambda dy: cl.log_softmax_backward(dy, y, -1),
+    ):
+        replays_like_the_op(replays, op, dys)
+
+
 def test_in_place_ops_replay_on_their_new_arrays(
     backend: str, monkeypatch: pytest.MonkeyPatch
 ) -> None:

@@ -813,5 +813,5 @@ __all__ = [
 
 # Kernel launches only, host copies reported: an emulator graph may replay these.
 graph_safe(activation_forward, relu, leaky_relu, clipped_relu, elu, sigmoid, tanh, silu, swish,
-           gelu, softplus, identity, hardtanh, relu6, hardswish, hardsigmoid,
-           mish)  # fmt: skip
+           gelu, softplus, identity, hardtanh, relu6, hardswish, hardsigmoid, mish,
+           activation_backward)  # fmt: skip

@@ -508,6 +508,7 @@ def softmax_backward(
         plan = _Plan(backend, dt, problem, [dyc, yc, dx])
         _run(backend, dt, plan, "bwd", [dyc, yc], dx, log, 1, blend)
         if dx is not result:
+            note_host_work("softmax_backward: a copy into a non-contiguous out=")
             result[...] = dx
     return result
 
@@ -552,4 +553,4 @@ __all__ = [
 
 
 # Kernel launches only, host copies reported: an emulator graph may replay these.
-graph_safe(softmax, log_softmax)
+graph_safe(softmax, log_softmax, softmax_backward, log_softmax_backward)
