@@ -12,6 +12,7 @@ import types
 from collections.abc import Callable
 from concurrent.futures import ThreadPoolExecutor
 from fractions import Fraction
+from pathlib import Path
 from typing import Any
 
 import numpy as np
@@ -19,6 +20,7 @@ import pytest
 from fake_device import FakeDeviceArray
 
 import cudnnlite as cl
+from cudnnlite.dispatch import plans, tuning_db
 from cudnnlite.errors import ExecutionError
 from cudnnlite.ops import _fastpath
 from cudnnlite.ops import activation as act_mod
@@ -467,6 +469,26 @@ def test_the_check_catches_a_template_that_skips_unreported_host_work(
     templates.call(doubled_relu, doubled_relu, (x1,), {})  # (a new key: the switch changed)
     with pytest.raises(ExecutionError, match="launch template of .*doubled_relu: its replay"):
         templates.call(doubled_relu, doubled_relu, (x2,), {})
+
+
+def test_a_call_that_tunes_is_not_templated_its_next_call_is(
+    monkeypatch: pytest.MonkeyPatch, tmp_path: Path
+) -> None:
+    """In benchmark mode a key's first call times every solver: none of those launches
+    may end up in a template (its replays would run them all)."""
+    monkeypatch.setenv("CUDNNLITE_TUNING_DIR", str(tmp_path))  # an empty user DB
+    tuning_db.forget_databases()
+    plans.clear_plan_cache()
+    monkeypatch.setattr(tuning_db, "shipped_path", lambda arch: None)
+    replays = Replays(monkeypatch)
+    xs = [rand((1, 6, 9, 9), s) for s in (1, 2, 3)]
+    w = rand((6, 6, 3, 3), 4)
+    with cl.settings(mode="benchmark"):
+        cl.conv2d(xs[0], w, padding=1)
+        entry = templates.lookup(cl.conv2d, (xs[0], w), {"padding": 1})
+        assert type(entry) is templates.Refused and "tuning" in entry.reason
+        replays_like_the_op(replays, lambda x: cl.conv2d(x, w, padding=1), xs[1:])
+        assert len(templates.lookup(cl.conv2d, (xs[0], w), {"padding": 1})) == 1
 
 
 def test_a_first_refusal_is_recorded_again_a_second_is_kept(

@@ -33,6 +33,7 @@ import numpy as np
 from ..errors import BadParamError, CudnnliteError, ExecutionError, NotSupportedError
 from ..runtime.backend import Backend
 from ..runtime.caps import capabilities
+from ..runtime.graph import note_host_work
 from ..runtime.kernel import ModuleSpec
 from ..runtime.select import backend_by_name
 from ..runtime.variants import register
@@ -188,6 +189,9 @@ def tune_problem(problem: Any, backend: Backend, *, store: bool = True,
                  max_repeats: int | None = None) -> list[Entry]:  # fmt: skip
     """Times every usable (solver, config) for ``problem`` on ``backend``; returns the
     entries ranked fastest first and (``store``) records them in the user DB."""
+    # Every candidate's launches, timed: work a launch template or an emulator graph must
+    # not replay (a recording is refused; a template records the next call's launches).
+    note_host_work("tuning: every usable solver launched and timed")
     caps = capabilities(backend)
     tensors, epilogue = _TENSOR_FACTORIES[family_of(problem)](problem, backend)
     timer = _Timer(backend)
