@@ -483,12 +483,16 @@ def test_a_call_that_tunes_is_not_templated_its_next_call_is(
     replays = Replays(monkeypatch)
     xs = [rand((1, 6, 9, 9), s) for s in (1, 2, 3)]
     w = rand((6, 6, 3, 3), 4)
-    with cl.settings(mode="benchmark"):
-        cl.conv2d(xs[0], w, padding=1)
-        entry = templates.lookup(cl.conv2d, (xs[0], w), {"padding": 1})
-        assert type(entry) is templates.Refused and "tuning" in entry.reason
-        replays_like_the_op(replays, lambda x: cl.conv2d(x, w, padding=1), xs[1:])
-        assert len(templates.lookup(cl.conv2d, (xs[0], w), {"padding": 1})) == 1
+    try:
+        with cl.settings(mode="benchmark"):
+            cl.conv2d(xs[0], w, padding=1)
+            entry = templates.lookup(cl.conv2d, (xs[0], w), {"padding": 1})
+            assert type(entry) is templates.Refused and "tuning" in entry.reason
+            replays_like_the_op(replays, lambda x: cl.conv2d(x, w, padding=1), xs[1:])
+            assert len(templates.lookup(cl.conv2d, (xs[0], w), {"padding": 1})) == 1
+    finally:  # later tests read the DBs their own settings name
+        tuning_db.forget_databases()
+        plans.clear_plan_cache()
 
 
 def test_a_first_refusal_is_recorded_again_a_second_is_kept(
