@@ -64,6 +64,31 @@ def test_replay_matches_eager_and_reads_new_input_contents(inputs: Any) -> None:
         np.testing.assert_array_equal(got, want)
 
 
+def test_norms_tensor_ops_and_backward_ops_replay_on_new_contents() -> None:
+    """The ops marked graph-safe with the launch templates (layer/RMS/group norm, the
+    tensor ops, activation and softmax backward) replay in an emulator graph and read new
+    input contents, as eager calls would."""
+    x, gamma = rand((4, 6, 10), 31), rand((10,), 32)
+    bias, dy = rand((1, 6, 1), 33), rand((4, 6, 10), 34)
+
+    def block(x: np.ndarray) -> list[np.ndarray]:
+        h = cl.layer_norm(x, (10,), gamma)
+        h = cl.op_tensor("add", h, bias)
+        h = cl.rms_norm(cl.maximum(h, x), (10,))
+        s = cl.softmax(h, -1)
+        g = cl.group_norm(x, 3)
+        return [s, g, cl.softmax_backward(dy, s, -1), cl.activation_backward(dy, h, "gelu"),
+                cl.reduce_tensor(h, "max", axes=(2,))]  # fmt: skip
+
+    with cl.graph("cpu") as g:
+        recorded = block(x)
+    x[...] = rand(x.shape, 35)
+    dy[...] = rand(dy.shape, 36)
+    g.replay()
+    for got, want in zip(recorded, block(x), strict=True):
+        np.testing.assert_array_equal(got, want)
+
+
 def test_replay_into_caller_buffers(inputs: Any) -> None:
     x, w, b, plan = inputs
     y = np.empty((2, 4, 7, 7), np.float32)
