@@ -66,10 +66,11 @@ def test_replay_matches_eager_and_reads_new_input_contents(inputs: Any) -> None:
 
 def test_norms_tensor_ops_and_backward_ops_replay_on_new_contents() -> None:
     """The ops marked graph-safe with the launch templates (layer/RMS/group norm, the
-    tensor ops, activation and softmax backward) replay in an emulator graph and read new
-    input contents, as eager calls would."""
+    tensor ops, activation and softmax backward, grid_sample) replay in an emulator graph
+    and read new input contents, as eager calls would."""
     x, gamma = rand((4, 6, 10), 31), rand((10,), 32)
     bias, dy = rand((1, 6, 1), 33), rand((4, 6, 10), 34)
+    grid = np.tanh(rand((4, 3, 5, 2), 37))
 
     def block(x: np.ndarray) -> list[np.ndarray]:
         h = cl.layer_norm(x, (10,), gamma)
@@ -78,12 +79,14 @@ def test_norms_tensor_ops_and_backward_ops_replay_on_new_contents() -> None:
         s = cl.softmax(h, -1)
         g = cl.group_norm(x, 3)
         return [s, g, cl.softmax_backward(dy, s, -1), cl.activation_backward(dy, h, "gelu"),
-                cl.reduce_tensor(h, "max", axes=(2,))]  # fmt: skip
+                cl.reduce_tensor(h, "max", axes=(2,)),
+                cl.grid_sample(x[:, None], grid)]  # fmt: skip
 
     with cl.graph("cpu") as g:
         recorded = block(x)
     x[...] = rand(x.shape, 35)
     dy[...] = rand(dy.shape, 36)
+    grid[...] = np.tanh(rand(grid.shape, 38))
     g.replay()
     for got, want in zip(recorded, block(x), strict=True):
         np.testing.assert_array_equal(got, want)

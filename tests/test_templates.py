@@ -170,6 +170,17 @@ def test_activation_and_softmax_backward_replay_bit_identical(
         replays_like_the_op(replays, op, dys)
 
 
+def test_grid_sample_replays_bit_identical(backend: str, monkeypatch: pytest.MonkeyPatch) -> None:
+    replays = Replays(monkeypatch)
+    x = to_backend(rand((2, 3, 6, 7), 1), backend)
+    grids = [to_backend(np.random.default_rng(s).uniform(-1.2, 1.2, (2, 4, 5, 2))
+                        .astype(np.float32), backend) for s in (2, 3, 4)]  # fmt: skip
+    for mode, padding in (("bilinear", "zeros"), ("nearest", "border"), ("bicubic", "reflection")):
+        replays_like_the_op(
+            replays, lambda g, m=mode, p=padding: cl.grid_sample(x, g, m, p, True), grids
+        )
+
+
 def test_in_place_ops_replay_on_their_new_arrays(
     backend: str, monkeypatch: pytest.MonkeyPatch
 ) -> None:

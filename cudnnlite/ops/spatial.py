@@ -42,6 +42,7 @@ from ..dispatch import settings as _settings
 from ..errors import BadParamError
 from ..reference.spatial import MODES, PADDINGS
 from ..runtime.backend import Backend
+from ..runtime.graph import graph_safe
 from ..runtime.kernel import ModuleSpec
 from ..runtime.select import backend_for
 from ..runtime.streams import with_stream
@@ -464,3 +465,7 @@ __all__ = [
     "last_kernel_name",
     "module_specs",
 ]
+
+# Kernel launches only: an emulator graph may replay it, and a repeated call replays its
+# launch template (runtime.templates).
+graph_safe(grid_sample)
