@@ -146,7 +146,9 @@ def _valid(entry: Any, key: str) -> bool:
         config = solver.config_from_dict(entry.config)
     except (BadParamError, TypeError, ValueError):
         return False
-    return solver.family == problem.family and solver.is_valid(config, problem, EMULATOR)
+    return solver.family == problem.family and solver.is_valid(
+        config, problem, EMULATOR
+    )
 
 
 def run_db(args: argparse.Namespace) -> int:

@@ -564,6 +564,8 @@ def test_backward_filter_tensor_cores_split_k(backend: str) -> None:
     )
 
 
+
+
 def test_backward_tensor_cores_128x128_tiles(backend: str) -> None:
     # the 8-warp tiles: the filter's default for K >= 128, the data's for large problems
     from conv_backward_support import check_filter, rand, ref_data, run_data

@@ -227,12 +227,8 @@ FP64_CASES = [
     # (x, w, conv2d arguments, what the heuristics pick: never Winograd or tensor cores)
     ((2, 32, 14, 14), (32, 32, 3, 3), dict(padding=1), "real 3x3 layer"),
     ((1, 5, 11, 7), (3, 5, 2, 3), dict(stride=(2, 1), dilation=(1, 2), padding=(1, 0)), "odd"),
-    (
-        (1, 11, 7, 5),
-        (3, 2, 3, 5),
-        dict(stride=(2, 1), dilation=(1, 2), padding=(1, 0), layout="NHWC"),
-        "odd NHWC",
-    ),  # fmt: skip
+    ((1, 11, 7, 5), (3, 2, 3, 5), dict(stride=(2, 1), dilation=(1, 2), padding=(1, 0),
+                                       layout="NHWC"), "odd NHWC"),  # fmt: skip
     ((2, 24, 7, 9), (40, 24, 1, 1), {}, "pointwise"),
     ((1, 12, 9, 10), (24, 1, 3, 3), dict(groups=12, padding=1), "depthwise"),
 ]
@@ -240,18 +236,11 @@ FP64_CASES = [
 
 def _geometry(kw: dict, nd: int = 2) -> dict:
     """conv_forward's arguments for conv2d keyword arguments (int or tuple forms)."""
-
     def tup(v: Any) -> tuple:
         return (v,) * nd if isinstance(v, int) else tuple(v)
-
     pads = [(p, p) for p in tup(kw.get("padding", 0))]
-    return dict(
-        pads=pads,
-        strides=tup(kw.get("stride", 1)),
-        dilations=tup(kw.get("dilation", 1)),
-        groups=kw.get("groups", 1),
-        channels_last=kw.get("layout", "NCHW")[-1] == "C",
-    )
+    return dict(pads=pads, strides=tup(kw.get("stride", 1)), dilations=tup(kw.get("dilation", 1)),
+                groups=kw.get("groups", 1), channels_last=kw.get("layout", "NCHW")[-1] == "C")
 
 
 def _fp64_bound(x: np.ndarray, w: np.ndarray, geo: dict) -> np.ndarray:
@@ -362,7 +351,5 @@ def test_float64_explain_and_key_round_trip() -> None:
     assert reasons["conv_fwd_tc_implicit_gemm"] == "tensor cores: no fp64 MMA in this solver"
     assert "Winograd's transforms lose float64 accuracy" in text
     bwd = cl.explain(key.replace("fwd", "bwd_data"), "cpu")
-    assert (
-        "lose float64 accuracy"
-        in {r.name: r.reason for r in bwd.rows}["conv_bwd_data_winograd_f2x2_3x3"]
-    )
+    assert "lose float64 accuracy" in {r.name: r.reason for r in bwd.rows}[
+        "conv_bwd_data_winograd_f2x2_3x3"]

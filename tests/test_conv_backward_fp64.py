@@ -51,11 +51,8 @@ def test_backward_api_default_dispatch_fp64(backend: str) -> None:
     """A real layer (ResNet's 3x3, scaled down) through the dispatcher: data, filter and
     bias gradients; the heuristics pick no Winograd or tensor-core solver for fp64."""
     p = problem(2, 16, (8, 8), 16, (3, 3), 1, 1, 1, 1, "NHWC", "fp64", "bwd_data")
-    x, w, dy = (
-        rand(p.x_shape(), 1, "fp64"),
-        rand(p.w_shape(), 2, "fp64"),
-        rand(p.y_shape(), 3, "fp64"),
-    )
+    x, w, dy = rand(p.x_shape(), 1, "fp64"), rand(p.w_shape(), 2, "fp64"), rand(p.y_shape(), 3,
+                                                                                "fp64")
     xb, wb, dyb = (to_backend(a, backend) for a in (x, w, dy))
     dx = cb.conv2d_backward_data(dyb, wb, x.shape, padding=1, layout="NHWC")
     assert dx.dtype == np.float64

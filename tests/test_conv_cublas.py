@@ -493,9 +493,9 @@ def test_blas_gemm_float64() -> None:
     result must equal the exact integer arithmetic bit for bit."""
     b = backend_by_name("cpu")
     rng = np.random.default_rng(5)
-    a = rng.integers(-(2**20), 2**20, 2 * 12).astype(np.float64) * 2.0**-30
-    w = rng.integers(-(2**20), 2**20, 2 * 20).astype(np.float64)
-    c = rng.integers(-(2**10), 2**10, 2 * 15).astype(np.float64)
+    a = rng.integers(-2**20, 2**20, 2 * 12).astype(np.float64) * 2.0**-30
+    w = rng.integers(-2**20, 2**20, 2 * 20).astype(np.float64)
+    c = rng.integers(-2**10, 2**10, 2 * 15).astype(np.float64)
     alpha, beta = 1 + 2.0**-40, -(1 + 2.0**-45)  # not representable in float32
     want = [alpha * (a[12 * i :][:12].reshape(3, 4) @ w[20 * i :][:20].reshape(4, 5))
             + beta * c[15 * i :][:15].reshape(3, 5) for i in range(2)]  # fmt: skip

@@ -86,9 +86,8 @@ def check(backend: str, p: ConvProblem, e: Epilogue | None = None, act: str | No
 SHAPES = {
     "odd_stride2_dil2": dict(n=2, c=5, hw=(9, 11), k=7, rs=(3, 3), pad=2, stride=2, dil=2),
     "resnet3x3_nhwc": dict(n=2, c=64, hw=(7, 7), k=64, rs=(3, 3), pad=1, layout="NHWC"),
-    "odd_nhwc_k70": dict(
-        n=1, c=19, hw=(6, 5), k=70, rs=(2, 3), pad=((1, 0), (0, 2)), layout="NHWC"
-    ),
+    "odd_nhwc_k70": dict(n=1, c=19, hw=(6, 5), k=70, rs=(2, 3), pad=((1, 0), (0, 2)),
+                         layout="NHWC"),
     "pointwise": dict(n=2, c=24, hw=(5, 6), k=40, rs=(1, 1)),
     "conv1d": dict(n=3, c=6, hw=(17,), k=9, rs=(5,), pad=2, stride=1, dil=3, layout="NHWC"),
 }
@@ -137,11 +136,8 @@ def test_random_schedule(backend: str, emulator_only: None, monkeypatch) -> None
         (prob(n=1, c=4, hw=(4, 4), k=4, rs=(3, 3), groups=2), EMULATOR, "groups == 1"),
         (prob(n=1, c=4, hw=(4, 4), k=4, rs=(3, 3)), for_sm(75), "sm_80+, device is sm_75"),
         (prob(n=1, c=4, hw=(4, 4, 4), k=4, rs=(3, 3, 3), layout="NCDHW"), EMULATOR, "1-D or 2-D"),
-        (
-            dataclasses.replace(prob(n=1, c=4, hw=(4, 4), k=4, rs=(3, 3)), direction="bwd_data"),
-            EMULATOR,
-            "direction fwd",
-        ),  # fmt: skip
+        (dataclasses.replace(prob(n=1, c=4, hw=(4, 4), k=4, rs=(3, 3)), direction="bwd_data"),
+         EMULATOR, "direction fwd"),  # fmt: skip
     ],
 )
 def test_not_applicable_with_reason(problem: ConvProblem, caps, reason: str) -> None:

@@ -56,20 +56,10 @@ KINKS = [-8.0, -4.0, -3.0, -2.5, -1.0, -0.5, -0.0, 0.0, 0.5, 1.0, 2.0, 2.9, 3.0,
 ACTS = {
     # name: (cudnnlite call, torch call, mode, coef, threshold)
     "hardtanh": (cl.hardtanh, F.hardtanh, "hardtanh", None, None),
-    "hardtanh(-2,3)": (
-        lambda x: cl.hardtanh(x, -2.0, 3.0),
-        lambda x: F.hardtanh(x, -2.0, 3.0),
-        "hardtanh",
-        3.0,
-        -2.0,
-    ),  # fmt: skip
-    "hardtanh(0.5,0.5)": (
-        lambda x: cl.hardtanh(x, 0.5, 0.5),
-        lambda x: F.hardtanh(x, 0.5, 0.5),
-        "hardtanh",
-        0.5,
-        0.5,
-    ),  # fmt: skip
+    "hardtanh(-2,3)": (lambda x: cl.hardtanh(x, -2.0, 3.0), lambda x: F.hardtanh(x, -2.0, 3.0),
+                       "hardtanh", 3.0, -2.0),  # fmt: skip
+    "hardtanh(0.5,0.5)": (lambda x: cl.hardtanh(x, 0.5, 0.5), lambda x: F.hardtanh(x, 0.5, 0.5),
+                          "hardtanh", 0.5, 0.5),  # fmt: skip
     "relu6": (cl.relu6, F.relu6, "hardtanh", 6.0, 0.0),
     "hardswish": (cl.hardswish, F.hardswish, "hardswish", None, None),
     "hardsigmoid": (cl.hardsigmoid, F.hardsigmoid, "hardsigmoid", None, None),

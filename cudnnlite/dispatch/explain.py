@@ -87,7 +87,9 @@ class Explanation:
         )
 
 
-def explain(problem: Any, backend: str | Backend = "cpu", algo: str = "auto") -> Explanation:
+def explain(
+    problem: Any, backend: str | Backend = "cpu", algo: str = "auto"
+) -> Explanation:
     """Explains the dispatch of ``problem`` (a problem of any family, e.g. a ConvProblem
     or an AttentionProblem, or its key) on ``backend`` ("cpu" for the emulator, "cuda");
     lists every registered solver of the family."""

@@ -24,7 +24,8 @@ def float_dtype(name: str, a: Any) -> dtypes.DType:
     dt = dtypes.lookup(getattr(a, "dtype", None))
     if dt is None:
         raise BadParamError(
-            f"{name}: expected dtype {dtypes.names()}, got {getattr(a, 'dtype', type(a).__name__)}"
+            f"{name}: expected dtype {dtypes.names()}, "
+            f"got {getattr(a, 'dtype', type(a).__name__)}"
         )
     return dt
 

@@ -727,7 +727,9 @@ def batch_norm_backward(
         mean = _param("save_mean", save_mean, view.param_shape, _acc(dt))
         invstd = _param("save_invstd", save_invstd, view.param_shape, _acc(dt))
         if mean is None or invstd is None:
-            raise BadParamError("save_mean, save_invstd: the forward's saved statistics are needed")
+            raise BadParamError(
+                "save_mean, save_invstd: the forward's saved statistics are needed"
+            )
     else:
         if save_mean is not None or save_invstd is not None:
             raise BadParamError(

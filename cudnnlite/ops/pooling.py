@@ -784,8 +784,10 @@ def pooling_forward(
     ``nan_propagation``: the pooling descriptor's NaN option, max modes only, as in
     :func:`max_pool`)."""
     if _mode(mode).startswith("max"):
-        return max_pool(x, kernel_size, stride, padding, dilation, ceil_mode, layout=layout,
-                        out=out, nan_propagation=nan_propagation)  # fmt: skip
+        return max_pool(
+            x, kernel_size, stride, padding, dilation, ceil_mode, layout=layout, out=out,
+            nan_propagation=nan_propagation,
+        )
     _nan_option(nan_propagation)
     if dilation not in (1, (1,), (1, 1), (1, 1, 1)):
         raise BadParamError(f"dilation: average pooling takes none, got {dilation!r}")

@@ -442,14 +442,7 @@ def log_softmax(
 ) -> Any:
     """``softmax(x, axis, log=True)``."""
     return softmax.__wrapped__(  # type: ignore[attr-defined]  (this call's wrapper ran)
-        x,
-        axis,
-        log=True,
-        algorithm=algorithm,
-        mode=mode,
-        alpha=alpha,
-        beta=beta,
-        out=out,
+        x, axis, log=True, algorithm=algorithm, mode=mode, alpha=alpha, beta=beta, out=out,
         dtype=dtype,
     )
 

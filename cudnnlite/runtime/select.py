@@ -90,7 +90,9 @@ def call_device(items: Iterable[tuple[str, Any]]) -> int | None:
     device, first = None, ""
     for label, value in items:
         if isinstance(value, (list, tuple)):
-            inner: Iterable[tuple[str, Any]] = ((f"{label}[{i}]", v) for i, v in enumerate(value))
+            inner: Iterable[tuple[str, Any]] = (
+                (f"{label}[{i}]", v) for i, v in enumerate(value)
+            )
         elif isinstance(value, dict):
             inner = ((f"{label}[{k!r}]", v) for k, v in value.items())
         else:

@@ -218,10 +218,7 @@ def with_stream(fn: F) -> F:
     def _call(args: tuple, stream: Any, kwargs: dict) -> Any:
         if (stream is None and _plain(args[first:] if first else args)
                 and (not kwargs or _plain(kwargs.values()))):  # fmt: skip
-            # host arrays and scalars: nothing to import or enter (invoke, inlined)
-            if wrapper.__dict__.get("_graph_safe"):
-                return templates.call(wrapper, fn, args, kwargs)
-            return fn(*args, **kwargs)
+            return invoke(args, kwargs)  # host arrays and scalars: nothing to import or enter
         foreign = any(_foreign_array(a) for a in args) or any(
             _foreign_array(v) for v in kwargs.values()
         )

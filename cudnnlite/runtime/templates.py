@@ -115,11 +115,11 @@ def bypassed() -> bool:
     return _state.off
 
 
-def set_enabled(flag: bool) -> None:
+def set_enabled(on: bool) -> None:
     """Turns launch templates on or off for the whole process (on by default); the ops'
     call caches have their own switch (``ops._fastpath.set_enabled`` turns off both)."""
     global _enabled
-    _enabled = bool(flag)
+    _enabled = bool(on)
     clear()
 
 
@@ -415,7 +415,7 @@ def _template(rec: Recording, result: Any, inputs: list) -> Any:
     # The template's own copies of the temporaries (as the call left them: a constant
     # table keeps its values; a workspace is rewritten by each replay before it is read),
     # so that nothing else (a plan that reuses its workspace) shares them.
-    private = {lo: _copy(root) for lo, root in roots.items()}
+    private = {lo: root.copy() for lo, root in roots.items()}  # (CuPy: on the stream)
     for launch in launches:
         if not launch[-1]:
             continue
@@ -434,20 +434,10 @@ def _template(rec: Recording, result: Any, inputs: list) -> Any:
 
 
 def _root(a: Any) -> Any:
-    """The array that owns ``a``'s memory (``a``, or the end of its chain of bases) when
-    it is a C-contiguous array of its own, else None."""
-    while getattr(a, "base", None) is not None:
-        if type(a.base) is not type(a):
-            return None
-        a = a.base
-    return a if a.flags.c_contiguous else None
-
-
-def _copy(a: Any) -> Any:
-    """A new array with ``a``'s bytes (NumPy or CuPy: on the current stream)."""
-    copy = (np if type(a) is np.ndarray else _cupy_of(type(a))).empty(a.shape, a.dtype)
-    copy[...] = a
-    return copy
+    """The array that owns ``a``'s memory when it is a C-contiguous array of its own,
+    else None."""
+    owner = _owner(a)
+    return owner if owner is not None and owner.flags.c_contiguous else None
 
 
 def _overlap(extents: list[tuple[int, int, int]]) -> bool:
@@ -456,17 +446,22 @@ def _overlap(extents: list[tuple[int, int, int]]) -> bool:
     return any(b[0] < a[1] for a, b in zip(ordered, ordered[1:], strict=False))
 
 
+def _owner(a: Any) -> Any:
+    """The array that owns ``a``'s memory (``a``, or the end of its chain of bases), or
+    None when that memory is not an array's of ``a``'s kind (NumPy memory from a bytes
+    object, an mmap: not ours to reproduce)."""
+    while a.base is not None:
+        if type(a.base) is not type(a):
+            return None
+        a = a.base
+    return a
+
+
 def _whole(a: Any) -> bool:
-    """Whether ``a`` spans all the memory it views (it owns its data, or its base has the
-    same first and last byte), so that an allocation of ``a``'s layout is all of it."""
-    base = a.base
-    while base is not None and getattr(base, "base", None) is not None:
-        base = base.base
-    if base is None:
-        return True
-    if type(base) is not type(a) or base.size == 0:
-        return False  # (NumPy memory from a bytes object, an mmap: not ours to reproduce)
-    return _extent(base)[:2] == _extent(a)[:2]
+    """Whether ``a`` spans all the memory it views, so that an allocation of ``a``'s
+    layout is all of it."""
+    owner = _owner(a)
+    return owner is a or (owner is not None and _extent(owner)[:2] == _extent(a)[:2])
 
 
 def _holds(a: Any, ptr: int) -> bool:
@@ -484,9 +479,9 @@ class Template:
                  result: tuple[int, ...], is_tuple: bool, lasts: tuple, array_type: type,
                  scratch: tuple = (), inputs: int = 0) -> None:  # fmt: skip
         self.kind = kind
-        # Temporaries of the recorded call (kept alive here, their addresses left in the
-        # recorded arguments): each replay's launches rewrite them before reading them,
-        # as the recorded call's did, one replay at a time (the lock).
+        # This template's copies of the recorded call's temporaries (their addresses are
+        # in the recorded arguments): each replay's launches rewrite them before reading
+        # them, as the recorded call's did, one replay at a time (the lock).
         self.scratch = scratch
         self.scratch_bytes = sum(a.nbytes for a in scratch)
         # (shape to allocate, axes back to the recorded order or None, dtype, address % 16)
@@ -555,21 +550,20 @@ class Template:
         elif self.scratch:
             # (the stream is part of the key: one stream's launches, enqueued in order)
             with self._lock:
-                self._launch_cuda(arrays)
+                self._launch_cuda(arrays, ptrs)
         else:
-            self._launch_cuda(arrays)
+            self._launch_cuda(arrays, ptrs)
         for local, name in self.lasts:
             local.name = name  # (LastLaunch.set without its recorder check)
         if self.is_tuple:
             return tuple([arrays[i] for i in self.result])
         return arrays[self.result[0]]
 
-    def _launch_cuda(self, arrays: list) -> None:
+    def _launch_cuda(self, arrays: list, ptrs: list) -> None:
         for launch, args, grid, block, shared_mem, cooperative, patches in self._launches:
             call_args = list(args)
             for slot, index, offset in patches:
-                a = arrays[index]
-                call_args[slot] = a if offset == 0 else np.uint64(data_pointer(a) + offset)
+                call_args[slot] = arrays[index] if offset == 0 else np.uint64(ptrs[index] + offset)
             launch(grid, block, tuple(call_args), shared_mem, cooperative)
 
 

@@ -25,17 +25,8 @@ def _expected(v: np.ndarray) -> np.ndarray:
     erf = np.vectorize(math.erf)
     erfc = np.vectorize(math.erfc)
     cols = [
-        np.exp(v),
-        np.expm1(v),
-        np.log(a + 1),
-        np.log1p(a),
-        np.sqrt(a),
-        1 / np.sqrt(a + 1),
-        np.tanh(v),
-        erf(v),
-        erfc(v),
-        v * v + 1,
-        np.maximum(v, 0) - np.minimum(v, 0),
+        np.exp(v), np.expm1(v), np.log(a + 1), np.log1p(a), np.sqrt(a), 1 / np.sqrt(a + 1),
+        np.tanh(v), erf(v), erfc(v), v * v + 1, np.maximum(v, 0) - np.minimum(v, 0),
         np.sqrt(a + 1) + np.copysign(1, v) + np.floor(v) + np.rint(v),
     ]
     return np.stack(cols, axis=-1)
@@ -65,10 +56,8 @@ def test_math_runs_in_the_accumulation_type(backend: str, dt: dtypes.DType) -> N
 
 @pytest.mark.parametrize("dt", [dtypes.FLOAT32, dtypes.FLOAT64], ids=lambda d: d.short)
 def test_warp_shuffle_and_atomic_sums(backend: str, dt: dtypes.DType) -> None:
-    fn = (
-        backend_by_name(backend)
-        .module(acc_selftest_spec(dt.ctype))
-        .get_function(f"acc_warp_sum<{dt.ctype}>")
+    fn = backend_by_name(backend).module(acc_selftest_spec(dt.ctype)).get_function(
+        f"acc_warp_sum<{dt.ctype}>"
     )
     n, blocks = 200, 4  # a partial last warp and an idle one
     # Multiples of 2^-40 around 1: exact in double, every sum too; float would round.
@@ -78,7 +67,7 @@ def test_warp_shuffle_and_atomic_sums(backend: str, dt: dtypes.DType) -> None:
     total = to_backend(np.zeros(1, dtype=acc), backend)
     fn((blocks,), (64,), [to_backend(x.astype(dt.numpy), backend), sums, total, np.int32(n)])
     xs = x.astype(dt.numpy).astype(np.float64)
-    want = np.array([xs[b * 64 : (b + 1) * 64].sum() for b in range(blocks)])
+    want = np.array([xs[b * 64:(b + 1) * 64].sum() for b in range(blocks)])
     if dt.short == "fp64":
         np.testing.assert_array_equal(to_numpy(sums), want)
         assert to_numpy(total)[0] == xs.sum()

@@ -700,10 +700,7 @@ def test_bf16_arithmetic_per_op_rounding(lib, op, name):
     # are checked against float64 above like every other entry
     idx = RNG.choice(n, 1500, replace=False)
     idx = idx[
-        np.isfinite(exact[idx])
-        & np.isfinite(fa[idx])
-        & np.isfinite(fb[idx])
-        & (fb[idx] != 0)
+        np.isfinite(exact[idx]) & np.isfinite(fa[idx]) & np.isfinite(fb[idx]) & (fb[idx] != 0)
         & (exact[idx] != 0)
     ]
     ops = {

@@ -22,6 +22,7 @@ from ...reference.dropout import drop_threshold, dropout_scale
 SOURCE_COMMON = "attention/attention_common.cuh"
 
 
+
 def _params_dtype(real: str) -> np.dtype:
     """SdpaParamsT<A> with A = float ("<f4") or double ("<f8")."""
     return np.dtype(

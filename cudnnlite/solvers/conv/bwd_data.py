@@ -121,7 +121,8 @@ class _DirectRunner(Runner):
 
     def __call__(self, tensors: BwdDataTensors, epilogue: Epilogue, workspace: Any) -> None:
         bias = tensors.bias if tensors.bias is not None else tensors.dy
-        args = (tensors.dy, tensors.w, tensors.dx, bias, self.shape, epilogue.struct(self.dt))
+        args = (tensors.dy, tensors.w, tensors.dx, bias, self.shape,
+                epilogue.struct(self.dt))
         self.kernel((self.blocks,), (BLOCK,), args)
 
     @property

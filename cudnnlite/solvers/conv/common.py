@@ -20,7 +20,6 @@ _INT_FIELDS = (
 ).split()
 SHAPE_DTYPE = np.dtype([(f, "<i4") for f in _INT_FIELDS], align=True)
 
-
 def _epilogue_dtype(act: np.dtype) -> np.dtype:
     real = act["coef"].str
     return np.dtype(
@@ -46,7 +45,6 @@ EPILOGUE_DTYPE64 = _epilogue_dtype(ACT_PARAMS_DTYPE64)
 def epilogue_dtype(dt: dtypes.DType) -> np.dtype:
     """The ConvEpilogueT layout kernels on storage type ``dt`` take."""
     return EPILOGUE_DTYPE64 if dt.acc_ctype == "double" else EPILOGUE_DTYPE
-
 
 IDENTITY_MODE = 10  # act::kIdentity
 
