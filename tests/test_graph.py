@@ -19,7 +19,7 @@ import pytest
 import cudnnlite as cl
 from cudnnlite.errors import BadParamError, NotSupportedError
 from cudnnlite.runtime import blas
-from cudnnlite.runtime.graph import current_recorder, note_host_work
+from cudnnlite.runtime.graph import check_flag, current_recorder, note_host_work
 from cudnnlite.testing import to_backend, to_numpy
 
 
@@ -90,6 +90,45 @@ def test_norms_tensor_ops_and_backward_ops_replay_on_new_contents() -> None:
     g.replay()
     for got, want in zip(recorded, block(x), strict=True):
         np.testing.assert_array_equal(got, want)
+
+
+def test_a_training_step_replays_with_its_index_check() -> None:
+    """Forward and backward of conv -> relu -> max pool in one emulator graph (the
+    backward convolutions and pooling backward are kernel launches only): a replay on new
+    input contents gives the eager step's gradients, and saved indices made bad between
+    replays raise the eager call's error from replay()."""
+    x, w, b = rand((2, 3, 8, 8), 40), rand((4, 3, 3, 3), 41), rand((4,), 42)
+    dy = rand((2, 4, 4, 4), 43)
+
+    def step(x: np.ndarray, dy: np.ndarray) -> tuple[Any, ...]:
+        h = cl.conv2d(x, w, b, padding=1)
+        r = cl.relu(h)
+        y, ind = cl.max_pool2d(r, 2, return_indices=True)
+        dr = cl.max_pool_backward(dy, ind, r.shape, 2)
+        dh = cl.activation_backward(dr, h, "relu")
+        grads = (cl.conv2d_backward_data(dh, w, x.shape, padding=1),
+                 cl.conv2d_backward_filter(x, dh, w.shape, padding=1),
+                 cl.conv2d_backward_bias(dh))  # fmt: skip
+        return (y, ind, *grads)
+
+    with cl.graph("cpu") as g:
+        recorded = step(x, dy)
+    x[...] = rand(x.shape, 44)
+    dy[...] = rand(dy.shape, 45)
+    g.replay()
+    for got, want in zip(recorded, step(x, dy), strict=True):
+        np.testing.assert_array_equal(got, want)
+    # The max pooling backward's saved indices are an input buffer of the graph too; the
+    # replay overwrites them with the forward's, so make the graph read a bad one: a
+    # graph of the backward alone.
+    ind = recorded[1].copy()
+    with cl.graph("cpu") as back:
+        cl.max_pool_backward(dy, ind, (2, 4, 8, 8), 2, deterministic=True)
+        cl.max_pool_backward(dy, ind, (2, 4, 8, 8), 2)
+    back.replay()
+    ind[1, 2, 3, 0] = 0  # output (3, 0)'s window holds rows 6-7
+    with pytest.raises(BadParamError, match=r"indices: entry \(1, 2, 3, 0\) is 0"):
+        back.replay()
 
 
 def test_replay_into_caller_buffers(inputs: Any) -> None:
@@ -223,6 +262,31 @@ def test_cuda_capture_ends_when_the_block_raises(fake_cupy: Any) -> None:
     assert not stream.capturing
     with pytest.raises(BadParamError, match="capture failed"):
         g.replay()
+
+
+def test_a_device_side_check_is_kept_by_a_cuda_capture_and_made_by_replays(
+    fake_cupy: Any,
+) -> None:
+    """Inside a CUDA capture nothing has run: check_flag only registers its check (reading
+    the flag would sync the capturing stream); each replay reads it after the launch."""
+    flag = np.zeros(1, np.uint64)
+    failures: list[int] = []
+
+    def on_bad() -> None:
+        failures.append(int(flag[0]))
+        raise BadParamError("bad")
+
+    flag[0] = 7  # what a launch would write later; not read during the capture
+    with cl.graph("cuda") as g:
+        check_flag(flag, 0, on_bad)
+    assert failures == []
+    with pytest.raises(BadParamError, match="bad"):
+        g.replay()
+    flag[0] = 0
+    g.replay()
+    assert failures == [7] and fake_cupy.stream.graphs[0].launches == 2
+    with pytest.raises(BadParamError, match="bad"):  # outside a capture: read at once
+        check_flag(np.full(1, 3, np.uint64), 0, on_bad)
 
 
 def test_host_arrays_inside_a_cuda_capture_are_refused(fake_cupy: Any, inputs: Any) -> None:

@@ -8,6 +8,7 @@ batch norm, the 3x3 and 1-D/3-D convolution solvers)."""
 
 from __future__ import annotations
 
+import functools
 import types
 from collections.abc import Callable
 from concurrent.futures import ThreadPoolExecutor
@@ -21,7 +22,7 @@ from fake_device import FakeDeviceArray
 
 import cudnnlite as cl
 from cudnnlite.dispatch import plans, tuning_db
-from cudnnlite.errors import ExecutionError
+from cudnnlite.errors import BadParamError, ExecutionError
 from cudnnlite.ops import _fastpath
 from cudnnlite.ops import activation as act_mod
 from cudnnlite.runtime import graph, templates
@@ -179,6 +180,94 @@ def test_grid_sample_replays_bit_identical(backend: str, monkeypatch: pytest.Mon
         replays_like_the_op(
             replays, lambda g, m=mode, p=padding: cl.grid_sample(x, g, m, p, True), grids
         )
+
+
+def test_convolution_backward_replays_bit_identical(
+    backend: str, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """The backward convolutions and transposed convolutions: kernel launches only (a
+    plan's workspace, split-K partials and the bias reduction's partials are temporaries the
+    template keeps), so a training step's backward pass replays too."""
+    replays = Replays(monkeypatch)
+    x = to_backend(rand((2, 4, 7, 9), 1), backend)
+    w = to_backend(rand((6, 4, 3, 3), 2), backend)
+    dys = [to_backend(rand((2, 6, 4, 5), s), backend) for s in (3, 4, 5)]
+    xt = [to_backend(rand((2, 6, 4, 5), s), backend) for s in (6, 7)]
+    bt = to_backend(rand((4,), 8), backend)
+    dy1 = [to_backend(rand((2, 5, 11), s), backend) for s in (9, 10)]
+    x1, w1 = to_backend(rand((2, 3, 11), 11), backend), to_backend(rand((5, 3, 3), 12), backend)
+    dy3 = [to_backend(rand((1, 3, 4, 5, 6), s), backend) for s in (13, 14)]
+    x3 = to_backend(rand((1, 2, 4, 5, 6), 15), backend)
+    w3 = to_backend(rand((3, 2, 3, 3, 3), 16), backend)
+    for op, inputs in [
+        (lambda dy: cl.conv2d_backward_data(dy, w, x.shape, 2, 1), dys),
+        (lambda dy: cl.conv2d_backward_filter(x, dy, w.shape, 2, 1), dys),
+        (cl.conv2d_backward_bias, dys),
+        # the same problem, transposed: output_padding gives the forward's full size
+        (lambda v: cl.conv_transpose2d(v, w, bt, 2, 1, output_padding=(0, 0)), xt),
+        (lambda v: cl.conv_transpose2d(v, w, bt, 2, 1, output_padding=(1, 1)), xt),
+        (lambda dy: cl.conv1d_backward_data(dy, w1, x1.shape, padding=1), dy1),
+        (lambda dy: cl.conv1d_backward_filter(x1, dy, w1.shape, padding=1), dy1),
+        (lambda dy: cl.conv3d_backward_data(dy, w3, x3.shape, padding=1), dy3),
+        (lambda dy: cl.conv3d_backward_filter(x3, dy, w3.shape, padding=1), dy3),
+        (cl.conv3d_backward_bias, dy3),
+    ]:
+        replays_like_the_op(replays, op, inputs)
+
+
+def test_pooling_backward_and_adaptive_pooling_replay_bit_identical(
+    backend: str, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """Pooling backward sets up its dx and its bad-index flag with a kernel (no host zero
+    fill), so it replays; so do the adaptive and cuDNN-style pooling calls."""
+    replays = Replays(monkeypatch)
+    xs = [to_backend(rand((2, 3, 8, 8), s), backend) for s in (1, 2, 3)]
+    x = xs[0]
+    _, ind = cl.max_pool2d(x, 3, 2, 1, return_indices=True)
+    _, aind = cl.adaptive_max_pool(x, (3, 5), True)
+    dys = [to_backend(rand((2, 3, 4, 4), s), backend) for s in (4, 5, 6)]
+    ady = [to_backend(rand((2, 3, 3, 5), s), backend) for s in (7, 8)]
+    for op, inputs in [
+        (lambda dy: cl.max_pool_backward(dy, ind, x.shape, 3, 2, 1), dys),  # scatter
+        (lambda dy: cl.max_pool_backward(dy, ind, x.shape, 3, 2, 1, deterministic=True), dys),
+        (lambda dy: cl.avg_pool_backward(dy, x.shape, 3, 2, 1, count_include_pad=False), dys),
+        (lambda dy: cl.adaptive_avg_pool_backward(dy, x.shape), ady),
+        (lambda dy: cl.adaptive_max_pool_backward(dy, aind, x.shape), ady),
+        (lambda dy: cl.pooling_backward(dy, x, "max", 3, 2, 1), dys),
+        (lambda v: cl.adaptive_avg_pool(v, (3, 5)), xs),
+        (lambda v: cl.adaptive_max_pool(v, 3, True), xs),
+        (cl.global_avg_pool, xs),
+        (lambda v: cl.pooling_forward(v, "avg_exclude_pad", 3, 2, 1), xs),
+    ]:
+        replays_like_the_op(replays, op, inputs)
+
+
+def test_a_replay_checks_the_saved_indices_as_the_op_does(
+    backend: str, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """Max pooling backward checks its saved indices on the device: a templated key's
+    replay reads that check's flag after its launches, and bad indices raise the op's own
+    error (the op's path runs again and names the entry); good ones replay again after."""
+    replays = Replays(monkeypatch)
+    x = to_backend(rand((1, 2, 6, 6), 1), backend)
+    _, ind = cl.max_pool2d(x, 2, return_indices=True)
+    dy = to_backend(rand((1, 2, 3, 3), 2), backend)
+    bad = to_numpy(ind).copy()
+    bad[0, 1, 2, 0] = 0  # output (2, 0)'s window holds rows 4-5: position 0 is outside it
+    bad = to_backend(bad, backend)
+    for deterministic in (False, True):
+        call = functools.partial(cl.max_pool_backward, dy, kernel_size=2, input_shape=x.shape,
+                                 deterministic=deterministic)  # fmt: skip
+        call(indices=ind)
+        call(indices=ind)
+        count = replays.count
+        assert count >= 1
+        for _ in range(2):
+            with pytest.raises(BadParamError, match=r"indices: entry \(0, 1, 2, 0\) is 0, a pos"):
+                call(indices=bad)
+        assert replays.count == count  # the replays found the flag set; the op raised
+        same_bits(call(indices=ind), call(indices=ind))
+        assert replays.count == count + 2
 
 
 def test_in_place_ops_replay_on_their_new_arrays(

@@ -113,3 +113,39 @@ def test_a_repeated_convolution_gives_the_ops_own_result(backend: str, case: tup
     with templates.disabled():
         want = cl.conv2d(*again, **kw)
     assert to_numpy(got).tobytes() == to_numpy(want).tobytes()
+
+
+@HYPO
+@given(case=conv_cases(), direction=st.sampled_from(["data", "filter", "bias", "transpose"]))
+def test_a_repeated_backward_convolution_gives_the_ops_own_result(
+    backend: str, case: tuple, direction: str
+) -> None:
+    """Backward data / filter / bias and the transposed convolution (NCHW) over the same
+    cases: the second call (new dy) is a replay or the op's own path, bit for bit."""
+    x_shape, w_shape, kw, _ = case
+    _fastpath.clear_all()
+    rng = np.random.default_rng(0)
+    x = rng.standard_normal(x_shape).astype(np.float32)
+    w = rng.standard_normal(w_shape).astype(np.float32)
+    y_shape = cl.conv2d(x, w, **kw).shape
+    r = w_shape[2]
+    # conv_transpose2d of dy with w is backward data: the output padding that gives x's size
+    output_padding = tuple(
+        i - ((o - 1) * kw["stride"] - 2 * kw["padding"] + kw["dilation"] * (r - 1) + 1)
+        for i, o in zip(x_shape[2:], y_shape[2:], strict=True)
+    )
+    x, w = to_backend(x, backend), to_backend(w, backend)
+    ops: dict[str, Callable[[Any], Any]] = {
+        "data": lambda dy: cl.conv2d_backward_data(dy, w, x_shape, **kw),
+        "filter": lambda dy: cl.conv2d_backward_filter(x, dy, w_shape, **kw),
+        "bias": cl.conv2d_backward_bias,
+        "transpose": lambda dy: cl.conv_transpose2d(dy, w, output_padding=output_padding,
+                                                    **kw),
+    }  # fmt: skip
+    op = ops[direction]
+    op(to_backend(rng.standard_normal(y_shape).astype(np.float32), backend))
+    dy = to_backend(rng.standard_normal(y_shape).astype(np.float32), backend)
+    got = op(dy)
+    with templates.disabled():
+        want = op(dy)
+    assert to_numpy(got).tobytes() == to_numpy(want).tobytes()

@@ -20,6 +20,9 @@
 //   pool_check_indices        one thread per output: flags in `bad` the lowest output
 //                             whose saved index lies outside its window (before the
 //                             gather, which would silently drop it).
+//   pool_bwd_prepare          sets `bad` to ~0ull and zeroes the scatter's dx (as 32-bit
+//                             words; none for the gather): the backward's set-up done
+//                             by a launch, so that a graph or launch template replays it.
 // Saved indices come from the user: a valid one is -1 (a window holding no input) or a
 // position inside the output's window (and so inside the input plane); `bad` starts at
 // ~0ull and the host raises when it changed.
@@ -346,6 +349,16 @@ __global__ void __launch_bounds__(256) maxpool_bwd_scatter(
         if (pos < 0) continue;  // an all-padding window has no input to credit
         atomicAdd(dx + pool::offset<cl::index_t>(n, c, pos, s.in_plane, s), dy[e]);
     }
+}
+
+__global__ void __launch_bounds__(256) pool_bwd_prepare(
+    // pointers (words: 0 when there is no dx to zero)
+    unsigned* dx, unsigned long long* bad,
+    // size
+    long long words) {
+    if (blockIdx.x == 0 && threadIdx.x == 0) *bad = ~0ull;
+    const cl::index_t stride = cl::grid_stride();
+    for (cl::index_t e = cl::global_thread_id(); e < words; e += stride) dx[e] = 0u;
 }
 
 __global__ void __launch_bounds__(256) pool_check_indices(

@@ -16,18 +16,19 @@ from ..runtime.kernel import ModuleSpec
 
 class LastLaunch:
     """The readable name of the last kernel this thread launched (for the demo and
-    profilers): ``set(name)`` on launch, ``get()`` to read it."""
+    profilers): ``set(name)`` on launch, ``get()`` to read it. A family that launches
+    several kernels per call may keep a tuple of names."""
 
     def __init__(self) -> None:
         self._local = threading.local()
 
-    def set(self, name: str) -> None:
+    def set(self, name: str | tuple[str, ...]) -> None:
         self._local.name = name
         recorder = current_recorder()
         if recorder is not None:
             recorder.record_last(self, name)  # a template's replay sets it again
 
-    def get(self) -> str | None:
+    def get(self) -> str | tuple[str, ...] | None:
         return getattr(self._local, "name", None)
 
 

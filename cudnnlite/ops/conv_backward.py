@@ -25,6 +25,7 @@ from .. import dtypes
 from ..dispatch.plans import get_plan
 from ..errors import BadParamError
 from ..problems.conv import ConvProblem
+from ..runtime.graph import graph_safe, note_host_work
 from ..runtime.kernel import ModuleSpec
 from ..runtime.select import backend_for
 from ..runtime.streams import with_stream
@@ -34,9 +35,10 @@ from ..solvers.conv.bwd_data import BwdDataTensors
 from ..solvers.conv.bwd_filter import BwdFilterTensors
 from ..solvers.conv.common import IDENTITY_MODE, Epilogue
 from ._arrays import array_module, as_array, float_dtype
+from ._kernels import LastLaunch
 from .conv import EmptyConv, _contiguous, _ints, bias_only, make_problem, unbatched_view
 
-_last_kernel_names: list[str] = []
+_LAST = LastLaunch()  # the last backward call's kernel names, per thread
 
 
 @register("conv_backward")
@@ -50,7 +52,7 @@ def module_specs() -> list[ModuleSpec]:
 
 def last_kernel_names() -> list[str]:
     """Readable names of the kernels the last backward call of this thread launched."""
-    return list(_last_kernel_names)
+    return list(_LAST.get() or ())
 
 
 # ------------------------------------------------------------------ helpers
@@ -123,6 +125,7 @@ def _zeros(out: Any, shape: tuple[int, ...], dtype: Any, inputs: dict[str, Any],
     """The gradient of a convolution without work: zeros (no output depends on the
     operand), or an empty array; nothing is launched."""
     target, copy = _target(out, shape, dtype, inputs, xp)
+    note_host_work("conv backward: zeros for a convolution without work")
     target[...] = 0
     if copy:
         out[...] = target
@@ -174,8 +177,9 @@ def _run_data(backend: Any, problem: ConvProblem, dy: Any, w: Any, bias: Any, ou
     epilogue = Epilogue(1.0, 0.0, IDENTITY_MODE, 0.0, 0.0, bias is not None, False)
     tensors = BwdDataTensors(_contiguous(dy), _contiguous(w), target, _contiguous(bias))
     plan.launch(tensors, epilogue)
-    _last_kernel_names[:] = plan.kernel_names
+    _LAST.set(tuple(plan.kernel_names))
     if crop:
+        note_host_work("conv_transpose: the rows no input reaches, filled on the host")
         dx[...] = 0
         region = tuple(slice(0, s) for s in problem.x_shape())
         dx[region] = target
@@ -185,6 +189,7 @@ def _run_data(backend: Any, problem: ConvProblem, dy: Any, w: Any, bias: Any, ou
             mask[region] = False
             dx[...] = xp.where(mask, xp.broadcast_to(b, out_shape).astype(dy.dtype), dx)
     if copy:
+        note_host_work("conv backward: a copy into a non-contiguous out=")
         out[...] = dx
         return out
     return dx
@@ -275,8 +280,9 @@ def _backward_filter(x: Any, dy: Any, w_shape: Any, stride: Any, padding: Any, d
     plan = get_plan(backend, problem, algo)
     dw, copy = _target(out, problem.w_shape(), x.dtype, {"x": x, "dy": dy}, xp)
     plan.launch(BwdFilterTensors(_contiguous(x), _contiguous(dy), dw), Epilogue())
-    _last_kernel_names[:] = plan.kernel_names
+    _LAST.set(tuple(plan.kernel_names))
     if copy:
+        note_host_work("conv backward: a copy into a non-contiguous out=")
         out[...] = dw
         return out
     return dw
@@ -368,8 +374,9 @@ def _backward_bias(dy: Any, layout: str, out: Any, nd: int) -> Any:
         return _zeros(out, (k,), dy.dtype, {"dy": dy}, xp)
     db, copy = _target(out, (k,), dy.dtype, {"dy": dy}, xp)
     names = bwd_filter.backward_bias(backend, _contiguous(dy), db, channels_last)
-    _last_kernel_names[:] = names
+    _LAST.set(tuple(names))
     if copy:
+        note_host_work("conv backward: a copy into a non-contiguous out=")
         out[...] = db
         return out
     return db
@@ -471,6 +478,7 @@ def _bias_fill(out: Any, shape: tuple[int, ...], channels_last: bool, bias: Any,
     input channels is 0), or the output is empty."""
     xp = array_module(x)
     y, copy = _target(out, shape, x.dtype, {"x": x, "w": w, "bias": bias}, xp)
+    note_host_work("conv_transpose: the bias of a convolution without work, on the host")
     if y.size:
         y[...] = bias_only(shape, channels_last, bias, None, 0.0, x.dtype, xp)
     if copy:
@@ -602,3 +610,12 @@ def conv_transpose3d(
     (C_in, T, R, S, C_out/groups); otherwise as :func:`conv_transpose2d`."""
     return _transpose(x, w, bias, stride, padding, output_padding, groups, dilation, layout,
                       algo, out, 3)  # fmt: skip
+
+
+# Kernel launches only (the host work of convolutions without work, of conv_transpose's
+# uncovered rows and of copies into non-contiguous out= is reported): an emulator graph may
+# replay these, and repeated calls replay their launch templates.
+graph_safe(conv1d_backward_data, conv2d_backward_data, conv3d_backward_data,
+           conv1d_backward_filter, conv2d_backward_filter, conv3d_backward_filter,
+           conv1d_backward_bias, conv2d_backward_bias, conv3d_backward_bias,
+           conv_transpose1d, conv_transpose2d, conv_transpose3d)  # fmt: skip

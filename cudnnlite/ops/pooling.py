@@ -25,6 +25,7 @@ last launch.
 
 from __future__ import annotations
 
+import functools
 import math
 from collections.abc import Sequence
 from typing import Any
@@ -34,7 +35,7 @@ import numpy as np
 from .. import dtypes
 from ..errors import BadParamError
 from ..runtime.backend import Backend
-from ..runtime.graph import graph_safe, note_host_work
+from ..runtime.graph import check_flag, graph_safe, note_host_work
 from ..runtime.kernel import ModuleSpec
 from ..runtime.select import backend_for
 from ..runtime.streams import with_stream
@@ -82,7 +83,8 @@ _SHAPE_DTYPE = np.dtype(
 
 def _names(dt: dtypes.DType) -> dict[str, str]:
     names = {"pool_fwd": f"pool_fwd<{dt.ctype}>", "pool_bwd": f"pool_bwd<{dt.ctype}>",
-             "pool_check_indices": "pool_check_indices"}  # fmt: skip
+             "pool_check_indices": "pool_check_indices",
+             "pool_bwd_prepare": "pool_bwd_prepare"}  # fmt: skip
     for k in ("gap_fwd_planar", "gap_fwd_chlast", "gap_bwd_planar", "gap_bwd_chlast"):
         names[k] = f"{k}<{dt.ctype}>"
     if dt.short == "fp32":
@@ -444,17 +446,19 @@ def _backward(dy: Any, indices: Any, prob: _Problem, deterministic: bool) -> Any
     table = _table(backend, dt)
     dyd = _dense(dy)
     if prob.mode == 0 and not deterministic and dt.short == "fp32":
-        dx = xp.zeros(prob.x_shape, dy.dtype)
+        dx = xp.empty(prob.x_shape, dy.dtype)
+        bad = xp.empty(1, np.uint64)
+        table.launch("pool_bwd_prepare", dx.size, (dx, bad, np.int64(dx.size)))  # zeros
         if dy.size:
-            bad = _bad_flag(xp)
             table.launch("maxpool_bwd_scatter", dy.size, (dyd, indices, dx, bad, prob.struct))
-            _raise_bad_index(bad, indices, prob)
+            _check_indices(bad, indices, prob)
         return dx
     if prob.mode == 0 and dy.size:
         # The gather cannot stray outside dx, but it would drop a bad index silently.
-        bad = _bad_flag(xp)
+        bad = xp.empty(1, np.uint64)
+        table.launch("pool_bwd_prepare", 1, (None, bad, np.int64(0)))
         table.launch("pool_check_indices", dy.size, (indices, bad, prob.struct))
-        _raise_bad_index(bad, indices, prob)
+        _check_indices(bad, indices, prob)
     dx = xp.empty(prob.x_shape, dy.dtype)
     if dx.size and prob.is_global_avg:
         table.launch_gap("bwd", prob, dyd, dx)
@@ -463,19 +467,20 @@ def _backward(dy: Any, indices: Any, prob: _Problem, deterministic: bool) -> Any
     return dx
 
 
-_NO_BAD = np.uint64(0xFFFF_FFFF_FFFF_FFFF)
+_NO_BAD = 0xFFFF_FFFF_FFFF_FFFF  # the kernels' ``bad`` word before any bad index
 
 
-def _bad_flag(xp: Any) -> Any:
-    """The kernels' ``bad`` word: ~0, lowered to the first output with a bad index."""
-    return xp.full(1, _NO_BAD, np.uint64)
+def _check_indices(bad: Any, indices: Any, prob: _Problem) -> None:
+    """Raises (through graph.check_flag, so that graphs and launch templates check their
+    replays too) when the kernels lowered ``bad``: a saved index outside its window."""
+    check_flag(bad, _NO_BAD, functools.partial(_raise_bad_index, bad, indices, prob))
 
 
 def _raise_bad_index(bad: Any, indices: Any, prob: _Problem) -> None:
     """BadParamError naming the first output whose saved index is not in its window
     (one 8-byte read back: a device sync for GPU arrays)."""
     first = int(bad[0])
-    if first == int(_NO_BAD):
+    if first == _NO_BAD:
         return
     value = int(indices.reshape(-1)[first])
     where = tuple(int(i) for i in np.unravel_index(first, prob.y_shape))
@@ -960,4 +965,6 @@ __all__ = [
 
 # Kernel launches only, host copies reported: an emulator graph may replay these.
 graph_safe(max_pool, avg_pool, max_pool1d, max_pool2d, max_pool3d, avg_pool1d, avg_pool2d,
-           avg_pool3d)  # fmt: skip
+           avg_pool3d, adaptive_avg_pool, adaptive_max_pool, global_avg_pool, pooling_forward,
+           max_pool_backward, avg_pool_backward, adaptive_avg_pool_backward,
+           adaptive_max_pool_backward, pooling_backward)  # fmt: skip

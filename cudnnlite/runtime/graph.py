@@ -28,6 +28,11 @@ What is recorded is each kernel launch, with its grid, block and arguments, at t
   reported) may be captured on the emulator; any other op makes the graph refuse to
   replay.
 
+An op that checks its arguments on the device (max pooling backward's saved indices) does so
+through :func:`check_flag`: the graph keeps the check, and each ``replay()`` reads its flag
+after the launches (a device sync on CUDA, as the eager call's) and raises the op's error
+when the new contents fail it.
+
 Between replays the *contents* of every recorded buffer may change (write new inputs into
 them in place); shapes, dtypes, arguments and the buffers themselves may not: a replay runs
 on the pointers of the capture. A graph keeps every array its launches received alive, so a
@@ -116,6 +121,23 @@ def note_foreign_work(what: str) -> None:
         recorder.note_foreign_work(what)
 
 
+def check_flag(flag: Any, ok: int, on_bad: Any) -> None:
+    """A device-side check of the call's arguments: the launches just made left a word in
+    ``flag[0]`` (a one-element array they wrote; a launch of the call set it to ``ok``
+    first), and any other value means ``on_bad()`` must raise. Read now (one 8-byte read
+    back, a device sync for GPU arrays), except inside a CUDA capture, where nothing has
+    run yet; a capture or a launch template keeps the check, and each replay makes it again
+    after its launches (:meth:`Graph.replay` calls ``on_bad``, which reads the capture's
+    arrays; a template's replay runs the op's own code, which raises the same error)."""
+    recorder = current_recorder()
+    if recorder is not None:
+        recorder.note_check(flag, ok, on_bad)
+        if recorder.backend == "cuda":
+            return
+    if int(flag[0]) != ok:
+        on_bad()
+
+
 class Graph:
     """A recorded sequence of launches; made by :func:`graph`, run by :meth:`replay`."""
 
@@ -130,6 +152,7 @@ class Graph:
         self._keep: list[Any] = []
         self._cuda_graph: Any = None
         self._stream: Any = None
+        self._checks: list[tuple[Any, int, Any]] = []  # (flag, ok, on_bad): check_flag
 
     def __len__(self) -> int:
         """Launches recorded (the emulator's count; a CUDA graph's nodes are CUDA's)."""
@@ -145,6 +168,11 @@ class Graph:
 
     def note_foreign_work(self, what: str) -> None:
         """cuBLAS and CuPy's own kernels on the capturing stream are in the CUDA graph."""
+
+    def note_check(self, flag: Any, ok: int, on_bad: Any) -> None:
+        """A device-side argument check (:func:`check_flag`): made again after each replay."""
+        self._checks.append((flag, ok, on_bad))
+        self._keep.append(flag)
 
     def record_last(self, last: Any, name: str) -> None:
         """A family's last-kernel name (ops._kernels.LastLaunch): a replay leaves it."""
@@ -187,6 +215,7 @@ class Graph:
             raise BadParamError("graph.replay() inside a cudnnlite.graph() capture")
         if self._cuda_graph is not None:
             self._cuda_graph.launch()
+            self._check()
             return
         if self._host_work is not None:
             raise NotSupportedError(
@@ -196,6 +225,14 @@ class Graph:
             )
         for launch, cfg_ref, values in self._launches:
             launch(cfg_ref, values)
+        self._check()
+
+    def _check(self) -> None:
+        """The recorded device-side argument checks, on this replay's flags: the first that
+        failed raises its error (as the eager call would have, after its launches)."""
+        for flag, ok, on_bad in self._checks:
+            if int(flag[0]) != ok:
+                on_bad()
 
 
 def _default_backend() -> str:

@@ -33,6 +33,9 @@ What is templated, and what is not:
   (:func:`graph.note_foreign_work`), a host copy of an argument; when a launch reads or
   writes memory it was not given as an array; when its temporaries pass the limit; when
   two of the call's arrays overlap; when it launched nothing, or an array is empty;
+- a call that checks its arguments on the device (max pooling backward's saved indices,
+  :func:`graph.check_flag`) keeps the check: a replay reads the flag after its launches,
+  and when the check failed runs the op's own code, which raises the error;
 - a replay whose new output is not aligned as the recorded one was (modulo 16, what the
   kernels' variants depend on), or whose inputs overlap where the op writes one of them
   (an in-place op such as add_tensor copies the other first), runs the op's own code
@@ -294,6 +297,7 @@ class Recording:
         self.refusal: str | None = None
         self.launches: list[tuple] = []
         self.lasts: list[tuple[Any, str]] = []
+        self.checks: list[tuple[Any, int]] = []  # (flag, ok): graph.check_flag
 
     def refuse(self, why: str) -> None:
         if self.refusal is None:
@@ -304,6 +308,9 @@ class Recording:
 
     def note_foreign_work(self, what: str) -> None:
         self.refuse(f"GPU work outside the library's kernels: {what}")
+
+    def note_check(self, flag: Any, ok: int, on_bad: Any) -> None:
+        self.checks.append((flag, ok))  # (a failed check reruns the op, which raises)
 
     def record_last(self, last: Any, name: str) -> None:
         self.lasts.append((last._local, name))  # (the thread-local LastLaunch.get reads)
@@ -389,6 +396,15 @@ def _template(rec: Recording, result: Any, inputs: list) -> Any:
 
     launches = []
     roots: dict[int, Any] = {}  # the temporaries' allocations, by first byte
+    checks = []  # (the flag's allocation's first byte, byte offset, ok)
+    for flag_array, ok in rec.checks:
+        root = _root(flag_array)
+        address = data_pointer(flag_array)
+        if root is None or resolve(address) is not None:
+            return Refused("a device-side check whose flag is not a temporary of its own")
+        lo = _extent(root)[0]
+        roots[lo] = root
+        checks.append((lo, address - lo, ok))
     for launch in rec.launches:
         patches = []
         kept = []  # (slot, its allocation's first byte, byte offset): into a temporary
@@ -428,9 +444,16 @@ def _template(rec: Recording, result: Any, inputs: list) -> Any:
             for slot, lo, offset in launch[-1]:
                 args[slot] = np.uint64(data_pointer(private[lo]) + offset)
             launch[3] = tuple(args)
+    # each check reads one uint64 word of the template's copy of its flag
+    words = tuple((_word(private[lo], offset), ok) for lo, offset, ok in checks)
     return Template(kinds.pop(), [tuple(x) for x in launches], outputs, tuple(spec),
                     type(result) is tuple, tuple(rec.lasts), type(results[0]),
-                    tuple(private.values()), len(inputs))  # fmt: skip
+                    tuple(private.values()), len(inputs), words)  # fmt: skip
+
+
+def _word(a: Any, offset: int) -> Any:
+    """The uint64 at byte ``offset`` of the C-contiguous array ``a``, as a 1-element view."""
+    return a.reshape(-1).view(np.uint8)[offset : offset + 8].view(np.uint64)
 
 
 def _root(a: Any) -> Any:
@@ -477,8 +500,12 @@ class Template:
 
     def __init__(self, kind: str, launches: list[tuple], outputs: list[tuple],
                  result: tuple[int, ...], is_tuple: bool, lasts: tuple, array_type: type,
-                 scratch: tuple = (), inputs: int = 0) -> None:  # fmt: skip
+                 scratch: tuple = (), inputs: int = 0,
+                 checks: tuple = ()) -> None:  # fmt: skip
         self.kind = kind
+        # Device-side argument checks (graph.check_flag): (a word of a temporary, the
+        # value that means "passed"); read after the launches, under the lock.
+        self.checks = checks
         # This template's copies of the recorded call's temporaries (their addresses are
         # in the recorded arguments): each replay's launches rewrite them before reading
         # them, as the recorded call's did, one replay at a time (the lock).
@@ -523,8 +550,9 @@ class Template:
     def replay(self, arrays: list, ptrs: list | None = None) -> Any:
         """Launches on ``arrays`` (the call's arrays, as the key found them, and their
         data pointers; the outputs are appended to both) and returns what the recorded
-        call returned; None when an output could not be allocated as recorded, or an op that
-        writes an input got overlapping inputs (the caller then runs the op itself)."""
+        call returned; None when an output could not be allocated as recorded, an op that
+        writes an input got overlapping inputs, or a device-side check of the arguments
+        failed (the caller then runs the op itself, which raises that check's error)."""
         empty, pointer = self.xp.empty, host_pointer if self.kind == "cpu" else data_pointer
         if ptrs is None:
             ptrs = [pointer(a) for a in arrays]
@@ -547,10 +575,14 @@ class Template:
                     for slot, index, offset in patches:
                         words[slot] = ptrs[index] + offset
                     launch(cfg_ref, values)
+                if self.checks and not self._passed():
+                    return None
         elif self.scratch:
             # (the stream is part of the key: one stream's launches, enqueued in order)
             with self._lock:
                 self._launch_cuda(arrays, ptrs)
+                if self.checks and not self._passed():
+                    return None
         else:
             self._launch_cuda(arrays, ptrs)
         for local, name in self.lasts:
@@ -558,6 +590,11 @@ class Template:
         if self.is_tuple:
             return tuple([arrays[i] for i in self.result])
         return arrays[self.result[0]]
+
+    def _passed(self) -> bool:
+        """Whether every device-side check passed (a device sync on CUDA, as the op's own
+        call makes); when one did not, the caller runs the op, which raises its error."""
+        return all(int(word[0]) == ok for word, ok in self.checks)
 
     def _launch_cuda(self, arrays: list, ptrs: list) -> None:
         for launch, args, grid, block, shared_mem, cooperative, patches in self._launches:
