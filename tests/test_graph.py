@@ -131,6 +131,37 @@ def test_a_training_step_replays_with_its_index_check() -> None:
         back.replay()
 
 
+def test_a_batch_norm_training_step_replays_and_updates_the_running_statistics() -> None:
+    """Batch norm training forward (updating its running statistics) and backward, layer
+    norm backward: each replay computes the step on the buffers' new contents and updates
+    the running statistics once more, as the eager calls do."""
+    x, w, b = rand((4, 3, 5, 5), 50), rand((3,), 51), rand((3,), 52)
+    dy = rand((4, 3, 5, 5), 53)
+    rm, rv = rand((3,), 54), np.abs(rand((3,), 55))
+    rm_eager, rv_eager = rm.copy(), rv.copy()
+
+    def step(rm: np.ndarray, rv: np.ndarray) -> tuple[Any, ...]:
+        y, mean, invstd = cl.batch_norm_forward_training(x, w, b, rm, rv, activation="relu")
+        dx, dw, db, _ = cl.batch_norm_backward(dy, x, mean, invstd, w, bias=b,
+                                               activation="relu")  # fmt: skip
+        _, lm, lr = cl.layer_norm_forward(y, (5,))
+        return (y, dx, dw, db, *cl.layer_norm_backward(dy, y, (5,), lm, lr))
+
+    with cl.graph("cpu") as g:
+        recorded = step(rm, rv)
+    step(rm_eager, rv_eager)
+    for seed in (56, 57):
+        x[...] = rand(x.shape, seed)
+        dy[...] = rand(dy.shape, seed + 10)
+        g.replay()
+        want = step(rm_eager, rv_eager)
+        for got, expected in zip(recorded, want, strict=True):
+            if expected is not None:
+                np.testing.assert_array_equal(got, expected)
+        np.testing.assert_array_equal(rm, rm_eager)
+        np.testing.assert_array_equal(rv, rv_eager)
+
+
 def test_replay_into_caller_buffers(inputs: Any) -> None:
     x, w, b, plan = inputs
     y = np.empty((2, 4, 7, 7), np.float32)

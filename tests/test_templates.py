@@ -61,6 +61,9 @@ def same_bits(a: Any, b: Any) -> None:
         for x, y in zip(a, b, strict=True):
             same_bits(x, y)
         return
+    if a is None or b is None:  # (an optional result: both must lack it)
+        assert a is None and b is None
+        return
     a, b = to_numpy(a), to_numpy(b)
     assert a.dtype == b.dtype and a.shape == b.shape and a.strides == b.strides
     assert a.tobytes() == b.tobytes()
@@ -240,6 +243,47 @@ def test_pooling_backward_and_adaptive_pooling_replay_bit_identical(
         (lambda v: cl.pooling_forward(v, "avg_exclude_pad", 3, 2, 1), xs),
     ]:
         replays_like_the_op(replays, op, inputs)
+
+
+def test_norm_training_and_backward_replay_bit_identical(
+    backend: str, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """Batch norm training (which updates the running statistics it is given: a replay
+    updates the new call's, as the op would), every norm backward, instance norm and LRN
+    replay; results of None (batch norm's dz without z) come back as None."""
+    replays = Replays(monkeypatch)
+    xs = [to_backend(rand((3, 4, 5, 6), s), backend) for s in (1, 2, 3)]
+    x, dys = xs[0], [to_backend(rand((3, 4, 5, 6), s), backend) for s in (4, 5, 6)]
+    w, b = to_backend(rand((4,), 7), backend), to_backend(rand((4,), 8), backend)
+    _, mean, invstd = cl.batch_norm_forward_training(x, w, b)
+    _, lmean, lrstd = cl.layer_norm_forward(x, (6,))
+    _, rrstd = cl.rms_norm_forward(x, (5, 6))
+    _, gmean, grstd = cl.group_norm_forward(x, 2)
+    for op, inputs in [
+        (lambda v: cl.batch_norm_forward_training(v, w, b, activation="relu"), xs),
+        (lambda v: cl.batch_norm(v, None, None, w, b, training=True), xs),
+        (lambda dy: cl.batch_norm_backward(dy, x, mean, invstd, w), dys),
+        (lambda dy: cl.layer_norm_backward(dy, x, (6,), lmean, lrstd), dys),
+        (lambda dy: cl.rms_norm_backward(dy, x, (5, 6), rrstd), dys),
+        (lambda dy: cl.group_norm_backward(dy, x, 2, gmean, grstd, w, b), dys),
+        (lambda v: cl.instance_norm_forward(v, w, b), xs),
+        (lambda v: cl.lrn(v, 3), xs),
+        (lambda dy: cl.lrn_backward(dy, x, 3), dys),
+    ]:
+        replays_like_the_op(replays, op, inputs)
+    # the running statistics: a replayed call's updates are the op's own
+    stats = [(to_backend(rand((4,), s), backend), to_backend(np.abs(rand((4,), s + 1)), backend))
+             for s in (20, 30, 40)]  # fmt: skip
+    want = [(to_numpy(rm).copy(), to_numpy(rv).copy()) for rm, rv in stats]
+    count = replays.count
+    for v, (rm, rv), (wm, wv) in zip(xs, stats, want, strict=True):
+        cl.batch_norm_forward_training(v, w, b, rm, rv, momentum=0.25)
+        with templates.disabled():
+            wm, wv = to_backend(wm, backend), to_backend(wv, backend)
+            cl.batch_norm_forward_training(v, w, b, wm, wv, momentum=0.25)
+        same_bits(rm, wm)
+        same_bits(rv, wv)
+    assert replays.count == count + 2
 
 
 def test_a_replay_checks_the_saved_indices_as_the_op_does(

@@ -666,6 +666,7 @@ def _inference_stats(running_mean: Any, running_var: Any, view: _BnView, dt: dty
     rv = _param("running_var", running_var, view.param_shape, _acc(dt))
     xp = array_module(rv)
     acc = _acc(dt).type
+    note_host_work("batch norm inference backward: 1 / sqrt(running_var + eps), with NumPy/CuPy")
     invstd = acc(1) / xp.sqrt(rv.astype(acc, copy=False) + acc(eps))
     return rm, invstd
 
@@ -1371,6 +1372,7 @@ def _update_running_instance(rm: Any, rv: Any, mean: Any, rstd: Any, eps: float,
     """PyTorch's instance-norm running update from the (N, C) statistics, in float64:
     the batch mean of the per-instance means and unbiased variances (var = rstd^-2 - eps,
     the variance group_norm_forward normalized with)."""
+    note_host_work("instance norm: the running statistics' update, with NumPy/CuPy")
     if rm is not None:
         m = mean.astype(np.float64).mean(axis=0)
         rm[...] = ((1.0 - momentum) * rm.astype(np.float64) + momentum * m).astype(rm.dtype)
@@ -1538,5 +1540,8 @@ __all__ = [
 
 # Kernel launches only, host copies reported: an emulator graph may replay them, and a
 # repeated call replays its launch template (runtime.templates).
-graph_safe(batch_norm_forward_inference, layer_norm_forward, layer_norm, rms_norm_forward,
-           rms_norm, group_norm_forward, group_norm)  # fmt: skip
+graph_safe(batch_norm_forward_inference, batch_norm_forward_training, batch_norm_backward,
+           batch_norm, layer_norm_forward, layer_norm, layer_norm_backward, rms_norm_forward,
+           rms_norm, rms_norm_backward, group_norm_forward, group_norm, group_norm_backward,
+           instance_norm_forward, instance_norm, instance_norm_backward, lrn,
+           lrn_backward)  # fmt: skip

@@ -366,6 +366,9 @@ def _template(rec: Recording, result: Any, inputs: list) -> Any:
     bound = list(inputs)
     spec = []
     for r in results:
+        if r is None:  # (an optional result the call did not make: batch norm's dz)
+            spec.append(None)
+            continue
         index = next((i for i, a in enumerate(bound) if a is r), None)
         if index is None:
             if type(r) is not np.ndarray and not _is_device_array(r):
@@ -517,7 +520,7 @@ class Template:
         # An op that writes one of its inputs (returns it: add_tensor's c) copies another
         # input that overlaps it first; the key cannot tell overlap, so a replay checks.
         self.inputs = inputs
-        self.in_place = inputs > 1 and any(i < inputs for i in result)
+        self.in_place = inputs > 1 and any(i is not None and i < inputs for i in result)
         self.is_tuple = is_tuple
         self.lasts = lasts
         self.xp = np if kind == "cpu" else _cupy_of(array_type)
@@ -588,7 +591,7 @@ class Template:
         for local, name in self.lasts:
             local.name = name  # (LastLaunch.set without its recorder check)
         if self.is_tuple:
-            return tuple([arrays[i] for i in self.result])
+            return tuple([None if i is None else arrays[i] for i in self.result])
         return arrays[self.result[0]]
 
     def _passed(self) -> bool:
@@ -688,28 +691,34 @@ def call(op: Any, fn: Callable[..., Any], args: tuple, kwargs: dict) -> Any:
 
 def _checked_replay(tmpl: Template, op: Any, fn: Callable[..., Any], args: tuple,
                     kwargs: dict, arrays: list, ptrs: list) -> Any:  # fmt: skip
-    """A replay, then the op's own call on the same arguments, whose results must be the
-    same bit for bit (``CUDNNLITE_TEMPLATE_CHECK=1``, which the test suite sets): what
+    """A replay, then the op's own call on the same arguments, whose results, and whatever
+    it wrote into its inputs (batch norm's running statistics, add_tensor's c), must be
+    the same bit for bit (``CUDNNLITE_TEMPLATE_CHECK=1``, which the test suite sets): what
     catches a template that skipped work (host work not reported, a temporary whose
-    initial contents mattered). An input the op writes is restored between the two."""
-    written = sorted({i for i in tmpl.result if i < tmpl.inputs})
-    saved = [arrays[i].copy() for i in written]
+    initial contents mattered). The inputs are restored between the two."""
+    inputs = arrays[: tmpl.inputs]
+    saved = [(a.copy(), _host_bytes(a)) for a in inputs]
     result = tmpl.replay(arrays, ptrs)
     if result is None:
         return fn(*args, **kwargs)
-    got = [_host_bytes(r) for r in (result if tmpl.is_tuple else (result,))]
-    for i, copy in zip(written, saved, strict=True):
-        arrays[i][...] = copy
+    written = [_host_bytes(a) for a in inputs]
+    got = _results_bytes(result, tmpl.is_tuple) + written
+    for a, (copy, before), after in zip(inputs, saved, written, strict=True):
+        if after != before:  # (an input it wrote: never a read-only one)
+            a[...] = copy
     with disabled():
         want = fn(*args, **kwargs)
-    want_bytes = [_host_bytes(r) for r in (want if tmpl.is_tuple else (want,))]
-    if got != want_bytes:
+    if got != _results_bytes(want, tmpl.is_tuple) + [_host_bytes(a) for a in inputs]:
         name = getattr(op, "__qualname__", repr(op))
         raise ExecutionError(
             f"launch template of {name}: its replay differs from the op's own result "
             f"(a template skipped work the op does; CUDNNLITE_TEMPLATE_CHECK=1 found it)"
         )
-    return want if written else result
+    return want
+
+
+def _results_bytes(result: Any, is_tuple: bool) -> list:
+    return [None if r is None else _host_bytes(r) for r in (result if is_tuple else (result,))]
 
 
 def _host_bytes(a: Any) -> tuple:
