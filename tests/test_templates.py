@@ -286,6 +286,52 @@ def test_norm_training_and_backward_replay_bit_identical(
     assert replays.count == count + 2
 
 
+def test_attention_forward_and_backward_replay_bit_identical(
+    backend: str, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """Scaled dot-product attention (a decoding loop's repeated call) and its backward:
+    grouped-query, causal, boolean and additive masks, dropout with a seed, the lse."""
+    replays = Replays(monkeypatch)
+    qs = [to_backend(rand((2, 4, 5, 8), s), backend) for s in (1, 2, 3)]
+    k, v = to_backend(rand((2, 2, 7, 8), 4), backend), to_backend(rand((2, 2, 7, 6), 5), backend)
+    keep = to_backend(np.random.default_rng(6).random((5, 7)) > 0.3, backend)
+    add = to_backend(rand((2, 1, 5, 7), 7), backend)
+    sdpa = functools.partial(cl.scaled_dot_product_attention, enable_gqa=True)
+    for op in (
+        lambda q: sdpa(q, k, v),
+        lambda q: sdpa(q, k, v, is_causal=True, return_lse=True),
+        lambda q: sdpa(q, k, v, keep),
+        lambda q: sdpa(q, k, v, add),
+        lambda q: sdpa(q, k, v, dropout_p=0.25, seed=3),
+    ):
+        replays_like_the_op(replays, op, qs)
+    out, lse = sdpa(qs[0], k, v, add, return_lse=True)
+    douts = [to_backend(rand((2, 4, 5, 6), s), backend) for s in (8, 9, 10)]
+    replays_like_the_op(
+        replays,
+        lambda d: cl.scaled_dot_product_attention_backward(d, qs[0], k, v, out, lse, add,
+                                                           enable_gqa=True),
+        douts,
+    )  # fmt: skip
+
+
+def test_dropout_replays_bit_identical(backend: str, monkeypatch: pytest.MonkeyPatch) -> None:
+    """The mask is a function of (seed, offset), both in the key: a replay draws the op's
+    own mask; another offset is another key."""
+    replays = Replays(monkeypatch)
+    xs = [to_backend(rand((3, 5, 7), s), backend) for s in (1, 2, 3)]
+    _, mask = cl.dropout(xs[0], 0.3, seed=11, return_mask=True)
+    for op in (
+        lambda x: cl.dropout(x, 0.3, seed=11),
+        lambda x: cl.dropout(x, 0.3, seed=11, offset=2, return_mask=True),
+        lambda dy: cl.dropout_backward(dy, 0.3, seed=11),
+        lambda dy: cl.dropout_backward(dy, 0.3, mask=mask),
+    ):
+        replays_like_the_op(replays, op, xs)
+    a, b = cl.dropout(xs[1], 0.5, seed=1, offset=0), cl.dropout(xs[1], 0.5, seed=1, offset=1)
+    assert not np.array_equal(to_numpy(a), to_numpy(b))
+
+
 def test_a_replay_checks_the_saved_indices_as_the_op_does(
     backend: str, monkeypatch: pytest.MonkeyPatch
 ) -> None:

@@ -35,6 +35,7 @@ from ..dispatch.plans import get_plan
 from ..errors import BadParamError
 from ..problems.attention import AttentionProblem
 from ..runtime.backend import Backend
+from ..runtime.graph import graph_safe, note_host_work
 from ..runtime.select import backend_for
 from ..runtime.streams import with_stream
 from ..solvers.attention.common import (
@@ -157,6 +158,7 @@ def _packed(a: Any) -> Any:
     is or as a fresh copy (``ascontiguousarray`` keeps a contiguous view at an odd offset)."""
     if a.flags.c_contiguous and data_ptr(a) % 16 == 0:
         return a
+    note_host_work("attention: an aligned, contiguous copy of an operand")
     copy = array_module(a).empty(a.shape, dtype=a.dtype)
     copy[...] = a
     return copy
@@ -175,6 +177,7 @@ def _mask(
     elif dtypes.lookup(m.dtype) is not None or np.dtype(m.dtype).kind == "f":
         kind = "additive"
         if m.dtype != dtype:  # added in q's dtype, as PyTorch's kernels do
+            note_host_work("attention: the additive mask converted to q's dtype")
             m = m.astype(dtype)
     else:
         raise BadParamError(f"attn_mask: expected a bool or floating-point array, got {m.dtype}")
@@ -191,7 +194,10 @@ def _mask(
     if kind == "bool":
         view = view.view(np.uint8)
     b = math.prod(shapes.batch)
-    return view.reshape(b, hq, sq, skv), kind
+    flat = view.reshape(b, hq, sq, skv)
+    if not xp.may_share_memory(flat, m):  # (broadcast batch dims that merge only by copy)
+        note_host_work("attention: a copy of the broadcast mask")
+    return flat, kind
 
 
 def _lengths(name: str, lengths: Any, b: int, limit: int, xp: Any) -> Any:
@@ -203,6 +209,8 @@ def _lengths(name: str, lengths: Any, b: int, limit: int, xp: Any) -> Any:
             f"{name}: expected {b} integers (one per batch entry), got "
             f"shape {tuple(a.shape)} dtype {a.dtype}"
         )
+    # validated on the host: a replay of launches would skip the check (and a conversion)
+    note_host_work(f"attention: {name} read and checked on the host")
     host = np.asarray(a.get() if hasattr(a, "get") else a)
     if host.size and (host.min() < 0 or host.max() > limit):
         raise BadParamError(f"{name}: lengths must be in [0, {limit}], got {host.tolist()}")
@@ -340,6 +348,7 @@ def _result(y: Any, out: Any, shape: tuple[int, ...]) -> Any:
     y = y.reshape(shape)
     if out is None:
         return y
+    note_host_work("attention: a copy into a non-contiguous out=")
     out[...] = y
     return out
 
@@ -428,6 +437,7 @@ def scaled_dot_product_attention(
     direct = out is not None and out.flags.c_contiguous
     o = out.reshape(p.o_shape()) if direct else xp.empty(p.o_shape(), dtype=call.dtype)
     if p.empty:
+        note_host_work("attention: the result of an attention without work")
         o[...] = 0
         lse = xp.full(p.lse_shape(), -np.inf, dtype=acc_numpy(p))
     else:
@@ -556,9 +566,12 @@ def _sum_to(g: Any, shape: tuple[int, ...]) -> Any:
     """The gradient of an operand of ``shape`` that was broadcast to ``g.shape``: summed
     over the leading dims it lacks and the dims where it has 1 (broadcasting's adjoint)."""
     lead = g.ndim - len(shape)
+    axes = tuple(i for i, (n, m) in enumerate(zip(shape, g.shape[lead:], strict=True))
+                 if n == 1 != m)  # fmt: skip
+    if lead or axes:
+        note_host_work("attention: a gradient summed over the dims its operand broadcast")
     if lead:
         g = g.sum(axis=tuple(range(lead)))
-    axes = tuple(i for i, (n, m) in enumerate(zip(shape, g.shape, strict=True)) if n == 1 != m)
     return g.sum(axis=axes, keepdims=True) if axes else g
 
 
@@ -576,6 +589,7 @@ def _fold(g: Any, like: Any, call: _Call, layout: str) -> Any:
 def _fold_mask(dmask: Any, attn_mask: Any, call: _Call) -> Any:
     """The additive mask's gradient, from (b, hq, sq, skv) to the mask's own shape."""
     m = as_array("attn_mask", attn_mask)
+    note_host_work("attention: the mask's gradient folded to the mask's shape")
     g = dmask.reshape((*call.shapes.batch, *dmask.shape[1:]))
     return _sum_to(g, tuple(m.shape)).reshape(m.shape).astype(m.dtype)
 
@@ -629,3 +643,8 @@ def tuning_operands(
 
 
 __all__ = ["scaled_dot_product_attention", "scaled_dot_product_attention_backward"]
+
+# Kernel launches only once the arguments are checked (copies, folds and the host check of
+# lengths reported): an emulator graph may replay them, and repeated calls (a decoding
+# loop) replay their launch templates.
+graph_safe(scaled_dot_product_attention, scaled_dot_product_attention_backward)

@@ -30,6 +30,7 @@ from .. import dtypes
 from ..errors import BadParamError
 from ..reference.dropout import drop_threshold, dropout_scale
 from ..runtime.backend import Backend, Kernel
+from ..runtime.graph import graph_safe, note_host_work
 from ..runtime.kernel import ModuleSpec
 from ..runtime.pointers import data_pointer
 from ..runtime.select import backend_for
@@ -137,7 +138,10 @@ def _array(name: str, a: Any) -> Any:
 
 
 def _contiguous(a: Any) -> Any:
-    return a if a.flags.c_contiguous else array_module(a).ascontiguousarray(a)
+    if a.flags.c_contiguous:
+        return a
+    note_host_work("dropout: a contiguous copy of a non-contiguous operand")
+    return array_module(a).ascontiguousarray(a)
 
 
 def _out(out: Any, like: Any, backend: Backend, inputs: dict[str, Any]) -> Any:
@@ -171,6 +175,7 @@ def _launch_fwd(
         kernel(grid, BLOCK, (x, y, mask if mask is not None else y, np.int64(n), params))
         _LAST.set(f"dropout_fwd_{'vec4' if vec == 4 else 'scalar'}_{dt.short}")
     if y is not out:
+        note_host_work("dropout: a copy into a non-contiguous out=")
         out[...] = y
 
 
@@ -237,6 +242,7 @@ def _identity(x: Any, out: Any, return_mask: bool) -> Any:
     if out is not None:
         out = _out(out, x, backend, {"x": x})
         if out is not x:
+            note_host_work("dropout (evaluation): x copied into out=")
             out[...] = x
         x = out
     if not return_mask:
@@ -295,6 +301,7 @@ def dropout_backward(
         kernel(grid, BLOCK, (dyc, mc, dx, np.int64(n), _scale(p, dt)))
         _LAST.set(f"dropout_bwd_mask_{'vec4' if vec == 4 else 'scalar'}_{dt.short}")
     if dx is not out:
+        note_host_work("dropout_backward: a copy into a non-contiguous out=")
         out[...] = dx
     return out
 
@@ -320,3 +327,8 @@ def philox4x32_10(counter: Any, key: Any) -> np.ndarray:
 
 
 __all__ = ["dropout", "dropout_backward", "last_kernel_name", "module_specs", "philox4x32_10"]
+
+# Kernel launches only (copies reported). The mask is a function of (seed, offset), which
+# a key holds and a graph records: a replay draws the same mask (pass a new offset per step
+# for a new one, or record the step's graph with its own offset).
+graph_safe(dropout, dropout_backward)
