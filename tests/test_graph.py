@@ -162,6 +162,34 @@ def test_a_batch_norm_training_step_replays_and_updates_the_running_statistics()
         np.testing.assert_array_equal(rv, rv_eager)
 
 
+def test_an_attention_block_replays_on_new_contents() -> None:
+    """layer norm -> attention (causal, grouped-query) -> dropout (seeded) -> residual add,
+    and the attention backward: a replay reads the new q/k/v contents."""
+    x, k, v = rand((2, 4, 6, 8), 60), rand((2, 2, 9, 8), 61), rand((2, 2, 9, 8), 62)
+    dout = rand((2, 4, 6, 8), 63)
+
+    def block() -> tuple[Any, ...]:
+        h = cl.layer_norm(x, (8,))
+        a, lse = cl.scaled_dot_product_attention(h, k, v, is_causal=True, enable_gqa=True,
+                                                 causal_align="bottom_right",
+                                                 return_lse=True)  # fmt: skip
+        y = cl.op_tensor("add", cl.dropout(a, 0.2, seed=5, offset=1), x)
+        grads = cl.scaled_dot_product_attention_backward(
+            dout, h, k, v, a, lse, is_causal=True, enable_gqa=True, causal_align="bottom_right"
+        )
+        return (y, *grads)
+
+    with cl.graph("cpu") as g:
+        recorded = block()
+    for seed in (64, 65):
+        for a in (x, k, v, dout):
+            a[...] = rand(a.shape, seed)
+            seed += 10
+        g.replay()
+        for got, want in zip(recorded, block(), strict=True):
+            np.testing.assert_array_equal(got, want)
+
+
 def test_replay_into_caller_buffers(inputs: Any) -> None:
     x, w, b, plan = inputs
     y = np.empty((2, 4, 7, 7), np.float32)
@@ -361,14 +389,14 @@ def test_a_launch_on_a_host_copy_makes_the_graph_refuse_to_replay() -> None:
 
 
 def test_an_op_not_marked_graph_safe_makes_an_emulator_graph_refuse() -> None:
-    """dropout is not marked graph_safe (nor checked to be launches only): its capture runs,
-    but a replay could skip NumPy work, so it is refused; marked ops nested in it are not
-    what decides."""
+    """affine_grid is not marked graph_safe (nor checked to be launches only): its capture
+    runs, but a replay could skip NumPy work, so it is refused."""
     x = np.arange(16, dtype=np.float32).reshape(4, 4)
+    theta = np.tile(np.eye(2, 3, dtype=np.float32), (2, 1, 1))
     with cl.graph("cpu") as g:
-        y = cl.relu(x)
-        cl.dropout(y, 0.5, seed=1)
-    with pytest.raises(NotSupportedError, match=r"dropout \(not known to be kernel launches"):
+        cl.relu(x)
+        cl.affine_grid(theta, (2, 1, 3, 4))
+    with pytest.raises(NotSupportedError, match=r"affine_grid \(not known to be kernel launch"):
         g.replay()
     with cl.graph("cpu") as ok:  # marked ops only: replayable
         cl.softmax(cl.relu(x))
