@@ -177,19 +177,27 @@ def training_step(cl: Any, t: dict[str, Any]) -> tuple[Any, ...]:
             cl.conv2d_backward_bias(dh), dgamma, dbeta)  # fmt: skip
 
 
+def with_replay(cl: Any, name: str, fn: Callable[[], Any], backend: str,
+                variants: dict[str, Any]) -> dict[str, Any]:  # fmt: skip
+    """``variants`` plus ``"<name> graph replay"``: ``fn``'s calls captured in a graph on
+    ``backend`` (``fn`` has run before: compiled, and on a GPU the pool holds blocks of
+    every size the capture takes); a capture CUDA refuses is said and left out."""
+    try:
+        with cl.graph(backend) as g:
+            fn()
+        variants[f"{name} graph replay"] = g.replay
+    except Exception as exc:
+        print(f"overhead: {name} capture on {backend} failed: {type(exc).__name__}: {exc}")
+    return variants
+
+
 def training_variants(cl: Any, t: dict[str, Any], backend: str) -> dict[str, Any]:
     def functional() -> Any:
         return training_step(cl, t)
 
     functional()
-    variants: dict[str, Any] = {"training step functional": functional}
-    try:
-        with cl.graph(backend) as g:
-            functional()
-        variants["training step graph replay"] = g.replay
-    except Exception as exc:  # a capture CUDA refused: keep the other rows
-        print(f"overhead: training step capture on {backend} failed: {type(exc).__name__}: {exc}")
-    return variants
+    return with_replay(cl, "training step", functional, backend,
+                       {"training step functional": functional})  # fmt: skip
 
 
 def network_variants(
@@ -201,15 +209,9 @@ def network_variants(
     def planned() -> Any:
         return network(cl, t, plans)
 
-    planned()  # compiled, and on a GPU the pool holds blocks of every size the capture takes
-    variants: dict[str, Any] = {"network functional": functional, "network plans": planned}
-    try:
-        with cl.graph(backend) as g:
-            planned()
-        variants["network graph replay"] = g.replay
-    except Exception as exc:  # a capture CUDA refused: keep the other rows
-        print(f"overhead: graph capture on {backend} failed: {type(exc).__name__}: {exc}")
-    return variants
+    planned()
+    return with_replay(cl, "network", planned, backend,
+                       {"network functional": functional, "network plans": planned})  # fmt: skip
 
 
 def library_work(cl: Any, small: bool) -> list[dict[str, Any]]:
