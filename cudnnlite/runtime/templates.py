@@ -363,6 +363,8 @@ def _template(rec: Recording, result: Any, inputs: list) -> Any:
     if len(kinds) > 1:
         return Refused("launches on both backends")
     results = result if type(result) is tuple else (result,)
+    if all(r is None for r in results):
+        return Refused("the call returned no array")
     bound = list(inputs)
     spec = []
     for r in results:
@@ -450,8 +452,13 @@ def _template(rec: Recording, result: Any, inputs: list) -> Any:
     # each check reads one uint64 word of the template's copy of its flag
     words = tuple((_word(private[lo], offset), ok) for lo, offset, ok in checks)
     return Template(kinds.pop(), [tuple(x) for x in launches], outputs, tuple(spec),
-                    type(result) is tuple, tuple(rec.lasts), type(results[0]),
+                    type(result) is tuple, tuple(rec.lasts), _array_type(results),
                     tuple(private.values()), len(inputs), words)  # fmt: skip
+
+
+def _array_type(results: tuple) -> type:
+    """The array type of a call's results (the first that is not None)."""
+    return type(next(r for r in results if r is not None))
 
 
 def _word(a: Any, offset: int) -> Any:
