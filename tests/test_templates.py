@@ -183,6 +183,13 @@ def test_grid_sample_replays_bit_identical(backend: str, monkeypatch: pytest.Mon
         replays_like_the_op(
             replays, lambda g, m=mode, p=padding: cl.grid_sample(x, g, m, p, True), grids
         )
+    # the backward without dx (x is data: the grid's gradient alone) is launches only
+    dy = to_backend(rand((2, 3, 4, 5), 5), backend)
+    replays_like_the_op(
+        replays, lambda g: cl.grid_sample_backward(dy, x, g, input_requires_grad=False), grids
+    )
+    cl.grid_sample_backward(dy, x, grids[0])  # dx by a host sort: not templated
+    assert "sorted by NumPy/CuPy" in cl.fast_path(cl.grid_sample_backward, dy, x, grids[0])
 
 
 def test_convolution_backward_replays_bit_identical(

@@ -42,7 +42,7 @@ from ..dispatch import settings as _settings
 from ..errors import BadParamError
 from ..reference.spatial import MODES, PADDINGS
 from ..runtime.backend import Backend
-from ..runtime.graph import graph_safe
+from ..runtime.graph import graph_safe, note_host_work
 from ..runtime.kernel import ModuleSpec
 from ..runtime.select import backend_for
 from ..runtime.streams import with_stream
@@ -226,6 +226,8 @@ def _channels_last(x: Any) -> bool:
 
 def _empty_like_layout(xp: Any, shape: tuple[int, ...], dtype: Any, channels_last: bool,
                        zeros: bool = False) -> Any:  # fmt: skip
+    if zeros:
+        note_host_work("grid_sample: an accumulator zero-filled by NumPy/CuPy")
     make = xp.zeros if zeros else xp.empty
     if not channels_last:
         return make(shape, dtype)
@@ -330,6 +332,7 @@ def grid_sample_backward(
         dx = _empty_like_layout(xp, x.shape, x.dtype, chlast)
         dx_mode = _DX_RECORD
     if prob.points == 0:
+        note_host_work("grid_sample_backward: zeros for a grid without points")
         dgrid[...] = 0
         if dx is not None:
             dx[...] = 0
@@ -370,6 +373,7 @@ def _gather_dx(
     """dx from the recorded contributions: sort by key (stable: ties keep (point, tap)
     order), find each key's segment, sum each segment in order."""
     plane = math.prod(prob.in_sp)
+    note_host_work("grid_sample_backward: dx's contributions sorted by NumPy/CuPy")
     perm = _stable_argsort(xp, keys)
     sorted_keys = keys[perm]
     w = xp.ascontiguousarray(weights[perm])
@@ -468,4 +472,7 @@ __all__ = [
 
 # Kernel launches only: an emulator graph may replay it, and a repeated call replays its
 # launch template (runtime.templates).
-graph_safe(grid_sample)
+# grid_sample_backward is launches only without dx (input_requires_grad=False: x is the
+# data); its dx paths report their host work (the atomic scatter's zero fill, the
+# deterministic gather's sort).
+graph_safe(grid_sample, grid_sample_backward)
