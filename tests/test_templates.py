@@ -188,6 +188,9 @@ def test_grid_sample_replays_bit_identical(backend: str, monkeypatch: pytest.Mon
     replays_like_the_op(
         replays, lambda g: cl.grid_sample_backward(dy, x, g, input_requires_grad=False), grids
     )
+    replays_like_the_op(  # dx by atomics into a zeroed buffer: launches only
+        replays, lambda g: cl.grid_sample_backward(dy, x, g, deterministic=False), grids
+    )
     cl.grid_sample_backward(dy, x, grids[0])  # dx by a host sort: not templated
     assert "sorted by NumPy/CuPy" in cl.fast_path(cl.grid_sample_backward, dy, x, grids[0])
 
@@ -337,6 +340,35 @@ def test_dropout_replays_bit_identical(backend: str, monkeypatch: pytest.MonkeyP
         replays_like_the_op(replays, op, xs)
     a, b = cl.dropout(xs[1], 0.5, seed=1, offset=0), cl.dropout(xs[1], 0.5, seed=1, offset=1)
     assert not np.array_equal(to_numpy(a), to_numpy(b))
+
+
+def test_atomics_make_a_template_inexact_and_the_check_compares_within_rounding() -> None:
+    """Ops whose kernels add with atomics in a varying order (a solver that is not
+    deterministic, max pooling's and grid_sample's atomic scatters) say so: the template
+    is not exact, and CUDNNLITE_TEMPLATE_CHECK compares its replays within rounding;
+    deterministic ones stay exact (bit for bit)."""
+    x, dy = rand((2, 3, 8, 8), 1), rand((2, 4, 8, 8), 2)
+    atomic = "conv_bwd_filter_implicit_gemm_atomic"
+    for algo, exact in ((atomic, False), ("auto", True)):
+        call = (x, dy, (4, 3, 3, 3))
+        cl.conv2d_backward_filter(*call, padding=1, algo=algo)
+        tmpl = templates.lookup(cl.conv2d_backward_filter, call, {"padding": 1, "algo": algo})
+        assert isinstance(tmpl, templates.Template) and tmpl.exact is exact, algo
+    _, ind = cl.max_pool2d(x, 2, return_indices=True)
+    cl.max_pool_backward(dy[:, :3, :4, :4].copy(), ind, x.shape, 2)
+    (tmpl,) = [t for t in templates._cache.values() if getattr(t, "exact", True) is False
+               and len(t) == 2]  # fmt: skip  (prepare + scatter)
+    f32 = rand((3, 5), 3)
+    same = templates._host_bytes(f32)
+    near = templates._host_bytes(f32 * np.float32(1 + 3e-6))
+    assert templates._close(same, same) and templates._close(same, near)
+    assert not templates._close(same, templates._host_bytes(f32 * 2))
+    assert not templates._close(same, templates._host_bytes(np.zeros_like(f32)))
+    ints = templates._host_bytes(np.arange(4))
+    assert not templates._close(ints, templates._host_bytes(np.arange(4) + 1))
+    half = f32.astype(np.float16)
+    assert templates._close(templates._host_bytes(half),
+                            templates._host_bytes(half * np.float16(1.001)))  # fmt: skip
 
 
 def test_a_replay_checks_the_saved_indices_as_the_op_does(

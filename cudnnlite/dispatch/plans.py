@@ -11,6 +11,7 @@ from collections.abc import Callable
 from typing import Any
 
 from ..runtime.backend import Backend
+from ..runtime.graph import note_nondeterministic
 from . import settings
 from .select import Choice, select
 
@@ -42,6 +43,8 @@ class Plan:
     def launch(self, tensors: Any, epilogue: Any) -> None:
         """Runs the runner with this plan's workspace (a fresh one if another thread
         is using it)."""
+        if not self.solver.deterministic:
+            note_nondeterministic(f"{self.solver.name}: atomics")
         if not self.workspace_bytes:
             self.runner(tensors, epilogue, None)
             return

@@ -35,7 +35,7 @@ import numpy as np
 from .. import dtypes
 from ..errors import BadParamError
 from ..runtime.backend import Backend
-from ..runtime.graph import check_flag, graph_safe, note_host_work
+from ..runtime.graph import check_flag, graph_safe, note_host_work, note_nondeterministic
 from ..runtime.kernel import ModuleSpec
 from ..runtime.select import backend_for
 from ..runtime.streams import with_stream
@@ -450,6 +450,7 @@ def _backward(dy: Any, indices: Any, prob: _Problem, deterministic: bool) -> Any
         bad = xp.empty(1, np.uint64)
         table.launch("pool_bwd_prepare", dx.size, (dx, bad, np.int64(dx.size)))  # zeros
         if dy.size:
+            note_nondeterministic("max pooling backward: the atomic scatter")
             table.launch("maxpool_bwd_scatter", dy.size, (dyd, indices, dx, bad, prob.struct))
             _check_indices(bad, indices, prob)
         return dx

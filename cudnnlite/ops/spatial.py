@@ -42,7 +42,7 @@ from ..dispatch import settings as _settings
 from ..errors import BadParamError
 from ..reference.spatial import MODES, PADDINGS
 from ..runtime.backend import Backend
-from ..runtime.graph import graph_safe, note_host_work
+from ..runtime.graph import graph_safe, note_host_work, note_nondeterministic
 from ..runtime.kernel import ModuleSpec
 from ..runtime.select import backend_for
 from ..runtime.streams import with_stream
@@ -93,6 +93,7 @@ def _names(dt: dtypes.DType) -> dict[str, str]:
             names[f"bwd{nd}_{mode}"] = f"grid_sample_bwd<{dt.ctype}, {nd}, {m}>"
     names["dx_gather"] = f"grid_sample_dx_gather<{dt.ctype}>"
     names["cast"] = f"grid_sample_cast<{dt.ctype}>"
+    names["zero"] = f"grid_sample_zero<{dt.ctype}>"
     return names
 
 
@@ -224,15 +225,14 @@ def _channels_last(x: Any) -> bool:
     return bool(x.transpose(perm).flags.c_contiguous) and not x.flags.c_contiguous
 
 
-def _empty_like_layout(xp: Any, shape: tuple[int, ...], dtype: Any, channels_last: bool,
-                       zeros: bool = False) -> Any:  # fmt: skip
-    if zeros:
-        note_host_work("grid_sample: an accumulator zero-filled by NumPy/CuPy")
-    make = xp.zeros if zeros else xp.empty
+def _empty_like_layout(xp: Any, shape: tuple[int, ...], dtype: Any,
+                       channels_last: bool) -> Any:  # fmt: skip
+    """An array of ``shape`` in NCHW order or, ``channels_last``, a (N, C, ...) view of a
+    C-contiguous (N, ..., C) one: either way its elements are one contiguous block."""
     if not channels_last:
-        return make(shape, dtype)
+        return xp.empty(shape, dtype)
     nd = len(shape) - 2
-    a = make((shape[0], *shape[2:], shape[1]), dtype)
+    a = xp.empty((shape[0], *shape[2:], shape[1]), dtype)
     return a.transpose((0, nd + 1, *range(1, nd + 1)))
 
 
@@ -325,12 +325,9 @@ def grid_sample_backward(
     dgrid = xp.empty(grid.shape, grid.dtype)
     if not want_dx:
         dx, dx_mode = None, _DX_NONE
-    elif atomic:
-        dx = _empty_like_layout(xp, x.shape, x.dtype, chlast, zeros=x.dtype == _acc(dt))
-        dx_mode = _DX_ATOMIC
     else:
         dx = _empty_like_layout(xp, x.shape, x.dtype, chlast)
-        dx_mode = _DX_RECORD
+        dx_mode = _DX_ATOMIC if atomic else _DX_RECORD
     if prob.points == 0:
         note_host_work("grid_sample_backward: zeros for a grid without points")
         dgrid[...] = 0
@@ -341,8 +338,9 @@ def grid_sample_backward(
     dummy = dgrid  # stands in for pointers a dx mode does not use
     acc = keys = weights = dy_base = dummy
     if dx_mode == _DX_ATOMIC:
-        acc = dx if x.dtype == _acc(dt) else _empty_like_layout(xp, x.shape, np.float32, chlast,
-                                                                zeros=True)  # fmt: skip
+        acc = dx if x.dtype == _acc(dt) else _empty_like_layout(xp, x.shape, np.float32, chlast)
+        table.launch_over("zero", acc.size, (acc, np.int64(acc.size)))
+        note_nondeterministic("grid_sample_backward: dx by atomics")
     elif dx_mode == _DX_RECORD:
         keys = xp.empty(prob.points * prob.taps, np.int64)
         weights = xp.empty(prob.points * prob.taps, _acc(dt))
@@ -473,6 +471,6 @@ __all__ = [
 # Kernel launches only: an emulator graph may replay it, and a repeated call replays its
 # launch template (runtime.templates).
 # grid_sample_backward is launches only without dx (input_requires_grad=False: x is the
-# data); its dx paths report their host work (the atomic scatter's zero fill, the
-# deterministic gather's sort).
+# data) and with the atomic dx (determinism off); the deterministic dx sorts on the host,
+# which it reports.
 graph_safe(grid_sample, grid_sample_backward)

@@ -121,6 +121,16 @@ def note_foreign_work(what: str) -> None:
         recorder.note_foreign_work(what)
 
 
+def note_nondeterministic(what: str) -> None:
+    """Called where a call launches kernels whose result depends on the order of atomic
+    additions (a solver that is not deterministic, an atomic scatter): a graph or a launch
+    template replays them as they are, and ``CUDNNLITE_TEMPLATE_CHECK`` then compares that
+    call's replays with the op's own results within rounding instead of bit for bit."""
+    recorder = current_recorder()
+    if recorder is not None:
+        recorder.note_nondeterministic(what)
+
+
 def check_flag(flag: Any, ok: int, on_bad: Any) -> None:
     """A device-side check of the call's arguments: the launches just made left a word in
     ``flag[0]`` (a one-element array they wrote; a launch of the call set it to ``ok``
@@ -168,6 +178,9 @@ class Graph:
 
     def note_foreign_work(self, what: str) -> None:
         """cuBLAS and CuPy's own kernels on the capturing stream are in the CUDA graph."""
+
+    def note_nondeterministic(self, what: str) -> None:
+        """Atomics: a replay is as reproducible as the eager call (no more, no less)."""
 
     def note_check(self, flag: Any, ok: int, on_bad: Any) -> None:
         """A device-side argument check (:func:`check_flag`): made again after each replay."""
