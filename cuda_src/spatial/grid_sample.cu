@@ -26,6 +26,8 @@
 //                                  contributions, sorted by (key, entry) on the host side,
 //                                  in that fixed order: bitwise reproducible.
 //   grid_sample_cast<T>            A buffer -> T, elementwise (the atomic path, 16-bit).
+//   grid_sample_zero<T>            zeroes the atomic path's A buffer (a launch, not a host
+//                                  fill: graphs and launch templates replay it).
 // The mode is compile time (each kernel holds only its own taps in registers); padding and
 // align_corners are runtime fields of GridSampleParams, uniform over a launch (no
 // divergence), so one module per dtype serves every combination.
@@ -461,4 +463,14 @@ __global__ void __launch_bounds__(256) grid_sample_cast(
     long long n) {
     for (long long i = cl::global_thread_id(); i < n; i += cl::grid_stride())
         dst[i] = cl::from_acc<T>(src[i]);
+}
+
+template <typename T>
+__global__ void __launch_bounds__(256) grid_sample_zero(
+    // pointers (n contiguous elements, whatever view of them the caller holds)
+    cl::acc_t<T>* buf,
+    // sizes
+    long long n) {
+    for (long long i = cl::global_thread_id(); i < n; i += cl::grid_stride())
+        buf[i] = cl::acc_t<T>(0);
 }
