@@ -438,14 +438,14 @@ def test_a_launch_on_a_host_copy_makes_the_graph_refuse_to_replay() -> None:
 
 
 def test_an_op_not_marked_graph_safe_makes_an_emulator_graph_refuse() -> None:
-    """affine_grid is not marked graph_safe (nor checked to be launches only): its capture
+    """ctc_loss is not marked graph_safe (nor checked to be launches only): its capture
     runs, but a replay could skip NumPy work, so it is refused."""
     x = np.arange(16, dtype=np.float32).reshape(4, 4)
-    theta = np.tile(np.eye(2, 3, dtype=np.float32), (2, 1, 1))
+    log_probs = np.log(np.full((3, 1, 2), 0.5, np.float32))
     with cl.graph("cpu") as g:
         cl.relu(x)
-        cl.affine_grid(theta, (2, 1, 3, 4))
-    with pytest.raises(NotSupportedError, match=r"affine_grid \(not known to be kernel launch"):
+        cl.ctc_loss(log_probs, np.array([[1]]), np.array([3]), np.array([1]))
+    with pytest.raises(NotSupportedError, match=r"ctc_loss \(not known to be kernel launch"):
         g.replay()
     with cl.graph("cpu") as ok:  # marked ops only: replayable
         cl.softmax(cl.relu(x))

@@ -320,6 +320,29 @@ def test_affine_grid(backend: str, size: tuple, align: bool) -> None:
     assert_close(dtheta, tt.grad.numpy(), np.float32, rtol=1e-5, atol=1e-5)
 
 
+@pytest.mark.parametrize("dtype", [np.float32, np.float16], ids=["fp32", "fp16"])
+def test_affine_grid_kernels_over_many_points(backend: str, dtype: Any) -> None:
+    """More points per image than a block has threads (the backward's strided partials
+    and their tree), a 3-D size, channels-irrelevant C, and a 16-bit theta (computed in
+    float32, rounded once to fp16 at the end)."""
+    for size in ((3, 7, 20, 33), (2, 1, 5, 9, 11)):
+        nd = len(size) - 2
+        rng = np.random.default_rng(sum(size))
+        theta = rng.standard_normal((size[0], nd, nd + 1)).astype(dtype)
+        grid = affine_grid(to_backend(theta, backend), size, False)
+        assert grid.dtype == dtype and grid.shape == (size[0], *size[2:], nd)
+        gg = rng.standard_normal(grid.shape).astype(dtype)
+        dtheta = affine_grid_backward(to_backend(gg, backend), size, True)
+        # fp32: sums of <= 4 (grid) and P <= 660 (dtheta) products of magnitude <~ 3, in
+        # float32 (relative 2^-24 each: P * 3 * 6e-8 ~ 1e-4 absolute at most); fp16: one
+        # final rounding to 2^-11 relative on top.
+        rtol, atol = (1e-5, 2e-4) if dtype == np.float32 else (2e-3, 2e-2)
+        want_g = ref.affine_grid(theta.astype(np.float64), size, False)
+        want_d = ref.affine_grid_backward(gg.astype(np.float64), size, True)
+        assert_close(grid, want_g, dtype, rtol=rtol, atol=atol)
+        assert_close(dtheta, want_d, dtype, rtol=rtol, atol=atol * 20)
+
+
 def test_affine_grid_float64(backend: str) -> None:
     torch = pytest.importorskip("torch")
     size, align = (2, 3, 2, 3, 4), False

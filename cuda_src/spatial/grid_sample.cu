@@ -28,6 +28,14 @@
 //   grid_sample_cast<T>            A buffer -> T, elementwise (the atomic path, 16-bit).
 //   grid_sample_zero<T>            zeroes the atomic path's A buffer (a launch, not a host
 //                                  fill: graphs and launch templates replay it).
+//   affine_grid_fwd<T, NDIM>       one thread per output point (n, [d,] h, w):
+//                                  grid[..., i] = sum_k theta[n, i, k] * base_k in A, k
+//                                  ascending, base = (x, y[, z], 1) from the per-axis
+//                                  coordinates (w's, then h's, then d's, in A).
+//   affine_grid_bwd<T, NDIM>       one block per (n, i, k): dtheta[n, i, k] = sum over the
+//                                  image's points of grad[n, p, i] * base_k(p), strided
+//                                  partials in A combined in shared memory in a fixed
+//                                  order (deterministic).
 // The mode is compile time (each kernel holds only its own taps in registers); padding and
 // align_corners are runtime fields of GridSampleParams, uniform over a launch (no
 // divergence), so one module per dtype serves every combination.
@@ -473,4 +481,70 @@ __global__ void __launch_bounds__(256) grid_sample_zero(
     long long n) {
     for (long long i = cl::global_thread_id(); i < n; i += cl::grid_stride())
         buf[i] = cl::acc_t<T>(0);
+}
+
+// ---------------------------------------------------------------- affine_grid
+
+namespace gs {
+
+// base_k of point (ih, iw, id): x = coords[iw], y = coords[w + ih], z = coords[w + h + id], 1.
+template <typename A, int NDIM>
+__device__ __forceinline__ A base(const A* coords, int k, int iw, int ih, int id, int w, int h) {
+    if (k == NDIM) return A(1);
+    return k == 0 ? coords[iw] : k == 1 ? coords[w + ih] : coords[w + h + id];
+}
+
+}  // namespace gs
+
+template <typename T, int NDIM>
+__global__ void __launch_bounds__(256) affine_grid_fwd(
+    // pointers: theta (N, NDIM, NDIM + 1) C order; grid (N, [D,] H, W, NDIM) written
+    const T* __restrict__ theta, const cl::acc_t<T>* __restrict__ coords, T* __restrict__ grid,
+    // sizes: points = N * D * H * W (D = 1 in 2-D)
+    long long points, int d, int h, int w) {
+    typedef cl::acc_t<T> A;
+    for (long long e = cl::global_thread_id(); e < points; e += cl::grid_stride()) {
+        const int iw = (int)(e % w);
+        const long long r = e / w;
+        const int ih = (int)(r % h);
+        const long long r2 = r / h;
+        const int id = (int)(r2 % d);
+        const long long n = r2 / d;
+        const T* th = theta + n * (NDIM * (NDIM + 1));
+#pragma unroll
+        for (int i = 0; i < NDIM; ++i) {
+            A sum = A(0);
+#pragma unroll
+            for (int k = 0; k <= NDIM; ++k)
+                sum = cl::math::fma(cl::to_acc(th[i * (NDIM + 1) + k]),
+                                    gs::base<A, NDIM>(coords, k, iw, ih, id, w, h), sum);
+            grid[e * NDIM + i] = cl::from_acc<T>(sum);
+        }
+    }
+}
+
+template <typename T, int NDIM>
+__global__ void __launch_bounds__(256) affine_grid_bwd(
+    // pointers: grad (N, [D,] H, W, NDIM) C order; dtheta (N, NDIM, NDIM + 1) written
+    const T* __restrict__ grad, const cl::acc_t<T>* __restrict__ coords, T* __restrict__ dtheta,
+    // sizes: points per image (D * H * W)
+    long long per_image, int h, int w) {
+    typedef cl::acc_t<T> A;
+    __shared__ A part[256];
+    const int k = blockIdx.x % (NDIM + 1), i = (blockIdx.x / (NDIM + 1)) % NDIM;
+    const long long n = blockIdx.x / (NDIM * (NDIM + 1));
+    const T* g = grad + n * per_image * NDIM + i;
+    A sum = A(0);
+    for (long long p = threadIdx.x; p < per_image; p += blockDim.x) {
+        const int iw = (int)(p % w), ih = (int)((p / w) % h), id = (int)(p / ((long long)w * h));
+        sum = cl::math::fma(cl::to_acc(g[p * NDIM]), gs::base<A, NDIM>(coords, k, iw, ih, id, w, h),
+                            sum);
+    }
+    part[threadIdx.x] = sum;
+    __syncthreads();
+    for (int half = 128; half > 0; half >>= 1) {
+        if (threadIdx.x < half) part[threadIdx.x] += part[threadIdx.x + half];
+        __syncthreads();
+    }
+    if (threadIdx.x == 0) dtheta[(n * NDIM + i) * (NDIM + 1) + k] = cl::from_acc<T>(part[0]);
 }

@@ -94,6 +94,9 @@ def _names(dt: dtypes.DType) -> dict[str, str]:
     names["dx_gather"] = f"grid_sample_dx_gather<{dt.ctype}>"
     names["cast"] = f"grid_sample_cast<{dt.ctype}>"
     names["zero"] = f"grid_sample_zero<{dt.ctype}>"
+    for nd in (2, 3):
+        names[f"affine_fwd{nd}"] = f"affine_grid_fwd<{dt.ctype}, {nd}>"
+        names[f"affine_bwd{nd}"] = f"affine_grid_bwd<{dt.ctype}, {nd}>"
     return names
 
 
@@ -398,13 +401,33 @@ def _check_size(size: Any) -> tuple[int, ...]:
     return tuple(out)
 
 
-def _base_grid(xp: Any, size: tuple[int, ...], align: bool, acc: np.dtype) -> Any:
-    """(P, ndim + 1) in ``acc``: (x, y[, z], 1) per output point, C order of the spatial
-    dims."""
-    from ..reference.spatial import base_grid
+_COORDS: dict[tuple, Any] = {}  # (device, spatial, align, acc) -> the axes' coordinates
+_COORDS_SIZE = 256
 
-    base = base_grid(size, align).reshape(-1, len(size) - 1).astype(acc)
-    return xp.asarray(base)
+
+def _axis_coords(xp: Any, backend: Backend, size: tuple[int, ...], align: bool,
+                 acc: np.dtype) -> Any:  # fmt: skip
+    """The base grid's per-axis coordinates in ``acc``, as the affine_grid kernels read them:
+    W's, then H's, then D's (the reference's values, rounded once), on the arrays' device.
+    Kept per device and shape: a repeated call (a graph capture included) uploads nothing."""
+    from ..reference.spatial import _base_coords
+
+    key = (backend.device_key(), size[2:], align, np.dtype(acc).str)
+    coords = _COORDS.get(key)
+    if coords is None:
+        host = np.concatenate([_base_coords(n, align) for n in reversed(size[2:])]).astype(acc)
+        coords = xp.asarray(host if host.size else np.zeros(1, acc))
+        if len(_COORDS) >= _COORDS_SIZE:
+            _COORDS.pop(next(iter(_COORDS)))
+        _COORDS[key] = coords
+    return coords
+
+
+def _dense(name: str, a: Any) -> Any:
+    if a.flags.c_contiguous:
+        return a
+    note_host_work(f"affine_grid: a contiguous copy of {name}")
+    return array_module(a).ascontiguousarray(a)
 
 
 @with_stream
@@ -433,11 +456,17 @@ def affine_grid(theta: Any, size: Sequence[int], align_corners: bool = False) ->
         )
     if theta.shape[0] != size[0]:
         raise BadParamError(f"size: expected N = {theta.shape[0]} (theta's batch), got size {size}")
+    backend = backend_for(theta, names=("theta",))
     xp = array_module(theta)
-    base = _base_grid(xp, size, align, acc)  # (P, nd + 1)
-    t = theta.astype(acc)
-    grid = xp.matmul(base, t.transpose(0, 2, 1))  # (N, P, nd)
-    return grid.reshape((size[0], *size[2:], nd)).astype(theta.dtype)
+    grid = xp.empty((size[0], *size[2:], nd), theta.dtype)
+    if grid.size:
+        coords = _axis_coords(xp, backend, size, align, acc)
+        d = size[2] if nd == 3 else 1
+        table = kernel_table(_Table, backend, dtypes.lookup(theta.dtype))
+        table.launch_over(f"affine_fwd{nd}", grid.size // nd,
+                          (_dense("theta", theta), coords, grid, np.int64(grid.size // nd),
+                           np.int32(d), np.int32(size[-2]), np.int32(size[-1])))  # fmt: skip
+    return grid
 
 
 @with_stream
@@ -453,10 +482,20 @@ def affine_grid_backward(grad_grid: Any, size: Sequence[int], align_corners: boo
     if tuple(g.shape) != want:
         raise BadParamError(f"grad_grid: expected shape {want} for size {size}, got "
                             f"{tuple(g.shape)}")  # fmt: skip
+    backend = backend_for(g, names=("grad_grid",))
     xp = array_module(g)
-    base = _base_grid(xp, size, align, acc)
-    ga = g.astype(acc).reshape(size[0], -1, nd)
-    return xp.matmul(ga.transpose(0, 2, 1), base).astype(g.dtype)
+    dtheta = xp.empty((size[0], nd, nd + 1), g.dtype)
+    per_image = math.prod(size[2:])
+    if dtheta.size and per_image == 0:
+        note_host_work("affine_grid_backward: zeros for a grid without points")
+        dtheta[...] = 0
+    elif dtheta.size:
+        coords = _axis_coords(xp, backend, size, align, acc)
+        table = kernel_table(_Table, backend, dtypes.lookup(g.dtype))
+        table.launch(f"affine_bwd{nd}", (dtheta.size,), (_BLOCK,),
+                     (_dense("grad_grid", g), coords, dtheta, np.int64(per_image),
+                      np.int32(size[-2]), np.int32(size[-1])))  # fmt: skip
+    return dtheta
 
 
 __all__ = [
@@ -468,9 +507,9 @@ __all__ = [
     "module_specs",
 ]
 
-# Kernel launches only: an emulator graph may replay it, and a repeated call replays its
+# Kernel launches only: an emulator graph may replay them, and a repeated call replays its
 # launch template (runtime.templates).
 # grid_sample_backward is launches only without dx (input_requires_grad=False: x is the
 # data) and with the atomic dx (determinism off); the deterministic dx sorts on the host,
 # which it reports.
-graph_safe(grid_sample, grid_sample_backward)
+graph_safe(grid_sample, grid_sample_backward, affine_grid, affine_grid_backward)

@@ -293,6 +293,9 @@ SWEEP = textwrap.dedent(
         "add_tensor": lambda: cl.add_tensor(f(4, 300), f(4, 300)),
         "grid_sample": lambda: cl.grid_sample(x4, grid),
         "grid_sample_backward": lambda: cl.grid_sample_backward(f(2, 8, 5, 5), x4, grid),
+        "affine_grid": lambda: cl.affine_grid_backward(
+            cl.affine_grid(f(2, 2, 3), (2, 1, 17, 19)), (2, 1, 17, 19)
+        ),
         "sdpa": lambda: cl.scaled_dot_product_attention(q, q, q),
         "sdpa fp16": lambda: cl.scaled_dot_product_attention(*(f(1, 2, 64, 64).astype(h),) * 3),
         "ctc_loss": lambda: cl.ctc_loss(
@@ -333,7 +336,7 @@ SWEEP_GROUPS = (
     ("relu", "softmax", "softmax_backward", "softmax fp16", "layer_norm bf16", "rms_norm",
      "batch_norm", "batch_norm_backward", "group_norm", "lrn", "ctc_loss"),
     ("max_pool2d", "avg_pool_backward", "adaptive_avg_pool2d", "dropout", "add_tensor",
-     "grid_sample", "grid_sample_backward", "sdpa", "sdpa fp16"),
+     "grid_sample", "grid_sample_backward", "affine_grid", "sdpa", "sdpa fp16"),
     ("conv direct", "conv implicit_gemm", "conv implicit_gemm fp16", "conv winograd",
      "conv gemm", "conv tensor_core fp16"),
     ("conv3d", "conv_transpose2d", "conv2d_backward_data", "conv2d_backward_filter",
