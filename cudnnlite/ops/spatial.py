@@ -32,6 +32,7 @@ dgrid is summed over channels in order by one thread per point in both ways.
 from __future__ import annotations
 
 import math
+import threading
 from collections.abc import Sequence
 from typing import Any
 
@@ -403,6 +404,7 @@ def _check_size(size: Any) -> tuple[int, ...]:
 
 _COORDS: dict[tuple, Any] = {}  # (device, spatial, align, acc) -> the axes' coordinates
 _COORDS_SIZE = 256
+_COORDS_LOCK = threading.Lock()
 
 
 def _axis_coords(xp: Any, backend: Backend, size: tuple[int, ...], align: bool,
@@ -417,9 +419,10 @@ def _axis_coords(xp: Any, backend: Backend, size: tuple[int, ...], align: bool,
     if coords is None:
         host = np.concatenate([_base_coords(n, align) for n in reversed(size[2:])]).astype(acc)
         coords = xp.asarray(host if host.size else np.zeros(1, acc))
-        if len(_COORDS) >= _COORDS_SIZE:
-            _COORDS.pop(next(iter(_COORDS)))
-        _COORDS[key] = coords
+        with _COORDS_LOCK:
+            while len(_COORDS) >= _COORDS_SIZE:
+                _COORDS.pop(next(iter(_COORDS)))
+            _COORDS[key] = coords
     return coords
 
 
