@@ -15,6 +15,7 @@ import numpy as np
 from .. import dtypes
 from ..errors import BadParamError, NotSupportedError
 from ..runtime.backend import Backend
+from ..runtime.graph import note_host_work
 from ..runtime.pointers import data_pointer
 from ..runtime.select import backend_for
 
@@ -257,6 +258,16 @@ def array_module(a: Any) -> Any:
     import cupy
 
     return cupy
+
+
+def contiguous(a: Any, family: str) -> Any:
+    """``a`` itself when it is None or C-contiguous, else a C-contiguous copy: host work
+    (a NumPy copy, or a CuPy copy outside the library's kernels) that ``family`` reports
+    through graph.note_host_work, so graphs and launch templates refuse to skip it."""
+    if a is None or a.flags.c_contiguous:
+        return a
+    note_host_work(f"{family}: a contiguous copy of a non-contiguous operand")
+    return array_module(a).ascontiguousarray(a)
 
 
 def empty_like(a: Any) -> Any:

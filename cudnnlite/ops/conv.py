@@ -10,6 +10,7 @@ receives a copy of the result.
 
 from __future__ import annotations
 
+import functools
 import math
 from collections.abc import Sequence
 from dataclasses import dataclass
@@ -28,7 +29,7 @@ from ..runtime.select import backend_by_name, backend_for, forced_backend
 from ..runtime.streams import with_stream
 from ..runtime.variants import register
 from ..solvers.conv.common import IDENTITY_MODE, ConvTensors, Epilogue
-from ._arrays import array_module, as_array, float_dtype
+from ._arrays import array_module, as_array, contiguous, float_dtype
 from ._fastpath import CallCache, arrays_key, scalars_key, settings_key
 from ._fastpath import enabled as fastpath_enabled
 from .activation import ACTIVATION_MODES, activation_forward
@@ -308,11 +309,7 @@ def _check_operand(name: str, a: Any, shape: tuple[int, ...], dtype: Any) -> Non
         raise BadParamError(f"{name}: expected dtype {dtype} like x, got {a.dtype}")
 
 
-def _contiguous(a: Any) -> Any:
-    if a is None or a.flags.c_contiguous:
-        return a
-    note_host_work("conv: a contiguous copy of a non-contiguous operand")
-    return array_module(a).ascontiguousarray(a)
+_contiguous = functools.partial(contiguous, family="conv")
 
 
 def _run(plan: Plan, x: Any, w: Any, bias: Any, z: Any, out: Any, epilogue: Epilogue) -> Any:

@@ -121,16 +121,23 @@ def _target(out: Any, shape: tuple[int, ...], dtype: Any, inputs: dict[str, Any]
     return xp.empty(shape, dtype=dtype), True
 
 
+def _deliver(result: Any, out: Any, copy: bool) -> Any:
+    """``result``, or out when _target asked for a copy into it (a non-contiguous out=:
+    host work, reported)."""
+    if not copy:
+        return result
+    note_host_work("conv backward: a copy into a non-contiguous out=")
+    out[...] = result
+    return out
+
+
 def _zeros(out: Any, shape: tuple[int, ...], dtype: Any, inputs: dict[str, Any], xp: Any) -> Any:
     """The gradient of a convolution without work: zeros (no output depends on the
     operand), or an empty array; nothing is launched."""
     target, copy = _target(out, shape, dtype, inputs, xp)
     note_host_work("conv backward: zeros for a convolution without work")
     target[...] = 0
-    if copy:
-        out[...] = target
-        return out
-    return target
+    return _deliver(target, out, copy)
 
 
 def _why(stride: Any, padding: Any, dilation: Any) -> str:
@@ -188,11 +195,7 @@ def _run_data(backend: Any, problem: ConvProblem, dy: Any, w: Any, bias: Any, ou
             mask = xp.ones(out_shape, dtype=bool)
             mask[region] = False
             dx[...] = xp.where(mask, xp.broadcast_to(b, out_shape).astype(dy.dtype), dx)
-    if copy:
-        note_host_work("conv backward: a copy into a non-contiguous out=")
-        out[...] = dx
-        return out
-    return dx
+    return _deliver(dx, out, copy)
 
 
 def nd_of(problem: ConvProblem) -> int:
@@ -281,11 +284,7 @@ def _backward_filter(x: Any, dy: Any, w_shape: Any, stride: Any, padding: Any, d
     dw, copy = _target(out, problem.w_shape(), x.dtype, {"x": x, "dy": dy}, xp)
     plan.launch(BwdFilterTensors(_contiguous(x), _contiguous(dy), dw), Epilogue())
     _LAST.set(tuple(plan.kernel_names))
-    if copy:
-        note_host_work("conv backward: a copy into a non-contiguous out=")
-        out[...] = dw
-        return out
-    return dw
+    return _deliver(dw, out, copy)
 
 
 @with_stream
@@ -375,11 +374,7 @@ def _backward_bias(dy: Any, layout: str, out: Any, nd: int) -> Any:
     db, copy = _target(out, (k,), dy.dtype, {"dy": dy}, xp)
     names = bwd_filter.backward_bias(backend, _contiguous(dy), db, channels_last)
     _LAST.set(tuple(names))
-    if copy:
-        note_host_work("conv backward: a copy into a non-contiguous out=")
-        out[...] = db
-        return out
-    return db
+    return _deliver(db, out, copy)
 
 
 # ------------------------------------------------------------------ transposed convolution
@@ -481,10 +476,7 @@ def _bias_fill(out: Any, shape: tuple[int, ...], channels_last: bool, bias: Any,
     note_host_work("conv_transpose: the bias of a convolution without work, on the host")
     if y.size:
         y[...] = bias_only(shape, channels_last, bias, None, 0.0, x.dtype, xp)
-    if copy:
-        out[...] = y
-        return out
-    return y
+    return _deliver(y, out, copy)
 
 
 @with_stream

@@ -20,6 +20,7 @@ Non-contiguous inputs are copied to C order first (the element numbering is C or
 
 from __future__ import annotations
 
+import functools
 import math
 import threading
 from typing import Any
@@ -36,7 +37,7 @@ from ..runtime.pointers import data_pointer
 from ..runtime.select import backend_for
 from ..runtime.streams import with_stream
 from ..runtime.variants import register
-from ._arrays import array_module, as_array, check_out, float_dtype, same_shape
+from ._arrays import array_module, as_array, check_out, contiguous, float_dtype, same_shape
 from ._kernels import LastLaunch
 
 SOURCE = "dropout/dropout.cu"
@@ -137,11 +138,7 @@ def _array(name: str, a: Any) -> Any:
     return as_array(name, a)
 
 
-def _contiguous(a: Any) -> Any:
-    if a.flags.c_contiguous:
-        return a
-    note_host_work("dropout: a contiguous copy of a non-contiguous operand")
-    return array_module(a).ascontiguousarray(a)
+_contiguous = functools.partial(contiguous, family="dropout")
 
 
 def _out(out: Any, like: Any, backend: Backend, inputs: dict[str, Any]) -> Any:

@@ -42,7 +42,15 @@ from ..runtime.pointers import data_pointer
 from ..runtime.select import backend_for
 from ..runtime.streams import with_stream
 from ..runtime.variants import register
-from ._arrays import array_module, as_array, check_out, float_dtype, same_dtype, same_shape
+from ._arrays import (
+    array_module,
+    as_array,
+    check_out,
+    contiguous,
+    float_dtype,
+    same_dtype,
+    same_shape,
+)
 from ._fastpath import CallCache, arrays_key, backend_key, scalars_key
 from ._kernels import KernelTable, LastLaunch, kernel_table
 from .activation import ACTIVATION_MODES, _params, act_params_dtype
@@ -218,11 +226,7 @@ def _arr(name: str, a: Any) -> Any:
     return None if a is None else as_array(name, a)
 
 
-def _dense(a: Any) -> Any:
-    if a is None or a.flags.c_contiguous:
-        return a
-    note_host_work("norm: a contiguous copy of a non-contiguous operand")
-    return array_module(a).ascontiguousarray(a)
+_dense = functools.partial(contiguous, family="norm")
 
 
 def _layout(layout: Any) -> str:

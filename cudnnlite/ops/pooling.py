@@ -40,7 +40,7 @@ from ..runtime.kernel import ModuleSpec
 from ..runtime.select import backend_for
 from ..runtime.streams import with_stream
 from ..runtime.variants import register
-from ._arrays import array_module, as_array, check_out, float_dtype, same_dtype
+from ._arrays import array_module, as_array, check_out, contiguous, float_dtype, same_dtype
 from ._fastpath import (
     CallCache,
     OpPlan,
@@ -368,11 +368,7 @@ def _input(x: Any) -> tuple[Any, dtypes.DType]:
     return x, float_dtype("x", x)
 
 
-def _dense(a: Any) -> Any:
-    if a.flags.c_contiguous:
-        return a
-    note_host_work("pooling: a contiguous copy of a non-contiguous operand")
-    return array_module(a).ascontiguousarray(a)
+_dense = functools.partial(contiguous, family="pooling")
 
 
 # ------------------------------------------------------------------ launches

@@ -26,6 +26,7 @@ receives a copy of the result.
 
 from __future__ import annotations
 
+import functools
 import threading
 from collections.abc import Sequence
 from typing import Any
@@ -41,7 +42,15 @@ from ..runtime.pointers import data_pointer
 from ..runtime.select import backend_for
 from ..runtime.streams import with_stream
 from ..runtime.variants import register
-from ._arrays import array_module, as_array, check_out, float_dtype, same_dtype, same_shape
+from ._arrays import (
+    array_module,
+    as_array,
+    check_out,
+    contiguous,
+    float_dtype,
+    same_dtype,
+    same_shape,
+)
 from ._fastpath import (
     CallCache,
     OpPlan,
@@ -182,11 +191,7 @@ def _algorithm(algorithm: Any) -> int:
     return int(algorithm == "accurate")
 
 
-def _contiguous(a: Any) -> Any:
-    if a.flags.c_contiguous:
-        return a
-    note_host_work("softmax: a contiguous copy of a non-contiguous operand")
-    return array_module(a).ascontiguousarray(a)
+_contiguous = functools.partial(contiguous, family="softmax")
 
 
 class _Plan:

@@ -48,7 +48,7 @@ from ..runtime.kernel import ModuleSpec
 from ..runtime.select import backend_for
 from ..runtime.streams import with_stream
 from ..runtime.variants import register
-from ._arrays import array_module, as_array, float_dtype
+from ._arrays import array_module, as_array, contiguous, float_dtype
 from ._kernels import KernelTable, LastLaunch, kernel_table
 
 SOURCE = "spatial/grid_sample.cu"
@@ -426,13 +426,6 @@ def _axis_coords(xp: Any, backend: Backend, size: tuple[int, ...], align: bool,
     return coords
 
 
-def _dense(name: str, a: Any) -> Any:
-    if a.flags.c_contiguous:
-        return a
-    note_host_work(f"affine_grid: a contiguous copy of {name}")
-    return array_module(a).ascontiguousarray(a)
-
-
 @with_stream
 def affine_grid(theta: Any, size: Sequence[int], align_corners: bool = False) -> Any:
     """Sampling grid of affine maps (``torch.nn.functional.affine_grid``).
@@ -466,8 +459,9 @@ def affine_grid(theta: Any, size: Sequence[int], align_corners: bool = False) ->
         coords = _axis_coords(xp, backend, size, align, acc)
         d = size[2] if nd == 3 else 1
         table = kernel_table(_Table, backend, dtypes.lookup(theta.dtype))
-        table.launch_over(f"affine_fwd{nd}", grid.size // nd,
-                          (_dense("theta", theta), coords, grid, np.int64(grid.size // nd),
+        points = grid.size // nd
+        table.launch_over(f"affine_fwd{nd}", points,
+                          (contiguous(theta, "affine_grid"), coords, grid, np.int64(points),
                            np.int32(d), np.int32(size[-2]), np.int32(size[-1])))  # fmt: skip
     return grid
 
@@ -496,7 +490,7 @@ def affine_grid_backward(grad_grid: Any, size: Sequence[int], align_corners: boo
         coords = _axis_coords(xp, backend, size, align, acc)
         table = kernel_table(_Table, backend, dtypes.lookup(g.dtype))
         table.launch(f"affine_bwd{nd}", (dtheta.size,), (_BLOCK,),
-                     (_dense("grad_grid", g), coords, dtheta, np.int64(per_image),
+                     (contiguous(g, "affine_grid_backward"), coords, dtheta, np.int64(per_image),
                       np.int32(size[-2]), np.int32(size[-1])))  # fmt: skip
     return dtheta
 

@@ -144,8 +144,14 @@ def check_flag(flag: Any, ok: int, on_bad: Any) -> None:
         recorder.note_check(flag, ok, on_bad)
         if recorder.backend == "cuda":
             return
-    if int(flag[0]) != ok:
+    if not flag_passed(flag, ok):
         on_bad()
+
+
+def flag_passed(flag: Any, ok: int) -> bool:
+    """Whether a device-side check's flag holds ``ok`` (the one read of every check: the
+    eager call's, a graph replay's, a template replay's)."""
+    return int(flag[0]) == ok
 
 
 class Graph:
@@ -244,7 +250,7 @@ class Graph:
         """The recorded device-side argument checks, on this replay's flags: the first that
         failed raises its error (as the eager call would have, after its launches)."""
         for flag, ok, on_bad in self._checks:
-            if int(flag[0]) != ok:
+            if not flag_passed(flag, ok):
                 on_bad()
 
 

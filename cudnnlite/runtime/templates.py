@@ -455,11 +455,9 @@ def _template(rec: Recording, result: Any, inputs: list) -> Any:
             launch[3] = tuple(args)
     # each check reads one uint64 word of the template's copy of its flag
     words = tuple((_word(private[lo], offset), ok) for lo, offset, ok in checks)
-    tmpl = Template(kinds.pop(), [tuple(x) for x in launches], outputs, tuple(spec),
+    return Template(kinds.pop(), [tuple(x) for x in launches], outputs, tuple(spec),
                     type(result) is tuple, tuple(rec.lasts), _array_type(results),
-                    tuple(private.values()), len(inputs), words)  # fmt: skip
-    tmpl.exact = rec.exact
-    return tmpl
+                    tuple(private.values()), len(inputs), words, rec.exact)  # fmt: skip
 
 
 def _array_type(results: tuple) -> type:
@@ -516,15 +514,15 @@ class Template:
 
     def __init__(self, kind: str, launches: list[tuple], outputs: list[tuple],
                  result: tuple[int, ...], is_tuple: bool, lasts: tuple, array_type: type,
-                 scratch: tuple = (), inputs: int = 0,
-                 checks: tuple = ()) -> None:  # fmt: skip
+                 scratch: tuple = (), inputs: int = 0, checks: tuple = (),
+                 exact: bool = True) -> None:  # fmt: skip
         self.kind = kind
         # Device-side argument checks (graph.check_flag): (a word of a temporary, the
         # value that means "passed"); read after the launches, under the lock.
         self.checks = checks
         # False when the launches add with atomics in a varying order
         # (graph.note_nondeterministic): CUDNNLITE_TEMPLATE_CHECK compares within rounding.
-        self.exact = True
+        self.exact = exact
         # This template's copies of the recorded call's temporaries (their addresses are
         # in the recorded arguments): each replay's launches rewrite them before reading
         # them, as the recorded call's did, one replay at a time (the lock).
@@ -613,7 +611,7 @@ class Template:
     def _passed(self) -> bool:
         """Whether every device-side check passed (a device sync on CUDA, as the op's own
         call makes); when one did not, the caller runs the op, which raises its error."""
-        return all(int(word[0]) == ok for word, ok in self.checks)
+        return all(graph.flag_passed(word, ok) for word, ok in self.checks)
 
     def _launch_cuda(self, arrays: list, ptrs: list) -> None:
         for launch, args, grid, block, shared_mem, cooperative, patches in self._launches:
@@ -747,7 +745,7 @@ def _close(a: tuple | None, b: tuple | None) -> bool:
     if dtypes.lookup(dtype) is None:  # (indices, flags: exact)
         return bool(np.array_equal(x, y))
     rtol = {2: 1e-2, 4: 1e-4}.get(dtype.itemsize, 1e-9)
-    scale = float(np.nanmax(np.abs(y), initial=0.0)) if y.size else 0.0
+    scale = float(np.nanmax(np.abs(y), initial=0.0))
     return bool(np.allclose(x, y, rtol=rtol, atol=rtol * scale, equal_nan=True))
 
 
