@@ -43,9 +43,31 @@
 // Defines: none; every parameter is a template argument. One module holds both layouts
 // of both tiles, 64x64 and 128x64 (cudnnlite/solvers/conv/dmma_igemm.py).
 // Index limits: x, w and y below 2^31 elements, and an image's padded span (32-bit offsets).
+//
+// Backward filter, dmma_conv_bwd_filter<NHWC, BM, BN, BK, WM, WN> (solvers/conv/
+// dmma_bwd_filter.py): dw = dy^T * im2col(x), the same block, warp and stage structure
+// with the GEMM view
+//   M  = K             rows: output channels
+//   Ng = C * R * S     columns: filter taps in the filter's memory order (as kk above)
+//   Kg = N * P * Q     reduction: output pixels (img, p, q), split over blockIdx.z in
+//                      chunks of `chunk` pixels (a multiple of BK)
+//   A[m][j] = dy[img_j, m, p_j, q_j]
+//   B[j][n] = x[img_j, c_n, p_j*u - pad_h + r_n*dil_h, q_j*v - pad_w + s_n*dil_w] (0 outside)
+// Both stages are stored m-/n-major with the slice's BK pixels along a row (the forward's
+// fragment reads, unchanged). Loaders: thread i owns one pixel column j of every slice and
+// the rows row + jj * ROW_STEP; the pixel is consecutive across the threads of a row in
+// NCHW (dy and x are contiguous along q there) and the row in NHWC (contiguous along the
+// channels). The pixel's digits (q | p | img) advance by BK per slice with adds and wraps;
+// each thread decodes its B columns' taps once, before the loop. Each split writes its
+// partial sums, doubles, to ws[split][k][col]; bwd_filter_reduce<double>
+// (splitk_reduce.cuh) adds the splits in order (deterministic for every split count).
+// Static figures (sm_90): 128 registers, no spills, 16 warps per SM; main loop 292-310
+// instructions for 64 DMMA (the forward's shape: the loaders' per-slice pixel step is a
+// handful of adds, the taps stay in registers).
 #include "common/cudnnlite.cuh"
 #include "common/mma.cuh"
 #include "conv/conv_common.cuh"
+#include "conv/splitk_reduce.cuh"
 
 namespace dmma {
 
@@ -201,6 +223,132 @@ __global__ void __launch_bounds__(DMMA_TILE::THREADS)
                 const cl::index_t off = NHWC ? (cl::index_t)m * s.k + n
                                              : ((cl::index_t)img * s.k + n) * pq + rem;
                 conv::store_output(y, z, bias, e, off, n, acc[i][j][c]);
+            }
+    }
+}
+
+// x: NCHW or NHWC; dy: the layout of x; ws: splits x K x (C*R*S) doubles (module comment).
+template <bool NHWC, int BM, int BN, int BK, int WM, int WN>
+__global__ void __launch_bounds__(DMMA_TILE::THREADS)
+    dmma_conv_bwd_filter(const double* __restrict__ x, const double* __restrict__ dy,
+                         double* __restrict__ ws, ConvShape s, long long chunk) {
+    using Tl = DMMA_TILE;
+    DYNAMIC_SHARED(double, smem);  // 2 * (A_STAGE + B_STAGE) doubles (dmma_bwd_filter.py)
+
+    const int n0 = blockIdx.x * BN, m0 = blockIdx.y * BM;
+    const int pq = s.p * s.q, npq = s.n * pq;
+    const int crs = s.c * s.r * s.s;
+    const long long begin = (long long)blockIdx.z * chunk;
+    const int end = (int)(begin + chunk < npq ? begin + chunk : npq);
+
+    // Loader state: this thread's pixel column and rows (module comment).
+    const int col = NHWC ? threadIdx.x / Tl::ROW_STEP : threadIdx.x % BK;
+    const int row = NHWC ? threadIdx.x % Tl::ROW_STEP : threadIdx.x / BK;
+    int pix = (int)begin + col;
+    dmma::Digits px;  // (q | p | img)
+    px.init(pix, BK, s.q, s.p);
+    // A: channel rows m0 + row + jj * ROW_STEP of dy, a fixed offset each.
+    const int a_mul = NHWC ? 1 : pq;
+    const int a_off = (m0 + row) * a_mul, a_step = Tl::ROW_STEP * a_mul;
+    const int a_rows_left = s.k - m0 - row;
+    // B: this thread's filter columns, decoded once: {x offset, dh, dw} (dh far away past
+    // the last column).
+    int3 taps[Tl::B_ROWS];
+#pragma unroll
+    for (int jj = 0; jj < Tl::B_ROWS; ++jj) {
+        const int n = n0 + row + jj * Tl::ROW_STEP;
+        int c, r, t;
+        if (NHWC) {  // (r * S + t) * C + c
+            c = n % s.c;
+            const int rt = n / s.c;
+            t = rt % s.s, r = rt / s.s;
+        } else {  // (c * R + r) * S + t
+            t = n % s.s;
+            const int cr = n / s.s;
+            r = cr % s.r, c = cr / s.r;
+        }
+        const int dh = r * s.dil_h, dw = t * s.dil_w;
+        const int off = NHWC ? (dh * s.w + dw) * s.c + c : (c * s.h + dh) * s.w + dw;
+        taps[jj] = make_int3(off, n < crs ? dh : dmma::kFarAway, dw);
+    }
+
+    auto load = [&](int stage) {
+        double* as = smem + stage * (Tl::A_STAGE + Tl::B_STAGE);
+        double* bs = as + Tl::A_STAGE;
+        const bool live = pix < end;
+        const int img = px.hi, h0 = px.mid * s.stride_h - s.pad_h;
+        const int w0 = px.lo * s.stride_w - s.pad_w;
+        const int dyb = (NHWC ? pix * s.k : (img * s.k) * pq + px.mid * s.q + px.lo) + a_off;
+        const int xb = NHWC ? ((img * s.h + h0) * s.w + w0) * s.c
+                            : (img * s.c * s.h + h0) * s.w + w0;
+#pragma unroll
+        for (int jj = 0; jj < Tl::A_ROWS; ++jj) {
+            const bool ok = live && jj * Tl::ROW_STEP < a_rows_left;
+            cl::mma::cp_async<8>(as + (row + jj * Tl::ROW_STEP) * Tl::PITCH + col,
+                                 dy + (unsigned)(dyb + jj * a_step), ok);
+        }
+#pragma unroll
+        for (int jj = 0; jj < Tl::B_ROWS; ++jj) {
+            const int3 tap = taps[jj];
+            const int hh = h0 + tap.y, ww = w0 + tap.z;
+            const bool ok =
+                live && (unsigned)hh < (unsigned)s.h && (unsigned)ww < (unsigned)s.w;
+            cl::mma::cp_async<8>(bs + (row + jj * Tl::ROW_STEP) * Tl::PITCH + col,
+                                 x + (unsigned)(xb + tap.x), ok);
+        }
+        pix += BK;
+        px.advance();
+    };
+
+    const int warp = threadIdx.x / 32, lane = threadIdx.x % 32;
+    const int g = lane >> 2, t = lane & 3;
+    const int wm = (warp / Tl::WARPS_N) * WM, wn = (warp % Tl::WARPS_N) * WN;
+    double acc[Tl::FM][Tl::FN][2];
+#pragma unroll
+    for (int i = 0; i < Tl::FM; ++i)
+#pragma unroll
+        for (int j = 0; j < Tl::FN; ++j) acc[i][j][0] = acc[i][j][1] = 0.0;
+
+    // The forward's two-stage pipeline over this split's pixels.
+    const int slices = end > begin ? (int)((end - begin + BK - 1) / BK) : 0;
+    if (slices > 0) load(0);
+    cl::mma::cp_async_commit();
+    for (int sl = 0; sl < slices; ++sl) {
+        if (sl + 1 < slices) load((sl + 1) & 1);
+        cl::mma::cp_async_commit();
+        cl::mma::cp_async_wait<1>();  // slice sl has landed (this thread's copies)
+        __syncthreads();              // ... and every thread's
+        const double* as = smem + (sl & 1) * (Tl::A_STAGE + Tl::B_STAGE);
+        const double* bs = as + Tl::A_STAGE;
+#pragma unroll
+        for (int k4 = 0; k4 < BK; k4 += 4) {
+            double a[Tl::FM], b[Tl::FN];
+#pragma unroll
+            for (int i = 0; i < Tl::FM; ++i) a[i] = as[(wm + 8 * i + g) * Tl::PITCH + k4 + t];
+#pragma unroll
+            for (int j = 0; j < Tl::FN; ++j) b[j] = bs[(wn + 8 * j + g) * Tl::PITCH + k4 + t];
+#pragma unroll
+            for (int i = 0; i < Tl::FM; ++i)
+#pragma unroll
+                for (int j = 0; j < Tl::FN; ++j)
+                    cl::mma::mma_m8n8k4_f64(acc[i][j], a[i], b[j], acc[i][j]);
+        }
+        __syncthreads();
+    }
+    cl::mma::cp_async_wait<0>();  // nothing left in flight at exit
+
+    // The lane's cells: rows wm + 8i + g, columns wn + 8j + 2t + c; this split's partials.
+    double* out = ws + (cl::index_t)blockIdx.z * s.k * crs;
+#pragma unroll
+    for (int i = 0; i < Tl::FM; ++i) {
+        const int m = m0 + wm + 8 * i + g;
+        if (m >= s.k) continue;
+#pragma unroll
+        for (int j = 0; j < Tl::FN; ++j)
+#pragma unroll
+            for (int c = 0; c < 2; ++c) {
+                const int n = n0 + wn + 8 * j + 2 * t + c;
+                if (n < crs) out[(cl::index_t)m * crs + n] = acc[i][j][c];
             }
     }
 }

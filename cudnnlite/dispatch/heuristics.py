@@ -122,6 +122,8 @@ BWD_FILTER_WMMA = "conv_bwd_filter_wmma_implicit_gemm"
 BWD_DATA_TC = "conv_bwd_data_tc_implicit_gemm"
 BWD_DATA_TC_PHASED = "conv_bwd_data_tc_implicit_gemm_phased"
 BWD_FILTER_TC = "conv_bwd_filter_tc_implicit_gemm"
+BWD_DATA_DMMA = "conv_bwd_data_dmma_implicit_gemm"
+BWD_FILTER_DMMA = "conv_bwd_filter_dmma_implicit_gemm"
 
 
 def _tensor_cores(p: ConvProblem, caps: Capabilities) -> bool:
@@ -134,9 +136,19 @@ def conv_bwd_data_ranking(p: ConvProblem, caps: Capabilities) -> list[str]:
     """Stride 1: the rotated-forward solvers (the forward's ranking logic: Winograd for
     3x3 with enough channels, tensor cores for fp16/bf16); the gather-based direct
     kernel otherwise (strides > 1, depthwise, paddings beyond the filter's reach), after
-    the phase-decomposed implicit GEMM when there is a GEMM tile's worth of work."""
+    the phase-decomposed implicit GEMM when there is a GEMM tile's worth of work.
+    float64 on sm_80+: the fp64 tensor cores on the rotated filters first (stride 1; the
+    selector skips it elsewhere), behind cuBLAS's DGEMM on large pointwise NHWC layers."""
     if p.depthwise:
         return [BWD_DATA_DIRECT]
+    if _dmma(p, caps) and p.groups == 1:
+        rest = [n for n in _conv_bwd_data_ranking(p, caps) if n != BWD_DATA_CUBLAS_1X1]
+        cublas = [BWD_DATA_CUBLAS_1X1] if _cublas_pointwise(p, caps) else []
+        return cublas + [BWD_DATA_DMMA] + rest
+    return _conv_bwd_data_ranking(p, caps)
+
+
+def _conv_bwd_data_ranking(p: ConvProblem, caps: Capabilities) -> list[str]:
     wino = (_winograd_dtype(p) and p.filter == (3, 3) and p.dilations == (1, 1)
             and p.groups == 1)  # fmt: skip
     ranked = [BWD_DATA_CUBLAS_1X1] if _cublas_pointwise(p, caps) else []
@@ -163,9 +175,13 @@ def conv_bwd_filter_ranking(p: ConvProblem, caps: Capabilities) -> list[str]:
     columns; direct for depthwise (C/g*R*S tiny) and channel-starved problems. The
     atomic variant is ranked after the deterministic one: on the emulator it is not
     faster, on a GPU the tuner decides. fp16/bf16 with tensor cores: the WMMA split-K
-    solver first."""
+    solver first. float64 on sm_80+: the fp64 tensor cores first (behind cuBLAS's DGEMM on
+    large pointwise NHWC layers), for any GEMM of a tile's worth."""
     if p.depthwise or p.k_per_group * p.c_per_group * p.filter_taps < 32 * 32:
         return [BWD_FILTER_DIRECT, BWD_FILTER_IGEMM]
+    if _dmma(p, caps) and p.groups == 1:
+        cublas = [BWD_FILTER_CUBLAS_1X1] if _cublas_pointwise(p, caps) else []
+        return cublas + [BWD_FILTER_DMMA, BWD_FILTER_IGEMM, BWD_FILTER_ATOMIC, BWD_FILTER_DIRECT]
     tensor = [BWD_FILTER_WMMA] if p.dtype != "fp32" and _tensor_cores(p, caps) else []
     tensor = ([BWD_FILTER_TC] if tensor and _multistage(p, caps) else []) + tensor
     cublas = [BWD_FILTER_CUBLAS_1X1] if _cublas_pointwise(p, caps) else []

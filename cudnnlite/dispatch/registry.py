@@ -92,6 +92,11 @@ _ENTRIES: tuple[tuple[str, str], ...] = (
     ("rnn_fwd_persistent", "cudnnlite.solvers.rnn.persistent:PersistentFwdSolver"),
     # float64 on the fp64 tensor cores (mma.sync m8n8k4 .f64)
     ("conv_fwd_dmma_implicit_gemm", "cudnnlite.solvers.conv.dmma_igemm:DmmaImplicitGemmSolver"),
+    ("conv_bwd_data_dmma_implicit_gemm", "cudnnlite.solvers.conv.bwd_data:DmmaImplicitGemmSolver"),
+    (
+        "conv_bwd_filter_dmma_implicit_gemm",
+        "cudnnlite.solvers.conv.dmma_bwd_filter:DmmaBwdFilterSolver",
+    ),
 )
 
 NAMES = tuple(name for name, _ in _ENTRIES)

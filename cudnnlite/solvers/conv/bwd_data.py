@@ -298,3 +298,11 @@ class ImplicitGemmRotatedSolver(_RotatedForwardSolver):
 class TcImplicitGemmSolver(_RotatedForwardSolver):
     name = "conv_bwd_data_tc_implicit_gemm"
     forward_name = "conv_fwd_tc_implicit_gemm"
+
+
+class DmmaImplicitGemmSolver(_RotatedForwardSolver):
+    """float64 on the fp64 tensor cores (sm_80+): the forward DMMA kernel on the rotated
+    filters, stride 1 (strided float64 backward data takes the CUDA-core solvers)."""
+
+    name = "conv_bwd_data_dmma_implicit_gemm"
+    forward_name = "conv_fwd_dmma_implicit_gemm"

@@ -1,0 +1,195 @@
+"""Convolution backward on the fp64 tensor cores (issue 18): backward filter
+(conv_bwd_filter_dmma_implicit_gemm: its own kernel, split-K with double partials) and
+backward data at stride 1 (conv_bwd_data_dmma_implicit_gemm: the forward DMMA kernel on
+the rotated filters) against the float64 references, their refusals, configs and rank.
+
+Tolerances: tests/conv_backward_support.py's fp64 bound, |got - ref| <= 2^-52 |ref| +
+2 * T * (2 * 2^-53) * mag with T the terms per gradient entry (backward filter: N*P*Q;
+backward data: K*R*S) and mag the same gradient of |operands|: the DMMA adds in another
+order than the reference (on a GPU a k4 step's order is unspecified), and any order of T
+double additions stays within T * 2^-53 * mag to first order; split-K only changes the
+order again. Operands carry bits below float32's mantissa, so a path through float32
+would miss by ~1e-8 relative.
+"""
+
+from __future__ import annotations
+
+import dataclasses
+
+import numpy as np
+import pytest
+from conv_backward_support import (
+    assert_grad_close,
+    check_data,
+    check_filter,
+    problem,
+    rand,
+    ref_filter,
+    run_filter,
+)
+
+import cudnnlite.ops.conv_backward as cb
+from cudnnlite.dispatch import heuristics, registry
+from cudnnlite.errors import NotSupportedError
+from cudnnlite.runtime.caps import EMULATOR, for_sm
+from cudnnlite.solvers.conv.dmma_bwd_filter import (
+    TILES,
+    DmmaBwdFilterSolver,
+    DmmaSplitKConfig,
+)
+from cudnnlite.testing import to_backend, to_numpy
+
+FILTER = DmmaBwdFilterSolver()
+DATA = registry.get("conv_bwd_data_dmma_implicit_gemm")
+NARROW, WIDE = TILES  # 64x64 (4 warps), 64x128 (8 warps)
+
+
+def fprob(**kw) -> object:
+    return problem(dtype="fp64", direction="bwd_filter", **kw)
+
+
+def dprob(**kw) -> object:
+    return problem(dtype="fp64", direction="bwd_data", **kw)
+
+
+# Odd sizes on every GEMM edge (K rows, C*R*S columns, N*P*Q not a multiple of BK 16),
+# stride 2 with dilation and asymmetric padding, a scaled ResNet 3x3 in NHWC (several
+# column tiles), a pointwise layer and a 1-D one.
+SHAPES = {
+    "odd_stride2_dil2": dict(n=2, c=5, hw=(9, 11), k=7, rs=(3, 3), pad=2, stride=2, dil=2),
+    "resnet3x3_nhwc": dict(n=2, c=16, hw=(7, 7), k=72, rs=(3, 3), pad=1, layout="NHWC"),
+    "odd_asym_nhwc": dict(n=1, c=19, hw=(6, 5), k=9, rs=(2, 3), pad=((1, 0), (0, 2)),
+                          layout="NHWC"),
+    "pointwise": dict(n=2, c=24, hw=(5, 6), k=40, rs=(1, 1)),
+    "conv1d": dict(n=3, c=6, hw=(17,), k=9, rs=(5,), pad=2, stride=1, dil=3, layout="NHWC"),
+}
+
+
+@pytest.mark.parametrize("shape", SHAPES.values(), ids=SHAPES.keys())
+def test_bwd_filter_fp64(backend: str, shape: dict) -> None:
+    check_filter(backend, FILTER, fprob(**shape), config=DmmaSplitKConfig(*NARROW))
+
+
+@pytest.mark.parametrize("tile", [NARROW, WIDE], ids=["64x64", "64x128"])
+@pytest.mark.parametrize("splits", [2, 4])
+def test_bwd_filter_split_k(backend: str, tile: tuple, splits: int) -> None:
+    """Splits of 64 pixels (the last one partial: 2 * 7 * 7 = 98 pixels, 7 slices in all),
+    both tiles, NCHW and NHWC."""
+    for i, layout in enumerate(("NCHW", "NHWC")):
+        p = fprob(n=2, c=11, hw=(7, 7), k=13, rs=(3, 3), pad=1, layout=layout)
+        check_filter(backend, FILTER, p, seed=i, config=DmmaSplitKConfig(*tile, splits))
+
+
+def test_bwd_filter_nan_propagates(backend: str) -> None:
+    """A NaN in x reaches exactly the filter entries whose taps read it (zero-filled
+    padding and the GEMM's edges never touch it)."""
+    p = fprob(n=1, c=3, hw=(6, 6), k=5, rs=(3, 3), pad=1, layout="NHWC")
+    x, dy = rand(p.x_shape(), 1, "fp64"), rand(p.y_shape(), 2, "fp64")
+    x[0, 0, 0, 1] = np.nan  # a corner pixel: only some taps of channel 1 reach it
+    got = run_filter(backend, FILTER, p, x, dy, DmmaSplitKConfig(*NARROW))
+    ref = ref_filter(p, x, dy)
+    assert np.isnan(got).any() and not np.isnan(got).all()
+    np.testing.assert_array_equal(np.isnan(got), np.isnan(ref))
+    keep = ~np.isnan(ref)
+    mag = ref_filter(p, np.abs(np.nan_to_num(x)), np.abs(dy))
+    assert_grad_close(got[keep], ref[keep], mag[keep], p.n * 36, "fp64", what="nan")
+
+
+def test_bwd_filter_random_schedule(backend: str, emulator_only: None, monkeypatch) -> None:
+    """The cp.async stages and barriers under the emulator's random thread order (a
+    missing wait or barrier reads the 0xFF fill: NaN)."""
+    monkeypatch.setenv("CUDNNLITE_EMU_SCHEDULE", "random")
+    monkeypatch.setenv("CUDNNLITE_EMU_SEED", "7")
+    p = fprob(**SHAPES["odd_stride2_dil2"])
+    check_filter(backend, FILTER, p, config=DmmaSplitKConfig(*WIDE, 2))
+
+
+STRIDE1 = {
+    "odd_dil2": dict(n=2, c=5, hw=(9, 11), k=7, rs=(3, 3), pad=1, dil=2),
+    "resnet3x3_nhwc": dict(n=2, c=70, hw=(7, 7), k=16, rs=(3, 3), pad=1, layout="NHWC"),
+    "asym_pad": dict(n=1, c=9, hw=(6, 5), k=19, rs=(2, 3), pad=((1, 0), (0, 2))),
+    "conv1d": dict(n=3, c=6, hw=(17,), k=9, rs=(5,), pad=2, dil=3, layout="NHWC"),
+}
+
+
+@pytest.mark.parametrize("shape", STRIDE1.values(), ids=STRIDE1.keys())
+def test_bwd_data_fp64_stride1(backend: str, shape: dict) -> None:
+    check_data(backend, DATA, dprob(**shape), bias=shape.get("layout") == "NHWC")
+
+
+@pytest.mark.parametrize(
+    "solver, p, caps, reason",
+    [
+        (FILTER, problem(1, 4, (6, 6), 4, (3, 3), dtype="fp32", direction="bwd_filter"),
+         EMULATOR, "needs float64"),
+        (FILTER, fprob(n=1, c=4, hw=(6, 6), k=4, rs=(3, 3), groups=2), EMULATOR, "groups == 1"),
+        (FILTER, fprob(n=1, c=4, hw=(6, 6), k=4, rs=(3, 3)), for_sm(75), "sm_80+"),
+        (FILTER, fprob(n=1, c=4, hw=(4, 4, 4), k=4, rs=(3, 3, 3), layout="NCDHW"), EMULATOR,
+         "1-D or 2-D"),
+        (FILTER, dprob(n=1, c=4, hw=(6, 6), k=4, rs=(3, 3)), EMULATOR, "direction bwd_filter"),
+        (DATA, dprob(n=1, c=4, hw=(9, 9), k=4, rs=(3, 3), stride=2), EMULATOR, "stride 1"),
+        (DATA, dprob(n=1, c=4, hw=(9, 9), k=4, rs=(3, 3), pad=3), EMULATOR, "padding <="),
+        (DATA, dprob(n=1, c=4, hw=(6, 6), k=4, rs=(3, 3)), for_sm(75), "sm_80+"),
+        (DATA, problem(1, 4, (6, 6), 4, (3, 3), dtype="fp32"), EMULATOR, "needs float64"),
+    ],
+)  # fmt: skip
+def test_not_applicable_with_reason(solver, p, caps, reason: str) -> None:
+    result = solver.is_applicable(p, caps)
+    assert not result and reason in result.reason, result
+
+
+def test_configs_and_default() -> None:
+    p = fprob(n=1, c=4, hw=(6, 6), k=4, rs=(3, 3), pad=1)  # 36 pixels: no splits
+    assert FILTER.configs(p, for_sm(90)) == [DmmaSplitKConfig(*NARROW), DmmaSplitKConfig(*WIDE)]
+    narrow, wide = DmmaSplitKConfig(*NARROW, 4), DmmaSplitKConfig(*WIDE)
+    assert narrow.label() == "64x64x16_w32x32_s2_split4" and wide.label() == "64x128x16_w32x32_s2"
+    # stages in doubles: 2 x (64 + 64) rows x 20 doubles; 2 x (64 + 128) x 20
+    assert (narrow.smem_bytes(), wide.smem_bytes()) == (40960, 61440)
+    assert FILTER.config_from_dict(narrow.to_dict()) == narrow  # the tuning DB's round trip
+    assert FILTER.workspace_size(p, DmmaSplitKConfig(*NARROW)) == 8 * 1 * 4 * (4 * 9)  # K x CRS
+    # A ResNet layer: 576 columns -> the wide tile; 5 tiles -> splits toward 4 blocks per SM
+    big = fprob(n=32, c=64, hw=(56, 56), k=64, rs=(3, 3), pad=1, layout="NHWC")
+    cfg = FILTER.default_config(big, for_sm(90))
+    assert cfg.tile() == WIDE and cfg.splits == 64
+    with pytest.raises(ValueError, match="not one of"):
+        DmmaSplitKConfig(block_n=32)
+    with pytest.raises(ValueError, match="splits"):
+        DmmaSplitKConfig(splits=3)
+
+
+def test_public_api_forced(backend: str) -> None:
+    """conv2d_backward_filter / _data with algo= these solvers: fp64 results; the kernels
+    named; a strided backward data refused with the reason."""
+    x, w = rand((2, 6, 9, 9), 1, "fp64"), rand((5, 6, 3, 3), 2, "fp64")
+    dy = rand((2, 5, 9, 9), 3, "fp64")
+    xb, wb, dyb = (to_backend(a, backend) for a in (x, w, dy))
+    dw = to_numpy(cb.conv2d_backward_filter(xb, dyb, w.shape, padding=1, algo=FILTER.name))
+    assert "dmma_igemm_bwd_filter" in " ".join(cb.last_kernel_names())
+    p = fprob(n=2, c=6, hw=(9, 9), k=5, rs=(3, 3), pad=1)
+    mag = ref_filter(p, np.abs(x), np.abs(dy))
+    assert_grad_close(dw, ref_filter(p, x, dy), mag, 2 * 81, "fp64", what="api filter")
+    dx = to_numpy(cb.conv2d_backward_data(dyb, wb, x.shape, padding=1, algo=DATA.name))
+    assert "dmma_igemm_fwd" in " ".join(cb.last_kernel_names()) and dx.dtype == np.float64
+    with pytest.raises(NotSupportedError, match="stride 1"):
+        cb.conv2d_backward_data(dyb[:, :, :5, :5], wb, x.shape, padding=1, stride=2,
+                                algo=DATA.name)  # fmt: skip
+
+
+def test_heuristics_rank_dmma_first_on_sm80_plus() -> None:
+    resnet = fprob(**SHAPES["resnet3x3_nhwc"])
+    cases = [
+        (heuristics.conv_bwd_filter_ranking, resnet, FILTER.name),
+        (heuristics.conv_bwd_data_ranking, dataclasses.replace(resnet, direction="bwd_data"),
+         DATA.name),
+    ]  # fmt: skip
+    for rank, p, name in cases:
+        assert rank(p, for_sm(90))[0] == name and rank(p, for_sm(80))[0] == name
+        assert name not in rank(p, for_sm(75)) and name not in rank(p, EMULATOR)
+        assert name not in rank(dataclasses.replace(p, dtype="fp32"), for_sm(90))
+    # A large pointwise NHWC layer: cuBLAS's DGEMM (fp64 tensor cores too) stays first.
+    big1x1 = fprob(n=8, c=256, hw=(28, 28), k=256, rs=(1, 1), layout="NHWC")
+    assert heuristics.conv_bwd_filter_ranking(big1x1, for_sm(90))[:2] == [
+        heuristics.BWD_FILTER_CUBLAS_1X1, FILTER.name]
+    big1x1d = dataclasses.replace(big1x1, direction="bwd_data")
+    assert heuristics.conv_bwd_data_ranking(big1x1d, for_sm(90))[:2] == [
+        heuristics.BWD_DATA_CUBLAS_1X1, DATA.name]
