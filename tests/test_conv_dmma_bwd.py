@@ -1,7 +1,9 @@
 """Convolution backward on the fp64 tensor cores (issue 18): backward filter
-(conv_bwd_filter_dmma_implicit_gemm: its own kernel, split-K with double partials) and
+(conv_bwd_filter_dmma_implicit_gemm: its own kernel, split-K with double partials),
 backward data at stride 1 (conv_bwd_data_dmma_implicit_gemm: the forward DMMA kernel on
-the rotated filters) against the float64 references, their refusals, configs and rank.
+the rotated filters) and at any stride (conv_bwd_data_dmma_implicit_gemm_phased: by
+phases, the filter as stored) against the float64 references, their refusals, configs
+and rank.
 
 Tolerances: tests/conv_backward_support.py's fp64 bound, |got - ref| <= 2^-52 |ref| +
 2 * T * (2 * 2^-53) * mag with T the terms per gradient entry (backward filter: N*P*Q;
@@ -24,7 +26,9 @@ from conv_backward_support import (
     check_filter,
     problem,
     rand,
+    ref_data,
     ref_filter,
+    run_data,
     run_filter,
 )
 
@@ -37,10 +41,13 @@ from cudnnlite.solvers.conv.dmma_bwd_filter import (
     DmmaBwdFilterSolver,
     DmmaSplitKConfig,
 )
+from cudnnlite.solvers.conv.dmma_igemm import TILES as FWD_TILES
+from cudnnlite.solvers.conv.dmma_igemm import DmmaConfig
 from cudnnlite.testing import to_backend, to_numpy
 
 FILTER = DmmaBwdFilterSolver()
 DATA = registry.get("conv_bwd_data_dmma_implicit_gemm")
+PHASED = registry.get("conv_bwd_data_dmma_implicit_gemm_phased")
 NARROW, WIDE = TILES  # 64x64 (4 warps), 64x128 (8 warps)
 
 
@@ -117,6 +124,46 @@ def test_bwd_data_fp64_stride1(backend: str, shape: dict) -> None:
     check_data(backend, DATA, dprob(**shape), bias=shape.get("layout") == "NHWC")
 
 
+# Strides with and without gaps between the taps' reach (stride 5 > 3 taps: phases that
+# no tap reaches get the bias alone), dilation sharing a factor with the stride (rstep 1,
+# every other tap per phase), unequal strides with asymmetric padding in NHWC over two
+# column tiles, padding beyond the filter's reach at stride 1 (which the rotated solver
+# refuses), and a strided 1-D layer.
+PHASES = {
+    "s2_dil2": dict(n=2, c=5, hw=(9, 11), k=7, rs=(3, 3), pad=2, stride=2, dil=2),
+    "s5_gaps": dict(n=1, c=4, hw=(17, 17), k=6, rs=(3, 3), pad=0, stride=5),
+    "s4_dil2": dict(n=1, c=3, hw=(15, 13), k=5, rs=(4, 3), pad=3, stride=4, dil=2),
+    "s2x3_nhwc": dict(n=2, c=70, hw=(8, 7), k=9, rs=(2, 3), pad=((1, 0), (0, 2)),
+                      stride=(2, 3), layout="NHWC"),
+    "pad_beyond_reach": dict(n=2, c=6, hw=(9, 9), k=8, rs=(3, 3), pad=4),
+    "conv1d_s2": dict(n=3, c=6, hw=(13,), k=9, rs=(5,), pad=2, stride=2, dil=3, layout="NHWC"),
+}
+
+
+@pytest.mark.parametrize("shape", PHASES.values(), ids=PHASES.keys())
+def test_bwd_data_fp64_phased(backend: str, shape: dict) -> None:
+    check_data(backend, PHASED, dprob(**shape), bias=True)
+
+
+def test_bwd_data_phased_128x64_and_stride1(backend: str) -> None:
+    """The 8-warp tile (an M edge inside a 128-row block) and the one-phase case."""
+    for cfg in map(DmmaConfig.from_tuple, FWD_TILES):
+        for shape in (PHASES["s2_dil2"], STRIDE1["resnet3x3_nhwc"]):
+            p = dprob(**shape)
+            dy, w = rand(p.y_shape(), 3, "fp64"), rand(p.w_shape(), 4, "fp64")
+            got = run_data(backend, PHASED, p, dy, w, config=cfg)
+            mag = ref_data(p, np.abs(dy), np.abs(w))
+            assert_grad_close(got, ref_data(p, dy, w), mag, p.k * p.filter_taps, "fp64",
+                              what=f"{cfg.label()} {p.key()}")  # fmt: skip
+
+
+def test_bwd_data_phased_random_schedule(backend: str, emulator_only: None,
+                                         monkeypatch) -> None:  # fmt: skip
+    monkeypatch.setenv("CUDNNLITE_EMU_SCHEDULE", "random")
+    monkeypatch.setenv("CUDNNLITE_EMU_SEED", "11")
+    check_data(backend, PHASED, dprob(**PHASES["s2x3_nhwc"]), bias=True)
+
+
 @pytest.mark.parametrize(
     "solver, p, caps, reason",
     [
@@ -131,6 +178,10 @@ def test_bwd_data_fp64_stride1(backend: str, shape: dict) -> None:
         (DATA, dprob(n=1, c=4, hw=(9, 9), k=4, rs=(3, 3), pad=3), EMULATOR, "padding <="),
         (DATA, dprob(n=1, c=4, hw=(6, 6), k=4, rs=(3, 3)), for_sm(75), "sm_80+"),
         (DATA, problem(1, 4, (6, 6), 4, (3, 3), dtype="fp32"), EMULATOR, "needs float64"),
+        (PHASED, problem(1, 4, (6, 6), 4, (3, 3), dtype="fp32"), EMULATOR, "needs float64"),
+        (PHASED, dprob(n=1, c=4, hw=(6, 6), k=4, rs=(3, 3), groups=2), EMULATOR, "groups == 1"),
+        (PHASED, dprob(n=1, c=4, hw=(6, 6), k=4, rs=(3, 3)), for_sm(75), "sm_80+"),
+        (PHASED, fprob(n=1, c=4, hw=(6, 6), k=4, rs=(3, 3)), EMULATOR, "direction bwd_data"),
     ],
 )  # fmt: skip
 def test_not_applicable_with_reason(solver, p, caps, reason: str) -> None:
@@ -173,6 +224,14 @@ def test_public_api_forced(backend: str) -> None:
     with pytest.raises(NotSupportedError, match="stride 1"):
         cb.conv2d_backward_data(dyb[:, :, :5, :5], wb, x.shape, padding=1, stride=2,
                                 algo=DATA.name)  # fmt: skip
+    dys = dyb[:, :, :5, :5]
+    dx = to_numpy(cb.conv2d_backward_data(dys, wb, x.shape, padding=1, stride=2,
+                                          algo=PHASED.name))  # fmt: skip
+    assert "dmma_igemm_bwd_data_64x64x16_w32x32_s2_phases4_nchw_fp64" in cb.last_kernel_names()
+    p2 = dprob(n=2, c=6, hw=(9, 9), k=5, rs=(3, 3), pad=1, stride=2)
+    d = dy[:, :, :5, :5]
+    assert_grad_close(dx, ref_data(p2, d, w), ref_data(p2, np.abs(d), np.abs(w)), 5 * 9,
+                      "fp64", what="api phased")  # fmt: skip
 
 
 def test_heuristics_rank_dmma_first_on_sm80_plus() -> None:
@@ -182,6 +241,8 @@ def test_heuristics_rank_dmma_first_on_sm80_plus() -> None:
         (heuristics.conv_bwd_data_ranking, dataclasses.replace(resnet, direction="bwd_data"),
          DATA.name),
     ]  # fmt: skip
+    bwd = dataclasses.replace(resnet, direction="bwd_data")
+    assert heuristics.conv_bwd_data_ranking(bwd, for_sm(90))[:2] == [DATA.name, PHASED.name]
     for rank, p, name in cases:
         assert rank(p, for_sm(90))[0] == name and rank(p, for_sm(80))[0] == name
         assert name not in rank(p, for_sm(75)) and name not in rank(p, EMULATOR)
@@ -191,5 +252,5 @@ def test_heuristics_rank_dmma_first_on_sm80_plus() -> None:
     assert heuristics.conv_bwd_filter_ranking(big1x1, for_sm(90))[:2] == [
         heuristics.BWD_FILTER_CUBLAS_1X1, FILTER.name]
     big1x1d = dataclasses.replace(big1x1, direction="bwd_data")
-    assert heuristics.conv_bwd_data_ranking(big1x1d, for_sm(90))[:2] == [
-        heuristics.BWD_DATA_CUBLAS_1X1, DATA.name]
+    assert heuristics.conv_bwd_data_ranking(big1x1d, for_sm(90))[:3] == [
+        heuristics.BWD_DATA_CUBLAS_1X1, DATA.name, PHASED.name]

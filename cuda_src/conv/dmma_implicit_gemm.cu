@@ -64,6 +64,27 @@
 // Static figures (sm_90): 128 registers, no spills, 16 warps per SM; main loop 292-310
 // instructions for 64 DMMA (the forward's shape: the loaders' per-slice pixel step is a
 // handful of adds, the taps stay in registers).
+//
+// Backward data, dmma_conv_bwd_data<NHWC, BM, BN, BK, WM, WN> (solvers/conv/
+// dmma_bwd_data.py): dx from dy and the filters as stored, any stride, by phases. Phase
+// (ph, pw) = blockIdx.z (ph < stride_h, pw < stride_w) owns the dx pixels h = ph + u*ih,
+// w = pw + v*iw. With a = (ph + pad_h) % u and i = (ph + pad_h) / u + ih, a tap r reaches
+// such a pixel only when r*dil_h = a (mod u), from dy row p = i - (r*dil_h - a) / u; those
+// taps are r0, r0 + rstep, ... (rstep = u / gcd(u, dil_h)), the same for every pixel of the
+// phase. So each phase is a stride-1 correlation with its own taps, no MMA is spent on the
+// stride's gaps and nothing divides per element:
+//   M  = N * Hph * Wph   rows: the phase's dx pixels (img, ih, iw)
+//   Ng = C               columns: input channels
+//   Kg = K * Rph * Sph   reduction: (k fastest, then the phase's s taps, then its r taps)
+//   A[m][kk] = dy[img, k, i - er, j - es] (0 outside), er = (r*dil_h - a) / u, es likewise
+//   B[kk][n] = w[k, n, r, s] (read as stored: KCRS or KRSC)
+// The forward's loaders, stages, fragments and epilogue otherwise (the rows' decode in
+// shared memory, each thread's rows in registers, its reduction digits advanced by adds);
+// the B column's filter offset is formed per slice from the digits. A phase without taps
+// (a stride larger than the dilated filter leaves gaps) stores the epilogue of 0 (bias,
+// blending). Blocks past their phase's rows return at once.
+// Static figures (sm_90): 128 registers with the launch bound's 16 warps per SM (152-156
+// without it: 8-12 warps), no spills; main loop 295-315 instructions per 64 DMMA.
 #include "common/cudnnlite.cuh"
 #include "common/mma.cuh"
 #include "conv/conv_common.cuh"
@@ -349,6 +370,166 @@ __global__ void __launch_bounds__(DMMA_TILE::THREADS)
             for (int c = 0; c < 2; ++c) {
                 const int n = n0 + wn + 8 * j + 2 * t + c;
                 if (n < crs) out[(cl::index_t)m * crs + n] = acc[i][j][c];
+            }
+    }
+}
+
+// The phase of a backward-data block along one dimension (module comment): the first tap
+// r0 that reaches it, the tap step, the tap count and the dy offsets of the first tap
+// (er0) and per further tap (der); i0: the dy index of the phase's first pixel.
+namespace dmma {
+struct PhaseTaps {
+    int r0, rstep, count, er0, der, i0, pixels;
+};
+
+__device__ __forceinline__ PhaseTaps phase_taps(int first, int extent, int taps, int pad,
+                                                int stride, int dil) {
+    PhaseTaps t;
+    const int a = (first + pad) % stride;
+    t.i0 = (first + pad) / stride;
+    t.pixels = first < extent ? (extent - first + stride - 1) / stride : 0;
+    t.rstep = 1;
+    while ((t.rstep * dil) % stride != 0) ++t.rstep;  // stride / gcd(stride, dil)
+    t.r0 = 0;
+    while (t.r0 < taps && (t.r0 * dil) % stride != a) ++t.r0;
+    t.count = t.r0 < taps ? (taps - 1 - t.r0) / t.rstep + 1 : 0;
+    t.er0 = t.count ? (t.r0 * dil - a) / stride : 0;
+    t.der = t.rstep * dil / stride;
+    return t;
+}
+}  // namespace dmma
+
+// dy: NCHW or NHWC; w: KCRS or KRSC; dx (and z): the layout of dy. z may be dx and bias
+// may be dy when absent (e.has_z / e.has_bias say).
+template <bool NHWC, int BM, int BN, int BK, int WM, int WN>
+__global__ void __launch_bounds__(DMMA_TILE::THREADS, 512 / DMMA_TILE::THREADS)
+    dmma_conv_bwd_data(const double* __restrict__ dy, const double* __restrict__ w,
+                       double* dx, const double* z, const double* bias, ConvShape s,
+                       EpilogueFor<double> e) {
+    using Tl = DMMA_TILE;
+    DYNAMIC_SHARED(double, smem);  // 2 * (A_STAGE + B_STAGE) doubles (dmma_bwd_data.py)
+    __shared__ int4 rows[BM];  // {dy offset of (img, i, j, channel 0), i, j, -}
+
+    const int ph = blockIdx.z / s.stride_w, pw = blockIdx.z % s.stride_w;
+    const dmma::PhaseTaps th = dmma::phase_taps(ph, s.h, s.r, s.pad_h, s.stride_h, s.dil_h);
+    const dmma::PhaseTaps tw = dmma::phase_taps(pw, s.w, s.s, s.pad_w, s.stride_w, s.dil_w);
+    const int hw = th.pixels * tw.pixels, nrows = s.n * hw;
+    const int m0 = blockIdx.x * BM, n0 = blockIdx.y * BN;
+    if (m0 >= nrows) return;  // the whole block: no barrier reached
+    const int pq = s.p * s.q;
+    const int ktot = s.k * th.count * tw.count;
+    for (int i = threadIdx.x; i < BM; i += Tl::THREADS) {
+        const int m = m0 + i;
+        int4 r = make_int4(0, dmma::kFarAway, dmma::kFarAway, 0);
+        if (m < nrows) {
+            const int img = m / hw, rem = m - img * hw;
+            const int ih = rem / tw.pixels, iw = rem - ih * tw.pixels;
+            r.y = th.i0 + ih;
+            r.z = tw.i0 + iw;
+            r.x = NHWC ? ((img * s.p + r.y) * s.q + r.z) * s.k
+                       : (img * s.k * s.p + r.y) * s.q + r.z;
+        }
+        rows[i] = r;
+    }
+
+    // Loader state: this thread's reduction column and rows; digits (k | ss | rr).
+    const int col = threadIdx.x % BK, row = threadIdx.x / BK;
+    int kk = col;
+    dmma::Digits it;
+    it.init(kk, BK, s.k, tw.count);
+    const int rs = s.r * s.s;
+    const int b_mul = NHWC ? 1 : rs;  // filter offset per input channel
+    const int b_off = (n0 + row) * b_mul, b_step = Tl::ROW_STEP * b_mul;
+    const int b_rows_left = s.c - n0 - row;
+    __syncthreads();  // rows[] decoded
+    int4 my_rows[Tl::A_ROWS];
+#pragma unroll
+    for (int j = 0; j < Tl::A_ROWS; ++j) my_rows[j] = rows[row + j * Tl::ROW_STEP];
+
+    auto load = [&](int stage) {
+        double* as = smem + stage * (Tl::A_STAGE + Tl::B_STAGE);
+        double* bs = as + Tl::A_STAGE;
+        const bool live = kk < ktot;
+        const int k = it.lo;
+        const int r = th.r0 + it.hi * th.rstep, t = tw.r0 + it.mid * tw.rstep;
+        const int er = th.er0 + it.hi * th.der, es = tw.er0 + it.mid * tw.der;
+        const int a_off = NHWC ? (-er * s.q - es) * s.k + k : k * pq - er * s.q - es;
+        const int di = live ? -er : dmma::kFarAway;
+        const int wb = (NHWC ? ((k * s.r + r) * s.s + t) * s.c : k * s.c * rs + r * s.s + t)
+                       + b_off;
+#pragma unroll
+        for (int j = 0; j < Tl::A_ROWS; ++j) {
+            const int4 rr = my_rows[j];
+            const int ii = rr.y + di, jj = rr.z - es;
+            const bool ok = (unsigned)ii < (unsigned)s.p && (unsigned)jj < (unsigned)s.q;
+            cl::mma::cp_async<8>(as + (row + j * Tl::ROW_STEP) * Tl::PITCH + col,
+                                 dy + (unsigned)(rr.x + a_off), ok);
+        }
+#pragma unroll
+        for (int j = 0; j < Tl::B_ROWS; ++j) {
+            const bool ok = live && j * Tl::ROW_STEP < b_rows_left;
+            cl::mma::cp_async<8>(bs + (row + j * Tl::ROW_STEP) * Tl::PITCH + col,
+                                 w + (unsigned)(wb + j * b_step), ok);
+        }
+        kk += BK;
+        it.advance();
+    };
+
+    const int warp = threadIdx.x / 32, lane = threadIdx.x % 32;
+    const int g = lane >> 2, t = lane & 3;
+    const int wm = (warp / Tl::WARPS_N) * WM, wn = (warp % Tl::WARPS_N) * WN;
+    double acc[Tl::FM][Tl::FN][2];
+#pragma unroll
+    for (int i = 0; i < Tl::FM; ++i)
+#pragma unroll
+        for (int j = 0; j < Tl::FN; ++j) acc[i][j][0] = acc[i][j][1] = 0.0;
+
+    const int slices = (ktot + BK - 1) / BK;
+    if (slices > 0) load(0);
+    cl::mma::cp_async_commit();
+    for (int sl = 0; sl < slices; ++sl) {
+        if (sl + 1 < slices) load((sl + 1) & 1);
+        cl::mma::cp_async_commit();
+        cl::mma::cp_async_wait<1>();  // slice sl has landed (this thread's copies)
+        __syncthreads();              // ... and every thread's
+        const double* as = smem + (sl & 1) * (Tl::A_STAGE + Tl::B_STAGE);
+        const double* bs = as + Tl::A_STAGE;
+#pragma unroll
+        for (int k4 = 0; k4 < BK; k4 += 4) {
+            double a[Tl::FM], b[Tl::FN];
+#pragma unroll
+            for (int i = 0; i < Tl::FM; ++i) a[i] = as[(wm + 8 * i + g) * Tl::PITCH + k4 + t];
+#pragma unroll
+            for (int j = 0; j < Tl::FN; ++j) b[j] = bs[(wn + 8 * j + g) * Tl::PITCH + k4 + t];
+#pragma unroll
+            for (int i = 0; i < Tl::FM; ++i)
+#pragma unroll
+                for (int j = 0; j < Tl::FN; ++j)
+                    cl::mma::mma_m8n8k4_f64(acc[i][j], a[i], b[j], acc[i][j]);
+        }
+        __syncthreads();
+    }
+    cl::mma::cp_async_wait<0>();  // nothing left in flight at exit
+
+    // The lane's cells: rows wm + 8i + g (dx pixels of the phase), columns wn + 8j + 2t + c.
+#pragma unroll
+    for (int i = 0; i < Tl::FM; ++i) {
+        const int m = m0 + wm + 8 * i + g;
+        if (m >= nrows) continue;
+        const int img = m / hw, rem = m - img * hw;
+        const int ih = rem / tw.pixels, iw = rem - ih * tw.pixels;
+        const int h = ph + ih * s.stride_h, wx = pw + iw * s.stride_w;
+        const cl::index_t pix = ((cl::index_t)img * s.h + h) * s.w + wx;  // NHWC pixel
+#pragma unroll
+        for (int j = 0; j < Tl::FN; ++j)
+#pragma unroll
+            for (int c = 0; c < 2; ++c) {
+                const int n = n0 + wn + 8 * j + 2 * t + c;
+                if (n >= s.c) continue;
+                const cl::index_t off =
+                    NHWC ? pix * s.c + n
+                         : (((cl::index_t)img * s.c + n) * s.h + h) * s.w + wx;
+                conv::store_output(dx, z, bias, e, off, n, acc[i][j][c]);
             }
     }
 }

@@ -123,6 +123,7 @@ BWD_DATA_TC = "conv_bwd_data_tc_implicit_gemm"
 BWD_DATA_TC_PHASED = "conv_bwd_data_tc_implicit_gemm_phased"
 BWD_FILTER_TC = "conv_bwd_filter_tc_implicit_gemm"
 BWD_DATA_DMMA = "conv_bwd_data_dmma_implicit_gemm"
+BWD_DATA_DMMA_PHASED = "conv_bwd_data_dmma_implicit_gemm_phased"
 BWD_FILTER_DMMA = "conv_bwd_filter_dmma_implicit_gemm"
 
 
@@ -137,14 +138,16 @@ def conv_bwd_data_ranking(p: ConvProblem, caps: Capabilities) -> list[str]:
     3x3 with enough channels, tensor cores for fp16/bf16); the gather-based direct
     kernel otherwise (strides > 1, depthwise, paddings beyond the filter's reach), after
     the phase-decomposed implicit GEMM when there is a GEMM tile's worth of work.
-    float64 on sm_80+: the fp64 tensor cores on the rotated filters first (stride 1; the
-    selector skips it elsewhere), behind cuBLAS's DGEMM on large pointwise NHWC layers."""
+    float64 on sm_80+: the fp64 tensor cores first, behind cuBLAS's DGEMM on large
+    pointwise NHWC layers: the forward kernel on rotated filters (stride 1 and padding
+    within the filter's reach; the selector skips it elsewhere), then by phases (any
+    stride). Unmeasured on a GPU: which of the two wins at stride 1 is the tuner's call."""
     if p.depthwise:
         return [BWD_DATA_DIRECT]
     if _dmma(p, caps) and p.groups == 1:
         rest = [n for n in _conv_bwd_data_ranking(p, caps) if n != BWD_DATA_CUBLAS_1X1]
         cublas = [BWD_DATA_CUBLAS_1X1] if _cublas_pointwise(p, caps) else []
-        return cublas + [BWD_DATA_DMMA] + rest
+        return cublas + [BWD_DATA_DMMA, BWD_DATA_DMMA_PHASED] + rest
     return _conv_bwd_data_ranking(p, caps)
 
 

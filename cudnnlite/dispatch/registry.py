@@ -94,6 +94,10 @@ _ENTRIES: tuple[tuple[str, str], ...] = (
     ("conv_fwd_dmma_implicit_gemm", "cudnnlite.solvers.conv.dmma_igemm:DmmaImplicitGemmSolver"),
     ("conv_bwd_data_dmma_implicit_gemm", "cudnnlite.solvers.conv.bwd_data:DmmaImplicitGemmSolver"),
     (
+        "conv_bwd_data_dmma_implicit_gemm_phased",
+        "cudnnlite.solvers.conv.dmma_bwd_data:DmmaBwdDataPhasedSolver",
+    ),
+    (
         "conv_bwd_filter_dmma_implicit_gemm",
         "cudnnlite.solvers.conv.dmma_bwd_filter:DmmaBwdFilterSolver",
     ),

@@ -1,0 +1,149 @@
+"""Backward data on the fp64 tensor cores, any stride (``dmma_conv_bwd_data`` in
+``cuda_src/conv/dmma_implicit_gemm.cu``).
+
+``conv_bwd_data_dmma_implicit_gemm_phased`` (:class:`DmmaBwdDataPhasedSolver`): float64 only,
+sm_80+, dx from dy and the filters read as stored (no rotated copy, no workspace), 1-D and
+2-D, groups == 1, NCHW/KCRS and NHWC/KRSC, any stride, dilation and padding. Phase
+decomposition: the grid's z picks a phase of the dx pixels (their coordinate modulo the
+stride); each phase is a stride-1 correlation of dy with the taps that reach it, so no
+MMA is spent on the stride's gaps and nothing divides per element. Products and sums are
+the tensor core's double MMA (``mma.sync`` m8n8k4 .f64). At stride 1 the rotated-filter
+solver (``conv_bwd_data_dmma_implicit_gemm``: the forward kernel, whose filter loads are
+contiguous) is the other choice; the tuner decides between them.
+
+Config: the forward's :class:`~.dmma_igemm.DmmaConfig` (block_m dx pixels x block_n input
+channels, block_k of the reduction K * taps per stage, 32x32 warps, two stages), tiles
+64x64 and 128x64. The epilogue is the forward's (the transposed convolution's bias,
+blending, activation), in exact double scalars.
+
+Error: as the forward, with T = K * R * S terms per dx element at most (a phase's taps):
+within about K*R*S * 2^-53 * sum|dy||w| of the exact sum. Deterministic.
+"""
+
+from __future__ import annotations
+
+from typing import Any
+
+import numpy as np
+
+from ... import dtypes
+from ...errors import NotSupportedError
+from ...problems.conv import ConvProblem
+from ...runtime.backend import Backend
+from ...runtime.caps import Capabilities, capabilities
+from ...runtime.kernel import ModuleSpec
+from ..base import APPLICABLE, Applicability, Config, Runner, Solver, not_applicable
+from . import bwd_filter as bwf
+from .bwd_data import BwdDataTensors
+from .common import Epilogue, shape_struct
+from .dmma_igemm import MAX_GRID_Y, SOURCE, TILES, DmmaConfig, _fits
+from .implicit_gemm import _limits_reason
+
+_MAX_PHASES = 65535  # grid z
+
+
+def kernel_expr(config: DmmaConfig, nhwc: bool) -> str:
+    c = config
+    return (f"dmma_conv_bwd_data<{str(nhwc).lower()}, {c.block_m}, {c.block_n}, {c.block_k}, "
+            f"{c.warp_m}, {c.warp_n}>")  # fmt: skip
+
+
+def module_spec() -> ModuleSpec:
+    """Both layouts of both tiles, one module."""
+    names = [kernel_expr(DmmaConfig(*t), nhwc) for t in TILES for nhwc in (False, True)]
+    return ModuleSpec.make(SOURCE, names)
+
+
+def _phase_rows(problem: ConvProblem) -> int:
+    """Rows of the largest phase: N * ceil(H / u_h) * ceil(W / u_w)."""
+    rows = problem.n
+    for size, stride in zip(problem.spatial, problem.strides, strict=True):
+        rows *= -(-size // stride)
+    return rows
+
+
+class _Runner(Runner):
+    def __init__(self, backend: Backend, problem: ConvProblem, config: DmmaConfig) -> None:
+        nhwc = problem.channels_last
+        self._kernel = backend.kernel(module_spec(), kernel_expr(config, nhwc))
+        phases = int(np.prod(problem.strides))
+        layout = "nhwc" if nhwc else "nchw"
+        self._name = f"dmma_igemm_bwd_data_{config.label()}_phases{phases}_{layout}_fp64"
+        self._grid = (-(-_phase_rows(problem) // config.block_m),
+                      -(-problem.c // config.block_n), phases)  # fmt: skip
+        self._block = (config.threads,)
+        self._shape = shape_struct(problem)
+        self._smem = config.smem_bytes()
+
+    @property
+    def kernel_names(self) -> list[str]:
+        return [self._name]
+
+    def __call__(self, tensors: BwdDataTensors, epilogue: Epilogue, workspace: Any) -> None:
+        z = tensors.dx  # no residual in backward data; a valid pointer of the dtype
+        bias = tensors.bias if tensors.bias is not None else tensors.dy
+        args = (tensors.dy, tensors.w, tensors.dx, z, bias, self._shape,
+                epilogue.struct(dtypes.FLOAT64))  # fmt: skip
+        self._kernel(self._grid, self._block, args, shared_mem=self._smem)
+
+
+class DmmaBwdDataPhasedSolver(Solver):
+    """Backward data on the fp64 tensor cores by phases, any stride (module docstring)."""
+
+    name = "conv_bwd_data_dmma_implicit_gemm_phased"
+    family = "conv_bwd_data"
+    config_type = DmmaConfig
+    deterministic = True
+
+    def is_applicable(self, problem: ConvProblem, caps: Capabilities) -> Applicability:
+        reason = bwf.common_reason(problem, "bwd_data")
+        if reason:
+            return not_applicable(reason)
+        if problem.dtype != dtypes.FLOAT64.short:
+            return not_applicable(
+                f"needs float64: the fp64 tensor-core MMA (m8n8k4 .f64), got {problem.dtype}"
+            )
+        if problem.groups != 1:
+            return not_applicable(f"needs groups == 1, got {problem.groups}")
+        if caps is not None and not caps.emulator and not caps.bf16_tensor_cores:
+            return not_applicable(f"fp64 tensor cores need sm_80+, device is {caps.arch}")
+        reason = _limits_reason(problem)
+        if reason:
+            return not_applicable(reason)
+        if -(-problem.c // max(t[1] for t in TILES)) > MAX_GRID_Y:
+            return not_applicable(f"c={problem.c} exceeds the grid's y limit")
+        if int(np.prod(problem.strides)) > _MAX_PHASES:
+            return not_applicable(f"needs at most {_MAX_PHASES} stride phases (the grid's z)")
+        return APPLICABLE
+
+    def configs(self, problem: ConvProblem, caps: Capabilities) -> list[DmmaConfig]:
+        return [c for c in map(DmmaConfig.from_tuple, TILES) if _fits(c, caps)]
+
+    def default_config(self, problem: ConvProblem, caps: Capabilities) -> DmmaConfig:
+        """128x64 where its blocks fill the GPU twice over (two per SM), else 64x64, as
+        the forward. Unmeasured on a GPU so far: a tuning DB entry overrides it."""
+        options = self.configs(problem, caps)
+        blocks_per_row = int(np.prod(problem.strides)) * -(-problem.c // 64)
+        for c in reversed(options):  # the larger tile first
+            if -(-_phase_rows(problem) // c.block_m) * blocks_per_row >= 2 * max(caps.sm_count, 1):
+                return c
+        return options[0]
+
+    def is_valid(self, config: Config, problem: ConvProblem, caps: Capabilities) -> bool:
+        return isinstance(config, DmmaConfig) and _fits(config, caps)
+
+    def module_specs(self) -> list[ModuleSpec]:
+        return [module_spec()]
+
+    def prepare(self, backend: Backend, problem: ConvProblem, config: Config) -> Runner:
+        caps = capabilities(backend)
+        ok = self.is_applicable(problem, caps)
+        if not ok:
+            raise NotSupportedError(f"{self.name}: {ok.reason}")
+        if not isinstance(config, DmmaConfig):
+            raise NotSupportedError(f"{self.name}: expected a DmmaConfig, got {config!r}")
+        if not self.is_valid(config, problem, caps):
+            need = config.smem_bytes() + config.static_smem_bytes()
+            raise NotSupportedError(f"{self.name}: config {config.label()} needs {need} bytes "
+                                    f"of shared memory, more than {caps.arch} has")  # fmt: skip
+        return _Runner(backend, problem, config)
