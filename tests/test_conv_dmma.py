@@ -113,6 +113,22 @@ def test_fused_epilogue_exact_scalars(backend: str) -> None:
     check(backend, p, e, "relu", cfg=BIG)
 
 
+# 3-D (the kernels' D3 instantiations: depth in the rows and taps, four reduction digits):
+# a C3D-style 3x3x3 in NCDHW, and factorized / strided / dilated / asymmetric NDHWC.
+SHAPES_3D = {
+    "c3d_3x3x3": dict(n=2, c=5, hw=(5, 6, 7), k=7, rs=(3, 3, 3), pad=1, layout="NCDHW"),
+    "odd_ndhwc": dict(n=1, c=6, hw=(7, 5, 6), k=70, rs=(2, 3, 1),
+                      pad=((1, 0), (0, 2), (0, 0)), stride=(2, 1, 3), dil=(2, 1, 1),
+                      layout="NDHWC"),
+}
+
+
+@pytest.mark.parametrize("shape", SHAPES_3D.values(), ids=SHAPES_3D.keys())
+def test_forward_fp64_3d(backend: str, shape: dict) -> None:
+    check(backend, prob(**shape))
+    check(backend, prob(**shape), cfg=BIG)
+
+
 def test_nan_propagates(backend: str) -> None:
     """A NaN in x reaches exactly the outputs whose window holds it (the MMA's zero-filled
     padding never touches it; no output outside those turns NaN)."""
@@ -135,7 +151,6 @@ def test_random_schedule(backend: str, emulator_only: None, monkeypatch) -> None
         (prob("fp16", n=1, c=4, hw=(4, 4), k=4, rs=(3, 3)), EMULATOR, "needs float64"),
         (prob(n=1, c=4, hw=(4, 4), k=4, rs=(3, 3), groups=2), EMULATOR, "groups == 1"),
         (prob(n=1, c=4, hw=(4, 4), k=4, rs=(3, 3)), for_sm(75), "sm_80+, device is sm_75"),
-        (prob(n=1, c=4, hw=(4, 4, 4), k=4, rs=(3, 3, 3), layout="NCDHW"), EMULATOR, "1-D or 2-D"),
         (dataclasses.replace(prob(n=1, c=4, hw=(4, 4), k=4, rs=(3, 3)), direction="bwd_data"),
          EMULATOR, "direction fwd"),  # fmt: skip
     ],

@@ -164,6 +164,43 @@ def test_bwd_data_phased_random_schedule(backend: str, emulator_only: None,
     check_data(backend, PHASED, dprob(**PHASES["s2x3_nhwc"]), bias=True)
 
 
+# 3-D: a C3D-style 3x3x3 in NCDHW at stride 1 (every solver, the rotated one too) and
+# strided, dilated, asymmetric NDHWC (stride 4 > 3 taps: phases without taps).
+SHAPES_3D = {
+    "c3d_3x3x3": dict(n=2, c=5, hw=(5, 6, 7), k=7, rs=(3, 3, 3), pad=1, layout="NCDHW"),
+    "odd_ndhwc": dict(n=1, c=6, hw=(7, 5, 6), k=9, rs=(2, 3, 1), pad=((1, 0), (0, 2), (0, 0)),
+                      stride=(2, 1, 3), dil=(2, 1, 1), layout="NDHWC"),
+    "s4_gaps": dict(n=1, c=3, hw=(9, 9, 9), k=4, rs=(3, 3, 3), stride=4, layout="NDHWC"),
+}
+
+
+@pytest.mark.parametrize("shape", SHAPES_3D.values(), ids=SHAPES_3D.keys())
+def test_backward_fp64_3d(backend: str, shape: dict) -> None:
+    check_filter(backend, FILTER, fprob(**shape), config=DmmaSplitKConfig(*WIDE, 2))
+    p = dprob(**shape)
+    check_data(backend, PHASED, p, bias=True)
+    if p.strides == (1, 1, 1):
+        check_data(backend, DATA, p, bias=True)
+
+
+def test_public_api_3d(backend: str) -> None:
+    """conv3d's backward functions with algo= these solvers, and the kernels' names."""
+    x, w = rand((1, 4, 5, 6, 7), 1, "fp64"), rand((6, 4, 3, 3, 3), 2, "fp64")
+    dy = rand((1, 6, 3, 3, 4), 3, "fp64")  # stride 2, padding 1
+    xb, wb, dyb = (to_backend(a, backend) for a in (x, w, dy))
+    dw = cb.conv3d_backward_filter(xb, dyb, w.shape, stride=2, padding=1, algo=FILTER.name)
+    assert any("ncdhw_fp64" in n for n in cb.last_kernel_names())
+    dx = cb.conv3d_backward_data(dyb, wb, x.shape, stride=2, padding=1, algo=PHASED.name)
+    (name,) = cb.last_kernel_names()
+    assert name.startswith("dmma_igemm_bwd_data_") and name.endswith("_phases8_ncdhw_fp64")
+    p = fprob(n=1, c=4, hw=(5, 6, 7), k=6, rs=(3, 3, 3), pad=1, stride=2, layout="NCDHW")
+    assert_grad_close(to_numpy(dw), ref_filter(p, x, dy), ref_filter(p, np.abs(x), np.abs(dy)),
+                      36, "fp64", what="api 3-D filter")  # fmt: skip
+    pd = dataclasses.replace(p, direction="bwd_data")
+    assert_grad_close(to_numpy(dx), ref_data(pd, dy, w), ref_data(pd, np.abs(dy), np.abs(w)),
+                      6 * 27, "fp64", what="api 3-D data")  # fmt: skip
+
+
 @pytest.mark.parametrize(
     "solver, p, caps, reason",
     [
@@ -171,8 +208,6 @@ def test_bwd_data_phased_random_schedule(backend: str, emulator_only: None,
          EMULATOR, "needs float64"),
         (FILTER, fprob(n=1, c=4, hw=(6, 6), k=4, rs=(3, 3), groups=2), EMULATOR, "groups == 1"),
         (FILTER, fprob(n=1, c=4, hw=(6, 6), k=4, rs=(3, 3)), for_sm(75), "sm_80+"),
-        (FILTER, fprob(n=1, c=4, hw=(4, 4, 4), k=4, rs=(3, 3, 3), layout="NCDHW"), EMULATOR,
-         "1-D or 2-D"),
         (FILTER, dprob(n=1, c=4, hw=(6, 6), k=4, rs=(3, 3)), EMULATOR, "direction bwd_filter"),
         (DATA, dprob(n=1, c=4, hw=(9, 9), k=4, rs=(3, 3), stride=2), EMULATOR, "stride 1"),
         (DATA, dprob(n=1, c=4, hw=(9, 9), k=4, rs=(3, 3), pad=3), EMULATOR, "padding <="),

@@ -9,7 +9,9 @@
 //                      NHWC/KRSC: kk = (r * S + s) * C + c
 //   A[m][kk] = x[img, c, p*u - pad_h + r*dil_h, q*v - pad_w + s*dil_w] (0 outside)
 //   B[kk][n] = w[n][kk]   (a filter row is contiguous along kk in both layouts)
-// 1-D arrives as 2-D with H = R = 1. 3-D is not served (the solver says so).
+// 1-D arrives as 2-D with H = R = 1. 3-D (template argument D3 of each kernel, D = T = O = 1
+// otherwise): the rows carry the depth d0 in their fourth int, the taps dd, and the
+// reduction digits are four (NDHWC (c | s | r | t), NCDHW (s | r | t | c): Radix4).
 //
 // Kernel (T = double only: the tensor core's accumulation is double; sm_80+, mma.cuh
 // traps below and the solver refuses older GPUs):
@@ -32,16 +34,16 @@
 // registers (reading them from shared memory per slice took a quarter of the shared
 // bandwidth the MMA fragments need). Invalid copies read nothing (cp.async src-size 0),
 // so their addresses are formed without a select.
-// Static figures (sm_90, ptxas + nvdisasm, benchmarks/sass_mix.py): 126-128 registers, no
-// spills, 16 warps per SM (64x64: 4 blocks, 128x64: 2); main loop 305 (64x64) and 282
-// (128x64) instructions for 64 DMMA, of which 60 are the UIADD3 no-ops ptxas pads between
-// DMMAs. Per DMMA (2 SM cycles at the fp64 tensor rate) the fragments read 128 bytes of
+// Static figures (sm_90, ptxas + nvdisasm, benchmarks/sass_mix.py): 128 registers (the
+// launch bound asks for 16 warps per SM: 64x64: 4 blocks, 128x64: 2; 3-D took 156-160
+// without it), no spills; main loop 283 (128x64) and 317 (64x64) instructions for 64 DMMA
+// (3-D: 310 and 339), of which about 60 are the UIADD3 no-ops ptxas pads between DMMAs. Per DMMA (2 SM cycles at the fp64 tensor rate) the fragments read 128 bytes of
 // shared memory (1 cycle at 128 B/clk) and the copies write 64 (64x64) or 48 (128x64).
 // Epilogue: conv_common.cuh's store_output (EpilogueFor<double>: exact double alpha,
 // alpha2, activation coefficients; bias, residual z, activation fused).
 //
-// Defines: none; every parameter is a template argument. One module holds both layouts
-// of both tiles, 64x64 and 128x64 (cudnnlite/solvers/conv/dmma_igemm.py).
+// Defines: none; every parameter is a template argument. One module per direction and
+// dimensionality holds both layouts of its tiles (cudnnlite/solvers/conv/dmma_*.py).
 // Index limits: x, w and y below 2^31 elements, and an image's padded span (32-bit offsets).
 //
 // Backward filter, dmma_conv_bwd_filter<NHWC, BM, BN, BK, WM, WN> (solvers/conv/
@@ -61,9 +63,9 @@
 // each thread decodes its B columns' taps once, before the loop. Each split writes its
 // partial sums, doubles, to ws[split][k][col]; bwd_filter_reduce<double>
 // (splitk_reduce.cuh) adds the splits in order (deterministic for every split count).
-// Static figures (sm_90): 128 registers, no spills, 16 warps per SM; main loop 292-310
-// instructions for 64 DMMA (the forward's shape: the loaders' per-slice pixel step is a
-// handful of adds, the taps stay in registers).
+// 3-D: pixel digits (q | p | o | img). Static figures (sm_90): 124-128 registers, no spills,
+// 16 warps per SM; main loop 309-334 instructions for 64 DMMA (3-D 337-376): the forward's
+// shape, the loaders' per-slice pixel step a handful of adds, the taps in registers.
 //
 // Backward data, dmma_conv_bwd_data<NHWC, BM, BN, BK, WM, WN> (solvers/conv/
 // dmma_bwd_data.py): dx from dy and the filters as stored, any stride, by phases. Phase
@@ -83,8 +85,9 @@
 // the B column's filter offset is formed per slice from the digits. A phase without taps
 // (a stride larger than the dilated filter leaves gaps) stores the epilogue of 0 (bias,
 // blending). Blocks past their phase's rows return at once.
-// Static figures (sm_90): 128 registers with the launch bound's 16 warps per SM (152-156
-// without it: 8-12 warps), no spills; main loop 295-315 instructions per 64 DMMA.
+// 3-D: phases (pd, ph, pw), digits (k | ss | rr | tt). Static figures (sm_90): 128
+// registers with the launch bound's 16 warps per SM (152-156 without it: 8-12 warps), no
+// spills; main loop 293-318 instructions per 64 DMMA (3-D 337-354).
 #include "common/cudnnlite.cuh"
 #include "common/mma.cuh"
 #include "conv/conv_common.cuh"
@@ -109,18 +112,82 @@ struct Tile {
     static_assert(WM % 8 == 0 && WN % 8 == 0, "warp tiles of m8n8 fragments");
 };
 
-// The reduction index kk of one thread as three digits (lo fastest) advanced by a fixed
-// step: NHWC (c | s | r) with radices (C, S), NCHW (s | r | c) with radices (S, R).
-using Digits = conv::Radix3;  // conv_common.cuh
+// A mixed-radix counter of four digits (d0 fastest; radices n0, n1, n2) advanced by a
+// fixed step decomposed once: conv::Radix3 with one more digit, for 3-D taps and pixels.
+struct Radix4 {
+    int d0, d1, d2, d3;
+    int s0, s1, s2, s3;
+    int n0, n1, n2;
 
-// The tap of reduction index kk (its digits): {x offset from the pixel (h0, w0) of
-// channel 0, dh, dw}; dh = kFarAway past the reduction's end.
+    __device__ __forceinline__ void init(int value, int step, int a, int b, int c) {
+        n0 = a > 0 ? a : 1, n1 = b > 0 ? b : 1, n2 = c > 0 ? c : 1;
+        d0 = value % n0, d1 = value / n0 % n1, d2 = value / n0 / n1 % n2;
+        d3 = value / n0 / n1 / n2;
+        s0 = step % n0, s1 = step / n0 % n1, s2 = step / n0 / n1 % n2, s3 = step / n0 / n1 / n2;
+    }
+    __device__ __forceinline__ void advance() {
+        d0 += s0;
+        const int c0 = d0 >= n0;
+        d0 -= c0 ? n0 : 0;
+        d1 += s1 + c0;
+        const int c1 = d1 >= n1;
+        d1 -= c1 ? n1 : 0;
+        d2 += s2 + c1;
+        const int c2 = d2 >= n2;
+        d2 -= c2 ? n2 : 0;
+        d3 += s3 + c2;
+    }
+};
+
+// The reduction index kk of one thread as digits (fastest first) advanced by a fixed
+// step. 2-D (conv::Radix3): NHWC (c | s | r) with radices (C, S), NCHW (s | r | c) with
+// radices (S, R); 3-D (Radix4): NDHWC (c | s | r | t), NCDHW (s | r | t | c).
+template <bool D3> struct DigitsFor { using type = conv::Radix3; };
+template <> struct DigitsFor<true> { using type = Radix4; };
+using Digits = conv::Radix3;
+
+template <bool NHWC, bool D3>
+__device__ __forceinline__ void init_taps(typename DigitsFor<D3>::type& d, const ConvShape& s,
+                                          int kk, int step) {
+    if constexpr (D3) {
+        if (NHWC) d.init(kk, step, s.c, s.s, s.r);
+        else d.init(kk, step, s.s, s.r, s.t);
+    } else {
+        if (NHWC) d.init(kk, step, s.c, s.s);
+        else d.init(kk, step, s.s, s.r);
+    }
+}
+
+// The tap of reduction index kk (its digits): {x offset from the pixel (d0, h0, w0) of
+// channel 0, dh, dw, dd}; dh = kFarAway past the reduction's end (dd = 0 in 2-D).
 template <bool NHWC>
-__device__ __forceinline__ int3 tap_of(const ConvShape& s, const Digits& d, bool live) {
+__device__ __forceinline__ int4 tap_of(const ConvShape& s, const conv::Radix3& d, bool live) {
     const int c = NHWC ? d.lo : d.hi, r = NHWC ? d.hi : d.mid, t = NHWC ? d.mid : d.lo;
     const int dh = r * s.dil_h, dw = t * s.dil_w;
     const int off = NHWC ? (dh * s.w + dw) * s.c + c : (c * s.h + dh) * s.w + dw;
-    return make_int3(off, live ? dh : kFarAway, dw);
+    return make_int4(off, live ? dh : kFarAway, dw, 0);
+}
+template <bool NHWC>
+__device__ __forceinline__ int4 tap_of(const ConvShape& s, const Radix4& d, bool live) {
+    const int c = NHWC ? d.d0 : d.d3, sw = NHWC ? d.d1 : d.d0;
+    const int r = NHWC ? d.d2 : d.d1, t = NHWC ? d.d3 : d.d2;
+    const int dd = t * s.dil_d, dh = r * s.dil_h, dw = sw * s.dil_w;
+    const int off = NHWC ? ((dd * s.h + dh) * s.w + dw) * s.c + c
+                         : ((c * s.d + dd) * s.h + dh) * s.w + dw;
+    return make_int4(off, live ? dh : kFarAway, dw, dd);
+}
+
+// A decoded filter column of backward filter: {x offset, dh, dw} and, in 3-D, dd (2-D
+// keeps three registers per column).
+template <bool D3> struct ColTap { int off, dh, dw; };
+template <> struct ColTap<true> { int off, dh, dw, dd; };
+
+// Whether (d, h, w) lies inside the input (the depth only in 3-D).
+template <bool D3>
+__device__ __forceinline__ bool inside(const ConvShape& s, int d, int h, int w) {
+    const bool hw = (unsigned)h < (unsigned)s.h && (unsigned)w < (unsigned)s.w;
+    if constexpr (D3) return hw && (unsigned)d < (unsigned)s.d;
+    return hw;
 }
 
 }  // namespace dmma
@@ -129,27 +196,30 @@ __device__ __forceinline__ int3 tap_of(const ConvShape& s, const Digits& d, bool
 
 // x: NCHW or NHWC; w: KCRS or KRSC; y (and z): the layout of x. z may be y and bias may
 // be x when absent (e.has_z / e.has_bias say).
-template <bool NHWC, int BM, int BN, int BK, int WM, int WN>
-__global__ void __launch_bounds__(DMMA_TILE::THREADS)
+// D3: 3-D (x NCDHW or NDHWC, w KCTRS or KTRSC), the depth in the rows' and taps' 4th int.
+template <bool NHWC, int BM, int BN, int BK, int WM, int WN, bool D3 = false>
+__global__ void __launch_bounds__(DMMA_TILE::THREADS, 512 / DMMA_TILE::THREADS)
     dmma_conv_fwd(const double* __restrict__ x, const double* __restrict__ w, double* y,
                   const double* z, const double* bias, ConvShape s, EpilogueFor<double> e) {
     using Tl = DMMA_TILE;
     DYNAMIC_SHARED(double, smem);  // 2 * (A_STAGE + B_STAGE) doubles (dmma_igemm.py)
-    __shared__ int4 rows[BM];  // {x offset of (img, h0, w0, channel 0), h0, w0, -}
+    __shared__ int4 rows[BM];  // {x offset of (img, d0, h0, w0, channel 0), h0, w0, d0}
 
     const int m0 = blockIdx.x * BM, n0 = blockIdx.y * BN;
-    const int pq = s.p * s.q, nrows = s.n * pq;
-    const int ktot = s.c * s.r * s.s;
+    const int pq = s.p * s.q, opq = s.o * pq, nrows = s.n * opq;
+    const int ktot = s.c * s.t * s.r * s.s;
     for (int i = threadIdx.x; i < BM; i += Tl::THREADS) {
         const int m = m0 + i;
-        int4 r = make_int4(0, dmma::kFarAway, dmma::kFarAway, 0);
+        int4 r = make_int4(0, dmma::kFarAway, dmma::kFarAway, dmma::kFarAway);
         if (m < nrows) {
-            const int img = m / pq, rem = m - img * pq;
-            const int p = rem / s.q, q = rem - p * s.q;
+            const int img = m / opq, rem = m - img * opq;
+            const int o = rem / pq, rem2 = rem - o * pq;
+            const int p = rem2 / s.q, q = rem2 - p * s.q;
             r.y = p * s.stride_h - s.pad_h;
             r.z = q * s.stride_w - s.pad_w;
-            r.x = NHWC ? ((img * s.h + r.y) * s.w + r.z) * s.c
-                       : (img * s.c * s.h + r.y) * s.w + r.z;
+            r.w = o * s.stride_d - s.pad_d;  // 0 in 2-D (o = 0, pad_d = 0)
+            r.x = NHWC ? (((img * s.d + r.w) * s.h + r.y) * s.w + r.z) * s.c
+                       : ((img * s.c * s.d + r.w) * s.h + r.y) * s.w + r.z;
         }
         rows[i] = r;
     }
@@ -157,9 +227,8 @@ __global__ void __launch_bounds__(DMMA_TILE::THREADS)
     // Loader state: this thread's reduction column and rows (module comment).
     const int col = threadIdx.x % BK, row = threadIdx.x / BK;
     int kk = col;
-    dmma::Digits it;
-    if (NHWC) it.init(kk, BK, s.c, s.s);
-    else it.init(kk, BK, s.s, s.r);
+    typename dmma::DigitsFor<D3>::type it;
+    dmma::init_taps<NHWC, D3>(it, s, kk, BK);
     const double* wp = w + (cl::index_t)(n0 + row) * ktot + col;  // B: filter row n0 + row
     const int b_rows_left = s.k - n0 - row;
     __syncthreads();  // rows[] decoded
@@ -170,12 +239,11 @@ __global__ void __launch_bounds__(DMMA_TILE::THREADS)
     auto load = [&](int stage) {
         double* as = smem + stage * (Tl::A_STAGE + Tl::B_STAGE);
         double* bs = as + Tl::A_STAGE;
-        const int3 tap = dmma::tap_of<NHWC>(s, it, kk < ktot);
+        const int4 tap = dmma::tap_of<NHWC>(s, it, kk < ktot);
 #pragma unroll
         for (int j = 0; j < Tl::A_ROWS; ++j) {
             const int4 r = my_rows[j];
-            const int hh = r.y + tap.y, ww = r.z + tap.z;
-            const bool ok = (unsigned)hh < (unsigned)s.h && (unsigned)ww < (unsigned)s.w;
+            const bool ok = dmma::inside<D3>(s, r.w + tap.w, r.y + tap.y, r.z + tap.z);
             cl::mma::cp_async<8>(as + (row + j * Tl::ROW_STEP) * Tl::PITCH + col,
                                  x + (unsigned)(r.x + tap.x), ok);
         }
@@ -233,7 +301,7 @@ __global__ void __launch_bounds__(DMMA_TILE::THREADS)
     for (int i = 0; i < Tl::FM; ++i) {
         const int m = m0 + wm + 8 * i + g;
         if (m >= nrows) continue;
-        const int img = m / pq, rem = m - img * pq;
+        const int img = m / opq, rem = m - img * opq;
 #pragma unroll
         for (int j = 0; j < Tl::FN; ++j)
 #pragma unroll
@@ -242,14 +310,15 @@ __global__ void __launch_bounds__(DMMA_TILE::THREADS)
                 if (n >= s.k) continue;
                 // NHWC: y[m][n]; NCHW: y[img][n][rem]
                 const cl::index_t off = NHWC ? (cl::index_t)m * s.k + n
-                                             : ((cl::index_t)img * s.k + n) * pq + rem;
+                                             : ((cl::index_t)img * s.k + n) * opq + rem;
                 conv::store_output(y, z, bias, e, off, n, acc[i][j][c]);
             }
     }
 }
 
 // x: NCHW or NHWC; dy: the layout of x; ws: splits x K x (C*R*S) doubles (module comment).
-template <bool NHWC, int BM, int BN, int BK, int WM, int WN>
+// D3: 3-D (NCDHW / NDHWC, KCTRS / KTRSC): pixel digits (q | p | o | img), taps with depth.
+template <bool NHWC, int BM, int BN, int BK, int WM, int WN, bool D3 = false>
 __global__ void __launch_bounds__(DMMA_TILE::THREADS)
     dmma_conv_bwd_filter(const double* __restrict__ x, const double* __restrict__ dy,
                          double* __restrict__ ws, ConvShape s, long long chunk) {
@@ -257,8 +326,8 @@ __global__ void __launch_bounds__(DMMA_TILE::THREADS)
     DYNAMIC_SHARED(double, smem);  // 2 * (A_STAGE + B_STAGE) doubles (dmma_bwd_filter.py)
 
     const int n0 = blockIdx.x * BN, m0 = blockIdx.y * BM;
-    const int pq = s.p * s.q, npq = s.n * pq;
-    const int crs = s.c * s.r * s.s;
+    const int pq = s.p * s.q, opq = s.o * pq, npq = s.n * opq;
+    const int rs = s.r * s.s, crs = s.c * s.t * rs;
     const long long begin = (long long)blockIdx.z * chunk;
     const int end = (int)(begin + chunk < npq ? begin + chunk : npq);
 
@@ -266,42 +335,47 @@ __global__ void __launch_bounds__(DMMA_TILE::THREADS)
     const int col = NHWC ? threadIdx.x / Tl::ROW_STEP : threadIdx.x % BK;
     const int row = NHWC ? threadIdx.x % Tl::ROW_STEP : threadIdx.x / BK;
     int pix = (int)begin + col;
-    dmma::Digits px;  // (q | p | img)
-    px.init(pix, BK, s.q, s.p);
+    typename dmma::DigitsFor<D3>::type px;  // (q | p | img), 3-D (q | p | o | img)
+    if constexpr (D3) px.init(pix, BK, s.q, s.p, s.o);
+    else px.init(pix, BK, s.q, s.p);
     // A: channel rows m0 + row + jj * ROW_STEP of dy, a fixed offset each.
-    const int a_mul = NHWC ? 1 : pq;
+    const int a_mul = NHWC ? 1 : opq;
     const int a_off = (m0 + row) * a_mul, a_step = Tl::ROW_STEP * a_mul;
     const int a_rows_left = s.k - m0 - row;
-    // B: this thread's filter columns, decoded once: {x offset, dh, dw} (dh far away past
-    // the last column).
-    int3 taps[Tl::B_ROWS];
+    // B: this thread's filter columns, decoded once: {x offset, dh, dw, dd} (dh far away
+    // past the last column).
+    dmma::ColTap<D3> taps[Tl::B_ROWS];
 #pragma unroll
     for (int jj = 0; jj < Tl::B_ROWS; ++jj) {
         const int n = n0 + row + jj * Tl::ROW_STEP;
-        int c, r, t;
-        if (NHWC) {  // (r * S + t) * C + c
-            c = n % s.c;
-            const int rt = n / s.c;
-            t = rt % s.s, r = rt / s.s;
-        } else {  // (c * R + r) * S + t
-            t = n % s.s;
-            const int cr = n / s.s;
-            r = cr % s.r, c = cr / s.r;
-        }
-        const int dh = r * s.dil_h, dw = t * s.dil_w;
-        const int off = NHWC ? (dh * s.w + dw) * s.c + c : (c * s.h + dh) * s.w + dw;
-        taps[jj] = make_int3(off, n < crs ? dh : dmma::kFarAway, dw);
+        const int trs = s.t * rs;
+        const int c = NHWC ? n % s.c : n / trs;
+        const int tap = NHWC ? n / s.c : n % trs;  // (t * R + r) * S + sw
+        const int sw = tap % s.s, tr = tap / s.s;
+        const int r = D3 ? tr % s.r : tr, t = D3 ? tr / s.r : 0;
+        const int dd = t * s.dil_d, dh = r * s.dil_h, dw = sw * s.dil_w;
+        const int off = D3 ? (NHWC ? ((dd * s.h + dh) * s.w + dw) * s.c + c
+                                   : ((c * s.d + dd) * s.h + dh) * s.w + dw)
+                           : (NHWC ? (dh * s.w + dw) * s.c + c : (c * s.h + dh) * s.w + dw);
+        taps[jj].off = off;
+        taps[jj].dh = n < crs ? dh : dmma::kFarAway;
+        taps[jj].dw = dw;
+        if constexpr (D3) taps[jj].dd = dd;
     }
 
     auto load = [&](int stage) {
         double* as = smem + stage * (Tl::A_STAGE + Tl::B_STAGE);
         double* bs = as + Tl::A_STAGE;
         const bool live = pix < end;
-        const int img = px.hi, h0 = px.mid * s.stride_h - s.pad_h;
-        const int w0 = px.lo * s.stride_w - s.pad_w;
-        const int dyb = (NHWC ? pix * s.k : (img * s.k) * pq + px.mid * s.q + px.lo) + a_off;
-        const int xb = NHWC ? ((img * s.h + h0) * s.w + w0) * s.c
-                            : (img * s.c * s.h + h0) * s.w + w0;
+        int img, o, p, q;
+        if constexpr (D3) img = px.d3, o = px.d2, p = px.d1, q = px.d0;
+        else img = px.hi, o = 0, p = px.mid, q = px.lo;
+        const int d0 = D3 ? o * s.stride_d - s.pad_d : 0, h0 = p * s.stride_h - s.pad_h;
+        const int w0 = q * s.stride_w - s.pad_w;
+        const int id = D3 ? img * s.d + d0 : img;  // NHWC: the x image-depth row
+        const int dyb = (NHWC ? pix * s.k : (img * s.k) * opq + (o * s.p + p) * s.q + q) + a_off;
+        const int xb = NHWC ? ((id * s.h + h0) * s.w + w0) * s.c
+                            : (((D3 ? img * s.c * s.d + d0 : img * s.c)) * s.h + h0) * s.w + w0;
 #pragma unroll
         for (int jj = 0; jj < Tl::A_ROWS; ++jj) {
             const bool ok = live && jj * Tl::ROW_STEP < a_rows_left;
@@ -310,12 +384,12 @@ __global__ void __launch_bounds__(DMMA_TILE::THREADS)
         }
 #pragma unroll
         for (int jj = 0; jj < Tl::B_ROWS; ++jj) {
-            const int3 tap = taps[jj];
-            const int hh = h0 + tap.y, ww = w0 + tap.z;
-            const bool ok =
-                live && (unsigned)hh < (unsigned)s.h && (unsigned)ww < (unsigned)s.w;
+            const dmma::ColTap<D3> tap = taps[jj];
+            int dd = 0;
+            if constexpr (D3) dd = tap.dd;
+            const bool ok = live && dmma::inside<D3>(s, d0 + dd, h0 + tap.dh, w0 + tap.dw);
             cl::mma::cp_async<8>(bs + (row + jj * Tl::ROW_STEP) * Tl::PITCH + col,
-                                 x + (unsigned)(xb + tap.x), ok);
+                                 x + (unsigned)(xb + tap.off), ok);
         }
         pix += BK;
         px.advance();
@@ -401,44 +475,51 @@ __device__ __forceinline__ PhaseTaps phase_taps(int first, int extent, int taps,
 
 // dy: NCHW or NHWC; w: KCRS or KRSC; dx (and z): the layout of dy. z may be dx and bias
 // may be dy when absent (e.has_z / e.has_bias say).
-template <bool NHWC, int BM, int BN, int BK, int WM, int WN>
+// D3: 3-D (NCDHW / NDHWC, KCTRS / KTRSC): phases (pd, ph, pw), digits (k | ss | rr | tt).
+template <bool NHWC, int BM, int BN, int BK, int WM, int WN, bool D3 = false>
 __global__ void __launch_bounds__(DMMA_TILE::THREADS, 512 / DMMA_TILE::THREADS)
     dmma_conv_bwd_data(const double* __restrict__ dy, const double* __restrict__ w,
                        double* dx, const double* z, const double* bias, ConvShape s,
                        EpilogueFor<double> e) {
     using Tl = DMMA_TILE;
     DYNAMIC_SHARED(double, smem);  // 2 * (A_STAGE + B_STAGE) doubles (dmma_bwd_data.py)
-    __shared__ int4 rows[BM];  // {dy offset of (img, i, j, channel 0), i, j, -}
+    __shared__ int4 rows[BM];  // {dy offset of (img, id, i, j, channel 0), i, j, id}
 
-    const int ph = blockIdx.z / s.stride_w, pw = blockIdx.z % s.stride_w;
+    const int phw = s.stride_h * s.stride_w;
+    const int pd = blockIdx.z / phw, ph = blockIdx.z % phw / s.stride_w;
+    const int pw = blockIdx.z % s.stride_w;
+    const dmma::PhaseTaps td = dmma::phase_taps(pd, s.d, s.t, s.pad_d, s.stride_d, s.dil_d);
     const dmma::PhaseTaps th = dmma::phase_taps(ph, s.h, s.r, s.pad_h, s.stride_h, s.dil_h);
     const dmma::PhaseTaps tw = dmma::phase_taps(pw, s.w, s.s, s.pad_w, s.stride_w, s.dil_w);
-    const int hw = th.pixels * tw.pixels, nrows = s.n * hw;
+    const int hw = th.pixels * tw.pixels, dhw = td.pixels * hw, nrows = s.n * dhw;
     const int m0 = blockIdx.x * BM, n0 = blockIdx.y * BN;
     if (m0 >= nrows) return;  // the whole block: no barrier reached
-    const int pq = s.p * s.q;
-    const int ktot = s.k * th.count * tw.count;
+    const int pq = s.p * s.q, opq = s.o * pq;
+    const int ktot = s.k * td.count * th.count * tw.count;
     for (int i = threadIdx.x; i < BM; i += Tl::THREADS) {
         const int m = m0 + i;
-        int4 r = make_int4(0, dmma::kFarAway, dmma::kFarAway, 0);
+        int4 r = make_int4(0, dmma::kFarAway, dmma::kFarAway, dmma::kFarAway);
         if (m < nrows) {
-            const int img = m / hw, rem = m - img * hw;
-            const int ih = rem / tw.pixels, iw = rem - ih * tw.pixels;
+            const int img = m / dhw, rem = m - img * dhw;
+            const int id = rem / hw, rem2 = rem - id * hw;
+            const int ih = rem2 / tw.pixels, iw = rem2 - ih * tw.pixels;
             r.y = th.i0 + ih;
             r.z = tw.i0 + iw;
-            r.x = NHWC ? ((img * s.p + r.y) * s.q + r.z) * s.k
-                       : (img * s.k * s.p + r.y) * s.q + r.z;
+            r.w = td.i0 + id;  // 0 in 2-D
+            r.x = NHWC ? (((img * s.o + r.w) * s.p + r.y) * s.q + r.z) * s.k
+                       : ((img * s.k * s.o + r.w) * s.p + r.y) * s.q + r.z;
         }
         rows[i] = r;
     }
 
-    // Loader state: this thread's reduction column and rows; digits (k | ss | rr).
+    // Loader state: this thread's reduction column and rows; digits (k | ss | rr [| tt]).
     const int col = threadIdx.x % BK, row = threadIdx.x / BK;
     int kk = col;
-    dmma::Digits it;
-    it.init(kk, BK, s.k, tw.count);
-    const int rs = s.r * s.s;
-    const int b_mul = NHWC ? 1 : rs;  // filter offset per input channel
+    typename dmma::DigitsFor<D3>::type it;
+    if constexpr (D3) it.init(kk, BK, s.k, tw.count, th.count);
+    else it.init(kk, BK, s.k, tw.count);
+    const int rs = s.r * s.s, trs = s.t * rs;
+    const int b_mul = NHWC ? 1 : trs;  // filter offset per input channel
     const int b_off = (n0 + row) * b_mul, b_step = Tl::ROW_STEP * b_mul;
     const int b_rows_left = s.c - n0 - row;
     __syncthreads();  // rows[] decoded
@@ -450,18 +531,24 @@ __global__ void __launch_bounds__(DMMA_TILE::THREADS, 512 / DMMA_TILE::THREADS)
         double* as = smem + stage * (Tl::A_STAGE + Tl::B_STAGE);
         double* bs = as + Tl::A_STAGE;
         const bool live = kk < ktot;
-        const int k = it.lo;
-        const int r = th.r0 + it.hi * th.rstep, t = tw.r0 + it.mid * tw.rstep;
-        const int er = th.er0 + it.hi * th.der, es = tw.er0 + it.mid * tw.der;
-        const int a_off = NHWC ? (-er * s.q - es) * s.k + k : k * pq - er * s.q - es;
+        int k, ss, rr_, tt;
+        if constexpr (D3) k = it.d0, ss = it.d1, rr_ = it.d2, tt = it.d3;
+        else k = it.lo, ss = it.mid, rr_ = it.hi, tt = 0;
+        const int t = td.r0 + tt * td.rstep;
+        const int r = th.r0 + rr_ * th.rstep, sw = tw.r0 + ss * tw.rstep;
+        const int ed = td.er0 + tt * td.der;
+        const int er = th.er0 + rr_ * th.der, es = tw.er0 + ss * tw.der;
+        const int back = (-ed * s.p - er) * s.q - es;  // (id, i, j) -> dy pixel, channel 0
+        const int a_off = NHWC ? back * s.k + k : k * opq + back;
         const int di = live ? -er : dmma::kFarAway;
-        const int wb = (NHWC ? ((k * s.r + r) * s.s + t) * s.c : k * s.c * rs + r * s.s + t)
-                       + b_off;
+        const int tap = (t * s.r + r) * s.s + sw;
+        const int wb = (NHWC ? (k * trs + tap) * s.c : k * s.c * trs + tap) + b_off;
 #pragma unroll
         for (int j = 0; j < Tl::A_ROWS; ++j) {
             const int4 rr = my_rows[j];
             const int ii = rr.y + di, jj = rr.z - es;
-            const bool ok = (unsigned)ii < (unsigned)s.p && (unsigned)jj < (unsigned)s.q;
+            bool ok = (unsigned)ii < (unsigned)s.p && (unsigned)jj < (unsigned)s.q;
+            if constexpr (D3) ok = ok && (unsigned)(rr.w - ed) < (unsigned)s.o;
             cl::mma::cp_async<8>(as + (row + j * Tl::ROW_STEP) * Tl::PITCH + col,
                                  dy + (unsigned)(rr.x + a_off), ok);
         }
@@ -516,10 +603,12 @@ __global__ void __launch_bounds__(DMMA_TILE::THREADS, 512 / DMMA_TILE::THREADS)
     for (int i = 0; i < Tl::FM; ++i) {
         const int m = m0 + wm + 8 * i + g;
         if (m >= nrows) continue;
-        const int img = m / hw, rem = m - img * hw;
-        const int ih = rem / tw.pixels, iw = rem - ih * tw.pixels;
-        const int h = ph + ih * s.stride_h, wx = pw + iw * s.stride_w;
-        const cl::index_t pix = ((cl::index_t)img * s.h + h) * s.w + wx;  // NHWC pixel
+        const int img = m / dhw, rem = m - img * dhw;
+        const int id = rem / hw, rem2 = rem - id * hw;
+        const int ih = rem2 / tw.pixels, iw = rem2 - ih * tw.pixels;
+        const int d = pd + id * s.stride_d, h = ph + ih * s.stride_h, wx = pw + iw * s.stride_w;
+        const int sp = (d * s.h + h) * s.w + wx, dhw_in = s.d * s.h * s.w;
+        const cl::index_t pix = (cl::index_t)img * dhw_in + sp;  // NHWC pixel
 #pragma unroll
         for (int j = 0; j < Tl::FN; ++j)
 #pragma unroll
@@ -527,8 +616,7 @@ __global__ void __launch_bounds__(DMMA_TILE::THREADS, 512 / DMMA_TILE::THREADS)
                 const int n = n0 + wn + 8 * j + 2 * t + c;
                 if (n >= s.c) continue;
                 const cl::index_t off =
-                    NHWC ? pix * s.c + n
-                         : (((cl::index_t)img * s.c + n) * s.h + h) * s.w + wx;
+                    NHWC ? pix * s.c + n : ((cl::index_t)img * s.c + n) * dhw_in + sp;
                 conv::store_output(dx, z, bias, e, off, n, acc[i][j][c]);
             }
     }

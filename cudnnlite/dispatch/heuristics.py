@@ -61,7 +61,7 @@ def _dmma(p: ConvProblem, caps: Capabilities) -> bool:
     """float64 on the fp64 tensor cores (mma.sync m8n8k4 .f64) on a GPU of sm_80+: an H200
     does 67 TFLOP/s of DMMA against 34 of CUDA-core double FMA. Not on the emulator (the
     warp-collective MMA model is slow there; the rankings stay as they were). Grouped
-    layers (depthwise) and 3-D are not applicable (the selector skips it there)."""
+    layers (depthwise) are not applicable (the selector skips it there)."""
     return p.dtype == "fp64" and not caps.emulator and caps.bf16_tensor_cores
 
 

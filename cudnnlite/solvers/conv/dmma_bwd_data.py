@@ -2,8 +2,9 @@
 ``cuda_src/conv/dmma_implicit_gemm.cu``).
 
 ``conv_bwd_data_dmma_implicit_gemm_phased`` (:class:`DmmaBwdDataPhasedSolver`): float64 only,
-sm_80+, dx from dy and the filters read as stored (no rotated copy, no workspace), 1-D and
-2-D, groups == 1, NCHW/KCRS and NHWC/KRSC, any stride, dilation and padding. Phase
+sm_80+, dx from dy and the filters read as stored (no rotated copy, no workspace), 1-D, 2-D
+and 3-D, groups == 1, NCHW/KCRS and NHWC/KRSC (and their 3-D forms), any stride, dilation
+and padding. Phase
 decomposition: the grid's z picks a phase of the dx pixels (their coordinate modulo the
 stride); each phase is a stride-1 correlation of dy with the taps that reach it, so no
 MMA is spent on the stride's gaps and nothing divides per element. Products and sums are
@@ -36,26 +37,24 @@ from ..base import APPLICABLE, Applicability, Config, Runner, Solver, not_applic
 from . import bwd_filter as bwf
 from .bwd_data import BwdDataTensors
 from .common import Epilogue, shape_struct
-from .dmma_igemm import MAX_GRID_Y, SOURCE, TILES, DmmaConfig, _fits
+from .dmma_igemm import MAX_GRID_Y, SOURCE, TILES, DmmaConfig, _fits, layout_tag, tile_args
 from .implicit_gemm import _limits_reason
 
 _MAX_PHASES = 65535  # grid z
 
 
-def kernel_expr(config: DmmaConfig, nhwc: bool) -> str:
-    c = config
-    return (f"dmma_conv_bwd_data<{str(nhwc).lower()}, {c.block_m}, {c.block_n}, {c.block_k}, "
-            f"{c.warp_m}, {c.warp_n}>")  # fmt: skip
+def kernel_expr(config: DmmaConfig, nhwc: bool, d3: bool = False) -> str:
+    return f"dmma_conv_bwd_data<{tile_args(config, nhwc, d3)}>"
 
 
-def module_spec() -> ModuleSpec:
-    """Both layouts of both tiles, one module."""
-    names = [kernel_expr(DmmaConfig(*t), nhwc) for t in TILES for nhwc in (False, True)]
+def module_spec(d3: bool = False) -> ModuleSpec:
+    """Both layouts of both tiles, one module per dimensionality."""
+    names = [kernel_expr(DmmaConfig(*t), nhwc, d3) for t in TILES for nhwc in (False, True)]
     return ModuleSpec.make(SOURCE, names)
 
 
 def _phase_rows(problem: ConvProblem) -> int:
-    """Rows of the largest phase: N * ceil(H / u_h) * ceil(W / u_w)."""
+    """Rows of the largest phase: N * ceil(H / u_h) * ceil(W / u_w) (and D / u_d)."""
     rows = problem.n
     for size, stride in zip(problem.spatial, problem.strides, strict=True):
         rows *= -(-size // stride)
@@ -64,10 +63,10 @@ def _phase_rows(problem: ConvProblem) -> int:
 
 class _Runner(Runner):
     def __init__(self, backend: Backend, problem: ConvProblem, config: DmmaConfig) -> None:
-        nhwc = problem.channels_last
-        self._kernel = backend.kernel(module_spec(), kernel_expr(config, nhwc))
+        nhwc, d3 = problem.channels_last, problem.ndim == 3
+        self._kernel = backend.kernel(module_spec(d3), kernel_expr(config, nhwc, d3))
         phases = int(np.prod(problem.strides))
-        layout = "nhwc" if nhwc else "nchw"
+        layout = layout_tag(problem)
         self._name = f"dmma_igemm_bwd_data_{config.label()}_phases{phases}_{layout}_fp64"
         self._grid = (-(-_phase_rows(problem) // config.block_m),
                       -(-problem.c // config.block_n), phases)  # fmt: skip
@@ -96,7 +95,7 @@ class DmmaBwdDataPhasedSolver(Solver):
     deterministic = True
 
     def is_applicable(self, problem: ConvProblem, caps: Capabilities) -> Applicability:
-        reason = bwf.common_reason(problem, "bwd_data")
+        reason = bwf.common_reason(problem, "bwd_data", max_ndim=3)
         if reason:
             return not_applicable(reason)
         if problem.dtype != dtypes.FLOAT64.short:
@@ -133,7 +132,7 @@ class DmmaBwdDataPhasedSolver(Solver):
         return isinstance(config, DmmaConfig) and _fits(config, caps)
 
     def module_specs(self) -> list[ModuleSpec]:
-        return [module_spec()]
+        return [module_spec(False), module_spec(True)]
 
     def prepare(self, backend: Backend, problem: ConvProblem, config: Config) -> Runner:
         caps = capabilities(backend)

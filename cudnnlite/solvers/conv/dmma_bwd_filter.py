@@ -4,9 +4,10 @@
 ``conv_bwd_filter_dmma_implicit_gemm`` (:class:`DmmaBwdFilterSolver`): float64 only, sm_80+,
 dw = dy^T * im2col(x) as an implicit GEMM with M = K output channels, N = C*R*S filter
 columns (in the filter's memory order) and the reduction over the N*P*Q output pixels,
-whose products and sums are the tensor core's double MMA (``mma.sync`` m8n8k4 .f64). 1-D and
-2-D, groups == 1, any padding, stride and dilation; NCHW/KCRS and NHWC/KRSC (the loaders
-walk the pixels in NCHW and the channels in NHWC: the coalesced direction of each).
+whose products and sums are the tensor core's double MMA (``mma.sync`` m8n8k4 .f64). 1-D,
+2-D and 3-D, groups == 1, any padding, stride and dilation; NCHW/KCRS and NHWC/KRSC, and
+their 3-D forms (the loaders walk the pixels channels-first and the channels
+channels-last: the coalesced direction of each).
 
 Split-K: ``splits`` blocks share the reduction, each over a chunk of output pixels (a
 multiple of ``block_k``), writing double partials to the workspace; ``bwd_filter_reduce``
@@ -39,7 +40,7 @@ from ...runtime.kernel import ModuleSpec
 from ..base import APPLICABLE, Applicability, Config, Runner, Solver, not_applicable
 from . import bwd_filter as bwf
 from .common import shape_struct
-from .dmma_igemm import MAX_GRID_Y, SOURCE
+from .dmma_igemm import MAX_GRID_Y, SOURCE, layout_tag
 from .implicit_gemm import _limits_reason
 from .tc_igemm import TcTile
 
@@ -75,14 +76,15 @@ class DmmaSplitKConfig(TcTile):
         return self.stages * (self.block_m + self.block_n) * (self.block_k + 4) * 8
 
 
-def kernel_expr(tile: tuple[int, ...], nhwc: bool) -> str:
+def kernel_expr(tile: tuple[int, ...], nhwc: bool, d3: bool = False) -> str:
     bm, bn, bk, wm, wn, _ = tile
-    return f"dmma_conv_bwd_filter<{str(nhwc).lower()}, {bm}, {bn}, {bk}, {wm}, {wn}>"
+    args = f"{str(nhwc).lower()}, {bm}, {bn}, {bk}, {wm}, {wn}" + (", true" if d3 else "")
+    return f"dmma_conv_bwd_filter<{args}>"
 
 
-def module_spec() -> ModuleSpec:
-    """Both layouts of both tiles and the split reduction in double."""
-    names = [kernel_expr(t, nhwc) for t in TILES for nhwc in (False, True)]
+def module_spec(d3: bool = False) -> ModuleSpec:
+    """Both layouts of both tiles (1-D/2-D, or 3-D) and the split reduction in double."""
+    names = [kernel_expr(t, nhwc, d3) for t in TILES for nhwc in (False, True)]
     return ModuleSpec.make(SOURCE, [*names, bwf._reduce_expr(dtypes.FLOAT64)])
 
 
@@ -93,9 +95,9 @@ def _dims(problem: ConvProblem) -> tuple[int, int]:
 
 class _Runner(Runner):
     def __init__(self, backend: Backend, problem: ConvProblem, cfg: DmmaSplitKConfig) -> None:
-        nhwc = problem.channels_last
-        spec = module_spec()
-        self.gemm = backend.kernel(spec, kernel_expr(cfg.tile(), nhwc))
+        nhwc, d3 = problem.channels_last, problem.ndim == 3
+        spec = module_spec(d3)
+        self.gemm = backend.kernel(spec, kernel_expr(cfg.tile(), nhwc, d3))
         self.reduce = backend.kernel(spec, bwf._reduce_expr(dtypes.FLOAT64))
         crs, npq = _dims(problem)
         self.splits = bwf._useful_splits(npq, cfg.splits, cfg.block_k)
@@ -106,8 +108,7 @@ class _Runner(Runner):
         self.count = problem.k * crs
         self.cgrid = bwf._grid(self.count, backend)
         self.shape = shape_struct(problem)
-        layout = "nhwc" if nhwc else "nchw"
-        self.names = [f"dmma_igemm_bwd_filter_{cfg.label()}_{layout}_fp64",
+        self.names = [f"dmma_igemm_bwd_filter_{cfg.label()}_{layout_tag(problem)}_fp64",
                       "bwd_filter_reduce_fp64"]  # fmt: skip
 
     @property
@@ -136,7 +137,7 @@ class DmmaBwdFilterSolver(Solver):
     deterministic = True
 
     def is_applicable(self, problem: ConvProblem, caps: Capabilities) -> Applicability:
-        reason = bwf.common_reason(problem, "bwd_filter")
+        reason = bwf.common_reason(problem, "bwd_filter", max_ndim=3)
         if reason:
             return not_applicable(reason)
         if problem.dtype != dtypes.FLOAT64.short:
@@ -193,7 +194,7 @@ class DmmaBwdFilterSolver(Solver):
         return 8 * bwf._useful_splits(npq, config.splits, config.block_k) * problem.k * crs
 
     def module_specs(self) -> list[ModuleSpec]:
-        return [module_spec()]
+        return [module_spec(False), module_spec(True)]
 
     def prepare(self, backend: Backend, problem: ConvProblem, config: Config) -> Runner:
         caps = capabilities(backend)

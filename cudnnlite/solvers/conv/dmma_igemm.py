@@ -4,8 +4,10 @@
 an implicit GEMM (M = N*P*Q output pixels, N = K output channels, reduction C*R*S taps)
 whose products and sums are the tensor core's double MMA (``mma.sync`` m8n8k4 .f64 through
 ``common/mma.cuh``; an H200 does 67 TFLOP/s of it against 34 of CUDA-core double FMA).
-1-D and 2-D, groups == 1, any padding, stride and dilation; NCHW/KCRS and NHWC/KRSC (the
-A operand is gathered element by element either way: NHWC's loads are the coalesced ones).
+1-D, 2-D and 3-D, groups == 1, any padding, stride and dilation; NCHW/KCRS and NHWC/KRSC
+(NCDHW/KCTRS and NDHWC/KTRSC; the A operand is gathered element by element either way:
+channels-last loads are the coalesced ones). 3-D kernels are their own instantiations (the
+depth in the rows' and taps' fourth int, four reduction digits), in a module of their own.
 
 Config (:class:`DmmaConfig`, every field in the kernel's readable name
 ``dmma_igemm_fwd_64x64x16_w32x32_s2_nhwc_fp64``): the block tile ``block_m`` x ``block_n``,
@@ -90,16 +92,29 @@ class DmmaConfig(Config):
                 f"_s{self.stages}")  # fmt: skip
 
 
-def kernel_expr(config: DmmaConfig, nhwc: bool) -> str:
+def tile_args(config: DmmaConfig, nhwc: bool, d3: bool) -> str:
+    """A DMMA kernel's template arguments: layout, tile and, for 3-D, ``true``."""
     c = config
-    return (f"dmma_conv_fwd<{str(nhwc).lower()}, {c.block_m}, {c.block_n}, {c.block_k}, "
-            f"{c.warp_m}, {c.warp_n}>")  # fmt: skip
+    args = f"{str(nhwc).lower()}, {c.block_m}, {c.block_n}, {c.block_k}, {c.warp_m}, {c.warp_n}"
+    return args + (", true" if d3 else "")
 
 
-def module_spec() -> ModuleSpec:
-    """Both layouts of every tile, one module (the stage count is the kernel's own: two)."""
-    names = [kernel_expr(DmmaConfig(*t), nhwc) for t in TILES for nhwc in (False, True)]
+def kernel_expr(config: DmmaConfig, nhwc: bool, d3: bool = False) -> str:
+    return f"dmma_conv_fwd<{tile_args(config, nhwc, d3)}>"
+
+
+def module_spec(d3: bool = False) -> ModuleSpec:
+    """Both layouts of every tile, one module per dimensionality (the stage count is the
+    kernel's own: two; 3-D kernels carry the depth in their rows and taps)."""
+    names = [kernel_expr(DmmaConfig(*t), nhwc, d3) for t in TILES for nhwc in (False, True)]
     return ModuleSpec.make(SOURCE, names)
+
+
+def layout_tag(problem: ConvProblem) -> str:
+    """nchw / nhwc, or the 3-D layout (ncdhw / ndhwc), for kernel names."""
+    if problem.ndim == 3:
+        return problem.layout.lower()
+    return "nhwc" if problem.channels_last else "nchw"
 
 
 def _fits(config: DmmaConfig, caps: Capabilities | None) -> bool:
@@ -110,10 +125,9 @@ def _fits(config: DmmaConfig, caps: Capabilities | None) -> bool:
 
 class _Runner(Runner):
     def __init__(self, backend: Backend, problem: ConvProblem, config: DmmaConfig) -> None:
-        nhwc = problem.channels_last
-        self._kernel = backend.kernel(module_spec(), kernel_expr(config, nhwc))
-        layout = "nhwc" if nhwc else "nchw"
-        self._name = f"dmma_igemm_fwd_{config.label()}_{layout}_fp64"
+        nhwc, d3 = problem.channels_last, problem.ndim == 3
+        self._kernel = backend.kernel(module_spec(d3), kernel_expr(config, nhwc, d3))
+        self._name = f"dmma_igemm_fwd_{config.label()}_{layout_tag(problem)}_fp64"
         rows = problem.n * int(np.prod(problem.out_spatial))
         self._grid = (-(-rows // config.block_m), -(-problem.k // config.block_n))
         self._block = (config.threads,)
@@ -138,7 +152,7 @@ class DmmaImplicitGemmSolver(Solver):
     deterministic = True
 
     def is_applicable(self, problem: ConvProblem, caps: Capabilities) -> Applicability:
-        reason = common_reason(problem, max_ndim=2)
+        reason = common_reason(problem, max_ndim=3)
         if reason:
             return not_applicable(reason)
         if problem.dtype != dtypes.FLOAT64.short:
@@ -175,7 +189,7 @@ class DmmaImplicitGemmSolver(Solver):
                 and -(-problem.k // config.block_n) <= MAX_GRID_Y)  # fmt: skip
 
     def module_specs(self) -> list[ModuleSpec]:
-        return [module_spec()]
+        return [module_spec(False), module_spec(True)]
 
     def prepare(self, backend: Backend, problem: ConvProblem, config: Config) -> Runner:
         caps = capabilities(backend)
