@@ -14,7 +14,8 @@ in 2-D. Backward results are compared with the float64 backward references
 length of each direction (K/g*T*R*S for dx, N*O*P*Q for dw).
 
 Module budget (g++ time on the emulator): the fp32 3-D modules of direct.cu, bwd_data.cu,
-bwd_filter.cu and one implicit-GEMM tile; one fp16 tensor-core tile; the tensor-core 3-D
+bwd_filter.cu (direct, and the GEMM's 3-D module: fp32 and fp64) and one implicit-GEMM
+tile; one fp16 tensor-core tile; the tensor-core 3-D
 backward modules (`tc_conv_bwd_filter_3d`, `tc_conv_bwd_data_3d`: fp16 and bf16 tiles, about
 2 s of g++ each when cold); bf16 direct. 2-D
 modules are never compiled here except the 1x1 GEMM tile and the cuBLAS epilogue (shared
@@ -242,25 +243,54 @@ def test_backward_data_rotated_tensor_cores_fp16(backend: str) -> None:
     _bwd_data(backend, "conv_bwd_data_tc_implicit_gemm", problem)
 
 
-@pytest.mark.parametrize("layout", ["NCDHW", "NDHWC"])
-@pytest.mark.parametrize("case", ["i3d_3x3x3", "r2plus1d_3x1x1_s2", "primes_big_pad",
-                                  "stride3_dil2", "groups"])  # fmt: skip
-def test_backward_filter_direct(backend: str, case: str, layout: str) -> None:
-    problem = _problem(case, layout, direction="bwd_filter")
+def _bwd_filter(backend: str, solver_name: str, problem: ConvProblem, config: Any = None,
+                dtype: Any = np.float32) -> None:  # fmt: skip
     ops = operands(problem)
-    dy = np.random.default_rng(5).standard_normal(problem.y_shape()).astype(np.float32)
+    dy = np.random.default_rng(5).standard_normal(problem.y_shape()).astype(dtype)
     b = backend_by_name(backend)
-    solver = registry.get("conv_bwd_filter_direct")
-    runner = solver.prepare(b, problem, solver.default_config(problem, EMULATOR))
-    dw = b.xp.full(problem.w_shape(), np.nan, dtype=np.float32)
+    solver = registry.get(solver_name)
+    config = config or solver.default_config(problem, EMULATOR)
+    runner = solver.prepare(b, problem, config)
+    dw = b.xp.full(problem.w_shape(), np.nan, dtype=dtype)
+    size = solver.workspace_size(problem, config)
+    ws = b.xp.full(size, 0xFF, dtype=np.uint8) if size else None  # NaN-ish garbage
     runner(BwdFilterTensors(to_backend(ops["x"], backend), to_backend(dy, backend), dw),
-           Epilogue(), None)  # fmt: skip
+           Epilogue(), ws)  # fmt: skip
     args = (problem.filter, problem.pads, problem.strides, problem.dilations, problem.groups,
             problem.channels_last)  # fmt: skip
     ref = conv_backward_filter(ops["x"], dy, *args)
     mag = conv_backward_filter(np.abs(ops["x"]), np.abs(dy), *args)
     terms = problem.n * int(np.prod(problem.out_spatial))
-    _close(to_numpy(dw), ref, mag, terms, "conv_bwd_filter_direct")
+    _close(to_numpy(dw), ref, mag, terms, solver_name, dtype=problem.dtype)
+
+
+@pytest.mark.parametrize("layout", ["NCDHW", "NDHWC"])
+@pytest.mark.parametrize("case", ["i3d_3x3x3", "r2plus1d_3x1x1_s2", "primes_big_pad",
+                                  "stride3_dil2", "groups"])  # fmt: skip
+def test_backward_filter_direct(backend: str, case: str, layout: str) -> None:
+    _bwd_filter(backend, "conv_bwd_filter_direct", _problem(case, layout, direction="bwd_filter"))
+
+
+@pytest.mark.parametrize("layout", ["NCDHW", "NDHWC"])
+@pytest.mark.parametrize("case", ["i3d_3x3x3", "r2plus1d_3x1x1_s2", "primes_big_pad",
+                                  "stride3_dil2", "groups"])  # fmt: skip
+def test_backward_filter_implicit_gemm(backend: str, case: str, layout: str) -> None:
+    """The CUDA-core split-K GEMM's 3-D kernels (bwd_filter_gemm<..., true>): both tiles,
+    several splits (the last one partial), the atomic variant; planes (n, o) split per
+    slice, taps with their depth."""
+    from cudnnlite.solvers.conv.bwd_filter import SplitKConfig
+
+    problem = _problem(case, layout, direction="bwd_filter")
+    _bwd_filter(backend, "conv_bwd_filter_implicit_gemm", problem, SplitKConfig(64, 1))
+    _bwd_filter(backend, "conv_bwd_filter_implicit_gemm", problem, SplitKConfig(32, 4))
+    if case == "i3d_3x3x3":
+        _bwd_filter(backend, "conv_bwd_filter_implicit_gemm_atomic", problem)
+
+
+def test_backward_filter_implicit_gemm_fp64(backend: str) -> None:
+    for layout in ("NCDHW", "NDHWC"):
+        problem = _problem("stride3_dil2", layout, "fp64", direction="bwd_filter")
+        _bwd_filter(backend, "conv_bwd_filter_implicit_gemm", problem, dtype=np.float64)
 
 
 # ------------------------------------------------------------------ float64
@@ -315,10 +345,10 @@ def test_applicability_reasons() -> None:
     bwd = dataclasses.replace(problem, direction="bwd_data")
     r = registry.get("conv_bwd_data_winograd_f2x2_3x3").is_applicable(bwd, EMULATOR)
     assert not r and "2-D" in r.reason
-    r = registry.get("conv_bwd_filter_implicit_gemm").is_applicable(
-        dataclasses.replace(problem, direction="bwd_filter"), EMULATOR
-    )
-    assert not r and "1-D or 2-D" in r.reason
+    bwf = dataclasses.replace(problem, direction="bwd_filter")
+    assert registry.get("conv_bwd_filter_implicit_gemm").is_applicable(bwf, EMULATOR)
+    r = registry.get("conv_bwd_filter_im2col_gemm_cublas").is_applicable(bwf, EMULATOR)
+    assert not r and "2-D" in r.reason
     big = p3(c=8, k=8, f=(17, 1, 1), pad=(8, 0, 0), dtype="fp16", layout="NDHWC")
     r = registry.get("conv_fwd_tc_implicit_gemm").is_applicable(big, EMULATOR)
     assert not r and "16 taps" in r.reason

@@ -28,6 +28,10 @@
 //                                atomic == 1: it atomicAdds into ws[K][C/g*R*S] (zeroed by
 //                                zero_f32 / zero_f64 first; summation order varies: NOT
 //                                deterministic).
+//   bwd_filter_gemm<T, NHWC, BM, BN, TM, TN, true>
+//                                3-D (NCDHW / NDHWC, KCTRS / KTRSC): the output planes
+//                                (n, o) in the position's third digit (split with one
+//                                division per slice), taps with their depth, decoded once.
 //   bwd_filter_reduce<T>         dw[i] = sum_{split} ws[split][i] in split order, stored as T.
 //   zero_f32, zero_f64           ws[i] = 0 (float, double workspace).
 //   bwd_bias_nchw<T>             a block per (channel k, split of N*P*Q): 256 threads
@@ -138,8 +142,9 @@ template <bool B, class X, class Y> struct Pick { using type = X; };
 template <class X, class Y> struct Pick<false, X, Y> { using type = Y; };
 
 // Output position m = (n, p, q) of a thread's reduction column, advanced by BK per slice.
+// 3-D: hi counts output planes n * O + o (the consumers split it: one division per slice).
 struct Position {
-    gemm::Radix3 it;  // lo = q, mid = p, hi = n
+    gemm::Radix3 it;  // lo = q, mid = p, hi = n (3-D: n * O + o)
     cl::index_t m;
     __device__ __forceinline__ void init(const ConvShape& s, cl::index_t m_) {
         m = m_;
@@ -156,8 +161,8 @@ struct Position {
 };
 
 // A[m][kk] = dy[m, g*K/g + k0 + kk], As[m][kk] (m: the reduction). NCHW: an element gather per
-// element, each thread one m column (k-fastest layout) and channels row(i).
-template <typename T, class Tl>
+// element, each thread one m column (k-fastest layout) and channels row(i). D3: NCDHW.
+template <typename T, class Tl, bool D3 = false>
 struct DyGatherNchw {
     using L = gemm::KFast<Tl, Tl::BM>;
     using Layout = L;
@@ -171,24 +176,32 @@ struct DyGatherNchw {
 
     __device__ __forceinline__ DyGatherNchw(const T* dy_, const ConvShape& s_, int kbase,
                                             int krows, cl::index_t m0, cl::index_t m_end_)
-        : dy(dy_ + (cl::index_t)(kbase + L::row(0)) * s_.p * s_.q), s(s_),
+        : dy(dy_ + (cl::index_t)(kbase + L::row(0)) * s_.p * s_.q * (D3 ? s_.o : 1)), s(s_),
           kleft(krows - L::row(0)), m_end(m_end_) {
         pos.init(s, m0 + L::k());
     }
 
     template <class Sink>
     __device__ __forceinline__ void next(Sink& sink) {
-        const int pq = s.p * s.q;
-        const T* src = dy + (cl::index_t)pos.it.hi * s.k * pq + pos.it.mid * s.q + pos.it.lo;
+        const int pq = s.p * s.q, opq = D3 ? s.o * pq : pq;
+        cl::index_t plane = pos.it.hi;  // 2-D: the image; 3-D: (image, o)
+        if constexpr (D3) {
+            const int n = pos.it.hi / s.o;
+            plane = (cl::index_t)n * s.k * s.o + (pos.it.hi - n * s.o);  // in units of pq
+        } else {
+            plane *= s.k;
+        }
+        const T* src = dy + plane * pq + pos.it.mid * s.q + pos.it.lo;
         const bool min = pos.m < m_end;
 #pragma unroll
         for (int i = 0; i < VECS; ++i)
-            sink.template put<1>(i, 0, src + i * L::STEP * pq, min && i * L::STEP < kleft);
+            sink.template put<1>(i, 0, src + i * L::STEP * opq, min && i * L::STEP < kleft);
         pos.advance();
     }
 };
 
-// A tap of the patch: {x offset from (n, h0, w0, group channel 0), dh, dw}.
+// A tap of the patch: {x offset from (n, h0, w0, group channel 0), dh, dw}; D3: the
+// depth too, {offset from (n, d0, h0, w0, channel 0), dh, dw, dd} (KTRSC / KCTRS columns).
 template <bool NHWC>
 __device__ __forceinline__ int3 patch_tap(const ConvShape& s, int j) {
     int c, r, t;  // decoded once per thread, outside the main loop
@@ -205,11 +218,29 @@ __device__ __forceinline__ int3 patch_tap(const ConvShape& s, int j) {
     return make_int3(NHWC ? (dh * s.w + dw) * s.c + c : (c * s.h + dh) * s.w + dw, dh, dw);
 }
 
+template <bool NHWC>
+__device__ __forceinline__ int4 patch_tap_3d(const ConvShape& s, int j) {
+    const int trs = s.t * s.r * s.s;
+    const int c = NHWC ? j % s.c_per_group : j / trs;
+    const int tap = NHWC ? j / s.c_per_group : j % trs;  // (td * R + r) * S + t
+    const int t = tap % s.s, tr = tap / s.s;
+    const int r = tr % s.r, td = tr / s.r;
+    const int dd = td * s.dil_d, dh = r * s.dil_h, dw = t * s.dil_w;
+    const int off = NHWC ? ((dd * s.h + dh) * s.w + dw) * s.c + c
+                         : ((c * s.d + dd) * s.h + dh) * s.w + dw;
+    return make_int4(off, dh, dw, dd);
+}
+
+template <bool D3> struct TapOf { using type = int3; };
+template <> struct TapOf<true> { using type = int4; };
+
 // B[m][j] = x at tap j of output position m (0 in the padding), Bs[m][j]. NHWC: 4
 // consecutive taps (channels) per vector, threads along j (row-fast layout; 16 bytes when
-// C/g % 4 == 0 and aligned); NCHW: k-fastest, one m per thread, taps row(i).
-template <typename T, class Tl, bool NHWC>
+// C/g % 4 == 0 and aligned); NCHW: k-fastest, one m per thread, taps row(i). D3: NDHWC /
+// NCDHW, the taps' depth checked too.
+template <typename T, class Tl, bool NHWC, bool D3 = false>
 struct PatchLoader {
+    using Tap = typename TapOf<D3>::type;
     using L = typename Pick<NHWC, gemm::RowFast4<Tl, Tl::BN>, gemm::KFast<Tl, Tl::BN>>::type;
     using Layout = L;
     static constexpr int VECS = L::VECS, VEC = NHWC ? 4 : 1;
@@ -219,7 +250,7 @@ struct PatchLoader {
     const ConvShape& s;
     cl::index_t m_end;
     bool vec;
-    int3 tap[TAPS];  // {offset, dh, dw}; dh far outside past the filter
+    Tap tap[TAPS];  // {offset, dh, dw[, dd]}; dh far outside past the filter
     Position pos;
     gemm::Offsets<L> offset;
 
@@ -230,41 +261,53 @@ struct PatchLoader {
 
     __device__ __forceinline__ PatchLoader(const T* x_, const ConvShape& s_, int cbase, int j0,
                                            cl::index_t m0, cl::index_t m_end_, bool vec_)
-        : x(x_ + (NHWC ? cbase : (cl::index_t)cbase * s_.h * s_.w)), s(s_), m_end(m_end_),
-          vec(vec_) {
-        const int jtot = s.c_per_group * s.r * s.s;
+        : x(x_ + (NHWC ? cbase : (cl::index_t)cbase * s_.h * s_.w * (D3 ? s_.d : 1))), s(s_),
+          m_end(m_end_), vec(vec_) {
+        const int jtot = s.c_per_group * s.r * s.s * (D3 ? s.t : 1);
 #pragma unroll
         for (int i = 0; i < TAPS; ++i) {
             const int j = j0 + (NHWC ? L::row(0) + i : L::row(i));
-            tap[i] = j < jtot ? patch_tap<NHWC>(s, j) : make_int3(0, -(1 << 29), 0);
+            if constexpr (D3)
+                tap[i] = j < jtot ? patch_tap_3d<NHWC>(s, j) : make_int4(0, -(1 << 29), 0, 0);
+            else
+                tap[i] = j < jtot ? patch_tap<NHWC>(s, j) : make_int3(0, -(1 << 29), 0);
         }
         pos.init(s, m0 + k0());
     }
 
-    // x offset (from the image) and validity of the tap t at (h0, w0).
-    __device__ __forceinline__ int element(int h0, int w0, bool min, const int3& t,
+    // x offset (from the image) and validity of the tap t at (d0, h0, w0).
+    __device__ __forceinline__ int element(int d0, int h0, int w0, bool min, const Tap& t,
                                            bool& ok) const {
         const int h = h0 + t.y, w = w0 + t.z;
         ok = min && (unsigned)h < (unsigned)s.h && (unsigned)w < (unsigned)s.w;
+        if constexpr (D3) {
+            ok = ok && (unsigned)(d0 + t.w) < (unsigned)s.d;
+            return (NHWC ? ((d0 * s.h + h0) * s.w + w0) * s.c : (d0 * s.h + h0) * s.w + w0) + t.x;
+        }
         return (NHWC ? (h0 * s.w + w0) * s.c : h0 * s.w + w0) + t.x;
     }
 
     template <class Sink>
     __device__ __forceinline__ void next(Sink& sink) {
         const int h0 = pos.it.mid * s.stride_h - s.pad_h, w0 = pos.it.lo * s.stride_w - s.pad_w;
-        const T* img = x + (cl::index_t)pos.it.hi * s.c * s.h * s.w;
+        int n = pos.it.hi, d0 = 0;
+        if constexpr (D3) {
+            n = pos.it.hi / s.o;
+            d0 = (pos.it.hi - n * s.o) * s.stride_d - s.pad_d;
+        }
+        const T* img = x + (cl::index_t)n * s.c * s.h * s.w * (D3 ? s.d : 1);
         const bool min = pos.m < m_end;
         if constexpr (NHWC) {
             if (L::live(0)) {
                 if (vec) {  // 4 channels of one tap
                     bool ok;
-                    const int off = element(h0, w0, min, tap[0], ok);
+                    const int off = element(d0, h0, w0, min, tap[0], ok);
                     sink.template put<4>(0, 0, img + off, ok);
                 } else {
 #pragma unroll
                     for (int v = 0; v < 4; ++v) {
                         bool ok;
-                        const int off = element(h0, w0, min, tap[v], ok);
+                        const int off = element(d0, h0, w0, min, tap[v], ok);
                         sink.template put<1>(0, v, img + off, ok);
                     }
                 }
@@ -273,7 +316,7 @@ struct PatchLoader {
 #pragma unroll
             for (int i = 0; i < VECS; ++i) {
                 bool ok;
-                const int off = element(h0, w0, min, tap[i], ok);
+                const int off = element(d0, h0, w0, min, tap[i], ok);
                 sink.template put<1>(i, 0, img + off, ok);
             }
         }
@@ -283,7 +326,8 @@ struct PatchLoader {
 
 }  // namespace bwf
 
-template <typename T, bool NHWC, int BM, int BN, int TM, int TN>
+// D3: 3-D (NCDHW / NDHWC x and dy, KCTRS / KTRSC dw), a module of its own.
+template <typename T, bool NHWC, int BM, int BN, int TM, int TN, bool D3 = false>
 __global__ void __launch_bounds__(
     gemm::Tile<BM, BN, bwf::kBK, TM, TN, bwf::stages<T>()>::THREADS,
     gemm::Tile<BM, BN, bwf::kBK, TM, TN, bwf::stages<T>()>::MIN_BLOCKS)
@@ -296,10 +340,10 @@ __global__ void __launch_bounds__(
     typedef cl::acc_t<T> A;
     __shared__ __align__(16) A smem[gemm::Smem<T, Tl>::ELEMS];
     const int g = blockIdx.z % s.groups, split = blockIdx.z / s.groups;
-    const int jtot = s.c_per_group * s.r * s.s;
+    const int jtot = s.c_per_group * s.r * s.s * (D3 ? s.t : 1);
     const int j0 = blockIdx.x * BN, kk0 = blockIdx.y * BM;
     const int kbase = g * s.k_per_group + kk0;
-    const cl::index_t npq = (cl::index_t)s.n * s.p * s.q;
+    const cl::index_t npq = (cl::index_t)s.n * s.p * s.q * (D3 ? s.o : 1);
     const cl::index_t m0 = (cl::index_t)split * chunk;
     const cl::index_t m_end = m0 + chunk < npq ? m0 + chunk : npq;
     const int slices = m0 < m_end ? (int)((m_end - m0 + Tl::BK - 1) / Tl::BK) : 0;
@@ -307,7 +351,7 @@ __global__ void __launch_bounds__(
 
     // 16-byte copies: runs of 4 channels inside a group from 16-byte aligned bases
     const bool vec_x = NHWC && s.c_per_group % 4 == 0 && s.c % 4 == 0 && gemm::aligned16(x);
-    bwf::PatchLoader<T, Tl, NHWC> lb(x, s, g * s.c_per_group, j0, m0, m_end, vec_x);
+    bwf::PatchLoader<T, Tl, NHWC, D3> lb(x, s, g * s.c_per_group, j0, m0, m_end, vec_x);
     A acc[TM][TN];
     if constexpr (NHWC) {
         const bool vec_dy = s.k_per_group % 4 == 0 && s.k % 4 == 0 && gemm::aligned16(dy);
@@ -315,7 +359,7 @@ __global__ void __launch_bounds__(
                                       vec_dy);
         gemm::run<T, Tl>(slices, la, lb, smem, acc);
     } else {
-        bwf::DyGatherNchw<T, Tl> la(dy, s, kbase, krows, m0, m_end);
+        bwf::DyGatherNchw<T, Tl, D3> la(dy, s, kbase, krows, m0, m_end);
         gemm::run<T, Tl>(slices, la, lb, smem, acc);
     }
 

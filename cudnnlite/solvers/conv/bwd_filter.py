@@ -10,7 +10,9 @@ bias kernels. Kernels: ``cuda_src/conv/bwd_filter.cu``, one module per dtype.
   conv/gemm_tiles.cuh. The reduction over N*P*Q is split across ``splits`` blocks per
   tile; each split writes its fp32 partial tile to the workspace and a second kernel
   adds the splits in a fixed order: deterministic. Workspace 4 * splits * K * C/g*R*S
-  (8 * ... for float64, whose partials are doubles).
+  (8 * ... for float64, whose partials are doubles). 1-D, 2-D and 3-D: the 3-D kernels
+  (``bwd_filter_gemm<..., true>``: output planes (n, o) in the position's third digit,
+  taps with their depth) are a module of their own per dtype (:func:`gemm_3d_spec`).
 - :class:`ImplicitGemmAtomicSolver` (``conv_bwd_filter_implicit_gemm_atomic``): the same
   GEMM, splits added with fp32 atomics into a zeroed workspace (4 * K * C/g*R*S bytes;
   float64: double atomics, 8 * ... bytes), then converted. The order of the atomic adds
@@ -96,9 +98,10 @@ def _direct_expr(dt: dtypes.DType, nhwc: bool, d3: bool = False) -> str:
     return f"bwd_filter_direct{'_3d' if d3 else ''}<{dt.ctype}, {_flag(nhwc)}>"
 
 
-def _gemm_expr(dt: dtypes.DType, nhwc: bool, tile: int) -> str:
+def _gemm_expr(dt: dtypes.DType, nhwc: bool, tile: int, d3: bool = False) -> str:
     tm, tn = TILES[tile]
-    return f"bwd_filter_gemm<{dt.ctype}, {_flag(nhwc)}, {tile}, {tile}, {tm}, {tn}>"
+    d3_arg = ", true" if d3 else ""
+    return f"bwd_filter_gemm<{dt.ctype}, {_flag(nhwc)}, {tile}, {tile}, {tm}, {tn}{d3_arg}>"
 
 
 def _reduce_expr(dt: dtypes.DType) -> str:
@@ -117,6 +120,13 @@ def module_spec(dt: dtypes.DType, d3: bool = False) -> ModuleSpec:
     names += [_reduce_expr(dt), _zero_name(dt)]
     names += [f"bwd_bias_nchw<{dt.ctype}>", f"bwd_bias_nhwc<{dt.ctype}>"]
     return ModuleSpec.make(SOURCE, names)
+
+
+def gemm_3d_spec(dt: dtypes.DType) -> ModuleSpec:
+    """The 3-D GEMM kernels (both tiles and layouts) with the split reduction and the
+    atomic variant's zeroing, a module of their own (a 2-D call compiles none of them)."""
+    names = [_gemm_expr(dt, nhwc, t, True) for t in TILES for nhwc in (False, True)]
+    return ModuleSpec.make(SOURCE, [*names, _reduce_expr(dt), _zero_name(dt)])
 
 
 def _layout_tag(problem: ConvProblem) -> str:
@@ -229,9 +239,9 @@ class _GemmRunner(Runner):
     def __init__(self, backend: Backend, problem: ConvProblem, cfg: SplitKConfig,
                  atomic: bool) -> None:  # fmt: skip
         dt = dtype_of(problem)
-        nhwc = problem.channels_last
-        spec = module_spec(dt)
-        self.gemm = backend.kernel(spec, _gemm_expr(dt, nhwc, cfg.tile))
+        nhwc, d3 = problem.channels_last, problem.ndim == 3
+        spec = gemm_3d_spec(dt) if d3 else module_spec(dt)
+        self.gemm = backend.kernel(spec, _gemm_expr(dt, nhwc, cfg.tile, d3))
         self.reduce = backend.kernel(spec, _reduce_expr(dt))
         self.zero = backend.kernel(spec, _zero_name(dt))
         self.dt = dt
@@ -278,7 +288,7 @@ class ImplicitGemmSplitKSolver(Solver):
     atomic = False
 
     def is_applicable(self, problem: ConvProblem, caps: Capabilities) -> Applicability:
-        reason = common_reason(problem, "bwd_filter")
+        reason = common_reason(problem, "bwd_filter", max_ndim=3)
         if reason:
             return not_applicable(reason)
         rows, cols, npq = _gemm_dims(problem)
@@ -319,7 +329,7 @@ class ImplicitGemmSplitKSolver(Solver):
         return acc_dtype(dtype_of(problem)).itemsize * splits * problem.k * cols
 
     def module_specs(self) -> list[ModuleSpec]:
-        return [module_spec(dt) for dt in dtypes.FLOAT_TYPES]
+        return [spec(dt) for dt in dtypes.FLOAT_TYPES for spec in (module_spec, gemm_3d_spec)]
 
     def prepare(self, backend: Backend, problem: ConvProblem, config: Config) -> Runner:
         ok = self.is_applicable(problem, None)  # type: ignore[arg-type]
