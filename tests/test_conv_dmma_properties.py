@@ -1,8 +1,9 @@
-"""Property tests of the fp64 tensor-core (DMMA) backward solvers: on random small float64
-problems of 1-3 dims (groups 1, any padding, stride, dilation, both layouts), backward
-filter and the phased backward data apply and match the float64 reference, and the
-rotated backward data does wherever it declares itself applicable. Tolerances: those of
-tests/test_conv_dmma_bwd.py (tests/conv_backward_support.py's fp64 bound)."""
+"""Property tests of the fp64 tensor-core (DMMA) convolution solvers: on random small
+float64 problems of 1-3 dims (groups 1, any padding, stride, dilation, both layouts), the
+forward, backward filter and phased backward data solvers apply and match the float64
+reference, and the rotated backward data does wherever it declares itself applicable.
+Tolerances: tests/conv_support.py's and tests/conv_backward_support.py's fp64 bounds (2 *
+2^-53 per summed term, any summation order)."""
 
 from __future__ import annotations
 
@@ -20,6 +21,9 @@ from cudnnlite.dispatch import registry  # noqa: E402
 from cudnnlite.problems.conv import ConvProblem  # noqa: E402
 from cudnnlite.runtime.caps import EMULATOR  # noqa: E402
 
+from conv_support import check  # noqa: E402
+
+FORWARD = registry.get("conv_fwd_dmma_implicit_gemm")
 FILTER = registry.get("conv_bwd_filter_dmma_implicit_gemm")
 DATA = registry.get("conv_bwd_data_dmma_implicit_gemm")
 PHASED = registry.get("conv_bwd_data_dmma_implicit_gemm_phased")
@@ -50,9 +54,11 @@ def fp64_problems(draw: st.DrawFn) -> ConvProblem:
 
 @HYPO
 @given(problem=fp64_problems(), seed=st.integers(0, 2**16))
-def test_dmma_backward_solvers_match_reference(backend: str, problem, seed: int) -> None:
-    """Backward filter and the phased backward data apply to every such problem; the
-    rotated backward data wherever it says it does (stride 1, padding within reach)."""
+def test_dmma_solvers_match_reference(backend: str, problem, seed: int) -> None:
+    """Forward, backward filter and the phased backward data apply to every such problem;
+    the rotated backward data wherever it says it does (stride 1, padding within reach)."""
+    assert FORWARD.is_applicable(problem, EMULATOR)
+    check(backend, FORWARD, problem, seed=seed)
     bwf = dataclasses.replace(problem, direction="bwd_filter")
     assert FILTER.is_applicable(bwf, EMULATOR)
     check_filter(backend, FILTER, bwf, seed=seed)
