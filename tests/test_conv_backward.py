@@ -5,6 +5,7 @@ conv_transpose, out=, strides, determinism and bad inputs. On every backend."""
 
 from __future__ import annotations
 
+import dataclasses
 from typing import Any
 
 import numpy as np
@@ -26,6 +27,8 @@ from cudnnlite.dispatch.settings import settings
 from cudnnlite.errors import BadParamError, NotSupportedError
 from cudnnlite.reference.conv import conv_forward
 from cudnnlite.reference.conv_backward import conv_backward_bias, conv_transpose
+from cudnnlite.runtime.caps import EMULATOR
+from cudnnlite.runtime.select import backend_by_name
 from cudnnlite.testing import to_backend, to_numpy
 
 # (n, c, spatial, k, filter, pad, stride, dilation, groups): real networks scaled down
@@ -80,13 +83,35 @@ def test_low_precision_direct_and_gemm(backend: str, dtype: str, layout: str) ->
             check_filter(backend, registry.get(solver), _p(name, layout, dtype, "bwd_filter"))
 
 
-@pytest.mark.parametrize("tile,splits", [(32, 1), (32, 4), (64, 1), (64, 16)])
+@pytest.mark.parametrize("tile,splits", [(32, 1), (32, 4), (64, 1), (64, 16), (128, 1),
+                                         (128, 4)])  # fmt: skip
 def test_bwd_filter_split_k_configs(backend: str, tile: int, splits: int) -> None:
     from cudnnlite.solvers.conv.bwd_filter import SplitKConfig
 
     p = problem(3, 16, (11, 10), 40, (3, 3), 1, 1, 1, 1, "NHWC", "fp32", "bwd_filter")
     for name in ("conv_bwd_filter_implicit_gemm", "conv_bwd_filter_implicit_gemm_atomic"):
         check_filter(backend, registry.get(name), p, config=SplitKConfig(tile, splits))
+
+
+@pytest.mark.parametrize("layout", ["NCHW", "NHWC"])
+def test_bwd_filter_128x128_tile(backend: str, layout: str) -> None:
+    """The 8 x 8-per-thread tile (float32 2-D): rows and columns past one tile's edge
+    (K 130, C*R*S 21*9 = 189), NHWC without 16-byte runs (C 21) and with them (C 132, split
+    into a partial last slice), grouped; other dtypes and 3-D refuse it by name."""
+    from cudnnlite.solvers.conv.bwd_filter import SplitKConfig
+
+    solver = registry.get("conv_bwd_filter_implicit_gemm")
+    for c, k, groups in ((21, 130, 1), (132, 8, 1), (12, 140, 2)):
+        p = problem(2, c, (5, 6), k, (3, 3), 1, 1, 1, groups, layout, "fp32", "bwd_filter")
+        check_filter(backend, solver, p, config=SplitKConfig(128, 4 if c == 132 else 1))
+    big = problem(4, 128, (9, 9), 128, (3, 3), 1, 1, 1, 1, layout, "fp32", "bwd_filter")
+    assert solver.default_config(big, EMULATOR).tile == 128
+    for dtype in ("fp64", "fp16"):
+        p = problem(1, 8, (5, 5), 8, (3, 3), 1, 1, 1, 1, layout, dtype, "bwd_filter")
+        assert solver.default_config(dataclasses.replace(big, dtype=dtype), EMULATOR).tile == 64
+        assert SplitKConfig(128, 1) not in solver.configs(p, EMULATOR)
+        with pytest.raises(NotSupportedError, match=f"tile 128 is not compiled for {dtype}"):
+            solver.prepare(backend_by_name(backend), p, SplitKConfig(128, 1))
 
 
 @pytest.mark.parametrize("solver,shape", [

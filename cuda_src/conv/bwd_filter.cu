@@ -16,7 +16,8 @@
 //                                A block computes a BM x BN tile over one split of m
 //                                (blockIdx.z = split * groups + g), with the shared tiles
 //                                and cp.async pipeline of conv/gemm_tiles.cuh
-//                                (stages<T>(): 3 for fp32, 2 for fp64 to fit 48 KB).
+//                                (stages<T, BM>(): 3 for fp32, 2 for fp64 and for the
+//                                128 x 128 tile, to fit 48 KB; 128 x 128: 8 x 8 per thread).
 //                                Loads: NHWC dy rows and x channel runs
 //                                as 16-byte copies (K/g, C/g % 4 == 0 and aligned; else
 //                                element copies), NCHW as element gathers; the output positions
@@ -132,10 +133,11 @@ __global__ void __launch_bounds__(bwf::kThreads) bwd_filter_direct_3d(
 namespace bwf {
 
 // cp.async stages of the GEMM kernel (fp16/bf16 stage through registers, two stages): 3,
-// but 2 for double, whose 3 stages of the 64 x 64 tile would take 52 KB (> 48 KB static).
-template <typename T>
+// but 2 for double, whose 3 stages of the 64 x 64 tile would take 52 KB (> 48 KB static),
+// and for the 128 x 128 tile (3 stages of fp32: 50 KB; it has no double instantiation).
+template <typename T, int BM = 64>
 constexpr int stages() {
-    return sizeof(cl::acc_t<T>) == 8 ? 2 : 3;
+    return sizeof(cl::acc_t<T>) == 8 || BM > 64 ? 2 : 3;
 }
 
 template <bool B, class X, class Y> struct Pick { using type = X; };
@@ -236,8 +238,9 @@ template <> struct TapOf<true> { using type = int4; };
 
 // B[m][j] = x at tap j of output position m (0 in the padding), Bs[m][j]. NHWC: 4
 // consecutive taps (channels) per vector, threads along j (row-fast layout; 16 bytes when
-// C/g % 4 == 0 and aligned); NCHW: k-fastest, one m per thread, taps row(i). D3: NDHWC /
-// NCDHW, the taps' depth checked too.
+// C/g % 4 == 0 and aligned), the same 4 taps in each of a thread's vectors, whose output
+// positions are K_STEP apart (two vectors in the 128 x 128 tile: a position each); NCHW:
+// k-fastest, one m per thread, taps row(i). D3: NDHWC / NCDHW, the taps' depth checked too.
 template <typename T, class Tl, bool NHWC, bool D3 = false>
 struct PatchLoader {
     using Tap = typename TapOf<D3>::type;
@@ -245,17 +248,17 @@ struct PatchLoader {
     using Layout = L;
     static constexpr int VECS = L::VECS, VEC = NHWC ? 4 : 1;
     static constexpr int TAPS = NHWC ? 4 : VECS;  // taps a thread decodes
-    static_assert(!NHWC || VECS == 1, "one vector per thread (one output position)");
+    static constexpr int POSITIONS = NHWC ? VECS : 1;  // output positions a thread follows
     const T* __restrict__ x;
     const ConvShape& s;
     cl::index_t m_end;
     bool vec;
     Tap tap[TAPS];  // {offset, dh, dw[, dd]}; dh far outside past the filter
-    Position pos;
+    Position pos[POSITIONS];
     gemm::Offsets<L> offset;
 
-    __device__ __forceinline__ static int k0() {
-        if constexpr (NHWC) return L::k(0);
+    __device__ __forceinline__ static int k0(int j) {
+        if constexpr (NHWC) return L::k(j);
         else return L::k();
     }
 
@@ -272,7 +275,8 @@ struct PatchLoader {
             else
                 tap[i] = j < jtot ? patch_tap<NHWC>(s, j) : make_int3(0, -(1 << 29), 0);
         }
-        pos.init(s, m0 + k0());
+#pragma unroll
+        for (int j = 0; j < POSITIONS; ++j) pos[j].init(s, m0 + k0(j));
     }
 
     // x offset (from the image) and validity of the tap t at (d0, h0, w0).
@@ -287,40 +291,54 @@ struct PatchLoader {
         return (NHWC ? (h0 * s.w + w0) * s.c : h0 * s.w + w0) + t.x;
     }
 
+    // The image, and (d0, h0, w0) of the window, of position p.
+    __device__ __forceinline__ const T* window(const Position& p, int& d0, int& h0,
+                                               int& w0) const {
+        h0 = p.it.mid * s.stride_h - s.pad_h, w0 = p.it.lo * s.stride_w - s.pad_w;
+        int n = p.it.hi;
+        d0 = 0;
+        if constexpr (D3) {
+            n = p.it.hi / s.o;
+            d0 = (p.it.hi - n * s.o) * s.stride_d - s.pad_d;
+        }
+        return x + (cl::index_t)n * s.c * s.h * s.w * (D3 ? s.d : 1);
+    }
+
     template <class Sink>
     __device__ __forceinline__ void next(Sink& sink) {
-        const int h0 = pos.it.mid * s.stride_h - s.pad_h, w0 = pos.it.lo * s.stride_w - s.pad_w;
-        int n = pos.it.hi, d0 = 0;
-        if constexpr (D3) {
-            n = pos.it.hi / s.o;
-            d0 = (pos.it.hi - n * s.o) * s.stride_d - s.pad_d;
-        }
-        const T* img = x + (cl::index_t)n * s.c * s.h * s.w * (D3 ? s.d : 1);
-        const bool min = pos.m < m_end;
         if constexpr (NHWC) {
-            if (L::live(0)) {
+#pragma unroll
+            for (int j = 0; j < VECS; ++j) {
+                if (!L::live(j)) continue;
+                int d0, h0, w0;
+                const T* img = window(pos[j], d0, h0, w0);
+                const bool min = pos[j].m < m_end;
                 if (vec) {  // 4 channels of one tap
                     bool ok;
                     const int off = element(d0, h0, w0, min, tap[0], ok);
-                    sink.template put<4>(0, 0, img + off, ok);
+                    sink.template put<4>(j, 0, img + off, ok);
                 } else {
 #pragma unroll
                     for (int v = 0; v < 4; ++v) {
                         bool ok;
                         const int off = element(d0, h0, w0, min, tap[v], ok);
-                        sink.template put<1>(0, v, img + off, ok);
+                        sink.template put<1>(j, v, img + off, ok);
                     }
                 }
+                pos[j].advance();
             }
         } else {
+            int d0, h0, w0;
+            const T* img = window(pos[0], d0, h0, w0);
+            const bool min = pos[0].m < m_end;
 #pragma unroll
             for (int i = 0; i < VECS; ++i) {
                 bool ok;
                 const int off = element(d0, h0, w0, min, tap[i], ok);
                 sink.template put<1>(i, 0, img + off, ok);
             }
+            pos[0].advance();
         }
-        pos.advance();
     }
 };
 
@@ -329,14 +347,14 @@ struct PatchLoader {
 // D3: 3-D (NCDHW / NDHWC x and dy, KCTRS / KTRSC dw), a module of its own.
 template <typename T, bool NHWC, int BM, int BN, int TM, int TN, bool D3 = false>
 __global__ void __launch_bounds__(
-    gemm::Tile<BM, BN, bwf::kBK, TM, TN, bwf::stages<T>()>::THREADS,
-    gemm::Tile<BM, BN, bwf::kBK, TM, TN, bwf::stages<T>()>::MIN_BLOCKS)
+    gemm::Tile<BM, BN, bwf::kBK, TM, TN, bwf::stages<T, BM>()>::THREADS,
+    gemm::Tile<BM, BN, bwf::kBK, TM, TN, bwf::stages<T, BM>()>::MIN_BLOCKS)
     bwd_filter_gemm(
         // pointers: ws holds acc_t<T> partials (splits x K x C/g*R*S) or the atomic sums
         const T* __restrict__ x, const T* __restrict__ dy, cl::acc_t<T>* __restrict__ ws,
         // sizes: the problem, m-chunk per split (a multiple of BK), and the variant
         ConvShape s, long long chunk, int atomic) {
-    using Tl = gemm::Tile<BM, BN, bwf::kBK, TM, TN, bwf::stages<T>()>;
+    using Tl = gemm::Tile<BM, BN, bwf::kBK, TM, TN, bwf::stages<T, BM>()>;
     typedef cl::acc_t<T> A;
     __shared__ __align__(16) A smem[gemm::Smem<T, Tl>::ELEMS];
     const int g = blockIdx.z % s.groups, split = blockIdx.z / s.groups;

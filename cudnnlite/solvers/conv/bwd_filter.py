@@ -56,7 +56,17 @@ from .common import shape_struct
 SOURCE = "conv/bwd_filter.cu"
 BLOCK = 256
 BK = 16  # bwf::kBK
-TILES = {64: (4, 4), 32: (2, 2)}  # BM = BN -> (TM, TN): 256 threads each
+# BM = BN -> (TM, TN): 256 threads each. 128 (8 x 8 per thread, two stages): float32 2-D
+# only. sm_90: 124-128 registers, no spills, main loop 78% FFMA (NCHW) / 74% (NHWC), where
+# the 64 tile has 58%; fp16/bf16 (staged through registers) and 3-D NCDHW spill 12-268
+# bytes at the 128-register bound, and float64's two stages would take 66 KB of static
+# shared memory.
+TILES = {128: (8, 8), 64: (4, 4), 32: (2, 2)}
+
+
+def tiles_for(dt: dtypes.DType, d3: bool = False) -> tuple[int, ...]:
+    """The GEMM tiles compiled for storage type ``dt`` (and 3-D)."""
+    return tuple(t for t in TILES if t < 128 or (dt.short == "fp32" and not d3))
 MAX_GRID_Y = 65535
 _GRID_CAP = {"cpu": 4096, "cuda": 1 << 20}
 _TARGET_BLOCKS = {"cpu": 64, "cuda": 4 * 132}  # enough blocks to fill the device
@@ -116,7 +126,7 @@ def module_spec(dt: dtypes.DType, d3: bool = False) -> ModuleSpec:
         names += [_reduce_expr(dt), f"bwd_bias_nchw<{dt.ctype}>", f"bwd_bias_nhwc<{dt.ctype}>"]
         return ModuleSpec.make(SOURCE, names)
     names = [_direct_expr(dt, nhwc) for nhwc in (False, True)]
-    names += [_gemm_expr(dt, nhwc, t) for t in TILES for nhwc in (False, True)]
+    names += [_gemm_expr(dt, nhwc, t) for t in tiles_for(dt) for nhwc in (False, True)]
     names += [_reduce_expr(dt), _zero_name(dt)]
     names += [f"bwd_bias_nchw<{dt.ctype}>", f"bwd_bias_nhwc<{dt.ctype}>"]
     return ModuleSpec.make(SOURCE, names)
@@ -125,7 +135,7 @@ def module_spec(dt: dtypes.DType, d3: bool = False) -> ModuleSpec:
 def gemm_3d_spec(dt: dtypes.DType) -> ModuleSpec:
     """The 3-D GEMM kernels (both tiles and layouts) with the split reduction and the
     atomic variant's zeroing, a module of their own (a 2-D call compiles none of them)."""
-    names = [_gemm_expr(dt, nhwc, t, True) for t in TILES for nhwc in (False, True)]
+    names = [_gemm_expr(dt, nhwc, t, True) for t in tiles_for(dt, True) for nhwc in (False, True)]
     return ModuleSpec.make(SOURCE, [*names, _reduce_expr(dt), _zero_name(dt)])
 
 
@@ -301,7 +311,7 @@ class ImplicitGemmSplitKSolver(Solver):
     def configs(self, problem: ConvProblem, caps: Capabilities) -> Sequence[SplitKConfig]:
         rows, cols, npq = _gemm_dims(problem)
         out = []
-        for tile in TILES:
+        for tile in tiles_for(dtype_of(problem), problem.ndim == 3):
             for splits in (1, 4, 16, 64):
                 if splits > 1 and npq < splits * 4 * BK:
                     continue  # each split keeps at least 4 slices
@@ -312,7 +322,10 @@ class ImplicitGemmSplitKSolver(Solver):
 
     def default_config(self, problem: ConvProblem, caps: Capabilities) -> SplitKConfig:
         rows, cols, npq = _gemm_dims(problem)
-        tile = 64 if rows >= 48 and cols >= 48 else 32
+        # 128 x 128 (8 x 8 outputs per thread: the most FFMA per shared load) once the
+        # filter fills it; unmeasured on a GPU, the tuning DB overrides it.
+        big = rows >= 128 and cols >= 128 and 128 in tiles_for(dtype_of(problem), problem.ndim == 3)
+        tile = 128 if big else 64 if rows >= 48 and cols >= 48 else 32
         tiles = -(-rows // tile) * -(-cols // tile) * problem.groups
         target = _TARGET_BLOCKS["cpu" if caps is not None and caps.arch == "cpu" else "cuda"]
         want = max(1, -(-target // tiles))
@@ -321,7 +334,8 @@ class ImplicitGemmSplitKSolver(Solver):
         return SplitKConfig(tile, splits)
 
     def is_valid(self, config: Config, problem: ConvProblem, caps: Capabilities) -> bool:
-        return isinstance(config, SplitKConfig) and problem.groups * config.splits <= MAX_GRID_Y
+        return (isinstance(config, SplitKConfig) and problem.groups * config.splits <= MAX_GRID_Y
+                and config.tile in tiles_for(dtype_of(problem), problem.ndim == 3))  # fmt: skip
 
     def workspace_size(self, problem: ConvProblem, config: Config) -> int:
         rows, cols, npq = _gemm_dims(problem)
@@ -337,6 +351,10 @@ class ImplicitGemmSplitKSolver(Solver):
             raise NotSupportedError(f"{self.name}: {ok.reason}")
         if not isinstance(config, SplitKConfig):
             raise NotSupportedError(f"{self.name}: expected a SplitKConfig, got {config!r}")
+        tiles = tiles_for(dtype_of(problem), problem.ndim == 3)
+        if config.tile not in tiles:
+            raise NotSupportedError(f"{self.name}: tile {config.tile} is not compiled for "
+                                    f"{problem.dtype} {problem.ndim}-D (tiles {tiles})")
         return _GemmRunner(backend, problem, config, self.atomic)
 
 
