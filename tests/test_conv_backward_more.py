@@ -5,16 +5,19 @@ dispatcher picks. On every backend."""
 
 from __future__ import annotations
 
+import dataclasses
 from typing import Any
 
 import numpy as np
 import pytest
 from conv_backward_support import (
     DTYPES,
+    assert_grad_close,
     check_data,
     check_filter,
     problem,
     rand,
+    ref_data,
     run_data,
     run_filter,
 )
@@ -22,6 +25,7 @@ from conv_backward_support import (
 import cudnnlite.ops.conv_backward as cb
 from cudnnlite.dispatch import registry
 from cudnnlite.dispatch.settings import settings
+from cudnnlite.errors import NotSupportedError
 from cudnnlite.runtime.caps import capabilities
 from cudnnlite.runtime.select import backend_by_name
 from cudnnlite.solvers.conv.bwd_data_igemm import TileConfig
@@ -86,6 +90,30 @@ def test_bwd_data_igemm_tiles(backend: str, tile: int) -> None:
     again = run_data(backend, solver, p, dy, w, config=TileConfig(tile))
     assert np.array_equal(got, again)  # one block per output, fixed order: bitwise
     check_data(backend, solver, p, seed=3)  # the default config against the reference
+
+
+def test_bwd_data_igemm_128x128_tile(backend: str) -> None:
+    """The 8 x 8-per-thread tile (float32 NHWC): pixels and channels past one tile (C 130,
+    several pixel tiles per phase), stride 2, grouped, against the reference; NCHW and
+    fp16 refuse it by name; the default takes it for a layer that fills it."""
+    solver = registry.get(IGEMM)
+    for c, groups, stride in ((130, 1, 2), (20, 2, 1)):
+        p = problem(2, c, (15, 14), 24, (3, 3), 1, stride, 1, groups, "NHWC", "fp32",
+                    "bwd_data")  # fmt: skip
+        dy, w = rand(p.y_shape(), 3, "fp32"), rand(p.w_shape(), 4, "fp32")
+        got = run_data(backend, solver, p, dy, w, config=TileConfig(128))
+        mag = ref_data(p, np.abs(dy.astype(np.float64)), np.abs(w.astype(np.float64)))
+        assert_grad_close(got, ref_data(p, dy, w), mag, p.k_per_group * p.filter_taps, "fp32",
+                          what="128x128")  # fmt: skip
+    big = problem(8, 128, (32, 32), 128, (3, 3), 1, 1, 1, 1, "NHWC", "fp32", "bwd_data")
+    assert solver.default_config(big, _caps(backend)) == TileConfig(128)
+    for layout, dtype in (("NCHW", "fp32"), ("NHWC", "fp16")):
+        p = problem(1, 8, (6, 6), 8, (3, 3), 1, 1, 1, 1, layout, dtype, "bwd_data")
+        assert TileConfig(128) not in solver.configs(p, _caps(backend))
+        other = dataclasses.replace(big, layout=layout, dtype=dtype)
+        assert solver.default_config(other, _caps(backend)).tile == 64
+        with pytest.raises(NotSupportedError, match="tile 128 is not compiled"):
+            solver.prepare(backend_by_name(backend), p, TileConfig(128))
 
 
 def test_bwd_data_igemm_phase_tap_counts() -> None:

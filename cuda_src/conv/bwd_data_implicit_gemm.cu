@@ -18,9 +18,9 @@
 // fp64 for double; one block per output tile and a fixed reduction order: deterministic):
 //   bwd_data_igemm<T, NHWC, BM, BN, TM, TN>
 //       grid (ceil(N * ceil(H/sh) * ceil(W/sw) / BM), ceil(C/g / BN), groups * sh * sw),
-//       (BM/TM) * (BN/TN) threads; the shared tiles, cp.async pipeline (fp32: 3 stages, fp64:
-//       2, stages<T>(), so 64 x 64 fits 48 KB in doubles) and TM x TN register blocking of
-//       conv/gemm_tiles.cuh (BK = 16).
+//       (BM/TM) * (BN/TN) threads; the shared tiles, cp.async pipeline (fp32: 3 stages, fp64
+//       and the 128 x 128 tile: 2, stages<T, BM>(), to fit 48 KB) and TM x TN register
+//       blocking of conv/gemm_tiles.cuh (BK = 16; 128 x 128: 8 x 8, float32 NHWC only).
 //       Reduction order: NHWC (k fastest: contiguous in dy and, with c, in KRSC) or NCHW
 //       (taps fastest, k slowest). Each thread loads one reduction column j per slice
 //       (element copies, gathers) and advances its (k, r, t) by BK with adds and wraps; the
@@ -35,10 +35,11 @@ namespace bwd {
 
 constexpr int kBK = 16;
 // cp.async stages (fp32; fp16/bf16 stage through registers, two stages): 3, but 2 for
-// double, whose 3 stages of the 64 x 64 tile would take 52 KB (> 48 KB static).
-template <typename T>
+// double, whose 3 stages of the 64 x 64 tile would take 52 KB (> 48 KB static), and for
+// the 128 x 128 tile (3 stages of fp32: 50 KB; it has no double instantiation).
+template <typename T, int BM = 64>
 constexpr int stages() {
-    return sizeof(cl::acc_t<T>) == 8 ? 2 : 3;
+    return sizeof(cl::acc_t<T>) == 8 || BM > 64 ? 2 : 3;
 }
 
 // The valid taps of one phase along one axis: r = first + i * step, i < count.
@@ -210,15 +211,15 @@ struct FilterGather {
 
 template <typename T, bool NHWC, int BM, int BN, int TM, int TN>
 __global__ void __launch_bounds__(
-    gemm::Tile<BM, BN, bwd::kBK, TM, TN, bwd::stages<T>()>::THREADS,
-    gemm::Tile<BM, BN, bwd::kBK, TM, TN, bwd::stages<T>()>::MIN_BLOCKS)
+    gemm::Tile<BM, BN, bwd::kBK, TM, TN, bwd::stages<T, BM>()>::THREADS,
+    gemm::Tile<BM, BN, bwd::kBK, TM, TN, bwd::stages<T, BM>()>::MIN_BLOCKS)
     bwd_data_igemm(
     // pointers: dx is written; bias may be dy when absent (e.has_bias says)
     const T* __restrict__ dy, const T* __restrict__ w, T* __restrict__ dx,
     const T* __restrict__ bias,
     // sizes and epilogue
     ConvShape s, EpilogueFor<T> e) {
-    using Tl = gemm::Tile<BM, BN, bwd::kBK, TM, TN, bwd::stages<T>()>;
+    using Tl = gemm::Tile<BM, BN, bwd::kBK, TM, TN, bwd::stages<T, BM>()>;
     __shared__ __align__(16) typename gemm::Smem<T, Tl>::E smem[gemm::Smem<T, Tl>::ELEMS];
     const int g = blockIdx.z % s.groups, phase = blockIdx.z / s.groups;
     const bwd::Phase f = bwd::make_phase(s, phase);  // uniform per block

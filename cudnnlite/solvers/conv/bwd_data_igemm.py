@@ -38,7 +38,17 @@ from .common import Epilogue, shape_struct
 
 SOURCE = "conv/bwd_data_implicit_gemm.cu"
 BK = 16  # bwd::kBK
-TILES = {64: (4, 4), 32: (2, 2)}  # BM = BN -> (TM, TN): 256 threads each
+# BM = BN -> (TM, TN): 256 threads each. 128 (8 x 8 per thread, two stages): float32 NHWC
+# only. sm_90: 128 registers, no spills, main loop 81% FFMA (the 64 tile: 61%); NCHW's
+# gathers (8 rows of dy state per thread) spill 84 bytes and fp16/bf16 (staged through
+# registers) 392-452 at the 128-register bound, and float64's two stages would take 66 KB
+# of static shared memory.
+TILES = {128: (8, 8), 64: (4, 4), 32: (2, 2)}
+
+
+def tiles_for(dt: dtypes.DType, nhwc: bool) -> tuple[int, ...]:
+    """The tiles compiled for storage type ``dt`` and the layout."""
+    return tuple(t for t in TILES if t < 128 or (dt.short == "fp32" and nhwc))
 MAX_GRID = 65535  # grid.y and grid.z
 
 
@@ -65,7 +75,8 @@ def _expr(dt: dtypes.DType, nhwc: bool, tile: int) -> str:
 
 def module_spec(dt: dtypes.DType) -> ModuleSpec:
     """Every kernel of bwd_data_implicit_gemm.cu for storage type ``dt``."""
-    return ModuleSpec.make(SOURCE, [_expr(dt, nhwc, t) for t in TILES for nhwc in (False, True)])
+    names = [_expr(dt, nhwc, t) for nhwc in (False, True) for t in tiles_for(dt, nhwc)]
+    return ModuleSpec.make(SOURCE, names)
 
 
 def _axes(problem: ConvProblem) -> tuple[tuple[int, ...], ...]:
@@ -145,12 +156,21 @@ class ImplicitGemmSolver(Solver):
         return APPLICABLE
 
     def configs(self, problem: ConvProblem, caps: Capabilities) -> Sequence[TileConfig]:
-        return [TileConfig(t) for t in TILES]
+        return [TileConfig(t) for t in tiles_for(dtype_of(problem), problem.channels_last)]
 
     def default_config(self, problem: ConvProblem, caps: Capabilities) -> TileConfig:
-        # 64x64 once the channels fill it and there are enough pixel tiles to spread.
+        # 64x64 once the channels fill it and there are enough pixel tiles to spread;
+        # 128x128 (where compiled) once they fill that, with pixel tiles for every SM.
+        # Unmeasured on a GPU: a tuning DB entry overrides it.
+        tiles = tiles_for(dtype_of(problem), problem.channels_last)
+        if 128 in tiles and problem.c_per_group >= 128 and phase_rows(problem) >= 128 * 64:
+            return TileConfig(128)
         big = problem.c_per_group >= 48 and phase_rows(problem) >= 64 * 16
         return TileConfig(64 if big else 32)
+
+    def is_valid(self, config: Config, problem: ConvProblem, caps: Capabilities) -> bool:
+        tiles = tiles_for(dtype_of(problem), problem.channels_last)
+        return isinstance(config, TileConfig) and config.tile in tiles
 
     def module_specs(self) -> list[ModuleSpec]:
         return [module_spec(dt) for dt in dtypes.FLOAT_TYPES]
@@ -161,4 +181,8 @@ class ImplicitGemmSolver(Solver):
             raise NotSupportedError(f"{self.name}: {ok.reason}")
         if not isinstance(config, TileConfig):
             raise NotSupportedError(f"{self.name}: expected a TileConfig, got {config!r}")
+        tiles = tiles_for(dtype_of(problem), problem.channels_last)
+        if config.tile not in tiles:
+            raise NotSupportedError(f"{self.name}: tile {config.tile} is not compiled for "
+                                    f"{problem.dtype} {problem.layout} (tiles {tiles})")
         return _Runner(backend, problem, config)
