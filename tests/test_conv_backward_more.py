@@ -89,6 +89,9 @@ def test_bwd_data_igemm_tiles(backend: str, tile: int) -> None:
     got = run_data(backend, solver, p, dy, w, config=TileConfig(tile))
     again = run_data(backend, solver, p, dy, w, config=TileConfig(tile))
     assert np.array_equal(got, again)  # one block per output, fixed order: bitwise
+    mag = ref_data(p, np.abs(dy.astype(np.float64)), np.abs(w.astype(np.float64)))
+    assert_grad_close(got, ref_data(p, dy, w), mag, p.k_per_group * p.filter_taps, "fp32",
+                      what=f"tile {tile}")  # fmt: skip
     check_data(backend, solver, p, seed=3)  # the default config against the reference
 
 
