@@ -36,8 +36,8 @@
 // so their addresses are formed without a select.
 // Static figures (sm_90, ptxas + nvdisasm, benchmarks/sass_mix.py): 128 registers (the
 // launch bound asks for 16 warps per SM: 64x64: 4 blocks, 128x64: 2; 3-D took 156-160
-// without it), no spills; main loop 283 (128x64) and 317 (64x64) instructions for 64 DMMA
-// (3-D: 310 and 339), of which about 60 are the UIADD3 no-ops ptxas pads between DMMAs. Per DMMA (2 SM cycles at the fp64 tensor rate) the fragments read 128 bytes of
+// without it), no spills; main loop 288-292 (128x64) and 324 (64x64) instructions for 64
+// DMMA (3-D: 315 and 345), of which about 60 are the UIADD3 no-ops ptxas pads between DMMAs. Per DMMA (2 SM cycles at the fp64 tensor rate) the fragments read 128 bytes of
 // shared memory (1 cycle at 128 B/clk) and the copies write 64 (64x64) or 48 (128x64).
 // Epilogue: conv_common.cuh's store_output (EpilogueFor<double>: exact double alpha,
 // alpha2, activation coefficients; bias, residual z, activation fused).
@@ -111,6 +111,59 @@ struct Tile {
     static_assert(BM % ROW_STEP == 0 && BN % ROW_STEP == 0, "loader rows tile the block");
     static_assert(WM % 8 == 0 && WN % 8 == 0, "warp tiles of m8n8 fragments");
 };
+
+// The warp's corner in the block tile and the lane's place in the m8n8k4 fragments
+// (g = lane >> 2, t = lane & 3: mma.cuh's layout).
+template <class Tl>
+struct Lane {
+    int wm, wn, g, t;
+    __device__ __forceinline__ Lane() {
+        const int warp = threadIdx.x / 32, lane = threadIdx.x % 32;
+        g = lane >> 2, t = lane & 3;
+        wm = (warp / Tl::WARPS_N) * Tl::WM, wn = (warp % Tl::WARPS_N) * Tl::WN;
+    }
+};
+
+// The main loop of every DMMA kernel: acc = the sum over `slices` slices of BK, two stages
+// (slice sl + 1 in flight while slice sl is multiplied; the barrier after the MMAs frees
+// stage sl & 1 for the copies of slice sl + 2). load(stage) issues this thread's copies of
+// the next slice into that stage. Per k4 step a lane reads a = As[wm + 8i + g][k4 + t] and
+// b = Bs[wn + 8j + g][k4 + t] (both stages m-/n-major, rows of PITCH doubles).
+template <class Tl, class Load>
+__device__ __forceinline__ void mainloop(int slices, Load& load, const double* smem,
+                                         const Lane<Tl>& l, double (&acc)[Tl::FM][Tl::FN][2]) {
+#pragma unroll
+    for (int i = 0; i < Tl::FM; ++i)
+#pragma unroll
+        for (int j = 0; j < Tl::FN; ++j) acc[i][j][0] = acc[i][j][1] = 0.0;
+    if (slices > 0) load(0);
+    cl::mma::cp_async_commit();
+    for (int sl = 0; sl < slices; ++sl) {
+        if (sl + 1 < slices) load((sl + 1) & 1);
+        cl::mma::cp_async_commit();
+        cl::mma::cp_async_wait<1>();  // slice sl has landed (this thread's copies)
+        __syncthreads();              // ... and every thread's
+        const double* as = smem + (sl & 1) * (Tl::A_STAGE + Tl::B_STAGE);
+        const double* bs = as + Tl::A_STAGE;
+#pragma unroll
+        for (int k4 = 0; k4 < Tl::BK; k4 += 4) {
+            double a[Tl::FM], b[Tl::FN];
+#pragma unroll
+            for (int i = 0; i < Tl::FM; ++i)
+                a[i] = as[(l.wm + 8 * i + l.g) * Tl::PITCH + k4 + l.t];
+#pragma unroll
+            for (int j = 0; j < Tl::FN; ++j)
+                b[j] = bs[(l.wn + 8 * j + l.g) * Tl::PITCH + k4 + l.t];
+#pragma unroll
+            for (int i = 0; i < Tl::FM; ++i)
+#pragma unroll
+                for (int j = 0; j < Tl::FN; ++j)
+                    cl::mma::mma_m8n8k4_f64(acc[i][j], a[i], b[j], acc[i][j]);
+        }
+        __syncthreads();
+    }
+    cl::mma::cp_async_wait<0>();  // nothing left in flight at exit
+}
 
 // A mixed-radix counter of four digits (d0 fastest; radices n0, n1, n2) advanced by a
 // fixed step decomposed once: conv::Radix3 with one more digit, for 3-D taps and pixels.
@@ -259,42 +312,11 @@ __global__ void __launch_bounds__(DMMA_TILE::THREADS, 512 / DMMA_TILE::THREADS)
         it.advance();
     };
 
-    const int warp = threadIdx.x / 32, lane = threadIdx.x % 32;
-    const int g = lane >> 2, t = lane & 3;
-    const int wm = (warp / Tl::WARPS_N) * WM, wn = (warp % Tl::WARPS_N) * WN;
+    const dmma::Lane<Tl> l;
+    const int g = l.g, t = l.t, wm = l.wm, wn = l.wn;
     double acc[Tl::FM][Tl::FN][2];
-#pragma unroll
-    for (int i = 0; i < Tl::FM; ++i)
-#pragma unroll
-        for (int j = 0; j < Tl::FN; ++j) acc[i][j][0] = acc[i][j][1] = 0.0;
-
-    // Two stages: slice sl + 1 is in flight while slice sl is multiplied. The barrier
-    // after the MMAs frees stage sl & 1 for the copies of slice sl + 2.
     const int slices = (ktot + BK - 1) / BK;
-    load(0);
-    cl::mma::cp_async_commit();
-    for (int sl = 0; sl < slices; ++sl) {
-        if (sl + 1 < slices) load((sl + 1) & 1);
-        cl::mma::cp_async_commit();
-        cl::mma::cp_async_wait<1>();  // slice sl has landed (this thread's copies)
-        __syncthreads();              // ... and every thread's
-        const double* as = smem + (sl & 1) * (Tl::A_STAGE + Tl::B_STAGE);
-        const double* bs = as + Tl::A_STAGE;
-#pragma unroll
-        for (int k4 = 0; k4 < BK; k4 += 4) {
-            double a[Tl::FM], b[Tl::FN];
-#pragma unroll
-            for (int i = 0; i < Tl::FM; ++i) a[i] = as[(wm + 8 * i + g) * Tl::PITCH + k4 + t];
-#pragma unroll
-            for (int j = 0; j < Tl::FN; ++j) b[j] = bs[(wn + 8 * j + g) * Tl::PITCH + k4 + t];
-#pragma unroll
-            for (int i = 0; i < Tl::FM; ++i)
-#pragma unroll
-                for (int j = 0; j < Tl::FN; ++j)
-                    cl::mma::mma_m8n8k4_f64(acc[i][j], a[i], b[j], acc[i][j]);
-        }
-        __syncthreads();
-    }
+    dmma::mainloop<Tl>(slices, load, smem, l, acc);
 
     // The lane's cells: rows wm + 8i + g, columns wn + 8j + 2t + c (C/D fragment layout).
 #pragma unroll
@@ -395,42 +417,11 @@ __global__ void __launch_bounds__(DMMA_TILE::THREADS)
         px.advance();
     };
 
-    const int warp = threadIdx.x / 32, lane = threadIdx.x % 32;
-    const int g = lane >> 2, t = lane & 3;
-    const int wm = (warp / Tl::WARPS_N) * WM, wn = (warp % Tl::WARPS_N) * WN;
+    const dmma::Lane<Tl> l;
+    const int g = l.g, t = l.t, wm = l.wm, wn = l.wn;
     double acc[Tl::FM][Tl::FN][2];
-#pragma unroll
-    for (int i = 0; i < Tl::FM; ++i)
-#pragma unroll
-        for (int j = 0; j < Tl::FN; ++j) acc[i][j][0] = acc[i][j][1] = 0.0;
-
-    // The forward's two-stage pipeline over this split's pixels.
     const int slices = end > begin ? (int)((end - begin + BK - 1) / BK) : 0;
-    if (slices > 0) load(0);
-    cl::mma::cp_async_commit();
-    for (int sl = 0; sl < slices; ++sl) {
-        if (sl + 1 < slices) load((sl + 1) & 1);
-        cl::mma::cp_async_commit();
-        cl::mma::cp_async_wait<1>();  // slice sl has landed (this thread's copies)
-        __syncthreads();              // ... and every thread's
-        const double* as = smem + (sl & 1) * (Tl::A_STAGE + Tl::B_STAGE);
-        const double* bs = as + Tl::A_STAGE;
-#pragma unroll
-        for (int k4 = 0; k4 < BK; k4 += 4) {
-            double a[Tl::FM], b[Tl::FN];
-#pragma unroll
-            for (int i = 0; i < Tl::FM; ++i) a[i] = as[(wm + 8 * i + g) * Tl::PITCH + k4 + t];
-#pragma unroll
-            for (int j = 0; j < Tl::FN; ++j) b[j] = bs[(wn + 8 * j + g) * Tl::PITCH + k4 + t];
-#pragma unroll
-            for (int i = 0; i < Tl::FM; ++i)
-#pragma unroll
-                for (int j = 0; j < Tl::FN; ++j)
-                    cl::mma::mma_m8n8k4_f64(acc[i][j], a[i], b[j], acc[i][j]);
-        }
-        __syncthreads();
-    }
-    cl::mma::cp_async_wait<0>();  // nothing left in flight at exit
+    dmma::mainloop<Tl>(slices, load, smem, l, acc);
 
     // The lane's cells: rows wm + 8i + g, columns wn + 8j + 2t + c; this split's partials.
     double* out = ws + (cl::index_t)blockIdx.z * s.k * crs;
@@ -562,41 +553,11 @@ __global__ void __launch_bounds__(DMMA_TILE::THREADS, 512 / DMMA_TILE::THREADS)
         it.advance();
     };
 
-    const int warp = threadIdx.x / 32, lane = threadIdx.x % 32;
-    const int g = lane >> 2, t = lane & 3;
-    const int wm = (warp / Tl::WARPS_N) * WM, wn = (warp % Tl::WARPS_N) * WN;
+    const dmma::Lane<Tl> l;
+    const int g = l.g, t = l.t, wm = l.wm, wn = l.wn;
     double acc[Tl::FM][Tl::FN][2];
-#pragma unroll
-    for (int i = 0; i < Tl::FM; ++i)
-#pragma unroll
-        for (int j = 0; j < Tl::FN; ++j) acc[i][j][0] = acc[i][j][1] = 0.0;
-
     const int slices = (ktot + BK - 1) / BK;
-    if (slices > 0) load(0);
-    cl::mma::cp_async_commit();
-    for (int sl = 0; sl < slices; ++sl) {
-        if (sl + 1 < slices) load((sl + 1) & 1);
-        cl::mma::cp_async_commit();
-        cl::mma::cp_async_wait<1>();  // slice sl has landed (this thread's copies)
-        __syncthreads();              // ... and every thread's
-        const double* as = smem + (sl & 1) * (Tl::A_STAGE + Tl::B_STAGE);
-        const double* bs = as + Tl::A_STAGE;
-#pragma unroll
-        for (int k4 = 0; k4 < BK; k4 += 4) {
-            double a[Tl::FM], b[Tl::FN];
-#pragma unroll
-            for (int i = 0; i < Tl::FM; ++i) a[i] = as[(wm + 8 * i + g) * Tl::PITCH + k4 + t];
-#pragma unroll
-            for (int j = 0; j < Tl::FN; ++j) b[j] = bs[(wn + 8 * j + g) * Tl::PITCH + k4 + t];
-#pragma unroll
-            for (int i = 0; i < Tl::FM; ++i)
-#pragma unroll
-                for (int j = 0; j < Tl::FN; ++j)
-                    cl::mma::mma_m8n8k4_f64(acc[i][j], a[i], b[j], acc[i][j]);
-        }
-        __syncthreads();
-    }
-    cl::mma::cp_async_wait<0>();  // nothing left in flight at exit
+    dmma::mainloop<Tl>(slices, load, smem, l, acc);
 
     // The lane's cells: rows wm + 8i + g (dx pixels of the phase), columns wn + 8j + 2t + c.
 #pragma unroll

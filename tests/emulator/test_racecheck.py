@@ -270,7 +270,7 @@ SWEEP = textwrap.dedent(
 
     rng = np.random.default_rng(0)
     f = lambda *s: rng.standard_normal(s).astype(np.float32)
-    x4, w4, h = f(2, 8, 8, 8), f(8, 8, 3, 3), np.float16
+    x4, w4, h, d = f(2, 8, 8, 8), f(8, 8, 3, 3), np.float16, np.float64
     q = f(1, 2, 16, 32)
     grid = rng.uniform(-1, 1, (2, 5, 5, 2)).astype(np.float32)
     cases = {
@@ -317,6 +317,15 @@ SWEEP = textwrap.dedent(
         "conv2d_backward_filter": lambda: cl.conv2d_backward_filter(x4, f(2, 8, 8, 8),
                                                                     w4.shape, padding=1),
         "conv2d_backward_bias": lambda: cl.conv2d_backward_bias(f(2, 8, 8, 8)),
+        "conv dmma fp64": lambda: (
+            cl.conv2d(x4.astype(d), w4.astype(d), padding=1,
+                      algo="conv_fwd_dmma_implicit_gemm"),
+            cl.conv2d_backward_filter(x4.astype(d), f(2, 8, 4, 4).astype(d), w4.shape,
+                                      padding=1, stride=2,
+                                      algo="conv_bwd_filter_dmma_implicit_gemm"),
+            cl.conv2d_backward_data(f(2, 8, 4, 4).astype(d), w4.astype(d), x4.shape, padding=1,
+                                    stride=2, algo="conv_bwd_data_dmma_implicit_gemm_phased"),
+        ),
     }
     print(json.dumps({"all": sorted(cases)}), flush=True)
     group = os.environ["SWEEP_CASES"].split("|")
@@ -340,7 +349,7 @@ SWEEP_GROUPS = (
     ("conv direct", "conv implicit_gemm", "conv implicit_gemm fp16", "conv winograd",
      "conv gemm", "conv tensor_core fp16"),
     ("conv3d", "conv_transpose2d", "conv2d_backward_data", "conv2d_backward_filter",
-     "conv2d_backward_bias"),
+     "conv2d_backward_bias", "conv dmma fp64"),
 )  # fmt: skip
 
 
