@@ -28,17 +28,26 @@ from typing import Any
 import numpy as np
 
 from ... import dtypes
-from ...errors import NotSupportedError
 from ...problems.conv import ConvProblem
 from ...runtime.backend import Backend
-from ...runtime.caps import Capabilities, capabilities
+from ...runtime.caps import Capabilities
 from ...runtime.kernel import ModuleSpec
-from ..base import APPLICABLE, Applicability, Config, Runner, Solver, not_applicable
+from ..base import APPLICABLE, Applicability, Config, Runner, not_applicable
 from . import bwd_filter as bwf
 from .bwd_data import BwdDataTensors
+from .bwd_data_igemm import phase_rows
 from .common import Epilogue, shape_struct
-from .dmma_igemm import MAX_GRID_Y, SOURCE, TILES, DmmaConfig, _fits, layout_tag, tile_args
-from .implicit_gemm import _limits_reason
+from .dmma_igemm import (
+    MAX_GRID_Y,
+    SOURCE,
+    TILES,
+    DmmaConfig,
+    DmmaImplicitGemmSolver,
+    _fits,
+    dmma_reason,
+    layout_tag,
+    tile_args,
+)
 
 _MAX_PHASES = 65535  # grid z
 
@@ -53,14 +62,6 @@ def module_spec(d3: bool = False) -> ModuleSpec:
     return ModuleSpec.make(SOURCE, names)
 
 
-def _phase_rows(problem: ConvProblem) -> int:
-    """Rows of the largest phase: N * ceil(H / u_h) * ceil(W / u_w) (and D / u_d)."""
-    rows = problem.n
-    for size, stride in zip(problem.spatial, problem.strides, strict=True):
-        rows *= -(-size // stride)
-    return rows
-
-
 class _Runner(Runner):
     def __init__(self, backend: Backend, problem: ConvProblem, config: DmmaConfig) -> None:
         nhwc, d3 = problem.channels_last, problem.ndim == 3
@@ -68,7 +69,7 @@ class _Runner(Runner):
         phases = int(np.prod(problem.strides))
         layout = layout_tag(problem)
         self._name = f"dmma_igemm_bwd_data_{config.label()}_phases{phases}_{layout}_fp64"
-        self._grid = (-(-_phase_rows(problem) // config.block_m),
+        self._grid = (-(-phase_rows(problem) // config.block_m),
                       -(-problem.c // config.block_n), phases)  # fmt: skip
         self._block = (config.threads,)
         self._shape = shape_struct(problem)
@@ -86,27 +87,16 @@ class _Runner(Runner):
         self._kernel(self._grid, self._block, args, shared_mem=self._smem)
 
 
-class DmmaBwdDataPhasedSolver(Solver):
-    """Backward data on the fp64 tensor cores by phases, any stride (module docstring)."""
+class DmmaBwdDataPhasedSolver(DmmaImplicitGemmSolver):
+    """Backward data on the fp64 tensor cores by phases, any stride (module docstring):
+    the forward solver's configs and checks, its own kernels and applicability."""
 
     name = "conv_bwd_data_dmma_implicit_gemm_phased"
     family = "conv_bwd_data"
-    config_type = DmmaConfig
-    deterministic = True
 
     def is_applicable(self, problem: ConvProblem, caps: Capabilities) -> Applicability:
         reason = bwf.common_reason(problem, "bwd_data", max_ndim=3)
-        if reason:
-            return not_applicable(reason)
-        if problem.dtype != dtypes.FLOAT64.short:
-            return not_applicable(
-                f"needs float64: the fp64 tensor-core MMA (m8n8k4 .f64), got {problem.dtype}"
-            )
-        if problem.groups != 1:
-            return not_applicable(f"needs groups == 1, got {problem.groups}")
-        if caps is not None and not caps.emulator and not caps.bf16_tensor_cores:
-            return not_applicable(f"fp64 tensor cores need sm_80+, device is {caps.arch}")
-        reason = _limits_reason(problem)
+        reason = reason or dmma_reason(problem, caps)
         if reason:
             return not_applicable(reason)
         if -(-problem.c // max(t[1] for t in TILES)) > MAX_GRID_Y:
@@ -115,16 +105,13 @@ class DmmaBwdDataPhasedSolver(Solver):
             return not_applicable(f"needs at most {_MAX_PHASES} stride phases (the grid's z)")
         return APPLICABLE
 
-    def configs(self, problem: ConvProblem, caps: Capabilities) -> list[DmmaConfig]:
-        return [c for c in map(DmmaConfig.from_tuple, TILES) if _fits(c, caps)]
-
     def default_config(self, problem: ConvProblem, caps: Capabilities) -> DmmaConfig:
         """128x64 where its blocks fill the GPU twice over (two per SM), else 64x64, as
         the forward. Unmeasured on a GPU so far: a tuning DB entry overrides it."""
         options = self.configs(problem, caps)
         blocks_per_row = int(np.prod(problem.strides)) * -(-problem.c // 64)
         for c in reversed(options):  # the larger tile first
-            if -(-_phase_rows(problem) // c.block_m) * blocks_per_row >= 2 * max(caps.sm_count, 1):
+            if -(-phase_rows(problem) // c.block_m) * blocks_per_row >= 2 * max(caps.sm_count, 1):
                 return c
         return options[0]
 
@@ -134,15 +121,5 @@ class DmmaBwdDataPhasedSolver(Solver):
     def module_specs(self) -> list[ModuleSpec]:
         return [module_spec(False), module_spec(True)]
 
-    def prepare(self, backend: Backend, problem: ConvProblem, config: Config) -> Runner:
-        caps = capabilities(backend)
-        ok = self.is_applicable(problem, caps)
-        if not ok:
-            raise NotSupportedError(f"{self.name}: {ok.reason}")
-        if not isinstance(config, DmmaConfig):
-            raise NotSupportedError(f"{self.name}: expected a DmmaConfig, got {config!r}")
-        if not self.is_valid(config, problem, caps):
-            need = config.smem_bytes() + config.static_smem_bytes()
-            raise NotSupportedError(f"{self.name}: config {config.label()} needs {need} bytes "
-                                    f"of shared memory, more than {caps.arch} has")  # fmt: skip
+    def runner(self, backend: Backend, problem: ConvProblem, config: DmmaConfig) -> Runner:
         return _Runner(backend, problem, config)

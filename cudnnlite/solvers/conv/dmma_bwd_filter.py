@@ -40,8 +40,7 @@ from ...runtime.kernel import ModuleSpec
 from ..base import APPLICABLE, Applicability, Config, Runner, Solver, not_applicable
 from . import bwd_filter as bwf
 from .common import shape_struct
-from .dmma_igemm import MAX_GRID_Y, SOURCE, layout_tag
-from .implicit_gemm import _limits_reason
+from .dmma_igemm import MAX_GRID_Y, SOURCE, dmma_reason, layout_tag
 from .tc_igemm import TcTile
 
 # (block_m (K), block_n (C*R*S), block_k (pixels), warp_m, warp_n, stages)
@@ -138,17 +137,7 @@ class DmmaBwdFilterSolver(Solver):
 
     def is_applicable(self, problem: ConvProblem, caps: Capabilities) -> Applicability:
         reason = bwf.common_reason(problem, "bwd_filter", max_ndim=3)
-        if reason:
-            return not_applicable(reason)
-        if problem.dtype != dtypes.FLOAT64.short:
-            return not_applicable(
-                f"needs float64: the fp64 tensor-core MMA (m8n8k4 .f64), got {problem.dtype}"
-            )
-        if problem.groups != 1:
-            return not_applicable(f"needs groups == 1, got {problem.groups}")
-        if caps is not None and not caps.emulator and not caps.bf16_tensor_cores:
-            return not_applicable(f"fp64 tensor cores need sm_80+, device is {caps.arch}")
-        reason = _limits_reason(problem)
+        reason = reason or dmma_reason(problem, caps)
         if reason:
             return not_applicable(reason)
         crs, npq = _dims(problem)

@@ -117,6 +117,18 @@ def layout_tag(problem: ConvProblem) -> str:
     return "nhwc" if problem.channels_last else "nchw"
 
 
+def dmma_reason(problem: ConvProblem, caps: Capabilities | None) -> str | None:
+    """What none of the DMMA convolution kernels (every direction) runs, or None: another
+    dtype than float64, groups, a GPU older than sm_80, 32-bit index limits."""
+    if problem.dtype != dtypes.FLOAT64.short:
+        return f"needs float64: the fp64 tensor-core MMA (m8n8k4 .f64), got {problem.dtype}"
+    if problem.groups != 1:
+        return f"needs groups == 1, got {problem.groups}"
+    if caps is not None and not caps.emulator and not caps.bf16_tensor_cores:
+        return f"fp64 tensor cores need sm_80+, device is {caps.arch}"
+    return _limits_reason(problem)
+
+
 def _fits(config: DmmaConfig, caps: Capabilities | None) -> bool:
     """The stages fit the device's shared memory per block (with the static row decode)."""
     limit = caps.max_shared_bytes if caps is not None else 48 * 1024
@@ -152,18 +164,7 @@ class DmmaImplicitGemmSolver(Solver):
     deterministic = True
 
     def is_applicable(self, problem: ConvProblem, caps: Capabilities) -> Applicability:
-        reason = common_reason(problem, max_ndim=3)
-        if reason:
-            return not_applicable(reason)
-        if problem.dtype != dtypes.FLOAT64.short:
-            return not_applicable(
-                f"needs float64: the fp64 tensor-core MMA (m8n8k4 .f64), got {problem.dtype}"
-            )
-        if problem.groups != 1:
-            return not_applicable(f"needs groups == 1, got {problem.groups}")
-        if caps is not None and not caps.emulator and not caps.bf16_tensor_cores:
-            return not_applicable(f"fp64 tensor cores need sm_80+, device is {caps.arch}")
-        reason = _limits_reason(problem)
+        reason = common_reason(problem, max_ndim=3) or dmma_reason(problem, caps)
         if reason:
             return not_applicable(reason)
         if -(-problem.k // max(t[1] for t in TILES)) > MAX_GRID_Y:
@@ -202,4 +203,8 @@ class DmmaImplicitGemmSolver(Solver):
             need = config.smem_bytes() + config.static_smem_bytes()
             raise NotSupportedError(f"{self.name}: config {config.label()} needs {need} bytes "
                                     f"of shared memory, more than {caps.arch} has")  # fmt: skip
+        return self.runner(backend, problem, config)
+
+    def runner(self, backend: Backend, problem: ConvProblem, config: DmmaConfig) -> Runner:
+        """The prepared launch, once :meth:`prepare` has checked the problem and config."""
         return _Runner(backend, problem, config)
