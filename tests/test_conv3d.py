@@ -197,13 +197,14 @@ def _close(got: np.ndarray, ref: np.ndarray, mag: np.ndarray, terms: int, what: 
     assert (err <= bound).all(), f"{what}: max error {err.max():.3g}, bound {bound.max():.3g}"
 
 
-def _bwd_data(backend: str, solver_name: str, problem: ConvProblem, seed: int = 0) -> None:
+def _bwd_data(backend: str, solver_name: str, problem: ConvProblem, seed: int = 0,
+              config: Any = None) -> None:  # fmt: skip
     ops = operands(problem, seed)
     dt = ops["x"].dtype
     dy = np.random.default_rng(seed + 1).standard_normal(problem.y_shape()).astype(dt)
     b = backend_by_name(backend)
     solver = registry.get(solver_name)
-    config = solver.default_config(problem, EMULATOR)
+    config = config or solver.default_config(problem, EMULATOR)
     runner = solver.prepare(b, problem, config)
     dx = b.xp.full(problem.x_shape(), np.nan, dtype=dt)
     size = solver.workspace_size(problem, config)
@@ -232,6 +233,24 @@ def test_backward_data_rotated_implicit_gemm(backend: str, case: str, layout: st
     problem = _problem(case, layout, direction="bwd_data")
     assert registry.get("conv_bwd_data_implicit_gemm_rotated").is_applicable(problem, EMULATOR)
     _bwd_data(backend, "conv_bwd_data_implicit_gemm_rotated", problem)
+
+
+@pytest.mark.parametrize("layout", ["NCDHW", "NDHWC"])
+@pytest.mark.parametrize("case", ["i3d_3x3x3", "r2plus1d_3x1x1_s2", "unet_down_s2",
+                                  "primes_big_pad", "stride3_dil2", "groups"])  # fmt: skip
+def test_backward_data_phased_implicit_gemm(backend: str, case: str, layout: str) -> None:
+    """The CUDA-core phased GEMM's 3-D kernels (bwd_data_igemm<..., true>): depth phases
+    and taps, both tiles; fp64 on one case."""
+    from cudnnlite.solvers.conv.bwd_data_igemm import TileConfig
+
+    problem = _problem(case, layout, direction="bwd_data")
+    solver = registry.get("conv_bwd_data_implicit_gemm")
+    assert solver.is_applicable(problem, EMULATOR)
+    for tile in (32, 64):
+        _bwd_data(backend, "conv_bwd_data_implicit_gemm", problem, config=TileConfig(tile))
+    if case == "stride3_dil2":
+        _bwd_data(backend, "conv_bwd_data_implicit_gemm",
+                  _problem(case, layout, "fp64", direction="bwd_data"))  # fmt: skip
 
 
 def test_backward_data_rotated_tensor_cores_fp16(backend: str) -> None:

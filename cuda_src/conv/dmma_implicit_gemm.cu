@@ -165,32 +165,7 @@ __device__ __forceinline__ void mainloop(int slices, Load& load, const double* s
     cl::mma::cp_async_wait<0>();  // nothing left in flight at exit
 }
 
-// A mixed-radix counter of four digits (d0 fastest; radices n0, n1, n2) advanced by a
-// fixed step decomposed once: conv::Radix3 with one more digit, for 3-D taps and pixels.
-struct Radix4 {
-    int d0, d1, d2, d3;
-    int s0, s1, s2, s3;
-    int n0, n1, n2;
-
-    __device__ __forceinline__ void init(int value, int step, int a, int b, int c) {
-        n0 = a > 0 ? a : 1, n1 = b > 0 ? b : 1, n2 = c > 0 ? c : 1;
-        d0 = value % n0, d1 = value / n0 % n1, d2 = value / n0 / n1 % n2;
-        d3 = value / n0 / n1 / n2;
-        s0 = step % n0, s1 = step / n0 % n1, s2 = step / n0 / n1 % n2, s3 = step / n0 / n1 / n2;
-    }
-    __device__ __forceinline__ void advance() {
-        d0 += s0;
-        const int c0 = d0 >= n0;
-        d0 -= c0 ? n0 : 0;
-        d1 += s1 + c0;
-        const int c1 = d1 >= n1;
-        d1 -= c1 ? n1 : 0;
-        d2 += s2 + c1;
-        const int c2 = d2 >= n2;
-        d2 -= c2 ? n2 : 0;
-        d3 += s3 + c2;
-    }
-};
+using conv::Radix4;  // conv_common.cuh
 
 // The reduction index kk of one thread as digits (fastest first) advanced by a fixed
 // step. 2-D (conv::Radix3): NHWC (c | s | r) with radices (C, S), NCHW (s | r | c) with

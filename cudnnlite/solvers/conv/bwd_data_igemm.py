@@ -10,10 +10,12 @@ dx[pixels, C/g] = dY-gather[pixels, K/g * valid taps] * W[K/g * valid taps, C/g]
 multiply is spent on a stride gap, no col2im buffer. Tiles of conv/gemm_tiles.cuh (shared
 memory, double buffering, register blocking), fp32 accumulation (fp64 for float64, two
 stages of doubles instead of three fp32 ones: 35 KB for 64x64), one block per output tile
-with a fixed reduction order: deterministic. NCHW/KCRS and NHWC/KRSC, 1-D and 2-D, groups,
-fp32/fp16/bf16/fp64; the epilogue adds the conv_transpose bias. Tensors contiguous in the
-problem's layout (the ops layer copies). Config: :class:`TileConfig` (64x64 or 32x32 over
-pixels x input channels, BK 16). Workspace: none.
+with a fixed reduction order: deterministic. NCHW/KCRS and NHWC/KRSC, 1-D, 2-D and 3-D
+(NCDHW/KCTRS, NDHWC/KTRSC: depth phases and taps, the kernels' ``D3`` instantiation in a
+module of its own per dtype), groups, fp32/fp16/bf16/fp64; the epilogue adds the
+conv_transpose bias. Tensors contiguous in the problem's layout (the ops layer copies).
+Config: :class:`TileConfig` (32x32, 64x64 and, for fp32 NHWC 2-D, 128x128 over pixels x
+input channels, BK 16). Workspace: none.
 """
 
 from __future__ import annotations
@@ -46,9 +48,10 @@ BK = 16  # bwd::kBK
 TILES = {128: (8, 8), 64: (4, 4), 32: (2, 2)}
 
 
-def tiles_for(dt: dtypes.DType, nhwc: bool) -> tuple[int, ...]:
-    """The tiles compiled for storage type ``dt`` and the layout."""
-    return tuple(t for t in TILES if t < 128 or (dt.short == "fp32" and nhwc))
+def tiles_for(dt: dtypes.DType, nhwc: bool, d3: bool = False) -> tuple[int, ...]:
+    """The tiles compiled for storage type ``dt``, the layout and 3-D (whose module has the
+    32 and 64 tiles only)."""
+    return tuple(t for t in TILES if t < 128 or (dt.short == "fp32" and nhwc and not d3))
 MAX_GRID = 65535  # grid.y and grid.z
 
 
@@ -67,16 +70,22 @@ class TileConfig(Config):
         return f"{self.tile}x{self.tile}x{BK}_{tm}x{tn}"
 
 
-def _expr(dt: dtypes.DType, nhwc: bool, tile: int) -> str:
+def _expr(dt: dtypes.DType, nhwc: bool, tile: int, d3: bool = False) -> str:
     tm, tn = TILES[tile]
     flag = "true" if nhwc else "false"
-    return f"bwd_data_igemm<{dt.ctype}, {flag}, {tile}, {tile}, {tm}, {tn}>"
+    d3_arg = ", true" if d3 else ""
+    return f"bwd_data_igemm<{dt.ctype}, {flag}, {tile}, {tile}, {tm}, {tn}{d3_arg}>"
 
 
-def module_spec(dt: dtypes.DType) -> ModuleSpec:
-    """Every kernel of bwd_data_implicit_gemm.cu for storage type ``dt``."""
-    names = [_expr(dt, nhwc, t) for nhwc in (False, True) for t in tiles_for(dt, nhwc)]
+def module_spec(dt: dtypes.DType, d3: bool = False) -> ModuleSpec:
+    """Every kernel of bwd_data_implicit_gemm.cu for storage type ``dt``: 1-D/2-D, or the
+    3-D kernels (depth phases and taps), a module of their own."""
+    names = [_expr(dt, nhwc, t, d3) for nhwc in (False, True) for t in tiles_for(dt, nhwc, d3)]
     return ModuleSpec.make(SOURCE, names)
+
+
+def _tiles(problem: ConvProblem) -> tuple[int, ...]:
+    return tiles_for(dtype_of(problem), problem.channels_last, problem.ndim == 3)
 
 
 def _axes(problem: ConvProblem) -> tuple[tuple[int, ...], ...]:
@@ -108,16 +117,16 @@ class _Runner(Runner):
     def __init__(self, backend: Backend, problem: ConvProblem, cfg: TileConfig) -> None:
         dt = dtype_of(problem)
         nhwc = problem.channels_last
-        self.kernel = backend.kernel(module_spec(dt), _expr(dt, nhwc, cfg.tile))
+        d3 = problem.ndim == 3
+        self.kernel = backend.kernel(module_spec(dt, d3), _expr(dt, nhwc, cfg.tile, d3))
         self.shape = shape_struct(problem)
-        strides = _axes(problem)[0]
-        phases = strides[0] * strides[1]
+        phases = int(np.prod(problem.strides))
         self.grid = (
             -(-phase_rows(problem) // cfg.tile),
             -(-problem.c_per_group // cfg.tile),
             problem.groups * phases,
         )
-        layout = "nhwc" if nhwc else "nchw"
+        layout = problem.layout.lower() if d3 else "nhwc" if nhwc else "nchw"
         self.name = f"bwd_data_implicit_gemm_{cfg.label()}_{phases}phase_{layout}_{dt.short}"
         self.dtype = dt.short
         self.dt = dt
@@ -142,12 +151,11 @@ class ImplicitGemmSolver(Solver):
     deterministic = True
 
     def is_applicable(self, problem: ConvProblem, caps: Capabilities) -> Applicability:
-        reason = common_reason(problem, "bwd_data")
+        reason = common_reason(problem, "bwd_data", max_ndim=3)
         if reason:
             return not_applicable(reason)
-        strides = _axes(problem)[0]
-        if problem.groups * strides[0] * strides[1] > MAX_GRID:
-            return not_applicable(f"needs groups * stride_h * stride_w <= {MAX_GRID}")
+        if problem.groups * int(np.prod(problem.strides)) > MAX_GRID:
+            return not_applicable(f"needs groups * the strides' product <= {MAX_GRID}")
         if -(-problem.c_per_group // min(TILES)) > MAX_GRID:
             return not_applicable(f"needs C/groups <= {MAX_GRID * min(TILES)}")
         x_elems = int(np.prod(problem.x_shape()))
@@ -156,24 +164,24 @@ class ImplicitGemmSolver(Solver):
         return APPLICABLE
 
     def configs(self, problem: ConvProblem, caps: Capabilities) -> Sequence[TileConfig]:
-        return [TileConfig(t) for t in tiles_for(dtype_of(problem), problem.channels_last)]
+        return [TileConfig(t) for t in _tiles(problem)]
 
     def default_config(self, problem: ConvProblem, caps: Capabilities) -> TileConfig:
         # 64x64 once the channels fill it and there are enough pixel tiles to spread;
         # 128x128 (where compiled) once they fill that, with pixel tiles for every SM.
         # Unmeasured on a GPU: a tuning DB entry overrides it.
-        tiles = tiles_for(dtype_of(problem), problem.channels_last)
+        tiles = _tiles(problem)
         if 128 in tiles and problem.c_per_group >= 128 and phase_rows(problem) >= 128 * 64:
             return TileConfig(128)
         big = problem.c_per_group >= 48 and phase_rows(problem) >= 64 * 16
         return TileConfig(64 if big else 32)
 
     def is_valid(self, config: Config, problem: ConvProblem, caps: Capabilities) -> bool:
-        tiles = tiles_for(dtype_of(problem), problem.channels_last)
+        tiles = _tiles(problem)
         return isinstance(config, TileConfig) and config.tile in tiles
 
     def module_specs(self) -> list[ModuleSpec]:
-        return [module_spec(dt) for dt in dtypes.FLOAT_TYPES]
+        return [module_spec(dt, d3) for dt in dtypes.FLOAT_TYPES for d3 in (False, True)]
 
     def prepare(self, backend: Backend, problem: ConvProblem, config: Config) -> Runner:
         ok = self.is_applicable(problem, None)  # type: ignore[arg-type]
@@ -181,7 +189,7 @@ class ImplicitGemmSolver(Solver):
             raise NotSupportedError(f"{self.name}: {ok.reason}")
         if not isinstance(config, TileConfig):
             raise NotSupportedError(f"{self.name}: expected a TileConfig, got {config!r}")
-        tiles = tiles_for(dtype_of(problem), problem.channels_last)
+        tiles = _tiles(problem)
         if config.tile not in tiles:
             raise NotSupportedError(f"{self.name}: tile {config.tile} is not compiled for "
                                     f"{problem.dtype} {problem.layout} (tiles {tiles})")
