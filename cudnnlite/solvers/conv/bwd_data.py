@@ -302,7 +302,7 @@ class TcImplicitGemmSolver(_RotatedForwardSolver):
 
 class DmmaImplicitGemmSolver(_RotatedForwardSolver):
     """float64 on the fp64 tensor cores (sm_80+): the forward DMMA kernel on the rotated
-    filters, stride 1 (strided float64 backward data takes the CUDA-core solvers)."""
+    filters, stride 1 (any stride: conv_bwd_data_dmma_implicit_gemm_phased)."""
 
     name = "conv_bwd_data_dmma_implicit_gemm"
     forward_name = "conv_fwd_dmma_implicit_gemm"
