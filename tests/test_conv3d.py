@@ -304,6 +304,11 @@ def test_backward_filter_implicit_gemm(backend: str, case: str, layout: str) -> 
     _bwd_filter(backend, "conv_bwd_filter_implicit_gemm", problem, SplitKConfig(32, 4))
     if case == "i3d_3x3x3":
         _bwd_filter(backend, "conv_bwd_filter_implicit_gemm_atomic", problem)
+    solver = registry.get("conv_bwd_filter_implicit_gemm")
+    if layout == "NDHWC":  # the 8 x 8-per-thread tile (fp32 NDHWC; NCDHW would spill)
+        _bwd_filter(backend, "conv_bwd_filter_implicit_gemm", problem, SplitKConfig(128, 4))
+    else:
+        assert SplitKConfig(128, 1) not in solver.configs(problem, EMULATOR)
 
 
 def test_backward_filter_implicit_gemm_fp64(backend: str) -> None:

@@ -56,17 +56,22 @@ from .common import shape_struct
 SOURCE = "conv/bwd_filter.cu"
 BLOCK = 256
 BK = 16  # bwf::kBK
-# BM = BN -> (TM, TN): 256 threads each. 128 (8 x 8 per thread, two stages): float32 2-D
-# only. sm_90: 124-128 registers, no spills, main loop 78% FFMA (NCHW) / 74% (NHWC), where
-# the 64 tile has 58%; fp16/bf16 (staged through registers) and 3-D NCDHW spill 12-268
-# bytes at the 128-register bound, and float64's two stages would take 66 KB of static
-# shared memory.
+# BM = BN -> (TM, TN): 256 threads each. 128 (8 x 8 per thread, two stages): float32,
+# 2-D and 3-D NDHWC. sm_90: 124-128 registers, no spills, main loop 78% FFMA (NCHW) / 74%
+# (NHWC) / 73% (NDHWC), where the 64 tile has 58% (3-D: 52%); fp16/bf16 (staged through
+# registers) and 3-D NCDHW spill 12-268 bytes at the 128-register bound, and float64's two
+# stages would take 66 KB of static shared memory.
 TILES = {128: (8, 8), 64: (4, 4), 32: (2, 2)}
 
 
-def tiles_for(dt: dtypes.DType, d3: bool = False) -> tuple[int, ...]:
-    """The GEMM tiles compiled for storage type ``dt`` (and 3-D)."""
-    return tuple(t for t in TILES if t < 128 or (dt.short == "fp32" and not d3))
+def tiles_for(dt: dtypes.DType, d3: bool = False, nhwc: bool = True) -> tuple[int, ...]:
+    """The GEMM tiles compiled for storage type ``dt``, 3-D and the layout."""
+    big = dt.short == "fp32" and (nhwc or not d3)
+    return tuple(t for t in TILES if t < 128 or big)
+
+
+def _tiles(problem: ConvProblem) -> tuple[int, ...]:
+    return tiles_for(dtype_of(problem), problem.ndim == 3, problem.channels_last)
 MAX_GRID_Y = 65535
 _GRID_CAP = {"cpu": 4096, "cuda": 1 << 20}
 _TARGET_BLOCKS = {"cpu": 64, "cuda": 4 * 132}  # enough blocks to fill the device
@@ -135,7 +140,8 @@ def module_spec(dt: dtypes.DType, d3: bool = False) -> ModuleSpec:
 def gemm_3d_spec(dt: dtypes.DType) -> ModuleSpec:
     """The 3-D GEMM kernels (both tiles and layouts) with the split reduction and the
     atomic variant's zeroing, a module of their own (a 2-D call compiles none of them)."""
-    names = [_gemm_expr(dt, nhwc, t, True) for t in tiles_for(dt, True) for nhwc in (False, True)]
+    names = [_gemm_expr(dt, nhwc, t, True) for nhwc in (False, True)
+             for t in tiles_for(dt, True, nhwc)]  # fmt: skip
     return ModuleSpec.make(SOURCE, [*names, _reduce_expr(dt), _zero_name(dt)])
 
 
@@ -311,7 +317,7 @@ class ImplicitGemmSplitKSolver(Solver):
     def configs(self, problem: ConvProblem, caps: Capabilities) -> Sequence[SplitKConfig]:
         rows, cols, npq = _gemm_dims(problem)
         out = []
-        for tile in tiles_for(dtype_of(problem), problem.ndim == 3):
+        for tile in _tiles(problem):
             for splits in (1, 4, 16, 64):
                 if splits > 1 and npq < splits * 4 * BK:
                     continue  # each split keeps at least 4 slices
@@ -324,7 +330,7 @@ class ImplicitGemmSplitKSolver(Solver):
         rows, cols, npq = _gemm_dims(problem)
         # 128 x 128 (8 x 8 outputs per thread: the most FFMA per shared load) once the
         # filter fills it; unmeasured on a GPU, the tuning DB overrides it.
-        big = rows >= 128 and cols >= 128 and 128 in tiles_for(dtype_of(problem), problem.ndim == 3)
+        big = rows >= 128 and cols >= 128 and 128 in _tiles(problem)
         tile = 128 if big else 64 if rows >= 48 and cols >= 48 else 32
         tiles = -(-rows // tile) * -(-cols // tile) * problem.groups
         target = _TARGET_BLOCKS["cpu" if caps is not None and caps.arch == "cpu" else "cuda"]
@@ -335,7 +341,7 @@ class ImplicitGemmSplitKSolver(Solver):
 
     def is_valid(self, config: Config, problem: ConvProblem, caps: Capabilities) -> bool:
         return (isinstance(config, SplitKConfig) and problem.groups * config.splits <= MAX_GRID_Y
-                and config.tile in tiles_for(dtype_of(problem), problem.ndim == 3))  # fmt: skip
+                and config.tile in _tiles(problem))  # fmt: skip
 
     def workspace_size(self, problem: ConvProblem, config: Config) -> int:
         rows, cols, npq = _gemm_dims(problem)
@@ -351,7 +357,7 @@ class ImplicitGemmSplitKSolver(Solver):
             raise NotSupportedError(f"{self.name}: {ok.reason}")
         if not isinstance(config, SplitKConfig):
             raise NotSupportedError(f"{self.name}: expected a SplitKConfig, got {config!r}")
-        tiles = tiles_for(dtype_of(problem), problem.ndim == 3)
+        tiles = _tiles(problem)
         if config.tile not in tiles:
             raise NotSupportedError(f"{self.name}: tile {config.tile} is not compiled for "
                                     f"{problem.dtype} {problem.ndim}-D (tiles {tiles})")
