@@ -62,7 +62,7 @@ from .ops.conv_backward import (
     conv_transpose3d,
 )
 from .ops.ctc import ctc_loss, ctc_loss_backward
-from .ops.dropout import dropout, dropout_backward
+from .ops.dropout import PhiloxState, dropout, dropout_backward
 from .ops.norm import (
     BN_MODES,
     batch_norm,
@@ -238,6 +238,7 @@ __all__ = [
     "ctc_loss_backward",
     "dropout",
     "dropout_backward",
+    "PhiloxState",
     "log_softmax",
     "log_softmax_backward",
     "nchw_to_nhwc",

@@ -9,6 +9,10 @@
 // The mask is a pure function of (seed, offset, e), so backward regenerates it by
 // running dropout_fwd on dy with the same stream (nothing stored), or reads a saved
 // byte mask with dropout_bwd_mask.
+// Device-side offset (ops/dropout.py PhiloxState): with p.use_counter the stream is
+// p.offset + counter[0], read on the device at each launch (a whole number held in a
+// double, below 2^53), so a graph or a launch template replays with the offset the
+// counter holds then; philox_counter_add advances it (one thread, in stream order).
 //
 // Kernels (T = float | __half | __nv_bfloat16 | double), elements in C order of a
 // contiguous tensor:
@@ -18,6 +22,7 @@
 //                             is two 16-byte accesses), VEC = 1 element by element.
 //                             Writes the keep mask (one byte per element) when p.save_mask.
 //   dropout_bwd_mask<T, VEC>  dx = mask ? dy * scale : 0, from a saved byte mask.
+//   philox_counter_add        a PhiloxState's counter += n.
 // Defines: none (one module per dtype).
 #include "common/cudnnlite.cuh"
 #include "common/philox.cuh"
@@ -30,6 +35,7 @@ struct DropoutParamsT {
     unsigned long long threshold;  // drop iff word < threshold; 2^32 drops everything
     A scale;                       // 1 / (1 - p) in A (0 when p = 1)
     int save_mask;
+    int use_counter;               // add counter[0] to offset (PhiloxState)
 };
 template <typename T> using DropoutParamsFor = DropoutParamsT<cl::acc_t<T>>;
 
@@ -54,15 +60,18 @@ __device__ __forceinline__ T apply(T x, bool k, cl::acc_t<T> scale) {
 
 template <typename T, int VEC>
 __global__ void __launch_bounds__(256) dropout_fwd(
-    // pointers (mask: n bytes, written only when p.save_mask)
-    const T* x, T* y, unsigned char* mask,
+    // pointers (mask: n bytes, written only when p.save_mask; counter: read only when
+    // p.use_counter, else any pointer)
+    const T* x, T* y, unsigned char* mask, const double* counter,
     // sizes
     cl::index_t n,
     // parameters
     DropoutParamsFor<T> p) {
     const cl::index_t groups = (n + 3) / 4;
+    const unsigned long long offset =
+        p.offset + (p.use_counter ? (unsigned long long)counter[0] : 0ull);
     for (cl::index_t g = cl::global_thread_id(); g < groups; g += cl::grid_stride()) {
-        const cl::Philox4 r = cl::philox_group(p.seed, p.offset, (unsigned long long)g);
+        const cl::Philox4 r = cl::philox_group(p.seed, offset, (unsigned long long)g);
         const cl::index_t base = g * 4;
         if (VEC == 4 && base + 4 <= n) {
             const DropPack<T, 4> in = reinterpret_cast<const DropPack<T, 4>*>(x)[g];
@@ -120,6 +129,12 @@ __global__ void __launch_bounds__(256) dropout_bwd_mask(
             }
         }
     }
+}
+
+// counter[0] += n: a PhiloxState's advance, launched on the stream like the dropout that
+// reads it (one thread).
+__global__ void __launch_bounds__(32) philox_counter_add(double* counter, double n) {
+    if (threadIdx.x == 0 && blockIdx.x == 0) counter[0] += n;
 }
 
 // Raw generator for known-answer tests: out[4i..4i+3] = Philox4x32-10(counter[4i..], key[2i..]).

@@ -11,10 +11,25 @@ regenerate it (``dropout_backward(dy, p, seed, offset)``) instead of storing it,
 mask saved by ``dropout(..., return_mask=True)``. ``offset`` selects an independent stream
 for the same seed (e.g. the step or layer number).
 
+:class:`PhiloxState` keeps the offset on the device: ``dropout(x, p, seed=state)`` draws
+from ``(state.seed, state's counter)``, read by the kernel at each launch, and
+``state.advance()`` (a kernel) moves it on. A graph or a launch template that holds both
+replays with a fresh mask each time, as PyTorch's CUDA generator does in CUDA graphs:
+
+.. code-block:: python
+
+    state = cudnnlite.PhiloxState(seed=1234)
+    with cudnnlite.graph() as g:                  # a training step
+        h = cudnnlite.dropout(x, 0.1, seed=state)
+        ...
+        dx = cudnnlite.dropout_backward(dh, 0.1, seed=state)
+        state.advance()                           # next step: the next stream
+    g.replay()                                    # offsets 1, 2, ... on each replay
+
 Kernels (``cuda_src/dropout/dropout.cu``), one module per dtype:
 ``dropout_fwd<T, VEC>`` and ``dropout_bwd_mask<T, VEC>`` (VEC = 4: one 4-element pack per
 Philox call when the pointers are aligned to the pack, up to 16 bytes, else 1), and
-``philox_raw`` (known-answer tests).
+``philox_raw`` (known-answer tests), ``philox_counter_add`` (:meth:`PhiloxState.advance`).
 Non-contiguous inputs are copied to C order first (the element numbering is C order).
 """
 
@@ -30,6 +45,7 @@ import numpy as np
 from .. import dtypes
 from ..errors import BadParamError
 from ..reference.dropout import drop_threshold, dropout_scale
+from ..runtime import templates
 from ..runtime.backend import Backend, Kernel
 from ..runtime.graph import graph_safe, note_host_work
 from ..runtime.kernel import ModuleSpec
@@ -50,7 +66,8 @@ _BLOCKS_PER_SM = 16
 # for float64).
 def _params_dtype(real: str) -> np.dtype:
     fields = [("seed", "<u8"), ("offset", "<u8"), ("threshold", "<u8")]
-    return np.dtype([*fields, ("scale", real), ("save_mask", "<i4")], align=True)
+    return np.dtype([*fields, ("scale", real), ("save_mask", "<i4"), ("use_counter", "<i4")],
+                    align=True)  # fmt: skip
 
 
 _PARAMS_DTYPE = _params_dtype("<f4")
@@ -78,7 +95,7 @@ def _names(dt: dtypes.DType) -> list[str]:
 
 def module_spec(dt: dtypes.DType) -> ModuleSpec:
     """Every dropout kernel of storage type ``dt`` (plus the raw generator)."""
-    return ModuleSpec.make(SOURCE, [*_names(dt), "philox_raw"])
+    return ModuleSpec.make(SOURCE, [*_names(dt), "philox_raw", "philox_counter_add"])
 
 
 @register("dropout")
@@ -148,14 +165,17 @@ def _out(out: Any, like: Any, backend: Backend, inputs: dict[str, Any]) -> Any:
     return out
 
 
-def _params(p: float, seed: int, offset: int, save_mask: bool, dt: dtypes.DType) -> np.void:
+def _params(p: float, seed: int, offset: int, save_mask: bool, dt: dtypes.DType,
+            use_counter: bool = False) -> np.void:  # fmt: skip
     return np.array(
-        (seed, offset, drop_threshold(p), _scale(p, dt), int(save_mask)), dtype=params_dtype(dt)
+        (seed, offset, drop_threshold(p), _scale(p, dt), int(save_mask), int(use_counter)),
+        dtype=params_dtype(dt),
     )[()]
 
 
 def _launch_fwd(
-    backend: Backend, dt: dtypes.DType, x: Any, out: Any, mask: Any, params: np.void
+    backend: Backend, dt: dtypes.DType, x: Any, out: Any, mask: Any, params: np.void,
+    counter: Any = None,
 ) -> None:
     """x contiguous; out any layout (a contiguous result is copied in when it is not)."""
     y = out if out.flags.c_contiguous else array_module(x).empty(x.shape, x.dtype)
@@ -169,7 +189,9 @@ def _launch_fwd(
         )
         kernel = _kernel(backend, module_spec(dt), f"dropout_fwd<{dt.ctype}, {vec}>")
         grid = max(1, min((n + 4 * BLOCK - 1) // (4 * BLOCK), _max_blocks(backend)))
-        kernel(grid, BLOCK, (x, y, mask if mask is not None else y, np.int64(n), params))
+        mask_arg = mask if mask is not None else y
+        kernel(grid, BLOCK, (x, y, mask_arg, counter if counter is not None else y,
+                             np.int64(n), params))  # fmt: skip
         _LAST.set(f"dropout_fwd_{'vec4' if vec == 4 else 'scalar'}_{dt.short}")
     if y is not out:
         note_host_work("dropout: a copy into a non-contiguous out=")
@@ -179,6 +201,82 @@ def _launch_fwd(
 def _pack_align(a: Any) -> int:
     """The alignment VEC = 4 needs: the 4-element pack, at most 16 bytes (DropPack)."""
     return min(4 * a.itemsize, 16)
+
+
+# ------------------------------------------------------------------ device-side offset
+
+_MAX_STATE_OFFSET = 2**53  # whole numbers a double holds exactly
+
+
+class PhiloxState:
+    """A Philox stream for dropout whose offset lives on the device (module docstring).
+
+    ``PhiloxState(seed, offset=0, backend="auto")``: ``seed`` and the starting ``offset``
+    as for :func:`dropout`; the counter is a one-element float64 array on ``backend``
+    ("cpu": the emulator's NumPy; "cuda": CuPy's current device; "auto": the GPU when
+    CuPy sees one) holding a whole number below 2^53. Pass the state as ``seed=`` to
+    :func:`dropout` and :func:`dropout_backward` (whose ``offset`` must then be 0: the
+    state's counter is the offset); :meth:`advance` adds to the counter with a kernel, so
+    graphs and launch templates that contain it move the stream on at each replay.
+    Reading :attr:`offset` copies the counter to the host (a synchronization on a GPU).
+    """
+
+    _templated_by_identity = True  # launch templates key a call by this object
+
+    def __init__(self, seed: int, offset: int = 0, *, backend: str = "auto") -> None:
+        from ._fastpath import plan_backend
+
+        self.seed = _check_u64("seed", seed)
+        start = _check_u64("offset", offset)
+        if start >= _MAX_STATE_OFFSET:
+            raise BadParamError(f"offset: a PhiloxState holds offsets below 2^53, got {start}")
+        self.backend = plan_backend(backend)
+        # launch templates read it in place, not as a temporary of their own
+        self.counter = templates.shared_state(
+            self.backend.xp.full((1,), float(start), dtype=np.float64)
+        )
+
+    @property
+    def offset(self) -> int:
+        """The counter's value now (copied to the host)."""
+        return int(np.asarray(self.counter.get() if hasattr(self.counter, "get")
+                              else self.counter)[0])  # fmt: skip
+
+    def advance(self, n: int = 1) -> None:
+        """Adds ``n`` (an integer >= 0) to the counter, with a kernel on the current stream."""
+        _advance(self.counter, n)
+
+    def __repr__(self) -> str:
+        return f"<PhiloxState seed={self.seed} on {self.backend.name}>"
+
+
+@with_stream
+def _advance(counter: Any, n: int) -> None:
+    """``counter[0] += n`` on the device (PhiloxState.advance): a graph-safe op of its own,
+    whose counter is an array argument (a template replay patches and restores it)."""
+    if isinstance(n, (bool, np.bool_)) or not isinstance(n, (int, np.integer)) or n < 0:
+        raise BadParamError(f"n: expected an integer >= 0, got {n!r}")
+    backend = backend_for(counter, names=("counter",))
+    kernel = _kernel(backend, module_spec(dtypes.FLOAT32), "philox_counter_add")
+    kernel(1, 32, (counter, np.float64(n)))
+
+
+def _stream(seed: Any, offset: int, x: Any, backend: Backend) -> tuple[int, int, Any]:
+    """(seed, offset, counter or None) of a dropout call: an integer seed, or a
+    PhiloxState (then ``offset`` must be 0, and the state must live where x does)."""
+    if not isinstance(seed, PhiloxState):
+        return _check_u64("seed", seed), _check_u64("offset", offset), None
+    if offset != 0:
+        raise BadParamError(f"offset: the PhiloxState passed as seed holds the offset; got "
+                            f"offset={offset!r} too (give 0)")  # fmt: skip
+    if seed.backend is not backend:
+        raise BadParamError(f"seed: the PhiloxState lives on {seed.backend.name}, the arrays "
+                            f"are for {backend.name}")  # fmt: skip
+    device = getattr(x, "device", None)
+    if backend.name == "cuda" and getattr(device, "id", None) != seed.counter.device.id:
+        raise BadParamError(f"seed: the PhiloxState lives on GPU {seed.counter.device.id}, "
+                            f"x on GPU {getattr(device, 'id', None)}")  # fmt: skip
+    return seed.seed, 0, seed.counter
 
 
 # ------------------------------------------------------------------ public API
@@ -201,8 +299,10 @@ def dropout(
         x: float32, float16, bfloat16 or float64 array, any shape and strides
             (non-contiguous inputs are copied to C order: element numbering is C order).
         p: drop probability in [0, 1]; p = 0 returns a copy of x, p = 1 all zeros.
-        seed: Philox key, an integer in [0, 2^64); required when ``training``.
-        offset: Philox stream (the counter's upper 64 bits), an integer in [0, 2^64).
+        seed: Philox key, an integer in [0, 2^64), or a :class:`PhiloxState` (its seed,
+            and its device-side counter as the offset); required when ``training``.
+        offset: Philox stream (the counter's upper 64 bits), an integer in [0, 2^64);
+            0 with a PhiloxState.
         training: False is PyTorch's evaluation mode: x itself is returned (no copy, as
             ``torch.nn.functional.dropout(x, p, training=False)``), or copied into
             ``out`` when one is given; the mask is then all True. p is still checked.
@@ -219,15 +319,15 @@ def dropout(
         return _identity(x, out, return_mask)
     if seed is None:
         raise BadParamError("seed: required in training mode (an integer in [0, 2^64))")
-    seed = _check_u64("seed", seed)
-    offset = _check_u64("offset", offset)
     backend = backend_for(x, out, names=("x", "out"))
+    seed, offset, counter = _stream(seed, offset, x, backend)
     x = _array("x", x)
     dt = float_dtype("x", x)
     out = _out(out, x, backend, {"x": x})
     xc = _contiguous(x)
     mask = array_module(x).empty(x.shape, np.bool_) if return_mask else None
-    _launch_fwd(backend, dt, xc, out, mask, _params(p, seed, offset, return_mask, dt))
+    params = _params(p, seed, offset, return_mask, dt, counter is not None)
+    _launch_fwd(backend, dt, xc, out, mask, params, counter)
     return (out, mask) if return_mask else out
 
 
@@ -259,9 +359,10 @@ def dropout_backward(
 ) -> Any:
     """``dx = dy / (1 - p)`` where the forward pass kept the element, else 0.
 
-    Either regenerates the mask from (seed, offset), which must be the forward call's, or
-    reads ``mask`` (the boolean array ``dropout(..., return_mask=True)`` returned); give
-    exactly one of the two. ``out`` may be dy itself.
+    Either regenerates the mask from (seed, offset), which must be the forward call's (a
+    :class:`PhiloxState` whose counter has not moved since), or reads ``mask`` (the
+    boolean array ``dropout(..., return_mask=True)`` returned); give exactly one of the
+    two. ``out`` may be dy itself.
     """
     p = _check_p(p)
     if (seed is None) == (mask is None):
@@ -273,9 +374,10 @@ def dropout_backward(
     dy = _array("dy", dy)
     dt = float_dtype("dy", dy)
     if mask is None:
-        params = _params(p, _check_u64("seed", seed), _check_u64("offset", offset), False, dt)
+        seed, offset, counter = _stream(seed, offset, dy, backend)
+        params = _params(p, seed, offset, False, dt, counter is not None)
         out = _out(out, dy, backend, {"dy": dy})
-        _launch_fwd(backend, dt, _contiguous(dy), out, None, params)
+        _launch_fwd(backend, dt, _contiguous(dy), out, None, params, counter)
         return out
     mask = _array("mask", mask)
     if mask.dtype != np.bool_ and mask.dtype != np.uint8:
@@ -323,9 +425,10 @@ def philox4x32_10(counter: Any, key: Any) -> np.ndarray:
     return out
 
 
-__all__ = ["dropout", "dropout_backward", "last_kernel_name", "module_specs", "philox4x32_10"]
+__all__ = ["PhiloxState", "dropout", "dropout_backward", "last_kernel_name", "module_specs",
+           "philox4x32_10"]  # fmt: skip
 
 # Kernel launches only (copies reported). The mask is a function of (seed, offset), which
-# a key holds and a graph records: a replay draws the same mask (pass a new offset per step
-# for a new one, or record the step's graph with its own offset).
-graph_safe(dropout, dropout_backward)
+# a key holds and a graph records: a replay draws the same mask, unless the offset is a
+# PhiloxState's device counter (read at each launch) that the step advances.
+graph_safe(dropout, dropout_backward, _advance)

@@ -53,6 +53,12 @@ need); a second refusal is kept.
 
 Under ``CUDNNLITE_EMU_POISON=1`` a replay fills the outputs it allocates with NaN bytes
 before launching on the emulator, so a kernel that relied on zeroed memory fails tests.
+
+Memory a launch uses that is not among the call's arrays is a temporary (the template
+keeps its own copy), except device-side state registered with :func:`shared_state` (a
+:class:`~cudnnlite.ops.dropout.PhiloxState`'s counter): a replay reads that memory as it
+is then, as the op itself would. Such state belongs to an argument keyed by identity, so a
+template with it is only replayed while that object lives.
 """
 
 from __future__ import annotations
@@ -427,6 +433,8 @@ def _template(rec: Recording, result: Any, inputs: list) -> Any:
             owner = next((a for a in launch[-2] if _holds(a, ptr)), None)
             if owner is None:
                 return Refused("a launch reads or writes memory it was not given as an array")
+            if _is_shared(owner):
+                continue  # device-side state: the recorded pointer, used in place
             root = _root(owner)
             if root is None:
                 return Refused("a temporary that is not a whole array of its own")
@@ -499,6 +507,22 @@ def _whole(a: Any) -> bool:
     layout is all of it."""
     owner = _owner(a)
     return owner is a or (owner is not None and _extent(owner)[:2] == _extent(a)[:2])
+
+
+# Arrays of device-side state (shared_state), by id: the template uses them in place.
+_SHARED: weakref.WeakValueDictionary[int, Any] = weakref.WeakValueDictionary()
+
+
+def shared_state(a: Any) -> Any:
+    """Registers ``a`` (a whole array an op reads or writes across calls, held by an
+    argument that keys templates by identity) as state that template replays use in place
+    instead of copying it as a temporary. Returns ``a``."""
+    _SHARED[id(a)] = a
+    return a
+
+
+def _is_shared(a: Any) -> bool:
+    return _SHARED.get(id(a)) is a
 
 
 def _holds(a: Any, ptr: int) -> bool:
