@@ -510,19 +510,24 @@ def _whole(a: Any) -> bool:
 
 
 # Arrays of device-side state (shared_state), by id: the template uses them in place.
+# Weakly held; an array type without weak references is held for the process's life.
 _SHARED: weakref.WeakValueDictionary[int, Any] = weakref.WeakValueDictionary()
+_SHARED_STRONG: dict[int, Any] = {}
 
 
 def shared_state(a: Any) -> Any:
     """Registers ``a`` (a whole array an op reads or writes across calls, held by an
     argument that keys templates by identity) as state that template replays use in place
     instead of copying it as a temporary. Returns ``a``."""
-    _SHARED[id(a)] = a
+    try:
+        _SHARED[id(a)] = a
+    except TypeError:
+        _SHARED_STRONG[id(a)] = a
     return a
 
 
 def _is_shared(a: Any) -> bool:
-    return _SHARED.get(id(a)) is a
+    return _SHARED.get(id(a)) is a or _SHARED_STRONG.get(id(a)) is a
 
 
 def _holds(a: Any, ptr: int) -> bool:
