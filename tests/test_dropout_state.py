@@ -91,7 +91,7 @@ def test_bad_arguments() -> None:
         cl.PhiloxState(1, offset=2**53)
     with pytest.raises(BadParamError, match="seed"):
         cl.PhiloxState(-1)
-    for n in (-1, 1.5, True, "2"):
+    for n in (-1, 1.5, True, "2", 2**53):
         with pytest.raises(BadParamError, match="n: expected an integer >= 0"):
             state.advance(n)
     assert state.offset == 0

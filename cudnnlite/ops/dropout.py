@@ -243,7 +243,8 @@ class PhiloxState:
                               else self.counter)[0])  # fmt: skip
 
     def advance(self, n: int = 1) -> None:
-        """Adds ``n`` (an integer >= 0) to the counter, with a kernel on the current stream."""
+        """Adds ``n`` (an integer >= 0) to the counter, with a kernel on the current stream.
+        The counter is exact while it stays below 2^53 (about 9e15 steps)."""
         _advance(self.counter, n)
 
     def __repr__(self) -> str:
@@ -254,8 +255,9 @@ class PhiloxState:
 def _advance(counter: Any, n: int) -> None:
     """``counter[0] += n`` on the device (PhiloxState.advance): a graph-safe op of its own,
     whose counter is an array argument (a template replay patches and restores it)."""
-    if isinstance(n, (bool, np.bool_)) or not isinstance(n, (int, np.integer)) or n < 0:
-        raise BadParamError(f"n: expected an integer >= 0, got {n!r}")
+    if (isinstance(n, (bool, np.bool_)) or not isinstance(n, (int, np.integer)) or n < 0
+            or n >= _MAX_STATE_OFFSET):  # fmt: skip
+        raise BadParamError(f"n: expected an integer >= 0 and below 2^53, got {n!r}")
     backend = backend_for(counter, names=("counter",))
     kernel = _kernel(backend, module_spec(dtypes.FLOAT32), "philox_counter_add")
     kernel(1, 32, (counter, np.float64(n)))
