@@ -1,7 +1,8 @@
-// Convolution forward as an implicit GEMM on the fp64 tensor cores (DMMA: mma.sync
-// m8n8k4 .f64 through common/mma.cuh), for float64 on sm_80+.
+// Convolution as implicit GEMMs on the fp64 tensor cores (DMMA: mma.sync m8n8k4 .f64
+// through common/mma.cuh), for float64 on sm_80+: the forward (first), backward filter and
+// backward data (their sections below), one main loop (dmma::mainloop).
 //
-// GEMM view (groups == 1):
+// Forward GEMM view (groups == 1):
 //   M  = N * P * Q     rows: output pixels (img, p, q)
 //   Ng = K             columns: output channels
 //   Kg = C * R * S     reduction: taps (c, r, s) in the filter's memory order
@@ -15,7 +16,7 @@
 //
 // Kernel (T = double only: the tensor core's accumulation is double; sm_80+, mma.cuh
 // traps below and the solver refuses older GPUs):
-//   dmma_conv_fwd<NHWC, BM, BN, BK, WM, WN>
+//   dmma_conv_fwd<NHWC, BM, BN, BK, WM, WN, D3>
 // A block computes a BM x BN tile of y with (BM / WM) x (BN / WN) warps; a warp owns a
 // WM x WN tile as (WM / 8) x (WN / 8) m8n8 fragments (two doubles of accumulator each per
 // lane: 32 doubles for 32 x 32). The reduction advances in slices of BK staged in dynamic
@@ -37,7 +38,8 @@
 // Static figures (sm_90, ptxas + nvdisasm, benchmarks/sass_mix.py): 128 registers (the
 // launch bound asks for 16 warps per SM: 64x64: 4 blocks, 128x64: 2; 3-D took 156-160
 // without it), no spills; main loop 288-292 (128x64) and 324 (64x64) instructions for 64
-// DMMA (3-D: 315 and 345), of which about 60 are the UIADD3 no-ops ptxas pads between DMMAs. Per DMMA (2 SM cycles at the fp64 tensor rate) the fragments read 128 bytes of
+// DMMA (3-D: 315 and 345), of which about 60 are the UIADD3 no-ops ptxas pads between
+// DMMAs. Per DMMA (2 SM cycles at the fp64 tensor rate) the fragments read 128 bytes of
 // shared memory (1 cycle at 128 B/clk) and the copies write 64 (64x64) or 48 (128x64).
 // Epilogue: conv_common.cuh's store_output (EpilogueFor<double>: exact double alpha,
 // alpha2, activation coefficients; bias, residual z, activation fused).
@@ -46,7 +48,7 @@
 // dimensionality holds both layouts of its tiles (cudnnlite/solvers/conv/dmma_*.py).
 // Index limits: x, w and y below 2^31 elements, and an image's padded span (32-bit offsets).
 //
-// Backward filter, dmma_conv_bwd_filter<NHWC, BM, BN, BK, WM, WN> (solvers/conv/
+// Backward filter, dmma_conv_bwd_filter<NHWC, BM, BN, BK, WM, WN, D3> (solvers/conv/
 // dmma_bwd_filter.py): dw = dy^T * im2col(x), the same block, warp and stage structure
 // with the GEMM view
 //   M  = K             rows: output channels
@@ -67,7 +69,7 @@
 // 16 warps per SM; main loop 309-334 instructions for 64 DMMA (3-D 337-376): the forward's
 // shape, the loaders' per-slice pixel step a handful of adds, the taps in registers.
 //
-// Backward data, dmma_conv_bwd_data<NHWC, BM, BN, BK, WM, WN> (solvers/conv/
+// Backward data, dmma_conv_bwd_data<NHWC, BM, BN, BK, WM, WN, D3> (solvers/conv/
 // dmma_bwd_data.py): dx from dy and the filters as stored, any stride, by phases. Phase
 // (ph, pw) = blockIdx.z (ph < stride_h, pw < stride_w) owns the dx pixels h = ph + u*ih,
 // w = pw + v*iw. With a = (ph + pad_h) % u and i = (ph + pad_h) / u + ih, a tap r reaches
