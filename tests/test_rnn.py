@@ -235,6 +235,29 @@ def test_dropout_backward_uses_the_forward_mask():
     np.testing.assert_allclose(got[0], want[0], atol=4 * ATOL32, rtol=0)
 
 
+def test_dropout_with_a_philox_state():
+    """seed=PhiloxState: layer k draws at the counter + k, so a state at 0 gives the integer
+    seed's masks; advanced, new masks, which the backward (through the reserve) reuses: the
+    same as a fresh state started at that offset."""
+    x, hx, cx, w, kw = _case("lstm", 3, 2, 3, 4, layers=3)
+    state = cl.PhiloxState(5, backend="cpu")
+    y_int = cl.rnn(x, hx, w, cx=cx, training=True, dropout=0.5, seed=5, **kw)[0]
+    y0 = cl.rnn(x, hx, w, cx=cx, training=True, dropout=0.5, seed=state, **kw)[0]
+    np.testing.assert_array_equal(y0, y_int)
+    state.advance(3)  # one step of a 3-layer stack
+    out = cl.rnn(x, hx, w, cx=cx, training=True, dropout=0.5, seed=state, **kw)
+    assert np.abs(out[0] - y_int).max() > 0.01
+    again = cl.rnn(x, hx, w, cx=cx, training=True, dropout=0.5,
+                   seed=cl.PhiloxState(5, offset=3, backend="cpu"), **kw)  # fmt: skip
+    np.testing.assert_array_equal(out[0], again[0])
+    dy = np.ones_like(out[0])
+    for a, b in zip(cl.rnn_backward(dy, None, None, out[-1])[:3],
+                    cl.rnn_backward(dy, None, None, again[-1])[:3], strict=True):  # fmt: skip
+        np.testing.assert_array_equal(a, b)
+    with pytest.raises(BadParamError, match="seed: expected an integer in"):
+        cl.rnn(x, hx, w, cx=cx, training=True, dropout=0.5, seed=1.5, **kw)
+
+
 def test_matches_torch():
     torch = pytest.importorskip("torch")
     torch.manual_seed(0)

@@ -215,8 +215,9 @@ class PhiloxState:
     as for :func:`dropout`; the counter is a one-element float64 array on ``backend``
     ("cpu": the emulator's NumPy; "cuda": CuPy's current device; "auto": the GPU when
     CuPy sees one) holding a whole number below 2^53. Pass the state as ``seed=`` to
-    :func:`dropout` and :func:`dropout_backward` (whose ``offset`` must then be 0: the
-    state's counter is the offset); :meth:`advance` adds to the counter with a kernel, so
+    :func:`dropout` and :func:`dropout_backward` (whose ``offset`` is then added to the
+    counter: a per-call stream within a step); :meth:`advance` adds to the counter with a
+    kernel, so
     graphs and launch templates that contain it move the stream on at each replay.
     Reading :attr:`offset` copies the counter to the host (a synchronization on a GPU).
     """
@@ -265,12 +266,11 @@ def _advance(counter: Any, n: int) -> None:
 
 def _stream(seed: Any, offset: int, x: Any, backend: Backend) -> tuple[int, int, Any]:
     """(seed, offset, counter or None) of a dropout call: an integer seed, or a
-    PhiloxState (then ``offset`` must be 0, and the state must live where x does)."""
+    PhiloxState living where x does (``offset`` is then added to its counter, modulo
+    2^64: a per-call stream within a step, such as an RNN's layer)."""
+    offset = _check_u64("offset", offset)
     if not isinstance(seed, PhiloxState):
-        return _check_u64("seed", seed), _check_u64("offset", offset), None
-    if offset != 0:
-        raise BadParamError(f"offset: the PhiloxState passed as seed holds the offset; got "
-                            f"offset={offset!r} too (give 0)")  # fmt: skip
+        return _check_u64("seed", seed), offset, None
     if seed.backend is not backend:
         raise BadParamError(f"seed: the PhiloxState lives on {seed.backend.name}, the arrays "
                             f"are for {backend.name}")  # fmt: skip
@@ -278,7 +278,7 @@ def _stream(seed: Any, offset: int, x: Any, backend: Backend) -> tuple[int, int,
     if backend.name == "cuda" and getattr(device, "id", None) != seed.counter.device.id:
         raise BadParamError(f"seed: the PhiloxState lives on GPU {seed.counter.device.id}, "
                             f"x on GPU {getattr(device, 'id', None)}")  # fmt: skip
-    return seed.seed, 0, seed.counter
+    return seed.seed, offset, seed.counter
 
 
 # ------------------------------------------------------------------ public API
@@ -304,7 +304,7 @@ def dropout(
         seed: Philox key, an integer in [0, 2^64), or a :class:`PhiloxState` (its seed,
             and its device-side counter as the offset); required when ``training``.
         offset: Philox stream (the counter's upper 64 bits), an integer in [0, 2^64);
-            0 with a PhiloxState.
+            with a PhiloxState, added to its counter (modulo 2^64).
         training: False is PyTorch's evaluation mode: x itself is returned (no copy, as
             ``torch.nn.functional.dropout(x, p, training=False)``), or copied into
             ``out`` when one is given; the mask is then all True. p is still checked.

@@ -45,6 +45,7 @@ from ..solvers.rnn.common import (
     RnnTensors,
 )
 from ._arrays import as_array, float_dtype
+from .dropout import PhiloxState
 
 _PARTS = ("w_ih", "w_hh", "b_ih", "b_hh", "w_hr")
 _TORCH = {"w_ih": "weight_ih", "w_hh": "weight_hh", "b_ih": "bias_ih", "b_hh": "bias_hh",
@@ -117,11 +118,18 @@ def _dropout(p: Any) -> float:
     return f
 
 
-def _seed(seed: Any, needed: bool) -> int:
+def _seed(seed: Any, needed: bool, backend: Backend) -> Any:
+    """An integer seed, or a PhiloxState (layer k's mask then draws at its counter + k)."""
     if seed is None:
         return int(np.random.randint(0, 2**63, dtype=np.int64)) if needed else 0
+    if isinstance(seed, PhiloxState):
+        if seed.backend is not backend:
+            raise BadParamError(f"seed: the PhiloxState lives on {seed.backend.name}, the "
+                                f"arrays are for {backend.name}")  # fmt: skip
+        return seed
     if isinstance(seed, bool) or not isinstance(seed, (int, np.integer)) or not 0 <= seed < 2**64:
-        raise BadParamError(f"seed: expected an integer in [0, 2^64), got {seed!r}")
+        raise BadParamError(f"seed: expected an integer in [0, 2^64) or a PhiloxState, got "
+                            f"{seed!r}")  # fmt: skip
     return int(seed)
 
 
@@ -299,7 +307,7 @@ def _make_call(x: Any, hx: Any, weights: Any, cx: Any, lengths: Any, mode: Any,
         cx = cx[:, None] if cx is not None else None
     lens = _lengths(lengths, b, t, xp)
     drop = p_drop > 0 and layers > 1 and training
-    scalars = RnnScalars(dropout=p_drop if drop else 0.0, seed=_seed(seed, drop))
+    scalars = RnnScalars(dropout=p_drop if drop else 0.0, seed=_seed(seed, drop, backend))
     problem = RnnProblem(mode=mode, t=t, b=b, i=i, h=h, p=proj, layers=layers,
                          bidirectional=dirs == 2, dtype=float_dtype("x", x).short,
                          varlen=lens is not None, dropout=drop)  # fmt: skip
@@ -354,7 +362,9 @@ def rnn(
         weights: a dict of PyTorch-named arrays or a flat buffer (module docstring).
         mode: "lstm", "gru", "rnn_tanh" or "rnn_relu".
         dropout: probability of dropping each output of every layer but the last
-            (training only), with the library's Philox stream from ``seed``.
+            (training only), with the library's Philox stream from ``seed``: an integer
+            (layer k's mask at offset k), or a :class:`~cudnnlite.PhiloxState` (offset k
+            added to its counter: advance it by num_layers per step for fresh masks).
         proj_size: LSTM projections (PyTorch's ``proj_size``), 0 for none.
         lengths: per-sequence lengths (B,), in any order, each in [1, T]: steps past a
             sequence's end do not exist (outputs 0; final states at the own last step).
