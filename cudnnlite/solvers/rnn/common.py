@@ -98,7 +98,7 @@ class RnnReserve:
     cx: Any
     lengths: Any
     dropout: float
-    seed: int
+    seed: Any  # an integer, or an ops.dropout.PhiloxState
     layers: list[LayerSaves] = field(default_factory=list)
     # How the user's arrays were shaped, for the gradients' shapes (set by the op).
     meta: dict = field(default_factory=dict)
@@ -139,7 +139,7 @@ class RnnBwdTensors:
 @dataclass(frozen=True)
 class RnnScalars:
     dropout: float = 0.0
-    seed: int = 0
+    seed: Any = 0  # an integer, or an ops.dropout.PhiloxState (layer k at its counter + k)
 
 
 class CellKernels:
