@@ -571,7 +571,7 @@ class RnnPlan:
         xp = backend.xp
         lens = _lengths(lengths, p.b, p.t, xp)
         drop = p.dropout and bool(training)
-        scalars = RnnScalars(self._dropout if drop else 0.0, _seed(seed, drop))
+        scalars = RnnScalars(self._dropout if drop else 0.0, _seed(seed, drop, backend))
         call = _Call(backend, p, dims, xp.ascontiguousarray(x), hx, cx,
                      _views(xp.ascontiguousarray(flat), dims), True, True, (), lens, scalars,
                      False, False)  # fmt: skip
