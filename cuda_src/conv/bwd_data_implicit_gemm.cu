@@ -49,30 +49,8 @@ constexpr int stages() {
     return sizeof(cl::acc_t<T>) == 8 || BM > 64 ? 2 : 3;
 }
 
-// The valid taps of one phase along one axis: r = first + i * step, i < count.
-struct Taps {
-    int first, step, count;
-};
-
-__device__ __forceinline__ Taps phase_taps(int phase, int pad, int stride, int dil, int f) {
-    int a = stride, b = dil;  // gcd(stride, dil)
-    while (b) {
-        const int t = a % b;
-        a = b, b = t;
-    }
-    Taps tp;
-    tp.step = stride / a;
-    tp.first = f;
-    for (int r = 0; r < f && r < tp.step; ++r) {
-        int v = (phase + pad - r * dil) % stride;
-        if (v == 0) {
-            tp.first = r;
-            break;
-        }
-    }
-    tp.count = tp.first < f ? (f - 1 - tp.first) / tp.step + 1 : 0;
-    return tp;
-}
+using conv::Taps;         // conv_common.cuh
+using conv::phase_taps;
 
 // The phase's geometry, shared by both loaders and the epilogue. 3-D (D3): the depth
 // phase pd too (phase = (pd * stride_h + ph) * stride_w + pw); 2-D: pd = 0, ds = 1, td one

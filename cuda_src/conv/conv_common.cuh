@@ -259,6 +259,33 @@ struct Radix3 {
     }
 };
 
+// The valid taps of one stride phase along one axis (backward data by phases): the taps r
+// with (phase + pad - r * dil) a multiple of the stride, r = first + i * step, i < count
+// (step = stride / gcd(stride, dil); first = f when no tap reaches the phase).
+struct Taps {
+    int first, step, count;
+};
+
+__device__ __forceinline__ Taps phase_taps(int phase, int pad, int stride, int dil, int f) {
+    int a = stride, b = dil;  // gcd(stride, dil)
+    while (b) {
+        const int t = a % b;
+        a = b, b = t;
+    }
+    Taps tp;
+    tp.step = stride / a;
+    tp.first = f;
+    for (int r = 0; r < f && r < tp.step; ++r) {
+        int v = (phase + pad - r * dil) % stride;
+        if (v == 0) {
+            tp.first = r;
+            break;
+        }
+    }
+    tp.count = tp.first < f ? (f - 1 - tp.first) / tp.step + 1 : 0;
+    return tp;
+}
+
 // Radix3 with one more digit (d0 fastest; radices n0, n1, n2), for 3-D taps and pixels.
 struct Radix4 {
     int d0, d1, d2, d3;

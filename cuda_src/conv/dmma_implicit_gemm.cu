@@ -426,15 +426,12 @@ struct PhaseTaps {
 
 __device__ __forceinline__ PhaseTaps phase_taps(int first, int extent, int taps, int pad,
                                                 int stride, int dil) {
+    const conv::Taps tp = conv::phase_taps(first, pad, stride, dil, taps);
     PhaseTaps t;
     const int a = (first + pad) % stride;
     t.i0 = (first + pad) / stride;
     t.pixels = first < extent ? (extent - first + stride - 1) / stride : 0;
-    t.rstep = 1;
-    while ((t.rstep * dil) % stride != 0) ++t.rstep;  // stride / gcd(stride, dil)
-    t.r0 = 0;
-    while (t.r0 < taps && (t.r0 * dil) % stride != a) ++t.r0;
-    t.count = t.r0 < taps ? (taps - 1 - t.r0) / t.rstep + 1 : 0;
+    t.r0 = tp.first, t.rstep = tp.step, t.count = tp.count;
     t.er0 = t.count ? (t.r0 * dil - a) / stride : 0;
     t.der = t.rstep * dil / stride;
     return t;

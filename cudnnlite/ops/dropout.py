@@ -217,8 +217,8 @@ class PhiloxState:
     CuPy sees one) holding a whole number below 2^53. Pass the state as ``seed=`` to
     :func:`dropout` and :func:`dropout_backward` (whose ``offset`` is then added to the
     counter: a per-call stream within a step); :meth:`advance` adds to the counter with a
-    kernel, so
-    graphs and launch templates that contain it move the stream on at each replay.
+    kernel, so graphs and launch templates that contain it move the stream on at each
+    replay.
     Reading :attr:`offset` copies the counter to the host (a synchronization on a GPU).
     """
 
@@ -271,14 +271,20 @@ def _stream(seed: Any, offset: int, x: Any, backend: Backend) -> tuple[int, int,
     offset = _check_u64("offset", offset)
     if not isinstance(seed, PhiloxState):
         return _check_u64("seed", seed), offset, None
-    if seed.backend is not backend:
-        raise BadParamError(f"seed: the PhiloxState lives on {seed.backend.name}, the arrays "
-                            f"are for {backend.name}")  # fmt: skip
-    device = getattr(x, "device", None)
-    if backend.name == "cuda" and getattr(device, "id", None) != seed.counter.device.id:
-        raise BadParamError(f"seed: the PhiloxState lives on GPU {seed.counter.device.id}, "
-                            f"x on GPU {getattr(device, 'id', None)}")  # fmt: skip
+    check_state_place(seed, backend, x)
     return seed.seed, offset, seed.counter
+
+
+def check_state_place(state: PhiloxState, backend: Backend, x: Any) -> None:
+    """BadParamError naming ``seed`` unless ``state`` lives on ``backend`` (on a GPU: the
+    device of the array ``x``)."""
+    if state.backend is not backend:
+        raise BadParamError(f"seed: the PhiloxState lives on {state.backend.name}, the arrays "
+                            f"are for {backend.name}")  # fmt: skip
+    device = getattr(getattr(x, "device", None), "id", None)
+    if backend.name == "cuda" and device != state.counter.device.id:
+        raise BadParamError(f"seed: the PhiloxState lives on GPU {state.counter.device.id}, "
+                            f"x on GPU {device}")  # fmt: skip
 
 
 # ------------------------------------------------------------------ public API

@@ -45,7 +45,7 @@ from ..solvers.rnn.common import (
     RnnTensors,
 )
 from ._arrays import as_array, float_dtype
-from .dropout import PhiloxState
+from .dropout import PhiloxState, check_state_place
 
 _PARTS = ("w_ih", "w_hh", "b_ih", "b_hh", "w_hr")
 _TORCH = {"w_ih": "weight_ih", "w_hh": "weight_hh", "b_ih": "bias_ih", "b_hh": "bias_hh",
@@ -118,14 +118,13 @@ def _dropout(p: Any) -> float:
     return f
 
 
-def _seed(seed: Any, needed: bool, backend: Backend) -> Any:
-    """An integer seed, or a PhiloxState (layer k's mask then draws at its counter + k)."""
+def _seed(seed: Any, needed: bool, backend: Backend, x: Any) -> Any:
+    """An integer seed, or a PhiloxState living where x does (layer k's mask then draws at
+    its counter + k)."""
     if seed is None:
         return int(np.random.randint(0, 2**63, dtype=np.int64)) if needed else 0
     if isinstance(seed, PhiloxState):
-        if seed.backend is not backend:
-            raise BadParamError(f"seed: the PhiloxState lives on {seed.backend.name}, the "
-                                f"arrays are for {backend.name}")  # fmt: skip
+        check_state_place(seed, backend, x)
         return seed
     if isinstance(seed, bool) or not isinstance(seed, (int, np.integer)) or not 0 <= seed < 2**64:
         raise BadParamError(f"seed: expected an integer in [0, 2^64) or a PhiloxState, got "
@@ -307,7 +306,7 @@ def _make_call(x: Any, hx: Any, weights: Any, cx: Any, lengths: Any, mode: Any,
         cx = cx[:, None] if cx is not None else None
     lens = _lengths(lengths, b, t, xp)
     drop = p_drop > 0 and layers > 1 and training
-    scalars = RnnScalars(dropout=p_drop if drop else 0.0, seed=_seed(seed, drop, backend))
+    scalars = RnnScalars(dropout=p_drop if drop else 0.0, seed=_seed(seed, drop, backend, x))
     problem = RnnProblem(mode=mode, t=t, b=b, i=i, h=h, p=proj, layers=layers,
                          bidirectional=dirs == 2, dtype=float_dtype("x", x).short,
                          varlen=lens is not None, dropout=drop)  # fmt: skip
@@ -571,7 +570,7 @@ class RnnPlan:
         xp = backend.xp
         lens = _lengths(lengths, p.b, p.t, xp)
         drop = p.dropout and bool(training)
-        scalars = RnnScalars(self._dropout if drop else 0.0, _seed(seed, drop, backend))
+        scalars = RnnScalars(self._dropout if drop else 0.0, _seed(seed, drop, backend, x))
         call = _Call(backend, p, dims, xp.ascontiguousarray(x), hx, cx,
                      _views(xp.ascontiguousarray(flat), dims), True, True, (), lens, scalars,
                      False, False)  # fmt: skip

@@ -35,7 +35,7 @@ from ...runtime.caps import Capabilities
 from ...runtime.kernel import ModuleSpec
 from ..base import APPLICABLE, Applicability, Config, Runner, Solver, not_applicable
 from .bwd_data import BwdDataTensors
-from .bwd_filter import common_reason, dtype_of
+from .bwd_filter import _layout_tag, common_reason, dtype_of
 from .common import Epilogue, shape_struct
 
 SOURCE = "conv/bwd_data_implicit_gemm.cu"
@@ -46,13 +46,13 @@ BK = 16  # bwd::kBK
 # registers) 392-452 at the 128-register bound, and float64's two stages would take 66 KB
 # of static shared memory.
 TILES = {128: (8, 8), 64: (4, 4), 32: (2, 2)}
+MAX_GRID = 65535  # grid.y and grid.z
 
 
 def tiles_for(dt: dtypes.DType, nhwc: bool, d3: bool = False) -> tuple[int, ...]:
     """The tiles compiled for storage type ``dt``, the layout and 3-D (whose module has the
     32 and 64 tiles only)."""
     return tuple(t for t in TILES if t < 128 or (dt.short == "fp32" and nhwc and not d3))
-MAX_GRID = 65535  # grid.y and grid.z
 
 
 @dataclass(frozen=True)
@@ -126,7 +126,7 @@ class _Runner(Runner):
             -(-problem.c_per_group // cfg.tile),
             problem.groups * phases,
         )
-        layout = problem.layout.lower() if d3 else "nhwc" if nhwc else "nchw"
+        layout = _layout_tag(problem)
         self.name = f"bwd_data_implicit_gemm_{cfg.label()}_{phases}phase_{layout}_{dt.short}"
         self.dtype = dt.short
         self.dt = dt

@@ -62,6 +62,9 @@ BK = 16  # bwf::kBK
 # registers) and 3-D NCDHW spill 12-268 bytes at the 128-register bound, and float64's two
 # stages would take 66 KB of static shared memory.
 TILES = {128: (8, 8), 64: (4, 4), 32: (2, 2)}
+MAX_GRID_Y = 65535
+_GRID_CAP = {"cpu": 4096, "cuda": 1 << 20}
+_TARGET_BLOCKS = {"cpu": 64, "cuda": 4 * 132}  # enough blocks to fill the device
 
 
 def tiles_for(dt: dtypes.DType, d3: bool = False, nhwc: bool = True) -> tuple[int, ...]:
@@ -72,9 +75,6 @@ def tiles_for(dt: dtypes.DType, d3: bool = False, nhwc: bool = True) -> tuple[in
 
 def _tiles(problem: ConvProblem) -> tuple[int, ...]:
     return tiles_for(dtype_of(problem), problem.ndim == 3, problem.channels_last)
-MAX_GRID_Y = 65535
-_GRID_CAP = {"cpu": 4096, "cuda": 1 << 20}
-_TARGET_BLOCKS = {"cpu": 64, "cuda": 4 * 132}  # enough blocks to fill the device
 
 
 @dataclass
