@@ -89,7 +89,7 @@
 // blending). Blocks past their phase's rows return at once.
 // 3-D: phases (pd, ph, pw), digits (k | ss | rr | tt). Static figures (sm_90): 128
 // registers with the launch bound's 16 warps per SM (152-156 without it: 8-12 warps), no
-// spills; main loop 293-318 instructions per 64 DMMA (3-D 337-354).
+// spills; main loop 291-317 instructions per 64 DMMA (3-D 335-352).
 #include "common/cudnnlite.cuh"
 #include "common/mma.cuh"
 #include "conv/conv_common.cuh"
