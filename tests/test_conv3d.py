@@ -601,6 +601,25 @@ def test_backward_tensor_cores(backend: str, case: str, direction: str) -> None:
         check_data(backend, solver, problem, bias=True)
 
 
+@pytest.mark.parametrize("direction", ["bwd_filter", "bwd_data"])
+@pytest.mark.parametrize("case", ["unet_down_s2_odd", "align2_s3_phases_without_taps"])
+def test_backward_tensor_cores_tf32(backend: str, case: str, direction: str) -> None:
+    # fp32 with math="tf32": scalar fragment loads from padded rows; 16-byte copies (K, C
+    # multiples of 4) and 4-byte ones (C = 6, K = 10). TF32 rounds each operand to 11
+    # significant bits: acc_factor 2 + 2^14 / T (T: terms per output) on the fp32 bound.
+    from conv_backward_support import check_data, check_filter
+
+    problem = dataclasses.replace(_tc_bwd(case, direction), dtype="fp32", math="tf32")
+    if direction == "bwd_filter":
+        solver = registry.get("conv_bwd_filter_tc_implicit_gemm")
+        terms = problem.n * int(np.prod(problem.out_spatial))
+        check_filter(backend, solver, problem, acc_factor=2.0 + 2.0**14 / terms)
+    else:
+        solver = registry.get("conv_bwd_data_tc_implicit_gemm_phased")
+        terms = problem.k * problem.filter_taps
+        check_data(backend, solver, problem, bias=True, acc_factor=2.0 + 2.0**14 / terms)
+
+
 def test_backward_filter_tensor_cores_split_k(backend: str) -> None:
     # 54 output pixels, chunks of 32: the second split starts inside the second image and
     # the first split's tile carries (o, p, q) into it

@@ -361,7 +361,10 @@ def test_backward_data_tiles(backend: str, tile) -> None:
 
 
 def test_backward_data_reasons() -> None:
-    assert "fp16 or bf16" in PHASED.is_applicable(_bwd(1, 8, 4, 8, dtype="fp32"), EMULATOR).reason
+    fp32 = dataclasses.replace(_bwd(1, 8, 4, 8, dtype="fp32"), math="default")
+    assert "math='tf32'" in PHASED.is_applicable(fp32, EMULATOR).reason
+    assert "tf32 needs sm_80" in PHASED.is_applicable(_bwd(1, 8, 4, 8, dtype="fp32"),
+                                                      for_sm(75)).reason  # fmt: skip
     assert "even K and C" in PHASED.is_applicable(_bwd(1, 8, 4, 7), EMULATOR).reason
     assert "no fp64 MMA" in PHASED.is_applicable(_bwd(1, 8, 4, 8, dtype="fp64"), EMULATOR).reason
     assert (
@@ -404,3 +407,138 @@ def test_nchw_conv1d_and_workspace(backend: str) -> None:
     # a multiple of 256 bytes.
     assert SOLVER.workspace_size(p, SMALL) == 512 + 512
     assert SOLVER.workspace_size(dataclasses.replace(p, layout="NWC"), SMALL) == 0
+
+
+# ------------------------------------------------------------------ TF32 backward
+# Both backward kernels read a tile of reduction rows that ldmatrix.trans cannot move in
+# 32-bit elements: scalar fragment loads from padded rows (tc_gemm.cuh). TF32 rounds each
+# operand to 11 significant bits: 2 * 2^-11 * mag on top of the fp32 sums, i.e. acc_factor
+# 2 + 2^14 / T in units of T * 2^-24 (T: terms per output).
+def _tf32_acc(terms: int) -> float:
+    return 2.0 + 2.0**14 / terms
+
+
+TF32_BWF_CASES = {
+    "resnet_3x3": (_bwf(2, 16, 5, 24, dtype="fp32"), TcSplitKConfig(64, 64, 16, 32, 32, 4, 1)),
+    "stride2_split2": (
+        _bwf(2, 8, (7, 5), 16, stride=2, dtype="fp32"),
+        TcSplitKConfig(64, 128, 16, 64, 32, 4, 2),
+    ),
+    "pointwise_k_over_blocks": (
+        _bwf(1, 16, 9, 136, f=1, pad=0, dtype="fp32"),
+        TcSplitKConfig(128, 128, 16, 64, 64, 4, 1),
+    ),
+    "align1_odd_k_and_c": (_bwf(2, 5, 6, 7, dtype="fp32"), None),
+    "dilation2_big_padding": (_bwf(1, 12, 3, 8, dil=2, pad=3, dtype="fp32"), None),
+}
+
+
+@pytest.mark.parametrize("case", sorted(TF32_BWF_CASES))
+def test_tf32_backward_filter(backend: str, case: str) -> None:
+    p, cfg = TF32_BWF_CASES[case]
+    check_filter(backend, BWF, p, config=cfg,
+                 acc_factor=_tf32_acc(p.n * int(np.prod(p.out_spatial))))  # fmt: skip
+
+
+TF32_BWD_DATA_CASES = {
+    "stride1": (_bwd(2, 16, (5, 6), 24, dtype="fp32"), None),
+    "stride2_128x64": (_bwd(2, 8, (7, 5), 16, stride=2, dtype="fp32"),
+                       TcConfig(128, 64, 16, 64, 32, 4)),
+    "stride3_phases_without_taps": (_bwd(1, 8, (9, 8), 8, f=2, pad=0, stride=3, dtype="fp32"),
+                                    TcConfig(64, 128, 16, 64, 32, 4)),
+    "align1_odd": (_bwd(2, 5, 6, 7, stride=2, dtype="fp32"), None),
+    "big_tile": (_bwd(1, 72, 5, 20, stride=2, dtype="fp32"), TcConfig(128, 128, 16, 64, 64, 4)),
+}  # fmt: skip
+
+
+@pytest.mark.parametrize("case", sorted(TF32_BWD_DATA_CASES))
+def test_tf32_backward_data_any_stride(backend: str, case: str) -> None:
+    from conv_backward_support import rand, ref_data, run_data
+
+    p, cfg = TF32_BWD_DATA_CASES[case]
+    if cfg is None:
+        check_data(backend, PHASED, p, bias=True, acc_factor=_tf32_acc(p.k * p.filter_taps))
+        return
+    dy, w = rand(p.y_shape(), 0, "fp32"), rand(p.w_shape(), 1, "fp32")
+    got = run_data(backend, PHASED, p, dy, w, config=cfg)
+    ref = ref_data(p, dy, w)
+    mag = ref_data(p, np.abs(dy.astype(np.float64)), np.abs(w.astype(np.float64)))
+    np.testing.assert_array_less(np.abs(got - ref), 2.0**-10 * mag + 1e-6)  # TF32, 2 operands
+
+
+def test_tf32_backward_really_rounds(backend: str) -> None:
+    # Both results differ from exact fp32 by about 2^-11 relative: TF32 MMAs ran.
+    from conv_backward_support import rand, ref_data, ref_filter, run_data, run_filter
+
+    pf = _bwf(1, 16, 4, 16, dtype="fp32")
+    x, dy = rand(pf.x_shape(), 0, "fp32"), rand(pf.y_shape(), 1, "fp32")
+    got = run_filter(backend, BWF, pf, x, dy, TcSplitKConfig(64, 64, 16, 32, 32, 4, 1))
+    assert np.max(np.abs(got - ref_filter(pf, x, dy))) > 1e-5
+    pd = _bwd(1, 16, 4, 16, stride=2, dtype="fp32")
+    dy, w = rand(pd.y_shape(), 0, "fp32"), rand(pd.w_shape(), 1, "fp32")
+    got = run_data(backend, PHASED, pd, dy, w, config=TcConfig(64, 64, 16, 32, 32, 4))
+    assert np.max(np.abs(got - ref_data(pd, dy, w))) > 1e-5
+
+
+def test_tf32_backward_configs_and_heuristics() -> None:
+    from cudnnlite.dispatch import heuristics as h
+    from cudnnlite.solvers.conv.tc_bwd_data import BWD_TILES_TF32
+    from cudnnlite.solvers.conv.tc_bwd_filter import TILES_TF32 as BWF_TF32
+
+    pf = _bwf(8, 64, 14, 128, dtype="fp32")
+    assert {c.tile() for c in BWF.configs(pf, for_sm(90))} == set(BWF_TF32)
+    assert BWF.default_config(pf, for_sm(90)).tile() in BWF_TF32
+    assert {c.tile() for c in BWF.configs(_bwf(1, 6, 4, 5, dtype="fp32"), EMULATOR)} == {
+        (64, 64, 16, 32, 32, 4)
+    }  # 4-byte copies: one float, any K and C
+    # padded fp32 rows: 4 stages x 16 rows x (128 + 8 + 128 + 8) floats
+    assert TcSplitKConfig(128, 128, 16, 64, 64, 4).smem_bytes(4) == 4 * 16 * 272 * 4
+    pd = _bwd(8, 64, 14, 128, stride=2, dtype="fp32")
+    assert {c.astuple() for c in PHASED.configs(pd, for_sm(90))} == set(BWD_TILES_TF32)
+    assert h.conv_bwd_filter_ranking(pf, for_sm(90))[0] == h.BWD_FILTER_TC
+    assert h.BWD_FILTER_WMMA not in h.conv_bwd_filter_ranking(pf, for_sm(90))
+    assert h.conv_bwd_data_ranking(pd, for_sm(90))[0] == h.BWD_DATA_TC_PHASED
+    default = dataclasses.replace(pf, math="default")
+    assert h.BWD_FILTER_TC not in h.conv_bwd_filter_ranking(default, for_sm(90))
+
+
+def test_tf32_backward_through_the_public_functions() -> None:
+    # math="tf32" reaches the backward functions' problems, so their TF32 solvers apply
+    # (forced here: the emulator's rankings keep the CUDA-core solvers first).
+    from conv_backward_support import rand, ref_data, ref_filter
+
+    import cudnnlite as cl
+    from cudnnlite.errors import BadParamError, NotSupportedError
+    from cudnnlite.ops import conv_backward as cb
+
+    p = _bwf(2, 8, 6, 12, stride=2, dtype="fp32")
+    x, dy = rand(p.x_shape(), 0, "fp32"), rand(p.y_shape(), 1, "fp32")
+    w = rand(p.w_shape(), 2, "fp32")
+    kw = dict(stride=2, padding=1, layout="NHWC")
+    dw = cl.conv2d_backward_filter(x, dy, p.w_shape(), math="tf32",
+                                   algo="conv_bwd_filter_tc_implicit_gemm", **kw)  # fmt: skip
+    assert cb.last_kernel_names()[0].endswith("_tf32")
+    mag = ref_filter(p, np.abs(x.astype(np.float64)), np.abs(dy.astype(np.float64)))
+    np.testing.assert_array_less(np.abs(dw - ref_filter(p, x, dy)), 2.0**-10 * mag + 1e-6)
+    dx = cl.conv2d_backward_data(dy, w, p.x_shape(), math="tf32",
+                                 algo="conv_bwd_data_tc_implicit_gemm_phased", **kw)  # fmt: skip
+    mag = ref_data(p, np.abs(dy.astype(np.float64)), np.abs(w.astype(np.float64)))
+    np.testing.assert_array_less(np.abs(dx - ref_data(p, dy, w)), 2.0**-10 * mag + 1e-6)
+    # conv_transpose2d is backward data: x of the transposed conv is dy here
+    wt = rand((12, 3, 3, 8), 3, "fp32")  # (C_in, R, S, C_out) in NHWC
+    y = cl.conv_transpose2d(dy, wt, stride=2, padding=1, output_padding=1, layout="NHWC",
+                            math="tf32", algo="conv_bwd_data_tc_implicit_gemm_phased")  # fmt: skip
+    exact = cl.conv_transpose2d(dy, wt, stride=2, padding=1, output_padding=1, layout="NHWC")
+    np.testing.assert_allclose(y, exact, rtol=0, atol=2.0**-9 * float(np.abs(exact).max()))
+    assert np.abs(y - exact).max() > 0  # TF32 ran
+    with pytest.raises(NotSupportedError, match="math='tf32'"):
+        cl.conv2d_backward_filter(x, dy, p.w_shape(), algo="conv_bwd_filter_tc_implicit_gemm",
+                                  **kw)  # fmt: skip
+    for bad, dtype in (("tf32", np.float16), ("fast", np.float32)):
+        before = x.copy()
+        with pytest.raises(BadParamError, match="math"):
+            cl.conv2d_backward_filter(x.astype(dtype), dy.astype(dtype), p.w_shape(), math=bad,
+                                      **kw)  # fmt: skip
+        with pytest.raises(BadParamError, match="math"):
+            cl.conv_transpose2d(dy.astype(dtype), wt.astype(dtype), math=bad, layout="NHWC")
+        np.testing.assert_array_equal(x, before)

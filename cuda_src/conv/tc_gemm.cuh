@@ -14,7 +14,12 @@
 //   A_ROWS_K = true:  A tile [BK][BM] (m contiguous)         -> ldmatrix.trans
 //   B_ROWS_K = false: B tile [BN][BK] (reduction contiguous) -> ldmatrix
 //   B_ROWS_K = true:  B tile [BK][BN] (n contiguous)         -> ldmatrix.trans
-// (fragment layouts and lane addressing: common/mma.cuh).
+// (fragment layouts and lane addressing: common/mma.cuh). fp32 tiles with reduction rows
+// (TF32 backward kernels) have no ldmatrix.trans (it moves 16-bit halves): each lane reads
+// its fragment elements with 32-bit shared loads from rows padded by 8 floats, unswizzled.
+// The row pitch is then 8 words mod 32, so the 32 lanes' (t, g) = (row, column) pairs of
+// one fragment load fall in 32 distinct banks, and every fragment address is the lane's
+// offset plus a constant. Loaders place their copies with a_index / b_index.
 //
 // Loader contract: `load(As, Bs)` issues the cp.async copies of the next reduction tile
 // into one stage (zero-fill out of range), then advances to the following tile. The main
@@ -64,22 +69,38 @@ template <typename T_, int BM_, int BN_, int BK_, int WM_, int WN_, int STAGES_,
           bool B_ROWS_K_>
 struct Gemm {
     typedef T_ T;
+    static const bool A_ROWS_K = A_ROWS_K_, B_ROWS_K = B_ROWS_K_;
+    // fp32 tiles of reduction rows: scalar fragment loads from padded rows (header)
+    static const bool A_SCALAR = sizeof(T_) == 4 && A_ROWS_K_,
+                      B_SCALAR = sizeof(T_) == 4 && B_ROWS_K_;
     enum {
         BM = BM_, BN = BN_, BK = BK_, WM = WM_, WN = WN_, STAGES = STAGES_,
         WARPS_M = BM / WM, WARPS_N = BN / WN, THREADS = WARPS_M * WARPS_N * 32,
         MF = WM / 16, NF = WN / 8,  // m16 and n8 fragments per warp
-        A_TILE = BM * BK, B_TILE = BN * BK,
+        PAD = 8,                    // floats after each row of a scalar-load tile
+        // elements per tile row, and per tile
+        A_LD = A_ROWS_K ? BM + (A_SCALAR ? PAD : 0) : BK,
+        B_LD = B_ROWS_K ? BN + (B_SCALAR ? PAD : 0) : BK,
+        A_TILE = (A_ROWS_K ? BK : BM) * A_LD, B_TILE = (B_ROWS_K ? BK : BN) * B_LD,
         PIPE_BYTES = STAGES * (A_TILE + B_TILE) * (int)sizeof(T),
         EPC = 16 / (int)sizeof(T),   // elements per 16-byte chunk
         KSTEP = MmaStep<T>::K,       // reduction depth of one MMA: always two chunks
     };
-    static const bool A_ROWS_K = A_ROWS_K_, B_ROWS_K = B_ROWS_K_;
     static_assert(BM % WM == 0 && BN % WN == 0, "warp tiles must tile the block");
     static_assert(WM % 16 == 0 && WN % 16 == 0 && BK % KSTEP == 0, "MMA granularity");
     static_assert(STAGES >= 2, "at least double buffering");
-    static_assert(sizeof(T) == 2 || (sizeof(T) == 4 && !A_ROWS_K && !B_ROWS_K),
-                  "16-bit inputs; fp32 (TF32) only with reduction-contiguous tiles (ldmatrix "
-                  ".trans moves 16-bit halves)");
+    static_assert(sizeof(T) == 2 || sizeof(T) == 4, "16-bit inputs, or fp32 for TF32");
+    static_assert((!A_SCALAR || BM % 32 == 0) && (!B_SCALAR || BN % 32 == 0),
+                  "scalar-load tiles: rows of a multiple of 32 floats (the pad sets the banks)");
+
+    // Element offset of (row, col) in a stage's A (B) tile: the swizzled layout of the
+    // ldmatrix tiles, or the padded rows of the scalar-load ones. Loaders place copies here.
+    __device__ static int a_index(int row, int col) {
+        return A_SCALAR ? row * A_LD + col : tile_offset<A_LD, EPC>(row, col);
+    }
+    __device__ static int b_index(int row, int col) {
+        return B_SCALAR ? row * B_LD + col : tile_offset<B_LD, EPC>(row, col);
+    }
 
     typedef float Acc[MF][NF][4];
 
@@ -93,12 +114,16 @@ struct Gemm {
     //     warp's chunk count (a power of two above 2i): the offset XOR 32 * i.
     // The XORs touch the chunk bits of a row only (rows are 16 * CHUNKS bytes), so they
     // stay loop-invariant and ldmatrix addresses are [lane offset + stage base + constant].
+    // Scalar-load tiles: the lane's offset is that of (row t, column g) of its warp's first
+    // fragment; fragment i (j) is 16 (8) columns on, k-step s KSTEP rows down, and the
+    // fragment's other registers 8 columns and / or 4 rows on: constants all.
     enum {
-        A_ROW_BYTES = (A_ROWS_K ? BM : BK) * (int)sizeof(T),  // one tile row
-        B_ROW_BYTES = (B_ROWS_K ? BN : BK) * (int)sizeof(T),
+        A_ROW_BYTES = A_LD * (int)sizeof(T),  // one tile row
+        B_ROW_BYTES = B_LD * (int)sizeof(T),
     };
-    static_assert(!A_ROWS_K || (MF & (MF - 1)) == 0, "A fragments by XOR: MF a power of two");
-    static_assert(!B_ROWS_K || ((NF / 2) & (NF / 2 - 1)) == 0,
+    static_assert(A_SCALAR || !A_ROWS_K || (MF & (MF - 1)) == 0,
+                  "A fragments by XOR: MF a power of two");
+    static_assert(B_SCALAR || !B_ROWS_K || ((NF / 2) & (NF / 2 - 1)) == 0,
                   "B fragment pairs by XOR: NF / 2 a power of two");
     static_assert((A_ROWS_K && B_ROWS_K) || (BK & (BK - 1)) == 0,
                   "k-steps by XOR: BK a power of two");
@@ -107,13 +132,15 @@ struct Gemm {
     };
 
     __device__ static FragOffsets frag_offsets(int wm0, int wn0) {
-        const int lane = threadIdx.x & 31, mat = lane >> 3;
+        const int lane = threadIdx.x & 31, mat = lane >> 3, g = lane >> 2, t = lane & 3;
         FragOffsets o;
-        const int a = A_ROWS_K ? tile_offset<BM>((lane & 7) + (mat >> 1) * 8, wm0 + (mat & 1) * 8)
-                               : tile_offset<BK, EPC>(wm0 + (lane & 15), (lane >> 4) * EPC);
-        const int b = B_ROWS_K ? tile_offset<BN>((lane & 7) + (mat & 1) * 8, wn0 + (mat >> 1) * 8)
-                               : tile_offset<BK, EPC>(wn0 + (lane & 7) + (lane >> 4) * 8,
-                                                      ((lane >> 3) & 1) * EPC);
+        const int a = A_SCALAR   ? t * A_LD + wm0 + g
+                      : A_ROWS_K ? tile_offset<BM>((lane & 7) + (mat >> 1) * 8, wm0 + (mat & 1) * 8)
+                                 : tile_offset<BK, EPC>(wm0 + (lane & 15), (lane >> 4) * EPC);
+        const int b = B_SCALAR   ? t * B_LD + wn0 + g
+                      : B_ROWS_K ? tile_offset<BN>((lane & 7) + (mat & 1) * 8, wn0 + (mat >> 1) * 8)
+                                 : tile_offset<BK, EPC>(wn0 + (lane & 7) + (lane >> 4) * 8,
+                                                        ((lane >> 3) & 1) * EPC);
         o.a = a * (int)sizeof(T);
         o.b = b * (int)sizeof(T);
         return o;
@@ -124,7 +151,14 @@ struct Gemm {
                                   unsigned (&a)[MF][4]) {
 #pragma unroll
         for (int i = 0; i < MF; ++i) {
-            if (!A_ROWS_K)
+            if (A_SCALAR) {
+                const unsigned* e = reinterpret_cast<const unsigned*>(tile + o.a) +
+                                    KSTEP * s * A_LD + 16 * i;
+                a[i][0] = e[0];                 // A[g][t]
+                a[i][1] = e[8];                 // A[g + 8][t]
+                a[i][2] = e[4 * A_LD];          // A[g][t + 4]
+                a[i][3] = e[4 * A_LD + 8];      // A[g + 8][t + 4]
+            } else if (!A_ROWS_K)
                 cl::mma::ldmatrix<4>(a[i], tile + (o.a ^ (32 * s)) + A_ROW_BYTES * 16 * i);
             else
                 cl::mma::ldmatrix_trans<4>(a[i], tile + (o.a ^ (32 * i)) + A_ROW_BYTES * KSTEP * s);
@@ -135,6 +169,18 @@ struct Gemm {
 
     __device__ static void load_b(const char* tile, const FragOffsets& o, int s,
                                   unsigned (&b)[NF][2]) {
+        if (B_SCALAR) {
+#pragma unroll
+            for (int j = 0; j < NF; ++j) {
+                const unsigned* e = reinterpret_cast<const unsigned*>(tile + o.b) +
+                                    KSTEP * s * B_LD + 8 * j;
+                b[j][0] = e[0];                 // B[t][g]
+                b[j][1] = e[4 * B_LD];          // B[t + 4][g]
+                MmaStep<T>::round(b[j][0]);
+                MmaStep<T>::round(b[j][1]);
+            }
+            return;
+        }
 #pragma unroll
         for (int j = 0; j < NF / 2; ++j) {
             unsigned r[4];

@@ -105,7 +105,7 @@ struct FwdLoader {
         : x(x_), w(w_), C(s.c), S(s.s), R(s.r) {
         const int col = (threadIdx.x % CPR) * ALIGN;
         const int row0 = threadIdx.x / CPR;
-        dst = tc::tile_offset<G::BK, G::EPC>(row0, col);
+        dst = G::a_index(row0, col);  // A and B tiles: the same layout
         c_lim = s.c - col;
         const cl::index_t rows = (cl::index_t)s.n * s.p * s.q * (D3 ? s.o : 1);
 #pragma unroll
@@ -428,11 +428,14 @@ __global__ void __launch_bounds__(256)
 // h = p * stride_h - pad_h + r * dil_h (w likewise): a GEMM with M = K, N = R*S*C and the
 // reduction over N*P*Q, both operands contiguous along their M / N side in NHWC, so both
 // tiles are [BK][BM] / [BK][BN] (reduction rows) and reach the fragments through
-// ldmatrix.trans. Split-K: blockIdx.z takes `chunk` output pixels (a multiple of BK) and
+// ldmatrix.trans (16-bit types), or for T = float (TF32, sm_80+) through 32-bit shared
+// loads from rows padded by 8 floats (tc_gemm.cuh: ldmatrix.trans moves 16-bit halves).
+// Split-K: blockIdx.z takes `chunk` output pixels (a multiple of BK) and
 // writes fp32 partials to ws[z][k][rsc]; bwd_filter_reduce (conv/splitk_reduce.cuh) sums the
 // splits in a fixed order: deterministic.
 //
-// Kernel: tc_conv_bwd_filter<T, BM, BN, BK, WM, WN, STAGES, ALIGN> (ALIGN divides K and C)
+// Kernel: tc_conv_bwd_filter<T, BM, BN, BK, WM, WN, STAGES, ALIGN> (ALIGN divides K and C;
+// T __half, __nv_bfloat16 or float for math="tf32")
 // grid (ceil(RSC / BN), ceil(K / BM), splits), block (BM / WM) * (BN / WN) * 32.
 //
 // Kernel: tc_conv_bwd_filter_3d<same parameters>: 3-D, NDHWC + KTRSC: the GEMM's N is
@@ -482,7 +485,7 @@ struct BwdFilterLoader {
         a_ptr = dy + (start + a_row0) * s.k + m0 + a_col;
 #pragma unroll
         for (int i = 0; i < A_PASSES; ++i)
-            a_dst[i] = tc::tile_offset<G::BM>(a_row0 + i * A_RPP, a_col);
+            a_dst[i] = G::a_index(a_row0 + i * A_RPP, a_col);
         const int b_col = (threadIdx.x % B_CPR) * ALIGN;
         b_row0 = threadIdx.x / B_CPR;
         const int rsc = n0 + b_col;
@@ -494,7 +497,7 @@ struct BwdFilterLoader {
         b_rd = D3 ? (trs / (s.r * s.s)) * s.dil_d - s.pad_d : 0;
 #pragma unroll
         for (int j = 0; j < B_PASSES; ++j)
-            b_dst[j] = tc::tile_offset<G::BN>(b_row0 * B_PASSES + j, b_col);
+            b_dst[j] = G::b_index(b_row0 * B_PASSES + j, b_col);
         const cl::index_t m = start + b_row0 * B_PASSES;  // decoded once per split
         b_q = (int)(m % s.q);
         const cl::index_t np = m / s.q;
@@ -601,6 +604,12 @@ struct BwdFilter<__nv_bfloat16, BM, BN, BK, WM, WN, STAGES, ALIGN, D3> {
         __trap();
     }
 };
+template <int BM, int BN, int BK, int WM, int WN, int STAGES, int ALIGN, bool D3>
+struct BwdFilter<float, BM, BN, BK, WM, WN, STAGES, ALIGN, D3> {  // TF32 MMA: sm_80+
+    __device__ static void go(const float*, const float*, float*, const ConvShape&, long long) {
+        __trap();
+    }
+};
 #endif
 
 }  // namespace tcconv
@@ -627,7 +636,8 @@ __global__ void __launch_bounds__((BM / WM) * (BN / WN) * 32)
 // the taps r with r * dil_h = ph (mod stride_h) contribute, at p = jh - (r * dil_h - ph) /
 // stride_h. So each phase is a stride-1 correlation over its own taps: no wasted MMA on the
 // gaps of the stride, no division per element, and the filter is read as stored (KRSC: k
-// rows, c contiguous -> B tile [BK][BN], ldmatrix.trans). A (dy) is [BM][BK], k contiguous.
+// rows, c contiguous -> B tile [BK][BN], ldmatrix.trans; for T = float, TF32 on sm_80+,
+// 32-bit shared loads from padded rows). A (dy) is [BM][BK], k contiguous.
 //
 // Kernel: tc_conv_bwd_data<T, BM, BN, BK, WM, WN, STAGES, ALIGN> (ALIGN divides K and C)
 // grid (ceil(N * ceil(H / u_h) * ceil(W / u_w) / BM), ceil(C / BN), u_h * u_w); the
@@ -702,7 +712,7 @@ struct BwdDataLoader {
         rsc = s.r * s.s * s.c * (D3 ? s.t : 1);
         a_col = (threadIdx.x % A_CPR) * ALIGN;
         const int a_row0 = threadIdx.x / A_CPR;
-        a_dst = tc::tile_offset<G::BK, G::EPC>(a_row0, a_col);
+        a_dst = G::a_index(a_row0, a_col);
         const cl::index_t rows = (cl::index_t)s.n * fh.count * fw.count * (D3 ? fd.count : 1);
 #pragma unroll
         for (int i = 0; i < A_PASSES; ++i) {
@@ -731,7 +741,7 @@ struct BwdDataLoader {
         b_off = b_row0 * rsc + n0 + b_col;
 #pragma unroll
         for (int j = 0; j < B_PASSES; ++j)
-            b_dst[j] = tc::tile_offset<G::BN>(b_row0 + j * B_RPP, b_col);
+            b_dst[j] = G::b_index(b_row0 + j * B_RPP, b_col);
         slices = (s.k + G::BK - 1) / G::BK;
         nr = fh.ntaps;
         ns = fw.ntaps;
@@ -873,6 +883,13 @@ struct BwdData<__nv_bfloat16, BM, BN, BK, WM, WN, STAGES, ALIGN, D3> {
     __device__ static void go(const __nv_bfloat16*, const __nv_bfloat16*, __nv_bfloat16*,
                               const __nv_bfloat16*, const __nv_bfloat16*, const ConvShape&,
                               const ConvEpilogue&) {
+        __trap();
+    }
+};
+template <int BM, int BN, int BK, int WM, int WN, int STAGES, int ALIGN, bool D3>
+struct BwdData<float, BM, BN, BK, WM, WN, STAGES, ALIGN, D3> {  // TF32 MMA: sm_80+
+    __device__ static void go(const float*, const float*, float*, const float*, const float*,
+                              const ConvShape&, const ConvEpilogue&) {
         __trap();
     }
 };

@@ -156,8 +156,8 @@ def _conv_bwd_data_ranking(p: ConvProblem, caps: Capabilities) -> list[str]:
             and p.groups == 1)  # fmt: skip
     ranked = [BWD_DATA_CUBLAS_1X1] if _cublas_pointwise(p, caps) else []
     tc = _tensor_cores(p, caps)
-    # Phases (any stride, filter read as stored) for fp16/bf16; TF32 has no ldmatrix.trans
-    # and takes the rotated-filter path (stride 1).
+    # Phases (any stride, filter read as stored; TF32 through scalar fragment loads), then
+    # the rotated-filter forward kernel (stride 1).
     ranked += [BWD_DATA_TC_PHASED, BWD_DATA_TC] if tc and _multistage(p, caps) else []
     ranked += [BWD_DATA_WMMA] if tc else []
     if wino and min(p.c_per_group, p.k_per_group) >= 16:
@@ -177,16 +177,18 @@ def conv_bwd_filter_ranking(p: ConvProblem, caps: Capabilities) -> list[str]:
     """The split-K implicit GEMM whenever the GEMM has a tile's worth of rows and
     columns; direct for depthwise (C/g*R*S tiny) and channel-starved problems. The
     atomic variant is ranked after the deterministic one: on the emulator it is not
-    faster, on a GPU the tuner decides. fp16/bf16 with tensor cores: the WMMA split-K
-    solver first. float64 on sm_80+: the fp64 tensor cores first (behind cuBLAS's DGEMM on
+    faster, on a GPU the tuner decides. fp16/bf16 with tensor cores: the multistage
+    tensor-core solver, then the WMMA split-K one, first; TF32 (fp32 with math="tf32"):
+    the multistage one. float64 on sm_80+: the fp64 tensor cores first (behind cuBLAS's DGEMM on
     large pointwise NHWC layers), for any GEMM of a tile's worth."""
     if p.depthwise or p.k_per_group * p.c_per_group * p.filter_taps < 32 * 32:
         return [BWD_FILTER_DIRECT, BWD_FILTER_IGEMM]
     if _dmma(p, caps) and p.groups == 1:
         cublas = [BWD_FILTER_CUBLAS_1X1] if _cublas_pointwise(p, caps) else []
         return cublas + [BWD_FILTER_DMMA, BWD_FILTER_IGEMM, BWD_FILTER_ATOMIC, BWD_FILTER_DIRECT]
-    tensor = [BWD_FILTER_WMMA] if p.dtype != "fp32" and _tensor_cores(p, caps) else []
-    tensor = ([BWD_FILTER_TC] if tensor and _multistage(p, caps) else []) + tensor
+    tc = _tensor_cores(p, caps)
+    tensor = [BWD_FILTER_TC] if tc and _multistage(p, caps) else []  # TF32 too
+    tensor += [BWD_FILTER_WMMA] if tc and p.dtype != "fp32" else []  # WMMA: 16-bit only
     cublas = [BWD_FILTER_CUBLAS_1X1] if _cublas_pointwise(p, caps) else []
     return cublas + tensor + [BWD_FILTER_IGEMM, BWD_FILTER_ATOMIC, BWD_FILTER_DIRECT]
 

@@ -192,6 +192,14 @@ class _Call:
     epilogue: Epilogue
 
 
+def check_math(math_mode: Any, dt: dtypes.DType) -> None:
+    """``math``: "default", or "tf32" for float32 inputs."""
+    if math_mode not in ("default", "tf32"):
+        raise BadParamError(f"math: expected 'default' or 'tf32', got {math_mode!r}")
+    if math_mode == "tf32" and dt.short != "fp32":
+        raise BadParamError("math: 'tf32' applies to float32 inputs only")
+
+
 def make_problem(
     x_shape: Sequence[int],
     w_shape: Sequence[int],
@@ -261,10 +269,7 @@ def make_problem(
     strides = _ints("stride", stride, nd, 1)
     dils = _ints("dilation", dilation, nd, 1)
     pads = _pads(padding, tuple(filt), strides, dils)
-    if math_mode not in ("default", "tf32"):
-        raise BadParamError(f"math: expected 'default' or 'tf32', got {math_mode!r}")
-    if math_mode == "tf32" and dt.short != "fp32":
-        raise BadParamError("math: 'tf32' applies to float32 inputs only")
+    check_math(math_mode, dt)
     for size, f, (b, a), d in zip(spatial, filt, pads, dils, strict=True):
         if size + b + a < d * (f - 1) + 1:
             raise BadParamError(

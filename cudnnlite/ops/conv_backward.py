@@ -36,7 +36,15 @@ from ..solvers.conv.bwd_filter import BwdFilterTensors
 from ..solvers.conv.common import IDENTITY_MODE, Epilogue
 from ._arrays import array_module, as_array, float_dtype
 from ._kernels import LastLaunch
-from .conv import EmptyConv, _contiguous, _ints, bias_only, make_problem, unbatched_view
+from .conv import (
+    EmptyConv,
+    _contiguous,
+    _ints,
+    bias_only,
+    check_math,
+    make_problem,
+    unbatched_view,
+)
 
 _LAST = LastLaunch()  # the last backward call's kernel names, per thread
 
@@ -148,12 +156,13 @@ def _why(stride: Any, padding: Any, dilation: Any) -> str:
 
 
 def _backward_data(dy: Any, w: Any, x_shape: Any, stride: Any, padding: Any, dilation: Any,
-                   groups: int, layout: str, algo: str, out: Any, nd: int) -> Any:  # fmt: skip
+                   groups: int, layout: str, algo: str, out: Any, nd: int,
+                   math: str = "default") -> Any:  # fmt: skip
     if getattr(dy, "ndim", None) == nd + 1 and _length(x_shape) == nd + 1:
         # unbatched, as the forward: a batch of one
         out1 = None if out is None else unbatched_view("out", out, nd, True)
         dx = _backward_data(as_array("dy", dy)[None], w, (1, *x_shape), stride, padding,
-                            dilation, groups, layout, algo, out1, nd)  # fmt: skip
+                            dilation, groups, layout, algo, out1, nd, math)  # fmt: skip
         return out if out is not None else dx[0]
     backend = backend_for(dy, w, out, names=("dy", "w", "out"))
     dy, w = as_array("dy", dy), as_array("w", w)
@@ -163,7 +172,7 @@ def _backward_data(dy: Any, w: Any, x_shape: Any, stride: Any, padding: Any, dil
     xs = _shape_arg("x_shape", x_shape, nd)
     problem = _problem(xs, w.shape, dy.dtype, {"x": "x_shape"}, nd, stride=stride,
                        padding=padding, dilation=dilation, groups=groups,
-                       layout=layout)  # fmt: skip
+                       layout=layout, math_mode=math)  # fmt: skip
     if isinstance(problem, EmptyConv):
         _check("dy", dy, problem.y_shape, dy.dtype, _why(stride, padding, dilation))
         return _zeros(out, problem.x_shape, dy.dtype, {"dy": dy, "w": w}, array_module(dy))
@@ -214,6 +223,7 @@ def conv2d_backward_data(
     *,
     layout: str = "NCHW",
     algo: str = "auto",
+    math: str = "default",
     out: Any = None,
 ) -> Any:
     """The gradient of ``conv2d(x, w, stride, padding, dilation, groups)`` with respect to
@@ -227,13 +237,16 @@ def conv2d_backward_data(
         x_shape: the forward input's shape in the layout.
         stride, padding, dilation, groups: as in :func:`cudnnlite.conv2d`.
         algo: "auto" or a ``conv_bwd_data_*`` solver name.
+        math: "default" (fp32 stays fp32) or "tf32" (float32 inputs on TF32 tensor
+            cores, sm_80+), as :func:`cudnnlite.conv2d`; the backward-filter and
+            transposed forms take it too.
         out: the array to write dx into.
 
     Returns:
         dx, an array of the kind of dy (NumPy -> emulator, CuPy -> GPU).
     """
     return _backward_data(dy, w, x_shape, stride, padding, dilation, groups, layout, algo,
-                          out, 2)  # fmt: skip
+                          out, 2, math=math)  # fmt: skip
 
 
 @with_stream
@@ -248,23 +261,25 @@ def conv1d_backward_data(
     *,
     layout: str = "NCW",
     algo: str = "auto",
+    math: str = "default",
     out: Any = None,
 ) -> Any:
     """1-D :func:`conv2d_backward_data`: dy (N, K, Q) for "NCW" or (N, Q, K) for "NWC"."""
     return _backward_data(dy, w, x_shape, stride, padding, dilation, groups, layout, algo,
-                          out, 1)  # fmt: skip
+                          out, 1, math=math)  # fmt: skip
 
 
 # ------------------------------------------------------------------ backward filter
 
 
 def _backward_filter(x: Any, dy: Any, w_shape: Any, stride: Any, padding: Any, dilation: Any,
-                     groups: int, layout: str, algo: str, out: Any, nd: int) -> Any:  # fmt: skip
+                     groups: int, layout: str, algo: str, out: Any, nd: int,
+                   math: str = "default") -> Any:  # fmt: skip
     if getattr(x, "ndim", None) == nd + 1:
         # unbatched, as the forward: a batch of one (dw has no batch dim)
         dy1 = unbatched_view("dy", as_array("dy", dy), nd, False)
         return _backward_filter(as_array("x", x)[None], dy1, w_shape, stride, padding,
-                                dilation, groups, layout, algo, out, nd)  # fmt: skip
+                                dilation, groups, layout, algo, out, nd, math)  # fmt: skip
     backend = backend_for(x, dy, out, names=("x", "dy", "out"))
     x, dy = as_array("x", x), as_array("dy", dy)
     float_dtype("x", x)
@@ -273,7 +288,7 @@ def _backward_filter(x: Any, dy: Any, w_shape: Any, stride: Any, padding: Any, d
     ws = _shape_arg("w_shape", w_shape, nd)
     problem = _problem(x.shape, ws, x.dtype, {"w": "w_shape"}, nd, stride=stride,
                        padding=padding, dilation=dilation, groups=groups,
-                       layout=layout)  # fmt: skip
+                       layout=layout, math_mode=math)  # fmt: skip
     xp = array_module(x)
     if isinstance(problem, EmptyConv):
         _check("dy", dy, problem.y_shape, x.dtype, _why(stride, padding, dilation))
@@ -299,6 +314,7 @@ def conv2d_backward_filter(
     *,
     layout: str = "NCHW",
     algo: str = "auto",
+    math: str = "default",
     out: Any = None,
 ) -> Any:
     """The gradient of ``conv2d(x, w, ...)`` with respect to w, given dy: ``dw``, shaped
@@ -309,7 +325,7 @@ def conv2d_backward_filter(
     atomics solver is excluded). Other arguments as :func:`conv2d_backward_data`.
     """
     return _backward_filter(x, dy, w_shape, stride, padding, dilation, groups, layout, algo,
-                            out, 2)  # fmt: skip
+                            out, 2, math=math)  # fmt: skip
 
 
 @with_stream
@@ -324,11 +340,12 @@ def conv1d_backward_filter(
     *,
     layout: str = "NCW",
     algo: str = "auto",
+    math: str = "default",
     out: Any = None,
 ) -> Any:
     """1-D :func:`conv2d_backward_filter`: w_shape (K, C/groups, S) or (K, S, C/groups)."""
     return _backward_filter(x, dy, w_shape, stride, padding, dilation, groups, layout, algo,
-                            out, 1)  # fmt: skip
+                            out, 1, math=math)  # fmt: skip
 
 
 # ------------------------------------------------------------------ backward bias
@@ -382,17 +399,17 @@ def _backward_bias(dy: Any, layout: str, out: Any, nd: int) -> Any:
 
 def _transpose(x: Any, w: Any, bias: Any, stride: Any, padding: Any, output_padding: Any,
                groups: int, dilation: Any, layout: str, algo: str, out: Any,
-               nd: int) -> Any:  # fmt: skip
+               nd: int, math: str = "default") -> Any:  # fmt: skip
     if getattr(x, "ndim", None) == nd + 1:
         # unbatched, as PyTorch: a batch of one
         out1 = None if out is None else unbatched_view("out", out, nd, True)
         y = _transpose(as_array("x", x)[None], w, bias, stride, padding, output_padding,
-                       groups, dilation, layout, algo, out1, nd)  # fmt: skip
+                       groups, dilation, layout, algo, out1, nd, math)  # fmt: skip
         return out if out is not None else y[0]
     backend = backend_for(x, w, bias, out, names=("x", "w", "bias", "out"))
     x, w = as_array("x", x), as_array("w", w)
     bias = None if bias is None else as_array("bias", bias)
-    float_dtype("x", x)
+    check_math(math, float_dtype("x", x))
     if w.dtype != x.dtype:
         raise BadParamError(f"w: expected dtype {x.dtype} like x, got {w.dtype}")
     layouts = _LAYOUTS[nd]
@@ -458,7 +475,7 @@ def _transpose(x: Any, w: Any, bias: Any, stride: Any, padding: Any, output_padd
     run_shape = shape_of(run_spatial)
     problem = _problem(run_shape, w.shape, x.dtype, {"x": "x", "w": "w"}, nd, stride=strides,
                        padding=flat_pads, dilation=dils, groups=groups,
-                       layout=layout)  # fmt: skip
+                       layout=layout, math_mode=math)  # fmt: skip
     if tuple(problem.y_shape())[1:] != tuple(x.shape)[1:]:  # cannot happen: sizes derived
         raise BadParamError(f"x: shape {x.shape} is inconsistent with the transposed output")
     if bias is not None:
@@ -492,6 +509,7 @@ def conv_transpose2d(
     *,
     layout: str = "NCHW",
     algo: str = "auto",
+    math: str = "default",
     out: Any = None,
 ) -> Any:
     """Transposed 2-D convolution with PyTorch's semantics (``conv_transpose2d``): the
@@ -509,7 +527,7 @@ def conv_transpose2d(
     Output size: (H - 1) * stride - 2 * padding + dilation * (R - 1) + output_padding + 1.
     """
     return _transpose(x, w, bias, stride, padding, output_padding, groups, dilation, layout,
-                      algo, out, 2)  # fmt: skip
+                      algo, out, 2, math=math)  # fmt: skip
 
 
 @with_stream
@@ -525,11 +543,12 @@ def conv_transpose1d(
     *,
     layout: str = "NCW",
     algo: str = "auto",
+    math: str = "default",
     out: Any = None,
 ) -> Any:
     """1-D :func:`conv_transpose2d`: x (N, C_in, W) for "NCW" or (N, W, C_in) for "NWC"."""
     return _transpose(x, w, bias, stride, padding, output_padding, groups, dilation, layout,
-                      algo, out, 1)  # fmt: skip
+                      algo, out, 1, math=math)  # fmt: skip
 
 
 # ------------------------------------------------------------------ 3-D
@@ -547,12 +566,13 @@ def conv3d_backward_data(
     *,
     layout: str = "NCDHW",
     algo: str = "auto",
+    math: str = "default",
     out: Any = None,
 ) -> Any:
     """3-D :func:`conv2d_backward_data`: dy (N, K, O, P, Q) for "NCDHW" or (N, O, P, Q, K)
     for "NDHWC", w (K, C/groups, T, R, S) or (K, T, R, S, C/groups)."""
     return _backward_data(dy, w, x_shape, stride, padding, dilation, groups, layout, algo,
-                          out, 3)  # fmt: skip
+                          out, 3, math=math)  # fmt: skip
 
 
 @with_stream
@@ -567,12 +587,13 @@ def conv3d_backward_filter(
     *,
     layout: str = "NCDHW",
     algo: str = "auto",
+    math: str = "default",
     out: Any = None,
 ) -> Any:
     """3-D :func:`conv2d_backward_filter`: w_shape (K, C/groups, T, R, S) for "NCDHW" or
     (K, T, R, S, C/groups) for "NDHWC"."""
     return _backward_filter(x, dy, w_shape, stride, padding, dilation, groups, layout, algo,
-                            out, 3)  # fmt: skip
+                            out, 3, math=math)  # fmt: skip
 
 
 @with_stream
@@ -595,13 +616,14 @@ def conv_transpose3d(
     *,
     layout: str = "NCDHW",
     algo: str = "auto",
+    math: str = "default",
     out: Any = None,
 ) -> Any:
     """Transposed 3-D convolution (PyTorch's ``conv_transpose3d``): x (N, C_in, D, H, W)
     for "NCDHW" or (N, D, H, W, C_in) for "NDHWC", w (C_in, C_out/groups, T, R, S) or
     (C_in, T, R, S, C_out/groups); otherwise as :func:`conv_transpose2d`."""
     return _transpose(x, w, bias, stride, padding, output_padding, groups, dilation, layout,
-                      algo, out, 3)  # fmt: skip
+                      algo, out, 3, math=math)  # fmt: skip
 
 
 # Kernel launches only (the host work of convolutions without work, of conv_transpose's

@@ -2,7 +2,8 @@
 ``cuda_src/conv/tc_implicit_gemm.cu``).
 
 ``conv_bwd_data_tc_implicit_gemm_phased`` (:class:`TcBwdDataPhasedSolver`): dx from dy and
-the filters, NHWC + KRSC, groups == 1, fp16 (sm_75+) or bf16 (sm_80+), 1-D, 2-D or 3-D,
+the filters, NHWC + KRSC, groups == 1, fp16 (sm_75+), bf16 or fp32 with ``math="tf32"``
+(sm_80+), 1-D, 2-D or 3-D,
 any stride, dilation and padding. Phase decomposition: the grid's z picks a phase of the dx
 pixels (their coordinate plus padding modulo the stride); each phase is a stride-1
 correlation of dy with the taps that reach it, so no MMA is spent on the stride's gaps and
@@ -14,12 +15,14 @@ transposed convolution's bias, blending, activation).
 (t, r, s) of each, a module of its own per tile (the 2-D kernels' code stays as it was),
 compiled for the tiles of :data:`BWD_TILES_3D` only.
 
-fp32 with TF32 math has no ``ldmatrix.trans`` (it moves 16-bit halves): TF32 backward data
-at stride 1 runs the forward kernel on rotated filters (``conv_bwd_data_tc_implicit_gemm``).
+TF32 (fp32 storage): ``ldmatrix.trans`` moves 16-bit halves, so the filter tile (k rows)
+reaches the fragments through 32-bit shared loads from rows padded by 8 floats (see
+:mod:`.tc_bwd_filter`); dy's tile is the forward's (``ldmatrix``). At stride 1 the forward
+kernel on rotated filters (``conv_bwd_data_tc_implicit_gemm``) is the other TF32 path.
 
-Copies: 16 bytes when K and C are multiples of 8, 4 bytes when both are even. Config: the
-forward's :class:`~.tc_igemm.TcConfig` (block_m dx pixels x block_n channels C, block_k of
-K per stage), without split-K. Deterministic.
+Copies: 16 bytes when K and C are multiples of 8 (TF32: 4), 4 bytes when both are even
+(TF32: any). Config: the forward's :class:`~.tc_igemm.TcConfig` (block_m dx pixels x
+block_n channels C, block_k of K per stage), without split-K. Deterministic.
 """
 
 from __future__ import annotations
@@ -38,8 +41,8 @@ from ..base import APPLICABLE, Applicability, Config, Runner, Solver, not_applic
 from . import bwd_filter as bwf
 from .bwd_data import BwdDataTensors
 from .common import Epilogue, shape_struct
-from .tc_bwd_filter import align_for, backward_reason
-from .tc_igemm import DTYPES, SOURCE, TILES, TILES_ALIGN2, TcConfig
+from .tc_bwd_filter import align_for, aligns, backward_reason
+from .tc_igemm import SOURCE, TILES, TILES_ALIGN2, TILES_TF32, TILES_TF32_ALIGN1, TcConfig
 
 # Four of the forward's tiles (its 8-warp 128x128 spills 4 bytes here on sm_90; BK 64 adds
 # compile time for the NVRTC check without a case the others miss); 4-byte copies: one.
@@ -54,8 +57,28 @@ BWD_TILES_ALIGN2 = ((64, 64, 32, 32, 32, 4),)
 # tile is one more module in the NVRTC check and on the emulator). sm_90 registers, no
 # spills: 128x128 238 (2-D: 228), 64x64 94 (80), 64x64 4-byte 128 (96): the depth rows
 # and the depth tap list.
-BWD_TILES_3D = frozenset({BWD_TILES[0], BWD_TILES[3], *BWD_TILES_ALIGN2})
+# TF32: the forward's BK-16 tiles; 4-byte copies (one float, any K and C): 64x64. sm_90
+# (registers, HMMA share of the main loop; no spills): 128x128 210 (18%: 356 instructions
+# per 64 MMA), 128x64 and 64x128 124 (12%), 64x64 89 (9%); 3-D 128x128 222 (17%).
+BWD_TILES_TF32 = (
+    (128, 128, 16, 64, 64, 4),
+    (128, 64, 16, 64, 32, 4),
+    (64, 128, 16, 64, 32, 4),
+    (64, 64, 16, 32, 32, 4),
+)
+BWD_TILES_TF32_ALIGN1 = TILES_TF32_ALIGN1
+BWD_TILES_3D = frozenset(
+    {BWD_TILES[0], BWD_TILES[3], *BWD_TILES_ALIGN2, BWD_TILES_TF32[0], BWD_TILES_TF32[3],
+     *BWD_TILES_TF32_ALIGN1}
+)  # fmt: skip
 assert set(BWD_TILES) <= set(TILES) and set(BWD_TILES_ALIGN2) <= set(TILES_ALIGN2)
+assert set(BWD_TILES_TF32) <= set(TILES_TF32)
+# (wide, narrow) copies: (channels per copy, tiles) by dtype
+_TABLES = {
+    "fp16": ((8, BWD_TILES), (2, BWD_TILES_ALIGN2)),
+    "bf16": ((8, BWD_TILES), (2, BWD_TILES_ALIGN2)),
+    "fp32": ((4, BWD_TILES_TF32), (1, BWD_TILES_TF32_ALIGN1)),
+}
 _MAX_GRID = 65535
 
 
@@ -87,12 +110,11 @@ class _Runner(Runner):
         phases = int(np.prod(problem.strides))
         self.grid = (-(-_phase_rows(problem) // cfg.block_m), -(-problem.c // cfg.block_n), phases)
         self.block = (cfg.threads,)
-        self.smem = cfg.smem_bytes()
+        self.smem = cfg.smem_bytes(dt.itemsize, b_rows_k=True)
         self.shape = shape_struct(problem)
         layout = "ndhwc" if d3 else "nhwc"
-        self.names = [
-            f"tc_igemm_bwd_data_{cfg.label()}_a{align}_phases{phases}_{layout}_{dt.short}"
-        ]
+        math = "tf32" if dt.short == "fp32" else dt.short
+        self.names = [f"tc_igemm_bwd_data_{cfg.label()}_a{align}_phases{phases}_{layout}_{math}"]
 
     @property
     def kernel_names(self) -> list[str]:
@@ -124,10 +146,13 @@ class TcBwdDataPhasedSolver(Solver):
         return APPLICABLE
 
     def configs(self, problem: ConvProblem, caps: Capabilities) -> list[TcConfig]:
-        tiles = BWD_TILES_ALIGN2 if align_for(problem) == 2 else BWD_TILES
+        (_, wide), (_, narrow) = _TABLES[problem.dtype]
+        tiles = narrow if align_for(problem) == aligns(problem)[1] else wide
         if problem.ndim == 3:
             tiles = tuple(t for t in tiles if t in BWD_TILES_3D)
-        return [c for c in (TcConfig(*t) for t in tiles) if c.smem_bytes() <= caps.max_shared_bytes]
+        item = bwf.dtype_of(problem).itemsize
+        configs = (TcConfig(*t) for t in tiles)
+        return [c for c in configs if c.smem_bytes(item, b_rows_k=True) <= caps.max_shared_bytes]
 
     def default_config(self, problem: ConvProblem, caps: Capabilities) -> TcConfig:
         options = self.configs(problem, caps)
@@ -138,9 +163,8 @@ class TcBwdDataPhasedSolver(Solver):
         return [
             module_spec(dt, TcConfig(*t), a, d3)
             for dt in dtypes.FP32_COMPUTE_TYPES
-            if dt.short in DTYPES
             for d3 in (False, True)
-            for a, tiles in ((8, BWD_TILES), (2, BWD_TILES_ALIGN2))
+            for a, tiles in _TABLES[dt.short]
             for t in tiles
             if not d3 or t in BWD_TILES_3D
         ]

@@ -3,9 +3,13 @@
 
 ``conv_bwd_filter_tc_implicit_gemm`` (:class:`TcBwdFilterSolver`): dw = dy^T * im2col(x)
 as a GEMM with M = K, N = R*S*C and the reduction over the N*P*Q output pixels. NHWC +
-KRSC, groups == 1, fp16 or bf16 (fp32 accumulation, fp32 partials), 1-D, 2-D or 3-D, any
-stride, dilation and padding. Both operands are contiguous along K and C, so both shared
-tiles hold reduction rows and reach the MMA fragments through ``ldmatrix.trans``.
+KRSC, groups == 1, fp16 or bf16 (fp32 accumulation, fp32 partials), or fp32 with
+``math="tf32"`` (sm_80+), 1-D, 2-D or 3-D, any stride, dilation and padding. Both operands
+are contiguous along K and C, so both shared tiles hold reduction rows and reach the MMA
+fragments through ``ldmatrix.trans`` (16-bit), or, for TF32 (``ldmatrix.trans`` moves
+16-bit halves), through 32-bit shared loads from rows padded by 8 floats (bank-conflict
+free, every address the lane's offset plus a constant) and one ``cvt.rna`` per element:
+the m16n8k8 TF32 MMA on operands rounded to nearest, as the forward's.
 
 3-D (NDHWC + KTRSC): the kernel ``tc_conv_bwd_filter_3d`` (N = T*R*S*C, the reduction over
 N*O*P*Q; each thread's column carries its depth tap), a module of its own per tile so the
@@ -17,9 +21,10 @@ multiple of ``block_k``), writing fp32 partials to the workspace; ``bwd_filter_r
 (``cuda_src/conv/splitk_reduce.cuh``) sums them in split order and rounds once. Deterministic
 for every split count. Workspace: 4 * splits * K * R*S*C bytes.
 
-Copies: 16 bytes when K and C are multiples of 8, 4 bytes when both are even; otherwise
-not applicable (the WMMA split-K solver takes it). Error: as the forward (exact products,
-fp32 sums over N*P*Q terms), acc_factor 2.
+Copies: 16 bytes when K and C are multiples of 8 (TF32: 4), 4 bytes when both are even
+(TF32: any K and C); otherwise not applicable (the WMMA split-K solver takes it). Error: as
+the forward (exact products, fp32 sums over N*P*Q terms), acc_factor 2; TF32 adds up to
+2^-11 relative per operand.
 """
 
 from __future__ import annotations
@@ -38,7 +43,7 @@ from ...runtime.kernel import ModuleSpec
 from ..base import APPLICABLE, Applicability, Config, Runner, Solver, not_applicable
 from . import bwd_filter as bwf
 from .common import shape_struct
-from .tc_igemm import DTYPES, NO_FP64_MMA, SOURCE, TcTile
+from .tc_igemm import NO_FP64_MMA, SOURCE, TcTile
 
 # (block_m (K), block_n (R*S*C), block_k (pixels), warp_m, warp_n, stages)
 TILES = (
@@ -47,6 +52,17 @@ TILES = (
     (64, 64, 32, 32, 32, 3),
 )
 TILES_ALIGN2 = ((64, 64, 32, 32, 32, 3),)  # 4-byte copies: more loader state per thread
+# TF32 (fp32 storage): BK 16 is the same two 16-byte chunks per MMA step as BK 32 of fp16,
+# four stages as the forward's TF32 tiles; 4-byte copies (one float, any K and C): 64x64.
+# sm_90 (registers, main-loop instructions per MMA, HMMA share; no spills): 128x128 190,
+# 434 per 64 (15%), 64x128 120 (9%), 64x64 72 (7%). A scalar shared load and a two-instruction
+# cvt.rna per fragment element; BK 32 measured no better (824 per 128).
+TILES_TF32 = (
+    (128, 128, 16, 64, 64, 4),
+    (64, 128, 16, 64, 32, 4),
+    (64, 64, 16, 32, 32, 4),
+)
+TILES_TF32_ALIGN1 = ((64, 64, 16, 32, 32, 4),)
 SPLITS = (1, 2, 4, 8, 16, 32, 64)
 _MAX_GRID_Y = 65535
 
@@ -62,21 +78,37 @@ class TcSplitKConfig(TcTile):
     splits: int = 1
 
     def __post_init__(self) -> None:
-        if self.astuple() not in TILES:
-            raise ValueError(f"backward-filter tile {self.astuple()} is not one of {TILES}")
+        if self.astuple() not in TILES + TILES_TF32:
+            raise ValueError(
+                f"backward-filter tile {self.astuple()} is not one of {TILES + TILES_TF32}"
+            )
         if self.splits not in SPLITS:
             raise ValueError(f"splits must be one of {SPLITS}, got {self.splits}")
 
     def tile(self) -> tuple[int, ...]:
         return self.astuple()
 
-    def smem_bytes(self) -> int:
-        return self.pipe_bytes()  # partials go straight from registers: no staging
+    def smem_bytes(self, itemsize: int = 2) -> int:
+        # both tiles hold reduction rows; partials go straight from registers: no staging
+        return self.pipe_bytes(itemsize, a_rows_k=True, b_rows_k=True)
+
+
+def aligns(problem: ConvProblem) -> tuple[int, int]:
+    """Channels per 16-byte and per 4-byte copy: (8, 2) for 16-bit types, (4, 1) for fp32."""
+    return (4, 1) if problem.dtype == "fp32" else (8, 2)
 
 
 def align_for(problem: ConvProblem) -> int | None:
     """Channels per copy of the backward kernels: their copies run along both K and C."""
-    return next((a for a in (8, 2) if problem.c % a == 0 and problem.k % a == 0), None)
+    return next((a for a in aligns(problem) if problem.c % a == 0 and problem.k % a == 0), None)
+
+
+def tiles_for(problem: ConvProblem) -> tuple[tuple[int, ...], ...]:
+    """The backward filter tiles of the problem's dtype and copy width."""
+    narrow = align_for(problem) == aligns(problem)[1]
+    if problem.dtype == "fp32":
+        return TILES_TF32_ALIGN1 if narrow else TILES_TF32
+    return TILES_ALIGN2 if narrow else TILES
 
 
 def backward_reason(problem: ConvProblem, caps: Capabilities, direction: str) -> str | None:
@@ -91,12 +123,13 @@ def backward_reason(problem: ConvProblem, caps: Capabilities, direction: str) ->
         return "needs groups == 1"
     if not problem.channels_last:
         return "needs channels-last (NHWC): copies run along K and C"
-    if problem.dtype not in DTYPES:
-        return f"needs fp16 or bf16 (ldmatrix.trans), got {problem.dtype}"
+    if problem.dtype == "fp32" and problem.math != "tf32":
+        return "fp32 runs on tensor cores only with math='tf32'"
     if not caps.mma_sync:
         return f"needs mma.sync and ldmatrix (sm_75+), device is {caps.arch}"
-    if problem.dtype == "bf16" and not caps.bf16_tensor_cores:
-        return f"bf16 needs sm_80+, device is {caps.arch}"
+    if problem.dtype != "fp16" and not caps.bf16_tensor_cores:
+        what = "tf32" if problem.dtype == "fp32" else problem.dtype
+        return f"{what} needs sm_80+, device is {caps.arch}"
     if align_for(problem) is None:
         return f"needs even K and C for 4-byte copies, got k={problem.k}, c={problem.c}"
     return None
@@ -133,12 +166,13 @@ class _Runner(Runner):
         self.chunk = np.int64(bwf._chunk(npq, cfg.splits, cfg.block_k))
         self.grid = (-(-rsc // cfg.block_n), -(-problem.k // cfg.block_m), self.splits)
         self.block = (cfg.threads,)
-        self.smem = cfg.smem_bytes()
+        self.smem = cfg.smem_bytes(dt.itemsize)
         self.count = problem.k * rsc
         self.cgrid = bwf._grid(self.count, backend)
         self.shape = shape_struct(problem)
+        math = "tf32" if dt.short == "fp32" else dt.short
         self.names = [
-            f"tc_igemm_bwd_filter_{cfg.label()}_a{align}_{'ndhwc' if d3 else 'nhwc'}_{dt.short}",
+            f"tc_igemm_bwd_filter_{cfg.label()}_a{align}_{'ndhwc' if d3 else 'nhwc'}_{math}",
             f"bwd_filter_reduce_{dt.short}",
         ]
 
@@ -174,14 +208,14 @@ class TcBwdFilterSolver(Solver):
 
     def configs(self, problem: ConvProblem, caps: Capabilities) -> list[TcSplitKConfig]:
         _, npq = _dims(problem)
-        tiles = TILES_ALIGN2 if align_for(problem) == 2 else TILES
+        item = bwf.dtype_of(problem).itemsize
         out = []
-        for tile in tiles:
+        for tile in tiles_for(problem):
             for splits in SPLITS:
                 if splits > 1 and npq < splits * 4 * tile[2]:
                     continue  # each split keeps at least 4 slices
                 cfg = TcSplitKConfig(*tile, splits)
-                if cfg.smem_bytes() <= caps.max_shared_bytes:
+                if cfg.smem_bytes(item) <= caps.max_shared_bytes:
                     out.append(cfg)
         return out
 
@@ -203,15 +237,18 @@ class TcBwdFilterSolver(Solver):
         return 4 * bwf._useful_splits(npq, config.splits, config.block_k) * problem.k * rsc
 
     def module_specs(self) -> list[ModuleSpec]:
-        specs = [
+        tables = {
+            "fp16": ((8, TILES), (2, TILES_ALIGN2)),
+            "bf16": ((8, TILES), (2, TILES_ALIGN2)),
+            "fp32": ((4, TILES_TF32), (1, TILES_TF32_ALIGN1)),
+        }
+        return [
             module_spec(dt, tile, a, d3)
             for dt in dtypes.FP32_COMPUTE_TYPES
-            if dt.short in DTYPES
             for d3 in (False, True)
-            for a in (8, 2)
-            for tile in (TILES if a == 8 else TILES_ALIGN2)
+            for a, tiles in tables[dt.short]
+            for tile in tiles
         ]
-        return specs
 
     def prepare(self, backend: Backend, problem: ConvProblem, config: Config) -> Runner:
         if problem.dtype == dtypes.FLOAT64.short:

@@ -168,8 +168,13 @@ class TcTile(Config):
     def threads(self) -> int:
         return (self.block_m // self.warp_m) * (self.block_n // self.warp_n) * 32
 
-    def pipe_bytes(self, itemsize: int = 2) -> int:
-        return self.stages * (self.block_m + self.block_n) * self.block_k * itemsize
+    def pipe_bytes(self, itemsize: int = 2, a_rows_k: bool = False, b_rows_k: bool = False) -> int:
+        """Shared bytes of the stages. fp32 tiles of reduction rows (``*_rows_k``: the
+        TF32 backward kernels) carry 8 floats of padding per row (tc_gemm.cuh)."""
+        pad = 8 if itemsize == 4 else 0
+        a = self.block_k * (self.block_m + (pad if a_rows_k else 0))
+        b = self.block_k * (self.block_n + (pad if b_rows_k else 0))
+        return self.stages * (a + b) * itemsize
 
     def label(self) -> str:
         split = f"_split{self.splits}" if self.splits > 1 else ""
@@ -197,9 +202,11 @@ class TcConfig(TcTile):
         if self.splits not in SPLITS or (self.splits > 1 and not splittable):
             raise ValueError(f"splits must be one of {SPLITS}, and > 1 only with the split tiles")
 
-    def smem_bytes(self, itemsize: int = 2) -> int:
-        """Dynamic shared memory: the stages, or the fp32 epilogue tile if larger."""
-        return max(self.pipe_bytes(itemsize), self.block_m * (self.block_n + 4) * 4)
+    def smem_bytes(self, itemsize: int = 2, b_rows_k: bool = False) -> int:
+        """Dynamic shared memory: the stages, or the fp32 epilogue tile if larger
+        (``b_rows_k``: a B tile of reduction rows, the backward data kernel's)."""
+        return max(self.pipe_bytes(itemsize, b_rows_k=b_rows_k),
+                   self.block_m * (self.block_n + 4) * 4)  # fmt: skip
 
 
 def align_for(problem: ConvProblem) -> int | None:
