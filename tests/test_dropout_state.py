@@ -105,3 +105,90 @@ def test_bad_arguments() -> None:
         cl.dropout(x, 0.5, seed=other)
     assert np.array_equal(x, before)
     assert "PhiloxState seed=1 on cpu" in repr(state)
+
+
+# ------------------------------------------------------------------ attention dropout
+# scaled_dot_product_attention(seed=state): every solver that runs dropout reads the
+# counter on the device (the parameter struct's counter pointer), so its result equals
+# the integer (seed, counter + offset) call's, bit for bit, forward and backward.
+ATTN_CASES = [
+    ("fp32", "sdpa_fwd_flash_fp32", "sdpa_bwd_flash_fp32"),
+    ("fp32", "sdpa_fwd_unfused", "sdpa_bwd_unfused"),
+    ("fp64", "sdpa_fwd_flash_fp32", "sdpa_bwd_flash_fp32"),
+    ("fp16", "sdpa_fwd_flash_tc", "sdpa_bwd_flash_tc"),
+    ("fp16", "sdpa_fwd_flash_tc", "sdpa_bwd_flash_tc_split"),
+]
+
+
+def _qkv(dtype: str):
+    dt = {"fp32": np.float32, "fp64": np.float64, "fp16": np.float16}[dtype]
+    q = rand((1, 2, 16, 32), dt)
+    return q, rand((1, 2, 24, 32), dt, 1), rand((1, 2, 24, 32), dt, 2), rand((1, 2, 16, 32), dt, 3)
+
+
+@pytest.mark.parametrize("dtype, fwd, bwd", ATTN_CASES, ids=lambda v: str(v))
+def test_attention_dropout_reads_the_state(backend: str, dtype: str, fwd: str, bwd: str) -> None:
+    q, k, v, dout = (to_backend(a, backend) for a in _qkv(dtype))
+    state = cl.PhiloxState(9, offset=4, backend=backend)
+    sdpa, sdpa_bwd = cl.scaled_dot_product_attention, cl.scaled_dot_product_attention_backward
+    for step in range(2):
+        at = 4 + step
+        got, lse = sdpa(q, k, v, dropout_p=0.25, seed=state, offset=1, return_lse=True, algo=fwd)
+        want, _ = sdpa(q, k, v, dropout_p=0.25, seed=9, offset=at + 1, return_lse=True,
+                       algo=fwd)  # fmt: skip
+        assert np.array_equal(to_numpy(got), to_numpy(want)), step
+        grads = sdpa_bwd(dout, q, k, v, got, lse, dropout_p=0.25, seed=state, offset=1,
+                         algo=bwd)  # fmt: skip
+        wants = sdpa_bwd(dout, q, k, v, got, lse, dropout_p=0.25, seed=9, offset=at + 1,
+                         algo=bwd)  # fmt: skip
+        for name, a, b in zip("qkv", grads, wants, strict=True):
+            assert np.array_equal(to_numpy(a), to_numpy(b)), (step, name)
+        state.advance()
+    assert state.offset == 6
+
+
+def test_attention_graph_replays_a_step_with_a_fresh_mask() -> None:
+    """Forward attention with dropout, its backward and the advance in one emulator graph:
+    replay k draws at offset k, as eager calls would."""
+    q, k, v, dout = _qkv("fp32")
+    state = cl.PhiloxState(3, backend="cpu")
+    o = np.empty_like(q)
+    with cl.graph() as g:
+        _, lse = cl.scaled_dot_product_attention(q, k, v, dropout_p=0.5, seed=state, out=o,
+                                                 return_lse=True)  # fmt: skip
+        dq, dk, dv = cl.scaled_dot_product_attention_backward(dout, q, k, v, o, lse,
+                                                              dropout_p=0.5, seed=state)
+        state.advance()
+    for step in range(1, 3):
+        g.replay()
+        want, want_lse = cl.scaled_dot_product_attention(q, k, v, dropout_p=0.5, seed=3,
+                                                         offset=step, return_lse=True)
+        assert np.array_equal(o, want), step
+        wants = cl.scaled_dot_product_attention_backward(dout, q, k, v, want, want_lse,
+                                                         dropout_p=0.5, seed=3, offset=step)
+        for name, a, b in zip("qkv", (dq, dk, dv), wants, strict=True):
+            assert np.array_equal(a, b), (step, name)
+    assert state.offset == 3
+
+
+def test_attention_repeated_calls_are_templated_with_the_state() -> None:
+    q, k, v, _ = _qkv("fp32")
+    state = cl.PhiloxState(21, backend="cpu")
+    sdpa = cl.scaled_dot_product_attention
+    sdpa(q, k, v, dropout_p=0.5, seed=state)
+    assert cl.fast_path(sdpa, q, k, v, dropout_p=0.5, seed=state).startswith("replayed")
+    for step in range(3):
+        assert np.array_equal(sdpa(q, k, v, dropout_p=0.5, seed=state),
+                              sdpa(q, k, v, dropout_p=0.5, seed=21, offset=step)), step
+        state.advance()
+
+
+def test_attention_state_bad_arguments() -> None:
+    q, k, v, _ = _qkv("fp32")
+    before = q.copy()
+    state = cl.PhiloxState(1, backend="cpu")
+    with pytest.raises(BadParamError, match="offset"):
+        cl.scaled_dot_product_attention(q, k, v, dropout_p=0.5, seed=state, offset=-1)
+    with pytest.raises(BadParamError, match="seed: expected an integer in .* or a PhiloxState"):
+        cl.scaled_dot_product_attention(q, k, v, dropout_p=0.5, seed=1.5)
+    np.testing.assert_array_equal(q, before)

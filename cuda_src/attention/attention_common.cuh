@@ -52,6 +52,11 @@ struct SdpaParamsT {
     unsigned long long seed, offset;
     unsigned int drop_threshold;  // words below it are dropped; 0 = no dropout
     A drop_scale;  // kept elements: float32(1 / (1 - p)); for double, 1 / (1 - p) in double
+    // A PhiloxState's device-side counter (ops/dropout.py), or null: the stream's offset
+    // is then offset + counter[0] (a whole number held in a double, below 2^53), read on
+    // the device at each draw, so that a graph or a launch template replays with the value
+    // the counter holds then. (The state's array: launch templates use it in place.)
+    const double* counter;
 };
 typedef SdpaParamsT<float> SdpaParams;  // the float32-math kernels' (fp32 / fp16 / bf16 storage)
 
@@ -125,6 +130,12 @@ __device__ __forceinline__ MaskValue<MASK, T> mask_at(const P& p, const void* ma
     return m;
 }
 
+// The Philox offset of the call's stream: p.offset, plus the PhiloxState's counter.
+template <class P>
+__device__ __forceinline__ unsigned long long stream_offset(const P& p) {
+    return p.offset + (p.counter ? (unsigned long long)*p.counter : 0ull);
+}
+
 // The dropout keep factor of probability element (bi, h, i, j): 0 or drop_scale (in the
 // type of p's drop_scale). Each call draws a Philox group of four words; kernels that
 // visit 4 consecutive elements of one group may share the draw (element e's word is e % 4).
@@ -132,7 +143,7 @@ template <typename A>
 __device__ __forceinline__ A dropout_factor(const SdpaParamsT<A>& p, int bi, int h, int i, int j) {
     const unsigned long long e =
         ((((unsigned long long)bi * p.hq + h) * p.sq + i) * (unsigned long long)p.skv) + j;
-    const cl::Philox4 w = cl::philox_group(p.seed, p.offset, e >> 2);
+    const cl::Philox4 w = cl::philox_group(p.seed, stream_offset(p), e >> 2);
     return w.v[e & 3] >= p.drop_threshold ? p.drop_scale : A(0);
 }
 

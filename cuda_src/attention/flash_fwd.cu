@@ -105,13 +105,14 @@ __device__ __forceinline__ unsigned philox_word(const cl::Philox4& w, unsigned i
 }
 
 __device__ __forceinline__ unsigned dropout_pair(const SdpaParams& p, unsigned long long e0) {
-    const cl::Philox4 w = cl::philox_group(p.seed, p.offset, e0 >> 2);
+    const unsigned long long offset = sdpa::stream_offset(p);
+    const cl::Philox4 w = cl::philox_group(p.seed, offset, e0 >> 2);
     const unsigned w0 = philox_word(w, (unsigned)e0 & 3u);
     unsigned w1;
     if (((unsigned)e0 & 3u) != 3u) {
         w1 = philox_word(w, ((unsigned)e0 & 3u) + 1u);
     } else {
-        w1 = cl::philox_group(p.seed, p.offset, (e0 >> 2) + 1).v[0];
+        w1 = cl::philox_group(p.seed, offset, (e0 >> 2) + 1).v[0];
     }
     return (w0 >= p.drop_threshold ? 1u : 0u) | (w1 >= p.drop_threshold ? 2u : 0u);
 }

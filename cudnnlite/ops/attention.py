@@ -14,7 +14,11 @@ Deliberate differences from PyTorch (also in the README):
 - ``attn_mask`` together with ``is_causal`` is allowed (both apply); PyTorch refuses it;
 - dropout uses the library's Philox stream from ``seed`` (PyTorch's global generator has
   no equivalent); with ``seed=None`` a seed is drawn from NumPy's global generator, and the
-  backward needs the seed, so pass one when training.
+  backward needs the seed, so pass one when training. ``seed`` may be a
+  :class:`~cudnnlite.PhiloxState`: its device-side counter adds to ``offset``, read by the
+  kernels at each launch, so a graph or launch template replaying a training step draws a
+  new mask once the state is advanced (``state.advance(n)``, after the step's backward:
+  the backward must see the forward's counter).
 
 float64 inputs compute in double throughout (scores, softmax, accumulations); their lse
 and the additive mask's gradient are float64 too, and the dropout scale is 1 / (1 - p)
@@ -46,6 +50,7 @@ from ..solvers.attention.common import (
     data_ptr,
 )
 from ._arrays import array_module, as_array, check_out, float_dtype
+from .dropout import PhiloxState, check_state_place
 
 LAYOUTS = ("BHSD", "BSHD")
 ALIGNS = ("top_left", "bottom_right")
@@ -231,7 +236,8 @@ def _window(window: Any) -> tuple[int, int] | None:
     return left, right
 
 
-def _scalars(dropout_p: Any, scale: Any, seed: Any, offset: Any, d: int) -> Scalars:
+def _scalars(dropout_p: Any, scale: Any, seed: Any, offset: Any, d: int, backend: Backend,
+             q: Any) -> Scalars:  # fmt: skip
     try:
         p = float(dropout_p)
     except (TypeError, ValueError):
@@ -249,10 +255,15 @@ def _scalars(dropout_p: Any, scale: Any, seed: Any, offset: Any, d: int) -> Scal
             raise BadParamError(f"scale: expected a finite float, got {scale!r}")
     if seed is None:
         seed = int(np.random.randint(0, 2**63, dtype=np.int64)) if p > 0 else 0
+    counter = None
+    if isinstance(seed, PhiloxState):  # its counter adds to offset, read on the device
+        check_state_place(seed, backend, q)
+        seed, counter = seed.seed, seed.counter
     for name, v in (("seed", seed), ("offset", offset)):
         if isinstance(v, bool) or not isinstance(v, (int, np.integer)) or not 0 <= v < 2**64:
-            raise BadParamError(f"{name}: expected an integer in [0, 2^64), got {v!r}")
-    return Scalars(scale=sc, dropout_p=p, seed=int(seed), offset=int(offset))
+            what = "an integer in [0, 2^64)" + (" or a PhiloxState" if name == "seed" else "")
+            raise BadParamError(f"{name}: expected {what}, got {v!r}")
+    return Scalars(scale=sc, dropout_p=p, seed=int(seed), offset=int(offset), counter=counter)
 
 
 @dataclass
@@ -310,7 +321,7 @@ def _make_call(
     if (lq is None) != (lkv is None):
         lq = lq if lq is not None else xp.full((b,), sq, dtype=np.int32)
         lkv = lkv if lkv is not None else xp.full((b,), skv, dtype=np.int32)
-    scalars = _scalars(dropout_p, scale, seed, offset, d)
+    scalars = _scalars(dropout_p, scale, seed, offset, d, backend, q)
     problem = AttentionProblem(
         b=b,
         hq=hq,
@@ -370,7 +381,7 @@ def scaled_dot_product_attention(
     layout: str = "BHSD",
     causal_align: str = "top_left",
     window: tuple[int, int] | None = None,
-    seed: int | None = None,
+    seed: Any = None,
     offset: int = 0,
     return_lse: bool = False,
     lengths_q: Any = None,
@@ -394,7 +405,8 @@ def scaled_dot_product_attention(
         causal_align: "top_left" (PyTorch) or "bottom_right" (FlashAttention, decoding).
         window: (left, right) sliding window around each query's aligned position, -1 for
             unbounded (FlashAttention's ``window_size``).
-        seed, offset: the Philox stream of the dropout mask (module docstring).
+        seed, offset: the Philox stream of the dropout mask: an integer seed, or a
+            :class:`~cudnnlite.PhiloxState` whose counter adds to offset (module docstring).
         return_lse: also return the logsumexp (float32, float64 for float64 inputs;
             (batch..., heads, L), natural log; -inf for rows that keep nothing), which the
             backward takes.
@@ -469,7 +481,7 @@ def scaled_dot_product_attention_backward(
     layout: str = "BHSD",
     causal_align: str = "top_left",
     window: tuple[int, int] | None = None,
-    seed: int | None = None,
+    seed: Any = None,
     offset: int = 0,
     lengths_q: Any = None,
     lengths_kv: Any = None,

@@ -31,7 +31,8 @@ def _params_dtype(real: str) -> np.dtype:
         + [(f"m_s{a}", "<i8") for a in ("b", "h", "i", "j")]
         + [("scale", real), ("scale_log2", real), ("left", "<i4"), ("right", "<i4")]
         + [("align_br", "<i4"), ("has_lengths", "<i4")]
-        + [("seed", "<u8"), ("offset", "<u8"), ("drop_threshold", "<u4"), ("drop_scale", real)],
+        + [("seed", "<u8"), ("offset", "<u8"), ("drop_threshold", "<u4"), ("drop_scale", real)]
+        + [("counter", "<u8")],  # const double*: a PhiloxState's counter, or 0
         align=True,
     )
 
@@ -69,6 +70,7 @@ class Scalars:
     dropout_p: float = 0.0
     seed: int = 0
     offset: int = 0
+    counter: Any = None  # a PhiloxState's counter array (its value adds to offset), or None
 
 
 @dataclass
@@ -167,6 +169,9 @@ def params(problem: AttentionProblem, tensors: Any, scalars: Scalars) -> np.void
     p["align_br"] = int(problem.align == "bottom_right")
     p["has_lengths"] = int(tensors.lengths_q is not None)
     p["seed"], p["offset"] = scalars.seed, scalars.offset
+    # the kernels read the counter through this pointer at each draw (the PhiloxState's
+    # array: a template replay reads it in place, as the call itself would)
+    p["counter"] = 0 if scalars.counter is None else data_ptr(scalars.counter)
     p["drop_scale"] = 1.0  # drop_threshold 0 keeps everything, unscaled
     if problem.dropout and scalars.dropout_p > 0:
         p["drop_threshold"] = min(drop_threshold(scalars.dropout_p), 2**32 - 1)
