@@ -288,3 +288,56 @@ def test_fp64_flash_head_dims_by_shared_memory(sm: int, head_dims: tuple[int, ..
             assert bool(ok) == (hd in head_dims), (name, sm, hd, ok.reason)
             if not ok:
                 assert "bytes of shared memory" in ok.reason
+
+
+# ------------------------------------------------------------------ fp64 tensor cores
+# sdpa_fwd_flash_dmma (m8n8k4 .f64): the same bounds as the CUDA-core kernel (double
+# products and sums; only the summation order differs), over the cases above and shapes
+# that cross its tiles (64 query rows x 32 keys for HD 64, 64 x 16 for HD 128, 32 x 8 for
+# HD 256): several query and key tiles, partial last tiles, fully masked key tiles skipped.
+DMMA_CASES = {
+    **CASES,
+    "tiles_hd64_causal": (_p(b=1, hq=2, hkv=2, sq=70, skv=75, d=64, dv=40, causal=True), {}),
+    "tiles_hd128_window_bool": (
+        _p(sq=67, skv=41, d=72, dv=128, window=(20, 5), mask="bool"), {"mask_shape": (67, 41)}
+    ),  # fmt: skip
+    "tiles_hd256_gqa_lengths": (
+        _p(b=2, hq=2, hkv=1, sq=35, skv=29, d=256, dv=130, varlen=True),
+        {"lengths": ([35, 20], [29, 11])},
+    ),  # fmt: skip
+}
+
+
+@pytest.mark.parametrize("case", list(DMMA_CASES))
+def test_fp64_tensor_core_forward_matches_reference(case: str) -> None:
+    problem, extra = DMMA_CASES[case]
+    extra = dict(extra)
+    dropout_p = extra.pop("dropout_p", 0.0)
+    ops = operands(problem, seed=7, **extra)
+    scalars = default_scalars(problem, dropout_p=dropout_p)
+    o, lse = run_forward("cpu", registry.get("sdpa_fwd_flash_dmma"), problem, ops, scalars)
+    _check_forward(problem, ops, scalars, o, lse)
+
+
+def test_fp64_tensor_core_forward_dispatch_and_refusals() -> None:
+    from cudnnlite.dispatch import heuristics as h
+    from cudnnlite.runtime.caps import EMULATOR, for_sm
+
+    solver = registry.get("sdpa_fwd_flash_dmma")
+    p = _p(sq=33, skv=33, d=64, dv=64)
+    assert h.sdpa_fwd_ranking(p, for_sm(90))[0] == "sdpa_fwd_flash_dmma"
+    assert "sdpa_fwd_flash_dmma" not in h.sdpa_fwd_ranking(p, EMULATOR)
+    assert "sm_80" in solver.is_applicable(p, for_sm(75)).reason
+    assert "needs fp64" in solver.is_applicable(dataclasses.replace(p, dtype="fp32"),
+                                                EMULATOR).reason  # fmt: skip
+    for hd in (64, 128, 256):  # two blocks per SM on sm_90 (227 KiB), each tile fits sm_86
+        q = _p(d=hd, dv=hd)
+        assert solver.is_applicable(q, for_sm(86)), hd
+        assert 2 * solver._smem(q) <= 228 * 1024  # sm_90's shared memory per SM
+    rng = np.random.default_rng(1)
+    q, k, v = (rng.standard_normal((1, 2, 8, 16)) for _ in range(3))
+    with pytest.raises(NotSupportedError, match="sdpa_fwd_flash_dmma cannot run .*fp32"):
+        cl.scaled_dot_product_attention(*(a.astype(np.float32) for a in (q, k, v)),
+                                        algo="sdpa_fwd_flash_dmma")  # fmt: skip
+    o = cl.scaled_dot_product_attention(q, k, v, algo="sdpa_fwd_flash_dmma")
+    np.testing.assert_allclose(o, cl.scaled_dot_product_attention(q, k, v), rtol=0, atol=1e-14)

@@ -196,6 +196,7 @@ def conv_bwd_filter_ranking(p: ConvProblem, caps: Capabilities) -> list[str]:
 SDPA_UNFUSED = "sdpa_fwd_unfused"
 SDPA_FLASH_TC = "sdpa_fwd_flash_tc"
 SDPA_FLASH_FP32 = "sdpa_fwd_flash_fp32"
+SDPA_FLASH_DMMA = "sdpa_fwd_flash_dmma"
 SDPA_DECODE = "sdpa_fwd_flash_decode"
 SDPA_BWD_UNFUSED = "sdpa_bwd_unfused"
 SDPA_BWD_TC = "sdpa_bwd_flash_tc"
@@ -214,9 +215,13 @@ def sdpa_fwd_ranking(p: AttentionProblem, caps: Capabilities) -> list[str]:
     kernel, which spreads the keys over the GPU; otherwise the flash kernels (tensor
     cores for fp16/bf16, CUDA cores for fp32 and odd head dims), and the unfused solver
     last (it stores the score matrix). Unmeasured on a GPU so far: the decode threshold
-    (16 rows, 256 keys) is where one query tile no longer fills a GPU but the keys do."""
+    (16 rows, 256 keys) is where one query tile no longer fills a GPU but the keys do.
+    float64 on sm_80+ GPUs: the fp64 tensor-core flash kernel before the CUDA-core one
+    (not on the emulator, where the rankings stay as they were)."""
     decode = [SDPA_DECODE] if p.sq <= 16 and p.skv >= 256 else []
     tc = [SDPA_FLASH_TC] if _attention_tc(p, caps) else []
+    if p.dtype == "fp64" and not caps.emulator and caps.bf16_tensor_cores:
+        tc = [SDPA_FLASH_DMMA]
     return decode + tc + [SDPA_FLASH_FP32, SDPA_UNFUSED]
 
 

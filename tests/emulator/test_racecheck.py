@@ -298,6 +298,8 @@ SWEEP = textwrap.dedent(
         ),
         "sdpa": lambda: cl.scaled_dot_product_attention(q, q, q),
         "sdpa fp16": lambda: cl.scaled_dot_product_attention(*(f(1, 2, 64, 64).astype(h),) * 3),
+        "sdpa fp64 dmma": lambda: cl.scaled_dot_product_attention(
+            *(f(1, 1, 40, 16).astype(d),) * 3, is_causal=True, algo="sdpa_fwd_flash_dmma"),
         "ctc_loss": lambda: cl.ctc_loss(
             np.log(cl.softmax(f(12, 2, 5), axis=-1)),
             rng.integers(1, 5, (2, 4)).astype(np.int32),
@@ -345,7 +347,8 @@ SWEEP_GROUPS = (
     ("relu", "softmax", "softmax_backward", "softmax fp16", "layer_norm bf16", "rms_norm",
      "batch_norm", "batch_norm_backward", "group_norm", "lrn", "ctc_loss"),
     ("max_pool2d", "avg_pool_backward", "adaptive_avg_pool2d", "dropout", "add_tensor",
-     "grid_sample", "grid_sample_backward", "affine_grid", "sdpa", "sdpa fp16"),
+     "grid_sample", "grid_sample_backward", "affine_grid", "sdpa", "sdpa fp16",
+     "sdpa fp64 dmma"),
     ("conv direct", "conv implicit_gemm", "conv implicit_gemm fp16", "conv winograd",
      "conv gemm", "conv tensor_core fp16"),
     ("conv3d", "conv_transpose2d", "conv2d_backward_data", "conv2d_backward_filter",
