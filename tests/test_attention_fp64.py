@@ -341,3 +341,45 @@ def test_fp64_tensor_core_forward_dispatch_and_refusals() -> None:
                                         algo="sdpa_fwd_flash_dmma")  # fmt: skip
     o = cl.scaled_dot_product_attention(q, k, v, algo="sdpa_fwd_flash_dmma")
     np.testing.assert_allclose(o, cl.scaled_dot_product_attention(q, k, v), rtol=0, atol=1e-14)
+
+
+@pytest.mark.parametrize("case", [c for c in DMMA_CASES if "hd256" not in c])
+def test_fp64_tensor_core_backward_matches_reference(case: str) -> None:
+    """sdpa_bwd_flash_dmma (head dims up to 128): dq, dk, dv and the additive mask's
+    gradient within the CUDA-core backward's bounds (the forward from the CUDA-core
+    solver, so only the backward is under test)."""
+    fwd_problem, extra = DMMA_CASES[case]
+    extra = dict(extra)
+    dropout_p = extra.pop("dropout_p", 0.0)
+    ops = operands(fwd_problem, seed=5, **extra)
+    scalars = default_scalars(fwd_problem, dropout_p=dropout_p)
+    o, lse = run_forward("cpu", registry.get("sdpa_fwd_flash_fp32"), fwd_problem, ops, scalars)
+    bd = _check_forward(fwd_problem, ops, scalars, o, lse)
+    bwd_problem = dataclasses.replace(fwd_problem, direction="bwd")
+    solver = registry.get("sdpa_bwd_flash_dmma")
+    grads = run_backward("cpu", solver, bwd_problem, ops, scalars, o, lse)
+    ref = dict(zip(("dq", "dk", "dv", "dmask"), reference_backward(bwd_problem, ops, scalars),
+                   strict=True))  # fmt: skip
+    assert set(grads) >= {"dq", "dk", "dv"}
+    for name in grads:
+        _within(grads[name], ref[name], bd[name], f"{case} {name}")
+
+
+def test_fp64_tensor_core_backward_dispatch_and_refusals() -> None:
+    from cudnnlite.dispatch import heuristics as h
+    from cudnnlite.runtime.caps import EMULATOR, for_sm
+
+    solver = registry.get("sdpa_bwd_flash_dmma")
+    p = _p(sq=33, skv=33, d=64, dv=64, direction="bwd")
+    assert h.sdpa_bwd_ranking(p, for_sm(90))[0] == "sdpa_bwd_flash_dmma"
+    assert "sdpa_bwd_flash_dmma" not in h.sdpa_bwd_ranking(p, EMULATOR)
+    wide = _p(d=200, dv=64, direction="bwd")
+    assert "head dims d, dv <= 128" in solver.is_applicable(wide, EMULATOR).reason
+    assert "sm_80" in solver.is_applicable(p, for_sm(75)).reason
+    backend = backend_by_name("cpu")
+    assert get_plan(backend, wide, "auto").solver.name != "sdpa_bwd_flash_dmma"
+    assert solver.workspace_size(p, solver.default_config(p, EMULATOR)) == 8 * 2 * 33
+    for hd in (64, 128):  # both kernels fit sm_86's shared memory; two blocks per SM on sm_90
+        q = _p(d=hd, dv=hd, direction="bwd")
+        assert solver.is_applicable(q, for_sm(86)), hd
+        assert 2 * solver._smem(q) <= 228 * 1024

@@ -1,10 +1,13 @@
-// flash_dmma.cu — FlashAttention forward for double storage on the fp64 tensor cores
-// (mma.sync m8n8k4 .f64, sm_80+; common/mma.cuh): S = Q K^T and O += P V as DMMAs, the
-// online softmax in double (exp2 and log2 in double), lse in double. Semantics:
+// flash_dmma.cu — FlashAttention for double storage on the fp64 tensor cores (mma.sync
+// m8n8k4 .f64, sm_80+; common/mma.cuh), forward and backward: every product of the
+// algorithm a DMMA, the softmax in double (exp2 and log2 in double), lse in double. Semantics:
 // attention_common.cuh; tile loading, masks, dropout and block ranges: flash_fp32_tile.cuh
 // (the CUDA-core kernels' building blocks, A = double).
 //
-// Kernel: flash_dmma_fwd<HD, MT, NT>
+// Kernels: flash_dmma_fwd<HD, MT, NT> (below), flash_dmma_bwd_dkdv<HD, KT, NQ> and
+// flash_dmma_bwd_dq<HD, MT, NT> (the backward section), after flash_fp32_bwd_delta<double>.
+//
+// flash_dmma_fwd<HD, MT, NT>
 //   a block of 4 warps owns BM = 4 * MT * 8 query rows of one (b, hq); each warp owns MT
 //   m8 row tiles (8 MT rows) and the whole key tile of BN = 8 NT keys; K and V tiles pass
 //   through shared memory (synchronous loads, as the CUDA-core kernel's), Q stays there.
@@ -31,6 +34,81 @@ namespace sdpa_dmma {
 
 constexpr int kWarps = 4;
 
+// acc[r][c] = sum over the head dim of X[r-th m8 tile row g][.] Y[c-th n8 tile row g][.]:
+// both operands (row g, column t) fragments from pitch-LD tiles at xw / yw.
+template <int R, int C, int KC, int LD>
+__device__ __forceinline__ void dots(double (&acc)[R][C][2], const double* xw, const double* yw,
+                                     int g, int t) {
+#pragma unroll
+    for (int r = 0; r < R; ++r)
+#pragma unroll
+        for (int c = 0; c < C; ++c) acc[r][c][0] = acc[r][c][1] = 0.0;
+    const double* xa = xw + g * LD + t;
+    const double* yb = yw + g * LD + t;
+#pragma unroll
+    for (int kc = 0; kc < KC; ++kc) {
+        double a[R], b[C];
+#pragma unroll
+        for (int r = 0; r < R; ++r) a[r] = xa[r * 8 * LD + 4 * kc];
+#pragma unroll
+        for (int c = 0; c < C; ++c) b[c] = yb[c * 8 * LD + 4 * kc];
+#pragma unroll
+        for (int r = 0; r < R; ++r)
+#pragma unroll
+            for (int c = 0; c < C; ++c) cl::mma::mma_m8n8k4_f64(acc[r][c], a[r], b[c], acc[r][c]);
+    }
+}
+
+// out[r][ct] += sum over the N n8 tiles' columns of frag[r][n] * Y[that column's row][8 ct
+// + g]: the permuted reduction (frag element e of lane t <-> row 8 n + 2t + e of Y).
+template <int R, int N, int CT, int LD>
+__device__ __forceinline__ void accumulate_rows(double (&out)[R][CT][2],
+                                                const double (&frag)[R][N][2], const double* Y,
+                                                int g, int t) {
+    const double* yb = Y + 2 * t * LD + g;
+#pragma unroll
+    for (int n = 0; n < N; ++n)
+#pragma unroll
+        for (int e = 0; e < 2; ++e) {
+            const double* row = yb + (8 * n + e) * LD;
+#pragma unroll
+            for (int ct = 0; ct < CT; ++ct) {
+                const double b = row[8 * ct];
+#pragma unroll
+                for (int r = 0; r < R; ++r)
+                    cl::mma::mma_m8n8k4_f64(out[r][ct], frag[r][n][e], b, out[r][ct]);
+            }
+        }
+}
+
+// Rows row(r) (below nrows) of acc * mul, columns 8 ct + 2t (+ 1) below ncols, at element
+// offsets off + row * ss of base; one 16-byte store per pair where aligned.
+template <int R, int CT>
+__device__ __forceinline__ void store_frag_rows(double* base, long long off, long long ss,
+                                                const int (&row)[R], int nrows, int ncols,
+                                                const double (&acc)[R][CT][2], double mul,
+                                                int t) {
+    const bool pair = (ncols & 1) == 0 && (ss & 1) == 0 &&
+                      ((unsigned long long)(base + off) & 15) == 0;
+#pragma unroll
+    for (int r = 0; r < R; ++r) {
+        if (row[r] >= nrows) continue;
+        double* dst = base + off + row[r] * ss;
+#pragma unroll
+        for (int ct = 0; ct < CT; ++ct) {
+            const int c = 8 * ct + 2 * t;
+            const double a = acc[r][ct][0] * mul, b = acc[r][ct][1] * mul;
+            if (pair && c < ncols) {
+                *reinterpret_cast<double2*>(dst + c) = double2{a, b};
+            } else {
+                if (c < ncols) dst[c] = a;
+                if (c + 1 < ncols) dst[c + 1] = b;
+            }
+        }
+    }
+}
+
+
 template <int HD, int MT, int NT>
 struct Fwd {
     enum {
@@ -45,49 +123,6 @@ struct Fwd {
 
     double o[MT][CT][2];
     double m[MT], l[MT];
-
-    // S = Q K^T for this warp's rows and the tile's BN keys (raw dot products).
-    __device__ __forceinline__ void scores(double (&s)[MT][NT][2], const double* Qw,
-                                           const double* Ks, int g, int t) const {
-#pragma unroll
-        for (int mt = 0; mt < MT; ++mt)
-#pragma unroll
-            for (int nt = 0; nt < NT; ++nt) s[mt][nt][0] = s[mt][nt][1] = 0.0;
-        const double* qa = Qw + g * LD + t;
-        const double* kb = Ks + g * LD + t;
-#pragma unroll
-        for (int kc = 0; kc < KC; ++kc) {
-            double a[MT], b[NT];
-#pragma unroll
-            for (int mt = 0; mt < MT; ++mt) a[mt] = qa[mt * 8 * LD + 4 * kc];
-#pragma unroll
-            for (int nt = 0; nt < NT; ++nt) b[nt] = kb[nt * 8 * LD + 4 * kc];
-#pragma unroll
-            for (int mt = 0; mt < MT; ++mt)
-#pragma unroll
-                for (int nt = 0; nt < NT; ++nt)
-                    cl::mma::mma_m8n8k4_f64(s[mt][nt], a[mt], b[nt], s[mt][nt]);
-        }
-    }
-
-    // O += P V over the tile's keys, P in the S fragments (permuted reduction, header).
-    __device__ __forceinline__ void accumulate(const double (&s)[MT][NT][2], const double* Vs,
-                                               int g, int t) {
-        const double* vb = Vs + 2 * t * LDV + g;
-#pragma unroll
-        for (int nt = 0; nt < NT; ++nt)
-#pragma unroll
-            for (int e = 0; e < 2; ++e) {
-                const double* row = vb + (8 * nt + e) * LDV;
-#pragma unroll
-                for (int ct = 0; ct < CT; ++ct) {  // unrolled: o stays in registers
-                    const double b = row[8 * ct];
-#pragma unroll
-                    for (int mt = 0; mt < MT; ++mt)
-                        cl::mma::mma_m8n8k4_f64(o[mt][ct], s[mt][nt][e], b, o[mt][ct]);
-                }
-            }
-    }
 
     // Online softmax over keys [kv_begin, kv_end) (as sdpa_fp32::FwdTile::run): on return
     // o (unnormalized), m (log2 domain, -inf when nothing kept) and l (the undropped sum).
@@ -121,7 +156,7 @@ struct Fwd {
                                    Strided{v_off + j0 * p.v_ss, p.v_ss});
             __syncthreads();
             double s[MT][NT][2];
-            scores(s, Qw, Ks, g, t);
+            dots<MT, NT, KC, LD>(s, Qw, Ks, g, t);  // S = Q K^T (raw dot products)
             const bool full = j0 >= full_lo && j0 + BN <= full_hi;
 #pragma unroll
             for (int mt = 0; mt < MT; ++mt) {
@@ -169,7 +204,7 @@ struct Fwd {
                     o[mt][ct][1] *= alpha;
                 }
             }
-            accumulate(s, Vs, g, t);
+            accumulate_rows<MT, NT, CT, LDV>(o, s, Vs, g, t);  // O += P V
         }
     }
 };
@@ -209,31 +244,250 @@ __device__ __forceinline__ void fwd_body(const double* q, const double* k, const
           bi, h, L, ri, rlo, rhi, br.lo / F::BN * F::BN, br.hi, rows_in ? br.lo_max : 1,
           rows_in ? br.hi_min : 0);
 
-    // Epilogue: o = O / l (0 for rows that keep nothing), lse in natural log; two
-    // consecutive columns per lane and column tile (one 16-byte store where aligned).
-    const long long o_base = bi * p.o_sb + h * p.o_sh;
-    const bool pair = (p.dv & 1) == 0 && (p.o_ss & 1) == 0 &&
-                      ((unsigned long long)(o + o_base) & 15) == 0;
+    // Epilogue: o = O / l (0 for rows that keep nothing), lse in natural log.
 #pragma unroll
     for (int mt = 0; mt < MT; ++mt) {
-        const int i = ri[mt];
-        if (i >= p.sq) continue;
         const double inv = f.l[mt] > 0.0 ? 1.0 / f.l[mt] : 0.0;
-        if (t == 0)
-            lse[(long long)blockIdx.y * p.sq + i] =
-                f.l[mt] > 0.0 ? (f.m[mt] + cl::math::log2(f.l[mt])) * Const<double>::ln2
-                              : -INFINITY;
-        double* row = o + o_base + i * p.o_ss;
 #pragma unroll
         for (int ct = 0; ct < F::CT; ++ct) {
-            const int c = 8 * ct + 2 * t;
-            const double a = f.o[mt][ct][0] * inv, b = f.o[mt][ct][1] * inv;
-            if (pair && c < p.dv) {
-                *reinterpret_cast<double2*>(row + c) = double2{a, b};
-            } else {
-                if (c < p.dv) row[c] = a;
-                if (c + 1 < p.dv) row[c + 1] = b;
-            }
+            f.o[mt][ct][0] *= inv;
+            f.o[mt][ct][1] *= inv;
+        }
+        if (t == 0 && ri[mt] < p.sq)
+            lse[(long long)blockIdx.y * p.sq + ri[mt]] =
+                f.l[mt] > 0.0 ? (f.m[mt] + cl::math::log2(f.l[mt])) * Const<double>::ln2
+                              : -INFINITY;
+    }
+    store_frag_rows<MT, F::CT>(o, bi * p.o_sb + h * p.o_sh, p.o_ss, ri, p.sq, p.dv, f.o, 1.0, t);
+#endif
+}
+
+
+// ------------------------------------------------------------------ backward
+// (delta = rowsum(dout * o) first: flash_fp32_bwd_delta<double>, flash_fp32_tile.cuh.)
+//
+// dK, dV (flash_dmma_bwd_dkdv<HD, KT, NQ>): a block owns BN = 4 * 8 KT keys of one
+// (b, hkv), each warp KT m8 key tiles; it walks the GQA group's query heads and the query
+// tiles of BQ = 8 NQ rows that see its keys. Per query tile the transposed tiles S^T = K Q^T
+// and dP^T = V dO^T are DMMAs (A: K / V rows (key g, column t); B: Q / dO rows (query g,
+// column t)), each element goes through grad_element (P * keep and dS), and dV += (P keep)^T
+// dO, dK += dS^T Q take their A fragments straight from those registers with the forward's
+// permuted reduction (B: dO / Q rows 2t + e, column g). No atomics.
+// dQ (flash_dmma_bwd_dq<HD, MT, NT>): a block owns BM = 4 * 8 MT query rows of one (b, hq)
+// and walks the key tiles that the rows see (as the forward): S = Q K^T, dP = dO V^T,
+// dS, the additive mask's gradient (every entry of the block's rows written once), and
+// dQ += dS K with the permuted reduction (B: K rows 2t + e, column g).
+// Shared pitches: HD + 4 doubles for every tile (conflict-free (row g, column t) fragments;
+// the (row 2t + e, column g) reads of the second products meet 2-way conflicts: no pitch
+// serves both patterns of one tile).
+
+template <int HD, int KT, int NQ>
+struct DkDv {
+    enum {
+        BN = kWarps * KT * 8, BQ = NQ * 8, LD = HD + 4, KC = HD / 4, CT = HD / 8,
+        SMEM_DOUBLES = 2 * BN * LD + 2 * BQ * LD,
+    };
+};
+
+template <int HD, int MT, int NT>
+struct Dq {
+    enum {
+        BM = kWarps * MT * 8, BN = NT * 8, LD = HD + 4, KC = HD / 4, CT = HD / 8,
+        SMEM_DOUBLES = 2 * BM * LD + 2 * BN * LD,
+    };
+};
+
+template <int HD, int KT, int NQ>
+__device__ __forceinline__ void dkdv_body(const double* q, const double* k, const double* v,
+                                          const double* dout, const double* lse, double* dk,
+                                          double* dv, const void* mask, const int* lengths_q,
+                                          const int* lengths_kv, const SdpaParamsT<double>& p,
+                                          int mask_kind, const double* delta) {
+#if !CL_MMA_SM80
+    __trap();
+#else
+    typedef DkDv<HD, KT, NQ> F;
+    constexpr int BN = F::BN, BQ = F::BQ, LD = F::LD;
+    DYNAMIC_SHARED(double, smem);
+    double* Ks = smem;
+    double* Vs = Ks + BN * LD;
+    double* Qs = Vs + BN * LD;
+    double* dOs = Qs + BQ * LD;
+    const int bi = blockIdx.y / p.hkv, hk = blockIdx.y % p.hkv;
+    const int j0 = blockIdx.x * BN;
+    const int warp = threadIdx.x >> 5, lane = threadIdx.x & 31, g = lane >> 2, t = lane & 3;
+    const sdpa::Lengths L = sdpa::lengths_of(p, lengths_q, lengths_kv, bi);
+    const long long k_off = bi * p.k_sb + hk * p.k_sh, v_off = bi * p.v_sb + hk * p.v_sh;
+    const int nk = max(0, min(BN, L.kv - j0));
+    load_tile<BN, HD, LD>(Ks, k, kF64, nk, p.d, Io<double>::vec_ok(k, k_off, p.k_ss, p.d, kF64),
+                          Strided{k_off + j0 * p.k_ss, p.k_ss});
+    load_tile<BN, HD, LD>(Vs, v, kF64, nk, p.dv,
+                          Io<double>::vec_ok(v, v_off, p.v_ss, p.dv, kF64),
+                          Strided{v_off + j0 * p.v_ss, p.v_ss});
+    const double* Kw = Ks + warp * KT * 8 * LD;
+    const double* Vw = Vs + warp * KT * 8 * LD;
+    int key[KT];
+#pragma unroll
+    for (int kt = 0; kt < KT; ++kt) key[kt] = j0 + (warp * KT + kt) * 8 + g;
+
+    double dK[KT][F::CT][2], dV[KT][F::CT][2];
+#pragma unroll
+    for (int kt = 0; kt < KT; ++kt)
+#pragma unroll
+        for (int ct = 0; ct < F::CT; ++ct) dK[kt][ct][0] = dK[kt][ct][1] = dV[kt][ct][0] =
+            dV[kt][ct][1] = 0.0;
+
+    // The query rows whose key range meets [j0, j1): the bounds are nondecreasing in the row.
+    const int j1 = min(j0 + BN, L.kv);
+    int i_begin = 0, i_end = 0;
+    if (j0 < j1) {
+        const int shift = p.align_br ? L.kv - L.q : 0;
+        i_begin = p.right >= 0 ? max(0, j0 - shift - p.right) : 0;
+        i_end = p.left >= 0 ? min(L.q, j1 - shift + p.left) : L.q;
+    }
+    for (int hh = 0; hh < p.group; ++hh) {
+        const int h = hk * p.group + hh;
+        const long long bh = (long long)bi * p.hq + h;
+        const long long q_off = bi * p.q_sb + h * p.q_sh, do_off = bi * p.o_sb + h * p.o_sh;
+        const bool vec_q = Io<double>::vec_ok(q, q_off, p.q_ss, p.d, kF64);
+        const bool vec_do = Io<double>::vec_ok(dout, do_off, p.o_ss, p.dv, kF64);
+        for (int i0 = i_begin / BQ * BQ; i0 < i_end; i0 += BQ) {
+            const int nq = min(BQ, p.sq - i0);
+            __syncthreads();  // the previous tile's readers are done
+            load_tile<BQ, HD, LD>(Qs, q, kF64, nq, p.d, vec_q,
+                                  Strided{q_off + i0 * p.q_ss, p.q_ss});
+            load_tile<BQ, HD, LD>(dOs, dout, kF64, nq, p.dv, vec_do,
+                                  Strided{do_off + i0 * p.o_ss, p.o_ss});
+            __syncthreads();
+            double s[KT][NQ][2], dp[KT][NQ][2];
+            dots<KT, NQ, F::KC, LD>(s, Kw, Qs, g, t);
+            dots<KT, NQ, F::KC, LD>(dp, Vw, dOs, g, t);
+            const bool full = mask_kind == 0 && i0 + BQ <= L.q && j0 + BN <= L.kv &&
+                              sdpa::key_range(p, L, i0 + BQ - 1).lo <= j0 &&
+                              sdpa::key_range(p, L, i0).hi >= j0 + BN;
+#pragma unroll
+            for (int nq2 = 0; nq2 < NQ; ++nq2)
+#pragma unroll
+                for (int e = 0; e < 2; ++e) {
+                    const int i = i0 + 8 * nq2 + 2 * t + e;  // this element's query
+                    const sdpa::KeyRange kr = sdpa::key_range(p, L, i);
+                    const bool in = i < L.q;  // the query's lse and delta (cached loads)
+                    const double lrow = in ? lse[bh * p.sq + i] * Const<double>::log2e : -INFINITY;
+                    const double drow = in ? delta[bh * p.sq + i] : 0.0;
+#pragma unroll
+                    for (int kt = 0; kt < KT; ++kt) {
+                        double ds;
+                        s[kt][nq2][e] = grad_element(p, mask, mask_kind, kF64, full, kr, bi, h, i,
+                                                     key[kt], s[kt][nq2][e], dp[kt][nq2][e],
+                                                     lrow, drow, ds);
+                        dp[kt][nq2][e] = ds;
+                    }
+                }
+            accumulate_rows<KT, NQ, F::CT, LD>(dV, s, dOs, g, t);
+            accumulate_rows<KT, NQ, F::CT, LD>(dK, dp, Qs, g, t);
+        }
+    }
+    const int kb = j0 + warp * KT * 8 + g;
+    int rows[KT];
+#pragma unroll
+    for (int kt = 0; kt < KT; ++kt) rows[kt] = kb + 8 * kt;
+    store_frag_rows<KT, F::CT>(dk, k_off, p.k_ss, rows, p.skv, p.d, dK, p.scale, t);
+    store_frag_rows<KT, F::CT>(dv, v_off, p.v_ss, rows, p.skv, p.dv, dV, 1.0, t);
+#endif
+}
+
+template <int HD, int MT, int NT>
+__device__ __forceinline__ void dq_body(const double* q, const double* k, const double* v,
+                                        const double* dout, const double* lse, double* dq,
+                                        double* dmask, const void* mask, const int* lengths_q,
+                                        const int* lengths_kv, const SdpaParamsT<double>& p,
+                                        int mask_kind, const double* delta) {
+#if !CL_MMA_SM80
+    __trap();
+#else
+    typedef Dq<HD, MT, NT> F;
+    constexpr int BM = F::BM, BN = F::BN, LD = F::LD;
+    DYNAMIC_SHARED(double, smem);
+    double* Qs = smem;
+    double* dOs = Qs + BM * LD;
+    double* Ks = dOs + BM * LD;
+    double* Vs = Ks + BN * LD;
+    const int bi = blockIdx.y / p.hq, h = blockIdx.y % p.hq, hk = h / p.group;
+    const long long bh = blockIdx.y;
+    const int m0 = blockIdx.x * BM;
+    const int warp = threadIdx.x >> 5, lane = threadIdx.x & 31, g = lane >> 2, t = lane & 3;
+    const sdpa::Lengths L = sdpa::lengths_of(p, lengths_q, lengths_kv, bi);
+    const long long q_off = bi * p.q_sb + h * p.q_sh, do_off = bi * p.o_sb + h * p.o_sh;
+    const long long k_off = bi * p.k_sb + hk * p.k_sh, v_off = bi * p.v_sb + hk * p.v_sh;
+    const int nq = min(BM, p.sq - m0);
+    load_tile<BM, HD, LD>(Qs, q, kF64, nq, p.d, Io<double>::vec_ok(q, q_off, p.q_ss, p.d, kF64),
+                          Strided{q_off + m0 * p.q_ss, p.q_ss});
+    load_tile<BM, HD, LD>(dOs, dout, kF64, nq, p.dv,
+                          Io<double>::vec_ok(dout, do_off, p.o_ss, p.dv, kF64),
+                          Strided{do_off + m0 * p.o_ss, p.o_ss});
+    const bool vec_k = Io<double>::vec_ok(k, k_off, p.k_ss, p.d, kF64);
+    const bool vec_v = Io<double>::vec_ok(v, v_off, p.v_ss, p.dv, kF64);
+    const bool dmask_on = mask_kind == sdpa::kMaskAdditive;
+    const double* Qw = Qs + warp * MT * 8 * LD;
+    const double* dOw = dOs + warp * MT * 8 * LD;
+
+    int ri[MT];
+    sdpa::KeyRange kr[MT];
+    double lse_r[MT], delta_r[MT];
+#pragma unroll
+    for (int mt = 0; mt < MT; ++mt) {
+        ri[mt] = m0 + (warp * MT + mt) * 8 + g;
+        kr[mt] = sdpa::key_range(p, L, ri[mt]);
+        const bool in = ri[mt] < L.q;
+        lse_r[mt] = in ? lse[bh * p.sq + ri[mt]] * Const<double>::log2e : -INFINITY;
+        delta_r[mt] = in ? delta[bh * p.sq + ri[mt]] : 0.0;
+    }
+    const BlockRange br = block_range(p, L, m0, m0 + BM - 1);
+    const bool rows_in = m0 + BM <= L.q && mask_kind == 0;
+    const int full_lo = rows_in ? br.lo_max : 1, full_hi = rows_in ? br.hi_min : 0;
+    const int kv_begin = br.lo / BN * BN;
+
+    double dQ[MT][F::CT][2];
+#pragma unroll
+    for (int mt = 0; mt < MT; ++mt)
+#pragma unroll
+        for (int ct = 0; ct < F::CT; ++ct) dQ[mt][ct][0] = dQ[mt][ct][1] = 0.0;
+    int written_end = kv_begin;
+    for (int j0 = kv_begin; j0 < br.hi; j0 += BN) {
+        const int nk = min(BN, L.kv - j0);
+        __syncthreads();
+        load_tile<BN, HD, LD>(Ks, k, kF64, nk, p.d, vec_k, Strided{k_off + j0 * p.k_ss, p.k_ss});
+        load_tile<BN, HD, LD>(Vs, v, kF64, nk, p.dv, vec_v, Strided{v_off + j0 * p.v_ss, p.v_ss});
+        __syncthreads();
+        double s[MT][NT][2], dp[MT][NT][2];
+        dots<MT, NT, F::KC, LD>(s, Qw, Ks, g, t);
+        dots<MT, NT, F::KC, LD>(dp, dOw, Vs, g, t);
+        const bool full = j0 >= full_lo && j0 + BN <= full_hi;
+#pragma unroll
+        for (int mt = 0; mt < MT; ++mt)
+#pragma unroll
+            for (int nt = 0; nt < NT; ++nt)
+#pragma unroll
+                for (int e = 0; e < 2; ++e) {
+                    const int key = j0 + 8 * nt + 2 * t + e;
+                    double ds;
+                    grad_element(p, mask, mask_kind, kF64, full, kr[mt], bi, h, ri[mt], key,
+                                 s[mt][nt][e], dp[mt][nt][e], lse_r[mt], delta_r[mt], ds);
+                    if (dmask_on && ri[mt] < p.sq && key < p.skv)
+                        dmask[(bh * p.sq + ri[mt]) * p.skv + key] = ds;
+                    s[mt][nt][e] = ds;
+                }
+        accumulate_rows<MT, NT, F::CT, LD>(dQ, s, Ks, g, t);
+        written_end = j0 + BN;
+    }
+    store_frag_rows<MT, F::CT>(dq, q_off, p.q_ss, ri, p.sq, p.d, dQ, p.scale, t);
+    if (dmask_on) {  // zeros where no tile went: [0, kv_begin) and [written_end, skv)
+        const int zb = min(kv_begin, p.skv), ze = max(min(written_end, p.skv), zb);
+        const int cols = zb + p.skv - ze;
+        for (long long idx = threadIdx.x; idx < (long long)nq * cols; idx += kThreads) {
+            const int r = (int)(idx / cols), c = (int)(idx % cols);
+            const int key = c < zb ? c : ze + (c - zb);
+            dmask[(bh * p.sq + m0 + r) * p.skv + key] = 0.0;
         }
     }
 #endif
@@ -248,4 +502,30 @@ __global__ void __launch_bounds__(sdpa_dmma::kWarps * 32) flash_dmma_fwd(
     const int* __restrict__ lengths_q, const int* __restrict__ lengths_kv,
     const SdpaParamsT<double> p, const int mask_kind) {
     sdpa_dmma::fwd_body<HD, MT, NT>(q, k, v, o, lse, mask, lengths_q, lengths_kv, p, mask_kind);
+}
+
+// Backward argument order (the CUDA-core backward's, less its dtype flag): q, k, v, o, dout,
+// lse, dq, dk, dv, dmask, mask, lengths_q, lengths_kv, params, mask kind, delta.
+template <int HD, int KT, int NQ>
+__global__ void __launch_bounds__(sdpa_dmma::kWarps * 32) flash_dmma_bwd_dkdv(
+    const double* __restrict__ q, const double* __restrict__ k, const double* __restrict__ v,
+    const double* __restrict__ o, const double* __restrict__ dout,
+    const double* __restrict__ lse, double* __restrict__ dq, double* __restrict__ dk,
+    double* __restrict__ dv, double* __restrict__ dmask, const void* __restrict__ mask,
+    const int* __restrict__ lengths_q, const int* __restrict__ lengths_kv,
+    const SdpaParamsT<double> p, const int mask_kind, const double* __restrict__ delta) {
+    sdpa_dmma::dkdv_body<HD, KT, NQ>(q, k, v, dout, lse, dk, dv, mask, lengths_q, lengths_kv, p,
+                                     mask_kind, delta);
+}
+
+template <int HD, int MT, int NT>
+__global__ void __launch_bounds__(sdpa_dmma::kWarps * 32) flash_dmma_bwd_dq(
+    const double* __restrict__ q, const double* __restrict__ k, const double* __restrict__ v,
+    const double* __restrict__ o, const double* __restrict__ dout,
+    const double* __restrict__ lse, double* __restrict__ dq, double* __restrict__ dk,
+    double* __restrict__ dv, double* __restrict__ dmask, const void* __restrict__ mask,
+    const int* __restrict__ lengths_q, const int* __restrict__ lengths_kv,
+    const SdpaParamsT<double> p, const int mask_kind, const double* __restrict__ delta) {
+    sdpa_dmma::dq_body<HD, MT, NT>(q, k, v, dout, lse, dq, dmask, mask, lengths_q, lengths_kv, p,
+                                   mask_kind, delta);
 }

@@ -76,44 +76,7 @@ __global__ void __launch_bounds__(kThreads, 2) flash_fp32_fwd(
 }
 
 // ------------------------------------------------------------------ backward
-// delta[bh, i] = sum_c dout[c] * o[c] (= sum_j P dP, the softmax Jacobian's row term);
-// 0 past lengths_q. One warp per row.
-template <typename A>
-__global__ void __launch_bounds__(kThreads) flash_fp32_bwd_delta(
-    const void* __restrict__ o, const void* __restrict__ dout, const int* __restrict__ lengths_q,
-    const int* __restrict__ lengths_kv, A* __restrict__ delta, const SdpaParamsT<A> p,
-    const int dtype) {
-    const long long row = (long long)blockIdx.x * (kThreads / 32) + threadIdx.x / 32;
-    const int lane = threadIdx.x % 32;
-    if (row >= (long long)p.b * p.hq * p.sq) return;  // whole warps
-    const int i = (int)(row % p.sq), h = (int)(row / p.sq % p.hq), bi = (int)(row / p.sq / p.hq);
-    const long long off = bi * p.o_sb + h * p.o_sh + i * p.o_ss;
-    A sum = A(0);
-    for (int c = lane; c < p.dv; c += 32)
-        sum += Io<A>::load1(o, off + c, dtype) * Io<A>::load1(dout, off + c, dtype);
-#pragma unroll
-    for (int m = 16; m > 0; m >>= 1) sum += __shfl_xor_sync(0xffffffffu, sum, m);
-    if (lane == 0) delta[row] = i < sdpa::lengths_of(p, lengths_q, lengths_kv, bi).q ? sum : A(0);
-}
-
-// P (undropped, from the forward's lse) and dS = P * (dP * keep - delta) of one element;
-// returns P * keep (what multiplies dout in dV).
-template <typename A>
-__device__ __forceinline__ A grad_element(const SdpaParamsT<A>& p, const void* mask,
-                                          int mask_kind, int dtype, bool full, sdpa::KeyRange kr,
-                                          int bi, int h, int i, int key, A s, A dp, A lse_log2,
-                                          A delta, A& ds) {
-    A add = A(0);
-    bool keep = lse_log2 != -INFINITY;
-    if (!full) {
-        keep = keep && key >= kr.lo && key < kr.hi;
-        if (keep && mask_kind) keep = mask_keep(p, mask, mask_kind, dtype, bi, h, i, key, add);
-    }
-    const A pv = keep ? cl::math::exp2(cl::math::fma(s, p.scale_log2, add - lse_log2)) : A(0);
-    const A f = p.drop_threshold != 0 ? drop_factor(p, bi, h, i, key) : A(1);
-    ds = pv * (dp * f - delta);
-    return pv * f;
-}
+// (delta and grad_element: flash_fp32_tile.cuh, shared with the fp64 tensor-core kernels)
 
 // dK, dV of BN keys of one (b, hkv): key rows row(i), query columns key(j) of the
 // transposed score tile S^T = K Q^T.

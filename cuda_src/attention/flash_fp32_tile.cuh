@@ -474,4 +474,46 @@ struct FwdTile {
     }
 };
 
+// P (undropped, from the forward's lse) and dS = P * (dP * keep - delta) of one element;
+// returns P * keep (what multiplies dout in dV).
+template <typename A>
+__device__ __forceinline__ A grad_element(const SdpaParamsT<A>& p, const void* mask,
+                                          int mask_kind, int dtype, bool full, sdpa::KeyRange kr,
+                                          int bi, int h, int i, int key, A s, A dp, A lse_log2,
+                                          A delta, A& ds) {
+    A add = A(0);
+    bool keep = lse_log2 != -INFINITY;
+    if (!full) {
+        keep = keep && key >= kr.lo && key < kr.hi;
+        if (keep && mask_kind) keep = mask_keep(p, mask, mask_kind, dtype, bi, h, i, key, add);
+    }
+    const A pv = keep ? cl::math::exp2(cl::math::fma(s, p.scale_log2, add - lse_log2)) : A(0);
+    const A f = p.drop_threshold != 0 ? drop_factor(p, bi, h, i, key) : A(1);
+    ds = pv * (dp * f - delta);
+    return pv * f;
+}
+
 }  // namespace sdpa_fp32
+
+// ------------------------------------------------------------------ backward
+// delta[bh, i] = sum_c dout[c] * o[c] (= sum_j P dP, the softmax Jacobian's row term);
+// 0 past lengths_q. One warp per row. (The backward's first kernel, CUDA-core and fp64
+// tensor-core solvers alike: every module that includes this header may instantiate it.)
+template <typename A>
+__global__ void __launch_bounds__(sdpa_fp32::kThreads) flash_fp32_bwd_delta(
+    const void* __restrict__ o, const void* __restrict__ dout, const int* __restrict__ lengths_q,
+    const int* __restrict__ lengths_kv, A* __restrict__ delta, const SdpaParamsT<A> p,
+    const int dtype) {
+    const long long row = (long long)blockIdx.x * (sdpa_fp32::kThreads / 32) + threadIdx.x / 32;
+    const int lane = threadIdx.x % 32;
+    if (row >= (long long)p.b * p.hq * p.sq) return;  // whole warps
+    const int i = (int)(row % p.sq), h = (int)(row / p.sq % p.hq), bi = (int)(row / p.sq / p.hq);
+    const long long off = bi * p.o_sb + h * p.o_sh + i * p.o_ss;
+    A sum = A(0);
+    typedef sdpa_fp32::Io<A> io;
+    for (int c = lane; c < p.dv; c += 32)
+        sum += io::load1(o, off + c, dtype) * io::load1(dout, off + c, dtype);
+#pragma unroll
+    for (int m = 16; m > 0; m >>= 1) sum += __shfl_xor_sync(0xffffffffu, sum, m);
+    if (lane == 0) delta[row] = i < sdpa::lengths_of(p, lengths_q, lengths_kv, bi).q ? sum : A(0);
+}

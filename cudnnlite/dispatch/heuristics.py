@@ -202,12 +202,19 @@ SDPA_BWD_UNFUSED = "sdpa_bwd_unfused"
 SDPA_BWD_TC = "sdpa_bwd_flash_tc"
 SDPA_BWD_TC_SPLIT = "sdpa_bwd_flash_tc_split"
 SDPA_BWD_FP32 = "sdpa_bwd_flash_fp32"
+SDPA_BWD_DMMA = "sdpa_bwd_flash_dmma"
 
 
 def _attention_tc(p: AttentionProblem, caps: Capabilities) -> bool:
     return (p.dtype == "fp16" and caps.fp16_tensor_cores) or (
         p.dtype == "bf16" and caps.bf16_tensor_cores
     )
+
+
+def _attention_dmma(p: AttentionProblem, caps: Capabilities) -> bool:
+    """float64 on a GPU with the fp64 MMA (sm_80+); not on the emulator, whose rankings
+    stay as they were."""
+    return p.dtype == "fp64" and not caps.emulator and caps.bf16_tensor_cores
 
 
 def sdpa_fwd_ranking(p: AttentionProblem, caps: Capabilities) -> list[str]:
@@ -220,7 +227,7 @@ def sdpa_fwd_ranking(p: AttentionProblem, caps: Capabilities) -> list[str]:
     (not on the emulator, where the rankings stay as they were)."""
     decode = [SDPA_DECODE] if p.sq <= 16 and p.skv >= 256 else []
     tc = [SDPA_FLASH_TC] if _attention_tc(p, caps) else []
-    if p.dtype == "fp64" and not caps.emulator and caps.bf16_tensor_cores:
+    if _attention_dmma(p, caps):
         tc = [SDPA_FLASH_DMMA]
     return decode + tc + [SDPA_FLASH_FP32, SDPA_UNFUSED]
 
@@ -228,8 +235,11 @@ def sdpa_fwd_ranking(p: AttentionProblem, caps: Capabilities) -> list[str]:
 def sdpa_bwd_ranking(p: AttentionProblem, caps: Capabilities) -> list[str]:
     """The tensor-core backward with atomic dQ first (one pass), its deterministic split
     form next (the selector takes it in deterministic mode), then CUDA cores, then the
-    unfused solver."""
+    unfused solver. float64 on sm_80+ GPUs: the fp64 tensor-core backward first (head dims
+    up to 128; the selector skips it above)."""
     tc = [SDPA_BWD_TC, SDPA_BWD_TC_SPLIT] if _attention_tc(p, caps) else []
+    if _attention_dmma(p, caps):
+        tc = [SDPA_BWD_DMMA]
     return tc + [SDPA_BWD_FP32, SDPA_BWD_UNFUSED]
 
 

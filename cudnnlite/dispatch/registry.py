@@ -84,6 +84,7 @@ _ENTRIES: tuple[tuple[str, str], ...] = (
     ("sdpa_bwd_flash_tc", "cudnnlite.solvers.attention.flash_bwd:FlashTcBwdSolver"),
     ("sdpa_fwd_flash_fp32", "cudnnlite.solvers.attention.flash_fp32:FlashFp32FwdSolver"),
     ("sdpa_fwd_flash_dmma", "cudnnlite.solvers.attention.flash_dmma:FlashDmmaFwdSolver"),
+    ("sdpa_bwd_flash_dmma", "cudnnlite.solvers.attention.flash_dmma:FlashDmmaBwdSolver"),
     ("sdpa_bwd_flash_fp32", "cudnnlite.solvers.attention.flash_fp32:FlashFp32BwdSolver"),
     ("sdpa_fwd_flash_decode", "cudnnlite.solvers.attention.flash_decode:FlashDecodeSolver"),
     ("sdpa_bwd_flash_tc_split", "cudnnlite.solvers.attention.flash_bwd:FlashTcBwdSplitSolver"),

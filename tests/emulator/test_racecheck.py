@@ -298,8 +298,11 @@ SWEEP = textwrap.dedent(
         ),
         "sdpa": lambda: cl.scaled_dot_product_attention(q, q, q),
         "sdpa fp16": lambda: cl.scaled_dot_product_attention(*(f(1, 2, 64, 64).astype(h),) * 3),
-        "sdpa fp64 dmma": lambda: cl.scaled_dot_product_attention(
-            *(f(1, 1, 40, 16).astype(d),) * 3, is_causal=True, algo="sdpa_fwd_flash_dmma"),
+        "sdpa fp64 dmma": lambda: cl.scaled_dot_product_attention_backward(
+            *(f(1, 1, 40, 16).astype(d),) * 5,
+            cl.scaled_dot_product_attention(*(f(1, 1, 40, 16).astype(d),) * 3, is_causal=True,
+                                            return_lse=True, algo="sdpa_fwd_flash_dmma")[1],
+            is_causal=True, algo="sdpa_bwd_flash_dmma"),
         "ctc_loss": lambda: cl.ctc_loss(
             np.log(cl.softmax(f(12, 2, 5), axis=-1)),
             rng.integers(1, 5, (2, 4)).astype(np.int32),
