@@ -146,7 +146,8 @@ class TcBwdDataPhasedSolver(Solver):
         return APPLICABLE
 
     def configs(self, problem: ConvProblem, caps: Capabilities) -> list[TcConfig]:
-        (_, wide), (_, narrow) = _TABLES[problem.dtype]
+        # (is_applicable refuses other dtypes; a forced call still asks for a config)
+        (_, wide), (_, narrow) = _TABLES.get(problem.dtype, _TABLES["fp16"])
         tiles = narrow if align_for(problem) == aligns(problem)[1] else wide
         if problem.ndim == 3:
             tiles = tuple(t for t in tiles if t in BWD_TILES_3D)
