@@ -383,3 +383,28 @@ def test_fp64_tensor_core_backward_dispatch_and_refusals() -> None:
         q = _p(d=hd, dv=hd, direction="bwd")
         assert solver.is_applicable(q, for_sm(86)), hd
         assert 2 * solver._smem(q) <= 228 * 1024
+
+
+@pytest.mark.parametrize(
+    "problem, extra",
+    [
+        DMMA_CASES["tiles_hd256_gqa_lengths"],  # d 256, dv 130: dV's second half is 2 columns
+        (_p(sq=9, skv=21, d=130, dv=40, causal=True, mask="additive"), {}),  # dV: first half only
+    ],
+    ids=["d256_dv130_gqa_lengths", "d130_dv40_causal_additive"],
+)
+def test_fp64_cuda_core_backward_head_dim_256_column_halves(problem, extra) -> None:
+    """The CUDA-core dK/dV kernel of fp64 head dim 256 runs two blocks per key tile, each
+    holding half of dK's and dV's columns (its double accumulators would spill otherwise):
+    every column of both halves against the reference, head dims that end in either half."""
+    ops = operands(problem, seed=9, **extra)
+    scalars = default_scalars(problem)
+    o, lse = run_forward("cpu", registry.get("sdpa_fwd_flash_fp32"), problem, ops, scalars)
+    bd = _check_forward(problem, ops, scalars, o, lse)
+    bwd_problem = dataclasses.replace(problem, direction="bwd")
+    grads = run_backward("cpu", registry.get("sdpa_bwd_flash_fp32"), bwd_problem, ops, scalars,
+                         o, lse)  # fmt: skip
+    ref = dict(zip(("dq", "dk", "dv", "dmask"), reference_backward(bwd_problem, ops, scalars),
+                   strict=True))  # fmt: skip
+    for name in grads:
+        _within(grads[name], ref[name], bd[name], f"{problem.key()} {name}")

@@ -78,6 +78,12 @@ __global__ void __launch_bounds__(kThreads, 2) flash_fp32_fwd(
 // ------------------------------------------------------------------ backward
 // (delta and grad_element: flash_fp32_tile.cuh, shared with the fp64 tensor-core kernels)
 
+// Column halves of the dK/dV kernel (grid z): 2 for double accumulators of head dim 256.
+template <typename A>
+__host__ __device__ constexpr int dkdv_column_split(int hd) {
+    return sizeof(A) == 8 && hd == 256 ? 2 : 1;
+}
+
 // dK, dV of BN keys of one (b, hkv): key rows row(i), query columns key(j) of the
 // transposed score tile S^T = K Q^T.
 template <int BM, int BN, int HD, typename A = float>
@@ -90,8 +96,13 @@ __global__ void __launch_bounds__(kThreads, 2) flash_fp32_bwd_dkdv(
     const int* __restrict__ lengths_kv,
     // sizes, strides, masking; the workspace's delta
     const SdpaParamsT<A> p, const int dtype, const int mask_kind, const A* __restrict__ delta) {
-    constexpr int RM = BN / kTR, RN = BM / kTC, CN = HD / kTC, LD = HD + 4, LDT = BM + 4;
+    // Double accumulators of head dim 256 (dK and dV: 128 doubles a thread) spill: those
+    // blocks split the columns of dK and dV in two halves (blockIdx.z; the solver launches
+    // two), each recomputing S and dP over the whole head dim.
+    constexpr int SPLIT = dkdv_column_split<A>(HD);
+    constexpr int RM = BN / kTR, RN = BM / kTC, CN = HD / kTC / SPLIT, LD = HD + 4, LDT = BM + 4;
     static_assert(BN % kTR == 0 && BM % kTC == 0 && BM % 4 == 0 && HD % 32 == 0, "tile shape");
+    const int c0 = SPLIT > 1 ? blockIdx.z * (HD / SPLIT) : 0;  // first dK / dV column
     DYNAMIC_SHARED(A, smem);
     A* Ks = smem;
     A* Vs = Ks + BN * LD;
@@ -167,12 +178,12 @@ __global__ void __launch_bounds__(kThreads, 2) flash_fp32_bwd_dkdv(
                 }
             }
             __syncthreads();
-            acc_tile<RM, CN, BM, LDT, LD>(dV, Pt, dOs, ty, tx);
-            acc_tile<RM, CN, BM, LDT, LD>(dK, dSt, Qs, ty, tx);
+            acc_tile<RM, CN, BM, LDT, LD>(dV, Pt, dOs + c0, ty, tx);
+            acc_tile<RM, CN, BM, LDT, LD>(dK, dSt, Qs + c0, ty, tx);
         }
     }
-    store_rows(dk, dtype, k_off, p.k_ss, j0, p.skv, p.d, dK, p.scale, ty, tx);
-    store_rows(dv, dtype, v_off, p.v_ss, j0, p.skv, p.dv, dV, A(1), ty, tx);
+    store_rows(dk, dtype, k_off + c0, p.k_ss, j0, p.skv, p.d - c0, dK, p.scale, ty, tx);
+    store_rows(dv, dtype, v_off + c0, p.v_ss, j0, p.skv, p.dv - c0, dV, A(1), ty, tx);
 }
 
 // dQ of BM query rows of one (b, hq), and dmask (the additive mask's gradient: dS at kept

@@ -17,7 +17,9 @@ dropout). Vector loads where dims, strides and pointers allow, scalar otherwise.
 the exact fp32 path (the tensor-core solvers cover fp16/bf16 with head dims multiple of 8).
 
 Config: :class:`Fp32Config` (block_m query rows x block_n keys); one tile per HD, chosen
-for two 128-thread blocks per SM on sm_90 without spills. fp64 tiles hold half the rows or
+for two 128-thread blocks per SM on sm_90 without spills (the fp64 dK/dV kernel of HD 256
+runs two blocks per key tile, each with half of dK's and dV's columns: 214 registers where
+the whole width spilled 168 bytes). fp64 tiles hold half the rows or
 keys (a double takes two registers and 8 bytes of shared memory); their shared memory
 fits sm_75's 64 KiB only for head dims <= 64 (elsewhere ``is_applicable`` says so and the
 dispatcher takes the unfused solver).
@@ -77,6 +79,13 @@ def fwd_tiles(problem_dtype: str) -> dict[int, tuple[int, int]]:
 
 def bwd_tiles(problem_dtype: str) -> dict[int, tuple[int, int]]:
     return BWD_TILES64 if problem_dtype == "fp64" else BWD_TILES
+
+
+def dkdv_column_split(problem_dtype: str, hd: int) -> int:
+    """Blocks per key tile of the dK/dV kernel (grid z; ``dkdv_column_split`` in the .cu):
+    2 for fp64 with head dim 256, whose double dK and dV accumulators would spill, so each
+    block takes half of their columns (recomputing S and dP); 1 otherwise."""
+    return 2 if problem_dtype == "fp64" and hd == 256 else 1
 
 
 def head_tile(problem: AttentionProblem) -> int:
@@ -250,7 +259,7 @@ class _BwdRunner(Runner):
         self.dq = backend.kernel(spec, dq)
         p = problem
         self.grid_delta = (-(-p.b * p.hq * p.sq // (THREADS // 32)),)
-        self.grid_dkdv = (-(-p.skv // bn), p.b * p.hkv)
+        self.grid_dkdv = (-(-p.skv // bn), p.b * p.hkv, dkdv_column_split(p.dtype, hd))
         self.grid_dq = (-(-p.sq // bm), p.b * p.hq)
         self.smem_dkdv, self.smem_dq = bwd_smem_bytes(bm, bn, hd, acc_bytes(problem))
         self.problem = problem
