@@ -260,12 +260,21 @@ def array_module(a: Any) -> Any:
     return cupy
 
 
-def contiguous(a: Any, family: str) -> Any:
-    """``a`` itself when it is None or C-contiguous, else a C-contiguous copy: host work
-    (a NumPy copy, or a CuPy copy outside the library's kernels) that ``family`` reports
-    through graph.note_host_work, so graphs and launch templates refuse to skip it."""
-    if a is None or a.flags.c_contiguous:
+def contiguous(a: Any, family: str, align: int = 0) -> Any:
+    """``a`` itself when it is None or C-contiguous (and, with ``align``, its data aligned
+    to ``align`` bytes), else a C-contiguous copy in a fresh allocation (NumPy's and CuPy's
+    are aligned to 16 bytes or more): host work (a NumPy copy, or a CuPy copy outside the
+    library's kernels) that ``family`` reports through graph.note_host_work, so graphs and
+    launch templates refuse to skip it. ``align`` serves kernels that copy operands in
+    16-byte vectors (cp.async), which a contiguous view at an odd offset (a slice) would
+    make fault on a GPU."""
+    if a is None:
         return a
+    if a.flags.c_contiguous:
+        if not align or data_pointer(a) % align == 0:
+            return a
+        note_host_work(f"{family}: an aligned copy of an operand at an odd address")
+        return array_module(a).array(a, copy=True, order="C")
     note_host_work(f"{family}: a contiguous copy of a non-contiguous operand")
     return array_module(a).ascontiguousarray(a)
 

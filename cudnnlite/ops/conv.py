@@ -314,7 +314,9 @@ def _check_operand(name: str, a: Any, shape: tuple[int, ...], dtype: Any) -> Non
         raise BadParamError(f"{name}: expected dtype {dtype} like x, got {a.dtype}")
 
 
-_contiguous = functools.partial(contiguous, family="conv")
+# Operands 16-byte aligned: the tensor-core kernels copy x, w, dy in 16-byte cp.async
+# vectors (the epilogue checks y's own alignment, so out= may sit anywhere).
+_contiguous = functools.partial(contiguous, family="conv", align=16)
 
 
 def _run(plan: Plan, x: Any, w: Any, bias: Any, z: Any, out: Any, epilogue: Epilogue) -> Any:
