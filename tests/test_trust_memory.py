@@ -210,3 +210,35 @@ def test_batch_norm_add_with_z_is_out(backend: str, training: bool) -> None:
     c = (slice(None), None, None)
     ref = np.maximum((x - mean[c]) / np.sqrt(var[c] + 1e-5) + z, 0)
     np.testing.assert_allclose(apart, ref, rtol=1e-5, atol=1e-5)
+
+
+# ------------------------------------------------------------------ misaligned operands
+def _odd(shape: tuple[int, ...], dtype, seed: int) -> np.ndarray:
+    """Random values in a C-contiguous view one element past a 16-byte boundary."""
+    n = int(np.prod(shape))
+    buf = np.empty(n + 8, dtype)
+    start = next(i for i in range(1, 9) if (buf.ctypes.data + i * buf.itemsize) % 16)
+    view = buf[start : start + n].reshape(shape)
+    view[...] = np.random.default_rng(seed).standard_normal(shape).astype(dtype)
+    return view
+
+
+def test_operands_at_odd_addresses_never_misalign_a_vector_access(
+    backend: str, emulator_only: None, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """Contiguous views at odd addresses (slices) through the families whose kernels load
+    16-byte vectors (tensor-core convolution, tensor-core attention), under the ASan build,
+    whose alignment check fails any access a GPU would fault on ("misaligned address"):
+    the ops realign such operands, so every call runs and matches the aligned one."""
+    import cudnnlite as cl
+
+    monkeypatch.setenv("CUDNNLITE_EMU_ASAN", "1")
+    h = np.float16
+    x, w, z = _odd((1, 6, 6, 16), h, 0), _odd((16, 3, 3, 16), h, 1), _odd((1, 6, 6, 16), h, 2)
+    kw = dict(padding=1, layout="NHWC", algo="conv_fwd_tc_implicit_gemm")
+    got = cl.conv2d(x, w, z=z, **kw)
+    np.testing.assert_array_equal(got, cl.conv2d(x.copy(), w.copy(), z=z.copy(), **kw))
+    q, k, v = (_odd((1, 2, 16, 64), h, s) for s in (3, 4, 5))
+    o = cl.scaled_dot_product_attention(q, k, v, algo="sdpa_fwd_flash_tc")
+    np.testing.assert_array_equal(o, cl.scaled_dot_product_attention(
+        q.copy(), k.copy(), v.copy(), algo="sdpa_fwd_flash_tc"))  # fmt: skip

@@ -19,6 +19,9 @@
 //   half_bf16_ops        16-bit conversions and one op per 16-bit type
 //   planted_deadlock     lane 0 at a barrier, the rest of its warp in __syncwarp
 //   planted_out_of_bounds writes x[n] (AddressSanitizer build catches it)
+//   planted_misaligned   y[i] = the float4 at x + 4 i + offset: offset % 4 != 0 is a
+//                        misaligned address on a GPU (the AddressSanitizer build's
+//                        alignment check catches it)
 //   trap_if              __trap() on request (execution error)
 //   partial_warp_reduce  butterfly sum per warp in a block whose last warp is partial:
 //                        with the mask of the lanes present (correct), or with the full
@@ -229,6 +232,12 @@ extern "C" __global__ void planted_deadlock(int* out) {
 extern "C" __global__ void planted_out_of_bounds(float* x, int n) {
     int i = blockIdx.x * blockDim.x + threadIdx.x;
     if (i <= n) x[i] = 1.0f;
+}
+
+// Bug unless offset % 4 == 0: a float4 load off its 16-byte boundary (x itself aligned).
+extern "C" __global__ void planted_misaligned(const float* x, float4* y, int offset, int n) {
+    int i = blockIdx.x * blockDim.x + threadIdx.x;
+    if (i < n) y[i] = *reinterpret_cast<const float4*>(x + 4 * i + offset);
 }
 
 // Stops the kernel with __trap() when flag != 0 (an execution error).

@@ -24,6 +24,7 @@ EMULATOR_SELFTEST = ModuleSpec.make(
         "half_bf16_ops",
         "planted_deadlock",
         "planted_out_of_bounds",
+        "planted_misaligned",
         "trap_if",
         "partial_warp_reduce",
         "planted_warp_op_after_exit",

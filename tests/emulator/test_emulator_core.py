@@ -425,6 +425,20 @@ def test_address_sanitizer_catches_out_of_bounds(
     assert np.all(y == 1.0)
 
 
+def test_address_sanitizer_build_catches_misaligned_accesses(
+    backend: str, emulator_only: None, env: pytest.MonkeyPatch
+) -> None:
+    # A float4 load 4 bytes past a 16-byte boundary faults on a GPU ("misaligned address");
+    # the ASan build's alignment check makes it a kernel error naming the type and site.
+    env.setenv("CUDNNLITE_EMU_ASAN", "1")
+    x = np.arange(40, dtype=np.float32)
+    y = np.zeros((8, 4), np.float32)
+    with pytest.raises(ExecutionError, match=r"misaligned access: .*float4.* needs 16-byte"):
+        run(backend, "planted_misaligned", 1, 8, (x, y, np.int32(1), np.int32(8)))
+    run(backend, "planted_misaligned", 1, 8, (x, y, np.int32(4), np.int32(8)))  # aligned
+    np.testing.assert_array_equal(y, x[4:36].reshape(8, 4))
+
+
 def test_fiber_switch_is_measurable(backend: str, emulator_only: None) -> None:
     module = backend_by_name("cpu").module(EMULATOR_SELFTEST)
     assert module.measure_switch_ns(10_000) > 0  # the figure itself is a benchmark's

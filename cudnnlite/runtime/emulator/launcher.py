@@ -160,6 +160,11 @@ def compile_flags(asan: bool, racecheck: bool = False) -> list[str]:
         flags += [
             "-fsanitize=address",
             "-fsanitize-recover=address",
+            # misaligned accesses fault on a GPU: the module's own handler (cuda_emu.h,
+            # EMU_ALIGNCHECK) makes each one a kernel error
+            "-fsanitize=alignment",
+            "-fsanitize-recover=alignment",
+            "-DEMU_ALIGNCHECK=1",
             "-fno-omit-frame-pointer",
             "-O1",
             "-static-libstdc++",

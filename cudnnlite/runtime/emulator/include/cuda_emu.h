@@ -1438,6 +1438,44 @@ inline KernelEntry make_entry(const char* name, void (*k)(Args...)) {
 
 }  // namespace emu
 
+// ---------------------------------------------------------------- misaligned accesses
+// The AddressSanitizer build also compiles with -fsanitize=alignment (EMU_ALIGNCHECK): g++
+// checks the alignment of every typed access and calls this handler (the module's own, in
+// place of libubsan's report) on a misaligned one. A GPU faults on those ("misaligned
+// address": a float4 / uint4 / double2 access off its 16-byte boundary, a float off 4),
+// where a CPU reads on; here the kernel fails naming the type, the address and the site,
+// as the cp.async checks do.
+#if defined(EMU_ALIGNCHECK)
+namespace emu {
+namespace ubsan {
+struct SourceLocation {
+    const char* file;
+    unsigned line, column;
+};
+struct TypeDescriptor {
+    unsigned short kind, info;
+    char name[1];
+};
+struct TypeMismatchData {  // libubsan's layout of the call's static data
+    SourceLocation loc;
+    const TypeDescriptor* type;
+    unsigned char log_alignment, check_kind;
+};
+}  // namespace ubsan
+}  // namespace emu
+
+extern "C" void __ubsan_handle_type_mismatch_v1(void* data, void* ptr) {
+    const auto* d = static_cast<const ::emu::ubsan::TypeMismatchData*>(data);
+    const uintptr_t align = uintptr_t(1) << d->log_alignment;
+    if (ptr == nullptr || reinterpret_cast<uintptr_t>(ptr) % align == 0) return;
+    char where[64];
+    snprintf(where, sizeof where, "%p", ptr);
+    ::emu::fail("misaligned access: " + std::string(d->type->name) + " needs " +
+                std::to_string(align) + "-byte alignment, address " + where + " (" +
+                (d->loc.file ? d->loc.file : "?") + ":" + std::to_string(d->loc.line) + ")");
+}
+#endif
+
 // ---------------------------------------------------------------- the CUDA names
 #define threadIdx (::emu::worker().current->tid)
 #define blockIdx (::emu::worker().block_idx)
