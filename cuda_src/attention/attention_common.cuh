@@ -139,12 +139,18 @@ __device__ __forceinline__ unsigned long long stream_offset(const P& p) {
 // The dropout keep factor of probability element (bi, h, i, j): 0 or drop_scale (in the
 // type of p's drop_scale). Each call draws a Philox group of four words; kernels that
 // visit 4 consecutive elements of one group may share the draw (element e's word is e % 4).
+// dropout_factor_at takes the stream's offset (stream_offset(p)) read once by the caller.
 template <typename A>
-__device__ __forceinline__ A dropout_factor(const SdpaParamsT<A>& p, int bi, int h, int i, int j) {
+__device__ __forceinline__ A dropout_factor_at(const SdpaParamsT<A>& p, unsigned long long offset,
+                                               int bi, int h, int i, int j) {
     const unsigned long long e =
         ((((unsigned long long)bi * p.hq + h) * p.sq + i) * (unsigned long long)p.skv) + j;
-    const cl::Philox4 w = cl::philox_group(p.seed, stream_offset(p), e >> 2);
+    const cl::Philox4 w = cl::philox_group(p.seed, offset, e >> 2);
     return w.v[e & 3] >= p.drop_threshold ? p.drop_scale : A(0);
+}
+template <typename A>
+__device__ __forceinline__ A dropout_factor(const SdpaParamsT<A>& p, int bi, int h, int i, int j) {
+    return dropout_factor_at(p, stream_offset(p), bi, h, i, j);
 }
 
 }  // namespace sdpa

@@ -861,15 +861,17 @@ struct Dq {
             }
             const bool drop = p.drop_threshold != 0;
             // (Per element here: the keep bits of drop_bits make ptxas cap this kernel at 128
-            // registers and spill for D = 32.)
+            // registers and spill for D = 32; the stream's offset read once per tile, as a
+            // per-draw read of the PhiloxState counter did too.)
+            const unsigned long long drop_offset = drop ? sdpa::stream_offset(p) : 0ull;
 #pragma unroll
             for (int f = 0; f < NFK; ++f)
 #pragma unroll
                 for (int r = 0; r < 4; ++r) {
                     float d = dp[f][r];
                     if (drop)
-                        d *= sdpa::dropout_factor(p, bi, h, i0 + 8 * (r >> 1),
-                                                  nw + 8 * f + 2 * t + (r & 1));
+                        d *= sdpa::dropout_factor_at(p, drop_offset, bi, h, i0 + 8 * (r >> 1),
+                                                     nw + 8 * f + 2 * t + (r & 1));
                     dp[f][r] = s[f][r] * (d - dl[r >> 1]);
                 }
             add_dq(acc, dp, dSw, Ks, k_t, lane);
