@@ -337,21 +337,14 @@ __device__ __forceinline__ void dkdv_body(const double* q, const double* k, cons
         for (int ct = 0; ct < F::CT; ++ct) dK[kt][ct][0] = dK[kt][ct][1] = dV[kt][ct][0] =
             dV[kt][ct][1] = 0.0;
 
-    // The query rows whose key range meets [j0, j1): the bounds are nondecreasing in the row.
-    const int j1 = min(j0 + BN, L.kv);
-    int i_begin = 0, i_end = 0;
-    if (j0 < j1) {
-        const int shift = p.align_br ? L.kv - L.q : 0;
-        i_begin = p.right >= 0 ? max(0, j0 - shift - p.right) : 0;
-        i_end = p.left >= 0 ? min(L.q, j1 - shift + p.left) : L.q;
-    }
+    const RowSpan span = query_span(p, L, j0, min(j0 + BN, L.kv));
     for (int hh = 0; hh < p.group; ++hh) {
         const int h = hk * p.group + hh;
         const long long bh = (long long)bi * p.hq + h;
         const long long q_off = bi * p.q_sb + h * p.q_sh, do_off = bi * p.o_sb + h * p.o_sh;
         const bool vec_q = Io<double>::vec_ok(q, q_off, p.q_ss, p.d, kF64);
         const bool vec_do = Io<double>::vec_ok(dout, do_off, p.o_ss, p.dv, kF64);
-        for (int i0 = i_begin / BQ * BQ; i0 < i_end; i0 += BQ) {
+        for (int i0 = span.begin / BQ * BQ; i0 < span.end; i0 += BQ) {
             const int nq = min(BQ, p.sq - i0);
             __syncthreads();  // the previous tile's readers are done
             load_tile<BQ, HD, LD>(Qs, q, kF64, nq, p.d, vec_q,
@@ -362,24 +355,19 @@ __device__ __forceinline__ void dkdv_body(const double* q, const double* k, cons
             double s[KT][NQ][2], dp[KT][NQ][2];
             dots<KT, NQ, F::KC, LD>(s, Kw, Qs, g, t);
             dots<KT, NQ, F::KC, LD>(dp, Vw, dOs, g, t);
-            const bool full = mask_kind == 0 && i0 + BQ <= L.q && j0 + BN <= L.kv &&
-                              sdpa::key_range(p, L, i0 + BQ - 1).lo <= j0 &&
-                              sdpa::key_range(p, L, i0).hi >= j0 + BN;
+            const bool full = pair_full(p, L, mask_kind, i0, BQ, j0, BN);
 #pragma unroll
             for (int nq2 = 0; nq2 < NQ; ++nq2)
 #pragma unroll
                 for (int e = 0; e < 2; ++e) {
                     const int i = i0 + 8 * nq2 + 2 * t + e;  // this element's query
-                    const sdpa::KeyRange kr = sdpa::key_range(p, L, i);
-                    const bool in = i < L.q;  // the query's lse and delta (cached loads)
-                    const double lrow = in ? lse[bh * p.sq + i] * Const<double>::log2e : -INFINITY;
-                    const double drow = in ? delta[bh * p.sq + i] : 0.0;
+                    const GradRow<double> gr = grad_row(p, L, lse, delta, bh, i);  // (cached)
 #pragma unroll
                     for (int kt = 0; kt < KT; ++kt) {
                         double ds;
-                        s[kt][nq2][e] = grad_element(p, mask, mask_kind, kF64, full, kr, bi, h, i,
-                                                     key[kt], s[kt][nq2][e], dp[kt][nq2][e],
-                                                     lrow, drow, ds);
+                        s[kt][nq2][e] = grad_element(p, mask, mask_kind, kF64, full, gr.kr, bi, h,
+                                                     i, key[kt], s[kt][nq2][e], dp[kt][nq2][e],
+                                                     gr.lse_log2, gr.delta, ds);
                         dp[kt][nq2][e] = ds;
                     }
                 }
@@ -432,15 +420,11 @@ __device__ __forceinline__ void dq_body(const double* q, const double* k, const 
     const double* dOw = dOs + warp * MT * 8 * LD;
 
     int ri[MT];
-    sdpa::KeyRange kr[MT];
-    double lse_r[MT], delta_r[MT];
+    GradRow<double> gr[MT];
 #pragma unroll
     for (int mt = 0; mt < MT; ++mt) {
         ri[mt] = m0 + (warp * MT + mt) * 8 + g;
-        kr[mt] = sdpa::key_range(p, L, ri[mt]);
-        const bool in = ri[mt] < L.q;
-        lse_r[mt] = in ? lse[bh * p.sq + ri[mt]] * Const<double>::log2e : -INFINITY;
-        delta_r[mt] = in ? delta[bh * p.sq + ri[mt]] : 0.0;
+        gr[mt] = grad_row(p, L, lse, delta, bh, ri[mt]);
     }
     const BlockRange br = block_range(p, L, m0, m0 + BM - 1);
     const bool rows_in = m0 + BM <= L.q && mask_kind == 0;
@@ -471,8 +455,8 @@ __device__ __forceinline__ void dq_body(const double* q, const double* k, const 
                 for (int e = 0; e < 2; ++e) {
                     const int key = j0 + 8 * nt + 2 * t + e;
                     double ds;
-                    grad_element(p, mask, mask_kind, kF64, full, kr[mt], bi, h, ri[mt], key,
-                                 s[mt][nt][e], dp[mt][nt][e], lse_r[mt], delta_r[mt], ds);
+                    grad_element(p, mask, mask_kind, kF64, full, gr[mt].kr, bi, h, ri[mt], key,
+                                 s[mt][nt][e], dp[mt][nt][e], gr[mt].lse_log2, gr[mt].delta, ds);
                     if (dmask_on && ri[mt] < p.sq && key < p.skv)
                         dmask[(bh * p.sq + ri[mt]) * p.skv + key] = ds;
                     s[mt][nt][e] = ds;
@@ -481,15 +465,7 @@ __device__ __forceinline__ void dq_body(const double* q, const double* k, const 
         written_end = j0 + BN;
     }
     store_frag_rows<MT, F::CT>(dq, q_off, p.q_ss, ri, p.sq, p.d, dQ, p.scale, t);
-    if (dmask_on) {  // zeros where no tile went: [0, kv_begin) and [written_end, skv)
-        const int zb = min(kv_begin, p.skv), ze = max(min(written_end, p.skv), zb);
-        const int cols = zb + p.skv - ze;
-        for (long long idx = threadIdx.x; idx < (long long)nq * cols; idx += kThreads) {
-            const int r = (int)(idx / cols), c = (int)(idx % cols);
-            const int key = c < zb ? c : ze + (c - zb);
-            dmask[(bh * p.sq + m0 + r) * p.skv + key] = 0.0;
-        }
-    }
+    if (dmask_on) zero_dmask_outside(dmask, p, bh, m0, nq, kv_begin, written_end);
 #endif
 }
 

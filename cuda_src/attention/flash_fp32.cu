@@ -129,21 +129,14 @@ __global__ void __launch_bounds__(kThreads, 2) flash_fp32_bwd_dkdv(
 #pragma unroll
         for (int c = 0; c < CN; ++c) dK[i][c] = dV[i][c] = A(0);
 
-    // The query rows whose key range meets [j0, j1): the bounds are nondecreasing in the row.
-    const int j1 = min(j0 + BN, L.kv);
-    int i_begin = 0, i_end = 0;
-    if (j0 < j1) {
-        const int shift = p.align_br ? L.kv - L.q : 0;
-        i_begin = p.right >= 0 ? max(0, j0 - shift - p.right) : 0;
-        i_end = p.left >= 0 ? min(L.q, j1 - shift + p.left) : L.q;
-    }
+    const RowSpan span = query_span(p, L, j0, min(j0 + BN, L.kv));
     for (int hh = 0; hh < p.group; ++hh) {
         const int h = hk * p.group + hh;
         const long long bh = (long long)bi * p.hq + h;
         const long long q_off = bi * p.q_sb + h * p.q_sh, do_off = bi * p.o_sb + h * p.o_sh;
         const bool vec_q = Io<A>::vec_ok(q, q_off, p.q_ss, p.d, dtype);
         const bool vec_do = Io<A>::vec_ok(dout, do_off, p.o_ss, p.dv, dtype);
-        for (int i0 = i_begin / BM * BM; i0 < i_end; i0 += BM) {
+        for (int i0 = span.begin / BM * BM; i0 < span.end; i0 += BM) {
             const int nq = min(BM, p.sq - i0);
             __syncthreads();  // the previous tile's readers are done
             load_tile<BM, HD, LD>(Qs, q, dtype, nq, p.d, vec_q,
@@ -160,9 +153,7 @@ __global__ void __launch_bounds__(kThreads, 2) flash_fp32_bwd_dkdv(
             A s[RM][RN], dp[RM][RN];
             dot_tile<RM, RN, HD, LD, LD>(s, Ks, Qs, ty, tx);
             dot_tile<RM, RN, HD, LD, LD>(dp, Vs, dOs, ty, tx);
-            const bool full = mask_kind == 0 && i0 + BM <= L.q && j0 + BN <= L.kv &&
-                              sdpa::key_range(p, L, i0 + BM - 1).lo <= j0 &&
-                              sdpa::key_range(p, L, i0).hi >= j0 + BN;
+            const bool full = pair_full(p, L, mask_kind, i0, BM, j0, BN);
 #pragma unroll
             for (int j = 0; j < RN; ++j) {
                 const int qc = tx + kTC * j, i = i0 + qc;
@@ -224,15 +215,11 @@ __global__ void __launch_bounds__(kThreads, 2) flash_fp32_bwd_dq(
     const bool dmask_on = mask_kind == sdpa::kMaskAdditive;
 
     int ri[RM];
-    sdpa::KeyRange kr[RM];
-    A lse_r[RM], delta_r[RM];
+    GradRow<A> gr[RM];
 #pragma unroll
     for (int i = 0; i < RM; ++i) {
         ri[i] = m0 + ty + kTR * i;
-        kr[i] = sdpa::key_range(p, L, ri[i]);
-        const bool in = ri[i] < L.q;
-        lse_r[i] = in ? lse[bh * p.sq + ri[i]] * Const<A>::log2e : -INFINITY;
-        delta_r[i] = in ? delta[bh * p.sq + ri[i]] : A(0);
+        gr[i] = grad_row(p, L, lse, delta, bh, ri[i]);
     }
     const BlockRange br = block_range(p, L, m0, m0 + BM - 1);
     const bool rows_in = m0 + BM <= L.q && mask_kind == 0;
@@ -261,8 +248,8 @@ __global__ void __launch_bounds__(kThreads, 2) flash_fp32_bwd_dq(
             for (int j = 0; j < RN; ++j) {
                 const int key = j0 + tx + kTC * j;
                 A ds;
-                grad_element(p, mask, mask_kind, dtype, full, kr[i], bi, h, ri[i], key, s[i][j],
-                             dp[i][j], lse_r[i], delta_r[i], ds);
+                grad_element(p, mask, mask_kind, dtype, full, gr[i].kr, bi, h, ri[i], key,
+                             s[i][j], dp[i][j], gr[i].lse_log2, gr[i].delta, ds);
                 if (dmask_on && ri[i] < p.sq && key < p.skv)
                     dmask[(bh * p.sq + ri[i]) * p.skv + key] = ds;
                 dSs[(ty + kTR * i) * LDP + tx + kTC * j] = ds;
@@ -272,15 +259,5 @@ __global__ void __launch_bounds__(kThreads, 2) flash_fp32_bwd_dq(
         written_end = j0 + BN;
     }
     store_rows(dq, dtype, q_off, p.q_ss, m0, p.sq, p.d, dQ, p.scale, ty, tx);
-    if (dmask_on) {  // zeros where no tile went: [0, kv_begin) and [written_end, skv)
-        // (clamped to skv: with no tile visited, kv_begin = br.lo may lie past skv, e.g.
-        // top-left windows with sq > skv + left)
-        const int zb = min(kv_begin, p.skv), ze = max(min(written_end, p.skv), zb);
-        const int cols = zb + p.skv - ze;
-        for (long long idx = threadIdx.x; idx < (long long)nq * cols; idx += kThreads) {
-            const int r = (int)(idx / cols), c = (int)(idx % cols);
-            const int key = c < zb ? c : ze + (c - zb);
-            dmask[(bh * p.sq + m0 + r) * p.skv + key] = A(0);
-        }
-    }
+    if (dmask_on) zero_dmask_outside(dmask, p, bh, m0, nq, kv_begin, written_end);
 }

@@ -493,6 +493,68 @@ __device__ __forceinline__ A grad_element(const SdpaParamsT<A>& p, const void* m
     return pv * f;
 }
 
+// A query row of the backward: its key range, lse in the log2 domain (-inf past
+// lengths_q) and delta (0 there).
+template <typename A>
+struct GradRow {
+    sdpa::KeyRange kr;
+    A lse_log2, delta;
+};
+
+template <typename A>
+__device__ __forceinline__ GradRow<A> grad_row(const SdpaParamsT<A>& p, sdpa::Lengths L,
+                                               const A* lse, const A* delta, long long bh,
+                                               int i) {
+    const bool in = i < L.q;
+    GradRow<A> r;
+    r.kr = sdpa::key_range(p, L, i);
+    r.lse_log2 = in ? lse[bh * p.sq + i] * Const<A>::log2e : -INFINITY;
+    r.delta = in ? delta[bh * p.sq + i] : A(0);
+    return r;
+}
+
+// The query rows [begin, end) whose key range meets the keys [j0, j1) (the bounds are
+// nondecreasing in the row): the query tiles a dK/dV block visits.
+struct RowSpan {
+    int begin, end;
+};
+
+template <class P>
+__device__ __forceinline__ RowSpan query_span(const P& p, sdpa::Lengths L, int j0, int j1) {
+    RowSpan r{0, 0};
+    if (j0 < j1) {
+        const int shift = p.align_br ? L.kv - L.q : 0;
+        r.begin = p.right >= 0 ? max(0, j0 - shift - p.right) : 0;
+        r.end = p.left >= 0 ? min(L.q, j1 - shift + p.left) : L.q;
+    }
+    return r;
+}
+
+// Whether every (query, key) of the query rows [i0, i0 + bq) and keys [j0, j0 + bk) is
+// kept by the ranges, with no explicit mask: no per-element test needed.
+template <class P>
+__device__ __forceinline__ bool pair_full(const P& p, sdpa::Lengths L, int mask_kind, int i0,
+                                          int bq, int j0, int bk) {
+    return mask_kind == 0 && i0 + bq <= L.q && j0 + bk <= L.kv &&
+           sdpa::key_range(p, L, i0 + bq - 1).lo <= j0 && sdpa::key_range(p, L, i0).hi >= j0 + bk;
+}
+
+// The additive mask's gradient of a dQ block's nq rows from m0 where no key tile went:
+// [0, kv_begin) and [written_end, skv), zeros (clamped to skv: with no tile visited,
+// kv_begin = the block's lowest key may lie past skv, e.g. top-left windows with
+// sq > skv + left).
+template <typename A, class P>
+__device__ __forceinline__ void zero_dmask_outside(A* dmask, const P& p, long long bh, int m0,
+                                                   int nq, int kv_begin, int written_end) {
+    const int zb = min(kv_begin, p.skv), ze = max(min(written_end, p.skv), zb);
+    const int cols = zb + p.skv - ze;
+    for (long long idx = threadIdx.x; idx < (long long)nq * cols; idx += kThreads) {
+        const int r = (int)(idx / cols), c = (int)(idx % cols);
+        const int key = c < zb ? c : ze + (c - zb);
+        dmask[(bh * p.sq + m0 + r) * p.skv + key] = A(0);
+    }
+}
+
 }  // namespace sdpa_fp32
 
 // ------------------------------------------------------------------ backward

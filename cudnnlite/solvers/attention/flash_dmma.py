@@ -44,8 +44,9 @@ from ...runtime.backend import Backend
 from ...runtime.caps import Capabilities
 from ...runtime.kernel import ModuleSpec
 from ..base import APPLICABLE, Applicability, Config, Runner, not_applicable
-from .common import MASK_KIND, AttentionBwdTensors, AttentionTensors, Scalars, params
-from .flash_fp32 import DTYPE_CODE, HEAD_TILES, Fp32Config, _Fp32Solver, _lengths, head_tile
+from .common import MASK_KIND, AttentionTensors, Scalars, params
+from .flash_fp32 import DTYPE_CODE, HEAD_TILES, Fp32Config, _Fp32Solver, head_tile
+from .flash_fp32 import _BwdRunner as _Fp32BwdRunner
 
 SOURCE = "attention/flash_dmma.cu"
 WARPS = 4
@@ -176,7 +177,10 @@ class FlashDmmaFwdSolver(_Fp32Solver):
         return _Runner(backend, problem, self._check(backend, problem, config))
 
 
-class _BwdRunner(Runner):
+class _BwdRunner(_Fp32BwdRunner):
+    """The CUDA-core backward's launch sequence (delta, dK/dV, dQ) with this module's
+    kernels, grids and shared memory."""
+
     def __init__(self, backend: Backend, problem: AttentionProblem, cfg: DmmaConfig) -> None:
         hd = head_tile(problem)
         spec = bwd_module_spec()
@@ -191,25 +195,12 @@ class _BwdRunner(Runner):
         self.grid_dq = (-(-p.sq // bm), p.b * p.hq)
         self.smem_dkdv, self.smem_dq = bwd_smem_bytes(hd)
         self.problem = problem
-        self.kind = np.int32(MASK_KIND[problem.mask])
+        self.flags = (np.int32(DTYPE_CODE["fp64"]), np.int32(MASK_KIND[problem.mask]))
         self.names = ["flash_fp32_bwd_delta_fp64", f"flash_dmma_bwd_dkdv_{bn}x{bq}_hd{hd}_fp64",
                       f"flash_dmma_bwd_dq_{bm}x{bk}_hd{hd}_fp64"]  # fmt: skip
 
-    @property
-    def kernel_names(self) -> list[str]:
-        return list(self.names)
-
-    def __call__(self, tensors: AttentionBwdTensors, scalars: Scalars, workspace: Any) -> None:
-        p = self.problem
-        prm = params(p, tensors, scalars)
-        delta = workspace[: 8 * p.b * p.hq * p.sq].view(np.float64)
-        lq, lkv = _lengths(tensors)
-        code = np.int32(DTYPE_CODE["fp64"])
-        self.delta(self.grid_delta, (WARPS * 32,), (tensors.o, tensors.dout, lq, lkv, delta, prm,
-                                                    code))  # fmt: skip
-        args = (*tensors.pointers(), prm, self.kind, delta)
-        self.dkdv(self.grid_dkdv, (WARPS * 32,), args, shared_mem=self.smem_dkdv)
-        self.dq(self.grid_dq, (WARPS * 32,), args, shared_mem=self.smem_dq)
+    def main_flags(self) -> tuple[Any, ...]:
+        return self.flags[1:]  # the mask kind (the storage is double)
 
 
 class FlashDmmaBwdSolver(FlashDmmaFwdSolver):

@@ -279,9 +279,14 @@ class _BwdRunner(Runner):
         lq, lkv = _lengths(tensors)
         dargs = (tensors.o, tensors.dout, lq, lkv, delta, prm, self.flags[0])
         self.delta(self.grid_delta, (THREADS,), dargs)
-        args = (*tensors.pointers(), prm, *self.flags, delta)
+        args = (*tensors.pointers(), prm, *self.main_flags(), delta)
         self.dkdv(self.grid_dkdv, (THREADS,), args, shared_mem=self.smem_dkdv)
         self.dq(self.grid_dq, (THREADS,), args, shared_mem=self.smem_dq)
+
+    def main_flags(self) -> tuple[Any, ...]:
+        """The dK/dV and dQ kernels' run-time flags after the parameters: (dtype, mask
+        kind) here; the fp64 tensor-core backward's kernels take the mask kind only."""
+        return self.flags
 
 
 class FlashFp32BwdSolver(_Fp32Solver):
