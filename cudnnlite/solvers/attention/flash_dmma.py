@@ -52,8 +52,8 @@ SOURCE = "attention/flash_dmma.cu"
 WARPS = 4
 # HD -> (MT m8 row tiles per warp, NT n8 key tiles): block_m = 32 MT, block_n = 8 NT.
 # Static figures on sm_90 (registers, no spills, two blocks per SM; the key-tile loop's
-# SASS per DMMA, the untaken mask / dropout paths included): HD 64: 194 registers, 3148
-# instructions per 256 DMMA; HD 128: 242, 2260 per 256; HD 256: 216, 1204 per 128. About a
+# SASS per DMMA, the untaken mask / dropout paths included): HD 64: 190 registers, 3127
+# instructions per 256 DMMA; HD 128: 242, 2229 per 256; HD 256: 216, 1196 per 128. About a
 # third of the HD-64 loop is the double exp2 of the softmax (DFMA polynomials and their
 # constants), which the CUDA-core kernel pays alike.
 TILES = {64: (2, 4), 128: (2, 2), 256: (1, 1)}
@@ -96,8 +96,8 @@ def module_spec() -> ModuleSpec:
 # (MT m8 query tiles per warp, NT n8 key tiles) of the dQ kernel). Head dims above 128 stay
 # on the CUDA-core backward: dK and dV of HD 256 in registers would take 256 registers.
 # Static figures on sm_90 (registers, no spills; the inner loop's SASS per DMMA, untaken
-# mask / dropout paths included): dK/dV HD 64 206 registers (2 blocks per SM), 3126
-# instructions per 256 DMMA; HD 128 246, 2170 per 256; dQ HD 64 154 (3 blocks), 2726 per
+# mask / dropout paths included): dK/dV HD 64 206 registers (2 blocks per SM), 3084
+# instructions per 256 DMMA; HD 128 246, 2156 per 256; dQ HD 64 154 (3 blocks), 2726 per
 # 192; HD 128 168, 1787 per 192. Shared memory 69-99 KB: every tile fits sm_86 too.
 BWD_TILES = {64: ((1, 4), (1, 4)), 128: ((1, 2), (1, 2))}
 BWD_HEAD_TILES = tuple(BWD_TILES)
