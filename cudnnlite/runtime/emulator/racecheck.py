@@ -47,6 +47,11 @@ COMPILE_FLAGS = [
     "-g",
     "-fno-omit-frame-pointer",
     "--param=tsan-instrument-func-entry-exit=0",
+    # and misaligned accesses (a GPU fault) fail, as in the AddressSanitizer build: the
+    # race sweep runs every family's kernels under both checks (cuda_emu.h, EMU_ALIGNCHECK)
+    "-fsanitize=alignment",
+    "-fsanitize-recover=alignment",
+    "-DEMU_ALIGNCHECK=1",
 ]
 
 # Reports continue (every race of a launch is collected) and leave the exit status alone.
