@@ -13,16 +13,18 @@ static targets of issue 11 (``TARGETS``); a row that misses one is flagged.
 The main loop: every backward branch (a ``BRA`` whose target lies at or before it) closes
 a loop, the instructions from the target to the branch. The main loop is the loop holding
 the most MMA instructions (HMMA, IMMA, DMMA, ...) or, in a kernel without MMA, the most
-FFMA; among loops holding as many, the shortest, i.e. the innermost (an outer loop over
+FFMA (DFMA in a double CUDA-core kernel: kind "fp64"); among loops holding as many, the
+shortest, i.e. the innermost (an outer loop over
 filter taps holds the same MMAs as the reduction loop inside it). ptxas lays a loop's
 blocks out contiguously, which the address range relies on.
 
-Figures per kernel: instructions in the loop (NOPs left out), MMA and FFMA counts,
-instructions per math op (an MMA in a tensor-core kernel, an FFMA otherwise), the FFMA
-fraction, shared loads (LDS, LDSM) per op, global loads (LDG, LDGSTS), integer
-instructions (IMAD, IADD3, ISETP, LEA, SHF, LOP3, ... and their uniform U- forms) per op,
-barriers (BAR). ``--out DIR`` (default ``benchmarks/results`` unless ``--small``) writes
-``DIR/sass_mix_<arch>_<date>.json``. Without the disassembler it says so and exits 0.
+Figures per kernel: instructions in the loop (NOPs left out), MMA, FFMA and DFMA counts,
+instructions per math op (an MMA in a tensor-core kernel, an FFMA in an fp32 one, a DFMA
+in an fp64 one), the FFMA (DFMA) fraction, shared loads (LDS, LDSM) per op, global loads
+(LDG, LDGSTS), integer instructions (IMAD, IADD3, ISETP, LEA, SHF, LOP3, ... and their
+uniform U- forms) per op, barriers (BAR). ``--out DIR`` (default ``benchmarks/results``
+unless ``--small``) writes ``DIR/sass_mix_<arch>_<date>.json``. Without the disassembler
+it says so and exits 0.
 """
 
 from __future__ import annotations
@@ -192,13 +194,28 @@ def _is_mma(base: str) -> bool:
     return base.endswith("MMA")  # HMMA, IMMA, DMMA, BMMA, HGMMA, ...
 
 
+def kind_of(fn: Function) -> str:
+    """"tensor core" (any MMA), "fp64" (CUDA-core double: more DFMA than FFMA) or "fp32"."""
+    if any(_is_mma(i.base) for i in fn.instrs):
+        return "tensor core"
+    bases = Counter(i.base for i in fn.instrs)
+    return "fp64" if bases["DFMA"] > bases["FFMA"] else "fp32"
+
+
+# The math instruction a kernel kind is counted by (its "op").
+_OP_OF = {"fp32": "FFMA", "fp64": "DFMA"}
+
+
 def main_loop(fn: Function) -> tuple[int, int] | None:
-    """The shortest loop among those holding the most MMA (else FFMA) instructions."""
-    tensor = any(_is_mma(i.base) for i in fn.instrs)
+    """The shortest loop among those holding the most MMA (else FFMA, or DFMA in a double
+    CUDA-core kernel) instructions."""
+    kind = kind_of(fn)
 
     def score(span: tuple[int, int]) -> int:
         body = (i for i in fn.instrs if span[0] <= i.addr <= span[1])
-        return sum(_is_mma(i.base) if tensor else i.base == "FFMA" for i in body)
+        if kind == "tensor core":
+            return sum(_is_mma(i.base) for i in body)
+        return sum(i.base == _OP_OF[kind] for i in body)
 
     best = max(loops(fn), key=lambda s: (score(s), s[0] - s[1]), default=None)
     return best if best is not None and score(best) > 0 else None
@@ -209,6 +226,7 @@ class Mix:
     instructions: int
     mma: int
     ffma: int
+    dfma: int
     shared_loads: int  # LDS + LDSM
     ldsm: int
     shared_stores: int
@@ -231,6 +249,7 @@ def mix(instrs: Iterable[Instr]) -> Mix:
         instructions=sum(bases.values()),
         mma=sum(n for b, n in bases.items() if _is_mma(b)),
         ffma=bases["FFMA"],
+        dfma=bases["DFMA"],
         shared_loads=count(SHARED_LOADS),
         ldsm=bases["LDSM"],
         shared_stores=bases["STS"],
@@ -249,7 +268,7 @@ class Row:
     module: str
     kernel: str  # name expression
     symbol: str
-    kind: str  # "tensor core" or "fp32"
+    kind: str  # "tensor core", "fp32" or "fp64" (CUDA-core double)
     registers: int
     spill_bytes: int
     threads: int | None
@@ -261,7 +280,7 @@ class Row:
 
     @property
     def ops(self) -> int:
-        return self.mix.mma if self.kind == "tensor core" else self.mix.ffma
+        return {"tensor core": self.mix.mma, "fp64": self.mix.dfma}.get(self.kind, self.mix.ffma)
 
     def per_op(self, value: int) -> float | None:
         return value / self.ops if self.ops else None
@@ -269,10 +288,11 @@ class Row:
     def to_dict(self) -> dict[str, Any]:
         d = asdict(self)
         m = self.mix
-        d["per_op"] = "MMA" if self.kind == "tensor core" else "FFMA"
+        d["per_op"] = "MMA" if self.kind == "tensor core" else _OP_OF[self.kind]
         d["instructions_per_op"] = self.per_op(m.instructions)
         d["mma_fraction"] = m.mma / m.instructions if m.instructions else None
         d["ffma_fraction"] = m.ffma / m.instructions if m.instructions else None
+        d["dfma_fraction"] = m.dfma / m.instructions if m.instructions else None
         d["shared_loads_per_op"] = self.per_op(m.shared_loads)
         d["integer_per_op"] = self.per_op(m.integer)
         return d
@@ -288,6 +308,9 @@ def check_targets(row: Row) -> list[str]:
         misses.append(f"MMA {m.mma / m.instructions:.0%} of the loop < 33%")
     elif row.kind == "fp32" and m.ffma < TARGETS["fp32_ffma_fraction"] * m.instructions:
         misses.append(f"FFMA {m.ffma / m.instructions:.0%} of the loop < 75%")
+    elif row.kind == "fp64" and m.dfma < TARGETS["fp32_ffma_fraction"] * m.instructions:
+        # (the fp32 target held to the double CUDA-core loops: FMA-bound the same way)
+        misses.append(f"DFMA {m.dfma / m.instructions:.0%} of the loop < 75%")
     if row.spill_bytes:
         misses.append(f"spills {row.spill_bytes} B")
     if row.blocks_per_sm is None:
@@ -304,7 +327,7 @@ def analyze_function(fn: Function, module: str, kernel: str, res: Any) -> Row:
     """One kernel: its main loop's mix next to ptxas's figures (``res``: KernelResources)."""
     span = main_loop(fn)
     body = [i for i in fn.instrs if span is None or span[0] <= i.addr <= span[1]]
-    kind = "tensor core" if any(_is_mma(i.base) for i in fn.instrs) else "fp32"
+    kind = kind_of(fn)
     row = Row(
         module=module,
         kernel=kernel,
@@ -416,23 +439,26 @@ def _num(v: float | None, fmt: str = ".1f") -> str:
 def table(rows: Sequence[Row]) -> str:
     head = (
         f"{'kernel':<58} {'kind':<4} {'regs':>4} {'spill':>5} {'blk':>3} {'wrp':>3} "
-        f"{'loop':>5} {'MMA':>4} {'FFMA':>5} {'ins/op':>6} {'FFMA%':>5} {'LDS/op':>6} "
+        f"{'loop':>5} {'MMA':>4} {'FMA':>5} {'ins/op':>6} {'FMA%':>5} {'LDS/op':>6} "
         f"{'LDG':>4} {'int/op':>6} {'BAR':>3}  misses"
     )
     lines = [head, "-" * len(head)]
     for r in rows:
         m = r.mix
-        ffma_pct = f"{m.ffma / m.instructions:.0%}" if m.instructions else "-"
+        fma = m.dfma if r.kind == "fp64" else m.ffma  # the CUDA-core math op of the kind
+        fma_pct = f"{fma / m.instructions:.0%}" if m.instructions else "-"
         blocks = "?" if r.blocks_per_sm is None else str(r.blocks_per_sm)
+        kind = {"tensor core": "TC"}.get(r.kind, r.kind)
         lines.append(
-            f"{r.kernel[:58]:<58} {'TC' if r.kind == 'tensor core' else 'fp32':<4} "
+            f"{r.kernel[:58]:<58} {kind:<4} "
             f"{r.registers:>4} {r.spill_bytes:>5} {blocks:>3} {r.warps_per_sm:>3} "
-            f"{m.instructions:>5} {m.mma:>4} {m.ffma:>5} {_num(r.per_op(m.instructions)):>6} "
-            f"{ffma_pct:>5} {_num(r.per_op(m.shared_loads), '.2f'):>6} {m.global_loads:>4} "
+            f"{m.instructions:>5} {m.mma:>4} {fma:>5} {_num(r.per_op(m.instructions)):>6} "
+            f"{fma_pct:>5} {_num(r.per_op(m.shared_loads), '.2f'):>6} {m.global_loads:>4} "
             f"{_num(r.per_op(m.integer), '.2f'):>6} {m.barriers:>3}  {'; '.join(r.misses)}"
         )
     lines.append(
-        "per op: per MMA in tensor-core (TC) kernels, per FFMA in fp32 ones; loop: "
+        "per op: per MMA in tensor-core (TC) kernels, per FFMA in fp32 ones, per DFMA in "
+        "fp64 (CUDA-core double) ones (FMA: FFMA or DFMA); loop: "
         "instructions in the main loop; blk/wrp: resident blocks/warps per SM (static shared "
         "memory only)"
     )

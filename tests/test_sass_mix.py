@@ -159,3 +159,17 @@ def test_end_to_end_on_the_wmma_selftest(sass_mix: types.ModuleType) -> None:
     assert staged.mix.mma > 0 and staged.mix.barriers >= 1 and staged.registers > 0
     assert staged.mix.instructions > staged.mix.mma
     assert "block size unknown" in staged.misses  # the self-test has no launch bounds
+
+
+def test_double_cuda_core_kernels_count_dfma(sass_mix: types.ModuleType) -> None:
+    """A kernel of DFMAs (a float64 CUDA-core GEMM) is an "fp64" row: its main loop holds the
+    most DFMA, its figures are per DFMA, and it is held to the CUDA-core FMA target."""
+    listing = LISTING.replace("fp_kernel", "dp_kernel").replace("FFMA", "DFMA")
+    fn = sass_mix.parse_sass(listing)["dp_kernel"]
+    assert sass_mix.kind_of(fn) == "fp64" and sass_mix.main_loop(fn) == (0x20, 0x80)
+    row = sass_mix.analyze_function(fn, "m", "gemm<double>", _Res(128, 0, 2, 8))
+    assert (row.mix.dfma, row.mix.ffma, row.ops) == (3, 0, 3)
+    d = row.to_dict()
+    assert d["per_op"] == "DFMA" and abs(d["dfma_fraction"] - 3 / 7) < 1e-12
+    assert row.misses == ["DFMA 43% of the loop < 75%"]
+    assert "fp64" in sass_mix.table([row])
