@@ -149,19 +149,13 @@ struct DyGather {
     __device__ __forceinline__ DyGather(const T* dy_, const ConvShape& s_, const Phase& f,
                                         int kbase, cl::index_t m0)
         : dy(dy_), s(s_), red(f.red) {
-        int gh = s.stride_h, b = s.dil_h;  // gcd(stride, dil): once per block
-        while (b) { const int t = gh % b; gh = b, b = t; }
-        int gw = s.stride_w;
-        b = s.dil_w;
-        while (b) { const int t = gw % b; gw = b, b = t; }
-        eh = s.dil_h / gh, ew = s.dil_w / gw;
+        // dy steps per tap step: dil / gcd(stride, dil) = dil * step / stride (exact: the
+        // taps' step is stride / gcd)
+        eh = s.dil_h * f.tr.step / s.stride_h, ew = s.dil_w * f.tt.step / s.stride_w;
         ed = 0;
         int bd = 0;
         if (D3) {
-            int gd = s.stride_d;
-            b = s.dil_d;
-            while (b) { const int t = gd % b; gd = b, b = t; }
-            ed = s.dil_d / gd;
+            ed = s.dil_d * f.td.step / s.stride_d;
             bd = (f.pd + s.pad_d - f.td.first * s.dil_d) / s.stride_d;
         }
         // (phase + pad - first * dil) is a multiple of the stride by the choice of first
