@@ -34,8 +34,8 @@ namespace sdpa_dmma {
 
 constexpr int kWarps = 4;
 
-// acc[r][c] = sum over the head dim of X[r-th m8 tile row g][.] Y[c-th n8 tile row g][.]:
-// both operands (row g, column t) fragments from pitch-LD tiles at xw / yw.
+// acc[r][c] = sum over the head dim of X[r-th m8 tile row g][.] Y[c-th n8 tile row g][.]
+// (cl::mma::dmma_rows from zero): pitch-LD tiles at xw / yw.
 template <int R, int C, int KC, int LD>
 __device__ __forceinline__ void dots(double (&acc)[R][C][2], const double* xw, const double* yw,
                                      int g, int t) {
@@ -43,20 +43,7 @@ __device__ __forceinline__ void dots(double (&acc)[R][C][2], const double* xw, c
     for (int r = 0; r < R; ++r)
 #pragma unroll
         for (int c = 0; c < C; ++c) acc[r][c][0] = acc[r][c][1] = 0.0;
-    const double* xa = xw + g * LD + t;
-    const double* yb = yw + g * LD + t;
-#pragma unroll
-    for (int kc = 0; kc < KC; ++kc) {
-        double a[R], b[C];
-#pragma unroll
-        for (int r = 0; r < R; ++r) a[r] = xa[r * 8 * LD + 4 * kc];
-#pragma unroll
-        for (int c = 0; c < C; ++c) b[c] = yb[c * 8 * LD + 4 * kc];
-#pragma unroll
-        for (int r = 0; r < R; ++r)
-#pragma unroll
-            for (int c = 0; c < C; ++c) cl::mma::mma_m8n8k4_f64(acc[r][c], a[r], b[c], acc[r][c]);
-    }
+    cl::mma::dmma_rows<R, C, KC, LD>(acc, xw, 0, yw, 0, g, t);
 }
 
 // out[r][ct] += sum over the N n8 tiles' columns of frag[r][n] * Y[that column's row][8 ct

@@ -231,6 +231,32 @@ __device__ __forceinline__ void mma_m8n8k4_f64(double (&d)[2], double a, double 
 #endif
 }
 
+// acc[i][j] += sum over KSTEPS k4 steps s of X[x0 + 8i + g][4s + t] * Y[y0 + 8j + g][4s +
+// t], with X (FI m8 row tiles from row x0) and Y (FJ n8 row tiles from row y0) row-major
+// tiles of LD doubles a row in shared memory: the m8n8k4 fragments of A = X and B = Y^T
+// (a = X[g][t], b = Y[g][t]), every index a compile-time offset from the lane's row.
+// DMMA convolution's and attention's k loops.
+template <int FI, int FJ, int KSTEPS, int LD>
+__device__ __forceinline__ void dmma_rows(double (&acc)[FI][FJ][2], const double* x, int x0,
+                                          const double* y, int y0, int g,
+                                          int t CL_MMA_SITE) {
+    const double* xa = x + (x0 + g) * LD + t;
+    const double* yb = y + (y0 + g) * LD + t;
+#pragma unroll
+    for (int s = 0; s < KSTEPS; ++s) {
+        double a[FI], b[FJ];
+#pragma unroll
+        for (int i = 0; i < FI; ++i) a[i] = xa[i * 8 * LD + 4 * s];
+#pragma unroll
+        for (int j = 0; j < FJ; ++j) b[j] = yb[j * 8 * LD + 4 * s];
+#pragma unroll
+        for (int i = 0; i < FI; ++i)
+#pragma unroll
+            for (int j = 0; j < FJ; ++j)
+                mma_m8n8k4_f64(acc[i][j], a[i], b[j], acc[i][j] CL_MMA_AT);
+    }
+}
+
 // ------------------------------------------------------------------ cp.async
 // Bytes = 4, 8 or 16; dst in shared memory, src in global memory, both Bytes-aligned.
 template <int Bytes>

@@ -37,8 +37,8 @@
 // so their addresses are formed without a select.
 // Static figures (sm_90, ptxas + nvdisasm, benchmarks/sass_mix.py): 128 registers (the
 // launch bound asks for 16 warps per SM: 64x64: 4 blocks, 128x64: 2; 3-D took 156-160
-// without it), no spills; main loop 288-292 (128x64) and 324 (64x64) instructions for 64
-// DMMA (3-D: 315 and 345), of which about 60 are the UIADD3 no-ops ptxas pads between
+// without it), no spills; main loop 288-292 (128x64) and 318-319 (64x64) instructions for
+// 64 DMMA (3-D: 315-316 and 344), of which about 60 are the UIADD3 no-ops ptxas pads between
 // DMMAs. Per DMMA (2 SM cycles at the fp64 tensor rate) the fragments read 128 bytes of
 // shared memory (1 cycle at 128 B/clk) and the copies write 64 (64x64) or 48 (128x64).
 // Epilogue: conv_common.cuh's store_output (EpilogueFor<double>: exact double alpha,
@@ -66,7 +66,7 @@
 // partial sums, doubles, to ws[split][k][col]; bwd_filter_reduce<double>
 // (splitk_reduce.cuh) adds the splits in order (deterministic for every split count).
 // 3-D: pixel digits (q | p | o | img). Static figures (sm_90): 124-128 registers, no spills,
-// 16 warps per SM; main loop 309-334 instructions for 64 DMMA (3-D 337-376): the forward's
+// 16 warps per SM; main loop 309-333 instructions for 64 DMMA (3-D 336-376): the forward's
 // shape, the loaders' per-slice pixel step a handful of adds, the taps in registers.
 //
 // Backward data, dmma_conv_bwd_data<NHWC, BM, BN, BK, WM, WN, D3> (solvers/conv/
@@ -89,7 +89,7 @@
 // blending). Blocks past their phase's rows return at once.
 // 3-D: phases (pd, ph, pw), digits (k | ss | rr | tt). Static figures (sm_90): 128
 // registers with the launch bound's 16 warps per SM (152-156 without it: 8-12 warps), no
-// spills; main loop 291-317 instructions per 64 DMMA (3-D 335-352).
+// spills; main loop 292-310 instructions per 64 DMMA (3-D 335-352).
 #include "common/cudnnlite.cuh"
 #include "common/mma.cuh"
 #include "conv/conv_common.cuh"
@@ -147,21 +147,8 @@ __device__ __forceinline__ void mainloop(int slices, Load& load, const double* s
         __syncthreads();              // ... and every thread's
         const double* as = smem + (sl & 1) * (Tl::A_STAGE + Tl::B_STAGE);
         const double* bs = as + Tl::A_STAGE;
-#pragma unroll
-        for (int k4 = 0; k4 < Tl::BK; k4 += 4) {
-            double a[Tl::FM], b[Tl::FN];
-#pragma unroll
-            for (int i = 0; i < Tl::FM; ++i)
-                a[i] = as[(l.wm + 8 * i + l.g) * Tl::PITCH + k4 + l.t];
-#pragma unroll
-            for (int j = 0; j < Tl::FN; ++j)
-                b[j] = bs[(l.wn + 8 * j + l.g) * Tl::PITCH + k4 + l.t];
-#pragma unroll
-            for (int i = 0; i < Tl::FM; ++i)
-#pragma unroll
-                for (int j = 0; j < Tl::FN; ++j)
-                    cl::mma::mma_m8n8k4_f64(acc[i][j], a[i], b[j], acc[i][j]);
-        }
+        cl::mma::dmma_rows<Tl::FM, Tl::FN, Tl::BK / 4, Tl::PITCH>(acc, as, l.wm, bs, l.wn, l.g,
+                                                                  l.t);
         __syncthreads();
     }
     cl::mma::cp_async_wait<0>();  // nothing left in flight at exit
