@@ -50,7 +50,7 @@ from ..solvers.attention.common import (
     data_ptr,
 )
 from ._arrays import array_module, as_array, check_out, float_dtype
-from .dropout import PhiloxState, check_state_place
+from .dropout import stream
 
 LAYOUTS = ("BHSD", "BSHD")
 ALIGNS = ("top_left", "bottom_right")
@@ -255,15 +255,9 @@ def _scalars(dropout_p: Any, scale: Any, seed: Any, offset: Any, d: int, backend
             raise BadParamError(f"scale: expected a finite float, got {scale!r}")
     if seed is None:
         seed = int(np.random.randint(0, 2**63, dtype=np.int64)) if p > 0 else 0
-    counter = None
-    if isinstance(seed, PhiloxState):  # its counter adds to offset, read on the device
-        check_state_place(seed, backend, q)
-        seed, counter = seed.seed, seed.counter
-    for name, v in (("seed", seed), ("offset", offset)):
-        if isinstance(v, bool) or not isinstance(v, (int, np.integer)) or not 0 <= v < 2**64:
-            what = "an integer in [0, 2^64)" + (" or a PhiloxState" if name == "seed" else "")
-            raise BadParamError(f"{name}: expected {what}, got {v!r}")
-    return Scalars(scale=sc, dropout_p=p, seed=int(seed), offset=int(offset), counter=counter)
+    # a PhiloxState's counter adds to offset, read on the device
+    seed, offset, counter = stream(seed, offset, q, backend)
+    return Scalars(scale=sc, dropout_p=p, seed=seed, offset=offset, counter=counter)
 
 
 @dataclass

@@ -264,18 +264,30 @@ def _advance(counter: Any, n: int) -> None:
     kernel(1, 32, (counter, np.float64(n)))
 
 
-def _stream(seed: Any, offset: int, x: Any, backend: Backend) -> tuple[int, int, Any]:
-    """(seed, offset, counter or None) of a dropout call: an integer seed, or a
-    PhiloxState living where x does (``offset`` is then added to its counter, modulo
-    2^64: a per-call stream within a step, such as an RNN's layer)."""
+def check_seed(seed: Any, backend: Backend, x: Any) -> int | PhiloxState:
+    """``seed`` of a Philox stream (dropout, RNN, attention): an integer in [0, 2^64), or a
+    PhiloxState living where x does; else a BadParamError naming ``seed``."""
+    if isinstance(seed, PhiloxState):
+        _check_place(seed, backend, x)
+        return seed
+    if isinstance(seed, bool) or not isinstance(seed, (int, np.integer)) or not 0 <= seed < 2**64:
+        raise BadParamError(f"seed: expected an integer in [0, 2^64) or a PhiloxState, got "
+                            f"{seed!r}")  # fmt: skip
+    return int(seed)
+
+
+def stream(seed: Any, offset: Any, x: Any, backend: Backend) -> tuple[int, int, Any]:
+    """(seed, offset, counter or None) of a call's Philox stream: an integer seed, or a
+    PhiloxState living where x does (``offset`` is then added to its counter on the device,
+    modulo 2^64: a per-call stream within a step, such as an RNN's layer)."""
     offset = _check_u64("offset", offset)
-    if not isinstance(seed, PhiloxState):
-        return _check_u64("seed", seed), offset, None
-    check_state_place(seed, backend, x)
-    return seed.seed, offset, seed.counter
+    seed = check_seed(seed, backend, x)
+    if isinstance(seed, PhiloxState):
+        return seed.seed, offset, seed.counter
+    return seed, offset, None
 
 
-def check_state_place(state: PhiloxState, backend: Backend, x: Any) -> None:
+def _check_place(state: PhiloxState, backend: Backend, x: Any) -> None:
     """BadParamError naming ``seed`` unless ``state`` lives on ``backend`` (on a GPU: the
     device of the array ``x``)."""
     if state.backend is not backend:
@@ -328,7 +340,7 @@ def dropout(
     if seed is None:
         raise BadParamError("seed: required in training mode (an integer in [0, 2^64))")
     backend = backend_for(x, out, names=("x", "out"))
-    seed, offset, counter = _stream(seed, offset, x, backend)
+    seed, offset, counter = stream(seed, offset, x, backend)
     x = _array("x", x)
     dt = float_dtype("x", x)
     out = _out(out, x, backend, {"x": x})
@@ -382,7 +394,7 @@ def dropout_backward(
     dy = _array("dy", dy)
     dt = float_dtype("dy", dy)
     if mask is None:
-        seed, offset, counter = _stream(seed, offset, dy, backend)
+        seed, offset, counter = stream(seed, offset, dy, backend)
         params = _params(p, seed, offset, False, dt, counter is not None)
         out = _out(out, dy, backend, {"dy": dy})
         _launch_fwd(backend, dt, _contiguous(dy), out, None, params, counter)

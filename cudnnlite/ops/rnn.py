@@ -45,7 +45,7 @@ from ..solvers.rnn.common import (
     RnnTensors,
 )
 from ._arrays import as_array, float_dtype
-from .dropout import PhiloxState, check_state_place
+from .dropout import check_seed
 
 _PARTS = ("w_ih", "w_hh", "b_ih", "b_hh", "w_hr")
 _TORCH = {"w_ih": "weight_ih", "w_hh": "weight_hh", "b_ih": "bias_ih", "b_hh": "bias_hh",
@@ -123,13 +123,7 @@ def _seed(seed: Any, needed: bool, backend: Backend, x: Any) -> Any:
     its counter + k)."""
     if seed is None:
         return int(np.random.randint(0, 2**63, dtype=np.int64)) if needed else 0
-    if isinstance(seed, PhiloxState):
-        check_state_place(seed, backend, x)
-        return seed
-    if isinstance(seed, bool) or not isinstance(seed, (int, np.integer)) or not 0 <= seed < 2**64:
-        raise BadParamError(f"seed: expected an integer in [0, 2^64) or a PhiloxState, got "
-                            f"{seed!r}")  # fmt: skip
-    return int(seed)
+    return check_seed(seed, backend, x)
 
 
 def _hidden_from_dict(weights: dict, mode: str, p: int) -> int:
