@@ -40,6 +40,7 @@ from ...runtime.kernel import ModuleSpec
 from ..base import APPLICABLE, Applicability, Config, Runner, Solver, not_applicable
 from . import bwd_filter as bwf
 from .bwd_data import BwdDataTensors
+from .bwd_data_igemm import phase_rows
 from .common import Epilogue, shape_struct
 from .tc_bwd_filter import align_for, aligns, backward_reason
 from .tc_igemm import SOURCE, TILES, TILES_ALIGN2, TILES_TF32, TILES_TF32_ALIGN1, TcConfig
@@ -91,14 +92,6 @@ def module_spec(dt: dtypes.DType, cfg: TcConfig, align: int, d3: bool = False) -
     return ModuleSpec.make(SOURCE, [_expr(dt, cfg, align, d3)])
 
 
-def _phase_rows(problem: ConvProblem) -> int:
-    """Rows of the largest phase: N * ceil(H / u_h) * ceil(W / u_w) (and D / u_d)."""
-    rows = problem.n
-    for size, stride in zip(problem.spatial, problem.strides, strict=True):
-        rows *= -(-size // stride)
-    return rows
-
-
 class _Runner(Runner):
     def __init__(self, backend: Backend, problem: ConvProblem, cfg: TcConfig) -> None:
         dt = bwf.dtype_of(problem)
@@ -108,7 +101,7 @@ class _Runner(Runner):
         spec = module_spec(dt, cfg, align, d3)
         self.kernel = backend.kernel(spec, _expr(dt, cfg, align, d3))
         phases = int(np.prod(problem.strides))
-        self.grid = (-(-_phase_rows(problem) // cfg.block_m), -(-problem.c // cfg.block_n), phases)
+        self.grid = (-(-phase_rows(problem) // cfg.block_m), -(-problem.c // cfg.block_n), phases)
         self.block = (cfg.threads,)
         self.smem = cfg.smem_bytes(dt.itemsize, b_rows_k=True)
         self.shape = shape_struct(problem)
@@ -157,7 +150,7 @@ class TcBwdDataPhasedSolver(Solver):
 
     def default_config(self, problem: ConvProblem, caps: Capabilities) -> TcConfig:
         options = self.configs(problem, caps)
-        block = (128, 128) if _phase_rows(problem) >= 8192 and problem.c > 64 else (64, 64)
+        block = (128, 128) if phase_rows(problem) >= 8192 and problem.c > 64 else (64, 64)
         return next((c for c in options if (c.block_m, c.block_n) == block), options[0])
 
     def module_specs(self) -> list[ModuleSpec]:
