@@ -57,11 +57,12 @@ def _winograd_dtype(p: ConvProblem) -> bool:
     return p.dtype != "fp64"
 
 
-def _dmma(p: ConvProblem, caps: Capabilities) -> bool:
-    """float64 on the fp64 tensor cores (mma.sync m8n8k4 .f64) on a GPU of sm_80+: an H200
-    does 67 TFLOP/s of DMMA against 34 of CUDA-core double FMA. Not on the emulator (the
-    warp-collective MMA model is slow there; the rankings stay as they were). Grouped
-    layers (depthwise) are not applicable (the selector skips it there)."""
+def _dmma(p: ConvProblem | AttentionProblem, caps: Capabilities) -> bool:
+    """float64 on the fp64 tensor cores (mma.sync m8n8k4 .f64) on a GPU of sm_80+, for
+    convolution and attention: an H200 does 67 TFLOP/s of DMMA against 34 of CUDA-core
+    double FMA. Not on the emulator (the warp-collective MMA model is slow there; the
+    rankings stay as they were). Grouped layers (depthwise) are not applicable (the
+    selector skips it there)."""
     return p.dtype == "fp64" and not caps.emulator and caps.bf16_tensor_cores
 
 
@@ -211,12 +212,6 @@ def _attention_tc(p: AttentionProblem, caps: Capabilities) -> bool:
     )
 
 
-def _attention_dmma(p: AttentionProblem, caps: Capabilities) -> bool:
-    """float64 on a GPU with the fp64 MMA (sm_80+); not on the emulator, whose rankings
-    stay as they were."""
-    return p.dtype == "fp64" and not caps.emulator and caps.bf16_tensor_cores
-
-
 def sdpa_fwd_ranking(p: AttentionProblem, caps: Capabilities) -> list[str]:
     """Decoding (a few query rows against a long key/value sequence): the split-KV
     kernel, which spreads the keys over the GPU; otherwise the flash kernels (tensor
@@ -227,7 +222,7 @@ def sdpa_fwd_ranking(p: AttentionProblem, caps: Capabilities) -> list[str]:
     (not on the emulator, where the rankings stay as they were)."""
     decode = [SDPA_DECODE] if p.sq <= 16 and p.skv >= 256 else []
     tc = [SDPA_FLASH_TC] if _attention_tc(p, caps) else []
-    if _attention_dmma(p, caps):
+    if _dmma(p, caps):
         tc = [SDPA_FLASH_DMMA]
     return decode + tc + [SDPA_FLASH_FP32, SDPA_UNFUSED]
 
@@ -238,7 +233,7 @@ def sdpa_bwd_ranking(p: AttentionProblem, caps: Capabilities) -> list[str]:
     unfused solver. float64 on sm_80+ GPUs: the fp64 tensor-core backward first (head dims
     up to 128; the selector skips it above)."""
     tc = [SDPA_BWD_TC, SDPA_BWD_TC_SPLIT] if _attention_tc(p, caps) else []
-    if _attention_dmma(p, caps):
+    if _dmma(p, caps):
         tc = [SDPA_BWD_DMMA]
     return tc + [SDPA_BWD_FP32, SDPA_BWD_UNFUSED]
 
