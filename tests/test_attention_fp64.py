@@ -158,25 +158,33 @@ def _check_forward(problem, ops, scalars, o, lse) -> dict:
     return bd
 
 
+def _check_solvers(problem: AttentionProblem, extra: dict, seed: int, fwd: str,
+                   bwd: str | None = None) -> None:
+    """The forward solver ``fwd`` (and the backward ``bwd`` on its output) against the
+    reference within the bounds above; ``extra``: operands' options and ``dropout_p``."""
+    extra = dict(extra)
+    dropout_p = extra.pop("dropout_p", 0.0)
+    ops = operands(problem, seed=seed, **extra)
+    scalars = default_scalars(problem, dropout_p=dropout_p)
+    o, lse = run_forward("cpu", registry.get(fwd), problem, ops, scalars)
+    bd = _check_forward(problem, ops, scalars, o, lse)
+    if bwd is None:
+        return
+    bwd_problem = dataclasses.replace(problem, direction="bwd")
+    grads = run_backward("cpu", registry.get(bwd), bwd_problem, ops, scalars, o, lse)
+    ref = dict(zip(("dq", "dk", "dv", "dmask"), reference_backward(bwd_problem, ops, scalars),
+                   strict=True))  # fmt: skip
+    assert {"dq", "dk", "dv"} <= set(grads)
+    for name in grads:
+        _within(grads[name], ref[name], bd[name], f"{problem.key()} {bwd} {name}")
+
+
 @pytest.mark.parametrize("flash", [True, False], ids=["flash_fp32", "unfused"])
 @pytest.mark.parametrize("case", list(CASES))
 def test_fp64_forward_backward_match_reference(case: str, flash: bool) -> None:
-    fwd_problem, extra = CASES[case]
-    extra = dict(extra)
-    dropout_p = extra.pop("dropout_p", 0.0)
-    ops = operands(fwd_problem, seed=3, **extra)
-    scalars = default_scalars(fwd_problem, dropout_p=dropout_p)
     names = ("sdpa_fwd_flash_fp32", "sdpa_bwd_flash_fp32") if flash else (
         "sdpa_fwd_unfused", "sdpa_bwd_unfused")  # fmt: skip
-    o, lse = run_forward("cpu", registry.get(names[0]), fwd_problem, ops, scalars)
-    bd = _check_forward(fwd_problem, ops, scalars, o, lse)
-
-    bwd_problem = dataclasses.replace(fwd_problem, direction="bwd")
-    grads = run_backward("cpu", registry.get(names[1]), bwd_problem, ops, scalars, o, lse)
-    ref_grads = reference_backward(bwd_problem, ops, scalars)
-    ref = dict(zip(("dq", "dk", "dv", "dmask"), ref_grads, strict=True))
-    for name in grads:
-        _within(grads[name], ref[name], bd[name], f"{case} {name}")
+    _check_solvers(*CASES[case], 3, *names)
 
 
 def test_fp64_decode_matches_reference() -> None:
@@ -310,13 +318,7 @@ DMMA_CASES = {
 
 @pytest.mark.parametrize("case", list(DMMA_CASES))
 def test_fp64_tensor_core_forward_matches_reference(case: str) -> None:
-    problem, extra = DMMA_CASES[case]
-    extra = dict(extra)
-    dropout_p = extra.pop("dropout_p", 0.0)
-    ops = operands(problem, seed=7, **extra)
-    scalars = default_scalars(problem, dropout_p=dropout_p)
-    o, lse = run_forward("cpu", registry.get("sdpa_fwd_flash_dmma"), problem, ops, scalars)
-    _check_forward(problem, ops, scalars, o, lse)
+    _check_solvers(*DMMA_CASES[case], 7, "sdpa_fwd_flash_dmma")
 
 
 def test_fp64_tensor_core_forward_dispatch_and_refusals() -> None:
@@ -348,21 +350,7 @@ def test_fp64_tensor_core_backward_matches_reference(case: str) -> None:
     """sdpa_bwd_flash_dmma (head dims up to 128): dq, dk, dv and the additive mask's
     gradient within the CUDA-core backward's bounds (the forward from the CUDA-core
     solver, so only the backward is under test)."""
-    fwd_problem, extra = DMMA_CASES[case]
-    extra = dict(extra)
-    dropout_p = extra.pop("dropout_p", 0.0)
-    ops = operands(fwd_problem, seed=5, **extra)
-    scalars = default_scalars(fwd_problem, dropout_p=dropout_p)
-    o, lse = run_forward("cpu", registry.get("sdpa_fwd_flash_fp32"), fwd_problem, ops, scalars)
-    bd = _check_forward(fwd_problem, ops, scalars, o, lse)
-    bwd_problem = dataclasses.replace(fwd_problem, direction="bwd")
-    solver = registry.get("sdpa_bwd_flash_dmma")
-    grads = run_backward("cpu", solver, bwd_problem, ops, scalars, o, lse)
-    ref = dict(zip(("dq", "dk", "dv", "dmask"), reference_backward(bwd_problem, ops, scalars),
-                   strict=True))  # fmt: skip
-    assert set(grads) >= {"dq", "dk", "dv"}
-    for name in grads:
-        _within(grads[name], ref[name], bd[name], f"{case} {name}")
+    _check_solvers(*DMMA_CASES[case], 5, "sdpa_fwd_flash_fp32", "sdpa_bwd_flash_dmma")
 
 
 def test_fp64_tensor_core_backward_dispatch_and_refusals() -> None:
@@ -397,14 +385,4 @@ def test_fp64_cuda_core_backward_head_dim_256_column_halves(problem, extra) -> N
     """The CUDA-core dK/dV kernel of fp64 head dim 256 runs two blocks per key tile, each
     holding half of dK's and dV's columns (its double accumulators would spill otherwise):
     every column of both halves against the reference, head dims that end in either half."""
-    ops = operands(problem, seed=9, **extra)
-    scalars = default_scalars(problem)
-    o, lse = run_forward("cpu", registry.get("sdpa_fwd_flash_fp32"), problem, ops, scalars)
-    bd = _check_forward(problem, ops, scalars, o, lse)
-    bwd_problem = dataclasses.replace(problem, direction="bwd")
-    grads = run_backward("cpu", registry.get("sdpa_bwd_flash_fp32"), bwd_problem, ops, scalars,
-                         o, lse)  # fmt: skip
-    ref = dict(zip(("dq", "dk", "dv", "dmask"), reference_backward(bwd_problem, ops, scalars),
-                   strict=True))  # fmt: skip
-    for name in grads:
-        _within(grads[name], ref[name], bd[name], f"{problem.key()} {name}")
+    _check_solvers(problem, extra, 9, "sdpa_fwd_flash_fp32", "sdpa_bwd_flash_fp32")
