@@ -52,7 +52,7 @@ def conv(n, c, hw, k, f=3, pad=1, stride=1, dil=1, dtype="fp16", layout="NHWC"):
 def _acc_factor(problem: ConvProblem) -> float:
     # TF32 rounds each operand to 11 significant bits (relative error <= 2^-11 each), so
     # up to 2 * 2^-11 * mag on top of the fp32 sums: 2 + 2^14 / K in units of K * 2^-24.
-    k_terms = problem.c * problem.filter_taps
+    k_terms = problem.c_per_group * problem.filter_taps
     return 2.0 + (2.0**14 / k_terms if problem.dtype == "fp32" else 0.0)
 
 
@@ -167,7 +167,7 @@ def test_backward_data_stride1(backend: str, pad: int, layout: str) -> None:
         (conv(1, 7, 4, 4), EMULATOR, "even channel count"),
         (conv(1, 8, 4, 4, dtype="bf16"), for_sm(75), "sm_80"),
         (conv(1, 8, 4, 4), for_sm(70), "sm_75"),
-        (dataclasses.replace(conv(1, 8, 4, 4), groups=2), EMULATOR, "groups == 1"),
+        (dataclasses.replace(conv(1, 6, 4, 4), groups=2), EMULATOR, "per group"),
         (dataclasses.replace(conv(1, 8, 4, 4), direction="bwd_data"), EMULATOR, "fwd"),
         (conv(1, 8, 4, 4, dtype="fp64"), for_sm(90), "tensor cores: no fp64 MMA in this solver"),
     ],
@@ -246,7 +246,7 @@ def test_backward_filter_configs() -> None:
     assert BWF.config_from_dict(cfg.to_dict()) == cfg
     with pytest.raises(ValueError):
         TcSplitKConfig(64, 64, 32, 32, 32, 3, 3)
-    assert "even K and C" in BWF.is_applicable(_bwf(1, 6, 4, 5), EMULATOR).reason
+    assert "even K/groups and C/groups" in BWF.is_applicable(_bwf(1, 6, 4, 5), EMULATOR).reason
     assert "no fp64 MMA" in BWF.is_applicable(_bwf(1, 8, 4, 8, dtype="fp64"), EMULATOR).reason
     assert (
         "channels-last"
@@ -365,12 +365,8 @@ def test_backward_data_reasons() -> None:
     assert "math='tf32'" in PHASED.is_applicable(fp32, EMULATOR).reason
     assert "tf32 needs sm_80" in PHASED.is_applicable(_bwd(1, 8, 4, 8, dtype="fp32"),
                                                       for_sm(75)).reason  # fmt: skip
-    assert "even K and C" in PHASED.is_applicable(_bwd(1, 8, 4, 7), EMULATOR).reason
+    assert "even K/groups and C/groups" in PHASED.is_applicable(_bwd(1, 8, 4, 7), EMULATOR).reason
     assert "no fp64 MMA" in PHASED.is_applicable(_bwd(1, 8, 4, 8, dtype="fp64"), EMULATOR).reason
-    assert (
-        "groups == 1"
-        in PHASED.is_applicable(dataclasses.replace(_bwd(1, 8, 4, 8), groups=2), EMULATOR).reason
-    )
     p = _bwd(4, 64, 28, 64, stride=2)
     assert PHASED.default_config(p, for_sm(90)) in PHASED.configs(p, for_sm(90))
     assert PHASED.workspace_size(p, PHASED.default_config(p, EMULATOR)) == 0

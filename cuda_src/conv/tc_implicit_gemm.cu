@@ -1,9 +1,13 @@
 // Multistage tensor-core implicit-GEMM convolution, forward, NHWC + KRSC, fp16 / bf16
 // inputs (or fp32 with TF32 math), fp32 accumulation (mma.sync through conv/tc_gemm.cuh).
 //
-// GEMM view (groups == 1): rows m = (n, p, q) output pixels, columns = K output channels,
-// reduction over (r, s, c) in the filter's KRSC order, walked as R*S taps x ceil(C / BK)
-// channel slices: one stage holds BK channels of one tap. No im2col buffer and no integer
+// GEMM view, per group: rows m = (n, p, q) output pixels, columns = the group's K/groups
+// output channels, reduction over (r, s, c) of its C/groups channels in the filter's KRSC
+// order, walked as R*S taps x ceil(C/groups / BK) channel slices: one stage holds BK
+// channels of one tap. Groups: grid.y runs group-major over the groups' column tiles
+// (group_tile); the group's channels are pointer offsets (x + g * C/groups, w + its
+// K/groups filters, y + g * K/groups) and x's pixel stride stays C, so groups == 1 runs
+// the same code. No im2col buffer and no integer
 // division in the main loop: each thread decodes its A rows (n, h0, w0) once, and the
 // tap/channel iterator advances by additions.
 //
@@ -22,8 +26,8 @@
 //   BM x BN block tile (output pixels x output channels), BK channels per stage
 //   WM x WN warp tile; (BM / WM) * (BN / WN) warps
 //   STAGES  cp.async stages in flight
-//   ALIGN   elements per cp.async: 16-bit types 8 (16 bytes, C % 8 == 0) or 2 (4 bytes, C
-//           even); fp32 4 (16 bytes, C % 4 == 0) or 1 (4 bytes, any C)
+//   ALIGN   elements per cp.async: 16-bit types 8 (16 bytes, C/groups % 8 == 0) or 2 (4
+//           bytes, C/groups even); fp32 4 (16 bytes, C/groups % 4 == 0) or 1 (4 bytes, any)
 // Readable name (solver): tc_igemm_fwd_<BM>x<BN>x<BK>_w<WM>x<WN>_s<STAGES>_a<ALIGN>_nhwc_<dtype>
 //
 // Kernel: tc_conv_fwd_3d<same parameters>: 3-D, NDHWC + KTRSC (NCDHW through the same
@@ -36,7 +40,7 @@
 // not 16-byte aligned). y and z may alias (in-place residual): neither is __restrict__.
 //
 // Dynamic shared memory: max(STAGES * (BM + BN) * BK * 2, BM * (BN + 4) * 4) bytes.
-// grid (ceil(N*P*Q / BM), ceil(K / BN)), block (BM / WM) * (BN / WN) * 32.
+// grid (ceil(N*P*Q / BM), groups * ceil(K/groups / BN)), block (BM / WM) * (BN / WN) * 32.
 #include "common/cudnnlite.cuh"
 #include "conv/conv_common.cuh"
 #include "conv/splitk_reduce.cuh"
@@ -52,7 +56,11 @@ namespace tcconv {
 //   A: each row's x offset of (n, h0, w0, col) at tap (0, 0) (a_off) plus a_tap, the same
 //      for every row ((r * dil_h * W + t * dil_w) * C + c0). The solver keeps x and w below
 //      2^31 elements and the filter within 16 x 16 taps.
-//   B: row j of the tile at w + b_pos + j * b_step (the filter's k rows, R*S*C apart).
+//   B: row j of the tile at w + b_pos + j * b_step (the filter's k rows, R*S*Cg apart).
+//   Groups: a_off and b_pos start at group g's channels (x's g * Cg, w's filters g * Kg..:
+//      32-bit offsets, so the loop's addresses stay one wide multiply-add on the kernel's
+//      pointers); the reduction counts Cg = C/groups channels per tap, x's pixels stay C
+//      apart, the B rows below Kg = K/groups are valid.
 //   Validity: one word (ok), rebuilt from the rows' packed tap masks (a_mask) only when the
 //      tap changes; the A rows' bits at this tap and the B rows' (below K, fixed), all
 //      cleared in a slice where this thread's channels are past C (a ragged last slice).
@@ -91,22 +99,24 @@ struct FwdLoader {
     unsigned a_dmask[D3 ? A_PASSES : 1];  // D3: bit td: d0 + td * dil_d inside the volume
     Pred ok;                      // bits(i): A row i inside the image at this tap;
                                   // bits(A_PASSES + j): B row j below K
-    int b_step;                   // ROWS_PER_PASS * R * S * C: B rows j and j + 1
+    int b_step;                   // ROWS_PER_PASS * R * S * Cg: B rows j and j + 1
     int dst;                      // this thread's element offset in a stage
-    int c_lim;                    // C - col: c0 < c_lim while this thread's copy is inside C
-    int C, S, R;
+    int c_lim;                    // Cg - col: c0 < c_lim while this thread's copy is inside Cg
+    int C, S, R;                  // C: the channels of a group (Cg), what the slices count
     int a_next_s, a_next_r, a_next_d, b_next_s;  // offset steps at the end of a tap's slices
     // The reduction iterator: tap (r, t), channel slice c0 (D3: depth tap td first).
     int r, t, c0, td;
     int a_tap;  // (r * dil_h * W + t * dil_w) * C + c0: uniform over rows
     int b_pos;  // w offset of (this thread's first k row, r, t, c0 + col)
 
-    __device__ FwdLoader(const T* x_, const T* w_, const ConvShape& s, cl::index_t m0, int n0)
-        : x(x_), w(w_), C(s.c), S(s.s), R(s.r) {
+    // g: the block's group; n0: the tile's first column within the group.
+    __device__ FwdLoader(const T* x_, const T* w_, const ConvShape& s, cl::index_t m0, int g,
+                         int n0)
+        : x(x_), w(w_), C(s.c_per_group), S(s.s), R(s.r) {
         const int col = (threadIdx.x % CPR) * ALIGN;
         const int row0 = threadIdx.x / CPR;
         dst = G::a_index(row0, col);  // A and B tiles: the same layout
-        c_lim = s.c - col;
+        c_lim = C - col;
         const cl::index_t rows = (cl::index_t)s.n * s.p * s.q * (D3 ? s.o : 1);
 #pragma unroll
         for (int i = 0; i < A_PASSES; ++i) {
@@ -122,13 +132,13 @@ struct FwdLoader {
             const int h0 = p * s.stride_h - s.pad_h, w0 = q * s.stride_w - s.pad_w;
             if (D3) {
                 const int d0 = o * s.stride_d - s.pad_d;
-                a_off[i] = (((n * s.d + d0) * s.h + h0) * s.w + w0) * s.c + col;
+                a_off[i] = (((n * s.d + d0) * s.h + h0) * s.w + w0) * s.c + g * C + col;
                 unsigned dmask = 0;
                 for (int k = 0; k < s.t; ++k)
                     dmask |= (unsigned)((unsigned)(d0 + k * s.dil_d) < (unsigned)s.d) << k;
                 a_dmask[D3 ? i : 0] = dmask;
             } else {
-                a_off[i] = ((n * s.h + h0) * s.w + w0) * s.c + col;
+                a_off[i] = ((n * s.h + h0) * s.w + w0) * s.c + g * C + col;
             }
             unsigned mask = 0;
             for (int k = 0; k < s.r; ++k)
@@ -137,20 +147,21 @@ struct FwdLoader {
                 mask |= (unsigned)((unsigned)(w0 + k * s.dil_w) < (unsigned)s.w) << (16 + k);
             a_mask[i] = m < rows ? mask : 0u;
         }
-        const int rsc = s.r * s.s * s.c * (D3 ? s.t : 1);
-        const int b_rows = s.k - (n0 + row0);  // rows j * ROWS_PER_PASS < b_rows are valid
+        const int rsc = s.r * s.s * C * (D3 ? s.t : 1);
+        const int b_rows = s.k_per_group - (n0 + row0);  // rows j * ROWS_PER_PASS < b_rows
         ok = 0;
 #pragma unroll
         for (int j = 0; j < B_PASSES; ++j)
             if (j * ROWS_PER_PASS < b_rows) ok |= bits(A_PASSES + j);
-        b_pos = (b_rows > 0 ? n0 + row0 : 0) * rsc + col;
+        b_pos = (g * s.k_per_group + (b_rows > 0 ? n0 + row0 : 0)) * rsc + col;
         b_step = ROWS_PER_PASS * rsc;
-        // From a tap's last slice (c0 = c_end - BK) to the next tap's first.
-        const int c_end = (s.c + G::BK - 1) / G::BK * G::BK;
+        // From a tap's last slice (c0 = c_end - BK) to the next tap's first (x: pixels C
+        // apart; w: taps Cg apart).
+        const int c_end = (C + G::BK - 1) / G::BK * G::BK;
         a_next_s = s.dil_w * s.c - c_end + G::BK;
         a_next_r = (s.dil_h * s.w - s.s * s.dil_w) * s.c;
         a_next_d = D3 ? (s.dil_d * s.h - s.r * s.dil_h) * s.w * s.c : 0;
-        b_next_s = s.c - c_end + G::BK;
+        b_next_s = C - c_end + G::BK;
         r = t = c0 = td = 0;
         a_tap = 0;
         set_tap();
@@ -177,9 +188,9 @@ struct FwdLoader {
         if (D3) {
             td = r / R;
             r = r % R;
-            a_tap = ((td * s.dil_d * s.h + r * s.dil_h) * s.w + t * s.dil_w) * C + c0;
+            a_tap = ((td * s.dil_d * s.h + r * s.dil_h) * s.w + t * s.dil_w) * s.c + c0;
         } else {
-            a_tap = (r * s.dil_h * s.w + t * s.dil_w) * C + c0;
+            a_tap = (r * s.dil_h * s.w + t * s.dil_w) * s.c + c0;
         }
         b_pos += tap * C + c0;
         set_tap();
@@ -219,6 +230,20 @@ struct FwdLoader {
     }
 };
 
+// Grouped convolution: grid.y runs group-major over each group's `per_group` GEMM
+// columns (or rows) in tiles of `tile`; one division per block.
+struct GroupTile {
+    int g;   // the group
+    int n0;  // the tile's first column within the group
+};
+__device__ inline GroupTile group_tile(int per_group, int tile) {
+    const int tiles = (per_group + tile - 1) / tile;
+    GroupTile t;
+    t.g = (int)blockIdx.y / tiles;
+    t.n0 = ((int)blockIdx.y - t.g * tiles) * tile;
+    return t;
+}
+
 // One out-of-line copy of the activation switch per module (see conv_common.cuh).
 __device__ __noinline__ float activate_slow(int mode, float v, ActParams a) {
     return conv::activate(mode, v, a);
@@ -230,20 +255,22 @@ __device__ __forceinline__ float finish(const ConvEpilogue& e, float acc, float 
     return e.act_mode == act::kIdentity ? v : activate_slow(e.act_mode, v, e.act);
 }
 
-// Writes a [BM][C_LD] fp32 tile of results for NHWC rows m0.., channels n0.. of y (K wide):
-// V = 16 / sizeof(T) consecutive channels per thread, one 16-byte load of z and bias and
-// one 16-byte store each.
+// Writes a [BM][C_LD] fp32 tile of results for NHWC rows m0.., channels n0.. of y (rows K
+// apart; y, z and bias at the block's group, whose Kg channels are valid): V = 16 /
+// sizeof(T) consecutive channels per thread, one 16-byte load of z and bias and one
+// 16-byte store each.
 template <class G, typename T>
 __device__ void store_tile_nhwc(const float* Cs, T* y, const T* z, const T* bias,
-                                const ConvEpilogue& e, cl::index_t rows, int K, cl::index_t m0,
-                                int n0) {
+                                const ConvEpilogue& e, cl::index_t rows, int K, int Kg,
+                                cl::index_t m0, int n0) {
     enum { V = 16 / (int)sizeof(T), GROUPS = G::BN / V };
-    const bool vec = K % V == 0 && ((size_t)y & 15) == 0 && (!e.has_z || ((size_t)z & 15) == 0) &&
+    const bool vec = K % V == 0 && Kg % V == 0 && ((size_t)y & 15) == 0 &&
+                     (!e.has_z || ((size_t)z & 15) == 0) &&
                      (!e.has_bias || ((size_t)bias & 15) == 0);
     for (int idx = threadIdx.x; idx < G::BM * GROUPS; idx += G::THREADS) {
         const int row = idx / GROUPS, k = n0 + (idx % GROUPS) * V;
         const cl::index_t m = m0 + row;
-        if (m >= rows || k >= K) continue;
+        if (m >= rows || k >= Kg) continue;
         const float* acc = Cs + row * G::C_LD + (k - n0);
         const cl::index_t off = m * K + k;
         if (vec) {
@@ -259,7 +286,7 @@ __device__ void store_tile_nhwc(const float* Cs, T* y, const T* z, const T* bias
             }
             *reinterpret_cast<uint4*>(y + off) = *reinterpret_cast<const uint4*>(out);
         } else {
-            for (int j = 0; j < V && k + j < K; ++j) {
+            for (int j = 0; j < V && k + j < Kg; ++j) {
                 const float zv = e.has_z ? cl::to_float(z[off + j]) : 0.f;
                 const float bv = e.has_bias ? cl::to_float(bias[k + j]) : 0.f;
                 y[off + j] = cl::from_float<T>(finish(e, acc[j], zv, bv));
@@ -268,34 +295,36 @@ __device__ void store_tile_nhwc(const float* Cs, T* y, const T* z, const T* bias
     }
 }
 
-// Split-K partials: the staged tile to ws[z][m][k] (fp32, K wide), 16 bytes per store.
+// Split-K partials: the staged tile to ws[z][m][k] (fp32, K wide; ws at the block's group,
+// Kg columns valid), 16 bytes per store.
 template <class G>
-__device__ void store_partials(const float* Cs, float* ws, cl::index_t rows, int K,
+__device__ void store_partials(const float* Cs, float* ws, cl::index_t rows, int K, int Kg,
                                cl::index_t m0, int n0) {
     enum { GROUPS = G::BN / 4 };
-    const bool vec = K % 4 == 0;
+    const bool vec = K % 4 == 0 && Kg % 4 == 0 && ((size_t)ws & 15) == 0;
     for (int idx = threadIdx.x; idx < G::BM * GROUPS; idx += G::THREADS) {
         const int row = idx / GROUPS, k = n0 + (idx % GROUPS) * 4;
         const cl::index_t m = m0 + row;
-        if (m >= rows || k >= K) continue;
+        if (m >= rows || k >= Kg) continue;
         const float* acc = Cs + row * G::C_LD + (k - n0);
         float* out = ws + m * K + k;
         if (vec) *reinterpret_cast<float4*>(out) = *reinterpret_cast<const float4*>(acc);
         else
-            for (int j = 0; j < 4 && k + j < K; ++j) out[j] = acc[j];
+            for (int j = 0; j < 4 && k + j < Kg; ++j) out[j] = acc[j];
     }
 }
 
 // NCHW output (the NCHW path: inputs converted to NHWC in the workspace, output written in
-// place): consecutive threads take consecutive pixels of one channel, the contiguous run.
+// place; y and z at the group's first channel plane, bias at its first channel):
+// consecutive threads take consecutive pixels of one channel, the contiguous run.
 template <class G, typename T>
 __device__ void store_tile_nchw(const float* Cs, T* y, const T* z, const T* bias,
-                                const ConvEpilogue& e, cl::index_t rows, int K, int PQ,
+                                const ConvEpilogue& e, cl::index_t rows, int K, int Kg, int PQ,
                                 cl::index_t m0, int n0) {
     for (int idx = threadIdx.x; idx < G::BM * G::BN; idx += G::THREADS) {
         const int row = idx % G::BM, k = n0 + idx / G::BM;
         const cl::index_t m = m0 + row;
-        if (m >= rows || k >= K) continue;
+        if (m >= rows || k >= Kg) continue;
         const cl::index_t n = m / PQ;
         const cl::index_t off = (n * K + k) * PQ + (m - n * PQ);
         const float zv = e.has_z ? cl::to_float(z[off]) : 0.f;
@@ -311,9 +340,10 @@ __device__ __forceinline__ void fwd_body(const T* x, const T* w, T* y, const T* 
     typedef tc::Gemm<T, BM, BN, BK, WM, WN, STAGES, false, false> G;
     DYNAMIC_SHARED(T, smem);
     const cl::index_t m0 = (cl::index_t)blockIdx.x * BM;
-    const int n0 = blockIdx.y * BN;
-    FwdLoader<G, ALIGN, D3> ld(x, w, s, m0, n0);
-    const int total = s.r * s.s * (D3 ? s.t : 1) * ((s.c + BK - 1) / BK);
+    const GroupTile gt = group_tile(s.k_per_group, BN);
+    const int n0 = gt.n0, k0 = gt.g * s.k_per_group;  // k0: the group's first channel of y
+    FwdLoader<G, ALIGN, D3> ld(x, w, s, m0, gt.g, n0);
+    const int total = s.r * s.s * (D3 ? s.t : 1) * ((s.c_per_group + BK - 1) / BK);
     const int it0 = blockIdx.z * iters_per_split;
     const int iters = min(iters_per_split, total - it0);  // >= 1: the host sizes the splits
     if (it0 > 0) ld.seek(it0, s);
@@ -324,12 +354,16 @@ __device__ __forceinline__ void fwd_body(const T* x, const T* w, T* y, const T* 
     __syncthreads();
     const int pq = s.p * s.q * (D3 ? s.o : 1);
     const cl::index_t rows = (cl::index_t)s.n * pq;
-    if (gridDim.z > 1)
-        store_partials<G>(Cs, ws + (cl::index_t)blockIdx.z * rows * s.k, rows, s.k, m0, n0);
-    else if (out_nchw)
-        store_tile_nchw<G>(Cs, y, z, bias, e, rows, s.k, pq, m0, n0);
-    else
-        store_tile_nhwc<G>(Cs, y, z, bias, e, rows, s.k, m0, n0);
+    const int kg = s.k_per_group;
+    if (gridDim.z > 1) {
+        float* part = ws + (cl::index_t)blockIdx.z * rows * s.k + k0;
+        store_partials<G>(Cs, part, rows, s.k, kg, m0, n0);
+    } else if (out_nchw) {
+        const cl::index_t plane = (cl::index_t)k0 * pq;  // the group's first channel plane
+        store_tile_nchw<G>(Cs, y + plane, z + plane, bias + k0, e, rows, s.k, kg, pq, m0, n0);
+    } else {
+        store_tile_nhwc<G>(Cs, y + k0, z + k0, bias + k0, e, rows, s.k, kg, m0, n0);
+    }
 }
 
 // bf16 MMA exists from sm_80; older targets get a trapping body the solver never launches.
@@ -425,8 +459,10 @@ __global__ void __launch_bounds__(256)
 
 // ------------------------------------------------------------------ backward filter
 // dw[k][(r, s, c)] = sum over output pixels (n, p, q) of dy[n, p, q, k] * x[n, h, w, c],
-// h = p * stride_h - pad_h + r * dil_h (w likewise): a GEMM with M = K, N = R*S*C and the
-// reduction over N*P*Q, both operands contiguous along their M / N side in NHWC, so both
+// h = p * stride_h - pad_h + r * dil_h (w likewise): per group a GEMM with M = K/groups,
+// N = R*S*C/groups and the reduction over N*P*Q (grid.y group-major over the groups' row
+// tiles; dy, x and the partials offset to the group, dy's rows K and x's pixels C apart),
+// both operands contiguous along their M / N side in NHWC, so both
 // tiles are [BK][BM] / [BK][BN] (reduction rows) and reach the fragments through
 // ldmatrix.trans (16-bit types), or for T = float (TF32, sm_80+) through 32-bit shared
 // loads from rows padded by 8 floats (tc_gemm.cuh: ldmatrix.trans moves 16-bit halves).
@@ -436,7 +472,8 @@ __global__ void __launch_bounds__(256)
 //
 // Kernel: tc_conv_bwd_filter<T, BM, BN, BK, WM, WN, STAGES, ALIGN> (ALIGN divides K and C;
 // T __half, __nv_bfloat16 or float for math="tf32")
-// grid (ceil(RSC / BN), ceil(K / BM), splits), block (BM / WM) * (BN / WN) * 32.
+// grid (ceil(R*S*C/groups / BN), groups * ceil(K/groups / BM), splits),
+// block (BM / WM) * (BN / WN) * 32.
 //
 // Kernel: tc_conv_bwd_filter_3d<same parameters>: 3-D, NDHWC + KTRSC: the GEMM's N is
 // T*R*S*C, the reduction N*O*P*Q; each thread's B column carries a depth tap and its pixel
@@ -466,32 +503,34 @@ struct BwdFilterLoader {
     bool b_colok;
     int b_rh, b_rw;                 // r * dil_h - pad_h, s * dil_w - pad_w
     int b_n, b_p, b_q;              // the pixel of this thread's first row of the next tile
-    int b_c;                        // c
+    int b_c;                        // x's channel: g * Cg + c
     int b_rd, b_o;                  // D3: td * dil_d - pad_d; the pixel's depth o
     const T* x;
-    int H, W, C, P, Q, stride_h, stride_w, K;
+    int H, W, C, P, Q, stride_h, stride_w, K;  // C, K: x's pixel and dy's row strides
     int D, O, stride_d;             // D3 only
     cl::index_t row, end;           // first npq row of the next tile, end of this split
     int a_row0, b_row0;
 
-    __device__ BwdFilterLoader(const T* x_, const T* dy, const ConvShape& s, int m0, int n0,
-                               cl::index_t start, cl::index_t end_)
+    // g: the block's group (its dy channels start at g * Kg, its x channels at g * Cg: the
+    // loop's x addresses stay on the kernel's pointer); m0: the tile's first k in the group.
+    __device__ BwdFilterLoader(const T* x_, const T* dy, const ConvShape& s, int g, int m0,
+                               int n0, cl::index_t start, cl::index_t end_)
         : x(x_), H(s.h), W(s.w), C(s.c), P(s.p), Q(s.q), stride_h(s.stride_h),
           stride_w(s.stride_w), K(s.k), D(s.d), O(s.o), stride_d(s.stride_d), row(start),
           end(end_) {
         const int a_col = (threadIdx.x % A_CPR) * ALIGN;
         a_row0 = threadIdx.x / A_CPR;
-        a_kok = m0 + a_col < s.k;
-        a_ptr = dy + (start + a_row0) * s.k + m0 + a_col;
+        a_kok = m0 + a_col < s.k_per_group;
+        a_ptr = dy + (start + a_row0) * s.k + g * s.k_per_group + m0 + a_col;
 #pragma unroll
         for (int i = 0; i < A_PASSES; ++i)
             a_dst[i] = G::a_index(a_row0 + i * A_RPP, a_col);
         const int b_col = (threadIdx.x % B_CPR) * ALIGN;
         b_row0 = threadIdx.x / B_CPR;
-        const int rsc = n0 + b_col;
-        b_colok = rsc < s.r * s.s * s.c * (D3 ? s.t : 1);
-        const int c = rsc % s.c, trs = rsc / s.c, rs = D3 ? trs % (s.r * s.s) : trs;
-        b_c = c;
+        const int rsc = n0 + b_col, cg = s.c_per_group;
+        b_colok = rsc < s.r * s.s * cg * (D3 ? s.t : 1);
+        const int c = rsc % cg, trs = rsc / cg, rs = D3 ? trs % (s.r * s.s) : trs;
+        b_c = g * cg + c;  // x's channel
         b_rh = (rs / s.s) * s.dil_h - s.pad_h;
         b_rw = (rs % s.s) * s.dil_w - s.pad_w;
         b_rd = D3 ? (trs / (s.r * s.s)) * s.dil_d - s.pad_d : 0;
@@ -564,19 +603,21 @@ __device__ __forceinline__ void bwd_filter_body(const T* x, const T* dy, float* 
                                                 const ConvShape& s, long long chunk) {
     typedef tc::Gemm<T, BM, BN, BK, WM, WN, STAGES, true, true> G;
     DYNAMIC_SHARED(T, smem);
-    const int n0 = blockIdx.x * BN, m0 = blockIdx.y * BM;
+    const GroupTile gt = group_tile(s.k_per_group, BM);
+    const int n0 = blockIdx.x * BN, m0 = gt.n0, k0 = gt.g * s.k_per_group;
     const cl::index_t npq = (cl::index_t)s.n * s.p * s.q * (D3 ? s.o : 1);
     const cl::index_t start = (cl::index_t)blockIdx.z * chunk;
     const cl::index_t end = start + chunk < npq ? start + chunk : npq;
     const int iters = start < end ? (int)((end - start + BK - 1) / BK) : 0;
-    BwdFilterLoader<G, ALIGN, D3> ld(x, dy, s, m0, n0, start, end);
+    BwdFilterLoader<G, ALIGN, D3> ld(x, dy, s, gt.g, m0, n0, start, end);
     typename G::Acc acc;
     G::mainloop(ld, iters, smem, acc);
     // Partials straight from the fragments: two consecutive rsc per register pair.
-    const int rsc = s.r * s.s * s.c * (D3 ? s.t : 1);
-    float* part = ws + (cl::index_t)blockIdx.z * s.k * rsc;
+    const int rsc = s.r * s.s * s.c_per_group * (D3 ? s.t : 1);
+    float* part = ws + ((cl::index_t)blockIdx.z * s.k + k0) * rsc;
     const int warp = threadIdx.x >> 5, lane = threadIdx.x & 31;
     const int wm0 = m0 + (warp / G::WARPS_N) * WM, wn0 = n0 + (warp % G::WARPS_N) * WN;
+    const int kg = s.k_per_group;
 #pragma unroll
     for (int i = 0; i < G::MF; ++i)
 #pragma unroll
@@ -585,7 +626,7 @@ __device__ __forceinline__ void bwd_filter_body(const T* x, const T* dy, float* 
             for (int v = 0; v < 4; ++v) {
                 const int k = wm0 + 16 * i + (lane >> 2) + 8 * (v >> 1);
                 const int col = wn0 + 8 * j + 2 * (lane & 3) + (v & 1);
-                if (k < s.k && col < rsc) part[(cl::index_t)k * rsc + col] = acc[i][j][v];
+                if (k < kg && col < rsc) part[(cl::index_t)k * rsc + col] = acc[i][j][v];
             }
 }
 
@@ -640,8 +681,10 @@ __global__ void __launch_bounds__((BM / WM) * (BN / WN) * 32)
 // 32-bit shared loads from padded rows). A (dy) is [BM][BK], k contiguous.
 //
 // Kernel: tc_conv_bwd_data<T, BM, BN, BK, WM, WN, STAGES, ALIGN> (ALIGN divides K and C)
-// grid (ceil(N * ceil(H / u_h) * ceil(W / u_w) / BM), ceil(C / BN), u_h * u_w); the
-// epilogue (bias of conv_transpose, alpha/beta blending, activation) as the forward's.
+// grid (ceil(N * ceil(H / u_h) * ceil(W / u_w) / BM), groups * ceil(C/groups / BN),
+// u_h * u_w); the epilogue (bias of conv_transpose, alpha/beta blending, activation) as the
+// forward's. Groups: grid.y group-major over the groups' column tiles; dy, w and dx offset
+// to the group (the reduction over its K/groups channels, dy's pixels K apart, dx's C).
 //
 // Kernel: tc_conv_bwd_data_3d<same parameters>: 3-D, NDHWC + KTRSC; phases (pd, ph, pw),
 // grid z u_d * u_h * u_w, the rows (n, jd, jh, jw) and the taps (td, r, s) of the phase's
@@ -697,19 +740,23 @@ struct BwdDataLoader {
     int b_off;                         // w offset of (first k row of this thread, tap 0, b_col)
     bool b_cok;
     int b_dst[B_PASSES];
-    int b_row0, P, Q, K, S, slices;
-    int rsc;  // 32-bit offsets: the solver keeps dy and w below 2^31 elements
+    int b_row0, P, Q, K, KG, S, slices;  // K: dy's pixel stride; KG: the group's channels
+    int rsc;  // R*S*Cg (D3: T*R*S*Cg); 32-bit offsets: the solver keeps dy and w below 2^31
+              // elements
     // Iterator: contributing tap (ir, is) of the phase lists, k slice k0.
     int ir, is, k0, nr, ns, dph, dpw, dph0, dpw0, dph_step, dpw_step, s_step;
     int a_tap;  // -(dph * Q + dpw) * K + k0
     int b_tap;  // (r * S + s) * C + k0 * rsc
-    int r0, s0, r_step, C;
+    int r0, s0, r_step, C;  // C: the group's channels (Cg), a filter row's inner extent
     int dpd, dpd_step, td_step, r_span, R, O;  // D3: the depth tap list (iters bound it)
 
+    // g: the block's group (its dy channels and filters start at g * Kg: 32-bit offsets, the
+    // loop's addresses stay on the kernel's pointers); n0: the tile's first channel in it.
     __device__ BwdDataLoader(const T* dy_, const T* w_, const ConvShape& s, const Phase& fd,
-                             const Phase& fh, const Phase& fw, cl::index_t m0, int n0)
-        : dy(dy_), w(w_), P(s.p), Q(s.q), K(s.k), S(s.s), C(s.c), R(s.r), O(s.o) {
-        rsc = s.r * s.s * s.c * (D3 ? s.t : 1);
+                             const Phase& fh, const Phase& fw, cl::index_t m0, int g, int n0)
+        : dy(dy_), w(w_), P(s.p), Q(s.q), K(s.k), KG(s.k_per_group), S(s.s),
+          C(s.c_per_group), R(s.r), O(s.o) {
+        rsc = s.r * s.s * C * (D3 ? s.t : 1);
         a_col = (threadIdx.x % A_CPR) * ALIGN;
         const int a_row0 = threadIdx.x / A_CPR;
         a_dst = G::a_index(a_row0, a_col);
@@ -733,16 +780,17 @@ struct BwdDataLoader {
                 a_jd[D3 ? i : 0] = fd.j0 + idd;
                 nd = n * s.o + (m < rows ? fd.j0 + idd : 0);
             }
-            a_off[i] = ((nd * s.p + (m < rows ? a_jh[i] : 0)) * s.q + a_jw[i]) * s.k + a_col;
+            a_off[i] = ((nd * s.p + (m < rows ? a_jh[i] : 0)) * s.q + a_jw[i]) * s.k + g * KG +
+                       a_col;
         }
         const int b_col = (threadIdx.x % B_CPR) * ALIGN;
         b_row0 = threadIdx.x / B_CPR;
-        b_cok = n0 + b_col < s.c;
-        b_off = b_row0 * rsc + n0 + b_col;
+        b_cok = n0 + b_col < C;
+        b_off = (g * KG + b_row0) * rsc + n0 + b_col;
 #pragma unroll
         for (int j = 0; j < B_PASSES; ++j)
             b_dst[j] = G::b_index(b_row0 + j * B_RPP, b_col);
-        slices = (s.k + G::BK - 1) / G::BK;
+        slices = (KG + G::BK - 1) / G::BK;
         nr = fh.ntaps;
         ns = fw.ntaps;
         r0 = fh.t0;
@@ -770,7 +818,7 @@ struct BwdDataLoader {
     }
 
     __device__ void load(T* As, T* Bs) {
-        const bool k_ok = k0 + a_col < K;
+        const bool k_ok = k0 + a_col < KG;
 #pragma unroll
         for (int i = 0; i < A_PASSES; ++i) {
             bool ok = k_ok && (unsigned)(a_jh[i] - dph) < (unsigned)P &&
@@ -782,13 +830,13 @@ struct BwdDataLoader {
         for (int j = 0; j < B_PASSES; ++j) {
             const int k = k0 + b_row0 + j * B_RPP;
             cl::mma::cp_async<BYTES>(Bs + b_dst[j], w + (b_off + b_tap + j * B_RPP * rsc),
-                                     b_cok && k < K);
+                                     b_cok && k < KG);
         }
         // Next: the next k slice, or the first slice of the phase's next tap.
         k0 += G::BK;
         a_tap += G::BK;
         b_tap += G::BK * rsc;
-        if (k0 >= K) {
+        if (k0 >= KG) {
             a_tap -= k0;
             b_tap -= k0 * rsc;
             k0 = 0;
@@ -815,18 +863,19 @@ struct BwdDataLoader {
     }
 };
 
-// Writes the staged tile of one phase: row m -> dx pixel (n, first + stride * i).
+// Writes the staged tile of one phase: row m -> dx pixel (n, first + stride * i); y, z and
+// bias at the block's group, whose Cg channels are valid.
 template <class G, bool D3, typename T>
 __device__ void store_tile_phase(const float* Cs, T* y, const T* z, const T* bias,
                                  const ConvEpilogue& e, const ConvShape& s, const Phase& fd,
                                  const Phase& fh, const Phase& fw, int stride_h, int stride_w,
                                  cl::index_t m0, int n0) {
     const cl::index_t rows = (cl::index_t)s.n * fh.count * fw.count * (D3 ? fd.count : 1);
-    const int C = s.c;
+    const int C = s.c, Cg = s.c_per_group;
     for (int idx = threadIdx.x; idx < G::BM * G::BN; idx += G::THREADS) {
         const int row = idx / G::BN, c = n0 + idx % G::BN;
         const cl::index_t m = m0 + row;
-        if (m >= rows || c >= C) continue;
+        if (m >= rows || c >= Cg) continue;
         const int iw = (int)(m % fw.count);
         const cl::index_t nh = m / fw.count;
         const int ih = (int)(nh % fh.count);
@@ -859,15 +908,17 @@ __device__ __forceinline__ void bwd_data_body(const T* dy, const T* w, T* dx, co
     const cl::index_t m0 = (cl::index_t)blockIdx.x * BM;
     const cl::index_t rows = (cl::index_t)s.n * fh.count * fw.count * (D3 ? fd.count : 1);
     if (m0 >= rows) return;  // a small phase: uniform exit
-    const int n0 = blockIdx.y * BN;
-    BwdDataLoader<G, ALIGN, D3> ld(dy, w, s, fd, fh, fw, m0, n0);
-    const int iters = fh.ntaps * fw.ntaps * (D3 ? fd.ntaps : 1) * ((s.k + BK - 1) / BK);
+    const GroupTile gt = group_tile(s.c_per_group, BN);
+    const int n0 = gt.n0, cg0 = gt.g * s.c_per_group;
+    BwdDataLoader<G, ALIGN, D3> ld(dy, w, s, fd, fh, fw, m0, gt.g, n0);
+    const int iters = fh.ntaps * fw.ntaps * (D3 ? fd.ntaps : 1) * ((s.k_per_group + BK - 1) / BK);
     typename G::Acc acc;
     G::mainloop(ld, iters, smem, acc);
     float* Cs = reinterpret_cast<float*>(smem);
     G::stage_acc(acc, Cs);
     __syncthreads();
-    store_tile_phase<G, D3>(Cs, dx, z, bias, e, s, fd, fh, fw, s.stride_h, s.stride_w, m0, n0);
+    store_tile_phase<G, D3>(Cs, dx + cg0, z + cg0, bias + cg0, e, s, fd, fh, fw, s.stride_h,
+                            s.stride_w, m0, n0);
 }
 
 template <typename T, int BM, int BN, int BK, int WM, int WN, int STAGES, int ALIGN, bool D3>

@@ -50,6 +50,23 @@ def _multistage(p: ConvProblem, caps: Capabilities) -> bool:
     return not caps.emulator and (p.dtype in ("fp16", "bf16") or p.math == "tf32")
 
 
+def _narrow_groups(p: ConvProblem) -> bool:
+    """Grouped layers of few channels per group (ResNeXt's 4): a tensor-core stage holds one
+    tap's C/groups channels of a BK-32 slice and a tile's columns (rows) the group's
+    K/groups, so most of each MMA would multiply zero padding; the CUDA-core GEMMs rank
+    before the multistage engine there. The threshold (16: half a slice) is unmeasured on a
+    GPU; the tuner times both."""
+    return p.groups > 1 and min(p.c_per_group, p.k_per_group) < 16
+
+
+def _demote(ranked: list[str], names: tuple[str, ...]) -> list[str]:
+    """``ranked`` with ``names`` moved behind every other solver but the direct fallback."""
+    kept = [n for n in ranked if n not in names]
+    moved = [n for n in ranked if n in names]
+    tail = [n for n in kept if n in (DIRECT, BWD_DATA_DIRECT, BWD_FILTER_DIRECT)]
+    return [n for n in kept if n not in tail] + moved + tail
+
+
 def _winograd_dtype(p: ConvProblem) -> bool:
     """float64 never ranks Winograd (its transforms lose float64 accuracy; the solvers
     say so); its tensor-core flags are False already (no fp64 MMA in those solvers), so
@@ -72,7 +89,8 @@ def conv_fwd_ranking(p: ConvProblem, caps: Capabilities) -> list[str]:
         # the fp64 tensor cores, and tuned further than one 64x64 tile).
         rest = [n for n in _conv_fwd_ranking(p, caps) if n != CUBLAS_1X1]
         return ([CUBLAS_1X1] if _cublas_pointwise(p, caps) else []) + [DMMA] + rest
-    return _conv_fwd_ranking(p, caps)
+    ranked = _conv_fwd_ranking(p, caps)
+    return _demote(ranked, (TC,)) if _narrow_groups(p) else ranked
 
 
 def _conv_fwd_ranking(p: ConvProblem, caps: Capabilities) -> list[str]:
@@ -149,7 +167,8 @@ def conv_bwd_data_ranking(p: ConvProblem, caps: Capabilities) -> list[str]:
         rest = [n for n in _conv_bwd_data_ranking(p, caps) if n != BWD_DATA_CUBLAS_1X1]
         cublas = [BWD_DATA_CUBLAS_1X1] if _cublas_pointwise(p, caps) else []
         return cublas + [BWD_DATA_DMMA, BWD_DATA_DMMA_PHASED] + rest
-    return _conv_bwd_data_ranking(p, caps)
+    ranked = _conv_bwd_data_ranking(p, caps)
+    return _demote(ranked, (BWD_DATA_TC_PHASED, BWD_DATA_TC)) if _narrow_groups(p) else ranked
 
 
 def _conv_bwd_data_ranking(p: ConvProblem, caps: Capabilities) -> list[str]:
@@ -191,7 +210,8 @@ def conv_bwd_filter_ranking(p: ConvProblem, caps: Capabilities) -> list[str]:
     tensor = [BWD_FILTER_TC] if tc and _multistage(p, caps) else []  # TF32 too
     tensor += [BWD_FILTER_WMMA] if tc and p.dtype != "fp32" else []  # WMMA: 16-bit only
     cublas = [BWD_FILTER_CUBLAS_1X1] if _cublas_pointwise(p, caps) else []
-    return cublas + tensor + [BWD_FILTER_IGEMM, BWD_FILTER_ATOMIC, BWD_FILTER_DIRECT]
+    ranked = cublas + tensor + [BWD_FILTER_IGEMM, BWD_FILTER_ATOMIC, BWD_FILTER_DIRECT]
+    return _demote(ranked, (BWD_FILTER_TC,)) if _narrow_groups(p) else ranked
 
 
 SDPA_UNFUSED = "sdpa_fwd_unfused"

@@ -2,14 +2,15 @@
 ``cuda_src/conv/tc_implicit_gemm.cu``).
 
 ``conv_bwd_data_tc_implicit_gemm_phased`` (:class:`TcBwdDataPhasedSolver`): dx from dy and
-the filters, NHWC + KRSC, groups == 1, fp16 (sm_75+), bf16 or fp32 with ``math="tf32"``
-(sm_80+), 1-D, 2-D or 3-D,
-any stride, dilation and padding. Phase decomposition: the grid's z picks a phase of the dx
-pixels (their coordinate plus padding modulo the stride); each phase is a stride-1
-correlation of dy with the taps that reach it, so no MMA is spent on the stride's gaps and
-nothing divides per element. The filter is read as stored (k rows, c contiguous) through
-``ldmatrix.trans``: no rotated copy, no workspace. The epilogue is the forward's (the
-transposed convolution's bias, blending, activation).
+the filters, NHWC + KRSC, any groups (one GEMM per group: grid.y runs group-major over the
+groups' C/groups columns, the reduction over their K/groups channels), fp16 (sm_75+), bf16
+or fp32 with ``math="tf32"`` (sm_80+), 1-D, 2-D or 3-D, any stride, dilation and padding.
+Phase decomposition: the grid's z picks a phase of the dx pixels (their coordinate plus
+padding modulo the stride); each phase is a stride-1 correlation of dy with the taps that
+reach it, so no MMA is spent on the stride's gaps and nothing divides per element. The
+filter is read as stored (k rows, c contiguous) through ``ldmatrix.trans``: no rotated copy,
+no workspace. The epilogue is the forward's (the transposed convolution's bias, blending,
+activation).
 
 3-D (NDHWC + KTRSC): the kernel ``tc_conv_bwd_data_3d``, phases (pd, ph, pw) and the taps
 (t, r, s) of each, a module of its own per tile (the 2-D kernels' code stays as it was),
@@ -20,8 +21,8 @@ reaches the fragments through 32-bit shared loads from rows padded by 8 floats (
 :mod:`.tc_bwd_filter`); dy's tile is the forward's (``ldmatrix``). At stride 1 the forward
 kernel on rotated filters (``conv_bwd_data_tc_implicit_gemm``) is the other TF32 path.
 
-Copies: 16 bytes when K and C are multiples of 8 (TF32: 4), 4 bytes when both are even
-(TF32: any). Config: the forward's :class:`~.tc_igemm.TcConfig` (block_m dx pixels x
+Copies: 16 bytes when K/groups and C/groups are multiples of 8 (TF32: 4), 4 bytes when
+both are even (TF32: any). Config: the forward's :class:`~.tc_igemm.TcConfig` (block_m dx pixels x
 block_n channels C, block_k of K per stage), without split-K. Deterministic.
 """
 
@@ -43,7 +44,15 @@ from .bwd_data import BwdDataTensors
 from .bwd_data_igemm import phase_rows
 from .common import Epilogue, shape_struct
 from .tc_bwd_filter import align_for, aligns, backward_reason
-from .tc_igemm import SOURCE, TILES, TILES_ALIGN2, TILES_TF32, TILES_TF32_ALIGN1, TcConfig
+from .tc_igemm import (
+    SOURCE,
+    TILES,
+    TILES_ALIGN2,
+    TILES_TF32,
+    TILES_TF32_ALIGN1,
+    TcConfig,
+    group_tiles,
+)
 
 # Four of the forward's tiles (its 8-warp 128x128 spills 4 bytes here on sm_90; BK 64 adds
 # compile time for the NVRTC check without a case the others miss); 4-byte copies: one.
@@ -101,7 +110,8 @@ class _Runner(Runner):
         spec = module_spec(dt, cfg, align, d3)
         self.kernel = backend.kernel(spec, _expr(dt, cfg, align, d3))
         phases = int(np.prod(problem.strides))
-        self.grid = (-(-phase_rows(problem) // cfg.block_m), -(-problem.c // cfg.block_n), phases)
+        columns = group_tiles(problem, problem.c_per_group, cfg.block_n)
+        self.grid = (-(-phase_rows(problem) // cfg.block_m), columns, phases)
         self.block = (cfg.threads,)
         self.smem = cfg.smem_bytes(dt.itemsize, b_rows_k=True)
         self.shape = shape_struct(problem)
@@ -132,8 +142,12 @@ class TcBwdDataPhasedSolver(Solver):
         reason = backward_reason(problem, caps, "bwd_data")
         if reason:
             return not_applicable(reason)
-        if -(-problem.c // 64) > _MAX_GRID or int(np.prod(problem.strides)) > _MAX_GRID:
-            return not_applicable("needs C and the stride's phases within the grid's limits")
+        columns = group_tiles(problem, problem.c_per_group, 64)
+        if columns > _MAX_GRID or int(np.prod(problem.strides)) > _MAX_GRID:
+            return not_applicable(
+                "needs groups * ceil(C/groups / 64) and the stride's phases within the grid's "
+                f"limits ({_MAX_GRID})"
+            )
         if max(np.prod(problem.y_shape()), np.prod(problem.w_shape())) >= 2**31:
             return not_applicable("needs dy and w below 2^31 elements (32-bit offsets)")
         return APPLICABLE
@@ -150,7 +164,8 @@ class TcBwdDataPhasedSolver(Solver):
 
     def default_config(self, problem: ConvProblem, caps: Capabilities) -> TcConfig:
         options = self.configs(problem, caps)
-        block = (128, 128) if phase_rows(problem) >= 8192 and problem.c > 64 else (64, 64)
+        wide = problem.c_per_group > 64
+        block = (128, 128) if phase_rows(problem) >= 8192 and wide else (64, 64)
         return next((c for c in options if (c.block_m, c.block_n) == block), options[0])
 
     def module_specs(self) -> list[ModuleSpec]:

@@ -2,8 +2,9 @@
 ``cuda_src/conv/tc_implicit_gemm.cu``).
 
 ``conv_bwd_filter_tc_implicit_gemm`` (:class:`TcBwdFilterSolver`): dw = dy^T * im2col(x)
-as a GEMM with M = K, N = R*S*C and the reduction over the N*P*Q output pixels. NHWC +
-KRSC, groups == 1, fp16 or bf16 (fp32 accumulation, fp32 partials), or fp32 with
+as a GEMM per group with M = K/groups, N = R*S*C/groups and the reduction over the N*P*Q
+output pixels (grid.y group-major over the groups' row tiles). NHWC + KRSC, any groups,
+fp16 or bf16 (fp32 accumulation, fp32 partials), or fp32 with
 ``math="tf32"`` (sm_80+), 1-D, 2-D or 3-D, any stride, dilation and padding. Both operands
 are contiguous along K and C, so both shared tiles hold reduction rows and reach the MMA
 fragments through ``ldmatrix.trans`` (16-bit), or, for TF32 (``ldmatrix.trans`` moves
@@ -21,8 +22,8 @@ multiple of ``block_k``), writing fp32 partials to the workspace; ``bwd_filter_r
 (``cuda_src/conv/splitk_reduce.cuh``) sums them in split order and rounds once. Deterministic
 for every split count. Workspace: 4 * splits * K * R*S*C bytes.
 
-Copies: 16 bytes when K and C are multiples of 8 (TF32: 4), 4 bytes when both are even
-(TF32: any K and C); otherwise not applicable (the WMMA split-K solver takes it). Error: as
+Copies: 16 bytes when K/groups and C/groups are multiples of 8 (TF32: 4), 4 bytes when
+both are even (TF32: any); otherwise not applicable (the WMMA split-K solver takes it). Error: as
 the forward (exact products, fp32 sums over N*P*Q terms), acc_factor 2; TF32 adds up to
 2^-11 relative per operand.
 """
@@ -43,7 +44,7 @@ from ...runtime.kernel import ModuleSpec
 from ..base import APPLICABLE, Applicability, Config, Runner, Solver, not_applicable
 from . import bwd_filter as bwf
 from .common import shape_struct
-from .tc_igemm import NO_FP64_MMA, SOURCE, TcTile
+from .tc_igemm import NO_FP64_MMA, SOURCE, TcTile, group_tiles
 
 # (block_m (K), block_n (R*S*C), block_k (pixels), warp_m, warp_n, stages)
 TILES = (
@@ -99,8 +100,10 @@ def aligns(problem: ConvProblem) -> tuple[int, int]:
 
 
 def align_for(problem: ConvProblem) -> int | None:
-    """Channels per copy of the backward kernels: their copies run along both K and C."""
-    return next((a for a in aligns(problem) if problem.c % a == 0 and problem.k % a == 0), None)
+    """Channels per copy of the backward kernels: their copies run along both K and C, each
+    within a group."""
+    cg, kg = problem.c_per_group, problem.k_per_group
+    return next((a for a in aligns(problem) if cg % a == 0 and kg % a == 0), None)
 
 
 def tiles_for(problem: ConvProblem) -> tuple[tuple[int, ...], ...]:
@@ -119,8 +122,6 @@ def backward_reason(problem: ConvProblem, caps: Capabilities, direction: str) ->
         return reason
     if problem.dtype == dtypes.FLOAT64.short:
         return NO_FP64_MMA
-    if problem.groups != 1:
-        return "needs groups == 1"
     if not problem.channels_last:
         return "needs channels-last (NHWC): copies run along K and C"
     if problem.dtype == "fp32" and problem.math != "tf32":
@@ -131,7 +132,8 @@ def backward_reason(problem: ConvProblem, caps: Capabilities, direction: str) ->
         what = "tf32" if problem.dtype == "fp32" else problem.dtype
         return f"{what} needs sm_80+, device is {caps.arch}"
     if align_for(problem) is None:
-        return f"needs even K and C for 4-byte copies, got k={problem.k}, c={problem.c}"
+        kg, cg = problem.k_per_group, problem.c_per_group
+        return f"needs even K/groups and C/groups for 4-byte copies, got {kg} and {cg}"
     return None
 
 
@@ -148,8 +150,9 @@ def module_spec(
 
 
 def _dims(problem: ConvProblem) -> tuple[int, int]:
-    """(R*S*C, N*P*Q)."""
-    return problem.c * problem.filter_taps, problem.n * int(np.prod(problem.out_spatial))
+    """(R*S*C/groups, N*P*Q)."""
+    return (problem.c_per_group * problem.filter_taps,
+            problem.n * int(np.prod(problem.out_spatial)))  # fmt: skip
 
 
 class _Runner(Runner):
@@ -164,7 +167,8 @@ class _Runner(Runner):
         rsc, npq = _dims(problem)
         self.splits = bwf._useful_splits(npq, cfg.splits, cfg.block_k)
         self.chunk = np.int64(bwf._chunk(npq, cfg.splits, cfg.block_k))
-        self.grid = (-(-rsc // cfg.block_n), -(-problem.k // cfg.block_m), self.splits)
+        rows = group_tiles(problem, problem.k_per_group, cfg.block_m)
+        self.grid = (-(-rsc // cfg.block_n), rows, self.splits)
         self.block = (cfg.threads,)
         self.smem = cfg.smem_bytes(dt.itemsize)
         self.count = problem.k * rsc
@@ -202,8 +206,11 @@ class TcBwdFilterSolver(Solver):
             return not_applicable(reason)
         rsc, npq = _dims(problem)
         big = max(npq, problem.k * rsc, int(np.prod(problem.x_shape())))
-        if -(-problem.k // 64) > _MAX_GRID_Y or big >= 2**31:
-            return not_applicable("needs K < 2^22 and N*P*Q, K*R*S*C and x below 2^31 elements")
+        if group_tiles(problem, problem.k_per_group, 64) > _MAX_GRID_Y or big >= 2**31:
+            return not_applicable(
+                "needs groups * ceil(K/groups / 64) <= 65535 and N*P*Q, K*R*S*C/groups and x "
+                "below 2^31 elements"
+            )
         return APPLICABLE
 
     def configs(self, problem: ConvProblem, caps: Capabilities) -> list[TcSplitKConfig]:
@@ -222,10 +229,10 @@ class TcBwdFilterSolver(Solver):
     def default_config(self, problem: ConvProblem, caps: Capabilities) -> TcSplitKConfig:
         rsc, _ = _dims(problem)
         options = self.configs(problem, caps)
-        big = [c for c in options if c.block_m == 128] if problem.k >= 128 else []
+        big = [c for c in options if c.block_m == 128] if problem.k_per_group >= 128 else []
         pool = big or [c for c in options if c.block_m == 64 and c.block_n == 128] or options
         tile = pool[0]
-        tiles = -(-problem.k // tile.block_m) * -(-rsc // tile.block_n)
+        tiles = group_tiles(problem, problem.k_per_group, tile.block_m) * -(-rsc // tile.block_n)
         target = bwf._TARGET_BLOCKS["cpu" if caps.emulator else "cuda"]
         want = max(1, -(-target // tiles))
         same = [c for c in pool if c.tile() == tile.tile()]

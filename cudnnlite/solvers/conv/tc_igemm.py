@@ -2,7 +2,7 @@
 shared main loop ``cuda_src/conv/tc_gemm.cuh``).
 
 ``conv_fwd_tc_implicit_gemm`` (:class:`TcImplicitGemmSolver`): forward, 1-D, 2-D or 3-D,
-any stride, dilation and padding, groups == 1, NHWC + KRSC (NDHWC + KTRSC), with fp32
+any stride, dilation, padding and groups, NHWC + KRSC (NDHWC + KTRSC), with fp32
 accumulation through the PTX-level layer (``ldmatrix`` from an XOR-swizzled shared layout,
 ``cp.async`` stages with zero-fill for the padding):
 
@@ -24,10 +24,16 @@ become 8 (or 4) scalar gathers in the main loop, each re-read for every filter t
 conversion is one pass over x and w at memory speed. Workspace: x and w in the new layout
 (rounded up to 256 bytes each), plus the split-K partials.
 
-Loads: 16-byte copies (8 channels of fp16/bf16, 4 of fp32) when C allows, else 4-byte
-copies (2 channels, or 1 fp32 channel: any C); odd C in fp16/bf16 is not applicable (the
-WMMA solver takes it). The copy width is part of the kernel name, not a config: it follows
-from the problem.
+Groups: one GEMM per group (grid.y runs group-major over each group's K/groups columns),
+the reduction over its C/groups channels; the kernel takes the group's x, w and y by
+pointer offsets, so groups == 1 runs the same code. A slice of ``block_k`` channels holds
+one tap's C/groups of them: groups of fewer channels leave the rest of the slice zero
+(ResNeXt's 4 channels per group fill an eighth of a BK-32 slice).
+
+Loads: 16-byte copies (8 channels of fp16/bf16, 4 of fp32) when C/groups allows, else
+4-byte copies (2 channels, or 1 fp32 channel: any C); odd C/groups in fp16/bf16 is not
+applicable (the WMMA solver takes it at groups == 1). The copy width is part of the kernel
+name, not a config: it follows from the problem.
 
 Config (:class:`TcConfig`, every field in the kernel's readable name
 ``tc_igemm_fwd_128x128x32_w64x64_s4_a8_nhwc_fp16``): the block tile ``block_m`` x
@@ -210,9 +216,10 @@ class TcConfig(TcTile):
 
 
 def align_for(problem: ConvProblem) -> int | None:
-    """Channels per cp.async: 16 bytes when C allows it, else 4 bytes (2 halves, or one
-    float), else None (odd C in fp16/bf16)."""
-    return next((a for a in variant(problem.dtype).aligns if problem.c % a == 0), None)
+    """Channels per cp.async: 16 bytes when C/groups allows it, else 4 bytes (2 halves, or
+    one float), else None (odd C/groups in fp16/bf16)."""
+    cg = problem.c_per_group
+    return next((a for a in variant(problem.dtype).aligns if cg % a == 0), None)
 
 
 def kernel_expr(dt: dtypes.DType, config: TcConfig, align: int, d3: bool = False) -> str:
@@ -240,8 +247,14 @@ def helper_module_spec(dt: dtypes.DType) -> ModuleSpec:
 
 
 def reduction_tiles(problem: ConvProblem, config: TcConfig) -> int:
-    """R*S taps x ceil(C / block_k) channel slices."""
-    return problem.filter_taps * -(-problem.c // config.block_k)
+    """R*S taps x ceil(C/groups / block_k) channel slices."""
+    return problem.filter_taps * -(-problem.c_per_group // config.block_k)
+
+
+def group_tiles(problem: ConvProblem, per_group: int, tile: int) -> int:
+    """grid.y of the tensor-core kernels: each group's ``per_group`` GEMM columns (rows of
+    backward filter) in tiles of ``tile``, group-major (``group_tile`` in the kernels)."""
+    return problem.groups * -(-per_group // tile)
 
 
 def split_plan(problem: ConvProblem, config: TcConfig) -> tuple[int, int]:
@@ -284,7 +297,8 @@ class _Runner(Runner):
         self._shape = shape_struct(problem)
         rows = problem.n * int(np.prod(problem.out_spatial))
         self._per, splits = split_plan(problem, config)
-        self._grid = (-(-rows // config.block_m), -(-problem.k // config.block_n), splits)
+        columns = group_tiles(problem, problem.k_per_group, config.block_n)
+        self._grid = (-(-rows // config.block_m), columns, splits)
         self._block = (config.threads,)
         self._smem = config.smem_bytes(dt.itemsize)
         self._splits, self._count, self._k = splits, rows * problem.k, problem.k
@@ -300,9 +314,10 @@ class _Runner(Runner):
         if not problem.channels_last:
             self._convert = backend.kernel(helpers, transpose_expr(dt))
             hw, taps = int(np.prod(problem.spatial)), problem.filter_taps
-            # (grid, C, HW) of x -> NHWC and of w (K images of C x R*S) -> KRSC
+            # (grid, C, HW) of x -> NHWC and of w (K images of C/groups x R*S) -> KRSC
+            cg = problem.c_per_group
             self._x_t = ((-(-hw // 32), -(-problem.c // 32), problem.n), problem.c, hw)
-            self._w_t = ((-(-taps // 32), -(-problem.c // 32), problem.k), problem.c, taps)
+            self._w_t = ((-(-taps // 32), -(-cg // 32), problem.k), cg, taps)
             self._names.insert(0, f"tc_nchw_to_nhwc_{problem.dtype}")
 
     @property
@@ -345,8 +360,6 @@ class TcImplicitGemmSolver(Solver):
             return not_applicable(reason)
         if problem.dtype == dtypes.FLOAT64.short:
             return not_applicable(NO_FP64_MMA)
-        if problem.groups != 1:
-            return not_applicable("needs groups == 1")
         if not problem.channels_last and max(problem.n, problem.k) > 65535:
             return not_applicable("NCHW: the layout conversion needs N and K <= 65535")
         if problem.dtype == "fp32" and problem.math != "tf32":
@@ -358,10 +371,14 @@ class TcImplicitGemmSolver(Solver):
             return not_applicable(f"{what} needs sm_80+, device is {caps.arch}")
         if align_for(problem) is None:
             return not_applicable(
-                f"needs an even channel count for 4-byte copies, got c={problem.c}"
+                f"needs an even channel count per group for 4-byte copies, got "
+                f"c/groups={problem.c_per_group}"
             )
-        if -(-problem.k // 64) > _MAX_GRID_Y:
-            return not_applicable(f"k={problem.k} exceeds the grid's y limit")
+        columns = group_tiles(problem, problem.k_per_group, 64)
+        if columns > _MAX_GRID_Y:
+            return not_applicable(
+                f"groups * ceil(k/groups / 64) = {columns} exceeds the grid's y limit {_MAX_GRID_Y}"
+            )
         if max(problem.filter) > 16:
             return not_applicable(f"needs filters of at most 16 taps per dim, got {problem.filter}")
         if max(np.prod(problem.x_shape()), np.prod(problem.w_shape())) >= 2**31:
@@ -389,7 +406,7 @@ class TcImplicitGemmSolver(Solver):
 
     def default_config(self, problem: ConvProblem, caps: Capabilities) -> TcConfig:
         rows = problem.n * int(np.prod(problem.out_spatial))
-        wide = problem.k > 64
+        wide = problem.k_per_group > 64
         block = (
             ((128, 128) if wide else (128, 64)) if rows >= 8192 else (64, 128) if wide else (64, 64)
         )
@@ -402,7 +419,7 @@ class TcImplicitGemmSolver(Solver):
         if not caps.emulator and tile in variant(problem.dtype).split_tiles:
             # Few output tiles (late layers at small batch): split the reduction until
             # the grid has about two blocks per SM of an H100/H200-class GPU.
-            tiles = -(-rows // tile[0]) * -(-problem.k // tile[1])
+            tiles = -(-rows // tile[0]) * group_tiles(problem, problem.k_per_group, tile[1])
             want = max(1, 264 // tiles)
             for splits in reversed(SPLITS):
                 if splits <= want and TcConfig(*tile, splits) in options:

@@ -1,0 +1,151 @@
+"""Grouped convolution on the multistage tensor-core engine: forward
+(``conv_fwd_tc_implicit_gemm``), backward data by phases and at stride 1 on rotated
+filters, and backward filter, each one GEMM per group (grid.y group-major over the groups'
+tiles, the group's channels reached by pointer offsets), run directly on every backend
+against the float64 reference.
+
+Tolerances: tests/test_conv_tc.py's (fp16/bf16 products exact in fp32, fp32 sums:
+acc_factor 2 over the group's C/groups * R * S terms; TF32 adds 2^-11 per operand) and
+tests/conv_backward_support.py's for the gradients. The cases pick groups whose channels
+exercise what groups change: a group of 4-byte copies next to 16-byte ones, a group's
+output channels over several tiles (K/groups > block_n), K/groups that is not a multiple
+of the vector store (scalar epilogue at the group's edge), split-K partials, the NCHW
+layout conversion of grouped filters, 1-D and 3-D.
+"""
+
+from __future__ import annotations
+
+import dataclasses
+
+import pytest
+from conv_backward_support import check_data, check_filter
+from test_conv_tc import PHASED, SMALL, SMALL_TF32, _check, conv
+
+from cudnnlite.dispatch import heuristics as h
+from cudnnlite.problems.conv import ConvProblem
+from cudnnlite.runtime.caps import EMULATOR, for_sm
+from cudnnlite.solvers.conv.bwd_data import TcImplicitGemmSolver as TcBwdData
+from cudnnlite.solvers.conv.common import Epilogue
+from cudnnlite.solvers.conv.tc_bwd_filter import TcBwdFilterSolver, TcSplitKConfig
+from cudnnlite.solvers.conv.tc_igemm import TcConfig, TcImplicitGemmSolver
+
+FWD, BWF, ROTATED = TcImplicitGemmSolver(), TcBwdFilterSolver(), TcBwdData()
+
+
+def grouped(groups: int, *args, direction: str = "fwd", **kw) -> ConvProblem:
+    return dataclasses.replace(conv(*args, **kw), groups=groups, direction=direction)
+
+
+FWD_CASES = {
+    # (problem, config): C/groups 8 (16-byte copies), K/groups 6 (scalar stores)
+    "g2_cg8_kg6": (grouped(2, 1, 16, 5, 12), None),
+    # C/groups 2: 4-byte copies; four groups
+    "g4_cg2_align2": (grouped(4, 2, 8, (4, 5), 8), TcConfig(64, 64, 32, 32, 32, 4)),
+    # ResNeXt-like: 8 channels per group, stride 2, bf16
+    "g4_resnext_stride2_bf16": (grouped(4, 1, 32, 7, 32, stride=2, dtype="bf16"), None),
+    # K/groups 70 > block_n 64: two column tiles per group, the second ragged
+    "g2_kg70_two_tiles": (grouped(2, 1, 16, 3, 140, f=1, pad=0), None),
+    # TF32, C/groups 3: one-float copies
+    "g2_tf32_cg3": (grouped(2, 1, 6, 4, 10, dtype="fp32"), None),
+    # NCHW: the grouped filters converted as K images of C/groups x R*S
+    "g2_nchw": (grouped(2, 1, 16, 4, 12, layout="NCHW"), None),
+    "g3_nchw_tf32_dilation2": (grouped(3, 1, 12, 6, 9, dil=2, pad=2, dtype="fp32",
+                                       layout="NCHW"), None),  # fmt: skip
+    # split-K: partials of each group's columns, summed with the epilogue
+    "g2_split4": (grouped(2, 1, 64, 3, 16), TcConfig(64, 64, 32, 32, 32, 4, 4)),
+}
+
+
+@pytest.mark.parametrize("case", sorted(FWD_CASES))
+def test_forward(backend: str, case: str) -> None:
+    p, cfg = FWD_CASES[case]
+    _check(backend, p, cfg)
+
+
+@pytest.mark.parametrize("k", [16, 12], ids=["vector_stores", "scalar_stores"])
+def test_forward_epilogue_per_group(backend: str, k: int) -> None:
+    # bias and residual at the group's channel offset; K/groups 8 stores 16 bytes a pixel,
+    # K/groups 6 stores elementwise up to the group's edge.
+    e = Epilogue(alpha=1.5, alpha2=0.5, act_mode=0, has_bias=True, has_z=True)
+    p = grouped(2, 1, 16, 4, k)
+    _check(backend, p, SMALL, epilogue=e, activation="relu", bias=True, z=True)
+
+
+def test_forward_1d_and_3d(backend: str) -> None:
+    p1 = ConvProblem(n=1, c=8, spatial=(9,), k=6, filter=(3,), pads=((1, 1),), strides=(2,),
+                     dilations=(1,), groups=2, layout="NWC", dtype="fp16")  # fmt: skip
+    _check(backend, p1)
+    p3 = ConvProblem(n=1, c=16, spatial=(3, 4, 3), k=8, filter=(2, 3, 3),
+                     pads=((0, 1), (1, 1), (1, 1)), strides=(1, 1, 1), dilations=(1, 1, 1),
+                     groups=2, layout="NDHWC", dtype="fp16")  # fmt: skip
+    _check(backend, p3, SMALL)
+    _check(backend, dataclasses.replace(p3, dtype="fp32", math="tf32"), SMALL_TF32)
+
+
+BWD_DATA_CASES = {
+    "g2_stride2": grouped(2, 1, 16, (7, 5), 16, stride=2, direction="bwd_data"),
+    "g4_align2_stride1": grouped(4, 1, 8, 5, 8, direction="bwd_data"),
+    # C/groups 72 > block_n 64: two column tiles per group
+    "g2_cg72_two_tiles": grouped(2, 1, 144, 3, 16, f=1, pad=0, stride=2, direction="bwd_data"),
+    "g2_tf32_stride2": grouped(2, 1, 6, 5, 10, stride=2, dtype="fp32", direction="bwd_data"),
+}
+
+
+@pytest.mark.parametrize("case", sorted(BWD_DATA_CASES))
+def test_backward_data_by_phases(backend: str, case: str) -> None:
+    p = BWD_DATA_CASES[case]
+    acc = 2.0 + (2.0**14 / (p.k_per_group * p.filter_taps) if p.dtype == "fp32" else 0.0)
+    check_data(backend, PHASED, p, bias=True, acc_factor=acc)
+
+
+def test_backward_data_rotated_stride1(backend: str) -> None:
+    # The rotated filters swap K and C within each group; the forward kernel runs them
+    # with the groups of the rotated problem.
+    check_data(backend, ROTATED, grouped(2, 1, 16, 5, 8, direction="bwd_data"), bias=True)
+
+
+BWF_CASES = {
+    "g2": (grouped(2, 2, 16, 5, 16, direction="bwd_filter"), None),
+    "g4_align2_stride2": (grouped(4, 1, 8, 6, 8, stride=2, direction="bwd_filter"), None),
+    # K/groups 72 > block_m 64: two row tiles per group; split over the pixels
+    "g2_kg72_split2": (grouped(2, 1, 16, 6, 144, f=1, pad=0, direction="bwd_filter"),
+                       TcSplitKConfig(64, 64, 32, 32, 32, 3, 2)),  # fmt: skip
+    "g3_tf32_bf": (grouped(3, 1, 6, 5, 9, dtype="fp32", direction="bwd_filter"), None),
+}
+
+
+@pytest.mark.parametrize("case", sorted(BWF_CASES))
+def test_backward_filter(backend: str, case: str) -> None:
+    p, cfg = BWF_CASES[case]
+    terms = p.n * p.out_spatial[0] * p.out_spatial[1]
+    acc = 2.0 + (2.0**14 / terms if p.dtype == "fp32" else 0.0)
+    check_filter(backend, BWF, p, config=cfg, acc_factor=acc)
+
+
+def test_reasons_and_grid() -> None:
+    # C/groups odd in fp16: no 4-byte copy fits a group
+    odd = grouped(2, 1, 6, 4, 4)
+    assert "c/groups=3" in FWD.is_applicable(odd, EMULATOR).reason
+    bwd = dataclasses.replace(odd, direction="bwd_data")
+    assert "K/groups and C/groups" in PHASED.is_applicable(bwd, EMULATOR).reason
+    bwf = dataclasses.replace(odd, direction="bwd_filter")
+    assert "K/groups and C/groups" in BWF.is_applicable(bwf, EMULATOR).reason
+    # grid.y counts every group's column tiles: 65536 groups of 64 channels overflow it
+    many = grouped(65536, 1, 65536 * 2, 1, 65536 * 64, f=1, pad=0)
+    assert "y limit" in FWD.is_applicable(many, for_sm(90)).reason
+    # The reduction tiles count a group's channels: split plans follow them
+    p = grouped(4, 1, 128, 8, 64)
+    assert FWD.default_config(p, for_sm(90)) in FWD.configs(p, for_sm(90))
+
+
+def test_heuristics_rank_the_engine_for_groups_with_enough_channels() -> None:
+    # Groups of 16+ channels fill half a BK-32 slice or more: the engine first on a GPU;
+    # fewer (ResNeXt's 4) waste most of each slice: the CUDA-core GEMMs first.
+    wide = grouped(8, 32, 128, 28, 128)
+    assert h.conv_fwd_ranking(wide, for_sm(90))[0] == h.TC
+    narrow = grouped(32, 32, 128, 28, 128)
+    assert h.conv_fwd_ranking(narrow, for_sm(90)).index(h.TC) > 0
+    for d, first in (("bwd_data", h.BWD_DATA_TC_PHASED), ("bwd_filter", h.BWD_FILTER_TC)):
+        ranking = getattr(h, f"conv_{d}_ranking")
+        assert ranking(dataclasses.replace(wide, direction=d), for_sm(90))[0] == first
+        assert ranking(dataclasses.replace(narrow, direction=d), for_sm(90))[0] != first
