@@ -23,6 +23,7 @@ from test_conv_tc import PHASED, SMALL, SMALL_TF32, _check, conv
 
 from cudnnlite.dispatch import heuristics as h
 from cudnnlite.problems.conv import ConvProblem
+from cudnnlite.problems.suites import RESNEXT50, scaled
 from cudnnlite.runtime.caps import EMULATOR, for_sm
 from cudnnlite.solvers.conv.bwd_data import TcImplicitGemmSolver as TcBwdData
 from cudnnlite.solvers.conv.common import Epilogue
@@ -60,6 +61,13 @@ FWD_CASES = {
 def test_forward(backend: str, case: str) -> None:
     p, cfg = FWD_CASES[case]
     _check(backend, p, cfg)
+
+
+@pytest.mark.parametrize("name", ["l2.conv2", "l4.b.conv2"])
+def test_resnext50_layers(backend: str, name: str) -> None:
+    # Real channel structure (32 groups of 8 and of 32 channels), images shrunk to 4x4.
+    layer = next(layer for layer in RESNEXT50 if layer.name == name)
+    _check(backend, scaled(layer, 4).problem(n=1, dtype="fp16", layout="NHWC"))
 
 
 @pytest.mark.parametrize("k", [16, 12], ids=["vector_stores", "scalar_stores"])

@@ -142,6 +142,18 @@ MOBILENETV2 = (
     _l("pw320-1280", 320, 7, 1280, 1),
 )
 
+# ResNeXt-50 (32x4d): its grouped 3x3 convolutions, 32 groups of 4 to 32 channels (the 1x1
+# layers are ResNet-50's shapes at twice the width); stride on the first block's 3x3.
+RESNEXT50 = (
+    _l("l1.conv2", 128, 56, 128, 3, 1, 32),
+    _l("l2.conv2", 256, 56, 256, 3, 2, 32),
+    _l("l2.b.conv2", 256, 28, 256, 3, 1, 32),
+    _l("l3.conv2", 512, 28, 512, 3, 2, 32),
+    _l("l3.b.conv2", 512, 14, 512, 3, 1, 32),
+    _l("l4.conv2", 1024, 14, 1024, 3, 2, 32),
+    _l("l4.b.conv2", 1024, 7, 1024, 3, 1, 32),
+)
+
 _LAYOUTS_3D = {"NCHW": "NCDHW", "NHWC": "NDHWC"}
 
 
@@ -204,7 +216,8 @@ UNET3D = (
     _v("dec1", 64, 128, 128, 32, 3, 3),
 )
 
-SUITES_2D = {"resnet50": RESNET50, "vgg16": VGG16, "mobilenetv2": MOBILENETV2}
+SUITES_2D = {"resnet50": RESNET50, "vgg16": VGG16, "mobilenetv2": MOBILENETV2,
+             "resnext50": RESNEXT50}  # fmt: skip
 SUITES_3D = {"i3d": I3D, "c3d": C3D, "r2plus1d": R2PLUS1D, "unet3d": UNET3D}
 SUITES = {**SUITES_2D, **SUITES_3D}
 
