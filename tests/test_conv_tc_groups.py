@@ -1,8 +1,9 @@
 """Grouped convolution on the multistage tensor-core engine: forward
-(``conv_fwd_tc_implicit_gemm``), backward data by phases and at stride 1 on rotated
-filters, and backward filter, each one GEMM per group (grid.y group-major over the groups'
-tiles, the group's channels reached by pointer offsets), run directly on every backend
-against the float64 reference.
+(``conv_fwd_tc_implicit_gemm``: one GEMM per group, or for groups narrower than the tile
+the packed kernel, several groups per block with a block-diagonal B), backward data by
+phases and at stride 1 on rotated filters, and backward filter, each one GEMM per group
+(grid.y group-major over the groups' tiles, the group's channels reached by offsets), run
+directly on every backend against the float64 reference.
 
 Tolerances: tests/test_conv_tc.py's (fp16/bf16 products exact in fp32, fp32 sums:
 acc_factor 2 over the group's C/groups * R * S terms; TF32 adds 2^-11 per operand) and
@@ -28,7 +29,7 @@ from cudnnlite.runtime.caps import EMULATOR, for_sm
 from cudnnlite.solvers.conv.bwd_data import TcImplicitGemmSolver as TcBwdData
 from cudnnlite.solvers.conv.common import Epilogue
 from cudnnlite.solvers.conv.tc_bwd_filter import TcBwdFilterSolver, TcSplitKConfig
-from cudnnlite.solvers.conv.tc_igemm import TcConfig, TcImplicitGemmSolver
+from cudnnlite.solvers.conv.tc_igemm import TcConfig, TcImplicitGemmSolver, packed
 
 FWD, BWF, ROTATED = TcImplicitGemmSolver(), TcBwdFilterSolver(), TcBwdData()
 
@@ -37,29 +38,47 @@ def grouped(groups: int, *args, direction: str = "fwd", **kw) -> ConvProblem:
     return dataclasses.replace(conv(*args, **kw), groups=groups, direction=direction)
 
 
+BIG = TcConfig(128, 128, 32, 64, 64, 4)  # not a packed tile: one GEMM per group
+BIG_NARROW = TcConfig(128, 128, 32, 32, 64, 4)  # the same with 4-byte copies
 FWD_CASES = {
-    # (problem, config): C/groups 8 (16-byte copies), K/groups 6 (scalar stores)
-    "g2_cg8_kg6": (grouped(2, 1, 16, 5, 12), None),
+    # (problem, config, packed): C/groups 8 (16-byte copies), K/groups 6 (scalar stores)
+    "g2_cg8_kg6": (grouped(2, 1, 16, 5, 12), BIG, False),
     # C/groups 2: 4-byte copies; four groups
-    "g4_cg2_align2": (grouped(4, 2, 8, (4, 5), 8), TcConfig(64, 64, 32, 32, 32, 4)),
+    "g4_cg2_align2": (grouped(4, 2, 8, (4, 5), 8), BIG_NARROW, False),
     # ResNeXt-like: 8 channels per group, stride 2, bf16
-    "g4_resnext_stride2_bf16": (grouped(4, 1, 32, 7, 32, stride=2, dtype="bf16"), None),
+    "g4_resnext_stride2_bf16": (grouped(4, 1, 32, 7, 32, stride=2, dtype="bf16"), BIG, False),
     # K/groups 70 > block_n 64: two column tiles per group, the second ragged
-    "g2_kg70_two_tiles": (grouped(2, 1, 16, 3, 140, f=1, pad=0), None),
+    "g2_kg70_two_tiles": (grouped(2, 1, 16, 3, 140, f=1, pad=0), SMALL, False),
     # TF32, C/groups 3: one-float copies
-    "g2_tf32_cg3": (grouped(2, 1, 6, 4, 10, dtype="fp32"), None),
+    "g2_tf32_cg3": (grouped(2, 1, 6, 4, 10, dtype="fp32"), None, True),
     # NCHW: the grouped filters converted as K images of C/groups x R*S
-    "g2_nchw": (grouped(2, 1, 16, 4, 12, layout="NCHW"), None),
+    "g2_nchw": (grouped(2, 1, 16, 4, 12, layout="NCHW"), BIG, False),
     "g3_nchw_tf32_dilation2": (grouped(3, 1, 12, 6, 9, dil=2, pad=2, dtype="fp32",
-                                       layout="NCHW"), None),  # fmt: skip
+                                       layout="NCHW"), None, True),  # fmt: skip
     # split-K: partials of each group's columns, summed with the epilogue
-    "g2_split4": (grouped(2, 1, 64, 3, 16), TcConfig(64, 64, 32, 32, 32, 4, 4)),
+    "g2_split4": (grouped(2, 1, 64, 3, 16), TcConfig(64, 64, 32, 32, 32, 4, 4), False),
+    # packed: 8 groups of 4 channels in one 64-column block (4-byte copies)
+    "packed_g8_cg4": (grouped(8, 1, 32, 5, 32), SMALL, True),
+    # packed: 12 groups of 8, two column blocks of 8 groups each (the second partial)
+    "packed_g12_cg8_two_blocks": (grouped(12, 1, 96, 4, 96, stride=2), SMALL, True),
+    # packed: groups straddle the blocks (24 columns per group, 64 per block), 128 rows
+    "packed_g5_kg24_straddling": (grouped(5, 2, 80, 4, 120, dtype="bf16"),
+                                  TcConfig(128, 64, 32, 64, 32, 4), True),  # fmt: skip
+    # packed: K/groups 1 (a channel multiplier of 1 over groups of 2 channels)
+    "packed_kg1": (grouped(6, 1, 12, 4, 6), SMALL, True),
+    # packed, 64 x 128 tile, dilation and big padding
+    "packed_64x128_dilation2": (grouped(4, 1, 32, 6, 40, dil=2, pad=3),
+                                TcConfig(64, 128, 32, 32, 64, 4), True),  # fmt: skip
+    "packed_nchw_bf16": (grouped(4, 1, 16, 5, 12, layout="NCHW", dtype="bf16"), SMALL, True),
+    "packed_tf32_64x128": (grouped(3, 1, 12, 4, 9, dtype="fp32"),
+                           TcConfig(64, 128, 16, 64, 32, 4), True),  # fmt: skip
 }
 
 
 @pytest.mark.parametrize("case", sorted(FWD_CASES))
 def test_forward(backend: str, case: str) -> None:
-    p, cfg = FWD_CASES[case]
+    p, cfg, pack = FWD_CASES[case]
+    assert packed(p, cfg or SMALL_TF32) == pack  # the kernel the case means to run
     _check(backend, p, cfg)
 
 
@@ -76,13 +95,15 @@ def test_forward_epilogue_per_group(backend: str, k: int) -> None:
     # K/groups 6 stores elementwise up to the group's edge.
     e = Epilogue(alpha=1.5, alpha2=0.5, act_mode=0, has_bias=True, has_z=True)
     p = grouped(2, 1, 16, 4, k)
-    _check(backend, p, SMALL, epilogue=e, activation="relu", bias=True, z=True)
+    for cfg in (SMALL, BIG):  # packed, one GEMM per group
+        _check(backend, p, cfg, epilogue=e, activation="relu", bias=True, z=True)
 
 
 def test_forward_1d_and_3d(backend: str) -> None:
     p1 = ConvProblem(n=1, c=8, spatial=(9,), k=6, filter=(3,), pads=((1, 1),), strides=(2,),
                      dilations=(1,), groups=2, layout="NWC", dtype="fp16")  # fmt: skip
-    _check(backend, p1)
+    _check(backend, p1)  # packed
+    _check(backend, p1, BIG)  # one GEMM per group
     p3 = ConvProblem(n=1, c=16, spatial=(3, 4, 3), k=8, filter=(2, 3, 3),
                      pads=((0, 1), (1, 1), (1, 1)), strides=(1, 1, 1), dilations=(1, 1, 1),
                      groups=2, layout="NDHWC", dtype="fp16")  # fmt: skip
@@ -148,11 +169,17 @@ def test_reasons_and_grid() -> None:
 
 def test_heuristics_rank_the_engine_for_groups_with_enough_channels() -> None:
     # Groups of 16+ channels fill half a BK-32 slice or more: the engine first on a GPU;
-    # fewer (ResNeXt's 4) waste most of each slice: the CUDA-core GEMMs first.
+    # fewer (ResNeXt's 4) waste most of each slice: the CUDA-core GEMMs first, except in
+    # the 2-D forward (the packed kernel).
     wide = grouped(8, 32, 128, 28, 128)
     assert h.conv_fwd_ranking(wide, for_sm(90))[0] == h.TC
     narrow = grouped(32, 32, 128, 28, 128)
-    assert h.conv_fwd_ranking(narrow, for_sm(90)).index(h.TC) > 0
+    assert h.conv_fwd_ranking(narrow, for_sm(90))[0] == h.TC
+    assert packed(narrow, FWD.default_config(narrow, for_sm(90)))
+    narrow_3d = ConvProblem(n=8, c=128, spatial=(8, 28, 28), k=128, filter=(3, 3, 3),
+                            pads=((1, 1),) * 3, strides=(1, 1, 1), dilations=(1, 1, 1),
+                            groups=32, layout="NDHWC", dtype="fp16")  # fmt: skip
+    assert h.conv_fwd_ranking(narrow_3d, for_sm(90)).index(h.TC) > 0
     for d, first in (("bwd_data", h.BWD_DATA_TC_PHASED), ("bwd_filter", h.BWD_FILTER_TC)):
         ranking = getattr(h, f"conv_{d}_ranking")
         assert ranking(dataclasses.replace(wide, direction=d), for_sm(90))[0] == first

@@ -72,7 +72,13 @@ namespace tcconv {
 template <bool WIDE> struct PredWord { typedef unsigned type; };
 template <> struct PredWord<true> { typedef unsigned long long type; };
 
-template <class G, int ALIGN, bool D3>
+// PACKED (tc_conv_fwd_packed: groups of fewer output channels than the tile's BN): the
+// block's columns are BN consecutive output channels of several groups, its reduction the
+// window of x channels those groups read (cwin channels from cbase), and B is the
+// block-diagonal matrix of their filters: a B copy of row k (group gk) is read only where
+// its channels fall in gk's C/groups (b_lo), else zero-filled. What would be a separate
+// GEMM per group of K/groups columns, mostly zero padding of the BN-wide tile, fills it.
+template <class G, int ALIGN, bool D3, bool PACKED = false>
 struct FwdLoader {
     typedef typename G::T T;
     enum {
@@ -100,19 +106,28 @@ struct FwdLoader {
     Pred ok;                      // bits(i): A row i inside the image at this tap;
                                   // bits(A_PASSES + j): B row j below K
     int b_step;                   // ROWS_PER_PASS * R * S * Cg: B rows j and j + 1
+    int b_off[PACKED ? B_PASSES : 1];  // PACKED: w offset of row j's (k, tap 0) minus its
+                                       // group's first window channel, plus col
+    int b_lo[PACKED ? B_PASSES : 1];   // PACKED: window channel of row j's group's first
+                                       // channel, minus col: c0 - b_lo in [0, Cg) reads
+    int b_tap;                    // PACKED: tap * Cg + c0 (uniform over rows)
     int dst;                      // this thread's element offset in a stage
-    int c_lim;                    // Cg - col: c0 < c_lim while this thread's copy is inside Cg
-    int C, S, R;                  // C: the channels of a group (Cg), what the slices count
+    int c_lim;                    // cwin - col: c0 < c_lim while this thread's copy is inside
+    int C, S, R;                  // C: the reduction's channels per tap (cwin)
+    int CG;                       // C/groups
     int a_next_s, a_next_r, a_next_d, b_next_s;  // offset steps at the end of a tap's slices
     // The reduction iterator: tap (r, t), channel slice c0 (D3: depth tap td first).
     int r, t, c0, td;
     int a_tap;  // (r * dil_h * W + t * dil_w) * C + c0: uniform over rows
     int b_pos;  // w offset of (this thread's first k row, r, t, c0 + col)
 
-    // g: the block's group; n0: the tile's first column within the group.
-    __device__ FwdLoader(const T* x_, const T* w_, const ConvShape& s, cl::index_t m0, int g,
-                         int n0)
-        : x(x_), w(w_), C(s.c_per_group), S(s.s), R(s.r) {
+    // The reduction runs over cwin channels of x from channel cbase (a group's: g * Cg and
+    // Cg; PACKED: the window of the block's groups). n0: the tile's first column, within
+    // the group (B rows below Kg valid), or PACKED of K; w at the group's filters (kg0: its
+    // first filter), or PACKED w itself (kg0 0).
+    __device__ FwdLoader(const T* x_, const T* w_, const ConvShape& s, cl::index_t m0,
+                         int cbase, int cwin, int kg0, int n0)
+        : x(x_), w(w_), C(cwin), S(s.s), R(s.r), CG(s.c_per_group) {
         const int col = (threadIdx.x % CPR) * ALIGN;
         const int row0 = threadIdx.x / CPR;
         dst = G::a_index(row0, col);  // A and B tiles: the same layout
@@ -132,13 +147,13 @@ struct FwdLoader {
             const int h0 = p * s.stride_h - s.pad_h, w0 = q * s.stride_w - s.pad_w;
             if (D3) {
                 const int d0 = o * s.stride_d - s.pad_d;
-                a_off[i] = (((n * s.d + d0) * s.h + h0) * s.w + w0) * s.c + g * C + col;
+                a_off[i] = (((n * s.d + d0) * s.h + h0) * s.w + w0) * s.c + cbase + col;
                 unsigned dmask = 0;
                 for (int k = 0; k < s.t; ++k)
                     dmask |= (unsigned)((unsigned)(d0 + k * s.dil_d) < (unsigned)s.d) << k;
                 a_dmask[D3 ? i : 0] = dmask;
             } else {
-                a_off[i] = ((n * s.h + h0) * s.w + w0) * s.c + g * C + col;
+                a_off[i] = ((n * s.h + h0) * s.w + w0) * s.c + cbase + col;
             }
             unsigned mask = 0;
             for (int k = 0; k < s.r; ++k)
@@ -147,21 +162,33 @@ struct FwdLoader {
                 mask |= (unsigned)((unsigned)(w0 + k * s.dil_w) < (unsigned)s.w) << (16 + k);
             a_mask[i] = m < rows ? mask : 0u;
         }
-        const int rsc = s.r * s.s * C * (D3 ? s.t : 1);
-        const int b_rows = s.k_per_group - (n0 + row0);  // rows j * ROWS_PER_PASS < b_rows
+        const int rsc = s.r * s.s * CG * (D3 ? s.t : 1);
+        // rows j * ROWS_PER_PASS < b_rows are valid
+        const int b_rows = (PACKED ? s.k : s.k_per_group) - (n0 + row0);
         ok = 0;
 #pragma unroll
         for (int j = 0; j < B_PASSES; ++j)
             if (j * ROWS_PER_PASS < b_rows) ok |= bits(A_PASSES + j);
-        b_pos = (g * s.k_per_group + (b_rows > 0 ? n0 + row0 : 0)) * rsc + col;
+        b_pos = (kg0 + (b_rows > 0 ? n0 + row0 : 0)) * rsc + col;
         b_step = ROWS_PER_PASS * rsc;
+        b_tap = 0;
+        if (PACKED) {
+            const int g_first = cbase / CG;  // the window's first group
+#pragma unroll
+            for (int j = 0; j < B_PASSES; ++j) {
+                const int k = j * ROWS_PER_PASS < b_rows ? n0 + row0 + j * ROWS_PER_PASS : 0;
+                const int first = (k / s.k_per_group - g_first) * CG;  // in the window
+                b_off[PACKED ? j : 0] = k * rsc - first + col;
+                b_lo[PACKED ? j : 0] = first - col;
+            }
+        }
         // From a tap's last slice (c0 = c_end - BK) to the next tap's first (x: pixels C
         // apart; w: taps Cg apart).
         const int c_end = (C + G::BK - 1) / G::BK * G::BK;
         a_next_s = s.dil_w * s.c - c_end + G::BK;
         a_next_r = (s.dil_h * s.w - s.s * s.dil_w) * s.c;
         a_next_d = D3 ? (s.dil_d * s.h - s.r * s.dil_h) * s.w * s.c : 0;
-        b_next_s = C - c_end + G::BK;
+        b_next_s = CG - c_end + G::BK;
         r = t = c0 = td = 0;
         a_tap = 0;
         set_tap();
@@ -192,7 +219,8 @@ struct FwdLoader {
         } else {
             a_tap = (r * s.dil_h * s.w + t * s.dil_w) * s.c + c0;
         }
-        b_pos += tap * C + c0;
+        if (PACKED) b_tap = tap * CG + c0;
+        else b_pos += tap * CG + c0;
         set_tap();
     }
 
@@ -203,18 +231,29 @@ struct FwdLoader {
             cl::mma::cp_async<BYTES>(As + dst + i * ROWS_PER_PASS * G::BK, x + (a_off[i] + a_tap),
                                      v & bits(i));
 #pragma unroll
-        for (int j = 0; j < B_PASSES; ++j)
-            cl::mma::cp_async<BYTES>(Bs + dst + j * ROWS_PER_PASS * G::BK,
-                                     w + (b_pos + j * b_step), v & bits(A_PASSES + j));
+        for (int j = 0; j < B_PASSES; ++j) {
+            if (PACKED) {  // row j's filter where the copy's channels are its group's
+                const int jj = PACKED ? j : 0;
+                const bool in = (unsigned)(c0 - b_lo[jj]) < (unsigned)CG;
+                cl::mma::cp_async<BYTES>(Bs + dst + j * ROWS_PER_PASS * G::BK,
+                                         w + (b_off[jj] + b_tap),
+                                         in && (v & bits(A_PASSES + j)));
+            } else {
+                cl::mma::cp_async<BYTES>(Bs + dst + j * ROWS_PER_PASS * G::BK,
+                                         w + (b_pos + j * b_step), v & bits(A_PASSES + j));
+            }
+        }
         // Next tile: the next channel slice, or the first slice of the next tap.
         if (c0 + G::BK < C) {
             c0 += G::BK;
             a_tap += G::BK;
-            b_pos += G::BK;
+            if (PACKED) b_tap += G::BK;
+            else b_pos += G::BK;
         } else {
             c0 = 0;
             a_tap += a_next_s;
-            b_pos += b_next_s;
+            if (PACKED) b_tap += b_next_s;
+            else b_pos += b_next_s;
             if (++t == S) {
                 t = 0;
                 ++r;
@@ -333,17 +372,35 @@ __device__ void store_tile_nchw(const float* Cs, T* y, const T* z, const T* bias
     }
 }
 
-template <typename T, int BM, int BN, int BK, int WM, int WN, int STAGES, int ALIGN, bool D3>
+template <typename T, int BM, int BN, int BK, int WM, int WN, int STAGES, int ALIGN, bool D3,
+          bool PACKED>
 __device__ __forceinline__ void fwd_body(const T* x, const T* w, T* y, const T* z, const T* bias,
                                          const ConvShape& s, const ConvEpilogue& e, float* ws,
                                          int iters_per_split, int out_nchw) {
     typedef tc::Gemm<T, BM, BN, BK, WM, WN, STAGES, false, false> G;
     DYNAMIC_SHARED(T, smem);
     const cl::index_t m0 = (cl::index_t)blockIdx.x * BM;
-    const GroupTile gt = group_tile(s.k_per_group, BN);
-    const int n0 = gt.n0, k0 = gt.g * s.k_per_group;  // k0: the group's first channel of y
-    FwdLoader<G, ALIGN, D3> ld(x, w, s, m0, gt.g, n0);
-    const int total = s.r * s.s * (D3 ? s.t : 1) * ((s.c_per_group + BK - 1) / BK);
+    // The block's columns n0.. of its group (k0: the group's first channel of y; kg of them
+    // valid), or PACKED n0.. of K and the window of x channels their groups read.
+    int n0, k0, kg, cbase, cwin;
+    if (PACKED) {
+        n0 = blockIdx.y * BN;
+        const int g_first = n0 / s.k_per_group;
+        const int g_last = (min(n0 + BN, s.k) - 1) / s.k_per_group;
+        k0 = 0;
+        kg = s.k;
+        cbase = g_first * s.c_per_group;
+        cwin = (g_last - g_first + 1) * s.c_per_group;
+    } else {
+        const GroupTile gt = group_tile(s.k_per_group, BN);
+        n0 = gt.n0;
+        k0 = gt.g * s.k_per_group;
+        kg = s.k_per_group;
+        cbase = gt.g * s.c_per_group;
+        cwin = s.c_per_group;
+    }
+    FwdLoader<G, ALIGN, D3, PACKED> ld(x, w, s, m0, cbase, cwin, k0, n0);
+    const int total = s.r * s.s * (D3 ? s.t : 1) * ((cwin + BK - 1) / BK);
     const int it0 = blockIdx.z * iters_per_split;
     const int iters = min(iters_per_split, total - it0);  // >= 1: the host sizes the splits
     if (it0 > 0) ld.seek(it0, s);
@@ -354,7 +411,6 @@ __device__ __forceinline__ void fwd_body(const T* x, const T* w, T* y, const T* 
     __syncthreads();
     const int pq = s.p * s.q * (D3 ? s.o : 1);
     const cl::index_t rows = (cl::index_t)s.n * pq;
-    const int kg = s.k_per_group;
     if (gridDim.z > 1) {
         float* part = ws + (cl::index_t)blockIdx.z * rows * s.k + k0;
         store_partials<G>(Cs, part, rows, s.k, kg, m0, n0);
@@ -367,26 +423,27 @@ __device__ __forceinline__ void fwd_body(const T* x, const T* w, T* y, const T* 
 }
 
 // bf16 MMA exists from sm_80; older targets get a trapping body the solver never launches.
-template <typename T, int BM, int BN, int BK, int WM, int WN, int STAGES, int ALIGN, bool D3>
+template <typename T, int BM, int BN, int BK, int WM, int WN, int STAGES, int ALIGN, bool D3,
+          bool PACKED = false>
 struct Fwd {
     __device__ static void go(const T* x, const T* w, T* y, const T* z, const T* bias,
                               const ConvShape& s, const ConvEpilogue& e, float* ws, int ips,
                               int out_nchw) {
-        fwd_body<T, BM, BN, BK, WM, WN, STAGES, ALIGN, D3>(x, w, y, z, bias, s, e, ws, ips,
-                                                           out_nchw);
+        fwd_body<T, BM, BN, BK, WM, WN, STAGES, ALIGN, D3, PACKED>(x, w, y, z, bias, s, e, ws,
+                                                                   ips, out_nchw);
     }
 };
 #if !CL_MMA_SM80
-template <int BM, int BN, int BK, int WM, int WN, int STAGES, int ALIGN, bool D3>
-struct Fwd<__nv_bfloat16, BM, BN, BK, WM, WN, STAGES, ALIGN, D3> {
+template <int BM, int BN, int BK, int WM, int WN, int STAGES, int ALIGN, bool D3, bool PACKED>
+struct Fwd<__nv_bfloat16, BM, BN, BK, WM, WN, STAGES, ALIGN, D3, PACKED> {
     __device__ static void go(const __nv_bfloat16*, const __nv_bfloat16*, __nv_bfloat16*,
                               const __nv_bfloat16*, const __nv_bfloat16*, const ConvShape&,
                               const ConvEpilogue&, float*, int, int) {
         __trap();
     }
 };
-template <int BM, int BN, int BK, int WM, int WN, int STAGES, int ALIGN, bool D3>
-struct Fwd<float, BM, BN, BK, WM, WN, STAGES, ALIGN, D3> {  // TF32 MMA: sm_80+
+template <int BM, int BN, int BK, int WM, int WN, int STAGES, int ALIGN, bool D3, bool PACKED>
+struct Fwd<float, BM, BN, BK, WM, WN, STAGES, ALIGN, D3, PACKED> {  // TF32 MMA: sm_80+
     __device__ static void go(const float*, const float*, float*, const float*, const float*,
                               const ConvShape&, const ConvEpilogue&, float*, int, int) {
         __trap();
@@ -403,6 +460,22 @@ __global__ void __launch_bounds__((BM / WM) * (BN / WN) * 32)
                 int iters_per_split, int out_nchw) {
     tcconv::Fwd<T, BM, BN, BK, WM, WN, STAGES, ALIGN, false>::go(x, w, y, z, bias, s, e, ws,
                                                                  iters_per_split, out_nchw);
+}
+
+// Grouped convolution whose groups have fewer output channels than BN, 2-D: blocks of BN
+// consecutive output channels of several groups, each block's B the block-diagonal matrix
+// of their filters (FwdLoader's PACKED); grid (ceil(N*P*Q / BM), ceil(K / BN)); no split-K.
+// The 16-bit 64x64 tile asks for 6 blocks per SM: left to itself, ptxas (sm_90) kept it at
+// 72 registers and spilled a word its main loop reloads; 76 and no spill with the hint
+// (0: no hint, the other tiles' registers as the unpacked kernel's, none spilling).
+template <typename T, int BM, int BN, int BK, int WM, int WN, int STAGES, int ALIGN>
+__global__ void __launch_bounds__((BM / WM) * (BN / WN) * 32,
+                                  sizeof(T) == 2 && WM * WN == 32 * 32 && ALIGN == 8 ? 6 : 0)
+    tc_conv_fwd_packed(const T* __restrict__ x, const T* __restrict__ w, T* y, const T* z,
+                       const T* __restrict__ bias, ConvShape s, ConvEpilogue e,
+                       float* __restrict__ ws, int iters_per_split, int out_nchw) {
+    tcconv::Fwd<T, BM, BN, BK, WM, WN, STAGES, ALIGN, false, true>::go(
+        x, w, y, z, bias, s, e, ws, iters_per_split, out_nchw);
 }
 
 // 3-D (NDHWC + KTRSC; NCDHW through the same conversion): the reduction walks (t, r, s)

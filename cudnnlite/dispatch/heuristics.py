@@ -51,11 +51,12 @@ def _multistage(p: ConvProblem, caps: Capabilities) -> bool:
 
 
 def _narrow_groups(p: ConvProblem) -> bool:
-    """Grouped layers of few channels per group (ResNeXt's 4): a tensor-core stage holds one
-    tap's C/groups channels of a BK-32 slice and a tile's columns (rows) the group's
-    K/groups, so most of each MMA would multiply zero padding; the CUDA-core GEMMs rank
-    before the multistage engine there. The threshold (16: half a slice) is unmeasured on a
-    GPU; the tuner times both."""
+    """Grouped layers of few channels per group (ResNeXt's 4), where one GEMM per group
+    leaves most of each tensor-core MMA to zero padding (a stage holds one tap's C/groups
+    channels of a BK-32 slice, a tile's columns or rows the group's K/groups): the
+    CUDA-core GEMMs rank before the multistage engine there, except in the 2-D forward,
+    whose packed kernel puts several groups in one tile (tc_igemm.py). The threshold (16:
+    half a slice) is unmeasured on a GPU; the tuner times both."""
     return p.groups > 1 and min(p.c_per_group, p.k_per_group) < 16
 
 
@@ -90,7 +91,7 @@ def conv_fwd_ranking(p: ConvProblem, caps: Capabilities) -> list[str]:
         rest = [n for n in _conv_fwd_ranking(p, caps) if n != CUBLAS_1X1]
         return ([CUBLAS_1X1] if _cublas_pointwise(p, caps) else []) + [DMMA] + rest
     ranked = _conv_fwd_ranking(p, caps)
-    return _demote(ranked, (TC,)) if _narrow_groups(p) else ranked
+    return _demote(ranked, (TC,)) if _narrow_groups(p) and p.ndim == 3 else ranked
 
 
 def _conv_fwd_ranking(p: ConvProblem, caps: Capabilities) -> list[str]:

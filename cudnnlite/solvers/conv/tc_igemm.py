@@ -26,9 +26,15 @@ conversion is one pass over x and w at memory speed. Workspace: x and w in the n
 
 Groups: one GEMM per group (grid.y runs group-major over each group's K/groups columns),
 the reduction over its C/groups channels; the kernel takes the group's x, w and y by
-pointer offsets, so groups == 1 runs the same code. A slice of ``block_k`` channels holds
-one tap's C/groups of them: groups of fewer channels leave the rest of the slice zero
-(ResNeXt's 4 channels per group fill an eighth of a BK-32 slice).
+32-bit offsets, so groups == 1 runs the same code. Groups of fewer output channels than
+the tile's ``block_n`` (ResNeXt's 4 to 32) would leave most of each tile to zero padding
+(a block of 64 columns for 4 of them, a BK-32 slice for 4 channels: 1/128 of its MMAs
+useful); for them, 2-D tiles of :data:`PACKED_TILES` run ``tc_conv_fwd_packed``: a block
+takes ``block_n`` consecutive output channels of several groups, reduces over the window
+of x channels those groups read, and its B tile is the block-diagonal matrix of their
+filters (copies outside a row's group zero-filled): C/groups / window of the MMAs useful
+(1/16 at 4 channels per group in 64 columns, 8 times more than one GEMM per group), which
+at those layers' arithmetic intensity is no longer the bound. No split-K there.
 
 Loads: 16-byte copies (8 channels of fp16/bf16, 4 of fp32) when C/groups allows, else
 4-byte copies (2 channels, or 1 fp32 channel: any C); odd C/groups in fp16/bf16 is not
@@ -149,6 +155,14 @@ HALF = Variant(TILES, TILES_ALIGN2, SPLIT_TILES, (8, 2), 2)
 TF32 = Variant(TILES_TF32, TILES_TF32_ALIGN1, SPLIT_TILES_TF32, (4, 1), 4)
 
 
+# The tiles compiled as tc_conv_fwd_packed as well (2-D): those of block_n 64 and 128 and
+# at most 128 rows, every dtype's copy widths.
+PACKED_TILES = frozenset(
+    t for t in (*TILES, *TILES_ALIGN2, *TILES_TF32, *TILES_TF32_ALIGN1)
+    if t[1] in (64, 128) and t[0] <= 128 and t[0] * t[1] <= 128 * 64
+)
+
+
 def variant(dtype: str) -> Variant:
     return TF32 if dtype == "fp32" else HALF
 
@@ -222,18 +236,27 @@ def align_for(problem: ConvProblem) -> int | None:
     return next((a for a in variant(problem.dtype).aligns if cg % a == 0), None)
 
 
-def kernel_expr(dt: dtypes.DType, config: TcConfig, align: int, d3: bool = False) -> str:
+def packed(problem: ConvProblem, config: TcConfig) -> bool:
+    """Whether ``config`` runs ``problem`` as tc_conv_fwd_packed (see the module)."""
+    return (problem.groups > 1 and problem.k_per_group < config.block_n and config.splits == 1
+            and problem.ndim < 3 and config.astuple() in PACKED_TILES)  # fmt: skip
+
+
+def kernel_expr(dt: dtypes.DType, config: TcConfig, align: int, d3: bool = False,
+                pack: bool = False) -> str:  # fmt: skip
     args = ", ".join(map(str, config.astuple()))
-    return f"tc_conv_fwd{'_3d' if d3 else ''}<{dt.ctype}, {args}, {align}>"
+    name = "tc_conv_fwd_packed" if pack else f"tc_conv_fwd{'_3d' if d3 else ''}"
+    return f"{name}<{dt.ctype}, {args}, {align}>"
 
 
 def splitk_expr(dt: dtypes.DType) -> str:
     return f"tc_conv_fwd_splitk_epilogue<{dt.ctype}>"
 
 
-def module_spec(dt: dtypes.DType, config: TcConfig, align: int, d3: bool = False) -> ModuleSpec:
+def module_spec(dt: dtypes.DType, config: TcConfig, align: int, d3: bool = False,
+                pack: bool = False) -> ModuleSpec:  # fmt: skip
     """One tile per module: a first call compiles only the variant it runs."""
-    return ModuleSpec.make(SOURCE, [kernel_expr(dt, config, align, d3)])
+    return ModuleSpec.make(SOURCE, [kernel_expr(dt, config, align, d3, pack)])
 
 
 def transpose_expr(dt: dtypes.DType) -> str:
@@ -258,7 +281,10 @@ def group_tiles(problem: ConvProblem, per_group: int, tile: int) -> int:
 
 
 def split_plan(problem: ConvProblem, config: TcConfig) -> tuple[int, int]:
-    """(reduction tiles per split, splits that get work)."""
+    """(reduction tiles per split, splits that get work). Packed: one split, each block's
+    own count (the kernel takes the smaller of this bound and its window's)."""
+    if packed(problem, config):
+        return 2**30, 1
     total = reduction_tiles(problem, config)
     per = -(-total // config.splits)
     return per, -(-total // per)
@@ -289,15 +315,18 @@ class _Runner(Runner):
         align = align_for(problem)
         assert align is not None
         d3 = problem.ndim == 3
-        spec = module_spec(dt, config, align, d3)
-        self._kernel = backend.kernel(spec, kernel_expr(dt, config, align, d3))
+        pack = packed(problem, config)
+        spec = module_spec(dt, config, align, d3, pack)
+        self._kernel = backend.kernel(spec, kernel_expr(dt, config, align, d3, pack))
         math = "tf32" if problem.dtype == "fp32" else problem.dtype
         layout = problem.layout.lower() if d3 else "nhwc" if problem.channels_last else "nchw"
-        self._names = [f"tc_igemm_fwd_{config.label()}_a{align}_{layout}_{math}"]
+        kind = "_packed" if pack else ""
+        self._names = [f"tc_igemm_fwd{kind}_{config.label()}_a{align}_{layout}_{math}"]
         self._shape = shape_struct(problem)
         rows = problem.n * int(np.prod(problem.out_spatial))
         self._per, splits = split_plan(problem, config)
-        columns = group_tiles(problem, problem.k_per_group, config.block_n)
+        columns = (-(-problem.k // config.block_n) if pack
+                   else group_tiles(problem, problem.k_per_group, config.block_n))  # fmt: skip
         self._grid = (-(-rows // config.block_m), columns, splits)
         self._block = (config.threads,)
         self._smem = config.smem_bytes(dt.itemsize)
@@ -411,12 +440,20 @@ class TcImplicitGemmSolver(Solver):
             ((128, 128) if wide else (128, 64)) if rows >= 8192 else (64, 128) if wide else (64, 64)
         )
         options = self.configs(problem, caps)
+        if problem.groups > 1 and problem.k_per_group < 64 and problem.ndim < 3:
+            # Narrow groups: a packed tile (several groups per block), 64 columns where the
+            # copy width has one, the block shape's rows as above.
+            pool = [c for c in options if packed(problem, c)]
+            pool = [c for c in pool if c.block_n == 64] or pool
+            if pool:
+                return next((c for c in pool if c.block_m == block[0]), pool[0])
         # The variant's first tile of that block shape (16-byte copies: its full table).
         tile = next(
             (c.astuple() for c in options if (c.block_m, c.block_n) == block and c.splits == 1),
             options[0].astuple(),
         )
-        if not caps.emulator and tile in variant(problem.dtype).split_tiles:
+        packs = packed(problem, TcConfig(*tile))
+        if not caps.emulator and tile in variant(problem.dtype).split_tiles and not packs:
             # Few output tiles (late layers at small batch): split the reduction until
             # the grid has about two blocks per SM of an H100/H200-class GPU.
             tiles = -(-rows // tile[0]) * group_tiles(problem, problem.k_per_group, tile[1])
@@ -437,6 +474,9 @@ class TcImplicitGemmSolver(Solver):
                 specs += [module_spec(dt, TcConfig(*t), wide, d3) for t in v.tiles if keep(t)]
                 specs += [module_spec(dt, TcConfig(*t), narrow, d3) for t in v.narrow_tiles
                           if keep(t)]  # fmt: skip
+            specs += [module_spec(dt, TcConfig(*t), a, pack=True)
+                      for a, tiles in zip(v.aligns, (v.tiles, v.narrow_tiles), strict=True)
+                      for t in tiles if t in PACKED_TILES]  # fmt: skip
             specs.append(helper_module_spec(dt))
         return specs
 
