@@ -118,11 +118,11 @@ def assert_grad_close(got: np.ndarray, ref: np.ndarray, mag: np.ndarray, terms: 
 
 def check_data(backend: str, solver: Solver, p: ConvProblem, *, seed: int = 0,
                winograd: bool = False, bias: bool = False,
-               acc_factor: float = 2.0) -> None:  # fmt: skip
+               acc_factor: float = 2.0, config: Any = None) -> None:  # fmt: skip
     dy = rand(p.y_shape(), seed, p.dtype)
     w = rand(p.w_shape(), seed + 1, p.dtype)
     b = rand((p.c,), seed + 2, p.dtype) if bias else None
-    got = run_data(backend, solver, p, dy, w, b)
+    got = run_data(backend, solver, p, dy, w, b, config)
     ref = ref_data(p, dy, w)
     mag = ref_data(p, np.abs(dy.astype(np.float64)), np.abs(w.astype(np.float64)))
     if b is not None:

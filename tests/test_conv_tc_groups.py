@@ -28,10 +28,13 @@ from cudnnlite.problems.suites import RESNEXT50, scaled
 from cudnnlite.runtime.caps import EMULATOR, for_sm
 from cudnnlite.solvers.conv.bwd_data import TcImplicitGemmSolver as TcBwdData
 from cudnnlite.solvers.conv.common import Epilogue
+from cudnnlite.solvers.conv.tc_bwd_data import packed as packed_data
 from cudnnlite.solvers.conv.tc_bwd_filter import TcBwdFilterSolver, TcSplitKConfig
 from cudnnlite.solvers.conv.tc_igemm import TcConfig, TcImplicitGemmSolver, packed
 
 FWD, BWF, ROTATED = TcImplicitGemmSolver(), TcBwdFilterSolver(), TcBwdData()
+# Backward data tiles the packed kernel is not compiled for (128 columns): one GEMM per group
+BIG_BWD = {"fp32": TcConfig(64, 128, 16, 64, 32, 4)}
 
 
 def grouped(groups: int, *args, direction: str = "fwd", **kw) -> ConvProblem:
@@ -120,11 +123,40 @@ BWD_DATA_CASES = {
 }
 
 
+BWD_PACKED_CASES = {
+    # (problem, config): 8 groups of 4 dx channels in one 64-channel block (4-byte copies)
+    "g8_cg4": (grouped(8, 1, 32, 5, 32, direction="bwd_data"), SMALL),
+    # 12 groups of 8, stride 2: two blocks, the second partial; K/groups 4
+    "g12_cg8_stride2": (grouped(12, 1, 96, (7, 6), 48, stride=2, direction="bwd_data"), SMALL),
+    # groups straddle the blocks (24 dx channels per group), 128 rows, bf16
+    "g5_cg24_straddling_bf16": (
+        grouped(5, 2, 120, 4, 80, dtype="bf16", direction="bwd_data"),
+        TcConfig(128, 64, 32, 64, 32, 4),
+    ),
+    # TF32, C/groups 3 and K/groups 5 (one-float copies), dilation 2
+    "g4_tf32_dilation2": (
+        grouped(4, 1, 12, 6, 20, dil=2, pad=2, dtype="fp32", direction="bwd_data"),
+        SMALL_TF32,
+    ),
+}
+
+
 @pytest.mark.parametrize("case", sorted(BWD_DATA_CASES))
 def test_backward_data_by_phases(backend: str, case: str) -> None:
     p = BWD_DATA_CASES[case]
     acc = 2.0 + (2.0**14 / (p.k_per_group * p.filter_taps) if p.dtype == "fp32" else 0.0)
-    check_data(backend, PHASED, p, bias=True, acc_factor=acc)
+    cfg = BIG_BWD.get(p.dtype, TcConfig(64, 128, 32, 32, 64, 4))
+    if cfg not in PHASED.configs(p, EMULATOR):
+        cfg = None  # (4-byte copies: the 64x64 tile only, packed for narrow groups)
+    check_data(backend, PHASED, p, bias=True, acc_factor=acc, config=cfg)
+
+
+@pytest.mark.parametrize("case", sorted(BWD_PACKED_CASES))
+def test_backward_data_packed(backend: str, case: str) -> None:
+    p, cfg = BWD_PACKED_CASES[case]
+    assert packed_data(p, cfg) and packed_data(p, PHASED.default_config(p, for_sm(90)))
+    acc = 2.0 + (2.0**14 / (p.k_per_group * p.filter_taps) if p.dtype == "fp32" else 0.0)
+    check_data(backend, PHASED, p, bias=True, acc_factor=acc, config=cfg)
 
 
 def test_backward_data_rotated_stride1(backend: str) -> None:
@@ -170,7 +202,7 @@ def test_reasons_and_grid() -> None:
 def test_heuristics_rank_the_engine_for_groups_with_enough_channels() -> None:
     # Groups of 16+ channels fill half a BK-32 slice or more: the engine first on a GPU;
     # fewer (ResNeXt's 4) waste most of each slice: the CUDA-core GEMMs first, except in
-    # the 2-D forward (the packed kernel).
+    # the 2-D forward and backward data (the packed kernels).
     wide = grouped(8, 32, 128, 28, 128)
     assert h.conv_fwd_ranking(wide, for_sm(90))[0] == h.TC
     narrow = grouped(32, 32, 128, 28, 128)
@@ -183,4 +215,8 @@ def test_heuristics_rank_the_engine_for_groups_with_enough_channels() -> None:
     for d, first in (("bwd_data", h.BWD_DATA_TC_PHASED), ("bwd_filter", h.BWD_FILTER_TC)):
         ranking = getattr(h, f"conv_{d}_ranking")
         assert ranking(dataclasses.replace(wide, direction=d), for_sm(90))[0] == first
-        assert ranking(dataclasses.replace(narrow, direction=d), for_sm(90))[0] != first
+    # backward data packs narrow groups too (2-D); backward filter does not
+    narrow_data = dataclasses.replace(narrow, direction="bwd_data")
+    assert h.conv_bwd_data_ranking(narrow_data, for_sm(90))[0] == h.BWD_DATA_TC_PHASED
+    narrow_filter = dataclasses.replace(narrow, direction="bwd_filter")
+    assert h.conv_bwd_filter_ranking(narrow_filter, for_sm(90))[0] != h.BWD_FILTER_TC

@@ -792,7 +792,11 @@ __device__ inline Phase make_phase(int ph, int size, int pad, int stride, int ta
     return f;
 }
 
-template <class G, int ALIGN, bool D3>
+// PACKED (tc_conv_bwd_data_packed: groups of fewer dx channels than BN): the block's
+// columns are BN consecutive dx channels of several groups, its reduction the window of dy
+// channels those groups take (kwin from kbase), and B the block-diagonal matrix of their
+// filters: a copy of column c's filter row k is read only where k is in c's group (b_lo).
+template <class G, int ALIGN, bool D3, bool PACKED = false>
 struct BwdDataLoader {
     typedef typename G::T T;
     enum {
@@ -811,9 +815,12 @@ struct BwdDataLoader {
     int a_jd[D3 ? A_PASSES : 1];       // D3: jd
     int a_dst, a_col;
     int b_off;                         // w offset of (first k row of this thread, tap 0, b_col)
+    int b_lo;                          // PACKED: the column's group's first window row, minus
+                                       // b_row0: (k0 + j * B_RPP - b_lo) in [0, Kg) reads
+    int KGRP;                          // K/groups
     bool b_cok;
     int b_dst[B_PASSES];
-    int b_row0, P, Q, K, KG, S, slices;  // K: dy's pixel stride; KG: the group's channels
+    int b_row0, P, Q, K, KG, S, slices;  // K: dy's pixel stride; KG: the reduction's (kwin)
     int rsc;  // R*S*Cg (D3: T*R*S*Cg); 32-bit offsets: the solver keeps dy and w below 2^31
               // elements
     // Iterator: contributing tap (ir, is) of the phase lists, k slice k0.
@@ -823,11 +830,13 @@ struct BwdDataLoader {
     int r0, s0, r_step, C;  // C: the group's channels (Cg), a filter row's inner extent
     int dpd, dpd_step, td_step, r_span, R, O;  // D3: the depth tap list (iters bound it)
 
-    // g: the block's group (its dy channels and filters start at g * Kg: 32-bit offsets, the
-    // loop's addresses stay on the kernel's pointers); n0: the tile's first channel in it.
+    // The reduction runs over kwin dy channels from kbase (a group's: g * Kg and Kg, 32-bit
+    // offsets, so the loop's addresses stay on the kernel's pointers; PACKED: the window of
+    // the block's groups). n0: the tile's first channel within the group, or PACKED of C.
     __device__ BwdDataLoader(const T* dy_, const T* w_, const ConvShape& s, const Phase& fd,
-                             const Phase& fh, const Phase& fw, cl::index_t m0, int g, int n0)
-        : dy(dy_), w(w_), P(s.p), Q(s.q), K(s.k), KG(s.k_per_group), S(s.s),
+                             const Phase& fh, const Phase& fw, cl::index_t m0, int kbase,
+                             int kwin, int n0)
+        : dy(dy_), w(w_), KGRP(s.k_per_group), P(s.p), Q(s.q), K(s.k), KG(kwin), S(s.s),
           C(s.c_per_group), R(s.r), O(s.o) {
         rsc = s.r * s.s * C * (D3 ? s.t : 1);
         a_col = (threadIdx.x % A_CPR) * ALIGN;
@@ -853,13 +862,22 @@ struct BwdDataLoader {
                 a_jd[D3 ? i : 0] = fd.j0 + idd;
                 nd = n * s.o + (m < rows ? fd.j0 + idd : 0);
             }
-            a_off[i] = ((nd * s.p + (m < rows ? a_jh[i] : 0)) * s.q + a_jw[i]) * s.k + g * KG +
+            a_off[i] = ((nd * s.p + (m < rows ? a_jh[i] : 0)) * s.q + a_jw[i]) * s.k + kbase +
                        a_col;
         }
         const int b_col = (threadIdx.x % B_CPR) * ALIGN;
         b_row0 = threadIdx.x / B_CPR;
-        b_cok = n0 + b_col < C;
-        b_off = (g * KG + b_row0) * rsc + n0 + b_col;
+        int c_local = n0 + b_col;
+        b_lo = 0;
+        if (PACKED) {  // column c of C: its group's channel and first window row
+            b_cok = c_local < s.c;
+            const int gc = c_local / C;
+            c_local -= gc * C;
+            b_lo = gc * KGRP - kbase - b_row0;
+        } else {
+            b_cok = c_local < C;
+        }
+        b_off = (kbase + b_row0) * rsc + c_local;
 #pragma unroll
         for (int j = 0; j < B_PASSES; ++j)
             b_dst[j] = G::b_index(b_row0 + j * B_RPP, b_col);
@@ -902,8 +920,9 @@ struct BwdDataLoader {
 #pragma unroll
         for (int j = 0; j < B_PASSES; ++j) {
             const int k = k0 + b_row0 + j * B_RPP;
+            const bool in = PACKED ? (unsigned)(k0 + j * B_RPP - b_lo) < (unsigned)KGRP : k < KG;
             cl::mma::cp_async<BYTES>(Bs + b_dst[j], w + (b_off + b_tap + j * B_RPP * rsc),
-                                     b_cok && k < KG);
+                                     b_cok && in);
         }
         // Next: the next k slice, or the first slice of the phase's next tap.
         k0 += G::BK;
@@ -937,14 +956,14 @@ struct BwdDataLoader {
 };
 
 // Writes the staged tile of one phase: row m -> dx pixel (n, first + stride * i); y, z and
-// bias at the block's group, whose Cg channels are valid.
+// bias at the block's group, whose Cg channels are valid (PACKED: at channel 0, all C).
 template <class G, bool D3, typename T>
 __device__ void store_tile_phase(const float* Cs, T* y, const T* z, const T* bias,
                                  const ConvEpilogue& e, const ConvShape& s, const Phase& fd,
                                  const Phase& fh, const Phase& fw, int stride_h, int stride_w,
-                                 cl::index_t m0, int n0) {
+                                 cl::index_t m0, int n0, int Cg) {
     const cl::index_t rows = (cl::index_t)s.n * fh.count * fw.count * (D3 ? fd.count : 1);
-    const int C = s.c, Cg = s.c_per_group;
+    const int C = s.c;
     for (int idx = threadIdx.x; idx < G::BM * G::BN; idx += G::THREADS) {
         const int row = idx / G::BN, c = n0 + idx % G::BN;
         const cl::index_t m = m0 + row;
@@ -966,7 +985,8 @@ __device__ void store_tile_phase(const float* Cs, T* y, const T* z, const T* bia
     }
 }
 
-template <typename T, int BM, int BN, int BK, int WM, int WN, int STAGES, int ALIGN, bool D3>
+template <typename T, int BM, int BN, int BK, int WM, int WN, int STAGES, int ALIGN, bool D3,
+          bool PACKED>
 __device__ __forceinline__ void bwd_data_body(const T* dy, const T* w, T* dx, const T* z,
                                               const T* bias, const ConvShape& s,
                                               const ConvEpilogue& e) {
@@ -981,37 +1001,56 @@ __device__ __forceinline__ void bwd_data_body(const T* dy, const T* w, T* dx, co
     const cl::index_t m0 = (cl::index_t)blockIdx.x * BM;
     const cl::index_t rows = (cl::index_t)s.n * fh.count * fw.count * (D3 ? fd.count : 1);
     if (m0 >= rows) return;  // a small phase: uniform exit
-    const GroupTile gt = group_tile(s.c_per_group, BN);
-    const int n0 = gt.n0, cg0 = gt.g * s.c_per_group;
-    BwdDataLoader<G, ALIGN, D3> ld(dy, w, s, fd, fh, fw, m0, gt.g, n0);
-    const int iters = fh.ntaps * fw.ntaps * (D3 ? fd.ntaps : 1) * ((s.k_per_group + BK - 1) / BK);
+    // The block's dx channels n0.. of its group (cg0: the group's first; cvalid of them), or
+    // PACKED n0.. of C and the window of dy channels their groups take.
+    int n0, cg0, cvalid, kbase, kwin;
+    if (PACKED) {
+        n0 = blockIdx.y * BN;
+        const int g_first = n0 / s.c_per_group;
+        const int g_last = (min(n0 + BN, s.c) - 1) / s.c_per_group;
+        cg0 = 0;
+        cvalid = s.c;
+        kbase = g_first * s.k_per_group;
+        kwin = (g_last - g_first + 1) * s.k_per_group;
+    } else {
+        const GroupTile gt = group_tile(s.c_per_group, BN);
+        n0 = gt.n0;
+        cg0 = gt.g * s.c_per_group;
+        cvalid = s.c_per_group;
+        kbase = gt.g * s.k_per_group;
+        kwin = s.k_per_group;
+    }
+    BwdDataLoader<G, ALIGN, D3, PACKED> ld(dy, w, s, fd, fh, fw, m0, kbase, kwin, n0);
+    const int iters = fh.ntaps * fw.ntaps * (D3 ? fd.ntaps : 1) * ((kwin + BK - 1) / BK);
     typename G::Acc acc;
     G::mainloop(ld, iters, smem, acc);
     float* Cs = reinterpret_cast<float*>(smem);
     G::stage_acc(acc, Cs);
     __syncthreads();
     store_tile_phase<G, D3>(Cs, dx + cg0, z + cg0, bias + cg0, e, s, fd, fh, fw, s.stride_h,
-                            s.stride_w, m0, n0);
+                            s.stride_w, m0, n0, cvalid);
 }
 
-template <typename T, int BM, int BN, int BK, int WM, int WN, int STAGES, int ALIGN, bool D3>
+template <typename T, int BM, int BN, int BK, int WM, int WN, int STAGES, int ALIGN, bool D3,
+          bool PACKED = false>
 struct BwdData {
     __device__ static void go(const T* dy, const T* w, T* dx, const T* z, const T* bias,
                               const ConvShape& s, const ConvEpilogue& e) {
-        bwd_data_body<T, BM, BN, BK, WM, WN, STAGES, ALIGN, D3>(dy, w, dx, z, bias, s, e);
+        bwd_data_body<T, BM, BN, BK, WM, WN, STAGES, ALIGN, D3, PACKED>(dy, w, dx, z, bias, s,
+                                                                        e);
     }
 };
 #if !CL_MMA_SM80
-template <int BM, int BN, int BK, int WM, int WN, int STAGES, int ALIGN, bool D3>
-struct BwdData<__nv_bfloat16, BM, BN, BK, WM, WN, STAGES, ALIGN, D3> {
+template <int BM, int BN, int BK, int WM, int WN, int STAGES, int ALIGN, bool D3, bool PACKED>
+struct BwdData<__nv_bfloat16, BM, BN, BK, WM, WN, STAGES, ALIGN, D3, PACKED> {
     __device__ static void go(const __nv_bfloat16*, const __nv_bfloat16*, __nv_bfloat16*,
                               const __nv_bfloat16*, const __nv_bfloat16*, const ConvShape&,
                               const ConvEpilogue&) {
         __trap();
     }
 };
-template <int BM, int BN, int BK, int WM, int WN, int STAGES, int ALIGN, bool D3>
-struct BwdData<float, BM, BN, BK, WM, WN, STAGES, ALIGN, D3> {  // TF32 MMA: sm_80+
+template <int BM, int BN, int BK, int WM, int WN, int STAGES, int ALIGN, bool D3, bool PACKED>
+struct BwdData<float, BM, BN, BK, WM, WN, STAGES, ALIGN, D3, PACKED> {  // TF32 MMA: sm_80+
     __device__ static void go(const float*, const float*, float*, const float*, const float*,
                               const ConvShape&, const ConvEpilogue&) {
         __trap();
@@ -1033,4 +1072,15 @@ __global__ void __launch_bounds__((BM / WM) * (BN / WN) * 32)
     tc_conv_bwd_data_3d(const T* __restrict__ dy, const T* __restrict__ w, T* dx, const T* z,
                         const T* __restrict__ bias, ConvShape s, ConvEpilogue e) {
     tcconv::BwdData<T, BM, BN, BK, WM, WN, STAGES, ALIGN, true>::go(dy, w, dx, z, bias, s, e);
+}
+
+// Grouped backward data whose groups have fewer dx channels than BN, 2-D: blocks of BN
+// consecutive dx channels of several groups, B the block-diagonal matrix of their filters
+// (BwdDataLoader's PACKED); grid (rows, ceil(C / BN), phases).
+template <typename T, int BM, int BN, int BK, int WM, int WN, int STAGES, int ALIGN>
+__global__ void __launch_bounds__((BM / WM) * (BN / WN) * 32)
+    tc_conv_bwd_data_packed(const T* __restrict__ dy, const T* __restrict__ w, T* dx, const T* z,
+                            const T* __restrict__ bias, ConvShape s, ConvEpilogue e) {
+    tcconv::BwdData<T, BM, BN, BK, WM, WN, STAGES, ALIGN, false, true>::go(dy, w, dx, z, bias, s,
+                                                                           e);
 }

@@ -54,9 +54,10 @@ def _narrow_groups(p: ConvProblem) -> bool:
     """Grouped layers of few channels per group (ResNeXt's 4), where one GEMM per group
     leaves most of each tensor-core MMA to zero padding (a stage holds one tap's C/groups
     channels of a BK-32 slice, a tile's columns or rows the group's K/groups): the
-    CUDA-core GEMMs rank before the multistage engine there, except in the 2-D forward,
-    whose packed kernel puts several groups in one tile (tc_igemm.py). The threshold (16:
-    half a slice) is unmeasured on a GPU; the tuner times both."""
+    CUDA-core GEMMs rank before the multistage engine there, except in 2-D forward and
+    backward data, whose packed kernels put several groups in one tile (tc_igemm.py,
+    tc_bwd_data.py). The threshold (16: half a slice) is unmeasured on a GPU; the tuner
+    times both."""
     return p.groups > 1 and min(p.c_per_group, p.k_per_group) < 16
 
 
@@ -169,7 +170,9 @@ def conv_bwd_data_ranking(p: ConvProblem, caps: Capabilities) -> list[str]:
         cublas = [BWD_DATA_CUBLAS_1X1] if _cublas_pointwise(p, caps) else []
         return cublas + [BWD_DATA_DMMA, BWD_DATA_DMMA_PHASED] + rest
     ranked = _conv_bwd_data_ranking(p, caps)
-    return _demote(ranked, (BWD_DATA_TC_PHASED, BWD_DATA_TC)) if _narrow_groups(p) else ranked
+    if _narrow_groups(p) and p.ndim == 3:
+        return _demote(ranked, (BWD_DATA_TC_PHASED, BWD_DATA_TC))
+    return ranked
 
 
 def _conv_bwd_data_ranking(p: ConvProblem, caps: Capabilities) -> list[str]:

@@ -12,6 +12,14 @@ filter is read as stored (k rows, c contiguous) through ``ldmatrix.trans``: no r
 no workspace. The epilogue is the forward's (the transposed convolution's bias, blending,
 activation).
 
+Narrow groups (fewer dx channels per group than the tile's 64 columns, 2-D): the kernel
+``tc_conv_bwd_data_packed`` (tiles of :data:`PACKED_TILES`) takes 64 consecutive dx channels
+of several groups per block, reduces over the window of dy channels those groups take, and
+reads B as the block-diagonal matrix of their filters (a copy outside its column's group is
+zero-filled): the forward's packing (:mod:`.tc_igemm`), C/groups / window of the MMAs
+useful instead of (K/groups / BK) x (C/groups / block_n). sm_90 main loops within 1-3
+instructions of the unpacked kernel's, no spills.
+
 3-D (NDHWC + KTRSC): the kernel ``tc_conv_bwd_data_3d``, phases (pd, ph, pw) and the taps
 (t, r, s) of each, a module of its own per tile (the 2-D kernels' code stays as it was),
 compiled for the tiles of :data:`BWD_TILES_3D` only.
@@ -92,13 +100,31 @@ _TABLES = {
 _MAX_GRID = 65535
 
 
-def _expr(dt: dtypes.DType, cfg: TcConfig, align: int, d3: bool = False) -> str:
-    name = "tc_conv_bwd_data_3d" if d3 else "tc_conv_bwd_data"
+# The 2-D tiles compiled as tc_conv_bwd_data_packed too (groups narrower than block_n):
+# those of 64 columns, every dtype's copy widths.
+PACKED_TILES = frozenset(
+    t
+    for t in (*BWD_TILES, *BWD_TILES_ALIGN2, *BWD_TILES_TF32, *BWD_TILES_TF32_ALIGN1)
+    if t[1] == 64
+)
+
+
+def packed(problem: ConvProblem, cfg: TcConfig) -> bool:
+    """Whether ``cfg`` runs ``problem`` as tc_conv_bwd_data_packed: several groups of
+    fewer dx channels than the tile per block (see the module)."""
+    return (problem.groups > 1 and problem.c_per_group < cfg.block_n and problem.ndim < 3
+            and cfg.astuple() in PACKED_TILES)  # fmt: skip
+
+
+def _expr(dt: dtypes.DType, cfg: TcConfig, align: int, d3: bool = False,
+          pack: bool = False) -> str:  # fmt: skip
+    name = "tc_conv_bwd_data" + ("_packed" if pack else "_3d" if d3 else "")
     return f"{name}<{dt.ctype}, {', '.join(map(str, cfg.astuple()))}, {align}>"
 
 
-def module_spec(dt: dtypes.DType, cfg: TcConfig, align: int, d3: bool = False) -> ModuleSpec:
-    return ModuleSpec.make(SOURCE, [_expr(dt, cfg, align, d3)])
+def module_spec(dt: dtypes.DType, cfg: TcConfig, align: int, d3: bool = False,
+                pack: bool = False) -> ModuleSpec:  # fmt: skip
+    return ModuleSpec.make(SOURCE, [_expr(dt, cfg, align, d3, pack)])
 
 
 class _Runner(Runner):
@@ -107,17 +133,21 @@ class _Runner(Runner):
         align = align_for(problem)
         assert align is not None
         d3 = problem.ndim == 3
-        spec = module_spec(dt, cfg, align, d3)
-        self.kernel = backend.kernel(spec, _expr(dt, cfg, align, d3))
+        pack = packed(problem, cfg)
+        spec = module_spec(dt, cfg, align, d3, pack)
+        self.kernel = backend.kernel(spec, _expr(dt, cfg, align, d3, pack))
         phases = int(np.prod(problem.strides))
-        columns = group_tiles(problem, problem.c_per_group, cfg.block_n)
+        columns = (-(-problem.c // cfg.block_n) if pack
+                   else group_tiles(problem, problem.c_per_group, cfg.block_n))  # fmt: skip
         self.grid = (-(-phase_rows(problem) // cfg.block_m), columns, phases)
         self.block = (cfg.threads,)
         self.smem = cfg.smem_bytes(dt.itemsize, b_rows_k=True)
         self.shape = shape_struct(problem)
         layout = "ndhwc" if d3 else "nhwc"
         math = "tf32" if dt.short == "fp32" else dt.short
-        self.names = [f"tc_igemm_bwd_data_{cfg.label()}_a{align}_phases{phases}_{layout}_{math}"]
+        kind = "_packed" if pack else ""
+        self.names = [f"tc_igemm_bwd_data{kind}_{cfg.label()}_a{align}_phases{phases}_{layout}"
+                      f"_{math}"]  # fmt: skip
 
     @property
     def kernel_names(self) -> list[str]:
@@ -164,18 +194,24 @@ class TcBwdDataPhasedSolver(Solver):
 
     def default_config(self, problem: ConvProblem, caps: Capabilities) -> TcConfig:
         options = self.configs(problem, caps)
+        if problem.groups > 1 and problem.c_per_group < 64:
+            # narrow groups: a packed tile, as many rows as the wide default would take
+            pool = [c for c in options if packed(problem, c)]
+            big = phase_rows(problem) >= 8192
+            if pool:
+                return next((c for c in pool if (c.block_m == 128) == big), pool[0])
         wide = problem.c_per_group > 64
         block = (128, 128) if phase_rows(problem) >= 8192 and wide else (64, 64)
         return next((c for c in options if (c.block_m, c.block_n) == block), options[0])
 
     def module_specs(self) -> list[ModuleSpec]:
         return [
-            module_spec(dt, TcConfig(*t), a, d3)
+            module_spec(dt, TcConfig(*t), a, d3, pack)
             for dt in dtypes.FP32_COMPUTE_TYPES
-            for d3 in (False, True)
+            for d3, pack in ((False, False), (True, False), (False, True))
             for a, tiles in _TABLES[dt.short]
             for t in tiles
-            if not d3 or t in BWD_TILES_3D
+            if (not d3 or t in BWD_TILES_3D) and (not pack or t in PACKED_TILES)
         ]
 
     def prepare(self, backend: Backend, problem: ConvProblem, config: Config) -> Runner:
