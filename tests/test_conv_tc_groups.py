@@ -29,7 +29,8 @@ from cudnnlite.runtime.caps import EMULATOR, for_sm
 from cudnnlite.solvers.conv.bwd_data import TcImplicitGemmSolver as TcBwdData
 from cudnnlite.solvers.conv.common import Epilogue
 from cudnnlite.solvers.conv.tc_bwd_data import packed as packed_data
-from cudnnlite.solvers.conv.tc_bwd_filter import TcBwdFilterSolver, TcSplitKConfig
+from cudnnlite.solvers.conv.tc_bwd_filter import TcBwdFilterSolver, TcSplitKConfig, packed_columns
+from cudnnlite.solvers.conv.tc_bwd_filter import packed as packed_filter
 from cudnnlite.solvers.conv.tc_igemm import TcConfig, TcImplicitGemmSolver, packed
 
 FWD, BWF, ROTATED = TcImplicitGemmSolver(), TcBwdFilterSolver(), TcBwdData()
@@ -175,12 +176,52 @@ BWF_CASES = {
 }
 
 
+BWF_PACKED_CASES = {
+    # (problem, config): 8 groups of 4 filters in one 64-row block, 4-byte copies, split 2
+    "g8_kg4_split2": (grouped(8, 2, 32, 5, 32, direction="bwd_filter"),
+                      TcSplitKConfig(64, 64, 32, 32, 32, 3, 2)),  # fmt: skip
+    # 12 groups of 8 filters and 4 channels, stride 2: two row blocks, 64 x 128 tiles
+    "g12_kg8_stride2": (grouped(12, 1, 48, (7, 6), 96, stride=2, direction="bwd_filter"),
+                        TcSplitKConfig(64, 128, 32, 32, 64, 3, 1)),  # fmt: skip
+    # groups straddle the row blocks (24 filters per group), bf16, dilation 2
+    "g5_kg24_straddling_bf16": (
+        grouped(5, 1, 80, 6, 120, dil=2, pad=2, dtype="bf16", direction="bwd_filter"),
+        TcSplitKConfig(64, 64, 32, 32, 32, 3, 1),
+    ),
+    # TF32, C/groups 3 and K/groups 5 (one-float copies)
+    "g4_tf32": (grouped(4, 1, 12, 5, 20, dtype="fp32", direction="bwd_filter"),
+                TcSplitKConfig(64, 64, 16, 32, 32, 4, 1)),  # fmt: skip
+}
+
+
+def _bwf_acc(p: ConvProblem) -> float:
+    terms = p.n * p.out_spatial[0] * p.out_spatial[1]
+    return 2.0 + (2.0**14 / terms if p.dtype == "fp32" else 0.0)
+
+
 @pytest.mark.parametrize("case", sorted(BWF_CASES))
 def test_backward_filter(backend: str, case: str) -> None:
     p, cfg = BWF_CASES[case]
-    terms = p.n * p.out_spatial[0] * p.out_spatial[1]
-    acc = 2.0 + (2.0**14 / terms if p.dtype == "fp32" else 0.0)
-    check_filter(backend, BWF, p, config=cfg, acc_factor=acc)
+    cfg = cfg or TcSplitKConfig(*(128, 128, 16, 64, 64, 4) if p.dtype == "fp32" else ())
+    if cfg not in BWF.configs(p, EMULATOR):
+        cfg = None  # (4-byte copies: the 64x64 tile only, packed for narrow groups)
+    check_filter(backend, BWF, p, config=cfg, acc_factor=_bwf_acc(p))
+
+
+@pytest.mark.parametrize("case", sorted(BWF_PACKED_CASES))
+def test_backward_filter_packed(backend: str, case: str) -> None:
+    p, cfg = BWF_PACKED_CASES[case]
+    assert packed_filter(p, cfg) and packed_filter(p, BWF.default_config(p, for_sm(90)))
+    check_filter(backend, BWF, p, config=cfg, acc_factor=_bwf_acc(p))
+
+
+def test_backward_filter_packed_grid() -> None:
+    # 8 filters per group in blocks of 64: a block's filters span 8 groups, its columns
+    # 9 taps x 8 groups' 4 channels; 24 per group: a block spans 3 groups, or 4 when it
+    # starts 16 filters into one (the second block of 64, if K reaches its fourth group).
+    assert packed_columns(grouped(12, 1, 48, 7, 96, direction="bwd_filter"), 64) == 9 * 8 * 4
+    assert packed_columns(grouped(5, 1, 80, 6, 120, direction="bwd_filter"), 64) == 9 * 3 * 16
+    assert packed_columns(grouped(10, 1, 160, 6, 240, direction="bwd_filter"), 64) == 9 * 4 * 16
 
 
 def test_reasons_and_grid() -> None:
@@ -201,8 +242,8 @@ def test_reasons_and_grid() -> None:
 
 def test_heuristics_rank_the_engine_for_groups_with_enough_channels() -> None:
     # Groups of 16+ channels fill half a BK-32 slice or more: the engine first on a GPU;
-    # fewer (ResNeXt's 4) waste most of each slice: the CUDA-core GEMMs first, except in
-    # the 2-D forward and backward data (the packed kernels).
+    # fewer (ResNeXt's 4): in 2-D the packed kernels (several groups per tile) first; in
+    # 3-D (one GEMM per group, most of each slice zero) the CUDA-core GEMMs first.
     wide = grouped(8, 32, 128, 28, 128)
     assert h.conv_fwd_ranking(wide, for_sm(90))[0] == h.TC
     narrow = grouped(32, 32, 128, 28, 128)
@@ -215,8 +256,8 @@ def test_heuristics_rank_the_engine_for_groups_with_enough_channels() -> None:
     for d, first in (("bwd_data", h.BWD_DATA_TC_PHASED), ("bwd_filter", h.BWD_FILTER_TC)):
         ranking = getattr(h, f"conv_{d}_ranking")
         assert ranking(dataclasses.replace(wide, direction=d), for_sm(90))[0] == first
-    # backward data packs narrow groups too (2-D); backward filter does not
-    narrow_data = dataclasses.replace(narrow, direction="bwd_data")
-    assert h.conv_bwd_data_ranking(narrow_data, for_sm(90))[0] == h.BWD_DATA_TC_PHASED
-    narrow_filter = dataclasses.replace(narrow, direction="bwd_filter")
-    assert h.conv_bwd_filter_ranking(narrow_filter, for_sm(90))[0] != h.BWD_FILTER_TC
+    # the backward directions pack narrow groups too (2-D); not 3-D
+    for d, first in (("bwd_data", h.BWD_DATA_TC_PHASED), ("bwd_filter", h.BWD_FILTER_TC)):
+        ranking = getattr(h, f"conv_{d}_ranking")
+        assert ranking(dataclasses.replace(narrow, direction=d), for_sm(90))[0] == first
+        assert ranking(dataclasses.replace(narrow_3d, direction=d), for_sm(90))[0] != first

@@ -584,26 +584,29 @@ struct BwdFilterLoader {
     cl::index_t row, end;           // first npq row of the next tile, end of this split
     int a_row0, b_row0;
 
-    // g: the block's group (its dy channels start at g * Kg, its x channels at g * Cg: the
-    // loop's x addresses stay on the kernel's pointer); m0: the tile's first k in the group.
-    __device__ BwdFilterLoader(const T* x_, const T* dy, const ConvShape& s, int g, int m0,
-                               int n0, cl::index_t start, cl::index_t end_)
+    // The GEMM's rows are kcount dy channels from kbase (m0: the tile's first of them), its
+    // columns (taps, cwin x channels from cbase): a group's (g * Kg, Kg, g * Cg, Cg: offsets,
+    // so the loop's x addresses stay on the kernel's pointer), or packed the block's K rows
+    // and the window of x channels their groups read.
+    __device__ BwdFilterLoader(const T* x_, const T* dy, const ConvShape& s, int kbase,
+                               int kcount, int cbase, int cwin, int m0, int n0,
+                               cl::index_t start, cl::index_t end_)
         : x(x_), H(s.h), W(s.w), C(s.c), P(s.p), Q(s.q), stride_h(s.stride_h),
           stride_w(s.stride_w), K(s.k), D(s.d), O(s.o), stride_d(s.stride_d), row(start),
           end(end_) {
         const int a_col = (threadIdx.x % A_CPR) * ALIGN;
         a_row0 = threadIdx.x / A_CPR;
-        a_kok = m0 + a_col < s.k_per_group;
-        a_ptr = dy + (start + a_row0) * s.k + g * s.k_per_group + m0 + a_col;
+        a_kok = m0 + a_col < kcount;
+        a_ptr = dy + (start + a_row0) * s.k + kbase + m0 + a_col;
 #pragma unroll
         for (int i = 0; i < A_PASSES; ++i)
             a_dst[i] = G::a_index(a_row0 + i * A_RPP, a_col);
         const int b_col = (threadIdx.x % B_CPR) * ALIGN;
         b_row0 = threadIdx.x / B_CPR;
-        const int rsc = n0 + b_col, cg = s.c_per_group;
-        b_colok = rsc < s.r * s.s * cg * (D3 ? s.t : 1);
-        const int c = rsc % cg, trs = rsc / cg, rs = D3 ? trs % (s.r * s.s) : trs;
-        b_c = g * cg + c;  // x's channel
+        const int rsc = n0 + b_col;
+        b_colok = rsc < s.r * s.s * cwin * (D3 ? s.t : 1);
+        const int c = rsc % cwin, trs = rsc / cwin, rs = D3 ? trs % (s.r * s.s) : trs;
+        b_c = cbase + c;  // x's channel
         b_rh = (rs / s.s) * s.dil_h - s.pad_h;
         b_rw = (rs % s.s) * s.dil_w - s.pad_w;
         b_rd = D3 ? (trs / (s.r * s.s)) * s.dil_d - s.pad_d : 0;
@@ -671,25 +674,79 @@ struct BwdFilterLoader {
     }
 };
 
-template <typename T, int BM, int BN, int BK, int WM, int WN, int STAGES, int ALIGN, bool D3>
+template <typename T, int BM, int BN, int BK, int WM, int WN, int STAGES, int ALIGN, bool D3,
+          bool PACKED>
 __device__ __forceinline__ void bwd_filter_body(const T* x, const T* dy, float* ws,
                                                 const ConvShape& s, long long chunk) {
     typedef tc::Gemm<T, BM, BN, BK, WM, WN, STAGES, true, true> G;
     DYNAMIC_SHARED(T, smem);
-    const GroupTile gt = group_tile(s.k_per_group, BM);
-    const int n0 = blockIdx.x * BN, m0 = gt.n0, k0 = gt.g * s.k_per_group;
+    const int taps = s.r * s.s * (D3 ? s.t : 1);
+    // The block's rows m0.. of its group (k0: the group's first filter), or PACKED m0.. of K
+    // and the window of x channels (cwin from cbase) their groups read.
+    int m0, k0, kcount, cbase, cwin, g_first = 0;
+    const int n0 = blockIdx.x * BN;
+    if (PACKED) {
+        m0 = blockIdx.y * BM;
+        g_first = m0 / s.k_per_group;
+        const int g_last = (min(m0 + BM, s.k) - 1) / s.k_per_group;
+        k0 = 0;
+        kcount = s.k;
+        cbase = g_first * s.c_per_group;
+        cwin = (g_last - g_first + 1) * s.c_per_group;
+        if (n0 >= taps * cwin) return;  // (uniform) the grid covers the widest window
+    } else {
+        const GroupTile gt = group_tile(s.k_per_group, BM);
+        m0 = gt.n0;
+        k0 = gt.g * s.k_per_group;
+        kcount = s.k_per_group;
+        cbase = gt.g * s.c_per_group;
+        cwin = s.c_per_group;
+    }
     const cl::index_t npq = (cl::index_t)s.n * s.p * s.q * (D3 ? s.o : 1);
     const cl::index_t start = (cl::index_t)blockIdx.z * chunk;
     const cl::index_t end = start + chunk < npq ? start + chunk : npq;
     const int iters = start < end ? (int)((end - start + BK - 1) / BK) : 0;
-    BwdFilterLoader<G, ALIGN, D3> ld(x, dy, s, gt.g, m0, n0, start, end);
+    BwdFilterLoader<G, ALIGN, D3> ld(x, dy, s, k0, kcount, cbase, cwin, m0, n0, start, end);
     typename G::Acc acc;
     G::mainloop(ld, iters, smem, acc);
     // Partials straight from the fragments: two consecutive rsc per register pair.
-    const int rsc = s.r * s.s * s.c_per_group * (D3 ? s.t : 1);
+    const int rsc = taps * s.c_per_group;
     float* part = ws + ((cl::index_t)blockIdx.z * s.k + k0) * rsc;
     const int warp = threadIdx.x >> 5, lane = threadIdx.x & 31;
     const int wm0 = m0 + (warp / G::WARPS_N) * WM, wn0 = n0 + (warp % G::WARPS_N) * WN;
+    if (PACKED) {
+        // Only the block-diagonal entries are dw: row k's group's channels of each tap. The
+        // lane's rows' groups (as window channels) and columns' (tap, window channel), once.
+        const int cg = s.c_per_group, cols = taps * cwin;
+        int row_c[G::MF][2], col_tap[G::NF][2], col_c[G::NF][2];
+#pragma unroll
+        for (int i = 0; i < G::MF; ++i)
+#pragma unroll
+            for (int h = 0; h < 2; ++h) {
+                const int k = wm0 + 16 * i + (lane >> 2) + 8 * h;
+                row_c[i][h] = (k / s.k_per_group - g_first) * cg;
+            }
+#pragma unroll
+        for (int j = 0; j < G::NF; ++j)
+#pragma unroll
+            for (int h = 0; h < 2; ++h) {
+                const int col = wn0 + 8 * j + 2 * (lane & 3) + h;
+                col_tap[j][h] = col / cwin;
+                col_c[j][h] = col < cols ? col - col_tap[j][h] * cwin : -(1 << 30);
+            }
+#pragma unroll
+        for (int i = 0; i < G::MF; ++i)
+#pragma unroll
+            for (int j = 0; j < G::NF; ++j)
+#pragma unroll
+                for (int v = 0; v < 4; ++v) {
+                    const int k = wm0 + 16 * i + (lane >> 2) + 8 * (v >> 1);
+                    const int c = col_c[j][v & 1] - row_c[i][v >> 1];  // in k's group
+                    if (k < s.k && (unsigned)c < (unsigned)cg)
+                        part[(cl::index_t)k * rsc + col_tap[j][v & 1] * cg + c] = acc[i][j][v];
+                }
+        return;
+    }
     const int kg = s.k_per_group;
 #pragma unroll
     for (int i = 0; i < G::MF; ++i)
@@ -703,23 +760,24 @@ __device__ __forceinline__ void bwd_filter_body(const T* x, const T* dy, float* 
             }
 }
 
-template <typename T, int BM, int BN, int BK, int WM, int WN, int STAGES, int ALIGN, bool D3>
+template <typename T, int BM, int BN, int BK, int WM, int WN, int STAGES, int ALIGN, bool D3,
+          bool PACKED = false>
 struct BwdFilter {
     __device__ static void go(const T* x, const T* dy, float* ws, const ConvShape& s,
                               long long chunk) {
-        bwd_filter_body<T, BM, BN, BK, WM, WN, STAGES, ALIGN, D3>(x, dy, ws, s, chunk);
+        bwd_filter_body<T, BM, BN, BK, WM, WN, STAGES, ALIGN, D3, PACKED>(x, dy, ws, s, chunk);
     }
 };
 #if !CL_MMA_SM80
-template <int BM, int BN, int BK, int WM, int WN, int STAGES, int ALIGN, bool D3>
-struct BwdFilter<__nv_bfloat16, BM, BN, BK, WM, WN, STAGES, ALIGN, D3> {
+template <int BM, int BN, int BK, int WM, int WN, int STAGES, int ALIGN, bool D3, bool PACKED>
+struct BwdFilter<__nv_bfloat16, BM, BN, BK, WM, WN, STAGES, ALIGN, D3, PACKED> {
     __device__ static void go(const __nv_bfloat16*, const __nv_bfloat16*, float*,
                               const ConvShape&, long long) {
         __trap();
     }
 };
-template <int BM, int BN, int BK, int WM, int WN, int STAGES, int ALIGN, bool D3>
-struct BwdFilter<float, BM, BN, BK, WM, WN, STAGES, ALIGN, D3> {  // TF32 MMA: sm_80+
+template <int BM, int BN, int BK, int WM, int WN, int STAGES, int ALIGN, bool D3, bool PACKED>
+struct BwdFilter<float, BM, BN, BK, WM, WN, STAGES, ALIGN, D3, PACKED> {  // TF32 MMA: sm_80+
     __device__ static void go(const float*, const float*, float*, const ConvShape&, long long) {
         __trap();
     }
@@ -733,6 +791,17 @@ __global__ void __launch_bounds__((BM / WM) * (BN / WN) * 32)
     tc_conv_bwd_filter(const T* __restrict__ x, const T* __restrict__ dy, float* __restrict__ ws,
                        ConvShape s, long long chunk) {
     tcconv::BwdFilter<T, BM, BN, BK, WM, WN, STAGES, ALIGN, false>::go(x, dy, ws, s, chunk);
+}
+
+// Grouped backward filter whose groups have fewer filters than BM, 2-D: blocks of BM
+// consecutive filters of several groups against the (tap, window channel) columns of the
+// x channels those groups read; only the block-diagonal entries are dw (PACKED).
+// grid (ceil(R*S*widest window / BN), ceil(K / BM), splits).
+template <typename T, int BM, int BN, int BK, int WM, int WN, int STAGES, int ALIGN>
+__global__ void __launch_bounds__((BM / WM) * (BN / WN) * 32)
+    tc_conv_bwd_filter_packed(const T* __restrict__ x, const T* __restrict__ dy,
+                              float* __restrict__ ws, ConvShape s, long long chunk) {
+    tcconv::BwdFilter<T, BM, BN, BK, WM, WN, STAGES, ALIGN, false, true>::go(x, dy, ws, s, chunk);
 }
 
 template <typename T, int BM, int BN, int BK, int WM, int WN, int STAGES, int ALIGN>

@@ -12,6 +12,14 @@ fragments through ``ldmatrix.trans`` (16-bit), or, for TF32 (``ldmatrix.trans`` 
 free, every address the lane's offset plus a constant) and one ``cvt.rna`` per element:
 the m16n8k8 TF32 MMA on operands rounded to nearest, as the forward's.
 
+Narrow groups (fewer filters per group than the tile's 64 rows, 2-D): the kernel
+``tc_conv_bwd_filter_packed`` (tiles of :data:`PACKED_TILES`) multiplies 64 consecutive
+filters of several groups (dy's channels) against the (tap, channel) columns of the window
+of x channels those groups read (:func:`packed_columns`: the grid covers the widest window)
+and keeps only the block-diagonal entries, each row's own group's channels: C/groups /
+window of the MMAs useful instead of (K/groups / 64) of the rows. The same loader and
+main loop (sm_90: loops within 5 instructions of the unpacked kernel's, no spills).
+
 3-D (NDHWC + KTRSC): the kernel ``tc_conv_bwd_filter_3d`` (N = T*R*S*C, the reduction over
 N*O*P*Q; each thread's column carries its depth tap), a module of its own per tile so the
 2-D kernels' code stays as it was; every tile (sm_90: the 2-D kernel's registers, two more
@@ -137,16 +145,42 @@ def backward_reason(problem: ConvProblem, caps: Capabilities, direction: str) ->
     return None
 
 
-def _expr(dt: dtypes.DType, tile: tuple[int, ...], align: int, d3: bool = False) -> str:
-    name = "tc_conv_bwd_filter_3d" if d3 else "tc_conv_bwd_filter"
+# The 2-D tiles compiled as tc_conv_bwd_filter_packed too (groups of fewer filters than
+# block_m): the 64-row ones, every dtype's copy widths.
+PACKED_TILES = frozenset(
+    t for t in (*TILES, *TILES_ALIGN2, *TILES_TF32, *TILES_TF32_ALIGN1) if t[0] == 64
+)
+
+
+def packed(problem: ConvProblem, cfg: TcSplitKConfig) -> bool:
+    """Whether ``cfg`` runs ``problem`` as tc_conv_bwd_filter_packed (module docstring)."""
+    return (problem.groups > 1 and problem.k_per_group < cfg.block_m and problem.ndim < 3
+            and cfg.tile() in PACKED_TILES)  # fmt: skip
+
+
+def packed_columns(problem: ConvProblem, block_m: int) -> int:
+    """The packed GEMM's columns: taps x the widest window of x channels that a block of
+    ``block_m`` consecutive filters reads (its groups' C/groups each). The blocks' group
+    alignment repeats every K/groups blocks at most."""
+    kg, blocks = problem.k_per_group, -(-problem.k // block_m)
+    widest = 0
+    for b in range(min(blocks, kg)):
+        m0 = b * block_m
+        last = min(m0 + block_m, problem.k) - 1
+        widest = max(widest, last // kg - m0 // kg + 1)
+    return problem.filter_taps * widest * problem.c_per_group
+
+
+def _expr(dt: dtypes.DType, tile: tuple[int, ...], align: int, d3: bool = False,
+          pack: bool = False) -> str:  # fmt: skip
+    name = "tc_conv_bwd_filter" + ("_packed" if pack else "_3d" if d3 else "")
     return f"{name}<{dt.ctype}, {', '.join(map(str, tile))}, {align}>"
 
 
-def module_spec(
-    dt: dtypes.DType, tile: tuple[int, ...], align: int, d3: bool = False
-) -> ModuleSpec:
+def module_spec(dt: dtypes.DType, tile: tuple[int, ...], align: int, d3: bool = False,
+                pack: bool = False) -> ModuleSpec:  # fmt: skip
     """The GEMM and the split reduction (conv/splitk_reduce.cuh): one small module."""
-    return ModuleSpec.make(SOURCE, [_expr(dt, tile, align, d3), bwf._reduce_expr(dt)])
+    return ModuleSpec.make(SOURCE, [_expr(dt, tile, align, d3, pack), bwf._reduce_expr(dt)])
 
 
 def _dims(problem: ConvProblem) -> tuple[int, int]:
@@ -155,28 +189,38 @@ def _dims(problem: ConvProblem) -> tuple[int, int]:
             problem.n * int(np.prod(problem.out_spatial)))  # fmt: skip
 
 
+def _grid(problem: ConvProblem, cfg: TcSplitKConfig, pack: bool) -> tuple[int, int]:
+    """(column tiles, row tiles): each group's R*S*C/groups x K/groups, or packed the
+    widest window's columns x all K filters."""
+    if pack:
+        return -(-packed_columns(problem, cfg.block_m) // cfg.block_n), -(-problem.k // cfg.block_m)
+    rsc, _ = _dims(problem)
+    return -(-rsc // cfg.block_n), group_tiles(problem, problem.k_per_group, cfg.block_m)
+
+
 class _Runner(Runner):
     def __init__(self, backend: Backend, problem: ConvProblem, cfg: TcSplitKConfig) -> None:
         dt = bwf.dtype_of(problem)
         align = align_for(problem)
         assert align is not None
         d3 = problem.ndim == 3
-        spec = module_spec(dt, cfg.tile(), align, d3)
-        self.gemm = backend.kernel(spec, _expr(dt, cfg.tile(), align, d3))
+        pack = packed(problem, cfg)
+        spec = module_spec(dt, cfg.tile(), align, d3, pack)
+        self.gemm = backend.kernel(spec, _expr(dt, cfg.tile(), align, d3, pack))
         self.reduce = backend.kernel(spec, bwf._reduce_expr(dt))
         rsc, npq = _dims(problem)
         self.splits = bwf._useful_splits(npq, cfg.splits, cfg.block_k)
         self.chunk = np.int64(bwf._chunk(npq, cfg.splits, cfg.block_k))
-        rows = group_tiles(problem, problem.k_per_group, cfg.block_m)
-        self.grid = (-(-rsc // cfg.block_n), rows, self.splits)
+        self.grid = _grid(problem, cfg, pack) + (self.splits,)
         self.block = (cfg.threads,)
         self.smem = cfg.smem_bytes(dt.itemsize)
         self.count = problem.k * rsc
         self.cgrid = bwf._grid(self.count, backend)
         self.shape = shape_struct(problem)
         math = "tf32" if dt.short == "fp32" else dt.short
+        kind = "_packed" if pack else ""
         self.names = [
-            f"tc_igemm_bwd_filter_{cfg.label()}_a{align}_{'ndhwc' if d3 else 'nhwc'}_{math}",
+            f"tc_igemm_bwd_filter{kind}_{cfg.label()}_a{align}_{'ndhwc' if d3 else 'nhwc'}_{math}",
             f"bwd_filter_reduce_{dt.short}",
         ]
 
@@ -227,12 +271,12 @@ class TcBwdFilterSolver(Solver):
         return out
 
     def default_config(self, problem: ConvProblem, caps: Capabilities) -> TcSplitKConfig:
-        rsc, _ = _dims(problem)
         options = self.configs(problem, caps)
         big = [c for c in options if c.block_m == 128] if problem.k_per_group >= 128 else []
         pool = big or [c for c in options if c.block_m == 64 and c.block_n == 128] or options
         tile = pool[0]
-        tiles = group_tiles(problem, problem.k_per_group, tile.block_m) * -(-rsc // tile.block_n)
+        columns, rows = _grid(problem, tile, packed(problem, tile))
+        tiles = columns * rows
         target = bwf._TARGET_BLOCKS["cpu" if caps.emulator else "cuda"]
         want = max(1, -(-target // tiles))
         same = [c for c in pool if c.tile() == tile.tile()]
@@ -250,11 +294,12 @@ class TcBwdFilterSolver(Solver):
             "fp32": ((4, TILES_TF32), (1, TILES_TF32_ALIGN1)),
         }
         return [
-            module_spec(dt, tile, a, d3)
+            module_spec(dt, tile, a, d3, pack)
             for dt in dtypes.FP32_COMPUTE_TYPES
-            for d3 in (False, True)
+            for d3, pack in ((False, False), (True, False), (False, True))
             for a, tiles in tables[dt.short]
             for tile in tiles
+            if not pack or tile in PACKED_TILES
         ]
 
     def prepare(self, backend: Backend, problem: ConvProblem, config: Config) -> Runner:
