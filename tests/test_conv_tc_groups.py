@@ -18,6 +18,7 @@ from __future__ import annotations
 
 import dataclasses
 
+import numpy as np
 import pytest
 from conv_backward_support import check_data, check_filter
 from test_conv_tc import PHASED, SMALL, SMALL_TF32, _check, conv
@@ -111,8 +112,34 @@ def test_forward_1d_and_3d(backend: str) -> None:
     p3 = ConvProblem(n=1, c=16, spatial=(3, 4, 3), k=8, filter=(2, 3, 3),
                      pads=((0, 1), (1, 1), (1, 1)), strides=(1, 1, 1), dilations=(1, 1, 1),
                      groups=2, layout="NDHWC", dtype="fp16")  # fmt: skip
-    _check(backend, p3, SMALL)
+    assert packed(p3, SMALL) and not packed(p3, BIG)
+    _check(backend, p3, SMALL)  # packed
+    _check(backend, p3, BIG)  # one GEMM per group
     _check(backend, dataclasses.replace(p3, dtype="fp32", math="tf32"), SMALL_TF32)
+
+
+def _grouped_3d(groups: int, c: int, k: int, direction: str, dtype: str = "fp16",
+                stride: int = 1) -> ConvProblem:  # fmt: skip
+    return ConvProblem(n=1, c=c, spatial=(3, 5, 4), k=k, filter=(2, 3, 3),
+                       pads=((1, 0), (1, 1), (1, 1)), strides=(stride,) * 3,
+                       dilations=(1, 1, 1), groups=groups, layout="NDHWC", dtype=dtype,
+                       direction=direction, math="tf32" if dtype == "fp32" else "default")
+
+
+def test_backward_3d_packed(backend: str) -> None:
+    # 8 groups of 4 channels (4-byte copies) and TF32's 6 groups of 3, stride 2
+    for p, cfg in ((_grouped_3d(8, 32, 32, "bwd_data"), SMALL),
+                   (_grouped_3d(6, 18, 18, "bwd_data", "fp32", 2), SMALL_TF32)):  # fmt: skip
+        assert packed_data(p, cfg)
+        acc = 2.0 + (2.0**14 / (p.k_per_group * p.filter_taps) if p.dtype == "fp32" else 0.0)
+        check_data(backend, PHASED, p, bias=True, acc_factor=acc, config=cfg)
+    for p, cfg in ((_grouped_3d(8, 32, 32, "bwd_filter"), TcSplitKConfig(64, 64, 32, 32, 32, 3, 2)),
+                   (_grouped_3d(6, 18, 18, "bwd_filter", "fp32", 2),
+                    TcSplitKConfig(64, 64, 16, 32, 32, 4, 1))):  # fmt: skip
+        assert packed_filter(p, cfg)
+        terms = p.n * int(np.prod(p.out_spatial))
+        acc = 2.0 + (2.0**14 / terms if p.dtype == "fp32" else 0.0)
+        check_filter(backend, BWF, p, config=cfg, acc_factor=acc)
 
 
 BWD_DATA_CASES = {
@@ -240,10 +267,9 @@ def test_reasons_and_grid() -> None:
     assert FWD.default_config(p, for_sm(90)) in FWD.configs(p, for_sm(90))
 
 
-def test_heuristics_rank_the_engine_for_groups_with_enough_channels() -> None:
-    # Groups of 16+ channels fill half a BK-32 slice or more: the engine first on a GPU;
-    # fewer (ResNeXt's 4): in 2-D the packed kernels (several groups per tile) first; in
-    # 3-D (one GEMM per group, most of each slice zero) the CUDA-core GEMMs first.
+def test_heuristics_rank_the_engine_first_for_groups() -> None:
+    # Groups of 16+ channels fill half a BK-32 slice or more, fewer (ResNeXt's 4) share a
+    # tile in the packed kernels: the engine first on a GPU either way, 1-D to 3-D.
     wide = grouped(8, 32, 128, 28, 128)
     assert h.conv_fwd_ranking(wide, for_sm(90))[0] == h.TC
     narrow = grouped(32, 32, 128, 28, 128)
@@ -252,12 +278,13 @@ def test_heuristics_rank_the_engine_for_groups_with_enough_channels() -> None:
     narrow_3d = ConvProblem(n=8, c=128, spatial=(8, 28, 28), k=128, filter=(3, 3, 3),
                             pads=((1, 1),) * 3, strides=(1, 1, 1), dilations=(1, 1, 1),
                             groups=32, layout="NDHWC", dtype="fp16")  # fmt: skip
-    assert h.conv_fwd_ranking(narrow_3d, for_sm(90)).index(h.TC) > 0
+    assert h.conv_fwd_ranking(narrow_3d, for_sm(90))[0] == h.TC
+    assert packed(narrow_3d, FWD.default_config(narrow_3d, for_sm(90)))
     for d, first in (("bwd_data", h.BWD_DATA_TC_PHASED), ("bwd_filter", h.BWD_FILTER_TC)):
         ranking = getattr(h, f"conv_{d}_ranking")
         assert ranking(dataclasses.replace(wide, direction=d), for_sm(90))[0] == first
-    # the backward directions pack narrow groups too (2-D); not 3-D
+    # the backward directions pack narrow groups too
     for d, first in (("bwd_data", h.BWD_DATA_TC_PHASED), ("bwd_filter", h.BWD_FILTER_TC)):
         ranking = getattr(h, f"conv_{d}_ranking")
         assert ranking(dataclasses.replace(narrow, direction=d), for_sm(90))[0] == first
-        assert ranking(dataclasses.replace(narrow_3d, direction=d), for_sm(90))[0] != first
+        assert ranking(dataclasses.replace(narrow_3d, direction=d), for_sm(90))[0] == first

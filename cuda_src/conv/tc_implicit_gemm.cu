@@ -462,7 +462,7 @@ __global__ void __launch_bounds__((BM / WM) * (BN / WN) * 32)
                                                                  iters_per_split, out_nchw);
 }
 
-// Grouped convolution whose groups have fewer output channels than BN, 2-D: blocks of BN
+// Grouped convolution whose groups have fewer output channels than BN: blocks of BN
 // consecutive output channels of several groups, each block's B the block-diagonal matrix
 // of their filters (FwdLoader's PACKED); grid (ceil(N*P*Q / BM), ceil(K / BN)); no split-K.
 // The 16-bit 64x64 tile asks for 6 blocks per SM: left to itself, ptxas (sm_90) kept it at
@@ -475,6 +475,17 @@ __global__ void __launch_bounds__((BM / WM) * (BN / WN) * 32,
                        const T* __restrict__ bias, ConvShape s, ConvEpilogue e,
                        float* __restrict__ ws, int iters_per_split, int out_nchw) {
     tcconv::Fwd<T, BM, BN, BK, WM, WN, STAGES, ALIGN, false, true>::go(
+        x, w, y, z, bias, s, e, ws, iters_per_split, out_nchw);
+}
+
+// The same for 3-D (NDHWC + KTRSC; NCDHW through the conversion).
+template <typename T, int BM, int BN, int BK, int WM, int WN, int STAGES, int ALIGN>
+__global__ void __launch_bounds__((BM / WM) * (BN / WN) * 32,
+                                  sizeof(T) == 2 && WM * WN == 32 * 32 && ALIGN == 8 ? 6 : 0)
+    tc_conv_fwd_packed_3d(const T* __restrict__ x, const T* __restrict__ w, T* y, const T* z,
+                          const T* __restrict__ bias, ConvShape s, ConvEpilogue e,
+                          float* __restrict__ ws, int iters_per_split, int out_nchw) {
+    tcconv::Fwd<T, BM, BN, BK, WM, WN, STAGES, ALIGN, true, true>::go(
         x, w, y, z, bias, s, e, ws, iters_per_split, out_nchw);
 }
 
@@ -793,7 +804,7 @@ __global__ void __launch_bounds__((BM / WM) * (BN / WN) * 32)
     tcconv::BwdFilter<T, BM, BN, BK, WM, WN, STAGES, ALIGN, false>::go(x, dy, ws, s, chunk);
 }
 
-// Grouped backward filter whose groups have fewer filters than BM, 2-D: blocks of BM
+// Grouped backward filter whose groups have fewer filters than BM (_3d: 3-D): blocks of BM
 // consecutive filters of several groups against the (tap, window channel) columns of the
 // x channels those groups read; only the block-diagonal entries are dw (PACKED).
 // grid (ceil(R*S*widest window / BN), ceil(K / BM), splits).
@@ -802,6 +813,13 @@ __global__ void __launch_bounds__((BM / WM) * (BN / WN) * 32)
     tc_conv_bwd_filter_packed(const T* __restrict__ x, const T* __restrict__ dy,
                               float* __restrict__ ws, ConvShape s, long long chunk) {
     tcconv::BwdFilter<T, BM, BN, BK, WM, WN, STAGES, ALIGN, false, true>::go(x, dy, ws, s, chunk);
+}
+
+template <typename T, int BM, int BN, int BK, int WM, int WN, int STAGES, int ALIGN>
+__global__ void __launch_bounds__((BM / WM) * (BN / WN) * 32)
+    tc_conv_bwd_filter_packed_3d(const T* __restrict__ x, const T* __restrict__ dy,
+                                 float* __restrict__ ws, ConvShape s, long long chunk) {
+    tcconv::BwdFilter<T, BM, BN, BK, WM, WN, STAGES, ALIGN, true, true>::go(x, dy, ws, s, chunk);
 }
 
 template <typename T, int BM, int BN, int BK, int WM, int WN, int STAGES, int ALIGN>
@@ -1143,7 +1161,7 @@ __global__ void __launch_bounds__((BM / WM) * (BN / WN) * 32)
     tcconv::BwdData<T, BM, BN, BK, WM, WN, STAGES, ALIGN, true>::go(dy, w, dx, z, bias, s, e);
 }
 
-// Grouped backward data whose groups have fewer dx channels than BN, 2-D: blocks of BN
+// Grouped backward data whose groups have fewer dx channels than BN (_3d: 3-D): blocks of BN
 // consecutive dx channels of several groups, B the block-diagonal matrix of their filters
 // (BwdDataLoader's PACKED); grid (rows, ceil(C / BN), phases).
 template <typename T, int BM, int BN, int BK, int WM, int WN, int STAGES, int ALIGN>
@@ -1152,4 +1170,13 @@ __global__ void __launch_bounds__((BM / WM) * (BN / WN) * 32)
                             const T* __restrict__ bias, ConvShape s, ConvEpilogue e) {
     tcconv::BwdData<T, BM, BN, BK, WM, WN, STAGES, ALIGN, false, true>::go(dy, w, dx, z, bias, s,
                                                                            e);
+}
+
+template <typename T, int BM, int BN, int BK, int WM, int WN, int STAGES, int ALIGN>
+__global__ void __launch_bounds__((BM / WM) * (BN / WN) * 32)
+    tc_conv_bwd_data_packed_3d(const T* __restrict__ dy, const T* __restrict__ w, T* dx,
+                               const T* z, const T* __restrict__ bias, ConvShape s,
+                               ConvEpilogue e) {
+    tcconv::BwdData<T, BM, BN, BK, WM, WN, STAGES, ALIGN, true, true>::go(dy, w, dx, z, bias, s,
+                                                                          e);
 }

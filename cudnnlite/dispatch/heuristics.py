@@ -50,24 +50,6 @@ def _multistage(p: ConvProblem, caps: Capabilities) -> bool:
     return not caps.emulator and (p.dtype in ("fp16", "bf16") or p.math == "tf32")
 
 
-def _narrow_groups(p: ConvProblem) -> bool:
-    """3-D grouped layers of few channels per group, where the multistage engine runs one
-    GEMM per group and leaves most of each MMA to zero padding (a stage holds one tap's
-    C/groups channels of a BK-32 slice, a tile's columns or rows the group's K/groups): the
-    CUDA-core GEMMs rank before it there. In 2-D every direction has a packed kernel that
-    puts several groups in one tile (tc_igemm.py, tc_bwd_data.py, tc_bwd_filter.py). The
-    threshold (16: half a slice) is unmeasured on a GPU; the tuner times both."""
-    return p.ndim == 3 and p.groups > 1 and min(p.c_per_group, p.k_per_group) < 16
-
-
-def _demote(ranked: list[str], names: tuple[str, ...]) -> list[str]:
-    """``ranked`` with ``names`` moved behind every other solver but the direct fallback."""
-    kept = [n for n in ranked if n not in names]
-    moved = [n for n in ranked if n in names]
-    tail = [n for n in kept if n in (DIRECT, BWD_DATA_DIRECT, BWD_FILTER_DIRECT)]
-    return [n for n in kept if n not in tail] + moved + tail
-
-
 def _winograd_dtype(p: ConvProblem) -> bool:
     """float64 never ranks Winograd (its transforms lose float64 accuracy; the solvers
     say so); its tensor-core flags are False already (no fp64 MMA in those solvers), so
@@ -90,8 +72,7 @@ def conv_fwd_ranking(p: ConvProblem, caps: Capabilities) -> list[str]:
         # the fp64 tensor cores, and tuned further than one 64x64 tile).
         rest = [n for n in _conv_fwd_ranking(p, caps) if n != CUBLAS_1X1]
         return ([CUBLAS_1X1] if _cublas_pointwise(p, caps) else []) + [DMMA] + rest
-    ranked = _conv_fwd_ranking(p, caps)
-    return _demote(ranked, (TC,)) if _narrow_groups(p) else ranked
+    return _conv_fwd_ranking(p, caps)
 
 
 def _conv_fwd_ranking(p: ConvProblem, caps: Capabilities) -> list[str]:
@@ -168,8 +149,7 @@ def conv_bwd_data_ranking(p: ConvProblem, caps: Capabilities) -> list[str]:
         rest = [n for n in _conv_bwd_data_ranking(p, caps) if n != BWD_DATA_CUBLAS_1X1]
         cublas = [BWD_DATA_CUBLAS_1X1] if _cublas_pointwise(p, caps) else []
         return cublas + [BWD_DATA_DMMA, BWD_DATA_DMMA_PHASED] + rest
-    ranked = _conv_bwd_data_ranking(p, caps)
-    return _demote(ranked, (BWD_DATA_TC_PHASED, BWD_DATA_TC)) if _narrow_groups(p) else ranked
+    return _conv_bwd_data_ranking(p, caps)
 
 
 def _conv_bwd_data_ranking(p: ConvProblem, caps: Capabilities) -> list[str]:
@@ -201,11 +181,13 @@ def conv_bwd_filter_ranking(p: ConvProblem, caps: Capabilities) -> list[str]:
     faster, on a GPU the tuner decides. fp16/bf16 with tensor cores: the multistage
     tensor-core solver, then the WMMA split-K one, first; TF32 (fp32 with math="tf32"):
     the multistage one. float64 on sm_80+: the fp64 tensor cores first (behind cuBLAS's DGEMM on
-    large pointwise NHWC layers), for any GEMM of a tile's worth. Narrow groups in 2-D
-    (ResNeXt's 4 channels, a small GEMM per group) on tensor cores: the packed kernel,
-    whose GEMM spans several groups."""
+    large pointwise NHWC layers), for any GEMM of a tile's worth. Narrow groups (ResNeXt's
+    4 channels, a small GEMM per group) on tensor cores: the packed kernel, whose GEMM spans
+    several groups. Every direction of the multistage engine packs groups narrower than its
+    tile (tc_igemm.py, tc_bwd_data.py, tc_bwd_filter.py), so grouped layers rank it first
+    as ungrouped ones; unmeasured on a GPU, the tuner times the CUDA-core GEMMs too."""
     tc = _tensor_cores(p, caps)
-    packs = tc and _multistage(p, caps) and p.groups > 1 and p.ndim < 3
+    packs = tc and _multistage(p, caps) and p.groups > 1
     small = p.k_per_group * p.c_per_group * p.filter_taps < 32 * 32
     if p.depthwise or (small and not packs):
         return [BWD_FILTER_DIRECT, BWD_FILTER_IGEMM]
@@ -215,8 +197,7 @@ def conv_bwd_filter_ranking(p: ConvProblem, caps: Capabilities) -> list[str]:
     tensor = [BWD_FILTER_TC] if tc and _multistage(p, caps) else []  # TF32 too
     tensor += [BWD_FILTER_WMMA] if tc and p.dtype != "fp32" else []  # WMMA: 16-bit only
     cublas = [BWD_FILTER_CUBLAS_1X1] if _cublas_pointwise(p, caps) else []
-    ranked = cublas + tensor + [BWD_FILTER_IGEMM, BWD_FILTER_ATOMIC, BWD_FILTER_DIRECT]
-    return _demote(ranked, (BWD_FILTER_TC,)) if _narrow_groups(p) else ranked
+    return cublas + tensor + [BWD_FILTER_IGEMM, BWD_FILTER_ATOMIC, BWD_FILTER_DIRECT]
 
 
 SDPA_UNFUSED = "sdpa_fwd_unfused"

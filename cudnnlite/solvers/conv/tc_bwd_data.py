@@ -12,13 +12,13 @@ filter is read as stored (k rows, c contiguous) through ``ldmatrix.trans``: no r
 no workspace. The epilogue is the forward's (the transposed convolution's bias, blending,
 activation).
 
-Narrow groups (fewer dx channels per group than the tile's 64 columns, 2-D): the kernel
-``tc_conv_bwd_data_packed`` (tiles of :data:`PACKED_TILES`) takes 64 consecutive dx channels
-of several groups per block, reduces over the window of dy channels those groups take, and
-reads B as the block-diagonal matrix of their filters (a copy outside its column's group is
-zero-filled): the forward's packing (:mod:`.tc_igemm`), C/groups / window of the MMAs
-useful instead of (K/groups / BK) x (C/groups / block_n). sm_90 main loops within 1-3
-instructions of the unpacked kernel's, no spills.
+Narrow groups (fewer dx channels per group than the tile's 64 columns): the kernel
+``tc_conv_bwd_data_packed`` (3-D ``_packed_3d``; tiles of :data:`PACKED_TILES`) takes 64
+consecutive dx channels of several groups per block, reduces over the window of dy
+channels those groups take, and reads B as the block-diagonal matrix of their filters (a
+copy outside its column's group is zero-filled): the forward's packing (:mod:`.tc_igemm`),
+C/groups / window of the MMAs useful instead of (K/groups / BK) x (C/groups / block_n).
+sm_90 main loops within 1-3 instructions of the unpacked kernel's, no spills.
 
 3-D (NDHWC + KTRSC): the kernel ``tc_conv_bwd_data_3d``, phases (pd, ph, pw) and the taps
 (t, r, s) of each, a module of its own per tile (the 2-D kernels' code stays as it was),
@@ -100,7 +100,7 @@ _TABLES = {
 _MAX_GRID = 65535
 
 
-# The 2-D tiles compiled as tc_conv_bwd_data_packed too (groups narrower than block_n):
+# The tiles compiled as tc_conv_bwd_data_packed too (groups narrower than block_n):
 # those of 64 columns, every dtype's copy widths.
 PACKED_TILES = frozenset(
     t
@@ -112,13 +112,14 @@ PACKED_TILES = frozenset(
 def packed(problem: ConvProblem, cfg: TcConfig) -> bool:
     """Whether ``cfg`` runs ``problem`` as tc_conv_bwd_data_packed: several groups of
     fewer dx channels than the tile per block (see the module)."""
-    return (problem.groups > 1 and problem.c_per_group < cfg.block_n and problem.ndim < 3
-            and cfg.astuple() in PACKED_TILES)  # fmt: skip
+    tile = cfg.astuple()
+    return (problem.groups > 1 and problem.c_per_group < cfg.block_n and tile in PACKED_TILES
+            and (problem.ndim < 3 or tile in BWD_TILES_3D))  # fmt: skip
 
 
 def _expr(dt: dtypes.DType, cfg: TcConfig, align: int, d3: bool = False,
           pack: bool = False) -> str:  # fmt: skip
-    name = "tc_conv_bwd_data" + ("_packed" if pack else "_3d" if d3 else "")
+    name = "tc_conv_bwd_data" + ("_packed" if pack else "") + ("_3d" if d3 else "")
     return f"{name}<{dt.ctype}, {', '.join(map(str, cfg.astuple()))}, {align}>"
 
 
@@ -208,7 +209,8 @@ class TcBwdDataPhasedSolver(Solver):
         return [
             module_spec(dt, TcConfig(*t), a, d3, pack)
             for dt in dtypes.FP32_COMPUTE_TYPES
-            for d3, pack in ((False, False), (True, False), (False, True))
+            for d3 in (False, True)
+            for pack in (False, True)
             for a, tiles in _TABLES[dt.short]
             for t in tiles
             if (not d3 or t in BWD_TILES_3D) and (not pack or t in PACKED_TILES)

@@ -12,13 +12,14 @@ fragments through ``ldmatrix.trans`` (16-bit), or, for TF32 (``ldmatrix.trans`` 
 free, every address the lane's offset plus a constant) and one ``cvt.rna`` per element:
 the m16n8k8 TF32 MMA on operands rounded to nearest, as the forward's.
 
-Narrow groups (fewer filters per group than the tile's 64 rows, 2-D): the kernel
-``tc_conv_bwd_filter_packed`` (tiles of :data:`PACKED_TILES`) multiplies 64 consecutive
-filters of several groups (dy's channels) against the (tap, channel) columns of the window
-of x channels those groups read (:func:`packed_columns`: the grid covers the widest window)
-and keeps only the block-diagonal entries, each row's own group's channels: C/groups /
-window of the MMAs useful instead of (K/groups / 64) of the rows. The same loader and
-main loop (sm_90: loops within 5 instructions of the unpacked kernel's, no spills).
+Narrow groups (fewer filters per group than the tile's 64 rows): the kernel
+``tc_conv_bwd_filter_packed`` (3-D ``_packed_3d``; tiles of :data:`PACKED_TILES`)
+multiplies 64 consecutive filters of several groups (dy's channels) against the (tap,
+channel) columns of the window of x channels those groups read (:func:`packed_columns`:
+the grid covers the widest window) and keeps only the block-diagonal entries, each row's
+own group's channels: C/groups / window of the MMAs useful instead of (K/groups / 64) of
+the rows. The same loader and main loop (sm_90: loops within 5 instructions of the
+unpacked kernel's, no spills).
 
 3-D (NDHWC + KTRSC): the kernel ``tc_conv_bwd_filter_3d`` (N = T*R*S*C, the reduction over
 N*O*P*Q; each thread's column carries its depth tap), a module of its own per tile so the
@@ -145,7 +146,7 @@ def backward_reason(problem: ConvProblem, caps: Capabilities, direction: str) ->
     return None
 
 
-# The 2-D tiles compiled as tc_conv_bwd_filter_packed too (groups of fewer filters than
+# The tiles compiled as tc_conv_bwd_filter_packed too (groups of fewer filters than
 # block_m): the 64-row ones, every dtype's copy widths.
 PACKED_TILES = frozenset(
     t for t in (*TILES, *TILES_ALIGN2, *TILES_TF32, *TILES_TF32_ALIGN1) if t[0] == 64
@@ -154,8 +155,7 @@ PACKED_TILES = frozenset(
 
 def packed(problem: ConvProblem, cfg: TcSplitKConfig) -> bool:
     """Whether ``cfg`` runs ``problem`` as tc_conv_bwd_filter_packed (module docstring)."""
-    return (problem.groups > 1 and problem.k_per_group < cfg.block_m and problem.ndim < 3
-            and cfg.tile() in PACKED_TILES)  # fmt: skip
+    return problem.groups > 1 and problem.k_per_group < cfg.block_m and cfg.tile() in PACKED_TILES
 
 
 def packed_columns(problem: ConvProblem, block_m: int) -> int:
@@ -173,7 +173,7 @@ def packed_columns(problem: ConvProblem, block_m: int) -> int:
 
 def _expr(dt: dtypes.DType, tile: tuple[int, ...], align: int, d3: bool = False,
           pack: bool = False) -> str:  # fmt: skip
-    name = "tc_conv_bwd_filter" + ("_packed" if pack else "_3d" if d3 else "")
+    name = "tc_conv_bwd_filter" + ("_packed" if pack else "") + ("_3d" if d3 else "")
     return f"{name}<{dt.ctype}, {', '.join(map(str, tile))}, {align}>"
 
 
@@ -296,7 +296,8 @@ class TcBwdFilterSolver(Solver):
         return [
             module_spec(dt, tile, a, d3, pack)
             for dt in dtypes.FP32_COMPUTE_TYPES
-            for d3, pack in ((False, False), (True, False), (False, True))
+            for d3 in (False, True)
+            for pack in (False, True)
             for a, tiles in tables[dt.short]
             for tile in tiles
             if not pack or tile in PACKED_TILES

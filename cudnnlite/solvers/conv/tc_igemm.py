@@ -29,7 +29,8 @@ the reduction over its C/groups channels; the kernel takes the group's x, w and 
 32-bit offsets, so groups == 1 runs the same code. Groups of fewer output channels than
 the tile's ``block_n`` (ResNeXt's 4 to 32) would leave most of each tile to zero padding
 (a block of 64 columns for 4 of them, a BK-32 slice for 4 channels: 1/128 of its MMAs
-useful); for them, 2-D tiles of :data:`PACKED_TILES` run ``tc_conv_fwd_packed``: a block
+useful); for them, the tiles of :data:`PACKED_TILES` run ``tc_conv_fwd_packed`` (3-D:
+``tc_conv_fwd_packed_3d``, the tiles also in :data:`TILES_3D`): a block
 takes ``block_n`` consecutive output channels of several groups, reduces over the window
 of x channels those groups read, and its B tile is the block-diagonal matrix of their
 filters (copies outside a row's group zero-filled): C/groups / window of the MMAs useful
@@ -155,10 +156,11 @@ HALF = Variant(TILES, TILES_ALIGN2, SPLIT_TILES, (8, 2), 2)
 TF32 = Variant(TILES_TF32, TILES_TF32_ALIGN1, SPLIT_TILES_TF32, (4, 1), 4)
 
 
-# The tiles compiled as tc_conv_fwd_packed as well (2-D): those of block_n 64 and 128 and
+# The tiles compiled as tc_conv_fwd_packed as well: those of block_n 64 and 128 and
 # at most 128 rows, every dtype's copy widths.
 PACKED_TILES = frozenset(
-    t for t in (*TILES, *TILES_ALIGN2, *TILES_TF32, *TILES_TF32_ALIGN1)
+    t
+    for t in (*TILES, *TILES_ALIGN2, *TILES_TF32, *TILES_TF32_ALIGN1)
     if t[1] in (64, 128) and t[0] <= 128 and t[0] * t[1] <= 128 * 64
 )
 
@@ -238,14 +240,15 @@ def align_for(problem: ConvProblem) -> int | None:
 
 def packed(problem: ConvProblem, config: TcConfig) -> bool:
     """Whether ``config`` runs ``problem`` as tc_conv_fwd_packed (see the module)."""
+    tile = config.astuple()
     return (problem.groups > 1 and problem.k_per_group < config.block_n and config.splits == 1
-            and problem.ndim < 3 and config.astuple() in PACKED_TILES)  # fmt: skip
+            and tile in PACKED_TILES and (problem.ndim < 3 or tile in TILES_3D))  # fmt: skip
 
 
 def kernel_expr(dt: dtypes.DType, config: TcConfig, align: int, d3: bool = False,
                 pack: bool = False) -> str:  # fmt: skip
     args = ", ".join(map(str, config.astuple()))
-    name = "tc_conv_fwd_packed" if pack else f"tc_conv_fwd{'_3d' if d3 else ''}"
+    name = "tc_conv_fwd" + ("_packed" if pack else "") + ("_3d" if d3 else "")
     return f"{name}<{dt.ctype}, {args}, {align}>"
 
 
@@ -440,7 +443,7 @@ class TcImplicitGemmSolver(Solver):
             ((128, 128) if wide else (128, 64)) if rows >= 8192 else (64, 128) if wide else (64, 64)
         )
         options = self.configs(problem, caps)
-        if problem.groups > 1 and problem.k_per_group < 64 and problem.ndim < 3:
+        if problem.groups > 1 and problem.k_per_group < 64:
             # Narrow groups: a packed tile (several groups per block), 64 columns where the
             # copy width has one, the block shape's rows as above.
             pool = [c for c in options if packed(problem, c)]
@@ -474,9 +477,11 @@ class TcImplicitGemmSolver(Solver):
                 specs += [module_spec(dt, TcConfig(*t), wide, d3) for t in v.tiles if keep(t)]
                 specs += [module_spec(dt, TcConfig(*t), narrow, d3) for t in v.narrow_tiles
                           if keep(t)]  # fmt: skip
-            specs += [module_spec(dt, TcConfig(*t), a, pack=True)
+            specs += [module_spec(dt, TcConfig(*t), a, d3, pack=True)
+                      for d3 in (False, True)
                       for a, tiles in zip(v.aligns, (v.tiles, v.narrow_tiles), strict=True)
-                      for t in tiles if t in PACKED_TILES]  # fmt: skip
+                      for t in tiles
+                      if t in PACKED_TILES and (not d3 or t in TILES_3D)]  # fmt: skip
             specs.append(helper_module_spec(dt))
         return specs
 
