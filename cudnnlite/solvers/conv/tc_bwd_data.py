@@ -1,5 +1,5 @@
 """Backward data on the multistage tensor-core GEMM, any stride (``tc_conv_bwd_data`` in
-``cuda_src/conv/tc_implicit_gemm.cu``).
+``cuda_src/conv/tc_bwd_data.cu``).
 
 ``conv_bwd_data_tc_implicit_gemm_phased`` (:class:`TcBwdDataPhasedSolver`): dx from dy and
 the filters, NHWC + KRSC, any groups (one GEMM per group: grid.y runs group-major over the
@@ -53,7 +53,6 @@ from .bwd_data_igemm import phase_rows
 from .common import Epilogue, shape_struct
 from .tc_bwd_filter import align_for, aligns, backward_reason
 from .tc_igemm import (
-    SOURCE,
     TILES,
     TILES_ALIGN2,
     TILES_TF32,
@@ -61,6 +60,8 @@ from .tc_igemm import (
     TcConfig,
     group_tiles,
 )
+
+SOURCE = "conv/tc_bwd_data.cu"
 
 # Four of the forward's tiles (its 8-warp 128x128 spills 4 bytes here on sm_90; BK 64 adds
 # compile time for the NVRTC check without a case the others miss); 4-byte copies: one.

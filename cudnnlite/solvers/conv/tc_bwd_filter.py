@@ -1,5 +1,5 @@
 """Backward filter on the multistage tensor-core GEMM (``tc_conv_bwd_filter`` in
-``cuda_src/conv/tc_implicit_gemm.cu``).
+``cuda_src/conv/tc_bwd_filter.cu``).
 
 ``conv_bwd_filter_tc_implicit_gemm`` (:class:`TcBwdFilterSolver`): dw = dy^T * im2col(x)
 as a GEMM per group with M = K/groups, N = R*S*C/groups and the reduction over the N*P*Q
@@ -53,7 +53,9 @@ from ...runtime.kernel import ModuleSpec
 from ..base import APPLICABLE, Applicability, Config, Runner, Solver, not_applicable
 from . import bwd_filter as bwf
 from .common import shape_struct
-from .tc_igemm import NO_FP64_MMA, SOURCE, TcTile, group_tiles
+from .tc_igemm import NO_FP64_MMA, TcTile, group_tiles
+
+SOURCE = "conv/tc_bwd_filter.cu"
 
 # (block_m (K), block_n (R*S*C), block_k (pixels), warp_m, warp_n, stages)
 TILES = (
