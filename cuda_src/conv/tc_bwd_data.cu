@@ -263,23 +263,9 @@ __device__ __forceinline__ void bwd_data_body(const T* dy, const T* w, T* dx, co
     if (m0 >= rows) return;  // a small phase: uniform exit
     // The block's dx channels n0.. of its group (cg0: the group's first; cvalid of them), or
     // PACKED n0.. of C and the window of dy channels their groups take.
-    int n0, cg0, cvalid, kbase, kwin;
-    if (PACKED) {
-        n0 = blockIdx.y * BN;
-        const int g_first = n0 / s.c_per_group;
-        const int g_last = (min(n0 + BN, s.c) - 1) / s.c_per_group;
-        cg0 = 0;
-        cvalid = s.c;
-        kbase = g_first * s.k_per_group;
-        kwin = (g_last - g_first + 1) * s.k_per_group;
-    } else {
-        const GroupTile gt = group_tile(s.c_per_group, BN);
-        n0 = gt.n0;
-        cg0 = gt.g * s.c_per_group;
-        cvalid = s.c_per_group;
-        kbase = gt.g * s.k_per_group;
-        kwin = s.k_per_group;
-    }
+    const GroupWindow gw = group_window<PACKED>(s.c, s.c_per_group, s.k_per_group, BN);
+    const int n0 = gw.n0, cg0 = gw.out0, cvalid = gw.out_valid, kbase = gw.in0;
+    const int kwin = gw.in_count;
     BwdDataLoader<G, ALIGN, D3, PACKED> ld(dy, w, s, fd, fh, fw, m0, kbase, kwin, n0);
     const int iters = fh.ntaps * fw.ntaps * (D3 ? fd.ntaps : 1) * ((kwin + BK - 1) / BK);
     typename G::Acc acc;

@@ -147,6 +147,22 @@ struct BwdFilterLoader {
     }
 };
 
+// Calls put(i, j, v, k, col) for each accumulator of this lane's warp tile: fragment (i, j),
+// register v, at row k and column col of the block's GEMM (wm0, wn0: the warp's first).
+template <class G, class Put>
+__device__ __forceinline__ void store_fragments(const typename G::Acc& acc, int wm0, int wn0,
+                                                Put put) {
+    const int lane = threadIdx.x & 31;
+#pragma unroll
+    for (int i = 0; i < G::MF; ++i)
+#pragma unroll
+        for (int j = 0; j < G::NF; ++j)
+#pragma unroll
+            for (int v = 0; v < 4; ++v)
+                put(i, j, v, wm0 + 16 * i + (lane >> 2) + 8 * (v >> 1),
+                    wn0 + 8 * j + 2 * (lane & 3) + (v & 1));
+}
+
 template <typename T, int BM, int BN, int BK, int WM, int WN, int STAGES, int ALIGN, bool D3,
           bool PACKED>
 __device__ __forceinline__ void bwd_filter_body(const T* x, const T* dy, float* ws,
@@ -156,30 +172,15 @@ __device__ __forceinline__ void bwd_filter_body(const T* x, const T* dy, float* 
     const int taps = s.r * s.s * (D3 ? s.t : 1);
     // The block's rows m0.. of its group (k0: the group's first filter), or PACKED m0.. of K
     // and the window of x channels (cwin from cbase) their groups read.
-    int m0, k0, kcount, cbase, cwin, g_first = 0;
+    const GroupWindow gw = group_window<PACKED>(s.k, s.k_per_group, s.c_per_group, BM);
+    const int m0 = gw.n0, k0 = gw.out0, kcount = gw.out_valid, cwin = gw.in_count;
     const int n0 = blockIdx.x * BN;
-    if (PACKED) {
-        m0 = blockIdx.y * BM;
-        g_first = m0 / s.k_per_group;
-        const int g_last = (min(m0 + BM, s.k) - 1) / s.k_per_group;
-        k0 = 0;
-        kcount = s.k;
-        cbase = g_first * s.c_per_group;
-        cwin = (g_last - g_first + 1) * s.c_per_group;
-        if (n0 >= taps * cwin) return;  // (uniform) the grid covers the widest window
-    } else {
-        const GroupTile gt = group_tile(s.k_per_group, BM);
-        m0 = gt.n0;
-        k0 = gt.g * s.k_per_group;
-        kcount = s.k_per_group;
-        cbase = gt.g * s.c_per_group;
-        cwin = s.c_per_group;
-    }
+    if (PACKED && n0 >= taps * cwin) return;  // (uniform) the grid covers the widest window
     const cl::index_t npq = (cl::index_t)s.n * s.p * s.q * (D3 ? s.o : 1);
     const cl::index_t start = (cl::index_t)blockIdx.z * chunk;
     const cl::index_t end = start + chunk < npq ? start + chunk : npq;
     const int iters = start < end ? (int)((end - start + BK - 1) / BK) : 0;
-    BwdFilterLoader<G, ALIGN, D3> ld(x, dy, s, k0, kcount, cbase, cwin, m0, n0, start, end);
+    BwdFilterLoader<G, ALIGN, D3> ld(x, dy, s, k0, kcount, gw.in0, cwin, m0, n0, start, end);
     typename G::Acc acc;
     G::mainloop(ld, iters, smem, acc);
     // Partials straight from the fragments: two consecutive rsc per register pair.
@@ -197,7 +198,7 @@ __device__ __forceinline__ void bwd_filter_body(const T* x, const T* dy, float* 
 #pragma unroll
             for (int h = 0; h < 2; ++h) {
                 const int k = wm0 + 16 * i + (lane >> 2) + 8 * h;
-                row_c[i][h] = (k / s.k_per_group - g_first) * cg;
+                row_c[i][h] = (k / s.k_per_group - gw.g_first) * cg;
             }
 #pragma unroll
         for (int j = 0; j < G::NF; ++j)
@@ -207,30 +208,16 @@ __device__ __forceinline__ void bwd_filter_body(const T* x, const T* dy, float* 
                 col_tap[j][h] = col / cwin;
                 col_c[j][h] = col < cols ? col - col_tap[j][h] * cwin : -(1 << 30);
             }
-#pragma unroll
-        for (int i = 0; i < G::MF; ++i)
-#pragma unroll
-            for (int j = 0; j < G::NF; ++j)
-#pragma unroll
-                for (int v = 0; v < 4; ++v) {
-                    const int k = wm0 + 16 * i + (lane >> 2) + 8 * (v >> 1);
-                    const int c = col_c[j][v & 1] - row_c[i][v >> 1];  // in k's group
-                    if (k < s.k && (unsigned)c < (unsigned)cg)
-                        part[(cl::index_t)k * rsc + col_tap[j][v & 1] * cg + c] = acc[i][j][v];
-                }
-        return;
+        store_fragments<G>(acc, wm0, wn0, [&](int i, int j, int v, int k, int) {
+            const int c = col_c[j][v & 1] - row_c[i][v >> 1];  // in k's group
+            if (k < kcount && (unsigned)c < (unsigned)cg)
+                part[(cl::index_t)k * rsc + col_tap[j][v & 1] * cg + c] = acc[i][j][v];
+        });
+    } else {
+        store_fragments<G>(acc, wm0, wn0, [&](int i, int j, int v, int k, int col) {
+            if (k < kcount && col < rsc) part[(cl::index_t)k * rsc + col] = acc[i][j][v];
+        });
     }
-    const int kg = s.k_per_group;
-#pragma unroll
-    for (int i = 0; i < G::MF; ++i)
-#pragma unroll
-        for (int j = 0; j < G::NF; ++j)
-#pragma unroll
-            for (int v = 0; v < 4; ++v) {
-                const int k = wm0 + 16 * i + (lane >> 2) + 8 * (v >> 1);
-                const int col = wn0 + 8 * j + 2 * (lane & 3) + (v & 1);
-                if (k < kg && col < rsc) part[(cl::index_t)k * rsc + col] = acc[i][j][v];
-            }
 }
 
 template <typename T, int BM, int BN, int BK, int WM, int WN, int STAGES, int ALIGN, bool D3,

@@ -354,23 +354,8 @@ __device__ __forceinline__ void fwd_body(const T* x, const T* w, T* y, const T* 
     const cl::index_t m0 = (cl::index_t)blockIdx.x * BM;
     // The block's columns n0.. of its group (k0: the group's first channel of y; kg of them
     // valid), or PACKED n0.. of K and the window of x channels their groups read.
-    int n0, k0, kg, cbase, cwin;
-    if (PACKED) {
-        n0 = blockIdx.y * BN;
-        const int g_first = n0 / s.k_per_group;
-        const int g_last = (min(n0 + BN, s.k) - 1) / s.k_per_group;
-        k0 = 0;
-        kg = s.k;
-        cbase = g_first * s.c_per_group;
-        cwin = (g_last - g_first + 1) * s.c_per_group;
-    } else {
-        const GroupTile gt = group_tile(s.k_per_group, BN);
-        n0 = gt.n0;
-        k0 = gt.g * s.k_per_group;
-        kg = s.k_per_group;
-        cbase = gt.g * s.c_per_group;
-        cwin = s.c_per_group;
-    }
+    const GroupWindow gw = group_window<PACKED>(s.k, s.k_per_group, s.c_per_group, BN);
+    const int n0 = gw.n0, k0 = gw.out0, kg = gw.out_valid, cbase = gw.in0, cwin = gw.in_count;
     FwdLoader<G, ALIGN, D3, PACKED> ld(x, w, s, m0, cbase, cwin, k0, n0);
     const int total = s.r * s.s * (D3 ? s.t : 1) * ((cwin + BK - 1) / BK);
     const int it0 = blockIdx.z * iters_per_split;
