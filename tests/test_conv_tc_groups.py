@@ -1,9 +1,10 @@
-"""Grouped convolution on the multistage tensor-core engine: forward
-(``conv_fwd_tc_implicit_gemm``: one GEMM per group, or for groups narrower than the tile
-the packed kernel, several groups per block with a block-diagonal B), backward data by
-phases and at stride 1 on rotated filters, and backward filter, each one GEMM per group
-(grid.y group-major over the groups' tiles, the group's channels reached by offsets), run
-directly on every backend against the float64 reference.
+"""Grouped convolution on the multistage tensor-core engine: forward, backward data by
+phases (and at stride 1 on rotated filters, the forward's kernels), and backward filter,
+each as one GEMM per group (grid.y group-major over the groups' tiles, the group's
+channels reached by offsets) or, for groups narrower than the tile, as the packed kernels
+(several groups per block, the filters block-diagonal), 1-D to 3-D, run directly on every
+backend against the float64 reference. Each case names the kernel it means to run and the
+test checks that the solver takes it (``packed``).
 
 Tolerances: tests/test_conv_tc.py's (fp16/bf16 products exact in fp32, fp32 sums:
 acc_factor 2 over the group's C/groups * R * S terms; TF32 adds 2^-11 per operand) and
@@ -35,8 +36,8 @@ from cudnnlite.solvers.conv.tc_bwd_filter import packed as packed_filter
 from cudnnlite.solvers.conv.tc_igemm import TcConfig, TcImplicitGemmSolver, packed
 
 FWD, BWF, ROTATED = TcImplicitGemmSolver(), TcBwdFilterSolver(), TcBwdData()
-# Backward data tiles the packed kernel is not compiled for (128 columns): one GEMM per group
-BIG_BWD = {"fp32": TcConfig(64, 128, 16, 64, 32, 4)}
+# Backward data tiles of 128 columns (the packed kernel has 64): one GEMM per group
+BIG_BWD = {"fp32": TcConfig(64, 128, 16, 64, 32, 4)}  # others: TcConfig(64, 128, 32, 32, 64, 4)
 
 
 def grouped(groups: int, *args, direction: str = "fwd", **kw) -> ConvProblem:

@@ -29,7 +29,7 @@ for 64x64x32 with 16-byte copies, and no spills).
 Split-K: ``splits`` blocks share the reduction, each over a chunk of output pixels (a
 multiple of ``block_k``), writing fp32 partials to the workspace; ``bwd_filter_reduce``
 (``cuda_src/conv/splitk_reduce.cuh``) sums them in split order and rounds once. Deterministic
-for every split count. Workspace: 4 * splits * K * R*S*C bytes.
+for every split count. Workspace: 4 * splits * K * R*S*C/groups bytes.
 
 Copies: 16 bytes when K/groups and C/groups are multiples of 8 (TF32: 4), 4 bytes when
 both are even (TF32: any); otherwise not applicable (the WMMA split-K solver takes it). Error: as
