@@ -289,3 +289,39 @@ def test_heuristics_rank_the_engine_first_for_groups() -> None:
         ranking = getattr(h, f"conv_{d}_ranking")
         assert ranking(dataclasses.replace(narrow, direction=d), for_sm(90))[0] == first
         assert ranking(dataclasses.replace(narrow_3d, direction=d), for_sm(90))[0] == first
+
+
+def test_public_functions_with_groups_on_the_engine() -> None:
+    # conv2d, its backward directions and conv_transpose2d with groups, forced onto the
+    # engine (its packed kernels: 8 groups of 4 channels), against the default dispatch.
+    import cudnnlite as cl
+    from cudnnlite.ops import conv_backward as cb
+
+    rng = np.random.default_rng(0)
+    x = rng.standard_normal((2, 6, 5, 32)).astype(np.float16)  # NHWC
+    w = rng.standard_normal((32, 3, 3, 4)).astype(np.float16)  # KRSC, 8 groups
+    kw = dict(stride=1, padding=1, groups=8, layout="NHWC")
+    y = cl.conv2d(x, w, algo="conv_fwd_tc_implicit_gemm", **kw)
+    plan = cl.conv2d_plan(x.shape, w.shape, dtype=np.float16, algo="conv_fwd_tc_implicit_gemm",
+                          backend="cpu", **kw)  # fmt: skip
+    assert "packed" in plan.kernel_names[0]
+    np.testing.assert_array_equal(plan(x, w), y)
+    ref = cl.conv2d(x, w, **kw)  # the emulator's heuristics: a CUDA-core solver
+    np.testing.assert_allclose(y.astype(np.float32), ref.astype(np.float32), rtol=2e-3,
+                               atol=2e-2)  # fmt: skip
+    dy = rng.standard_normal(y.shape).astype(np.float16)
+    for algo, fn, args in (
+        ("conv_bwd_data_tc_implicit_gemm_phased", cl.conv2d_backward_data, (dy, w, x.shape)),
+        ("conv_bwd_filter_tc_implicit_gemm", cl.conv2d_backward_filter, (x, dy, w.shape)),
+    ):
+        got = fn(*args, algo=algo, **kw)
+        assert "packed" in cb.last_kernel_names()[0]
+        np.testing.assert_allclose(got.astype(np.float32), fn(*args, **kw).astype(np.float32),
+                                   rtol=2e-3, atol=5e-2)  # fmt: skip
+    # conv_transpose2d is backward data; its weights (C_in, R, S, C_out / groups) in NHWC
+    wt = rng.standard_normal((32, 3, 3, 4)).astype(np.float16)
+    yt = cl.conv_transpose2d(dy, wt, padding=1, groups=8, layout="NHWC",
+                             algo="conv_bwd_data_tc_implicit_gemm_phased")  # fmt: skip
+    exact = cl.conv_transpose2d(dy, wt, padding=1, groups=8, layout="NHWC")
+    np.testing.assert_allclose(yt.astype(np.float32), exact.astype(np.float32), rtol=2e-3,
+                               atol=5e-2)  # fmt: skip
