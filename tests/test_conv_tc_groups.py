@@ -284,6 +284,9 @@ def test_heuristics_rank_the_engine_first_for_groups() -> None:
     for d, first in (("bwd_data", h.BWD_DATA_TC_PHASED), ("bwd_filter", h.BWD_FILTER_TC)):
         ranking = getattr(h, f"conv_{d}_ranking")
         assert ranking(dataclasses.replace(wide, direction=d), for_sm(90))[0] == first
+    # odd channels per group in fp16: no copy width fits a group, the direct kernel first
+    odd = dataclasses.replace(grouped(32, 32, 96, 28, 96), direction="bwd_filter")
+    assert h.conv_bwd_filter_ranking(odd, for_sm(90))[0] == h.BWD_FILTER_DIRECT
     # the backward directions pack narrow groups too
     for d, first in (("bwd_data", h.BWD_DATA_TC_PHASED), ("bwd_filter", h.BWD_FILTER_TC)):
         ranking = getattr(h, f"conv_{d}_ranking")

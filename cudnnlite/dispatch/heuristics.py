@@ -187,7 +187,8 @@ def conv_bwd_filter_ranking(p: ConvProblem, caps: Capabilities) -> list[str]:
     tile (tc_igemm.py, tc_bwd_data.py, tc_bwd_filter.py), so grouped layers rank it first
     as ungrouped ones; unmeasured on a GPU, the tuner times the CUDA-core GEMMs too."""
     tc = _tensor_cores(p, caps)
-    packs = tc and _multistage(p, caps) and p.groups > 1
+    even = p.dtype == "fp32" or (p.c_per_group % 2 == 0 and p.k_per_group % 2 == 0)
+    packs = tc and _multistage(p, caps) and p.groups > 1 and even  # (its copies' widths)
     small = p.k_per_group * p.c_per_group * p.filter_taps < 32 * 32
     if p.depthwise or (small and not packs):
         return [BWD_FILTER_DIRECT, BWD_FILTER_IGEMM]
