@@ -9,8 +9,8 @@ mode runs one tiny C3D layer.
     python benchmarks/conv.py [--small] [--batch 32] [--suite resnet50 ...] [--dtype fp32 ...]
                               [--direction fwd|bwd_data|bwd_filter ...]
 
-Backward directions run the ResNet-50 table on a GPU unless --suite is given (device
-time); the summary keys are the dtype for the forward and "<direction> <dtype>" for
+Backward directions run the ResNet-50 and ResNeXt-50 tables on a GPU unless --suite is
+given (device time); the summary keys are the dtype for the forward and "<direction> <dtype>" for
 the backward directions.
 
 Method (DESIGN.md section 7): CUDA events on CuPy's current stream, a warm-up launch,
@@ -128,8 +128,11 @@ def run(small: bool = False, batch: int | None = None, suites: list[str] | None 
     rows: list[dict[str, Any]] = []
     for direction in directions:
         for suite in suites:
-            if direction != "fwd" and on_gpu and not explicit_suites and suite != "resnet50":
-                continue  # device time: the backward directions run ResNet-50 by default
+            # device time: the backward directions run ResNet-50 and ResNeXt-50 (its grouped
+            # layers: the packed kernels) by default
+            default_bwd = suite in ("resnet50", "resnext50")
+            if direction != "fwd" and on_gpu and not explicit_suites and not default_bwd:
+                continue
             is_3d = suite in SUITES_3D
             if is_3d and direction != "fwd" and not explicit_suites:
                 continue
