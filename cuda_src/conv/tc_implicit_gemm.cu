@@ -5,9 +5,10 @@
 // output channels, reduction over (r, s, c) of its C/groups channels in the filter's KRSC
 // order, walked as R*S taps x ceil(C/groups / BK) channel slices: one stage holds BK
 // channels of one tap. Groups: grid.y runs group-major over the groups' column tiles
-// (group_tile); the group's channels are pointer offsets (x + g * C/groups, w + its
-// K/groups filters, y + g * K/groups) and x's pixel stride stays C, so groups == 1 runs
-// the same code. No im2col buffer and no integer
+// (group_window); the loaders reach the group's channels by 32-bit offsets (x's g *
+// C/groups, w's K/groups filters from g * K/groups), the epilogue y + g * K/groups, and x's
+// pixel stride stays C, so groups == 1 runs the same code. Groups narrower than BN:
+// tc_conv_fwd_packed (several groups per block, below). No im2col buffer and no integer
 // division in the main loop: each thread decodes its A rows (n, h0, w0) once, and the
 // tap/channel iterator advances by additions.
 //
