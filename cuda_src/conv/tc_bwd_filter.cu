@@ -171,7 +171,7 @@ __device__ __forceinline__ void bwd_filter_body(const T* x, const T* dy, float* 
     DYNAMIC_SHARED(T, smem);
     const int taps = s.r * s.s * (D3 ? s.t : 1);
     // The block's rows m0.. of its group (k0: the group's first filter), or PACKED m0.. of K
-    // and the window of x channels (cwin from cbase) their groups read.
+    // and the window of x channels (cwin from gw.in0) their groups read.
     const GroupWindow gw = group_window<PACKED>(s.k, s.k_per_group, s.c_per_group, BM);
     const int m0 = gw.n0, k0 = gw.out0, kcount = gw.out_valid, cwin = gw.in_count;
     const int n0 = blockIdx.x * BN;
