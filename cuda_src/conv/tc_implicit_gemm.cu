@@ -104,11 +104,10 @@ struct FwdLoader {
     Pred ok;                      // bits(i): A row i inside the image at this tap;
                                   // bits(A_PASSES + j): B row j below K
     int b_step;                   // ROWS_PER_PASS * R * S * Cg: B rows j and j + 1
-    int b_off[PACKED ? B_PASSES : 1];  // PACKED: w offset of row j's (k, tap 0) minus its
-                                       // group's first window channel, plus col
+    int b_off[PACKED ? B_PASSES : 1];  // PACKED: row j's w offset from b_pos: j * b_step
+                                       // less its group's first window channel
     int b_lo[PACKED ? B_PASSES : 1];   // PACKED: window channel of row j's group's first
                                        // channel, minus col: c0 - b_lo in [0, Cg) reads
-    int b_tap;                    // PACKED: tap * Cg + c0 (uniform over rows)
     int dst;                      // this thread's element offset in a stage
     int c_lim;                    // cwin - col: c0 < c_lim while this thread's copy is inside
     int C, S, R;                  // C: the reduction's channels per tap (cwin)
@@ -169,14 +168,13 @@ struct FwdLoader {
             if (j * ROWS_PER_PASS < b_rows) ok |= bits(A_PASSES + j);
         b_pos = (kg0 + (b_rows > 0 ? n0 + row0 : 0)) * rsc + col;
         b_step = ROWS_PER_PASS * rsc;
-        b_tap = 0;
         if (PACKED) {
             const int g_first = cbase / CG;  // the window's first group
 #pragma unroll
-            for (int j = 0; j < B_PASSES; ++j) {
-                const int k = j * ROWS_PER_PASS < b_rows ? n0 + row0 + j * ROWS_PER_PASS : 0;
+            for (int j = 0; j < B_PASSES; ++j) {  // (a row past K is never read)
+                const int k = n0 + row0 + j * ROWS_PER_PASS;
                 const int first = (k / s.k_per_group - g_first) * CG;  // in the window
-                b_off[PACKED ? j : 0] = k * rsc - first + col;
+                b_off[PACKED ? j : 0] = j * b_step - first;
                 b_lo[PACKED ? j : 0] = first - col;
             }
         }
@@ -217,8 +215,7 @@ struct FwdLoader {
         } else {
             a_tap = (r * s.dil_h * s.w + t * s.dil_w) * s.c + c0;
         }
-        if (PACKED) b_tap = tap * CG + c0;
-        else b_pos += tap * CG + c0;
+        b_pos += tap * CG + c0;
         set_tap();
     }
 
@@ -234,7 +231,7 @@ struct FwdLoader {
                 const int jj = PACKED ? j : 0;
                 const bool in = (unsigned)(c0 - b_lo[jj]) < (unsigned)CG;
                 cl::mma::cp_async<BYTES>(Bs + dst + j * ROWS_PER_PASS * G::BK,
-                                         w + (b_off[jj] + b_tap),
+                                         w + (b_pos + b_off[jj]),
                                          in && (v & bits(A_PASSES + j)));
             } else {
                 cl::mma::cp_async<BYTES>(Bs + dst + j * ROWS_PER_PASS * G::BK,
@@ -245,13 +242,11 @@ struct FwdLoader {
         if (c0 + G::BK < C) {
             c0 += G::BK;
             a_tap += G::BK;
-            if (PACKED) b_tap += G::BK;
-            else b_pos += G::BK;
+            b_pos += G::BK;
         } else {
             c0 = 0;
             a_tap += a_next_s;
-            if (PACKED) b_tap += b_next_s;
-            else b_pos += b_next_s;
+            b_pos += b_next_s;
             if (++t == S) {
                 t = 0;
                 ++r;
