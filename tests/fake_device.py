@@ -24,6 +24,7 @@ class FakeDeviceArray:
             ptr = FakeDeviceArray._next
             FakeDeviceArray._next += (probe.nbytes + 511) // 256 * 256
         self.data = types.SimpleNamespace(ptr=ptr)
+        self.device = types.SimpleNamespace(id=0)
         self.flags = types.SimpleNamespace(c_contiguous=True)
 
     def copy(self) -> FakeDeviceArray:

@@ -807,6 +807,144 @@ def test_eight_threads_replay_one_template() -> None:
     assert type(templates.lookup(cl.relu, (inputs[0],), {})) is templates.Template
 
 
+# ------------------------------------------------------------------ a plan's memo
+
+
+class KeyCount:
+    """Counts the call keys templates.call builds (a plan's memo builds none)."""
+
+    def __init__(self, monkeypatch: pytest.MonkeyPatch) -> None:
+        self.count = 0
+        original = templates.call_key
+
+        def counting(*args: Any) -> Any:
+            self.count += 1
+            return original(*args)
+
+        monkeypatch.setattr(templates, "call_key", counting)
+
+
+def memo_plans(backend: str) -> list[tuple[Any, Callable[[int], tuple]]]:
+    """Plans of three families, each with a maker of its arguments (new data per seed)."""
+    b = functools.partial(to_backend, backend=backend)
+    shape, w = (2, 4, 6, 6), b(rand((4, 4, 3, 3), 9))
+    stats = [b(rand((4,), s)) for s in range(4)]
+    stats[1] = stats[1] * stats[1] + 0.5  # (a variance)
+    name = "cuda" if backend == "cuda" else "cpu"
+    return [
+        (cl.conv2d_plan(shape, w.shape, padding=1, backend=name),
+         lambda s: (b(rand(shape, s)), w)),
+        (cl.activation_plan(shape, "sigmoid", backend=name), lambda s: (b(rand(shape, s)),)),
+        (cl.batch_norm_inference_plan(shape, backend=name),
+         lambda s: (b(rand(shape, s)), *stats)),
+    ]  # fmt: skip
+
+
+@pytest.mark.parametrize("check", [False, True], ids=["unchecked", "checked"])
+def test_a_plans_repeats_replay_through_its_memo(
+    backend: str, check: bool, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """From a plan's third call on (a record, then a replay that leaves the memo), no call
+    key is built, and every result is the op's own bit for bit on new data; with
+    CUDNNLITE_TEMPLATE_CHECK on (the test suite's default) the memo's replays are checked
+    against the op too."""
+    if not check:
+        monkeypatch.delenv("CUDNNLITE_TEMPLATE_CHECK", raising=False)
+    keys = KeyCount(monkeypatch)
+    for plan, make in memo_plans(backend):
+        before = keys.count
+        for seed in range(5):
+            args = make(seed)
+            got = plan(*args)
+            with templates.disabled():
+                same_bits(got, plan(*args))
+        assert keys.count == before + 2, plan
+        assert plan._template_memo is not None
+
+
+def test_a_plans_memo_gives_way_to_whatever_changed(
+    monkeypatch: pytest.MonkeyPatch,
+) -> None:
+    """Another layout, alignment, writability, dtype or shape, a switch, a setting, a
+    cleared store, a disabled() block: each call takes the usual path (a key is built)
+    and gives the op's result or its error, inputs untouched."""
+    keys = KeyCount(monkeypatch)
+    shape = (2, 3, 5, 5)
+    plan = cl.activation_plan(shape, "relu", backend="cpu")
+    x = rand(shape, 1)
+    plan(x), plan(x)
+    before = keys.count
+    plan(x)
+    assert keys.count == before
+
+    def usual(arg: np.ndarray) -> None:
+        n = keys.count
+        same_bits(plan(arg), np.maximum(arg, 0))
+        assert keys.count > n, "the memo answered a call it cannot vouch for"
+
+    usual(rand((2, 3, 5, 10), 2)[..., ::2])  # strided
+    flat = rand((x.size + 1,), 3)
+    usual(flat[1:].reshape(shape))  # off 16 bytes
+    read_only = rand(shape, 4)
+    read_only.setflags(write=False)
+    usual(read_only)
+    for bad in (x.astype(np.float64), rand((2, 3, 5, 4), 5)):
+        kept = bad.copy()
+        with pytest.raises(BadParamError, match="x: this activation plan is for"):
+            plan(bad)
+        same_bits(bad, kept)
+    monkeypatch.setenv("CUDNNLITE_EMU_SEED", "3")
+    usual(x)
+    monkeypatch.delenv("CUDNNLITE_EMU_SEED")
+    plan(x)  # (the memo of the key without the switch again)
+    cl.set_deterministic(True)
+    try:
+        usual(x)
+    finally:
+        cl.set_deterministic(False)
+    plan(x)
+    templates.clear()
+    usual(x)
+    plan(x)
+    replays = Replays(monkeypatch)
+    with templates.disabled():  # (no template at all: not even a key)
+        same_bits(plan(x), np.maximum(x, 0))
+    assert replays.count == 0
+
+
+def test_a_plans_memo_does_not_skip_a_graph_capture() -> None:
+    shape = (2, 3, 4, 4)
+    plan = cl.activation_plan(shape, "relu", backend="cpu")
+    x = rand(shape, 1)
+    plan(x), plan(x), plan(x)
+    assert plan._template_memo is not None
+    with cl.graph("cpu") as g:
+        y = plan(x)
+    assert len(g) == 1
+    x[...] = rand(shape, 2)
+    g.replay()
+    same_bits(y, np.maximum(x, 0))
+
+
+def test_eight_threads_share_a_plans_memo() -> None:
+    shape = (1, 4, 6, 6)
+    plans = [cl.activation_plan(shape, "relu", backend="cpu"),
+             cl.conv2d_plan(shape, (4, 4, 3, 3), padding=1, backend="cpu")]  # fmt: skip
+    w = rand((4, 4, 3, 3), 9)
+    inputs = [rand(shape, s) for s in range(8)]
+    with templates.disabled():
+        want = [(plans[0](x), plans[1](x, w)) for x in inputs]
+
+    def work(i: int) -> None:
+        for _ in range(12):
+            same_bits(plans[0](inputs[i]), want[i][0])
+            same_bits(plans[1](inputs[i], w), want[i][1])
+
+    with ThreadPoolExecutor(8) as pool:
+        list(pool.map(work, range(8)))
+    assert all(p._template_memo is not None for p in plans)
+
+
 # ------------------------------------------------------------------ the CUDA replay
 
 
@@ -860,3 +998,53 @@ def test_cuda_replays_patch_arrays_and_offset_pointers(monkeypatch: pytest.Monke
     # a host copy is refused
     copied = templates._template(cuda_recording(x, w, y, kernel, copies=True), y, [x, w])
     assert type(copied) is templates.Refused and "copied" in copied.reason
+
+
+def test_a_plans_memo_on_the_gpu_checks_device_and_stream(
+    monkeypatch: pytest.MonkeyPatch,
+) -> None:
+    """The memo of a GPU plan call replays on new device arrays of the recorded layout, on
+    the recorded device and stream only (stand-in arrays and CuPy: no GPU needed)."""
+    monkeypatch.delenv("CUDNNLITE_TEMPLATE_CHECK", raising=False)
+    current = {"device": 0, "stream": 77}
+    fake_cupy = types.SimpleNamespace(
+        empty=lambda shape, dtype: FakeDeviceArray(shape, dtype),
+        cuda=types.SimpleNamespace(
+            runtime=types.SimpleNamespace(getDevice=lambda: current["device"]),
+            get_current_stream=lambda: types.SimpleNamespace(ptr=current["stream"]),
+        ),
+    )
+    monkeypatch.setattr(templates, "_cupy_of", lambda t: fake_cupy)
+
+    class Plan:
+        def __call__(self, x: Any, w: Any) -> Any:
+            raise AssertionError("only the memo runs here")
+
+    op, plan = Plan.__dict__["__call__"], Plan()
+    x, w = FakeDeviceArray((2, 8), np.float32), FakeDeviceArray((64,), np.float32)
+    y, kernel = FakeDeviceArray((2, 8), np.float32), FakeKernel()
+    tmpl = templates._template(cuda_recording(x, w, y, kernel, copies=False), y, [x, w])
+    key = (op, "(the arrays' parts)", 77, templates._context_key(), templates._SWITCHES())
+    templates.keep_memo(key, tmpl, op, None, (plan, x, w), [x.data.ptr, w.data.ptr])
+    memo = plan._template_memo
+    x2, w2 = FakeDeviceArray((2, 8), np.float32), FakeDeviceArray((64,), np.float32)
+    y2 = memo(op, (plan, x2, w2))
+    assert isinstance(y2, FakeDeviceArray) and y2.shape == (2, 8)
+    args = kernel.calls[-1][2]
+    assert args[0] is x2 and args[2] is y2 and args[1] == np.uint64(w2.data.ptr + 64)
+    launched = len(kernel.calls)
+    for what, value in (("stream", 78), ("device", 1)):
+        current[what] = value
+        assert memo(op, (plan, x2, w2)) is None, what
+        current[what] = {"stream": 77, "device": 0}[what]
+    elsewhere = FakeDeviceArray((2, 8), np.float32)
+    elsewhere.device = types.SimpleNamespace(id=1)
+    others = [FakeDeviceArray((2, 8), np.float64), FakeDeviceArray((4, 4), np.float32),
+              FakeDeviceArray((2, 8), np.float32, ptr=x.data.ptr + 4), elsewhere,
+              np.zeros((2, 8), np.float32)]  # fmt: skip
+    for other in others:
+        assert memo(op, (plan, other, w2)) is None
+    assert memo(Plan.__init__, (plan, x2, w2)) is None
+    assert memo(op, (plan, x2)) is None
+    assert len(kernel.calls) == launched
+    assert memo(op, (plan, x2, w2)) is not None

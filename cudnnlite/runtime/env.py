@@ -10,6 +10,7 @@ them with ``os.fsdecode``) and through ``os.environ.get`` elsewhere.
 
 from __future__ import annotations
 
+import functools
 import os
 from collections.abc import Callable, Sequence
 from typing import Any
@@ -27,10 +28,23 @@ def raw_reader(names: Sequence[str]) -> Callable[[], tuple[Any, ...]]:
     return lambda: tuple([os.environ.get(n) for n in names])
 
 
+def none_set(names: Sequence[str]) -> Callable[[], bool]:
+    """A function answering whether none of ``names`` is set: one C-level pass over the
+    names (a third of :func:`raw_reader`'s cost for a dozen names), for a hot path whose
+    common case is every switch unset."""
+    data = getattr(os.environ, "_data", None)
+    encodekey = getattr(os.environ, "encodekey", None)
+    names = tuple(names)
+    if isinstance(data, dict) and encodekey is not None:
+        keys = frozenset(encodekey(n) for n in names)
+        return functools.partial(data.keys().isdisjoint, keys)
+    return lambda: all(os.environ.get(n) is None for n in names)
+
+
 def flag(raw: Any) -> bool:
     """An on/off switch's value, raw (bytes) or str; unset (None) is off."""
     text = "0" if raw is None else os.fsdecode(raw) if isinstance(raw, bytes) else raw
     return text.strip().lower() in ("1", "true", "yes", "on")
 
 
-__all__ = ["flag", "raw_reader"]
+__all__ = ["flag", "none_set", "raw_reader"]

@@ -79,22 +79,23 @@ from .. import dtypes
 from ..errors import ExecutionError
 from . import graph
 from .backend import launch_dims
-from .env import flag, raw_reader
+from .env import flag, none_set, raw_reader
 from .pointers import data_pointer, host_pointer
 
 # The switches the ops' own path reads at every call (a replay skips that path): the
 # backend, the dispatcher's solver switches, the emulator's launch switches and the two
 # that choose which build of its modules runs.
-_SWITCHES = raw_reader(
-    tuple(
-        f"CUDNNLITE_{n}"
-        for n in (
-            "BACKEND", "DISABLE_SOLVERS", "FORCE_SOLVER", "FORCE_CONFIG", "EMU_SCHEDULE",
-            "EMU_POISON", "EMU_THREADS", "EMU_SEED", "EMU_STACK_KB", "EMU_RACECHECK",
-            "EMU_ASAN", "TEMPLATE_CHECK",
-        )
+_SWITCH_NAMES = tuple(
+    f"CUDNNLITE_{n}"
+    for n in (
+        "BACKEND", "DISABLE_SOLVERS", "FORCE_SOLVER", "FORCE_CONFIG", "EMU_SCHEDULE",
+        "EMU_POISON", "EMU_THREADS", "EMU_SEED", "EMU_STACK_KB", "EMU_RACECHECK",
+        "EMU_ASAN", "TEMPLATE_CHECK",
     )
 )  # fmt: skip
+_SWITCHES = raw_reader(_SWITCH_NAMES)
+_NO_SWITCHES = none_set(_SWITCH_NAMES)  # (whether none is set: cheaper than reading them)
+_UNSET = (None,) * len(_SWITCH_NAMES)
 _read_poison = raw_reader(("CUDNNLITE_EMU_POISON",))
 
 
@@ -243,7 +244,8 @@ def call_key(op: Any, args: tuple, kwargs: dict) -> tuple[tuple, list, list] | N
             # a GPU call: per stream (a template's temporaries are used in stream order)
             parts.append(_cupy_of(type(a)).cuda.get_current_stream().ptr)
             break
-    return (op, *parts, _context_key(), _SWITCHES()), arrays, ptrs
+    switches = _UNSET if _NO_SWITCHES() else _SWITCHES()
+    return (op, *parts, _context_key(), switches), arrays, ptrs
 
 
 # ------------------------------------------------------------------ recording
@@ -586,6 +588,13 @@ class Template:
                  *how, patches)
                 for _, kernel, how, args, patches, _kept in launches
             )  # fmt: skip
+        # One replay at a time where launches share state beyond their own arguments (the
+        # temporaries, the check flags); otherwise a launch patches its own argument words
+        # under its module's lock (launch_recorded), and replays may overlap.
+        self._serial = bool(scratch or checks)
+        self._single = None if is_tuple else result[0]  # (the index of a lone result)
+        self._empty = self.xp.empty
+        self._pointer = host_pointer if kind == "cpu" else data_pointer
 
     def __len__(self) -> int:
         return len(self._launches)
@@ -599,14 +608,14 @@ class Template:
         call returned; None when an output could not be allocated as recorded, an op that
         writes an input got overlapping inputs, or a device-side check of the arguments
         failed (the caller then runs the op itself, which raises that check's error)."""
-        empty, pointer = self.xp.empty, host_pointer if self.kind == "cpu" else data_pointer
+        empty, pointer, poison = self._empty, self._pointer, self.poison
         if ptrs is None:
             ptrs = [pointer(a) for a in arrays]
         if self.in_place and _overlap([_extent(a) for a in arrays[: self.inputs]]):
             return None
         for shape, perm, dtype, align in self.outputs:
             a = empty(shape, dtype)
-            if self.poison:
+            if poison:
                 a.reshape(-1).view(np.uint8).fill(0xFF)  # NaN in every float type
             if perm is not None:
                 a = a.transpose(perm)
@@ -615,27 +624,29 @@ class Template:
                 return None
             arrays.append(a)
             ptrs.append(ptr)
-        if self.kind == "cpu":
-            with self._lock:  # the patched argument bytes are this template's own
-                for launch, cfg_ref, values, words, patches, _ in self._launches:
-                    for slot, index, offset in patches:
-                        words[slot] = ptrs[index] + offset
-                    launch(cfg_ref, values)
-                if self.checks and not self._passed():
-                    return None
-        elif self.scratch:
-            # (the stream is part of the key: one stream's launches, enqueued in order)
+        if self._serial:
+            # (on CUDA the stream is part of the key: one stream's launches, in order)
             with self._lock:
-                self._launch_cuda(arrays, ptrs)
+                if self.kind == "cpu":
+                    self._launch_cpu(ptrs)
+                else:
+                    self._launch_cuda(arrays, ptrs)
                 if self.checks and not self._passed():
                     return None
+        elif self.kind == "cpu":
+            for launch, cfg_ref, values, words, patches, _ in self._launches:
+                launch(cfg_ref, values, words, patches, ptrs)
         else:
             self._launch_cuda(arrays, ptrs)
         for local, name in self.lasts:
             local.name = name  # (LastLaunch.set without its recorder check)
-        if self.is_tuple:
-            return tuple([None if i is None else arrays[i] for i in self.result])
-        return arrays[self.result[0]]
+        if self._single is not None:
+            return arrays[self._single]
+        return tuple([None if i is None else arrays[i] for i in self.result])
+
+    def _launch_cpu(self, ptrs: list) -> None:
+        for launch, cfg_ref, values, words, patches, _ in self._launches:
+            launch(cfg_ref, values, words, patches, ptrs)
 
     def _passed(self) -> bool:
         """Whether every device-side check passed (a device sync on CUDA, as the op's own
@@ -666,13 +677,16 @@ def _cupy_of(array_type: type) -> Any:
 
 _cache: dict[tuple, Any] = {}
 _cache_lock = threading.Lock()
+# Bumped by clear(): a plan's memo (:class:`Memo`) of an older generation is stale.
+_generation = 0
 
 
 def clear() -> None:
-    global _scratch_total
+    global _scratch_total, _generation
     with _cache_lock:
         _cache.clear()
         _scratch_total = 0
+        _generation += 1
 
 
 def lookup(op: Any, args: tuple, kwargs: dict) -> Any:
@@ -717,6 +731,8 @@ def call(op: Any, fn: Callable[..., Any], args: tuple, kwargs: dict) -> Any:
     entry = _cache.get(key)
     if entry is not None:
         if type(entry) is Template:
+            if not kwargs:
+                keep_memo(key, entry, op, fn, args, ptrs)
             if key[-1][-1] is not None and flag(key[-1][-1]):  # CUDNNLITE_TEMPLATE_CHECK
                 return _checked_replay(entry, op, fn, args, kwargs, arrays, ptrs)
             result = entry.replay(arrays, ptrs)
@@ -730,6 +746,110 @@ def call(op: Any, fn: Callable[..., Any], args: tuple, kwargs: dict) -> Any:
         new.final = True
     _store(key, new)
     return result
+
+
+def keep_memo(key: tuple, template: Template, op: Any, fn: Callable[..., Any], args: tuple,
+              ptrs: list) -> None:  # fmt: skip
+    """Leaves a memo of ``template`` on the plan ``args[0]``: a plan's last template, checked
+    without building the call's key, which makes a repeated plan call cost a few attribute
+    reads and a replay.
+
+    A plan's call whose template replayed (``templates.call`` with the plan as ``self``,
+    float arrays of one kind as its only other arguments, no keyword) leaves the memo: the
+    key's parts that can change between the plan's calls (each array's shape, dtype,
+    strides, address modulo 16 and writability, or on CUDA its device; the dispatch
+    settings; the environment switches; on CUDA the current device and stream) and the
+    template, as a function ``memo(op, args)`` that ``streams.with_stream`` calls first
+    thing. When every part is equal, the full key would be equal too and find the same
+    template, so the memo replays it; otherwise (another array, a capture, fast paths off,
+    a cleared template cache: :data:`_generation`) it answers None and the call takes the
+    usual path, which raises the same errors as ever. A call with ``out=``, a keyword or
+    other arguments never asks the memo."""
+    plan = args[0]
+    if len(args) < 2 or type(plan).__dict__.get("__call__") is not op:
+        return
+    kinds = {type(a) for a in args[1:]}
+    if len(kinds) != 1 or len(ptrs) != len(args) - 1:
+        return
+    if any(a.ndim == 0 or a.dtype not in _TENSOR_DTYPES for a in args[1:]):
+        return  # (their contents are in the key)
+    generation, nargs, context, switches = _generation, len(args), key[-2], key[-1]
+    unset = all(v is None for v in switches)
+    checked = switches[-1] is not None and flag(switches[-1])  # CUDNNLITE_TEMPLATE_CHECK
+    host = kinds == {np.ndarray}
+    check: Callable[[tuple, list], bool] = _all_checked
+    for i in range(len(args) - 1, 0, -1):  # a chain of checks, the first array's first
+        check = (_host_check if host else _device_check)(i, args[i], ptrs[i - 1], check)
+    stream = None if host else key[-3]  # (call_key appends the current stream's pointer)
+    device = None if host else args[1].device.id
+    cuda = None if host else _cupy_of(type(args[1])).cuda
+    replay, state = template.replay, _state
+
+    def memo(called: Any, args: tuple) -> Any:
+        if (called is not op or len(args) != nargs or generation != _generation
+                or graph._active or not _enabled or state.off):  # fmt: skip
+            return None
+        ptrs: list = []
+        if not check(args, ptrs):
+            return None
+        if cuda is not None and (cuda.runtime.getDevice() != device
+                                 or cuda.get_current_stream().ptr != stream):  # fmt: skip
+            return None  # (the usual path runs the call on its arrays' device, stream)
+        now = _context_key()
+        if now is not context and now != context:
+            return None
+        if not _NO_SWITCHES() if unset else _SWITCHES() != switches:
+            return None
+        if checked:
+            return _checked_replay(template, op, fn, args, {}, list(args[1:]), ptrs)
+        return replay(list(args[1:]), ptrs)
+
+    plan._template_memo = memo
+
+
+def _all_checked(args: tuple, ptrs: list) -> bool:
+    return True
+
+
+def _host_check(i: int, a: np.ndarray, ptr: int, rest: Callable[[tuple, list], bool]) -> Any:
+    """A check that ``args[i]`` is a NumPy array whose part of a call key (its shape,
+    dtype, strides, address modulo 16 and writability: :func:`_value_key`'s, for float
+    tensors) is ``a``'s; it appends its pointer and goes on with ``rest``."""
+    shape, dtype, strides, writeable = a.shape, a.dtype, a.strides, a.flags.writeable
+    align = ptr & 15
+
+    def check(args: tuple, ptrs: list) -> bool:
+        b = args[i]
+        if type(b) is not np.ndarray:
+            return False
+        p = host_pointer(b)
+        if (b.shape != shape or b.dtype != dtype or b.strides != strides or p & 15 != align
+                or b.flags.writeable != writeable):  # fmt: skip
+            return False
+        ptrs.append(p)
+        return rest(args, ptrs)
+
+    return check
+
+
+def _device_check(i: int, a: Any, ptr: int, rest: Callable[[tuple, list], bool]) -> Any:
+    """:func:`_host_check` for a GPU array (its type, device, shape, dtype, strides and
+    address modulo 16)."""
+    kind, device, shape, dtype, strides, align = (type(a), a.device.id, a.shape, a.dtype,
+                                                  a.strides, ptr & 15)  # fmt: skip
+
+    def check(args: tuple, ptrs: list) -> bool:
+        b = args[i]
+        if type(b) is not kind:
+            return False
+        p = b.data.ptr
+        if (b.device.id != device or b.shape != shape or b.dtype != dtype
+                or b.strides != strides or p & 15 != align):  # fmt: skip
+            return False
+        ptrs.append(p)
+        return rest(args, ptrs)
+
+    return check
 
 
 def _checked_replay(tmpl: Template, op: Any, fn: Callable[..., Any], args: tuple,
@@ -815,6 +935,7 @@ __all__ = [
     "bypassed",
     "disabled",
     "enabled",
+    "keep_memo",
     "lookup",
     "record",
     "set_context_key",

@@ -551,11 +551,17 @@ class EmulatorKernel(Kernel):
             if module.racecheck and races.reports:
                 raise racecheck_mod.race_error(self.name, self.spec.label(), races.reports)
 
-    def launch_recorded(self, cfg_ref: Any, values: ctypes.Array) -> None:
-        """Runs a launch recorded by a graph: ``ctypes.byref`` of its config and its own
-        copy of the argument arena (``values`` points into it)."""
+    def launch_recorded(self, cfg_ref: Any, values: ctypes.Array, words: Any = None,
+                        patches: tuple = (), ptrs: list | None = None) -> None:  # fmt: skip
+        """Runs a launch recorded by a graph or a launch template: ``ctypes.byref`` of its
+        config and its own copy of the argument arena (``values`` points into it), whose
+        uint64 ``words`` first get the template's ``patches`` ((word, index into ``ptrs``,
+        byte offset) each), under the module's lock: concurrent replays of one recording
+        each launch with their own pointers."""
         module = self.module
         with module.lock:
+            for slot, index, offset in patches:
+                words[slot] = ptrs[index] + offset  # type: ignore[index]
             if module.racecheck:
                 with racecheck_mod.capture() as races:
                     rc = module.lib.emu_launch(self.index, cfg_ref, values)
