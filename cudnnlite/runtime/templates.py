@@ -786,8 +786,9 @@ def keep_memo(key: tuple, template: Template, op: Any, fn: Callable[..., Any], a
     replay, state = template.replay, _state
 
     def memo(called: Any, args: tuple) -> Any:
+        # (set_enabled clears the store, so a memo from before it is of an old generation)
         if (called is not op or len(args) != nargs or generation != _generation
-                or graph._active or not _enabled or state.off):  # fmt: skip
+                or graph._active or state.off):  # fmt: skip
             return None
         ptrs: list = []
         if not check(args, ptrs):
