@@ -149,7 +149,6 @@ def test_random_schedule(backend: str, emulator_only: None, monkeypatch) -> None
     [
         (prob("fp32", n=1, c=4, hw=(4, 4), k=4, rs=(3, 3)), EMULATOR, "needs float64"),
         (prob("fp16", n=1, c=4, hw=(4, 4), k=4, rs=(3, 3)), EMULATOR, "needs float64"),
-        (prob(n=1, c=4, hw=(4, 4), k=4, rs=(3, 3), groups=2), EMULATOR, "groups == 1"),
         (prob(n=1, c=4, hw=(4, 4), k=4, rs=(3, 3)), for_sm(75), "sm_80+, device is sm_75"),
         (dataclasses.replace(prob(n=1, c=4, hw=(4, 4), k=4, rs=(3, 3)), direction="bwd_data"),
          EMULATOR, "direction fwd"),  # fmt: skip

@@ -206,7 +206,6 @@ def test_public_api_3d(backend: str) -> None:
     [
         (FILTER, problem(1, 4, (6, 6), 4, (3, 3), dtype="fp32", direction="bwd_filter"),
          EMULATOR, "needs float64"),
-        (FILTER, fprob(n=1, c=4, hw=(6, 6), k=4, rs=(3, 3), groups=2), EMULATOR, "groups == 1"),
         (FILTER, fprob(n=1, c=4, hw=(6, 6), k=4, rs=(3, 3)), for_sm(75), "sm_80+"),
         (FILTER, dprob(n=1, c=4, hw=(6, 6), k=4, rs=(3, 3)), EMULATOR, "direction bwd_filter"),
         (DATA, dprob(n=1, c=4, hw=(9, 9), k=4, rs=(3, 3), stride=2), EMULATOR, "stride 1"),
@@ -214,7 +213,6 @@ def test_public_api_3d(backend: str) -> None:
         (DATA, dprob(n=1, c=4, hw=(6, 6), k=4, rs=(3, 3)), for_sm(75), "sm_80+"),
         (DATA, problem(1, 4, (6, 6), 4, (3, 3), dtype="fp32"), EMULATOR, "needs float64"),
         (PHASED, problem(1, 4, (6, 6), 4, (3, 3), dtype="fp32"), EMULATOR, "needs float64"),
-        (PHASED, dprob(n=1, c=4, hw=(6, 6), k=4, rs=(3, 3), groups=2), EMULATOR, "groups == 1"),
         (PHASED, dprob(n=1, c=4, hw=(6, 6), k=4, rs=(3, 3)), for_sm(75), "sm_80+"),
         (PHASED, fprob(n=1, c=4, hw=(6, 6), k=4, rs=(3, 3)), EMULATOR, "direction bwd_data"),
     ],

@@ -45,6 +45,21 @@ template <typename T> using EpilogueFor = ConvEpilogueT<cl::acc_t<T>>;
 
 namespace conv {
 
+// Grouped convolution on one GEMM per group: grid.y runs group-major over each group's
+// `per_group` GEMM columns (or rows) in tiles of `tile`; one division per block. (The
+// tensor-core kernels, tc_conv.cuh, and the fp64 DMMA kernels, dmma_implicit_gemm.cu.)
+struct GroupTile {
+    int g;   // the group
+    int n0;  // the tile's first column within the group
+};
+__device__ inline GroupTile group_tile(int per_group, int tile) {
+    const int tiles = (per_group + tile - 1) / tile;
+    GroupTile t;
+    t.g = (int)blockIdx.y / tiles;
+    t.n0 = ((int)blockIdx.y - t.g * tiles) * tile;
+    return t;
+}
+
 // Element offsets, 64-bit: tensors may exceed 2^31 elements.
 template <bool NHWC>
 __device__ __forceinline__ cl::index_t x_offset(const ConvShape& s, int n, int c, int h, int w) {

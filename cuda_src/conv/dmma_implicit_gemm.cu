@@ -2,9 +2,9 @@
 // through common/mma.cuh), for float64 on sm_80+: the forward (first), backward filter and
 // backward data (their sections below), one main loop (dmma::mainloop).
 //
-// Forward GEMM view (groups == 1):
+// Forward GEMM view, one per group (below, C and K are a group's: C/groups, K/groups):
 //   M  = N * P * Q     rows: output pixels (img, p, q)
-//   Ng = K             columns: output channels
+//   Ng = K             columns: the group's output channels
 //   Kg = C * R * S     reduction: taps (c, r, s) in the filter's memory order
 //                      NCHW/KCRS: kk = (c * R + r) * S + s
 //                      NHWC/KRSC: kk = (r * S + s) * C + c
@@ -44,6 +44,12 @@
 // Epilogue: conv_common.cuh's store_output (EpilogueFor<double>: exact double alpha,
 // alpha2, activation coefficients; bias, residual z, activation fused).
 //
+// Groups (every direction; the GEMM views count a group's C/groups and K/groups channels):
+// grid.y runs group-major over each group's tiles (conv::group_tile); the group's first
+// channel enters once per block, in the rows' decoded offsets (x or dy) and the filter
+// pointer or tap offsets, so the main loop is the same code as for groups == 1; pixels
+// stay the full C (or K) apart channels-last, and a thread's digits count the group's
+// channels (cg = C/groups, kg = K/groups in the code).
 // Defines: none; every parameter is a template argument. One module per direction and
 // dimensionality holds both layouts of its tiles (cudnnlite/solvers/conv/dmma_*.py).
 // Index limits: x, w and y below 2^31 elements, and an image's padded span (32-bit offsets).
@@ -163,20 +169,22 @@ template <bool D3> struct DigitsFor { using type = conv::Radix3; };
 template <> struct DigitsFor<true> { using type = Radix4; };
 using Digits = conv::Radix3;
 
+// cg: the group's channel count (the radix of c, the fastest digit channels-last).
 template <bool NHWC, bool D3>
 __device__ __forceinline__ void init_taps(typename DigitsFor<D3>::type& d, const ConvShape& s,
-                                          int kk, int step) {
+                                          int cg, int kk, int step) {
     if constexpr (D3) {
-        if (NHWC) d.init(kk, step, s.c, s.s, s.r);
+        if (NHWC) d.init(kk, step, cg, s.s, s.r);
         else d.init(kk, step, s.s, s.r, s.t);
     } else {
-        if (NHWC) d.init(kk, step, s.c, s.s);
+        if (NHWC) d.init(kk, step, cg, s.s);
         else d.init(kk, step, s.s, s.r);
     }
 }
 
 // The tap of reduction index kk (its digits): {x offset from the pixel (d0, h0, w0) of
-// channel 0, dh, dw, dd}; dh = kFarAway past the reduction's end (dd = 0 in 2-D).
+// the group's channel 0, dh, dw, dd}; dh = kFarAway past the reduction's end (dd = 0 in
+// 2-D). Channels-last pixels stay s.c apart whatever the group.
 template <bool NHWC>
 __device__ __forceinline__ int4 tap_of(const ConvShape& s, const conv::Radix3& d, bool live) {
     const int c = NHWC ? d.lo : d.hi, r = NHWC ? d.hi : d.mid, t = NHWC ? d.mid : d.lo;
@@ -222,9 +230,13 @@ __global__ void __launch_bounds__(DMMA_TILE::THREADS, 512 / DMMA_TILE::THREADS)
     DYNAMIC_SHARED(double, smem);  // 2 * (A_STAGE + B_STAGE) doubles (dmma_igemm.py)
     __shared__ int4 rows[BM];  // {x offset of (img, d0, h0, w0, channel 0), h0, w0, d0}
 
-    const int m0 = blockIdx.x * BM, n0 = blockIdx.y * BN;
+    // The block's group and its first column within the group's Kg (grid.y group-major).
+    const conv::GroupTile gt = conv::group_tile(s.k_per_group, BN);
+    const int m0 = blockIdx.x * BM, n0 = gt.n0, cg = s.c_per_group, kg = s.k_per_group;
     const int pq = s.p * s.q, opq = s.o * pq, nrows = s.n * opq;
-    const int ktot = s.c * s.t * s.r * s.s;
+    const int ktot = cg * s.t * s.r * s.s;
+    // x at the group's first channel, folded into each row's offset (no cost in the loop)
+    const int xg = NHWC ? gt.g * cg : gt.g * cg * s.d * s.h * s.w;
     for (int i = threadIdx.x; i < BM; i += Tl::THREADS) {
         const int m = m0 + i;
         int4 r = make_int4(0, dmma::kFarAway, dmma::kFarAway, dmma::kFarAway);
@@ -235,8 +247,8 @@ __global__ void __launch_bounds__(DMMA_TILE::THREADS, 512 / DMMA_TILE::THREADS)
             r.y = p * s.stride_h - s.pad_h;
             r.z = q * s.stride_w - s.pad_w;
             r.w = o * s.stride_d - s.pad_d;  // 0 in 2-D (o = 0, pad_d = 0)
-            r.x = NHWC ? (((img * s.d + r.w) * s.h + r.y) * s.w + r.z) * s.c
-                       : ((img * s.c * s.d + r.w) * s.h + r.y) * s.w + r.z;
+            r.x = xg + (NHWC ? (((img * s.d + r.w) * s.h + r.y) * s.w + r.z) * s.c
+                             : ((img * s.c * s.d + r.w) * s.h + r.y) * s.w + r.z);
         }
         rows[i] = r;
     }
@@ -245,9 +257,10 @@ __global__ void __launch_bounds__(DMMA_TILE::THREADS, 512 / DMMA_TILE::THREADS)
     const int col = threadIdx.x % BK, row = threadIdx.x / BK;
     int kk = col;
     typename dmma::DigitsFor<D3>::type it;
-    dmma::init_taps<NHWC, D3>(it, s, kk, BK);
-    const double* wp = w + (cl::index_t)(n0 + row) * ktot + col;  // B: filter row n0 + row
-    const int b_rows_left = s.k - n0 - row;
+    dmma::init_taps<NHWC, D3>(it, s, cg, kk, BK);
+    // B: filter row n0 + row of the group's Kg (each of Cg * T * R * S values)
+    const double* wp = w + (cl::index_t)(gt.g * kg + n0 + row) * ktot + col;
+    const int b_rows_left = kg - n0 - row;
     __syncthreads();  // rows[] decoded
     int4 my_rows[Tl::A_ROWS];  // this thread's A rows, in registers for the whole loop
 #pragma unroll
@@ -292,8 +305,9 @@ __global__ void __launch_bounds__(DMMA_TILE::THREADS, 512 / DMMA_TILE::THREADS)
         for (int j = 0; j < Tl::FN; ++j)
 #pragma unroll
             for (int c = 0; c < 2; ++c) {
-                const int n = n0 + wn + 8 * j + 2 * t + c;
-                if (n >= s.k) continue;
+                const int ng = n0 + wn + 8 * j + 2 * t + c;  // within the group
+                if (ng >= kg) continue;
+                const int n = gt.g * kg + ng;
                 // NHWC: y[m][n]; NCHW: y[img][n][rem]
                 const cl::index_t off = NHWC ? (cl::index_t)m * s.k + n
                                              : ((cl::index_t)img * s.k + n) * opq + rem;
@@ -302,18 +316,25 @@ __global__ void __launch_bounds__(DMMA_TILE::THREADS, 512 / DMMA_TILE::THREADS)
     }
 }
 
-// x: NCHW or NHWC; dy: the layout of x; ws: splits x K x (C*R*S) doubles (module comment).
-// D3: 3-D (NCDHW / NDHWC, KCTRS / KTRSC): pixel digits (q | p | o | img), taps with depth.
+// x: NCHW or NHWC; dy: the layout of x; ws: splits x K x (C/groups*R*S) doubles (module
+// comment). D3: 3-D (NCDHW / NDHWC, KCTRS / KTRSC): pixel digits (q | p | o | img), taps
+// with depth. The launch bound asks 16 warps per SM of the NCDHW kernels only (the 64x64
+// one took 144 registers without it, 12 warps); the others get 0, no minimum, as if
+// omitted: ptxas keeps them at 128 registers by itself, while asking 16 warps of them
+// lengthened their loops by up to 15 instructions per 64 DMMA (and a minimum of 1 let
+// them grow to 150-162 registers, 8-12 warps).
 template <bool NHWC, int BM, int BN, int BK, int WM, int WN, bool D3 = false>
-__global__ void __launch_bounds__(DMMA_TILE::THREADS)
+__global__ void __launch_bounds__(DMMA_TILE::THREADS, D3 && !NHWC ? 512 / DMMA_TILE::THREADS : 0)
     dmma_conv_bwd_filter(const double* __restrict__ x, const double* __restrict__ dy,
                          double* __restrict__ ws, ConvShape s, long long chunk) {
     using Tl = DMMA_TILE;
     DYNAMIC_SHARED(double, smem);  // 2 * (A_STAGE + B_STAGE) doubles (dmma_bwd_filter.py)
 
-    const int n0 = blockIdx.x * BN, m0 = blockIdx.y * BM;
+    // The block's group and its first row within the group's Kg (grid.y group-major).
+    const conv::GroupTile gt = conv::group_tile(s.k_per_group, BM);
+    const int n0 = blockIdx.x * BN, m0 = gt.n0, cg = s.c_per_group, kg = s.k_per_group;
     const int pq = s.p * s.q, opq = s.o * pq, npq = s.n * opq;
-    const int rs = s.r * s.s, crs = s.c * s.t * rs;
+    const int rs = s.r * s.s, crs = cg * s.t * rs;  // a filter's values: Cg * T * R * S
     const long long begin = (long long)blockIdx.z * chunk;
     const int end = (int)(begin + chunk < npq ? begin + chunk : npq);
 
@@ -324,26 +345,27 @@ __global__ void __launch_bounds__(DMMA_TILE::THREADS)
     typename dmma::DigitsFor<D3>::type px;  // (q | p | img), 3-D (q | p | o | img)
     if constexpr (D3) px.init(pix, BK, s.q, s.p, s.o);
     else px.init(pix, BK, s.q, s.p);
-    // A: channel rows m0 + row + jj * ROW_STEP of dy, a fixed offset each.
+    // A: channel rows m0 + row + jj * ROW_STEP of the group's dy channels, a fixed offset.
     const int a_mul = NHWC ? 1 : opq;
-    const int a_off = (m0 + row) * a_mul, a_step = Tl::ROW_STEP * a_mul;
-    const int a_rows_left = s.k - m0 - row;
-    // B: this thread's filter columns, decoded once: {x offset, dh, dw, dd} (dh far away
-    // past the last column).
+    const int a_off = (gt.g * kg + m0 + row) * a_mul, a_step = Tl::ROW_STEP * a_mul;
+    const int a_rows_left = kg - m0 - row;
+    // B: this thread's filter columns, decoded once: {x offset (the group's channels), dh,
+    // dw, dd} (dh far away past the last column).
+    const int xg = NHWC ? gt.g * cg : gt.g * cg * s.d * s.h * s.w;
     dmma::ColTap<D3> taps[Tl::B_ROWS];
 #pragma unroll
     for (int jj = 0; jj < Tl::B_ROWS; ++jj) {
         const int n = n0 + row + jj * Tl::ROW_STEP;
         const int trs = s.t * rs;
-        const int c = NHWC ? n % s.c : n / trs;
-        const int tap = NHWC ? n / s.c : n % trs;  // (t * R + r) * S + sw
+        const int c = NHWC ? n % cg : n / trs;     // within the group
+        const int tap = NHWC ? n / cg : n % trs;  // (t * R + r) * S + sw
         const int sw = tap % s.s, tr = tap / s.s;
         const int r = D3 ? tr % s.r : tr, t = D3 ? tr / s.r : 0;
         const int dd = t * s.dil_d, dh = r * s.dil_h, dw = sw * s.dil_w;
         const int off = D3 ? (NHWC ? ((dd * s.h + dh) * s.w + dw) * s.c + c
                                    : ((c * s.d + dd) * s.h + dh) * s.w + dw)
                            : (NHWC ? (dh * s.w + dw) * s.c + c : (c * s.h + dh) * s.w + dw);
-        taps[jj].off = off;
+        taps[jj].off = xg + off;
         taps[jj].dh = n < crs ? dh : dmma::kFarAway;
         taps[jj].dw = dw;
         if constexpr (D3) taps[jj].dd = dd;
@@ -387,12 +409,13 @@ __global__ void __launch_bounds__(DMMA_TILE::THREADS)
     const int slices = end > begin ? (int)((end - begin + BK - 1) / BK) : 0;
     dmma::mainloop<Tl>(slices, load, smem, l, acc);
 
-    // The lane's cells: rows wm + 8i + g, columns wn + 8j + 2t + c; this split's partials.
-    double* out = ws + (cl::index_t)blockIdx.z * s.k * crs;
+    // The lane's cells: rows wm + 8i + g, columns wn + 8j + 2t + c; this split's partials
+    // (dw's rows: the K filters, Cg * T * R * S values each).
+    double* out = ws + (cl::index_t)blockIdx.z * s.k * crs + (cl::index_t)gt.g * kg * crs;
 #pragma unroll
     for (int i = 0; i < Tl::FM; ++i) {
         const int m = m0 + wm + 8 * i + g;
-        if (m >= s.k) continue;
+        if (m >= kg) continue;
 #pragma unroll
         for (int j = 0; j < Tl::FN; ++j)
 #pragma unroll
@@ -444,10 +467,13 @@ __global__ void __launch_bounds__(DMMA_TILE::THREADS, 512 / DMMA_TILE::THREADS)
     const dmma::PhaseTaps th = dmma::phase_taps(ph, s.h, s.r, s.pad_h, s.stride_h, s.dil_h);
     const dmma::PhaseTaps tw = dmma::phase_taps(pw, s.w, s.s, s.pad_w, s.stride_w, s.dil_w);
     const int hw = th.pixels * tw.pixels, dhw = td.pixels * hw, nrows = s.n * dhw;
-    const int m0 = blockIdx.x * BM, n0 = blockIdx.y * BN;
+    // The block's group and its first column within the group's Cg (grid.y group-major).
+    const conv::GroupTile gt = conv::group_tile(s.c_per_group, BN);
+    const int m0 = blockIdx.x * BM, n0 = gt.n0, cg = s.c_per_group, kg = s.k_per_group;
     if (m0 >= nrows) return;  // the whole block: no barrier reached
     const int pq = s.p * s.q, opq = s.o * pq;
-    const int ktot = s.k * td.count * th.count * tw.count;
+    const int ktot = kg * td.count * th.count * tw.count;
+    const int dyg = NHWC ? gt.g * kg : gt.g * kg * opq;  // dy at the group's first channel
     for (int i = threadIdx.x; i < BM; i += Tl::THREADS) {
         const int m = m0 + i;
         int4 r = make_int4(0, dmma::kFarAway, dmma::kFarAway, dmma::kFarAway);
@@ -458,8 +484,8 @@ __global__ void __launch_bounds__(DMMA_TILE::THREADS, 512 / DMMA_TILE::THREADS)
             r.y = th.i0 + ih;
             r.z = tw.i0 + iw;
             r.w = td.i0 + id;  // 0 in 2-D
-            r.x = NHWC ? (((img * s.o + r.w) * s.p + r.y) * s.q + r.z) * s.k
-                       : ((img * s.k * s.o + r.w) * s.p + r.y) * s.q + r.z;
+            r.x = dyg + (NHWC ? (((img * s.o + r.w) * s.p + r.y) * s.q + r.z) * s.k
+                              : ((img * s.k * s.o + r.w) * s.p + r.y) * s.q + r.z);
         }
         rows[i] = r;
     }
@@ -468,12 +494,13 @@ __global__ void __launch_bounds__(DMMA_TILE::THREADS, 512 / DMMA_TILE::THREADS)
     const int col = threadIdx.x % BK, row = threadIdx.x / BK;
     int kk = col;
     typename dmma::DigitsFor<D3>::type it;
-    if constexpr (D3) it.init(kk, BK, s.k, tw.count, th.count);
-    else it.init(kk, BK, s.k, tw.count);
+    if constexpr (D3) it.init(kk, BK, kg, tw.count, th.count);
+    else it.init(kk, BK, kg, tw.count);
     const int rs = s.r * s.s, trs = s.t * rs;
     const int b_mul = NHWC ? 1 : trs;  // filter offset per input channel
-    const int b_off = (n0 + row) * b_mul, b_step = Tl::ROW_STEP * b_mul;
-    const int b_rows_left = s.c - n0 - row;
+    // (w at the group's first filter: Kg filters of Cg * T * R * S values before it per g)
+    const int b_off = gt.g * kg * cg * trs + (n0 + row) * b_mul, b_step = Tl::ROW_STEP * b_mul;
+    const int b_rows_left = cg - n0 - row;
     __syncthreads();  // rows[] decoded
     int4 my_rows[Tl::A_ROWS];
 #pragma unroll
@@ -494,7 +521,7 @@ __global__ void __launch_bounds__(DMMA_TILE::THREADS, 512 / DMMA_TILE::THREADS)
         const int a_off = NHWC ? back * s.k + k : k * opq + back;
         const int di = live ? -er : dmma::kFarAway;
         const int tap = (t * s.r + r) * s.s + sw;
-        const int wb = (NHWC ? (k * trs + tap) * s.c : k * s.c * trs + tap) + b_off;
+        const int wb = (NHWC ? (k * trs + tap) * cg : k * cg * trs + tap) + b_off;
 #pragma unroll
         for (int j = 0; j < Tl::A_ROWS; ++j) {
             const int4 rr = my_rows[j];
@@ -535,8 +562,9 @@ __global__ void __launch_bounds__(DMMA_TILE::THREADS, 512 / DMMA_TILE::THREADS)
         for (int j = 0; j < Tl::FN; ++j)
 #pragma unroll
             for (int c = 0; c < 2; ++c) {
-                const int n = n0 + wn + 8 * j + 2 * t + c;
-                if (n >= s.c) continue;
+                const int ng = n0 + wn + 8 * j + 2 * t + c;  // within the group
+                if (ng >= cg) continue;
+                const int n = gt.g * cg + ng;
                 const cl::index_t off =
                     NHWC ? pix * s.c + n : ((cl::index_t)img * s.c + n) * dhw_in + sp;
                 conv::store_output(dx, z, bias, e, off, n, acc[i][j][c]);

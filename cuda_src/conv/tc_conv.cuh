@@ -10,19 +10,8 @@
 
 namespace tcconv {
 
-// Grouped convolution: grid.y runs group-major over each group's `per_group` GEMM
-// columns (or rows) in tiles of `tile`; one division per block.
-struct GroupTile {
-    int g;   // the group
-    int n0;  // the tile's first column within the group
-};
-__device__ inline GroupTile group_tile(int per_group, int tile) {
-    const int tiles = (per_group + tile - 1) / tile;
-    GroupTile t;
-    t.g = (int)blockIdx.y / tiles;
-    t.n0 = ((int)blockIdx.y - t.g * tiles) * tile;
-    return t;
-}
+using conv::group_tile;  // (conv_common.cuh: grid.y group-major over a group's tiles)
+using conv::GroupTile;
 
 // A block's part of a grouped GEMM whose `tile`-wide dimension runs over `out` channels
 // (out_g per group) reading in_g channels per group of the other operand: the block's

@@ -61,13 +61,21 @@ def _dmma(p: ConvProblem | AttentionProblem, caps: Capabilities) -> bool:
     """float64 on the fp64 tensor cores (mma.sync m8n8k4 .f64) on a GPU of sm_80+, for
     convolution and attention: an H200 does 67 TFLOP/s of DMMA against 34 of CUDA-core
     double FMA. Not on the emulator (the warp-collective MMA model is slow there; the
-    rankings stay as they were). Grouped layers (depthwise) are not applicable (the
-    selector skips it there)."""
+    rankings stay as they were)."""
     return p.dtype == "fp64" and not caps.emulator and caps.bf16_tensor_cores
 
 
+def _dmma_fills(p: ConvProblem, per_group: int) -> bool:
+    """Whether the DMMA kernels' one GEMM per group has a tile's worth of columns: any
+    ungrouped layer, and grouped ones whose ``per_group`` channels (where the 64-wide
+    tile's columns, or backward filter's rows, run) fill half a tile. Narrower groups
+    would leave most of each tile to zero padding (no packed DMMA kernel): the CUDA-core
+    ranking serves them, as it serves depthwise layers."""
+    return p.groups == 1 or per_group >= 32
+
+
 def conv_fwd_ranking(p: ConvProblem, caps: Capabilities) -> list[str]:
-    if _dmma(p, caps) and p.groups == 1:
+    if _dmma(p, caps) and _dmma_fills(p, p.k_per_group):
         # First, except behind cuBLAS's DGEMM on large pointwise NHWC layers (itself on
         # the fp64 tensor cores, and tuned further than one 64x64 tile).
         rest = [n for n in _conv_fwd_ranking(p, caps) if n != CUBLAS_1X1]
@@ -145,7 +153,7 @@ def conv_bwd_data_ranking(p: ConvProblem, caps: Capabilities) -> list[str]:
     stride). Unmeasured on a GPU: which of the two wins at stride 1 is the tuner's call."""
     if p.depthwise:
         return [BWD_DATA_DIRECT]
-    if _dmma(p, caps) and p.groups == 1:
+    if _dmma(p, caps) and _dmma_fills(p, p.c_per_group):
         rest = [n for n in _conv_bwd_data_ranking(p, caps) if n != BWD_DATA_CUBLAS_1X1]
         cublas = [BWD_DATA_CUBLAS_1X1] if _cublas_pointwise(p, caps) else []
         return cublas + [BWD_DATA_DMMA, BWD_DATA_DMMA_PHASED] + rest
@@ -192,7 +200,7 @@ def conv_bwd_filter_ranking(p: ConvProblem, caps: Capabilities) -> list[str]:
     small = p.k_per_group * p.c_per_group * p.filter_taps < 32 * 32
     if p.depthwise or (small and not packs):
         return [BWD_FILTER_DIRECT, BWD_FILTER_IGEMM]
-    if _dmma(p, caps) and p.groups == 1:
+    if _dmma(p, caps) and _dmma_fills(p, p.k_per_group):
         cublas = [BWD_FILTER_CUBLAS_1X1] if _cublas_pointwise(p, caps) else []
         return cublas + [BWD_FILTER_DMMA, BWD_FILTER_IGEMM, BWD_FILTER_ATOMIC, BWD_FILTER_DIRECT]
     tensor = [BWD_FILTER_TC] if tc and _multistage(p, caps) else []  # TF32 too

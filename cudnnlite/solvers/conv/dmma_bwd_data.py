@@ -3,7 +3,8 @@
 
 ``conv_bwd_data_dmma_implicit_gemm_phased`` (:class:`DmmaBwdDataPhasedSolver`): float64 only,
 sm_80+, dx from dy and the filters read as stored (no rotated copy, no workspace), 1-D, 2-D
-and 3-D, groups == 1, NCHW/KCRS and NHWC/KRSC (and their 3-D forms), any stride, dilation
+and 3-D, any groups (the forward's one GEMM per group, over each group's C/groups dx
+channels), NCHW/KCRS and NHWC/KRSC (and their 3-D forms), any stride, dilation
 and padding. Phase
 decomposition: the grid's z picks a phase of the dx pixels (their coordinate modulo the
 stride); each phase is a stride-1 correlation of dy with the taps that reach it, so no
@@ -45,6 +46,7 @@ from .dmma_igemm import (
     DmmaImplicitGemmSolver,
     _fits,
     dmma_reason,
+    grid_y,
     layout_tag,
     tile_args,
 )
@@ -70,7 +72,8 @@ class _Runner(Runner):
         layout = layout_tag(problem)
         self._name = f"dmma_igemm_bwd_data_{config.label()}_phases{phases}_{layout}_fp64"
         self._grid = (-(-phase_rows(problem) // config.block_m),
-                      -(-problem.c // config.block_n), phases)  # fmt: skip
+                      grid_y(problem.groups, problem.c_per_group, config.block_n),
+                      phases)  # fmt: skip
         self._block = (config.threads,)
         self._shape = shape_struct(problem)
         self._smem = config.smem_bytes()
@@ -99,8 +102,9 @@ class DmmaBwdDataPhasedSolver(DmmaImplicitGemmSolver):
         reason = reason or dmma_reason(problem, caps)
         if reason:
             return not_applicable(reason)
-        if -(-problem.c // max(t[1] for t in TILES)) > MAX_GRID_Y:
-            return not_applicable(f"c={problem.c} exceeds the grid's y limit")
+        if grid_y(problem.groups, problem.c_per_group, max(t[1] for t in TILES)) > MAX_GRID_Y:
+            return not_applicable(f"c={problem.c} in {problem.groups} groups exceeds the "
+                                  "grid's y limit")  # fmt: skip
         if int(np.prod(problem.strides)) > _MAX_PHASES:
             return not_applicable(f"needs at most {_MAX_PHASES} stride phases (the grid's z)")
         return APPLICABLE
@@ -109,7 +113,8 @@ class DmmaBwdDataPhasedSolver(DmmaImplicitGemmSolver):
         """128x64 where its blocks fill the GPU twice over (two per SM), else 64x64, as
         the forward. Unmeasured on a GPU so far: a tuning DB entry overrides it."""
         options = self.configs(problem, caps)
-        blocks_per_row = int(np.prod(problem.strides)) * -(-problem.c // 64)
+        blocks_per_row = int(np.prod(problem.strides)) * grid_y(problem.groups,
+                                                                problem.c_per_group, 64)
         for c in reversed(options):  # the larger tile first
             if -(-phase_rows(problem) // c.block_m) * blocks_per_row >= 2 * max(caps.sm_count, 1):
                 return c

@@ -5,14 +5,15 @@
 dw = dy^T * im2col(x) as an implicit GEMM with M = K output channels, N = C*R*S filter
 columns (in the filter's memory order) and the reduction over the N*P*Q output pixels,
 whose products and sums are the tensor core's double MMA (``mma.sync`` m8n8k4 .f64). 1-D,
-2-D and 3-D, groups == 1, any padding, stride and dilation; NCHW/KCRS and NHWC/KRSC, and
+2-D and 3-D, any groups (one GEMM per group: its K/groups rows by its C/groups*R*S
+columns), any padding, stride and dilation; NCHW/KCRS and NHWC/KRSC, and
 their 3-D forms (the loaders walk the pixels channels-first and the channels
 channels-last: the coalesced direction of each).
 
 Split-K: ``splits`` blocks share the reduction, each over a chunk of output pixels (a
 multiple of ``block_k``), writing double partials to the workspace; ``bwd_filter_reduce``
 (``cuda_src/conv/splitk_reduce.cuh``) adds them in split order. Deterministic for every
-split count. Workspace: 8 * splits * K * C*R*S bytes.
+split count. Workspace: 8 * splits * K * C/groups*R*S bytes.
 
 Config (:class:`DmmaSplitKConfig`): the forward's tile fields (block_m rows of K, block_n
 filter columns, block_k pixels per stage, the warp tile, two stages) and ``splits``. Two
@@ -40,7 +41,7 @@ from ...runtime.kernel import ModuleSpec
 from ..base import APPLICABLE, Applicability, Config, Runner, Solver, not_applicable
 from . import bwd_filter as bwf
 from .common import shape_struct
-from .dmma_igemm import MAX_GRID_Y, SOURCE, dmma_reason, layout_tag
+from .dmma_igemm import MAX_GRID_Y, SOURCE, dmma_reason, grid_y, layout_tag
 from .tc_igemm import TcTile
 
 # (block_m (K), block_n (C*R*S), block_k (pixels), warp_m, warp_n, stages)
@@ -88,8 +89,9 @@ def module_spec(d3: bool = False) -> ModuleSpec:
 
 
 def _dims(problem: ConvProblem) -> tuple[int, int]:
-    """(C*R*S, N*P*Q)."""
-    return problem.c * problem.filter_taps, problem.n * int(np.prod(problem.out_spatial))
+    """(C/groups*R*S: a filter's values, N*P*Q)."""
+    return (problem.c_per_group * problem.filter_taps,
+            problem.n * int(np.prod(problem.out_spatial)))  # fmt: skip
 
 
 class _Runner(Runner):
@@ -101,7 +103,8 @@ class _Runner(Runner):
         crs, npq = _dims(problem)
         self.splits = bwf._useful_splits(npq, cfg.splits, cfg.block_k)
         self.chunk = np.int64(bwf._chunk(npq, cfg.splits, cfg.block_k))
-        self.grid = (-(-crs // cfg.block_n), -(-problem.k // cfg.block_m), self.splits)
+        self.grid = (-(-crs // cfg.block_n),
+                     grid_y(problem.groups, problem.k_per_group, cfg.block_m), self.splits)
         self.block = (cfg.threads,)
         self.smem = cfg.smem_bytes()
         self.count = problem.k * crs
@@ -143,8 +146,9 @@ class DmmaBwdFilterSolver(Solver):
         crs, npq = _dims(problem)
         if npq >= 2**31 or problem.k * crs >= 2**31:
             return not_applicable("needs N*P*Q and the filter below 2^31 elements")
-        if -(-problem.k // 64) > MAX_GRID_Y:
-            return not_applicable(f"k={problem.k} exceeds the grid's y limit")
+        if grid_y(problem.groups, problem.k_per_group, 64) > MAX_GRID_Y:
+            return not_applicable(f"k={problem.k} in {problem.groups} groups exceeds the "
+                                  "grid's y limit")  # fmt: skip
         return APPLICABLE
 
     def configs(self, problem: ConvProblem, caps: Capabilities) -> list[DmmaSplitKConfig]:
@@ -168,7 +172,7 @@ class DmmaBwdFilterSolver(Solver):
         wide = [c for c in options if c.block_n == 128] if crs >= 128 else []
         pool = wide or [c for c in options if c.block_n == 64] or options
         tile = pool[0]
-        tiles = -(-problem.k // tile.block_m) * -(-crs // tile.block_n)
+        tiles = grid_y(problem.groups, problem.k_per_group, tile.block_m) * -(-crs // tile.block_n)
         target = bwf._TARGET_BLOCKS["cpu" if caps.emulator else "cuda"]
         want = max(1, -(-target // tiles))
         same = [c for c in pool if c.tile() == tile.tile()]

@@ -4,7 +4,9 @@
 an implicit GEMM (M = N*P*Q output pixels, N = K output channels, reduction C*R*S taps)
 whose products and sums are the tensor core's double MMA (``mma.sync`` m8n8k4 .f64 through
 ``common/mma.cuh``; an H200 does 67 TFLOP/s of it against 34 of CUDA-core double FMA).
-1-D, 2-D and 3-D, groups == 1, any padding, stride and dilation; NCHW/KCRS and NHWC/KRSC
+1-D, 2-D and 3-D, any groups (one GEMM per group: grid.y runs group-major over each
+group's K/groups columns, the group's channels reached by offsets fixed per block), any
+padding, stride and dilation; NCHW/KCRS and NHWC/KRSC
 (NCDHW/KCTRS and NDHWC/KTRSC; the A operand is gathered element by element either way:
 channels-last loads are the coalesced ones). 3-D kernels are their own instantiations (the
 depth in the rows' and taps' fourth int, four reduction digits), in a module of their own.
@@ -119,14 +121,18 @@ def layout_tag(problem: ConvProblem) -> str:
 
 def dmma_reason(problem: ConvProblem, caps: Capabilities | None) -> str | None:
     """What none of the DMMA convolution kernels (every direction) runs, or None: another
-    dtype than float64, groups, a GPU older than sm_80, 32-bit index limits."""
+    dtype than float64, a GPU older than sm_80, 32-bit index limits."""
     if problem.dtype != dtypes.FLOAT64.short:
         return f"needs float64: the fp64 tensor-core MMA (m8n8k4 .f64), got {problem.dtype}"
-    if problem.groups != 1:
-        return f"needs groups == 1, got {problem.groups}"
     if caps is not None and not caps.emulator and not caps.bf16_tensor_cores:
         return f"fp64 tensor cores need sm_80+, device is {caps.arch}"
     return _limits_reason(problem)
+
+
+def grid_y(groups: int, per_group: int, tile: int) -> int:
+    """grid.y of a grouped DMMA kernel: each group's ``per_group`` columns (or rows) in
+    tiles of ``tile``, group-major (conv::group_tile)."""
+    return groups * -(-per_group // tile)
 
 
 def _fits(config: DmmaConfig, caps: Capabilities | None) -> bool:
@@ -141,7 +147,8 @@ class _Runner(Runner):
         self._kernel = backend.kernel(module_spec(d3), kernel_expr(config, nhwc, d3))
         self._name = f"dmma_igemm_fwd_{config.label()}_{layout_tag(problem)}_fp64"
         rows = problem.n * int(np.prod(problem.out_spatial))
-        self._grid = (-(-rows // config.block_m), -(-problem.k // config.block_n))
+        self._grid = (-(-rows // config.block_m),
+                      grid_y(problem.groups, problem.k_per_group, config.block_n))  # fmt: skip
         self._block = (config.threads,)
         self._shape = shape_struct(problem)
         self._smem = config.smem_bytes()
@@ -167,8 +174,9 @@ class DmmaImplicitGemmSolver(Solver):
         reason = common_reason(problem, max_ndim=3) or dmma_reason(problem, caps)
         if reason:
             return not_applicable(reason)
-        if -(-problem.k // max(t[1] for t in TILES)) > MAX_GRID_Y:
-            return not_applicable(f"k={problem.k} exceeds the grid's y limit")
+        if grid_y(problem.groups, problem.k_per_group, max(t[1] for t in TILES)) > MAX_GRID_Y:
+            return not_applicable(f"k={problem.k} in {problem.groups} groups exceeds the "
+                                  "grid's y limit")  # fmt: skip
         return APPLICABLE
 
     def configs(self, problem: ConvProblem, caps: Capabilities) -> list[DmmaConfig]:
@@ -180,14 +188,16 @@ class DmmaImplicitGemmSolver(Solver):
         options = self.configs(problem, caps)
         rows = problem.n * int(np.prod(problem.out_spatial))
         for c in reversed(options):  # the larger tile first
-            blocks = -(-rows // c.block_m) * -(-problem.k // c.block_n)
+            blocks = -(-rows // c.block_m) * grid_y(problem.groups, problem.k_per_group,
+                                                    c.block_n)  # fmt: skip
             if blocks >= 2 * max(caps.sm_count, 1):
                 return c
         return options[0]
 
     def is_valid(self, config: Config, problem: ConvProblem, caps: Capabilities) -> bool:
         return (isinstance(config, DmmaConfig) and _fits(config, caps)
-                and -(-problem.k // config.block_n) <= MAX_GRID_Y)  # fmt: skip
+                and grid_y(problem.groups, problem.k_per_group, config.block_n)
+                <= MAX_GRID_Y)  # fmt: skip
 
     def module_specs(self) -> list[ModuleSpec]:
         return [module_spec(False), module_spec(True)]
