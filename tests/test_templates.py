@@ -912,6 +912,30 @@ def test_a_plans_memo_gives_way_to_whatever_changed(
     assert replays.count == 0
 
 
+def test_a_plan_keeps_two_memos(monkeypatch: pytest.MonkeyPatch) -> None:
+    """Calls alternating between two alignments replay through the plan's two memos (no
+    key after the first calls of each); a third alignment replaces the older one."""
+    keys = KeyCount(monkeypatch)
+    shape = (2, 3, 4, 4)
+    plan = cl.activation_plan(shape, "relu", backend="cpu")
+    flat = rand((np.prod(shape) + 2,), 1)
+    views = [rand(shape, 2), flat[1:-1].reshape(shape), flat[2:].reshape(shape)]
+    for v in views[:2]:
+        plan(v), plan(v)
+    before = keys.count
+    for _ in range(3):
+        for v in views[:2]:
+            same_bits(plan(v), np.maximum(v, 0))
+    assert keys.count == before
+    plan(views[2]), plan(views[2])  # (a record, then a replay that leaves its memo)
+    before = keys.count
+    same_bits(plan(views[2]), np.maximum(views[2], 0))
+    same_bits(plan(views[1]), np.maximum(views[1], 0))  # (the older of the two kept)
+    assert keys.count == before
+    same_bits(plan(views[0]), np.maximum(views[0], 0))  # (dropped: the usual path)
+    assert keys.count == before + 1
+
+
 def test_a_plans_memo_does_not_skip_a_graph_capture() -> None:
     shape = (2, 3, 4, 4)
     plan = cl.activation_plan(shape, "relu", backend="cpu")

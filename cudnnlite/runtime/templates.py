@@ -677,7 +677,7 @@ def _cupy_of(array_type: type) -> Any:
 
 _cache: dict[tuple, Any] = {}
 _cache_lock = threading.Lock()
-# Bumped by clear(): a plan's memo (:class:`Memo`) of an older generation is stale.
+# Bumped by clear(): a plan's memo (keep_memo) of an older generation is stale.
 _generation = 0
 
 
@@ -764,7 +764,9 @@ def keep_memo(key: tuple, template: Template, op: Any, fn: Callable[..., Any], a
     template, so the memo replays it; otherwise (another array, a capture, fast paths off,
     a cleared template cache: :data:`_generation`) it answers None and the call takes the
     usual path, which raises the same errors as ever. A call with ``out=``, a keyword or
-    other arguments never asks the memo."""
+    other arguments never asks the memo. A plan keeps its last two memos (the newer asks
+    the older when its own check fails), so that calls alternating between two layouts
+    or alignments replay without building a memo each time."""
     plan = args[0]
     if len(args) < 2 or type(plan).__dict__.get("__call__") is not op:
         return
@@ -784,6 +786,13 @@ def keep_memo(key: tuple, template: Template, op: Any, fn: Callable[..., Any], a
     device = None if host else args[1].device.id
     cuda = None if host else _cupy_of(type(args[1])).cuda
     replay, state = template.replay, _state
+    # The older memo this one asks when its check fails (its own older one dropped).
+    older = getattr(plan, "_template_memo", None)
+    if older is not None:
+        older.older[0] = None
+        if older.generation != _generation:
+            older = None
+    fallback = [older]
 
     def memo(called: Any, args: tuple) -> Any:
         # (set_enabled clears the store, so a memo from before it is of an old generation)
@@ -791,20 +800,19 @@ def keep_memo(key: tuple, template: Template, op: Any, fn: Callable[..., Any], a
                 or graph._active or state.off):  # fmt: skip
             return None
         ptrs: list = []
-        if not check(args, ptrs):
-            return None
-        if cuda is not None and (cuda.runtime.getDevice() != device
-                                 or cuda.get_current_stream().ptr != stream):  # fmt: skip
-            return None  # (the usual path runs the call on its arrays' device, stream)
-        now = _context_key()
-        if now is not context and now != context:
-            return None
-        if not _NO_SWITCHES() if unset else _SWITCHES() != switches:
-            return None
-        if checked:
-            return _checked_replay(template, op, fn, args, {}, list(args[1:]), ptrs)
-        return replay(list(args[1:]), ptrs)
+        # (a GPU call: the usual path runs it on its arrays' device and current stream)
+        if (check(args, ptrs) and (cuda is None or (cuda.runtime.getDevice() == device and
+                                                    cuda.get_current_stream().ptr == stream))
+                and (_NO_SWITCHES() if unset else _SWITCHES() == switches)):  # fmt: skip
+            now = _context_key()
+            if now is context or now == context:
+                if checked:
+                    return _checked_replay(template, op, fn, args, {}, list(args[1:]), ptrs)
+                return replay(list(args[1:]), ptrs)
+        other = fallback[0]
+        return None if other is None else other(called, args)
 
+    memo.generation, memo.older = generation, fallback  # type: ignore[attr-defined]
     plan._template_memo = memo
 
 
