@@ -593,7 +593,7 @@ class Template:
         # under its module's lock (launch_recorded), and replays may overlap.
         self._serial = bool(scratch or checks)
         self._single = None if is_tuple else result[0]  # (the index of a lone result)
-        self._empty = self.xp.empty
+        self._empty = np.empty if kind == "cpu" else None  # (CuPy's: looked up per replay)
         self._pointer = host_pointer if kind == "cpu" else data_pointer
 
     def __len__(self) -> int:
@@ -608,7 +608,7 @@ class Template:
         call returned; None when an output could not be allocated as recorded, an op that
         writes an input got overlapping inputs, or a device-side check of the arguments
         failed (the caller then runs the op itself, which raises that check's error)."""
-        empty, pointer, poison = self._empty, self._pointer, self.poison
+        empty, pointer, poison = self._empty or self.xp.empty, self._pointer, self.poison
         if ptrs is None:
             ptrs = [pointer(a) for a in arrays]
         if self.in_place and _overlap([_extent(a) for a in arrays[: self.inputs]]):
