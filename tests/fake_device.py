@@ -23,7 +23,7 @@ class FakeDeviceArray:
         if ptr is None:
             ptr = FakeDeviceArray._next
             FakeDeviceArray._next += (probe.nbytes + 511) // 256 * 256
-        self.data = types.SimpleNamespace(ptr=ptr)
+        self.data = types.SimpleNamespace(ptr=ptr, device_id=0)
         self.device = types.SimpleNamespace(id=0)
         self.flags = types.SimpleNamespace(c_contiguous=True)
 

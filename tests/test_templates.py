@@ -1063,6 +1063,7 @@ def test_a_plans_memo_on_the_gpu_checks_device_and_stream(
         current[what] = {"stream": 77, "device": 0}[what]
     elsewhere = FakeDeviceArray((2, 8), np.float32)
     elsewhere.device = types.SimpleNamespace(id=1)
+    elsewhere.data.device_id = 1
     others = [FakeDeviceArray((2, 8), np.float64), FakeDeviceArray((4, 4), np.float32),
               FakeDeviceArray((2, 8), np.float32, ptr=x.data.ptr + 4), elsewhere,
               np.zeros((2, 8), np.float32)]  # fmt: skip

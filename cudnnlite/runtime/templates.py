@@ -851,8 +851,9 @@ def _device_check(i: int, a: Any, ptr: int, rest: Callable[[tuple, list], bool])
         b = args[i]
         if type(b) is not kind:
             return False
-        p = b.data.ptr
-        if (b.device.id != device or b.shape != shape or b.dtype != dtype
+        data = b.data  # (CuPy's MemoryPointer: its device without making a Device)
+        p = data.ptr
+        if (data.device_id != device or b.shape != shape or b.dtype != dtype
                 or b.strides != strides or p & 15 != align):  # fmt: skip
             return False
         ptrs.append(p)
