@@ -27,7 +27,9 @@ except ImportError:  # the GPU device check machine may lack it: property tests 
 if settings is not None:
     # Kernel launches on the emulator take milliseconds; keep example counts modest
     # and no deadline (the first call of a test compiles its module).
-    settings.register_profile("cudnnlite", max_examples=30, deadline=None)
+    # CUDNNLITE_HYPOTHESIS_EXAMPLES=N deepens a local run (tests/README.md).
+    examples = int(os.environ.get("CUDNNLITE_HYPOTHESIS_EXAMPLES", "30"))
+    settings.register_profile("cudnnlite", max_examples=examples, deadline=None)
     settings.load_profile("cudnnlite")
 
 BACKENDS = available_backends()
