@@ -25,7 +25,9 @@ def problems(draw: st.DrawFn) -> ConvProblem:
         groups = c
     k = groups * draw(st.integers(1, 4)) if depthwise else groups * draw(st.integers(1, 64))
     filt = tuple(draw(st.sampled_from([1, 2, 3, 5, 7])) for _ in range(nd))
-    spatial = tuple(draw(st.integers(f, 40)) for f in filt)
+    dils = tuple(draw(st.sampled_from([1, 1, 2])) for _ in range(nd))
+    # at least the dilated filter: a non-empty output (ConvProblem refuses empty ones)
+    spatial = tuple(draw(st.integers(d * (f - 1) + 1, 40)) for f, d in zip(filt, dils, strict=True))
     return ConvProblem(
         n=draw(st.integers(1, 8)),
         c=c,
@@ -34,7 +36,7 @@ def problems(draw: st.DrawFn) -> ConvProblem:
         filter=filt,
         pads=tuple((draw(st.integers(0, 2)), draw(st.integers(0, 2))) for _ in range(nd)),
         strides=tuple(draw(st.integers(1, 3)) for _ in range(nd)),
-        dilations=tuple(draw(st.sampled_from([1, 1, 2])) for _ in range(nd)),
+        dilations=dils,
         groups=groups,
         layout=draw(st.sampled_from(["NCW", "NWC"] if nd == 1 else ["NCHW", "NHWC"])),
         dtype=draw(st.sampled_from(["fp32", "fp16", "bf16"])),

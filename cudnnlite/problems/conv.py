@@ -69,6 +69,15 @@ class ConvProblem:
             raise BadParamError("strides and dilations must be >= 1")
         if self.c % self.groups or self.k % self.groups:
             raise BadParamError(f"groups={self.groups} must divide c={self.c} and k={self.k}")
+        for size, f, (before, after), dil in zip(self.spatial, self.filter, self.pads,
+                                                 self.dilations, strict=True):  # fmt: skip
+            if size + before + after < dil * (f - 1) + 1:
+                # (every solver would size its grid, tiles or workspace from an output of
+                # no pixels or fewer: the ops refuse these calls first, with the operand)
+                raise BadParamError(
+                    f"spatial: the padded input ({size} + {before} + {after}) is smaller than "
+                    f"the dilated filter ({dil * (f - 1) + 1}): the output would be empty"
+                )
 
     # ------------------------------------------------------------------ derived
     @property

@@ -42,6 +42,7 @@ there is no TF32 path for doubles).
 
 from __future__ import annotations
 
+from collections.abc import Callable
 from dataclasses import dataclass
 from typing import Any
 
@@ -102,6 +103,27 @@ def gemm(
     tf32: bool = False,
 ) -> None:
     """``C_i = alpha * op(A_i) @ op(B_i) + beta * C_i`` for i < batch (see the module)."""
+    prepare_gemm(backend, a, b, c, trans_a=trans_a, trans_b=trans_b, batch=batch,
+                 alpha=alpha, beta=beta, tf32=tf32)()  # fmt: skip
+
+
+def prepare_gemm(
+    backend: Backend,
+    a: Mat,
+    b: Mat,
+    c: Mat,
+    *,
+    trans_a: bool = False,
+    trans_b: bool = False,
+    batch: int = 1,
+    alpha: float = 1.0,
+    beta: float = 0.0,
+    tf32: bool = False,
+) -> Callable[[], None]:
+    """:func:`gemm`'s checks and argument preparation, once: the returned function runs
+    that GEMM on the views' contents at each call (the same arrays and pointers). A loop
+    that multiplies the same buffers again and again (an RNN's time steps, which rewrite
+    h between them) pays the checks, the views and the cuBLAS argument list once."""
     m, k = (a.cols, a.rows) if trans_a else (a.rows, a.cols)
     kb, n = (b.cols, b.rows) if trans_b else (b.rows, b.cols)
     if k != kb or (c.rows, c.cols) != (m, n):
@@ -121,12 +143,21 @@ def gemm(
     elif c.array.dtype not in (a.array.dtype, np.dtype(np.float32)):
         raise BadParamError(f"gemm: C must be {a.array.dtype} or float32, got {c.array.dtype}")
     if backend.name == "cuda":
-        note_foreign_work("blas.gemm (cuBLAS)")
-        _gemm_cublas(a, b, c, trans_a, trans_b, batch, m, n, k, alpha, beta, tf32)
+        run = _cublas_call(a, b, c, trans_a, trans_b, batch, m, n, k, alpha, beta, tf32)
+
+        def launch() -> None:
+            note_foreign_work("blas.gemm (cuBLAS)")
+            run()
+
     else:
-        # NumPy work in Python: an emulator graph cannot replay it.
-        note_host_work("blas.gemm (a NumPy GEMM on the emulator)")
-        _gemm_numpy(a, b, c, trans_a, trans_b, batch, alpha, beta, tf32)
+        run = _numpy_call(a, b, c, trans_a, trans_b, batch, alpha, beta, tf32)
+
+        def launch() -> None:
+            # NumPy work in Python: an emulator graph cannot replay it.
+            note_host_work("blas.gemm (a NumPy GEMM on the emulator)")
+            run()
+
+    return launch
 
 
 # ------------------------------------------------------------------ emulator
@@ -154,27 +185,33 @@ def _view(m: Mat, batch: int) -> np.ndarray:
     )  # fmt: skip
 
 
-def _gemm_numpy(a: Mat, b: Mat, c: Mat, trans_a: bool, trans_b: bool, batch: int,
-                alpha: float, beta: float, tf32: bool) -> None:  # fmt: skip
+def _numpy_call(a: Mat, b: Mat, c: Mat, trans_a: bool, trans_b: bool, batch: int,
+                alpha: float, beta: float, tf32: bool) -> Callable[[], None]:  # fmt: skip
+    """The emulator's GEMM on these views, as a function of their contents."""
     # float64: a DGEMM with float64 scalars; every other dtype: an SGEMM (see the module).
     work = np.dtype(np.float64) if a.array.dtype == np.float64 else np.dtype(np.float32)
-    av = _view(a, batch).astype(work)
-    bv = _view(b, batch).astype(work)
-    if tf32 and work == np.float32:
-        av, bv = round_tf32(av), round_tf32(bv)
-    if trans_a:
-        av = av.swapaxes(1, 2)
-    if trans_b:
-        bv = bv.swapaxes(1, 2)
-    out = np.matmul(av, bv)  # sgemm (fp32 accumulation) or dgemm (fp64)
-    cv = _view(c, batch)
-    if out.shape[0] != batch:  # A and B both shared: the same product for every C
-        out = np.repeat(out, batch, axis=0)
-    if alpha != 1.0:
-        out *= work.type(alpha)
-    if beta != 0.0:
-        out += work.type(beta) * cv.astype(work)
-    cv[...] = out.astype(c.array.dtype)
+    a_view, b_view, cv = _view(a, batch), _view(b, batch), _view(c, batch)
+    rounded = tf32 and work == np.float32
+    scale, blend = work.type(alpha), work.type(beta)
+
+    def run() -> None:
+        av, bv = a_view.astype(work), b_view.astype(work)  # (copies: C may alias neither)
+        if rounded:
+            av, bv = round_tf32(av), round_tf32(bv)
+        if trans_a:
+            av = av.swapaxes(1, 2)
+        if trans_b:
+            bv = bv.swapaxes(1, 2)
+        out = np.matmul(av, bv)  # sgemm (fp32 accumulation) or dgemm (fp64)
+        if out.shape[0] != batch:  # A and B both shared: the same product for every C
+            out = np.repeat(out, batch, axis=0)
+        if alpha != 1.0:
+            out *= scale
+        if beta != 0.0:
+            out += blend * cv.astype(work)
+        cv[...] = out.astype(c.array.dtype)
+
+    return run
 
 
 # ------------------------------------------------------------------ CUDA
@@ -212,8 +249,11 @@ def _pointer(m: Mat) -> int:
     return int(arr.data.ptr) + m.offset * arr.dtype.itemsize
 
 
-def _gemm_cublas(a: Mat, b: Mat, c: Mat, trans_a: bool, trans_b: bool, batch: int, m: int,
-                 n: int, k: int, alpha: float, beta: float, tf32: bool) -> None:  # fmt: skip
+def _cublas_call(a: Mat, b: Mat, c: Mat, trans_a: bool, trans_b: bool, batch: int, m: int,
+                 n: int, k: int, alpha: float, beta: float,
+                 tf32: bool) -> Callable[[], None]:  # fmt: skip
+    """The cuBLAS call on these views, its argument list made once; each call takes CuPy's
+    handle of the current device (bound to the current stream) as it is then."""
     from .cuda import import_cupy
 
     cupy = import_cupy()
@@ -230,22 +270,29 @@ def _gemm_cublas(a: Mat, b: Mat, c: Mat, trans_a: bool, trans_b: bool, batch: in
     # so B goes first, and a row-major "no transpose" is cuBLAS's OP_N on the same ld.
     # Host scalars in the compute type: float for COMPUTE_32F*, double for COMPUTE_64F.
     scalars = np.array([alpha, beta], dtype=np.float64 if double else np.float32)
-    handle = cupy.cuda.device.get_cublas_handle()
     host = getattr(cublas, "CUBLAS_POINTER_MODE_HOST", 0)
-    mode = cublas.getPointerMode(handle)
-    if mode != host:  # CuPy's own wrappers restore it; be safe anyway
-        cublas.setPointerMode(handle, host)
-    try:
-        cublas.gemmStridedBatchedEx(
-            handle,
-            op_t if trans_b else op_n, op_t if trans_a else op_n, n, m, k,
-            scalars.ctypes.data,
-            _pointer(b), _cuda_type(b.array.dtype), b.ld, b.stride,
-            _pointer(a), _cuda_type(a.array.dtype), a.ld, a.stride,
-            scalars.ctypes.data + scalars.itemsize,
-            _pointer(c), _cuda_type(c.array.dtype), c.ld, c.stride,
-            batch, compute, getattr(cublas, "CUBLAS_GEMM_DEFAULT", _GEMM_DEFAULT),
-        )  # fmt: skip
-    finally:
-        if mode != host:
-            cublas.setPointerMode(handle, mode)
+    # (the scalars stay alive with the closure, run's default argument: their host
+    # addresses are in the list)
+    args = (
+        op_t if trans_b else op_n, op_t if trans_a else op_n, n, m, k,
+        scalars.ctypes.data,
+        _pointer(b), _cuda_type(b.array.dtype), b.ld, b.stride,
+        _pointer(a), _cuda_type(a.array.dtype), a.ld, a.stride,
+        scalars.ctypes.data + scalars.itemsize,
+        _pointer(c), _cuda_type(c.array.dtype), c.ld, c.stride,
+        batch, compute, getattr(cublas, "CUBLAS_GEMM_DEFAULT", _GEMM_DEFAULT),
+    )  # fmt: skip
+    get_handle, call = cupy.cuda.device.get_cublas_handle, cublas.gemmStridedBatchedEx
+
+    def run(_scalars: np.ndarray = scalars) -> None:
+        handle = get_handle()
+        mode = cublas.getPointerMode(handle)
+        if mode != host:  # CuPy's own wrappers restore it; be safe anyway
+            cublas.setPointerMode(handle, host)
+        try:
+            call(handle, *args)
+        finally:
+            if mode != host:
+                cublas.setPointerMode(handle, mode)
+
+    return run

@@ -13,6 +13,7 @@ float64.
 
 from __future__ import annotations
 
+from collections.abc import Callable
 from dataclasses import dataclass, field
 from typing import Any
 
@@ -21,7 +22,7 @@ import numpy as np
 from ... import dtypes
 from ...problems.rnn import MODE_ID, MODES, RnnProblem
 from ...runtime.backend import Backend
-from ...runtime.blas import Mat, gemm
+from ...runtime.blas import Mat, prepare_gemm
 from ...runtime.kernel import ModuleSpec
 
 SOURCE = "rnn/rnn_cell.cu"
@@ -184,6 +185,14 @@ def stacked_gemm(backend: Backend, a: Any, b: Any, c: Any, *, trans_a: bool = Fa
                  trans_b: bool = False, beta: float = 0.0) -> None:  # fmt: skip
     """``c[d] = op(a[d]) @ op(b[d]) + beta * c[d]`` for each leading index d of 3-D
     contiguous arrays (a 2-D ``a`` or ``b`` is shared by every d)."""
+    prepare_stacked_gemm(backend, a, b, c, trans_a=trans_a, trans_b=trans_b, beta=beta)()
+
+
+def prepare_stacked_gemm(backend: Backend, a: Any, b: Any, c: Any, *, trans_a: bool = False,
+                         trans_b: bool = False,
+                         beta: float = 0.0) -> Callable[[], None]:  # fmt: skip
+    """:func:`stacked_gemm` checked and prepared once (``blas.prepare_gemm``): a function
+    that runs it on the arrays' contents at each call (a time loop's recurrent GEMM)."""
 
     def mat(arr: Any, batch: int) -> Mat:
         rows, cols = arr.shape[-2:]
@@ -191,5 +200,5 @@ def stacked_gemm(backend: Backend, a: Any, b: Any, c: Any, *, trans_a: bool = Fa
         return Mat(arr, rows, cols, cols, 0, stride)
 
     batch = c.shape[0]
-    gemm(backend, mat(a, batch), mat(b, batch), mat(c, batch), trans_a=trans_a,
-         trans_b=trans_b, batch=batch, beta=beta)  # fmt: skip
+    return prepare_gemm(backend, mat(a, batch), mat(b, batch), mat(c, batch),
+                        trans_a=trans_a, trans_b=trans_b, batch=batch, beta=beta)  # fmt: skip

@@ -36,6 +36,7 @@ from .common import (
     RnnTensors,
     acc_dtype,
     module_specs,
+    prepare_stacked_gemm,
     stacked_gemm,
 )
 
@@ -120,14 +121,20 @@ class ForwardRunner(Runner):
         sh = s.h if s else hstate
         sghn = s.ghn if s and s.ghn is not None else sg
         lens = _stand_in(lengths, gx)
+        # Every step multiplies the same buffers (h is rewritten between them): the GEMMs'
+        # checks and argument lists are made once per layer.
+        recurrent = prepare_stacked_gemm(self.backend, hstate, w.w_hh, gh, trans_b=True)
+        project = prepare_stacked_gemm(self.backend, r, w.w_hr, hp, trans_b=True) if proj else None
+        fwd_grid, commit_grid = cell.grid(p.h), cell.grid(p.p) if proj else None
+        args = [gx, gh, w.b_ih, w.b_hh, lens, hstate, cstate, y, _stand_in(r, y), sg, sc, sh,
+                sghn, None]  # fmt: skip
         for step in range(p.t):
-            stacked_gemm(self.backend, hstate, w.w_hh, gh, trans_b=True)
-            prm = cell.params(step, s is not None, lengths is not None)
-            cell.fwd(cell.grid(p.h), (256,), (gx, gh, w.b_ih, w.b_hh, lens, hstate, cstate, y,
-                                             _stand_in(r, y), sg, sc, sh, sghn, prm))  # fmt: skip
-            if proj:
-                stacked_gemm(self.backend, r, w.w_hr, hp, trans_b=True)
-                cell.commit(cell.grid(p.p), (256,), (hp, lens, hstate, y, sh, prm))
+            recurrent()
+            args[-1] = prm = cell.params(step, s is not None, lengths is not None)
+            cell.fwd(fwd_grid, (256,), args)
+            if project is not None:
+                project()
+                cell.commit(commit_grid, (256,), (hp, lens, hstate, y, sh, prm))
 
 
 class BackwardRunner(Runner):
@@ -186,16 +193,19 @@ class BackwardRunner(Runner):
         has_len = res.lengths is not None
         sc = s.c if s.c is not None else s.gates
         sghn = s.ghn if s.ghn is not None else s.gates
+        # (the same buffers every step: the GEMMs are checked and prepared once)
+        carry = prepare_stacked_gemm(self.backend, dgh_step, w_hh, dh, beta=1.0)
+        project = prepare_stacked_gemm(self.backend, dh_step, w_hr, dr) if p.p else None
+        bwd_grid, proj_grid = cell.grid(p.h), cell.grid(p.p) if p.p else None
+        args = [dr if p.p else dy, s.gates, sc, s.h, sghn, lens, dh, dc, dgx, dgh, dgh_step,
+                None]  # fmt: skip
         for step in range(p.t):
-            prm = cell.params(step, True, has_len)
-            dh_in = dy
-            if p.p:
-                cell.proj_dh(cell.grid(p.p), (256,), (dy, lens, dh, dh_step, dh_save, prm))
-                stacked_gemm(self.backend, dh_step, w_hr, dr)
-                dh_in = dr
-            cell.bwd(cell.grid(p.h), (256,), (dh_in, s.gates, sc, s.h, sghn, lens, dh, dc,
-                                             dgx, dgh, dgh_step, prm))  # fmt: skip
-            stacked_gemm(self.backend, dgh_step, w_hh, dh, beta=1.0)
+            args[-1] = prm = cell.params(step, True, has_len)
+            if project is not None:
+                cell.proj_dh(proj_grid, (256,), (dy, lens, dh, dh_step, dh_save, prm))
+                project()
+            cell.bwd(bwd_grid, (256,), args)
+            carry()
         return dgx, dgh, dh_save
 
     def weight_grads(self, tensors: RnnBwdTensors, layer: int, saves: LayerSaves, dgx: Any,
