@@ -369,6 +369,33 @@ def test_a_recorded_launch_replays_through_the_prepared_path(fake_cupy: types.Mo
     assert isinstance(args[1], np.ndarray) and args[1].tobytes() == struct.tobytes()
 
 
+def test_a_prepared_launch_swaps_in_the_varying_argument(fake_cupy: types.ModuleType) -> None:
+    """Kernel.prepare on CUDA: the fixed arguments in CuPy's form once, the varying one
+    (a struct as a size-one array) per launch; inside a recording, an ordinary launch."""
+    kernel = CudaBackend().module(SPEC).get_function("trap_if")
+    x = FakeDeviceArray((4, 8), np.float32)
+    layout = np.dtype([("a", "<i4"), ("b", "<f4")], align=True)
+    first, second = (np.array((t, 0.5), layout)[()] for t in (1, 2))
+    launch = kernel.prepare((3, 1), 64, (x, first, np.int32(5)), shared_mem=16, vary=1)
+    calls = kernel.function.kernel.calls
+    before = len(calls)
+    launch(second)
+    launch(first)
+    assert len(calls) == before + 2
+    for (grid, block, args, shared_mem), want in zip(calls[before:], (second, first),
+                                                     strict=True):  # fmt: skip
+        assert (grid, block, shared_mem) == ((3, 1, 1), (64, 1, 1), 16)
+        assert args[0] is x and args[2] == np.int32(5)
+        assert isinstance(args[1], np.ndarray) and args[1].tobytes() == want.tobytes()
+    rec = templates.Recording()
+    graph._set_recorder(rec)
+    try:
+        launch(second)
+    finally:
+        graph._set_recorder(None)
+    assert len(rec.launches) == 1 and len(calls) == before + 3  # (recorded, and launched)
+
+
 def test_multiprocessor_count_is_cached(fake_cupy: types.ModuleType) -> None:
     backend = CudaBackend()
     assert backend.multiprocessor_count() == 132

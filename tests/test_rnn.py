@@ -3,6 +3,8 @@ PyTorch, the API's shapes and weight forms, dropout, and bad input."""
 
 from __future__ import annotations
 
+import os
+
 import numpy as np
 import pytest
 
@@ -119,6 +121,41 @@ CASES = [
 def test_standard_matches_reference(mode, kw, backend):
     # (the dispatcher would take the persistent solver here: tests/test_rnn_persistent.py)
     _check_fwd_bwd(*_case(mode, **kw), atol=ATOL32, algo="rnn_fwd_standard", backend=backend)
+
+
+@pytest.mark.parametrize("mode,kw", [CASES[1], CASES[3]], ids=["lstm_proj_lens", "gru"])
+def test_prepared_launches_equal_ordinary_ones(mode, kw, monkeypatch, emulator_only):
+    """The standard solver's time loops launch through Kernel.prepare (the fixed
+    arguments converted once, a step's parameters per launch): bit for bit what ordinary
+    launches give, forward and backward."""
+    from cudnnlite.runtime.backend import Kernel
+    from cudnnlite.runtime.emulator.launcher import EmulatorKernel
+
+    x, hx, cx, w, kwargs = _case(mode, **kw)
+
+    def run():
+        y, hy, *rest = cl.rnn(x, hx, w, cx=cx, training=True, algo="rnn_fwd_standard",
+                              **kwargs)  # fmt: skip
+        grads = cl.rnn_backward(np.ones_like(y), np.ones_like(hy), None, rest[-1])
+        return [y, hy, *rest[:-1], *grads[:3], *grads[3].values()]
+
+    fast = []  # the prepared launches' runs (Kernel.prepare's fast path, not its fallback)
+    original = EmulatorKernel.launch_recorded
+    monkeypatch.setattr(EmulatorKernel, "launch_recorded",
+                        lambda k, *a: (fast.append(k.name), original(k, *a))[1])  # fmt: skip
+    with cl.fast_paths_off():
+        prepared = run()
+        if os.environ.get("CUDNNLITE_EMU_ASAN", "0") in ("", "0"):  # (ASan: ordinary launches)
+            assert any("rnn_cell_fwd" in n for n in fast)
+            assert any("rnn_cell_bwd" in n for n in fast)
+        monkeypatch.setattr(EmulatorKernel, "prepare", Kernel.prepare)
+        ordinary = run()
+    assert len(prepared) == len(ordinary)
+    for a, b in zip(prepared, ordinary, strict=True):
+        if a is None:
+            assert b is None
+        else:
+            assert a.dtype == b.dtype and a.tobytes() == b.tobytes()
 
 
 def test_dispatcher_choice_matches_reference(backend):

@@ -15,7 +15,7 @@ from __future__ import annotations
 
 import abc
 import threading
-from collections.abc import Sequence
+from collections.abc import Callable, Sequence
 from typing import Any
 
 import numpy as np
@@ -72,6 +72,26 @@ class Kernel(abc.ABC):
     def max_cooperative_blocks(self, block_threads: int, shared_mem: int = 0) -> int:
         """Blocks of ``block_threads`` threads using ``shared_mem`` bytes of dynamic
         shared memory that a cooperative launch of this kernel may have."""
+
+    def prepare(self, grid: Dim, block: Dim, args: Sequence[Any], shared_mem: int = 0,
+                vary: int = -1) -> Callable[[Any], None]:  # fmt: skip
+        """A launch of this kernel whose arguments are ``args`` but for the one at index
+        ``vary`` (a struct of per-step parameters, say), which each call of the returned
+        function gives: ``launch(value)``. What a loop launching the same kernel on the
+        same buffers pays once (the backends convert the fixed arguments once; this
+        default is an ordinary launch per call). The fixed arguments are the same arrays
+        at every launch (their contents may change). One thread at a time per prepared
+        launch; a launch inside a graph capture or a template recording is an ordinary
+        launch, which the recorder sees."""
+        fixed = list(args)
+        index = vary % len(fixed)
+
+        def launch(value: Any) -> None:
+            call = list(fixed)
+            call[index] = value
+            self(grid, block, call, shared_mem)
+
+        return launch
 
     def __repr__(self) -> str:
         return f"<{type(self).__name__} {self.name} from {self.spec.label()}>"

@@ -110,6 +110,29 @@ class CudaKernel(Kernel):
             for c in copies:
                 c.copy_back()
 
+    def prepare(self, grid: Dim, block: Dim, args: Sequence[Any], shared_mem: int = 0,
+                vary: int = -1) -> Any:  # fmt: skip
+        """:meth:`Kernel.prepare`: the fixed arguments in CuPy's form and the dims checked
+        once; each launch swaps in the varying one (a struct as a size-one array)."""
+        ordinary = Kernel.prepare(self, grid, block, args, shared_mem, vary)
+        converted, copies = _host_arguments(args)
+        if copies:  # host arrays copied per launch: the ordinary path does it each time
+            return ordinary
+        self._opt_in_shared_memory(shared_mem)
+        g, b = launch_dims(grid, block)
+        fixed = list(converted)
+        index = vary % len(fixed)
+
+        def launch(value: Any) -> None:
+            if current_recorder() is not None:
+                ordinary(value)  # (a capture or a template sees every launch)
+                return
+            call = list(fixed)
+            call[index] = np.asarray(value) if isinstance(value, np.void) else value
+            self.launch_prepared(g, b, tuple(call), shared_mem, False)
+
+        return launch
+
     def launch_prepared(self, g: tuple, b: tuple, args: tuple, shared_mem: int,
                         cooperative: bool) -> None:  # fmt: skip
         """Launches with arguments in the form CuPy takes (device arrays, NumPy scalars,

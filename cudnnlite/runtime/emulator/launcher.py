@@ -551,6 +551,41 @@ class EmulatorKernel(Kernel):
             if module.racecheck and races.reports:
                 raise racecheck_mod.race_error(self.name, self.spec.label(), races.reports)
 
+    def prepare(self, grid: Dim, block: Dim, args: Sequence[Any], shared_mem: int = 0,
+                vary: int = -1) -> Any:  # fmt: skip
+        """:meth:`Kernel.prepare`: the arguments converted once into an arena of the
+        prepared launch's own; each launch writes the varying struct's bytes into it and
+        runs it as a graph's recorded launch does. Anything the arena cannot hold as it
+        is (a host copy of an argument, a varying argument that is not a struct) takes
+        the ordinary path."""
+        ordinary = Kernel.prepare(self, grid, block, args, shared_mem, vary)
+        index = vary % len(self.signature) if self.signature else 0
+        code = self.signature[index] if self.signature else ""
+        # (the AddressSanitizer build copies every array per launch, between redzones)
+        if len(args) != len(self.signature) or not code.startswith("s") or self.module.asan:
+            return ordinary
+        size = int(code[1:].partition("a")[0])
+        cfg = self._config(grid, block, shared_mem, False)
+        keep: list = []
+        with self.module.lock:
+            self._convert(args, keep)
+            arena, values = self.snapshot_arguments()
+            if keep:  # copies made for one launch (a later one would not see new contents):
+                self.module.copy_back(keep)  # released unchanged; the ordinary path, each time
+                return ordinary
+        address, cfg_ref = arena.ctypes.data + self._plan.offsets[index], ctypes.byref(cfg)
+
+        def launch(value: Any, _arena: np.ndarray = arena, _cfg: Any = cfg) -> None:
+            if current_recorder() is not None or type(value) is not np.void or (
+                value.dtype.itemsize != size
+            ):
+                ordinary(value)  # (a capture or a template sees every launch)
+                return
+            ctypes.memmove(address, value.tobytes(), size)
+            self.launch_recorded(cfg_ref, values)
+
+        return launch
+
     def launch_recorded(self, cfg_ref: Any, values: ctypes.Array, words: Any = None,
                         patches: tuple = (), ptrs: list | None = None) -> None:  # fmt: skip
         """Runs a launch recorded by a graph or a launch template: ``ctypes.byref`` of its

@@ -121,20 +121,24 @@ class ForwardRunner(Runner):
         sh = s.h if s else hstate
         sghn = s.ghn if s and s.ghn is not None else sg
         lens = _stand_in(lengths, gx)
-        # Every step multiplies the same buffers (h is rewritten between them): the GEMMs'
-        # checks and argument lists are made once per layer.
+        # Every step multiplies and updates the same buffers (h is rewritten between
+        # them): the GEMMs and the launches are checked and prepared once per layer, and a
+        # step passes its parameters (Kernel.prepare).
         recurrent = prepare_stacked_gemm(self.backend, hstate, w.w_hh, gh, trans_b=True)
-        project = prepare_stacked_gemm(self.backend, r, w.w_hr, hp, trans_b=True) if proj else None
-        fwd_grid, commit_grid = cell.grid(p.h), cell.grid(p.p) if proj else None
-        args = [gx, gh, w.b_ih, w.b_hh, lens, hstate, cstate, y, _stand_in(r, y), sg, sc, sh,
-                sghn, None]  # fmt: skip
-        for step in range(p.t):
+        step_params = [cell.params(t, s is not None, lengths is not None) for t in range(p.t)]
+        fwd_args = (gx, gh, w.b_ih, w.b_hh, lens, hstate, cstate, y, _stand_in(r, y), sg, sc,
+                    sh, sghn, step_params[0])  # fmt: skip
+        fwd = cell.fwd.prepare(cell.grid(p.h), (256,), fwd_args)
+        if proj:
+            project = prepare_stacked_gemm(self.backend, r, w.w_hr, hp, trans_b=True)
+            commit = cell.commit.prepare(cell.grid(p.p), (256,),
+                                         (hp, lens, hstate, y, sh, step_params[0]))  # fmt: skip
+        for prm in step_params:
             recurrent()
-            args[-1] = prm = cell.params(step, s is not None, lengths is not None)
-            cell.fwd(fwd_grid, (256,), args)
-            if project is not None:
+            fwd(prm)
+            if proj:
                 project()
-                cell.commit(commit_grid, (256,), (hp, lens, hstate, y, sh, prm))
+                commit(prm)
 
 
 class BackwardRunner(Runner):
@@ -193,18 +197,20 @@ class BackwardRunner(Runner):
         has_len = res.lengths is not None
         sc = s.c if s.c is not None else s.gates
         sghn = s.ghn if s.ghn is not None else s.gates
-        # (the same buffers every step: the GEMMs are checked and prepared once)
+        # (the same buffers every step: the GEMMs and launches are prepared once)
+        step_params = [cell.params(t, True, has_len) for t in range(p.t)]
         carry = prepare_stacked_gemm(self.backend, dgh_step, w_hh, dh, beta=1.0)
-        project = prepare_stacked_gemm(self.backend, dh_step, w_hr, dr) if p.p else None
-        bwd_grid, proj_grid = cell.grid(p.h), cell.grid(p.p) if p.p else None
-        args = [dr if p.p else dy, s.gates, sc, s.h, sghn, lens, dh, dc, dgx, dgh, dgh_step,
-                None]  # fmt: skip
-        for step in range(p.t):
-            args[-1] = prm = cell.params(step, True, has_len)
-            if project is not None:
-                cell.proj_dh(proj_grid, (256,), (dy, lens, dh, dh_step, dh_save, prm))
+        bwd = cell.bwd.prepare(cell.grid(p.h), (256,), (dr if p.p else dy, s.gates, sc, s.h,
+                               sghn, lens, dh, dc, dgx, dgh, dgh_step, step_params[0]))  # fmt: skip
+        if p.p:
+            project = prepare_stacked_gemm(self.backend, dh_step, w_hr, dr)
+            proj_args = (dy, lens, dh, dh_step, dh_save, step_params[0])
+            proj_dh = cell.proj_dh.prepare(cell.grid(p.p), (256,), proj_args)
+        for prm in step_params:
+            if p.p:
+                proj_dh(prm)
                 project()
-            cell.bwd(bwd_grid, (256,), args)
+            bwd(prm)
             carry()
         return dgx, dgh, dh_save
 
