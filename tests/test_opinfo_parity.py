@@ -712,6 +712,24 @@ def test_zero_channel_convolution_still_differs() -> None:
     assert mine.shape == (1, 4, 3, 3) and (mine == 1).all()
 
 
+def test_small_input_avg_pool3d_still_differs() -> None:
+    """README's deliberate difference: PyTorch's avg_pool3d refuses an input smaller than
+    the kernel along a dimension even when the padding makes up the rest (its 1-D and 2-D
+    average pools and max_pool3d accept it); cudnnlite averages as the 1-D/2-D pools do:
+    here, with count_include_pad, the window of 3 over one value and a zero of padding on
+    each side."""
+    x = np.arange(16, dtype=np.float32).reshape(1, 1, 1, 4, 4) + 1
+    with pytest.raises(RuntimeError, match="smaller than kernel size"):
+        F.avg_pool3d(torch.from_numpy(x), (3, 1, 1), stride=1, padding=(1, 0, 0))
+    mine = cl.avg_pool3d(x, (3, 1, 1), stride=1, padding=(1, 0, 0))
+    np.testing.assert_allclose(mine, x / 3, rtol=1e-6)
+    # the same windows in 2-D (depth as height, the 4 x 4 plane as width), which PyTorch
+    # accepts, give the same
+    flat = torch.from_numpy(x.reshape(1, 1, 1, 16))
+    want = F.avg_pool2d(flat, (3, 1), stride=1, padding=(1, 0)).numpy()
+    np.testing.assert_allclose(mine.reshape(want.shape), want, rtol=1e-6)
+
+
 def test_difference_table_is_used() -> None:
     """Every row of the table names a mapped op (a stale row is an error)."""
     for d in DIFFERENCES:
