@@ -195,7 +195,7 @@ def _numpy_call(a: Mat, b: Mat, c: Mat, trans_a: bool, trans_b: bool, batch: int
     scale, blend = work.type(alpha), work.type(beta)
 
     def run() -> None:
-        av, bv = a_view.astype(work), b_view.astype(work)  # (copies: C may alias neither)
+        av, bv = a_view.astype(work), b_view.astype(work)  # (copies of the inputs as they are now)
         if rounded:
             av, bv = round_tf32(av), round_tf32(bv)
         if trans_a:
