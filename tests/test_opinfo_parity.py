@@ -730,6 +730,17 @@ def test_small_input_avg_pool3d_still_differs() -> None:
     np.testing.assert_allclose(mine.reshape(want.shape), want, rtol=1e-6)
 
 
+def test_one_value_group_norm_still_differs() -> None:
+    """README's deliberate difference: PyTorch's group_norm refuses groups of one value
+    ("Expected more than 1 value per channel when training"); cudnnlite normalizes them:
+    x - mean is 0, so the output is the bias."""
+    x = np.array([[3.0, -2.0, 7.5]], np.float32)
+    w, b = np.array([2.0, 3.0, 4.0], np.float32), np.array([0.5, -1.0, 2.0], np.float32)
+    with pytest.raises(ValueError, match="more than 1 value per channel"):
+        F.group_norm(torch.from_numpy(x), 3, torch.from_numpy(w), torch.from_numpy(b))
+    np.testing.assert_array_equal(cl.group_norm(x, 3, w, b), b[None, :])
+
+
 def test_difference_table_is_used() -> None:
     """Every row of the table names a mapped op (a stale row is an error)."""
     for d in DIFFERENCES:
