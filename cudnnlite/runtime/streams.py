@@ -200,7 +200,7 @@ def with_stream(fn: F) -> F:
 
     @functools.wraps(fn)
     def wrapper(*args: Any, stream: Any = None, **kwargs: Any) -> Any:
-        if first and stream is None and not kwargs:
+        if first and stream is None and not kwargs and args:
             # a plan's repeated call: its memo replays the last template when it can
             memo = getattr(args[0], "_template_memo", None)
             if memo is not None:
