@@ -575,7 +575,9 @@ class EmulatorKernel(Kernel):
                 return ordinary
         address, cfg_ref = arena.ctypes.data + self._plan.offsets[index], ctypes.byref(cfg)
 
-        def launch(value: Any, _arena: np.ndarray = arena, _cfg: Any = cfg) -> None:
+        # (the defaults keep the arena, the config and the arrays it points to alive)
+        def launch(value: Any, _arena: np.ndarray = arena, _cfg: Any = cfg,
+                   _arrays: tuple = tuple(args)) -> None:  # fmt: skip
             if current_recorder() is not None or type(value) is not np.void or (
                 value.dtype.itemsize != size
             ):
