@@ -159,8 +159,11 @@ CASES = [
         _p(3, 2, 1, 40, 50, 32, 32, causal=True, align="bottom_right", varlen=True),
         {"lengths": ([0, 1, 33], [5, 0, 50])},
     ),  # fmt: skip
-    # dropout (the forward's Philox numbering), GQA
+    # dropout (the forward's Philox numbering), GQA: skv % 4 != 0 (a row's groups of four
+    # keys straddle rows: one draw per element or pair), then skv % 4 == 0 (lanes share
+    # each group's draw through shuffles)
     (_p(1, 2, 1, 40, 50, 32, 32, dropout=True), {"dropout_p": 0.3}),
+    (_p(1, 2, 1, 40, 52, 32, 32, causal=True, dropout=True), {"dropout_p": 0.3}),
     # one query, one key
     (_p(2, 2, 1, 1, 1, 8, 8, "bf16"), {}),
     # bucket 256 (64 queries x 32 keys, four warps per 16 keys; dQ kernel two warps per 16
@@ -169,10 +172,10 @@ CASES = [
     (_p(1, 4, 2, 37, 70, 256, 256, causal=True, align="bottom_right"), {}),
     # bucket 256 padded (d = 136, dv = 200), bf16, MQA, BSHD, sliding window
     (_p(1, 2, 1, 29, 40, 136, 200, "bf16", layout="BSHD", window=(6, 9)), {}),
-    # bucket 256, general path: additive mask (b, 1, 1, skv) + dropout, dmask
+    # bucket 256, general path: additive mask (b, 1, 1, skv) + dropout (skv % 4 == 0), dmask
     (
-        _p(2, 1, 1, 23, 33, 256, 256, "bf16", mask="additive", dropout=True),
-        {"mask_shape": (2, 1, 1, 33), "dropout_p": 0.2},
+        _p(2, 1, 1, 23, 36, 256, 256, "bf16", mask="additive", dropout=True),
+        {"mask_shape": (2, 1, 1, 36), "dropout_p": 0.2},
     ),  # fmt: skip
 ]
 

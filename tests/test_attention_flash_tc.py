@@ -113,6 +113,13 @@ def test_additive_mask_broadcast_bf16(backend):
     _check(backend, p, mask=m.astype(NUMPY_DTYPE["bf16"]), scale=-0.25)
 
 
+def test_dropout_keys_multiple_of_four(backend):
+    # skv % 4 == 0: lanes t and t ^ 1 share each Philox group's draw (a shuffle); 128-key
+    # tiles take two 8-tile chunks of keep bits; causal masks the last tile.
+    p = prob(sq=37, skv=132, causal=True, align="bottom_right", dropout=True)
+    _check(backend, p, SMALL, dropout_p=0.3)
+
+
 def test_varlen_lengths_zero_and_one(backend):
     p = prob(b=3, hq=1, hkv=1, sq=37, skv=45, varlen=True, causal=True, align="bottom_right")
     o, lse = _check(backend, p, lengths=([0, 1, 37], [5, 0, 44]))

@@ -146,11 +146,109 @@ __device__ __forceinline__ A dropout_factor_at(const SdpaParamsT<A>& p, unsigned
     const unsigned long long e =
         ((((unsigned long long)bi * p.hq + h) * p.sq + i) * (unsigned long long)p.skv) + j;
     const cl::Philox4 w = cl::philox_group(p.seed, offset, e >> 2);
-    return w.v[e & 3] >= p.drop_threshold ? p.drop_scale : A(0);
+    return cl::philox_word(w, (unsigned)e & 3u) >= p.drop_threshold ? p.drop_scale : A(0);
 }
 template <typename A>
 __device__ __forceinline__ A dropout_factor(const SdpaParamsT<A>& p, int bi, int h, int i, int j) {
     return dropout_factor_at(p, stream_offset(p), bi, h, i, j);
+}
+
+// The keep bits (1: element e0, 2: element e0 + 1) of two consecutive elements of one
+// row; one draw when both fall in one group of four.
+template <class P>
+__device__ __forceinline__ unsigned dropout_pair(const P& p, unsigned long long offset,
+                                                 unsigned long long e0) {
+    const cl::Philox4 w = cl::philox_group(p.seed, offset, e0 >> 2);
+    const unsigned k = (unsigned)e0 & 3u;
+    const unsigned w0 = cl::philox_word(w, k);
+    const unsigned w1 = k != 3u ? cl::philox_word(w, k + 1u)
+                                : cl::philox_group(p.seed, offset, (e0 >> 2) + 1).v[0];
+    return (w0 >= p.drop_threshold ? 1u : 0u) | (w1 >= p.drop_threshold ? 2u : 0u);
+}
+
+// Dropout keep bits of a warp's MMA accumulator fragment (m16 x NF n8 tiles; lane = 4 g +
+// t), bit 4 f + r for the fragment's element (f, r). Every element number is
+// e_row[r >> 1] (the element of the lane's row, key 0) plus the element's key.
+//
+// Keys along the fragment's columns (S = Q K^T: the forward, the dQ kernel): element
+// (f, r) is row hf = r >> 1 at key kb + 8 f + 2 t + (r & 1). Lanes t and t ^ 1 hold the
+// four keys of one Philox group when the row starts and kb are multiples of 4 (skv % 4 ==
+// 0, kb % 8 == 0, `aligned`, warp-uniform): each lane draws its own half's groups (NF
+// draws instead of 4 NF) and swaps them with its partner through one shuffle. Otherwise one
+// draw per pair of keys (2 NF). Every lane of the warp calls it (a full-mask shuffle).
+// e_row / e_col are read through selects: a run-time index would put them in local memory.
+template <int NF, class P>
+__device__ __forceinline__ unsigned drop_bits_keys_in_cols(const P& p, unsigned long long offset,
+                                                           const unsigned long long (&e_row)[2],
+                                                           int kb, int t, bool aligned) {
+    static_assert(NF * 4 <= 32, "one bit per fragment element");
+    unsigned bits = 0;
+    if (aligned) {
+        // mine: bit 4 f + w = word w of this lane's half (t & 1), group of keys kb + 8 f +
+        // 4 (t >> 1) ..; the partner's half comes from lane ^ 1.
+        const unsigned q = t & 1;
+        const unsigned long long e = (q ? e_row[1] : e_row[0]) + kb + 4 * (t >> 1);
+        unsigned mine = 0;
+#pragma unroll 1
+        for (int f = 0; f < NF; ++f) {
+            const cl::Philox4 w = cl::philox_group(p.seed, offset, (e + 8 * f) >> 2);
+#pragma unroll
+            for (int k = 0; k < 4; ++k) mine |= (w.v[k] >= p.drop_threshold ? 1u : 0u) << (4 * f + k);
+        }
+        const unsigned other = __shfl_xor_sync(0xffffffffu, mine, 1);
+        const unsigned h0 = q ? other : mine, h1 = q ? mine : other;
+        // this lane's keys are words 2 (t & 1) and 2 (t & 1) + 1 of each group
+        bits = ((h0 >> (2 * q)) & 0x33333333u) | (((h1 >> (2 * q)) & 0x33333333u) << 2);
+    } else {
+#pragma unroll 1
+        for (int pr = 0; pr < 2 * NF; ++pr) {  // (f = pr >> 1, row half pr & 1)
+            const int f = pr >> 1, hf = pr & 1;
+            const unsigned long long e = (hf ? e_row[1] : e_row[0]) + kb + 8 * f + 2 * t;
+            bits |= dropout_pair(p, offset, e) << (4 * f + 2 * hf);
+        }
+    }
+    return bits;
+}
+
+// Keys along the fragment's rows (S^T = K Q^T: the dK / dV kernel): element (f, r) is
+// query row ib + 8 f + (r & 1) (element number e_col[r & 1] + 8 f skv) at key jb + 8 (r >>
+// 1), jb = the lane's key (16-key block start + g). Lanes g = 4 k .. 4 k + 3 hold the four
+// keys of one group when skv % 4 == 0 and the block start is a multiple of 4 (`aligned`):
+// lane g & 3 = r draws the groups of slots (f, r) (NF draws instead of 4 NF) and four
+// shuffles hand each lane its word of every slot. Otherwise one draw per element.
+template <int NF, class P>
+__device__ __forceinline__ unsigned drop_bits_keys_in_rows(const P& p, unsigned long long offset,
+                                                           const unsigned long long (&e_col)[2],
+                                                           int jb, int lane, bool aligned) {
+    static_assert(NF * 4 <= 32, "one bit per fragment element");
+    const unsigned long long row_step = 8ull * (unsigned long long)p.skv;
+    unsigned bits = 0;
+    if (aligned) {
+        const unsigned q = (lane >> 2) & 3;  // g & 3: this lane draws slots (f, r = q)
+        const unsigned long long e = e_col[q & 1] + (jb - (int)q) + 8 * (q >> 1);
+        unsigned mine = 0;  // bit 4 f + w: word w of slot (f, q)'s group
+#pragma unroll 1
+        for (int f = 0; f < NF; ++f) {
+            const cl::Philox4 w = cl::philox_group(p.seed, offset, (e + f * row_step) >> 2);
+#pragma unroll
+            for (int k = 0; k < 4; ++k) mine |= (w.v[k] >= p.drop_threshold ? 1u : 0u) << (4 * f + k);
+        }
+#pragma unroll
+        for (int r = 0; r < 4; ++r) {
+            const unsigned from = __shfl_sync(0xffffffffu, mine, (lane & ~12) | (r << 2));
+            bits |= ((from >> q) & 0x11111111u) << r;
+        }
+    } else {
+#pragma unroll 1
+        for (int s = 0; s < NF * 4; ++s) {
+            const int f = s >> 2, r = s & 3;
+            const unsigned long long e =
+                (r & 1 ? e_col[1] : e_col[0]) + f * row_step + jb + 8 * (r >> 1);
+            const cl::Philox4 w = cl::philox_group(p.seed, offset, e >> 2);
+            bits |= (cl::philox_word(w, (unsigned)e & 3u) >= p.drop_threshold ? 1u : 0u) << s;
+        }
+    }
+    return bits;
 }
 
 }  // namespace sdpa

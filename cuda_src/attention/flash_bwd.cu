@@ -37,7 +37,10 @@
 //
 // Loop costs: every ldmatrix address is a per-lane register (LaneOff, computed once) plus
 // an immediate; cp.async addresses advance by constant row steps; dQ's atomics are float2
-// (sm_90) into dq_accum rows padded to D floats (no column tests).
+// (sm_90) into dq_accum rows padded to D floats (no column tests). Dropout keep bits: one
+// Philox draw per four elements, shared by the lanes holding them through shuffles, when
+// skv % 4 == 0 (sdpa::drop_bits_keys_in_rows / _cols); else one per element (main) or pair
+// of keys (dq).
 //
 // Shared tiles are rows of 16-byte chunks XOR-swizzled as in conv/tc_gemm.cuh, so every
 // ldmatrix phase hits 8 distinct bank groups.
@@ -241,21 +244,6 @@ __device__ __forceinline__ bool tile_full(const SdpaParams& p, sdpa::Lengths len
            (p.left < 0 || n0 >= m0 + bm - 1 + shift - p.left);
 }
 
-// Dropout keep bits of this thread's 4 NF fragment elements (bit 4 f + r), one Philox draw
-// each in a loop that is not unrolled: its code appears once in the main loop, not 4 NF
-// times. coord(f, r) gives the element's (query i, key j).
-template <int NF, class Coord>
-__device__ __forceinline__ unsigned drop_bits(const SdpaParams& p, int bi, int h, Coord coord) {
-    static_assert(NF * 4 <= 32, "one bit per fragment element");
-    unsigned bits = 0;
-#pragma unroll 1
-    for (int e = 0; e < NF * 4; ++e) {
-        const int2 ij = coord(e >> 2, e & 3);
-        if (sdpa::dropout_factor(p, bi, h, ij.x, ij.y) != 0.0f) bits |= 1u << e;
-    }
-    return bits;
-}
-
 // lse in the log2 domain as P = exp2(s * scale_log2 - lse2) uses it: +inf for rows that keep
 // nothing (lse = -inf) and rows past lengths_q, so their P is 0. The pre kernel writes it
 // (the workspace's lse2 rows) for the others to read.
@@ -454,11 +442,15 @@ struct Main {
                         }
                 }
                 const bool drop = p.drop_threshold != 0;
-                const unsigned kept =
-                    drop ? drop_bits<NFM>(p, bi, h, [&](int f, int r) {
-                        return make_int2(m0 + q0 + 8 * f + 2 * t + (r & 1), jw + 8 * (r >> 1));
-                    })
-                         : 0u;
+                unsigned kept = 0;
+                if (drop) {  // warp-uniform
+                    const unsigned long long e0 =
+                        (((unsigned long long)bi * p.hq + h) * p.sq + m0 + q0 + 2 * t) *
+                        (unsigned long long)p.skv;
+                    const unsigned long long e_col[2] = {e0, e0 + p.skv};
+                    kept = sdpa::drop_bits_keys_in_rows<NFM>(p, sdpa::stream_offset(p), e_col, jw,
+                                                             lane, p.skv % 4 == 0);
+                }
     #pragma unroll
                 for (int f = 0; f < NFM; ++f)
     #pragma unroll
@@ -859,19 +851,20 @@ struct Dq {
                         s[f][r] = keep ? exp2f(s[f][r] * p.scale_log2 + add - l2[r >> 1]) : 0.0f;
                     }
             }
-            const bool drop = p.drop_threshold != 0;
-            // (Per element here: the keep bits of drop_bits make ptxas cap this kernel at 128
-            // registers and spill for D = 32; the stream's offset read once per tile, as a
-            // per-draw read of the PhiloxState counter did too.)
-            const unsigned long long drop_offset = drop ? sdpa::stream_offset(p) : 0ull;
+            const bool drop = p.drop_threshold != 0;  // warp-uniform
+            unsigned kept = 0;
+            if (drop) {
+                const unsigned long long e_row[2] = {(unsigned long long)(row0 + i0) * p.skv,
+                                                     (unsigned long long)(row0 + i0 + 8) * p.skv};
+                kept = sdpa::drop_bits_keys_in_cols<NFK>(p, sdpa::stream_offset(p), e_row, nw, t,
+                                                         p.skv % 4 == 0);
+            }
 #pragma unroll
             for (int f = 0; f < NFK; ++f)
 #pragma unroll
                 for (int r = 0; r < 4; ++r) {
                     float d = dp[f][r];
-                    if (drop)
-                        d *= sdpa::dropout_factor_at(p, drop_offset, bi, h, i0 + 8 * (r >> 1),
-                                                     nw + 8 * f + 2 * t + (r & 1));
+                    if (drop) d *= (kept >> (4 * f + r)) & 1u ? p.drop_scale : 0.0f;
                     dp[f][r] = s[f][r] * (d - dl[r >> 1]);
                 }
             add_dq(acc, dp, dSw, Ks, k_t, lane);

@@ -29,7 +29,9 @@
 //                stays a max), O rescaled in registers only when some row's max moved; the
 //                row sum stays per lane until the end (alpha is uniform across the quad).
 //                Tiles with an explicit mask are scaled (+ mask * log2 e) in mask_tile
-//   dropout      P *= dropout_factor after the row sum: the denominator is undropped
+//   dropout      P *= keep factor after the row sum: the denominator is undropped; keep
+//                bits from one Philox draw per 4 keys, lanes t / t ^ 1 sharing it, when
+//                skv % 4 == 0 (sdpa::drop_bits_keys_in_cols), else one per pair of keys
 //   O += P V     P packed from the S accumulators straight into A fragments (the C layout
 //                of m16n8 is the A layout of m16k16 after packing pairs); V tile
 //                [BN][HEAD_DIM] read by ldmatrix.trans
@@ -96,25 +98,6 @@ __device__ __forceinline__ void load_tile(T* dst, const T* src, long long ss, in
         cl::mma::cp_async<16>(dst + d, s, ok);  // nothing is read when !ok
         s += step;
     }
-}
-
-// The dropout keep bits (1: element e0, 2: e0 + 1) of the Philox stream; one draw when
-// both fall in one group of four, as they do for even row starts.
-__device__ __forceinline__ unsigned philox_word(const cl::Philox4& w, unsigned i) {
-    return i == 0 ? w.v[0] : i == 1 ? w.v[1] : i == 2 ? w.v[2] : w.v[3];
-}
-
-__device__ __forceinline__ unsigned dropout_pair(const SdpaParams& p, unsigned long long e0) {
-    const unsigned long long offset = sdpa::stream_offset(p);
-    const cl::Philox4 w = cl::philox_group(p.seed, offset, e0 >> 2);
-    const unsigned w0 = philox_word(w, (unsigned)e0 & 3u);
-    unsigned w1;
-    if (((unsigned)e0 & 3u) != 3u) {
-        w1 = philox_word(w, ((unsigned)e0 & 3u) + 1u);
-    } else {
-        w1 = cl::philox_group(p.seed, offset, (e0 >> 2) + 1).v[0];
-    }
-    return (w0 >= p.drop_threshold ? 1u : 0u) | (w1 >= p.drop_threshold ? 2u : 0u);
 }
 
 // One block's state and its steps (a struct so the masked and unmasked tile steps share
@@ -344,24 +327,27 @@ struct Fwd {
                 }
             }
         if (DROPOUT && p.drop_threshold != 0) {  // 0: p = 0 (the struct's convention)
+            // Keep bits first, in rolled loops of Philox draws (unrolled draws would hold
+            // too many registers), 8 n8 tiles at a time, then the factors.
+            constexpr int NC = NS < 8 ? NS : 8;
+            const unsigned long long offset = sdpa::stream_offset(p);
+            const bool aligned = p.skv % 4 == 0;
 #pragma unroll
             for (int mt = 0; mt < MT; ++mt) {
-                // Keep bits first, one Philox draw at a time (a rolled loop: the unrolled
-                // draws would hold too many registers), then the factors.
-                unsigned long long bits = 0;
-#pragma unroll 1
-                for (int pr = 0; pr < 2 * NS; ++pr) {  // pair (j = pr / 2, row half pr % 2)
-                    const int j = pr >> 1, hf = pr & 1;
-                    const unsigned long long e0 =
-                        drop_row + (unsigned long long)(16 * mt + 8 * hf) * p.skv;
-                    bits |= (unsigned long long)dropout_pair(p, e0 + key0 + 8 * j + 2 * t)
-                            << (2 * pr);
+                const unsigned long long e_row[2] = {
+                    drop_row + (unsigned long long)(16 * mt) * p.skv,
+                    drop_row + (unsigned long long)(16 * mt + 8) * p.skv};
+#pragma unroll
+                for (int c = 0; c < NS / NC; ++c) {
+                    const unsigned bits = sdpa::drop_bits_keys_in_cols<NC>(
+                        p, offset, e_row, key0 + 8 * NC * c, t, aligned);
+#pragma unroll
+                    for (int j = 0; j < NC; ++j)
+#pragma unroll
+                        for (int e = 0; e < 4; ++e)
+                            s[mt][NC * c + j][e] *=
+                                (bits >> (4 * j + e)) & 1 ? p.drop_scale : 0.0f;
                 }
-#pragma unroll
-                for (int j = 0; j < NS; ++j)
-#pragma unroll
-                    for (int e = 0; e < 4; ++e)
-                        s[mt][j][e] *= (bits >> (4 * j + e)) & 1 ? p.drop_scale : 0.0f;
             }
         }
     }

@@ -51,4 +51,10 @@ __device__ __forceinline__ Philox4 philox_group(unsigned long long seed, unsigne
     return philox4x32_10(c, (unsigned int)seed, (unsigned int)(seed >> 32));
 }
 
+// Word i (0..3) of a draw, by selects: indexing v with a run-time i would put the draw in
+// local memory (a stack store and load per draw in SASS).
+__device__ __forceinline__ unsigned int philox_word(const Philox4& w, unsigned int i) {
+    return i == 0 ? w.v[0] : i == 1 ? w.v[1] : i == 2 ? w.v[2] : w.v[3];
+}
+
 }  // namespace cl
