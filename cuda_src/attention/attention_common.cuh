@@ -113,21 +113,49 @@ template <typename A> struct Ln2;
 template <> struct Ln2<float> { static constexpr float value = 0.6931471805599453f; };
 template <> struct Ln2<double> { static constexpr double value = 0.6931471805599453; };
 
-template <int MASK, typename T, class P>
-__device__ __forceinline__ MaskValue<MASK, T> mask_at(const P& p, const void* mask, int bi,
-                                                      int h, int i, int j) {
+// The mask's element at offset off (elements from mask) as stored, and its value: apart,
+// so that a tile's loads all issue before the first use (one memory latency per batch,
+// not one per element). Loops over a tile keep a lane's offset and add compile-time
+// multiples of the strides (mask_offset) instead of four products per element.
+template <int MASK> struct MaskKind { static constexpr int value = MASK; };  // a tag
+template <int MASK, typename T> struct MaskRaw { typedef T type; };
+template <typename T> struct MaskRaw<kMaskBool, T> { typedef unsigned char type; };
+
+template <int MASK, typename T>
+__device__ __forceinline__ typename MaskRaw<MASK, T>::type mask_load(const void* mask,
+                                                                     long long off) {
+    return static_cast<const typename MaskRaw<MASK, T>::type*>(mask)[off];
+}
+
+template <int MASK, typename T>
+__device__ __forceinline__ MaskValue<MASK, T> mask_decode(typename MaskRaw<MASK, T>::type x) {
     typedef cl::acc_t<T> A;
     MaskValue<MASK, T> m{true, A(0)};
-    if (MASK == kMaskNone) return m;
-    const long long off = bi * p.m_sb + h * p.m_sh + i * p.m_si + j * p.m_sj;
-    if (MASK == kMaskBool) {
-        m.keep = static_cast<const unsigned char*>(mask)[off] != 0;
-    } else {
-        const A a = cl::to_acc(static_cast<const T*>(mask)[off]);
+    if constexpr (MASK == kMaskBool) {
+        m.keep = x != 0;
+    } else if constexpr (MASK == kMaskAdditive) {
+        const A a = cl::to_acc(x);
         m.add_log2 = a * Log2e<A>::value;
         m.keep = a != -INFINITY;  // -inf masks as a boolean False would
     }
     return m;
+}
+
+template <int MASK, typename T>
+__device__ __forceinline__ MaskValue<MASK, T> mask_value(const void* mask, long long off) {
+    if constexpr (MASK == kMaskNone) return MaskValue<MASK, T>{true, cl::acc_t<T>(0)};
+    else return mask_decode<MASK, T>(mask_load<MASK, T>(mask, off));
+}
+
+template <class P>
+__device__ __forceinline__ long long mask_offset(const P& p, int bi, int h, int i, int j) {
+    return bi * p.m_sb + h * p.m_sh + i * p.m_si + j * p.m_sj;
+}
+
+template <int MASK, typename T, class P>
+__device__ __forceinline__ MaskValue<MASK, T> mask_at(const P& p, const void* mask, int bi,
+                                                      int h, int i, int j) {
+    return mask_value<MASK, T>(mask, mask_offset(p, bi, h, i, j));
 }
 
 // The Philox offset of the call's stream: p.offset, plus the PhiloxState's counter.

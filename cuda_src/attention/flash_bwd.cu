@@ -214,24 +214,26 @@ __device__ __forceinline__ void load_tile(T* dst, const T* src, long long row_st
 }
 
 // Whether query i sees key j under causal / window / lengths (rows past lengths_q see
-// nothing), then the explicit mask; `add` gets the additive mask in the log2 domain.
-template <typename T>
-__device__ __forceinline__ bool keep_at(const SdpaParams& p, sdpa::Lengths len, int shift,
-                                        const void* mask, int mask_kind, int bi, int h, int i,
-                                        int j, float& add) {
+// nothing); the explicit mask apart.
+__device__ __forceinline__ bool in_range(const SdpaParams& p, sdpa::Lengths len, int shift, int i,
+                                         int j) {
     const int pos = i + shift;
     bool keep = i < len.q && j < len.kv;
     if (p.right >= 0) keep = keep && j <= pos + p.right;
     if (p.left >= 0) keep = keep && j >= pos - p.left;
-    add = 0.0f;
-    if (keep && mask_kind == sdpa::kMaskBool) {
-        keep = sdpa::mask_at<sdpa::kMaskBool, T>(p, mask, bi, h, i, j).keep;
-    } else if (keep && mask_kind == sdpa::kMaskAdditive) {
-        const auto m = sdpa::mask_at<sdpa::kMaskAdditive, T>(p, mask, bi, h, i, j);
-        keep = m.keep;
-        add = m.add_log2;
-    }
     return keep;
+}
+
+// Calls f(sdpa::MaskKind<K>()) for the mask kind K = mask_kind (warp-uniform): a tile's
+// mask code then has compile-time loads, which issue together before the first use.
+template <class F>
+__device__ __forceinline__ void with_mask_kind(int mask_kind, F&& f) {
+    if (mask_kind == sdpa::kMaskBool)
+        f(sdpa::MaskKind<sdpa::kMaskBool>());
+    else if (mask_kind == sdpa::kMaskAdditive)
+        f(sdpa::MaskKind<sdpa::kMaskAdditive>());
+    else
+        f(sdpa::MaskKind<sdpa::kMaskNone>());
 }
 
 // Whether every (i, j) of queries [m0, m0 + bm) x keys [n0, n0 + bn) passes causal / window
@@ -430,16 +432,47 @@ struct Main {
                             s[f][r] = exp2f(s[f][r] * p.scale_log2 -
                                             l2[q0 + 8 * f + 2 * t + (r & 1)]);
                 } else {
+                    // the mask's offset of (m0 + q0 + 2 t, jw); elements step by m_si, m_sj.
+                    // FC n8 tiles at a time: their range tests and mask loads, then P.
+                    const long long mb = sdpa::mask_offset(p, bi, h, m0 + q0 + 2 * t, jw);
+                    constexpr int FC = NFM < 2 ? NFM : 2;
+                    with_mask_kind(mask_kind, [&](auto kind) {
+                        constexpr int MK = decltype(kind)::value;
+                        typedef typename sdpa::MaskRaw<MK, T>::type Raw;
     #pragma unroll
-                    for (int f = 0; f < NFM; ++f)
+                        for (int fc = 0; fc < NFM; fc += FC) {
+                            bool keep[FC][4];
+                            Raw raw[FC][4];
     #pragma unroll
-                        for (int r = 0; r < 4; ++r) {
-                            const int col = q0 + 8 * f + 2 * t + (r & 1);
-                            float add;
-                            const bool keep = keep_at<T>(p, len, shift, mask, mask_kind, bi, h,
-                                                         m0 + col, jw + 8 * (r >> 1), add);
-                            s[f][r] = keep ? exp2f(s[f][r] * p.scale_log2 + add - l2[col]) : 0.0f;
+                            for (int f = 0; f < FC; ++f)
+    #pragma unroll
+                                for (int r = 0; r < 4; ++r) {
+                                    const int col = q0 + 8 * (fc + f) + 2 * t + (r & 1);
+                                    const bool k = in_range(p, len, shift, m0 + col, jw + 8 * (r >> 1));
+                                    keep[f][r] = k;
+                                    if constexpr (MK != sdpa::kMaskNone)
+                                        raw[f][r] = k ? sdpa::mask_load<MK, T>(
+                                                            mask, mb + (8 * (fc + f) + (r & 1)) * p.m_si +
+                                                                      8 * (r >> 1) * p.m_sj)
+                                                      : Raw();
+                                }
+    #pragma unroll
+                            for (int f = 0; f < FC; ++f)
+    #pragma unroll
+                                for (int r = 0; r < 4; ++r) {
+                                    const int col = q0 + 8 * (fc + f) + 2 * t + (r & 1);
+                                    float add = 0.0f;
+                                    bool k = keep[f][r];
+                                    if constexpr (MK != sdpa::kMaskNone) {
+                                        const auto mv = sdpa::mask_decode<MK, T>(raw[f][r]);
+                                        k = k && mv.keep;
+                                        add = mv.add_log2;
+                                    }
+                                    float& x = s[fc + f][r];
+                                    x = k ? exp2f(x * p.scale_log2 + add - l2[col]) : 0.0f;
+                                }
                         }
+                    });
                 }
                 const bool drop = p.drop_threshold != 0;
                 unsigned kept = 0;
@@ -840,16 +873,46 @@ struct Dq {
                     for (int r = 0; r < 4; ++r)
                         s[f][r] = exp2f(s[f][r] * p.scale_log2 - l2[r >> 1]);
             } else {
+                // the mask's offset of (i0, nw + 2 t); elements step by m_si, m_sj. FC n8
+                // tiles at a time: their range tests and mask loads, then P.
+                const long long mb = sdpa::mask_offset(p, bi, h, i0, nw + 2 * t);
+                constexpr int FC = NFK < 2 ? NFK : 2;
+                with_mask_kind(mask_kind, [&](auto kind) {
+                    constexpr int MK = decltype(kind)::value;
+                    typedef typename sdpa::MaskRaw<MK, T>::type Raw;
 #pragma unroll
-                for (int f = 0; f < NFK; ++f)
+                    for (int fc = 0; fc < NFK; fc += FC) {
+                        bool keep[FC][4];
+                        Raw raw[FC][4];
 #pragma unroll
-                    for (int r = 0; r < 4; ++r) {
-                        float add;
-                        const bool keep = keep_at<T>(p, len, shift, mask, mask_kind, bi, h,
-                                                     i0 + 8 * (r >> 1), nw + 8 * f + 2 * t + (r & 1),
-                                                     add);
-                        s[f][r] = keep ? exp2f(s[f][r] * p.scale_log2 + add - l2[r >> 1]) : 0.0f;
+                        for (int f = 0; f < FC; ++f)
+#pragma unroll
+                            for (int r = 0; r < 4; ++r) {
+                                const bool k = in_range(p, len, shift, i0 + 8 * (r >> 1),
+                                                        nw + 8 * (fc + f) + 2 * t + (r & 1));
+                                keep[f][r] = k;
+                                if constexpr (MK != sdpa::kMaskNone)
+                                    raw[f][r] = k ? sdpa::mask_load<MK, T>(
+                                                        mask, mb + 8 * (r >> 1) * p.m_si +
+                                                                  (8 * (fc + f) + (r & 1)) * p.m_sj)
+                                                  : Raw();
+                            }
+#pragma unroll
+                        for (int f = 0; f < FC; ++f)
+#pragma unroll
+                            for (int r = 0; r < 4; ++r) {
+                                float add = 0.0f;
+                                bool k = keep[f][r];
+                                if constexpr (MK != sdpa::kMaskNone) {
+                                    const auto mv = sdpa::mask_decode<MK, T>(raw[f][r]);
+                                    k = k && mv.keep;
+                                    add = mv.add_log2;
+                                }
+                                float& x = s[fc + f][r];
+                                x = k ? exp2f(x * p.scale_log2 + add - l2[r >> 1]) : 0.0f;
+                            }
                     }
+                });
             }
             const bool drop = p.drop_threshold != 0;  // warp-uniform
             unsigned kept = 0;

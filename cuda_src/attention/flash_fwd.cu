@@ -259,30 +259,51 @@ struct Fwd {
     __device__ __forceinline__ void mask_tile(float (&s)[MT][NS][4], int key0) {
         const float c = scale_c();
         if (MASK == sdpa::kMaskNone && key0 >= w_full_lo && key0 + BN <= w_full_hi) return;
+        // The mask's offset of (the lane's first row, key0 + 2 t); elements step by m_si and
+        // m_sj (compile-time multiples).
+        const long long mb =
+            MASK == sdpa::kMaskNone ? 0 : sdpa::mask_offset(p, bi, h, w_first + (lane >> 2),
+                                                            key0 + 2 * t);
+        typedef typename sdpa::MaskRaw<MASK, T>::type Raw;
+        constexpr int JC = NS < 4 ? NS : 4;  // n8 tiles per batch of mask loads
 #pragma unroll
-        for (int mt = 0; mt < MT; ++mt)
+        for (int mt = 0; mt < MT; ++mt) {
+            const int row = w_first + 16 * mt + (lane >> 2);
+            const sdpa::KeyRange rr[2] = {sdpa::key_range(p, len, row),
+                                          sdpa::key_range(p, len, row + 8)};
 #pragma unroll
-            for (int j = 0; j < NS; ++j)
+            for (int jc = 0; jc < NS; jc += JC) {
+                // This batch's keep (range) bits and explicit mask elements: every load
+                // issues before the first is used.
+                bool keep[JC][4];
+                Raw raw[JC][4];
 #pragma unroll
-                for (int e = 0; e < 4; ++e) {
-                    const int hf = e >> 1, key = key0 + 8 * j + 2 * t + (e & 1);
-                    // The rows' ranges here rather than kept in registers across the loops.
-                    const sdpa::KeyRange r =
-                        sdpa::key_range(p, len, w_first + 16 * mt + (lane >> 2) + 8 * hf);
-                    bool keep = key >= r.lo && key < r.hi;
-                    if (MASK == sdpa::kMaskNone) {
-                        s[mt][j][e] = keep ? s[mt][j][e] : -INFINITY;
-                        continue;
+                for (int j = 0; j < JC; ++j)
+#pragma unroll
+                    for (int e = 0; e < 4; ++e) {
+                        const int hf = e >> 1, key = key0 + 8 * (jc + j) + 2 * t + (e & 1);
+                        keep[j][e] = key >= rr[hf].lo && key < rr[hf].hi;
+                        if constexpr (MASK != sdpa::kMaskNone)
+                            raw[j][e] = keep[j][e] ? sdpa::mask_load<MASK, T>(
+                                                         mask, mb + (16 * mt + 8 * hf) * p.m_si +
+                                                                   (8 * (jc + j) + (e & 1)) * p.m_sj)
+                                                   : Raw();
                     }
-                    float add = 0.0f;
-                    if (keep) {
-                        const sdpa::MaskValue<MASK, T> mv = sdpa::mask_at<MASK, T>(
-                            p, mask, bi, h, w_first + 16 * mt + (lane >> 2) + 8 * hf, key);
-                        keep = mv.keep;
-                        add = mv.add_log2;
+#pragma unroll
+                for (int j = 0; j < JC; ++j)
+#pragma unroll
+                    for (int e = 0; e < 4; ++e) {
+                        float& x = s[mt][jc + j][e];
+                        if constexpr (MASK == sdpa::kMaskNone) {
+                            x = keep[j][e] ? x : -INFINITY;
+                        } else {
+                            const sdpa::MaskValue<MASK, T> mv =
+                                sdpa::mask_decode<MASK, T>(raw[j][e]);
+                            x = keep[j][e] && mv.keep ? x * c + mv.add_log2 : -INFINITY;
+                        }
                     }
-                    s[mt][j][e] = keep ? s[mt][j][e] * c + add : -INFINITY;
-                }
+            }
+        }
     }
 
     // Online softmax of one tile in the log2 domain: the row max of the raw scores across
