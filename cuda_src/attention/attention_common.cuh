@@ -221,7 +221,8 @@ __device__ __forceinline__ unsigned drop_bits_keys_in_cols(const P& p, unsigned 
         for (int f = 0; f < NF; ++f) {
             const cl::Philox4 w = cl::philox_group(p.seed, offset, (e + 8 * f) >> 2);
 #pragma unroll
-            for (int k = 0; k < 4; ++k) mine |= (w.v[k] >= p.drop_threshold ? 1u : 0u) << (4 * f + k);
+            for (int k = 0; k < 4; ++k)
+                mine |= (w.v[k] >= p.drop_threshold ? 1u : 0u) << (4 * f + k);
         }
         const unsigned other = __shfl_xor_sync(0xffffffffu, mine, 1);
         const unsigned h0 = q ? other : mine, h1 = q ? mine : other;
@@ -259,7 +260,8 @@ __device__ __forceinline__ unsigned drop_bits_keys_in_rows(const P& p, unsigned 
         for (int f = 0; f < NF; ++f) {
             const cl::Philox4 w = cl::philox_group(p.seed, offset, (e + f * row_step) >> 2);
 #pragma unroll
-            for (int k = 0; k < 4; ++k) mine |= (w.v[k] >= p.drop_threshold ? 1u : 0u) << (4 * f + k);
+            for (int k = 0; k < 4; ++k)
+                mine |= (w.v[k] >= p.drop_threshold ? 1u : 0u) << (4 * f + k);
         }
 #pragma unroll
         for (int r = 0; r < 4; ++r) {

@@ -429,7 +429,7 @@ struct Main {
                     for (int f = 0; f < NFM; ++f)
     #pragma unroll
                         for (int r = 0; r < 4; ++r)
-                            s[f][r] = exp2f(s[f][r] * p.scale_log2 -
+                            s[f][r] = cl::math::exp2_ftz(s[f][r] * p.scale_log2 -
                                             l2[q0 + 8 * f + 2 * t + (r & 1)]);
                 } else {
                     // the mask's offset of (m0 + q0 + 2 t, jw); elements step by m_si, m_sj.
@@ -448,13 +448,13 @@ struct Main {
     #pragma unroll
                                 for (int r = 0; r < 4; ++r) {
                                     const int col = q0 + 8 * (fc + f) + 2 * t + (r & 1);
-                                    const bool k = in_range(p, len, shift, m0 + col, jw + 8 * (r >> 1));
+                                    const bool k =
+                                        in_range(p, len, shift, m0 + col, jw + 8 * (r >> 1));
+                                    const long long off = mb + (8 * (fc + f) + (r & 1)) * p.m_si +
+                                                          8 * (r >> 1) * p.m_sj;
                                     keep[f][r] = k;
                                     if constexpr (MK != sdpa::kMaskNone)
-                                        raw[f][r] = k ? sdpa::mask_load<MK, T>(
-                                                            mask, mb + (8 * (fc + f) + (r & 1)) * p.m_si +
-                                                                      8 * (r >> 1) * p.m_sj)
-                                                      : Raw();
+                                        raw[f][r] = k ? sdpa::mask_load<MK, T>(mask, off) : Raw();
                                 }
     #pragma unroll
                             for (int f = 0; f < FC; ++f)
@@ -469,7 +469,8 @@ struct Main {
                                         add = mv.add_log2;
                                     }
                                     float& x = s[fc + f][r];
-                                    x = k ? exp2f(x * p.scale_log2 + add - l2[col]) : 0.0f;
+                                    x = k ? cl::math::exp2_ftz(x * p.scale_log2 + add - l2[col])
+                                          : 0.0f;
                                 }
                         }
                     });
@@ -512,7 +513,8 @@ struct Main {
                     const float2 lf = *reinterpret_cast<const float2*>(l2w + 8 * f);
 #pragma unroll
                     for (int r = 0; r < 4; ++r)
-                        s[f][r] = exp2f(s[f][r] * p.scale_log2 - (r & 1 ? lf.y : lf.x));
+                        s[f][r] =
+                            cl::math::exp2_ftz(s[f][r] * p.scale_log2 - (r & 1 ? lf.y : lf.x));
                 }
                 if (!tile_full(p, len, shift, sdpa::kMaskNone, m0, BM, n0, BN)) {
                     const int ib = m0 + q0 + 2 * t;  // i = ib + 8 f + (r & 1)
@@ -845,7 +847,7 @@ struct Dq {
                 for (int f = 0; f < NFK; ++f)
 #pragma unroll
                     for (int r = 0; r < 4; ++r)
-                        s[f][r] = exp2f(s[f][r] * p.scale_log2 - l2[r >> 1]);
+                        s[f][r] = cl::math::exp2_ftz(s[f][r] * p.scale_log2 - l2[r >> 1]);
                 if (!tile_full(p, len, shift, sdpa::kMaskNone, m0, BQ, n0, BK)) {
                     const int jb = nw + 2 * t;  // j = jb + 8 f + (r & 1)
                     const int lo[2] = {jb - jmin[0], jb - jmin[1]};
@@ -871,7 +873,7 @@ struct Dq {
                 for (int f = 0; f < NFK; ++f)
 #pragma unroll
                     for (int r = 0; r < 4; ++r)
-                        s[f][r] = exp2f(s[f][r] * p.scale_log2 - l2[r >> 1]);
+                        s[f][r] = cl::math::exp2_ftz(s[f][r] * p.scale_log2 - l2[r >> 1]);
             } else {
                 // the mask's offset of (i0, nw + 2 t); elements step by m_si, m_sj. FC n8
                 // tiles at a time: their range tests and mask loads, then P.
@@ -909,7 +911,8 @@ struct Dq {
                                     add = mv.add_log2;
                                 }
                                 float& x = s[fc + f][r];
-                                x = k ? exp2f(x * p.scale_log2 + add - l2[r >> 1]) : 0.0f;
+                                x = k ? cl::math::exp2_ftz(x * p.scale_log2 + add - l2[r >> 1])
+                                      : 0.0f;
                             }
                     }
                 });

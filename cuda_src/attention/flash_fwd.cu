@@ -24,7 +24,8 @@
 //                window edges, lengths, an explicit mask); tiles outside every row's key
 //                range are skipped by the block's loop bounds, per warp by a branch
 //   softmax      online, log2 domain: row max of the raw scores across the quad's 4 lanes
-//                (__shfl_xor_sync), then exp2f(s * c - m) with one FFMA per element (c =
+//                (__shfl_xor_sync), then exp2(s * c - m) with one FFMA and one MUFU per
+//                element (cl::math::exp2_ftz: results below 2^-126 flush to 0) (c =
 //                |scale_log2|; a negative scale flips Q's signs once per block so the max
 //                stays a max), O rescaled in registers only when some row's max moved; the
 //                row sum stays per lane until the end (alpha is uniform across the quad).
@@ -283,11 +284,10 @@ struct Fwd {
                     for (int e = 0; e < 4; ++e) {
                         const int hf = e >> 1, key = key0 + 8 * (jc + j) + 2 * t + (e & 1);
                         keep[j][e] = key >= rr[hf].lo && key < rr[hf].hi;
+                        const long long off = mb + (16 * mt + 8 * hf) * p.m_si +
+                                              (8 * (jc + j) + (e & 1)) * p.m_sj;
                         if constexpr (MASK != sdpa::kMaskNone)
-                            raw[j][e] = keep[j][e] ? sdpa::mask_load<MASK, T>(
-                                                         mask, mb + (16 * mt + 8 * hf) * p.m_si +
-                                                                   (8 * (jc + j) + (e & 1)) * p.m_sj)
-                                                   : Raw();
+                            raw[j][e] = keep[j][e] ? sdpa::mask_load<MASK, T>(mask, off) : Raw();
                     }
 #pragma unroll
                 for (int j = 0; j < JC; ++j)
@@ -327,14 +327,14 @@ struct Fwd {
                 mx = fmaxf(m_run[mt][hf], mx * c);
                 // Nothing kept yet: subtract 0 (exp2(-inf) = 0, no -inf - -inf).
                 const float m_use = mx == -INFINITY ? 0.0f : mx;
-                const float alpha = exp2f(m_run[mt][hf] - m_use);
+                const float alpha = cl::math::exp2_ftz(m_run[mt][hf] - m_use);
                 m_run[mt][hf] = mx;
                 float sum = 0.0f;
 #pragma unroll
                 for (int j = 0; j < NS; ++j)
 #pragma unroll
                     for (int e = 2 * hf; e < 2 * hf + 2; ++e) {
-                        s[mt][j][e] = exp2f(fmaf(s[mt][j][e], c, -m_use));
+                        s[mt][j][e] = cl::math::exp2_ftz(fmaf(s[mt][j][e], c, -m_use));
                         sum += s[mt][j][e];
                     }
                 l_run[mt][hf] = l_run[mt][hf] * alpha + sum;

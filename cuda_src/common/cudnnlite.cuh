@@ -93,6 +93,25 @@ CL_MATH_BINARY(fmod)
 #undef CL_MATH_BINARY
 __device__ __forceinline__ float fma(float a, float b, float c) { return ::fmaf(a, b, c); }
 __device__ __forceinline__ double fma(double a, double b, double c) { return ::fma(a, b, c); }
+
+// 2^x with subnormal inputs and results flushed to (signed) zero: PTX ex2.approx.ftz.f32,
+// one MUFU.EX2. exp2f under the library's -ftz=false wraps the same MUFU in three more
+// instructions per call (a compare and two predicated multiplies that keep subnormal
+// results). For softmax probabilities bound for 16-bit P fragments, where a row's largest
+// probability is 1 and anything below 2^-126 vanishes in every sum it enters (the tensor-
+// core attention kernels; README: deliberate differences). The emulator computes exp2f
+// and flushes the same way (its exp2f is exact where the GPU's is within 2 ulp, as with
+// exp2f itself). Together with mma.cuh, the only inline PTX of the library.
+__device__ __forceinline__ float exp2_ftz(float x) {
+#ifdef CUDNNLITE_EMULATOR
+    const float y = ::exp2f(::fabsf(x) < 0x1p-126f ? 0.0f : x);
+    return ::fabsf(y) < 0x1p-126f ? ::copysignf(0.0f, y) : y;
+#else
+    float y;
+    asm("ex2.approx.ftz.f32 %0, %1;" : "=f"(y) : "f"(x));
+    return y;
+#endif
+}
 }  // namespace math
 
 // Global linear thread id and grid-wide stride, 64-bit.

@@ -9,6 +9,7 @@
 //                          __shfl_xor_sync in acc_t<T>; lane 0 adds the warp's sum
 //                          to block_sums[blockIdx.x] with atomicAdd on acc_t<T>
 //                          and to *total (the same, grid-wide)
+//   exp2_ftz_probe(x, y, n)   y[i] = cl::math::exp2_ftz(x[i]) (ex2.approx.ftz.f32)
 #include "common/cudnnlite.cuh"
 
 namespace acc_selftest {
@@ -45,4 +46,9 @@ __global__ void acc_warp_sum(const T* __restrict__ x, cl::acc_t<T>* block_sums,
         atomicAdd(block_sums + blockIdx.x, v);
         atomicAdd(total, v);
     }
+}
+
+__global__ void exp2_ftz_probe(const float* __restrict__ x, float* __restrict__ y, int n) {
+    const int i = blockIdx.x * blockDim.x + threadIdx.x;
+    if (i < n) y[i] = cl::math::exp2_ftz(x[i]);
 }

@@ -86,9 +86,10 @@ RACECHECK_SELFTEST = ModuleSpec.make(
 def acc_selftest_spec(ctype: str) -> ModuleSpec:
     """The accumulation-type self-test (common/cudnnlite.cuh's acc layer) for one storage
     type (a CUDA C type name: float, __half, __nv_bfloat16, double)."""
-    return ModuleSpec.make(
-        "selftest/acc_selftest.cu", [f"acc_math<{ctype}>", f"acc_warp_sum<{ctype}>"]
-    )
+    names = [f"acc_math<{ctype}>", f"acc_warp_sum<{ctype}>"]
+    if ctype == "float":
+        names.append("exp2_ftz_probe")
+    return ModuleSpec.make("selftest/acc_selftest.cu", names)
 
 
 ACC_SELFTEST_TYPES = ("float", "__half", "__nv_bfloat16", "double")

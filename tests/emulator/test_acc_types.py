@@ -73,3 +73,24 @@ def test_warp_shuffle_and_atomic_sums(backend: str, dt: dtypes.DType) -> None:
         assert to_numpy(total)[0] == xs.sum()
     else:
         np.testing.assert_allclose(to_numpy(sums), want, rtol=64 * 2.0**-24)
+
+
+def test_exp2_ftz(backend: str) -> None:
+    """cl::math::exp2_ftz (the tensor-core attention kernels' softmax exp2): 2^x within
+    ex2.approx's error (PTX ISA: about 2^-22 relative), subnormal inputs read as 0 and
+    results below 2^-126 flushed to 0; infinities and NaN as exp2."""
+    fn = backend_by_name(backend).module(acc_selftest_spec("float")).get_function(
+        "exp2_ftz_probe"
+    )
+    # (Not -126 itself: an approximation a hair below 2^-126 flushes on the GPU.)
+    x = np.array([0.0, 1.0, -1.0, 10.5, -125.75, -126.25, -140.0, 127.5,
+                  1e-40, -1e-40, -np.inf, np.inf, np.nan], dtype=np.float32)  # fmt: skip
+    y = to_backend(np.zeros_like(x), backend)
+    fn((1,), (32,), [to_backend(x, backend), y, np.int32(x.size)])
+    got = to_numpy(y)
+    want = np.exp2(x.astype(np.float64))
+    want[np.abs(want) < 2.0**-126] = 0.0
+    want[np.abs(x) < 2.0**-126] = 1.0  # subnormal inputs read as 0
+    np.testing.assert_allclose(got, want, rtol=2.0**-21, atol=0)
+    assert got[5] == 0 and got[6] == 0 and got[10] == 0  # flushed, not subnormal
+    assert got[4] > 0 and np.isposinf(got[11]) and np.isnan(got[12])
