@@ -39,10 +39,10 @@
 //    then an OS-level barrier across the blocks. A block that exits while others
 //    wait at grid_sync, a grid_sync outside a cooperative launch, a target off the
 //    (k + 1) * num_blocks rule or a counter not zeroed are errors, never hangs.
-//  - Not modelled: inline PTX (asm) — mma.cuh is the one sanctioned user of it, and
-//    routes to emu_mma.h here; other kernels keep a portable path under
-//    CUDNNLITE_EMULATOR; texture/surface objects; the cooperative_groups header
-//    (grid_sync.cuh covers the grid barrier).
+//  - Not modelled: inline PTX (asm) — mma.cuh and cl::math::exp2_ftz (cudnnlite.cuh)
+//    are its sanctioned users, routed to emu_mma.h / plain C++ here; other kernels keep
+//    a portable path under CUDNNLITE_EMULATOR; texture/surface objects; the
+//    cooperative_groups header (grid_sync.cuh covers the grid barrier).
 #pragma once
 
 // Before the CUDA keywords below: libstdc++'s threading headers spell
