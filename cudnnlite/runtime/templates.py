@@ -595,6 +595,15 @@ class Template:
         self._single = None if is_tuple else result[0]  # (the index of a lone result)
         self._empty = np.empty if kind == "cpu" else None  # (CuPy's: looked up per replay)
         self._pointer = host_pointer if kind == "cpu" else data_pointer
+        # What a plan's memo calls: replay, or for the common host template (no lock, no
+        # overlap test, no poison, outputs in their recorded order, one result) the same
+        # steps as one closure over its constants.
+        plain = kind == "cpu" and self._single is not None
+        plain = plain and not (self._serial or self.in_place or self.poison)
+        if plain and all(perm is None for _, perm, _, _ in self.outputs):
+            self.replay_plain = self._plain_replay()
+        else:
+            self.replay_plain = self.replay
 
     def __len__(self) -> int:
         return len(self._launches)
@@ -643,6 +652,30 @@ class Template:
         if self._single is not None:
             return arrays[self._single]
         return tuple([None if i is None else arrays[i] for i in self.result])
+
+    def _plain_replay(self) -> Callable[[list, list], Any]:
+        """:meth:`replay` for a host template of one result without a lock, an overlap
+        test, poison or permuted outputs (``replay_plain``), its constants bound."""
+        outputs = tuple((shape, dtype, align) for shape, _, dtype, align in self.outputs)
+        launches = tuple(launch[:5] for launch in self._launches)
+        lasts, single = self.lasts, self._single
+        empty, pointer = np.empty, host_pointer
+
+        def replay(arrays: list, ptrs: list) -> Any:
+            for shape, dtype, align in outputs:
+                a = empty(shape, dtype)
+                ptr = pointer(a)
+                if ptr & 15 != align:
+                    return None
+                arrays.append(a)
+                ptrs.append(ptr)
+            for launch, cfg_ref, values, words, patches in launches:
+                launch(cfg_ref, values, words, patches, ptrs)
+            for local, name in lasts:
+                local.name = name
+            return arrays[single]
+
+        return replay
 
     def _launch_cpu(self, ptrs: list) -> None:
         for launch, cfg_ref, values, words, patches, _ in self._launches:
@@ -785,7 +818,7 @@ def keep_memo(key: tuple, template: Template, op: Any, fn: Callable[..., Any], a
     stream = None if host else key[-3]  # (call_key appends the current stream's pointer)
     device = None if host else args[1].device.id
     cuda = None if host else _cupy_of(type(args[1])).cuda
-    replay, state = template.replay, _state
+    replay, state = template.replay_plain, _state
     # The older memo this one asks when its check fails (its own older one dropped).
     older = getattr(plan, "_template_memo", None)
     if older is not None:
