@@ -847,9 +847,12 @@ def test_a_plans_repeats_replay_through_its_memo(
     """From a plan's third call on (a record, then a replay that leaves the memo), no call
     key is built, and every result is the op's own bit for bit on new data; with
     CUDNNLITE_TEMPLATE_CHECK on (the test suite's default) the memo's replays are checked
-    against the op too."""
+    against the op too. Unchecked, also without the emulator's poison (the suite's
+    default too), as a user runs: the memo's replays of host templates are then
+    Template.replay_plain's."""
     if not check:
         monkeypatch.delenv("CUDNNLITE_TEMPLATE_CHECK", raising=False)
+        monkeypatch.delenv("CUDNNLITE_EMU_POISON", raising=False)
     keys = KeyCount(monkeypatch)
     for plan, make in memo_plans(backend):
         before = keys.count
@@ -860,6 +863,10 @@ def test_a_plans_repeats_replay_through_its_memo(
                 same_bits(got, plan(*args))
         assert keys.count == before + 2, plan
         assert plan._template_memo is not None
+    if not check and backend == "cpu":
+        plain = [t for t in templates._cache.values()
+                 if isinstance(t, templates.Template) and t.replay_plain != t.replay]
+        assert plain, "no memo replayed through replay_plain"
 
 
 def test_a_plans_memo_gives_way_to_whatever_changed(
