@@ -87,6 +87,19 @@ CASES = [
         dict(mask_shape=(3, 1, 1, 41), lengths=([0, 11, 1], [5, 1, 41])),
         0.25,
     ),  # fmt: skip
+    # 16-bit additive masks (read as their bits, decoded per dtype): bf16 per (h, i, j)
+    # with causal; fp16 over (sq, skv)
+    (
+        dict(b=1, hq=2, hkv=1, sq=21, skv=45, d=40, dv=40, mask="additive", causal=True,
+             dtype="bf16"),
+        dict(mask_shape=(1, 2, 21, 45)),
+        0.0,
+    ),  # fmt: skip
+    (
+        dict(b=1, hq=1, hkv=1, sq=9, skv=20, d=16, dv=16, mask="additive", dtype="fp16"),
+        dict(mask_shape=(9, 20)),
+        0.0,
+    ),  # fmt: skip
     # head tile 256, window bottom-right, dropout
     (
         dict(

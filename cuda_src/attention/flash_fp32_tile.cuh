@@ -366,6 +366,58 @@ __device__ __noinline__ bool mask_keep(const SdpaParamsT<double>& p, const void*
     return m.keep;
 }
 
+// The explicit mask along one query row: keys key0 + kTC * j (j < N) that lie in [lo, hi);
+// bit j of the result says the mask keeps key j (0 outside [lo, hi), never read), add[kTC
+// * j] its log2-domain addend (the caller's own slots of its P tile in shared memory: no
+// stack array). Out of line like mask_keep, but one call per row: every load issues
+// before the first is used (one memory latency per row instead of one per key).
+template <int N, typename A>
+__device__ __noinline__ unsigned mask_row(const SdpaParamsT<A>& p, const void* mask, int mask_kind,
+                                          int dtype, int bi, int h, int i, int key0, int lo,
+                                          int hi, A* add) {
+    const long long base = sdpa::mask_offset(p, bi, h, i, key0), step = kTC * p.m_sj;
+    bool in[N];
+#pragma unroll
+    for (int j = 0; j < N; ++j) {
+        const int key = key0 + kTC * j;
+        in[j] = key >= lo && key < hi;
+    }
+    unsigned bits = 0;
+    if (mask_kind == sdpa::kMaskBool) {
+        unsigned char raw[N];
+#pragma unroll
+        for (int j = 0; j < N; ++j)
+            raw[j] = in[j] ? static_cast<const unsigned char*>(mask)[base + j * step] : 0;
+#pragma unroll
+        for (int j = 0; j < N; ++j) {
+            bits |= (raw[j] != 0 ? 1u : 0u) << j;
+            add[kTC * j] = A(0);
+        }
+        return bits;
+    }
+    A a[N];
+    if (sizeof(A) == 8 || dtype == kF32) {
+#pragma unroll
+        for (int j = 0; j < N; ++j)
+            a[j] = in[j] ? static_cast<const A*>(mask)[base + j * step] : A(0);
+    } else {
+        unsigned short raw[N];  // a 16-bit additive mask's bits
+#pragma unroll
+        for (int j = 0; j < N; ++j)
+            raw[j] = in[j] ? static_cast<const unsigned short*>(mask)[base + j * step] : 0;
+#pragma unroll
+        for (int j = 0; j < N; ++j)
+            a[j] = dtype == kF16 ? A(__half2float(__ushort_as_half(raw[j])))
+                                 : A(__bfloat162float(__ushort_as_bfloat16(raw[j])));
+    }
+#pragma unroll
+    for (int j = 0; j < N; ++j) {
+        bits |= (in[j] && a[j] != -INFINITY ? 1u : 0u) << j;  // -inf masks as False would
+        add[kTC * j] = a[j] * Const<A>::log2e;
+    }
+    return bits;
+}
+
 // The key range of a block of query rows [i_first, i_last] (nondecreasing bounds in i):
 // [lo, hi) covers every row's keys; a tile [j0, j0 + n) with lo_max <= j0 and j0 + n <= hi_min
 // is kept whole by every row.
@@ -438,15 +490,30 @@ struct FwdTile {
 #pragma unroll
             for (int i = 0; i < RM; ++i) {
                 A mx = -INFINITY;
+                // The explicit mask of this row's keys (mask_row), its addends in this
+                // thread's slots of the P tile until the probabilities replace them; per
+                // element in double (mask_row's call costs the 16 x 32 tile 16 registers,
+                // a third of its occupancy).
+                constexpr bool ROW_MASK = sizeof(A) == 4;
+                A* prow = Ps + (ty + kTR * i) * LDP + tx;
+                unsigned mkeep = ~0u;
+                if (ROW_MASK && !full && mask_kind)
+                    mkeep = mask_row<RN>(p, mask, mask_kind, dtype, bi, rh[i], ri[i], j0 + tx,
+                                         rlo[i], rhi[i], prow);
 #pragma unroll
                 for (int j = 0; j < RN; ++j) {
                     A x = s[i][j] * p.scale_log2;
                     if (!full) {
                         const int key = j0 + tx + kTC * j;
-                        A add = A(0);
                         bool keep = key >= rlo[i] && key < rhi[i];
-                        if (keep && mask_kind)
-                            keep = mask_keep(p, mask, mask_kind, dtype, bi, rh[i], ri[i], key, add);
+                        A add = A(0);
+                        if (mask_kind && ROW_MASK) {
+                            keep = keep && ((mkeep >> j) & 1u);
+                            add = prow[kTC * j];
+                        } else if (mask_kind && keep) {
+                            keep = mask_keep(p, mask, mask_kind, dtype, bi, rh[i], ri[i], key,
+                                             add);
+                        }
                         x = keep ? x + add : -INFINITY;
                     }
                     s[i][j] = x;
