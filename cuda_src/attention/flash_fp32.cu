@@ -159,12 +159,28 @@ __global__ void __launch_bounds__(kThreads, 2) flash_fp32_bwd_dkdv(
                 const int qc = tx + kTC * j, i = i0 + qc;
                 const sdpa::KeyRange kr = sdpa::key_range(p, L, i);
                 const A lrow = lse_s[qc], drow = delta_s[qc];
+                // Query i's mask over this thread's keys (mask_row; float), the addends in
+                // its slots of Pt until P replaces them.
+                constexpr bool ROW_MASK = RowMasked<A>::value;
+                A* slot = Pt + ty * LDT + qc;
+                unsigned mkeep = ~0u;
+                if (ROW_MASK && !full && mask_kind)
+                    mkeep = mask_row<RM, kTR>(p, mask, mask_kind, dtype, bi, h, i, j0 + ty,
+                                              kr.lo, kr.hi, slot, kTR * LDT);
 #pragma unroll
                 for (int r = 0; r < RM; ++r) {
                     const int kt = ty + kTR * r;  // key within the tile
                     A ds;
-                    Pt[kt * LDT + qc] = grad_element(p, mask, mask_kind, dtype, full, kr, bi, h, i,
-                                                     j0 + kt, s[r][j], dp[r][j], lrow, drow, ds);
+                    if (ROW_MASK) {
+                        const bool read = !full && mask_kind;
+                        Pt[kt * LDT + qc] = grad_element_read(
+                            p, full, kr, (mkeep >> r) & 1u, read ? slot[kTR * LDT * r] : A(0),
+                            bi, h, i, j0 + kt, s[r][j], dp[r][j], lrow, drow, ds);
+                    } else {
+                        Pt[kt * LDT + qc] = grad_element(p, mask, mask_kind, dtype, full, kr, bi,
+                                                         h, i, j0 + kt, s[r][j], dp[r][j], lrow,
+                                                         drow, ds);
+                    }
                     dSt[kt * LDT + qc] = ds;
                 }
             }
@@ -243,17 +259,33 @@ __global__ void __launch_bounds__(kThreads, 2) flash_fp32_bwd_dq(
         dot_tile<RM, RN, HD, LD, LD>(dp, dOs, Vs, ty, tx);
         const bool full = j0 >= full_lo && j0 + BN <= full_hi;
 #pragma unroll
-        for (int i = 0; i < RM; ++i)
+        for (int i = 0; i < RM; ++i) {
+            // Row i's mask over this thread's keys (mask_row; float), the addends in its
+            // slots of dSs until dS replaces them.
+            constexpr bool ROW_MASK = RowMasked<A>::value;
+            A* slot = dSs + (ty + kTR * i) * LDP + tx;
+            unsigned mkeep = ~0u;
+            if (ROW_MASK && !full && mask_kind)
+                mkeep = mask_row<RN, kTC>(p, mask, mask_kind, dtype, bi, h, ri[i], j0 + tx,
+                                          gr[i].kr.lo, gr[i].kr.hi, slot, kTC);
 #pragma unroll
             for (int j = 0; j < RN; ++j) {
                 const int key = j0 + tx + kTC * j;
                 A ds;
-                grad_element(p, mask, mask_kind, dtype, full, gr[i].kr, bi, h, ri[i], key,
-                             s[i][j], dp[i][j], gr[i].lse_log2, gr[i].delta, ds);
+                if (ROW_MASK) {
+                    const bool read = !full && mask_kind;
+                    grad_element_read(p, full, gr[i].kr, (mkeep >> j) & 1u,
+                                      read ? slot[kTC * j] : A(0), bi, h, ri[i], key, s[i][j],
+                                      dp[i][j], gr[i].lse_log2, gr[i].delta, ds);
+                } else {
+                    grad_element(p, mask, mask_kind, dtype, full, gr[i].kr, bi, h, ri[i], key,
+                                 s[i][j], dp[i][j], gr[i].lse_log2, gr[i].delta, ds);
+                }
                 if (dmask_on && ri[i] < p.sq && key < p.skv)
                     dmask[(bh * p.sq + ri[i]) * p.skv + key] = ds;
-                dSs[(ty + kTR * i) * LDP + tx + kTC * j] = ds;
+                slot[kTC * j] = ds;
             }
+        }
         __syncthreads();
         acc_tile<RM, CN, BN, LDP, LD>(dQ, dSs, Ks, ty, tx);
         written_end = j0 + BN;

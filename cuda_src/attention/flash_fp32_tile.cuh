@@ -366,20 +366,23 @@ __device__ __noinline__ bool mask_keep(const SdpaParamsT<double>& p, const void*
     return m.keep;
 }
 
-// The explicit mask along one query row: keys key0 + kTC * j (j < N) that lie in [lo, hi);
-// bit j of the result says the mask keeps key j (0 outside [lo, hi), never read), add[kTC
-// * j] its log2-domain addend (the caller's own slots of its P tile in shared memory: no
-// stack array). Out of line like mask_keep, but one call per row: every load issues
-// before the first is used (one memory latency per row instead of one per key).
-template <int N, typename A>
+// The explicit mask along one query row: keys key0 + KSTEP * j (j < N) that lie in [lo,
+// hi); bit j of the result says the mask keeps key j (0 outside [lo, hi), never read),
+// add[astride * j] its log2-domain addend (the caller's own slots of a tile in shared
+// memory that it overwrites next: no stack array). Out of line like mask_keep, but one
+// call per row and tile: every load issues before the first is used (one memory latency
+// per row instead of one per key). The float kernels' (kRowMask); the double ones read
+// each element through mask_keep (this call would cost their smallest tile 16 registers,
+// a third of its occupancy).
+template <int N, int KSTEP, typename A>
 __device__ __noinline__ unsigned mask_row(const SdpaParamsT<A>& p, const void* mask, int mask_kind,
                                           int dtype, int bi, int h, int i, int key0, int lo,
-                                          int hi, A* add) {
-    const long long base = sdpa::mask_offset(p, bi, h, i, key0), step = kTC * p.m_sj;
+                                          int hi, A* add, int astride) {
+    const long long base = sdpa::mask_offset(p, bi, h, i, key0), step = KSTEP * p.m_sj;
     bool in[N];
 #pragma unroll
     for (int j = 0; j < N; ++j) {
-        const int key = key0 + kTC * j;
+        const int key = key0 + KSTEP * j;
         in[j] = key >= lo && key < hi;
     }
     unsigned bits = 0;
@@ -391,7 +394,7 @@ __device__ __noinline__ unsigned mask_row(const SdpaParamsT<A>& p, const void* m
 #pragma unroll
         for (int j = 0; j < N; ++j) {
             bits |= (raw[j] != 0 ? 1u : 0u) << j;
-            add[kTC * j] = A(0);
+            add[astride * j] = A(0);
         }
         return bits;
     }
@@ -413,10 +416,15 @@ __device__ __noinline__ unsigned mask_row(const SdpaParamsT<A>& p, const void* m
 #pragma unroll
     for (int j = 0; j < N; ++j) {
         bits |= (in[j] && a[j] != -INFINITY ? 1u : 0u) << j;  // -inf masks as False would
-        add[kTC * j] = a[j] * Const<A>::log2e;
+        add[astride * j] = a[j] * Const<A>::log2e;
     }
     return bits;
 }
+
+template <typename A>
+struct RowMasked {
+    static constexpr bool value = sizeof(A) == 4;  // mask_row (float) or mask_keep (double)
+};
 
 // The key range of a block of query rows [i_first, i_last] (nondecreasing bounds in i):
 // [lo, hi) covers every row's keys; a tile [j0, j0 + n) with lo_max <= j0 and j0 + n <= hi_min
@@ -491,15 +499,13 @@ struct FwdTile {
             for (int i = 0; i < RM; ++i) {
                 A mx = -INFINITY;
                 // The explicit mask of this row's keys (mask_row), its addends in this
-                // thread's slots of the P tile until the probabilities replace them; per
-                // element in double (mask_row's call costs the 16 x 32 tile 16 registers,
-                // a third of its occupancy).
-                constexpr bool ROW_MASK = sizeof(A) == 4;
+                // thread's slots of the P tile until the probabilities replace them.
+                constexpr bool ROW_MASK = RowMasked<A>::value;
                 A* prow = Ps + (ty + kTR * i) * LDP + tx;
                 unsigned mkeep = ~0u;
                 if (ROW_MASK && !full && mask_kind)
-                    mkeep = mask_row<RN>(p, mask, mask_kind, dtype, bi, rh[i], ri[i], j0 + tx,
-                                         rlo[i], rhi[i], prow);
+                    mkeep = mask_row<RN, kTC>(p, mask, mask_kind, dtype, bi, rh[i], ri[i],
+                                              j0 + tx, rlo[i], rhi[i], prow, kTC);
 #pragma unroll
                 for (int j = 0; j < RN; ++j) {
                     A x = s[i][j] * p.scale_log2;
@@ -541,23 +547,33 @@ struct FwdTile {
     }
 };
 
-// P (undropped, from the forward's lse) and dS = P * (dP * keep - delta) of one element;
-// returns P * keep (what multiplies dout in dV).
+// P (undropped, from the forward's lse) and dS = P * (dP * keep - delta) of one element
+// whose explicit mask was read (mask_row): `mkeep` whether it keeps the element, `add` its
+// addend (true and 0 without a mask); returns P * keep (what multiplies dout in dV).
+template <typename A>
+__device__ __forceinline__ A grad_element_read(const SdpaParamsT<A>& p, bool full,
+                                               sdpa::KeyRange kr, bool mkeep, A add, int bi,
+                                               int h, int i, int key, A s, A dp, A lse_log2,
+                                               A delta, A& ds) {
+    bool keep = lse_log2 != -INFINITY;
+    if (!full) keep = keep && key >= kr.lo && key < kr.hi && mkeep;
+    const A pv = keep ? cl::math::exp2(cl::math::fma(s, p.scale_log2, add - lse_log2)) : A(0);
+    const A f = p.drop_threshold != 0 ? drop_factor(p, bi, h, i, key) : A(1);
+    ds = pv * (dp * f - delta);
+    return pv * f;
+}
+
+// grad_element_read reading the explicit mask itself (mask_keep).
 template <typename A>
 __device__ __forceinline__ A grad_element(const SdpaParamsT<A>& p, const void* mask,
                                           int mask_kind, int dtype, bool full, sdpa::KeyRange kr,
                                           int bi, int h, int i, int key, A s, A dp, A lse_log2,
                                           A delta, A& ds) {
     A add = A(0);
-    bool keep = lse_log2 != -INFINITY;
-    if (!full) {
-        keep = keep && key >= kr.lo && key < kr.hi;
-        if (keep && mask_kind) keep = mask_keep(p, mask, mask_kind, dtype, bi, h, i, key, add);
-    }
-    const A pv = keep ? cl::math::exp2(cl::math::fma(s, p.scale_log2, add - lse_log2)) : A(0);
-    const A f = p.drop_threshold != 0 ? drop_factor(p, bi, h, i, key) : A(1);
-    ds = pv * (dp * f - delta);
-    return pv * f;
+    bool mkeep = true;
+    if (!full && mask_kind && lse_log2 != -INFINITY && key >= kr.lo && key < kr.hi)
+        mkeep = mask_keep(p, mask, mask_kind, dtype, bi, h, i, key, add);
+    return grad_element_read(p, full, kr, mkeep, add, bi, h, i, key, s, dp, lse_log2, delta, ds);
 }
 
 // A query row of the backward: its key range, lse in the log2 domain (-inf past
