@@ -87,6 +87,14 @@ CASES = [
         dict(mask_shape=(3, 1, 1, 41), lengths=([0, 11, 1], [5, 1, 41])),
         0.25,
     ),  # fmt: skip
+    # dropout with skv % 4 == 0: four lanes share each Philox group's draw (drop_row);
+    # GQA, causal bottom-right
+    (
+        dict(b=1, hq=2, hkv=1, sq=13, skv=44, d=32, dv=32, causal=True,
+             align="bottom_right", dropout=True),
+        {},
+        0.3,
+    ),  # fmt: skip
     # 16-bit additive masks (read as their bits, decoded per dtype): bf16 per (h, i, j)
     # with causal; fp16 over (sq, skv)
     (

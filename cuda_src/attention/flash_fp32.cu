@@ -173,9 +173,11 @@ __global__ void __launch_bounds__(kThreads, 2) flash_fp32_bwd_dkdv(
                     A ds;
                     if (ROW_MASK) {
                         const bool read = !full && mask_kind;
+                        const A f =
+                            p.drop_threshold != 0 ? drop_factor(p, bi, h, i, j0 + kt) : A(1);
                         Pt[kt * LDT + qc] = grad_element_read(
                             p, full, kr, (mkeep >> r) & 1u, read ? slot[kTR * LDT * r] : A(0),
-                            bi, h, i, j0 + kt, s[r][j], dp[r][j], lrow, drow, ds);
+                            f, j0 + kt, s[r][j], dp[r][j], lrow, drow, ds);
                     } else {
                         Pt[kt * LDT + qc] = grad_element(p, mask, mask_kind, dtype, full, kr, bi,
                                                          h, i, j0 + kt, s[r][j], dp[r][j], lrow,
@@ -264,19 +266,24 @@ __global__ void __launch_bounds__(kThreads, 2) flash_fp32_bwd_dq(
             // slots of dSs until dS replaces them.
             constexpr bool ROW_MASK = RowMasked<A>::value;
             A* slot = dSs + (ty + kTR * i) * LDP + tx;
-            unsigned mkeep = ~0u;
+            unsigned mkeep = ~0u, dbits = ~0u;
             if (ROW_MASK && !full && mask_kind)
                 mkeep = mask_row<RN, kTC>(p, mask, mask_kind, dtype, bi, h, ri[i], j0 + tx,
                                           gr[i].kr.lo, gr[i].kr.hi, slot, kTC);
+            if (ROW_MASK && p.drop_threshold != 0)  // (warp-uniform: drop_row shuffles)
+                dbits = drop_row<RN>(p, (unsigned long long)(bh * p.sq + ri[i]) * p.skv,
+                                     j0 + tx, tx, p.skv % 4 == 0);
 #pragma unroll
             for (int j = 0; j < RN; ++j) {
                 const int key = j0 + tx + kTC * j;
                 A ds;
                 if (ROW_MASK) {
                     const bool read = !full && mask_kind;
+                    const A f = p.drop_threshold == 0 ? A(1)
+                                : (dbits >> j) & 1u ? p.drop_scale : A(0);
                     grad_element_read(p, full, gr[i].kr, (mkeep >> j) & 1u,
-                                      read ? slot[kTC * j] : A(0), bi, h, ri[i], key, s[i][j],
-                                      dp[i][j], gr[i].lse_log2, gr[i].delta, ds);
+                                      read ? slot[kTC * j] : A(0), f, key, s[i][j], dp[i][j],
+                                      gr[i].lse_log2, gr[i].delta, ds);
                 } else {
                     grad_element(p, mask, mask_kind, dtype, full, gr[i].kr, bi, h, ri[i], key,
                                  s[i][j], dp[i][j], gr[i].lse_log2, gr[i].delta, ds);

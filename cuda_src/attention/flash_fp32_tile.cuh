@@ -323,6 +323,46 @@ __device__ __noinline__ double drop_factor(const SdpaParamsT<double>& p, int bi,
     return sdpa::dropout_factor(p, bi, h, i, j);
 }
 
+// Dropout keep bits of one query row's keys key0 + kTC * j (j < N; key0 = the tile's first
+// key + tx), bit j for key j; e_row = the row's element number at key 0. Lanes tx and its
+// quad (tx & ~3 ..) hold the four keys of one Philox group when e_row and the tile start
+// are multiples of 4 (skv % 4 == 0, `aligned`): lane q = tx & 3 draws the groups of keys j
+// = q, q + 4, .. and four shuffles give each lane its word of every group (N / 4 draws
+// per lane instead of N). Otherwise a draw per key. Every lane of the warp calls it (a
+// full-mask shuffle); out of line, as drop_factor.
+template <int N, typename A>
+__device__ __noinline__ unsigned drop_row(const SdpaParamsT<A>& p, unsigned long long e_row,
+                                          int key0, int tx, bool aligned) {
+    static_assert(N <= 32, "one bit per key");
+    const unsigned long long offset = sdpa::stream_offset(p);
+    unsigned bits = 0;
+    if (aligned) {
+        const int q = tx & 3, lane = threadIdx.x & 31;
+        // mine: bit 4 m + w = word w of the group of key j = q + 4 m
+        const unsigned long long e = e_row + (key0 - q);
+        unsigned mine = 0;
+        for (int j = q, m = 0; j < N; j += 4, ++m) {
+            const cl::Philox4 w = cl::philox_group(p.seed, offset, (e + kTC * j) >> 2);
+#pragma unroll
+            for (int k = 0; k < 4; ++k)
+                mine |= (w.v[k] >= p.drop_threshold ? 1u : 0u) << (4 * m + k);
+        }
+#pragma unroll
+        for (int o = 0; o < 4; ++o) {
+            const unsigned from = __shfl_sync(0xffffffffu, mine, (lane & ~3) | o);
+#pragma unroll
+            for (int j = o; j < N; j += 4) bits |= ((from >> (4 * (j >> 2) + q)) & 1u) << j;
+        }
+    } else {
+        for (int j = 0; j < N; ++j) {
+            const unsigned long long e = e_row + key0 + kTC * j;
+            const cl::Philox4 w = cl::philox_group(p.seed, offset, e >> 2);
+            bits |= (cl::philox_word(w, (unsigned)e & 3u) >= p.drop_threshold ? 1u : 0u) << j;
+        }
+    }
+    return bits;
+}
+
 // Reductions over the 8 lanes of a thread row.
 template <typename A>
 __device__ __forceinline__ A row_max(A v) {
@@ -528,12 +568,21 @@ struct FwdTile {
                 const A m_new = cl::math::fmax(m[i], row_max(mx));
                 const A m_use = m_new == -INFINITY ? A(0) : m_new;  // nothing kept yet
                 const A alpha = cl::math::exp2(m[i] - m_use);
+                // dropout keep bits of the row's keys (drop_row: float; double draws per key)
+                unsigned dbits = 0;
+                if (ROW_MASK && dropout) {
+                    const unsigned long long e_row =
+                        (((unsigned long long)bi * p.hq + rh[i]) * p.sq + ri[i]) *
+                        (unsigned long long)p.skv;
+                    dbits = drop_row<RN>(p, e_row, j0 + tx, tx, p.skv % 4 == 0);
+                }
                 A sum = A(0);
 #pragma unroll
                 for (int j = 0; j < RN; ++j) {
                     A e = cl::math::exp2(s[i][j] - m_use);
                     sum += e;
-                    if (dropout) e *= drop_factor(p, bi, rh[i], ri[i], j0 + tx + kTC * j);
+                    if (dropout && ROW_MASK) e *= (dbits >> j) & 1u ? p.drop_scale : A(0);
+                    else if (dropout) e *= drop_factor(p, bi, rh[i], ri[i], j0 + tx + kTC * j);
                     Ps[(ty + kTR * i) * LDP + tx + kTC * j] = e;
                 }
                 l[i] = l[i] * alpha + row_sum(sum);
@@ -549,21 +598,21 @@ struct FwdTile {
 
 // P (undropped, from the forward's lse) and dS = P * (dP * keep - delta) of one element
 // whose explicit mask was read (mask_row): `mkeep` whether it keeps the element, `add` its
-// addend (true and 0 without a mask); returns P * keep (what multiplies dout in dV).
+// addend (true and 0 without a mask), `f` its dropout factor (0 or drop_scale; 1 without
+// dropout); returns P * keep (what multiplies dout in dV).
 template <typename A>
 __device__ __forceinline__ A grad_element_read(const SdpaParamsT<A>& p, bool full,
-                                               sdpa::KeyRange kr, bool mkeep, A add, int bi,
-                                               int h, int i, int key, A s, A dp, A lse_log2,
-                                               A delta, A& ds) {
+                                               sdpa::KeyRange kr, bool mkeep, A add, A f,
+                                               int key, A s, A dp, A lse_log2, A delta, A& ds) {
     bool keep = lse_log2 != -INFINITY;
     if (!full) keep = keep && key >= kr.lo && key < kr.hi && mkeep;
     const A pv = keep ? cl::math::exp2(cl::math::fma(s, p.scale_log2, add - lse_log2)) : A(0);
-    const A f = p.drop_threshold != 0 ? drop_factor(p, bi, h, i, key) : A(1);
     ds = pv * (dp * f - delta);
     return pv * f;
 }
 
-// grad_element_read reading the explicit mask itself (mask_keep).
+// grad_element_read reading the explicit mask (mask_keep) and drawing the dropout factor
+// (drop_factor) itself.
 template <typename A>
 __device__ __forceinline__ A grad_element(const SdpaParamsT<A>& p, const void* mask,
                                           int mask_kind, int dtype, bool full, sdpa::KeyRange kr,
@@ -573,7 +622,8 @@ __device__ __forceinline__ A grad_element(const SdpaParamsT<A>& p, const void* m
     bool mkeep = true;
     if (!full && mask_kind && lse_log2 != -INFINITY && key >= kr.lo && key < kr.hi)
         mkeep = mask_keep(p, mask, mask_kind, dtype, bi, h, i, key, add);
-    return grad_element_read(p, full, kr, mkeep, add, bi, h, i, key, s, dp, lse_log2, delta, ds);
+    const A f = p.drop_threshold != 0 ? drop_factor(p, bi, h, i, key) : A(1);
+    return grad_element_read(p, full, kr, mkeep, add, f, key, s, dp, lse_log2, delta, ds);
 }
 
 // A query row of the backward: its key range, lse in the log2 domain (-inf past
