@@ -181,6 +181,13 @@ __device__ __forceinline__ A dropout_factor(const SdpaParamsT<A>& p, int bi, int
     return dropout_factor_at(p, stream_offset(p), bi, h, i, j);
 }
 
+// The keep bits of a draw's four words (bit k: word k at or above the threshold).
+template <class P>
+__device__ __forceinline__ unsigned keep_nibble(const P& p, const cl::Philox4& w) {
+    return (w.v[0] >= p.drop_threshold ? 1u : 0u) | (w.v[1] >= p.drop_threshold ? 2u : 0u) |
+           (w.v[2] >= p.drop_threshold ? 4u : 0u) | (w.v[3] >= p.drop_threshold ? 8u : 0u);
+}
+
 // The keep bits (1: element e0, 2: element e0 + 1) of two consecutive elements of one
 // row; one draw when both fall in one group of four.
 template <class P>
@@ -219,10 +226,7 @@ __device__ __forceinline__ unsigned drop_bits_keys_in_cols(const P& p, unsigned 
         unsigned mine = 0;
 #pragma unroll 1
         for (int f = 0; f < NF; ++f) {
-            const cl::Philox4 w = cl::philox_group(p.seed, offset, (e + 8 * f) >> 2);
-#pragma unroll
-            for (int k = 0; k < 4; ++k)
-                mine |= (w.v[k] >= p.drop_threshold ? 1u : 0u) << (4 * f + k);
+            mine |= keep_nibble(p, cl::philox_group(p.seed, offset, (e + 8 * f) >> 2)) << (4 * f);
         }
         const unsigned other = __shfl_xor_sync(0xffffffffu, mine, 1);
         const unsigned h0 = q ? other : mine, h1 = q ? mine : other;
@@ -259,9 +263,7 @@ __device__ __forceinline__ unsigned drop_bits_keys_in_rows(const P& p, unsigned 
 #pragma unroll 1
         for (int f = 0; f < NF; ++f) {
             const cl::Philox4 w = cl::philox_group(p.seed, offset, (e + f * row_step) >> 2);
-#pragma unroll
-            for (int k = 0; k < 4; ++k)
-                mine |= (w.v[k] >= p.drop_threshold ? 1u : 0u) << (4 * f + k);
+            mine |= keep_nibble(p, w) << (4 * f);
         }
 #pragma unroll
         for (int r = 0; r < 4; ++r) {

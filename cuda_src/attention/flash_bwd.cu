@@ -236,6 +236,57 @@ __device__ __forceinline__ void with_mask_kind(int mask_kind, F&& f) {
         f(sdpa::MaskKind<sdpa::kMaskNone>());
 }
 
+// One element of a fragment for masked_p: query i, key j, the mask's offset of (i, j)
+// (sdpa::mask_offset) and the row's lse2.
+struct ElemAt {
+    int i, j;
+    long long moff;
+    float l2;
+};
+
+// P = exp2(S scale_log2 + mask - lse2) of a warp's NF x 4 fragment on a tile that the masks
+// cut (0 where causal / window / lengths or the explicit mask drop the element); at(f, r)
+// gives the element's ElemAt. FC n8 tiles at a time: their range tests and mask loads
+// (the mask kind dispatched once), then their P.
+template <typename T, int NF, class At>
+__device__ __forceinline__ void masked_p(float (&s)[NF][4], const SdpaParams& p,
+                                         sdpa::Lengths len, int shift, const void* mask,
+                                         int mask_kind, At at) {
+    constexpr int FC = NF < 2 ? NF : 2;
+    with_mask_kind(mask_kind, [&](auto kind) {
+        constexpr int MK = decltype(kind)::value;
+        typedef typename sdpa::MaskRaw<MK, T>::type Raw;
+#pragma unroll
+        for (int fc = 0; fc < NF; fc += FC) {
+            bool keep[FC][4];
+            Raw raw[FC][4];
+#pragma unroll
+            for (int f = 0; f < FC; ++f)
+#pragma unroll
+                for (int r = 0; r < 4; ++r) {
+                    const ElemAt e = at(fc + f, r);
+                    keep[f][r] = in_range(p, len, shift, e.i, e.j);
+                    if constexpr (MK != sdpa::kMaskNone)
+                        raw[f][r] = keep[f][r] ? sdpa::mask_load<MK, T>(mask, e.moff) : Raw();
+                }
+#pragma unroll
+            for (int f = 0; f < FC; ++f)
+#pragma unroll
+                for (int r = 0; r < 4; ++r) {
+                    float add = 0.0f;
+                    bool k = keep[f][r];
+                    if constexpr (MK != sdpa::kMaskNone) {
+                        const auto mv = sdpa::mask_decode<MK, T>(raw[f][r]);
+                        k = k && mv.keep;
+                        add = mv.add_log2;
+                    }
+                    float& x = s[fc + f][r];
+                    x = k ? cl::math::exp2_ftz(x * p.scale_log2 + add - at(fc + f, r).l2) : 0.0f;
+                }
+        }
+    });
+}
+
 // Whether every (i, j) of queries [m0, m0 + bm) x keys [n0, n0 + bn) passes causal / window
 // / lengths-kv (key ranges grow with i, so the corners decide); rows past lengths_q need no
 // test: their lse is taken as +inf, so P = 0.
@@ -432,47 +483,13 @@ struct Main {
                             s[f][r] = cl::math::exp2_ftz(s[f][r] * p.scale_log2 -
                                             l2[q0 + 8 * f + 2 * t + (r & 1)]);
                 } else {
-                    // the mask's offset of (m0 + q0 + 2 t, jw); elements step by m_si, m_sj.
-                    // FC n8 tiles at a time: their range tests and mask loads, then P.
+                    // the mask's offset of (m0 + q0 + 2 t, jw); elements step by m_si, m_sj
                     const long long mb = sdpa::mask_offset(p, bi, h, m0 + q0 + 2 * t, jw);
-                    constexpr int FC = NFM < 2 ? NFM : 2;
-                    with_mask_kind(mask_kind, [&](auto kind) {
-                        constexpr int MK = decltype(kind)::value;
-                        typedef typename sdpa::MaskRaw<MK, T>::type Raw;
-    #pragma unroll
-                        for (int fc = 0; fc < NFM; fc += FC) {
-                            bool keep[FC][4];
-                            Raw raw[FC][4];
-    #pragma unroll
-                            for (int f = 0; f < FC; ++f)
-    #pragma unroll
-                                for (int r = 0; r < 4; ++r) {
-                                    const int col = q0 + 8 * (fc + f) + 2 * t + (r & 1);
-                                    const bool k =
-                                        in_range(p, len, shift, m0 + col, jw + 8 * (r >> 1));
-                                    const long long off = mb + (8 * (fc + f) + (r & 1)) * p.m_si +
-                                                          8 * (r >> 1) * p.m_sj;
-                                    keep[f][r] = k;
-                                    if constexpr (MK != sdpa::kMaskNone)
-                                        raw[f][r] = k ? sdpa::mask_load<MK, T>(mask, off) : Raw();
-                                }
-    #pragma unroll
-                            for (int f = 0; f < FC; ++f)
-    #pragma unroll
-                                for (int r = 0; r < 4; ++r) {
-                                    const int col = q0 + 8 * (fc + f) + 2 * t + (r & 1);
-                                    float add = 0.0f;
-                                    bool k = keep[f][r];
-                                    if constexpr (MK != sdpa::kMaskNone) {
-                                        const auto mv = sdpa::mask_decode<MK, T>(raw[f][r]);
-                                        k = k && mv.keep;
-                                        add = mv.add_log2;
-                                    }
-                                    float& x = s[fc + f][r];
-                                    x = k ? cl::math::exp2_ftz(x * p.scale_log2 + add - l2[col])
-                                          : 0.0f;
-                                }
-                        }
+                    masked_p<T>(s, p, len, shift, mask, mask_kind, [&](int f, int r) {
+                        const int col = q0 + 8 * f + 2 * t + (r & 1);
+                        return ElemAt{m0 + col, jw + 8 * (r >> 1),
+                                      mb + (8 * f + (r & 1)) * p.m_si + 8 * (r >> 1) * p.m_sj,
+                                      l2[col]};
                     });
                 }
                 const bool drop = p.drop_threshold != 0;
@@ -875,46 +892,12 @@ struct Dq {
                     for (int r = 0; r < 4; ++r)
                         s[f][r] = cl::math::exp2_ftz(s[f][r] * p.scale_log2 - l2[r >> 1]);
             } else {
-                // the mask's offset of (i0, nw + 2 t); elements step by m_si, m_sj. FC n8
-                // tiles at a time: their range tests and mask loads, then P.
+                // the mask's offset of (i0, nw + 2 t); elements step by m_si, m_sj
                 const long long mb = sdpa::mask_offset(p, bi, h, i0, nw + 2 * t);
-                constexpr int FC = NFK < 2 ? NFK : 2;
-                with_mask_kind(mask_kind, [&](auto kind) {
-                    constexpr int MK = decltype(kind)::value;
-                    typedef typename sdpa::MaskRaw<MK, T>::type Raw;
-#pragma unroll
-                    for (int fc = 0; fc < NFK; fc += FC) {
-                        bool keep[FC][4];
-                        Raw raw[FC][4];
-#pragma unroll
-                        for (int f = 0; f < FC; ++f)
-#pragma unroll
-                            for (int r = 0; r < 4; ++r) {
-                                const bool k = in_range(p, len, shift, i0 + 8 * (r >> 1),
-                                                        nw + 8 * (fc + f) + 2 * t + (r & 1));
-                                keep[f][r] = k;
-                                if constexpr (MK != sdpa::kMaskNone)
-                                    raw[f][r] = k ? sdpa::mask_load<MK, T>(
-                                                        mask, mb + 8 * (r >> 1) * p.m_si +
-                                                                  (8 * (fc + f) + (r & 1)) * p.m_sj)
-                                                  : Raw();
-                            }
-#pragma unroll
-                        for (int f = 0; f < FC; ++f)
-#pragma unroll
-                            for (int r = 0; r < 4; ++r) {
-                                float add = 0.0f;
-                                bool k = keep[f][r];
-                                if constexpr (MK != sdpa::kMaskNone) {
-                                    const auto mv = sdpa::mask_decode<MK, T>(raw[f][r]);
-                                    k = k && mv.keep;
-                                    add = mv.add_log2;
-                                }
-                                float& x = s[fc + f][r];
-                                x = k ? cl::math::exp2_ftz(x * p.scale_log2 + add - l2[r >> 1])
-                                      : 0.0f;
-                            }
-                    }
+                masked_p<T>(s, p, len, shift, mask, mask_kind, [&](int f, int r) {
+                    return ElemAt{i0 + 8 * (r >> 1), nw + 8 * f + 2 * t + (r & 1),
+                                  mb + 8 * (r >> 1) * p.m_si + (8 * f + (r & 1)) * p.m_sj,
+                                  l2[r >> 1]};
                 });
             }
             const bool drop = p.drop_threshold != 0;  // warp-uniform

@@ -343,9 +343,7 @@ __device__ __noinline__ unsigned drop_row(const SdpaParamsT<A>& p, unsigned long
         unsigned mine = 0;
         for (int j = q, m = 0; j < N; j += 4, ++m) {
             const cl::Philox4 w = cl::philox_group(p.seed, offset, (e + kTC * j) >> 2);
-#pragma unroll
-            for (int k = 0; k < 4; ++k)
-                mine |= (w.v[k] >= p.drop_threshold ? 1u : 0u) << (4 * m + k);
+            mine |= sdpa::keep_nibble(p, w) << (4 * m);
         }
 #pragma unroll
         for (int o = 0; o < 4; ++o) {
