@@ -258,7 +258,7 @@ __device__ __forceinline__ unsigned drop_bits_keys_in_rows(const P& p, unsigned 
     unsigned bits = 0;
     if (aligned) {
         const unsigned q = (lane >> 2) & 3;  // g & 3: this lane draws slots (f, r = q)
-        const unsigned long long e = e_col[q & 1] + (jb - (int)q) + 8 * (q >> 1);
+        const unsigned long long e = (q & 1 ? e_col[1] : e_col[0]) + (jb - (int)q) + 8 * (q >> 1);
         unsigned mine = 0;  // bit 4 f + w: word w of slot (f, q)'s group
 #pragma unroll 1
         for (int f = 0; f < NF; ++f) {
