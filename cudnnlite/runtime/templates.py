@@ -595,9 +595,10 @@ class Template:
         self._single = None if is_tuple else result[0]  # (the index of a lone result)
         self._empty = np.empty if kind == "cpu" else None  # (CuPy's: looked up per replay)
         self._pointer = host_pointer if kind == "cpu" else data_pointer
-        # What a plan's memo calls: replay, or for the common host template (no lock, no
-        # overlap test, no poison, outputs in their recorded order, one result) the same
-        # steps as one closure over its constants.
+        # What a repeated call (templates.call, a plan's memo) replays through: replay, or
+        # for the common host template (no lock, no overlap test, no poison, outputs in
+        # their recorded order, one result) the same steps as one closure over its
+        # constants.
         plain = kind == "cpu" and self._single is not None
         plain = plain and not (self._serial or self.in_place or self.poison)
         if plain and all(perm is None for _, perm, _, _ in self.outputs):
@@ -768,7 +769,7 @@ def call(op: Any, fn: Callable[..., Any], args: tuple, kwargs: dict) -> Any:
                 keep_memo(key, entry, op, fn, args, ptrs)
             if key[-1][-1] is not None and flag(key[-1][-1]):  # CUDNNLITE_TEMPLATE_CHECK
                 return _checked_replay(entry, op, fn, args, kwargs, arrays, ptrs)
-            result = entry.replay(arrays, ptrs)
+            result = entry.replay_plain(arrays, ptrs)
             if result is not None:
                 return result
             return fn(*args, **kwargs)
