@@ -168,13 +168,20 @@ __device__ __forceinline__ unsigned long long stream_offset(const P& p) {
 // type of p's drop_scale). Each call draws a Philox group of four words; kernels that
 // visit 4 consecutive elements of one group may share the draw (element e's word is e % 4).
 // dropout_factor_at takes the stream's offset (stream_offset(p)) read once by the caller.
+// Whether dropout keeps element e of the stream at `offset`: one draw of its group.
+template <class P>
+__device__ __forceinline__ bool dropout_keeps(const P& p, unsigned long long offset,
+                                              unsigned long long e) {
+    const cl::Philox4 w = cl::philox_group(p.seed, offset, e >> 2);
+    return cl::philox_word(w, (unsigned)e & 3u) >= p.drop_threshold;
+}
+
 template <typename A>
 __device__ __forceinline__ A dropout_factor_at(const SdpaParamsT<A>& p, unsigned long long offset,
                                                int bi, int h, int i, int j) {
     const unsigned long long e =
         ((((unsigned long long)bi * p.hq + h) * p.sq + i) * (unsigned long long)p.skv) + j;
-    const cl::Philox4 w = cl::philox_group(p.seed, offset, e >> 2);
-    return cl::philox_word(w, (unsigned)e & 3u) >= p.drop_threshold ? p.drop_scale : A(0);
+    return dropout_keeps(p, offset, e) ? p.drop_scale : A(0);
 }
 template <typename A>
 __device__ __forceinline__ A dropout_factor(const SdpaParamsT<A>& p, int bi, int h, int i, int j) {
@@ -276,8 +283,7 @@ __device__ __forceinline__ unsigned drop_bits_keys_in_rows(const P& p, unsigned 
             const int f = s >> 2, r = s & 3;
             const unsigned long long e =
                 (r & 1 ? e_col[1] : e_col[0]) + f * row_step + jb + 8 * (r >> 1);
-            const cl::Philox4 w = cl::philox_group(p.seed, offset, e >> 2);
-            bits |= (cl::philox_word(w, (unsigned)e & 3u) >= p.drop_threshold ? 1u : 0u) << s;
+            bits |= (dropout_keeps(p, offset, e) ? 1u : 0u) << s;
         }
     }
     return bits;

@@ -353,9 +353,7 @@ __device__ __noinline__ unsigned drop_row(const SdpaParamsT<A>& p, unsigned long
         }
     } else {
         for (int j = 0; j < N; ++j) {
-            const unsigned long long e = e_row + key0 + kTC * j;
-            const cl::Philox4 w = cl::philox_group(p.seed, offset, e >> 2);
-            bits |= (cl::philox_word(w, (unsigned)e & 3u) >= p.drop_threshold ? 1u : 0u) << j;
+            bits |= (sdpa::dropout_keeps(p, offset, e_row + key0 + kTC * j) ? 1u : 0u) << j;
         }
     }
     return bits;
@@ -409,7 +407,7 @@ __device__ __noinline__ bool mask_keep(const SdpaParamsT<double>& p, const void*
 // add[astride * j] its log2-domain addend (the caller's own slots of a tile in shared
 // memory that it overwrites next: no stack array). Out of line like mask_keep, but one
 // call per row and tile: every load issues before the first is used (one memory latency
-// per row instead of one per key). The float kernels' (kRowMask); the double ones read
+// per row instead of one per key). The float kernels' (RowMasked); the double ones read
 // each element through mask_keep (this call would cost their smallest tile 16 registers,
 // a third of its occupancy).
 template <int N, int KSTEP, typename A>
