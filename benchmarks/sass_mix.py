@@ -18,7 +18,9 @@ shortest, i.e. the innermost (an outer loop over
 filter taps holds the same MMAs as the reduction loop inside it). ptxas lays a loop's
 blocks out contiguously, which the address range relies on.
 
-Figures per kernel: instructions in the loop (NOPs left out), MMA, FFMA and DFMA counts,
+Figures per kernel: instructions in the loop (NOPs left out) and on its hot path (the
+cheapest pass that issues all the loop's math and cp.async refills: fast paths only, where
+the loop's count holds every path; ``hot_path``), MMA, FFMA and DFMA counts,
 instructions per math op (an MMA in a tensor-core kernel, an FFMA in an fp32 one, a DFMA
 in an fp64 one), the FFMA (DFMA) fraction, shared loads (LDS, LDSM) per op, global loads
 (LDG, LDGSTS), integer instructions (IMAD, IADD3, ISETP, LEA, SHF, LOP3, ... and their
@@ -137,6 +139,7 @@ class Instr:
     addr: int
     opcode: str  # with modifiers: "HMMA.16816.F32"
     target: str | None = None  # branch target label
+    predicated: bool = False  # under a guard (@P0, @!P1, ...): a branch may fall through
 
     @property
     def base(self) -> str:
@@ -152,7 +155,7 @@ class Function:
 
 _SECTION = re.compile(r"^\s*\.section\s+\.text\.(\S+?),")
 _LABEL = re.compile(r"^(\.L\w+):")
-_INSTR = re.compile(r"^\s*/\*([0-9a-f]+)\*/\s+(?:@!?U?P\w+\s+)?([A-Z][A-Z0-9_.]*)([^;]*);")
+_INSTR = re.compile(r"^\s*/\*([0-9a-f]+)\*/\s+(@!?U?P\w+\s+)?([A-Z][A-Z0-9_.]*)([^;]*);")
 _TARGET = re.compile(r"`\((\.L\w+)\)")
 
 
@@ -174,8 +177,9 @@ def parse_sass(text: str) -> dict[str, Function]:
             for label in pending:
                 fn.labels[label] = addr
             pending = []
-            t = _TARGET.search(m.group(3))
-            fn.instrs.append(Instr(addr, m.group(2), t.group(1) if t else None))
+            t = _TARGET.search(m.group(4))
+            guard = m.group(2) is not None and m.group(2).strip() not in ("@PT", "@UPT")
+            fn.instrs.append(Instr(addr, m.group(3), t.group(1) if t else None, guard))
     return functions
 
 
@@ -219,6 +223,52 @@ def main_loop(fn: Function) -> tuple[int, int] | None:
 
     best = max(loops(fn), key=lambda s: (score(s), s[0] - s[1]), default=None)
     return best if best is not None and score(best) > 0 else None
+
+
+def hot_path(fn: Function, span: tuple[int, int]) -> list[Instr]:
+    """The instructions of the cheapest steady-state pass through a loop: among the paths
+    from the loop's first instruction to its closing branch (forward branches taken or
+    not; a guarded branch may fall through, an unguarded one may not; an inner loop's body
+    once), those with the most math ops of the kernel's kind, then the most cp.async tile
+    copies (LDGSTS: a pass that refills a stage), then the fewest instructions (NOPs left
+    out). A loop with a rarely taken slow path (a pixel row's carry, a masked tile)
+    counts its fast path here, where the loop's mix counts every path."""
+    kind = kind_of(fn)
+    body = [i for i in fn.instrs if span[0] <= i.addr <= span[1]]
+    index = {ins.addr: k for k, ins in enumerate(body)}
+
+    def key(ins: Instr) -> tuple[int, int, int]:  # what ins adds to a path's (lower: better)
+        math = _is_mma(ins.base) if kind == "tensor core" else ins.base == _OP_OF[kind]
+        return (-int(math), -int(ins.base == "LDGSTS"), int(ins.base != "NOP"))
+
+    def add(a: tuple[int, int, int], b: tuple[int, int, int]) -> tuple[int, int, int]:
+        return (a[0] + b[0], a[1] + b[1], a[2] + b[2])
+
+    # best[k]: the best path's key reaching body[k], and its predecessor
+    best: list[tuple[tuple[int, int, int], int] | None] = [None] * len(body)
+    best[0] = (key(body[0]), -1)
+    for k, ins in enumerate(body[:-1]):
+        if best[k] is None:
+            continue
+        succ = []
+        jump = fn.labels.get(ins.target) if ins.base in ("BRA", "JMP") and ins.target else None
+        if jump is not None and jump > ins.addr and jump in index:
+            succ.append(index[jump])
+        ends = ins.base in ("EXIT", "RET", "BRA", "JMP") and not ins.predicated
+        if not ends or (jump is not None and jump <= ins.addr):  # an inner loop: once
+            succ.append(k + 1)
+        for n in succ:
+            cand = add(best[k][0], key(body[n]))
+            if best[n] is None or cand < best[n][0]:
+                best[n] = (cand, k)
+    k = len(body) - 1
+    if best[k] is None:
+        return body
+    path = []
+    while k >= 0:
+        path.append(body[k])
+        k = best[k][1]
+    return path[::-1]
 
 
 @dataclass(frozen=True)
@@ -276,6 +326,7 @@ class Row:
     warps_per_sm: int
     loop: tuple[int, int] | None  # addresses
     mix: Mix
+    hot: Mix | None = None  # the loop's hot path (hot_path): fast paths only
     misses: list[str] = field(default_factory=list)
 
     @property
@@ -295,6 +346,14 @@ class Row:
         d["dfma_fraction"] = m.dfma / m.instructions if m.instructions else None
         d["shared_loads_per_op"] = self.per_op(m.shared_loads)
         d["integer_per_op"] = self.per_op(m.integer)
+        h = self.hot
+        d["hot_instructions"] = h.instructions if h else None
+        d["hot_math_fraction"] = (
+            (h.mma if self.kind == "tensor core" else h.dfma if self.kind == "fp64" else h.ffma)
+            / h.instructions
+            if h and h.instructions
+            else None
+        )
         return d
 
 
@@ -340,6 +399,7 @@ def analyze_function(fn: Function, module: str, kernel: str, res: Any) -> Row:
         warps_per_sm=res.warps_per_sm,
         loop=span,
         mix=mix(body),
+        hot=mix(hot_path(fn, span)) if span is not None else None,
     )
     row.misses = check_targets(row)
     return row
@@ -439,7 +499,7 @@ def _num(v: float | None, fmt: str = ".1f") -> str:
 def table(rows: Sequence[Row]) -> str:
     head = (
         f"{'kernel':<58} {'kind':<4} {'regs':>4} {'spill':>5} {'blk':>3} {'wrp':>3} "
-        f"{'loop':>5} {'MMA':>4} {'FMA':>5} {'ins/op':>6} {'FMA%':>5} {'LDS/op':>6} "
+        f"{'loop':>5} {'hot':>5} {'MMA':>4} {'FMA':>5} {'ins/op':>6} {'FMA%':>5} {'LDS/op':>6} "
         f"{'LDG':>4} {'int/op':>6} {'BAR':>3}  misses"
     )
     lines = [head, "-" * len(head)]
@@ -452,15 +512,16 @@ def table(rows: Sequence[Row]) -> str:
         lines.append(
             f"{r.kernel[:58]:<58} {kind:<4} "
             f"{r.registers:>4} {r.spill_bytes:>5} {blocks:>3} {r.warps_per_sm:>3} "
-            f"{m.instructions:>5} {m.mma:>4} {fma:>5} {_num(r.per_op(m.instructions)):>6} "
+            f"{m.instructions:>5} {r.hot.instructions if r.hot else '-':>5} {m.mma:>4} {fma:>5} "
+            f"{_num(r.per_op(m.instructions)):>6} "
             f"{fma_pct:>5} {_num(r.per_op(m.shared_loads), '.2f'):>6} {m.global_loads:>4} "
             f"{_num(r.per_op(m.integer), '.2f'):>6} {m.barriers:>3}  {'; '.join(r.misses)}"
         )
     lines.append(
         "per op: per MMA in tensor-core (TC) kernels, per FFMA in fp32 ones, per DFMA in "
         "fp64 (CUDA-core double) ones (FMA: FFMA or DFMA); loop: "
-        "instructions in the main loop; blk/wrp: resident blocks/warps per SM (static shared "
-        "memory only)"
+        "instructions in the main loop; hot: on its hot path (fast paths only); blk/wrp: "
+        "resident blocks/warps per SM (static shared memory only)"
     )
     return "\n".join(lines)
 

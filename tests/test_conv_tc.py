@@ -213,6 +213,12 @@ BWF_CASES = {
         TcSplitKConfig(128, 128, 32, 64, 64, 3, 1),
     ),
     "big_padding": (_bwf(1, 8, 2, 8, pad=3), None),
+    # Output rows of 8 pixels (each thread's 4 or 2 pixels on one row: the loader's fast
+    # path only) and a ragged last tile (3 * 7 * 8 = 168 pixels) in each of two splits.
+    "rows_of_8_ragged_end": (
+        _bwf(3, 16, (7, 8), 24),
+        TcSplitKConfig(128, 128, 32, 64, 64, 3, 2),
+    ),
 }
 
 

@@ -173,3 +173,53 @@ def test_double_cuda_core_kernels_count_dfma(sass_mix: types.ModuleType) -> None
     assert d["per_op"] == "DFMA" and abs(d["dfma_fraction"] - 3 / 7) < 1e-12
     assert row.misses == ["DFMA 43% of the loop < 75%"]
     assert "fp64" in sass_mix.table([row])
+
+
+# A loop whose stage refill (two LDGSTS) may be skipped (the pipeline's last tiles) and
+# whose second copy has a fast and a slow address path: the hot path refills the stage on
+# the fast path; the loop's mix counts every instruction.
+BRANCHY = """\
+\t.section\t.text.br_kernel,"ax",@progbits
+br_kernel:
+        /*0000*/                   S2R R0, SR_TID.X ;
+.L_x_1:
+        /*0010*/                   BAR.SYNC.DEFER_BLOCKING 0x0 ;
+        /*0020*/              @!P0 BRA `(.L_x_4) ;
+        /*0030*/                   LDGSTS.E.BYPASS.128 [R3], desc[UR4][R4.64] ;
+        /*0040*/                   ISETP.GT.AND P1, PT, R6, R7, PT ;
+        /*0050*/               @P1 BRA `(.L_x_2) ;
+        /*0060*/                   IADD3 R8, R8, 0x10, RZ ;
+        /*0070*/                   BRA `(.L_x_3) ;
+.L_x_2:
+        /*0080*/                   IMAD R8, R9, R10, R11 ;
+        /*0090*/                   IMAD R8, R8, R12, R13 ;
+        /*00a0*/                   IMAD R8, R8, R14, R15 ;
+        /*00b0*/                   SEL R8, R8, RZ, P2 ;
+.L_x_3:
+        /*00c0*/                   LDGSTS.E.BYPASS.128 [R3+0x800], desc[UR4][R8.64] ;
+.L_x_4:
+        /*00d0*/                   LDSM.16.M88.4 R16, [R5] ;
+        /*00e0*/                   HMMA.16816.F32 R20, R16, R18, R20 ;
+        /*00f0*/                   NOP ;
+        /*0100*/                   HMMA.16816.F32 R24, R16, R19, R24 ;
+        /*0110*/                   ISETP.NE.AND P0, PT, R5, R7, PT ;
+        /*0120*/               @P0 BRA `(.L_x_1) ;
+        /*0130*/                   EXIT ;
+"""
+
+
+def test_hot_path_takes_the_refill_and_the_fast_branch(sass_mix: types.ModuleType) -> None:
+    fn = sass_mix.parse_sass(BRANCHY)["br_kernel"]
+    assert [i.predicated for i in fn.instrs if i.base == "BRA"] == [True, True, False, True]
+    span = sass_mix.main_loop(fn)
+    assert span == (0x10, 0x120)
+    hot = [i.addr for i in sass_mix.hot_path(fn, span)]
+    assert hot == [0x10, 0x20, 0x30, 0x40, 0x50, 0x60, 0x70, 0xC0, 0xD0, 0xE0, 0xF0, 0x100,
+                   0x110, 0x120]  # fmt: skip
+    row = sass_mix.analyze_function(fn, "m", "tc_conv<y>", _Res(96, 0, 2, 8))
+    assert (row.mix.instructions, row.hot.instructions) == (17, 13)  # the NOP left out
+    d = row.to_dict()
+    assert d["hot_instructions"] == 13 and abs(d["hot_math_fraction"] - 2 / 13) < 1e-12
+    # Without a branch the hot path is the whole loop.
+    tc = sass_mix.parse_sass(LISTING)["tc_kernel"]
+    assert sass_mix.hot_path(tc, (0x40, 0x180)) == [i for i in tc.instrs if 0x40 <= i.addr <= 0x180]

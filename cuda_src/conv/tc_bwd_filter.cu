@@ -38,24 +38,33 @@ struct BwdFilterLoader {
     static_assert(G::THREADS % A_CPR == 0 && G::THREADS % B_CPR == 0, "fixed columns");
     static_assert(A_PASSES >= 1 && B_PASSES >= 1 && G::BK % A_RPP == 0 && G::BK % B_RPP == 0,
                   "whole passes");
+    // Tile rows and output pixels: the reduction may visit a tile's BK pixels in any order
+    // as long as A and B agree. A thread copies B rows b0 + j * B_RPP (so that, B_RPP a
+    // multiple of the swizzle's 8-row period, its destinations are one register plus
+    // constants) and gives them its B_PASSES consecutive pixels b0 * B_PASSES + j (one
+    // output row, nearly always: x addresses by constant steps). Tile row rho therefore
+    // holds pixel pix(rho) = (rho % B_RPP) * B_PASSES + rho / B_RPP, and an A thread's rows
+    // a0 + i * A_RPP hold pixels pix(a0) + i * A_STEP (A_RPP = A_STEP * B_RPP as BM | BN).
+    static_assert(G::BN % G::BM == 0, "A rows' pixels by a constant step: BM divides BN");
+    enum { A_STEP = A_RPP / B_RPP };
 
     // A (dy): row npq at dy + npq * K; this thread's k chunk is fixed.
-    const T* a_ptr;  // dy at (first row of this thread, k chunk)
-    bool a_kok;
+    const T* a_ptr;  // dy at (this thread's first pixel of the next tile, k chunk)
+    int a_first;     // that pixel's place in a tile, or 2^30 when the k chunk is past K
     int a_dst[A_PASSES];
-    // B (x): this thread's (r, s, c) is fixed; it copies B_PASSES consecutive rows (output
-    // pixels) of each tile, so one (n, p, q) carries through them by increments.
+    // B (x): this thread's (r, s, c) is fixed; its B_PASSES consecutive pixels carry
+    // through tiles by increments of one (n, p, q).
     int b_dst[B_PASSES];
-    bool b_colok;
+    int b_first;                    // its first pixel's place in a tile, 2^30 past the columns
     int b_rh, b_rw;                 // r * dil_h - pad_h, s * dil_w - pad_w
     int b_n, b_p, b_q;              // the pixel of this thread's first row of the next tile
     int b_c;                        // x's channel: g * Cg + c
     int b_rd, b_o;                  // D3: td * dil_d - pad_d; the pixel's depth o
+    int w_step;                     // stride_w * C: the next pixel of an output row, in x
     const T* x;
     int H, W, C, P, Q, stride_h, stride_w, K;  // C, K: x's pixel and dy's row strides
     int D, O, stride_d;             // D3 only
     cl::index_t row, end;           // first npq row of the next tile, end of this split
-    int a_row0, b_row0;
 
     // The GEMM's rows are kcount dy channels from kbase (m0: the tile's first of them), its
     // columns (taps, cwin x channels from cbase): a group's (g * Kg, Kg, g * Cg, Cg: offsets,
@@ -68,16 +77,18 @@ struct BwdFilterLoader {
           stride_w(s.stride_w), K(s.k), D(s.d), O(s.o), stride_d(s.stride_d), row(start),
           end(end_) {
         const int a_col = (threadIdx.x % A_CPR) * ALIGN;
-        a_row0 = threadIdx.x / A_CPR;
-        a_kok = m0 + a_col < kcount;
-        a_ptr = dy + (start + a_row0) * s.k + kbase + m0 + a_col;
+        const int a_row0 = threadIdx.x / A_CPR;
+        const int a_pix = (a_row0 % B_RPP) * B_PASSES + a_row0 / B_RPP;
+        a_first = m0 + a_col < kcount ? a_pix : 1 << 30;
+        a_ptr = dy + (start + a_pix) * s.k + kbase + m0 + a_col;
 #pragma unroll
         for (int i = 0; i < A_PASSES; ++i)
             a_dst[i] = G::a_index(a_row0 + i * A_RPP, a_col);
         const int b_col = (threadIdx.x % B_CPR) * ALIGN;
-        b_row0 = threadIdx.x / B_CPR;
+        const int b_row0 = threadIdx.x / B_CPR;
         const int rsc = n0 + b_col;
-        b_colok = rsc < s.r * s.s * cwin * (D3 ? s.t : 1);
+        b_first = rsc < s.r * s.s * cwin * (D3 ? s.t : 1) ? b_row0 * B_PASSES : 1 << 30;
+        w_step = s.stride_w * s.c;
         const int c = rsc % cwin, trs = rsc / cwin, rs = D3 ? trs % (s.r * s.s) : trs;
         b_c = cbase + c;  // x's channel
         b_rh = (rs / s.s) * s.dil_h - s.pad_h;
@@ -85,7 +96,7 @@ struct BwdFilterLoader {
         b_rd = D3 ? (trs / (s.r * s.s)) * s.dil_d - s.pad_d : 0;
 #pragma unroll
         for (int j = 0; j < B_PASSES; ++j)
-            b_dst[j] = G::b_index(b_row0 * B_PASSES + j, b_col);
+            b_dst[j] = G::b_index(b_row0 + j * B_RPP, b_col);
         const cl::index_t m = start + b_row0 * B_PASSES;  // decoded once per split
         b_q = (int)(m % s.q);
         const cl::index_t np = m / s.q;
@@ -108,28 +119,54 @@ struct BwdFilterLoader {
         }
     }
 
-    __device__ void load(T* As, T* Bs) {
-#pragma unroll
-        for (int i = 0; i < A_PASSES; ++i) {
-            const bool ok = a_kok && row + a_row0 + i * A_RPP < end;
-            cl::mma::cp_async<BYTES>(As + a_dst[i], a_ptr + (cl::index_t)i * A_RPP * K, ok);
+    // Copy j of this thread's B rows (x at pixel (n, o, p, q) and its tap), when `in`.
+    __device__ void copy_b(T* Bs, int j, int n, int o, int p, int q, bool in) const {
+        const int h = p * stride_h + b_rh, w = q * stride_w + b_rw;
+        bool ok = in && (unsigned)h < (unsigned)H && (unsigned)w < (unsigned)W;
+        int nd = n;  // D3: n * D + d
+        if (D3) {
+            const int d = o * stride_d + b_rd;
+            ok = ok && (unsigned)d < (unsigned)D;
+            nd = n * D + d;
         }
-        int n = b_n, p = b_p, q = b_q, o = b_o;
-        const cl::index_t first = row + b_row0 * B_PASSES;
+        const T* src = x + (((nd * H + h) * W + w) * C + b_c);  // x < 2^31 elements
+        cl::mma::cp_async<BYTES>(Bs + b_dst[j], src, ok);
+    }
+
+    __device__ void load(T* As, T* Bs) {
+        // Pixels of this tile inside the split: this thread's pixel i (from its first) is in
+        // while i < left less the first's place (2^30 where its column is outside the GEMM).
+        const cl::index_t rem = end - row;
+        const int left = rem < G::BK ? (int)rem : G::BK;
+        const int a_lim = left - a_first, b_lim = left - b_first;
 #pragma unroll
-        for (int j = 0; j < B_PASSES; ++j) {
-            const int h = p * stride_h + b_rh, w = q * stride_w + b_rw;
-            bool ok = b_colok && first + j < end && (unsigned)h < (unsigned)H &&
-                      (unsigned)w < (unsigned)W;
-            int nd = n;  // D3: n * D + d
+        for (int i = 0; i < A_PASSES; ++i)
+            cl::mma::cp_async<BYTES>(As + a_dst[i], a_ptr + (cl::index_t)i * A_STEP * K,
+                                     i * A_STEP < a_lim);
+        if (b_q + B_PASSES <= Q) {
+            // (nearly always) this thread's pixels lie on one output row: h and the depth are
+            // fixed, w and the address move by constant steps.
+            const int h = b_p * stride_h + b_rh, w = b_q * stride_w + b_rw;
+            bool in = (unsigned)h < (unsigned)H;
+            int nd = b_n;
             if (D3) {
-                const int d = o * stride_d + b_rd;
-                ok = ok && (unsigned)d < (unsigned)D;
-                nd = n * D + d;
+                const int d = b_o * stride_d + b_rd;
+                in = in && (unsigned)d < (unsigned)D;
+                nd = b_n * D + d;
             }
-            const T* src = x + (((nd * H + h) * W + w) * C + b_c);  // x < 2^31 elements
-            cl::mma::cp_async<BYTES>(Bs + b_dst[j], src, ok);
-            next_pixel(n, o, p, q, P, Q, O);
+            const T* src = x + (((nd * H + h) * W + w) * C + b_c);
+#pragma unroll
+            for (int j = 0; j < B_PASSES; ++j) {
+                const bool ok = in && j < b_lim && (unsigned)(w + j * stride_w) < (unsigned)W;
+                cl::mma::cp_async<BYTES>(Bs + b_dst[j], src + j * w_step, ok);
+            }
+        } else {
+            int n = b_n, p = b_p, q = b_q, o = b_o;
+#pragma unroll
+            for (int j = 0; j < B_PASSES; ++j) {
+                copy_b(Bs, j, n, o, p, q, j < b_lim);
+                next_pixel(n, o, p, q, P, Q, O);
+            }
         }
         // This thread's first row of the next tile, BK pixels on: carry without dividing.
         b_q += G::BK;
