@@ -60,13 +60,24 @@ namespace cl {
 namespace mma {
 
 // ------------------------------------------------------------------ tf32
-// cvt.rna.tf32.f32: nearest, ties away from zero, to a 10-bit mantissa (returned as the
-// b32 register an m16n8k8 tf32 fragment holds).
+// An fp32 value rounded to nearest to a 10-bit mantissa (TF32), returned as the b32
+// register an m16n8k8 tf32 fragment holds (low 13 bits zero). Ties: to even on sm_90+,
+// where `cvt.rn.tf32.f32` is one instruction (F2FP), and on the emulator, which follows
+// the library's target GPU; away from zero on sm_80-89, whose only TF32 conversion is
+// `cvt.rna` (a compare and a predicated add). The two differ only where the dropped 13
+// bits are exactly half a TF32 unit. Inf passes through; NaN stays NaN.
 __device__ __forceinline__ unsigned to_tf32(float x) {
 #ifdef CUDNNLITE_EMULATOR
-    float r = nvcuda::wmma::__float_to_tf32(x);
     unsigned u;
-    memcpy(&u, &r, 4);
+    memcpy(&u, &x, 4);
+    if ((u & 0x7f800000u) != 0x7f800000u) {  // finite: add just under half, plus the
+        u += 0xfffu + ((u >> 13) & 1u);      // kept LSB (a tie rounds up to even only)
+        u &= 0xffffe000u;
+    }
+    return u;
+#elif defined(__CUDA_ARCH__) && __CUDA_ARCH__ >= 900
+    unsigned u;
+    asm("cvt.rn.tf32.f32 %0, %1;" : "=r"(u) : "f"(x));
     return u;
 #elif CL_MMA_SM80
     unsigned u;

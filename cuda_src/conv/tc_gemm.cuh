@@ -8,7 +8,7 @@
 // block in WM x WN warp tiles of m16n8k16 MMAs (fp32 accumulators in registers).
 //
 // Shared-memory tiles hold 16-bit elements (or fp32 for TF32 math: m16n8k8, operands
-// rounded with cvt.rna after ldmatrix) in rows of 16-byte chunks, XOR-swizzled so
+// rounded by cl::mma::to_tf32 after ldmatrix) in rows of 16-byte chunks, XOR-swizzled so
 // that the 8 row addresses of every ldmatrix phase fall in 8 different bank groups:
 //   A_ROWS_K = false: A tile [BM][BK] (reduction contiguous) -> ldmatrix
 //   A_ROWS_K = true:  A tile [BK][BM] (m contiguous)         -> ldmatrix.trans
@@ -49,7 +49,7 @@ __device__ __forceinline__ int tile_offset(int row, int col) {
 }
 
 // One k-step of MMAs on a fragment pair: m16n8k16 for 16-bit inputs; for fp32 storage
-// (TF32 math) m16n8k8 on operands rounded to TF32 (cvt.rna) once per fragment load.
+// (TF32 math) m16n8k8 on operands rounded to TF32 (to_tf32) once per fragment load.
 template <typename T> struct MmaStep {
     enum { K = 16 };
     __device__ static void round(unsigned&) {}

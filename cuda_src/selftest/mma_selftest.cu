@@ -5,6 +5,7 @@
 // Kernels (one warp unless stated):
 //   mma_regs_f16 / mma_regs_bf16 / mma_regs_tf32   d = mma(a, b, c) on raw per-lane
 //       registers: a[lane*4 + j], b[lane*2 + j], c[lane*4 + j] -> d[lane*4 + j]
+//   tf32_round       y[i] = the bits of cl::mma::to_tf32(x[i]), one thread per value
 //   ldmatrix_regs    32 rows x 8 16-bit values staged in shared memory; lane l gives the
 //       address of row rows[l]; out[l*4 + i] = register i of ldmatrix .x{count}[.trans]
 //   cp_async_roundtrip  block of 32 threads: thread i copies 16-byte chunk i of src with
@@ -53,6 +54,11 @@ extern "C" __global__ void mma_regs_tf32(const unsigned* a, const unsigned* b, c
     for (int j = 0; j < 2; ++j) rb[j] = b[lane * 2 + j];
     mma_m16n8k8_tf32(rd, ra, rb, rc);
     for (int j = 0; j < 4; ++j) d[lane * 4 + j] = rd[j];
+}
+
+extern "C" __global__ void tf32_round(const float* x, unsigned* y, int n) {
+    const int i = blockIdx.x * blockDim.x + threadIdx.x;
+    if (i < n) y[i] = to_tf32(x[i]);
 }
 
 template <int N, bool Trans>

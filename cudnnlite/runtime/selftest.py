@@ -51,6 +51,7 @@ MMA_SELFTEST = ModuleSpec.make(
         "mma_regs_f16",
         "mma_regs_bf16",
         "mma_regs_tf32",
+        "tf32_round",
         "ldmatrix_regs",
         "cp_async_roundtrip",
         "mma_gemm_pipeline",

@@ -145,6 +145,35 @@ def test_mma_tf32_reads_19_bits(backend: str) -> None:
     assert d[0, 0] == 1.0
 
 
+def test_to_tf32_rounding(backend: str) -> None:
+    """cl::mma::to_tf32: nearest to a 10-bit mantissa, low 13 bits zero; a tie (dropped
+    bits exactly 0x1000) goes to even on the emulator and sm_90+ (cvt.rn), away from zero
+    on sm_80-89 (cvt.rna, the only TF32 conversion there); Inf kept, NaN stays NaN."""
+    _needs_sm80(backend)
+    sm = capabilities(backend_by_name(backend)).sm
+    away = 80 <= sm < 90
+    cases = [  # input bits, rounded (ties to even), rounded (ties away)
+        (0x3F800000, 0x3F800000, 0x3F800000),  # 1.0: exact
+        (0x3F800FFF, 0x3F800000, 0x3F800000),  # below half: down
+        (0x3F801001, 0x3F802000, 0x3F802000),  # above half: up
+        (0x3F801000, 0x3F800000, 0x3F802000),  # tie, even kept LSB: even / away
+        (0x3F803000, 0x3F804000, 0x3F804000),  # tie, odd kept LSB: up either way
+        (0xBF801000, 0xBF800000, 0xBF802000),  # negative tie
+        (0x3FFFF000, 0x40000000, 0x40000000),  # carry into the exponent
+        (0x7F7FFFFF, 0x7F800000, 0x7F800000),  # largest float rounds to Inf
+        (0x00001000, 0x00000000, 0x00002000),  # subnormal tie
+        (0x7F800000, 0x7F800000, 0x7F800000),  # Inf
+        (0xFF800000, 0xFF800000, 0xFF800000),  # -Inf
+    ]
+    x = np.array([c[0] for c in cases] + [0x7FC00000, 0x7FFFFFFF], np.uint32).view(np.float32)
+    y = to_backend(np.zeros(x.size, np.uint32), backend)
+    _kernel(backend, "tf32_round")(1, 32, (to_backend(x, backend), y, np.int32(x.size)))
+    got = to_numpy(y)
+    want = [c[2] if away else c[1] for c in cases]
+    assert [hex(v) for v in got[: len(cases)]] == [hex(v) for v in want]
+    assert np.isnan(got[len(cases) :].view(np.float32)).all()  # NaN stays NaN
+
+
 @pytest.mark.parametrize("count", [1, 2, 4])
 @pytest.mark.parametrize("trans", [0, 1])
 def test_ldmatrix_layout(backend: str, count: int, trans: int) -> None:

@@ -9,7 +9,7 @@ fp16 or bf16 (fp32 accumulation, fp32 partials), or fp32 with
 are contiguous along K and C, so both shared tiles hold reduction rows and reach the MMA
 fragments through ``ldmatrix.trans`` (16-bit), or, for TF32 (``ldmatrix.trans`` moves
 16-bit halves), through 32-bit shared loads from rows padded by 8 floats (bank-conflict
-free, every address the lane's offset plus a constant) and one ``cvt.rna`` per element:
+free, every address the lane's offset plus a constant) and one rounding per element:
 the m16n8k8 TF32 MMA on operands rounded to nearest, as the forward's.
 
 Narrow groups (fewer filters per group than the tile's 64 rows): the kernel
@@ -66,9 +66,9 @@ TILES = (
 TILES_ALIGN2 = ((64, 64, 32, 32, 32, 3),)  # 4-byte copies: more loader state per thread
 # TF32 (fp32 storage): BK 16 is the same two 16-byte chunks per MMA step as BK 32 of fp16,
 # four stages as the forward's TF32 tiles; 4-byte copies (one float, any K and C): 64x64.
-# sm_90 (registers, main-loop instructions per MMA, HMMA share; no spills): 128x128 190,
-# 434 per 64 (15%), 64x128 120 (9%), 64x64 72 (7%). A scalar shared load and a two-instruction
-# cvt.rna per fragment element; BK 32 measured no better (824 per 128).
+# sm_90 (registers, main-loop instructions per MMA on the hot path, HMMA share; no spills):
+# 128x128 193, 305 per 64 (21%), 64x128 121 (14%), 64x64 68 (9%). A scalar shared load and
+# a rounding (one F2FP) per fragment element.
 TILES_TF32 = (
     (128, 128, 16, 64, 64, 4),
     (64, 128, 16, 64, 32, 4),

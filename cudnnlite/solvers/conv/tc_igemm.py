@@ -7,8 +7,9 @@ accumulation through the PTX-level layer (``ldmatrix`` from an XOR-swizzled shar
 ``cp.async`` stages with zero-fill for the padding):
 
 - fp16 (sm_75+) and bf16 (sm_80+): ``mma.sync`` m16n8k16;
-- fp32 with ``math="tf32"`` (sm_80+): m16n8k8 on operands rounded to TF32 (cvt.rna) after
-  ``ldmatrix``; default fp32 math never uses it.
+- fp32 with ``math="tf32"`` (sm_80+): m16n8k8 on operands rounded to TF32 after
+  ``ldmatrix`` (``cl::mma::to_tf32``: to nearest, ties to even on sm_90+ and the emulator,
+  away from zero on sm_80-89); default fp32 math never uses it.
 
 Backward data at stride 1 runs it on the rotated filters (``conv_bwd_data_tc_implicit_gemm``,
 in :mod:`.bwd_data`); backward filter has its own loader (:mod:`.tc_bwd_filter`).
@@ -110,8 +111,9 @@ SPLIT_TILES = ((64, 64, 32, 32, 32, 4), (64, 128, 32, 32, 64, 4), (128, 64, 32, 
 
 # TF32 (fp32 storage, m16n8k8): a 16-byte chunk holds 4 channels, so BK 16 is the same
 # two chunks per MMA step and the same shared bytes per row as BK 32 of fp16.
-# (No 32x64 warp tiles: ptxas spills them.) TF32 loops are 19-21% HMMA: an m16n8k8 does
-# half the work of an m16n8k16 and each fragment register takes one cvt.rna.
+# (No 32x64 warp tiles: ptxas spills them.) TF32 loops on sm_90 are 24-30% HMMA (hot path:
+# 128x128x16 213 instructions per 64): an m16n8k8 does half the work of an m16n8k16 and
+# each fragment register takes one rounding (one F2FP; two instructions below sm_90).
 TILES_TF32 = (
     (128, 128, 16, 64, 64, 4),
     (128, 128, 32, 64, 64, 3),
