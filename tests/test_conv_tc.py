@@ -219,6 +219,9 @@ BWF_CASES = {
         _bwf(3, 16, (7, 8), 24),
         TcSplitKConfig(128, 128, 32, 64, 64, 3, 2),
     ),
+    # The 64-deep tile: 8 pixels per thread, rows of 8 (fast path) and of 5 (both paths).
+    "deep_tile_rows_of_8": (_bwf(3, 16, (7, 8), 24), TcSplitKConfig(128, 128, 64, 64, 64, 3, 2)),
+    "deep_tile_rows_of_5": (_bwf(2, 8, 5, 16), TcSplitKConfig(128, 128, 64, 64, 64, 3, 1)),
 }
 
 
@@ -258,6 +261,21 @@ def test_backward_filter_configs() -> None:
         "channels-last"
         in BWF.is_applicable(dataclasses.replace(_bwf(1, 8, 4, 8), layout="NCHW"), EMULATOR).reason
     )
+
+
+def test_deep_tiles_only_where_two_blocks_fit() -> None:
+    """The 64-deep tiles (96 KiB of stages) are the defaults of large layers on sm_90, where
+    two blocks fit an SM, not on sm_80; backward filter takes them only for output rows its
+    loader's 8 consecutive pixels per thread stay on (Q % 8 == 0 or Q >= 64)."""
+    fwd = conv(32, 256, 56, 256)
+    bwd = dataclasses.replace(fwd, direction="bwd_data")
+    bwf = dataclasses.replace(fwd, direction="bwd_filter")
+    for caps, deep in ((for_sm(90), 64), (for_sm(80), 32)):
+        assert SOLVER.default_config(fwd, caps).block_k == deep
+        assert PHASED.default_config(bwd, caps).block_k == deep
+        assert BWF.default_config(bwf, caps).block_k == deep
+    late = dataclasses.replace(conv(32, 256, 14, 256), direction="bwd_filter")  # Q = 14
+    assert BWF.default_config(late, for_sm(90)).block_k == 32
 
 
 def test_heuristics_put_the_multistage_engine_first_on_a_gpu() -> None:
@@ -355,11 +373,14 @@ def test_backward_data_any_stride(backend: str, case: str) -> None:
     check_data(backend, PHASED, BWD_DATA_CASES[case], bias=True)
 
 
-@pytest.mark.parametrize("tile", [(128, 128, 32, 64, 64, 4), (64, 128, 32, 32, 64, 4)])
+@pytest.mark.parametrize(
+    "tile", [(128, 128, 64, 64, 64, 3), (128, 128, 32, 64, 64, 4), (64, 128, 32, 32, 64, 4)]
+)
 def test_backward_data_tiles(backend: str, tile) -> None:
     from conv_backward_support import rand, ref_data, run_data
 
-    p = _bwd(1, 72, 5, 20, stride=2)
+    # K = 20 takes 4-byte copies; the 64-deep tile has 16-byte ones only (K = 24).
+    p = _bwd(1, 72, 5, 24 if tile[2] == 64 else 20, stride=2)
     dy, w = rand(p.y_shape(), 0, "fp16"), rand(p.w_shape(), 1, "fp16")
     got = run_data(backend, PHASED, p, dy, w, config=TcConfig(*tile))
     ref = ref_data(p, dy, w)

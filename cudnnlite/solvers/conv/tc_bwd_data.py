@@ -58,14 +58,19 @@ from .tc_igemm import (
     TILES_TF32,
     TILES_TF32_ALIGN1,
     TcConfig,
+    fits_twice,
     group_tiles,
 )
 
 SOURCE = "conv/tc_bwd_data.cu"
 
-# Four of the forward's tiles (its 8-warp 128x128 spills 4 bytes here on sm_90; BK 64 adds
-# compile time for the NVRTC check without a case the others miss); 4-byte copies: one.
+# Five of the forward's tiles (its 8-warp 128x128 spills 4 bytes here on sm_90); 4-byte
+# copies: one. sm_90 hot paths (sass_mix): 128x128x64 354 instructions per 128 MMA (36%,
+# 242 registers; the default of large layers where two blocks fit an SM: fits_twice),
+# 128x128x32 195 per 64 (33%). BK 64 takes 16-byte copies only (its A_RPP keeps the
+# swizzle period) and stays 2-D.
 BWD_TILES = (
+    (128, 128, 64, 64, 64, 3),
     (128, 128, 32, 64, 64, 4),
     (128, 64, 32, 64, 32, 4),
     (64, 128, 32, 32, 64, 4),
@@ -87,8 +92,8 @@ BWD_TILES_TF32 = (
 )
 BWD_TILES_TF32_ALIGN1 = TILES_TF32_ALIGN1
 BWD_TILES_3D = frozenset(
-    {BWD_TILES[0], BWD_TILES[3], *BWD_TILES_ALIGN2, BWD_TILES_TF32[0], BWD_TILES_TF32[3],
-     *BWD_TILES_TF32_ALIGN1}
+    {(128, 128, 32, 64, 64, 4), (64, 64, 32, 32, 32, 4), *BWD_TILES_ALIGN2,
+     BWD_TILES_TF32[0], BWD_TILES_TF32[3], *BWD_TILES_TF32_ALIGN1}
 )  # fmt: skip
 assert set(BWD_TILES) <= set(TILES) and set(BWD_TILES_ALIGN2) <= set(TILES_ALIGN2)
 assert set(BWD_TILES_TF32) <= set(TILES_TF32)
@@ -204,7 +209,16 @@ class TcBwdDataPhasedSolver(Solver):
                 return next((c for c in pool if (c.block_m == 128) == big), pool[0])
         wide = problem.c_per_group > 64
         block = (128, 128) if phase_rows(problem) >= 8192 and wide else (64, 64)
-        return next((c for c in options if (c.block_m, c.block_n) == block), options[0])
+        item = bwf.dtype_of(problem).itemsize
+        return next(
+            (
+                c
+                for c in options
+                if (c.block_m, c.block_n) == block
+                and fits_twice(c.smem_bytes(item, b_rows_k=True), caps)
+            ),
+            options[0],
+        )
 
     def module_specs(self) -> list[ModuleSpec]:
         return [

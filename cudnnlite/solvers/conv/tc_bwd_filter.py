@@ -53,12 +53,16 @@ from ...runtime.kernel import ModuleSpec
 from ..base import APPLICABLE, Applicability, Config, Runner, Solver, not_applicable
 from . import bwd_filter as bwf
 from .common import shape_struct
-from .tc_igemm import NO_FP64_MMA, TcTile, group_tiles
+from .tc_igemm import NO_FP64_MMA, TcTile, fits_twice, group_tiles
 
 SOURCE = "conv/tc_bwd_filter.cu"
 
-# (block_m (K), block_n (R*S*C), block_k (pixels), warp_m, warp_n, stages)
+# (block_m (K), block_n (R*S*C), block_k (pixels), warp_m, warp_n, stages). sm_90 hot paths
+# (sass_mix; each thread's pixels on one output row): 128x128x64 307 instructions per 128
+# MMA (42%, 227 registers; the default where two blocks fit an SM and Q % 8 == 0 or Q >=
+# 64), 128x128x32 191 per 64 (34%), 64x128 163 per 32, 64x64 111 per 16.
 TILES = (
+    (128, 128, 64, 64, 64, 3),
     (128, 128, 32, 64, 64, 3),
     (64, 128, 32, 32, 64, 3),
     (64, 64, 32, 32, 32, 3),
@@ -274,7 +278,17 @@ class TcBwdFilterSolver(Solver):
 
     def default_config(self, problem: ConvProblem, caps: Capabilities) -> TcSplitKConfig:
         options = self.configs(problem, caps)
-        big = [c for c in options if c.block_m == 128] if problem.k_per_group >= 128 else []
+        item = bwf.dtype_of(problem).itemsize
+        # The 64-deep tile where two blocks fit an SM and its 8 consecutive pixels per
+        # thread stay on one output row (the loader's fast path; Q = P * Q's inner extent).
+        q = problem.out_spatial[-1]
+        deep_ok = q % 8 == 0 or q >= 64
+        big = [
+            c
+            for c in options
+            if c.block_m == 128
+            and (c.block_k < 64 or (deep_ok and fits_twice(c.smem_bytes(item), caps)))
+        ] if problem.k_per_group >= 128 else []  # fmt: skip
         pool = big or [c for c in options if c.block_m == 64 and c.block_n == 128] or options
         tile = pool[0]
         columns, rows = _grid(problem, tile, packed(problem, tile))

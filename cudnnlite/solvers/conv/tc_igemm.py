@@ -233,6 +233,13 @@ class TcConfig(TcTile):
                    self.block_m * (self.block_n + 4) * 4)  # fmt: skip
 
 
+def fits_twice(smem: int, caps: Capabilities) -> bool:
+    """Two blocks of ``smem`` shared bytes fit one SM. The 64-deep tiles (96 KiB in three
+    stages) do on sm_90 (227 KiB), not on sm_80 (163): there one block of 4 warps per SM
+    would be left to hide every latency, so the defaults take them only where this holds."""
+    return 2 * smem <= caps.max_shared_bytes
+
+
 def align_for(problem: ConvProblem) -> int | None:
     """Channels per cp.async: 16 bytes when C/groups allows it, else 4 bytes (2 halves, or
     one float), else None (odd C/groups in fp16/bf16)."""
@@ -445,6 +452,7 @@ class TcImplicitGemmSolver(Solver):
             ((128, 128) if wide else (128, 64)) if rows >= 8192 else (64, 128) if wide else (64, 64)
         )
         options = self.configs(problem, caps)
+        v = variant(problem.dtype)
         if problem.groups > 1 and problem.k_per_group < 64:
             # Narrow groups: a packed tile (several groups per block), 64 columns where the
             # copy width has one, the block shape's rows as above.
@@ -452,9 +460,16 @@ class TcImplicitGemmSolver(Solver):
             pool = [c for c in pool if c.block_n == 64] or pool
             if pool:
                 return next((c for c in pool if c.block_m == block[0]), pool[0])
-        # The variant's first tile of that block shape (16-byte copies: its full table).
+        # The variant's first tile of that block shape (16-byte copies: its full table) that
+        # keeps two blocks per SM.
         tile = next(
-            (c.astuple() for c in options if (c.block_m, c.block_n) == block and c.splits == 1),
+            (
+                c.astuple()
+                for c in options
+                if (c.block_m, c.block_n) == block
+                and c.splits == 1
+                and fits_twice(c.smem_bytes(v.itemsize), caps)
+            ),
             options[0].astuple(),
         )
         packs = packed(problem, TcConfig(*tile))
