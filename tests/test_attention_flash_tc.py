@@ -23,11 +23,13 @@ from attention_support import (
 )
 
 from cudnnlite import dtypes
+from cudnnlite.errors import NotSupportedError
 from cudnnlite.problems.attention import AttentionProblem
 from cudnnlite.runtime.backend import Backend
 from cudnnlite.runtime.caps import EMULATOR, for_sm
 from cudnnlite.runtime.select import backend_by_name
 from cudnnlite.solvers.attention.flash_fwd import FlashConfig, FlashTcFwdSolver, kernel_name
+from cudnnlite.testing import to_backend, to_numpy
 
 SOLVER = FlashTcFwdSolver()
 SMALL = FlashConfig(64, 128, 4)  # the default for head dims <= 64
@@ -111,6 +113,42 @@ def test_additive_mask_broadcast_bf16(backend):
     _check(backend, p, mask=m.astype(NUMPY_DTYPE["bf16"]))
     _check(backend, p, mask=m.astype(NUMPY_DTYPE["bf16"]), dropout_p=0.2)
     _check(backend, p, mask=m.astype(NUMPY_DTYPE["bf16"]), scale=-0.25)
+
+
+def test_masks_strided_along_keys(backend):
+    # The forward's strided-mask tile loop (key stride != 1): masks broadcast along keys
+    # (stride 0) against the reference; a transposed mask (key stride sq) through the public
+    # function, bit for bit the answer of its contiguous copy.
+    p = prob(dtype="bf16", b=2, sq=23, skv=41, mask="additive", causal=True, dropout=True)
+    rng = np.random.default_rng(5)
+    _check(backend, p, mask=rng.standard_normal((23, 1)).astype(NUMPY_DTYPE["bf16"]))
+    pb = prob(sq=17, skv=29, d=256, dv=136, mask="bool", dropout=True)
+    _check(backend, pb, mask=rng.random((17, 1)) > 0.3)
+    import cudnnlite as cl
+
+    ops = operands(p)
+    q, k, v = (to_backend(ops[n], backend) for n in "qkv")
+    m = rng.standard_normal((41, 23)).astype(NUMPY_DTYPE["bf16"])
+    m[:3, 4] = -np.inf
+    strided = to_backend(m, backend).T  # (23, 41), key stride 23
+    assert strided.strides[-1] == 23 * m.itemsize
+    contiguous = to_backend(np.ascontiguousarray(m.T), backend)
+    kw = dict(is_causal=True, dropout_p=0.2, seed=3, algo="sdpa_fwd_flash_tc", enable_gqa=True)
+    got = cl.scaled_dot_product_attention(q, k, v, strided, **kw)
+    want = cl.scaled_dot_product_attention(q, k, v, contiguous, **kw)
+    np.testing.assert_array_equal(to_numpy(got), to_numpy(want))
+
+
+def test_mask_key_stride_beyond_32_bits_is_refused() -> None:
+    import cudnnlite as cl
+
+    p = prob(dtype="bf16", b=2, sq=5, skv=2, mask="additive", causal=True, dropout=True)
+    ops = operands(p)
+    base = np.zeros(2**23 + 1, NUMPY_DTYPE["bf16"])  # 16 MB: keys 0 and 2^23 of it
+    mask = np.lib.stride_tricks.as_strided(base, (p.sq, p.skv), (0, 2**24))
+    with pytest.raises(NotSupportedError, match="key stride"):
+        cl.scaled_dot_product_attention(ops["q"], ops["k"], ops["v"], mask, 0.2, True, seed=1,
+                                        algo="sdpa_fwd_flash_tc", enable_gqa=True)  # fmt: skip
 
 
 def test_dropout_keys_multiple_of_four(backend):

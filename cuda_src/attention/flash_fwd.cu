@@ -29,7 +29,9 @@
 //                |scale_log2|; a negative scale flips Q's signs once per block so the max
 //                stays a max), O rescaled in registers only when some row's max moved; the
 //                row sum stays per lane until the end (alpha is uniform across the quad).
-//                Tiles with an explicit mask are scaled (+ mask * log2 e) in mask_tile
+//                Tiles with an explicit mask are scaled (+ mask * log2 e) in mask_tile;
+//                a mask with key stride 1 (the usual) is read at immediate offsets from
+//                two row pointers, another in a second copy of the tile loop
 //   dropout      P *= keep factor after the row sum: the denominator is undropped; keep
 //                bits from one Philox draw per 4 keys, lanes t / t ^ 1 sharing it, when
 //                skv % 4 == 0 (sdpa::drop_bits_keys_in_cols), else one per pair of keys
@@ -170,7 +172,8 @@ struct Fwd {
 
     // One K / V tile. MASKED: the per-warp mode (skip, or per-element masking); otherwise
     // every row keeps every key of the tile (the block's interior tiles).
-    template <bool MASKED>
+    // UNIT_J: an explicit mask's key stride is 1 (mask_tile).
+    template <bool MASKED, bool UNIT_J = true>
     __device__ __forceinline__ void step(int n) {
         const int key0 = key_begin + n * BN;
         const bool active = !MASKED || (key0 < w_hi && key0 + BN > w_lo);  // warp-uniform
@@ -213,7 +216,7 @@ struct Fwd {
                     }
                 }
             }
-            if (MASKED) mask_tile(s, key0);
+            if (MASKED) mask_tile<UNIT_J>(s, key0);
             softmax<MASKED && MASK != sdpa::kMaskNone>(s, key0);
         }
 
@@ -257,21 +260,36 @@ struct Fwd {
     // -inf where a row does not keep the key (range, explicit mask). Without an explicit
     // mask the scores stay raw (softmax scales them in its FFMA; c > 0 keeps -inf); with
     // one they are scaled to the log2 domain here and the additive mask's value added.
+    // UNIT_J: the explicit mask's key stride is 1, so a lane's elements of one row sit at
+    // constant offsets from the row's pointer (loads at immediate offsets); else multiples
+    // of m_sj, one n8 tile per batch. The
+    // kernel body picks the variant once, outside its tile loop: both in one loop would
+    // hold the registers of both (186 at head dim 32 against 151 and 147 apart).
+    template <bool UNIT_J>
     __device__ __forceinline__ void mask_tile(float (&s)[MT][NS][4], int key0) {
         const float c = scale_c();
         if (MASK == sdpa::kMaskNone && key0 >= w_full_lo && key0 + BN <= w_full_hi) return;
-        // The mask's offset of (the lane's first row, key0 + 2 t); elements step by m_si and
-        // m_sj (compile-time multiples).
-        const long long mb =
-            MASK == sdpa::kMaskNone ? 0 : sdpa::mask_offset(p, bi, h, w_first + (lane >> 2),
-                                                            key0 + 2 * t);
         typedef typename sdpa::MaskRaw<MASK, T>::type Raw;
-        constexpr int JC = NS < 4 ? NS : 4;  // n8 tiles per batch of mask loads
+        // The mask at (the lane's first row, key0 + 2 t); rows step by m_si.
+        const Raw* mb = MASK == sdpa::kMaskNone
+                            ? nullptr
+                            : static_cast<const Raw*>(mask) +
+                                  sdpa::mask_offset(p, bi, h, w_first + (lane >> 2), key0 + 2 * t);
+        // n8 tiles per batch of mask loads (a strided mask's: one). A strided mask's element
+        // offsets are 32-bit (|m_sj| < 2^23, checked by the host): 64-bit products of m_sj
+        // hoisted out of the tile loop would hold 186 registers at head dim 32 against 150.
+        const int sj = UNIT_J ? 1 : (int)p.m_sj;
+        constexpr int JC = !UNIT_J ? 1 : NS < 4 ? NS : 4;
 #pragma unroll
         for (int mt = 0; mt < MT; ++mt) {
             const int row = w_first + 16 * mt + (lane >> 2);
             const sdpa::KeyRange rr[2] = {sdpa::key_range(p, len, row),
                                           sdpa::key_range(p, len, row + 8)};
+            const Raw* mrow[2] = {nullptr, nullptr};
+            if constexpr (MASK != sdpa::kMaskNone) {
+                mrow[0] = mb + 16 * mt * p.m_si;
+                mrow[1] = mrow[0] + 8 * p.m_si;
+            }
 #pragma unroll
             for (int jc = 0; jc < NS; jc += JC) {
                 // This batch's keep (range) bits and explicit mask elements: every load
@@ -284,11 +302,13 @@ struct Fwd {
                     for (int e = 0; e < 4; ++e) {
                         const int hf = e >> 1, key = key0 + 8 * (jc + j) + 2 * t + (e & 1);
                         keep[j][e] = key >= rr[hf].lo && key < rr[hf].hi;
-                        const long long off = mb + (16 * mt + 8 * hf) * p.m_si +
-                                              (8 * (jc + j) + (e & 1)) * p.m_sj;
-                        if constexpr (MASK != sdpa::kMaskNone)
-                            raw[j][e] = keep[j][e] ? sdpa::mask_load<MASK, T>(mask, off) : Raw();
+                        if constexpr (MASK != sdpa::kMaskNone) {
+                            const int at = (8 * (jc + j) + (e & 1)) * sj;
+                            raw[j][e] = keep[j][e] ? sdpa::mask_load<MASK, T>(mrow[hf], at)
+                                                   : Raw();
+                        }
                     }
+
 #pragma unroll
                 for (int j = 0; j < JC; ++j)
 #pragma unroll
@@ -520,7 +540,11 @@ __device__ __forceinline__ void fwd_body(const T* __restrict__ q, const T* __res
     int n = 0;
     for (; n < a; ++n) f.template step<true>(n);
     for (; n < b; ++n) f.template step<false>(n);
-    for (; n < n_tiles; ++n) f.template step<true>(n);
+    if (MASK == sdpa::kMaskNone || p.m_sj == 1) {
+        for (; n < n_tiles; ++n) f.template step<true>(n);
+    } else {
+        for (; n < n_tiles; ++n) f.template step<true, false>(n);
+    }
 
     // Only empty groups remain, except HEAD_DIM 256's Q when no tile ran: the barrier
     // keeps other warps' Q copies from landing on the staged O.

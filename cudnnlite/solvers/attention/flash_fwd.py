@@ -139,6 +139,13 @@ class _Runner(Runner):
                     f"sdpa_fwd_flash_tc: {name} needs 16-byte aligned rows (pointer and "
                     "strides multiples of 8 elements)"
                 )
+        m = tensors.mask
+        if m is not None and abs(m.strides[-1]) >= 2**23 * m.itemsize:
+            raise NotSupportedError(
+                f"sdpa_fwd_flash_tc: attn_mask's key stride ({m.strides[-1] // m.itemsize} "
+                "elements) must be below 2^23 (32-bit offsets in a tile): pass a mask "
+                "contiguous along its last axis"
+            )
         if self.grid[0] == 0:
             return
         p = params(self.problem, tensors, scalars)
