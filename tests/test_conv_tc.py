@@ -86,8 +86,8 @@ def test_real_layers(backend: str, index: int) -> None:
 
 
 ODD = {
-    "c2_align2": conv(2, 2, (5, 7), 11),
-    "c6_align2": conv(1, 6, 5, 9),
+    "c2_few_channels": conv(2, 2, (5, 7), 11),
+    "c10_align2": conv(1, 10, 5, 9),
     "k1": conv(1, 8, 5, 1),
     "stride3": conv(1, 8, 8, 6, stride=3),
     "dilation2": conv(1, 16, 7, 5, dil=2, pad=2),
@@ -119,7 +119,43 @@ def test_every_tile(backend: str, tile) -> None:
 
 @pytest.mark.parametrize("tile", TILES_ALIGN2, ids=lambda t: "x".join(map(str, t)))
 def test_every_tile_with_4_byte_copies(backend: str, tile) -> None:
-    _check(backend, conv(1, 6, 4, 12, dtype="bf16"), TcConfig(*tile))
+    _check(backend, conv(1, 10, 4, 12, dtype="bf16"), TcConfig(*tile))
+
+
+# Few input channels (tc_conv_fwd_flat: x and w padded to one 16-byte copy per tap, whole
+# taps per reduction slice): stems, odd and even C below the copy width, NCHW and NHWC
+# (one 16-bit and one TF32 tile: each kernel is an emulator compile in CI).
+FLAT = {
+    "stem_fp16_nchw": (conv(2, 3, 13, 20, f=7, pad=3, stride=2, layout="NCHW"), None),
+    "c1_dilated": (conv(1, 1, (9, 7), 12, f=5, pad=4, dil=2), None),
+    "c5_k_over_two_blocks": (conv(2, 5, 6, 70, f=3), None),
+    "c3_tf32_stem": (conv(1, 3, 11, 9, f=7, pad=3, stride=2, dtype="fp32", layout="NCHW"), None),
+    "c6_split_k": (conv(1, 6, 5, 8, f=7, pad=3), TcConfig(64, 64, 32, 32, 32, 4, 2)),
+    "c7_1x1": (conv(2, 7, 5, 9, f=1, pad=0), None),
+}
+
+
+@pytest.mark.parametrize("case", sorted(FLAT))
+def test_few_input_channels(backend: str, case: str) -> None:
+    from cudnnlite.solvers.conv.tc_igemm import flat
+
+    p, cfg = FLAT[case]
+    assert flat(p) and SOLVER.is_applicable(p, EMULATOR)
+    _check(backend, p, cfg or SOLVER.default_config(p, EMULATOR))
+
+
+def test_few_input_channels_epilogue_and_the_stem_dispatch() -> None:
+    e = Epilogue(alpha=1.5, alpha2=0.5, act_mode=0, has_bias=True, has_z=True)
+    _check("cpu", conv(1, 3, 9, 16, f=7, pad=3, stride=2), epilogue=e, activation="relu",
+           bias=True, z=True)  # fmt: skip
+    # ResNet-50's stem (C = 3, odd) in fp16 ranks the multistage engine first on sm_90 and
+    # it now applies (the WMMA kernel took it before).
+    from cudnnlite.dispatch import heuristics as h
+
+    stem = conv(32, 3, 224, 64, f=7, pad=3, stride=2, layout="NCHW")
+    assert h.conv_fwd_ranking(stem, for_sm(90))[0] == SOLVER.name
+    assert SOLVER.is_applicable(stem, for_sm(90))
+    assert SOLVER.default_config(stem, for_sm(90)).astuple() == (128, 64, 32, 64, 32, 4)
 
 
 @pytest.mark.parametrize("k", [16, 12], ids=["vector_stores", "scalar_stores"])
@@ -319,7 +355,7 @@ def test_forward_split_k_configs() -> None:
     "tile", TILES_TF32 + TILES_TF32_ALIGN1, ids=lambda t: "x".join(map(str, t))
 )
 def test_tf32_every_tile(backend: str, tile) -> None:
-    c = 3 if tile in TILES_TF32_ALIGN1 else 20  # C = 3 (a stem) takes 4-byte copies
+    c = 5 if tile in TILES_TF32_ALIGN1 else 20  # C = 5 takes 4-byte copies
     _check(backend, conv(1, c, 4, 20, dtype="fp32"), TcConfig(*tile))
 
 

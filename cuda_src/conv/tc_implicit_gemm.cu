@@ -201,6 +201,11 @@ struct FwdLoader {
         }
     }
 
+    // Reduction tiles in all: taps x slices of the cwin channels.
+    __device__ static int total(const ConvShape& s, int cwin) {
+        return s.r * s.s * (D3 ? s.t : 1) * ((cwin + G::BK - 1) / G::BK);
+    }
+
     // Split-K: start at reduction tile `it0` (one division per block, none per tile).
     __device__ void seek(int it0, const ConvShape& s) {
         const int slices = (C + G::BK - 1) / G::BK;
@@ -260,6 +265,123 @@ struct FwdLoader {
             set_tap();
         }
     }
+};
+
+// FLAT (tc_conv_fwd_flat: few input channels, a network's stem): the solver pads x and w
+// to C = ALIGN channels in the workspace (one 16-byte chunk per tap, zeros past the real
+// channels), and the reduction runs over the flattened (tap, channel) index instead of
+// slices of one tap's channels: a BK-wide slice holds CPR = BK / ALIGN whole taps, where
+// the regular loader would fill a 32- or 64-channel slice with one tap's 8 channels and
+// zeros. Each thread's chunk column is one tap of the slice, so its tap (r, t) advances by
+// CPR per slice and its rows' validity (a_mask bits of r and t, as FwdLoader's) is rebuilt
+// per slice; w (KRSC, C = ALIGN) is contiguous along the flattened index, so B is rows of
+// R*S*C elements read BK at a time. Ungrouped 2-D only; taps past R*S (the last slice)
+// zero-fill.
+template <class G, int ALIGN>
+struct FlatFwdLoader {
+    typedef typename G::T T;
+    enum {
+        CPR = G::BK / ALIGN,  // taps per slice: a thread's chunk column is one tap
+        ROWS_PER_PASS = G::THREADS / CPR,
+        A_PASSES = G::BM / ROWS_PER_PASS,
+        B_PASSES = G::BN / ROWS_PER_PASS,
+        BYTES = ALIGN * (int)sizeof(T),
+    };
+    static_assert(G::THREADS % CPR == 0, "a thread keeps one column of the tile");
+    static_assert(G::BM % ROWS_PER_PASS == 0 && G::BN % ROWS_PER_PASS == 0, "whole passes");
+    static_assert(ROWS_PER_PASS % 8 == 0, "passes keep the row swizzle (period 8)");
+
+    const T* x;
+    const T* w;
+    int a_off[A_PASSES];        // x offset of this row's (n, h0, w0, 0): tap (0, 0)
+    unsigned a_mask[A_PASSES];  // bit r: h0 + r * dil_h inside; bit 16 + s: w0 + s * dil_w
+    unsigned b_ok;              // bit j: B row j (a filter) below K
+    int dst;                    // this thread's element offset in a stage
+    int b_pos, b_step;          // w offset of (first k row, this thread's flat index); rows
+    int r, t;                   // this thread's tap at the next slice (r >= R: past the end)
+    int R, S, row_step, col_step;  // dil_h * W * C, dil_w * C: a tap's x offset steps
+
+    __device__ FlatFwdLoader(const T* x_, const T* w_, const ConvShape& s, cl::index_t m0, int,
+                             int, int, int n0)
+        : x(x_), w(w_), R(s.r), S(s.s), row_step(s.dil_h * s.w * s.c),
+          col_step(s.dil_w * s.c) {
+        const int col = threadIdx.x % CPR;  // the chunk: tap col of each slice
+        const int row0 = threadIdx.x / CPR;
+        dst = G::a_index(row0, col * ALIGN);
+        const cl::index_t rows = (cl::index_t)s.n * s.p * s.q;
+#pragma unroll
+        for (int i = 0; i < A_PASSES; ++i) {
+            const cl::index_t m = m0 + row0 + i * ROWS_PER_PASS;
+            int n = 0, p = 0, q = 0;
+            if (m < rows) {
+                q = (int)(m % s.q);
+                const cl::index_t np = m / s.q;
+                n = (int)(np / s.p);
+                p = (int)(np % s.p);
+            }
+            const int h0 = p * s.stride_h - s.pad_h, w0 = q * s.stride_w - s.pad_w;
+            a_off[i] = ((n * s.h + h0) * s.w + w0) * s.c;
+            unsigned mask = 0;
+            for (int k = 0; k < s.r; ++k)
+                mask |= (unsigned)((unsigned)(h0 + k * s.dil_h) < (unsigned)s.h) << k;
+            for (int k = 0; k < s.s; ++k)
+                mask |= (unsigned)((unsigned)(w0 + k * s.dil_w) < (unsigned)s.w) << (16 + k);
+            a_mask[i] = m < rows ? mask : 0u;
+        }
+        const int rsc = s.r * s.s * s.c;
+        b_ok = 0;
+#pragma unroll
+        for (int j = 0; j < B_PASSES; ++j)
+            if (n0 + row0 + j * ROWS_PER_PASS < s.k) b_ok |= 1u << j;
+        b_pos = (n0 + row0) * rsc + col * ALIGN;
+        b_step = ROWS_PER_PASS * rsc;
+        r = col / S;
+        t = col % S;
+    }
+
+    // Reduction tiles in all: the R*S taps, CPR per slice.
+    __device__ static int total(const ConvShape& s, int) {
+        return (s.r * s.s + CPR - 1) / CPR;
+    }
+
+    __device__ void seek(int it0, const ConvShape&) {
+        const int tap = it0 * CPR + r * S + t;
+        r = tap / S;
+        t = tap % S;
+        b_pos += it0 * G::BK;
+    }
+
+    __device__ void load(T* As, T* Bs) {
+        const bool in = r < R;  // this thread's tap exists
+        const int a_tap = r * row_step + t * col_step;
+#pragma unroll
+        for (int i = 0; i < A_PASSES; ++i) {
+            const bool ok = in && ((a_mask[i] >> r) & (a_mask[i] >> (16 + t)) & 1u);
+            cl::mma::cp_async<BYTES>(As + dst + i * ROWS_PER_PASS * G::BK,
+                                     x + (a_off[i] + a_tap), ok);
+        }
+#pragma unroll
+        for (int j = 0; j < B_PASSES; ++j)
+            cl::mma::cp_async<BYTES>(Bs + dst + j * ROWS_PER_PASS * G::BK, w + (b_pos + j * b_step),
+                                     in && ((b_ok >> j) & 1u));
+        // The next slice: CPR taps on.
+        t += CPR;
+        while (t >= S) {
+            t -= S;
+            ++r;
+        }
+        b_pos += G::BK;
+    }
+};
+
+// The loader of a forward kernel variant.
+template <class G, int ALIGN, bool D3, bool PACKED, bool FLAT>
+struct FwdLoaderOf {
+    typedef FwdLoader<G, ALIGN, D3, PACKED> type;
+};
+template <class G, int ALIGN>
+struct FwdLoaderOf<G, ALIGN, false, false, true> {
+    typedef FlatFwdLoader<G, ALIGN> type;
 };
 
 // Writes a [BM][C_LD] fp32 tile of results for NHWC rows m0.., channels n0.. of y (rows K
@@ -341,7 +463,7 @@ __device__ void store_tile_nchw(const float* Cs, T* y, const T* z, const T* bias
 }
 
 template <typename T, int BM, int BN, int BK, int WM, int WN, int STAGES, int ALIGN, bool D3,
-          bool PACKED>
+          bool PACKED, bool FLAT>
 __device__ __forceinline__ void fwd_body(const T* x, const T* w, T* y, const T* z, const T* bias,
                                          const ConvShape& s, const ConvEpilogue& e, float* ws,
                                          int iters_per_split, int out_nchw) {
@@ -352,8 +474,9 @@ __device__ __forceinline__ void fwd_body(const T* x, const T* w, T* y, const T* 
     // valid), or PACKED n0.. of K and the window of x channels their groups read.
     const GroupWindow gw = group_window<PACKED>(s.k, s.k_per_group, s.c_per_group, BN);
     const int n0 = gw.n0, k0 = gw.out0, kg = gw.out_valid, cbase = gw.in0, cwin = gw.in_count;
-    FwdLoader<G, ALIGN, D3, PACKED> ld(x, w, s, m0, cbase, cwin, k0, n0);
-    const int total = s.r * s.s * (D3 ? s.t : 1) * ((cwin + BK - 1) / BK);
+    typedef typename FwdLoaderOf<G, ALIGN, D3, PACKED, FLAT>::type Loader;
+    Loader ld(x, w, s, m0, cbase, cwin, k0, n0);
+    const int total = Loader::total(s, cwin);
     const int it0 = blockIdx.z * iters_per_split;
     const int iters = min(iters_per_split, total - it0);  // >= 1: the host sizes the splits
     if (it0 > 0) ld.seek(it0, s);
@@ -377,26 +500,28 @@ __device__ __forceinline__ void fwd_body(const T* x, const T* w, T* y, const T* 
 
 // bf16 MMA exists from sm_80; older targets get a trapping body the solver never launches.
 template <typename T, int BM, int BN, int BK, int WM, int WN, int STAGES, int ALIGN, bool D3,
-          bool PACKED = false>
+          bool PACKED = false, bool FLAT = false>
 struct Fwd {
     __device__ static void go(const T* x, const T* w, T* y, const T* z, const T* bias,
                               const ConvShape& s, const ConvEpilogue& e, float* ws, int ips,
                               int out_nchw) {
-        fwd_body<T, BM, BN, BK, WM, WN, STAGES, ALIGN, D3, PACKED>(x, w, y, z, bias, s, e, ws,
-                                                                   ips, out_nchw);
+        fwd_body<T, BM, BN, BK, WM, WN, STAGES, ALIGN, D3, PACKED, FLAT>(x, w, y, z, bias, s, e,
+                                                                         ws, ips, out_nchw);
     }
 };
 #if !CL_MMA_SM80
-template <int BM, int BN, int BK, int WM, int WN, int STAGES, int ALIGN, bool D3, bool PACKED>
-struct Fwd<__nv_bfloat16, BM, BN, BK, WM, WN, STAGES, ALIGN, D3, PACKED> {
+template <int BM, int BN, int BK, int WM, int WN, int STAGES, int ALIGN, bool D3, bool PACKED,
+          bool FLAT>
+struct Fwd<__nv_bfloat16, BM, BN, BK, WM, WN, STAGES, ALIGN, D3, PACKED, FLAT> {
     __device__ static void go(const __nv_bfloat16*, const __nv_bfloat16*, __nv_bfloat16*,
                               const __nv_bfloat16*, const __nv_bfloat16*, const ConvShape&,
                               const ConvEpilogue&, float*, int, int) {
         __trap();
     }
 };
-template <int BM, int BN, int BK, int WM, int WN, int STAGES, int ALIGN, bool D3, bool PACKED>
-struct Fwd<float, BM, BN, BK, WM, WN, STAGES, ALIGN, D3, PACKED> {  // TF32 MMA: sm_80+
+template <int BM, int BN, int BK, int WM, int WN, int STAGES, int ALIGN, bool D3, bool PACKED,
+          bool FLAT>
+struct Fwd<float, BM, BN, BK, WM, WN, STAGES, ALIGN, D3, PACKED, FLAT> {  // TF32 MMA: sm_80+
     __device__ static void go(const float*, const float*, float*, const float*, const float*,
                               const ConvShape&, const ConvEpilogue&, float*, int, int) {
         __trap();
@@ -428,6 +553,17 @@ __global__ void __launch_bounds__((BM / WM) * (BN / WN) * 32,
                        const T* __restrict__ bias, ConvShape s, ConvEpilogue e,
                        float* __restrict__ ws, int iters_per_split, int out_nchw) {
     tcconv::Fwd<T, BM, BN, BK, WM, WN, STAGES, ALIGN, false, true>::go(
+        x, w, y, z, bias, s, e, ws, iters_per_split, out_nchw);
+}
+
+// Few input channels (FlatFwdLoader): x and w padded to C = ALIGN channels in the
+// workspace by tc_pad_channels; ungrouped 2-D; split-K as the plain kernel's.
+template <typename T, int BM, int BN, int BK, int WM, int WN, int STAGES, int ALIGN>
+__global__ void __launch_bounds__((BM / WM) * (BN / WN) * 32)
+    tc_conv_fwd_flat(const T* __restrict__ x, const T* __restrict__ w, T* y, const T* z,
+                     const T* __restrict__ bias, ConvShape s, ConvEpilogue e,
+                     float* __restrict__ ws, int iters_per_split, int out_nchw) {
+    tcconv::Fwd<T, BM, BN, BK, WM, WN, STAGES, ALIGN, false, false, true>::go(
         x, w, y, z, bias, s, e, ws, iters_per_split, out_nchw);
 }
 
@@ -491,5 +627,24 @@ __global__ void __launch_bounds__(256)
     for (int i = threadIdx.y; i < 32; i += 8) {
         const int hw = hw0 + i, c = c0 + threadIdx.x;
         if (c < C && hw < HW) out[base + (cl::index_t)hw * C + c] = tile[threadIdx.x][i];
+    }
+}
+
+// The few-channel path's padding: out[n][hw][c] for c < CP = in's channel c (in NCHW when
+// nchw, else NHWC: x, or the filters KCRS / KRSC with n = K and hw = R*S), 0 for C <= c <
+// CP; one thread per output element (x is small where C is).
+template <typename T>
+__global__ void __launch_bounds__(256)
+    tc_pad_channels(const T* __restrict__ in, T* __restrict__ out, int C, int CP, int HW,
+                    long long count, int nchw) {
+    for (cl::index_t i = cl::global_thread_id(); i < count; i += cl::grid_stride()) {
+        const int c = (int)(i % CP);
+        const cl::index_t pix = i / CP;  // n * HW + hw
+        T v = cl::from_float<T>(0.0f);
+        if (c < C) {
+            const cl::index_t n = pix / HW, hw = pix - n * HW;
+            v = in[nchw ? (n * C + c) * HW + hw : pix * C + c];
+        }
+        out[i] = v;
     }
 }

@@ -38,6 +38,15 @@ filters (copies outside a row's group zero-filled): C/groups / window of the MMA
 (1/16 at 4 channels per group in 64 columns, 8 times more than one GEMM per group), which
 at those layers' arithmetic intensity is no longer the bound. No split-K there.
 
+Few input channels (``flat``: ungrouped 1-D or 2-D with C below one 16-byte copy, 8
+halves or 4 floats: a network's stem, C = 3): the regular loader would give each tap's few
+channels a whole BK-wide slice (1/10 of ResNet-50's stem MMAs useful at BK 32), and odd C
+has no 16-bit copy at all (it went to the WMMA kernel, 1-7% HMMA). Instead
+``tc_pad_channels`` writes x (NCHW or NHWC) and w to NHWC / KRSC with the copy width's
+channels, zeros past C, in the workspace, and ``tc_conv_fwd_flat`` reduces over the
+flattened (tap, channel) index: a slice holds BK / width whole taps (C = 3 padded to 8:
+3/8 of the MMAs useful). Tiles of :data:`FLAT_TILES`, split-K as the plain kernel's.
+
 Loads: 16-byte copies (8 channels of fp16/bf16, 4 of fp32) when C/groups allows, else
 4-byte copies (2 channels, or 1 fp32 channel: any C); odd C/groups in fp16/bf16 is not
 applicable (the WMMA solver takes it at groups == 1). The copy width is part of the kernel
@@ -57,6 +66,7 @@ Deterministic (no atomics, fixed order).
 
 from __future__ import annotations
 
+import dataclasses
 from dataclasses import dataclass
 from typing import Any
 
@@ -240,10 +250,24 @@ def fits_twice(smem: int, caps: Capabilities) -> bool:
     return 2 * smem <= caps.max_shared_bytes
 
 
+def flat(problem: ConvProblem) -> bool:
+    """Whether the few-channel kernel runs ``problem`` (tc_conv_fwd_flat): ungrouped 1-D or
+    2-D with fewer input channels than one 16-byte copy holds (8 halves, 4 floats; a
+    network's stem), padded to that many in the workspace, the reduction over whole taps."""
+    few = problem.c < variant(problem.dtype).aligns[0]
+    return problem.groups == 1 and problem.ndim <= 2 and few
+
+
+def padded_channels(problem: ConvProblem) -> int:
+    """x's channels as the kernel reads them: the copy width on the few-channel path."""
+    return variant(problem.dtype).aligns[0] if flat(problem) else problem.c
+
+
 def align_for(problem: ConvProblem) -> int | None:
-    """Channels per cp.async: 16 bytes when C/groups allows it, else 4 bytes (2 halves, or
-    one float), else None (odd C/groups in fp16/bf16)."""
-    cg = problem.c_per_group
+    """Channels per cp.async: 16 bytes when C/groups allows it (or the few-channel path
+    pads it to that), else 4 bytes (2 halves, or one float), else None (odd C/groups in
+    fp16/bf16)."""
+    cg = padded_channels(problem) // problem.groups
     return next((a for a in variant(problem.dtype).aligns if cg % a == 0), None)
 
 
@@ -255,10 +279,10 @@ def packed(problem: ConvProblem, config: TcConfig) -> bool:
 
 
 def kernel_expr(dt: dtypes.DType, config: TcConfig, align: int, d3: bool = False,
-                pack: bool = False) -> str:  # fmt: skip
+                pack: bool = False, few: bool = False) -> str:  # fmt: skip
     args = ", ".join(map(str, config.astuple()))
-    name = "tc_conv_fwd" + ("_packed" if pack else "") + ("_3d" if d3 else "")
-    return f"{name}<{dt.ctype}, {args}, {align}>"
+    name = "tc_conv_fwd" + ("_flat" if few else "") + ("_packed" if pack else "")
+    return f"{name}{'_3d' if d3 else ''}<{dt.ctype}, {args}, {align}>"
 
 
 def splitk_expr(dt: dtypes.DType) -> str:
@@ -266,23 +290,47 @@ def splitk_expr(dt: dtypes.DType) -> str:
 
 
 def module_spec(dt: dtypes.DType, config: TcConfig, align: int, d3: bool = False,
-                pack: bool = False) -> ModuleSpec:  # fmt: skip
+                pack: bool = False, few: bool = False) -> ModuleSpec:  # fmt: skip
     """One tile per module: a first call compiles only the variant it runs."""
-    return ModuleSpec.make(SOURCE, [kernel_expr(dt, config, align, d3, pack)])
+    return ModuleSpec.make(SOURCE, [kernel_expr(dt, config, align, d3, pack, few)])
 
 
 def transpose_expr(dt: dtypes.DType) -> str:
     return f"tc_nchw_to_nhwc<{dt.ctype}>"
 
 
+def pad_expr(dt: dtypes.DType) -> str:
+    return f"tc_pad_channels<{dt.ctype}>"
+
+
 def helper_module_spec(dt: dtypes.DType) -> ModuleSpec:
-    """The split-K finishing kernel (it holds the activation switch) and the NCHW path's
-    layout conversion, once per dtype."""
-    return ModuleSpec.make(SOURCE, [splitk_expr(dt), transpose_expr(dt)])
+    """The split-K finishing kernel (it holds the activation switch), the NCHW path's
+    layout conversion and the few-channel path's padding, once per dtype."""
+    return ModuleSpec.make(SOURCE, [splitk_expr(dt), transpose_expr(dt), pad_expr(dt)])
+
+
+# The tiles of the few-channel kernel: the BK-32 (TF32: BK-16) tiles of each block shape
+# the default picks; its reduction (R*S taps of one 16-byte chunk) is short.
+FLAT_TILES = frozenset(
+    {
+        (128, 128, 32, 64, 64, 4),
+        (128, 64, 32, 64, 32, 4),
+        (64, 128, 32, 32, 64, 4),
+        (64, 64, 32, 32, 32, 4),
+        (128, 128, 16, 64, 64, 4),
+        (128, 64, 16, 64, 32, 4),
+        (64, 128, 16, 64, 32, 4),
+        (64, 64, 16, 32, 32, 4),
+    }
+)
 
 
 def reduction_tiles(problem: ConvProblem, config: TcConfig) -> int:
-    """R*S taps x ceil(C/groups / block_k) channel slices."""
+    """R*S taps x ceil(C/groups / block_k) channel slices; the few-channel kernel: slices of
+    block_k / (copy width) whole taps."""
+    if flat(problem):
+        per = config.block_k // variant(problem.dtype).aligns[0]
+        return -(-problem.filter_taps // per)
     return problem.filter_taps * -(-problem.c_per_group // config.block_k)
 
 
@@ -311,11 +359,16 @@ def _aligned(nbytes: int) -> int:
 
 def workspace_layout(problem: ConvProblem, config: TcConfig) -> tuple[int, int, int]:
     """(bytes of x in NHWC, bytes of w in KRSC, bytes of split-K partials); the first two
-    only for NCHW problems (the layout conversion), the last only with splits > 1."""
+    only for NCHW problems (the layout conversion) and the few-channel path (x and w padded
+    to the copy width), the last only with splits > 1."""
     item = dtype_of(problem).itemsize
-    convert = not problem.channels_last
-    xb = _aligned(int(np.prod(problem.x_shape())) * item) if convert else 0
-    wb = _aligned(int(np.prod(problem.w_shape())) * item) if convert else 0
+    convert = not problem.channels_last or flat(problem)
+    cp, c = padded_channels(problem), problem.c
+
+    def nbytes(shape: tuple[int, ...]) -> int:  # (x and w hold C channels each)
+        return _aligned(int(np.prod(shape)) // c * cp * item) if convert else 0
+
+    xb, wb = nbytes(problem.x_shape()), nbytes(problem.w_shape())
     _, splits = split_plan(problem, config)
     rows = problem.n * int(np.prod(problem.out_spatial))
     return xb, wb, 0 if splits == 1 else 4 * splits * rows * problem.k
@@ -328,13 +381,15 @@ class _Runner(Runner):
         assert align is not None
         d3 = problem.ndim == 3
         pack = packed(problem, config)
-        spec = module_spec(dt, config, align, d3, pack)
-        self._kernel = backend.kernel(spec, kernel_expr(dt, config, align, d3, pack))
+        self._flat = few = flat(problem)
+        spec = module_spec(dt, config, align, d3, pack, few)
+        self._kernel = backend.kernel(spec, kernel_expr(dt, config, align, d3, pack, few))
         math = "tf32" if problem.dtype == "fp32" else problem.dtype
         layout = problem.layout.lower() if d3 else "nhwc" if problem.channels_last else "nchw"
-        kind = "_packed" if pack else ""
+        kind = "_flat" if few else "_packed" if pack else ""
         self._names = [f"tc_igemm_fwd{kind}_{config.label()}_a{align}_{layout}_{math}"]
-        self._shape = shape_struct(problem)
+        cp = padded_channels(problem)
+        self._shape = shape_struct(dataclasses.replace(problem, c=cp) if few else problem)
         rows = problem.n * int(np.prod(problem.out_spatial))
         self._per, splits = split_plan(problem, config)
         columns = (-(-problem.k // config.block_n) if pack
@@ -352,7 +407,15 @@ class _Runner(Runner):
             self._finish = backend.kernel(helpers, splitk_expr(dt))
             self._names.append(f"tc_igemm_fwd_splitk_epilogue_{problem.dtype}")
             self._fgrid = (max(1, min(-(-self._count // 256), 1 << 16)),)
-        if not problem.channels_last:
+        if few:
+            # x and w to NHWC / KRSC with cp channels, zeros past C: (C, HW, elements)
+            self._pad = backend.kernel(helpers, pad_expr(dt))
+            hw, taps = int(np.prod(problem.spatial)), problem.filter_taps
+            self._x_p = (problem.c, hw, problem.n * hw * cp)
+            self._w_p = (problem.c, taps, problem.k * taps * cp)
+            self._cp = np.int32(cp)
+            self._names.insert(0, f"tc_pad_channels_{problem.dtype}")
+        elif not problem.channels_last:
             self._convert = backend.kernel(helpers, transpose_expr(dt))
             hw, taps = int(np.prod(problem.spatial)), problem.filter_taps
             # (grid, C, HW) of x -> NHWC and of w (K images of C/groups x R*S) -> KRSC
@@ -371,7 +434,15 @@ class _Runner(Runner):
     def __call__(self, tensors: ConvTensors, epilogue: Epilogue, workspace: Any) -> None:
         x, w, y, z, bias = tensors.kernel_pointers()
         xb, wb, pb = self._layout
-        if self._nchw:
+        if self._flat:
+            xs = self._view(workspace, 0, xb, self._dtype)
+            ws_w = self._view(workspace, xb, wb, self._dtype)
+            for src, dst, (c, hw, count) in ((x, xs, self._x_p), (w, ws_w, self._w_p)):
+                grid = (max(1, min(-(-count // 256), 1 << 16)),)
+                args = (src, dst, np.int32(c), self._cp, np.int32(hw), np.int64(count), self._nchw)
+                self._pad(grid, (256,), args)
+            x, w = xs, ws_w
+        elif self._nchw:
             xs = self._view(workspace, 0, xb, self._dtype)
             ws_w = self._view(workspace, xb, wb, self._dtype)
             for src, dst, (grid, c, hw) in ((x, xs, self._x_t), (w, ws_w, self._w_t)):
@@ -429,9 +500,10 @@ class TcImplicitGemmSolver(Solver):
     def configs(self, problem: ConvProblem, caps: Capabilities) -> list[TcConfig]:
         v = variant(problem.dtype)
         tiles = v.narrow_tiles if align_for(problem) == v.aligns[1] else v.tiles
+        few = flat(problem)
         out = []
         for t in tiles:
-            if problem.ndim == 3 and t not in TILES_3D:
+            if (problem.ndim == 3 and t not in TILES_3D) or (few and t not in FLAT_TILES):
                 continue
             for splits in SPLITS if t in v.split_tiles else (1,):
                 c = TcConfig(*t, splits)
@@ -499,6 +571,8 @@ class TcImplicitGemmSolver(Solver):
                       for a, tiles in zip(v.aligns, (v.tiles, v.narrow_tiles), strict=True)
                       for t in tiles
                       if t in PACKED_TILES and (not d3 or t in TILES_3D)]  # fmt: skip
+            specs += [module_spec(dt, TcConfig(*t), wide, few=True) for t in v.tiles
+                      if t in FLAT_TILES]  # fmt: skip
             specs.append(helper_module_spec(dt))
         return specs
 
