@@ -354,9 +354,10 @@ struct FlatFwdLoader {
     __device__ void load(T* As, T* Bs) {
         const bool in = r < R;  // this thread's tap exists
         const int a_tap = r * row_step + t * col_step;
+        const unsigned sel = (1u << r) | (0x10000u << t);  // the tap's two bits of a_mask
 #pragma unroll
         for (int i = 0; i < A_PASSES; ++i) {
-            const bool ok = in && ((a_mask[i] >> r) & (a_mask[i] >> (16 + t)) & 1u);
+            const bool ok = in && (a_mask[i] & sel) == sel;
             cl::mma::cp_async<BYTES>(As + dst + i * ROWS_PER_PASS * G::BK,
                                      x + (a_off[i] + a_tap), ok);
         }
