@@ -200,7 +200,7 @@ def test_backward_data_stride1(backend: str, pad: int, layout: str) -> None:
     [
         (dataclasses.replace(conv(1, 8, 4, 4, dtype="fp32"), math="default"), EMULATOR, "tf32"),
         (conv(1, 8, 4, 4, dtype="fp32"), for_sm(75), "sm_80"),
-        (conv(1, 7, 4, 4), EMULATOR, "even channel count"),
+        (conv(1, 9, 4, 4), EMULATOR, "even channel count"),  # (C < 8: the few-channel path)
         (conv(1, 8, 4, 4, dtype="bf16"), for_sm(75), "sm_80"),
         (conv(1, 8, 4, 4), for_sm(70), "sm_75"),
         (dataclasses.replace(conv(1, 6, 4, 4), groups=2), EMULATOR, "per group"),
@@ -214,7 +214,7 @@ def test_not_applicable_with_reason(problem, caps, reason: str) -> None:
 
 
 def test_configs_and_names() -> None:
-    p8, p2 = conv(1, 8, 4, 4), conv(1, 6, 4, 4)
+    p8, p2 = conv(1, 8, 4, 4), conv(1, 10, 4, 4)
     assert len([c for c in SOLVER.configs(p8, EMULATOR) if c.splits == 1]) == len(TILES)
     assert len([c for c in SOLVER.configs(p2, EMULATOR) if c.splits == 1]) == len(TILES_ALIGN2)
     for p in (p8, p2, conv(64, 256, 56, 256)):
@@ -293,10 +293,11 @@ def test_backward_filter_configs() -> None:
         TcSplitKConfig(64, 64, 32, 32, 32, 3, 3)
     assert "even K/groups and C/groups" in BWF.is_applicable(_bwf(1, 6, 4, 5), EMULATOR).reason
     assert "no fp64 MMA" in BWF.is_applicable(_bwf(1, 8, 4, 8, dtype="fp64"), EMULATOR).reason
-    assert (
-        "channels-last"
-        in BWF.is_applicable(dataclasses.replace(_bwf(1, 8, 4, 8), layout="NCHW"), EMULATOR).reason
-    )
+    nchw = dataclasses.replace(_bwf(1, 8, 4, 8), layout="NCHW")  # through the workspace
+    assert BWF.is_applicable(nchw, EMULATOR)
+    # one useful split of 16 pixels, its fp32 partials, then x and dy in NHWC (fp16, 256-byte
+    # aligned each)
+    assert BWF.workspace_size(nchw, cfg) == 4 * 8 * 72 + 256 + 256
 
 
 def test_deep_tiles_only_where_two_blocks_fit() -> None:
@@ -644,3 +645,70 @@ def test_operands_at_odd_addresses(dtype: str) -> None:
     np.testing.assert_array_equal(cl.conv2d_backward_filter(_odd_view(x), _odd_view(dy),
                                                             p.w_shape(), **bwf),
                                   cl.conv2d_backward_filter(x, dy, p.w_shape(), **bwf))  # fmt: skip
+
+
+# ------------------------------------------------------------------ NCHW backward
+# The backward kernels read NHWC / KRSC: NCHW problems convert dy and w (data) or x and dy
+# (filter) into the workspace, and write dx in NCHW from the epilogue (data) or dw in KCRS
+# from the split reduction (filter).
+def _layout(p: ConvProblem, layout: str = "NCHW") -> ConvProblem:
+    return dataclasses.replace(p, layout=layout)
+
+
+def _grouped(direction: str, layout: str, dtype: str = "fp16") -> ConvProblem:
+    return ConvProblem(n=2, c=16, spatial=(5, 4), k=24, filter=(3, 3), pads=((1, 1), (1, 1)),
+                       strides=(2, 1), dilations=(1, 1), groups=2, layout=layout, dtype=dtype,
+                       direction=direction)  # fmt: skip
+
+
+def _d3(direction: str) -> ConvProblem:
+    return ConvProblem(n=1, c=8, spatial=(3, 5, 4), k=16, filter=(2, 3, 3),
+                       pads=((0, 1), (1, 1), (1, 1)), strides=(1, 2, 1), dilations=(1, 1, 1),
+                       layout="NCDHW", dtype="fp16", direction=direction)  # fmt: skip
+
+
+NCHW_FILTER = {
+    "fp16_3x3": (_layout(_bwf(2, 16, 5, 24)), None),
+    "bf16_stride2_split2": (_layout(_bwf(2, 8, (7, 5), 16, stride=2, dtype="bf16")),
+                            TcSplitKConfig(64, 128, 32, 32, 64, 3, 2)),
+    "grouped": (_grouped("bwd_filter", "NCHW"), None),
+    "tf32": (_layout(_bwf(1, 12, 5, 8, dtype="fp32")), None),
+    "ncdhw": (_d3("bwd_filter"), None),
+}  # fmt: skip
+
+
+@pytest.mark.parametrize("case", sorted(NCHW_FILTER))
+def test_backward_filter_nchw(backend: str, case: str) -> None:
+    p, cfg = NCHW_FILTER[case]
+    assert BWF.is_applicable(p, EMULATOR), BWF.is_applicable(p, EMULATOR).reason
+    acc = 2.0 + 2.0**14 / (p.n * int(np.prod(p.out_spatial))) if p.dtype == "fp32" else 2.0
+    check_filter(backend, BWF, p, config=cfg, acc_factor=acc)
+
+
+NCHW_DATA = {
+    "fp16_stride1": _layout(_bwd(2, 16, (5, 6), 24)),
+    "fp16_stride2": _layout(_bwd(2, 8, (7, 5), 16, stride=2)),
+    "grouped": _grouped("bwd_data", "NCHW"),
+    "tf32_stride2": _layout(_bwd(2, 8, (7, 5), 16, stride=2, dtype="fp32")),
+    "ncdhw": _d3("bwd_data"),
+}
+
+
+@pytest.mark.parametrize("case", sorted(NCHW_DATA))
+def test_backward_data_nchw(backend: str, case: str) -> None:
+    p = NCHW_DATA[case]
+    assert PHASED.is_applicable(p, EMULATOR), PHASED.is_applicable(p, EMULATOR).reason
+    acc = _tf32_acc(p.k * p.filter_taps) if p.dtype == "fp32" else 2.0
+    check_data(backend, PHASED, p, bias=True, acc_factor=acc)
+
+
+def test_nchw_backward_ranks_the_tensor_cores_first_on_a_gpu() -> None:
+    from cudnnlite.dispatch import heuristics as h
+    from cudnnlite.dispatch import registry
+
+    for direction, rank in (("bwd_data", h.conv_bwd_data_ranking),
+                            ("bwd_filter", h.conv_bwd_filter_ranking)):  # fmt: skip
+        p = dataclasses.replace(conv(32, 128, 28, 128, stride=2, layout="NCHW"),
+                                direction=direction)  # fmt: skip
+        first = next(n for n in rank(p, for_sm(90)) if registry.get(n).is_applicable(p, for_sm(90)))
+        assert first in (PHASED.name, BWF.name), first

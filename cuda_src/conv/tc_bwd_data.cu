@@ -14,7 +14,8 @@
 // Kernel: tc_conv_bwd_data<T, BM, BN, BK, WM, WN, STAGES, ALIGN> (ALIGN divides K and C)
 // grid (ceil(N * ceil(H / u_h) * ceil(W / u_w) / BM), groups * ceil(C/groups / BN),
 // u_h * u_w); the epilogue (bias of conv_transpose, alpha/beta blending, activation) as the
-// forward's. Groups: grid.y group-major over the groups' column tiles; dy, w and dx offset
+// forward's. out_nchw: dx (and z) NCHW / NCDHW, the NCHW problems' (the solver converts dy
+// and w to NHWC / KRSC in the workspace first). Groups: grid.y group-major over the groups' column tiles; dy, w and dx offset
 // to the group (the reduction over its K/groups channels, dy's pixels K apart, dx's C).
 //
 // Kernel: tc_conv_bwd_data_3d<same parameters>: 3-D, NDHWC + KTRSC; phases (pd, ph, pw),
@@ -217,15 +218,20 @@ struct BwdDataLoader {
 
 // Writes the staged tile of one phase: row m -> dx pixel (n, first + stride * i); y, z and
 // bias at the block's group, whose Cg channels are valid (PACKED: at channel 0, all C).
+// out_nchw: y and z NCHW (NCDHW; at the group's first channel plane), consecutive threads
+// on consecutive pixels of one channel (the contiguous run at stride 1); else NHWC,
+// consecutive channels.
 template <class G, bool D3, typename T>
 __device__ void store_tile_phase(const float* Cs, T* y, const T* z, const T* bias,
                                  const ConvEpilogue& e, const ConvShape& s, const Phase& fd,
                                  const Phase& fh, const Phase& fw, int stride_h, int stride_w,
-                                 cl::index_t m0, int n0, int Cg) {
+                                 cl::index_t m0, int n0, int Cg, int out_nchw) {
     const cl::index_t rows = (cl::index_t)s.n * fh.count * fw.count * (D3 ? fd.count : 1);
     const int C = s.c;
+    const cl::index_t plane = (cl::index_t)s.h * s.w * (D3 ? s.d : 1);
     for (int idx = threadIdx.x; idx < G::BM * G::BN; idx += G::THREADS) {
-        const int row = idx / G::BN, c = n0 + idx % G::BN;
+        const int row = out_nchw ? idx % G::BM : idx / G::BN;
+        const int c = n0 + (out_nchw ? idx / G::BM : idx % G::BN);
         const cl::index_t m = m0 + row;
         if (m >= rows || c >= Cg) continue;
         const int iw = (int)(m % fw.count);
@@ -234,11 +240,15 @@ __device__ void store_tile_phase(const float* Cs, T* y, const T* z, const T* bia
         int n = (int)(nh / fh.count);
         const int h = fh.first + ih * stride_h, w = fw.first + iw * stride_w;
         cl::index_t nd = n;  // D3: n * D + d
+        int d = 0;
         if (D3) {
-            const int d = fd.first + (n % fd.count) * s.stride_d;
-            nd = (cl::index_t)(n / fd.count) * s.d + d;
+            d = fd.first + (n % fd.count) * s.stride_d;
+            n /= fd.count;
+            nd = (cl::index_t)n * s.d + d;
         }
-        const cl::index_t off = ((nd * s.h + h) * s.w + w) * C + c;
+        const cl::index_t off = out_nchw ? ((cl::index_t)n * C + c) * plane +
+                                               ((cl::index_t)d * s.h + h) * s.w + w
+                                         : ((nd * s.h + h) * s.w + w) * C + c;
         const float zv = e.has_z ? cl::to_float(z[off]) : 0.f;
         const float bv = e.has_bias ? cl::to_float(bias[c]) : 0.f;
         y[off] = cl::from_float<T>(finish(e, Cs[row * G::C_LD + (c - n0)], zv, bv));
@@ -249,7 +259,7 @@ template <typename T, int BM, int BN, int BK, int WM, int WN, int STAGES, int AL
           bool PACKED>
 __device__ __forceinline__ void bwd_data_body(const T* dy, const T* w, T* dx, const T* z,
                                               const T* bias, const ConvShape& s,
-                                              const ConvEpilogue& e) {
+                                              const ConvEpilogue& e, int out_nchw) {
     typedef tc::Gemm<T, BM, BN, BK, WM, WN, STAGES, false, true> G;
     DYNAMIC_SHARED(T, smem);
     const int pw = blockIdx.z % s.stride_w, phd = blockIdx.z / s.stride_w;
@@ -273,17 +283,19 @@ __device__ __forceinline__ void bwd_data_body(const T* dy, const T* w, T* dx, co
     float* Cs = reinterpret_cast<float*>(smem);
     G::stage_acc(acc, Cs);
     __syncthreads();
-    store_tile_phase<G, D3>(Cs, dx + cg0, z + cg0, bias + cg0, e, s, fd, fh, fw, s.stride_h,
-                            s.stride_w, m0, n0, cvalid);
+    // (NCHW: the group's first channel plane)
+    const cl::index_t first = out_nchw ? (cl::index_t)cg0 * s.h * s.w * (D3 ? s.d : 1) : cg0;
+    store_tile_phase<G, D3>(Cs, dx + first, z + first, bias + cg0, e, s, fd, fh, fw,
+                            s.stride_h, s.stride_w, m0, n0, cvalid, out_nchw);
 }
 
 template <typename T, int BM, int BN, int BK, int WM, int WN, int STAGES, int ALIGN, bool D3,
           bool PACKED = false>
 struct BwdData {
     __device__ static void go(const T* dy, const T* w, T* dx, const T* z, const T* bias,
-                              const ConvShape& s, const ConvEpilogue& e) {
+                              const ConvShape& s, const ConvEpilogue& e, int out_nchw) {
         bwd_data_body<T, BM, BN, BK, WM, WN, STAGES, ALIGN, D3, PACKED>(dy, w, dx, z, bias, s,
-                                                                        e);
+                                                                        e, out_nchw);
     }
 };
 #if !CL_MMA_SM80
@@ -291,14 +303,14 @@ template <int BM, int BN, int BK, int WM, int WN, int STAGES, int ALIGN, bool D3
 struct BwdData<__nv_bfloat16, BM, BN, BK, WM, WN, STAGES, ALIGN, D3, PACKED> {
     __device__ static void go(const __nv_bfloat16*, const __nv_bfloat16*, __nv_bfloat16*,
                               const __nv_bfloat16*, const __nv_bfloat16*, const ConvShape&,
-                              const ConvEpilogue&) {
+                              const ConvEpilogue&, int) {
         __trap();
     }
 };
 template <int BM, int BN, int BK, int WM, int WN, int STAGES, int ALIGN, bool D3, bool PACKED>
 struct BwdData<float, BM, BN, BK, WM, WN, STAGES, ALIGN, D3, PACKED> {  // TF32 MMA: sm_80+
     __device__ static void go(const float*, const float*, float*, const float*, const float*,
-                              const ConvShape&, const ConvEpilogue&) {
+                              const ConvShape&, const ConvEpilogue&, int) {
         __trap();
     }
 };
@@ -309,15 +321,18 @@ struct BwdData<float, BM, BN, BK, WM, WN, STAGES, ALIGN, D3, PACKED> {  // TF32 
 template <typename T, int BM, int BN, int BK, int WM, int WN, int STAGES, int ALIGN>
 __global__ void __launch_bounds__((BM / WM) * (BN / WN) * 32)
     tc_conv_bwd_data(const T* __restrict__ dy, const T* __restrict__ w, T* dx, const T* z,
-                     const T* __restrict__ bias, ConvShape s, ConvEpilogue e) {
-    tcconv::BwdData<T, BM, BN, BK, WM, WN, STAGES, ALIGN, false>::go(dy, w, dx, z, bias, s, e);
+                     const T* __restrict__ bias, ConvShape s, ConvEpilogue e, int out_nchw) {
+    tcconv::BwdData<T, BM, BN, BK, WM, WN, STAGES, ALIGN, false>::go(dy, w, dx, z, bias, s, e,
+                                                                     out_nchw);
 }
 
 template <typename T, int BM, int BN, int BK, int WM, int WN, int STAGES, int ALIGN>
 __global__ void __launch_bounds__((BM / WM) * (BN / WN) * 32)
     tc_conv_bwd_data_3d(const T* __restrict__ dy, const T* __restrict__ w, T* dx, const T* z,
-                        const T* __restrict__ bias, ConvShape s, ConvEpilogue e) {
-    tcconv::BwdData<T, BM, BN, BK, WM, WN, STAGES, ALIGN, true>::go(dy, w, dx, z, bias, s, e);
+                        const T* __restrict__ bias, ConvShape s, ConvEpilogue e,
+                        int out_nchw) {
+    tcconv::BwdData<T, BM, BN, BK, WM, WN, STAGES, ALIGN, true>::go(dy, w, dx, z, bias, s, e,
+                                                                    out_nchw);
 }
 
 // Grouped backward data whose groups have fewer dx channels than BN (_3d: 3-D): blocks of BN
@@ -326,16 +341,17 @@ __global__ void __launch_bounds__((BM / WM) * (BN / WN) * 32)
 template <typename T, int BM, int BN, int BK, int WM, int WN, int STAGES, int ALIGN>
 __global__ void __launch_bounds__((BM / WM) * (BN / WN) * 32)
     tc_conv_bwd_data_packed(const T* __restrict__ dy, const T* __restrict__ w, T* dx, const T* z,
-                            const T* __restrict__ bias, ConvShape s, ConvEpilogue e) {
+                            const T* __restrict__ bias, ConvShape s, ConvEpilogue e,
+                            int out_nchw) {
     tcconv::BwdData<T, BM, BN, BK, WM, WN, STAGES, ALIGN, false, true>::go(dy, w, dx, z, bias, s,
-                                                                           e);
+                                                                           e, out_nchw);
 }
 
 template <typename T, int BM, int BN, int BK, int WM, int WN, int STAGES, int ALIGN>
 __global__ void __launch_bounds__((BM / WM) * (BN / WN) * 32)
     tc_conv_bwd_data_packed_3d(const T* __restrict__ dy, const T* __restrict__ w, T* dx,
                                const T* z, const T* __restrict__ bias, ConvShape s,
-                               ConvEpilogue e) {
+                               ConvEpilogue e, int out_nchw) {
     tcconv::BwdData<T, BM, BN, BK, WM, WN, STAGES, ALIGN, true, true>::go(dy, w, dx, z, bias, s,
-                                                                          e);
+                                                                          e, out_nchw);
 }

@@ -2,14 +2,16 @@
 ``cuda_src/conv/tc_bwd_data.cu``).
 
 ``conv_bwd_data_tc_implicit_gemm_phased`` (:class:`TcBwdDataPhasedSolver`): dx from dy and
-the filters, NHWC + KRSC, any groups (one GEMM per group: grid.y runs group-major over the
-groups' C/groups columns, the reduction over their K/groups channels), fp16 (sm_75+), bf16
-or fp32 with ``math="tf32"`` (sm_80+), 1-D, 2-D or 3-D, any stride, dilation and padding.
+the filters, NHWC + KRSC (NCHW: dy and w converted in the workspace by the forward's
+``tc_nchw_to_nhwc``, dx written in NCHW by the epilogue), any groups (one GEMM per group:
+grid.y runs group-major over the groups' C/groups columns, the reduction over their
+K/groups channels), fp16 (sm_75+), bf16 or fp32 with ``math="tf32"`` (sm_80+), 1-D, 2-D
+or 3-D, any stride, dilation and padding.
 Phase decomposition: the grid's z picks a phase of the dx pixels (their coordinate plus
 padding modulo the stride); each phase is a stride-1 correlation of dy with the taps that
 reach it, so no MMA is spent on the stride's gaps and nothing divides per element. The
 filter is read as stored (k rows, c contiguous) through ``ldmatrix.trans``: no rotated copy,
-no workspace. The epilogue is the forward's (the transposed convolution's bias, blending,
+no workspace (NHWC). The epilogue is the forward's (the transposed convolution's bias, blending,
 activation).
 
 Narrow groups (fewer dx channels per group than the tile's 64 columns): the kernel
@@ -57,7 +59,9 @@ from .tc_igemm import (
     TILES_ALIGN2,
     TILES_TF32,
     TILES_TF32_ALIGN1,
+    NhwcCopies,
     TcConfig,
+    converted_bytes,
     fits_twice,
     group_tiles,
 )
@@ -123,6 +127,11 @@ def packed(problem: ConvProblem, cfg: TcConfig) -> bool:
             and (problem.ndim < 3 or tile in BWD_TILES_3D))  # fmt: skip
 
 
+def _nchw_bytes(problem: ConvProblem) -> tuple[int, int]:
+    """Workspace bytes of dy in NHWC and w in KRSC (NCHW problems: the layout conversion)."""
+    return converted_bytes(problem, (problem.y_shape(), problem.w_shape()))  # type: ignore[return-value]
+
+
 def _expr(dt: dtypes.DType, cfg: TcConfig, align: int, d3: bool = False,
           pack: bool = False) -> str:  # fmt: skip
     name = "tc_conv_bwd_data" + ("_packed" if pack else "") + ("_3d" if d3 else "")
@@ -150,11 +159,20 @@ class _Runner(Runner):
         self.block = (cfg.threads,)
         self.smem = cfg.smem_bytes(dt.itemsize, b_rows_k=True)
         self.shape = shape_struct(problem)
-        layout = "ndhwc" if d3 else "nhwc"
+        layout = problem.layout.lower() if d3 else "nhwc" if problem.channels_last else "nchw"
         math = "tf32" if dt.short == "fp32" else dt.short
         kind = "_packed" if pack else ""
         self.names = [f"tc_igemm_bwd_data{kind}_{cfg.label()}_a{align}_phases{phases}_{layout}"
                       f"_{math}"]  # fmt: skip
+        # NCHW: dy to NHWC and w to KRSC in the workspace; the epilogue writes dx in NCHW
+        self.nchw = np.int32(0 if problem.channels_last else 1)
+        self.convert = None if problem.channels_last else NhwcCopies(backend, dt)
+        self.bytes = _nchw_bytes(problem)
+        self.dy_t = (problem.n, problem.k, int(np.prod(problem.out_spatial)))
+        self.w_t = (problem.k, problem.c_per_group, problem.filter_taps)
+        self.dtype = dt.numpy
+        if self.convert is not None:
+            self.names.insert(0, f"tc_nchw_to_nhwc_{dt.short}")
 
     @property
     def kernel_names(self) -> list[str]:
@@ -163,7 +181,15 @@ class _Runner(Runner):
     def __call__(self, tensors: BwdDataTensors, epilogue: Epilogue, workspace: Any) -> None:
         z = tensors.dx  # no residual in backward data; a valid pointer of the dtype
         bias = tensors.bias if tensors.bias is not None else tensors.dy
-        args = (tensors.dy, tensors.w, tensors.dx, z, bias, self.shape, epilogue.struct())
+        dy, w = tensors.dy, tensors.w
+        if self.convert is not None:
+            yb, wb = self.bytes
+            dys = workspace[:yb].view(self.dtype)
+            ws_w = workspace[yb : yb + wb].view(self.dtype)
+            self.convert(dy, dys, *self.dy_t)
+            self.convert(w, ws_w, *self.w_t)
+            dy, w = dys, ws_w
+        args = (dy, w, tensors.dx, z, bias, self.shape, epilogue.struct(), self.nchw)
         self.kernel(self.grid, self.block, args, shared_mem=self.smem)
 
 
@@ -188,6 +214,9 @@ class TcBwdDataPhasedSolver(Solver):
         if max(np.prod(problem.y_shape()), np.prod(problem.w_shape())) >= 2**31:
             return not_applicable("needs dy and w below 2^31 elements (32-bit offsets)")
         return APPLICABLE
+
+    def workspace_size(self, problem: ConvProblem, config: Config) -> int:
+        return sum(_nchw_bytes(problem))  # NCHW: dy and w converted; NHWC: none
 
     def configs(self, problem: ConvProblem, caps: Capabilities) -> list[TcConfig]:
         # (is_applicable refuses other dtypes; a forced call still asks for a config)

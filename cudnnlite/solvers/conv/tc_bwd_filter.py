@@ -3,7 +3,9 @@
 
 ``conv_bwd_filter_tc_implicit_gemm`` (:class:`TcBwdFilterSolver`): dw = dy^T * im2col(x)
 as a GEMM per group with M = K/groups, N = R*S*C/groups and the reduction over the N*P*Q
-output pixels (grid.y group-major over the groups' row tiles). NHWC + KRSC, any groups,
+output pixels (grid.y group-major over the groups' row tiles). NHWC + KRSC (NCHW: x and dy
+converted in the workspace after the partials, dw written KCRS by the split reduction,
+``bwd_filter_reduce_kcrs``), any groups,
 fp16 or bf16 (fp32 accumulation, fp32 partials), or fp32 with
 ``math="tf32"`` (sm_80+), 1-D, 2-D or 3-D, any stride, dilation and padding. Both operands
 are contiguous along K and C, so both shared tiles hold reduction rows and reach the MMA
@@ -53,7 +55,15 @@ from ...runtime.kernel import ModuleSpec
 from ..base import APPLICABLE, Applicability, Config, Runner, Solver, not_applicable
 from . import bwd_filter as bwf
 from .common import shape_struct
-from .tc_igemm import NO_FP64_MMA, TcTile, fits_twice, group_tiles
+from .tc_igemm import (
+    NO_FP64_MMA,
+    NhwcCopies,
+    TcTile,
+    _aligned,
+    converted_bytes,
+    fits_twice,
+    group_tiles,
+)
 
 SOURCE = "conv/tc_bwd_filter.cu"
 
@@ -137,8 +147,8 @@ def backward_reason(problem: ConvProblem, caps: Capabilities, direction: str) ->
         return reason
     if problem.dtype == dtypes.FLOAT64.short:
         return NO_FP64_MMA
-    if not problem.channels_last:
-        return "needs channels-last (NHWC): copies run along K and C"
+    if not problem.channels_last and max(problem.n, problem.k) > 65535:
+        return "NCHW: the layout conversion needs N and K <= 65535"
     if problem.dtype == "fp32" and problem.math != "tf32":
         return "fp32 runs on tensor cores only with math='tf32'"
     if not caps.mma_sync:
@@ -183,10 +193,21 @@ def _expr(dt: dtypes.DType, tile: tuple[int, ...], align: int, d3: bool = False,
     return f"{name}<{dt.ctype}, {', '.join(map(str, tile))}, {align}>"
 
 
+def _reduce_kcrs_expr(dt: dtypes.DType) -> str:
+    return f"bwd_filter_reduce_kcrs<{dt.ctype}>"
+
+
 def module_spec(dt: dtypes.DType, tile: tuple[int, ...], align: int, d3: bool = False,
                 pack: bool = False) -> ModuleSpec:  # fmt: skip
-    """The GEMM and the split reduction (conv/splitk_reduce.cuh): one small module."""
-    return ModuleSpec.make(SOURCE, [_expr(dt, tile, align, d3, pack), bwf._reduce_expr(dt)])
+    """The GEMM and the split reductions (conv/splitk_reduce.cuh: to KRSC filters, or KCRS
+    for NCHW problems): one small module."""
+    names = [_expr(dt, tile, align, d3, pack), bwf._reduce_expr(dt), _reduce_kcrs_expr(dt)]
+    return ModuleSpec.make(SOURCE, names)
+
+
+def _nchw_bytes(problem: ConvProblem) -> tuple[int, int]:
+    """Workspace bytes of x and dy in NHWC (NCHW problems: the layout conversion)."""
+    return converted_bytes(problem, (problem.x_shape(), problem.y_shape()))  # type: ignore[return-value]
 
 
 def _dims(problem: ConvProblem) -> tuple[int, int]:
@@ -213,7 +234,8 @@ class _Runner(Runner):
         pack = packed(problem, cfg)
         spec = module_spec(dt, cfg.tile(), align, d3, pack)
         self.gemm = backend.kernel(spec, _expr(dt, cfg.tile(), align, d3, pack))
-        self.reduce = backend.kernel(spec, bwf._reduce_expr(dt))
+        nchw = not problem.channels_last
+        self.reduce = backend.kernel(spec, (_reduce_kcrs_expr if nchw else bwf._reduce_expr)(dt))
         rsc, npq = _dims(problem)
         self.splits = bwf._useful_splits(npq, cfg.splits, cfg.block_k)
         self.chunk = np.int64(bwf._chunk(npq, cfg.splits, cfg.block_k))
@@ -225,10 +247,21 @@ class _Runner(Runner):
         self.shape = shape_struct(problem)
         math = "tf32" if dt.short == "fp32" else dt.short
         kind = "_packed" if pack else ""
+        layout = problem.layout.lower() if d3 else "nhwc" if not nchw else "nchw"
         self.names = [
-            f"tc_igemm_bwd_filter{kind}_{cfg.label()}_a{align}_{'ndhwc' if d3 else 'nhwc'}_{math}",
-            f"bwd_filter_reduce_{dt.short}",
+            f"tc_igemm_bwd_filter{kind}_{cfg.label()}_a{align}_{layout}_{math}",
+            f"bwd_filter_reduce{'_kcrs' if nchw else ''}_{dt.short}",
         ]
+        # NCHW: x and dy to NHWC in the workspace after the partials; dw from KRSC partials
+        # to KCRS in the reduction
+        self.convert = NhwcCopies(backend, dt) if nchw else None
+        self.nchw_bytes = _nchw_bytes(problem)
+        self.x_t = (problem.n, problem.c, int(np.prod(problem.spatial)))
+        self.dy_t = (problem.n, problem.k, int(np.prod(problem.out_spatial)))
+        self.kcrs = (np.int32(problem.c_per_group), np.int32(problem.filter_taps))
+        self.dtype = dt.numpy
+        if nchw:
+            self.names.insert(0, f"tc_nchw_to_nhwc_{dt.short}")
 
     @property
     def kernel_names(self) -> list[str]:
@@ -236,10 +269,19 @@ class _Runner(Runner):
 
     def __call__(self, tensors: bwf.BwdFilterTensors, epilogue: Any, workspace: Any) -> None:
         ws = bwf._f32(workspace, self.count * self.splits)
-        self.gemm(self.grid, self.block, (tensors.x, tensors.dy, ws, self.shape, self.chunk),
-                  shared_mem=self.smem)  # fmt: skip
-        self.reduce((self.cgrid,), (bwf.BLOCK,),
-                    (ws, tensors.dw, np.int32(self.splits), np.int64(self.count)))  # fmt: skip
+        x, dy = tensors.x, tensors.dy
+        tail = (ws, tensors.dw, np.int32(self.splits), np.int64(self.count))
+        if self.convert is not None:
+            start = _aligned(4 * self.count * self.splits)
+            xb, yb = self.nchw_bytes
+            xs = workspace[start : start + xb].view(self.dtype)
+            dys = workspace[start + xb : start + xb + yb].view(self.dtype)
+            self.convert(x, xs, *self.x_t)
+            self.convert(dy, dys, *self.dy_t)
+            x, dy = xs, dys
+            tail = (*tail, *self.kcrs)
+        self.gemm(self.grid, self.block, (x, dy, ws, self.shape, self.chunk), shared_mem=self.smem)
+        self.reduce((self.cgrid,), (bwf.BLOCK,), tail)
 
 
 class TcBwdFilterSolver(Solver):
@@ -301,7 +343,8 @@ class TcBwdFilterSolver(Solver):
     def workspace_size(self, problem: ConvProblem, config: Config) -> int:
         assert isinstance(config, TcSplitKConfig)
         rsc, npq = _dims(problem)
-        return 4 * bwf._useful_splits(npq, config.splits, config.block_k) * problem.k * rsc
+        parts = 4 * bwf._useful_splits(npq, config.splits, config.block_k) * problem.k * rsc
+        return (_aligned(parts) + sum(_nchw_bytes(problem))) if not problem.channels_last else parts
 
     def module_specs(self) -> list[ModuleSpec]:
         tables = {

@@ -67,6 +67,7 @@ Deterministic (no atomics, fixed order).
 from __future__ import annotations
 
 import dataclasses
+from collections.abc import Sequence
 from dataclasses import dataclass
 from typing import Any
 
@@ -299,6 +300,20 @@ def transpose_expr(dt: dtypes.DType) -> str:
     return f"tc_nchw_to_nhwc<{dt.ctype}>"
 
 
+class NhwcCopies:
+    """The NCHW path's layout conversion into the workspace (``tc_nchw_to_nhwc``, 32 x 32
+    tiles through shared memory): ``images`` arrays of ``c`` x ``hw`` to ``hw`` x ``c`` (an
+    NCHW / NCDHW tensor to NHWC / NDHWC: images N; KCRS filters to KRSC: images K, c
+    C/groups, hw the taps). Every tensor-core direction uses it for NCHW problems."""
+
+    def __init__(self, backend: Backend, dt: dtypes.DType) -> None:
+        self.kernel = backend.kernel(helper_module_spec(dt), transpose_expr(dt))
+
+    def __call__(self, src: Any, dst: Any, images: int, c: int, hw: int) -> None:
+        grid = (-(-hw // 32), -(-c // 32), images)
+        self.kernel(grid, (32, 8), (src, dst, np.int32(c), np.int32(hw)))
+
+
 def pad_expr(dt: dtypes.DType) -> str:
     return f"tc_pad_channels<{dt.ctype}>"
 
@@ -355,6 +370,15 @@ _ALIGN = 256  # workspace regions start on 256-byte boundaries
 
 def _aligned(nbytes: int) -> int:
     return -(-nbytes // _ALIGN) * _ALIGN
+
+
+def converted_bytes(problem: ConvProblem, shapes: Sequence[tuple[int, ...]]) -> tuple[int, ...]:
+    """Workspace bytes of each tensor of ``shapes`` in the NCHW path's conversion (NHWC or
+    KRSC, rounded up to 256 bytes), zeros for channels-last problems."""
+    if problem.channels_last:
+        return (0,) * len(shapes)
+    item = dtype_of(problem).itemsize
+    return tuple(_aligned(int(np.prod(shape)) * item) for shape in shapes)
 
 
 def workspace_layout(problem: ConvProblem, config: TcConfig) -> tuple[int, int, int]:
@@ -416,12 +440,11 @@ class _Runner(Runner):
             self._cp = np.int32(cp)
             self._names.insert(0, f"tc_pad_channels_{problem.dtype}")
         elif not problem.channels_last:
-            self._convert = backend.kernel(helpers, transpose_expr(dt))
+            self._convert = NhwcCopies(backend, dt)
             hw, taps = int(np.prod(problem.spatial)), problem.filter_taps
-            # (grid, C, HW) of x -> NHWC and of w (K images of C/groups x R*S) -> KRSC
-            cg = problem.c_per_group
-            self._x_t = ((-(-hw // 32), -(-problem.c // 32), problem.n), problem.c, hw)
-            self._w_t = ((-(-taps // 32), -(-cg // 32), problem.k), cg, taps)
+            # (images, C, HW) of x -> NHWC and of w (K images of C/groups x R*S) -> KRSC
+            self._x_t = (problem.n, problem.c, hw)
+            self._w_t = (problem.k, problem.c_per_group, taps)
             self._names.insert(0, f"tc_nchw_to_nhwc_{problem.dtype}")
 
     @property
@@ -445,8 +468,8 @@ class _Runner(Runner):
         elif self._nchw:
             xs = self._view(workspace, 0, xb, self._dtype)
             ws_w = self._view(workspace, xb, wb, self._dtype)
-            for src, dst, (grid, c, hw) in ((x, xs, self._x_t), (w, ws_w, self._w_t)):
-                self._convert(grid, (32, 8), (src, dst, np.int32(c), np.int32(hw)))
+            self._convert(x, xs, *self._x_t)
+            self._convert(w, ws_w, *self._w_t)
             x, w = xs, ws_w
         parts = x if self._splits == 1 else self._view(workspace, xb + wb, pb, np.float32)
         e = epilogue.struct()
