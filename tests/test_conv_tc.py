@@ -712,3 +712,23 @@ def test_nchw_backward_ranks_the_tensor_cores_first_on_a_gpu() -> None:
                                 direction=direction)  # fmt: skip
         first = next(n for n in rank(p, for_sm(90)) if registry.get(n).is_applicable(p, for_sm(90)))
         assert first in (PHASED.name, BWF.name), first
+
+
+FEW_FILTER = {
+    "stem_nchw_split2": (_layout(_bwf(2, 3, 13, 16, f=7, pad=3, stride=2)),
+                         TcSplitKConfig(64, 64, 32, 32, 32, 3, 2)),
+    "c5_nhwc": (_bwf(2, 5, 6, 8), None),
+    "tf32_c3_nchw": (_layout(_bwf(1, 3, 9, 8, f=5, pad=2, dtype="fp32")), None),
+}  # fmt: skip
+
+
+@pytest.mark.parametrize("case", sorted(FEW_FILTER))
+def test_backward_filter_few_input_channels(backend: str, case: str) -> None:
+    # x padded to one 16-byte copy of channels per tap in the workspace; the reduction
+    # keeps the real channels (KCRS or KRSC).
+    from cudnnlite.solvers.conv.tc_bwd_filter import few_channels
+
+    p, cfg = FEW_FILTER[case]
+    assert few_channels(p) and BWF.is_applicable(p, EMULATOR), BWF.is_applicable(p, EMULATOR)
+    acc = 2.0 + 2.0**14 / (p.n * int(np.prod(p.out_spatial))) if p.dtype == "fp32" else 2.0
+    check_filter(backend, BWF, p, config=cfg, acc_factor=acc)

@@ -16,20 +16,23 @@ __global__ void __launch_bounds__(256) bwd_filter_reduce(const cl::acc_t<T>* __r
     }
 }
 
-// The same for filters stored KCRS (NCHW problems; the tensor-core kernels' partials are
-// KRSC, ws[s][k][rs * cg + c]): dw[k][c][rs], cg = C/groups channels and taps = R*S (T*R*S)
-// per filter; out index i runs over KCRS, so the writes are coalesced.
+// The same where the partials' layout is not dw's: the tensor-core kernels' partials are
+// KRSC over cgp channels (ws[s][k][rs * cgp + c], ws_count per split), cgp >= cg when the
+// few-channel path padded x's channels; dw holds cg channels per filter, KCRS (kcrs: NCHW
+// problems) or KRSC. i runs over dw, so the writes are coalesced; taps = R*S (T*R*S).
 template <typename T>
 __global__ void __launch_bounds__(256)
-    bwd_filter_reduce_kcrs(const cl::acc_t<T>* __restrict__ ws, T* __restrict__ dw, int splits,
-                           long long count, int cg, int taps) {
-    const int per = cg * taps;  // one filter
+    bwd_filter_reduce_gather(const cl::acc_t<T>* __restrict__ ws, T* __restrict__ dw,
+                             int splits, long long count, long long ws_count, int cg, int cgp,
+                             int taps, int kcrs) {
+    const int per = cg * taps;  // one filter of dw
     for (cl::index_t i = cl::global_thread_id(); i < count; i += cl::grid_stride()) {
         const cl::index_t k = i / per;
-        const int rem = (int)(i - k * per), c = rem / taps, rs = rem - c * taps;
-        const cl::index_t src = k * per + (cl::index_t)rs * cg + c;
+        const int rem = (int)(i - k * per);
+        const int c = kcrs ? rem / taps : rem % cg, rs = kcrs ? rem % taps : rem / cg;
+        const cl::index_t src = (k * taps + rs) * cgp + c;
         cl::acc_t<T> v = 0;
-        for (int sp = 0; sp < splits; ++sp) v += ws[(cl::index_t)sp * count + src];
+        for (int sp = 0; sp < splits; ++sp) v += ws[(cl::index_t)sp * ws_count + src];
         dw[i] = cl::from_acc<T>(v);
     }
 }

@@ -5,7 +5,7 @@
 as a GEMM per group with M = K/groups, N = R*S*C/groups and the reduction over the N*P*Q
 output pixels (grid.y group-major over the groups' row tiles). NHWC + KRSC (NCHW: x and dy
 converted in the workspace after the partials, dw written KCRS by the split reduction,
-``bwd_filter_reduce_kcrs``), any groups,
+``bwd_filter_reduce_gather``), any groups,
 fp16 or bf16 (fp32 accumulation, fp32 partials), or fp32 with
 ``math="tf32"`` (sm_80+), 1-D, 2-D or 3-D, any stride, dilation and padding. Both operands
 are contiguous along K and C, so both shared tiles hold reduction rows and reach the MMA
@@ -13,6 +13,11 @@ fragments through ``ldmatrix.trans`` (16-bit), or, for TF32 (``ldmatrix.trans`` 
 16-bit halves), through 32-bit shared loads from rows padded by 8 floats (bank-conflict
 free, every address the lane's offset plus a constant) and one rounding per element:
 the m16n8k8 TF32 MMA on operands rounded to nearest, as the forward's.
+
+Few input channels (:func:`few_channels`: ungrouped, C below one 16-byte copy, a stem's
+C = 3): x is padded to 8 channels (TF32: 4) in the workspace (the forward's
+``tc_pad_channels``), the GEMM runs R*S*8 columns and the gather reduction keeps the real
+ones: C = 3 has no 16-bit copy at all otherwise (the WMMA kernel took it, 1% HMMA).
 
 Narrow groups (fewer filters per group than the tile's 64 rows): the kernel
 ``tc_conv_bwd_filter_packed`` (3-D ``_packed_3d``; tiles of :data:`PACKED_TILES`)
@@ -41,6 +46,7 @@ the forward (exact products, fp32 sums over N*P*Q terms), acc_factor 2; TF32 add
 
 from __future__ import annotations
 
+import dataclasses
 from dataclasses import dataclass
 from typing import Any
 
@@ -57,10 +63,10 @@ from . import bwd_filter as bwf
 from .common import shape_struct
 from .tc_igemm import (
     NO_FP64_MMA,
+    ChannelPad,
     NhwcCopies,
     TcTile,
     _aligned,
-    converted_bytes,
     fits_twice,
     group_tiles,
 )
@@ -131,6 +137,22 @@ def align_for(problem: ConvProblem) -> int | None:
     return next((a for a in aligns(problem) if cg % a == 0 and kg % a == 0), None)
 
 
+def few_channels(problem: ConvProblem) -> bool:
+    """Whether x's channels are padded to one 16-byte copy in the workspace (an ungrouped
+    layer with fewer channels than a copy holds and K a multiple of it: a stem, C = 3). The
+    GEMM then runs R*S*8 (TF32: *4) columns, 3/8 of them useful at C = 3, and the split
+    reduction keeps the real ones; C = 3 has no 16-bit copy at all otherwise."""
+    wide = aligns(problem)[0]
+    return problem.groups == 1 and problem.c < wide and problem.k % wide == 0
+
+
+def gemm_problem(problem: ConvProblem) -> ConvProblem:
+    """The problem the GEMM kernel sees: x's channels padded (few_channels), else itself."""
+    if few_channels(problem):
+        return dataclasses.replace(problem, c=aligns(problem)[0])
+    return problem
+
+
 def tiles_for(problem: ConvProblem) -> tuple[tuple[int, ...], ...]:
     """The backward filter tiles of the problem's dtype and copy width."""
     narrow = align_for(problem) == aligns(problem)[1]
@@ -193,21 +215,27 @@ def _expr(dt: dtypes.DType, tile: tuple[int, ...], align: int, d3: bool = False,
     return f"{name}<{dt.ctype}, {', '.join(map(str, tile))}, {align}>"
 
 
-def _reduce_kcrs_expr(dt: dtypes.DType) -> str:
-    return f"bwd_filter_reduce_kcrs<{dt.ctype}>"
+def _gather_expr(dt: dtypes.DType) -> str:
+    return f"bwd_filter_reduce_gather<{dt.ctype}>"
 
 
 def module_spec(dt: dtypes.DType, tile: tuple[int, ...], align: int, d3: bool = False,
                 pack: bool = False) -> ModuleSpec:  # fmt: skip
-    """The GEMM and the split reductions (conv/splitk_reduce.cuh: to KRSC filters, or KCRS
-    for NCHW problems): one small module."""
-    names = [_expr(dt, tile, align, d3, pack), bwf._reduce_expr(dt), _reduce_kcrs_expr(dt)]
+    """The GEMM and the split reductions (conv/splitk_reduce.cuh: to dw as the partials lie,
+    or gathered to KCRS filters / the real channels of padded ones): one small module."""
+    names = [_expr(dt, tile, align, d3, pack), bwf._reduce_expr(dt), _gather_expr(dt)]
     return ModuleSpec.make(SOURCE, names)
 
 
-def _nchw_bytes(problem: ConvProblem) -> tuple[int, int]:
-    """Workspace bytes of x and dy in NHWC (NCHW problems: the layout conversion)."""
-    return converted_bytes(problem, (problem.x_shape(), problem.y_shape()))  # type: ignore[return-value]
+def _copy_bytes(problem: ConvProblem) -> tuple[int, int]:
+    """Workspace bytes of x and dy as the GEMM reads them, 0 where it reads the tensor
+    itself: x in NHWC for NCHW problems, with padded channels (few_channels); dy in NHWC
+    for NCHW problems. Each rounded up to 256 bytes."""
+    item = bwf.dtype_of(problem).itemsize
+    few, nchw = few_channels(problem), not problem.channels_last
+    xb = _aligned(int(np.prod(gemm_problem(problem).x_shape())) * item) if few or nchw else 0
+    yb = _aligned(int(np.prod(problem.y_shape())) * item) if nchw else 0
+    return xb, yb
 
 
 def _dims(problem: ConvProblem) -> tuple[int, int]:
@@ -228,38 +256,48 @@ def _grid(problem: ConvProblem, cfg: TcSplitKConfig, pack: bool) -> tuple[int, i
 class _Runner(Runner):
     def __init__(self, backend: Backend, problem: ConvProblem, cfg: TcSplitKConfig) -> None:
         dt = bwf.dtype_of(problem)
-        align = align_for(problem)
+        gp = gemm_problem(problem)  # x's channels padded on the few-channel path
+        align = align_for(gp)
         assert align is not None
         d3 = problem.ndim == 3
-        pack = packed(problem, cfg)
+        pack = packed(gp, cfg)
         spec = module_spec(dt, cfg.tile(), align, d3, pack)
         self.gemm = backend.kernel(spec, _expr(dt, cfg.tile(), align, d3, pack))
-        nchw = not problem.channels_last
-        self.reduce = backend.kernel(spec, (_reduce_kcrs_expr if nchw else bwf._reduce_expr)(dt))
-        rsc, npq = _dims(problem)
+        few, nchw = few_channels(problem), not problem.channels_last
+        self.gather = few or nchw  # dw's layout or channels differ from the partials'
+        self.reduce = backend.kernel(spec, (_gather_expr if self.gather else bwf._reduce_expr)(dt))
+        rsc, npq = _dims(gp)
         self.splits = bwf._useful_splits(npq, cfg.splits, cfg.block_k)
         self.chunk = np.int64(bwf._chunk(npq, cfg.splits, cfg.block_k))
-        self.grid = _grid(problem, cfg, pack) + (self.splits,)
+        self.grid = _grid(gp, cfg, pack) + (self.splits,)
         self.block = (cfg.threads,)
         self.smem = cfg.smem_bytes(dt.itemsize)
-        self.count = problem.k * rsc
-        self.cgrid = bwf._grid(self.count, backend)
-        self.shape = shape_struct(problem)
+        self.count = problem.k * rsc  # partials per split
+        self.out_count = int(np.prod(problem.w_shape()))
+        self.cgrid = bwf._grid(self.out_count, backend)
+        self.shape = shape_struct(gp)
         math = "tf32" if dt.short == "fp32" else dt.short
-        kind = "_packed" if pack else ""
+        kind = "_packed" if pack else "_few" if few else ""
         layout = problem.layout.lower() if d3 else "nhwc" if not nchw else "nchw"
         self.names = [
             f"tc_igemm_bwd_filter{kind}_{cfg.label()}_a{align}_{layout}_{math}",
-            f"bwd_filter_reduce{'_kcrs' if nchw else ''}_{dt.short}",
+            f"bwd_filter_reduce{'_gather' if self.gather else ''}_{dt.short}",
         ]
-        # NCHW: x and dy to NHWC in the workspace after the partials; dw from KRSC partials
-        # to KCRS in the reduction
+        # x (padded, or NCHW) and dy (NCHW) to NHWC in the workspace after the partials; the
+        # reduction gathers dw (KCRS, or the real channels) from the KRSC partials
+        self.copy_bytes = _copy_bytes(problem)
+        hw, pq = int(np.prod(problem.spatial)), int(np.prod(problem.out_spatial))
+        self.pad = ChannelPad(backend, dt) if few else None
         self.convert = NhwcCopies(backend, dt) if nchw else None
-        self.nchw_bytes = _nchw_bytes(problem)
-        self.x_t = (problem.n, problem.c, int(np.prod(problem.spatial)))
-        self.dy_t = (problem.n, problem.k, int(np.prod(problem.out_spatial)))
-        self.kcrs = (np.int32(problem.c_per_group), np.int32(problem.filter_taps))
+        self.x_p = (problem.n, problem.c, hw, gp.c, nchw)
+        self.x_t = (problem.n, problem.c, hw)
+        self.dy_t = (problem.n, problem.k, pq)
+        self.gather_args = (np.int64(self.count), np.int32(problem.c_per_group),
+                            np.int32(gp.c_per_group), np.int32(problem.filter_taps),
+                            np.int32(nchw))  # fmt: skip
         self.dtype = dt.numpy
+        if few:
+            self.names.insert(0, f"tc_pad_channels_{dt.short}")
         if nchw:
             self.names.insert(0, f"tc_nchw_to_nhwc_{dt.short}")
 
@@ -270,18 +308,25 @@ class _Runner(Runner):
     def __call__(self, tensors: bwf.BwdFilterTensors, epilogue: Any, workspace: Any) -> None:
         ws = bwf._f32(workspace, self.count * self.splits)
         x, dy = tensors.x, tensors.dy
-        tail = (ws, tensors.dw, np.int32(self.splits), np.int64(self.count))
-        if self.convert is not None:
-            start = _aligned(4 * self.count * self.splits)
-            xb, yb = self.nchw_bytes
+        start = _aligned(4 * self.count * self.splits)
+        xb, yb = self.copy_bytes
+        if self.pad is not None:
             xs = workspace[start : start + xb].view(self.dtype)
-            dys = workspace[start + xb : start + xb + yb].view(self.dtype)
+            self.pad(x, xs, *self.x_p)
+            x = xs
+        elif self.convert is not None:
+            xs = workspace[start : start + xb].view(self.dtype)
             self.convert(x, xs, *self.x_t)
+            x = xs
+        if self.convert is not None:
+            dys = workspace[start + xb : start + xb + yb].view(self.dtype)
             self.convert(dy, dys, *self.dy_t)
-            x, dy = xs, dys
-            tail = (*tail, *self.kcrs)
+            dy = dys
         self.gemm(self.grid, self.block, (x, dy, ws, self.shape, self.chunk), shared_mem=self.smem)
-        self.reduce((self.cgrid,), (bwf.BLOCK,), tail)
+        args = (ws, tensors.dw, np.int32(self.splits), np.int64(self.out_count))
+        if self.gather:
+            args = (*args, *self.gather_args)
+        self.reduce((self.cgrid,), (bwf.BLOCK,), args)
 
 
 class TcBwdFilterSolver(Solver):
@@ -293,6 +338,7 @@ class TcBwdFilterSolver(Solver):
     deterministic = True
 
     def is_applicable(self, problem: ConvProblem, caps: Capabilities) -> Applicability:
+        problem = gemm_problem(problem)  # (x's channels padded on the few-channel path)
         reason = backward_reason(problem, caps, "bwd_filter")
         if reason:
             return not_applicable(reason)
@@ -306,6 +352,7 @@ class TcBwdFilterSolver(Solver):
         return APPLICABLE
 
     def configs(self, problem: ConvProblem, caps: Capabilities) -> list[TcSplitKConfig]:
+        problem = gemm_problem(problem)
         _, npq = _dims(problem)
         item = bwf.dtype_of(problem).itemsize
         out = []
@@ -333,7 +380,7 @@ class TcBwdFilterSolver(Solver):
         ] if problem.k_per_group >= 128 else []  # fmt: skip
         pool = big or [c for c in options if c.block_m == 64 and c.block_n == 128] or options
         tile = pool[0]
-        columns, rows = _grid(problem, tile, packed(problem, tile))
+        columns, rows = _grid(gemm_problem(problem), tile, packed(problem, tile))
         tiles = columns * rows
         target = bwf._TARGET_BLOCKS["cpu" if caps.emulator else "cuda"]
         want = max(1, -(-target // tiles))
@@ -342,9 +389,10 @@ class TcBwdFilterSolver(Solver):
 
     def workspace_size(self, problem: ConvProblem, config: Config) -> int:
         assert isinstance(config, TcSplitKConfig)
-        rsc, npq = _dims(problem)
+        rsc, npq = _dims(gemm_problem(problem))
         parts = 4 * bwf._useful_splits(npq, config.splits, config.block_k) * problem.k * rsc
-        return (_aligned(parts) + sum(_nchw_bytes(problem))) if not problem.channels_last else parts
+        copies = sum(_copy_bytes(problem))
+        return _aligned(parts) + copies if copies else parts
 
     def module_specs(self) -> list[ModuleSpec]:
         tables = {

@@ -318,6 +318,23 @@ def pad_expr(dt: dtypes.DType) -> str:
     return f"tc_pad_channels<{dt.ctype}>"
 
 
+class ChannelPad:
+    """The few-channel path's copy into the workspace (``tc_pad_channels``): ``images``
+    arrays of ``c`` channels x ``hw`` pixels (NCHW when ``nchw``, else NHWC) to NHWC with
+    ``cp`` channels, zeros past c (x: images N; filters: images K, hw the taps)."""
+
+    def __init__(self, backend: Backend, dt: dtypes.DType) -> None:
+        self.kernel = backend.kernel(helper_module_spec(dt), pad_expr(dt))
+
+    def __call__(self, src: Any, dst: Any, images: int, c: int, hw: int, cp: int,
+                 nchw: bool) -> None:  # fmt: skip
+        count = images * hw * cp
+        grid = (max(1, min(-(-count // 256), 1 << 16)),)
+        args = (src, dst, np.int32(c), np.int32(cp), np.int32(hw), np.int64(count),
+                np.int32(nchw))  # fmt: skip
+        self.kernel(grid, (256,), args)
+
+
 def helper_module_spec(dt: dtypes.DType) -> ModuleSpec:
     """The split-K finishing kernel (it holds the activation switch), the NCHW path's
     layout conversion and the few-channel path's padding, once per dtype."""
@@ -433,11 +450,10 @@ class _Runner(Runner):
             self._fgrid = (max(1, min(-(-self._count // 256), 1 << 16)),)
         if few:
             # x and w to NHWC / KRSC with cp channels, zeros past C: (C, HW, elements)
-            self._pad = backend.kernel(helpers, pad_expr(dt))
-            hw, taps = int(np.prod(problem.spatial)), problem.filter_taps
-            self._x_p = (problem.c, hw, problem.n * hw * cp)
-            self._w_p = (problem.c, taps, problem.k * taps * cp)
-            self._cp = np.int32(cp)
+            self._pad = ChannelPad(backend, dt)
+            nchw = not problem.channels_last
+            self._x_p = (problem.n, problem.c, int(np.prod(problem.spatial)), cp, nchw)
+            self._w_p = (problem.k, problem.c, problem.filter_taps, cp, nchw)
             self._names.insert(0, f"tc_pad_channels_{problem.dtype}")
         elif not problem.channels_last:
             self._convert = NhwcCopies(backend, dt)
@@ -460,10 +476,8 @@ class _Runner(Runner):
         if self._flat:
             xs = self._view(workspace, 0, xb, self._dtype)
             ws_w = self._view(workspace, xb, wb, self._dtype)
-            for src, dst, (c, hw, count) in ((x, xs, self._x_p), (w, ws_w, self._w_p)):
-                grid = (max(1, min(-(-count // 256), 1 << 16)),)
-                args = (src, dst, np.int32(c), self._cp, np.int32(hw), np.int64(count), self._nchw)
-                self._pad(grid, (256,), args)
+            self._pad(x, xs, *self._x_p)
+            self._pad(w, ws_w, *self._w_p)
             x, w = xs, ws_w
         elif self._nchw:
             xs = self._view(workspace, 0, xb, self._dtype)
