@@ -67,7 +67,9 @@ GEMM_KERNELS: tuple[str, ...] = (
     r"^sdpa_flash_bwd_(main|dq)<",  # tensor-core attention backward (attention/flash_bwd.cu)
 )
 # ... except these helpers that the patterns above also catch (no GEMM main loop).
-NOT_GEMM_KERNELS: tuple[str, ...] = (r"epilogue", r"_taps\b", r"_reduce\b", r"_to_nhwc<")
+NOT_GEMM_KERNELS: tuple[str, ...] = (
+    r"epilogue", r"_taps\b", r"_reduce\b", r"_to_nhwc<", r"_pad_channels<"
+)
 # Module sources left out: self-tests are not library kernels.
 SKIP_SOURCES = ("selftest/",)
 # --small: one module from each of these sources (the first spec of each), else the first.

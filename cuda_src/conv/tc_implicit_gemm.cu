@@ -76,6 +76,17 @@ template <> struct PredWord<true> { typedef unsigned long long type; };
 // block-diagonal matrix of their filters: a B copy of row k (group gk) is read only where
 // its channels fall in gk's C/groups (b_lo), else zero-filled. What would be a separate
 // GEMM per group of K/groups columns, mostly zero padding of the BN-wide tile, fills it.
+// The taps of an output row whose window starts at (h0, w0): bit r where h0 + r * dil_h is
+// inside the image, bit 16 + t where w0 + t * dil_w is (filters of at most 16 x 16 taps).
+__device__ inline unsigned tap_mask(const ConvShape& s, int h0, int w0) {
+    unsigned mask = 0;
+    for (int k = 0; k < s.r; ++k)
+        mask |= (unsigned)((unsigned)(h0 + k * s.dil_h) < (unsigned)s.h) << k;
+    for (int k = 0; k < s.s; ++k)
+        mask |= (unsigned)((unsigned)(w0 + k * s.dil_w) < (unsigned)s.w) << (16 + k);
+    return mask;
+}
+
 template <class G, int ALIGN, bool D3, bool PACKED = false>
 struct FwdLoader {
     typedef typename G::T T;
@@ -152,12 +163,7 @@ struct FwdLoader {
             } else {
                 a_off[i] = ((n * s.h + h0) * s.w + w0) * s.c + cbase + col;
             }
-            unsigned mask = 0;
-            for (int k = 0; k < s.r; ++k)
-                mask |= (unsigned)((unsigned)(h0 + k * s.dil_h) < (unsigned)s.h) << k;
-            for (int k = 0; k < s.s; ++k)
-                mask |= (unsigned)((unsigned)(w0 + k * s.dil_w) < (unsigned)s.w) << (16 + k);
-            a_mask[i] = m < rows ? mask : 0u;
+            a_mask[i] = m < rows ? tap_mask(s, h0, w0) : 0u;
         }
         const int rsc = s.r * s.s * CG * (D3 ? s.t : 1);
         // rows j * ROWS_PER_PASS < b_rows are valid
@@ -321,12 +327,7 @@ struct FlatFwdLoader {
             }
             const int h0 = p * s.stride_h - s.pad_h, w0 = q * s.stride_w - s.pad_w;
             a_off[i] = ((n * s.h + h0) * s.w + w0) * s.c;
-            unsigned mask = 0;
-            for (int k = 0; k < s.r; ++k)
-                mask |= (unsigned)((unsigned)(h0 + k * s.dil_h) < (unsigned)s.h) << k;
-            for (int k = 0; k < s.s; ++k)
-                mask |= (unsigned)((unsigned)(w0 + k * s.dil_w) < (unsigned)s.w) << (16 + k);
-            a_mask[i] = m < rows ? mask : 0u;
+            a_mask[i] = m < rows ? tap_mask(s, h0, w0) : 0u;
         }
         const int rsc = s.r * s.s * s.c;
         b_ok = 0;

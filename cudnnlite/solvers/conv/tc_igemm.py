@@ -342,19 +342,9 @@ def helper_module_spec(dt: dtypes.DType) -> ModuleSpec:
 
 
 # The tiles of the few-channel kernel: the BK-32 (TF32: BK-16) tiles of each block shape
-# the default picks; its reduction (R*S taps of one 16-byte chunk) is short.
-FLAT_TILES = frozenset(
-    {
-        (128, 128, 32, 64, 64, 4),
-        (128, 64, 32, 64, 32, 4),
-        (64, 128, 32, 32, 64, 4),
-        (64, 64, 32, 32, 32, 4),
-        (128, 128, 16, 64, 64, 4),
-        (128, 64, 16, 64, 32, 4),
-        (64, 128, 16, 64, 32, 4),
-        (64, 64, 16, 32, 32, 4),
-    }
-)
+# the default picks, the 3-D kernel's and TF32's 128x128; its reduction (R*S taps of one
+# 16-byte chunk) is short.
+FLAT_TILES = TILES_3D | {(128, 128, 16, 64, 64, 4)}
 
 
 def reduction_tiles(problem: ConvProblem, config: TcConfig) -> int:
