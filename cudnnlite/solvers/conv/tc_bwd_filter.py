@@ -143,7 +143,7 @@ def few_channels(problem: ConvProblem) -> bool:
     GEMM then runs R*S*8 (TF32: *4) columns, 3/8 of them useful at C = 3, and the split
     reduction keeps the real ones; C = 3 has no 16-bit copy at all otherwise."""
     wide = aligns(problem)[0]
-    return problem.groups == 1 and problem.c < wide and problem.k % wide == 0
+    return problem.groups == 1 and 0 < problem.c < wide and problem.k % wide == 0
 
 
 def gemm_problem(problem: ConvProblem) -> ConvProblem:

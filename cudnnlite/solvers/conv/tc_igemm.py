@@ -48,9 +48,9 @@ flattened (tap, channel) index: a slice holds BK / width whole taps (C = 3 padde
 3/8 of the MMAs useful). Tiles of :data:`FLAT_TILES`, split-K as the plain kernel's.
 
 Loads: 16-byte copies (8 channels of fp16/bf16, 4 of fp32) when C/groups allows, else
-4-byte copies (2 channels, or 1 fp32 channel: any C); odd C/groups in fp16/bf16 is not
-applicable (the WMMA solver takes it at groups == 1). The copy width is part of the kernel
-name, not a config: it follows from the problem.
+4-byte copies (2 channels, or 1 fp32 channel: any C); odd C/groups from 9 up in fp16/bf16 is
+not applicable (the WMMA solver takes it at groups == 1; below 8, the few-channel path). The
+copy width is part of the kernel name, not a config: it follows from the problem.
 
 Config (:class:`TcConfig`, every field in the kernel's readable name
 ``tc_igemm_fwd_128x128x32_w64x64_s4_a8_nhwc_fp16``): the block tile ``block_m`` x
@@ -255,7 +255,7 @@ def flat(problem: ConvProblem) -> bool:
     """Whether the few-channel kernel runs ``problem`` (tc_conv_fwd_flat): ungrouped 1-D or
     2-D with fewer input channels than one 16-byte copy holds (8 halves, 4 floats; a
     network's stem), padded to that many in the workspace, the reduction over whole taps."""
-    few = problem.c < variant(problem.dtype).aligns[0]
+    few = 0 < problem.c < variant(problem.dtype).aligns[0]
     return problem.groups == 1 and problem.ndim <= 2 and few
 
 
@@ -439,7 +439,7 @@ class _Runner(Runner):
             self._names.append(f"tc_igemm_fwd_splitk_epilogue_{problem.dtype}")
             self._fgrid = (max(1, min(-(-self._count // 256), 1 << 16)),)
         if few:
-            # x and w to NHWC / KRSC with cp channels, zeros past C: (C, HW, elements)
+            # x and w to NHWC / KRSC with cp channels, zeros past C: (images, C, HW, cp, nchw)
             self._pad = ChannelPad(backend, dt)
             nchw = not problem.channels_last
             self._x_p = (problem.n, problem.c, int(np.prod(problem.spatial)), cp, nchw)
@@ -520,7 +520,8 @@ class TcImplicitGemmSolver(Solver):
             )
         if max(problem.filter) > 16:
             return not_applicable(f"needs filters of at most 16 taps per dim, got {problem.filter}")
-        if max(np.prod(problem.x_shape()), np.prod(problem.w_shape())) >= 2**31:
+        grow = -(-padded_channels(problem) // max(problem.c, 1))  # (few channels: x, w padded)
+        if max(np.prod(problem.x_shape()), np.prod(problem.w_shape())) * grow >= 2**31:
             return not_applicable("needs x and w below 2^31 elements (32-bit offsets)")
         return APPLICABLE
 
