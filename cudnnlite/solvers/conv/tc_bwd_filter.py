@@ -66,7 +66,7 @@ from .tc_igemm import (
     ChannelPad,
     NhwcCopies,
     TcTile,
-    _aligned,
+    aligned_bytes,
     fits_twice,
     group_tiles,
 )
@@ -233,8 +233,8 @@ def _copy_bytes(problem: ConvProblem) -> tuple[int, int]:
     for NCHW problems. Each rounded up to 256 bytes."""
     item = bwf.dtype_of(problem).itemsize
     few, nchw = few_channels(problem), not problem.channels_last
-    xb = _aligned(int(np.prod(gemm_problem(problem).x_shape())) * item) if few or nchw else 0
-    yb = _aligned(int(np.prod(problem.y_shape())) * item) if nchw else 0
+    xb = aligned_bytes(int(np.prod(gemm_problem(problem).x_shape())) * item) if few or nchw else 0
+    yb = aligned_bytes(int(np.prod(problem.y_shape())) * item) if nchw else 0
     return xb, yb
 
 
@@ -308,7 +308,7 @@ class _Runner(Runner):
     def __call__(self, tensors: bwf.BwdFilterTensors, epilogue: Any, workspace: Any) -> None:
         ws = bwf._f32(workspace, self.count * self.splits)
         x, dy = tensors.x, tensors.dy
-        start = _aligned(4 * self.count * self.splits)
+        start = aligned_bytes(4 * self.count * self.splits)
         xb, yb = self.copy_bytes
         if self.pad is not None:
             xs = workspace[start : start + xb].view(self.dtype)
@@ -392,7 +392,7 @@ class TcBwdFilterSolver(Solver):
         rsc, npq = _dims(gemm_problem(problem))
         parts = 4 * bwf._useful_splits(npq, config.splits, config.block_k) * problem.k * rsc
         copies = sum(_copy_bytes(problem))
-        return _aligned(parts) + copies if copies else parts
+        return aligned_bytes(parts) + copies if copies else parts
 
     def module_specs(self) -> list[ModuleSpec]:
         tables = {

@@ -375,7 +375,8 @@ def split_plan(problem: ConvProblem, config: TcConfig) -> tuple[int, int]:
 _ALIGN = 256  # workspace regions start on 256-byte boundaries
 
 
-def _aligned(nbytes: int) -> int:
+def aligned_bytes(nbytes: int) -> int:
+    """``nbytes`` rounded up to a workspace region's 256-byte alignment."""
     return -(-nbytes // _ALIGN) * _ALIGN
 
 
@@ -385,7 +386,7 @@ def converted_bytes(problem: ConvProblem, shapes: Sequence[tuple[int, ...]]) -> 
     if problem.channels_last:
         return (0,) * len(shapes)
     item = dtype_of(problem).itemsize
-    return tuple(_aligned(int(np.prod(shape)) * item) for shape in shapes)
+    return tuple(aligned_bytes(int(np.prod(shape)) * item) for shape in shapes)
 
 
 def workspace_layout(problem: ConvProblem, config: TcConfig) -> tuple[int, int, int]:
@@ -397,7 +398,7 @@ def workspace_layout(problem: ConvProblem, config: TcConfig) -> tuple[int, int, 
     cp, c = padded_channels(problem), problem.c
 
     def nbytes(shape: tuple[int, ...]) -> int:  # (x and w hold C channels each)
-        return _aligned(int(np.prod(shape)) // c * cp * item) if convert else 0
+        return aligned_bytes(int(np.prod(shape)) // c * cp * item) if convert else 0
 
     xb, wb = nbytes(problem.x_shape()), nbytes(problem.w_shape())
     _, splits = split_plan(problem, config)
