@@ -732,3 +732,19 @@ def test_backward_filter_few_input_channels(backend: str, case: str) -> None:
     assert few_channels(p) and BWF.is_applicable(p, EMULATOR), BWF.is_applicable(p, EMULATOR)
     acc = 2.0 + 2.0**14 / (p.n * int(np.prod(p.out_spatial))) if p.dtype == "fp32" else 2.0
     check_filter(backend, BWF, p, config=cfg, acc_factor=acc)
+
+
+def test_backward_data_wide_filters(backend: str) -> None:
+    # The loader keeps a row's taps as bits (16 per dimension): a 1-D filter of 15 taps and a
+    # 16 x 3 one (dilated, strided) use them all; 17 taps are refused.
+    wide = ConvProblem(n=2, c=8, spatial=(40,), k=8, filter=(15,), pads=((7, 6),),
+                       strides=(1,), dilations=(1,), layout="NWC", dtype="fp16",
+                       direction="bwd_data")  # fmt: skip
+    tall = ConvProblem(n=1, c=8, spatial=(37, 9), k=16, filter=(16, 3), pads=((8, 9), (1, 1)),
+                       strides=(2, 1), dilations=(2, 1), layout="NHWC", dtype="fp16",
+                       direction="bwd_data")  # fmt: skip
+    for p in (wide, tall):
+        assert PHASED.is_applicable(p, EMULATOR), PHASED.is_applicable(p, EMULATOR).reason
+        check_data(backend, PHASED, p)
+    over = dataclasses.replace(wide, filter=(17,), pads=((8, 8),))
+    assert "16 taps" in PHASED.is_applicable(over, EMULATOR).reason

@@ -53,6 +53,12 @@ __device__ inline Phase make_phase(int ph, int size, int pad, int stride, int ta
     return f;
 }
 
+// The loader's A validity: each row keeps one word of its phase taps' bits (bit ir: tap ir
+// of the height list lands inside dy, bit 16 + is: tap is of the width list; filters of at
+// most 16 x 16 taps, the solver's check), built once per block; a copy tests it against
+// the current tap's two bits (sel, moved by a shift or a reset as the taps advance): one
+// AND and a compare per copy instead of two subtractions and two range compares.
+//
 // PACKED (tc_conv_bwd_data_packed: groups of fewer dx channels than BN): the block's
 // columns are BN consecutive dx channels of several groups, its reduction the window of dy
 // channels those groups take (kwin from kbase), and B the block-diagonal matrix of their
@@ -72,8 +78,11 @@ struct BwdDataLoader {
     const T* dy;
     const T* w;
     int a_off[A_PASSES];               // dy offset of (n, jh, jw, a_col): tap offset 0
-    int a_jh[A_PASSES], a_jw[A_PASSES];  // jh, jw (far negative: a row past the phase)
+    unsigned a_mask[A_PASSES];         // bit ir: the phase's tap ir of the rows (h) reaches
+                                       // inside dy; bit 16 + is: tap is of the columns (w);
+                                       // 0 for a row past the phase (<= 16 taps each)
     int a_jd[D3 ? A_PASSES : 1];       // D3: jd
+    unsigned sel;                      // the bits of the current tap (ir, is)
     int a_dst, a_col;
     int b_off;                         // w offset of (first k row of this thread, tap 0, b_col)
     int b_lo;                          // PACKED: the column's group's first window row, minus
@@ -115,16 +124,21 @@ struct BwdDataLoader {
                 n = (int)(nh / fh.count);
                 if (D3) idd = n % fd.count, n /= fd.count;
             }
-            a_jh[i] = m < rows ? fh.j0 + ih : -(1 << 30);
-            a_jw[i] = fw.j0 + iw;
+            const int jh = fh.j0 + ih, jw = fw.j0 + iw;
+            unsigned mask = 0;  // p = jh - dp for the phase's taps (dp0, + dp_step, ...)
+            for (int k = 0; k < fh.ntaps; ++k)
+                mask |= (unsigned)((unsigned)(jh - fh.dp0 - k * fh.dp_step) < (unsigned)s.p) << k;
+            for (int k = 0; k < fw.ntaps; ++k)
+                mask |= (unsigned)((unsigned)(jw - fw.dp0 - k * fw.dp_step) < (unsigned)s.q)
+                        << (16 + k);
+            a_mask[i] = m < rows ? mask : 0u;
             // (A row past the phase: offset of jh = 0, never read; no overflow.)
             int nd = n;  // D3: n * O + jd
             if (D3) {
                 a_jd[D3 ? i : 0] = fd.j0 + idd;
                 nd = n * s.o + (m < rows ? fd.j0 + idd : 0);
             }
-            a_off[i] = ((nd * s.p + (m < rows ? a_jh[i] : 0)) * s.q + a_jw[i]) * s.k + kbase +
-                       a_col;
+            a_off[i] = ((nd * s.p + (m < rows ? jh : 0)) * s.q + jw) * s.k + kbase + a_col;
         }
         const int b_col = (threadIdx.x % B_CPR) * ALIGN;
         b_row0 = threadIdx.x / B_CPR;
@@ -154,6 +168,7 @@ struct BwdDataLoader {
         dph_step = fh.dp_step;
         dpw_step = fw.dp_step;
         ir = is = k0 = 0;
+        sel = 0x10001u;
         dph = dph0;
         dpw = dpw0;
         a_tap = -(dph * Q + dpw) * K;
@@ -173,8 +188,7 @@ struct BwdDataLoader {
         const bool k_ok = k0 + a_col < KG;
 #pragma unroll
         for (int i = 0; i < A_PASSES; ++i) {
-            bool ok = k_ok && (unsigned)(a_jh[i] - dph) < (unsigned)P &&
-                      (unsigned)(a_jw[i] - dpw) < (unsigned)Q;
+            bool ok = k_ok && (a_mask[i] & sel) == sel;
             if (D3) ok = ok && (unsigned)(a_jd[D3 ? i : 0] - dpd) < (unsigned)O;
             cl::mma::cp_async<BYTES>(As + a_dst + i * A_RPP * G::BK, dy + (a_off[i] + a_tap), ok);
         }
@@ -197,6 +211,7 @@ struct BwdDataLoader {
                 dpw += dpw_step;
                 a_tap -= dpw_step * K;
                 b_tap += s_step * C;
+                sel += sel & 0xffff0000u;  // the next column tap's bit
             } else {
                 is = 0;
                 ++ir;
@@ -204,8 +219,10 @@ struct BwdDataLoader {
                 b_tap += (r_step * S - (ns - 1) * s_step) * C;
                 dpw = dpw0;
                 dph += dph_step;
+                sel = (1u << ir) | 0x10000u;
                 if (D3 && ir == nr) {  // the first tap (r0, s0) of the next depth tap
                     ir = 0;
+                    sel = 0x10001u;
                     a_tap += ((dph - dph0) * Q - dpd_step * P * Q) * K;
                     b_tap += (td_step * R - r_span) * S * C;
                     dph = dph0;

@@ -69,10 +69,10 @@ from .tc_igemm import (
 SOURCE = "conv/tc_bwd_data.cu"
 
 # Five of the forward's tiles (its 8-warp 128x128 spills 4 bytes here on sm_90); 4-byte
-# copies: one. sm_90 hot paths (sass_mix): 128x128x64 354 instructions per 128 MMA (36%,
-# 242 registers; the default of large layers where two blocks fit an SM: fits_twice),
-# 128x128x32 195 per 64 (33%). BK 64 takes 16-byte copies only (its A_RPP keeps the
-# swizzle period) and stays 2-D.
+# copies: one. sm_90 hot paths (sass_mix): 128x128x64 330 instructions per 128 MMA (39%,
+# 236 registers; the default of large layers where two blocks fit an SM: fits_twice),
+# 128x128x32 183 per 64 (35%; each row's phase taps a bit word, one test per copy). BK 64
+# takes 16-byte copies only (its A_RPP keeps the swizzle period) and stays 2-D.
 BWD_TILES = (
     (128, 128, 64, 64, 64, 3),
     (128, 128, 32, 64, 64, 4),
@@ -213,6 +213,10 @@ class TcBwdDataPhasedSolver(Solver):
             )
         if max(np.prod(problem.y_shape()), np.prod(problem.w_shape())) >= 2**31:
             return not_applicable("needs dy and w below 2^31 elements (32-bit offsets)")
+        if max(problem.filter[-2:]) > 16:  # (the loader's tap bits: 16 per dimension)
+            return not_applicable(
+                f"needs filters of at most 16 taps per height and width, got {problem.filter}"
+            )
         return APPLICABLE
 
     def workspace_size(self, problem: ConvProblem, config: Config) -> int:
