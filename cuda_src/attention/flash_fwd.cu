@@ -262,9 +262,9 @@ struct Fwd {
     // one they are scaled to the log2 domain here and the additive mask's value added.
     // UNIT_J: the explicit mask's key stride is 1, so a lane's elements of one row sit at
     // constant offsets from the row's pointer (loads at immediate offsets); else multiples
-    // of m_sj, one n8 tile per batch. The
-    // kernel body picks the variant once, outside its tile loop: both in one loop would
-    // hold the registers of both (186 at head dim 32 against 151 and 147 apart).
+    // of m_sj, one n8 tile per batch. The kernel body picks the variant once, outside its
+    // tile loop: both in one loop would hold the registers of both (186 at head dim 32
+    // against 151 and 147 apart).
     template <bool UNIT_J>
     __device__ __forceinline__ void mask_tile(float (&s)[MT][NS][4], int key0) {
         const float c = scale_c();
@@ -308,7 +308,6 @@ struct Fwd {
                                                    : Raw();
                         }
                     }
-
 #pragma unroll
                 for (int j = 0; j < JC; ++j)
 #pragma unroll
