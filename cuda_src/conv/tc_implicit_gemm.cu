@@ -70,12 +70,6 @@ namespace tcconv {
 template <bool WIDE> struct PredWord { typedef unsigned type; };
 template <> struct PredWord<true> { typedef unsigned long long type; };
 
-// PACKED (tc_conv_fwd_packed: groups of fewer output channels than the tile's BN): the
-// block's columns are BN consecutive output channels of several groups, its reduction the
-// window of x channels those groups read (cwin channels from cbase), and B is the
-// block-diagonal matrix of their filters: a B copy of row k (group gk) is read only where
-// its channels fall in gk's C/groups (b_lo), else zero-filled. What would be a separate
-// GEMM per group of K/groups columns, mostly zero padding of the BN-wide tile, fills it.
 // The taps of an output row whose window starts at (h0, w0): bit r where h0 + r * dil_h is
 // inside the image, bit 16 + t where w0 + t * dil_w is (filters of at most 16 x 16 taps).
 __device__ inline unsigned tap_mask(const ConvShape& s, int h0, int w0) {
@@ -87,6 +81,12 @@ __device__ inline unsigned tap_mask(const ConvShape& s, int h0, int w0) {
     return mask;
 }
 
+// PACKED (tc_conv_fwd_packed: groups of fewer output channels than the tile's BN): the
+// block's columns are BN consecutive output channels of several groups, its reduction the
+// window of x channels those groups read (cwin channels from cbase), and B is the
+// block-diagonal matrix of their filters: a B copy of row k (group gk) is read only where
+// its channels fall in gk's C/groups (b_lo), else zero-filled. What would be a separate
+// GEMM per group of K/groups columns, mostly zero padding of the BN-wide tile, fills it.
 template <class G, int ALIGN, bool D3, bool PACKED = false>
 struct FwdLoader {
     typedef typename G::T T;
