@@ -310,15 +310,14 @@ class _Runner(Runner):
         x, dy = tensors.x, tensors.dy
         start = aligned_bytes(4 * self.count * self.splits)
         xb, yb = self.copy_bytes
-        if self.pad is not None:
+        if xb:  # x padded (few channels) or converted (NCHW)
             xs = workspace[start : start + xb].view(self.dtype)
-            self.pad(x, xs, *self.x_p)
+            if self.pad is not None:
+                self.pad(x, xs, *self.x_p)
+            else:
+                self.convert(x, xs, *self.x_t)
             x = xs
-        elif self.convert is not None:
-            xs = workspace[start : start + xb].view(self.dtype)
-            self.convert(x, xs, *self.x_t)
-            x = xs
-        if self.convert is not None:
+        if yb:  # dy converted (NCHW)
             dys = workspace[start + xb : start + xb + yb].view(self.dtype)
             self.convert(dy, dys, *self.dy_t)
             dy = dys
@@ -369,7 +368,7 @@ class TcBwdFilterSolver(Solver):
         options = self.configs(problem, caps)
         item = bwf.dtype_of(problem).itemsize
         # The 64-deep tile where two blocks fit an SM and its 8 consecutive pixels per
-        # thread stay on one output row (the loader's fast path; Q = P * Q's inner extent).
+        # thread stay on one output row (the loader's fast path; q: the output width).
         q = problem.out_spatial[-1]
         deep_ok = q % 8 == 0 or q >= 64
         big = [
