@@ -919,6 +919,48 @@ def test_a_plans_memo_gives_way_to_whatever_changed(
     assert replays.count == 0
 
 
+def test_a_plans_memo_checks_every_operand(monkeypatch: pytest.MonkeyPatch) -> None:
+    """A plan of several arrays: a change in a later one (batch norm's statistics and
+    parameters: layout, alignment, writability, dtype; a conv plan's w: layout) misses
+    the memo as a change in x does, and the call gives the op's own result or error."""
+    keys = KeyCount(monkeypatch)
+    shape, c = (2, 4, 5, 5), 4
+    plan = cl.batch_norm_inference_plan(shape, backend="cpu")
+    x = rand(shape, 1)
+    stats = [rand((c,), s) for s in range(4)]
+    stats[1] = stats[1] * stats[1] + 0.5  # (a variance)
+    plan(x, *stats), plan(x, *stats)
+    before = keys.count
+    expected = plan(x, *stats)
+    assert keys.count == before
+
+    def usual(i: int, arg: np.ndarray) -> None:
+        n = keys.count
+        changed = [*stats[:i], arg, *stats[i + 1 :]]
+        same_bits(plan(x, *changed), expected)
+        assert keys.count > n, f"the memo answered for a changed operand {i + 1}"
+
+    for i in range(4):
+        usual(i, np.repeat(stats[i], 2)[::2])  # strided
+        flat = np.empty(c + 1, np.float32)
+        flat[1:] = stats[i]
+        usual(i, flat[1:])  # off 16 bytes
+        read_only = stats[i].copy()
+        read_only.setflags(write=False)
+        usual(i, read_only)
+    n = keys.count
+    with pytest.raises(BadParamError, match="bias"):
+        plan(x, *stats[:3], stats[3].astype(np.float64))
+    assert keys.count > n
+    w = rand((4, 4, 3, 3), 9)
+    conv = cl.conv2d_plan(shape, w.shape, padding=1, backend="cpu")
+    conv(x, w), conv(x, w)
+    n = keys.count
+    w_t = np.ascontiguousarray(w.transpose(1, 0, 2, 3)).transpose(1, 0, 2, 3)
+    same_bits(conv(x, w_t), conv(x, w))
+    assert keys.count > n, "the memo answered for another layout of w"
+
+
 def test_a_plan_keeps_two_memos(monkeypatch: pytest.MonkeyPatch) -> None:
     """Calls alternating between two alignments replay through the plan's two memos (no
     key after the first calls of each); a third alignment replaces the older one."""
