@@ -164,6 +164,18 @@ CASES = [
     # each group's draw through shuffles)
     (_p(1, 2, 1, 40, 50, 32, 32, dropout=True), {"dropout_p": 0.3}),
     (_p(1, 2, 1, 40, 52, 32, 32, causal=True, dropout=True), {"dropout_p": 0.3}),
+    # explicit masks with the ranges cutting tiles (the masked path's per-line ranges):
+    # varlen + causal bottom-right + an additive (b, 1, sq, skv) mask (rows past lengths_q,
+    # keys past lengths_kv, an entry of no keys); a per-head bool mask with a sliding window
+    (
+        _p(3, 2, 1, 40, 50, 32, 32, causal=True, align="bottom_right", varlen=True,
+           mask="additive"),
+        {"mask_shape": (3, 1, 40, 50), "lengths": ([0, 17, 33], [5, 0, 50])},
+    ),  # fmt: skip
+    (
+        _p(1, 2, 2, 33, 71, 64, 64, "bf16", window=(4, 9), mask="bool"),
+        {"mask_shape": (1, 2, 33, 71)},
+    ),  # fmt: skip
     # one query, one key
     (_p(2, 2, 1, 1, 1, 8, 8, "bf16"), {}),
     # bucket 256 (64 queries x 32 keys, four warps per 16 keys; dQ kernel two warps per 16
@@ -294,3 +306,20 @@ def test_configs_and_workspace() -> None:
     with pytest.raises(ValueError):
         FlashBwdConfig(32, 32, 8)  # 8 queries per warp
     assert len({s for solver in SOLVERS for s in solver.module_specs()}) <= 5
+
+
+def test_mask_strides_beyond_32_bits_are_refused() -> None:
+    """The kernels step along a mask line in 32-bit offsets: a query or key stride of 2^23
+    elements or more is refused with a clear error (the forward takes the same mask)."""
+    import cudnnlite as cl
+    from cudnnlite.errors import NotSupportedError
+
+    p = _p(1, 1, 1, 2, 3, 8, 8, mask="additive")
+    ops = operands(p)
+    base = np.zeros(2**23 + 3, NUMPY_DTYPE["fp16"])  # 16 MB: rows 0 and 2^23 of it
+    mask = np.lib.stride_tricks.as_strided(base, (p.sq, p.skv), (2**24, 2))
+    out, lse = cl.scaled_dot_product_attention(ops["q"], ops["k"], ops["v"], mask,
+                                               return_lse=True)  # fmt: skip
+    with pytest.raises(NotSupportedError, match="query and key strides"):
+        cl.scaled_dot_product_attention_backward(ops["dout"], ops["q"], ops["k"], ops["v"], out,
+                                                 lse, mask, algo="sdpa_bwd_flash_tc")  # fmt: skip

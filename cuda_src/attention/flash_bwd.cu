@@ -213,17 +213,6 @@ __device__ __forceinline__ void load_tile(T* dst, const T* src, long long row_st
     }
 }
 
-// Whether query i sees key j under causal / window / lengths (rows past lengths_q see
-// nothing); the explicit mask apart.
-__device__ __forceinline__ bool in_range(const SdpaParams& p, sdpa::Lengths len, int shift, int i,
-                                         int j) {
-    const int pos = i + shift;
-    bool keep = i < len.q && j < len.kv;
-    if (p.right >= 0) keep = keep && j <= pos + p.right;
-    if (p.left >= 0) keep = keep && j >= pos - p.left;
-    return keep;
-}
-
 // Calls f(sdpa::MaskKind<K>()) for the mask kind K = mask_kind (warp-uniform): a tile's
 // mask code then has compile-time loads, which issue together before the first use.
 template <class F>
@@ -236,26 +225,29 @@ __device__ __forceinline__ void with_mask_kind(int mask_kind, F&& f) {
         f(sdpa::MaskKind<sdpa::kMaskNone>());
 }
 
-// One element of a fragment for masked_p: query i, key j, the mask's offset of (i, j)
-// (sdpa::mask_offset) and the row's lse2.
-struct ElemAt {
-    int i, j;
-    long long moff;
-    float l2;
-};
-
 // P = exp2(S scale_log2 + mask - lse2) of a warp's NF x 4 fragment on a tile that the masks
-// cut (0 where causal / window / lengths or the explicit mask drop the element); at(f, r)
-// gives the element's ElemAt. FC n8 tiles at a time: their range tests and mask loads
-// (the mask kind dispatched once), then their P.
-template <typename T, int NF, class At>
-__device__ __forceinline__ void masked_p(float (&s)[NF][4], const SdpaParams& p,
-                                         sdpa::Lengths len, int shift, const void* mask,
-                                         int mask_kind, At at) {
+// cut (0 where causal / window / lengths or the explicit mask drop the element). Element
+// (f, r) lies on line hf = r >> 1 (a row of the fragment) at position c = 8 f + (r & 1)
+// from the lane's first element of the line; it passes causal / window / lengths when
+// lo[hf] <= c <= hi[hf] (the line's range, made once per tile by the caller), and its
+// explicit mask element is at mask + moff + hf * line_step + c * along: a 64-bit line
+// base per tile, then 32-bit offsets (mask strides below 2^23 elements, checked by the
+// host) instead of 64-bit products per element. l2(f, r): the element's row lse2. FC n8
+// tiles at a time: their range tests and mask loads (the mask kind dispatched once), then
+// their P.
+template <typename T, int NF, class L2>
+__device__ __forceinline__ void masked_p(float (&s)[NF][4], float scale_log2, const int (&lo)[2],
+                                         const int (&hi)[2], const void* mask, long long moff,
+                                         int line_step, int along, int mask_kind, L2 l2) {
     constexpr int FC = NF < 2 ? NF : 2;
     with_mask_kind(mask_kind, [&](auto kind) {
         constexpr int MK = decltype(kind)::value;
         typedef typename sdpa::MaskRaw<MK, T>::type Raw;
+        const Raw* line[2] = {nullptr, nullptr};
+        if constexpr (MK != sdpa::kMaskNone) {
+            line[0] = static_cast<const Raw*>(mask) + moff;
+            line[1] = line[0] + line_step;
+        }
 #pragma unroll
         for (int fc = 0; fc < NF; fc += FC) {
             bool keep[FC][4];
@@ -264,10 +256,10 @@ __device__ __forceinline__ void masked_p(float (&s)[NF][4], const SdpaParams& p,
             for (int f = 0; f < FC; ++f)
 #pragma unroll
                 for (int r = 0; r < 4; ++r) {
-                    const ElemAt e = at(fc + f, r);
-                    keep[f][r] = in_range(p, len, shift, e.i, e.j);
+                    const int c = 8 * (fc + f) + (r & 1), hf = r >> 1;
+                    keep[f][r] = lo[hf] <= c && c <= hi[hf];
                     if constexpr (MK != sdpa::kMaskNone)
-                        raw[f][r] = keep[f][r] ? sdpa::mask_load<MK, T>(mask, e.moff) : Raw();
+                        raw[f][r] = keep[f][r] ? line[hf][c * along] : Raw();
                 }
 #pragma unroll
             for (int f = 0; f < FC; ++f)
@@ -281,7 +273,7 @@ __device__ __forceinline__ void masked_p(float (&s)[NF][4], const SdpaParams& p,
                         add = mv.add_log2;
                     }
                     float& x = s[fc + f][r];
-                    x = k ? cl::math::exp2_ftz(x * p.scale_log2 + add - at(fc + f, r).l2) : 0.0f;
+                    x = k ? cl::math::exp2_ftz(x * scale_log2 + add - l2(fc + f, r)) : 0.0f;
                 }
         }
     });
@@ -483,14 +475,15 @@ struct Main {
                             s[f][r] = cl::math::exp2_ftz(s[f][r] * p.scale_log2 -
                                             l2[q0 + 8 * f + 2 * t + (r & 1)]);
                 } else {
-                    // the mask's offset of (m0 + q0 + 2 t, jw); elements step by m_si, m_sj
-                    const long long mb = sdpa::mask_offset(p, bi, h, m0 + q0 + 2 * t, jw);
-                    masked_p<T>(s, p, len, shift, mask, mask_kind, [&](int f, int r) {
-                        const int col = q0 + 8 * f + 2 * t + (r & 1);
-                        return ElemAt{m0 + col, jw + 8 * (r >> 1),
-                                      mb + (8 * f + (r & 1)) * p.m_si + 8 * (r >> 1) * p.m_sj,
-                                      l2[col]};
-                    });
+                    // Lines: keys jw, jw + 8; positions: queries i = ib + c, up to lengths_q
+                    // (lse2 = +inf past it, but an additive mask's +inf would make a NaN).
+                    const int ib = m0 + q0 + 2 * t, qmax = len.q - 1 - ib;
+                    const int lo[2] = {imin[0] - ib, imin[1] - ib};
+                    const int hi[2] = {min(imax[0] - ib, qmax), min(imax[1] - ib, qmax)};
+                    const float* l2w = l2 + q0 + 2 * t;
+                    masked_p<T>(s, p.scale_log2, lo, hi, mask,
+                                sdpa::mask_offset(p, bi, h, ib, jw), 8 * (int)p.m_sj, (int)p.m_si,
+                                mask_kind, [&](int f, int r) { return l2w[8 * f + (r & 1)]; });
                 }
                 const bool drop = p.drop_threshold != 0;
                 unsigned kept = 0;
@@ -849,15 +842,22 @@ struct Dq {
             for (int f = 0; f < NFK; ++f)
 #pragma unroll
                 for (int r = 0; r < 4; ++r) s[f][r] = dp[f][r] = 0.0f;
-            if constexpr (QO_REGS) {
+            if constexpr (QO_REGS)
                 mma_rabt<T, D / 16, NFK, D>(s, qf, Kw, k_b);
-                mma_rabt<T, D / 16, NFK, D>(dp, of, Vw, k_b);
-            } else {
+            else
                 mma_abt<T, D / 16, NFK, D, D>(s, Qw, q_a, Kw, k_b);
-                mma_abt<T, D / 16, NFK, D, D>(dp, dOw, q_a, Vw, k_b);
-            }
+            // dP = dO V^T: right after S, except on the general path's masked tiles, where it
+            // follows P (the mask loads then run without dP's registers live: 3 blocks per
+            // SM kept at head dim 32).
+            auto dp_mma = [&] {
+                if constexpr (QO_REGS)
+                    mma_rabt<T, D / 16, NFK, D>(dp, of, Vw, k_b);
+                else
+                    mma_abt<T, D / 16, NFK, D, D>(dp, dOw, q_a, Vw, k_b);
+            };
 
             if constexpr (!GENERAL) {
+                dp_mma();
                 // P = exp2(S scale_log2 - lse2), zeroed outside causal / window / lengths on
                 // boundary tiles only; dS = P (dP - delta) into dp.
 #pragma unroll
@@ -886,19 +886,21 @@ struct Dq {
             }
 
             if (tile_full(p, len, shift, mask_kind, m0, BQ, n0, BK)) {
+                dp_mma();
 #pragma unroll
                 for (int f = 0; f < NFK; ++f)
 #pragma unroll
                     for (int r = 0; r < 4; ++r)
                         s[f][r] = cl::math::exp2_ftz(s[f][r] * p.scale_log2 - l2[r >> 1]);
             } else {
-                // the mask's offset of (i0, nw + 2 t); elements step by m_si, m_sj
-                const long long mb = sdpa::mask_offset(p, bi, h, i0, nw + 2 * t);
-                masked_p<T>(s, p, len, shift, mask, mask_kind, [&](int f, int r) {
-                    return ElemAt{i0 + 8 * (r >> 1), nw + 8 * f + 2 * t + (r & 1),
-                                  mb + 8 * (r >> 1) * p.m_si + (8 * f + (r & 1)) * p.m_sj,
-                                  l2[r >> 1]};
-                });
+                // Lines: rows i0, i0 + 8; positions: keys j = jb + c.
+                const int jb = nw + 2 * t;
+                const int lo[2] = {jmin[0] - jb, jmin[1] - jb};
+                const int hi[2] = {jmax[0] - jb, jmax[1] - jb};
+                masked_p<T>(s, p.scale_log2, lo, hi, mask, sdpa::mask_offset(p, bi, h, i0, jb),
+                            8 * (int)p.m_si, (int)p.m_sj, mask_kind,
+                            [&](int f, int r) { return l2[r >> 1]; });
+                dp_mma();
             }
             const bool drop = p.drop_threshold != 0;  // warp-uniform
             unsigned kept = 0;

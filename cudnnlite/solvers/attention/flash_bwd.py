@@ -260,6 +260,13 @@ def _check_strides(t: AttentionBwdTensors) -> None:
         a = getattr(t, name)
         if a is not None and not a.flags.c_contiguous:
             raise NotSupportedError(f"sdpa_bwd_flash_tc: {name} must be C-contiguous")
+    m = t.mask
+    if m is not None and max(abs(s) for s in m.strides[-2:]) >= 2**23 * m.itemsize:
+        raise NotSupportedError(
+            f"sdpa_bwd_flash_tc: attn_mask's query and key strides "
+            f"({m.strides[-2] // m.itemsize}, {m.strides[-1] // m.itemsize} elements) must be "
+            "below 2^23 (32-bit offsets in a tile)"
+        )
 
 
 class _FlashTcBwd(Solver):
