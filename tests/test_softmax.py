@@ -212,6 +212,28 @@ def test_masked_and_infinite_entries(backend: str) -> None:
     assert np.all(np.isnan(y[1])) and np.all(np.isnan(y[2]))  # 0/0 and NaN, as PyTorch
 
 
+@pytest.mark.parametrize("dtype", DTYPES, ids=lambda d: SHORT[d])
+@pytest.mark.parametrize("log", [False, True], ids=["softmax", "log"])
+def test_a_nan_anywhere_makes_its_row_nan(backend: str, dtype: Any, log: bool) -> None:
+    """As PyTorch: one NaN makes its whole row NaN and leaves the other rows alone, on
+    every path (warp rows of odd length, block rows, the multi-block path, columns), the
+    NaN first, inside or last in a lane's share of the row (the lanes' partial results
+    must carry it through the combine: a NaN sum under a lane's -inf max was dropped)."""
+    op = log_softmax if log else softmax
+    for shape, axis in (((4, 33), -1), ((4, 3001), -1), ((2, 300000), -1), ((33, 4), 0)):
+        x = rand(shape, np.float32, seed=shape[axis]).astype(dtype)
+        n = shape[axis]
+        for k, at in enumerate((0, 1, n // 2, n - 1)):
+            if k == 0 and axis == 0:
+                continue  # (one NaN per column is enough there)
+            xk = np.moveaxis(x.copy(), axis, -1)
+            xk[0, at] = np.nan
+            xk = np.moveaxis(xk, -1, axis)
+            y = np.moveaxis(to_numpy(op(to_backend(xk, backend), axis)), axis, -1)
+            assert np.isnan(y[0]).all(), (shape, at)
+            assert not np.isnan(y[1:]).any(), (shape, at)
+
+
 def test_noncontiguous_inputs_and_out(backend: str) -> None:
     base = rand((6, 40), np.float32, seed=5)
     x = base[::2, ::3]

@@ -74,11 +74,16 @@ __device__ __forceinline__ SmStatT<A> init(int accurate) {
     return st;
 }
 
-// Adds one element. -inf elements (masked attention scores) add nothing; NaN poisons s.
+// Adds one element. -inf elements (masked attention scores) add nothing; NaN poisons s,
+// and m too in accurate mode (a NaN sum under m = -inf would be dropped by combine, which
+// reads m = -inf as "nothing added"): the whole row becomes NaN, as in PyTorch.
 template <typename A>
 __device__ __forceinline__ void add(SmStatT<A>& st, A x, int accurate) {
     if (!accurate) {
         st.s += m::exp(x);
+    } else if (x != x) {
+        st.m = x;
+        st.s = x;
     } else if (x > st.m) {
         st.s = st.s * m::exp(st.m - x) + A(1);  // st.m = -inf: s = 0 * 0 + 1
         st.m = x;
@@ -87,11 +92,13 @@ __device__ __forceinline__ void add(SmStatT<A>& st, A x, int accurate) {
     }
 }
 
-// Commutative bit for bit, so every lane of a butterfly ends with the same value.
+// Commutative bit for bit, so every lane of a butterfly ends with the same value (a NaN
+// row's lanes: NaN, whatever its payload). The max keeps a NaN m (fmax would drop it and
+// leave the NaN sum under another part's m, or under -inf, which reads as "nothing").
 template <typename A>
 __device__ __forceinline__ SmStatT<A> combine(SmStatT<A> a, SmStatT<A> b) {
     SmStatT<A> r;
-    r.m = m::fmax(a.m, b.m);
+    r.m = a.m != a.m || b.m != b.m ? a.m + b.m : m::fmax(a.m, b.m);
     const A ea = a.m == neg_inf<A>() ? A(0) : a.s * m::exp(a.m - r.m);
     const A eb = b.m == neg_inf<A>() ? A(0) : b.s * m::exp(b.m - r.m);
     r.s = ea + eb;
