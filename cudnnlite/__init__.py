@@ -5,8 +5,8 @@ CUDA sources on the CPU emulator. Importing this package touches no GPU and
 compiles nothing.
 """
 
-from contextlib import AbstractContextManager
-from typing import Any
+import contextlib as _contextlib
+import typing as _typing
 
 from . import reference
 from .dispatch.explain import explain, explain_call
@@ -159,14 +159,14 @@ def set_fast_paths(enabled: bool) -> None:
     _fastpath.set_enabled(enabled)
 
 
-def fast_path(op: Any, *args: Any, **kwargs: Any) -> str:
+def fast_path(op: _typing.Any, *args: _typing.Any, **kwargs: _typing.Any) -> str:
     """What the call ``op(*args, **kwargs)`` (a public function or a plan) gets from the
     fast path of repeated calls, in words, without running it: replayed from its launch
     template, refused (and why), not recorded yet, or not templated (and why)."""
     return _templates.describe(op, args, kwargs)
 
 
-def fast_paths_off() -> AbstractContextManager[None]:
+def fast_paths_off() -> _contextlib.AbstractContextManager[None]:
     """A context manager: the calls of this thread inside it take the full path."""
     return _fastpath.disabled()
 

@@ -204,6 +204,15 @@ def test_failing_dlpack_device_is_reported() -> None:
         cl.relu(Broken(np.ones(3, np.float32)))
 
 
+def test_the_package_namespace_is_its_api() -> None:
+    """Every public name of ``cudnnlite`` is in ``__all__`` (or is a subpackage), and every
+    name of ``__all__`` exists: no helper imports (``Any``) leak into ``dir(cl)``."""
+    extra = [n for n in dir(cl) if not n.startswith("_") and n not in cl.__all__
+             and not inspect.ismodule(getattr(cl, n))]  # fmt: skip
+    assert extra == []
+    assert [n for n in cl.__all__ if not hasattr(cl, n)] == []
+
+
 # ------------------------------------------------------------------ streams
 
 PUBLIC_OPS = [
