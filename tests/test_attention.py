@@ -424,6 +424,34 @@ def test_misaligned_views_are_copied_aligned() -> None:
         assert np.array_equal(g, w)
 
 
+@pytest.mark.parametrize(
+    "dtype,algo",
+    [(np.float64, "auto"), (np.float32, "auto"), (np.float16, "auto"),
+     (np.float16, "sdpa_bwd_flash_tc")],
+)  # fmt: skip
+def test_a_head_sliced_out_of_a_tensor_runs_backward(dtype, algo: str) -> None:
+    """q, k, v, dout one head of a larger tensor: C-contiguous (NumPy ignores the stride of
+    a dim of one) with strides unlike a fresh array's there. The gradients (fresh arrays)
+    share the kernels' strides on every other dim, so the backward runs on the views and
+    answers as on copies (it raised "dv must have the strides of v")."""
+    rng = np.random.default_rng(7)
+
+    def head(s: int) -> np.ndarray:
+        a = rng.standard_normal((1, 3, s, 8)).astype(dtype)[:, 1:2]
+        assert a.flags.c_contiguous and a.strides[0] != s * 8 * a.itemsize
+        return a
+
+    q, k, v, dout = head(5), head(7), head(7), head(5)
+    o, lse = cl.scaled_dot_product_attention(q, k, v, is_causal=True, return_lse=True)
+    got = cl.scaled_dot_product_attention_backward(dout, q, k, v, o, lse, is_causal=True,
+                                                   algo=algo)  # fmt: skip
+    want = cl.scaled_dot_product_attention_backward(
+        dout.copy(), q.copy(), k.copy(), v.copy(), o, lse, is_causal=True, algo=algo
+    )
+    for g, w in zip(got, want, strict=True):
+        assert np.array_equal(g, w)
+
+
 def test_tensor_core_backward_refuses_misaligned_pointers() -> None:
     """Called directly (not through the op, which copies), the tensor-core backward's
     runner checks the 16-byte alignment its vector loads need."""

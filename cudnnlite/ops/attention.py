@@ -48,6 +48,7 @@ from ..solvers.attention.common import (
     Scalars,
     acc_numpy,
     data_ptr,
+    same_strides,
 )
 from ._arrays import array_module, as_array, check_out, float_dtype
 from .dropout import stream
@@ -555,11 +556,12 @@ def scaled_dot_product_attention_backward(
             call.lengths_q,
             call.lengths_kv,
         )
-        if qq.strides != dq.strides:  # the kernels index q and dq with one set of strides
+        # the kernels index q and dq (k and dk, v and dv) with one set of strides
+        if not same_strides(qq, dq):
             tensors.q = _packed(qq)
-        if kk.strides != dk.strides:
+        if not same_strides(kk, dk):
             tensors.k = _packed(kk)
-        if vv.strides != dv.strides:
+        if not same_strides(vv, dv):
             tensors.v = _packed(vv)
         get_plan(call.backend, p, algo).launch(tensors, call.scalars)
     grads = [_fold(g, a, call, layout) for g, a in ((dq, q), (dk, k), (dv, v))]

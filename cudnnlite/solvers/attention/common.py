@@ -16,6 +16,7 @@ from typing import Any
 import numpy as np
 
 from ... import dtypes
+from ...errors import NotSupportedError
 from ...problems.attention import AttentionProblem
 from ...reference.dropout import drop_threshold, dropout_scale
 
@@ -139,6 +140,15 @@ def data_ptr(a: Any) -> int:
     return int(iface["data"][0])
 
 
+def same_strides(a: Any, b: Any) -> bool:
+    """Whether ``a`` and ``b`` (of one shape) address their elements alike: equal strides
+    on every dim of more than one element (a dim of one is never stepped along, and NumPy
+    counts an array contiguous whatever its stride there: a head sliced out of a tensor)."""
+    return a.shape == b.shape and all(
+        x == y for x, y, n in zip(a.strides, b.strides, a.shape, strict=True) if n > 1
+    )
+
+
 def _strides(a: Any) -> tuple[int, int, int, int]:
     """Element strides of a 4-D array."""
     return tuple(s // a.itemsize for s in a.strides)  # type: ignore[return-value]
@@ -158,8 +168,10 @@ def params(problem: AttentionProblem, tensors: Any, scalars: Scalars) -> np.void
         p[f"{name}_sb"], p[f"{name}_sh"], p[f"{name}_ss"] = (sb, s1, s2) if bhsd else (sb, s2, s1)
     for grad, like in (("dq", "q"), ("dk", "k"), ("dv", "v"), ("dout", "o")):
         g = getattr(tensors, grad, None)
-        if g is not None and g.strides != getattr(tensors, like).strides:
-            raise ValueError(f"{grad} must have the strides of {like} (the kernels share them)")
+        if g is not None and not same_strides(g, getattr(tensors, like)):
+            raise NotSupportedError(
+                f"{grad} must have the strides of {like} (the kernels share them)"
+            )
     if tensors.mask is not None:
         for axis, st in zip("bhij", _strides(tensors.mask), strict=True):
             p[f"m_s{axis}"] = st

@@ -45,7 +45,15 @@ from ...runtime.backend import Backend
 from ...runtime.caps import Capabilities
 from ...runtime.kernel import ModuleSpec
 from ..base import APPLICABLE, Applicability, Config, Runner, Solver, not_applicable
-from .common import MASK_KIND, AttentionBwdTensors, Scalars, data_ptr, dtype_of, params
+from .common import (
+    MASK_KIND,
+    AttentionBwdTensors,
+    Scalars,
+    data_ptr,
+    dtype_of,
+    params,
+    same_strides,
+)
 
 SOURCE = "attention/flash_bwd.cu"
 DTYPES = ("fp16", "bf16")
@@ -251,7 +259,7 @@ def _check_strides(t: AttentionBwdTensors) -> None:
     for name, like in (("q", "q"), ("k", "k"), ("v", "v"), ("o", "o"), ("dout", "o"),
                        ("dq", "q"), ("dk", "k"), ("dv", "v")):  # fmt: skip
         a, b = getattr(t, name), getattr(t, like)
-        if a.strides != b.strides:
+        if not same_strides(a, b):
             raise NotSupportedError(f"sdpa_bwd_flash_tc: {name} must have the strides of {like}")
         if data_ptr(a) % 16 or any((s // a.itemsize) % 8 for s in a.strides[:3]):
             raise NotSupportedError(f"sdpa_bwd_flash_tc: {name} needs 16-byte aligned rows "
