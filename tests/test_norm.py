@@ -8,6 +8,7 @@ roundoff, relative), plus K32 float32 ulps of the result's scale for the reducti
 
 from __future__ import annotations
 
+import functools
 from typing import Any
 
 import numpy as np
@@ -194,7 +195,8 @@ def test_lrn(backend: str, size: int, k: float, layout: str, dtype: Any) -> None
         (lambda x, t: N.group_norm(x, 2, eps=-1.0), "eps"),
         (lambda x, t: N.group_norm(x, 2, layout="CHWN"), "layout"),
         (lambda x, t: N.layer_norm(x, (5,)), "normalized_shape: expected the trailing dims"),
-        (lambda x, t: N.layer_norm(x, (0,)), "normalized_shape: expected positive"),
+        (lambda x, t: N.layer_norm(x, (-3,)), "normalized_shape: expected ints >= 0"),
+        (lambda x, t: N.layer_norm(x, (0,)), "normalized_shape: expected the trailing dims"),
         (lambda x, t: N.layer_norm(x, (3,), t(np.ones(3, np.float16))), "weight: expected dtype"),
         (lambda x, t: N.rms_norm(x, (3,), eps=float("nan")), "eps"),
         (lambda x, t: N.layer_norm_backward(x, x, (3,), None, None), "mean"),
@@ -209,3 +211,41 @@ def test_bad_arguments(backend: str, call, match: str) -> None:
     with pytest.raises(BadParamError, match=match):
         call(x, lambda a: to_backend(a, backend))
     assert snapshot(x) == before
+
+
+@pytest.mark.parametrize("dtype", [np.float32, np.float64])
+def test_empty_batch_and_rows_of_no_elements_as_pytorch(backend: str, dtype) -> None:
+    """Batch norm training on an empty batch: an empty y, the running statistics left as
+    they are, zero parameter gradients (a batch of one value per channel still raises).
+    Layer / RMS norm over a normalized shape with a 0: empty y and dx, mean 0 and rstd
+    NaN (0 / 0), empty parameter gradients, as PyTorch's."""
+    t = functools.partial(to_backend, backend=backend)
+    acc = np.float64 if dtype == np.float64 else np.float32
+    x = t(np.zeros((0, 3, 4), dtype))
+    rm, rv = t(np.full(3, 0.5, acc)), t(np.full(3, 2.0, acc))
+    y, mean, invstd = N.batch_norm_forward_training(x, None, None, rm, rv)
+    assert y.shape == (0, 3, 4) and mean.shape == invstd.shape == (3,)
+    assert (to_numpy(rm) == 0.5).all() and (to_numpy(rv) == 2.0).all()
+    assert N.batch_norm(x, rm, rv, training=True).shape == (0, 3, 4)
+    dx, dw, db, dz = N.batch_norm_backward(x, x, mean, invstd, t(np.ones(3, acc)))
+    assert dx.shape == (0, 3, 4) and dz is None
+    assert (to_numpy(dw) == 0).all() and (to_numpy(db) == 0).all() and dw.shape == (3,)
+    with pytest.raises(BadParamError, match="more than one value per channel"):
+        N.batch_norm_forward_training(t(np.zeros((1, 3, 1), dtype)))
+
+    x = t(np.zeros((2, 0, 3), dtype))
+    w, b = t(np.ones((0, 3), dtype)), t(np.zeros((0, 3), dtype))
+    y, mean, rstd = N.layer_norm_forward(x, (0, 3), w, b)
+    assert y.shape == (2, 0, 3)
+    np.testing.assert_array_equal(to_numpy(mean), [0.0, 0.0])
+    assert np.isnan(to_numpy(rstd)).all() and rstd.shape == (2,)
+    dx, dw, db = N.layer_norm_backward(x, x, (0, 3), mean, rstd, w, b)
+    assert dx.shape == (2, 0, 3) and dw.shape == db.shape == (0, 3)
+    y, rstd = N.rms_norm_forward(x, (0, 3))
+    assert y.shape == (2, 0, 3) and np.isnan(to_numpy(rstd)).all()
+    dx, dw = N.rms_norm_backward(x, x, (0, 3), rstd, w)
+    assert dx.shape == (2, 0, 3) and dw.shape == (0, 3)
+    torch = pytest.importorskip("torch")
+    ref = torch.native_layer_norm(torch.zeros(2, 0, 3, dtype=torch.float64), (0, 3), None,
+                                  None, 1e-5)  # fmt: skip
+    assert ref[1].flatten().tolist() == [0.0, 0.0] and ref[2].isnan().all()

@@ -480,7 +480,7 @@ def batch_norm_forward_training(
     x, view, dt = _bn_common(x, mode, layout)
     eps = _eps(eps)
     momentum = _momentum(momentum)
-    if view.count < 2:
+    if view.count == 1:  # (an empty batch is fine: nothing to normalize)
         raise BadParamError(
             f"x: training needs more than one value per channel to compute a variance, got "
             f"shape {tuple(x.shape)} ({view.count} value per channel)"
@@ -491,11 +491,17 @@ def batch_norm_forward_training(
     z = _z(z, x)
     act_mode, params = _act(activation, coef, dt)
     _check_out(out, x, backend, {"x": x, "z": z})
+    xp = array_module(x)
+    pd = _acc(dt)
+    if view.count == 0:
+        # As PyTorch: an empty y, the running statistics left as they are; the saved
+        # statistics (of no values) are zeros, which the backward of an empty batch ignores.
+        shape = view.param_shape
+        y = xp.empty(x.shape, x.dtype)
+        return _deliver(y, out), xp.zeros(shape, pd), xp.zeros(shape, pd)
     table = _table(backend, dt)
     xd, zd = _dense(x), _dense(z)
     c = view.channels
-    xp = array_module(x)
-    pd = _acc(dt)
     partial, chunks = _reduce(
         table, "stats", view.rows, c, view.inner, (xd, None, None, None, None, None, None)
     )
@@ -745,6 +751,10 @@ def batch_norm_backward(
     w, b = _bn_params(x, view, weight, bias, dt)
     z = _z(z, x)
     act_mode, params = _act(activation, coef, dt)
+    if view.count == 0:  # an empty batch: empty dx (dz), zero dweight and dbias (PyTorch)
+        xp, shape = array_module(x), view.param_shape
+        dz = xp.empty(x.shape, x.dtype) if z is not None else None
+        return xp.empty(x.shape, x.dtype), xp.zeros(shape, _acc(dt)), xp.zeros(shape, _acc(dt)), dz
     table = _table(backend, dt)
     c = view.channels
     xd, dyd, zd = _dense(x), _dense(dy), _dense(z)
@@ -940,13 +950,23 @@ def _normalized_shape(normalized_shape: Any, x: Any) -> tuple[int, ...]:
         if isinstance(normalized_shape, (int, np.integer))
         else tuple(normalized_shape)
     )
-    if not ns or any(not isinstance(d, (int, np.integer)) or d < 1 for d in ns):
-        raise BadParamError(f"normalized_shape: expected positive ints, got {normalized_shape!r}")
+    if not ns or any(
+        isinstance(d, bool) or not isinstance(d, (int, np.integer)) or d < 0 for d in ns
+    ):
+        raise BadParamError(f"normalized_shape: expected ints >= 0, got {normalized_shape!r}")
     if len(ns) > x.ndim or tuple(x.shape[x.ndim - len(ns) :]) != tuple(int(d) for d in ns):
         raise BadParamError(
             f"normalized_shape: expected the trailing dims of x {tuple(x.shape)}, got {ns}"
         )
     return tuple(int(d) for d in ns)
+
+
+def _empty_rows(x: Any, ns: tuple[int, ...], dt: dtypes.DType, *, mean: bool) -> tuple:
+    """The statistics of rows of no elements (a 0 in normalized_shape), as PyTorch's: mean
+    0 (when asked for), rstd NaN (a variance of 0 / 0), of shape ``x.shape[:-len(ns)]``."""
+    xp, lead = array_module(x), tuple(x.shape[: x.ndim - len(ns)])
+    rstd = xp.full(lead, np.nan, _acc(dt))
+    return (xp.zeros(lead, _acc(dt)), rstd) if mean else (rstd,)
 
 
 def _row_common(x: Any, normalized_shape: Any, weight: Any, bias: Any, names: tuple) -> tuple:
@@ -977,6 +997,9 @@ def layer_norm_forward(
     x, dt, ns, w, b, cols = _row_common(x, normalized_shape, weight, bias, ())
     eps = _eps(eps)
     _check_out(out, x, backend, {"x": x})
+    if cols == 0:
+        return (_deliver(array_module(x).empty(x.shape, x.dtype), out),
+                *_empty_rows(x, ns, dt, mean=True))  # fmt: skip
     rows = x.size // cols
     y, mean, rstd = _row_forward(_dense(x), rows, cols, 1, 1, w, b, eps, False, backend, dt)
     lead = tuple(x.shape[: x.ndim - len(ns)])
@@ -1014,10 +1037,14 @@ def layer_norm_backward(
     dy = as_array("dy", dy)
     same_dtype(("x", "dy"), (x, dy))
     same_shape(("x", "dy"), (x, dy))
-    rows = x.size // cols
     lead = tuple(x.shape[: x.ndim - len(ns)])
     mean = _dense(_param("mean", _required("mean", mean), lead, _acc(dt))).reshape(-1)
     rstd = _dense(_param("rstd", _required("rstd", rstd), lead, _acc(dt))).reshape(-1)
+    if cols == 0:  # rows of no elements: nothing flows back
+        xp = array_module(x)
+        return (xp.empty(x.shape, x.dtype), None if w is None else xp.zeros(ns, x.dtype),
+                None if b is None else xp.zeros(ns, x.dtype))  # fmt: skip
+    rows = x.size // cols
     wgrad = (
         w if w is not None else (array_module(x).ones((cols,), x.dtype) if b is not None else None)
     )
@@ -1063,6 +1090,9 @@ def rms_norm_forward(
     x, dt, ns, w, _, cols = _row_common(x, normalized_shape, weight, None, ())
     eps = float(dtypes.finfo(x.dtype).eps) if eps is None else _eps(eps)
     _check_out(out, x, backend, {"x": x})
+    if cols == 0:
+        return (_deliver(array_module(x).empty(x.shape, x.dtype), out),
+                *_empty_rows(x, ns, dt, mean=False))  # fmt: skip
     rows = x.size // cols
     y, _, rstd = _row_forward(_dense(x), rows, cols, 1, 1, w, None, eps, True, backend, dt)
     lead = tuple(x.shape[: x.ndim - len(ns)])
@@ -1092,9 +1122,12 @@ def rms_norm_backward(
     dy = as_array("dy", dy)
     same_dtype(("x", "dy"), (x, dy))
     same_shape(("x", "dy"), (x, dy))
-    rows = x.size // cols
     lead = tuple(x.shape[: x.ndim - len(ns)])
     rstd = _dense(_param("rstd", _required("rstd", rstd), lead, _acc(dt))).reshape(-1)
+    if cols == 0:  # rows of no elements: nothing flows back
+        xp = array_module(x)
+        return xp.empty(x.shape, x.dtype), (None if w is None else xp.zeros(ns, x.dtype))
+    rows = x.size // cols
     dx, dw, _ = _row_backward(
         _dense(dy), _dense(x), rows, cols, 1, 1, w, None, rstd, True, backend, dt, cols, False
     )
