@@ -4,8 +4,8 @@
 // element and p = 1 drops every element, exactly. The mask does not depend on T (the
 // same for float64 as for float32). Kept elements are scaled by 1 / (1 - p) in
 // A = cl::acc_t<T> (float32(1 / (1 - p)) in float for float, __half, __nv_bfloat16;
-// 1 / (1 - p) in double for double) and rounded once to T; dropped ones are 0 (also
-// for inf/NaN x).
+// 1 / (1 - p) in double for double) and rounded once to T; dropped ones are x * 0, as
+// PyTorch's x * mask / (1 - p) (NaN for inf/NaN x).
 // The mask is a pure function of (seed, offset, e), so backward regenerates it by
 // running dropout_fwd on dy with the same stream (nothing stored), or reads a saved
 // byte mask with dropout_bwd_mask.
@@ -51,9 +51,11 @@ __device__ __forceinline__ bool keep(unsigned int word, unsigned long long thres
     return (unsigned long long)word >= threshold;
 }
 
+// x times the keep factor (scale or 0), as PyTorch's x * mask / (1 - p): a dropped NaN or
+// inf stays NaN (0 * inf), a dropped negative is -0.
 template <typename T>
 __device__ __forceinline__ T apply(T x, bool k, cl::acc_t<T> scale) {
-    return cl::from_acc<T>(k ? cl::to_acc(x) * scale : cl::acc_t<T>(0));
+    return cl::from_acc<T>(cl::to_acc(x) * (k ? scale : cl::acc_t<T>(0)));
 }
 
 }  // namespace drop

@@ -313,12 +313,13 @@ def dropout(
     return_mask: bool = False,
     out: Any = None,
 ) -> Any:
-    """Training-mode dropout: ``y = x / (1 - p)`` where kept, 0 where dropped.
+    """Training-mode dropout: ``y = x / (1 - p)`` where kept, ``x * 0`` where dropped (0, or
+    NaN for a NaN or inf x, as PyTorch's ``x * mask / (1 - p)``).
 
     Args:
         x: float32, float16, bfloat16 or float64 array, any shape and strides
             (non-contiguous inputs are copied to C order: element numbering is C order).
-        p: drop probability in [0, 1]; p = 0 returns a copy of x, p = 1 all zeros.
+        p: drop probability in [0, 1]; p = 0 returns a copy of x, p = 1 drops everything.
         seed: Philox key, an integer in [0, 2^64), or a :class:`PhiloxState` (its seed,
             and its device-side counter as the offset); required when ``training``.
         offset: Philox stream (the counter's upper 64 bits), an integer in [0, 2^64);

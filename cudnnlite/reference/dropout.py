@@ -87,11 +87,12 @@ def dropout_mask(shape: Any, p: float, seed: int, offset: int = 0) -> np.ndarray
 def dropout_forward(
     x: Any, p: float, seed: int, offset: int = 0, *, dtype: Any = np.float32
 ) -> np.ndarray:
-    """float64 ``where(mask, x * scale, 0)`` with the scale of the kernels of storage
-    ``dtype`` (:func:`dropout_scale`; the default float32 scale whatever x's dtype)."""
+    """float64 ``x * where(mask, scale, 0)`` (PyTorch's ``x * mask / (1 - p)``: a dropped NaN
+    or inf gives NaN) with the scale of the kernels of storage ``dtype``
+    (:func:`dropout_scale`; the default float32 scale whatever x's dtype)."""
     x64 = np.asarray(x).astype(np.float64)
     mask = dropout_mask(x64.shape, p, seed, offset)
-    return np.where(mask, x64 * dropout_scale(p, dtype), 0.0)
+    return x64 * np.where(mask, dropout_scale(p, dtype), 0.0)
 
 
 def dropout_backward(
