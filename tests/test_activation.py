@@ -448,6 +448,13 @@ def test_softplus_threshold(backend: str) -> None:
     dx = to_numpy(cl.activation_backward(dy, x, "softplus", coef=2.0, threshold=10.0))
     assert dx[2] == 1.0 and dx[3] == 1.0
     assert_close(dx, bwd_ref(np.ones(5), x, "softplus", 2.0, 10.0), np.float32)
+    # far below: sigmoid(beta x) is subnormal, not 0, so an infinite dy stays infinite
+    # (PyTorch's z / (z + 1), z = exp(beta x)); float64 at -710, float32 at -100
+    for dt, xv in ((np.float64, -710.0), (np.float32, -100.0)):
+        dx = to_numpy(cl.activation_backward(to_backend(np.array([np.inf, 1.0], dt), backend),
+                                             to_backend(np.array([xv, xv], dt), backend),
+                                             "softplus"))  # fmt: skip
+        assert dx[0] == np.inf and 0 < dx[1] < 1e-37
 
 
 COEF_CASES = [

@@ -184,8 +184,11 @@ __device__ __forceinline__ A backward(A dy, A x, A y, const ActParamsT<A>& p) {
         }
         return dy * d;
     } else if constexpr (MODE == kSoftplus) {
+        // PyTorch's z / (z + 1), z = exp(beta x): subnormal z keeps an infinite dy infinite
+        // (1 / (1 + exp(-beta x)) is 0 there, and inf * 0 NaN)
         const A bx = p.coef * x;
-        return bx > p.threshold ? dy : dy * sigmoid(bx);
+        const A z = m::exp(bx);
+        return bx > p.threshold ? dy : dy * z / (z + A(1));
     } else if constexpr (MODE == kHardtanh) {
         // 0 at both bounds (PyTorch's hardtanh_backward)
         return (x > p.threshold && x < p.coef) ? dy : (x != x ? x : zero);

@@ -227,7 +227,8 @@ def activation_backward(
             g = dy * np.where(np.abs(x) > 20.0, (x > 0).astype(np.float64), inner)
         elif mode == "softplus":
             bx = c * x
-            g = np.where(bx > t, dy, dy * sigmoid(bx))
+            z = np.exp(bx)  # PyTorch's z / (z + 1): a subnormal z keeps an infinite dy infinite
+            g = np.where(bx > t, dy, dy * z / (z + 1.0))
         elif mode == "hardtanh":
             g = np.where((x > t) & (x < c), dy, 0.0)
         elif mode == "hardswish":
