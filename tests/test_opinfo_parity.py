@@ -741,6 +741,52 @@ def test_one_value_group_norm_still_differs() -> None:
     np.testing.assert_array_equal(cl.group_norm(x, 3, w, b), b[None, :])
 
 
+def test_nan_meeting_only_padding_still_differs() -> None:
+    """README's deliberate difference: a NaN in w (forward) or dy (backward filter) whose
+    products all fall on zero padding. PyTorch multiplies the padding's zeros (0 * NaN =
+    NaN); cudnnlite skips the padding, as cuDNN's implicit GEMM does."""
+    x = np.array([[[1.0, 2.0]]])
+    w = np.array([[[np.nan, 1.0, 1.0]]])
+    assert torch.isnan(F.conv1d(torch.from_numpy(x), torch.from_numpy(w), padding=1)).all()
+    np.testing.assert_array_equal(cl.conv1d(x, w, padding=1), [[[3.0, np.nan]]])
+    dy = np.array([[[np.nan, 1.0, 1.0, 1.0]]])
+    xt = torch.from_numpy(x)
+    wt = torch.ones(1, 1, 1, dtype=torch.float64, requires_grad=True)
+    F.conv1d(xt, wt, padding=1).backward(torch.from_numpy(dy))
+    assert torch.isnan(wt.grad).all()
+    np.testing.assert_array_equal(cl.conv1d_backward_filter(x, dy, (1, 1, 1), padding=1),
+                                  [[[3.0]]])  # fmt: skip
+
+
+def test_infinite_gradients_still_differ() -> None:
+    """README's deliberate differences: an infinite dy through sigmoid / tanh where the
+    derivative is positive but y rounds to 1 (PyTorch's inf * y (1 - y) is NaN; cudnnlite
+    gives inf), and through layer norm (PyTorch: NaN across the row; cudnnlite: NaN only
+    where two infinities meet, the signed limit elsewhere)."""
+    for name in ("sigmoid", "tanh"):
+        xt = torch.tensor([40.0], dtype=torch.float64, requires_grad=True)
+        getattr(torch, name)(xt).backward(torch.tensor([np.inf], dtype=torch.float64))
+        assert torch.isnan(xt.grad).all()
+        got = cl.activation_backward(np.array([np.inf]), np.array([40.0]), name)
+        assert got[0] == np.inf
+    x, dy = np.array([[0.0, 1.0, 3.0]]), np.array([[np.inf, 0.0, 0.0]])
+    xt = torch.from_numpy(x).requires_grad_(True)
+    F.layer_norm(xt, (3,)).backward(torch.from_numpy(dy))
+    assert torch.isnan(xt.grad).all()
+    _, mean, rstd = cl.layer_norm_forward(x, (3,))
+    dx = cl.layer_norm_backward(dy, x, (3,), mean, rstd)[0]
+    assert np.isnan(dx[0, 0]) and dx[0, 1] == -np.inf
+
+
+def test_attention_without_keys_and_a_nan_query_still_differs() -> None:
+    """README's deliberate difference: with no keys (S = 0) the output is 0 whatever the
+    query; PyTorch's math path carries a NaN query into it."""
+    q, kv = np.array([[np.nan, 1.0]]), np.zeros((0, 2))
+    want = F.scaled_dot_product_attention(*(torch.from_numpy(a) for a in (q, kv, kv)))
+    assert torch.isnan(want).all()
+    np.testing.assert_array_equal(cl.scaled_dot_product_attention(q, kv, kv), [[0.0, 0.0]])
+
+
 def test_difference_table_is_used() -> None:
     """Every row of the table names a mapped op (a stale row is an error)."""
     for d in DIFFERENCES:
