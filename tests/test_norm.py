@@ -232,6 +232,12 @@ def test_empty_batch_and_rows_of_no_elements_as_pytorch(backend: str, dtype) -> 
     assert (to_numpy(dw) == 0).all() and (to_numpy(db) == 0).all() and dw.shape == (3,)
     with pytest.raises(BadParamError, match="more than one value per channel"):
         N.batch_norm_forward_training(t(np.zeros((1, 3, 1), dtype)))
+    # an empty spatial dim (the vector kernels divided by it: the emulator died of SIGFPE)
+    for shape, layout in (((2, 3, 2, 0), "NCHW"), ((2, 3, 0), "NCHW"), ((2, 0, 3), "NHWC")):
+        xe = t(np.zeros(shape, dtype))
+        ye = N.batch_norm_forward_inference(xe, rm, rv, layout=layout, activation="relu")
+        assert ye.shape == shape
+        assert N.batch_norm_forward_training(xe, layout=layout)[0].shape == shape
 
     x = t(np.zeros((2, 0, 3), dtype))
     w, b = t(np.ones((0, 3), dtype)), t(np.zeros((0, 3), dtype))

@@ -566,6 +566,8 @@ def _bn_apply(
 ) -> Any:
     y = array_module(x).empty(x.shape, x.dtype)
     n = x.size
+    if n == 0:  # (an empty spatial dim: the vector variants would divide by it)
+        return y
     a = _bn_apply_struct(table.dt, n, view.channels, view.inner, eps, stats_are_var, act_mode)
     key = "bn_fwd_apply" + _apply_variant(view, table.dt, (x, z, y))
     # a vector thread moves VEC elements: size the grid by packs
