@@ -215,7 +215,7 @@ def test_masked_and_infinite_entries(backend: str) -> None:
 @pytest.mark.parametrize("dtype", DTYPES, ids=lambda d: SHORT[d])
 @pytest.mark.parametrize("log", [False, True], ids=["softmax", "log"])
 def test_a_nan_anywhere_makes_its_row_nan(backend: str, dtype: Any, log: bool) -> None:
-    """As PyTorch: one NaN makes its whole row NaN and leaves the other rows alone, on
+    """As PyTorch: one NaN (or +inf) makes its whole row NaN and leaves the others alone, on
     every path (warp rows of odd length, block rows, the multi-block path, columns), the
     NaN first, inside or last in a lane's share of the row (the lanes' partial results
     must carry it through the combine: a NaN sum under a lane's -inf max was dropped)."""
@@ -226,12 +226,13 @@ def test_a_nan_anywhere_makes_its_row_nan(backend: str, dtype: Any, log: bool) -
         for k, at in enumerate((0, 1, n // 2, n - 1)):
             if k == 0 and axis == 0:
                 continue  # (one NaN per column is enough there)
-            xk = np.moveaxis(x.copy(), axis, -1)
-            xk[0, at] = np.nan
-            xk = np.moveaxis(xk, -1, axis)
-            y = np.moveaxis(to_numpy(op(to_backend(xk, backend), axis)), axis, -1)
-            assert np.isnan(y[0]).all(), (shape, at)
-            assert not np.isnan(y[1:]).any(), (shape, at)
+            for bad in (np.nan, np.inf):  # +inf too: inf - inf
+                xk = np.moveaxis(x.copy(), axis, -1)
+                xk[0, at] = bad
+                xk = np.moveaxis(xk, -1, axis)
+                y = np.moveaxis(to_numpy(op(to_backend(xk, backend), axis)), axis, -1)
+                assert np.isnan(y[0]).all(), (shape, at, bad)
+                assert not np.isnan(y[1:]).any(), (shape, at, bad)
 
 
 def test_noncontiguous_inputs_and_out(backend: str) -> None:

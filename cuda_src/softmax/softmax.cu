@@ -85,7 +85,9 @@ __device__ __forceinline__ void add(SmStatT<A>& st, A x, int accurate) {
         st.m = x;
         st.s = x;
     } else if (x > st.m) {
-        st.s = st.s * m::exp(st.m - x) + A(1);  // st.m = -inf: s = 0 * 0 + 1
+        // exp(x - x): 1, or NaN for x = +inf (inf - inf, as PyTorch's row becomes NaN);
+        // st.m = -inf: s = 0 * 0 + 1
+        st.s = st.s * m::exp(st.m - x) + (x - x + A(1));
         st.m = x;
     } else if (x != neg_inf<A>()) {
         st.s += m::exp(x - st.m);
