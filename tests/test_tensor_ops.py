@@ -110,6 +110,24 @@ def test_op_tensor(backend: str, dtype: Any, op: str) -> None:
         assert_close(out, want, dtype, rtol=ELEMENTWISE_RTOL[SHORT[dtype]] * 2, what=op)
 
 
+@pytest.mark.parametrize("op", ["add", "mul", "max", "min"])
+def test_op_tensor_out_shifted_over_an_input(backend: str, op: str) -> None:
+    """out a shifted view of the same buffer as a (or b), of the same shape: not in place,
+    so the input is read as it was (the op copied it only when the shapes differed and
+    then read elements out had already overwritten)."""
+    for which in ("a", "b"):
+        host = np.arange(12, dtype=np.float32)
+        other = np.full((2, 4), 2.5, np.float32)
+        buf = to_backend(host, backend)
+        inp, out = buf[:8].reshape(2, 4), buf[4:].reshape(2, 4)
+        args = (inp, to_backend(other, backend)) if which == "a" else (
+            to_backend(other, backend), inp)
+        want = {"add": np.add, "mul": np.multiply, "max": np.maximum, "min": np.minimum}[op](
+            *(host[:8].reshape(2, 4), other)[:: 1 if which == "a" else -1])
+        got = op_tensor(op, *args, out=out)
+        np.testing.assert_array_equal(to_numpy(got), want)
+
+
 def test_op_tensor_paths_and_broadcast_both_ways(backend: str) -> None:
     a = rand((4, 1, 6), np.float32, seed=5)
     b = rand((3, 1), np.float32, seed=6)

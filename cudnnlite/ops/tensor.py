@@ -463,16 +463,23 @@ def op_tensor(
     else:
         check_out(out, shape, dt.numpy, backend, {})
         _writable("out", out)
+        # Each element reads its own inputs then writes: an input that is out's very view
+        # is fine (in place); any other overlap (a shifted or broadcast view) is copied.
         xp = array_module(out)
-        if a is not out and a.size and xp.may_share_memory(a, out) and a.shape != out.shape:
+        if a.size and xp.may_share_memory(a, out) and not _same_view(a, out):
             note_host_work("op_tensor: a copy of a, which overlaps out")
             a = a.copy()
-        if (b is not None and b is not out and b.size and xp.may_share_memory(b, out)
-                and b.shape != out.shape):  # fmt: skip
+        if b is not None and b.size and xp.may_share_memory(b, out) and not _same_view(b, out):
             note_host_work("op_tensor: a copy of b, which overlaps out")
             b = b.copy()
     _elementwise(backend, dt, out, a, b, params)
     return out
+
+
+def _same_view(a: Any, out: Any) -> bool:
+    """Whether ``a`` addresses exactly out's elements in out's order."""
+    return (a is out or (a.shape == out.shape and a.strides == out.strides
+                         and data_pointer(a) == data_pointer(out)))  # fmt: skip
 
 
 @with_stream
