@@ -276,8 +276,8 @@ def plan_backend(name: str) -> Any:
     return backend_by_name(name)
 
 
-def plan_shape(shape: Any) -> tuple[int, ...]:
-    """``shape`` as a tuple of ints >= 0; BadParamError if it is not one."""
+def plan_shape(shape: Any, name: str = "shape") -> tuple[int, ...]:
+    """``shape`` as a tuple of ints >= 0; BadParamError (naming ``name``) if it is not one."""
     try:
         dims = tuple(shape)
     except TypeError:
@@ -285,7 +285,7 @@ def plan_shape(shape: Any) -> tuple[int, ...]:
     if dims is None or not all(
         isinstance(d, (int, np.integer)) and not isinstance(d, bool) and d >= 0 for d in dims
     ):
-        raise BadParamError(f"shape: expected a tuple of ints >= 0, got {shape!r}")
+        raise BadParamError(f"{name}: expected a tuple of ints >= 0, got {shape!r}")
     return tuple(int(d) for d in dims)
 
 

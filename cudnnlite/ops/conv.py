@@ -30,7 +30,7 @@ from ..runtime.streams import with_stream
 from ..runtime.variants import register
 from ..solvers.conv.common import IDENTITY_MODE, ConvTensors, Epilogue
 from ._arrays import array_module, as_array, contiguous, float_dtype
-from ._fastpath import CallCache, arrays_key, scalars_key, settings_key
+from ._fastpath import CallCache, arrays_key, plan_shape, scalars_key, settings_key
 from ._fastpath import enabled as fastpath_enabled
 from .activation import ACTIVATION_MODES, activation_forward
 
@@ -79,6 +79,9 @@ def _ints(name: str, value: Any, n: int, minimum: int) -> tuple[int, ...]:
         raise BadParamError(f"{name}: expected an int or {n} ints, got {value!r}")
     if any(v < minimum for v in vals):
         raise BadParamError(f"{name}: every value must be >= {minimum}, got {value!r}")
+    if any(v >= 2**31 for v in vals):
+        raise BadParamError(f"{name}: every value must be below 2^31 (the kernels' ints), "
+                            f"got {value!r}")  # fmt: skip
     return tuple(int(v) for v in vals)
 
 
@@ -134,7 +137,7 @@ def _finite(name: str, value: Any) -> float:
 def _epilogue(activation: Any, coef: Any, threshold: Any, alpha: Any, alpha2: Any,
               has_bias: bool, has_z: bool) -> Epilogue:  # fmt: skip
     a = _finite("alpha", alpha)
-    a2 = _finite("alpha2", 1.0 if alpha2 is None and has_z else (alpha2 or 0.0))
+    a2 = _finite("alpha2", (1.0 if has_z else 0.0) if alpha2 is None else alpha2)
     if activation is None:
         if coef is not None or threshold is not None:
             raise BadParamError("activation_coef/activation_threshold: given without an activation")
@@ -834,8 +837,8 @@ def _plan(nd: int, x_shape: Sequence[int], w_shape: Sequence[int], stride: Any, 
           dilation: Any, groups: int, dtype: Any, layout: str, math: str, algo: str,
           backend: str) -> ConvPlan:  # fmt: skip
     problem = make_problem(
-        tuple(x_shape), tuple(w_shape), dtype, stride=stride, padding=padding,
-        dilation=dilation, groups=groups, layout=layout, math_mode=math, nd=nd,
+        plan_shape(x_shape, "x_shape"), plan_shape(w_shape, "w_shape"), dtype, stride=stride,
+        padding=padding, dilation=dilation, groups=groups, layout=layout, math_mode=math, nd=nd,
     )  # fmt: skip
     if backend == "auto":
         from ..runtime.cuda import CudaBackend

@@ -336,6 +336,8 @@ def dropout(
     p = _check_p(p)
     if not isinstance(training, (bool, np.bool_)):
         raise BadParamError(f"training: expected True or False, got {training!r}")
+    if not isinstance(return_mask, (bool, np.bool_)):
+        raise BadParamError(f"return_mask: expected True or False, got {return_mask!r}")
     if not training:
         return _identity(x, out, return_mask)
     if seed is None:

@@ -947,11 +947,16 @@ def _row_backward(
 
 
 def _normalized_shape(normalized_shape: Any, x: Any) -> tuple[int, ...]:
-    ns = (
-        (normalized_shape,)
-        if isinstance(normalized_shape, (int, np.integer))
-        else tuple(normalized_shape)
-    )
+    try:
+        ns = (
+            (normalized_shape,)
+            if isinstance(normalized_shape, (int, np.integer))
+            else tuple(normalized_shape)
+        )
+    except TypeError:
+        raise BadParamError(
+            f"normalized_shape: expected an int or a tuple of ints, got {normalized_shape!r}"
+        ) from None
     if not ns or any(
         isinstance(d, bool) or not isinstance(d, (int, np.integer)) or d < 0 for d in ns
     ):
@@ -1468,8 +1473,9 @@ def _lrn_struct(
 ) -> np.void:
     if x.ndim < 2:
         raise BadParamError(f"x: expected at least 2 dims (N, C, ...), got shape {x.shape}")
-    if isinstance(size, bool) or not isinstance(size, (int, np.integer)) or size < 1:
-        raise BadParamError(f"size: expected a positive int, got {size!r}")
+    if (isinstance(size, bool) or not isinstance(size, (int, np.integer)) or size < 1
+            or size >= 2**31):  # fmt: skip
+        raise BadParamError(f"size: expected a positive int below 2^31, got {size!r}")
     for name, v in (("alpha", alpha), ("beta", beta), ("k", k)):
         if (
             isinstance(v, bool)

@@ -147,6 +147,9 @@ def last_kernel_name() -> str | None:
 # ------------------------------------------------------------------ arguments
 
 
+_INT_MAX = 2**31 - 1  # sizes, strides and divisors reach the kernels as 32-bit ints
+
+
 def _tuple(name: str, v: Any, nd: int, minimum: int) -> tuple[int, ...]:
     vals = (v,) * nd if isinstance(v, (int, np.integer)) and not isinstance(v, bool) else v
     try:
@@ -161,6 +164,8 @@ def _tuple(name: str, v: Any, nd: int, minimum: int) -> tuple[int, ...]:
         raise BadParamError(f"{name}: expected an int or {nd} ints, got {v!r}")
     if any(a < minimum for a in vals):
         raise BadParamError(f"{name}: expected values >= {minimum}, got {v!r}")
+    if any(a > _INT_MAX for a in vals):
+        raise BadParamError(f"{name}: expected values below 2^31 (the kernels' ints), got {v!r}")
     return tuple(int(a) for a in vals)
 
 
@@ -171,6 +176,10 @@ def _layout(layout: Any) -> str:
 
 
 def _split(shape: Sequence[int], nd: int, layout: str, name: str = "x") -> tuple:
+    if nd not in (1, 2, 3):
+        raise BadParamError(
+            f"{name}: expected 3 to 5 dims (N, C and 1 to 3 spatial), got shape {tuple(shape)}"
+        )
     if len(shape) != nd + 2:
         raise BadParamError(
             f"{name}: expected {nd + 2} dims (N, C and {nd} spatial, layout {layout}), "
@@ -305,11 +314,9 @@ def _window_problem(
     layout = _layout(layout)
     n, c, in_sp = _split(shape, nd, layout)
     k = _tuple("kernel_size", kernel_size, nd, 1)
-    s = (
-        k
-        if stride is None or (not isinstance(stride, int) and len(stride) == 0)
-        else _tuple("stride", stride, nd, 1)
-    )
+    # (PyTorch's stride=None or [] means the kernel size)
+    empty = isinstance(stride, (tuple, list)) and len(stride) == 0
+    s = k if stride is None or empty else _tuple("stride", stride, nd, 1)
     p = _tuple("padding", padding, nd, 0)
     d = _tuple("dilation", dilation, nd, 1)
     if not isinstance(ceil_mode, (bool, np.bool_)):
@@ -333,9 +340,11 @@ def _window_problem(
             isinstance(divisor_override, bool)
             or not isinstance(divisor_override, (int, np.integer))
             or divisor_override == 0
+            or abs(divisor_override) > _INT_MAX
         ):
             raise BadParamError(
-                f"divisor_override: expected a nonzero int or None, got {divisor_override!r}"
+                f"divisor_override: expected a nonzero int below 2^31 or None, got "
+                f"{divisor_override!r}"
             )
         div = int(divisor_override)
     return _Problem(n, c, in_sp, out, layout, mode, False, k, s, p, d, div)
@@ -356,8 +365,11 @@ def _adaptive_problem(
     if len(raw) != nd:
         raise BadParamError(f"output_size: expected an int or {nd} ints, got {output_size!r}")
     out = tuple(in_sp[j] if raw[j] is None else raw[j] for j in range(nd))
-    if any(isinstance(o, bool) or not isinstance(o, (int, np.integer)) or o < 1 for o in out):
-        raise BadParamError(f"output_size: expected positive ints (or None), got {output_size!r}")
+    if any(isinstance(o, bool) or not isinstance(o, (int, np.integer)) or not 1 <= o <= _INT_MAX
+           for o in out):  # fmt: skip
+        raise BadParamError(
+            f"output_size: expected positive ints below 2^31 (or None), got {output_size!r}"
+        )
     if any(i < 1 for i in in_sp):
         raise BadParamError(f"x: adaptive pooling needs non-empty spatial dims, got {in_sp}")
     return _Problem(n, c, in_sp, tuple(int(o) for o in out), layout, mode, True)
@@ -615,6 +627,7 @@ def max_pool_backward(
     spatial dims; with it, an unbatched ``input_shape`` (C and ``nd`` spatial dims) takes
     unbatched dy and indices and gives an unbatched dx (without it, the rank of
     ``input_shape`` says: N, C and the rest spatial)."""
+    input_shape = plan_shape(input_shape, "input_shape")
     nd, unbatched = _rank("input_shape", len(input_shape), nd)
     if unbatched:
         dy1 = _batched("dy", as_array("dy", dy), nd)
@@ -645,6 +658,7 @@ def avg_pool_backward(
 ) -> Any:
     """dx of :func:`avg_pool` (same window arguments; ``nd`` and unbatched shapes as in
     :func:`max_pool_backward`)."""
+    input_shape = plan_shape(input_shape, "input_shape")
     nd, unbatched = _rank("input_shape", len(input_shape), nd)
     if unbatched:
         return avg_pool_backward.__wrapped__(
@@ -717,6 +731,7 @@ def adaptive_avg_pool_backward(dy: Any, input_shape: Sequence[int], *, layout: s
     """dx of :func:`adaptive_avg_pool` (``nd`` and unbatched shapes as in
     :func:`max_pool_backward`)."""
     dy = as_array("dy", dy)
+    input_shape = plan_shape(input_shape, "input_shape")
     nd, unbatched = _rank("input_shape", len(input_shape), nd)
     if unbatched:
         return adaptive_avg_pool_backward.__wrapped__(
@@ -740,6 +755,7 @@ def adaptive_max_pool_backward(
     """dx of :func:`adaptive_max_pool` from its indices (``nd`` and unbatched shapes as in
     :func:`max_pool_backward`)."""
     dy = as_array("dy", dy)
+    input_shape = plan_shape(input_shape, "input_shape")
     nd, unbatched = _rank("input_shape", len(input_shape), nd)
     if unbatched:
         ind1 = None if indices is None else _batched("indices", as_array("indices", indices), nd)

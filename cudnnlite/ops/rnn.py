@@ -25,6 +25,7 @@ output); ``lengths`` replaces packed sequences (padded input, any order, as
 
 from __future__ import annotations
 
+import math
 from dataclasses import dataclass
 from typing import Any
 
@@ -84,9 +85,14 @@ class _Dims:
         return out
 
     def flat_size(self, h: int | None = None) -> int:
+        """Elements of the flat buffer: layer 0, then layers 1.. alike (closed form: a huge
+        num_layers costs nothing before the buffer's size refuses it)."""
         dims = self if h is None else _Dims(self.mode, self.layers, self.dirs, self.i, h, self.p)
-        return sum(int(np.prod(s)) for layer in range(self.layers)
-                   for s in dims.shapes(layer).values())  # fmt: skip
+
+        def size(layer: int) -> int:
+            return sum(math.prod(s) for s in dims.shapes(layer).values())
+
+        return size(0) + (self.layers - 1) * (size(1) if self.layers > 1 else 0)
 
 
 def _torch_name(part: str, layer: int, d: int) -> str:
@@ -158,6 +164,9 @@ def _hidden_from_flat(size: int, dims: _Dims) -> int:
 
 def _stack_dict(weights: dict, dims: _Dims, dtype: Any, xp: Any) -> tuple[list[LayerWeights], bool]:
     """Per-layer stacked weights from PyTorch's names; (layers, has_bias)."""
+    last = _torch_name("w_ih", dims.layers - 1, 0)  # (before any per-layer work)
+    if last not in weights:
+        raise BadParamError(f"weights: missing {last!r} for {dims.layers} layer(s)")
     expected = {_torch_name(part, layer, d) for layer in range(dims.layers)
                 for d in range(dims.dirs) for part in dims.shapes(layer)}  # fmt: skip
     bias_names = {n for n in expected if n.startswith("bias")}

@@ -67,6 +67,11 @@ class ConvProblem:
             raise BadParamError(f"pads must be >= 0, got {self.pads}")
         if min(*self.strides, *self.dilations) < 1:
             raise BadParamError("strides and dilations must be >= 1")
+        values = (self.n, self.c, self.k, self.groups, *self.spatial, *self.filter,
+                  *self.strides, *self.dilations, *(p for pair in self.pads for p in pair))
+        if max(values) >= 2**31:  # fmt: skip
+            raise BadParamError(f"sizes, strides, dilations and pads must be below 2^31 (the "
+                                f"kernels' ints): {self}")  # fmt: skip
         if self.c % self.groups or self.k % self.groups:
             raise BadParamError(f"groups={self.groups} must divide c={self.c} and k={self.k}")
         for size, f, (before, after), dil in zip(self.spatial, self.filter, self.pads,
