@@ -68,7 +68,7 @@ def test_scalars_are_validated_in_double(backend: str) -> None:
         cl.activation_forward(x32, "relu", alpha=1e39)
     with pytest.raises(BadParamError, match=r"alpha: expected a finite number, got inf"):
         cl.activation_forward(x64, "relu", alpha=math.inf)
-    with pytest.raises(BadParamError, match="coef: softplus's beta must be > 0, got"):
+    with pytest.raises(BadParamError, match="beta: softplus's beta must be > 0, got"):
         cl.softplus(x64, -1.0)
     y = to_numpy(cl.leaky_relu(x64, 1e-300))  # a float32 would flush this slope to 0
     xn = to_numpy(x64)

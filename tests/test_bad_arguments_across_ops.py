@@ -61,6 +61,13 @@ CASES: list[tuple[str, Callable[[], Any], str]] = [
      "return_mask"),
     ("pack_rnn_weights huge num_layers",
      lambda: cl.pack_rnn_weights(RNN_W, mode="lstm", num_layers=2**40), "weights"),
+    ("leaky_relu nan slope", lambda: cl.leaky_relu(X, float("nan")), "negative_slope"),
+    ("elu str alpha", lambda: cl.elu(X, "a"), "alpha"),
+    ("softplus zero beta", lambda: cl.softplus(X, beta=0.0), "beta"),
+    ("swish inf beta", lambda: cl.swish(X, float("inf")), "beta"),
+    ("hardtanh nan min_val", lambda: cl.hardtanh(X, float("nan")), "min_val"),
+    ("hardtanh min above max", lambda: cl.hardtanh(X, 2.0, 1.0), "min_val/max_val"),
+    ("clipped_relu negative ceiling", lambda: cl.clipped_relu(X, -1.0), "ceiling"),
     ("rnn huge num_layers",
      lambda: cl.rnn(np.ones((5, 2, 3)), None, RNN_W, num_layers=2**40), "weights"),
 ]  # fmt: skip

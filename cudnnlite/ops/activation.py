@@ -682,6 +682,19 @@ def activation_plan(
 _forward = activation_forward.__wrapped__  # type: ignore[attr-defined]
 
 
+def _forward_named(names: dict[str, str], x: Any, mode: str, **kwargs: Any) -> Any:
+    """``_forward`` for a wrapper whose arguments PyTorch names otherwise: an error about
+    ``coef`` / ``threshold`` names the wrapper's argument (``negative_slope``, ...)."""
+    try:
+        return _forward(x, mode, **kwargs)
+    except BadParamError as e:
+        message = str(e)
+        for inner, outer in names.items():
+            if message.startswith(f"{inner}:"):
+                raise BadParamError(outer + message[len(inner) :]) from None
+        raise
+
+
 @with_stream
 def relu(x: Any, *, out: Any = None) -> Any:
     """max(x, 0) (NaN stays NaN), as ``torch.nn.functional.relu``."""
@@ -691,19 +704,20 @@ def relu(x: Any, *, out: Any = None) -> Any:
 @with_stream
 def leaky_relu(x: Any, negative_slope: float = 0.01, *, out: Any = None) -> Any:
     """x if x > 0 else negative_slope * x."""
-    return _forward(x, "leaky_relu", coef=negative_slope, out=out)
+    return _forward_named({"coef": "negative_slope"}, x, "leaky_relu", coef=negative_slope,
+                          out=out)  # fmt: skip
 
 
 @with_stream
 def clipped_relu(x: Any, ceiling: float = 6.0, *, out: Any = None) -> Any:
     """min(max(x, 0), ceiling); ceiling 6 is relu6."""
-    return _forward(x, "clipped_relu", coef=ceiling, out=out)
+    return _forward_named({"coef": "ceiling"}, x, "clipped_relu", coef=ceiling, out=out)
 
 
 @with_stream
 def elu(x: Any, alpha: float = 1.0, *, out: Any = None) -> Any:
     """x if x > 0 else alpha * (exp(x) - 1)."""
-    return _forward(x, "elu", coef=alpha, out=out)
+    return _forward_named({"coef": "alpha"}, x, "elu", coef=alpha, out=out)
 
 
 @with_stream
@@ -727,7 +741,7 @@ def silu(x: Any, *, out: Any = None) -> Any:
 @with_stream
 def swish(x: Any, beta: float = 1.0, *, out: Any = None) -> Any:
     """x * sigmoid(beta * x)."""
-    return _forward(x, "swish", coef=beta, out=out)
+    return _forward_named({"coef": "beta"}, x, "swish", coef=beta, out=out)
 
 
 @with_stream
@@ -743,14 +757,16 @@ def gelu(x: Any, approximate: str = "none", *, out: Any = None) -> Any:
 @with_stream
 def softplus(x: Any, beta: float = 1.0, threshold: float = 20.0, *, out: Any = None) -> Any:
     """log(1 + exp(beta x)) / beta, and x where beta * x > threshold."""
-    return _forward(x, "softplus", coef=beta, threshold=threshold, out=out)
+    return _forward_named({"coef": "beta"}, x, "softplus", coef=beta, threshold=threshold,
+                          out=out)  # fmt: skip
 
 
 @with_stream
 def hardtanh(x: Any, min_val: float = -1.0, max_val: float = 1.0, *, out: Any = None) -> Any:
     """min(max(x, min_val), max_val) (NaN stays NaN), as ``torch.nn.functional.hardtanh``;
     min_val <= max_val."""
-    return _forward(x, "hardtanh", coef=max_val, threshold=min_val, out=out)
+    names = {"threshold/coef": "min_val/max_val", "coef": "max_val", "threshold": "min_val"}
+    return _forward_named(names, x, "hardtanh", coef=max_val, threshold=min_val, out=out)
 
 
 @with_stream
