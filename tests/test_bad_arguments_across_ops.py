@@ -68,6 +68,12 @@ CASES: list[tuple[str, Callable[[], Any], str]] = [
     ("hardtanh nan min_val", lambda: cl.hardtanh(X, float("nan")), "min_val"),
     ("hardtanh min above max", lambda: cl.hardtanh(X, 2.0, 1.0), "min_val/max_val"),
     ("clipped_relu negative ceiling", lambda: cl.clipped_relu(X, -1.0), "ceiling"),
+    ("conv alpha overflowing float32", lambda: cl.conv2d(X, W, alpha=1e300), "alpha"),
+    ("conv plan alpha2 overflowing float32",
+     lambda: cl.conv2d_plan(X.shape, W.shape, backend="cpu")(X, W, z=Y[:, :, :2, :2] * 0,
+                                                             alpha2=-1e39), "alpha2"),
+    ("attention float window",
+     lambda: cl.scaled_dot_product_attention(X[0], X[0], X[0], window=(2.5, 1.5)), "window"),
     ("rnn huge num_layers",
      lambda: cl.rnn(np.ones((5, 2, 3)), None, RNN_W, num_layers=2**40), "weights"),
 ]  # fmt: skip

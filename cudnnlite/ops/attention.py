@@ -229,9 +229,12 @@ def _window(window: Any) -> tuple[int, int] | None:
     if window is None:
         return None
     try:
-        left, right = (int(w) for w in window)
+        left, right = window
     except (TypeError, ValueError):
         raise BadParamError(f"window: expected (left, right) integers, got {window!r}") from None
+    if any(isinstance(w, bool) or not isinstance(w, (int, np.integer)) for w in (left, right)):
+        raise BadParamError(f"window: expected (left, right) integers, got {window!r}")
+    left, right = int(left), int(right)
     if left < -1 or right < -1:
         raise BadParamError(f"window: entries must be >= 0, or -1 for unbounded, got {window!r}")
     return left, right

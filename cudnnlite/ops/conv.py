@@ -135,7 +135,21 @@ def _finite(name: str, value: Any) -> float:
 
 
 def _epilogue(activation: Any, coef: Any, threshold: Any, alpha: Any, alpha2: Any,
-              has_bias: bool, has_z: bool) -> Epilogue:  # fmt: skip
+              has_bias: bool, has_z: bool, dtype: Any = np.float64) -> Epilogue:  # fmt: skip
+    """The call's Epilogue; its scalars finite in the kernels' type (float32 unless
+    ``dtype`` is float64: 1e300 would be inf there)."""
+    epi = _epilogue_of(activation, coef, threshold, alpha, alpha2, has_bias, has_z)
+    if np.dtype(dtype) != np.float64:
+        with np.errstate(over="ignore"):
+            for name, v in (("alpha", epi.alpha), ("alpha2", epi.alpha2),
+                            ("activation_coef", epi.coef)):  # fmt: skip
+                if not math.isfinite(np.float32(v)):
+                    raise BadParamError(f"{name}: expected a finite number in float32, got {v!r}")
+    return epi
+
+
+def _epilogue_of(activation: Any, coef: Any, threshold: Any, alpha: Any, alpha2: Any,
+                 has_bias: bool, has_z: bool) -> Epilogue:  # fmt: skip
     a = _finite("alpha", alpha)
     a2 = _finite("alpha2", (1.0 if has_z else 0.0) if alpha2 is None else alpha2)
     if activation is None:
@@ -495,7 +509,7 @@ def _forward(
         allow_empty=True,
     )
     epilogue = _epilogue(
-        activation, coef, threshold, alpha, alpha2, bias is not None, z is not None
+        activation, coef, threshold, alpha, alpha2, bias is not None, z is not None, x.dtype
     )
     if isinstance(problem, EmptyConv):
         return _empty_conv(problem, x, w, bias, z, out, epilogue)
@@ -745,7 +759,7 @@ class ConvPlan:
         key = (scalars_key(*epilogue_args), bias is not None, z is not None)
         epilogue = None if key[0] is None else self._epilogues.get(key)
         if epilogue is None:
-            epilogue = _epilogue(*epilogue_args, bias is not None, z is not None)
+            epilogue = _epilogue(*epilogue_args, bias is not None, z is not None, dt)
             if key[0] is not None and len(self._epilogues) < _PLAN_EPILOGUES:
                 self._epilogues[key] = epilogue
         return _launch_new(self._plan, y_shape, epilogue, x, w, bias, z)
@@ -786,7 +800,7 @@ class ConvPlan:
         if dtypes.lookup(x.dtype) is None or dtypes.lookup(x.dtype).short != p.dtype:
             raise BadParamError(f"x: this plan is for {p.dtype}, got {x.dtype}")
         epilogue = _epilogue(activation, activation_coef, activation_threshold, alpha, alpha2,
-                             bias is not None, z is not None)  # fmt: skip
+                             bias is not None, z is not None, x.dtype)  # fmt: skip
         return _run(self._plan, x, w, bias, z, out, epilogue)
 
     def __repr__(self) -> str:
