@@ -661,23 +661,6 @@ class Template:
         launches = tuple(launch[:5] for launch in self._launches)
         lasts, single = self.lasts, self._single
         empty, pointer = np.empty, host_pointer
-        if len(outputs) == 1 and len(launches) == 1 and not lasts:
-            # The commonest template (one kernel, one new output): no loops at all.
-            ((shape, dtype, align),) = outputs
-            ((launch, cfg_ref, values, words, patches),) = launches
-
-            def replay_one(arrays: list, ptrs: list) -> Any:
-                a = empty(shape, dtype)
-                ptr = pointer(a)
-                if ptr & 15 != align:
-                    return None
-                arrays.append(a)
-                ptrs.append(ptr)
-                launch(cfg_ref, values, words, patches, ptrs)
-                return arrays[single]
-
-            return replay_one
-
         def replay(arrays: list, ptrs: list) -> Any:
             for shape, dtype, align in outputs:
                 a = empty(shape, dtype)
