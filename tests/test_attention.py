@@ -452,6 +452,30 @@ def test_a_head_sliced_out_of_a_tensor_runs_backward(dtype, algo: str) -> None:
         assert np.array_equal(g, w)
 
 
+def test_an_odd_stride_on_a_dim_of_one_reaches_the_tensor_core_kernels() -> None:
+    """A batch dim of one whose stride is no multiple of 8 elements: never stepped along,
+    so the tensor-core solvers take the array as it is (they refused it as misaligned)."""
+    rng = np.random.default_rng(8)
+
+    def odd(s: int) -> np.ndarray:
+        base = rng.standard_normal(2 * s * 8).astype(np.float16)
+        return np.lib.stride_tricks.as_strided(base, (1, 2, s, 8), (6, s * 16, 16, 2))
+
+    q, k, v, dout = odd(5), odd(7), odd(7), odd(5)
+    o, lse = cl.scaled_dot_product_attention(q, k, v, return_lse=True,
+                                             algo="sdpa_fwd_flash_tc")  # fmt: skip
+    o_ref = cl.scaled_dot_product_attention(q.copy(), k.copy(), v.copy(),
+                                            algo="sdpa_fwd_flash_tc")  # fmt: skip
+    assert np.array_equal(o, o_ref)
+    got = cl.scaled_dot_product_attention_backward(dout, q, k, v, o, lse,
+                                                   algo="sdpa_bwd_flash_tc")  # fmt: skip
+    want = cl.scaled_dot_product_attention_backward(
+        dout.copy(), q.copy(), k.copy(), v.copy(), o, lse, algo="sdpa_bwd_flash_tc"
+    )
+    for g, w in zip(got, want, strict=True):
+        assert np.array_equal(g, w)
+
+
 def test_tensor_core_backward_refuses_misaligned_pointers() -> None:
     """Called directly (not through the op, which copies), the tensor-core backward's
     runner checks the 16-byte alignment its vector loads need."""

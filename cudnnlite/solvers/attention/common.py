@@ -149,6 +149,14 @@ def same_strides(a: Any, b: Any) -> bool:
     )
 
 
+def misaligned_rows(a: Any) -> bool:
+    """Whether a 4-D operand's row strides (dims of more than one element) are not
+    multiples of 8 elements, which the tensor-core kernels' 16-byte copies of 16-bit
+    rows need."""
+    return any((s // a.itemsize) % 8 for s, n in zip(a.strides[:3], a.shape[:3], strict=True)
+               if n > 1)  # fmt: skip
+
+
 def _strides(a: Any) -> tuple[int, int, int, int]:
     """Element strides of a 4-D array."""
     return tuple(s // a.itemsize for s in a.strides)  # type: ignore[return-value]

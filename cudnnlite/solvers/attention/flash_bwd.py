@@ -51,6 +51,7 @@ from .common import (
     Scalars,
     data_ptr,
     dtype_of,
+    misaligned_rows,
     params,
     same_strides,
 )
@@ -261,7 +262,7 @@ def _check_strides(t: AttentionBwdTensors) -> None:
         a, b = getattr(t, name), getattr(t, like)
         if not same_strides(a, b):
             raise NotSupportedError(f"sdpa_bwd_flash_tc: {name} must have the strides of {like}")
-        if data_ptr(a) % 16 or any((s // a.itemsize) % 8 for s in a.strides[:3]):
+        if data_ptr(a) % 16 or misaligned_rows(a):
             raise NotSupportedError(f"sdpa_bwd_flash_tc: {name} needs 16-byte aligned rows "
                                     "(pointer and strides in multiples of 8 elements)")  # fmt: skip
     for name in ("lse", "dmask"):

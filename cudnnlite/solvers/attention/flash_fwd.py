@@ -30,7 +30,15 @@ from ...runtime.backend import Backend
 from ...runtime.caps import Capabilities
 from ...runtime.kernel import ModuleSpec
 from ..base import APPLICABLE, Applicability, Config, Runner, Solver, not_applicable
-from .common import MASK_KIND, AttentionTensors, Scalars, data_ptr, dtype_of, params
+from .common import (
+    MASK_KIND,
+    AttentionTensors,
+    Scalars,
+    data_ptr,
+    dtype_of,
+    misaligned_rows,
+    params,
+)
 
 SOURCE = "attention/flash_fwd.cu"
 DTYPES = ("fp16", "bf16")
@@ -134,7 +142,7 @@ class _Runner(Runner):
     def __call__(self, tensors: AttentionTensors, scalars: Scalars, workspace: Any) -> None:
         for name in "qkvo":
             a = getattr(tensors, name)
-            if data_ptr(a) % 16 or any((s // a.itemsize) % 8 for s in a.strides[:3]):
+            if data_ptr(a) % 16 or misaligned_rows(a):
                 raise NotSupportedError(
                     f"sdpa_fwd_flash_tc: {name} needs 16-byte aligned rows (pointer and "
                     "strides multiples of 8 elements)"
