@@ -238,7 +238,8 @@ def _add_demo(sub: Any) -> None:
         help="auto: CuPy arrays when a GPU is visible, else NumPy on the emulator",
     )
     p.add_argument("--dtype", choices=(*DTYPE_CHOICES, "all"), default="all")
-    p.add_argument("--repeats", type=int, default=5, help="timed runs per op (after a warm-up)")
+    p.add_argument("--repeats", type=cli_tuning.positive_int, default=5,
+                   help="timed runs per op (after a warm-up)")  # fmt: skip
 
 
 def _run_demo(args: argparse.Namespace) -> int:
@@ -262,6 +263,7 @@ def _add_doctor(sub: Any) -> None:
     p.add_argument(
         "--arch",
         metavar="sm_XX",
+        type=cli_tuning.arch_name,
         help="compile every kernel for this arch with NVRTC (default: the GPU's arch; "
         "none without a GPU)",
     )
@@ -293,13 +295,16 @@ def _add_resources(sub: Any) -> None:
         "reports what ptxas gave each kernel and the blocks and warps per SM that follow. "
         "The same as python -m cudnnlite.runtime.nvrtc_check --resources.",
     )
-    p.add_argument("--arch", action="append", metavar="sm_XX", help="repeatable (default: sm_90)")
+    p.add_argument("--arch", action="append", metavar="sm_XX", type=cli_tuning.arch_name,
+                   help="repeatable (default: sm_90)")  # fmt: skip
     p.add_argument("--json", metavar="PATH", help="also write the report as JSON")
     p.add_argument("--filter", metavar="TEXT", help="only modules whose label contains TEXT")
     p.add_argument(
-        "--assume-block", type=int, metavar="THREADS", help="for kernels without launch bounds"
+        "--assume-block", type=cli_tuning.positive_int, metavar="THREADS",
+        help="for kernels without launch bounds",
     )
-    p.add_argument("--jobs", "-j", type=int, help="parallel compilations (default: CPUs)")
+    p.add_argument("--jobs", "-j", type=cli_tuning.positive_int,
+                   help="parallel compilations (default: CPUs)")  # fmt: skip
 
 
 def _run_resources(args: argparse.Namespace) -> int:
@@ -336,10 +341,11 @@ def _add_precompile(sub: Any) -> None:
     p.add_argument("--dtype", action="append", choices=("fp32", "fp16", "bf16", "fp64"),
                    help="repeatable (default: fp32)")  # fmt: skip
     p.add_argument("--backend", choices=("auto", "cpu", "cuda"), default="auto")
-    p.add_argument("--arch", metavar="sm_XX",
+    p.add_argument("--arch", metavar="sm_XX", type=cli_tuning.arch_name,
                    help="compile CUBINs for this GPU arch without one (sm_80, sm_90, ...) into "
                    "the CUBIN cache a run on that GPU reads")  # fmt: skip
-    p.add_argument("--jobs", "-j", type=int, default=8, help="parallel compilations")
+    p.add_argument("--jobs", "-j", type=cli_tuning.positive_int, default=8,
+                   help="parallel compilations")  # fmt: skip
     p.add_argument("--no-progress", action="store_true", help="no progress bar")
 
 
@@ -385,9 +391,20 @@ def _parser() -> argparse.ArgumentParser:
 
 
 def main(argv: Sequence[str] | None = None) -> int:
-    """Entry point of the ``cudnnlite`` script; returns the exit status."""
+    """Entry point of the ``cudnnlite`` script; returns the exit status: a library error
+    (a bad suite, file or size; no CuPy for --backend cuda), a file the command cannot
+    read or write, or a file that is not YAML is one line on stderr and status 2."""
+    import yaml
+
+    from .errors import CudnnliteError
+
     args = _parser().parse_args(argv)
-    return _COMMANDS[args.command][1](args)
+    try:
+        return _COMMANDS[args.command][1](args)
+    except (CudnnliteError, OSError, yaml.YAMLError) as exc:
+        message = " ".join(str(exc).split())  # (one line: YAML errors span several)
+        print(f"cudnnlite {args.command}: error: {message}", file=sys.stderr)
+        return 2
 
 
 if __name__ == "__main__":

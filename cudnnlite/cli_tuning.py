@@ -4,13 +4,45 @@ from __future__ import annotations
 
 import argparse
 import json
+import re
 from pathlib import Path
 from typing import Any
 
 from .errors import BadParamError
 
+# ------------------------------------------------------------------ argument types
+
+
+def positive_int(text: str) -> int:
+    """An argparse type: an int >= 1 (a clear usage error otherwise)."""
+    try:
+        value = int(text)
+    except ValueError:
+        raise argparse.ArgumentTypeError(f"expected an int >= 1, got {text!r}") from None
+    if value < 1:
+        raise argparse.ArgumentTypeError(f"expected an int >= 1, got {text!r}")
+    return value
+
+
+def arch_name(text: str) -> str:
+    """An argparse type: a GPU arch (sm_XX, sm_XXa) or cpu, the names the tuning DBs and
+    the compilers use (and nothing that could point a DB path elsewhere)."""
+    if not re.fullmatch(r"sm_\d{2,3}[a-z]?|cpu", text):
+        raise argparse.ArgumentTypeError(f"expected sm_XX (sm_80, sm_90, ...) or cpu, got {text!r}")
+    return text
+
+
+def existing_file(text: str) -> Path:
+    """An argparse type: the path of an existing file."""
+    path = Path(text)
+    if not path.is_file():
+        raise argparse.ArgumentTypeError(f"no such file: {text}")
+    return path
+
 
 # ------------------------------------------------------------------ tune
+
+
 def add_tune(sub: Any) -> None:
     from .problems.suites import SUITES
 
@@ -22,12 +54,14 @@ def add_tune(sub: Any) -> None:
         "to the user tuning DB ($CUDNNLITE_TUNING_DIR or ~/.cache/cudnnlite/tuning).",
     )
     p.add_argument("targets", nargs="+", metavar="SUITE|FILE")
-    p.add_argument("--batch", type=int, default=1, help="N of every problem (default 1)")
+    p.add_argument("--batch", type=positive_int, default=1,
+                   help="N of every problem (default 1)")  # fmt: skip
     p.add_argument("--dtype", choices=("fp32", "fp16", "bf16", "fp64"), action="append",
                    help="repeatable; default fp32")  # fmt: skip
     p.add_argument("--layout", choices=("NCHW", "NHWC"), action="append",
                    help="repeatable; default NCHW")  # fmt: skip
-    p.add_argument("--hw", type=int, help="shrink every input to at most HW x HW (the emulator)")
+    p.add_argument("--hw", type=positive_int,
+                   help="shrink every input to at most HW x HW (the emulator)")  # fmt: skip
     p.add_argument("--backend", choices=("auto", "cpu", "cuda"), default="auto")
     p.add_argument("--no-progress", action="store_true")
 
@@ -101,17 +135,19 @@ def add_db(sub: Any) -> None:
     )
     dsub = p.add_subparsers(dest="db_command", metavar="ACTION", required=True)
     show = dsub.add_parser("show", help="list the entries (user and shipped) of an arch")
-    show.add_argument("--arch", help="default: this machine's (the GPU's, else cpu)")
+    show.add_argument("--arch", type=arch_name,
+                      help="default: this machine's (the GPU's, else cpu)")  # fmt: skip
     show.add_argument("--grep", help="only keys containing this text")
     merge = dsub.add_parser("merge", help="merge DB files into the user DB")
-    merge.add_argument("files", nargs="+", type=Path)
-    merge.add_argument("--arch")
+    merge.add_argument("files", nargs="+", type=existing_file)
+    merge.add_argument("--arch", type=arch_name)
     prune = dsub.add_parser("prune", help="drop user entries that no longer validate")
-    prune.add_argument("--arch")
-    prune.add_argument("--keep", type=int, help="also keep only the N fastest per problem")
+    prune.add_argument("--arch", type=arch_name)
+    prune.add_argument("--keep", type=positive_int,
+                       help="also keep only the N (>= 1) fastest per problem")  # fmt: skip
     export = dsub.add_parser("export", help="write the merged DB (shipped + user) to a file")
     export.add_argument("file", type=Path)
-    export.add_argument("--arch")
+    export.add_argument("--arch", type=arch_name)
 
 
 def _arch(args: argparse.Namespace) -> str:

@@ -74,6 +74,11 @@ CASES: list[tuple[str, Callable[[], Any], str]] = [
                                                              alpha2=-1e39), "alpha2"),
     ("attention float window",
      lambda: cl.scaled_dot_product_attention(X[0], X[0], X[0], window=(2.5, 1.5)), "window"),
+    ("tune None", lambda: cl.tune(None, backend="cpu", progress=False, store=False),
+     "problems"),
+    ("tune an int", lambda: cl.tune(3, backend="cpu", progress=False, store=False), "problems"),
+    ("explain_call None x", lambda: cl.explain_call(None, W), "x"),
+    ("explain_call a misspelt argument", lambda: cl.explain_call(X, W, paddin=1), "conv_args"),
     ("rnn huge num_layers",
      lambda: cl.rnn(np.ones((5, 2, 3)), None, RNN_W, num_layers=2**40), "weights"),
 ]  # fmt: skip

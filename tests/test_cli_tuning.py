@@ -27,11 +27,53 @@ def test_tune_a_file_then_show(fakes: Path, capsys: pytest.CaptureFixture) -> No
     assert KEY in shown and "user DB" in shown and "fake_a" in shown
 
 
-def test_tune_rejects_unknown_targets(fakes: Path) -> None:  # noqa: F811
-    from cudnnlite.errors import BadParamError
+def test_tune_rejects_unknown_targets(fakes: Path, capsys: pytest.CaptureFixture) -> None:  # noqa: F811
+    assert main(["tune", "no_such_suite", "--backend", "cpu"]) == 2
+    err = capsys.readouterr().err
+    assert "cudnnlite tune: error:" in err and "neither a suite" in err
+    assert "Traceback" not in err and len(err.strip().splitlines()) == 1
 
-    with pytest.raises(BadParamError, match="neither a suite"):
-        main(["tune", "no_such_suite", "--backend", "cpu"])
+
+@pytest.mark.parametrize(
+    "argv,says",
+    [
+        (["tune", "{bad}"], "is not YAML"),  # a file that is not YAML: one line, status 2
+        (["tune", "{layers}"], "sizes must be >= 1"),
+        (["tune", "resnet50", "--batch", "0"], "--batch: expected an int >= 1"),
+        (["tune", "resnet50", "--hw", "-1"], "--hw: expected an int >= 1"),
+        (["db", "prune", "--keep", "-1"], "--keep: expected an int >= 1"),
+        (["db", "prune", "--keep", "0"], "--keep: expected an int >= 1"),
+        (["db", "merge", "{missing}"], "no such file"),
+        (["db", "show", "--arch", "../../etc"], "--arch: expected sm_XX"),
+        (["db", "export", "{missing_dir}/x.yaml"], "No such file or directory"),
+        (["demo", "--repeats", "-1"], "--repeats: expected an int >= 1"),
+        (["precompile", "softmax", "--jobs", "0"], "--jobs/-j: expected an int >= 1"),
+        (["resources", "--assume-block", "-5"], "--assume-block: expected an int >= 1"),
+        (["doctor", "--arch", "foo", "--quick"], "--arch: expected sm_XX"),
+    ],
+)
+def test_bad_command_lines_say_one_line_and_exit_2(
+    fakes: Path, capsys: pytest.CaptureFixture, argv: list[str], says: str  # noqa: F811
+) -> None:
+    """Bad values, files and sizes: one line on stderr naming the problem and status 2,
+    never a traceback and never a silent run (``db prune --keep -1`` dropped every
+    problem's slowest entry)."""
+    (fakes / "bad.yaml").write_text("garbage: [\n")
+    (fakes / "layers.yaml").write_text("- {c: -3, hw: 8, k: 4, f: 3}\n")
+    paths = {"{bad}": str(fakes / "bad.yaml"), "{layers}": str(fakes / "layers.yaml"),
+             "{missing}": str(fakes / "missing.yaml"), "{missing_dir}": str(fakes / "no_dir")}
+    argv = [paths.get(a, a).replace("{missing_dir}", str(fakes / "no_dir")) for a in argv]
+    before = tuning_db.database("cpu").keys()
+    try:
+        status = main(argv)
+    except SystemExit as exc:  # argparse's usage errors
+        status = exc.code
+    err = capsys.readouterr().err
+    assert status == 2, err
+    if says != "is not YAML":
+        assert says in err, err
+    assert "Traceback" not in err and "error:" in err.strip().splitlines()[-1]
+    assert tuning_db.database("cpu").keys() == before
 
 
 def test_merge_prune_export(fakes: Path, capsys: pytest.CaptureFixture) -> None:  # noqa: F811

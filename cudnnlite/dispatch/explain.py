@@ -135,12 +135,22 @@ def explain(
 def explain_call(x: Any, w: Any, **conv_args: Any) -> Explanation:
     """Explains what ``conv1d/conv2d/conv3d(x, w, **conv_args)`` would run (the rank of x
     says which)."""
-    from ..ops.conv import make_problem
+    import inspect
+
+    from ..ops._arrays import as_array
+    from ..ops.conv import conv2d, make_problem
     from ..runtime.select import backend_for
 
-    b = backend_for(x, w)
-    nd = len(x.shape) - 2
+    b = backend_for(x, w, names=("x", "w"))
+    x, w = as_array("x", x), as_array("w", w)
     keys = ("stride", "padding", "dilation", "groups", "layout")
+    # conv2d's other arguments (bias, the epilogue, out, stream) do not change the choice
+    known = set(inspect.signature(conv2d).parameters) - {"x", "w"}
+    unknown = sorted(set(conv_args) - known)
+    if unknown:
+        raise BadParamError(f"conv_args: unknown arguments {unknown}; conv2d takes "
+                            f"{sorted(known)}")  # fmt: skip
+    nd = len(x.shape) - 2
     kwargs = {"layout": {1: "NCW", 3: "NCDHW"}.get(nd, "NCHW")}
     kwargs.update({k: conv_args[k] for k in keys if k in conv_args})
     problem = make_problem(x.shape, w.shape, x.dtype, math_mode=conv_args.get("math", "default"),

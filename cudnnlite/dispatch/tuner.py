@@ -274,6 +274,11 @@ def tune(problems: Any, *, backend: str | Backend = "auto", progress: bool = Tru
 
     if isinstance(problems, str) or is_problem(problems):
         problems = [problems]
+    try:
+        problems = list(problems)
+    except TypeError:
+        raise BadParamError(f"problems: expected a problem, its key, or an iterable of them, "
+                            f"got {type(problems).__name__}") from None  # fmt: skip
     items = [parse_key(p) if isinstance(p, str) else p for p in problems]
     for p in items:
         if not is_problem(p):
