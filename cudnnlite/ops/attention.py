@@ -396,7 +396,9 @@ def scaled_dot_product_attention(
         attn_mask: None, a bool array (True = keep) or an additive array of q's dtype,
             broadcastable to (batch..., heads, L, S).
         dropout_p: dropout on the attention probabilities, in [0, 1).
-        is_causal: keep keys j <= i (+ S - L with ``causal_align="bottom_right"``).
+        is_causal: keep keys j <= i (+ S - L with ``causal_align="bottom_right"``; with
+            lengths, S and L are the batch entry's own lengths_kv[b] and lengths_q[b], as
+            FlashAttention's varlen).
         scale: the softmax scale (default 1 / sqrt(E)).
         enable_gqa: allow hq to be any multiple of hkv (grouped-query attention).
         layout: "BHSD" (PyTorch) or "BSHD" (FlashAttention, (batch, S, heads, E)).
