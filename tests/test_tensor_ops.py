@@ -110,6 +110,18 @@ def test_op_tensor(backend: str, dtype: Any, op: str) -> None:
         assert_close(out, want, dtype, rtol=ELEMENTWISE_RTOL[SHORT[dtype]] * 2, what=op)
 
 
+@pytest.mark.parametrize("dtype", DTYPES, ids=lambda d: SHORT[d])
+def test_set_tensor_takes_infinities_and_nan(backend: str, dtype: Any) -> None:
+    """-inf (a running max's start), +inf and NaN fill as any value does, rounded to y's
+    dtype (1e39 is inf in the 32-bit and 16-bit types); only non-numbers are refused."""
+    for value in (-np.inf, np.inf, np.nan, 1e39):
+        y = to_backend(np.zeros(7, dtype), backend)
+        got = to_numpy(set_tensor(y, value)).astype(np.float64)
+        with np.errstate(over="ignore"):
+            want = np.float64(value) if dtype == np.float64 else np.float64(np.float32(value))
+        np.testing.assert_array_equal(got, np.full(7, want))
+
+
 @pytest.mark.parametrize("op", ["add", "mul", "max", "min"])
 def test_op_tensor_out_shifted_over_an_input(backend: str, op: str) -> None:
     """out a shifted view of the same buffer as a (or b), of the same shape: not in place,

@@ -511,14 +511,17 @@ def scale_tensor(y: Any, alpha: float) -> Any:
 
 @with_stream
 def set_tensor(y: Any, value: float) -> Any:
-    """cuDNN's cudnnSetTensor: every element of y set to ``value`` (rounded to y's dtype)."""
+    """cuDNN's cudnnSetTensor: every element of y set to ``value`` (rounded to y's dtype;
+    NaN and +-inf too, e.g. -inf to start a running max)."""
     backend = backend_for(y, names=("y",))
     y = as_array("y", y)
     dt = float_dtype("y", y)
     _writable("y", y)
-    v = float(value) if isinstance(value, (float, np.floating)) and np.isnan(value) else None
+    if isinstance(value, bool) or not isinstance(value, (int, float, np.integer, np.floating)):
+        raise BadParamError(f"value: expected a real number, got {value!r}")
     w = _wide(dt)
-    val = v if v is not None else _real("value", value, w)
+    with np.errstate(over="ignore"):
+        val = float(value) if w else float(np.float32(value))
     _elementwise(backend, dt, y, None, None, _op_struct(val, 0.0, 0.0, _OP_SET, w))
     return y
 
