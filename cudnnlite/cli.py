@@ -403,6 +403,7 @@ def main(argv: Sequence[str] | None = None) -> int:
         return _COMMANDS[args.command][1](args)
     except (CudnnliteError, OSError, yaml.YAMLError) as exc:
         message = " ".join(str(exc).split())  # (one line: YAML errors span several)
+        message = message.removeprefix(f"{args.command}: ")  # (errors that name the command)
         print(f"cudnnlite {args.command}: error: {message}", file=sys.stderr)
         return 2
 
