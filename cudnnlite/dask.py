@@ -310,6 +310,11 @@ def _conv(
     if not isinstance(algo, str):
         raise BadParamError(f"algo: expected 'auto' or a solver name, got {algo!r}")
     backend_for(x._meta, w, bias, names=("x", "w", "bias"))
+    if x.ndim != nd + 2:
+        raise BadParamError(
+            f"x: expected a batched {nd + 2}-D dask array (the batch is what its chunks split; "
+            f"an unbatched one: x[None]), got shape {tuple(x.shape)}"
+        )
     whole = make_problem(
         x.shape, w.shape, x.dtype, stride=stride, padding=padding, dilation=dilation,
         groups=groups, layout=layout, math_mode=math, nd=nd,

@@ -325,3 +325,11 @@ def test_misaligned_numpy_blocks_run() -> None:
     got = cl.conv2d(x, w, padding=1, algo=algo)
     np.testing.assert_array_equal(got, cl.conv2d(x0, w, padding=1, algo=algo))
     np.testing.assert_array_equal(x, x0)
+
+
+def test_an_unbatched_array_is_refused_with_what_to_do() -> None:
+    """The wrappers split the batch, so x must have one: the error says x[None] (it said
+    an unbatched 3-D array was allowed)."""
+    x = da.from_array(np.zeros((3, 12, 12), np.float32), chunks=(-1, 6, 6))
+    with pytest.raises(BadParamError, match=r"x: expected a batched 4-D .*x\[None\]"):
+        cld.conv2d(x, np.zeros((4, 3, 3, 3), np.float32), padding=1)
