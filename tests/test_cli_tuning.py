@@ -37,7 +37,7 @@ def test_tune_rejects_unknown_targets(fakes: Path, capsys: pytest.CaptureFixture
 @pytest.mark.parametrize(
     "argv,says",
     [
-        (["tune", "{bad}"], "is not YAML"),  # a file that is not YAML: one line, status 2
+        (["tune", "{bad}"], "cudnnlite tune: error: while parsing"),  # not YAML: one line
         (["tune", "{layers}"], "sizes must be >= 1"),
         (["tune", "resnet50", "--batch", "0"], "--batch: expected an int >= 1"),
         (["tune", "resnet50", "--hw", "-1"], "--hw: expected an int >= 1"),
@@ -60,9 +60,9 @@ def test_bad_command_lines_say_one_line_and_exit_2(
     problem's slowest entry)."""
     (fakes / "bad.yaml").write_text("garbage: [\n")
     (fakes / "layers.yaml").write_text("- {c: -3, hw: 8, k: 4, f: 3}\n")
-    paths = {"{bad}": str(fakes / "bad.yaml"), "{layers}": str(fakes / "layers.yaml"),
-             "{missing}": str(fakes / "missing.yaml"), "{missing_dir}": str(fakes / "no_dir")}
-    argv = [paths.get(a, a).replace("{missing_dir}", str(fakes / "no_dir")) for a in argv]
+    paths = {"bad": fakes / "bad.yaml", "layers": fakes / "layers.yaml",
+             "missing": fakes / "missing.yaml", "missing_dir": fakes / "no_dir"}  # fmt: skip
+    argv = [a.format(**paths) for a in argv]
     before = tuning_db.database("cpu").keys()
     try:
         status = main(argv)
@@ -70,8 +70,7 @@ def test_bad_command_lines_say_one_line_and_exit_2(
         status = exc.code
     err = capsys.readouterr().err
     assert status == 2, err
-    if says != "is not YAML":
-        assert says in err, err
+    assert says in err, err
     assert "Traceback" not in err and "error:" in err.strip().splitlines()[-1]
     assert tuning_db.database("cpu").keys() == before
 

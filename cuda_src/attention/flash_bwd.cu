@@ -404,9 +404,10 @@ struct Main {
         const LaneOff<BM> pt_a = a_lanes<BM>(lane);
         const T* Kw = Ks + 16 * kw * D;
         const T* Vw = Vs + 16 * kw * D;
-        // The fast path's boundary tiles: this lane's keys j = jw0, jw0 + 8 keep the queries
-        // imin <= i <= imax (causal / window; none past lengths_kv). Rows past lengths_q
-        // need no test: lse2 = +inf there, so P = 0.
+        // Boundary tiles (the fast path's, and the general path's masked ones): this lane's
+        // keys j = jw0, jw0 + 8 keep the queries imin <= i <= imax (causal / window; none
+        // past lengths_kv). Rows past lengths_q need no test on the fast path: lse2 = +inf
+        // there, so P = 0 (the masked path clamps to lengths_q: an additive +inf).
         const int jw0 = n0 + 16 * kw + g;
         int imin[2], imax[2];
 #pragma unroll
@@ -796,8 +797,8 @@ struct Dq {
         const T* Qw = Qs + 16 * wq * D;
         const T* dOw = dOs + 16 * wq * D;
         T* dSw = sm + DS_OFF + 16 * wq * BK;
-        // The fast path's boundary tiles: row i0 (+8) keeps keys jmin <= j <= jmax (none
-        // past lengths_q).
+        // Boundary tiles (the fast path's, and the general path's masked ones): row i0 (+8)
+        // keeps keys jmin <= j <= jmax (none past lengths_q).
         int jmin[2], jmax[2];
 #pragma unroll
         for (int half = 0; half < 2; ++half) {

@@ -286,6 +286,12 @@ def empty_like(a: Any) -> Any:
     return array_module(a).empty_like(a)
 
 
+def same_view(a: Any, out: Any) -> bool:
+    """Whether ``a`` addresses exactly out's elements in out's order (in place)."""
+    return a is out or (a.shape == out.shape and a.strides == out.strides
+                        and data_pointer(a) == data_pointer(out))  # fmt: skip
+
+
 def check_out(
     out: Any, shape: Sequence[int], dtype: Any, backend: Backend, inputs: dict[str, Any]
 ) -> None:
@@ -305,13 +311,19 @@ def check_out(
         if a is None or a is out or not xp.may_share_memory(a, out):
             continue
         # Overlapping memory is fine only as the very same view (in place).
-        same_view = (a.shape == out.shape and a.strides == out.strides
-                     and data_pointer(a) == data_pointer(out))  # fmt: skip
-        if not same_view:
+        if not same_view(a, out):
             raise BadParamError(
                 f"out: overlaps {name} without being the same view; pass out={name} for in-place "
                 "or a separate array"
             )
 
 
-__all__ = ["as_array", "backend_for", "check_out", "float_dtype", "same_dtype", "same_shape"]
+__all__ = [
+    "as_array",
+    "backend_for",
+    "check_out",
+    "float_dtype",
+    "same_dtype",
+    "same_shape",
+    "same_view",
+]

@@ -54,7 +54,7 @@ from ..runtime.pointers import data_pointer
 from ..runtime.select import backend_for
 from ..runtime.streams import with_stream
 from ..runtime.variants import register
-from ._arrays import array_module, as_array, check_out, float_dtype
+from ._arrays import array_module, as_array, check_out, float_dtype, same_view
 from ._kernels import LastLaunch
 
 SOURCE = "tensor/tensor.cu"
@@ -466,20 +466,14 @@ def op_tensor(
         # Each element reads its own inputs then writes: an input that is out's very view
         # is fine (in place); any other overlap (a shifted or broadcast view) is copied.
         xp = array_module(out)
-        if a.size and xp.may_share_memory(a, out) and not _same_view(a, out):
+        if a.size and xp.may_share_memory(a, out) and not same_view(a, out):
             note_host_work("op_tensor: a copy of a, which overlaps out")
             a = a.copy()
-        if b is not None and b.size and xp.may_share_memory(b, out) and not _same_view(b, out):
+        if b is not None and b.size and xp.may_share_memory(b, out) and not same_view(b, out):
             note_host_work("op_tensor: a copy of b, which overlaps out")
             b = b.copy()
     _elementwise(backend, dt, out, a, b, params)
     return out
-
-
-def _same_view(a: Any, out: Any) -> bool:
-    """Whether ``a`` addresses exactly out's elements in out's order."""
-    return (a is out or (a.shape == out.shape and a.strides == out.strides
-                         and data_pointer(a) == data_pointer(out)))  # fmt: skip
 
 
 @with_stream

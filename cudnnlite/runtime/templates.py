@@ -661,6 +661,7 @@ class Template:
         launches = tuple(launch[:5] for launch in self._launches)
         lasts, single = self.lasts, self._single
         empty, pointer = np.empty, host_pointer
+
         def replay(arrays: list, ptrs: list) -> Any:
             for shape, dtype, align in outputs:
                 a = empty(shape, dtype)
