@@ -162,7 +162,7 @@ def bench_first_call(arch: str, suite: str, dtype: str, layers: int | None,
 
 
 def bench_gxx(specs: Sequence[Any]) -> list[dict[str, Any]]:
-    from cudnnlite.runtime.emulator import launcher
+    from cudnnlite.runtime.emulator import build
 
     rows = []
     for i, spec in enumerate(specs):
@@ -170,7 +170,7 @@ def bench_gxx(specs: Sequence[Any]) -> list[dict[str, Any]]:
         row: dict[str, Any] = {"module": spec.label(), "kernels": len(spec.names),
                                "includes_pch": i == 0}  # fmt: skip
         try:
-            row["seconds"] = _timed(lambda s=spec: launcher._compile(s, asan=False))
+            row["seconds"] = _timed(lambda s=spec: build._compile(s, asan=False))
         except Exception as exc:
             row["error"] = f"{type(exc).__name__}: {str(exc).splitlines()[0]}"
         rows.append(row)

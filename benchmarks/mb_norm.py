@@ -17,7 +17,9 @@ from typing import Any
 import numpy as np
 from memory_bound import Case, Context
 
-import cudnnlite.ops.norm as N
+import cudnnlite.ops.batch_norm as BN
+import cudnnlite.ops.group_norm as GN
+import cudnnlite.ops.row_norm as ROW
 
 
 def _shape(s: tuple[int, ...]) -> str:
@@ -53,7 +55,7 @@ def _bn_cases(ctx: Context, F: Any) -> list[Case]:
         pdt = np.float64 if short == "fp64" else np.float32  # parameters: fp32 but for fp64
         wt, bs = xp.ones(c, pdt), xp.zeros(c, pdt)
         rm, rv = xp.zeros(c, pdt), xp.ones(c, pdt)
-        _, mean, invstd = N.batch_norm_forward_training(x, wt, bs, layout=layout)
+        _, mean, invstd = BN.batch_norm_forward_training(x, wt, bs, layout=layout)
         t = {}
         if torch is not None:
             t = {k: _torch_nchw(ctx, a, layout) for k, a in (("x", x), ("z", z), ("dy", dy))}
@@ -79,7 +81,7 @@ def _bn_cases(ctx: Context, F: Any) -> list[Case]:
                 short,
                 3 * nx * item,
                 lambda x=x, wt=wt, bs=bs, rm=rm, rv=rv, layout=layout: (
-                    N.batch_norm_forward_training(x, wt, bs, rm, rv, layout=layout)
+                    BN.batch_norm_forward_training(x, wt, bs, rm, rv, layout=layout)
                 ),
                 (lambda t=t: F.batch_norm(t["x"], t["rm"], t["rv"], t["w"], t["b"], True))
                 if torch
@@ -94,7 +96,7 @@ def _bn_cases(ctx: Context, F: Any) -> list[Case]:
                 short,
                 2 * nx * item,
                 lambda x=x, wt=wt, bs=bs, rm=rm, rv=rv, layout=layout: (
-                    N.batch_norm_forward_inference(x, rm, rv, wt, bs, layout=layout)
+                    BN.batch_norm_forward_inference(x, rm, rv, wt, bs, layout=layout)
                 ),
                 (lambda t=t: F.batch_norm(t["x"], t["rm"], t["rv"], t["w"], t["b"], False))
                 if torch
@@ -109,7 +111,7 @@ def _bn_cases(ctx: Context, F: Any) -> list[Case]:
                 short,
                 5 * nx * item,
                 lambda dy=dy, x=x, mean=mean, invstd=invstd, wt=wt, layout=layout: (
-                    N.batch_norm_backward(dy, x, mean, invstd, wt, layout=layout)
+                    BN.batch_norm_backward(dy, x, mean, invstd, wt, layout=layout)
                 ),
                 (
                     lambda t=t: torch.ops.aten.native_batch_norm_backward(
@@ -136,7 +138,7 @@ def _bn_cases(ctx: Context, F: Any) -> list[Case]:
                 label,
                 short,
                 4 * nx * item,
-                lambda x=x, z=z, wt=wt, bs=bs, layout=layout: N.batch_norm_forward_training(
+                lambda x=x, z=z, wt=wt, bs=bs, layout=layout: BN.batch_norm_forward_training(
                     x, wt, bs, z=z, activation="relu", layout=layout
                 ),
                 (
@@ -161,7 +163,7 @@ def _row_cases(ctx: Context, F: Any) -> list[Case]:
         item = np.dtype(dt).itemsize
         x, dy = ctx.randn(rows, dt), ctx.randn(rows, dt)
         w, b = ctx.randn((rows[1],), dt), ctx.randn((rows[1],), dt)
-        _, mean, rstd = N.layer_norm_forward(x, (rows[1],), w, b)
+        _, mean, rstd = ROW.layer_norm_forward(x, (rows[1],), w, b)
         n = int(np.prod(rows))
         t = {}
         if torch is not None:
@@ -173,7 +175,7 @@ def _row_cases(ctx: Context, F: Any) -> list[Case]:
                 _shape(rows),
                 short,
                 2 * n * item,
-                lambda x=x, w=w, b=b: N.layer_norm(x, (rows[1],), w, b),
+                lambda x=x, w=w, b=b: ROW.layer_norm(x, (rows[1],), w, b),
                 (lambda t=t: F.layer_norm(t["x"], (rows[1],), t["w"], t["b"])) if torch else None,
             )
         )
@@ -184,7 +186,7 @@ def _row_cases(ctx: Context, F: Any) -> list[Case]:
                 _shape(rows),
                 short,
                 3 * n * item,
-                lambda dy=dy, x=x, mean=mean, rstd=rstd, w=w, b=b: N.layer_norm_backward(
+                lambda dy=dy, x=x, mean=mean, rstd=rstd, w=w, b=b: ROW.layer_norm_backward(
                     dy, x, (rows[1],), mean, rstd, w, b
                 ),
                 None,
@@ -197,7 +199,7 @@ def _row_cases(ctx: Context, F: Any) -> list[Case]:
                 _shape(rows),
                 short,
                 2 * n * item,
-                lambda x=x, w=w: N.rms_norm(x, (rows[1],), w, 1e-6),
+                lambda x=x, w=w: ROW.rms_norm(x, (rows[1],), w, 1e-6),
                 (lambda t=t: F.rms_norm(t["x"], (rows[1],), t["w"], 1e-6))
                 if torch is not None and hasattr(F, "rms_norm")
                 else None,
@@ -213,7 +215,7 @@ def _row_cases(ctx: Context, F: Any) -> list[Case]:
                 _shape(gmap),
                 short,
                 2 * int(np.prod(gmap)) * item,
-                lambda gx=gx, gw=gw, gb=gb: N.group_norm(gx, 32, gw, gb),
+                lambda gx=gx, gw=gw, gb=gb: GN.group_norm(gx, 32, gw, gb),
                 (lambda tg=tg: F.group_norm(tg[0], 32, tg[1], tg[2])) if torch else None,
             )
         )

@@ -16,6 +16,7 @@ import numpy as np
 from memory_bound import Case, Context
 
 import cudnnlite.ops.dropout as dr
+import cudnnlite.ops.reduce as rd
 import cudnnlite.ops.softmax as sm
 import cudnnlite.ops.tensor as tn
 
@@ -142,7 +143,7 @@ def cases(ctx: Context) -> list[Case]:
                 _shape(fmap),
                 short,
                 n * item,
-                lambda c=c: tn.reduce_tensor(c, "sum", (0, 2, 3)),
+                lambda c=c: rd.reduce_tensor(c, "sum", (0, 2, 3)),
                 (lambda tc=tc: tc.sum(dim=(0, 2, 3))) if torch else None,
             )
         )
@@ -169,7 +170,7 @@ def cases(ctx: Context) -> list[Case]:
                 _shape(fmap),
                 short,
                 n * item,
-                lambda c=c: tn.reduce_tensor(c, "sum"),
+                lambda c=c: rd.reduce_tensor(c, "sum"),
                 (lambda tc=tc: tc.sum()) if torch else None,
             )
         )
@@ -182,7 +183,7 @@ def cases(ctx: Context) -> list[Case]:
                 _shape(rows),
                 short,
                 int(np.prod(rows)) * item,
-                lambda r=r: tn.reduce_tensor(r, "sum", 1),
+                lambda r=r: rd.reduce_tensor(r, "sum", 1),
                 (lambda tr=tr: tr.sum(dim=1)) if torch else None,
             )
         )

@@ -28,6 +28,8 @@ from .ops.activation import (
     activation_backward,
     activation_forward,
     activation_plan,
+)
+from .ops.activation_wrappers import (
     clipped_relu,
     elu,
     gelu,
@@ -46,7 +48,14 @@ from .ops.activation import (
     tanh,
 )
 from .ops.attention import scaled_dot_product_attention, scaled_dot_product_attention_backward
-from .ops.conv import ConvPlan, conv1d, conv2d, conv2d_plan, conv3d, conv3d_plan
+from .ops.batch_norm import (
+    BN_MODES,
+    batch_norm,
+    batch_norm_backward,
+    batch_norm_forward_inference,
+    batch_norm_forward_training,
+)
+from .ops.conv import conv1d, conv2d, conv3d
 from .ops.conv_backward import (
     conv1d_backward_bias,
     conv1d_backward_data,
@@ -61,29 +70,18 @@ from .ops.conv_backward import (
     conv_transpose2d,
     conv_transpose3d,
 )
+from .ops.conv_plan import ConvPlan, conv2d_plan, conv3d_plan
 from .ops.ctc import ctc_loss, ctc_loss_backward
 from .ops.dropout import PhiloxState, dropout, dropout_backward
-from .ops.norm import (
-    BN_MODES,
-    batch_norm,
-    batch_norm_backward,
-    batch_norm_forward_inference,
-    batch_norm_forward_training,
+from .ops.group_norm import (
     group_norm,
     group_norm_backward,
     group_norm_forward,
     instance_norm,
     instance_norm_backward,
     instance_norm_forward,
-    layer_norm,
-    layer_norm_backward,
-    layer_norm_forward,
-    lrn,
-    lrn_backward,
-    rms_norm,
-    rms_norm_backward,
-    rms_norm_forward,
 )
+from .ops.lrn import lrn, lrn_backward
 from .ops.norm_plans import batch_norm_inference_plan
 from .ops.pooling import (
     POOLING_MODES,
@@ -112,6 +110,7 @@ from .ops.pooling import (
     pooling_forward,
     pooling_plan,
 )
+from .ops.reduce import REDUCE_OPS, reduce_tensor
 from .ops.rnn import (
     RnnPlan,
     pack_rnn_weights,
@@ -119,6 +118,14 @@ from .ops.rnn import (
     rnn_backward,
     rnn_plan,
     rnn_weights_from_torch,
+)
+from .ops.row_norm import (
+    layer_norm,
+    layer_norm_backward,
+    layer_norm_forward,
+    rms_norm,
+    rms_norm_backward,
+    rms_norm_forward,
 )
 from .ops.softmax import (
     log_softmax,
@@ -130,14 +137,12 @@ from .ops.softmax import (
 from .ops.spatial import affine_grid, affine_grid_backward, grid_sample, grid_sample_backward
 from .ops.tensor import (
     OP_TENSOR_OPS,
-    REDUCE_OPS,
     add_tensor,
     maximum,
     minimum,
     nchw_to_nhwc,
     nhwc_to_nchw,
     op_tensor,
-    reduce_tensor,
     scale_tensor,
     set_tensor,
     transform_tensor,

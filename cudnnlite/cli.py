@@ -46,18 +46,18 @@ def _python_section() -> Section:
 
 
 def _emulator_section() -> Section:
-    from .runtime.emulator import launcher
+    from .runtime.emulator import build
 
-    cxx = launcher.compiler()
+    cxx = build.compiler()
     try:
-        version = launcher.compiler_version(cxx)
+        version = build.compiler_version(cxx)
     except Exception as exc:  # NotSupportedError: no compiler
         version = f"MISSING: {exc}"
     threads = os.environ.get("CUDNNLITE_EMU_THREADS") or f"all cores ({os.cpu_count()})"
     return {
         "compiler": f"{cxx}: {version}",
-        "cache dir": str(launcher.cache_dir()),
-        "header dir": str(launcher.INCLUDE_DIR),
+        "cache dir": str(build.cache_dir()),
+        "header dir": str(build.INCLUDE_DIR),
         "OS threads": threads,
     }
 

@@ -39,7 +39,8 @@ from .dispatch.plans import Plan
 from .dispatch.select import Choice, select, usable
 from .errors import BadParamError, NotSupportedError
 from .ops._arrays import array_module
-from .ops.conv import ConvPlan, make_problem
+from .ops.conv_args import make_problem
+from .ops.conv_plan import ConvPlan
 from .problems.conv import ConvProblem
 from .runtime.caps import capabilities
 from .runtime.select import backend_for

@@ -25,8 +25,8 @@ from typing import Any
 import numpy as np
 
 from . import dtypes, reference, testing
-from .ops import norm, pooling, softmax
-from .ops.conv import conv2d_plan
+from .ops import batch_norm, norm_common, pooling, softmax
+from .ops.conv_plan import conv2d_plan
 from .runtime.backend import Backend
 from .runtime.select import backend_for
 
@@ -197,10 +197,10 @@ def forward(net: Network, dtype: str, xp_name: str, repeats: int) -> list[Row]:
         return rows
     q = h
     h = _run_op(rows, "bn2", "batch_norm (infer) + relu", dtype, backend, repeats,
-                lambda: norm.batch_norm_forward_inference(q, bn["running_mean"],
-                                                          bn["running_var"], bn["weight"],
-                                                          bn["bias"], activation="relu"),
-                norm.last_kernel_name,
+                lambda: batch_norm.batch_norm_forward_inference(q, bn["running_mean"],
+                                                                bn["running_var"], bn["weight"],
+                                                                bn["bias"], activation="relu"),
+                norm_common.last_kernel_name,
                 lambda: reference.norm.batch_norm_inference(
                     f64(q), bn_host["weight"], bn_host["bias"], bn_host["running_mean"],
                     bn_host["running_var"], activation="relu"))  # fmt: skip

@@ -157,9 +157,9 @@ def _writable(path: Path) -> str | None:
 
 
 def _check_compiler() -> Check:
-    from .runtime.emulator import launcher
+    from .runtime.emulator import build
 
-    cxx = launcher.compiler()
+    cxx = build.compiler()
     exe = shutil.which(cxx)
     if exe is None:
         return Check(
@@ -170,7 +170,7 @@ def _check_compiler() -> Check:
             "install g++ (Debian/Ubuntu: apt-get install g++), or set CUDNNLITE_CXX to a "
             "C++17 compiler",
         )
-    return Check("emulator compiler", OK, f"{launcher.compiler_version(cxx)} ({exe})")
+    return Check("emulator compiler", OK, f"{build.compiler_version(cxx)} ({exe})")
 
 
 def _check_cupy(gpu: GpuInfo) -> list[Check]:
@@ -377,7 +377,7 @@ def doctor(*, arch: str | None = None, compile: bool = True) -> DoctorReport:
             about a minute).
     """
     from .runtime import cuda_toolkit
-    from .runtime.emulator import launcher
+    from .runtime.emulator import build
 
     checks: list[Check] = []
 
@@ -412,7 +412,7 @@ def doctor(*, arch: str | None = None, compile: bool = True) -> DoctorReport:
     elif compile:
         run(lambda: _check_compile(target, report.ok), f"kernels compile for {target}")
     run(
-        lambda: _check_dir("kernel cache dir", launcher.cache_dir(), "CUDNNLITE_CACHE_DIR"),
+        lambda: _check_dir("kernel cache dir", build.cache_dir(), "CUDNNLITE_CACHE_DIR"),
         "kernel cache dir",
     )
     if gpu.cupy_version is not None:

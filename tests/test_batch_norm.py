@@ -15,9 +15,10 @@ from typing import Any
 import numpy as np
 import pytest
 
-import cudnnlite.ops.norm as N
+import cudnnlite.ops.batch_norm as BN
 from cudnnlite import dtypes
 from cudnnlite.errors import BadParamError
+from cudnnlite.ops.norm_common import last_kernel_name
 from cudnnlite.reference import norm as rn
 from cudnnlite.testing import to_backend, to_numpy
 
@@ -89,7 +90,7 @@ def test_training_forward(backend: str, shape, layout: str, dtype: Any) -> None:
     )
     ref = rn.batch_norm_train(x, w, b, 1e-5, rm, rv, 0.1, layout=layout)
     rmb, rvb = to_backend(rm, backend), to_backend(rv, backend)
-    y, mean, invstd = N.batch_norm_forward_training(
+    y, mean, invstd = BN.batch_norm_forward_training(
         to_backend(x, backend),
         to_backend(w, backend),
         to_backend(b, backend),
@@ -112,7 +113,7 @@ def test_per_activation_mode(backend: str, layout: str, dtype: Any) -> None:
     x = data(shape, dtype, 2)
     w, b = params(shape[1:])
     ref = rn.batch_norm_train(x, w, b, 1e-3, mode="per_activation", layout=layout)
-    y, mean, invstd = N.batch_norm_forward_training(
+    y, mean, invstd = BN.batch_norm_forward_training(
         to_backend(x, backend),
         to_backend(w, backend),
         to_backend(b, backend),
@@ -124,7 +125,7 @@ def test_per_activation_mode(backend: str, layout: str, dtype: Any) -> None:
     assert mean.shape == shape[1:]
     check(invstd, ref["invstd"], np.float32)
     dy = data(shape, dtype, 3, 0.0, 1.0)
-    dx, dw, db, dz = N.batch_norm_backward(
+    dx, dw, db, dz = BN.batch_norm_backward(
         to_backend(dy, backend),
         to_backend(x, backend),
         mean,
@@ -148,7 +149,7 @@ def test_inference(backend: str, layout: str, dtype: Any) -> None:
     w, b = params((16,))
     rm = np.linspace(-1, 1, 16).astype(np.float32)
     rv = np.linspace(0.5, 3, 16).astype(np.float32)
-    y = N.batch_norm_forward_inference(
+    y = BN.batch_norm_forward_inference(
         to_backend(x, backend),
         to_backend(rm, backend),
         to_backend(rv, backend),
@@ -159,7 +160,7 @@ def test_inference(backend: str, layout: str, dtype: Any) -> None:
     )
     check(y, rn.batch_norm_inference(x, w, b, rm, rv, 1e-4, layout=layout), dtype)
     # the PyTorch-style entry point, without parameters
-    y2 = N.batch_norm(
+    y2 = BN.batch_norm(
         to_backend(x, backend), to_backend(rm, backend), to_backend(rv, backend), layout=layout
     )
     check(y2, rn.batch_norm_inference(x, np.ones(16), np.zeros(16), rm, rv, layout=layout), dtype)
@@ -177,10 +178,10 @@ def test_backward(backend: str, shape, layout: str, dtype: Any) -> None:
     w, b = params(c)
     ref = rn.batch_norm_train(x, w, b, 1e-5, layout=layout)
     xb = to_backend(x, backend)
-    _, mean, invstd = N.batch_norm_forward_training(
+    _, mean, invstd = BN.batch_norm_forward_training(
         xb, to_backend(w, backend), to_backend(b, backend), layout=layout
     )
-    dx, dw, db, _ = N.batch_norm_backward(
+    dx, dw, db, _ = BN.batch_norm_backward(
         to_backend(dy, backend), xb, mean, invstd, to_backend(w, backend), layout=layout
     )
     g = rn.batch_norm_backward(dy, x, w, ref["mean"], ref["invstd"], layout=layout)
@@ -208,9 +209,9 @@ def test_fused_add_activation(backend: str, activation: str, with_z: bool, dtype
     ref = rn.batch_norm_train(x, w, b, 1e-5, z=zz, activation=activation)
     xb, zb = to_backend(x, backend), (to_backend(z, backend) if with_z else None)
     wb, bb = to_backend(w, backend), to_backend(b, backend)
-    y, mean, invstd = N.batch_norm_forward_training(xb, wb, bb, z=zb, activation=activation)
+    y, mean, invstd = BN.batch_norm_forward_training(xb, wb, bb, z=zb, activation=activation)
     check(y, ref["y"], dtype)
-    dx, dw, db, dz = N.batch_norm_backward(
+    dx, dw, db, dz = BN.batch_norm_backward(
         to_backend(dy, backend), xb, mean, invstd, wb, bias=bb, z=zb, activation=activation
     )
     g = rn.batch_norm_backward(
@@ -226,7 +227,7 @@ def test_fused_add_activation(backend: str, activation: str, with_z: bool, dtype
     else:
         assert dz is None
     # inference form of the fusion
-    yi = N.batch_norm_forward_inference(
+    yi = BN.batch_norm_forward_inference(
         xb,
         mean,
         to_backend(1 / ref["invstd"] ** 2 - 1e-5, backend).astype(np.float32),
@@ -249,7 +250,7 @@ def test_cancellation_mean_1e4(backend: str, layout: str) -> None:
         x, np.ones(c), np.zeros(c), 1e-5, np.zeros(c), np.ones(c), 0.1, layout=layout
     )
     rvb = to_backend(rv, backend)
-    y, mean, invstd = N.batch_norm_forward_training(
+    y, mean, invstd = BN.batch_norm_forward_training(
         to_backend(x, backend),
         None,
         None,
@@ -259,7 +260,7 @@ def test_cancellation_mean_1e4(backend: str, layout: str) -> None:
     )
     # H*W = 576 and C = 4 are multiples of 4: the 16-byte vector pass
     tag = "planar" if layout == "NCHW" else "chlast"
-    assert N.last_kernel_name() == f"bn_fwd_apply_vec_{tag}_fp32"
+    assert last_kernel_name() == f"bn_fwd_apply_vec_{tag}_fp32"
     np.testing.assert_allclose(to_numpy(invstd), ref["invstd"], rtol=1e-5)
     np.testing.assert_allclose(to_numpy(rvb), ref["running_var"], rtol=1e-5)
     # x is quantized to 2^-10 near 1e4: the normalized output is exact to ~1e-3 of std
@@ -275,11 +276,11 @@ def test_multi_block_reduction(backend: str, layout: str) -> None:
     w, b = params((3,))
     ref = rn.batch_norm_train(x, w, b, 1e-5, layout=layout)
     xb, wb_, bb = to_backend(x, backend), to_backend(w, backend), to_backend(b, backend)
-    y, mean, invstd = N.batch_norm_forward_training(xb, wb_, bb, layout=layout)
+    y, mean, invstd = BN.batch_norm_forward_training(xb, wb_, bb, layout=layout)
     check(y, ref["y"], np.float32)
     check(mean, ref["mean"], np.float32, scale=8.0)
     check(invstd, ref["invstd"], np.float32)
-    dx, dw, db, _ = N.batch_norm_backward(
+    dx, dw, db, _ = BN.batch_norm_backward(
         to_backend(dy, backend), xb, mean, invstd, wb_, layout=layout
     )
     g = rn.batch_norm_backward(dy, x, w, ref["mean"], ref["invstd"], layout=layout)
@@ -296,7 +297,7 @@ def test_running_stats_over_steps(backend: str) -> None:
     ref_m, ref_v = rm.astype(float), rv.astype(float)
     for step in range(4):
         x = data((3, 8, 4, 2), np.float32, 20 + step, loc=step, sd=1 + step)
-        N.batch_norm(to_backend(x, backend), rmb, rvb, training=True, momentum=0.3)
+        BN.batch_norm(to_backend(x, backend), rmb, rvb, training=True, momentum=0.3)
         r = rn.batch_norm_train(x, np.ones(c), np.zeros(c), 1e-5, ref_m, ref_v, 0.3)
         ref_m, ref_v = r["running_mean"], r["running_var"]
     check(rmb, ref_m, np.float32, scale=8.0)
@@ -306,7 +307,7 @@ def test_running_stats_over_steps(backend: str) -> None:
 def test_only_running_mean_given(backend: str) -> None:
     x = data((3, 4, 2, 2), np.float32, 30)
     rm = to_backend(np.zeros(4, np.float32), backend)
-    N.batch_norm_forward_training(to_backend(x, backend), running_mean=rm, momentum=1.0)
+    BN.batch_norm_forward_training(to_backend(x, backend), running_mean=rm, momentum=1.0)
     check(rm, rn.batch_norm_train(x, np.ones(4), np.zeros(4))["mean"], np.float32, scale=8.0)
 
 
@@ -315,7 +316,7 @@ def test_strided_input_and_out(backend: str) -> None:
     x = base[:, ::2, :, ::2]  # non-contiguous
     ref = rn.batch_norm_train(x, np.ones(5), np.zeros(5))
     out = to_backend(np.zeros((4, 5, 6, 8), np.float32), backend)[..., ::2]
-    y, _, _ = N.batch_norm_forward_training(to_backend(x, backend)[...], out=out)
+    y, _, _ = BN.batch_norm_forward_training(to_backend(x, backend)[...], out=out)
     assert y is out
     check(out, ref["y"], np.float32)
 
@@ -347,7 +348,7 @@ def test_bad_training_arguments(backend: str, kwargs: dict, match: str) -> None:
     }
     before = snapshot(x, *[v for v in kwargs.values() if hasattr(v, "dtype")])
     with pytest.raises(BadParamError, match=match):
-        N.batch_norm_forward_training(x, **kwargs)
+        BN.batch_norm_forward_training(x, **kwargs)
     assert snapshot(x, *[v for v in kwargs.values() if hasattr(v, "dtype")]) == before
 
 
@@ -361,7 +362,7 @@ def test_training_needs_two_values_per_channel(backend: str, shape, mode: str) -
     )
     before = snapshot(x, rm)
     with pytest.raises(BadParamError, match="more than one value per channel"):
-        N.batch_norm_forward_training(x, running_mean=rm, mode=mode)
+        BN.batch_norm_forward_training(x, running_mean=rm, mode=mode)
     assert snapshot(x, rm) == before
 
 
@@ -369,12 +370,12 @@ def test_bad_inference_and_backward_arguments(backend: str) -> None:
     x = to_backend(data((2, 4, 3), np.float32, 41), backend)
     good = to_backend(np.ones(4, np.float32), backend)
     with pytest.raises(BadParamError, match="running_var: expected shape"):
-        N.batch_norm_forward_inference(x, good, to_backend(np.ones(5, np.float32), backend))
+        BN.batch_norm_forward_inference(x, good, to_backend(np.ones(5, np.float32), backend))
     with pytest.raises(BadParamError, match="running_mean: inference needs"):
-        N.batch_norm_forward_inference(x, None, good)
+        BN.batch_norm_forward_inference(x, None, good)
     with pytest.raises(BadParamError, match="x: expected dtype"):
-        N.batch_norm_forward_inference(to_backend(np.ones((2, 4), np.int32), backend), good, good)
+        BN.batch_norm_forward_inference(to_backend(np.ones((2, 4), np.int32), backend), good, good)
     with pytest.raises(BadParamError, match="dy: expected shape"):
-        N.batch_norm_backward(to_backend(np.ones((2, 4, 2), np.float32), backend), x, good, good)
+        BN.batch_norm_backward(to_backend(np.ones((2, 4, 2), np.float32), backend), x, good, good)
     with pytest.raises(BadParamError, match="save_invstd: expected shape"):
-        N.batch_norm_backward(x, x, good, to_backend(np.ones(3, np.float32), backend))
+        BN.batch_norm_backward(x, x, good, to_backend(np.ones(3, np.float32), backend))

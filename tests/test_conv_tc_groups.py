@@ -6,7 +6,7 @@ channels reached by offsets) or, for groups narrower than the tile, as the packe
 backend against the float64 reference. Each case names the kernel it means to run and the
 test checks that the solver takes it (``packed``).
 
-Tolerances: tests/test_conv_tc.py's (fp16/bf16 products exact in fp32, fp32 sums:
+Tolerances: tests/conv_tc_support.py's (fp16/bf16 products exact in fp32, fp32 sums:
 acc_factor 2 over the group's C/groups * R * S terms; TF32 adds 2^-11 per operand) and
 tests/conv_backward_support.py's for the gradients. The cases pick groups whose channels
 exercise what groups change: a group of 4-byte copies next to 16-byte ones, a group's
@@ -22,7 +22,7 @@ import dataclasses
 import numpy as np
 import pytest
 from conv_backward_support import check_data, check_filter
-from test_conv_tc import PHASED, SMALL, SMALL_TF32, _check, conv
+from conv_tc_support import PHASED, SMALL, SMALL_TF32, _check, conv
 
 from cudnnlite.dispatch import heuristics as h
 from cudnnlite.problems.conv import ConvProblem

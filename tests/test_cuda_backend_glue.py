@@ -15,7 +15,7 @@ import pytest
 from fake_device import FakeDeviceArray
 
 from cudnnlite.errors import BadParamError, CompileError, ExecutionError, NotSupportedError
-from cudnnlite.runtime import compile_options, cubin_cache, cuda, graph, templates
+from cudnnlite.runtime import compile_options, cubin_cache, cuda, graph, template_record
 from cudnnlite.runtime.cuda import CudaBackend
 from cudnnlite.runtime.kernel import ModuleSpec
 from cudnnlite.runtime.sources import cuda_src_dir
@@ -349,14 +349,14 @@ def test_a_recorded_launch_replays_through_the_prepared_path(fake_cupy: types.Mo
     kernel = CudaBackend().module(SPEC).get_function("trap_if")
     struct = np.array((3, 2.5), np.dtype([("a", "<i4"), ("b", "<f4")], align=True))[()]
     x, y = FakeDeviceArray((4, 8), np.float32), FakeDeviceArray((4, 8), np.float32)
-    rec = templates.Recording()
+    rec = template_record.Recording()
     graph._set_recorder(rec)
     try:
         kernel(4, (32, 2), (x, struct, y, np.int32(5)), shared_mem=100 * 1024)
     finally:
         graph._set_recorder(None)
-    tmpl = templates._template(rec, y, [x])
-    assert type(tmpl) is templates.Template and tmpl.kind == "cuda"
+    tmpl = template_record._template(rec, y, [x])
+    assert type(tmpl) is template_record.Template and tmpl.kind == "cuda"
     x2 = FakeDeviceArray((4, 8), np.float32)
     # (the stand-in cupy module has no arrays)
     tmpl.xp = types.SimpleNamespace(empty=lambda shape, dtype: FakeDeviceArray(shape, dtype))
@@ -387,7 +387,7 @@ def test_a_prepared_launch_swaps_in_the_varying_argument(fake_cupy: types.Module
         assert (grid, block, shared_mem) == ((3, 1, 1), (64, 1, 1), 16)
         assert args[0] is x and args[2] == np.int32(5)
         assert isinstance(args[1], np.ndarray) and args[1].tobytes() == want.tobytes()
-    rec = templates.Recording()
+    rec = template_record.Recording()
     graph._set_recorder(rec)
     try:
         launch(second)

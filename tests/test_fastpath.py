@@ -20,7 +20,7 @@ from cudnnlite.errors import BadParamError
 from cudnnlite.ops import _fastpath
 from cudnnlite.ops import activation as act_mod
 from cudnnlite.ops import conv as conv_mod
-from cudnnlite.runtime import templates
+from cudnnlite.runtime import template_record, templates
 from cudnnlite.testing import to_backend, to_numpy
 
 
@@ -31,7 +31,7 @@ def rand(shape: tuple[int, ...], seed: int = 0, dtype: Any = np.float32) -> np.n
 @pytest.fixture(autouse=True)
 def fresh_caches() -> Any:
     # These tests count the ops' own slow-path calls, which a launch template would skip
-    # (tests/test_templates.py tests those): templates off, the ops' caches on.
+    # (tests/test_templates_*.py test those): templates off, the ops' caches on.
     _fastpath.clear_all()
     templates.set_enabled(False)
     yield
@@ -190,7 +190,7 @@ def test_bad_arguments_after_a_cached_call_raise_the_same_errors(with_templates:
         with pytest.raises(BadParamError, match="padding: expected at most half"):
             cl.max_pool2d(x, 2, padding=2)
     if with_templates:
-        assert type(templates.lookup(cl.conv2d, (x, w), {"padding": 1})) is templates.Template
+        assert type(templates.lookup(cl.conv2d, (x, w), {"padding": 1})) is template_record.Template
 
 
 def test_eight_threads_share_the_caches() -> None:

@@ -15,9 +15,13 @@ import numpy as np
 import pytest
 from test_batch_norm import check, data, snapshot  # noqa: E402
 
-import cudnnlite.ops.norm as N
+import cudnnlite.ops.batch_norm as BN
+import cudnnlite.ops.group_norm as GN
+import cudnnlite.ops.lrn as LRN
+import cudnnlite.ops.row_norm as ROW
 from cudnnlite import dtypes
 from cudnnlite.errors import BadParamError
+from cudnnlite.ops.norm_common import last_kernel_name
 from cudnnlite.reference import norm as rn
 from cudnnlite.testing import to_backend, to_numpy
 
@@ -58,12 +62,12 @@ def test_layer_norm(backend: str, case, affine: bool, dtype: Any) -> None:
     w, b = wb(ns, dtype) if affine else (None, None)
     ry, rmean, rrstd = rn.layer_norm(x, ns, w, b, 1e-5)
     tb = lambda a: None if a is None else to_backend(a, backend)  # noqa: E731
-    y, mean, rstd = N.layer_norm_forward(tb(x), ns, tb(w), tb(b))
+    y, mean, rstd = ROW.layer_norm_forward(tb(x), ns, tb(w), tb(b))
     assert mean.shape == shape[: len(shape) - len(ns)] and y.dtype == dtype
     check(y, ry, dtype, what="y")
     check(mean, rmean, np.float32, scale=8.0)
     check(rstd, rrstd, np.float32)
-    dx, dw, db = N.layer_norm_backward(tb(dy), tb(x), ns, mean, rstd, tb(w), tb(b))
+    dx, dw, db = ROW.layer_norm_backward(tb(dy), tb(x), ns, mean, rstd, tb(w), tb(b))
     rdx, rdw, rdb = rn.layer_norm_backward(dy, x, ns, rmean, rrstd, w)
     check(dx, rdx, dtype, scale=grad_scale(dy, w, rrstd))
     if affine:
@@ -84,11 +88,11 @@ def test_rms_norm(backend: str, case, affine: bool, dtype: Any) -> None:
     w = wb(ns, dtype)[0] if affine else None
     ry, rrstd = rn.rms_norm(x, ns, w)  # eps None: x's machine epsilon, as PyTorch
     tb = lambda a: None if a is None else to_backend(a, backend)  # noqa: E731
-    y, rstd = N.rms_norm_forward(tb(x), ns, tb(w))
+    y, rstd = ROW.rms_norm_forward(tb(x), ns, tb(w))
     check(y, ry, dtype)
     check(rstd, rrstd, np.float32)
-    assert N.last_kernel_name() == f"rownorm_fwd_rms_{SHORT[dtype]}"
-    dx, dw = N.rms_norm_backward(tb(dy), tb(x), ns, rstd, tb(w))
+    assert last_kernel_name() == f"rownorm_fwd_rms_{SHORT[dtype]}"
+    dx, dw = ROW.rms_norm_backward(tb(dy), tb(x), ns, rstd, tb(w))
     rdx, rdw = rn.rms_norm_backward(dy, x, ns, rrstd, w)
     check(dx, rdx, dtype, scale=grad_scale(dy, w, rrstd))
     if affine:
@@ -122,11 +126,11 @@ def test_group_norm(backend: str, case, layout: str, dtype: Any) -> None:
     w, b = wb((c,), dtype)
     ry, rmean, rrstd = rn.group_norm(x, g, w, b, 1e-5, layout)
     tb = lambda a: to_backend(a, backend)  # noqa: E731
-    y, mean, rstd = N.group_norm_forward(tb(x), g, tb(w), tb(b), layout=layout)
+    y, mean, rstd = GN.group_norm_forward(tb(x), g, tb(w), tb(b), layout=layout)
     assert mean.shape == (shape[0], g)
     check(y, ry, dtype)
     check(rstd, rrstd, np.float32)
-    dx, dw, db = N.group_norm_backward(tb(dy), tb(x), g, mean, rstd, tb(w), tb(b), layout=layout)
+    dx, dw, db = GN.group_norm_backward(tb(dy), tb(x), g, mean, rstd, tb(w), tb(b), layout=layout)
     rdx, rdw, rdb = rn.group_norm_backward(dy, x, g, rmean, rrstd, w, layout)
     check(dx, rdx, dtype, scale=grad_scale(dy, w, rrstd))
     per = x.size // c
@@ -140,23 +144,23 @@ def test_instance_norm(backend: str, layout: str) -> None:
     x = data(shape, np.float32, 7)
     dy = data(shape, np.float32, 8, 0.0, 1.0)
     ry, rmean, rrstd = rn.instance_norm(x, None, None, 1e-5, layout)
-    y, mean, rstd = N.instance_norm_forward(to_backend(x, backend), layout=layout)
+    y, mean, rstd = GN.instance_norm_forward(to_backend(x, backend), layout=layout)
     assert mean.shape == (2, 5)
     check(y, ry, np.float32)
-    dx, dw, db = N.instance_norm_backward(
+    dx, dw, db = GN.instance_norm_backward(
         to_backend(dy, backend), to_backend(x, backend), mean, rstd, layout=layout
     )
     assert dw is None and db is None
     rdx = rn.instance_norm_backward(dy, x, rmean, rrstd, None, layout)[0]
     check(dx, rdx, np.float32, scale=grad_scale(dy, None, rrstd))
-    check(N.instance_norm(to_backend(x, backend), layout=layout), ry, np.float32)
+    check(GN.instance_norm(to_backend(x, backend), layout=layout), ry, np.float32)
 
 
 def test_row_norm_cancellation(backend: str) -> None:
     # mean 1e4, std 1 per row: the two-pass statistics keep full accuracy
     x = data((4, 512), np.float32, 9, loc=1e4, sd=1.0)
     ry, _, rrstd = rn.layer_norm(x, (512,))
-    y, _, rstd = N.layer_norm_forward(to_backend(x, backend), (512,))
+    y, _, rstd = ROW.layer_norm_forward(to_backend(x, backend), (512,))
     np.testing.assert_allclose(to_numpy(rstd), rrstd, rtol=1e-5)
     np.testing.assert_allclose(to_numpy(y), ry, atol=2e-3)  # x itself is quantized to 2^-10
 
@@ -164,11 +168,11 @@ def test_row_norm_cancellation(backend: str) -> None:
 def test_strided_input_and_out(backend: str) -> None:
     x = data((6, 40), np.float32, 10)[::2, ::2]
     out = to_backend(np.zeros((3, 40), np.float32), backend)[:, ::2]
-    y = N.layer_norm(to_backend(np.ascontiguousarray(x), backend)[...], (20,), out=out)
+    y = ROW.layer_norm(to_backend(np.ascontiguousarray(x), backend)[...], (20,), out=out)
     assert y is out
     check(out, rn.layer_norm(x, (20,))[0], np.float32)
     xs = to_backend(data((6, 40), np.float32, 10), backend)[::2, ::2]
-    check(N.layer_norm(xs, (20,)), rn.layer_norm(x, (20,))[0], np.float32)
+    check(ROW.layer_norm(xs, (20,)), rn.layer_norm(x, (20,))[0], np.float32)
 
 
 @pytest.mark.parametrize("dtype", DTYPES, ids=SHORT.get)
@@ -180,29 +184,29 @@ def test_lrn(backend: str, size: int, k: float, layout: str, dtype: Any) -> None
     x = data(shape, dtype, 11)
     dy = data(shape, dtype, 12, 0.0, 1.0)
     args = (size, 0.3, 0.75, k)
-    y = N.lrn(to_backend(x, backend), *args, layout=layout)
+    y = LRN.lrn(to_backend(x, backend), *args, layout=layout)
     check(y, rn.lrn(x, *args, layout=layout), dtype)
-    dx = N.lrn_backward(to_backend(dy, backend), to_backend(x, backend), *args, layout=layout)
+    dx = LRN.lrn_backward(to_backend(dy, backend), to_backend(x, backend), *args, layout=layout)
     check(dx, rn.lrn_backward(dy, x, *args, layout=layout), dtype)
 
 
 @pytest.mark.parametrize(
     "call,match",
     [
-        (lambda x, t: N.group_norm(x, 3), "num_groups: expected a positive divisor of the 8"),
-        (lambda x, t: N.group_norm(x, 0), "num_groups"),
-        (lambda x, t: N.group_norm(x, 2, t(np.ones(4, np.float32))), "weight: expected shape"),
-        (lambda x, t: N.group_norm(x, 2, eps=-1.0), "eps"),
-        (lambda x, t: N.group_norm(x, 2, layout="CHWN"), "layout"),
-        (lambda x, t: N.layer_norm(x, (5,)), "normalized_shape: expected the trailing dims"),
-        (lambda x, t: N.layer_norm(x, (-3,)), "normalized_shape: expected ints >= 0"),
-        (lambda x, t: N.layer_norm(x, (0,)), "normalized_shape: expected the trailing dims"),
-        (lambda x, t: N.layer_norm(x, (3,), t(np.ones(3, np.float16))), "weight: expected dtype"),
-        (lambda x, t: N.rms_norm(x, (3,), eps=float("nan")), "eps"),
-        (lambda x, t: N.layer_norm_backward(x, x, (3,), None, None), "mean"),
-        (lambda x, t: N.lrn(x, 0), "size: expected a positive int"),
-        (lambda x, t: N.lrn(x, 3, k=0.0, alpha=0.0), "k: expected k > 0"),
-        (lambda x, t: N.instance_norm(x, t(np.ones(3, np.float32))), "weight: expected shape"),
+        (lambda x, t: GN.group_norm(x, 3), "num_groups: expected a positive divisor of the 8"),
+        (lambda x, t: GN.group_norm(x, 0), "num_groups"),
+        (lambda x, t: GN.group_norm(x, 2, t(np.ones(4, np.float32))), "weight: expected shape"),
+        (lambda x, t: GN.group_norm(x, 2, eps=-1.0), "eps"),
+        (lambda x, t: GN.group_norm(x, 2, layout="CHWN"), "layout"),
+        (lambda x, t: ROW.layer_norm(x, (5,)), "normalized_shape: expected the trailing dims"),
+        (lambda x, t: ROW.layer_norm(x, (-3,)), "normalized_shape: expected ints >= 0"),
+        (lambda x, t: ROW.layer_norm(x, (0,)), "normalized_shape: expected the trailing dims"),
+        (lambda x, t: ROW.layer_norm(x, (3,), t(np.ones(3, np.float16))), "weight: expected dtype"),
+        (lambda x, t: ROW.rms_norm(x, (3,), eps=float("nan")), "eps"),
+        (lambda x, t: ROW.layer_norm_backward(x, x, (3,), None, None), "mean"),
+        (lambda x, t: LRN.lrn(x, 0), "size: expected a positive int"),
+        (lambda x, t: LRN.lrn(x, 3, k=0.0, alpha=0.0), "k: expected k > 0"),
+        (lambda x, t: GN.instance_norm(x, t(np.ones(3, np.float32))), "weight: expected shape"),
     ],
 )
 def test_bad_arguments(backend: str, call, match: str) -> None:
@@ -223,33 +227,33 @@ def test_empty_batch_and_rows_of_no_elements_as_pytorch(backend: str, dtype) -> 
     acc = np.float64 if dtype == np.float64 else np.float32
     x = t(np.zeros((0, 3, 4), dtype))
     rm, rv = t(np.full(3, 0.5, acc)), t(np.full(3, 2.0, acc))
-    y, mean, invstd = N.batch_norm_forward_training(x, None, None, rm, rv)
+    y, mean, invstd = BN.batch_norm_forward_training(x, None, None, rm, rv)
     assert y.shape == (0, 3, 4) and mean.shape == invstd.shape == (3,)
     assert (to_numpy(rm) == 0.5).all() and (to_numpy(rv) == 2.0).all()
-    assert N.batch_norm(x, rm, rv, training=True).shape == (0, 3, 4)
-    dx, dw, db, dz = N.batch_norm_backward(x, x, mean, invstd, t(np.ones(3, acc)))
+    assert BN.batch_norm(x, rm, rv, training=True).shape == (0, 3, 4)
+    dx, dw, db, dz = BN.batch_norm_backward(x, x, mean, invstd, t(np.ones(3, acc)))
     assert dx.shape == (0, 3, 4) and dz is None
     assert (to_numpy(dw) == 0).all() and (to_numpy(db) == 0).all() and dw.shape == (3,)
     with pytest.raises(BadParamError, match="more than one value per channel"):
-        N.batch_norm_forward_training(t(np.zeros((1, 3, 1), dtype)))
+        BN.batch_norm_forward_training(t(np.zeros((1, 3, 1), dtype)))
     # an empty spatial dim (the vector kernels divided by it: the emulator died of SIGFPE)
     for shape, layout in (((2, 3, 2, 0), "NCHW"), ((2, 3, 0), "NCHW"), ((2, 0, 3), "NHWC")):
         xe = t(np.zeros(shape, dtype))
-        ye = N.batch_norm_forward_inference(xe, rm, rv, layout=layout, activation="relu")
+        ye = BN.batch_norm_forward_inference(xe, rm, rv, layout=layout, activation="relu")
         assert ye.shape == shape
-        assert N.batch_norm_forward_training(xe, layout=layout)[0].shape == shape
+        assert BN.batch_norm_forward_training(xe, layout=layout)[0].shape == shape
 
     x = t(np.zeros((2, 0, 3), dtype))
     w, b = t(np.ones((0, 3), dtype)), t(np.zeros((0, 3), dtype))
-    y, mean, rstd = N.layer_norm_forward(x, (0, 3), w, b)
+    y, mean, rstd = ROW.layer_norm_forward(x, (0, 3), w, b)
     assert y.shape == (2, 0, 3)
     np.testing.assert_array_equal(to_numpy(mean), [0.0, 0.0])
     assert np.isnan(to_numpy(rstd)).all() and rstd.shape == (2,)
-    dx, dw, db = N.layer_norm_backward(x, x, (0, 3), mean, rstd, w, b)
+    dx, dw, db = ROW.layer_norm_backward(x, x, (0, 3), mean, rstd, w, b)
     assert dx.shape == (2, 0, 3) and dw.shape == db.shape == (0, 3)
-    y, rstd = N.rms_norm_forward(x, (0, 3))
+    y, rstd = ROW.rms_norm_forward(x, (0, 3))
     assert y.shape == (2, 0, 3) and np.isnan(to_numpy(rstd)).all()
-    dx, dw = N.rms_norm_backward(x, x, (0, 3), rstd, w)
+    dx, dw = ROW.rms_norm_backward(x, x, (0, 3), rstd, w)
     assert dx.shape == (2, 0, 3) and dw.shape == (0, 3)
     torch = pytest.importorskip("torch")
     ref = torch.native_layer_norm(torch.zeros(2, 0, 3, dtype=torch.float64), (0, 3), None,

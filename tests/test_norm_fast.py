@@ -15,8 +15,9 @@ from typing import Any
 import numpy as np
 import pytest
 
-import cudnnlite.ops.norm as N
+import cudnnlite.ops.batch_norm as BN
 from cudnnlite import dtypes
+from cudnnlite.ops.norm_common import last_kernel_name
 from cudnnlite.reference import norm as rn
 from cudnnlite.testing import to_backend, to_numpy
 
@@ -80,16 +81,16 @@ def test_apply_variants(backend: str, case: Any, layout: str, dtype: Any) -> Non
     wb, bb = to_backend(w, backend), to_backend(b, backend)
 
     ref = rn.batch_norm_train(x, w, b, 1e-5, z=z, activation="relu", layout=layout)
-    y, mean, invstd = N.batch_norm_forward_training(
+    y, mean, invstd = BN.batch_norm_forward_training(
         xb, wb, bb, z=zb, activation="relu", layout=layout
     )
-    assert N.last_kernel_name() == kernel("fwd", variant, dtype)
+    assert last_kernel_name() == kernel("fwd", variant, dtype)
     check(y, ref["y"], dtype)
 
-    dx, _, _, dz = N.batch_norm_backward(
+    dx, _, _, dz = BN.batch_norm_backward(
         dyb, xb, mean, invstd, wb, bias=bb, z=zb, activation="relu", layout=layout
     )
-    assert N.last_kernel_name() == kernel("bwd", variant, dtype)
+    assert last_kernel_name() == kernel("bwd", variant, dtype)
     g = rn.batch_norm_backward(
         dy, x, w, ref["mean"], ref["invstd"], layout=layout, beta=b, z=z, activation="relu"
     )
@@ -103,18 +104,18 @@ def test_apply_variants(backend: str, case: Any, layout: str, dtype: Any) -> Non
 
     rm = np.linspace(-1, 1, c).astype(np.float32)
     rv = np.linspace(0.5, 3, c).astype(np.float32)
-    yi = N.batch_norm_forward_inference(
+    yi = BN.batch_norm_forward_inference(
         xb, to_backend(rm, backend), to_backend(rv, backend), wb, bb, z=zb,
         activation="gelu", layout=layout,
     )  # fmt: skip
-    assert N.last_kernel_name() == kernel("fwd", variant, dtype)
+    assert last_kernel_name() == kernel("fwd", variant, dtype)
     check(
         yi, rn.batch_norm_inference(x, w, b, rm, rv, z=z, activation="gelu", layout=layout), dtype
     )
 
     # backward without the fusion: no z, no dz
-    dx2, _, _, dz2 = N.batch_norm_backward(dyb, xb, mean, invstd, wb, layout=layout)
-    assert dz2 is None and N.last_kernel_name() == kernel("bwd", variant, dtype)
+    dx2, _, _, dz2 = BN.batch_norm_backward(dyb, xb, mean, invstd, wb, layout=layout)
+    assert dz2 is None and last_kernel_name() == kernel("bwd", variant, dtype)
     g2 = rn.batch_norm_backward(dy, x, w, ref["mean"], ref["invstd"], layout=layout)
     check(
         dx2,
@@ -135,16 +136,16 @@ def test_misaligned_view_takes_scalar_path(backend: str, dtype: Any) -> None:
     keep = x.copy()
     rm = np.linspace(-1, 1, 16).astype(np.float32)
     rv = np.linspace(0.5, 3, 16).astype(np.float32)
-    y = N.batch_norm_forward_inference(xb, to_backend(rm, backend), to_backend(rv, backend))
-    assert N.last_kernel_name() == kernel("fwd", "", dtype)
+    y = BN.batch_norm_forward_inference(xb, to_backend(rm, backend), to_backend(rv, backend))
+    assert last_kernel_name() == kernel("fwd", "", dtype)
     ones, zeros = np.ones(16), np.zeros(16)
     check(y, rn.batch_norm_inference(x, ones, zeros, rm, rv), dtype)
     np.testing.assert_array_equal(to_numpy(xb), keep)
     # the aligned copy of the same data takes the vector path, with the same result
-    y2 = N.batch_norm_forward_inference(
+    y2 = BN.batch_norm_forward_inference(
         to_backend(keep, backend), to_backend(rm, backend), to_backend(rv, backend)
     )
-    assert N.last_kernel_name() == kernel("fwd", "vec_planar", dtype)
+    assert last_kernel_name() == kernel("fwd", "vec_planar", dtype)
     np.testing.assert_array_equal(to_numpy(y2), to_numpy(y))
 
 
@@ -156,15 +157,15 @@ def test_per_activation_and_grid_stride(backend: str) -> None:
     w = np.random.default_rng(7).uniform(0.5, 1.5, shape[1:]).astype(np.float32)
     b = np.zeros(shape[1:], np.float32)
     ref = rn.batch_norm_train(x, w, b, 1e-3, mode="per_activation")
-    y, _, _ = N.batch_norm_forward_training(
+    y, _, _ = BN.batch_norm_forward_training(
         to_backend(x, backend), to_backend(w, backend), to_backend(b, backend), eps=1e-3,
         mode="per_activation",
     )  # fmt: skip
-    assert N.last_kernel_name() == "bn_fwd_apply_vec_chlast_fp16"
+    assert last_kernel_name() == "bn_fwd_apply_vec_chlast_fp16"
     check(y, ref["y"], np.float16)
     big = (4, 7, 48, 64)  # 21504 packs of 4: more than the 64 x 256 emulator threads
     xb_ = data(big, np.float32, 8)
     ref = rn.batch_norm_train(xb_, np.ones(7), np.zeros(7), 1e-5)
-    y, _, _ = N.batch_norm_forward_training(to_backend(xb_, backend))
-    assert N.last_kernel_name() == "bn_fwd_apply_vec_planar_fp32"
+    y, _, _ = BN.batch_norm_forward_training(to_backend(xb_, backend))
+    assert last_kernel_name() == "bn_fwd_apply_vec_planar_fp32"
     check(y, ref["y"], np.float32)

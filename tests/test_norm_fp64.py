@@ -23,8 +23,12 @@ from typing import Any
 import numpy as np
 import pytest
 
-import cudnnlite.ops.norm as N
+import cudnnlite.ops.batch_norm as BN
+import cudnnlite.ops.group_norm as GN
+import cudnnlite.ops.lrn as LRN
+import cudnnlite.ops.row_norm as ROW
 from cudnnlite.errors import BadParamError
+from cudnnlite.ops.norm_common import last_kernel_name
 from cudnnlite.reference import norm as rn
 from cudnnlite.testing import ACCUMULATION_EPS, ELEMENTWISE_RTOL, to_backend, to_numpy
 
@@ -76,13 +80,13 @@ def test_batch_norm_training_and_backward(backend: str, shape, layout: str) -> N
     # and the running statistics by ~1e-11 and ~1e-9 relative, far above the bound
     ref = rn.batch_norm_train(x, w, b, 1e-3, rm, rv, 0.1, layout=layout)
     rmb, rvb, xb, wb = tb(rm, backend), tb(rv, backend), tb(x, backend), tb(w, backend)
-    y, mean, invstd = N.batch_norm_forward_training(
+    y, mean, invstd = BN.batch_norm_forward_training(
         xb, wb, tb(b, backend), rmb, rvb, momentum=0.1, eps=1e-3, layout=layout
     )
     assert y.dtype == F8 and mean.dtype == F8 and invstd.dtype == F8
     vec = (shape[2] * shape[3] if layout == "NCHW" else c) % 2 == 0
     tag = ("_vec_planar" if layout == "NCHW" else "_vec_chlast") if vec else ""
-    assert N.last_kernel_name() == f"bn_fwd_apply{tag}_fp64"
+    assert last_kernel_name() == f"bn_fwd_apply{tag}_fp64"
     invmax = absmax(ref["invstd"])
     # y = xhat gamma + beta: the mean's error is amplified by invstd gamma
     close(y, ref["y"], m, absmax(x) * invmax * absmax(w) + absmax(b), "y")
@@ -91,7 +95,7 @@ def test_batch_norm_training_and_backward(backend: str, shape, layout: str) -> N
     close(rmb, ref["running_mean"], m, absmax(x), "running_mean")
     close(rvb, ref["running_var"], m, absmax(ref["running_var"]), "running_var")
 
-    dx, dw, db, dz = N.batch_norm_backward(tb(dy, backend), xb, mean, invstd, wb, layout=layout)
+    dx, dw, db, dz = BN.batch_norm_backward(tb(dy, backend), xb, mean, invstd, wb, layout=layout)
     g = rn.batch_norm_backward(dy, x, w, ref["mean"], ref["invstd"], layout=layout)
     assert dz is None and dw.dtype == F8 and db.dtype == F8
     sums = absmax(dy) * m  # the magnitude summed into dgamma, dbeta
@@ -110,12 +114,12 @@ def test_batch_norm_fused_and_inference(backend: str, activation: str, coef: Any
     w, b = data((c,), 10, 1.0, 0.3), data((c,), 11)
     ref = rn.batch_norm_train(x, w, b, 1e-5, z=z, activation=activation, coef=coef)
     xb, zb, wb, bb = (tb(a, backend) for a in (x, z, w, b))
-    y, mean, invstd = N.batch_norm_forward_training(
+    y, mean, invstd = BN.batch_norm_forward_training(
         xb, wb, bb, z=zb, activation=activation, coef=coef
     )
     scale = absmax(ref["y"]) + absmax(z) + 4
     close(y, ref["y"], m, scale, "y")
-    dx, dw, db, dz = N.batch_norm_backward(
+    dx, dw, db, dz = BN.batch_norm_backward(
         tb(dy, backend), xb, mean, invstd, wb, bias=bb, z=zb, activation=activation, coef=coef
     )
     g = rn.batch_norm_backward(
@@ -127,7 +131,7 @@ def test_batch_norm_fused_and_inference(backend: str, activation: str, coef: Any
     close(dx, g["dx"], m, absmax(w) * absmax(ref["invstd"]) * absmax(dy) * 8, "dx")
     # inference from statistics given as running ones: elementwise, exact eps
     rv = 1 / ref["invstd"] ** 2
-    yi = N.batch_norm_forward_inference(
+    yi = BN.batch_norm_forward_inference(
         xb, tb(ref["mean"], backend), tb(rv, backend), wb, bb, eps=1e-3, z=zb,
         activation=activation, coef=coef,
     )  # fmt: skip
@@ -142,12 +146,12 @@ def test_batch_norm_per_activation(backend: str) -> None:
     w, b = data(shape[1:], 14, 1.0, 0.3), data(shape[1:], 15)
     ref = rn.batch_norm_train(x, w, b, 1e-3, mode="per_activation")
     xb, wb = tb(x, backend), tb(w, backend)
-    y, mean, invstd = N.batch_norm_forward_training(
+    y, mean, invstd = BN.batch_norm_forward_training(
         xb, wb, tb(b, backend), eps=1e-3, mode="per_activation"
     )
     assert mean.shape == shape[1:]
     close(y, ref["y"], 5, absmax(ref["y"]) + 4, "y")
-    dx, dw, db, _ = N.batch_norm_backward(
+    dx, dw, db, _ = BN.batch_norm_backward(
         tb(dy, backend), xb, mean, invstd, wb, mode="per_activation"
     )
     g = rn.batch_norm_backward(dy, x, w, ref["mean"], ref["invstd"], "per_activation")
@@ -161,7 +165,7 @@ def test_batch_norm_nan_stays_in_its_channel(backend: str) -> None:
     x = data((4, 3, 6, 5), 16)
     x[2, 1, 3, 3] = np.nan
     x[1, 2, 0, 0] = np.inf
-    y, mean, invstd = N.batch_norm_forward_training(tb(x, backend))
+    y, mean, invstd = BN.batch_norm_forward_training(tb(x, backend))
     y, mean = to_numpy(y), to_numpy(mean)
     assert np.isnan(mean[1]) and np.isnan(y[:, 1]).all()
     assert not np.isfinite(mean[2]) and not np.isfinite(y[:, 2]).any()
@@ -181,12 +185,12 @@ def test_layer_and_rms_norm(backend: str, case) -> None:
     w, b = data(ns, 19, 1.0, 0.3), data(ns, 20)
     rows = x.size // k
     ry, rmean, rrstd = rn.layer_norm(x, ns, w, b, 1e-5)
-    y, mean, rstd = N.layer_norm_forward(tb(x, backend), ns, tb(w, backend), tb(b, backend))
-    assert N.last_kernel_name() == "rownorm_fwd_mean_fp64" and mean.dtype == F8
+    y, mean, rstd = ROW.layer_norm_forward(tb(x, backend), ns, tb(w, backend), tb(b, backend))
+    assert last_kernel_name() == "rownorm_fwd_mean_fp64" and mean.dtype == F8
     close(y, ry, k, absmax(ry) + absmax(b), "y")
     close(mean, rmean, k, absmax(x), "mean")
     close(rstd, rrstd, k, absmax(rrstd), "rstd")
-    dx, dw, db = N.layer_norm_backward(
+    dx, dw, db = ROW.layer_norm_backward(
         tb(dy, backend), tb(x, backend), ns, mean, rstd, tb(w, backend), tb(b, backend)
     )
     rdx, rdw, rdb = rn.layer_norm_backward(dy, x, ns, rmean, rrstd, w)
@@ -195,10 +199,10 @@ def test_layer_and_rms_norm(backend: str, case) -> None:
     close(db, rdb, rows, absmax(dy) * rows, "dbias")
     # RMS norm, eps None: float64's machine epsilon (PyTorch's default for the dtype)
     ry, rrstd = rn.rms_norm(x, ns, w)
-    y, rstd = N.rms_norm_forward(tb(x, backend), ns, tb(w, backend))
+    y, rstd = ROW.rms_norm_forward(tb(x, backend), ns, tb(w, backend))
     close(y, ry, k, absmax(ry), "rms y")
     close(rstd, rrstd, k, absmax(rrstd), "rms rstd")
-    dx, dw = N.rms_norm_backward(tb(dy, backend), tb(x, backend), ns, rstd, tb(w, backend))
+    dx, dw = ROW.rms_norm_backward(tb(dy, backend), tb(x, backend), ns, rstd, tb(w, backend))
     rdx, rdw = rn.rms_norm_backward(dy, x, ns, rrstd, w)
     close(dx, rdx, k, absmax(dy) * absmax(w) * absmax(rrstd) * 8, "rms dx")
     close(dw, rdw, rows, absmax(dy) * 4 * rows, "rms dweight")
@@ -215,13 +219,13 @@ def test_group_and_instance_norm(backend: str, layout: str) -> None:
         k = 16 // g * 30  # elements per (sample, group)
         ry, rmean, rrstd = rn.group_norm(x, g, w, b, 1e-5, layout)
         xb, wb, bb = tb(x, backend), tb(w, backend), tb(b, backend)
-        y, mean, rstd = N.group_norm_forward(xb, g, wb, bb, layout=layout)
+        y, mean, rstd = GN.group_norm_forward(xb, g, wb, bb, layout=layout)
         name = "gn_nhwc_fwd" if layout == "NHWC" else "rownorm_fwd_mean"
-        assert N.last_kernel_name() == f"{name}_fp64"
+        assert last_kernel_name() == f"{name}_fp64"
         close(y, ry, k, absmax(ry) + absmax(b), f"y g={g}")
         close(mean, rmean, k, absmax(x), f"mean g={g}")
         close(rstd, rrstd, k, absmax(rrstd), f"rstd g={g}")
-        dx, dw, db = N.group_norm_backward(
+        dx, dw, db = GN.group_norm_backward(
             tb(dy, backend), xb, g, mean, rstd, wb, bb, layout=layout
         )
         rdx, rdw, rdb = rn.group_norm_backward(dy, x, g, rmean, rrstd, w, layout)
@@ -229,7 +233,7 @@ def test_group_and_instance_norm(backend: str, layout: str) -> None:
         per = x.size // 16  # terms of each channel's parameter gradient
         close(dw, rdw, per, absmax(dy) * 4 * per, f"dweight g={g}")
         close(db, rdb, per, absmax(dy) * per, f"dbias g={g}")
-    yi = N.instance_norm(tb(x, backend), tb(w, backend), tb(b, backend), layout=layout)
+    yi = GN.instance_norm(tb(x, backend), tb(w, backend), tb(b, backend), layout=layout)
     close(yi, rn.instance_norm(x, w, b, 1e-5, layout)[0], 30, absmax(ry) + absmax(b), "inst")
 
 
@@ -239,10 +243,10 @@ def test_lrn(backend: str, layout: str) -> None:
     shape = (2, 7, 3, 4) if layout == "NCHW" else (2, 3, 4, 7)
     x, dy = data(shape, 25), data(shape, 26, 0.0, 1.0)
     args = (5, 1e-3, 0.75, 2.0)
-    y = N.lrn(tb(x, backend), *args, layout=layout)
+    y = LRN.lrn(tb(x, backend), *args, layout=layout)
     ry = rn.lrn(x, *args, layout=layout)
     close(y, ry, 5, absmax(ry), "y")  # 5 squares per window
-    dx = N.lrn_backward(tb(dy, backend), tb(x, backend), *args, layout=layout)
+    dx = LRN.lrn_backward(tb(dy, backend), tb(x, backend), *args, layout=layout)
     rdx = rn.lrn_backward(dy, x, *args, layout=layout)
     close(dx, rdx, 5, absmax(dy) * 4, "dx")
 
@@ -279,10 +283,10 @@ def test_batch_norm_backward_finite_differences(emulator_only: None, backend: st
     w, b = data((2,), 29, 1.0, 0.3), data((2,), 30)
 
     def loss() -> float:
-        return float((N.batch_norm_forward_training(x, w, b)[0] * r).sum())
+        return float((BN.batch_norm_forward_training(x, w, b)[0] * r).sum())
 
-    _, mean, invstd = N.batch_norm_forward_training(x, w, b)
-    dx, dw, db, _ = N.batch_norm_backward(r, x, mean, invstd, w)
+    _, mean, invstd = BN.batch_norm_forward_training(x, w, b)
+    dx, dw, db, _ = BN.batch_norm_backward(r, x, mean, invstd, w)
     for name, got, a in (("dx", dx, x), ("dgamma", dw, w), ("dbeta", db, b)):
         fd = fd_grad(loss, a, FD_STEP)
         np.testing.assert_allclose(got, fd, rtol=0, atol=FD_TOL * absmax(fd), err_msg=name)
@@ -293,10 +297,10 @@ def test_layer_norm_backward_finite_differences(emulator_only: None, backend: st
     w, b = data((7,), 33, 1.0, 0.3), data((7,), 34)
 
     def loss() -> float:
-        return float((N.layer_norm(x, (7,), w, b) * r).sum())
+        return float((ROW.layer_norm(x, (7,), w, b) * r).sum())
 
-    _, mean, rstd = N.layer_norm_forward(x, (7,), w, b)
-    dx, dw, db = N.layer_norm_backward(r, x, (7,), mean, rstd, w, b)
+    _, mean, rstd = ROW.layer_norm_forward(x, (7,), w, b)
+    dx, dw, db = ROW.layer_norm_backward(r, x, (7,), mean, rstd, w, b)
     for name, got, a in (("dx", dx, x), ("dweight", dw, w), ("dbias", db, b)):
         fd = fd_grad(loss, a, FD_STEP)
         np.testing.assert_allclose(got, fd, rtol=0, atol=FD_TOL * absmax(fd), err_msg=name)
@@ -310,16 +314,16 @@ def test_mixed_dtypes_are_rejected(backend: str) -> None:
     f4 = tb(np.ones(4, np.float32), backend)
     f8 = tb(np.ones(4), backend)
     cases: list[tuple[Callable[[], Any], str]] = [
-        (lambda: N.batch_norm_forward_training(x, f4), "weight: expected dtype float64"),
-        (lambda: N.batch_norm_forward_training(x, f8, None, f4), "running_mean: expected dtype"),
-        (lambda: N.batch_norm_forward_inference(x, f8, f4), "running_var: expected dtype"),
-        (lambda: N.batch_norm_backward(x.astype(np.float32), x, f8, f8), "dy"),
-        (lambda: N.batch_norm_backward(x, x, f4, f8), "save_mean: expected dtype float64"),
-        (lambda: N.group_norm(x, 2, f4), "weight: expected dtype float64"),
-        (lambda: N.layer_norm(x, (3,), tb(np.ones(3, np.float32), backend)), "weight: expected"),
-        (lambda: N.lrn_backward(x.astype(np.float32), x, 3), "dy"),
+        (lambda: BN.batch_norm_forward_training(x, f4), "weight: expected dtype float64"),
+        (lambda: BN.batch_norm_forward_training(x, f8, None, f4), "running_mean: expected dtype"),
+        (lambda: BN.batch_norm_forward_inference(x, f8, f4), "running_var: expected dtype"),
+        (lambda: BN.batch_norm_backward(x.astype(np.float32), x, f8, f8), "dy"),
+        (lambda: BN.batch_norm_backward(x, x, f4, f8), "save_mean: expected dtype float64"),
+        (lambda: GN.group_norm(x, 2, f4), "weight: expected dtype float64"),
+        (lambda: ROW.layer_norm(x, (3,), tb(np.ones(3, np.float32), backend)), "weight: expected"),
+        (lambda: LRN.lrn_backward(x.astype(np.float32), x, 3), "dy"),
         # 32-bit data keeps float32 parameters: float64 ones are the mixed case there
-        (lambda: N.batch_norm(x.astype(np.float32), f8, f8), "running_mean: expected dtype"),
+        (lambda: BN.batch_norm(x.astype(np.float32), f8, f8), "running_mean: expected dtype"),
     ]
     for call, match in cases:
         with pytest.raises(BadParamError, match=match):

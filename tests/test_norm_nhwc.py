@@ -16,9 +16,10 @@ import numpy as np
 import pytest
 from test_batch_norm import check, data, snapshot  # noqa: E402
 
-import cudnnlite.ops.norm as N
+import cudnnlite.ops.group_norm as GN
 from cudnnlite import dtypes
 from cudnnlite.errors import BadParamError
+from cudnnlite.ops.norm_common import last_kernel_name
 from cudnnlite.reference import norm as rn
 from cudnnlite.testing import to_backend, to_numpy
 
@@ -62,16 +63,16 @@ def grad_scale(dy: np.ndarray, w: np.ndarray | None, rstd: np.ndarray) -> float:
 
 @pytest.fixture
 def reduce_names(monkeypatch: pytest.MonkeyPatch) -> list[str]:
-    """Names of the reduction kernels launched by N._reduce during the test."""
+    """Names of the reduction kernels launched by GN._reduce during the test."""
     names: list[str] = []
-    orig = N._reduce
+    orig = GN._reduce
 
     def spy(*args: Any, **kwargs: Any) -> Any:
         r = orig(*args, **kwargs)
-        names.append(N.last_kernel_name())
+        names.append(last_kernel_name())
         return r
 
-    monkeypatch.setattr(N, "_reduce", spy)
+    monkeypatch.setattr(GN, "_reduce", spy)
     return names
 
 
@@ -91,17 +92,17 @@ def test_group_norm_nhwc(
     b = b if affine in ("both", "bias") else None
     tb = tb_of(backend)
     ry, rmean, rrstd = rn.group_norm(x, g, w, b, 1e-5, "NHWC")
-    y, mean, rstd = N.group_norm_forward(tb(x), g, tb(w), tb(b), layout="NHWC")
-    assert N.last_kernel_name() == f"gn_nhwc_fwd_{short}"
+    y, mean, rstd = GN.group_norm_forward(tb(x), g, tb(w), tb(b), layout="NHWC")
+    assert last_kernel_name() == f"gn_nhwc_fwd_{short}"
     assert y.shape == shape and y.dtype == dtype and mean.shape == (shape[0], g)
     check(y, ry, dtype, what="y")
     check(mean, rmean, np.float32, what="mean")
     check(rstd, rrstd, np.float32, what="rstd")
 
-    dx, dw, db = N.group_norm_backward(tb(dy), tb(x), g, mean, rstd, tb(w), tb(b), layout="NHWC")
+    dx, dw, db = GN.group_norm_backward(tb(dy), tb(x), g, mean, rstd, tb(w), tb(b), layout="NHWC")
     rdx, rdw, rdb = rn.group_norm_backward(dy, x, g, rmean, rrstd, w, "NHWC")
     if affine == "none":
-        assert N.last_kernel_name() == f"gn_nhwc_bwd_{short}"
+        assert last_kernel_name() == f"gn_nhwc_bwd_{short}"
         assert reduce_names == [] and dw is None and db is None
     else:
         assert reduce_names == [f"red_chlast_params_nhwc_{short}"]
@@ -128,12 +129,12 @@ def test_instance_norm_nhwc(backend: str, affine: bool, dtype: Any) -> None:
     w, b = wb(37, dtype) if affine else (None, None)
     tb = tb_of(backend)
     ry, rmean, rrstd = rn.instance_norm(x, w, b, 1e-5, "NHWC")
-    y, mean, rstd = N.instance_norm_forward(tb(x), tb(w), tb(b), layout="NHWC")
-    assert N.last_kernel_name() == f"gn_nhwc_fwd_{SHORT[np.dtype(dtype)]}"
+    y, mean, rstd = GN.instance_norm_forward(tb(x), tb(w), tb(b), layout="NHWC")
+    assert last_kernel_name() == f"gn_nhwc_fwd_{SHORT[np.dtype(dtype)]}"
     assert mean.shape == (2, 37)
     check(y, ry, dtype)
     check(rstd, rrstd, np.float32)
-    dx, dw, db = N.instance_norm_backward(tb(dy), tb(x), mean, rstd, tb(w), tb(b), layout="NHWC")
+    dx, dw, db = GN.instance_norm_backward(tb(dy), tb(x), mean, rstd, tb(w), tb(b), layout="NHWC")
     rdx, rdw, rdb = rn.instance_norm_backward(dy, x, rmean, rrstd, w, "NHWC")
     check(dx, rdx, dtype, scale=grad_scale(dy, w, rrstd))
     if affine:
@@ -149,10 +150,10 @@ def test_nhwc_matches_nchw_path(backend: str) -> None:
     x = data((2, 4, 5, 24), np.float32, 20)
     w, b = wb(24, np.float32)
     tb = tb_of(backend)
-    y1, m1, r1 = N.group_norm_forward(tb(x), 6, tb(w), tb(b), layout="NHWC")
+    y1, m1, r1 = GN.group_norm_forward(tb(x), 6, tb(w), tb(b), layout="NHWC")
     xc = np.ascontiguousarray(np.moveaxis(x, -1, 1))
-    y2, m2, r2 = N.group_norm_forward(tb(xc), 6, tb(w), tb(b), layout="NCHW")
-    assert N.last_kernel_name() == "rownorm_fwd_mean_fp32"
+    y2, m2, r2 = GN.group_norm_forward(tb(xc), 6, tb(w), tb(b), layout="NCHW")
+    assert last_kernel_name() == "rownorm_fwd_mean_fp32"
     check(y1, np.moveaxis(to_numpy(y2), 1, -1), np.float32)
     check(m1, to_numpy(m2), np.float32)
     check(r1, to_numpy(r2), np.float32)
@@ -162,7 +163,7 @@ def test_cancellation_nhwc(backend: str) -> None:
     # mean 1e4, std 1 per group: the two-pass statistics keep full accuracy
     x = data((2, 6, 6, 16), np.float32, 9, loc=1e4, sd=1.0)
     ry, _, rrstd = rn.group_norm(x, 4, layout="NHWC")
-    y, _, rstd = N.group_norm_forward(to_backend(x, backend), 4, layout="NHWC")
+    y, _, rstd = GN.group_norm_forward(to_backend(x, backend), 4, layout="NHWC")
     np.testing.assert_allclose(to_numpy(rstd), rrstd, rtol=1e-5)
     np.testing.assert_allclose(to_numpy(y), ry, atol=2e-3)  # x itself is quantized to 2^-10
 
@@ -174,12 +175,9 @@ def test_deterministic_nhwc(backend: str) -> None:
     tb = tb_of(backend)
     runs = []
     for _ in range(2):
-        y, m, r = N.group_norm_forward(tb(x), 8, tb(w), tb(b), layout="NHWC")
-        runs.append(
-            snapshot(
-                y, m, r, *N.group_norm_backward(tb(dy), tb(x), 8, m, r, tb(w), tb(b), layout="NHWC")
-            )
-        )
+        y, m, r = GN.group_norm_forward(tb(x), 8, tb(w), tb(b), layout="NHWC")
+        grads = GN.group_norm_backward(tb(dy), tb(x), 8, m, r, tb(w), tb(b), layout="NHWC")
+        runs.append(snapshot(y, m, r, *grads))
     assert runs[0] == runs[1]
 
 
@@ -189,12 +187,12 @@ def test_strided_input_and_out_nhwc(backend: str) -> None:
     dy = data((2, 4, 6, 20), np.float32, 24, 0.0, 1.0)[:, :, ::2, ::2]
     ry, rmean, rrstd = rn.group_norm(x, 5, layout="NHWC")
     out = to_backend(np.zeros((2, 4, 3, 20), np.float32), backend)[..., ::2]
-    y, mean, rstd = N.group_norm_forward(
+    y, mean, rstd = GN.group_norm_forward(
         to_backend(full, backend)[:, :, ::2, ::2], 5, layout="NHWC", out=out
     )
     assert y is out
     check(out, ry, np.float32)
-    dx, _, _ = N.group_norm_backward(
+    dx, _, _ = GN.group_norm_backward(
         to_backend(dy, backend), to_backend(x, backend), 5, mean, rstd, layout="NHWC"
     )
     check(
@@ -209,19 +207,19 @@ def test_strided_input_and_out_nhwc(backend: str) -> None:
     "call,match",
     [
         (
-            lambda x, dy, t: N.group_norm(x, 3, layout="NHWC"),
+            lambda x, dy, t: GN.group_norm(x, 3, layout="NHWC"),
             "num_groups: expected a positive divisor of the 8",
         ),
         (
-            lambda x, dy, t: N.group_norm(x, 2, t(np.ones(5, np.float32)), layout="NHWC"),
+            lambda x, dy, t: GN.group_norm(x, 2, t(np.ones(5, np.float32)), layout="NHWC"),
             r"weight: expected shape \(8,\)",
         ),
         (
-            lambda x, dy, t: N.group_norm(x, 2, None, t(np.ones(8, np.float16)), layout="NHWC"),
+            lambda x, dy, t: GN.group_norm(x, 2, None, t(np.ones(8, np.float16)), layout="NHWC"),
             "bias: expected dtype float32",
         ),
         (
-            lambda x, dy, t: N.group_norm_backward(
+            lambda x, dy, t: GN.group_norm_backward(
                 dy[:, :1],
                 x,
                 2,
@@ -232,7 +230,7 @@ def test_strided_input_and_out_nhwc(backend: str) -> None:
             "dy",
         ),
         (
-            lambda x, dy, t: N.group_norm_backward(
+            lambda x, dy, t: GN.group_norm_backward(
                 dy,
                 x,
                 2,
@@ -243,11 +241,11 @@ def test_strided_input_and_out_nhwc(backend: str) -> None:
             r"mean: expected shape \(2, 2\)",
         ),
         (
-            lambda x, dy, t: N.group_norm_backward(dy, x, 2, None, None, layout="NHWC"),
+            lambda x, dy, t: GN.group_norm_backward(dy, x, 2, None, None, layout="NHWC"),
             "mean: the forward's saved statistic is needed",
         ),
         (
-            lambda x, dy, t: N.instance_norm(x, t(np.ones(3, np.float32)), layout="NHWC"),
+            lambda x, dy, t: GN.instance_norm(x, t(np.ones(3, np.float32)), layout="NHWC"),
             "weight: expected shape",
         ),
     ],

@@ -12,7 +12,9 @@ pytest.importorskip("hypothesis")
 from hypothesis import HealthCheck, given, settings  # noqa: E402
 from hypothesis import strategies as st  # noqa: E402
 
-import cudnnlite.ops.norm as N  # noqa: E402
+import cudnnlite.ops.batch_norm as BN  # noqa: E402
+import cudnnlite.ops.group_norm as GN  # noqa: E402
+import cudnnlite.ops.row_norm as ROW  # noqa: E402
 from cudnnlite.reference import norm as rn  # noqa: E402
 from cudnnlite.testing import to_backend, to_numpy  # noqa: E402
 
@@ -37,9 +39,10 @@ def test_batch_norm_shift_scale_invariant(
         hw = 2
     shape = (n, c, hw) if layout == "NCHW" else (n, hw, c)
     x = np.random.default_rng(seed).standard_normal(shape).astype(np.float32)
-    y1 = to_numpy(N.batch_norm_forward_training(to_backend(x, backend), eps=0.0, layout=layout)[0])
+    train = BN.batch_norm_forward_training
+    y1 = to_numpy(train(to_backend(x, backend), eps=0.0, layout=layout)[0])
     x2 = (x * np.float32(scale) + np.float32(shift)).astype(np.float32)
-    y2 = to_numpy(N.batch_norm_forward_training(to_backend(x2, backend), eps=0.0, layout=layout)[0])
+    y2 = to_numpy(train(to_backend(x2, backend), eps=0.0, layout=layout)[0])
     r2 = rn.batch_norm_train(x2, np.ones(c), np.zeros(c), 0.0, layout=layout)
     # The saved mean is float32 (as cuDNN's and PyTorch's): x - mean carries half an ulp of
     # |mean| ~ |shift|, times invstd. x2 itself was rounded to float32 likewise.
@@ -58,7 +61,7 @@ def test_batch_norm_shift_scale_invariant(
 )
 def test_layer_norm_rows_standardized(backend: str, rows, cols, seed, loc) -> None:
     x = (np.random.default_rng(seed).standard_normal((rows, cols)) + loc).astype(np.float32)
-    y, mean, rstd = N.layer_norm_forward(
+    y, mean, rstd = ROW.layer_norm_forward(
         to_backend(x, backend), (cols,), eps=0.0 if cols > 1 else 1e-5
     )
     ry, rmean, rrstd = rn.layer_norm(x, (cols,), eps=0.0 if cols > 1 else 1e-5)
@@ -87,5 +90,5 @@ def test_group_norm_matches_reference(backend: str, n, g, cg, hw, seed) -> None:
     c = g * cg
     x = np.random.default_rng(seed).standard_normal((n, c, hw)).astype(np.float32)
     w = np.linspace(0.5, 2, c).astype(np.float32)
-    y = N.group_norm(to_backend(x, backend), g, to_backend(w, backend))
+    y = GN.group_norm(to_backend(x, backend), g, to_backend(w, backend))
     np.testing.assert_allclose(to_numpy(y), rn.group_norm(x, g, w)[0], atol=5e-5, rtol=1e-5)

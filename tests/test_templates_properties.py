@@ -1,7 +1,7 @@
 """Property tests of launch templates (hypothesis): for arrays of any shape and layout
 (views with steps, transposes, offsets), a repeated call of a templated op on new data
 gives the op's own result bit for bit, whether it was replayed or refused. Kept apart
-from test_templates.py so that a machine without hypothesis still runs those."""
+from the test_templates_*.py files so that a machine without hypothesis still runs those."""
 
 from __future__ import annotations
 

@@ -19,15 +19,14 @@ import pytest
 from cudnnlite import dtypes
 from cudnnlite import reference as ref
 from cudnnlite.errors import BadParamError
+from cudnnlite.ops.reduce import REDUCE_OPS, reduce_tensor
 from cudnnlite.ops.tensor import (
     OP_TENSOR_OPS,
-    REDUCE_OPS,
     add_tensor,
     last_kernel_name,
     nchw_to_nhwc,
     nhwc_to_nchw,
     op_tensor,
-    reduce_tensor,
     scale_tensor,
     set_tensor,
     transform_tensor,

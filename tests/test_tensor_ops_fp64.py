@@ -17,12 +17,12 @@ import pytest
 from cudnnlite import dtypes
 from cudnnlite import reference as ref
 from cudnnlite.errors import BadParamError
+from cudnnlite.ops.reduce import reduce_tensor
 from cudnnlite.ops.tensor import (
     add_tensor,
     last_kernel_name,
     nchw_to_nhwc,
     op_tensor,
-    reduce_tensor,
     scale_tensor,
     set_tensor,
     transform_tensor,

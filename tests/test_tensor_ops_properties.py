@@ -13,7 +13,8 @@ from hypothesis import strategies as st  # noqa: E402
 from test_tensor_ops import DTYPES, check_reduce, rand  # noqa: E402
 
 from cudnnlite import reference as ref  # noqa: E402
-from cudnnlite.ops.tensor import REDUCE_OPS, op_tensor, reduce_tensor  # noqa: E402
+from cudnnlite.ops.reduce import REDUCE_OPS, reduce_tensor  # noqa: E402
+from cudnnlite.ops.tensor import op_tensor  # noqa: E402
 from cudnnlite.testing import assert_close, to_backend  # noqa: E402
 
 HYPO = settings(suppress_health_check=[HealthCheck.function_scoped_fixture])

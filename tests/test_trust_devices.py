@@ -212,7 +212,7 @@ def test_a_public_function_refuses_two_devices_before_any_work(fake_cupy: FakeCu
 def test_a_conv_plan_refuses_arrays_on_another_device(fake_cupy: FakeCupy) -> None:
     """A plan's kernels are loaded on the device it was made on; a call runs on its
     arrays' device, where they do not exist: a clear error, before any work."""
-    from cudnnlite.ops.conv import ConvPlan
+    from cudnnlite.ops.conv_plan import ConvPlan
     from cudnnlite.problems.conv import ConvProblem
 
     class Backend:

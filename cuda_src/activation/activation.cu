@@ -37,7 +37,7 @@ constexpr int kMaxOperands = 4;  // strided operands: 0 out, 1 x, 2 dy, 3 y
 }  // namespace act
 
 // Sizes and strides in elements, innermost dimension FIRST (index 0), dims collapsed
-// by the caller (ops/activation.py: _LAYOUT_DTYPE).
+// by the caller (ops/activation_layout.py: _LAYOUT_DTYPE).
 struct Layout {
     cl::index_t size[act::kMaxDims];
     cl::index_t stride[act::kMaxOperands][act::kMaxDims];

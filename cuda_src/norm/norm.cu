@@ -64,7 +64,7 @@ constexpr int kRedThreads = 256;
 constexpr int kChlastRows = 8;  // blockDim.y of red_chlast
 
 // Activation by runtime mode (uniform per launch): the modes of activation.cu, -1 none.
-// Not mish (ops/norm.py refuses it): inlined into the vector kernels it cost a spill
+// Not mish (ops/norm_common.py refuses it): inlined into the vector kernels it cost a spill
 // (bn_bwd_apply_vec<float, false> on sm_90) and occupancy elsewhere.
 template <typename A>
 __device__ __forceinline__ A act_fwd(int mode, A u, const ActParamsT<A>& p) {
@@ -175,7 +175,7 @@ __device__ __forceinline__ A warp_reduce(A v) {
 
 }  // namespace nrm
 
-// The per-channel reduction problem (ops/norm.py: _RED_DTYPE).
+// The per-channel reduction problem (ops/norm_common.py: _RED_DTYPE).
 struct RedShape {
     cl::index_t rows;      // o
     cl::index_t channels;  // c
@@ -328,7 +328,7 @@ __global__ void __launch_bounds__(256) red_chlast(
 
 // ---------------------------------------------------------------- finalize
 
-// Batch-norm training statistics (ops/norm.py: _BN_DTYPE), scalars in A.
+// Batch-norm training statistics (ops/norm_common.py: _BN_DTYPE), scalars in A.
 template <typename A>
 struct BnParamsT {
     A eps;
@@ -384,7 +384,7 @@ __global__ void __launch_bounds__(256) sum2_finalize(
 
 // ---------------------------------------------------------------- batch-norm elementwise
 
-// The elementwise part (ops/norm.py: _BN_APPLY_DTYPE), scalars in A.
+// The elementwise part (ops/norm_common.py: _BN_APPLY_DTYPE), scalars in A.
 template <typename A>
 struct BnApplyT {
     cl::index_t n;         // elements
@@ -630,7 +630,7 @@ __global__ void __launch_bounds__(256) bn_bwd_apply_vec(
 
 // ---------------------------------------------------------------- row norms
 
-// One row norm problem (ops/norm.py: _ROW_DTYPE), eps in A. Row r holds `cols`
+// One row norm problem (ops/norm_common.py: _ROW_DTYPE), eps in A. Row r holds `cols`
 // contiguous elements; the weight index of column k is ((r % groups) * cols + k) / inner:
 //   layer / RMS norm: groups = 1, inner = 1 (weight over the normalized shape)
 //   group norm: groups = G, inner = H*W (weight per channel); instance norm: G = C
@@ -750,7 +750,7 @@ __global__ void __launch_bounds__(1024) rownorm_bwd(
 
 // ---------------------------------------------------------------- NHWC group norm
 
-// Channels-last group norm (ops/norm.py: _GN_NHWC_DTYPE), eps in A. x is (N, spatial, C)
+// Channels-last group norm (ops/norm_common.py: _GN_NHWC_DTYPE), eps in A. x is (N, spatial, C)
 // contiguous; group g holds channels [g * cpg, (g + 1) * cpg). A block covers sample n and `gpb`
 // whole consecutive groups (a tile of gpb * cpg <= 32 channels when cpg < 32, one group
 // otherwise): tiles = ceil(groups / gpb), block b = n * tiles + tile.
@@ -915,7 +915,7 @@ __global__ void __launch_bounds__(512) gn_nhwc_bwd(
 
 // ---------------------------------------------------------------- LRN
 
-// Cross-channel LRN (ops/norm.py: _LRN_DTYPE), scalars in A. Channel c of element e
+// Cross-channel LRN (ops/norm_common.py: _LRN_DTYPE), scalars in A. Channel c of element e
 // is (e / cstride) % channels; its window is [c - size/2, c + (size-1)/2] (PyTorch's).
 template <typename A>
 struct LrnShapeT {

@@ -43,7 +43,7 @@ constexpr int kAvgExcludePad = 2;
 
 }  // namespace pool
 
-// The pooling problem (ops/pooling.py: _SHAPE_DTYPE). Spatial arrays are (D, H, W).
+// The pooling problem (ops/pooling_kernels.py: _SHAPE_DTYPE). Spatial arrays are (D, H, W).
 struct PoolShape {
     cl::index_t n;         // batch
     cl::index_t c;         // channels

@@ -40,7 +40,7 @@
 // double for double) with the scalars (alpha, beta) of that type: OpParamsT<A>,
 // ReduceLayoutT<A>, reduction partials in A. A conversion TI -> TO computes in double when
 // either side is double (tens::cvt_acc), so it rounds once, straight to TO.
-// Op numbers: the order of OP_TENSOR_OPS / REDUCE_OPS in ops/tensor.py.
+// Op numbers: the order of OP_TENSOR_OPS in ops/tensor.py / REDUCE_OPS in ops/reduce.py.
 // Defines: none (one module per dtype T; the transform kernels of a module are those with
 // TO = T, for every TI).
 #include "common/cudnnlite.cuh"
@@ -83,7 +83,7 @@ struct OpParamsT {
     int op;
 };
 
-// ops/tensor.py: _REDUCE_DTYPE (A = float) and _REDUCE_DTYPE64 (A = double). Kept dims
+// ops/reduce.py: _REDUCE_DTYPE (A = float) and _REDUCE_DTYPE64 (A = double). Kept dims
 // index the outputs; reduced dims (innermost first, in the original axis order) index the
 // elements of one output.
 template <typename A>

@@ -138,7 +138,8 @@ def explain_call(x: Any, w: Any, **conv_args: Any) -> Explanation:
     import inspect
 
     from ..ops._arrays import as_array
-    from ..ops.conv import conv2d, make_problem
+    from ..ops.conv import conv2d
+    from ..ops.conv_args import make_problem
     from ..runtime.select import backend_for
 
     b = backend_for(x, w, names=("x", "w"))

@@ -318,12 +318,36 @@ def check_out(
             )
 
 
+def collapse_dims(
+    shape: Sequence[int], strides: list[list[int]]
+) -> tuple[list[int], list[list[int]]]:
+    """Drops size-1 dims, orders dims by operand 0's stride (outermost first; ties keep
+    their order) and merges neighbours that are contiguous in every operand: the fewest
+    (size, per-operand stride) dims of an elementwise launch. Strides are in elements."""
+    dims = [d for d, size in enumerate(shape) if size != 1]
+    dims.sort(key=lambda d: -abs(strides[0][d]))
+    sizes: list[int] = []
+    merged: list[list[int]] = [[] for _ in strides]
+    for d in dims:
+        if sizes and all(m[-1] == s[d] * shape[d] for m, s in zip(merged, strides, strict=True)):
+            sizes[-1] *= shape[d]
+            for m, s in zip(merged, strides, strict=True):
+                m[-1] = s[d]
+        else:
+            sizes.append(shape[d])
+            for m, s in zip(merged, strides, strict=True):
+                m.append(s[d])
+    return sizes, merged
+
+
 __all__ = [
     "as_array",
     "backend_for",
     "check_out",
+    "collapse_dims",
     "float_dtype",
     "same_dtype",
     "same_shape",
     "same_view",
 ]
+

@@ -32,7 +32,7 @@ import numpy as np
 from .. import dtypes
 from ..dispatch import plans, settings
 from ..errors import BadParamError
-from ..runtime import templates
+from ..runtime import template_keys, templates
 from ..runtime.env import raw_reader
 from ..runtime.graph import graph_safe
 from ..runtime.pointers import host_pointer
@@ -197,7 +197,7 @@ def settings_key() -> tuple:
     return (settings.current(), *_read_dispatch_env())
 
 
-templates.set_context_key(settings.current)  # (its env switches are in the templates' key)
+template_keys.set_context_key(settings.current)  # (its env switches are in the templates' key)
 
 
 # ------------------------------------------------------------------ plans of one-input ops

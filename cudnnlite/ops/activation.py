@@ -3,7 +3,8 @@
 ``activation_forward(x, mode)`` computes ``y = alpha * f(x) + beta * y_prior`` and
 ``activation_backward(dy, x, mode)`` computes ``dx = alpha * dy * f'(x) + beta * dx_prior``,
 where the prior is ``out``'s content (read only when beta != 0). The PyTorch-style
-wrappers (``relu``, ``gelu``, ``softplus``, ...) are the forward pass without blending.
+wrappers (``relu``, ``gelu``, ``softplus``, ...: ops/activation_wrappers.py) are the
+forward pass without blending.
 Formulas and derivative conventions: :mod:`cudnnlite.reference.activation`.
 
 Kernels (``cuda_src/activation/activation.cu``), one module per dtype; math in float32
@@ -13,7 +14,8 @@ for float32/float16/bfloat16 and in float64 for float64 (parameters: :func:`act_
   (C, Fortran, or any dense layout ``out`` shares with the inputs); 16-byte vector
   loads when every pointer is 16-byte aligned (VEC = 16 / itemsize), else VEC = 1;
 - ``act_{fwd,bwd}_strided<T, MODE>``: anything else, up to 8 dims after dropping
-  size-1 dims and merging dims that are contiguous in every operand.
+  size-1 dims and merging dims that are contiguous in every operand (which variant a
+  call takes: ops/activation_layout.py).
 
 :func:`last_kernel_name` tells which kernel the calling thread launched last and
 :func:`kernel_name_for` which one a call would launch, as readable names such as
@@ -59,6 +61,7 @@ from ._fastpath import (
     scalars_key,
 )
 from ._kernels import LastLaunch
+from .activation_layout import _plan
 
 ACTIVATION_MODES = (
     "relu",
@@ -84,8 +87,6 @@ _USES_Y = frozenset((_MODE_ID["sigmoid"], _MODE_ID["tanh"]))
 
 SOURCE = "activation/activation.cu"
 BLOCK = 256
-MAX_DIMS = 8
-_OPERANDS = 4  # strided operand slots: out, x, dy, y
 
 
 # Mirrors of the kernel's structs (passed by value as numpy.void).
@@ -104,16 +105,6 @@ def act_params_dtype(dt: dtypes.DType) -> np.dtype:
     """The ActParamsT layout kernels on storage type ``dt`` take."""
     return ACT_PARAMS_DTYPE64 if dt.acc_ctype == "double" else ACT_PARAMS_DTYPE
 
-
-_LAYOUT_DTYPE = np.dtype(
-    [
-        ("size", "<i8", (MAX_DIMS,)),
-        ("stride", "<i8", (_OPERANDS, MAX_DIMS)),
-        ("ndim", "<i4"),
-        ("reserved", "<i4"),
-    ],
-    align=True,
-)
 
 # Grid cap for the grid-stride loops: enough blocks to fill the device a few times over.
 _BLOCKS_PER_SM = 32
@@ -334,7 +325,7 @@ def _params(
     """The kernel's ActParamsFor<T> for storage type ``dt`` (act_params_dtype(dt)) and
     beta as the kernel sees it: the scalars exactly for float64, rounded to float32 (and
     finite there) for the other types; BadParamError for bad values. Also used by
-    ops/norm.py's fused activations."""
+    ops/norm_common.py's fused activations."""
     wide = dt.acc_ctype == "double"
     try:
         return _cached_params(mode, coef, threshold, alpha, beta, use_y, wide)
@@ -368,78 +359,6 @@ def _output(out: Any, x: Any, backend: Backend, beta: float, inputs: dict[str, A
                 "out: has a zero stride (elements alias each other); pass a dense array"
             )
     return out
-
-
-# ------------------------------------------------------------------ layouts
-
-
-def _flip_negative(arrays: list[Any]) -> list[Any]:
-    """Reverses every axis along which out (arrays[0]) runs backwards, in all operands
-    alike: the elementwise correspondence is unchanged and out becomes ascending."""
-    flips = tuple(slice(None, None, -1) if s < 0 else slice(None) for s in arrays[0].strides)
-    if all(f.step is None for f in flips):
-        return arrays
-    return [a[flips] for a in arrays]
-
-
-def _collapse(shape: Sequence[int], strides: list[list[int]]) -> tuple[list[int], list[list[int]]]:
-    """Drops size-1 dims, orders dims by out's stride (outermost first) and merges
-    neighbours that are contiguous in every operand. Strides are in elements."""
-    dims = [d for d, size in enumerate(shape) if size != 1]
-    dims.sort(key=lambda d: -abs(strides[0][d]))  # stable: ties keep their order
-    sizes: list[int] = []
-    merged: list[list[int]] = [[] for _ in strides]
-    for d in dims:
-        if sizes and all(m[-1] == s[d] * shape[d] for m, s in zip(merged, strides, strict=True)):
-            sizes[-1] *= shape[d]
-            for m, s in zip(merged, strides, strict=True):
-                m[-1] = s[d]
-        else:
-            sizes.append(shape[d])
-            for m, s in zip(merged, strides, strict=True):
-                m.append(s[d])
-    return sizes, merged
-
-
-def _layout_struct(sizes: list[int], strides: list[list[int]]) -> np.void:
-    layout = np.zeros((), dtype=_LAYOUT_DTYPE)
-    nd = len(sizes)
-    layout["ndim"] = nd
-    layout["size"][:nd] = sizes[::-1]  # the kernel wants the innermost dim first
-    for o, s in enumerate(strides):
-        layout["stride"][o, :nd] = s[::-1]
-    return layout[()]
-
-
-class _Plan:
-    """How to run one call: the variant, the (possibly flipped) operand views, and the
-    strided kernel's Layout."""
-
-    __slots__ = ("variant", "arrays", "layout")
-
-    def __init__(self, variant: str, arrays: list[Any], layout: np.void | None = None) -> None:
-        self.variant = variant
-        self.arrays = arrays
-        self.layout = layout
-
-
-def _plan(arrays: list[Any]) -> _Plan | None:
-    """arrays = [out, inputs...], all of one shape and dtype; None when more than
-    MAX_DIMS dims remain after collapsing."""
-    if all(a.flags.c_contiguous for a in arrays) or all(a.flags.f_contiguous for a in arrays):
-        contiguous = True
-    else:
-        arrays = _flip_negative(arrays)
-        itemsize = arrays[0].itemsize
-        strides = [[s // itemsize for s in a.strides] for a in arrays]
-        sizes, merged = _collapse(arrays[0].shape, strides)
-        contiguous = len(sizes) <= 1 and all(not m or m[0] == 1 for m in merged)
-        if not contiguous:
-            if len(sizes) > MAX_DIMS:
-                return None
-            return _Plan("strided", arrays, _layout_struct(sizes, merged))
-    aligned = all(data_pointer(a) % 16 == 0 for a in arrays)
-    return _Plan("vec" if aligned else "scalar", arrays)
 
 
 # ------------------------------------------------------------------ launching
@@ -675,159 +594,16 @@ def activation_plan(
                   _quick, scalars)  # fmt: skip
 
 
-# ------------------------------------------------------------------ PyTorch-style wrappers
-
-# The wrappers' own with_stream already entered the stream and imported foreign arrays:
-# they call the unwrapped function, which saves a second wrapper per call.
-_forward = activation_forward.__wrapped__  # type: ignore[attr-defined]
-
-
-def _forward_named(names: dict[str, str], x: Any, mode: str, **kwargs: Any) -> Any:
-    """``_forward`` for a wrapper whose arguments PyTorch names otherwise: an error about
-    ``coef`` / ``threshold`` names the wrapper's argument (``negative_slope``, ...)."""
-    try:
-        return _forward(x, mode, **kwargs)
-    except BadParamError as e:
-        message = str(e)
-        for inner, outer in names.items():
-            if message.startswith(f"{inner}:"):
-                raise BadParamError(outer + message[len(inner) :]) from None
-        raise
-
-
-@with_stream
-def relu(x: Any, *, out: Any = None) -> Any:
-    """max(x, 0) (NaN stays NaN), as ``torch.nn.functional.relu``."""
-    return _forward(x, "relu", out=out)
-
-
-@with_stream
-def leaky_relu(x: Any, negative_slope: float = 0.01, *, out: Any = None) -> Any:
-    """x if x > 0 else negative_slope * x."""
-    return _forward_named({"coef": "negative_slope"}, x, "leaky_relu", coef=negative_slope,
-                          out=out)  # fmt: skip
-
-
-@with_stream
-def clipped_relu(x: Any, ceiling: float = 6.0, *, out: Any = None) -> Any:
-    """min(max(x, 0), ceiling); ceiling 6 is relu6."""
-    return _forward_named({"coef": "ceiling"}, x, "clipped_relu", coef=ceiling, out=out)
-
-
-@with_stream
-def elu(x: Any, alpha: float = 1.0, *, out: Any = None) -> Any:
-    """x if x > 0 else alpha * (exp(x) - 1)."""
-    return _forward_named({"coef": "alpha"}, x, "elu", coef=alpha, out=out)
-
-
-@with_stream
-def sigmoid(x: Any, *, out: Any = None) -> Any:
-    """1 / (1 + exp(-x))."""
-    return _forward(x, "sigmoid", out=out)
-
-
-@with_stream
-def tanh(x: Any, *, out: Any = None) -> Any:
-    """tanh(x)."""
-    return _forward(x, "tanh", out=out)
-
-
-@with_stream
-def silu(x: Any, *, out: Any = None) -> Any:
-    """x * sigmoid(x) (swish with beta 1)."""
-    return _forward(x, "swish", out=out)
-
-
-@with_stream
-def swish(x: Any, beta: float = 1.0, *, out: Any = None) -> Any:
-    """x * sigmoid(beta * x)."""
-    return _forward_named({"coef": "beta"}, x, "swish", coef=beta, out=out)
-
-
-@with_stream
-def gelu(x: Any, approximate: str = "none", *, out: Any = None) -> Any:
-    """x * Phi(x); ``approximate="tanh"`` uses the tanh approximation (PyTorch's names)."""
-    if approximate == "none":
-        return _forward(x, "gelu", out=out)
-    if approximate == "tanh":
-        return _forward(x, "gelu_tanh", out=out)
-    raise BadParamError(f"approximate: expected 'none' or 'tanh', got {approximate!r}")
-
-
-@with_stream
-def softplus(x: Any, beta: float = 1.0, threshold: float = 20.0, *, out: Any = None) -> Any:
-    """log(1 + exp(beta x)) / beta, and x where beta * x > threshold."""
-    return _forward_named({"coef": "beta"}, x, "softplus", coef=beta, threshold=threshold,
-                          out=out)  # fmt: skip
-
-
-@with_stream
-def hardtanh(x: Any, min_val: float = -1.0, max_val: float = 1.0, *, out: Any = None) -> Any:
-    """min(max(x, min_val), max_val) (NaN stays NaN), as ``torch.nn.functional.hardtanh``;
-    min_val <= max_val."""
-    names = {"threshold/coef": "min_val/max_val", "coef": "max_val", "threshold": "min_val"}
-    return _forward_named(names, x, "hardtanh", coef=max_val, threshold=min_val, out=out)
-
-
-@with_stream
-def relu6(x: Any, *, out: Any = None) -> Any:
-    """min(max(x, 0), 6), as ``torch.nn.functional.relu6``: hardtanh(x, 0, 6), so -0
-    stays -0 (clipped_relu gives +0) and the gradient is 0 at 0 and 6."""
-    return _forward(x, "hardtanh", coef=6.0, threshold=0.0, out=out)
-
-
-@with_stream
-def hardswish(x: Any, *, out: Any = None) -> Any:
-    """x * min(max(x + 3, 0), 6) / 6, as ``torch.nn.functional.hardswish``."""
-    return _forward(x, "hardswish", out=out)
-
-
-@with_stream
-def hardsigmoid(x: Any, *, out: Any = None) -> Any:
-    """min(max(x + 3, 0), 6) / 6, as ``torch.nn.functional.hardsigmoid``."""
-    return _forward(x, "hardsigmoid", out=out)
-
-
-@with_stream
-def mish(x: Any, *, out: Any = None) -> Any:
-    """x * tanh(log(1 + exp(x))), as ``torch.nn.functional.mish``."""
-    return _forward(x, "mish", out=out)
-
-
-@with_stream
-def identity(x: Any, *, out: Any = None) -> Any:
-    """x (a copy into a new array or ``out``)."""
-    return _forward(x, "identity", out=out)
-
-
 __all__ = [
     "ACTIVATION_MODES",
     "activation_backward",
     "activation_forward",
     "activation_plan",
-    "clipped_relu",
-    "elu",
-    "gelu",
-    "hardsigmoid",
-    "hardswish",
-    "hardtanh",
-    "identity",
     "kernel_name_for",
     "last_kernel_name",
-    "leaky_relu",
-    "mish",
     "module_specs",
-    "relu",
-    "relu6",
-    "sigmoid",
-    "silu",
-    "softplus",
-    "swish",
-    "tanh",
 ]
 
 
 # Kernel launches only, host copies reported: an emulator graph may replay these.
-graph_safe(activation_forward, relu, leaky_relu, clipped_relu, elu, sigmoid, tanh, silu, swish,
-           gelu, softplus, identity, hardtanh, relu6, hardswish, hardsigmoid, mish,
-           activation_backward)  # fmt: skip
+graph_safe(activation_forward, activation_backward)

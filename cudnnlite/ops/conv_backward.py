@@ -2,7 +2,7 @@
 ``conv2d_backward_bias``, ``conv_transpose2d`` (PyTorch's semantics, built on backward
 data) and their 1-D and 3-D forms.
 
-Arguments are validated with the forward's rules (``ops.conv.make_problem``: the
+Arguments are validated with the forward's rules (``ops.conv_args.make_problem``: the
 problem is the FORWARD convolution x -> y whose gradient is taken, with ``direction``
 "bwd_data" / "bwd_filter"), the dispatcher chooses a solver of the family
 ``conv_bwd_data`` / ``conv_bwd_filter`` (explicit ``algo`` -> tuning DB -> heuristics;
@@ -36,15 +36,8 @@ from ..solvers.conv.bwd_filter import BwdFilterTensors
 from ..solvers.conv.common import IDENTITY_MODE, Epilogue
 from ._arrays import array_module, as_array, float_dtype
 from ._kernels import LastLaunch
-from .conv import (
-    EmptyConv,
-    _contiguous,
-    _ints,
-    bias_only,
-    check_math,
-    make_problem,
-    unbatched_view,
-)
+from .conv import _contiguous, bias_only, unbatched_view
+from .conv_args import EmptyConv, _ints, check_math, make_problem
 
 _LAST = LastLaunch()  # the last backward call's kernel names, per thread
 

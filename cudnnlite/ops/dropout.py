@@ -45,7 +45,7 @@ import numpy as np
 from .. import dtypes
 from ..errors import BadParamError
 from ..reference.dropout import drop_threshold, dropout_scale
-from ..runtime import templates
+from ..runtime import template_record
 from ..runtime.backend import Backend, Kernel
 from ..runtime.graph import graph_safe, note_host_work
 from ..runtime.kernel import ModuleSpec
@@ -233,7 +233,7 @@ class PhiloxState:
             raise BadParamError(f"offset: a PhiloxState holds offsets below 2^53, got {start}")
         self.backend = plan_backend(backend)
         # launch templates read it in place, not as a temporary of their own
-        self.counter = templates.shared_state(
+        self.counter = template_record.shared_state(
             self.backend.xp.full((1,), float(start), dtype=np.float64)
         )
 

@@ -11,8 +11,9 @@ import numpy as np
 
 from .. import dtypes
 from ..errors import BadParamError
-from . import norm
 from ._fastpath import OpPlan, plan_backend, plan_dtype, plan_shape
+from .batch_norm import _bn_mode, batch_norm_forward_inference
+from .norm_common import _act, _eps, _layout
 
 
 def batch_norm_inference_plan(
@@ -36,13 +37,13 @@ def batch_norm_inference_plan(
     dims, dt = plan_shape(shape), plan_dtype(dtype)
     if len(dims) < 2:
         raise BadParamError(f"shape: expected at least 2 dims (N, C, ...), got {dims}")
-    norm._eps(eps)
-    norm._layout(layout)
-    norm._bn_mode(mode)
-    norm._act(activation, coef, dtypes.lookup(dt))
+    _eps(eps)
+    _layout(layout)
+    _bn_mode(mode)
+    _act(activation, coef, dtypes.lookup(dt))
     kwargs = {"eps": eps, "mode": mode, "layout": layout, "activation": activation,
               "coef": coef}  # fmt: skip
-    return OpPlan("batch_norm_inference", norm.batch_norm_forward_inference,
+    return OpPlan("batch_norm_inference", batch_norm_forward_inference,
                   plan_backend(backend), dims, dt, kwargs,
                   operands=("running_mean", "running_var", "weight", "bias"),
                   required=2)  # fmt: skip

@@ -1,5 +1,6 @@
-"""cuDNN's tensor API as array functions: add_tensor, op_tensor, reduce_tensor,
-transform_tensor (with nchw_to_nhwc / nhwc_to_nchw), scale_tensor, set_tensor.
+"""cuDNN's tensor API as array functions: add_tensor, op_tensor, transform_tensor (with
+nchw_to_nhwc / nhwc_to_nchw), scale_tensor, set_tensor; and the tensor family's kernel
+module, which reduce_tensor (:mod:`cudnnlite.ops.reduce`) launches from too.
 
 Semantics follow cuDNN (math in float32 for float32, float16 and bfloat16, in float64 for
 float64, one rounding at the store; alpha / beta are float32 numbers for the former and
@@ -10,13 +11,6 @@ exact for float64):
 - ``op_tensor(op, a, b, alpha1, alpha2, beta)``: ``c = op(alpha1 * a, alpha2 * b) + beta * c``
   with op in :data:`OP_TENSOR_OPS`; ``sqrt`` and ``not`` are unary (b is ignored) and
   ``not`` is cuDNN's logical negation ``1 - alpha1 * a``; a and b broadcast (NumPy rules).
-- ``reduce_tensor(x, op, axes)``: ``c = alpha * reduce(x) + beta * c`` with op in
-  :data:`REDUCE_OPS`: sum, mul, min, max, amax (max |x|), avg, norm1 (sum |x|), norm2
-  (sqrt of sum x^2), mul_no_zeros (product of the non-zero elements; 1 if none); for
-  min / max / amax ``return_indices=True`` also gives the index of the chosen element,
-  flattened in C order over the reduced axes (cuDNN's flattened indices; the lowest index
-  on ties; NaN propagates and wins). Reducing zero elements is an error for min, max,
-  amax and avg (undefined); sum, norm1, norm2 give 0, mul and mul_no_zeros 1.
 - ``transform_tensor(x, out, alpha, beta)``: ``out = alpha * x + beta * out`` between any
   two layouts and float dtypes (cuDNN's cudnnTransformTensor; computed in float64 with
   exact alpha and beta when either side is float64, so a conversion rounds once, straight
@@ -27,14 +21,12 @@ exact for float64):
 Kernels (``cuda_src/tensor/tensor.cu``), one module per dtype: ``tensor_binary<T>``
 (strided, broadcasting), ``tensor_binary_vec<T, VEC>`` (contiguous, aligned, same shape),
 ``tensor_channel<T, VEC>`` (the bias case: contiguous c, a per-channel vector over NCHW or
-NHWC, 32-bit multiply-shift channel index), ``tensor_transform<TI, TO>`` (strided) and
+NHWC, 32-bit multiply-shift channel index), ``tensor_transform<TI, TO>`` (strided),
 ``tensor_transpose<TI, TO>`` (32x32 shared-memory tiles when the layout change transposes
-the two innermost merged dims, e.g. NCHW <-> NHWC), ``tensor_reduce_{thread,warp,block}<T>``
-and, for few outputs with long reductions, ``tensor_reduce_split_{block,thread}<T>`` +
-``tensor_reduce_finish<T>`` (two passes through a workspace of the arithmetic type,
-deterministic). One module per output dtype (the transforms into it from every dtype). Any
-strides are accepted without copies (up to 8 dims after merging, else NotSupportedError);
-reduce_tensor writes a non-C-contiguous ``out`` through a contiguous copy.
+the two innermost merged dims, e.g. NCHW <-> NHWC) and the reductions' kernels (see
+:mod:`cudnnlite.ops.reduce`). One module per output dtype (the transforms into it from
+every dtype). Any strides are accepted without copies (up to 8 dims after merging, else
+NotSupportedError).
 """
 
 from __future__ import annotations
@@ -54,25 +46,18 @@ from ..runtime.pointers import data_pointer
 from ..runtime.select import backend_for
 from ..runtime.streams import with_stream
 from ..runtime.variants import register
-from ._arrays import array_module, as_array, check_out, float_dtype, same_view
+from ._arrays import array_module, as_array, check_out, collapse_dims, float_dtype, same_view
 from ._kernels import LastLaunch
 
 SOURCE = "tensor/tensor.cu"
 MAX_DIMS = 8
 TRANSPOSE_MIN = 4  # both transposed extents at least this: the tiled kernel
-SPLIT_MIN_BLOCK_CHUNK = 4096  # split reductions: elements per block (lanes walk them)
-SPLIT_MIN_THREAD_CHUNK = 128  # split reductions: elements per thread (threads walk outputs)
 BLOCK = 256
 OP_TENSOR_OPS = ("add", "mul", "min", "max", "sqrt", "not")
 _OP_COPY, _OP_SET = 6, 7
 _LAST_BINARY = 3  # ops 0..3 (add, mul, min, max) read b, and the two below
 # min / max without NaN propagation (cuDNN's CUDNN_NOT_PROPAGATE_NAN): tens::kMinNum/kMaxNum
 _OP_NUM = {"min": 8, "max": 9}
-REDUCE_OPS = ("sum", "mul", "min", "max", "amax", "avg", "norm1", "norm2", "mul_no_zeros")
-_ARG_OPS = ("min", "max", "amax")
-# _ARG_OPS without NaN propagation: tens::kRMinNum, kRMaxNum, kRAmaxNum
-_REDUCE_NUM = {"min": 9, "max": 10, "amax": 11}
-_UNDEFINED_WHEN_EMPTY = ("min", "max", "amax", "avg")
 
 _LAYOUT_DTYPE = np.dtype(
     [
@@ -120,32 +105,6 @@ _TRANSPOSE_DTYPE = np.dtype(
     ],
     align=True,
 )
-
-
-def _reduce_dtype(scalar: str) -> np.dtype:
-    """ReduceLayoutT<A>: alpha and beta of the arithmetic type (f4: float, f8: double)."""
-    return np.dtype(
-        [
-            ("ksize", "<i8", (MAX_DIMS,)),
-            ("kstride_in", "<i8", (MAX_DIMS,)),
-            ("kstride_out", "<i8", (MAX_DIMS,)),
-            ("rsize", "<i8", (MAX_DIMS,)),
-            ("rstride", "<i8", (MAX_DIMS,)),
-            ("outputs", "<i8"),
-            ("count", "<i8"),
-            ("alpha", scalar),
-            ("beta", scalar),
-            ("kndim", "<i4"),
-            ("rndim", "<i4"),
-            ("op", "<i4"),
-            ("reserved", "<i4"),
-        ],
-        align=True,
-    )
-
-
-_REDUCE_DTYPE = _reduce_dtype("<f4")
-_REDUCE_DTYPE64 = _reduce_dtype("<f8")
 
 
 def _vec(dt: dtypes.DType) -> int:
@@ -261,27 +220,8 @@ def _broadcast_strides(name: str, a: Any, shape: tuple[int, ...]) -> list[int]:
     return strides
 
 
-def _collapse(shape: Sequence[int], strides: list[list[int]]) -> tuple[list[int], list[list[int]]]:
-    """Drops size-1 dims, orders dims by operand 0's stride (outermost first) and merges
-    dims contiguous in every operand."""
-    dims = [d for d, size in enumerate(shape) if size != 1]
-    dims.sort(key=lambda d: -abs(strides[0][d]))
-    sizes: list[int] = []
-    merged: list[list[int]] = [[] for _ in strides]
-    for d in dims:
-        if sizes and all(m[-1] == s[d] * shape[d] for m, s in zip(merged, strides, strict=True)):
-            sizes[-1] *= shape[d]
-            for m, s in zip(merged, strides, strict=True):
-                m[-1] = s[d]
-        else:
-            sizes.append(shape[d])
-            for m, s in zip(merged, strides, strict=True):
-                m.append(s[d])
-    return sizes, merged
-
-
 def _layout(shape: tuple[int, ...], strides: list[list[int]]) -> np.void:
-    sizes, merged = _collapse(shape, strides)
+    sizes, merged = collapse_dims(shape, strides)
     if len(sizes) > MAX_DIMS:
         raise NotSupportedError(
             f"tensor op: {len(sizes)} dims remain after merging contiguous ones "
@@ -318,7 +258,7 @@ def _channel_plan(
     n = int(np.prod(shape, dtype=np.int64))
     if n >= 2**31:
         return None
-    sizes, merged = _collapse(shape, strides)
+    sizes, merged = collapse_dims(shape, strides)
     dense = [int(np.prod(sizes[d + 1 :], dtype=np.int64)) for d in range(len(sizes))]
     if merged[0] != dense:
         return None  # c is not contiguous
@@ -583,7 +523,7 @@ def _transpose_shape(shape: tuple[int, ...], strides: list[list[int]]) -> np.voi
     is [batch, rows, cols] (out contiguous along cols) from x contiguous along rows, both
     at least TRANSPOSE_MIN (below that the strided kernel's reads are nearly coalesced and
     a tile would leave most lanes idle); None otherwise."""
-    sizes, merged = _collapse(shape, strides)
+    sizes, merged = collapse_dims(shape, strides)
     if len(sizes) not in (2, 3) or min(sizes[-2:]) < TRANSPOSE_MIN:
         return None
     y, x = merged[0], merged[1]
@@ -619,222 +559,8 @@ def nhwc_to_nchw(x: Any, *, dtype: Any = None) -> Any:
     return transform_tensor(x.transpose(0, 3, 1, 2), dtype=dtype)
 
 
-# ------------------------------------------------------------------ reductions
-
-
-def _axes(axes: Any, ndim: int) -> tuple[int, ...]:
-    if axes is None:
-        return tuple(range(ndim))
-    items = (axes,) if isinstance(axes, (int, np.integer)) and not isinstance(axes, bool) else axes
-    try:
-        items = tuple(items)
-    except TypeError:
-        raise BadParamError(
-            f"axes: expected None, an int or a tuple of ints, got {axes!r}"
-        ) from None
-    norm = []
-    for a in items:
-        if isinstance(a, bool) or not isinstance(a, (int, np.integer)):
-            raise BadParamError(f"axes: expected ints, got {a!r}")
-        if ndim == 0 and int(a) in (0, -1):
-            continue  # PyTorch reduces a 0-d array over dim 0 or -1: the element itself
-        if not -ndim <= int(a) < ndim:
-            raise BadParamError(f"axes: {int(a)} is out of range for a {ndim}-d array")
-        norm.append(int(a) % ndim)
-    if len(set(norm)) != len(norm):
-        raise BadParamError(f"axes: repeated axis in {axes!r}")
-    return tuple(sorted(norm))
-
-
-@with_stream
-def reduce_tensor(
-    x: Any,
-    op: str,
-    axes: int | Sequence[int] | None = None,
-    *,
-    keepdims: bool = False,
-    return_indices: bool = False,
-    alpha: float = 1.0,
-    beta: float = 0.0,
-    out: Any = None,
-    nan_propagation: bool = True,
-) -> Any:
-    """cuDNN's cudnnReduceTensor: ``out = alpha * reduce_op(x over axes) + beta * out``.
-
-    Args:
-        x: float32, float16, bfloat16 or float64 array, any strides, at most 8 dims.
-        op: one of :data:`REDUCE_OPS` (see the module docstring for their definitions).
-        axes: the axes to reduce (None: all).
-        keepdims: keep reduced axes as size 1 (cuDNN's output shape).
-        return_indices: min / max / amax only: also return int64 indices of the chosen
-            elements, flattened in C order over the reduced axes.
-        out: result array (x's dtype; shape with or without the kept 1s per keepdims).
-        nan_propagation: min / max / amax: True (default, as PyTorch's amin/amax and
-            cuDNN's CUDNN_PROPAGATE_NAN): a NaN element wins (the first NaN's index);
-            False (CUDNN_NOT_PROPAGATE_NAN, NumPy's nanmin/nanmax): NaN elements are
-            skipped, and only an all-NaN range gives NaN.
-
-    Returns:
-        out, or (out, indices).
-    """
-    op_id = _choice("op", op, REDUCE_OPS)
-    if _nan_option(nan_propagation) is False and op in _REDUCE_NUM:
-        op_id = _REDUCE_NUM[op]
-    if return_indices and op not in _ARG_OPS:
-        raise BadParamError(f"return_indices: only min, max and amax have indices, not {op!r}")
-    backend = backend_for(x, out, names=("x", "out"))
-    x = as_array("x", x)
-    dt = float_dtype("x", x)
-    if x.ndim > MAX_DIMS:
-        raise NotSupportedError(f"x: at most {MAX_DIMS} dims, got {x.ndim}")
-    red = _axes(axes, x.ndim)
-    kept = tuple(d for d in range(x.ndim) if d not in red)
-    count = int(np.prod([x.shape[d] for d in red], dtype=np.int64))
-    if count == 0 and op in _UNDEFINED_WHEN_EMPTY:
-        raise BadParamError(
-            f"x: reducing zero elements with op {op!r} is undefined "
-            f"(axes {red} include a size-0 axis)"
-        )
-    full_shape = tuple(1 if d in red else s for d, s in enumerate(x.shape))
-    shape = full_shape if keepdims else tuple(x.shape[d] for d in kept)
-    beta_val = _real("beta", beta, _wide(dt))
-    xp = array_module(x)
-    if out is None:
-        if beta_val != 0:
-            raise BadParamError(
-                "beta: blending (beta != 0) reads the prior content of out; pass out="
-            )
-        out = xp.empty(shape, dt.numpy)
-    else:
-        check_out(out, shape, dt.numpy, backend, {})
-        _writable("out", out)
-        if x.size and xp.may_share_memory(x, out):
-            note_host_work("reduce_tensor: a copy of x, which overlaps out")
-            x = x.copy()
-    indices = xp.empty(shape, np.int64) if return_indices else None
-    # the kernel writes values and indices at the same offsets: a C-contiguous target
-    target = out
-    if not out.flags.c_contiguous:
-        note_host_work("reduce_tensor: a contiguous copy of out, copied back")
-        target = xp.ascontiguousarray(out)
-    if target.size:
-        _launch_reduce(backend, dt, x, target, indices, kept, red, count, op_id, alpha, beta_val)
-        if target is not out:
-            out[...] = target
-    return (out, indices) if return_indices else out
-
-
-def _launch_reduce(
-    backend: Backend,
-    dt: dtypes.DType,
-    x: Any,
-    out: Any,
-    indices: Any,
-    kept: tuple[int, ...],
-    red: tuple[int, ...],
-    count: int,
-    op_id: int,
-    alpha: Any,
-    beta: float,
-) -> None:
-    outputs = int(np.prod([x.shape[d] for d in kept], dtype=np.int64))
-    # out (C-contiguous) holds the kept axes in order, with or without the reduced 1s
-    out_strides = [s // out.itemsize for s in out.strides]
-    if out.ndim == x.ndim:
-        out_strides = [out_strides[d] for d in kept]
-    w = _wide(dt)
-    r = np.zeros((), _REDUCE_DTYPE64 if w else _REDUCE_DTYPE)
-    xs = [s // x.itemsize for s in x.strides]
-    r["kndim"], r["rndim"] = len(kept), len(red)
-    r["ksize"][: len(kept)] = [x.shape[d] for d in kept][::-1]
-    r["kstride_in"][: len(kept)] = [xs[d] for d in kept][::-1]
-    r["kstride_out"][: len(kept)] = out_strides[::-1]
-    r["rsize"][: len(red)] = [x.shape[d] for d in red][::-1]
-    r["rstride"][: len(red)] = [xs[d] for d in red][::-1]
-    r["outputs"], r["count"] = outputs, count
-    r["alpha"], r["beta"], r["op"] = _real("alpha", alpha, w), beta, op_id
-    # The contiguous (smallest-stride) axis decides who walks it: threads across outputs
-    # when it is kept, lanes of a warp (or a block) when it is reduced.
-    live = [d for d in range(x.ndim) if x.shape[d] > 1]
-    inner = min(live, key=lambda d: abs(xs[d])) if live else None
-    threads_walk_outputs = inner is not None and inner in kept and outputs >= 32
-    chunks = _split_chunks(backend, outputs, count, threads_walk_outputs)
-    if chunks > 1:
-        _launch_split(backend, dt, x, out, indices, r[()], chunks, threads_walk_outputs)
-        return
-    if threads_walk_outputs:
-        kind, grid = "thread", _grid(backend, outputs)
-    elif count >= 4096:
-        kind, grid = "block", max(1, min(outputs, _max_blocks(backend) * 4))
-    else:
-        kind, grid = "warp", _grid(backend, outputs * 32)
-    name = f"tensor_reduce_{kind}<{dt.ctype}>"
-    kernel = _kernel(backend, dt, name, f"tensor_reduce_{kind}_{dt.short}")
-    kernel(grid, BLOCK, (x, out, indices, r[()]))
-
-
-def _split_target(backend: Backend) -> int:
-    """Blocks a split reduction aims for: two waves of 256-thread blocks on a GPU (8 per
-    SM resident); a few per core on the emulator."""
-    if backend.name == "cuda":
-        return 16 * backend.multiprocessor_count()
-    return 64
-
-
-def _split_chunks(backend: Backend, outputs: int, count: int, threads_walk_outputs: bool) -> int:
-    """Chunks per output of the two-pass reduction; 1: no split (enough outputs to fill the
-    device, or too short a reduction to pay for a second launch)."""
-    target = _split_target(backend)
-    if threads_walk_outputs:
-        groups = -(-outputs // BLOCK)
-        if groups >= target or groups > 65535:
-            return 1
-        chunks = min(-(-target // groups), count // SPLIT_MIN_THREAD_CHUNK)
-    else:
-        if outputs >= target or outputs > 65535:
-            return 1
-        chunks = min(-(-target // outputs), count // SPLIT_MIN_BLOCK_CHUNK)
-    return max(chunks, 1)
-
-
-def _launch_split(
-    backend: Backend,
-    dt: dtypes.DType,
-    x: Any,
-    out: Any,
-    indices: Any,
-    r: np.void,
-    chunks: int,
-    threads_walk_outputs: bool,
-) -> None:
-    """Pass 1: each block reduces one chunk into a (value, index) workspace of the
-    arithmetic type; pass 2: one warp per output combines its partials in a fixed order
-    (deterministic).
-
-    float partials for the 32-bit arithmetic: each is a float32 reduction of >= 128
-    elements, so the workspace adds one rounding per partial to (n + 32) ulps already
-    spent; double would not change the bound the tests check and doubles the finish's
-    reads. float64 inputs keep double partials (the accumulation stays in double)."""
-    outputs, count = int(r["outputs"]), int(r["count"])
-    chunk = -(-count // chunks)
-    chunks = -(-count // chunk)  # every chunk non-empty
-    xp = array_module(x)
-    part_v = xp.empty(outputs * chunks, np.float64 if _wide(dt) else np.float32)
-    part_i = xp.empty(outputs * chunks, np.int64)
-    if threads_walk_outputs:
-        kind, grid = "split_thread", (chunks, -(-outputs // BLOCK))
-    else:
-        kind, grid = "split_block", (chunks, outputs)
-    name = f"tensor_reduce_{kind}<{dt.ctype}>"
-    finish = _kernel(backend, dt, f"tensor_reduce_finish<{dt.ctype}>", "")
-    kernel = _kernel(backend, dt, name, f"tensor_reduce_{kind}_{dt.short}")
-    kernel(grid, BLOCK, (x, part_v, part_i, r, np.int64(chunk)))
-    finish(_grid(backend, outputs * 32), BLOCK, (part_v, part_i, out, indices, r, np.int32(chunks)))
-
-
 __all__ = [
     "OP_TENSOR_OPS",
-    "REDUCE_OPS",
     "add_tensor",
     "last_kernel_name",
     "maximum",
@@ -843,7 +569,6 @@ __all__ = [
     "nchw_to_nhwc",
     "nhwc_to_nchw",
     "op_tensor",
-    "reduce_tensor",
     "scale_tensor",
     "set_tensor",
     "transform_tensor",
@@ -852,4 +577,4 @@ __all__ = [
 # Kernel launches only, host copies reported: an emulator graph may replay them, and a
 # repeated call replays its launch template (runtime.templates).
 graph_safe(add_tensor, op_tensor, maximum, minimum, scale_tensor, set_tensor, transform_tensor,
-           nchw_to_nhwc, nhwc_to_nchw, reduce_tensor)  # fmt: skip
+           nchw_to_nhwc, nhwc_to_nchw)  # fmt: skip

@@ -1,5 +1,6 @@
-"""NumPy float64 reference of cuDNN's tensor operations (see cudnnlite.ops.tensor for the
-definitions): op_tensor, add_tensor, reduce_tensor (with flattened indices), transform."""
+"""NumPy float64 reference of cuDNN's tensor operations (see cudnnlite.ops.tensor and
+cudnnlite.ops.reduce for the definitions): op_tensor, add_tensor, reduce_tensor (with
+flattened indices), transform."""
 
 from __future__ import annotations
 

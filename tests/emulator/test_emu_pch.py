@@ -1,4 +1,4 @@
-"""The emulator's precompiled header (launcher._precompiled_header): built once per
+"""The emulator's precompiled header (build._precompiled_header): built once per
 header content, compiler, CPU and flags; a module compiles the same with or without it."""
 
 from __future__ import annotations
@@ -7,14 +7,14 @@ from pathlib import Path
 
 import pytest
 
-from cudnnlite.runtime.emulator import launcher
+from cudnnlite.runtime.emulator import build
 from cudnnlite.runtime.selftest import MMA_SELFTEST
 
 
 def _compile(monkeypatch: pytest.MonkeyPatch, cache: Path, no_pch: bool) -> Path:
     monkeypatch.setenv("CUDNNLITE_CACHE_DIR", str(cache))
     monkeypatch.setenv("CUDNNLITE_EMU_NO_PCH", "1" if no_pch else "0")
-    return launcher._compile(MMA_SELFTEST, asan=False)
+    return build._compile(MMA_SELFTEST, asan=False)
 
 
 def test_modules_compile_with_and_without_the_precompiled_header(
@@ -33,6 +33,6 @@ def test_a_header_that_cannot_be_precompiled_falls_back(
 ) -> None:
     # A compiler that fails the header build: no .gch, the module still compiles (with g++).
     monkeypatch.setenv("CUDNNLITE_CACHE_DIR", str(tmp_path))
-    flags = launcher.compile_flags(False)
-    assert launcher._precompiled_header("false", flags) is None
-    assert launcher._compile(MMA_SELFTEST, asan=False).exists()
+    flags = build.compile_flags(False)
+    assert build._precompiled_header("false", flags) is None
+    assert build._compile(MMA_SELFTEST, asan=False).exists()

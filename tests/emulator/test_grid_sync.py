@@ -20,7 +20,7 @@ import pytest
 from cudnnlite.errors import ExecutionError, NotSupportedError
 from cudnnlite.runtime import backend_by_name
 from cudnnlite.runtime.cuda import CudaKernel
-from cudnnlite.runtime.emulator import launcher
+from cudnnlite.runtime.emulator import build, launcher
 from cudnnlite.runtime.selftest import GRID_SYNC_SELFTEST
 from cudnnlite.testing import to_backend, to_numpy
 
@@ -111,7 +111,7 @@ def test_grid_too_large_to_be_co_resident(backend: str) -> None:
 
 
 def test_limits_match_the_header(backend: str, emulator_only: None) -> None:
-    header = (launcher.INCLUDE_DIR / "cuda_emu.h").read_text()
+    header = (build.INCLUDE_DIR / "cuda_emu.h").read_text()
     for name, value in (
         ("kMaxCooperativeBlocks", launcher.MAX_COOPERATIVE_BLOCKS),
         ("kMaxCooperativeThreads", launcher.MAX_COOPERATIVE_THREADS),

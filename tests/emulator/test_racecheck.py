@@ -24,7 +24,8 @@ import pytest
 from cudnnlite.errors import NotSupportedError
 from cudnnlite.runtime import ModuleSpec
 from cudnnlite.runtime.emulator import racecheck
-from cudnnlite.runtime.emulator.launcher import EmulatorBackend, compile_flags
+from cudnnlite.runtime.emulator.build import compile_flags
+from cudnnlite.runtime.emulator.launcher import EmulatorBackend
 from cudnnlite.runtime.selftest import RACECHECK_SELFTEST
 
 SRC = RACECHECK_SELFTEST.source

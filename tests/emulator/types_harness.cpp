@@ -1,5 +1,5 @@
 // Test harness for cudnnlite/runtime/emulator/include/emu_types.h.
-// Built by tests/emulator/test_emu_types.py into a shared library and driven through ctypes:
+// Built by tests/emulator/conftest.py into a shared library and driven through ctypes:
 // each extern "C" function runs one family of emu_types.h functions over arrays, and the
 // Python side compares with NumPy / exact references.  Compile-time properties (vector type
 // layout, triviality of the 16-bit types, min/max overload resolution) are static_asserts here.

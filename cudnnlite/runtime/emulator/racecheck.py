@@ -67,7 +67,7 @@ TSAN_OPTIONS = (
 @functools.cache
 def runtime_path() -> str:
     """The libtsan shared library of the emulator's compiler."""
-    from .launcher import compiler
+    from .build import compiler
 
     cxx = shutil.which(compiler())
     if cxx is None:
@@ -172,7 +172,7 @@ _RAW_FRAME = re.compile(r"^\s+#\d+ <null> <null> \(([^()+\s]+\.so)\+(0x[0-9a-f]+
 def _addr2line(module: str, offset: str) -> tuple[tuple[str, str], ...]:
     """Source lines (innermost first) of an offset in an emulator module, by addr2line;
     TSan's own symbolizer fails on some frames (OpenMP-outlined code, say)."""
-    from .launcher import cache_dir
+    from .build import cache_dir
 
     path = cache_dir() / module
     exe = shutil.which("addr2line")
@@ -339,7 +339,7 @@ SUPPRESSIONS = "race:emu::GridBarrier::~GridBarrier\n"
 
 
 def _suppressions_file() -> str | None:
-    from .launcher import cache_dir
+    from .build import cache_dir
 
     try:
         path = cache_dir() / "tsan-suppressions.txt"

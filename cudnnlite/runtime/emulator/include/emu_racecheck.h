@@ -2,7 +2,7 @@
 // ThreadSanitizer sees every CUDA thread of a block as a thread of its own and the
 // emulator's barriers and warp operations as the only synchronization between them.
 //
-// Built only when the module is compiled with -fsanitize=thread (launcher.py adds it,
+// Built only when the module is compiled with -fsanitize=thread (build.py adds it,
 // with --param=tsan-instrument-func-entry-exit=0: a CUDA thread's TSan identity
 // changes in the middle of emulator frames, so TSan keeps no shadow call stack and
 // a report names the accessing source line only, which is what the launcher prints).

@@ -1,0 +1,225 @@
+"""Building the CPU emulator's modules: a kernel source compiled with g++ after our CUDA
+header (its precompiled form when it can be built) into a shared library cached on disk.
+
+Environment switches (read at each build):
+
+======================  =====================================================
+CUDNNLITE_EMU_NO_PCH    ``1``: compile modules without the precompiled emulator header
+CUDNNLITE_EMU_PORTABLE  ``1``: build for the baseline of the architecture instead of
+                        this CPU (``-march=native``, the default)
+CUDNNLITE_CACHE_DIR     where compiled libraries go (default ~/.cache/cudnnlite)
+CUDNNLITE_CXX           the C++ compiler (default g++)
+======================  =====================================================
+"""
+
+from __future__ import annotations
+
+import functools
+import hashlib
+import os
+import re
+import shutil
+import subprocess
+import tempfile
+from pathlib import Path
+
+from ...errors import CompileError, NotSupportedError
+from ..env import flag
+from ..kernel import ModuleSpec
+from ..sources import cache_root, common_headers_digest, cuda_src_dir, source_path
+from . import racecheck as racecheck_mod
+
+INCLUDE_DIR = Path(__file__).resolve().parent / "include"
+
+
+def _env_flag(name: str) -> bool:
+    return flag(os.environ.get(name))
+
+
+def cache_dir() -> Path:
+    return cache_root() / "emu"
+
+
+def compiler() -> str:
+    return os.environ.get("CUDNNLITE_CXX", "g++")
+
+
+@functools.cache
+def compiler_version(cxx: str) -> str:
+    exe = shutil.which(cxx)
+    if exe is None:
+        raise NotSupportedError(
+            f"the CPU emulator needs a C++17 compiler; {cxx!r} was not found "
+            "(install g++, or point CUDNNLITE_CXX at one)"
+        )
+    out = subprocess.run([exe, "--version"], capture_output=True, text=True, check=False)
+    return out.stdout.splitlines()[0] if out.stdout else cxx
+
+
+@functools.cache
+def _cpu_signature() -> str:
+    """What -march=native depends on: the cache may be shared by machines (a home on
+    NFS), and a library built for another CPU could fault on this one."""
+    try:
+        with open("/proc/cpuinfo") as f:
+            info = f.read()
+    except OSError:
+        import platform
+
+        return platform.machine() + platform.processor()
+    keep = [ln for ln in info.splitlines() if ln.startswith(("model name", "flags", "Features"))]
+    return "\n".join(sorted(set(keep)))
+
+
+def _header_digest() -> str:
+    h = hashlib.sha256()
+    for path in sorted(INCLUDE_DIR.iterdir()):
+        if path.is_file():
+            h.update(path.name.encode())
+            h.update(path.read_bytes())
+    return h.hexdigest()
+
+
+def compile_flags(asan: bool, racecheck: bool = False) -> list[str]:
+    flags = [
+        "-std=gnu++17",
+        "-O2",
+        "-fPIC",
+        "-shared",
+        "-fopenmp",
+        "-fno-strict-aliasing",
+        # Kernels use `#pragma unroll` and CUDA idioms g++ warns about.
+        "-Wno-unknown-pragmas",
+        "-Wno-attributes",
+        "-fvisibility=hidden",
+    ]
+    if not _env_flag("CUDNNLITE_EMU_PORTABLE"):
+        # The library is built on the machine that runs it: use its instruction set
+        # (F16C makes fp16 conversions hardware ones; FMA is contracted as on a GPU).
+        flags.append("-march=native")
+    if asan:
+        # libstdc++ linked in statically so that all C++ allocations of the module
+        # go through ASan's allocator (mixing it with libc's would be a bad free).
+        flags += [
+            "-fsanitize=address",
+            "-fsanitize-recover=address",
+            # misaligned accesses fault on a GPU: the module's own handler (cuda_emu.h,
+            # EMU_ALIGNCHECK) makes each one a kernel error
+            "-fsanitize=alignment",
+            "-fsanitize-recover=alignment",
+            "-DEMU_ALIGNCHECK=1",
+            "-fno-omit-frame-pointer",
+            "-O1",
+            "-static-libstdc++",
+        ]
+    if racecheck:
+        flags += racecheck_mod.COMPILE_FLAGS
+    return flags
+
+
+_EXTERN_SHARED = re.compile(r"extern\s+__shared__")
+
+
+def _check_source(spec: ModuleSpec, text: str) -> None:
+    if _EXTERN_SHARED.search(text):
+        raise CompileError(
+            f"{spec.source}: `extern __shared__` is not supported by the emulator; declare dynamic "
+            "shared memory with DYNAMIC_SHARED(T, name) from common/cudnnlite.cuh"
+        )
+
+
+def _precompiled_header(cxx: str, flags: list[str]) -> Path | None:
+    """A directory holding ``cuda_emu.h.gch``, g++'s precompiled form of the emulator's
+    header for these flags (built once per header content, compiler, CPU and flags), or
+    None when it cannot be built. Modules compile with ``-include cuda_emu.h`` from that
+    directory: g++ takes the .gch when it is valid for the command and otherwise reads the
+    header as usual, so the result is the same either way, 1-2 s sooner per module."""
+    key = hashlib.sha256()
+    for part in (_header_digest(), compiler_version(cxx), _cpu_signature(), *flags):
+        key.update(part.encode())
+        key.update(b"\0")
+    pch_dir = cache_dir().resolve() / f"pch-{key.hexdigest()[:24]}"
+    gch = pch_dir / "cuda_emu.h.gch"
+    if gch.exists():
+        return pch_dir
+    pch_dir.mkdir(parents=True, exist_ok=True)
+    fd, tmp = tempfile.mkstemp(suffix=".gch", dir=pch_dir)
+    os.close(fd)
+    header_flags = [f for f in flags if f != "-shared"]
+    cmd = [cxx, *header_flags, f"-I{INCLUDE_DIR}", "-x", "c++-header",
+           str(INCLUDE_DIR / "cuda_emu.h"), "-o", tmp]  # fmt: skip
+    proc = subprocess.run(cmd, capture_output=True, text=True, check=False)
+    if proc.returncode != 0:
+        # g++ may have removed its output already.
+        Path(tmp).unlink(missing_ok=True)
+        return None
+    os.replace(tmp, gch)  # atomic: concurrent builders are harmless
+    return pch_dir
+
+
+def _compile(spec: ModuleSpec, asan: bool, racecheck: bool = False) -> Path:
+    src = source_path(spec.source)
+    text = src.read_text()
+    _check_source(spec, text)
+    cxx = compiler()
+    flags = compile_flags(asan, racecheck)
+    kernels = " ".join(f"EMU_KERNEL({name})" for name in spec.names)
+    defines = [
+        f'-DCUDNNLITE_EMU_SOURCE="{src}"',
+        f"-DCUDNNLITE_EMU_KERNELS={kernels}",
+        *spec.define_options(),
+    ]
+    key = hashlib.sha256()
+    for part in (
+        text,
+        str(src),
+        _header_digest(),
+        common_headers_digest(),
+        compiler_version(cxx),
+        _cpu_signature(),
+        *flags,
+        *defines,
+    ):
+        key.update(part.encode())
+        key.update(b"\0")
+    out_dir = cache_dir()
+    out = out_dir / f"{Path(spec.source).stem}-{key.hexdigest()[:24]}.so"
+    if out.exists():
+        return out
+    out_dir.mkdir(parents=True, exist_ok=True)
+    fd, tmp = tempfile.mkstemp(suffix=".so", dir=out_dir)
+    os.close(fd)
+    # The sanitizer builds (different flags, rarely used) skip the precompiled header.
+    plain = not (asan or racecheck or _env_flag("CUDNNLITE_EMU_NO_PCH"))
+    pch = _precompiled_header(cxx, flags) if plain else None
+    cmd = [
+        cxx,
+        *flags,
+        *(["-include", "cuda_emu.h"] if pch else []),
+        f"-I{INCLUDE_DIR}",
+        f"-I{cuda_src_dir()}",
+        *defines,
+        str(INCLUDE_DIR / "emu_entry.cpp"),
+        "-o",
+        str(Path(tmp).resolve()),
+    ]
+    # -include looks in the working directory first: there lies the .gch.
+    proc = subprocess.run(
+        cmd, capture_output=True, text=True, check=False, cwd=pch, env=racecheck_mod.child_env()
+    )
+    if proc.returncode != 0:
+        Path(tmp).unlink(missing_ok=True)
+        log = proc.stderr.strip()
+        hint = ""
+        if "EMU_INLINE_PTX_IS_NOT_EMULATED" in log:
+            hint = (
+                "\nhint: the source uses inline PTX (asm), which the emulator cannot run; "
+                "keep a portable path under `#ifdef CUDNNLITE_EMULATOR`"
+            )
+        raise CompileError(
+            f"g++ failed to compile {spec.source} for the emulator\n"
+            f"  kernels: {', '.join(spec.names)}\n"
+            f"  defines: {dict(spec.defines)}\n{log[-6000:]}{hint}"
+        )
+    os.replace(tmp, out)  # atomic: concurrent compiles of one key are harmless
+    return out
