@@ -25,6 +25,7 @@ from .ops import _fastpath as _fastpath
 from .ops._fastpath import OpPlan
 from .ops.activation import (
     ACTIVATION_MODES,
+    FUSED_ALIASES,
     activation_backward,
     activation_forward,
     activation_plan,
@@ -178,6 +179,7 @@ def fast_paths_off() -> _contextlib.AbstractContextManager[None]:
 
 __all__ = [
     "ACTIVATION_MODES",
+    "FUSED_ALIASES",
     "conv1d_backward_bias",
     "conv1d_backward_data",
     "conv1d_backward_filter",

@@ -239,6 +239,33 @@ def test_fused_add_activation(backend: str, activation: str, with_z: bool, dtype
     check(yi, ref["y"], dtype, what="inference fusion")
 
 
+@pytest.mark.parametrize("alias,mode,coef", [("silu", "swish", None), ("relu6", "hardtanh", 6.0)])
+def test_fused_pytorch_activation_names(backend: str, alias: str, mode: str, coef: Any) -> None:
+    # silu / relu6 run as swish (beta 1) / hardtanh (0, 6): bit-identical to those modes
+    # with the parameters spelled out (hardtanh's min_val 0 is fixed by the alias only)
+    shape = (2, 5, 3, 4)
+    x, z, dy = (to_backend(data(shape, np.float32, s, 0.0, 3.0), backend) for s in (30, 31, 32))
+    w, b = (to_backend(a, backend) for a in params((5,)))
+    y, mean, invstd = BN.batch_norm_forward_training(x, w, b, z=z, activation=alias)
+    if mode == "swish":
+        y2 = BN.batch_norm_forward_training(x, w, b, z=z, activation=mode)[0]
+        g2 = BN.batch_norm_backward(dy, x, mean, invstd, w, bias=b, z=z, activation=mode)
+    else:  # hardtanh's min_val is -1 by default: compare with clip(pre, 0, 6) instead
+        pre = BN.batch_norm_forward_training(x, w, b, z=z)[0]
+        y2 = np.clip(to_numpy(pre), 0, 6)
+        g2 = None
+    np.testing.assert_array_equal(to_numpy(y), to_numpy(y2))
+    g = BN.batch_norm_backward(dy, x, mean, invstd, w, bias=b, z=z, activation=alias)
+    if g2 is not None:
+        for a, a2 in zip(g, g2, strict=True):
+            np.testing.assert_array_equal(to_numpy(a), to_numpy(a2))
+    else:  # relu6: dz is dy where 0 < pre < 6, else 0
+        inside = (to_numpy(pre) > 0) & (to_numpy(pre) < 6)
+        np.testing.assert_array_equal(to_numpy(g[3]), np.where(inside, to_numpy(dy), 0))
+    with pytest.raises(BadParamError, match=f"coef: {alias} takes none"):
+        BN.batch_norm_forward_training(x, w, b, activation=alias, coef=1.0)
+
+
 @pytest.mark.parametrize("layout", ["NCHW", "NHWC"])
 def test_cancellation_mean_1e4(backend: str, layout: str) -> None:
     # mean 1e4, std 1: E[x^2] - E[x]^2 in float32 loses every digit (1e8 +- 1e1 at ulp 8)

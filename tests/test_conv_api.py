@@ -81,6 +81,29 @@ def test_fused_bias_residual_activation(backend: str) -> None:
     np.testing.assert_allclose(to_numpy(y1), ref1, rtol=1e-4, atol=1e-4)
 
 
+@pytest.mark.parametrize("alias,mode,params", [
+    ("silu", "swish", {}),
+    ("relu6", "hardtanh", dict(activation_coef=6.0, activation_threshold=0.0)),
+])  # fmt: skip
+def test_pytorch_activation_names_fuse_as_their_modes(backend: str, alias: str, mode: str,
+                                                       params: dict) -> None:  # fmt: skip
+    # PyTorch's silu / relu6 are swish with beta 1 / hardtanh(0, 6): the same kernel, so
+    # bit-identical results, and -0 (at x[0]'s padded corner) keeps its sign as in PyTorch
+    x, w = rand((2, 3, 6, 6), 40) * 4, rand((4, 3, 3, 3), 41)
+    xs, ws = to_backend(x, backend), to_backend(w, backend)
+    y = cl.conv2d(xs, ws, padding=1, activation=alias)
+    np.testing.assert_array_equal(to_numpy(y), to_numpy(cl.conv2d(xs, ws, padding=1,
+                                                                  activation=mode, **params)))
+    ref = conv_forward(x, w, [(1, 1), (1, 1)], (1, 1), (1, 1))
+    ref = ref / (1 + np.exp(-ref)) if alias == "silu" else np.clip(ref, 0, 6)
+    np.testing.assert_allclose(to_numpy(y), ref, rtol=1e-4, atol=1e-4)
+    plan = cl.conv2d_plan(x.shape, w.shape, padding=1, backend=backend)
+    np.testing.assert_array_equal(to_numpy(plan(xs, ws, activation=alias)), to_numpy(y))
+    for name in ("activation_coef", "activation_threshold"):
+        with pytest.raises(BadParamError, match=f"{name}: {alias} takes none"):
+            cl.conv2d(xs, ws, activation=alias, **{name: 1.0})
+
+
 def test_nhwc_layout_and_conv1d(backend: str) -> None:
     x, w = rand((2, 7, 5, 6), 10), rand((4, 3, 3, 6), 11)  # NHWC / KRSC
     y = cl.conv2d(to_backend(x, backend), to_backend(w, backend), stride=2, padding=1,

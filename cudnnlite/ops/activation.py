@@ -85,6 +85,27 @@ ACTIVATION_MODES = (
 _MODE_ID = {name: i for i, name in enumerate(ACTIVATION_MODES)}
 _USES_Y = frozenset((_MODE_ID["sigmoid"], _MODE_ID["tanh"]))
 
+# PyTorch's names for two modes with fixed parameters, accepted where a fused activation
+# is named (convolution and batch-norm epilogues): (mode, coef, threshold).
+FUSED_ALIASES = {"silu": ("swish", 1.0, None), "relu6": ("hardtanh", 6.0, 0.0)}
+
+
+def fused_mode(activation: Any, coef: Any, threshold: Any, names: tuple[str, str]
+               ) -> tuple[Any, Any, Any]:  # fmt: skip
+    """(mode, coef, threshold) of a fused activation given by its mode or by a name of
+    FUSED_ALIASES; an alias fixes both parameters, so giving one (named by ``names``:
+    the caller's coef and threshold arguments) is a BadParamError."""
+    alias = FUSED_ALIASES.get(activation) if isinstance(activation, str) else None
+    if alias is None:
+        return activation, coef, threshold
+    for name, value in zip(names, (coef, threshold), strict=True):
+        if value is not None:
+            raise BadParamError(f"{name}: {activation} takes none ({alias[0]} with fixed "
+                                f"parameters; name {alias[0]} to set them), got "
+                                f"{value!r}")  # fmt: skip
+    return alias
+
+
 SOURCE = "activation/activation.cu"
 BLOCK = 256
 
@@ -596,6 +617,7 @@ def activation_plan(
 
 __all__ = [
     "ACTIVATION_MODES",
+    "FUSED_ALIASES",
     "activation_backward",
     "activation_forward",
     "activation_plan",

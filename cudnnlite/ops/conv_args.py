@@ -17,7 +17,7 @@ from .. import dtypes
 from ..errors import BadParamError, NotSupportedError
 from ..problems.conv import ConvProblem
 from ..solvers.conv.common import IDENTITY_MODE, Epilogue
-from .activation import ACTIVATION_MODES
+from .activation import ACTIVATION_MODES, FUSED_ALIASES, fused_mode
 
 _LAYOUTS_2D = ("NCHW", "NHWC")
 _LAYOUTS_1D = {"NCW": "NCW", "NWC": "NWC", "NCHW": "NCW", "NHWC": "NWC"}
@@ -121,13 +121,16 @@ def _epilogue_of(activation: Any, coef: Any, threshold: Any, alpha: Any, alpha2:
                  has_bias: bool, has_z: bool) -> Epilogue:  # fmt: skip
     a = _finite("alpha", alpha)
     a2 = _finite("alpha2", (1.0 if has_z else 0.0) if alpha2 is None else alpha2)
+    names = ("activation_coef", "activation_threshold")
+    activation, coef, threshold = fused_mode(activation, coef, threshold, names)
     if activation is None:
         if coef is not None or threshold is not None:
             raise BadParamError("activation_coef/activation_threshold: given without an activation")
         return Epilogue(a, a2, IDENTITY_MODE, 0.0, 0.0, has_bias, has_z)
     if activation not in _MODE_ID:
         raise BadParamError(
-            f"activation: expected None or one of {', '.join(ACTIVATION_MODES)}, got {activation!r}"
+            f"activation: expected None or one of {', '.join((*ACTIVATION_MODES, *FUSED_ALIASES))}"
+            f", got {activation!r}"
         )
     if coef is not None and activation not in _COEF_DEFAULTS:
         raise BadParamError(f"activation_coef: {activation} takes no coefficient")

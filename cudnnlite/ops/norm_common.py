@@ -34,7 +34,7 @@ from ..runtime.kernel import ModuleSpec
 from ..runtime.variants import register
 from ._arrays import array_module, as_array, check_out, contiguous
 from ._kernels import KernelTable, LastLaunch, kernel_table
-from .activation import ACTIVATION_MODES, _params, act_params_dtype
+from .activation import ACTIVATION_MODES, FUSED_ALIASES, _params, act_params_dtype, fused_mode
 
 SOURCE = "norm/norm.cu"
 LAYOUTS = ("NCHW", "NHWC")
@@ -244,20 +244,22 @@ _UNFUSED_ACTIVATIONS = ("mish",)
 
 def _act(activation: Any, coef: Any, dt: dtypes.DType) -> tuple[int, np.void]:
     """Activation mode id (-1 none) and its ActParamsT for data of type ``dt``."""
+    activation, coef, threshold = fused_mode(activation, coef, None, ("coef", "threshold"))
     if activation is None:
         if coef is not None:
             raise BadParamError("coef: given without an activation")
         activation = "identity"
     elif activation not in ACTIVATION_MODES:
         raise BadParamError(
-            f"activation: expected None or one of {', '.join(ACTIVATION_MODES)}, got {activation!r}"
+            f"activation: expected None or one of {', '.join((*ACTIVATION_MODES, *FUSED_ALIASES))}"
+            f", got {activation!r}"
         )
     if activation in _UNFUSED_ACTIVATIONS:
         raise BadParamError(
             f"activation: {activation} is not fused into the norm kernels (its math inlined "
             f"there costs registers for every mode); apply cudnnlite.{activation} to the result"
         )
-    params = _params(activation, coef, None, 1.0, 0.0, False)[0]  # checks coef
+    params = _params(activation, coef, threshold, 1.0, 0.0, False)[0]  # checks coef
     mode = -1 if activation == "identity" else ACTIVATION_MODES.index(activation)
     layout = act_params_dtype(dt)
     if layout != params.dtype:
