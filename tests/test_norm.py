@@ -18,11 +18,13 @@ from test_batch_norm import check, data, snapshot  # noqa: E402
 import cudnnlite.ops.batch_norm as BN
 import cudnnlite.ops.group_norm as GN
 import cudnnlite.ops.lrn as LRN
+import cudnnlite.ops.norm_common as NC
 import cudnnlite.ops.row_norm as ROW
 from cudnnlite import dtypes
 from cudnnlite.errors import BadParamError
 from cudnnlite.ops.norm_common import last_kernel_name
 from cudnnlite.reference import norm as rn
+from cudnnlite.runtime.select import backend_by_name
 from cudnnlite.testing import to_backend, to_numpy
 
 # The float32-computing types; float64 (computed in double) has its own few cases and
@@ -259,3 +261,43 @@ def test_empty_batch_and_rows_of_no_elements_as_pytorch(backend: str, dtype) -> 
     ref = torch.native_layer_norm(torch.zeros(2, 0, 3, dtype=torch.float64), (0, 3), None,
                                   None, 1e-5)  # fmt: skip
     assert ref[1].flatten().tolist() == [0.0, 0.0] and ref[2].isnan().all()
+
+
+def test_parameters_past_one_capped_grid(backend: str) -> None:
+    # The finalize kernels (per-channel statistics, parameter gradients) run one thread per
+    # channel on a grid capped at a few waves: more channels than that grid has threads
+    # must still all be written (they were left as allocated). N = 2 keeps it cheap.
+    table = NC._table(backend_by_name(backend), dtypes.FLOAT32)
+    c = table.max_grid * NC._BLOCK + 3
+    tb = lambda a: None if a is None else to_backend(a, backend)  # noqa: E731
+    x, dy = data((2, c), np.float32, 40), data((2, c), np.float32, 41, 0.0, 1.0)
+    w, b = wb((c,), np.float32)
+    # batch norm (training: statistics and running statistics; backward: dgamma, dbeta)
+    rm, rv = np.zeros(c, np.float32), np.ones(c, np.float32)
+    rmb, rvb = tb(rm), tb(rv)
+    y, mean, invstd = BN.batch_norm_forward_training(tb(x), tb(w), tb(b), rmb, rvb)
+    ref = rn.batch_norm_train(x, w, b, 1e-5, rm, rv, 0.1)
+    check(y, ref["y"], np.float32)
+    check(mean, ref["mean"], np.float32, scale=8.0)
+    check(rmb, ref["running_mean"], np.float32, scale=8.0)
+    check(rvb, ref["running_var"], np.float32, scale=8.0)
+    _, dw, db = BN.batch_norm_backward(tb(dy), tb(x), mean, invstd, tb(w))[:3]
+    g = rn.batch_norm_backward(dy, x, w, ref["mean"], ref["invstd"])
+    check(dw, g["dgamma"], np.float32, scale=8.0)
+    check(db, g["dbeta"], np.float32, scale=8.0)
+    # layer norm and RMS norm over rows of c: dweight, dbias
+    _, lmean, lrstd = ROW.layer_norm_forward(tb(x), (c,), tb(w), tb(b))
+    _, dw, db = ROW.layer_norm_backward(tb(dy), tb(x), (c,), lmean, lrstd, tb(w), tb(b))
+    check(dw, (dy * (x - x.mean(1, keepdims=True)) * to_numpy(lrstd)[:, None]).sum(0),
+          np.float32, scale=8.0)  # fmt: skip
+    check(db, dy.sum(0), np.float32, scale=8.0)
+    _, rrstd = ROW.rms_norm_forward(tb(x), (c,), tb(w))
+    _, dw = ROW.rms_norm_backward(tb(dy), tb(x), (c,), rrstd, tb(w))
+    check(dw, (dy * x * to_numpy(rrstd)[:, None]).sum(0), np.float32, scale=8.0)
+    # group norm (one group) on (2, c, 1): dweight, dbias per channel
+    x3, dy3 = x[:, :, None], dy[:, :, None]
+    _, gmean, grstd = GN.group_norm_forward(tb(x3), 1, tb(w), tb(b))
+    _, dw, db = GN.group_norm_backward(tb(dy3), tb(x3), 1, gmean, grstd, tb(w), tb(b))
+    xhat = (x - to_numpy(gmean)) * to_numpy(grstd)
+    check(dw, (dy * xhat).sum(0), np.float32, scale=8.0)
+    check(db, dy.sum(0), np.float32, scale=8.0)

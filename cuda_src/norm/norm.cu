@@ -345,23 +345,24 @@ __global__ void __launch_bounds__(256) bn_stats_finalize(
     // problem
     cl::index_t channels, cl::index_t inner, BnParamsT<cl::acc_t<T>> bp) {
     typedef cl::acc_t<T> A;
-    const cl::index_t c = cl::global_thread_id();
-    if (c >= channels) return;
     const cl::index_t plane = channels * bp.chunks;
-    nrm::Welford<A> acc, part;
-    acc.init();
-    for (int k = 0; k < bp.chunks; ++k) {
-        part.load(partial, c * bp.chunks + k, plane);
-        acc.merge(part);
-    }
-    const A var = acc.m2 / acc.n;  // biased, for normalizing
-    const A mean = acc.mean + cl::to_acc(x[c * inner]);
-    save_mean[c] = mean;
-    save_invstd[c] = A(1) / cl::math::sqrt(var + bp.eps);
-    if (bp.update_running) {
-        const A unbiased = acc.m2 / (acc.n - A(1));  // n >= 2: checked by the caller
-        running_mean[c] = (A(1) - bp.momentum) * running_mean[c] + bp.momentum * mean;
-        running_var[c] = (A(1) - bp.momentum) * running_var[c] + bp.momentum * unbiased;
+    // grid-stride: the launch caps its grid (a few waves), channels may be more
+    for (cl::index_t c = cl::global_thread_id(); c < channels; c += cl::grid_stride()) {
+        nrm::Welford<A> acc, part;
+        acc.init();
+        for (int k = 0; k < bp.chunks; ++k) {
+            part.load(partial, c * bp.chunks + k, plane);
+            acc.merge(part);
+        }
+        const A var = acc.m2 / acc.n;  // biased, for normalizing
+        const A mean = acc.mean + cl::to_acc(x[c * inner]);
+        save_mean[c] = mean;
+        save_invstd[c] = A(1) / cl::math::sqrt(var + bp.eps);
+        if (bp.update_running) {
+            const A unbiased = acc.m2 / (acc.n - A(1));  // n >= 2: checked by the caller
+            running_mean[c] = (A(1) - bp.momentum) * running_mean[c] + bp.momentum * mean;
+            running_var[c] = (A(1) - bp.momentum) * running_var[c] + bp.momentum * unbiased;
+        }
     }
 }
 
@@ -369,17 +370,17 @@ __global__ void __launch_bounds__(256) bn_stats_finalize(
 template <typename O>
 __global__ void __launch_bounds__(256) sum2_finalize(
     const cl::acc_t<O>* partial, O* out_a, O* out_b, cl::index_t channels, int chunks) {
-    const cl::index_t c = cl::global_thread_id();
-    if (c >= channels) return;
     const cl::index_t plane = channels * chunks;
-    nrm::Sum2<cl::acc_t<O>> acc, part;
-    acc.init();
-    for (int k = 0; k < chunks; ++k) {
-        part.load(partial, c * chunks + k, plane);
-        acc.merge(part);
+    for (cl::index_t c = cl::global_thread_id(); c < channels; c += cl::grid_stride()) {
+        nrm::Sum2<cl::acc_t<O>> acc, part;
+        acc.init();
+        for (int k = 0; k < chunks; ++k) {
+            part.load(partial, c * chunks + k, plane);
+            acc.merge(part);
+        }
+        if (out_a != nullptr) out_a[c] = cl::from_acc<O>(acc.a);
+        if (out_b != nullptr) out_b[c] = cl::from_acc<O>(acc.b);
     }
-    if (out_a != nullptr) out_a[c] = cl::from_acc<O>(acc.a);
-    if (out_b != nullptr) out_b[c] = cl::from_acc<O>(acc.b);
 }
 
 // ---------------------------------------------------------------- batch-norm elementwise
