@@ -1,6 +1,7 @@
 """README's deliberate differences from PyTorch outside OpInfo's samples (zero channels,
 small 3-D average pools, one-value groups, NaNs on padding, infinite gradients, attention
-without keys): each is asserted to still differ. Skipped without PyTorch or expecttest."""
+without keys, NaN grid coordinates): each is asserted to still differ. Skipped without
+PyTorch or expecttest."""
 
 from __future__ import annotations
 
@@ -95,3 +96,16 @@ def test_attention_without_keys_and_a_nan_query_still_differs() -> None:
     want = F.scaled_dot_product_attention(*(torch.from_numpy(a) for a in (q, kv, kv)))
     assert torch.isnan(want).all()
     np.testing.assert_array_equal(cl.scaled_dot_product_attention(q, kv, kv), [[0.0, 0.0]])
+
+
+def test_nan_grid_coordinate_still_differs() -> None:
+    """README's deliberate difference: a NaN grid coordinate in 2-D bilinear grid_sample
+    with zeros padding is NaN on PyTorch's CPU kernels; cudnnlite follows its CUDA kernels
+    (the point is out of bounds: 0). A finite point next to it agrees."""
+    x = (np.arange(20, dtype=np.float32) + 1).reshape(1, 1, 4, 5)
+    g = np.array([[[[np.nan, 0.0], [0.0, np.nan], [0.1, 0.2]]]], np.float32)
+    want = F.grid_sample(torch.from_numpy(x), torch.from_numpy(g), align_corners=False).numpy()
+    mine = cl.grid_sample(x, g, align_corners=False)
+    assert np.isnan(want[..., :2]).all()
+    np.testing.assert_array_equal(mine[..., :2], 0)
+    np.testing.assert_allclose(mine[..., 2], want[..., 2], rtol=1e-6)
