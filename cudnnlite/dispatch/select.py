@@ -116,15 +116,19 @@ def _explicit(name: str, problem: Any, caps: Capabilities, config: dict | None,
     solver = registry.get(name)
     if solver.family != family_of(problem):
         raise BadParamError(f"algo: {name} solves {solver.family}, not {family_of(problem)}")
-    cfg = solver.default_config(problem, caps)
-    if config is not None:
-        try:
-            cfg = solver.config_from_dict(config)
-        except (TypeError, ValueError) as exc:
-            raise BadParamError(f"config for {name}: {exc}") from None
-        if not solver.is_valid(cfg, problem, caps):
-            raise NotSupportedError(f"{name}: config {config} is not valid for {problem.key()}")
-    app = usable(solver, problem, caps, cfg)
+    # applicability first: a solver's configs may assume a problem it can run
+    app = usable(solver, problem, caps)
+    if not app:
+        raise NotSupportedError(f"{name} cannot run {problem.key()}: {app.reason}")
+    if config is None:
+        return Choice(solver, solver.default_config(problem, caps), source)
+    try:
+        cfg = solver.config_from_dict(config)
+    except (TypeError, ValueError) as exc:
+        raise BadParamError(f"config for {name}: {exc}") from None
+    if not solver.is_valid(cfg, problem, caps):
+        raise NotSupportedError(f"{name}: config {config} is not valid for {problem.key()}")
+    app = usable(solver, problem, caps, cfg)  # (the given config's own workspace)
     if not app:
         raise NotSupportedError(f"{name} cannot run {problem.key()}: {app.reason}")
     return Choice(solver, cfg, source)
