@@ -300,7 +300,6 @@ def _threshold(mode: str, threshold: Any, wide: bool) -> float:
     return v
 
 
-@functools.lru_cache(maxsize=512)
 def _params_struct(
     coef: float, threshold: float, alpha: float, beta: float, use_y: int, wide: bool = False
 ) -> np.void:
@@ -309,7 +308,8 @@ def _params_struct(
 
 
 def _checked_params(
-    mode: str, coef: Any, threshold: Any, alpha: Any, beta: Any, use_y: bool, wide: bool
+    mode: str, coef: Any, threshold: Any, alpha: Any, beta: Any, use_y: bool, wide: bool,
+    negative_zeros: tuple = (),
 ) -> tuple[np.void, float]:
     beta_k = _finite("beta", beta, wide)
     c, t = _coef(mode, coef, wide), _threshold(mode, threshold, wide)
@@ -330,8 +330,17 @@ def _checked_params(
 
 
 # Calls repeat the same few argument sets: remember the checked struct per raw argument
-# tuple (typed, so True never passes for 1.0; NaN never hits, so it is always rejected).
+# tuple (typed, so True never passes for 1.0; NaN never hits, so it is always rejected;
+# 0.0 and -0.0 are one key, so the call adds which scalars are -0.0: ``negative_zeros``).
 _cached_params = functools.lru_cache(maxsize=1024, typed=True)(_checked_params)
+_FLOAT_TYPES = frozenset((float, np.float16, np.float32, np.float64))
+
+
+def negative_zeros(values: tuple) -> tuple:
+    """The positions of the -0.0 among ``values``: part of a cache key over scalars, where
+    0.0 == -0.0 (yet alpha -0.0 gives -0 where 0.0 gives +0)."""
+    return tuple(i for i, v in enumerate(values)
+                 if type(v) in _FLOAT_TYPES and v == 0 and math.copysign(1.0, v) < 0)  # fmt: skip
 
 
 def _params(
@@ -349,7 +358,8 @@ def _params(
     ops/norm_common.py's fused activations."""
     wide = dt.acc_ctype == "double"
     try:
-        return _cached_params(mode, coef, threshold, alpha, beta, use_y, wide)
+        signs = negative_zeros((coef, threshold, alpha, beta))
+        return _cached_params(mode, coef, threshold, alpha, beta, use_y, wide, signs)
     except TypeError:  # unhashable argument: check it uncached (raises BadParamError)
         return _checked_params(mode, coef, threshold, alpha, beta, use_y, wide)
 

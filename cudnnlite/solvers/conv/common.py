@@ -11,7 +11,7 @@ from typing import Any
 import numpy as np
 
 from ... import dtypes
-from ...ops.activation import ACT_PARAMS_DTYPE, ACT_PARAMS_DTYPE64
+from ...ops.activation import ACT_PARAMS_DTYPE, ACT_PARAMS_DTYPE64, negative_zeros
 from ...problems.conv import ConvProblem
 
 _INT_FIELDS = (
@@ -102,13 +102,16 @@ class Epilogue:
         """The EpilogueFor<T> kernels on storage type ``dt`` take, by value: the float
         ConvEpilogue (``dt`` None or computed in float), or float64's, whose scalars are
         packed from the Python floats (alpha, alpha2 and the coefficients exact)."""
-        return _epilogue_struct(self, epilogue_dtype(dt) if dt is not None else EPILOGUE_DTYPE)
+        layout = epilogue_dtype(dt) if dt is not None else EPILOGUE_DTYPE
+        scalars = (self.alpha, self.alpha2, self.coef, self.threshold)
+        return _epilogue_struct(self, layout, negative_zeros(scalars) if 0.0 in scalars else ())
 
 
 @functools.lru_cache(maxsize=256)
-def _epilogue_struct(epi: Epilogue, layout: np.dtype) -> np.void:
+def _epilogue_struct(epi: Epilogue, layout: np.dtype, negative_zeros: tuple) -> np.void:
     """Cached per call shape (off the per-call path), safe because nobody mutates it: a
-    launch copies it."""
+    launch copies it. ``negative_zeros`` (which scalars are -0.0) is only part of the key:
+    an Epilogue with alpha -0.0 equals one with 0.0."""
     e = np.zeros((), layout)
     e["alpha"], e["alpha2"] = epi.alpha, epi.alpha2
     e["act"]["coef"], e["act"]["threshold"] = epi.coef, epi.threshold
