@@ -301,3 +301,31 @@ def test_parameters_past_one_capped_grid(backend: str) -> None:
     xhat = (x - to_numpy(gmean)) * to_numpy(grstd)
     check(dw, (dy * xhat).sum(0), np.float32, scale=8.0)
     check(db, dy.sum(0), np.float32, scale=8.0)
+
+
+@pytest.mark.parametrize("dtype", [*DTYPES, np.float64], ids=lambda d: np.dtype(d).name)
+def test_constant_rows_normalize_to_exactly_zero(backend: str, dtype: Any) -> None:
+    # A row / group of one repeated value: its statistics are taken about its first
+    # element, so the mean is that value exactly and y is the bias, as PyTorch's Welford
+    # gives (sum / n rounded off x: 12345.678 in float32 normalized to 0.295 everywhere).
+    # Sums of values near the float32 maximum stay finite the same way (4e36 * 100).
+    v = {np.float16: 3e4}.get(dtype, 12345.678)
+    tb = lambda a: to_backend(a, backend)  # noqa: E731
+    x2, x4 = np.full((2, 25), v, dtype), np.full((2, 4, 5, 5), v, dtype)
+    b = np.arange(4).astype(dtype)
+    y, mean, _ = ROW.layer_norm_forward(tb(x2), (25,))
+    assert (to_numpy(y) == 0).all() and (to_numpy(mean) == float(x2[0, 0])).all()
+    for layout, xs in (("NCHW", x4), ("NHWC", x4.transpose(0, 2, 3, 1).copy())):
+        y = GN.group_norm_forward(tb(xs), 2, None, tb(b), layout=layout)[0]
+        assert (to_numpy(y) == (b if layout == "NHWC" else b[:, None, None])).all(), layout
+    y = GN.instance_norm_forward(tb(x4))[0]
+    assert (to_numpy(y) == 0).all()
+    if np.dtype(dtype) == np.float32:
+        assert (to_numpy(ROW.layer_norm(tb(np.full((1, 100), 4e36, dtype)), (100,))) == 0).all()
+        # the backward of a constant plane: xhat is 0, dx = rstd * (dy - mean(dy))
+        x = np.full((1, 1, 5, 5), 1e19, dtype)
+        dy = (np.arange(25, dtype=dtype) - 12).reshape(x.shape)
+        _, m, r = GN.instance_norm_forward(tb(x))
+        dx = GN.instance_norm_backward(tb(dy), tb(x), m, r)[0]
+        np.testing.assert_allclose(to_numpy(dx), to_numpy(r).item() * (dy - dy.mean()),
+                                   rtol=1e-6)  # fmt: skip

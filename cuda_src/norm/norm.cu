@@ -695,9 +695,14 @@ __global__ void __launch_bounds__(1024) rownorm_fwd(
     const A inv_cols = A(1) / (A)s.cols;
     A mean = A(0);
     if constexpr (!RMS) {
+        // sum of x - x[0]: a constant row's mean is exactly x[0] (its deviations, y and
+        // xhat exactly 0, where sum / n rounds off x), and the sum stays far from overflow
+        // for rows of close values
+        const A shift = cl::to_acc(xr[0]);
         A t = A(0);
-        for (cl::index_t k = threadIdx.x; k < s.cols; k += blockDim.x) t += cl::to_acc(xr[k]);
-        mean = nrm::block_sum(t, sm) * inv_cols;
+        for (cl::index_t k = threadIdx.x; k < s.cols; k += blockDim.x)
+            t += cl::to_acc(xr[k]) - shift;
+        mean = shift + nrm::block_sum(t, sm) * inv_cols;
     }
     // second pass over the (cached) row: exact deviations, no cancellation
     A q = A(0);
@@ -849,10 +854,13 @@ __global__ void __launch_bounds__(512) gn_nhwc_fwd(
     const cl::index_t rstep = (cl::index_t)blockDim.y * s.channels;
     const cl::index_t off0 = (cl::index_t)threadIdx.y * s.channels;
     const A inv_cnt = A(1) / (A)(s.spatial * s.cpg);
+    // sums of x - the group's first element (as rownorm_fwd: a constant group is exact)
+    const A shift = cl::to_acc(xs[(cl::index_t)t.lg * s.cpg]);
     A sum = A(0);
     for (cl::index_t p = threadIdx.y, off = off0; p < s.spatial; p += blockDim.y, off += rstep)
-        for (cl::index_t k = threadIdx.x; k < t.span; k += 32) sum += cl::to_acc(xs[off + k]);
-    const A mean = nrm::gn_tile_sum(sum, part, tot, t, s.cpg) * inv_cnt;
+        for (cl::index_t k = threadIdx.x; k < t.span; k += 32)
+            sum += cl::to_acc(xs[off + k]) - shift;
+    const A mean = shift + nrm::gn_tile_sum(sum, part, tot, t, s.cpg) * inv_cnt;
     A q = A(0);
     for (cl::index_t p = threadIdx.y, off = off0; p < s.spatial; p += blockDim.y, off += rstep)
         for (cl::index_t k = threadIdx.x; k < t.span; k += 32) {
