@@ -343,7 +343,10 @@ struct Fwd {
                     mx = fmaxf(mx, fmaxf(s[mt][j][2 * hf], s[mt][j][2 * hf + 1]));
                 mx = fmaxf(mx, __shfl_xor_sync(0xffffffffu, mx, 1));
                 mx = fmaxf(mx, __shfl_xor_sync(0xffffffffu, mx, 2));
-                mx = fmaxf(m_run[mt][hf], mx * c);
+                // m = s_max * c rounded up: every s * c - m (one FFMA, rounded once)
+                // is then <= 0 (rounded to nearest, a logit of 1e10 * c put it up to
+                // ulp / 2 above 0: exp2 overflowed to inf, and the row became NaN)
+                mx = fmaxf(m_run[mt][hf], __fmul_ru(mx, c));
                 // Nothing kept yet: subtract 0 (exp2(-inf) = 0, no -inf - -inf).
                 const float m_use = mx == -INFINITY ? 0.0f : mx;
                 const float alpha = cl::math::exp2_ftz(m_run[mt][hf] - m_use);
