@@ -329,3 +329,14 @@ def test_constant_rows_normalize_to_exactly_zero(backend: str, dtype: Any) -> No
         dx = GN.instance_norm_backward(tb(dy), tb(x), m, r)[0]
         np.testing.assert_allclose(to_numpy(dx), to_numpy(r).item() * (dy - dy.mean()),
                                    rtol=1e-6)  # fmt: skip
+
+
+@pytest.mark.parametrize("scale", [1e10, 1e15, 1e17])
+def test_lrn_backward_of_large_inputs(backend: str, scale: float) -> None:
+    # scale^(-beta-1) underflows float32 near |x| = 1e15 (scale ~ x^2); the backward forms
+    # x / scale first, so the gradient keeps float32 accuracy up to about 1e17.
+    x = np.array([1.0, 2.0, -1.0], np.float32).reshape(1, 3, 1, 1) * np.float32(scale)
+    dy = np.array([1.0, 0.5, -1.0], np.float32).reshape(1, 3, 1, 1)
+    want = rn.lrn_backward(dy, x, 3, 1.0, 0.5, 2.0)
+    got = LRN.lrn_backward(to_backend(dy, backend), to_backend(x, backend), 3, 1.0, 0.5, 2.0)
+    np.testing.assert_allclose(to_numpy(got), want, rtol=1e-5)

@@ -978,7 +978,8 @@ __global__ void __launch_bounds__(256) lrn_scale(const T* dy, const T* x, cl::ac
         const A scale = nrm::lrn_scale_at(x, e, c, s);
         const A pw = cl::math::pow(scale, -s.beta);
         sp[e] = pw;
-        t[e] = cl::to_acc(dy[e]) * cl::to_acc(x[e]) * (pw / scale);
+        // x / scale first: scale^(-beta-1) itself underflows float32 once |x| nears 1e15
+        t[e] = (cl::to_acc(x[e]) / scale) * (cl::to_acc(dy[e]) * pw);
     }
 }
 
