@@ -62,6 +62,15 @@ class KernelTable:
         self.get(key)(grid, block, args, shared_mem=shared_mem)
         self.last.set(f"{key}_{self.dt.short}")
 
+    # A few waves of blocks at most (a family sets it from sm_count; 64 on the emulator).
+    max_grid = 64
+
+    def grid_for(self, n: int, block: int = 256) -> int:
+        """Blocks of ``block`` threads for ``n`` work items, capped at ``max_grid``: every
+        kernel launched with it loops over its items grid-stride (past the cap, items
+        without a thread of their own are never written otherwise)."""
+        return max(1, min(-(-n // block), self.max_grid))
+
 
 T = TypeVar("T", bound=KernelTable)
 _TABLES: dict[tuple, Any] = {}

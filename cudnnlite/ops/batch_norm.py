@@ -203,7 +203,7 @@ def batch_norm_forward_training(
     )
     table.launch(
         "bn_stats_finalize",
-        (table.grid1d(c),),
+        (table.grid_for(c),),
         (_BLOCK,),
         (xd, partial, mean, invstd, rm_k, rv_k, np.int64(c), np.int64(view.inner), bp),
     )
@@ -261,7 +261,7 @@ def _bn_apply(
     per_thread = 16 // x.itemsize if key != "bn_fwd_apply" else 1
     table.launch(
         key,
-        (table.grid1d(-(-n // per_thread)),),
+        (table.grid_for(-(-n // per_thread)),),
         (_BLOCK,),
         (x, z, y, mean, stat, w, b, a, params),
     )
@@ -463,7 +463,7 @@ def batch_norm_backward(
     dbeta = array_module(x).empty((c,), _acc(dt))
     table.launch(
         _sum2_params(dt),
-        (table.grid1d(c),),
+        (table.grid_for(c),),
         (_BLOCK,),
         (partial, dbeta, dgamma, np.int64(c), np.int32(chunks)),
     )
@@ -486,7 +486,7 @@ def batch_norm_backward(
     per_thread = 16 // x.itemsize if key != "bn_bwd_apply" else 1
     table.launch(
         key,
-        (table.grid1d(-(-n // per_thread)),),
+        (table.grid_for(-(-n // per_thread)),),
         (_BLOCK,),
         (dyd, xd, zd, dx, dz, mean, invstd, w, b, dgamma, dbeta, a, params),
     )

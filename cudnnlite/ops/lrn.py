@@ -83,7 +83,7 @@ def lrn(
     y = array_module(x).empty(x.shape, x.dtype)
     if x.size:
         table = _table(backend, dt)
-        table.launch("lrn_fwd", (table.grid1d(x.size),), (_BLOCK,), (xd, y, s))
+        table.launch("lrn_fwd", (table.grid_for(x.size),), (_BLOCK,), (xd, y, s))
     return _deliver(y, out)
 
 
@@ -113,7 +113,7 @@ def lrn_backward(
         t = xp.empty((x.size,), _acc(dt))
         sp = xp.empty((x.size,), _acc(dt))
         xd, dyd = _dense(x), _dense(dy)
-        grid = (table.grid1d(x.size),)
+        grid = (table.grid_for(x.size),)
         table.launch("lrn_scale", grid, (_BLOCK,), (dyd, xd, t, sp, s))
         table.launch("lrn_bwd", grid, (_BLOCK,), (dyd, xd, t, sp, dx, s))
     return dx

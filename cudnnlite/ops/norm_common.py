@@ -186,9 +186,6 @@ class _Table(KernelTable):
             self.target_blocks = 16
             self.max_grid = 64
 
-    def grid1d(self, n: int) -> int:
-        return max(1, min(-(-n // _BLOCK), self.max_grid))
-
 
 def _table(backend: Backend, dt: dtypes.DType) -> _Table:
     return kernel_table(_Table, backend, dt)

@@ -87,7 +87,7 @@ class _Table(KernelTable):
         self.max_gap_grid = self.sm_count * 64 if self.sm_count else 64
 
     def launch(self, key: str, n: int, args: Sequence[Any]) -> None:  # type: ignore[override]
-        super().launch(key, (max(1, min(-(-n // _BLOCK), self.max_grid)),), (_BLOCK,), args)
+        super().launch(key, (self.grid_for(n, _BLOCK),), (_BLOCK,), args)
 
     def launch_gap(self, direction: str, prob: _Problem, src: Any, dst: Any) -> None:
         """Global average pooling of ``prob`` (adaptive average to 1 x ... x 1):

@@ -122,8 +122,7 @@ class _Table(KernelTable):
     def launch_over(self, key: str, n: int, args: Sequence[Any]) -> None:
         """``n`` work items, grid-stride."""
         if n > 0:
-            grid = max(1, min(-(-n // _BLOCK), self.max_grid))
-            self.launch(key, (grid,), (_BLOCK,), args)
+            self.launch(key, (self.grid_for(n, _BLOCK),), (_BLOCK,), args)
 
 
 def last_kernel_name() -> str | None:
