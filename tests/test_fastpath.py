@@ -275,6 +275,22 @@ def test_op_plans_match_the_functional_calls(backend: str) -> None:
         same_bits(out, functional())
 
 
+def test_max_pool_plan_with_indices_for_training(backend: str) -> None:
+    # A training step's pooling: (y, indices) from the plan, bit for bit the functional
+    # call's, repeated on new data; indices are max pooling's only.
+    plan = cl.pooling_plan((2, 3, 9, 8), "max", 3, 2, 1, return_indices=True, backend=backend)
+    for seed in (7, 8):
+        x = to_backend(rand((2, 3, 9, 8), seed), backend)
+        y, idx = plan(x)
+        want_y, want_idx = cl.max_pool2d(x, 3, 2, 1, return_indices=True)
+        same_bits(y, want_y)
+        np.testing.assert_array_equal(to_numpy(idx), to_numpy(want_idx))
+    with pytest.raises(BadParamError, match="return_indices: avg_include_pad pooling has no"):
+        cl.pooling_plan((2, 3, 9, 8), "avg_include_pad", 3, return_indices=True, backend=backend)
+    with pytest.raises(BadParamError, match="return_indices: expected a bool"):
+        cl.pooling_plan((2, 3, 9, 8), "max", 3, return_indices=1, backend=backend)
+
+
 def test_op_plan_misuse_raises_clear_errors() -> None:
     x = rand((2, 3, 8, 8), 6)
     plan = cl.activation_plan(x.shape, "relu", backend="cpu")

@@ -506,28 +506,37 @@ def pooling_plan(
     layout: str = "NCHW",
     dtype: Any = np.float32,
     backend: str = "auto",
+    return_indices: bool = False,
 ) -> OpPlan:
     """Plans :func:`pooling_forward` (a mode of :data:`POOLING_MODES`) for arrays of
     ``shape`` (N, C and 1 to 3 spatial dims) and ``dtype``: the arguments are checked
     now; ``plan(x, out=None, stream=None)`` checks x's kind, shape and dtype and
     launches. ``backend``: "cpu" (emulator), "cuda", or "auto" (the GPU when CuPy sees
-    one)."""
+    one). ``return_indices`` (max pooling): the plan returns ``(y, indices)`` as
+    :func:`max_pool` does, for :func:`max_pool_backward` in a training step."""
     dims, dt = plan_shape(shape), plan_dtype(dtype)
     mode = _mode(mode)
     nd = len(dims) - 2
     if nd not in (1, 2, 3):
         raise BadParamError(f"shape: expected 3 to 5 dims (N, C, spatial...), got {dims}")
+    if not isinstance(return_indices, (bool, np.bool_)):
+        raise BadParamError(f"return_indices: expected a bool, got {return_indices!r}")
     args = (kernel_size, stride, padding)
     if mode.startswith("max"):
         _window_problem(dims, nd, *args, dilation, ceil_mode, layout, 0)
         kwargs = {"kernel_size": kernel_size, "stride": stride, "padding": padding,
                   "dilation": dilation, "ceil_mode": ceil_mode, "layout": layout}  # fmt: skip
+        if return_indices:  # (y, indices): max_pool's own call cache (the quick path has y)
+            kwargs["return_indices"] = True
+            return OpPlan("max_pool", max_pool, plan_backend(backend), dims, dt, kwargs)
         # the key max_pool makes (return_indices False)
         scalars = scalars_key("max", *args, dilation, ceil_mode, False, layout)
         return OpPlan("max_pool", max_pool, plan_backend(backend), dims, dt, kwargs, _quick,
                       scalars)  # fmt: skip
     if dilation not in (1, (1,), (1, 1), (1, 1, 1)):
         raise BadParamError(f"dilation: average pooling takes none, got {dilation!r}")
+    if return_indices:
+        raise BadParamError(f"return_indices: {mode} pooling has no indices (max pooling does)")
     _window_problem(dims, nd, *args, 1, ceil_mode, layout, _MODE_ID[mode])
     kwargs = {"kernel_size": kernel_size, "stride": stride, "padding": padding,
               "ceil_mode": ceil_mode, "count_include_pad": mode == "avg_include_pad",
