@@ -265,8 +265,8 @@ def test_empty_batch_and_rows_of_no_elements_as_pytorch(backend: str, dtype) -> 
 
 def test_parameters_past_one_capped_grid(backend: str) -> None:
     # The finalize kernels (per-channel statistics, parameter gradients) run one thread per
-    # channel on a grid capped at a few waves: more channels than that grid has threads
-    # must still all be written (they were left as allocated). N = 2 keeps it cheap.
+    # channel: more channels than the families' capped grid has threads must still all be
+    # written (launched on that grid, they were left as allocated). N = 2 keeps it cheap.
     table = NC._table(backend_by_name(backend), dtypes.FLOAT32)
     c = table.max_grid * NC._BLOCK + 3
     tb = lambda a: None if a is None else to_backend(a, backend)  # noqa: E731

@@ -346,7 +346,7 @@ struct Fwd {
                 // m = s_max * c rounded up: every s * c - m (one FFMA, rounded once)
                 // is then <= 0 (rounded to nearest, a logit of 1e10 * c put it up to
                 // ulp / 2 above 0: exp2 overflowed to inf, and the row became NaN)
-                mx = fmaxf(m_run[mt][hf], __fmul_ru(mx, c));
+                mx = fmaxf(m_run[mt][hf], SCALED ? mx : __fmul_ru(mx, c));  // (c = 1: exact)
                 // Nothing kept yet: subtract 0 (exp2(-inf) = 0, no -inf - -inf).
                 const float m_use = mx == -INFINITY ? 0.0f : mx;
                 const float alpha = cl::math::exp2_ftz(m_run[mt][hf] - m_use);

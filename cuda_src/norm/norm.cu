@@ -345,24 +345,23 @@ __global__ void __launch_bounds__(256) bn_stats_finalize(
     // problem
     cl::index_t channels, cl::index_t inner, BnParamsT<cl::acc_t<T>> bp) {
     typedef cl::acc_t<T> A;
+    const cl::index_t c = cl::global_thread_id();  // one thread per channel (uncapped grid)
+    if (c >= channels) return;
     const cl::index_t plane = channels * bp.chunks;
-    // grid-stride: the launch caps its grid (a few waves), channels may be more
-    for (cl::index_t c = cl::global_thread_id(); c < channels; c += cl::grid_stride()) {
-        nrm::Welford<A> acc, part;
-        acc.init();
-        for (int k = 0; k < bp.chunks; ++k) {
-            part.load(partial, c * bp.chunks + k, plane);
-            acc.merge(part);
-        }
-        const A var = acc.m2 / acc.n;  // biased, for normalizing
-        const A mean = acc.mean + cl::to_acc(x[c * inner]);
-        save_mean[c] = mean;
-        save_invstd[c] = A(1) / cl::math::sqrt(var + bp.eps);
-        if (bp.update_running) {
-            const A unbiased = acc.m2 / (acc.n - A(1));  // n >= 2: checked by the caller
-            running_mean[c] = (A(1) - bp.momentum) * running_mean[c] + bp.momentum * mean;
-            running_var[c] = (A(1) - bp.momentum) * running_var[c] + bp.momentum * unbiased;
-        }
+    nrm::Welford<A> acc, part;
+    acc.init();
+    for (int k = 0; k < bp.chunks; ++k) {
+        part.load(partial, c * bp.chunks + k, plane);
+        acc.merge(part);
+    }
+    const A var = acc.m2 / acc.n;  // biased, for normalizing
+    const A mean = acc.mean + cl::to_acc(x[c * inner]);
+    save_mean[c] = mean;
+    save_invstd[c] = A(1) / cl::math::sqrt(var + bp.eps);
+    if (bp.update_running) {
+        const A unbiased = acc.m2 / (acc.n - A(1));  // n >= 2: checked by the caller
+        running_mean[c] = (A(1) - bp.momentum) * running_mean[c] + bp.momentum * mean;
+        running_var[c] = (A(1) - bp.momentum) * running_var[c] + bp.momentum * unbiased;
     }
 }
 
@@ -370,17 +369,17 @@ __global__ void __launch_bounds__(256) bn_stats_finalize(
 template <typename O>
 __global__ void __launch_bounds__(256) sum2_finalize(
     const cl::acc_t<O>* partial, O* out_a, O* out_b, cl::index_t channels, int chunks) {
+    const cl::index_t c = cl::global_thread_id();  // one thread per channel (uncapped grid)
+    if (c >= channels) return;
     const cl::index_t plane = channels * chunks;
-    for (cl::index_t c = cl::global_thread_id(); c < channels; c += cl::grid_stride()) {
-        nrm::Sum2<cl::acc_t<O>> acc, part;
-        acc.init();
-        for (int k = 0; k < chunks; ++k) {
-            part.load(partial, c * chunks + k, plane);
-            acc.merge(part);
-        }
-        if (out_a != nullptr) out_a[c] = cl::from_acc<O>(acc.a);
-        if (out_b != nullptr) out_b[c] = cl::from_acc<O>(acc.b);
+    nrm::Sum2<cl::acc_t<O>> acc, part;
+    acc.init();
+    for (int k = 0; k < chunks; ++k) {
+        part.load(partial, c * chunks + k, plane);
+        acc.merge(part);
     }
+    if (out_a != nullptr) out_a[c] = cl::from_acc<O>(acc.a);
+    if (out_b != nullptr) out_b[c] = cl::from_acc<O>(acc.b);
 }
 
 // ---------------------------------------------------------------- batch-norm elementwise
@@ -698,11 +697,11 @@ __global__ void __launch_bounds__(1024) rownorm_fwd(
         // sum of x - x[0]: a constant row's mean is exactly x[0] (its deviations, y and
         // xhat exactly 0, where sum / n rounds off x), and the sum stays far from overflow
         // for rows of close values
-        const A shift = cl::to_acc(xr[0]);
+        mean = cl::to_acc(xr[0]);  // the shift
         A t = A(0);
         for (cl::index_t k = threadIdx.x; k < s.cols; k += blockDim.x)
-            t += cl::to_acc(xr[k]) - shift;
-        mean = shift + nrm::block_sum(t, sm) * inv_cols;
+            t += cl::to_acc(xr[k]) - mean;
+        mean += nrm::block_sum(t, sm) * inv_cols;
     }
     // second pass over the (cached) row: exact deviations, no cancellation
     A q = A(0);

@@ -203,7 +203,7 @@ def batch_norm_forward_training(
     )
     table.launch(
         "bn_stats_finalize",
-        (table.grid_for(c),),
+        (table.grid_each(c),),
         (_BLOCK,),
         (xd, partial, mean, invstd, rm_k, rv_k, np.int64(c), np.int64(view.inner), bp),
     )
@@ -463,7 +463,7 @@ def batch_norm_backward(
     dbeta = array_module(x).empty((c,), _acc(dt))
     table.launch(
         _sum2_params(dt),
-        (table.grid_for(c),),
+        (table.grid_each(c),),
         (_BLOCK,),
         (partial, dbeta, dgamma, np.int64(c), np.int32(chunks)),
     )

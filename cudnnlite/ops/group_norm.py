@@ -147,7 +147,7 @@ def _gn_nhwc_backward(
         dbias = xp.empty((c,), x.dtype) if want_bias else None
         table.launch(
             f"sum2_finalize_{dt.short}",
-            (table.grid_for(c),),
+            (table.grid_each(c),),
             (_BLOCK,),
             (partial, dbias, dweight, np.int64(c), np.int32(chunks)),
         )

@@ -186,6 +186,11 @@ class _Table(KernelTable):
             self.target_blocks = 16
             self.max_grid = 64
 
+    def grid_each(self, n: int) -> int:
+        """Blocks for one thread per item, uncapped: the finalize kernels (a thread per
+        channel, no grid-stride loop, which cost them registers and a spill)."""
+        return max(1, -(-n // _BLOCK))
+
 
 def _table(backend: Backend, dt: dtypes.DType) -> _Table:
     return kernel_table(_Table, backend, dt)

@@ -129,7 +129,7 @@ def _row_backward(
         dbias = xp.empty((nparams,), x.dtype) if want_bias else None
         table.launch(
             f"sum2_finalize_{dt.short}",
-            (table.grid_for(nparams),),
+            (table.grid_each(nparams),),
             (_BLOCK,),
             (partial, dbias, dweight, np.int64(nparams), np.int32(chunks)),
         )
