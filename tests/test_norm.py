@@ -105,9 +105,12 @@ def test_rms_norm(backend: str, case, affine: bool, dtype: Any) -> None:
 
 
 # ResNet-style GN (32 groups of 64 channels, scaled to 8 of 16), groups of 1 and of C,
-# C not a multiple of 32, H*W = 1.
+# C not a multiple of 32, H*W = 1; rows longer than the block (NCHW: a thread's walk along
+# its row crosses channels, H*W above and below the block size, dividing neither).
 GN_CASES = [
     ((2, 16, 5, 6), 8),
+    ((1, 6, 23, 29), 2),
+    ((1, 4, 13, 11), 1),
     ((2, 12, 3, 3), 1),
     ((3, 6, 4, 1), 6),
     ((2, 35, 1, 1), 5),

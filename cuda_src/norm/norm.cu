@@ -664,18 +664,30 @@ __device__ __forceinline__ A block_sum(A v, A* sm) {
     return t;
 }
 
-template <typename T>
-__device__ __forceinline__ cl::acc_t<T> weight_at(const T* w, int has, cl::index_t r,
-                                                  cl::index_t k, const RowShapeT<cl::acc_t<T>>& s) {
-    if (!has) return cl::acc_t<T>(1);
-    if (s.inner == 1) return cl::to_acc(w[s.groups == 1 ? k : (r % s.groups) * s.cols + k]);
-    // group norm: channel (r % groups) * channels_per_group + k / inner, 32-bit when it fits
-    const cl::index_t first = (r % s.groups) * s.cols;
-    const cl::index_t q = s.cols <= 0x7fffffffLL && s.inner <= 0x7fffffffLL
-                              ? (cl::index_t)((unsigned)k / (unsigned)s.inner)
-                              : k / s.inner;
-    return cl::to_acc(w[first / s.inner + q]);
-}
+// The weight index of row r's columns k0, k0 + step, k0 + 2 step, ... (a thread's walk
+// along its row): channel (r % groups) * (cols / inner) + k / inner, divided once per row
+// and then advanced by additions, which keeps the 64-bit remainder and divisions out of
+// the element loops. Layer / RMS norm (inner = 1) is the same walk with no remainder.
+struct WeightWalk {
+    cl::index_t idx, dq, rem, dr, inner;
+    template <typename A>
+    __device__ __forceinline__ WeightWalk(cl::index_t r, cl::index_t k0, cl::index_t step,
+                                          const RowShapeT<A>& s)
+        : inner(s.inner) {
+        idx = (s.groups == 1 ? 0 : (r % s.groups) * (s.cols / s.inner)) + k0 / inner;
+        rem = k0 % inner;
+        dq = step / inner;
+        dr = step % inner;
+    }
+    __device__ __forceinline__ void next() {
+        idx += dq;
+        rem += dr;
+        if (rem >= inner) {
+            rem -= inner;
+            ++idx;
+        }
+    }
+};
 
 }  // namespace nrm
 
@@ -710,10 +722,11 @@ __global__ void __launch_bounds__(1024) rownorm_fwd(
         q = cl::math::fma(d, d, q);
     }
     const A rstd = A(1) / cl::math::sqrt(nrm::block_sum(q, sm) * inv_cols + s.eps);
-    for (cl::index_t k = threadIdx.x; k < s.cols; k += blockDim.x) {
+    nrm::WeightWalk wk(r, threadIdx.x, blockDim.x, s);
+    for (cl::index_t k = threadIdx.x; k < s.cols; k += blockDim.x, wk.next()) {
         A v = (cl::to_acc(xr[k]) - mean) * rstd;
-        v *= nrm::weight_at(weight, s.has_weight, r, k, s);
-        if (s.has_bias) v += nrm::weight_at(bias, 1, r, k, s);
+        if (s.has_weight) v *= cl::to_acc(weight[wk.idx]);
+        if (s.has_bias) v += cl::to_acc(bias[wk.idx]);
         yr[k] = cl::from_acc<T>(v);
     }
     if (threadIdx.x == 0) {
@@ -737,8 +750,10 @@ __global__ void __launch_bounds__(1024) rownorm_bwd(
     const A mean = RMS ? A(0) : mean_in[r];
     const A rstd = rstd_in[r];
     A sg = A(0), sgx = A(0);
-    for (cl::index_t k = threadIdx.x; k < s.cols; k += blockDim.x) {
-        const A gw = cl::to_acc(dy[base + k]) * nrm::weight_at(weight, s.has_weight, r, k, s);
+    nrm::WeightWalk wk(r, threadIdx.x, blockDim.x, s);
+    for (cl::index_t k = threadIdx.x; k < s.cols; k += blockDim.x, wk.next()) {
+        const A w = s.has_weight ? cl::to_acc(weight[wk.idx]) : A(1);
+        const A gw = cl::to_acc(dy[base + k]) * w;
         const A xhat = (cl::to_acc(x[base + k]) - mean) * rstd;
         sg += gw;
         sgx = cl::math::fma(gw, xhat, sgx);
@@ -746,8 +761,10 @@ __global__ void __launch_bounds__(1024) rownorm_bwd(
     const A inv_cols = A(1) / (A)s.cols;
     const A mg = RMS ? A(0) : nrm::block_sum(sg, sm) * inv_cols;
     const A mgx = nrm::block_sum(sgx, sm) * inv_cols;
-    for (cl::index_t k = threadIdx.x; k < s.cols; k += blockDim.x) {
-        const A gw = cl::to_acc(dy[base + k]) * nrm::weight_at(weight, s.has_weight, r, k, s);
+    nrm::WeightWalk wk2(r, threadIdx.x, blockDim.x, s);
+    for (cl::index_t k = threadIdx.x; k < s.cols; k += blockDim.x, wk2.next()) {
+        const A w = s.has_weight ? cl::to_acc(weight[wk2.idx]) : A(1);
+        const A gw = cl::to_acc(dy[base + k]) * w;
         const A xhat = (cl::to_acc(x[base + k]) - mean) * rstd;
         dx[base + k] = cl::from_acc<T>(rstd * (gw - mg - xhat * mgx));
     }
@@ -852,23 +869,24 @@ __global__ void __launch_bounds__(512) gn_nhwc_fwd(
     T* ys = y + base;
     const cl::index_t rstep = (cl::index_t)blockDim.y * s.channels;
     const cl::index_t off0 = (cl::index_t)threadIdx.y * s.channels;
+    const cl::index_t end = s.spatial * s.channels;  // (the rows' offsets: no row counter)
     const A inv_cnt = A(1) / (A)(s.spatial * s.cpg);
     // sums of x - the group's first element (as rownorm_fwd: a constant group is exact)
     const A shift = cl::to_acc(xs[(cl::index_t)t.lg * s.cpg]);
     A sum = A(0);
-    for (cl::index_t p = threadIdx.y, off = off0; p < s.spatial; p += blockDim.y, off += rstep)
+    for (cl::index_t off = off0; off < end; off += rstep)
         for (cl::index_t k = threadIdx.x; k < t.span; k += 32)
             sum += cl::to_acc(xs[off + k]) - shift;
     const A mean = shift + nrm::gn_tile_sum(sum, part, tot, t, s.cpg) * inv_cnt;
     A q = A(0);
-    for (cl::index_t p = threadIdx.y, off = off0; p < s.spatial; p += blockDim.y, off += rstep)
+    for (cl::index_t off = off0; off < end; off += rstep)
         for (cl::index_t k = threadIdx.x; k < t.span; k += 32) {
             const A d = cl::to_acc(xs[off + k]) - mean;
             q = cl::math::fma(d, d, q);
         }
     const A rstd =
         A(1) / cl::math::sqrt(nrm::gn_tile_sum(q, part, tot, t, s.cpg) * inv_cnt + s.eps);
-    for (cl::index_t p = threadIdx.y, off = off0; p < s.spatial; p += blockDim.y, off += rstep)
+    for (cl::index_t off = off0; off < end; off += rstep)
         for (cl::index_t k = threadIdx.x; k < t.span; k += 32) {
             A v = (cl::to_acc(xs[off + k]) - mean) * rstd;
             if (s.has_weight) v *= cl::to_acc(weight[t.c0 + k]);
