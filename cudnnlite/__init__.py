@@ -13,7 +13,6 @@ from .dispatch.explain import explain, explain_call
 from .dispatch.settings import set_deterministic, set_mode, set_workspace_limit, settings
 from .dispatch.tuner import tune
 from .doctor import doctor
-from .dtypes import bfloat16
 from .errors import (
     BadParamError,
     CompileError,
@@ -175,6 +174,17 @@ def fast_path(op: _typing.Any, *args: _typing.Any, **kwargs: _typing.Any) -> str
 def fast_paths_off() -> _contextlib.AbstractContextManager[None]:
     """A context manager: the calls of this thread inside it take the full path."""
     return _fastpath.disabled()
+
+
+
+def __getattr__(name: str) -> _typing.Any:
+    # cudnnlite.bfloat16 (ml_dtypes.bfloat16's dtype): ml_dtypes is imported on first need
+    # (cudnnlite.dtypes' docstring says why)
+    if name == "bfloat16":
+        from . import dtypes as _dtypes
+
+        return _dtypes.bfloat16
+    raise AttributeError(f"module {__name__!r} has no attribute {name!r}")
 
 
 __all__ = [

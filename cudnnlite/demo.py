@@ -31,7 +31,7 @@ from .runtime.backend import Backend
 from .runtime.select import backend_for
 
 DTYPE_CHOICES = ("fp32", "fp16", "bf16")
-_NUMPY_DTYPES = {d.short: d.numpy for d in dtypes.FLOAT_TYPES}
+_DTYPES = {d.short: d for d in dtypes.FLOAT_TYPES}  # (bf16's NumPy dtype made on use)
 
 # Relative error allowed, against max(1, max|ref|): the output's own rounding (2^-24,
 # 2^-11, 2^-8) times a margin for fp32 accumulation over up to 16*9 products and the
@@ -153,7 +153,7 @@ def _run_op(
 
 def forward(net: Network, dtype: str, xp_name: str, repeats: int) -> list[Row]:
     """The forward pass in one dtype; every op checked against the reference."""
-    npdt = _NUMPY_DTYPES[dtype]
+    npdt = _DTYPES[dtype].numpy
     rng = np.random.default_rng(1)
     host = {name: getattr(net, name).astype(npdt) for name in ("w1", "b1", "w2", "w3", "b3",
                                                                "wf", "bf")}  # fmt: skip
@@ -264,7 +264,7 @@ def run(backend: str = "auto", dtypes: Sequence[str] = DTYPE_CHOICES, repeats: i
     rows: list[Row] = []
     net = Network()
     for dtype in dtypes:
-        if dtype not in _NUMPY_DTYPES:
+        if dtype not in _DTYPES:
             print(f"({dtype}: not available here, needs ml_dtypes)")
             continue
         for row in forward(net, dtype, xp_name, repeats):

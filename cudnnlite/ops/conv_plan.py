@@ -50,7 +50,7 @@ class ConvPlan:
         p = plan.problem
         # NumPy's or CuPy's ndarray: the only array type the quick call accepts.
         self._array_type = getattr(getattr(plan.backend, "xp", None), "ndarray", None)
-        self._dtype = next(d.numpy for d in dtypes.FLOAT_TYPES if d.short == p.dtype)
+        self._dtype = dtypes.by_short(p.dtype).numpy
         self._shapes = (p.x_shape(), p.w_shape(), (p.k,), p.y_shape())
         # Epilogues by their arguments as given (a plan meets few): checked once each.
         self._epilogues: dict[tuple, Epilogue] = {}

@@ -47,8 +47,9 @@ def set_context_key(fn: Callable[[], Any]) -> None:
 
 _FLAT = frozenset((int, bool, str, type(None)))
 # The dtypes of tensors (float16, bfloat16, float32, float64): other arrays' contents are
-# keyed.
-_TENSOR_DTYPES = frozenset(np.dtype(d.numpy) for d in dtypes.FLOAT_TYPES)
+# keyed. (A dict by dtype that bfloat16 joins when ml_dtypes is imported: dtypes.lookup
+# of a dtype not in it yet.)
+_TENSOR_DTYPES = dtypes.TENSOR_DTYPES
 _NUMPY_SCALARS = (np.integer, np.bool_, np.floating)
 
 
@@ -67,7 +68,7 @@ def _value_key(v: Any, arrays: list, ptrs: list) -> Any:
         ptr = host_pointer(v)
         arrays.append(v)
         ptrs.append(ptr)
-        if v.ndim and v.dtype in _TENSOR_DTYPES:
+        if v.ndim and (v.dtype in _TENSOR_DTYPES or dtypes.lookup(v.dtype) is not None):
             return (v.shape, v.dtype, v.strides, ptr & 15, v.flags.writeable)
         # A 0-d or non-float array may be a value the op reads on the host (padding as
         # an int array): its contents are part of the key.
@@ -84,7 +85,7 @@ def _value_key(v: Any, arrays: list, ptrs: list) -> Any:
         ptr = v.data.ptr
         arrays.append(v)
         ptrs.append(ptr)
-        if v.ndim and v.dtype in _TENSOR_DTYPES:
+        if v.ndim and (v.dtype in _TENSOR_DTYPES or dtypes.lookup(v.dtype) is not None):
             return ("device", v.device.id, v.shape, v.dtype, v.strides, ptr & 15)
         return ("device", v.device.id, v.shape, v.dtype, v.strides, ptr & 15, v.get().tobytes())
     if kind == "identity":

@@ -80,7 +80,7 @@ from ..errors import ExecutionError
 from . import graph, template_keys
 from .env import flag
 from .pointers import host_pointer
-from .template_keys import _NO_SWITCHES, _SWITCHES, _TENSOR_DTYPES, call_key
+from .template_keys import _NO_SWITCHES, _SWITCHES, call_key
 from .template_record import Refused, Template, record
 
 
@@ -227,7 +227,7 @@ def keep_memo(key: tuple, template: Template, op: Any, fn: Callable[..., Any], a
     kinds = {type(a) for a in args[1:]}
     if len(kinds) != 1 or len(ptrs) != len(args) - 1:
         return
-    if any(a.ndim == 0 or a.dtype not in _TENSOR_DTYPES for a in args[1:]):
+    if any(a.ndim == 0 or dtypes.lookup(a.dtype) is None for a in args[1:]):
         return  # (their contents are in the key)
     generation, nargs, context, switches = _generation, len(args), key[-2], key[-1]
     unset = all(v is None for v in switches)
