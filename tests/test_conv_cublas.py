@@ -17,6 +17,8 @@ off by at most 2 * 2^-11 (+ 2^-22) of its magnitude: bound 2^-10 * 1.01 * mag on
 from __future__ import annotations
 
 import dataclasses
+import warnings
+from typing import Any
 
 import conv_backward_support as bws
 import numpy as np
@@ -485,6 +487,25 @@ def test_blas_gemm_views() -> None:
         a64 = a.astype(np.float64)
         blas.gemm(b, blas.Mat(a64, 2, 2, 2), blas.Mat(a64, 2, 2, 2),
                   blas.Mat(np.zeros(4, np.float32), 2, 2, 2))  # fmt: skip
+
+
+@pytest.mark.parametrize("dtype", [np.float32, np.float64])
+def test_blas_gemm_ieee_specials_warn_nothing(dtype: Any) -> None:
+    # inf * 0 (NaN), overflow (inf) and NaN inputs: IEEE results and, as on the GPU, no
+    # NumPy RuntimeWarning (the emulator's matmul ran with NumPy's default error state)
+    b = backend_by_name("cpu")
+    big = np.finfo(dtype).max
+    a = np.array([np.inf, 1.0, big, big], dtype)  # A = [[inf, 1], [big, big]]
+    w = np.array([0.0, 1.0, big, 1.0], dtype)  # B = [[0, 1], [big, 1]]
+    c = np.array([1.0, 1.0, 1.0, np.nan], dtype)
+    with warnings.catch_warnings():
+        warnings.simplefilter("error")
+        blas.gemm(b, blas.Mat(a, 2, 2, 2), blas.Mat(w, 2, 2, 2), blas.Mat(c, 2, 2, 2),
+                  alpha=2.0, beta=1.0)  # fmt: skip
+    assert np.isnan(c[0])  # inf * 0 + big: NaN
+    assert c[1] == np.inf  # 2 (inf + 1) + 1
+    assert c[2] == np.inf  # big * big overflows
+    assert np.isnan(c[3])  # beta * NaN
 
 
 def test_blas_gemm_float64() -> None:

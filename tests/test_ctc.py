@@ -125,6 +125,23 @@ def test_impossible_alignments_inf_or_zero(backend: str) -> None:
     assert loss[0] == 0 and (grad[:, 0] == 0).all()
 
 
+def test_nan_log_prob_keeps_pathless_gradients_finite(backend: str) -> None:
+    # A NaN at (t=0, blank) makes alpha NaN along its paths; at the last frame only the
+    # positions that end the target have a suffix (beta finite), so the other columns get
+    # no path term: PyTorch's gradient is finite there (it was NaN, NaN + -inf)
+    b = {"lp": np.log(np.full((2, 1, 5), 0.2)), "il": np.array([2]), "tl": np.array([2]),
+         "blank": 0}  # fmt: skip
+    b["lp"][0, 0, 0] = np.nan
+    tg = np.array([[4, 3]])
+    loss, grad = run(backend, b, tg, dtype=np.float64, reduction="none")
+    t_loss, t_grad, _ = torch_ctc(b["lp"], tg, b["il"], b["tl"], reduction="none")
+    np.testing.assert_allclose(loss, t_loss, rtol=1e-12)
+    np.testing.assert_allclose(grad, t_grad, rtol=1e-12, atol=1e-15)  # NaN where torch's
+    np.testing.assert_allclose(grad[1, 0], [0.2, 0.2, 0.2, -0.8, 0.2], rtol=1e-12)
+    want = ref.ctc_loss_backward(np.ones(1), b["lp"], tg, b["il"], b["tl"], reduction="none")
+    np.testing.assert_allclose(want, t_grad, rtol=1e-12, atol=1e-15)
+
+
 def test_empty_inputs_and_targets(backend: str) -> None:
     # input length 0 with target length 0 (loss 0) and with a label (inf); T = 1.
     b = batch(seed=5, t=1, n=3, c=4)

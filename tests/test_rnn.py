@@ -317,6 +317,32 @@ def test_matches_torch():
         np.testing.assert_allclose(dw[name], prm.grad.numpy(), atol=1e-4, rtol=0, err_msg=name)
 
 
+@pytest.mark.parametrize("algo", ["rnn_fwd_standard", "rnn_fwd_persistent"])
+def test_relu_nan_passes_the_gradient_as_torch(algo):
+    # PyTorch's relu keeps a NaN and its threshold_backward zeroes only h <= 0: a NaN
+    # pre-activation passes dh (it used to give 0), and a NaN weight gives NaN gradients
+    torch = pytest.importorskip("torch")
+    torch.manual_seed(2)
+    m = torch.nn.RNN(2, 3, nonlinearity="relu", bidirectional=True).double()
+    x = torch.randn(4, 2, 2, dtype=torch.float64)
+    x[1, 0, 1] = float("nan")
+    x.requires_grad_(True)
+    y, hy = m(x)
+    (y * torch.linspace(-1, 1, y.numel(), dtype=torch.float64).reshape(y.shape)).sum().backward()
+    w = cl.rnn_weights_from_torch(m)
+    kw = dict(mode="rnn_relu", bidirectional=True, training=True, algo=algo)
+    y2, hy2, res = cl.rnn(x.detach().numpy(), None, w, **kw)  # (no cy but for an LSTM)
+    np.testing.assert_array_equal(np.isnan(y2), np.isnan(y.detach().numpy()))
+    dy = np.linspace(-1, 1, y2.size).reshape(y2.shape)
+    dx, _, _, dw = cl.rnn_backward(dy, np.zeros_like(hy2), None, res)
+    # dx stays finite (dh passes the NaN cells); the weights' gradients meet the NaN h
+    np.testing.assert_allclose(dx, x.grad.numpy(), atol=ATOL64, rtol=0)
+    assert np.isfinite(dx).all() and np.isnan(dw["weight_hh_l0"]).any()
+    for name, prm in m.named_parameters():
+        np.testing.assert_allclose(dw[name], prm.grad.numpy(), atol=ATOL64, rtol=0,
+                                   err_msg=name)  # fmt: skip  # (NaN where torch's)
+
+
 def test_empty_batch_and_key():
     x, hx, cx, w, kw = _case("gru", 3, 0, 2, 3, bi=True)
     y, hy = cl.rnn(x, hx, w, **kw)

@@ -58,6 +58,14 @@ __device__ __forceinline__ A log_add(A a, A b) {
     return a + cl::math::log1p(cl::math::exp(b - a));
 }
 
+// log(alpha * beta) of a position: -inf (no path through it) when either side has no
+// path, even where the other is NaN (a NaN log-prob elsewhere in the sequence), as in
+// PyTorch, whose gradient stays finite there; a + b otherwise.
+template <typename A>
+__device__ __forceinline__ A through(A a, A b) {
+    return a == neg_inf<A>() || b == neg_inf<A>() ? neg_inf<A>() : a + b;
+}
+
 // Label of position s of l' for a target starting at tgt.
 __device__ __forceinline__ int label(const int* tgt, int s, int blank) {
     return (s & 1) ? tgt[s >> 1] : blank;
@@ -199,7 +207,8 @@ __global__ void __launch_bounds__(128) ctc_grad(
         // fixed butterfly (every lane ends with the same bits; lane 0 writes).
         const int lane = threadIdx.x;
         A acc = ctc::neg_inf<A>();
-        for (int s = 2 * lane; s <= 2 * S; s += 64) acc = ctc::log_add(acc, a[s] + b[s]);
+        for (int s = 2 * lane; s <= 2 * S; s += 64)
+            acc = ctc::log_add(acc, ctc::through(a[s], b[s]));
         for (int m = 16; m >= 1; m >>= 1) {
             const A o = __shfl_xor_sync(0xffffffffu, acc, m);
             acc = lane & m ? ctc::log_add(o, acc) : ctc::log_add(acc, o);
@@ -214,7 +223,8 @@ __global__ void __launch_bounds__(128) ctc_grad(
     for (int k = threadIdx.x; k < S; k += blockDim.x) {
         if (!hd[k]) continue;
         A acc = ctc::neg_inf<A>();
-        for (int j = k; j >= 0; j = nx[j]) acc = ctc::log_add(acc, a[2 * j + 1] + b[2 * j + 1]);
+        for (int j = k; j >= 0; j = nx[j])
+            acc = ctc::log_add(acc, ctc::through(a[2 * j + 1], b[2 * j + 1]));
         const int c = tgt[k];
         const A v = cl::to_acc(lpt[c]);
         g[c] = cl::from_acc<T>((cl::math::exp(v) - cl::math::exp(acc + nl - v)) * sc);

@@ -180,7 +180,9 @@ __global__ void rnn_cell_bwd(
         gho[2 * p.h + c.j] = gha[2 * p.h + c.j] = gn * rg;
     } else {
         A hv = sg[c.j];
-        A g = MODE == rnn::kTanh ? dh * (A(1) - hv * hv) : (hv > A(0) ? dh : A(0));
+        // relu: dh where h > 0 and where h is NaN (PyTorch's threshold_backward zeroes only
+        // h <= 0: a NaN pre-activation passes dh, as its relu passes the NaN)
+        A g = MODE == rnn::kTanh ? dh * (A(1) - hv * hv) : (hv <= A(0) ? A(0) : dh);
         gxo[c.j] = gho[c.j] = g;
     }
 }

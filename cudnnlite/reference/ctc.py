@@ -146,7 +146,10 @@ def ctc_loss_backward(
         for t in range(il[i]):
             lcab = np.full(lp.shape[2], NEG_INF)
             for s, c in enumerate(ext):
-                lcab[c] = _lse(lcab[c], alpha[t, s] + beta[t, s])
+                a, b = alpha[t, s], beta[t, s]
+                # no path through (t, s) when either side has none, even if the other is
+                # NaN (a NaN log-prob elsewhere): PyTorch's gradient stays finite there
+                lcab[c] = _lse(lcab[c], NEG_INF if NEG_INF in (a, b) else a + b)
             with np.errstate(invalid="ignore"):
                 grad[t, i] = (np.exp(lp[t, i]) - np.exp(lcab + nll - lp[t, i])) * g[i]
     return grad if batched else grad[:, 0]

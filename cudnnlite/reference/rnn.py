@@ -216,7 +216,8 @@ def _step_backward(mode: str, saved: tuple, dh: np.ndarray, dc: np.ndarray | Non
         dh_prev = dh * z + dgh @ w.w_hh
     elif mode in ("rnn_tanh", "rnn_relu"):
         h, h_new = saved
-        dxw = dh * (1.0 - h_new * h_new) if mode == "rnn_tanh" else dh * (h_new > 0)
+        # relu: PyTorch's threshold_backward zeroes only where h <= 0; a NaN h passes dh
+        dxw = dh * (1.0 - h_new * h_new) if mode == "rnn_tanh" else np.where(h_new <= 0, 0.0, dh)
         dgh = dxw
         dh_prev = dgh @ w.w_hh
     else:

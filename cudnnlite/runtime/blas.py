@@ -202,14 +202,17 @@ def _numpy_call(a: Mat, b: Mat, c: Mat, trans_a: bool, trans_b: bool, batch: int
             av = av.swapaxes(1, 2)
         if trans_b:
             bv = bv.swapaxes(1, 2)
-        out = np.matmul(av, bv)  # sgemm (fp32 accumulation) or dgemm (fp64)
-        if out.shape[0] != batch:  # A and B both shared: the same product for every C
-            out = np.repeat(out, batch, axis=0)
-        if alpha != 1.0:
-            out *= scale
-        if beta != 0.0:
-            out += blend * cv.astype(work)
-        cv[...] = out.astype(c.array.dtype)
+        # IEEE arithmetic as on the GPU, where overflow (to inf) and invalid operations (inf
+        # * 0, inf - inf: NaN) raise nothing: no NumPy RuntimeWarning reaches the user
+        with np.errstate(all="ignore"):
+            out = np.matmul(av, bv)  # sgemm (fp32 accumulation) or dgemm (fp64)
+            if out.shape[0] != batch:  # A and B both shared: the same product for every C
+                out = np.repeat(out, batch, axis=0)
+            if alpha != 1.0:
+                out *= scale
+            if beta != 0.0:
+                out += blend * cv.astype(work)
+            cv[...] = out.astype(c.array.dtype)
 
     return run
 
