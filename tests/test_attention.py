@@ -520,3 +520,66 @@ def test_forced_solver_that_cannot_run_says_why() -> None:
     q40 = rng.standard_normal((1, 1, 40, 8)).astype(np.float32)  # 40 query rows: not decoding
     with pytest.raises(NotSupportedError, match="sdpa_fwd_flash_decode cannot run"):
         cl.scaled_dot_product_attention(q40, q40, q40, algo="sdpa_fwd_flash_decode")
+
+
+FWD_SOLVERS = ["sdpa_fwd_unfused", "sdpa_fwd_flash_fp32", "sdpa_fwd_flash_decode",
+               "sdpa_fwd_flash_dmma", "sdpa_fwd_flash_tc"]  # fmt: skip
+
+
+@pytest.mark.parametrize("dtype", ["float32", "float64", "bfloat16"])
+def test_rows_masked_by_the_lowest_finite_value(dtype: str) -> None:
+    """A row whose every key carries finfo.min (PyTorch's usual mask value): finite, so the
+    row is PyTorch's softmax of its rounded scores (the mean of v for equal ones), not 0.
+    Its log2 used to overflow to -inf, which masked the row like -inf."""
+    torch = pytest.importorskip("torch")
+    from torch.nn.attention import SDPBackend, sdpa_kernel
+
+    from cudnnlite import dtypes
+
+    dt = dtypes.bfloat16 if dtype == "bfloat16" else np.dtype(dtype)
+    rng = np.random.default_rng(7)
+    shapes = ((1, 2, 4, 16), (1, 2, 6, 16), (1, 2, 6, 16), (1, 2, 4, 16))
+    q, k, v, do = (rng.standard_normal(s).astype(dt) for s in shapes)
+    lowest = float(dtypes.finfo(dt).min)
+    mask = np.zeros((4, 6), dt)
+    mask[1] = lowest  # every key of row 1
+    mask[2, :4] = lowest  # some keys of row 2
+    mask_t = torch.tensor(mask.astype(np.float64))
+    math_t = torch.float64 if dtype == "float64" else torch.float32
+    qt, kt, vt = (torch.tensor(a.astype(np.float64), dtype=math_t, requires_grad=True)
+                  for a in (q, k, v))  # fmt: skip
+    with sdpa_kernel(SDPBackend.MATH):
+        want = torch.nn.functional.scaled_dot_product_attention(qt, kt, vt,
+                                                                attn_mask=mask_t.to(math_t))
+    # row 1's output: the mean of v (its scores all round to finfo.min)
+    np.testing.assert_allclose(want[0, :, 1].detach().numpy(),
+                               v.astype(np.float64).mean(axis=2)[0], rtol=1e-5, atol=1e-5)
+    tol = {"float32": 1e-5, "float64": 1e-12, "bfloat16": 2e-2}[dtype]  # (storage rounding)
+    ran = 0
+    for algo in FWD_SOLVERS:
+        try:
+            o, lse = cl.scaled_dot_product_attention(q, k, v, attn_mask=mask, return_lse=True,
+                                                     algo=algo)  # fmt: skip
+        except NotSupportedError:
+            continue
+        ran += 1
+        np.testing.assert_allclose(o.astype(np.float64), want.detach().numpy(), atol=tol,
+                                   rtol=tol, err_msg=algo)  # fmt: skip
+        assert np.isfinite(lse).all()
+    assert ran >= 3
+    # Backward: the unfused solver recomputes the softmax densely (exact); the fused ones
+    # recompute P from an lse that lost row 1's sum (README), exact for a row whose dout is
+    # 0 (a padded row's, usually)
+    do[0, :, 1] = 0
+    want.backward(torch.tensor(do.astype(np.float64), dtype=math_t))
+    o, lse = cl.scaled_dot_product_attention(q, k, v, attn_mask=mask, return_lse=True)
+    for algo in ("sdpa_bwd_unfused", "sdpa_bwd_flash_fp32", "sdpa_bwd_flash_tc",
+                 "sdpa_bwd_flash_dmma"):  # fmt: skip
+        try:
+            grads = cl.scaled_dot_product_attention_backward(do, q, k, v, o, lse, mask,
+                                                             algo=algo)  # fmt: skip
+        except NotSupportedError:
+            continue
+        for g, t in zip(grads, (qt, kt, vt), strict=True):
+            np.testing.assert_allclose(g.astype(np.float64), t.grad.numpy(), atol=4 * tol,
+                                       rtol=4 * tol, err_msg=algo)  # fmt: skip

@@ -113,6 +113,18 @@ template <typename A> struct Ln2;
 template <> struct Ln2<float> { static constexpr float value = 0.6931471805599453f; };
 template <> struct Ln2<double> { static constexpr double value = 0.6931471805599453; };
 
+// a * log2(e) rounded toward zero (FMUL.RZ / DMUL.RZ: no instruction more than a plain
+// multiply), which saturates at the largest finite value where a round-to-nearest product
+// would overflow: past |a| = MAX / log2(e) (float32's finfo.min, PyTorch's usual mask
+// value, is past it) a finite mask would become -inf and mask like one (a row masked by it
+// everywhere gave 0 where PyTorch gives its softmax over rounded scores: the mean of v).
+// The backward's lse in log2 is converted the same way. -inf, +inf and NaN stay; a finite
+// product is within one ulp of the rounded-to-nearest one.
+__device__ __forceinline__ float log2_sat(float a) { return __fmul_rz(a, Log2e<float>::value); }
+__device__ __forceinline__ double log2_sat(double a) {
+    return __dmul_rz(a, Log2e<double>::value);
+}
+
 // The mask's element at offset off (elements from mask) as stored, and its value: apart,
 // so that a tile's loads all issue before the first use (one memory latency per batch,
 // not one per element). Loops over a tile keep a lane's offset and add compile-time
@@ -135,7 +147,7 @@ __device__ __forceinline__ MaskValue<MASK, T> mask_decode(typename MaskRaw<MASK,
         m.keep = x != 0;
     } else if constexpr (MASK == kMaskAdditive) {
         const A a = cl::to_acc(x);
-        m.add_log2 = a * Log2e<A>::value;
+        m.add_log2 = log2_sat(a);
         m.keep = a != -INFINITY;  // -inf masks as a boolean False would
     }
     return m;

@@ -295,7 +295,7 @@ __device__ __forceinline__ bool tile_full(const SdpaParams& p, sdpa::Lengths len
 __device__ __forceinline__ float lse_log2(const float* lse, long long row, bool valid) {
     if (!valid) return INFINITY;
     const float l = lse[row];
-    return l == -INFINITY ? INFINITY : l * kLog2e;
+    return l == -INFINITY ? INFINITY : sdpa::log2_sat(l);
 }
 
 // ------------------------------------------------------------------ main (dK, dV)

@@ -146,7 +146,7 @@ __global__ void __launch_bounds__(kThreads, 2) flash_fp32_bwd_dkdv(
             for (int r = threadIdx.x; r < BM; r += kThreads) {
                 const int i = i0 + r;
                 const bool in = i < L.q;
-                lse_s[r] = in ? lse[bh * p.sq + i] * Const<A>::log2e : -INFINITY;
+                lse_s[r] = in ? sdpa::log2_sat(lse[bh * p.sq + i]) : -INFINITY;
                 delta_s[r] = in ? delta[bh * p.sq + i] : A(0);
             }
             __syncthreads();

@@ -452,7 +452,7 @@ __device__ __noinline__ unsigned mask_row(const SdpaParamsT<A>& p, const void* m
 #pragma unroll
     for (int j = 0; j < N; ++j) {
         bits |= (in[j] && a[j] != -INFINITY ? 1u : 0u) << j;  // -inf masks as False would
-        add[astride * j] = a[j] * Const<A>::log2e;
+        add[astride * j] = sdpa::log2_sat(a[j]);
     }
     return bits;
 }
@@ -637,7 +637,7 @@ __device__ __forceinline__ GradRow<A> grad_row(const SdpaParamsT<A>& p, sdpa::Le
     const bool in = i < L.q;
     GradRow<A> r;
     r.kr = sdpa::key_range(p, L, i);
-    r.lse_log2 = in ? lse[bh * p.sq + i] * Const<A>::log2e : -INFINITY;
+    r.lse_log2 = in ? sdpa::log2_sat(lse[bh * p.sq + i]) : -INFINITY;
     r.delta = in ? delta[bh * p.sq + i] : A(0);
     return r;
 }
