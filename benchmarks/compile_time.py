@@ -3,8 +3,9 @@
     python benchmarks/compile_time.py [--small] [--arch sm_90] [--filter TEXT] [-j N]
                                       [--all-dtypes] [--out DIR]
 
-Three measurements, each with the compile caches out of the way (a scratch
-``CUDNNLITE_CACHE_DIR``, ``CUDNNLITE_CUBIN_CACHE=0``):
+First ``import cudnnlite`` in a fresh interpreter (the median of a few; ml_dtypes is
+imported on first need, so it should not be); then three measurements, each with the
+compile caches out of the way (a scratch ``CUDNNLITE_CACHE_DIR``, ``CUDNNLITE_CUBIN_CACHE=0``):
 
 - **per module** (NVRTC, exactly the CUDA backend's run-time options for ``--arch``): for
   each kernel family (a source's float32 module, or every dtype with ``--all-dtypes``) the
@@ -177,6 +178,34 @@ def bench_gxx(specs: Sequence[Any]) -> list[dict[str, Any]]:
     return rows
 
 
+_IMPORT_PROBE = (
+    "import sys, time\n"
+    "t = time.perf_counter()\n"
+    "import cudnnlite\n"
+    "print(time.perf_counter() - t, 'ml_dtypes' in sys.modules, 'numpy' in sys.modules)\n"
+)
+
+
+def bench_import(repeats: int) -> dict[str, Any]:
+    """``import cudnnlite`` in fresh interpreters (this checkout first on the path): the
+    median seconds, and whether it imported ml_dtypes (about 1 s of its own on a 2-core
+    machine) and NumPy."""
+    import subprocess
+
+    env = dict(os.environ, PYTHONPATH=os.pathsep.join(
+        [str(_bench.REPO_ROOT), *filter(None, [os.environ.get("PYTHONPATH")])]))  # fmt: skip
+    times, ml_dtypes = [], False
+    for _ in range(repeats):
+        done = subprocess.run([sys.executable, "-c", _IMPORT_PROBE], capture_output=True,
+                              text=True, env=env, check=False)  # fmt: skip
+        if done.returncode != 0:
+            return {"error": done.stderr.strip().splitlines()[-1:]}
+        seconds, ml, _ = done.stdout.split()
+        times.append(float(seconds))
+        ml_dtypes = ml_dtypes or ml == "True"
+    return {"seconds": _bench.median(times), "repeats": repeats, "imports_ml_dtypes": ml_dtypes}
+
+
 def run(small: bool, arch: str = "sm_90", text: str | None = None, jobs: int = 2,
         all_dtypes: bool = False) -> dict[str, Any]:  # fmt: skip
     _bench.import_cudnnlite()
@@ -184,6 +213,7 @@ def run(small: bool, arch: str = "sm_90", text: str | None = None, jobs: int = 2
     from cudnnlite.runtime import cuda_toolkit
 
     out: dict[str, Any] = {"arch": arch, "unit_target_s": UNIT_TARGET_S, "small": small}
+    out["import"] = bench_import(1 if small else 5)
     dtypes_ = ("fp32",) if small else ("fp32", "fp16")
     # Which kernels the other layers launch, from the emulator with its usual cache (the
     # tests have compiled these modules already), before the caches are moved aside.
@@ -210,6 +240,13 @@ def run(small: bool, arch: str = "sm_90", text: str | None = None, jobs: int = 2
 
 def headlines(res: dict[str, Any]) -> list[str]:
     lines = []
+    imp = res.get("import", {})
+    if "seconds" in imp:
+        lines.append(f"compile_time import cudnnlite: {imp['seconds']:.2f} s (median of "
+                     f"{imp['repeats']}; ml_dtypes "
+                     f"{'imported' if imp['imports_ml_dtypes'] else 'not imported'})")  # fmt: skip
+    elif imp:
+        lines.append(f"compile_time import cudnnlite: {imp.get('error')}")
     rows = [r for r in res.get("modules", []) if "unit_max_s" in r]
     if rows:
         over = sum(len(r["units_over_target"]) for r in rows)
