@@ -192,3 +192,26 @@ def test_applicable_everywhere(backend: str) -> None:
         for layout in ("NCHW", "NHWC"):
             p = conv3x3(1, 3, 5, 5, 3, layout=layout, dtype=dt)
             assert all(s.is_applicable(p, any_caps(backend)) for s in SOLVERS)
+
+
+def test_a_nan_reaches_its_whole_tile_only() -> None:
+    """README: a NaN in dy reaches every output of the Winograd tiles it enters (F(4x4): a
+    5x5 patch of dx here, inside the two tiles' rows and columns), where a GEMM solver keeps
+    the filter's exact 3x3 reach."""
+    import cudnnlite as cl
+
+    rng = np.random.default_rng(0)
+    w = rng.standard_normal((4, 3, 3, 3)).astype(np.float16)
+    dy = rng.standard_normal((1, 4, 8, 8)).astype(np.float16)
+    dy[0, 3, 4, 4] = np.nan
+
+    def reach(algo: str) -> np.ndarray:
+        dx = cl.conv2d_backward_data(dy, w, (1, 3, 8, 8), 1, 1, algo=algo)
+        return np.isnan(dx[0].astype(np.float32)).any(0)
+
+    exact = np.zeros((8, 8), bool)
+    exact[3:6, 3:6] = True
+    assert (reach("conv_bwd_data_implicit_gemm") == exact).all()
+    wide = reach("conv_bwd_data_winograd_f4x4_3x3")
+    assert (wide >= exact).all() and wide.sum() == 25
+    assert not wide[:2].any() and not wide[:, :2].any()  # never past the tiles it enters
