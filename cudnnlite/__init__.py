@@ -176,7 +176,6 @@ def fast_paths_off() -> _contextlib.AbstractContextManager[None]:
     return _fastpath.disabled()
 
 
-
 def __getattr__(name: str) -> _typing.Any:
     # cudnnlite.bfloat16 (ml_dtypes.bfloat16's dtype): ml_dtypes is imported on first need
     # (cudnnlite.dtypes' docstring says why)

@@ -85,10 +85,15 @@ def __getattr__(name: str) -> Any:
 
 
 def lookup(dtype: Any) -> DType | None:
-    """The DType for a NumPy/CuPy dtype, or None if it is not one we compute in."""
+    """The DType for a NumPy/CuPy dtype (or anything ``numpy.dtype`` takes, and the name
+    ``"bfloat16"``), or None if it is not one we compute in."""
     try:
         dt = np.dtype(dtype)
     except TypeError:
+        # the name "bfloat16" before ml_dtypes is imported (NumPy knows it only after)
+        if BFLOAT16 is not None and isinstance(dtype, str) and dtype == "bfloat16":
+            BFLOAT16.numpy  # noqa: B018 (imports ml_dtypes, registers the dtype)
+            return BFLOAT16
         return None
     found = _BY_NUMPY.get(dt)
     if found is None and BFLOAT16 is not None and dt.name == "bfloat16" and (

@@ -83,6 +83,19 @@ def test_cudnnlite_bfloat16_imports_ml_dtypes() -> None:
     assert _run(code) == "ok"
 
 
+def test_the_name_bfloat16_works_before_ml_dtypes_is_imported() -> None:
+    # NumPy knows the name only once ml_dtypes is imported; plans and casts take it first
+    code = (
+        "import sys, numpy as np, cudnnlite as cl\n"
+        "p = cl.conv2d_plan((1, 3, 8, 8), (4, 3, 3, 3), dtype='bfloat16', backend='cpu')\n"
+        "assert p.problem.dtype == 'bf16' and 'ml_dtypes' in sys.modules\n"
+        "y = cl.transform_tensor(np.ones((2, 2), np.float32), dtype='bfloat16')\n"
+        "assert y.dtype == cl.bfloat16 and (y.astype(np.float32) == 1).all()\n"
+        "print('ok')\n"
+    )
+    assert _run(code) == "ok"
+
+
 def test_dtype_objects() -> None:
     assert dtypes.by_short("bf16") is dtypes.BFLOAT16
     assert dtypes.BFLOAT16.itemsize == 2 and dtypes.FLOAT64.itemsize == 8
