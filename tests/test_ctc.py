@@ -142,6 +142,17 @@ def test_nan_log_prob_keeps_pathless_gradients_finite(backend: str) -> None:
     np.testing.assert_allclose(want, t_grad, rtol=1e-12, atol=1e-15)
 
 
+@pytest.mark.parametrize("reduction", ["sum", "mean"])
+def test_reduced_loss_is_a_0d_array(backend: str, reduction: str) -> None:
+    # (NumPy's sum / mean return a scalar, which has no __dlpack__ for torch.from_dlpack)
+    b = batch(seed=6, t=6, n=2)
+    loss, _ = run(backend, b, b["tg"], reduction=reduction)
+    got = cudnnlite.ctc_loss(to_backend(b["lp"].astype(np.float32), backend), b["tg"],
+                             b["il"], b["tl"], reduction=reduction)  # fmt: skip
+    assert type(got).__name__ == "ndarray" and got.shape == () and got.dtype == np.float32
+    assert hasattr(got, "__dlpack__")
+
+
 def test_empty_inputs_and_targets(backend: str) -> None:
     # input length 0 with target length 0 (loss 0) and with a label (inf); T = 1.
     b = batch(seed=5, t=1, n=3, c=4)

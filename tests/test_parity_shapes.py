@@ -190,6 +190,56 @@ def test_empty_arrays_with_zero_strides_are_not_aliases() -> None:
     assert r.shape == (4, 0)
 
 
+_R = np.random.default_rng(11)
+_X = _R.standard_normal((2, 3, 4, 4)).astype(np.float32)
+_W = _R.standard_normal((5, 3, 3, 3)).astype(np.float32)
+# (op given out=, the result's shape)
+_OUT_OPS = {
+    "conv2d": (lambda out: cl.conv2d(_X, _W, padding=1, out=out), (2, 5, 4, 4)),
+    "softmax": (lambda out: cl.softmax(_X, 1, out=out), (2, 3, 4, 4)),
+    "max_pool2d": (lambda out: cl.max_pool2d(_X, 2, out=out), (2, 3, 2, 2)),
+    "layer_norm": (lambda out: cl.layer_norm(_X, (4, 4), out=out), (2, 3, 4, 4)),
+    "batch_norm": (lambda out: cl.batch_norm(_X, None, None, training=True, out=out),
+                   (2, 3, 4, 4)),  # fmt: skip
+    "dropout": (lambda out: cl.dropout(_X, 0.5, seed=1, out=out), (2, 3, 4, 4)),
+    "attention": (lambda out: cl.scaled_dot_product_attention(_X, _X, _X, out=out),
+                  (2, 3, 4, 4)),  # fmt: skip
+    "relu": (lambda out: cl.relu(_X, out=out), (2, 3, 4, 4)),
+    "conv2d_backward_data": (lambda out: cl.conv2d_backward_data(
+        np.ones((2, 5, 4, 4), np.float32), _W, (2, 3, 4, 4), padding=1, out=out), (2, 3, 4, 4)),
+    "conv_transpose2d": (lambda out: cl.conv_transpose2d(_X, _W.transpose(1, 0, 2, 3).copy(),
+                                                         padding=1, out=out), (2, 5, 4, 4)),
+    "transform_tensor": (lambda out: cl.transform_tensor(_X, out=out), (2, 3, 4, 4)),
+}
+
+
+@pytest.mark.parametrize("op", sorted(_OUT_OPS))
+def test_out_whose_elements_share_memory_is_refused(op: str) -> None:
+    """An expanded out (a zero stride, which PyTorch refuses too) or an as_strided one
+    whose elements overlap would get every writer's value in one place: a BadParamError
+    naming out, for every op (only the elementwise ones checked before)."""
+    fn, shape = _OUT_OPS[op]
+    row = np.zeros(shape[1:], np.float32)  # one sample's worth, repeated along the batch
+    expanded = np.lib.stride_tricks.as_strided(row, shape, (0, *row.strides), writeable=True)
+    with pytest.raises(cl.BadParamError, match="out: has a zero stride"):
+        fn(expanded)
+    buf = np.zeros(int(np.prod(shape)), np.float32)
+    # channels half a plane apart: channel c's second half is channel c + 1's first
+    strides = (4 * shape[1] * shape[2] * shape[3], 2 * shape[2] * shape[3], 4 * shape[3], 4)
+    overlapping = np.lib.stride_tricks.as_strided(buf, shape, strides, writeable=True)
+    with pytest.raises(cl.BadParamError, match="out: its elements overlap in memory"):
+        fn(overlapping)
+    ok = np.empty(shape, np.float32)[..., ::-1]  # distinct elements, any strides: taken
+    assert fn(ok) is ok
+
+
+def test_conv_transpose_out_overlapping_x_names_x() -> None:
+    # (backward data's code names its input dy; conv_transpose's is x)
+    x = np.zeros((1, 3, 4, 4), np.float32)
+    with pytest.raises(cl.BadParamError, match="out: overlaps x;"):
+        cl.conv_transpose2d(x, np.zeros((3, 3, 1, 1), np.float32), out=x)
+
+
 # ------------------------------------------------------------------ zero channels
 
 

@@ -292,12 +292,36 @@ def same_view(a: Any, out: Any) -> bool:
                         and data_pointer(a) == data_pointer(out))  # fmt: skip
 
 
+def check_distinct(name: str, a: Any) -> None:
+    """BadParamError unless every element of ``a`` has memory of its own: a zero stride on
+    a dim of size > 1 (an expanded / broadcast view, as PyTorch refuses for out=), or dims
+    that, taken by increasing |stride|, do not each step past the inner dims' whole extent
+    (an as_strided view whose elements may overlap). The second test is sufficient, not
+    necessary: an interleaved layout of distinct elements is refused too (no array NumPy,
+    CuPy or PyTorch makes without as_strided)."""
+    if a.size == 0:
+        return
+    dims = sorted((abs(st), n) for n, st in zip(a.shape, a.strides, strict=True) if n > 1)
+    if dims and dims[0][0] == 0:
+        raise BadParamError(f"{name}: has a zero stride (elements alias each other); pass a "
+                            "dense array")  # fmt: skip
+    reach = a.dtype.itemsize  # bytes the inner dims span
+    for stride, n in dims:
+        if stride < reach:
+            raise BadParamError(
+                f"{name}: its elements overlap in memory (strides {tuple(a.strides)} for "
+                f"shape {tuple(a.shape)}); pass an array whose elements are distinct"
+            )
+        reach += stride * (n - 1)
+
+
 def check_out(
     out: Any, shape: Sequence[int], dtype: Any, backend: Backend, inputs: dict[str, Any]
 ) -> None:
     """``out`` must be a writable array of the inputs' kind with the result's shape
-    and dtype. It may be one of the inputs exactly (in place) but must not partly
-    overlap one. (``backend`` already checked that the kinds agree.)"""
+    and dtype whose elements are distinct (:func:`check_distinct`). It may be one of the
+    inputs exactly (in place) but must not partly overlap one. (``backend`` already
+    checked that the kinds agree.)"""
     if not hasattr(out, "shape") or not hasattr(out, "dtype"):
         raise BadParamError(f"out: expected an array, got {type(out).__name__}")
     if tuple(out.shape) != tuple(shape):
@@ -306,6 +330,7 @@ def check_out(
         raise BadParamError(f"out: expected dtype {np.dtype(dtype)}, got {out.dtype}")
     if isinstance(out, np.ndarray) and not out.flags.writeable:
         raise BadParamError("out: the array is read-only")
+    check_distinct("out", out)
     xp = array_module(out)
     for name, a in inputs.items():
         if a is None or a is out or not xp.may_share_memory(a, out):

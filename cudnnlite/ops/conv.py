@@ -25,7 +25,7 @@ from ..runtime.select import backend_for
 from ..runtime.streams import with_stream
 from ..runtime.variants import register
 from ..solvers.conv.common import IDENTITY_MODE, ConvTensors, Epilogue
-from ._arrays import array_module, as_array, contiguous, float_dtype
+from ._arrays import array_module, as_array, check_distinct, contiguous, float_dtype
 from ._fastpath import CallCache, arrays_key, scalars_key, settings_key
 from .activation import ACTIVATION_MODES, activation_forward
 from .conv_args import _COEF_DEFAULTS, _THRESHOLD_DEFAULTS, EmptyConv, _epilogue, make_problem
@@ -73,6 +73,7 @@ def _run(plan: Plan, x: Any, w: Any, bias: Any, z: Any, out: Any, epilogue: Epil
         _check_operand("out", out, p.y_shape(), dtype)
         if isinstance(out, np.ndarray) and not out.flags.writeable:
             raise BadParamError("out: the array is read-only")
+        check_distinct("out", out)
         for name, a in (("x", x), ("w", w), ("bias", bias)):
             if a is not None and xp.may_share_memory(a, out):
                 raise BadParamError(f"out: overlaps {name}; a convolution cannot run in place")
@@ -131,6 +132,7 @@ def _empty_conv(e: EmptyConv, x: Any, w: Any, bias: Any, z: Any, out: Any,
         _check_operand("out", out, e.y_shape, x.dtype)
         if isinstance(out, np.ndarray) and not out.flags.writeable:
             raise BadParamError("out: the array is read-only")
+        check_distinct("out", out)
     xp = array_module(x)
     if math.prod(e.y_shape) == 0:
         return out if out is not None else xp.empty(e.y_shape, dtype=x.dtype)

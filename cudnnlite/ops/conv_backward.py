@@ -34,7 +34,7 @@ from ..solvers.conv import bwd_data, bwd_filter
 from ..solvers.conv.bwd_data import BwdDataTensors
 from ..solvers.conv.bwd_filter import BwdFilterTensors
 from ..solvers.conv.common import IDENTITY_MODE, Epilogue
-from ._arrays import array_module, as_array, float_dtype
+from ._arrays import array_module, as_array, check_distinct, float_dtype
 from ._kernels import LastLaunch
 from .conv import _contiguous, bias_only, unbatched_view
 from .conv_args import EmptyConv, _ints, check_math, make_problem
@@ -114,6 +114,7 @@ def _target(out: Any, shape: tuple[int, ...], dtype: Any, inputs: dict[str, Any]
     _check("out", out, shape, dtype)
     if isinstance(out, np.ndarray) and not out.flags.writeable:
         raise BadParamError("out: the array is read-only")
+    check_distinct("out", out)
     for name, a in inputs.items():
         if a is not None and xp.may_share_memory(a, out):
             raise BadParamError(f"out: overlaps {name}; the gradient cannot be computed in place")
@@ -175,10 +176,11 @@ def _backward_data(dy: Any, w: Any, x_shape: Any, stride: Any, padding: Any, dil
 
 
 def _run_data(backend: Any, problem: ConvProblem, dy: Any, w: Any, bias: Any, out: Any,
-              algo: str, out_shape: tuple[int, ...]) -> Any:  # fmt: skip
+              algo: str, out_shape: tuple[int, ...], dy_name: str = "dy") -> Any:  # fmt: skip
+    """Backward data (``dy_name``: what the caller calls dy; conv_transpose's x)."""
     xp = array_module(dy)
     plan = get_plan(backend, problem, algo)
-    dx, copy = _target(out, out_shape, dy.dtype, {"dy": dy, "w": w, "bias": bias}, xp)
+    dx, copy = _target(out, out_shape, dy.dtype, {dy_name: dy, "w": w, "bias": bias}, xp)
     target = dx
     crop = tuple(out_shape) != tuple(problem.x_shape())
     if crop:  # conv_transpose whose last rows no input reaches: computed smaller, zero-filled
@@ -474,7 +476,7 @@ def _transpose(x: Any, w: Any, bias: Any, stride: Any, padding: Any, output_padd
     if bias is not None:
         _check("bias", bias, (c_out,), x.dtype)
     problem = dataclasses.replace(problem, direction="bwd_data")
-    return _run_data(backend, problem, x, w, bias, out, algo, shape_of(out_spatial))
+    return _run_data(backend, problem, x, w, bias, out, algo, shape_of(out_spatial), "x")
 
 
 def _bias_fill(out: Any, shape: tuple[int, ...], channels_last: bool, bias: Any, x: Any,

@@ -317,7 +317,9 @@ def _reduce(prob: _Problem, losses: Any, reduction: str) -> Any:
     else:
         div = xp.asarray(np.maximum(prob.tgt_len_host, 1).astype(prob.acc))
         out = (losses / div).mean() if losses.size else xp.asarray(prob.acc.type(np.nan))
-    return out.astype(prob.dt.numpy)
+    # NumPy's sum / mean give a scalar, not an array: a 0-d array as documented (and as
+    # PyTorch's 0-d tensor; a NumPy scalar has no __dlpack__)
+    return xp.asarray(out.astype(prob.dt.numpy))
 
 
 def _grad_scale(prob: _Problem, grad_out: Any, reduction: str) -> Any:

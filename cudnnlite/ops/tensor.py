@@ -46,7 +46,15 @@ from ..runtime.pointers import data_pointer
 from ..runtime.select import backend_for
 from ..runtime.streams import with_stream
 from ..runtime.variants import register
-from ._arrays import array_module, as_array, check_out, collapse_dims, float_dtype, same_view
+from ._arrays import (
+    array_module,
+    as_array,
+    check_distinct,
+    check_out,
+    collapse_dims,
+    float_dtype,
+    same_view,
+)
 from ._kernels import LastLaunch
 
 SOURCE = "tensor/tensor.cu"
@@ -202,9 +210,7 @@ def _nan_option(value: Any) -> bool:
 def _writable(name: str, a: Any) -> None:
     if isinstance(a, np.ndarray) and not a.flags.writeable:
         raise BadParamError(f"{name}: the array is read-only")
-    for size, stride in zip(a.shape, a.strides, strict=True):
-        if stride == 0 and size > 1 and a.size:  # an empty array aliases nothing
-            raise BadParamError(f"{name}: has a zero stride (elements alias each other)")
+    check_distinct(name, a)
 
 
 def _broadcast_strides(name: str, a: Any, shape: tuple[int, ...]) -> list[int]:
