@@ -161,6 +161,8 @@ def set_fast_paths(enabled: bool) -> None:
     """Turns the fast paths of repeated calls on or off for the whole process (on by
     default): the launch templates and the ops' call caches (README, "Per-call
     overhead"). Off, every call runs the full checks and dispatch."""
+    if not isinstance(enabled, bool):
+        raise BadParamError(f"enabled: expected True or False, got {enabled!r}")
     _fastpath.set_enabled(enabled)
 
 

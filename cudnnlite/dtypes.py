@@ -87,6 +87,8 @@ def __getattr__(name: str) -> Any:
 def lookup(dtype: Any) -> DType | None:
     """The DType for a NumPy/CuPy dtype (or anything ``numpy.dtype`` takes, and the name
     ``"bfloat16"``), or None if it is not one we compute in."""
+    if dtype is None:  # (numpy.dtype(None) is float64: no dtype is not a dtype here)
+        return None
     try:
         dt = np.dtype(dtype)
     except TypeError:

@@ -1,7 +1,7 @@
 """README's deliberate differences from PyTorch outside OpInfo's samples (zero channels,
 small 3-D average pools, one-value groups, NaNs on padding, infinite gradients, attention
-without keys, NaN grid coordinates): each is asserted to still differ. Skipped without
-PyTorch or expecttest."""
+without keys, NaN grid coordinates, negative-bit tensors): each is asserted to still
+differ. Skipped without PyTorch or expecttest."""
 
 from __future__ import annotations
 
@@ -109,3 +109,16 @@ def test_nan_grid_coordinate_still_differs() -> None:
     assert np.isnan(want[..., :2]).all()
     np.testing.assert_array_equal(mine[..., :2], 0)
     np.testing.assert_allclose(mine[..., 2], want[..., 2], rtol=1e-6)
+
+
+def test_negative_bit_tensor_still_differs() -> None:
+    """README's deliberate difference: a tensor with PyTorch's negative bit set (a lazy
+    negation) is refused; PyTorch's ops read it negated. Its DLPack export holds the stored,
+    un-negated values (NumPy's from_dlpack reads those), so taking it would be wrong."""
+    x = np.array([[1.5, -2.0, 3.0]], np.float32)
+    t = torch.complex(torch.from_numpy(x), torch.from_numpy(x)).conj().imag
+    assert t.is_neg()
+    np.testing.assert_array_equal(torch.relu(t).numpy(), np.maximum(-x, 0))
+    with pytest.raises(cl.BadParamError, match="x: a PyTorch tensor with its negative bit"):
+        cl.relu(t)
+    np.testing.assert_array_equal(cl.relu(t.resolve_neg()), np.maximum(-x, 0))

@@ -10,6 +10,7 @@ from collections import OrderedDict
 from collections.abc import Callable
 from typing import Any
 
+from ..errors import BadParamError
 from ..runtime.backend import Backend
 from ..runtime.graph import note_nondeterministic
 from . import settings
@@ -86,6 +87,8 @@ def _cache_key(backend: Backend, problem: Any, algo: str) -> tuple:
 
 def get_plan(backend: Backend, problem: Any, algo: str = "auto") -> Plan:
     """The cached plan for this call, making it on first use."""
+    if not isinstance(algo, str):
+        raise BadParamError(f"algo: expected 'auto', a solver name or a family, got {algo!r}")
     key = _cache_key(backend, problem, algo)
     with _plans_lock:
         plan = _plans.get(key)

@@ -60,7 +60,7 @@ def set_mode(mode: str) -> None:
 def set_workspace_limit(limit: int | None) -> None:
     """Bytes of workspace a solver may use; None for no limit."""
     global _current
-    if limit is not None and (not isinstance(limit, int) or limit < 0):
+    if limit is not None and (isinstance(limit, bool) or not isinstance(limit, int) or limit < 0):
         raise BadParamError(f"limit: expected a byte count >= 0 or None, got {limit!r}")
     _current = replace(_current, workspace_limit=limit)
 

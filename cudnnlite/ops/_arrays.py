@@ -97,6 +97,14 @@ def as_array(name: str, a: Any) -> Any:
     if isinstance(a, np.ndarray) or _is_cupy_array(a):
         return a
     if hasattr(a, "__dlpack__"):
+        # A PyTorch tensor whose negative bit is set holds the negation of its values
+        # (``x.conj().imag``), which DLPack exports as stored: refused, as its .numpy() does
+        is_neg = getattr(a, "is_neg", None)
+        if callable(is_neg) and is_neg():
+            raise BadParamError(
+                f"{name}: a PyTorch tensor with its negative bit set (a lazy negation, e.g. "
+                ".conj().imag); pass t.resolve_neg()"
+            )
         device = _dlpack_device(name, a)
         kind = device[0] if device is not None else None
         if kind == 1:

@@ -269,6 +269,8 @@ graph_safe(OpPlan.__call__)  # plans of graph-safe ops: kernel launches only
 
 def plan_backend(name: str) -> Any:
     """The backend a plan's ``backend=`` names ("auto": the GPU when CuPy sees one)."""
+    if not isinstance(name, str):
+        raise BadParamError(f"backend: expected 'auto', 'cpu' or 'cuda', got {name!r}")
     if name == "auto":
         from ..runtime.cuda import CudaBackend
 

@@ -237,7 +237,9 @@ def _window(window: Any) -> tuple[int, int] | None:
     left, right = int(left), int(right)
     if left < -1 or right < -1:
         raise BadParamError(f"window: entries must be >= 0, or -1 for unbounded, got {window!r}")
-    return left, right
+    # a bound past any sequence (the kernels take 32-bit ones) is no bound: the same keys
+    big = 2**31 - 1
+    return min(left, big), min(right, big)
 
 
 def _scalars(dropout_p: Any, scale: Any, seed: Any, offset: Any, d: int, backend: Backend,
@@ -252,11 +254,17 @@ def _scalars(dropout_p: Any, scale: Any, seed: Any, offset: Any, d: int, backend
         sc = 1.0 / math.sqrt(d) if d else 1.0
     else:
         try:
+            if isinstance(scale, (bool, np.bool_)):
+                raise TypeError
             sc = float(scale)
         except (TypeError, ValueError):
             raise BadParamError(f"scale: expected a float or None, got {scale!r}") from None
         if not math.isfinite(sc):
             raise BadParamError(f"scale: expected a finite float, got {scale!r}")
+        # float32 arithmetic but for float64: the kernels take scale * log2(e) in float32
+        if q.dtype != np.float64 and abs(sc) * math.log2(math.e) > float(np.finfo(np.float32).max):
+            raise BadParamError(f"scale: expected a float finite in float32 (times log2(e)) for "
+                                f"{q.dtype} inputs, got {scale!r}")  # fmt: skip
     if seed is None:
         seed = int(np.random.randint(0, 2**63, dtype=np.int64)) if p > 0 else 0
     # a PhiloxState's counter adds to offset, read on the device

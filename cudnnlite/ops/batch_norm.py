@@ -414,6 +414,7 @@ def batch_norm_backward(
     )  # fmt: skip
     if not isinstance(training, (bool, np.bool_)):
         raise BadParamError(f"training: expected True or False, got {training!r}")
+    eps = _eps(eps)  # (unused by the training backward, checked all the same)
     x, view, dt = _bn_common(x, mode, layout)
     dy = as_array("dy", dy)
     same_dtype(("x", "dy"), (x, dy))

@@ -127,7 +127,7 @@ def _epilogue_of(activation: Any, coef: Any, threshold: Any, alpha: Any, alpha2:
         if coef is not None or threshold is not None:
             raise BadParamError("activation_coef/activation_threshold: given without an activation")
         return Epilogue(a, a2, IDENTITY_MODE, 0.0, 0.0, has_bias, has_z)
-    if activation not in _MODE_ID:
+    if not isinstance(activation, str) or activation not in _MODE_ID:
         raise BadParamError(
             f"activation: expected None or one of {', '.join((*ACTIVATION_MODES, *FUSED_ALIASES))}"
             f", got {activation!r}"
@@ -202,6 +202,8 @@ def make_problem(
     dt = dtypes.lookup(dtype)
     if dt is None:
         raise BadParamError(f"x: expected dtype {dtypes.names()}, got {dtype}")
+    if not isinstance(layout, str):
+        raise BadParamError(f"layout: expected a layout name, got {layout!r}")
     if nd == 2:
         if layout not in _LAYOUTS_2D:
             raise BadParamError(f"layout: expected 'NCHW' or 'NHWC', got {layout!r}")

@@ -14,11 +14,11 @@ from .. import dtypes
 from ..dispatch.plans import Plan, get_plan
 from ..errors import BadParamError
 from ..runtime.graph import graph_safe
-from ..runtime.select import backend_by_name, backend_for, forced_backend
+from ..runtime.select import backend_for, forced_backend
 from ..runtime.streams import with_stream
 from ..solvers.conv.common import Epilogue
 from ._fastpath import enabled as fastpath_enabled
-from ._fastpath import plan_shape, scalars_key
+from ._fastpath import plan_backend, plan_shape, scalars_key
 from .conv import _check_operand, _launch_new, _run
 from .conv_args import _epilogue, make_problem
 
@@ -184,11 +184,7 @@ def _plan(nd: int, x_shape: Sequence[int], w_shape: Sequence[int], stride: Any, 
         plan_shape(x_shape, "x_shape"), plan_shape(w_shape, "w_shape"), dtype, stride=stride,
         padding=padding, dilation=dilation, groups=groups, layout=layout, math_mode=math, nd=nd,
     )  # fmt: skip
-    if backend == "auto":
-        from ..runtime.cuda import CudaBackend
-
-        backend = "cuda" if CudaBackend.available() else "cpu"
-    return ConvPlan(get_plan(backend_by_name(backend), problem, algo))
+    return ConvPlan(get_plan(plan_backend(backend), problem, algo))
 
 
 # Kernel launches only, host copies reported: an emulator graph may replay these.

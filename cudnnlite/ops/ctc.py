@@ -138,10 +138,12 @@ def _lengths(name: str, v: Any, n: int, batched: bool) -> np.ndarray:
     if isinstance(v, bool):
         raise BadParamError(f"{name}: expected integer lengths, got {v!r}")
     if isinstance(v, (int, np.integer)):
-        arr = np.array([int(v)], np.int64)
-    elif isinstance(v, (list, tuple)):
+        v = [v]
+    if isinstance(v, (list, tuple)):
         if any(isinstance(x, bool) or not isinstance(x, (int, np.integer)) for x in v):
             raise BadParamError(f"{name}: expected a sequence of ints, got {v!r}")
+        if any(not -(2**62) < int(x) < 2**62 for x in v):  # (no length is that long)
+            raise BadParamError(f"{name}: lengths out of range, got {v!r}")
         arr = np.array([int(x) for x in v], np.int64).reshape(-1)
     else:
         a = _to_host(as_array(name, v))
@@ -149,6 +151,8 @@ def _lengths(name: str, v: Any, n: int, batched: bool) -> np.ndarray:
             raise BadParamError(f"{name}: expected an integer array, got dtype {a.dtype}")
         if a.ndim > 1:
             raise BadParamError(f"{name}: expected a 1-D array of {n} lengths, got {a.shape}")
+        if a.size and a.dtype.kind == "u" and int(a.max()) >= 2**62:  # (not to wrap in int64)
+            raise BadParamError(f"{name}: lengths out of range, got {a.tolist()!r}")
         arr = a.astype(np.int64).reshape(-1)
     if arr.shape != (n,):
         what = "one length (unbatched log_probs)" if not batched else f"{n} lengths (N = {n})"

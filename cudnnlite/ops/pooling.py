@@ -262,9 +262,8 @@ def max_pool_backward(
             dy1, ind1, (1, *input_shape), kernel_size, stride, padding, dilation, ceil_mode,
             layout=layout, deterministic=deterministic, nd=nd,
         )[0]  # fmt: skip
-    prob = _window_problem(
-        tuple(input_shape), nd, kernel_size, stride, padding, dilation, ceil_mode, layout, 0
-    )
+    prob = _window_problem(tuple(input_shape), nd, kernel_size, stride, padding, dilation,
+                           ceil_mode, layout, 0, name="input_shape")  # fmt: skip
     return _backward(dy, indices, prob, deterministic)
 
 
@@ -303,6 +302,7 @@ def avg_pool_backward(
         layout,
         mode,
         divisor_override,
+        name="input_shape",
     )
     return _backward(dy, None, prob, True)
 
@@ -364,7 +364,8 @@ def adaptive_avg_pool_backward(dy: Any, input_shape: Sequence[int], *, layout: s
             _batched("dy", dy, nd), (1, *input_shape), layout=layout, nd=nd
         )[0]
     out_sp = _split(dy.shape, len(input_shape) - 2, _layout(layout), "dy")[2]
-    prob = _adaptive_problem(tuple(input_shape), len(input_shape) - 2, out_sp, layout, 1)
+    prob = _adaptive_problem(tuple(input_shape), len(input_shape) - 2, out_sp, layout, 1,
+                             "input_shape")  # fmt: skip
     return _backward(dy, None, prob, True)
 
 
@@ -390,7 +391,8 @@ def adaptive_max_pool_backward(
             deterministic=deterministic, nd=nd,
         )[0]  # fmt: skip
     out_sp = _split(dy.shape, len(input_shape) - 2, _layout(layout), "dy")[2]
-    prob = _adaptive_problem(tuple(input_shape), len(input_shape) - 2, out_sp, layout, 0)
+    prob = _adaptive_problem(tuple(input_shape), len(input_shape) - 2, out_sp, layout, 0,
+                             "input_shape")  # fmt: skip
     return _backward(dy, indices, prob, deterministic)
 
 
@@ -523,7 +525,7 @@ def pooling_plan(
         raise BadParamError(f"return_indices: expected a bool, got {return_indices!r}")
     args = (kernel_size, stride, padding)
     if mode.startswith("max"):
-        _window_problem(dims, nd, *args, dilation, ceil_mode, layout, 0)
+        _window_problem(dims, nd, *args, dilation, ceil_mode, layout, 0, name="shape")
         kwargs = {"kernel_size": kernel_size, "stride": stride, "padding": padding,
                   "dilation": dilation, "ceil_mode": ceil_mode, "layout": layout}  # fmt: skip
         if return_indices:  # (y, indices): max_pool's own call cache (the quick path has y)
@@ -537,7 +539,7 @@ def pooling_plan(
         raise BadParamError(f"dilation: average pooling takes none, got {dilation!r}")
     if return_indices:
         raise BadParamError(f"return_indices: {mode} pooling has no indices (max pooling does)")
-    _window_problem(dims, nd, *args, 1, ceil_mode, layout, _MODE_ID[mode])
+    _window_problem(dims, nd, *args, 1, ceil_mode, layout, _MODE_ID[mode], name="shape")
     kwargs = {"kernel_size": kernel_size, "stride": stride, "padding": padding,
               "ceil_mode": ceil_mode, "count_include_pad": mode == "avg_include_pad",
               "layout": layout}  # fmt: skip

@@ -156,6 +156,15 @@ def _split(shape: Sequence[int], nd: int, layout: str, name: str = "x") -> tuple
             f"{name}: expected {nd + 2} dims (N, C and {nd} spatial, layout {layout}), "
             f"got shape {tuple(shape)}"
         )
+    # (the kernels take spatial sizes as 32-bit ints and counts as 64-bit ones)
+    if any(isinstance(v, bool) or not isinstance(v, (int, np.integer)) or v < 0 for v in shape):
+        raise BadParamError(f"{name}: expected sizes as ints >= 0, got {tuple(shape)}")
+    spatial = shape[1:-1] if layout == "NHWC" else shape[2:]
+    if any(v >= _INT_MAX for v in spatial) or math.prod(int(v) for v in shape) >= 2**62:
+        raise BadParamError(
+            f"{name}: sizes too large (spatial dims below 2^31 - 1, 2^62 elements in all), "
+            f"got {tuple(shape)}"
+        )
     if layout == "NHWC":
         return shape[0], shape[-1], tuple(shape[1:-1])
     return shape[0], shape[1], tuple(shape[2:])
@@ -241,9 +250,10 @@ def _window_problem(
     layout: Any,
     mode: int,
     divisor_override: Any = None,
+    name: str = "x",
 ) -> _Problem:
     layout = _layout(layout)
-    n, c, in_sp = _split(shape, nd, layout)
+    n, c, in_sp = _split(shape, nd, layout, name)
     k = _tuple("kernel_size", kernel_size, nd, 1)
     # (PyTorch's stride=None or [] means the kernel size)
     empty = isinstance(stride, (tuple, list)) and len(stride) == 0
@@ -282,10 +292,10 @@ def _window_problem(
 
 
 def _adaptive_problem(
-    shape: Sequence[int], nd: int, output_size: Any, layout: Any, mode: int
+    shape: Sequence[int], nd: int, output_size: Any, layout: Any, mode: int, name: str = "x"
 ) -> _Problem:
     layout = _layout(layout)
-    n, c, in_sp = _split(shape, nd, layout)
+    n, c, in_sp = _split(shape, nd, layout, name)
     raw = (output_size,) * nd if isinstance(output_size, (int, np.integer)) else output_size
     try:
         raw = tuple(raw)
@@ -302,7 +312,10 @@ def _adaptive_problem(
             f"output_size: expected positive ints below 2^31 (or None), got {output_size!r}"
         )
     if any(i < 1 for i in in_sp):
-        raise BadParamError(f"x: adaptive pooling needs non-empty spatial dims, got {in_sp}")
+        raise BadParamError(f"{name}: adaptive pooling needs non-empty spatial dims, got {in_sp}")
+    if int(n) * int(c) * math.prod(int(o) for o in out) >= 2**62:
+        raise BadParamError(f"output_size: {output_size!r} makes an output of more than 2^62 "
+                            f"elements for {name} of shape {tuple(shape)}")  # fmt: skip
     return _Problem(n, c, in_sp, tuple(int(o) for o in out), layout, mode, True)
 
 

@@ -498,11 +498,11 @@ def rnn_weights_from_torch(module: Any) -> dict[str, Any]:
     """A ``torch.nn.RNN/LSTM/GRU``'s parameters as arrays by name, through DLPack (NumPy
     arrays for CPU tensors, CuPy arrays for CUDA tensors, imported on ``stream``; no
     copy)."""
-    try:
-        named = list(module.named_parameters())
-    except AttributeError:
+    # (an RNNCell / LSTMCell has no layers: its weight_ih has no _l0 suffix)
+    if not hasattr(module, "named_parameters") or not hasattr(module, "num_layers"):
         raise BadParamError(f"module: expected a torch.nn.RNN, LSTM or GRU, got "
-                            f"{type(module).__name__}") from None  # fmt: skip
+                            f"{type(module).__name__}")  # fmt: skip
+    named = list(module.named_parameters())
     return {name: as_array(name, t.detach()) for name, t in named}
 
 
@@ -590,12 +590,12 @@ def rnn_plan(x_shape: Any, hidden_size: int, *, mode: str = "lstm", num_layers: 
     """Plans ``rnn`` for time-major x of shape (T, B, I) and flat weights: the solver is
     chosen and its kernels compiled now. ``varlen``: calls pass ``lengths``. ``backend``:
     "cpu" (emulator), "cuda", or "auto" (the GPU when CuPy sees one)."""
-    from ..runtime.select import backend_by_name
+    from ._fastpath import plan_backend, plan_shape
 
-    try:
-        t, b, i = (int(v) for v in x_shape)
-    except (TypeError, ValueError):
-        raise BadParamError(f"x_shape: expected (T, B, I), got {x_shape!r}") from None
+    dims = plan_shape(x_shape, "x_shape")  # (ints: 3.9 is no size)
+    if len(dims) != 3:
+        raise BadParamError(f"x_shape: expected (T, B, I), got {x_shape!r}")
+    t, b, i = dims
     if min(t, b, i) < 1:
         raise BadParamError(f"x_shape: expected positive sizes, got {tuple(x_shape)}")
     dt = dtypes.lookup(dtype)
@@ -609,9 +609,5 @@ def rnn_plan(x_shape: Any, hidden_size: int, *, mode: str = "lstm", num_layers: 
     problem = RnnProblem(mode=mode, t=t, b=b, i=i, h=h, p=proj, layers=layers,
                          bidirectional=bool(bidirectional), dtype=dt.short, varlen=bool(varlen),
                          dropout=p_drop > 0)  # fmt: skip
-    if backend == "auto":
-        from ..runtime.cuda import CudaBackend
-
-        backend = "cuda" if CudaBackend.available() else "cpu"
     dims = _Dims(mode, layers, problem.dirs, i, h, proj)
-    return RnnPlan(get_plan(backend_by_name(backend), problem, algo), dims, p_drop)
+    return RnnPlan(get_plan(plan_backend(backend), problem, algo), dims, p_drop)
