@@ -70,7 +70,41 @@ CASES = {
     "rnn_weights_from_torch of no RNN": (
         lambda: cl.rnn_weights_from_torch(pytest.importorskip("torch").nn.Linear(2, 3)),
         "module: expected a torch.nn.RNN"),
+    # yes/no arguments taken by truthiness ("no" was true: training mode, running stats
+    # updated)
+    "batch_norm training str": (
+        lambda: cl.batch_norm(X, np.zeros(3, np.float32), np.ones(3, np.float32), training="no"),
+        "training: expected True or False"),
+    "max_pool return_indices str": (
+        lambda: cl.max_pool2d(X, 2, return_indices="yes"), "return_indices: expected"),
+    "avg_pool count_include_pad list": (
+        lambda: cl.avg_pool2d(X, 2, count_include_pad=[1]), "count_include_pad: expected"),
+    "avg_pool count_include_pad int (as PyTorch)": (
+        lambda: cl.avg_pool2d(X, 2, count_include_pad=1), "count_include_pad: expected"),
+    "reduce keepdims str": (
+        lambda: cl.reduce_tensor(X, "max", 1, keepdims="no"), "keepdims: expected"),
+    "attention enable_gqa str": (
+        lambda: cl.scaled_dot_product_attention(Q, Q, Q, enable_gqa="yes"), "enable_gqa: exp"),
+    "attention return_lse None": (
+        lambda: cl.scaled_dot_product_attention(Q, Q, Q, return_lse=None), "return_lse: exp"),
+    "softmax log None": (lambda: cl.softmax(X, 1, log=None), "log: expected True or False"),
+    "softmax mode array": (
+        lambda: cl.softmax(X, mode=np.array([1, 2])), "mode: expected 'instance'"),
+    "rnn batch_first str": (
+        lambda: cl.rnn(np.ones((3, 2, 4), np.float32), None,
+                       {"weight_ih_l0": np.ones((5, 4), np.float32),
+                        "weight_hh_l0": np.ones((5, 5), np.float32)},
+                       mode="rnn_tanh", batch_first="no"), "batch_first: expected"),
+    "rnn_plan bidirectional str": (
+        lambda: cl.rnn_plan((3, 2, 4), 5, bidirectional="no"), "bidirectional: expected"),
 }  # fmt: skip
+
+
+def test_return_indices_takes_ints_as_pytorch() -> None:
+    # (PyTorch's max pooling tests return_indices in Python: 1 is accepted there)
+    y, ind = cl.max_pool2d(X, 2, return_indices=1)
+    assert ind.dtype == np.int64 and y.shape == ind.shape == (1, 3, 3, 3)
+    assert isinstance(cl.adaptive_max_pool2d(X, 2, return_indices=np.int64(1)), tuple)
 
 
 @pytest.mark.parametrize("case", sorted(CASES))

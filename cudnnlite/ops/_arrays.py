@@ -300,6 +300,16 @@ def same_view(a: Any, out: Any) -> bool:
                         and data_pointer(a) == data_pointer(out))  # fmt: skip
 
 
+def flag(name: str, v: Any, ints: bool = False) -> bool:
+    """A yes/no argument as a bool: True or False (NumPy's bools too), and with ``ints``
+    an int by its truthiness (where PyTorch's Python code tests the flag, as max pooling's
+    ``return_indices``); anything else, whose truthiness would be taken silently ("no" is
+    true), is a BadParamError, as PyTorch's bool parameters refuse it."""
+    if isinstance(v, (bool, np.bool_)) or (ints and isinstance(v, (int, np.integer))):
+        return bool(v)
+    raise BadParamError(f"{name}: expected True or False, got {v!r}")
+
+
 def check_distinct(name: str, a: Any) -> None:
     """BadParamError unless every element of ``a`` has memory of its own: a zero stride on
     a dim of size > 1 (an expanded / broadcast view, as PyTorch refuses for out=), or dims

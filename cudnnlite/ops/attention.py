@@ -50,7 +50,7 @@ from ..solvers.attention.common import (
     data_ptr,
     same_strides,
 )
-from ._arrays import array_module, as_array, check_out, float_dtype
+from ._arrays import array_module, as_array, check_out, flag, float_dtype
 from .dropout import stream
 
 LAYOUTS = ("BHSD", "BSHD")
@@ -316,7 +316,7 @@ def _make_call(
         raise BadParamError(f"causal_align: expected one of {ALIGNS}, got {causal_align!r}")
     if not isinstance(is_causal, (bool, np.bool_)):
         raise BadParamError(f"is_causal: expected a bool, got {is_causal!r}")
-    shapes = _shapes(q, k, v, layout, bool(enable_gqa))
+    shapes = _shapes(q, k, v, layout, flag("enable_gqa", enable_gqa))
     b, hq, sq, d = _dims(shapes.q, layout)
     _, hkv, skv, _ = _dims(shapes.k, layout)
     dv = shapes.v.shape[-1]
@@ -447,6 +447,7 @@ def scaled_dot_product_attention(
     )
     p = call.problem
     xp = call.backend.xp
+    return_lse = flag("return_lse", return_lse)
     if out is not None:
         # shape, dtype, writable; any overlap with an input is refused below (check_out
         # would let out be an input itself: attention cannot run in place)

@@ -25,7 +25,7 @@ from ..runtime.graph import graph_safe, note_host_work
 from ..runtime.pointers import data_pointer
 from ..runtime.select import backend_for
 from ..runtime.streams import with_stream
-from ._arrays import array_module, as_array, float_dtype, same_dtype, same_shape
+from ._arrays import array_module, as_array, flag, float_dtype, same_dtype, same_shape
 from ._fastpath import CallCache, arrays_key, backend_key, scalars_key
 from .norm_common import (
     _BLOCK,
@@ -511,7 +511,7 @@ def batch_norm(
 ) -> Any:
     """``torch.nn.functional.batch_norm``: training uses (and updates) batch statistics,
     inference the running ones. Returns y."""
-    if training:
+    if flag("training", training):
         return batch_norm_forward_training(
             x,
             weight,

@@ -251,7 +251,7 @@ def _act(activation: Any, coef: Any, dt: dtypes.DType) -> tuple[int, np.void]:
         if coef is not None:
             raise BadParamError("coef: given without an activation")
         activation = "identity"
-    elif activation not in ACTIVATION_MODES:
+    elif not isinstance(activation, str) or activation not in ACTIVATION_MODES:
         raise BadParamError(
             f"activation: expected None or one of {', '.join((*ACTIVATION_MODES, *FUSED_ALIASES))}"
             f", got {activation!r}"

@@ -30,7 +30,7 @@ from ..errors import BadParamError
 from ..runtime.graph import graph_safe
 from ..runtime.select import backend_for
 from ..runtime.streams import with_stream
-from ._arrays import as_array, float_dtype, same_dtype
+from ._arrays import as_array, flag, float_dtype, same_dtype
 from ._fastpath import (
     CallCache,
     OpPlan,
@@ -179,6 +179,7 @@ def max_pool(
     nd = x.ndim - 2
     if nd not in (1, 2, 3):
         raise BadParamError(f"x: expected 3 to 5 dims (N, C, spatial...), got shape {x.shape}")
+    return_indices = flag("return_indices", return_indices, ints=True)
     prob = _window_problem(
         x.shape, nd, kernel_size, stride, padding, dilation, ceil_mode, layout, 0
     )
@@ -223,7 +224,7 @@ def avg_pool(
     nd = x.ndim - 2
     if nd not in (1, 2, 3):
         raise BadParamError(f"x: expected 3 to 5 dims (N, C, spatial...), got shape {x.shape}")
-    mode = 1 if count_include_pad else 2
+    mode = 1 if flag("count_include_pad", count_include_pad) else 2
     prob = _window_problem(
         x.shape, nd, kernel_size, stride, padding, 1, ceil_mode, layout, mode, divisor_override
     )
@@ -290,7 +291,7 @@ def avg_pool_backward(
             _batched("dy", as_array("dy", dy), nd), (1, *input_shape), kernel_size, stride,
             padding, ceil_mode, count_include_pad, divisor_override, layout=layout, nd=nd,
         )[0]  # fmt: skip
-    mode = 1 if count_include_pad else 2
+    mode = 1 if flag("count_include_pad", count_include_pad) else 2
     prob = _window_problem(
         tuple(input_shape),
         nd,
@@ -345,6 +346,7 @@ def adaptive_max_pool(
                                    {"layout": layout, "out": out,
                                     "nan_propagation": not skip})  # fmt: skip
     prob = _adaptive_problem(x.shape, x.ndim - 2, output_size, layout, 0)
+    return_indices = flag("return_indices", return_indices, ints=True)
     if skip:
         prob = prob.skipping_nan()
     y, ind = _forward(x, prob, return_indices, out)

@@ -34,7 +34,7 @@ from ..runtime.backend import Backend
 from ..runtime.graph import graph_safe, note_host_work
 from ..runtime.select import backend_for
 from ..runtime.streams import with_stream
-from ._arrays import array_module, as_array, check_out, float_dtype
+from ._arrays import array_module, as_array, check_out, flag, float_dtype
 from .tensor import (
     BLOCK,
     MAX_DIMS,
@@ -141,6 +141,7 @@ def reduce_tensor(
     op_id = _choice("op", op, REDUCE_OPS)
     if _nan_option(nan_propagation) is False and op in _REDUCE_NUM:
         op_id = _REDUCE_NUM[op]
+    return_indices, keepdims = flag("return_indices", return_indices), flag("keepdims", keepdims)
     if return_indices and op not in _ARG_OPS:
         raise BadParamError(f"return_indices: only min, max and amax have indices, not {op!r}")
     backend = backend_for(x, out, names=("x", "out"))

@@ -45,7 +45,7 @@ from ..solvers.rnn.common import (
     RnnScalars,
     RnnTensors,
 )
-from ._arrays import as_array, float_dtype
+from ._arrays import as_array, flag, float_dtype
 from .dropout import check_seed
 
 _PARTS = ("w_ih", "w_hh", "b_ih", "b_hh", "w_hr")
@@ -279,6 +279,8 @@ def _make_call(x: Any, hx: Any, weights: Any, cx: Any, lengths: Any, mode: Any,
         raise BadParamError(f"x: expected (T, B, I), (B, T, I) with batch_first, or unbatched "
                             f"(T, I); got shape {tuple(x.shape)}")  # fmt: skip
     unbatched = x.ndim == 2
+    batch_first, bidirectional = flag("batch_first", batch_first), flag("bidirectional",
+                                                                         bidirectional)
     xt = x[:, None] if unbatched else (x.transpose(1, 0, 2) if batch_first else x)
     t, b, i = xt.shape
     if t == 0:
@@ -379,9 +381,10 @@ def rnn(
         ``(y, hy)``, ``(y, hy, cy)`` for LSTM, and the reserve last with ``training``.
         y is (T, B, D * Ho) in x's layout.
     """
+    training = flag("training", training)
     call = _make_call(x, hx, weights, cx, lengths, mode, num_layers, bidirectional,
-                      batch_first, dropout, seed, proj_size, bool(training))  # fmt: skip
-    return _run_forward(call, lambda p: get_plan(call.backend, p, algo), bool(training))
+                      batch_first, dropout, seed, proj_size, training)  # fmt: skip
+    return _run_forward(call, lambda p: get_plan(call.backend, p, algo), training)
 
 
 def _run_forward(call: _Call, plan_for: Any, training: bool) -> tuple[Any, ...]:
@@ -488,7 +491,8 @@ def pack_rnn_weights(weights: dict, *, mode: str = "lstm", num_layers: int = 1,
     proj = _int("proj_size", proj_size, 0)
     i = first.shape[1] if input_size is None else _int("input_size", input_size, 1)
     h = _hidden_from_dict(weights, mode, proj)
-    dims = _Dims(mode, _int("num_layers", num_layers, 1), 2 if bidirectional else 1, i, h, proj)
+    dirs = 2 if flag("bidirectional", bidirectional) else 1
+    dims = _Dims(mode, _int("num_layers", num_layers, 1), dirs, i, h, proj)
     stacked, _ = _stack_dict(weights, dims, first.dtype, xp)
     return xp.concatenate([a.reshape(-1) for lw in stacked for a in lw.arrays()])
 
@@ -572,12 +576,13 @@ class RnnPlan:
                                 " per-sequence lengths")  # fmt: skip
         xp = backend.xp
         lens = _lengths(lengths, p.b, p.t, xp)
-        drop = p.dropout and bool(training)
+        training = flag("training", training)
+        drop = p.dropout and training
         scalars = RnnScalars(self._dropout if drop else 0.0, _seed(seed, drop, backend, x))
         call = _Call(backend, p, dims, xp.ascontiguousarray(x), hx, cx,
                      _views(xp.ascontiguousarray(flat), dims), True, True, (), lens, scalars,
                      False, False)  # fmt: skip
-        return _run_forward(call, lambda _: self._plan, bool(training))
+        return _run_forward(call, lambda _: self._plan, training)
 
     def __repr__(self) -> str:
         return f"<RnnPlan {self._plan.describe()}>"
@@ -607,7 +612,8 @@ def rnn_plan(x_shape: Any, hidden_size: int, *, mode: str = "lstm", num_layers: 
     proj = _int("proj_size", proj_size, 0)
     p_drop = _dropout(dropout)
     problem = RnnProblem(mode=mode, t=t, b=b, i=i, h=h, p=proj, layers=layers,
-                         bidirectional=bool(bidirectional), dtype=dt.short, varlen=bool(varlen),
+                         bidirectional=flag("bidirectional", bidirectional), dtype=dt.short,
+                         varlen=flag("varlen", varlen),
                          dropout=p_drop > 0)  # fmt: skip
     dims = _Dims(mode, layers, problem.dirs, i, h, proj)
     return RnnPlan(get_plan(plan_backend(backend), problem, algo), dims, p_drop)

@@ -47,6 +47,7 @@ from ._arrays import (
     as_array,
     check_out,
     contiguous,
+    flag,
     float_dtype,
     same_dtype,
     same_shape,
@@ -165,7 +166,7 @@ def _problem(shape: tuple[int, ...], axis: Any, mode: Any) -> tuple[int, int, in
     """(outer, len, inner) around the softmax axis."""
     ndim = len(shape)
     if mode is not None:
-        if mode not in MODES:
+        if not isinstance(mode, str) or mode not in MODES:
             raise BadParamError(f"mode: expected 'instance', 'channel' or None, got {mode!r}")
         if axis is not None:
             raise BadParamError(f"axis: give either axis or mode, not both (mode={mode!r})")
@@ -415,6 +416,7 @@ def softmax(
             if y is not None:
                 return y
     accurate = _algorithm(algorithm)
+    log = flag("log", log)
     backend = backend_for(x, out, names=("x", "out"))
     x = as_array("x", x)
     dt = float_dtype("x", x)
@@ -469,6 +471,7 @@ def softmax_plan(
     "cuda", or "auto" (the GPU when CuPy sees one)."""
     dims, dt = plan_shape(shape), plan_dtype(dtype)
     _algorithm(algorithm)
+    flag("log", log)
     _problem(dims, axis, mode)
     _blend(alpha, 0.0, None, dtypes.lookup(dt))
     kwargs = {"axis": axis, "log": log, "algorithm": algorithm, "mode": mode, "alpha": alpha}
@@ -493,6 +496,7 @@ def softmax_backward(
     ``dx = dy - exp(y) * sum(dy)``. ``axis``/``mode`` as in :func:`softmax`; ``out`` may
     be dy itself."""
     backend = backend_for(dy, y, out, names=("dy", "y", "out"))
+    log = flag("log", log)
     dy = as_array("dy", dy)
     y = as_array("y", y)
     dt = float_dtype("y", y)

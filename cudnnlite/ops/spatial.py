@@ -48,7 +48,7 @@ from ..runtime.kernel import ModuleSpec
 from ..runtime.select import backend_for
 from ..runtime.streams import with_stream
 from ..runtime.variants import register
-from ._arrays import array_module, as_array, contiguous, float_dtype
+from ._arrays import array_module, as_array, contiguous, flag, float_dtype
 from ._kernels import KernelTable, LastLaunch, kernel_table
 
 SOURCE = "spatial/grid_sample.cu"
@@ -140,12 +140,6 @@ def _choice(name: str, v: Any, options: Sequence[str]) -> str:
     return v
 
 
-def _flag(name: str, v: Any) -> bool:
-    if not isinstance(v, (bool, np.bool_)):
-        raise BadParamError(f"{name}: expected a bool, got {v!r}")
-    return bool(v)
-
-
 class _Problem:
     """Checked shapes of one grid_sample call."""
 
@@ -180,7 +174,7 @@ class _Problem:
         self.padding = _choice("padding_mode", padding_mode, PADDINGS)
         if self.mode == "bicubic" and self.nd != 2:
             raise BadParamError("mode: bicubic is supported for 2-D (4-D x) only, as in PyTorch")
-        self.align = _flag("align_corners", align)
+        self.align = flag("align_corners", align)
         self.n, self.c = int(x.shape[0]), int(x.shape[1])
         self.in_sp = tuple(int(s) for s in x.shape[2:])
         self.out_sp = tuple(int(s) for s in grid.shape[1:-1])
@@ -320,8 +314,8 @@ def grid_sample_backward(
         )
     if grad_out.dtype != x.dtype:
         raise BadParamError(f"grad_out: expected dtype {x.dtype} like x, got {grad_out.dtype}")
-    want_dx = _flag("input_requires_grad", input_requires_grad)
-    atomic = not _flag("deterministic", deterministic) and not _settings.current().deterministic
+    want_dx = flag("input_requires_grad", input_requires_grad)
+    atomic = not flag("deterministic", deterministic) and not _settings.current().deterministic
     dt = float_dtype("x", x)
     xp = array_module(x)
     chlast = _channels_last(x)
@@ -442,7 +436,7 @@ def affine_grid(theta: Any, size: Sequence[int], align_corners: bool = False) ->
     theta = as_array("theta", theta)
     acc = _acc(float_dtype("theta", theta))
     size = _check_size(size)
-    align = _flag("align_corners", align_corners)
+    align = flag("align_corners", align_corners)
     nd = len(size) - 2
     if theta.ndim != 3 or tuple(theta.shape[1:]) != (nd, nd + 1):
         raise BadParamError(
@@ -472,7 +466,7 @@ def affine_grid_backward(grad_grid: Any, size: Sequence[int], align_corners: boo
     g = as_array("grad_grid", grad_grid)
     acc = _acc(float_dtype("grad_grid", g))
     size = _check_size(size)
-    align = _flag("align_corners", align_corners)
+    align = flag("align_corners", align_corners)
     nd = len(size) - 2
     want = (size[0], *size[2:], nd)
     if tuple(g.shape) != want:
