@@ -1,7 +1,7 @@
 """A scalar argument of -0.0 gives the sign its arithmetic gives, whatever ran before: the
 checked-scalar caches key 0.0 and -0.0 apart (as keys they are equal), for activations
-(alpha, coef) and the convolution epilogue (alpha). Found by fuzzing: a -0.0 after a 0.0
-of the same call shape took the cached +0.0."""
+(alpha, coef), the convolution epilogue (alpha) and batch norm (eps). Found by fuzzing: a
+-0.0 after a 0.0 of the same call shape took the cached +0.0."""
 
 from __future__ import annotations
 
@@ -28,3 +28,13 @@ def test_conv_alpha_keeps_its_zero_sign() -> None:
     for alpha, negative in ((0.0, False), (-0.0, True), (0.0, False)):
         y = cl.conv2d(x, w, alpha=alpha, algo="direct")
         assert (np.signbit(y) == negative).all() and (y == 0).all()
+
+
+def test_batch_norm_eps_keeps_its_zero_sign() -> None:
+    # 1 / sqrt(var + eps) with var -0.0: -inf for eps -0.0, +inf for eps 0.0, in any order
+    x, rm = np.ones((1, 1, 1, 1), np.float32), np.zeros(1, np.float32)
+    rv = np.array([-0.0], np.float32)
+    for eps, want in ((0.0, np.inf), (-0.0, -np.inf), (0.0, np.inf)):
+        with cl.fast_paths_off():
+            assert cl.batch_norm(x, rm, rv, eps=eps)[0, 0, 0, 0] == want
+        assert cl.batch_norm(x, rm, rv, eps=eps)[0, 0, 0, 0] == want

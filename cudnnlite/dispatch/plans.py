@@ -12,7 +12,7 @@ from typing import Any
 
 from ..errors import BadParamError
 from ..runtime.backend import Backend
-from ..runtime.graph import note_nondeterministic
+from ..runtime.graph import current_recorder, note_nondeterministic
 from . import settings
 from .select import Choice, select
 
@@ -43,11 +43,17 @@ class Plan:
 
     def launch(self, tensors: Any, epilogue: Any) -> None:
         """Runs the runner with this plan's workspace (a fresh one if another thread
-        is using it)."""
+        is using it, or if a graph is capturing: the graph keeps its launches' arguments,
+        the fresh workspace with them, and replays them later without this plan's lock,
+        so a shared workspace would be written by its replays and by every other call of
+        the plan at once)."""
         if not self.solver.deterministic:
             note_nondeterministic(f"{self.solver.name}: atomics")
         if not self.workspace_bytes:
             self.runner(tensors, epilogue, None)
+            return
+        if current_recorder() is not None:
+            self.runner(tensors, epilogue, self.backend.empty((self.workspace_bytes,), "uint8"))
             return
         if self._lock.acquire(blocking=False):
             try:

@@ -229,10 +229,11 @@ def _apply_variant(view: _BnView, dt: dtypes.DType, arrays: Sequence[Any]) -> st
 
 
 @functools.lru_cache(maxsize=256)
-def _bn_apply_struct(dt: Any, n: int, channels: int, inner: int, eps: float,
+def _bn_apply_struct(dt: Any, n: int, channels: int, inner: int, eps: float, eps_sign: float,
                      stats_are_var: bool, act_mode: int) -> np.void:  # fmt: skip
     """The apply kernel's parameters, built once per value (a repeat call reuses them;
-    a struct is never modified after it is built)."""
+    a struct is never modified after it is built). ``eps_sign`` keys -0.0 apart from 0.0,
+    which the cache holds equal (1 / sqrt(var + eps) of var -0.0 is -inf with eps -0.0)."""
     return _struct(_BN_APPLY_DTYPE, dt, n=n, channels=channels, inner=inner, eps=eps,
                    inv_count=0.0, stats_are_var=int(stats_are_var), act_mode=act_mode)  # fmt: skip
 
@@ -255,7 +256,8 @@ def _bn_apply(
     n = x.size
     if n == 0:  # (an empty spatial dim: the vector variants would divide by it)
         return y
-    a = _bn_apply_struct(table.dt, n, view.channels, view.inner, eps, stats_are_var, act_mode)
+    a = _bn_apply_struct(table.dt, n, view.channels, view.inner, eps, math.copysign(1.0, eps),
+                         stats_are_var, act_mode)  # fmt: skip
     key = "bn_fwd_apply" + _apply_variant(view, table.dt, (x, z, y))
     # a vector thread moves VEC elements: size the grid by packs
     per_thread = 16 // x.itemsize if key != "bn_fwd_apply" else 1

@@ -169,6 +169,8 @@ class Graph:
         self._cuda_graph: Any = None
         self._stream: Any = None
         self._checks: list[tuple[Any, int, Any]] = []  # (flag, ok, on_bad): check_flag
+        # one replay at a time: two would write the same buffers (outputs, workspaces)
+        self._replay_lock = threading.Lock()
 
     def __len__(self) -> int:
         """Launches recorded (the emulator's count; a CUDA graph's nodes are CUDA's)."""
@@ -242,9 +244,10 @@ class Graph:
                 "work in Python, which a replay of kernel launches would skip; call the ops "
                 "directly instead"
             )
-        for launch, cfg_ref, values in self._launches:
-            launch(cfg_ref, values)
-        self._check()
+        with self._replay_lock:
+            for launch, cfg_ref, values in self._launches:
+                launch(cfg_ref, values)
+            self._check()
 
     def _check(self) -> None:
         """The recorded device-side argument checks, on this replay's flags: the first that
