@@ -343,3 +343,25 @@ def test_lrn_backward_of_large_inputs(backend: str, scale: float) -> None:
     want = rn.lrn_backward(dy, x, 3, 1.0, 0.5, 2.0)
     got = LRN.lrn_backward(to_backend(dy, backend), to_backend(x, backend), 3, 1.0, 0.5, 2.0)
     np.testing.assert_allclose(to_numpy(got), want, rtol=1e-5)
+
+
+@pytest.mark.parametrize("layout", ["NCHW", "NHWC"])
+def test_group_norm_of_empty_spatial_dims_is_pytorchs(layout: str) -> None:
+    """Groups of no elements launch nothing (the kernels read each group's first element;
+    the row walk divided by H*W = 0: the emulator died of SIGFPE): PyTorch's answer, mean
+    0, rstd NaN, dx empty, dweight NaN, dbias 0."""
+    torch = pytest.importorskip("torch")
+    shape = (2, 4, 0, 3) if layout == "NCHW" else (2, 0, 3, 4)
+    x, w, b = np.zeros(shape, np.float32), np.ones(4, np.float32), np.zeros(4, np.float32)
+    y, mean, rstd = GN.group_norm_forward(x, 2, w, b, layout=layout)
+    xt = torch.zeros((2, 4, 0, 3), requires_grad=True)
+    wt, bt = torch.ones(4, requires_grad=True), torch.zeros(4, requires_grad=True)
+    _, tmean, trstd = torch.native_group_norm(xt, wt, bt, 2, 4, 0, 2, 1e-5)
+    torch.nn.functional.group_norm(xt, 2, wt, bt).sum().backward()
+    assert y.shape == shape
+    np.testing.assert_array_equal(mean, tmean.detach().numpy())
+    np.testing.assert_array_equal(rstd, trstd.detach().numpy())  # (NaN where torch's)
+    dx, dw, db = GN.group_norm_backward(x, x, 2, mean, rstd, w, b, layout=layout)
+    assert dx.shape == shape
+    np.testing.assert_array_equal(dw, wt.grad.numpy())
+    np.testing.assert_array_equal(db, bt.grad.numpy())

@@ -173,6 +173,12 @@ def group_norm_forward(
     x, dt, g, c, n, spatial, w, b = _group_common(x, num_groups, weight, bias, layout)
     eps = _eps(eps)
     _check_out(out, x, backend, {"x": x})
+    if spatial == 0:
+        # groups of no elements (empty spatial dims): nothing to launch (the kernels read
+        # each group's first element); PyTorch's statistics: mean 0, rstd NaN (0 / 0)
+        xp = array_module(x)
+        mean, rstd = xp.zeros((n, g), _acc(dt)), xp.full((n, g), np.nan, _acc(dt))
+        return _deliver(xp.empty(x.shape, x.dtype), out), mean, rstd
     if layout == "NHWC":
         y, mean, rstd = _gn_nhwc_forward(x, g, c, n, spatial, w, b, eps, backend, dt)
     else:
@@ -222,6 +228,13 @@ def group_norm_backward(
     mean = _dense(_param("mean", _required("mean", mean), (n, g), _acc(dt))).reshape(-1)
     rstd = _dense(_param("rstd", _required("rstd", rstd), (n, g), _acc(dt))).reshape(-1)
     wgrad = w if w is not None else (array_module(x).ones((c,), x.dtype) if b is not None else None)
+    if spatial == 0:
+        # nothing to launch; PyTorch's gradients: dbias 0 (a sum over nothing), dweight NaN
+        # (its per-channel sums times the NaN rstd of an empty group)
+        xp = array_module(x)
+        return (xp.empty(x.shape, x.dtype),
+                xp.full((c,), np.nan, x.dtype) if w is not None else None,
+                xp.zeros((c,), x.dtype) if b is not None else None)  # fmt: skip
     if layout == "NHWC":
         dx, dw, db = _gn_nhwc_backward(
             dy, x, g, c, n, spatial, wgrad, mean, rstd, b is not None, backend, dt
