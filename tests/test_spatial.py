@@ -385,7 +385,8 @@ def test_bad_input_names_the_argument() -> None:
         (lambda: grid_sample(x.astype(np.float64), g), "grid: expected dtype float64 like x"),
         (lambda: grid_sample(x, g, "linear"), "mode: expected one of"),
         (lambda: grid_sample(x, g, "bilinear", "clamp"), "padding_mode: expected one of"),
-        (lambda: grid_sample(x, g, "bilinear", "zeros", 1), "align_corners: expected True or False"),
+        (lambda: grid_sample(x, g, "bilinear", "zeros", 1),
+         "align_corners: expected True or False"),
         (lambda: grid_sample(x[:, :, :0], g), "x: expected non-empty spatial"),
         (
             lambda: grid_sample(

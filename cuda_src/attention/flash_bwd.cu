@@ -53,8 +53,6 @@ namespace fbwd {
 using cl::mma::ldmatrix;
 using cl::mma::ldmatrix_trans;
 
-constexpr float kLog2e = 1.4426950408889634f;
-
 template <typename T>
 __device__ __forceinline__ unsigned pack(float lo, float hi) {
     return cl::mma::pack2<T>(cl::from_float<T>(lo), cl::from_float<T>(hi));

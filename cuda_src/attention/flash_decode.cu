@@ -117,5 +117,5 @@ __global__ void __launch_bounds__(kThreads) flash_decode_combine(
                                 o_part[(s * total + row) * p.dv + c], acc);
         Io<A>::store1(o, off + c, dtype, acc * inv);
     }
-    if (lane == 0) lse[row] = (mx + cl::math::log2(sum)) * Const<A>::ln2;
+    if (lane == 0) lse[row] = (mx + cl::math::log2(sum)) * sdpa::Ln2<A>::value;
 }

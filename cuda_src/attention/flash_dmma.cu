@@ -242,7 +242,7 @@ __device__ __forceinline__ void fwd_body(const double* q, const double* k, const
         }
         if (t == 0 && ri[mt] < p.sq)
             lse[(long long)blockIdx.y * p.sq + ri[mt]] =
-                f.l[mt] > 0.0 ? (f.m[mt] + cl::math::log2(f.l[mt])) * Const<double>::ln2
+                f.l[mt] > 0.0 ? (f.m[mt] + cl::math::log2(f.l[mt])) * sdpa::Ln2<double>::value
                               : -INFINITY;
     }
     store_frag_rows<MT, F::CT>(o, bi * p.o_sb + h * p.o_sh, p.o_ss, ri, p.sq, p.dv, f.o, 1.0, t);

@@ -70,7 +70,7 @@ __global__ void __launch_bounds__(kThreads, 2) flash_fp32_fwd(
         for (int c = 0; c < Tile::CN; ++c) t.o[i][c] *= inv;
         if (tx == 0 && ri[i] < p.sq)
             lse[(long long)blockIdx.y * p.sq + ri[i]] =
-                t.l[i] > A(0) ? (t.m[i] + cl::math::log2(t.l[i])) * Const<A>::ln2 : -INFINITY;
+                t.l[i] > A(0) ? (t.m[i] + cl::math::log2(t.l[i])) * sdpa::Ln2<A>::value : -INFINITY;
     }
     store_rows(o, dtype, bi * p.o_sb + h * p.o_sh, p.o_ss, m0, p.sq, p.dv, t.o, A(1), ty, tx);
 }

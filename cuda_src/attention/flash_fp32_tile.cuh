@@ -28,17 +28,6 @@ namespace sdpa_fp32 {
 constexpr int kThreads = 128;
 constexpr int kTR = 16;  // thread rows
 constexpr int kTC = 8;   // threads along a row
-constexpr float kLog2e = 1.4426950408889634f;
-constexpr float kLn2 = 0.6931471805599453f;
-
-// log2(e) and ln(2) in the accumulation type.
-template <typename A> struct Const;
-template <> struct Const<float> {
-    static constexpr float log2e = kLog2e, ln2 = kLn2;
-};
-template <> struct Const<double> {
-    static constexpr double log2e = 1.4426950408889634, ln2 = 0.6931471805599453;
-};
 
 __device__ __forceinline__ int col_of(int c, int tx) { return (c >> 2) * 32 + tx * 4 + (c & 3); }
 

@@ -314,8 +314,7 @@ def _make_call(
     layout = _check_layout(layout)
     if causal_align not in ALIGNS:
         raise BadParamError(f"causal_align: expected one of {ALIGNS}, got {causal_align!r}")
-    if not isinstance(is_causal, (bool, np.bool_)):
-        raise BadParamError(f"is_causal: expected a bool, got {is_causal!r}")
+    flag("is_causal", is_causal)
     shapes = _shapes(q, k, v, layout, flag("enable_gqa", enable_gqa))
     b, hq, sq, d = _dims(shapes.q, layout)
     _, hkv, skv, _ = _dims(shapes.k, layout)

@@ -33,7 +33,7 @@ from ..runtime.kernel import ModuleSpec
 from ..runtime.select import backend_for
 from ..runtime.streams import with_stream
 from ..runtime.variants import register
-from ._arrays import array_module, as_array, float_dtype
+from ._arrays import array_module, as_array, flag, float_dtype
 from ._kernels import LastLaunch
 
 SOURCE = "ctc/ctc.cu"
@@ -275,12 +275,6 @@ def _reduction(reduction: Any) -> str:
     return str(reduction)
 
 
-def _zero_infinity(v: Any) -> bool:
-    if not isinstance(v, (bool, np.bool_)):
-        raise BadParamError(f"zero_infinity: expected a bool, got {v!r}")
-    return bool(v)
-
-
 # ------------------------------------------------------------------ launches
 
 
@@ -388,7 +382,7 @@ def ctc_loss(
         The loss in log_probs' dtype, an array of log_probs' kind (0-d for sum/mean).
     """
     reduction = _reduction(reduction)
-    zero_infinity = _zero_infinity(zero_infinity)
+    zero_infinity = flag("zero_infinity", zero_infinity)
     prob = _problem(log_probs, targets, input_lengths, target_lengths, blank)
     _, nll = _alpha(prob, prob.params(zero_infinity))
     return _reduce(prob, _per_sample(prob, nll, zero_infinity), reduction)
@@ -429,7 +423,7 @@ def ctc_loss_backward(
         The gradient, log_probs' shape and dtype (C order).
     """
     reduction = _reduction(reduction)
-    zero_infinity = _zero_infinity(zero_infinity)
+    zero_infinity = flag("zero_infinity", zero_infinity)
     prob = _problem(log_probs, targets, input_lengths, target_lengths, blank)
     scale = _grad_scale(prob, grad_out, reduction)
     xp = array_module(prob.lp)

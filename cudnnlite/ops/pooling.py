@@ -523,8 +523,7 @@ def pooling_plan(
     nd = len(dims) - 2
     if nd not in (1, 2, 3):
         raise BadParamError(f"shape: expected 3 to 5 dims (N, C, spatial...), got {dims}")
-    if not isinstance(return_indices, (bool, np.bool_)):
-        raise BadParamError(f"return_indices: expected a bool, got {return_indices!r}")
+    flag("return_indices", return_indices)
     args = (kernel_size, stride, padding)
     if mode.startswith("max"):
         _window_problem(dims, nd, *args, dilation, ceil_mode, layout, 0, name="shape")

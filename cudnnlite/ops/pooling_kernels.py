@@ -28,7 +28,7 @@ from ..runtime.graph import check_flag, note_host_work, note_nondeterministic
 from ..runtime.kernel import ModuleSpec
 from ..runtime.select import backend_for
 from ..runtime.variants import register
-from ._arrays import array_module, as_array, check_out, contiguous, float_dtype
+from ._arrays import array_module, as_array, check_out, contiguous, flag, float_dtype
 from ._kernels import KernelTable, LastLaunch, kernel_table
 
 SOURCE = "pooling/pooling.cu"
@@ -260,8 +260,7 @@ def _window_problem(
     s = k if stride is None or empty else _tuple("stride", stride, nd, 1)
     p = _tuple("padding", padding, nd, 0)
     d = _tuple("dilation", dilation, nd, 1)
-    if not isinstance(ceil_mode, (bool, np.bool_)):
-        raise BadParamError(f"ceil_mode: expected a bool, got {ceil_mode!r}")
+    flag("ceil_mode", ceil_mode)
     for j in range(nd):
         if p[j] > k[j] // 2:
             raise BadParamError(
