@@ -234,12 +234,15 @@ NVRTC_SHARDS = 10
 
 @pytest.mark.parametrize("shard", range(NVRTC_SHARDS))
 def test_every_registered_variant_compiles(nvrtc: cuda_toolkit.NvrtcLibrary, shard: int) -> None:
-    """THE CI check: every ModuleSpec the library can generate compiles for sm_90 (later
-    tile variants of a code path to PTX only: compute_90), and one
-    per code path (source, dtype, kernel templates) for sm_75 (float/double-only paths where
-    a source tells sm_75 from sm_80), and for sm_80 where a source tells it from sm_90
-    (coverage_tasks), in NVRTC_SHARDS shards; `python -m cudnnlite.runtime.nvrtc_check`
-    compiles every one for all three."""
+    """THE CI check: every ModuleSpec the library can generate compiles for sm_90, one per
+    code path (source, dtype, kernel templates) with exactly the run-time options, the
+    later tile variants of a code path to PTX (compute_90); and one per code path for
+    sm_75 (float/double-only paths where a source tells sm_75 from sm_80), and for sm_80
+    where a source tells it from sm_90 (coverage_tasks), in NVRTC_SHARDS shards. All but
+    the sm_90 code paths compile at NVRTC's fast-compile level (a third of the suite's
+    time otherwise): each still meets the front end, code generation and, for sm_XX,
+    ptxas. `python -m cudnnlite.runtime.nvrtc_check` compiles every one for all three
+    with the run-time options."""
     import importlib
 
     from cudnnlite.runtime import variants
@@ -249,11 +252,31 @@ def test_every_registered_variant_compiles(nvrtc: cuda_toolkit.NvrtcLibrary, sha
     specs = variants.all_module_specs()
     assert len(specs) >= 50, f"only {len(specs)} kernel modules registered"
     tasks = nvrtc_check.coverage_tasks(specs, ARCHS, "sm_90", ptx_variants=True)
-    # The CI budget: sm_90's further tile variants are left to the command line (their
-    # template arithmetic runs in the emulator tests of the tiles); every code path
-    # still meets ptxas for sm_90.
-    tasks = [(spec, arch) for spec, arch in tasks if arch != "compute_90"]
+    assert {spec for spec, arch in tasks if arch in ("sm_90", "compute_90")} == set(specs)
+    quick = {arch for _, arch in tasks} - {"sm_90"}
     # one compile at a time: the other test process keeps the other core busy
-    results = nvrtc_check.check_all(tasks=tasks[shard::NVRTC_SHARDS], jobs=1)
+    results = nvrtc_check.check_all(tasks=tasks[shard::NVRTC_SHARDS], jobs=1, quick_archs=quick)
     failures = [f"{r.spec.label()} {r.arch}:\n{r.error}" for r in results if not r.ok]
     assert not failures, "\n\n".join(failures)
+
+
+def test_quick_archs_add_the_fast_compile_level(nvrtc: cuda_toolkit.NvrtcLibrary) -> None:
+    spec = ModuleSpec.make(PROBE, ["probe_kernel<float>"], {"PROBE_SCALE": 2})
+    fast = nvrtc_check.fast_compile_options()
+    assert fast == (nvrtc_check.FAST_COMPILE if nvrtc.version >= (12, 8) else ())
+    full, quick, ptx = nvrtc_check.check_all(
+        tasks=[(spec, "sm_90"), (spec, "sm_80"), (spec, "compute_90")],
+        quick_archs={"sm_80", "compute_90"},
+    )
+    assert full.ok and quick.ok and ptx.ok, [full.error, quick.error, ptx.error]
+    assert full.cubin_size > 0 and quick.cubin_size > 0
+    assert set(full.lowered_names) == set(quick.lowered_names) == set(spec.names)
+    # a compile error shows at the fast level as it does at the full one
+    bad = ModuleSpec.make(PROBE, ["no_such_kernel<float>"])
+    slow_fail, quick_fail = nvrtc_check.check_all(
+        tasks=[(bad, "sm_90"), (bad, "sm_75")], quick_archs={"sm_75"}
+    )
+    assert not slow_fail.ok and not quick_fail.ok
+    assert "no_such_kernel" in (quick_fail.error or "")
+    if fast:
+        assert fast[0] in (quick_fail.error or "")  # the options are in the message

@@ -373,8 +373,10 @@ class EmulatorKernel(Kernel):
         # (the defaults keep the arena, the config and the arrays it points to alive)
         def launch(value: Any, _arena: np.ndarray = arena, _cfg: Any = cfg,
                    _arrays: tuple = tuple(args)) -> None:  # fmt: skip
-            if current_recorder() is not None or type(value) is not np.void or (
-                value.dtype.itemsize != size
+            if (
+                current_recorder() is not None
+                or type(value) is not np.void
+                or (value.dtype.itemsize != size)
             ):
                 ordinary(value)  # (a capture or a template sees every launch)
                 return
