@@ -191,6 +191,16 @@ def test_explain_and_tune_refuse_what_is_not_a_problem() -> None:
         cl.explain("sdpa_fwd nonsense")
     with pytest.raises(BadParamError, match="keys start with conv, rnn, sdpa"):
         cl.explain("pool2d_fwd n1")
+    with pytest.raises(BadParamError, match="algo: unknown solver 'bogus'"):
+        cl.explain(P1, "cpu", algo="bogus")
+    with pytest.raises(BadParamError, match="algo: expected 'auto'"):
+        cl.explain(P1, "cpu", algo=["fake_a"])
+    with pytest.raises(BadParamError, match="algo: fake_a solves"):
+        cl.explain("sdpa_fwd b1-hq1-hkv1 sq8-skv8 d16-dv16 BHSD fp32",
+                   "cpu", algo="fake_a")  # fmt: skip
+    # an algo that names a real solver which cannot run the problem is explained
+    e = cl.explain(P1, "cpu", algo="fake_3x3")
+    assert e.choice is None and "3x3" in (e.error or "")
     with pytest.raises(BadParamError, match="problems: expected problem objects"):
         cl.tune([P1, 3.5], backend="cpu", progress=False)
     with pytest.raises(BadParamError, match="unknown backend"):

@@ -222,6 +222,13 @@ def test_fast_path_says_what_a_call_gets(monkeypatch: pytest.MonkeyPatch) -> Non
                         np.array([3]), np.array([1]))  # fmt: skip
     assert "ctc_loss is not marked graph-safe" in said
     assert "out= given" in cl.fast_path(cl.relu, x, out=np.empty_like(x))
+    # what the call itself could not bind raises as the call would
+    with pytest.raises(TypeError, match="paddin"):
+        cl.fast_path(cl.conv2d, x, w, paddin=1)
+    with pytest.raises(TypeError, match="argument"):
+        cl.fast_path(cl.relu)
+    with pytest.raises(BadParamError, match="op: expected a cudnnlite function or plan"):
+        cl.fast_path("relu", x)
     plan = cl.activation_plan(x.shape, "relu", backend="cpu")
     plan(x)
     assert cl.fast_path(plan, x).startswith("replayed: 1 launch(es)")

@@ -112,7 +112,9 @@ def explain(
     try:
         choice = select(problem, b, algo)
         chosen, source, error = choice.solver.name, choice.source, None
-    except CudnnliteError as exc:
+    except BadParamError:
+        raise  # an unknown algo (or a solver of another family) is the caller's mistake
+    except CudnnliteError as exc:  # nothing the choice allows can run it: explained
         chosen, source, error = None, None, str(exc)
     out = Explanation(problem, b.name, caps.arch, chosen, source, error)
     for name in registry.NAMES:

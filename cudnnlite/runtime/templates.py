@@ -69,6 +69,7 @@ the store of templates, the call path through it and a plan's memo of its last t
 from __future__ import annotations
 
 import contextlib
+import inspect
 import threading
 from collections.abc import Callable, Iterator
 from typing import Any
@@ -76,7 +77,7 @@ from typing import Any
 import numpy as np
 
 from .. import dtypes
-from ..errors import ExecutionError
+from ..errors import BadParamError, ExecutionError
 from . import graph, template_keys
 from .env import flag
 from .pointers import host_pointer
@@ -152,9 +153,18 @@ def lookup(op: Any, args: tuple, kwargs: dict) -> Any:
 def describe(op: Any, args: tuple, kwargs: dict) -> str:
     """What a call ``op(*args, **kwargs)`` of a public op (or a plan) gets from its launch
     template now, in words: replayed (with what), refused (why), not recorded yet, or not
-    templated (why). Runs nothing."""
+    templated (why). Runs nothing; arguments the call could not bind (a misspelt keyword,
+    one too many) raise its TypeError."""
     if getattr(type(op), "_templated_by_identity", False):
         args, op = (op, *args), type(op).__call__  # a plan: its __call__, self first
+    if not callable(op):
+        raise BadParamError(f"op: expected a cudnnlite function or plan, got {type(op).__name__}")
+    try:
+        signature = inspect.signature(op)
+    except (TypeError, ValueError):
+        signature = None  # a builtin without one: nothing to check
+    if signature is not None:
+        signature.bind(*args, **kwargs)
     name = getattr(op, "__qualname__", repr(op))
     if not getattr(op, "_graph_safe", False):
         return (f"not templated: {name} is not marked graph-safe (it may do work a replay "
