@@ -126,3 +126,18 @@ def test_the_name_checks_keep_good_calls() -> None:
     assert cl.rnn_plan((np.int64(3), 2, 4), 5).problem.i == 4
     with cl.settings(workspace_limit=None):  # (a block: the process's limit is kept)
         pass
+
+
+def test_masked_arrays_are_refused_not_unmasked() -> None:
+    masked = np.ma.array(X, mask=X < 0)
+    lp = np.log(np.full((5, 1, 3), 1 / 3, np.float32))
+    calls = {
+        "x": lambda: cl.relu(masked),
+        "w": lambda: cl.conv2d(X, np.ma.array(W)),
+        "input_lengths": lambda: cl.ctc_loss(lp, np.array([[1, 2]]), np.ma.array([5]), [2]),
+    }
+    for name, call in calls.items():
+        with pytest.raises(cl.BadParamError, match=rf"^{name}: a masked array.*a\.filled"):
+            call()
+    assert (masked.mask == (X < 0)).all()  # (untouched)
+    np.testing.assert_array_equal(cl.relu(masked.filled(0)), np.maximum(X, 0))

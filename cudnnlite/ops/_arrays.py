@@ -17,6 +17,7 @@ from ..errors import BadParamError, NotSupportedError
 from ..runtime.backend import Backend
 from ..runtime.graph import note_host_work
 from ..runtime.pointers import data_pointer
+from ..runtime.select import refuse_masked
 from ..runtime.select import backend_for
 
 
@@ -94,7 +95,11 @@ def as_array(name: str, a: Any) -> Any:
     are read through the DLPack capsule directly. Objects with only
     ``__cuda_array_interface__`` or ``__array_interface__`` are wrapped by CuPy / NumPy.
     """
-    if isinstance(a, np.ndarray) or _is_cupy_array(a):
+    if isinstance(a, np.ndarray):
+        if type(a) is not np.ndarray:
+            refuse_masked(name, a)
+        return a
+    if _is_cupy_array(a):
         return a
     if hasattr(a, "__dlpack__"):
         # A PyTorch tensor whose negative bit is set holds the negation of its values

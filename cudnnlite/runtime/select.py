@@ -34,6 +34,15 @@ def backend_by_name(name: str) -> Backend:
     raise BadParamError(f"unknown backend {name!r}: expected 'cpu' (emulator) or 'cuda'")
 
 
+def refuse_masked(name: str, a: Any) -> None:
+    """A NumPy masked array is refused: its mask would be ignored silently."""
+    if type(a).__module__.startswith("numpy.ma"):
+        raise BadParamError(
+            f"{name}: a masked array, whose mask cudnnlite would ignore; pass a.filled(value) "
+            "(or a.data for the values under the mask too)"
+        )
+
+
 def array_kind(a: Any) -> str | None:
     """``"cpu"``, ``"cuda"``, or None when ``a`` is not an array we recognize."""
     if isinstance(a, np.ndarray):
@@ -146,6 +155,8 @@ def backend_for(*arrays: Any, names: tuple[str, ...] | None = None) -> Backend:
             continue
         label = names[i] if names else f"argument {i}"
         kind = array_kind(a)
+        if type(a) is not np.ndarray and kind == "cpu":
+            refuse_masked(label, a)
         if kind is None:
             raise BadParamError(
                 f"{label}: expected a NumPy or CuPy array (or an object with __dlpack__), "
