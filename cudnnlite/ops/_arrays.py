@@ -17,8 +17,7 @@ from ..errors import BadParamError, NotSupportedError
 from ..runtime.backend import Backend
 from ..runtime.graph import note_host_work
 from ..runtime.pointers import data_pointer
-from ..runtime.select import refuse_masked
-from ..runtime.select import backend_for
+from ..runtime.select import backend_for, refuse_masked
 
 
 def float_dtype(name: str, a: Any) -> dtypes.DType:
