@@ -66,7 +66,12 @@ def test_debug_level_builds_and_runs(tmp_path: Path) -> None:
         "assert (cl.relu(x) == np.maximum(x, 0)).all()\n"
         "print('ok')\n"
     )
-    env = {**os.environ, "CUDNNLITE_EMU_OPT": "0", "CUDNNLITE_CACHE_DIR": str(tmp_path)}
+    env = {
+        **os.environ,
+        "CUDNNLITE_EMU_OPT": "0",
+        "CUDNNLITE_CACHE_DIR": str(tmp_path),
+        "CUDNNLITE_EMU_NO_PCH": "1",
+    }  # (one module: no header to precompile)
     out = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True,
                          env=env, check=False)  # fmt: skip
     assert out.returncode == 0 and out.stdout.strip() == "ok", out.stderr
