@@ -59,7 +59,8 @@ def test_fma_is_contracted_at_both_fast_levels(
     assert muladd(a, a, -(a * a)) == 2.0**-46
 
 
-def test_debug_level_builds_and_runs(tmp_path: Path) -> None:
+@pytest.mark.parametrize("level", ["0", "2"])  # the debugger's; the default (the suite's is 1)
+def test_other_levels_build_and_run(tmp_path: Path, level: str) -> None:
     code = (
         "import numpy as np, cudnnlite as cl\n"
         "x = np.linspace(-1, 1, 7, dtype=np.float32)\n"
@@ -68,7 +69,7 @@ def test_debug_level_builds_and_runs(tmp_path: Path) -> None:
     )
     env = {
         **os.environ,
-        "CUDNNLITE_EMU_OPT": "0",
+        "CUDNNLITE_EMU_OPT": level,
         "CUDNNLITE_CACHE_DIR": str(tmp_path),
         "CUDNNLITE_EMU_NO_PCH": "1",
     }  # (one module: no header to precompile)
