@@ -36,3 +36,31 @@ def test_a_header_that_cannot_be_precompiled_falls_back(
     flags = build.compile_flags(False)
     assert build._precompiled_header("false", flags) is None
     assert build._compile(MMA_SELFTEST, asan=False).exists()
+
+
+def test_concurrent_builders_of_one_module_run_the_compiler_once(
+    monkeypatch: pytest.MonkeyPatch, tmp_path: Path
+) -> None:
+    # Two builders at once (threads here; xdist workers or Dask workers are processes:
+    # the lock is a file lock either way): the second waits and finds the module built.
+    import threading
+
+    log = tmp_path / "calls.log"
+    cxx = tmp_path / "cxx"
+    cxx.write_text(f'#!/bin/sh\necho "$@" >> {log}\nexec {build.compiler()} "$@"\n')
+    cxx.chmod(0o755)
+    monkeypatch.setenv("CUDNNLITE_CXX", str(cxx))
+    monkeypatch.setenv("CUDNNLITE_CACHE_DIR", str(tmp_path / "cache"))
+    monkeypatch.setenv("CUDNNLITE_EMU_OPT", "0")  # (the quickest build)
+    built: list[Path] = []
+    threads = [threading.Thread(target=lambda: built.append(build._compile(MMA_SELFTEST, False)))
+               for _ in range(2)]  # fmt: skip
+    for t in threads:
+        t.start()
+    for t in threads:
+        t.join()
+    assert len(built) == 2 and built[0] == built[1] and built[0].exists()
+    calls = log.read_text().splitlines()
+    modules = [c for c in calls if "emu_entry.cpp" in c]
+    headers = [c for c in calls if "c++-header" in c]
+    assert len(modules) == 1 and len(headers) == 1, calls

@@ -14,6 +14,7 @@ CUDNNLITE_CXX           the C++ compiler (default g++)
 
 from __future__ import annotations
 
+import contextlib
 import functools
 import hashlib
 import os
@@ -21,6 +22,7 @@ import re
 import shutil
 import subprocess
 import tempfile
+from collections.abc import Iterator
 from pathlib import Path
 
 from ...errors import BadParamError, CompileError, NotSupportedError
@@ -148,6 +150,31 @@ def _check_source(spec: ModuleSpec, text: str) -> None:
         )
 
 
+# How long a build waits for another process building the same file (g++ takes seconds).
+LOCK_TIMEOUT_S = 600.0
+
+
+@contextlib.contextmanager
+def _building(path: Path) -> Iterator[None]:
+    """Held while this process builds ``path``: another process (a second pytest-xdist
+    worker, a Dask worker on this machine) that needs the same file waits for it and then
+    finds it built, instead of running g++ on it too. A lock that cannot be taken (a
+    read-only cache, a timeout) only costs the duplicate build: results are written to a
+    temporary name and renamed into place, so concurrent builders never clash."""
+    from filelock import FileLock, Timeout
+
+    lock = FileLock(str(path.with_name(path.name + ".lock")), timeout=LOCK_TIMEOUT_S)
+    try:
+        lock.acquire()
+    except (OSError, Timeout):
+        yield
+        return
+    try:
+        yield
+    finally:
+        lock.release()
+
+
 def _precompiled_header(cxx: str, flags: list[str]) -> Path | None:
     """A directory holding ``cuda_emu.h.gch``, g++'s precompiled form of the emulator's
     header for these flags (built once per header content, compiler, CPU and flags), or
@@ -163,6 +190,11 @@ def _precompiled_header(cxx: str, flags: list[str]) -> Path | None:
     if gch.exists():
         return pch_dir
     pch_dir.mkdir(parents=True, exist_ok=True)
+    with _building(gch):
+        return pch_dir if gch.exists() else _build_precompiled_header(cxx, flags, pch_dir, gch)
+
+
+def _build_precompiled_header(cxx: str, flags: list[str], pch_dir: Path, gch: Path) -> Path | None:
     fd, tmp = tempfile.mkstemp(suffix=".gch", dir=pch_dir)
     os.close(fd)
     header_flags = [f for f in flags if f != "-shared"]
@@ -207,6 +239,16 @@ def _compile(spec: ModuleSpec, asan: bool, racecheck: bool = False) -> Path:
     if out.exists():
         return out
     out_dir.mkdir(parents=True, exist_ok=True)
+    with _building(out):
+        if out.exists():  # another process built it while this one waited
+            return out
+        _build_module(spec, cxx, flags, defines, out, asan, racecheck)
+    return out
+
+
+def _build_module(spec: ModuleSpec, cxx: str, flags: list[str], defines: list[str], out: Path,
+                  asan: bool, racecheck: bool) -> None:  # fmt: skip
+    out_dir = out.parent
     fd, tmp = tempfile.mkstemp(suffix=".so", dir=out_dir)
     os.close(fd)
     # The AddressSanitizer build (rarely used) skips the precompiled header; the race
@@ -243,4 +285,3 @@ def _compile(spec: ModuleSpec, asan: bool, racecheck: bool = False) -> Path:
             f"  defines: {dict(spec.defines)}\n{log[-6000:]}{hint}"
         )
     os.replace(tmp, out)  # atomic: concurrent compiles of one key are harmless
-    return out
