@@ -20,7 +20,7 @@ import os
 import re
 import sys
 import time
-from collections.abc import Collection, Iterable, Sequence
+from collections.abc import Callable, Iterable, Sequence
 from concurrent.futures import ThreadPoolExecutor
 from dataclasses import dataclass, field
 from pathlib import Path
@@ -404,11 +404,12 @@ def check_all(
     archs: Sequence[str] = DEFAULT_ARCHS,
     jobs: int | None = None,
     tasks: Sequence[tuple[ModuleSpec, str]] | None = None,
-    quick_archs: Collection[str] = (),
+    quick: Callable[[ModuleSpec, str], bool] | None = None,
 ) -> list[CheckResult]:
     """Compiles every spec for every arch (or the given ``tasks``) in parallel; results in
-    task order. Tasks for an arch in ``quick_archs`` compile at NVRTC's fast-compile level
-    (:func:`fast_compile_options`): every compile error still shows, in a fraction of the time.
+    task order. The tasks ``quick(spec, arch)`` is true for compile at NVRTC's fast-compile
+    level (:func:`fast_compile_options`): every compile error still shows, in a fraction of
+    the time.
 
     ``specs`` defaults to ``variants.all_module_specs()``. Compile failures are reported
     in the results; a missing NVRTC or headers raises NotSupportedError up front.
@@ -427,7 +428,7 @@ def check_all(
         return []
     workers = max(1, min(jobs or os.cpu_count() or 1, len(tasks)))
     with ThreadPoolExecutor(max_workers=workers, thread_name_prefix="nvrtc") as pool:
-        return list(pool.map(lambda t: _check_one(*t, t[1] in quick_archs), tasks))
+        return list(pool.map(lambda t: _check_one(*t, bool(quick and quick(*t))), tasks))
 
 
 # ------------------------------------------------------------------ command line
