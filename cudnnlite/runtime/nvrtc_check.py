@@ -16,6 +16,7 @@ from __future__ import annotations
 
 import argparse
 import ctypes
+import functools
 import os
 import re
 import sys
@@ -249,15 +250,25 @@ def compile_to_cubin(
 # ------------------------------------------------------------------ the check
 
 
-# NVRTC's fast-compile level (CUDA 12.8 and later): the front end and ptxas in full, most
+# NVRTC's fast-compile level (recent NVRTCs): the front end and ptxas in full, most
 # optimizations off; 5-9x quicker on our largest modules.
 FAST_COMPILE = ("--Ofast-compile=max",)
-FAST_COMPILE_SINCE = (12, 8)
 
 
 def fast_compile_options() -> tuple[str, ...]:
-    """:data:`FAST_COMPILE` where this NVRTC has it, else nothing."""
-    return FAST_COMPILE if cuda_toolkit.find_nvrtc().version >= FAST_COMPILE_SINCE else ()
+    """:data:`FAST_COMPILE` where this NVRTC accepts it (asked once), else nothing."""
+    return _fast_compile_options(cuda_toolkit.find_nvrtc().path)
+
+
+@functools.cache
+def _fast_compile_options(nvrtc_path: Path) -> tuple[str, ...]:
+    text = 'extern "C" __global__ void k(float* y) { y[threadIdx.x] = 1.0f; }\n'
+    try:
+        compile_program(text, "fast_compile_probe.cu", ["k"], "sm_75",
+                        [*nvrtc_options("sm_75"), *FAST_COMPILE])  # fmt: skip
+    except (CompileError, NotSupportedError):
+        return ()  # NVRTC_ERROR_INVALID_OPTION: an NVRTC from before the option
+    return FAST_COMPILE
 
 
 def _compile_check(spec: ModuleSpec, arch: str, quick: bool) -> CompileResult:
