@@ -39,8 +39,8 @@ from pathlib import Path
 
 from ...errors import ExecutionError, NotSupportedError
 
-# -O0 keeps every load and store where the source has them, and compiles 40% faster than
-# -O1 (kernels run as fast under TSan: its checks dominate); -g1's line tables are all a
+# -O0 keeps every load and store where the source has them, and compiles about 30% faster
+# than -O1 (kernels run as fast under TSan: its checks dominate); -g1's line tables are all a
 # report's "file:line" needs. No shadow call stack (the TSan identity of a fiber changes
 # inside emulator frames), so reports name one line.
 COMPILE_FLAGS = [
