@@ -4,8 +4,6 @@ header (its precompiled form when it can be built) into a shared library cached 
 Environment switches (read at each build):
 
 ======================  =====================================================
-CUDNNLITE_EMU_OPT       g++'s optimization: ``1`` (default, -O1 with FMA contraction),
-                        ``2`` (-O2), ``0`` (-O0 -g, for a debugger): :data:`OPT_LEVELS`
 CUDNNLITE_EMU_NO_PCH    ``1``: compile modules without the precompiled emulator header
 CUDNNLITE_EMU_PORTABLE  ``1``: build for the baseline of the architecture instead of
                         this CPU (``-march=native``, the default)
@@ -84,21 +82,18 @@ def _header_digest() -> str:
     return h.hexdigest()
 
 
-# CUDNNLITE_EMU_OPT: g++'s optimization of emulator modules. The default, 1: a first call
-# is mostly g++'s time (the demo: 43 s cold, 2.3 s warm), and -O1 compiles about 30% sooner
-# than -O2, whose kernels run about 15% faster; -fexpensive-optimizations brings -O2's FMA
-# contraction (a*b+c as one rounding, as a GPU computes it) to -O1: the same numbers.
+# CUDNNLITE_EMU_OPT: g++'s optimization of emulator modules. -fexpensive-optimizations
+# brings -O2's FMA contraction (a*b+c as one rounding, as a GPU computes it) to -O1.
 OPT_LEVELS = {
-    "2": ["-O2"],  # for long emulator runs
-    "1": ["-O1", "-fexpensive-optimizations"],
+    "2": ["-O2"],
+    "1": ["-O1", "-fexpensive-optimizations"],  # compiles about 30% sooner, same numbers
     "0": ["-O0", "-g"],  # for a debugger; no FMA contraction
 }
-DEFAULT_OPT = "1"
 
 
 def opt_flags() -> list[str]:
-    """The optimization flags ``CUDNNLITE_EMU_OPT`` asks for (default :data:`DEFAULT_OPT`)."""
-    level = os.environ.get("CUDNNLITE_EMU_OPT", "").strip() or DEFAULT_OPT
+    """The optimization flags ``CUDNNLITE_EMU_OPT`` asks for (default ``2``)."""
+    level = os.environ.get("CUDNNLITE_EMU_OPT", "2").strip() or "2"
     if level not in OPT_LEVELS:
         raise BadParamError(
             f"cudnnlite: CUDNNLITE_EMU_OPT must be one of {', '.join(sorted(OPT_LEVELS))}, "
