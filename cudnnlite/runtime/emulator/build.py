@@ -4,6 +4,8 @@ header (its precompiled form when it can be built) into a shared library cached 
 Environment switches (read at each build):
 
 ======================  =====================================================
+CUDNNLITE_EMU_OPT       g++'s optimization: ``2`` (default, -O2), ``1`` (-O1 with FMA
+                        contraction: compiles sooner), ``0`` (-O0 -g): :data:`OPT_LEVELS`
 CUDNNLITE_EMU_NO_PCH    ``1``: compile modules without the precompiled emulator header
 CUDNNLITE_EMU_PORTABLE  ``1``: build for the baseline of the architecture instead of
                         this CPU (``-march=native``, the default)
