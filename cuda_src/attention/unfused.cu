@@ -14,6 +14,7 @@
 //   backward: sdpa_unfused_dv<T> (dv = sum over the group's heads of (P*drop)^T dout),
 //   sdpa_unfused_ds (P -> dS = P * (drop * dout_i . v_j - dout_i . o_i) in place, and the
 //   additive mask's gradient), sdpa_unfused_dq<T>, sdpa_unfused_dk<T>.
+// Every kernel runs blocks of 256 threads (solvers/attention/unfused.py, _THREADS).
 #include "attention/attention_common.cuh"
 
 namespace {
@@ -71,10 +72,11 @@ __device__ __forceinline__ A drop(const SdpaParamsT<A>& p, const Elem& x) {
 }  // namespace
 
 template <typename T>
-__global__ void sdpa_unfused_scores(const T* __restrict__ q, const T* __restrict__ k,
-                                    const void* __restrict__ mask, const int* lengths_q,
-                                    const int* lengths_kv, cl::acc_t<T>* __restrict__ s,
-                                    int mask_kind, SdpaParamsT<cl::acc_t<T>> p) {
+__global__ void __launch_bounds__(256)
+    sdpa_unfused_scores(const T* __restrict__ q, const T* __restrict__ k,
+                        const void* __restrict__ mask, const int* lengths_q,
+                        const int* lengths_kv, cl::acc_t<T>* __restrict__ s,
+                        int mask_kind, SdpaParamsT<cl::acc_t<T>> p) {
     typedef cl::acc_t<T> A;
     const long long total = (long long)p.b * p.hq * p.sq * p.skv;
     for (long long e = cl::global_thread_id(); e < total; e += cl::grid_stride()) {
@@ -100,7 +102,8 @@ __global__ void sdpa_unfused_scores(const T* __restrict__ q, const T* __restrict
 
 // One warp per row; the row's scores become probabilities in place.
 template <typename A>
-__global__ void sdpa_unfused_softmax(A* __restrict__ s, A* __restrict__ lse, SdpaParamsT<A> p) {
+__global__ void __launch_bounds__(256)
+    sdpa_unfused_softmax(A* __restrict__ s, A* __restrict__ lse, SdpaParamsT<A> p) {
     const long long rows = (long long)p.b * p.hq * p.sq;
     const int lane = threadIdx.x & 31;
     const long long warps = (long long)gridDim.x * (blockDim.x / 32);
@@ -133,8 +136,9 @@ __global__ void sdpa_unfused_softmax(A* __restrict__ s, A* __restrict__ lse, Sdp
 }
 
 template <typename T>
-__global__ void sdpa_unfused_pv(const cl::acc_t<T>* __restrict__ prob, const T* __restrict__ v,
-                                T* __restrict__ o, SdpaParamsT<cl::acc_t<T>> p) {
+__global__ void __launch_bounds__(256)
+    sdpa_unfused_pv(const cl::acc_t<T>* __restrict__ prob, const T* __restrict__ v,
+                    T* __restrict__ o, SdpaParamsT<cl::acc_t<T>> p) {
     typedef cl::acc_t<T> A;
     const long long total = (long long)p.b * p.hq * p.sq * p.dv;
     for (long long e = cl::global_thread_id(); e < total; e += cl::grid_stride()) {
@@ -155,8 +159,9 @@ __global__ void sdpa_unfused_pv(const cl::acc_t<T>* __restrict__ prob, const T* 
 
 // dv[b, hk, j, c] = sum over the group's heads h and rows i of P*drop * dout[i, c].
 template <typename T>
-__global__ void sdpa_unfused_dv(const cl::acc_t<T>* __restrict__ prob, const T* __restrict__ dout,
-                                T* __restrict__ dv, SdpaParamsT<cl::acc_t<T>> p) {
+__global__ void __launch_bounds__(256)
+    sdpa_unfused_dv(const cl::acc_t<T>* __restrict__ prob, const T* __restrict__ dout,
+                    T* __restrict__ dv, SdpaParamsT<cl::acc_t<T>> p) {
     typedef cl::acc_t<T> A;
     const long long total = (long long)p.b * p.hkv * p.skv * p.dv;
     for (long long e = cl::global_thread_id(); e < total; e += cl::grid_stride()) {
@@ -175,10 +180,11 @@ __global__ void sdpa_unfused_dv(const cl::acc_t<T>* __restrict__ prob, const T* 
 
 // P -> dS in place; dmask (additive masks) receives dS too.
 template <typename T>
-__global__ void sdpa_unfused_ds(cl::acc_t<T>* __restrict__ prob, const T* __restrict__ v,
-                                const T* __restrict__ o, const T* __restrict__ dout,
-                                cl::acc_t<T>* __restrict__ dmask, int write_dmask,
-                                SdpaParamsT<cl::acc_t<T>> p) {
+__global__ void __launch_bounds__(256)
+    sdpa_unfused_ds(cl::acc_t<T>* __restrict__ prob, const T* __restrict__ v,
+                    const T* __restrict__ o, const T* __restrict__ dout,
+                    cl::acc_t<T>* __restrict__ dmask, int write_dmask,
+                    SdpaParamsT<cl::acc_t<T>> p) {
     typedef cl::acc_t<T> A;
     const long long total = (long long)p.b * p.hq * p.sq * p.skv;
     for (long long e = cl::global_thread_id(); e < total; e += cl::grid_stride()) {
@@ -204,8 +210,9 @@ __global__ void sdpa_unfused_ds(cl::acc_t<T>* __restrict__ prob, const T* __rest
 
 // dq[b, h, i, c] = scale * sum_j dS[i, j] k[j, c]
 template <typename T>
-__global__ void sdpa_unfused_dq(const cl::acc_t<T>* __restrict__ ds, const T* __restrict__ k,
-                                T* __restrict__ dq, SdpaParamsT<cl::acc_t<T>> p) {
+__global__ void __launch_bounds__(256)
+    sdpa_unfused_dq(const cl::acc_t<T>* __restrict__ ds, const T* __restrict__ k,
+                    T* __restrict__ dq, SdpaParamsT<cl::acc_t<T>> p) {
     typedef cl::acc_t<T> A;
     const long long total = (long long)p.b * p.hq * p.sq * p.d;
     for (long long e = cl::global_thread_id(); e < total; e += cl::grid_stride()) {
@@ -223,8 +230,9 @@ __global__ void sdpa_unfused_dq(const cl::acc_t<T>* __restrict__ ds, const T* __
 
 // dk[b, hk, j, c] = scale * sum over the group's heads h and rows i of dS[i, j] q[i, c]
 template <typename T>
-__global__ void sdpa_unfused_dk(const cl::acc_t<T>* __restrict__ ds, const T* __restrict__ q,
-                                T* __restrict__ dk, SdpaParamsT<cl::acc_t<T>> p) {
+__global__ void __launch_bounds__(256)
+    sdpa_unfused_dk(const cl::acc_t<T>* __restrict__ ds, const T* __restrict__ q,
+                    T* __restrict__ dk, SdpaParamsT<cl::acc_t<T>> p) {
     typedef cl::acc_t<T> A;
     const long long total = (long long)p.b * p.hkv * p.skv * p.d;
     for (long long e = cl::global_thread_id(); e < total; e += cl::grid_stride()) {

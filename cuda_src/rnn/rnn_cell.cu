@@ -31,11 +31,13 @@
 // `step` take t = step / T-1-step, the backward ones the reverse). With lengths, row b
 // exists for t < len[b] only: an absent row keeps its state, gets y = 0, and gradient 0.
 // The cell math is rnn/rnn_cell.cuh's (shared with the persistent kernel).
+// Every kernel runs blocks of 256 threads (solvers/rnn/common.py, THREADS).
 // Defines: none (one module per dtype and mode).
 #include "rnn/rnn_cell.cuh"
 
 template <typename T, int MODE>
-__global__ void rnn_cell_fwd(
+__global__ void __launch_bounds__(256)
+    rnn_cell_fwd(
     // inputs
     const cl::acc_t<T>* __restrict__ gx, const cl::acc_t<T>* __restrict__ gh,
     const T* __restrict__ b_ih, const T* __restrict__ b_hh, const int* __restrict__ lengths,
@@ -96,9 +98,10 @@ __global__ void rnn_cell_fwd(
 }
 
 template <typename T>
-__global__ void rnn_proj_commit(const cl::acc_t<T>* __restrict__ hp,
-                                const int* __restrict__ lengths, T* __restrict__ hstate,
-                                T* __restrict__ y, T* __restrict__ s_h, RnnCellParams p) {
+__global__ void __launch_bounds__(256)
+    rnn_proj_commit(const cl::acc_t<T>* __restrict__ hp,
+                    const int* __restrict__ lengths, T* __restrict__ hstate,
+                    T* __restrict__ y, T* __restrict__ s_h, RnnCellParams p) {
     typedef cl::acc_t<T> A;
     RnnCellIndex c;
     if (!cell_index(p, p.hout, lengths, false, c)) return;
@@ -117,7 +120,8 @@ __global__ void rnn_proj_commit(const cl::acc_t<T>* __restrict__ hp,
 }
 
 template <typename T, int MODE>
-__global__ void rnn_cell_bwd(
+__global__ void __launch_bounds__(256)
+    rnn_cell_bwd(
     // inputs: dy (T, B, D*Ho), or with projections dr (D, B, H) = this step's dh W_hr
     const cl::acc_t<T>* __restrict__ dh_in, const cl::acc_t<T>* __restrict__ s_gates,
     const cl::acc_t<T>* __restrict__ s_c, const T* __restrict__ s_h,
@@ -188,9 +192,10 @@ __global__ void rnn_cell_bwd(
 }
 
 template <typename A>
-__global__ void rnn_proj_dh(const A* __restrict__ dy, const int* __restrict__ lengths,
-                            A* __restrict__ dh_carry, A* __restrict__ dh_step,
-                            A* __restrict__ dh_save, RnnCellParams p) {
+__global__ void __launch_bounds__(256)
+    rnn_proj_dh(const A* __restrict__ dy, const int* __restrict__ lengths,
+                A* __restrict__ dh_carry, A* __restrict__ dh_step,
+                A* __restrict__ dh_save, RnnCellParams p) {
     RnnCellIndex c;
     if (!cell_index(p, p.hout, lengths, true, c)) return;
     const long long k = ((long long)c.d * p.b + c.b) * p.hout + c.j;

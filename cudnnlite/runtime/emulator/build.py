@@ -1,5 +1,8 @@
 """Building the CPU emulator's modules: a kernel source compiled with g++ after our CUDA
 header (its precompiled form when it can be built) into a shared library cached on disk.
+The build compiles a copy of the source (and of the headers under cuda_src/ that define
+kernels) in which each kernel with ``__launch_bounds__`` checks its launch's block size
+(:func:`with_launch_bound_checks`): a GPU refuses a launch past the bound.
 
 Environment switches (read at each build):
 
@@ -153,6 +156,70 @@ def _check_source(spec: ModuleSpec, text: str) -> None:
         )
 
 
+# ---------------------------------------------------------------- launch bounds
+# A GPU refuses a launch of more threads per block than the kernel's __launch_bounds__;
+# the emulator's macro expands to nothing, so the build opens the body of each kernel
+# defined with it with a check of the launch (EMU_LAUNCH_BOUNDS, cuda_emu.h), in the
+# kernel's own scope: the bound may name its template parameters.
+_BOUNDS = re.compile(r"__launch_bounds__\s*\(")
+_CALLEE = re.compile(r"\s*[A-Za-z_]\w*\s*\(")  # the kernel's name and its "("
+_BODY = re.compile(r"\s*\{")
+BOUNDS_CHECKS = "1"  # in the build key: bump when with_launch_bound_checks changes
+
+
+def _closing_paren(text: str, open_at: int) -> int | None:
+    depth = 0
+    for i in range(open_at, len(text)):
+        if text[i] == "(":
+            depth += 1
+        elif text[i] == ")":
+            depth -= 1
+            if depth == 0:
+                return i
+    return None
+
+
+def with_launch_bound_checks(text: str) -> str:
+    """``text`` with ``EMU_LAUNCH_BOUNDS(<the attribute's arguments>);`` at the start of the
+    body of every function defined as ``__launch_bounds__(...) name(...) {``, on the line
+    of its ``{`` (line numbers stay). Declarations, and the attribute in a ``//`` comment,
+    are left alone."""
+    out, pos = [], 0
+    for m in _BOUNDS.finditer(text):
+        line = text[text.rfind("\n", 0, m.start()) + 1 : m.start()]
+        if m.start() < pos or "//" in line:
+            continue
+        close = _closing_paren(text, m.end() - 1)
+        callee = None if close is None else _CALLEE.match(text, close + 1)
+        params = None if callee is None else _closing_paren(text, callee.end() - 1)
+        body = None if params is None else _BODY.match(text, params + 1)
+        if body is None:
+            continue
+        args = " ".join(text[m.end() : close].split())
+        out += [text[pos : body.end()], f" EMU_LAUNCH_BOUNDS({args});"]
+        pos = body.end()
+    out.append(text[pos:])
+    return "".join(out)
+
+
+def _checked_sources(src: Path, text: str, into: Path) -> Path:
+    """Writes ``text`` (the module's source) and every header under cuda_src/ that defines
+    a bounded kernel, with their launch-bound checks, into the folder ``into`` (put
+    before cuda_src/ on the include path); ``#line`` keeps messages, ``__FILE__`` and
+    debug information on the originals. Returns the source's copy."""
+    root = cuda_src_dir()
+    for header in sorted(root.rglob("*.cuh")):
+        original = header.read_text()
+        checked = with_launch_bound_checks(original)
+        if checked != original:
+            copy = into / header.relative_to(root)
+            copy.parent.mkdir(parents=True, exist_ok=True)
+            copy.write_text(f'#line 1 "{header}"\n{checked}')
+    main = into / src.name
+    main.write_text(f'#line 1 "{src}"\n{with_launch_bound_checks(text)}')
+    return main
+
+
 # How long a build waits for another process building the same file (g++ takes seconds).
 LOCK_TIMEOUT_S = 600.0
 
@@ -234,6 +301,7 @@ def _compile(spec: ModuleSpec, asan: bool, racecheck: bool = False) -> Path:
         _cpu_signature(),
         *flags,
         *defines,
+        BOUNDS_CHECKS,
     ):
         key.update(part.encode())
         key.update(b"\0")
@@ -245,12 +313,23 @@ def _compile(spec: ModuleSpec, asan: bool, racecheck: bool = False) -> Path:
     with _building(out):
         if out.exists():  # another process built it while this one waited
             return out
-        _build_module(spec, cxx, flags, defines, out, asan, racecheck)
+        _build_module(spec, cxx, flags, defines[1:], out, asan, racecheck, (src, text))
     return out
 
 
 def _build_module(spec: ModuleSpec, cxx: str, flags: list[str], defines: list[str], out: Path,
-                  asan: bool, racecheck: bool) -> None:  # fmt: skip
+                  asan: bool, racecheck: bool, source: tuple[Path, str]) -> None:  # fmt: skip
+    """Compiles ``source`` (its path and text), with its launch-bound checks, into ``out``;
+    ``defines`` are all but the source's."""
+    with tempfile.TemporaryDirectory(dir=out.parent, prefix=".src-") as checked:
+        main = _checked_sources(*source, Path(checked))
+        # (the original's folder stays on the quoted-include path, as for the original)
+        defines = [f'-DCUDNNLITE_EMU_SOURCE="{main}"', f"-iquote{source[0].parent}", *defines]
+        _run_compiler(spec, cxx, flags, defines, out, asan, racecheck, Path(checked))
+
+
+def _run_compiler(spec: ModuleSpec, cxx: str, flags: list[str], defines: list[str], out: Path,
+                  asan: bool, racecheck: bool, checked: Path) -> None:  # fmt: skip
     out_dir = out.parent
     fd, tmp = tempfile.mkstemp(suffix=".so", dir=out_dir)
     os.close(fd)
@@ -263,6 +342,7 @@ def _build_module(spec: ModuleSpec, cxx: str, flags: list[str], defines: list[st
         *flags,
         *(["-include", "cuda_emu.h"] if pch else []),
         f"-I{INCLUDE_DIR}",
+        f"-I{checked}",  # the checked copies of headers with bounded kernels come first
         f"-I{cuda_src_dir()}",
         *defines,
         str(INCLUDE_DIR / "emu_entry.cpp"),

@@ -1603,6 +1603,24 @@ inline int reduce_max(unsigned mask, int v, const char* f, int l) {
     ((e) ? (void)0                                                                        \
          : ::emu::fail(std::string("device assert failed: ") + #e + " at " + __FILE__ + ":" + \
                        std::to_string(__LINE__)))
+// A GPU refuses to launch a kernel with more threads per block than its
+// __launch_bounds__ ("too many resources requested for launch"). The macro expands to
+// nothing here; instead the build (emulator/build.py, with_launch_bound_checks) opens the
+// body of every kernel defined with it with EMU_LAUNCH_BOUNDS(its arguments). The
+// further arguments (blocks per SM, blocks per cluster) only guide the compiler.
+namespace emu {
+template <typename... Hints>
+inline void check_launch_bounds(const char* kernel, long long max_threads, Hints...) {
+    const dim3& b = worker().block_dim;
+    const long long threads = (long long)b.x * b.y * b.z;
+    if (threads > max_threads)
+        fail(std::string("kernel ") + kernel + " launched with blocks of " + std::to_string(threads) +
+             " threads, more than its __launch_bounds__(" + std::to_string(max_threads) +
+             "): a GPU refuses this launch (too many resources requested for launch)");
+}
+}  // namespace emu
+#define EMU_LAUNCH_BOUNDS(...) ::emu::check_launch_bounds(__func__, __VA_ARGS__)
+
 #define __trap() ::emu::fail("__trap() called")
 #define __brkpt() ::emu::fail("__brkpt() called")
 

@@ -1,7 +1,8 @@
 // emu_entry.cpp — the translation unit the emulator compiles for one kernel module.
 //
 // Defines set by the launcher (cudnnlite/runtime/emulator/build.py):
-//   CUDNNLITE_EMU_SOURCE   "path/to/kernel.cu" (a string literal)
+//   CUDNNLITE_EMU_SOURCE   "path/to/kernel.cu" (a string literal): the build's copy of the
+//                          source with its launch-bound checks (build.py)
 //   CUDNNLITE_EMU_KERNELS  EMU_KERNEL(name) EMU_KERNEL(template_name<float, 4>) ...
 // plus the module's own compile-time defines.
 //
