@@ -6,8 +6,8 @@
 #
 # 1. the environment: nvidia-smi, the version of every module we import (a missing one
 #    is reported, and the rest still runs), `cudnnlite info`;
-# 2. every kernel module compiled by the CUDA backend on 16 threads (timeout 90 s), so
-#    later steps load them from the CUBIN cache;
+# 2. every kernel's compile unit (the module a run loads) compiled by the CUDA backend on
+#    16 threads (timeout 90 s), so later steps load them from the CUBIN cache;
 # 3. the whole test suite on the CUDA backend (timeout 150 s), JUnit XML in $OUT;
 # 4. the ResNet-50 suite tuned at batch 32 (timeout 45 s): $OUT/tuning/<arch>.yaml, the
 #    DB to ship in tuning_db/;
@@ -96,37 +96,27 @@ grep -E '^(python |module |cupy:|torch:|NOTE:)' "$OUT_DIR/environment.txt" >>"$S
 [[ $env_rc -ne 0 ]] && note "environment step exited with $env_rc"
 
 # ------------------------------------------------------------------ 2. compile
-# Every kernel module through the CUDA backend (our NVRTC path, on 16 threads), so that the
-# tests and benchmarks below load CUBINs from its disk cache instead of compiling one by one.
+# Every kernel's compile unit through the CUDA backend (our NVRTC path, on 16 threads), so
+# that the tests and benchmarks below load CUBINs from its disk cache instead of compiling
+# one by one.
 STEP="compile"
 echo "== compiling every kernel module =="
 t0=$SECONDS
 if [[ "$BACKENDS" == *cuda* ]]; then
     timeout 90 "$PY" - 2>&1 <<'PYEOF' | tee "$OUT_DIR/compile.log"
 import time
-from concurrent.futures import ThreadPoolExecutor
 
-from cudnnlite.runtime.select import backend_by_name
-from cudnnlite.runtime.variants import all_module_specs
+from cudnnlite.precompile import precompile
 
-backend = backend_by_name("cuda")
-specs = all_module_specs()
-
-
-def build(spec):
-    t = time.perf_counter()
-    try:
-        backend.module(spec)
-        return spec.label(), time.perf_counter() - t, None
-    except Exception as exc:  # reported; the tests show the same failure in context
-        return spec.label(), time.perf_counter() - t, f"{type(exc).__name__}: {exc}"
-
-
-with ThreadPoolExecutor(16) as pool:
-    results = list(pool.map(build, specs))
-for label, seconds, error in results:
-    print(f"{'FAIL' if error else 'OK  '} {seconds:6.1f}s {label}" + (f"\n    {error}" if error else ""))
-print(f"{sum(e is None for _, _, e in results)} of {len(results)} modules built")
+# The compile units a run loads (one per kernel on a GPU), every family and dtype, on 16
+# threads: what the tests and benchmarks below then read from the CUBIN cache.
+start = time.perf_counter()
+report = precompile((), dtypes_=("fp32", "fp16", "bf16", "fp64"), backend="cuda", jobs=16,
+                    progress=False)
+for label, error in sorted(report.failed.items()):
+    print(f"FAIL {label}\n    {error}")
+total = len(report.built) + len(report.failed)
+print(f"{len(report.built)} of {total} compile units built in {time.perf_counter() - start:.0f} s")
 PYEOF
     note "compile: exit ${PIPESTATUS[0]} after $((SECONDS - t0)) s; $(tail -n 1 "$OUT_DIR/compile.log")"
 fi

@@ -4,6 +4,10 @@ that GPU reads. The NVRTC parts need no GPU (they skip without NVRTC, except in 
 
 from __future__ import annotations
 
+import threading
+from concurrent.futures import ThreadPoolExecutor
+from typing import Any
+
 import pytest
 
 from cudnnlite import dtypes
@@ -82,3 +86,40 @@ def test_bad_arch_and_backend_combinations_are_refused() -> None:
     with pytest.raises(SystemExit) as exit_:  # (argparse's usage error: status 2)
         main(["precompile", "dropout", "--arch", "sm90", "--no-progress"])
     assert exit_.value.code == 2
+
+
+class _SlowBackend(EmulatorBackend):
+    """Builds a stand-in module after waiting (up to ``wait`` s) until ``together`` builds
+    are under way at once."""
+
+    def __init__(self, together: int, wait: float) -> None:
+        super().__init__()
+        self.started: list[ModuleSpec] = []
+        self._all_in = threading.Barrier(together, timeout=wait)
+
+    def _build(self, spec: ModuleSpec) -> Any:
+        self.started.append(spec)
+        try:
+            self._all_in.wait()
+        except threading.BrokenBarrierError:
+            pass
+        return object()
+
+
+def test_distinct_modules_build_at_the_same_time() -> None:
+    """precompile's threads (and a GPU session's warm-up) compile side by side: the
+    backend holds no lock across builds of different modules."""
+    specs = [ModuleSpec.make("conv/direct.cu", [f"k{i}"]) for i in range(4)]
+    backend = _SlowBackend(together=len(specs), wait=10.0)
+    with ThreadPoolExecutor(len(specs)) as pool:
+        modules = list(pool.map(backend.module, specs))
+    assert not backend._all_in.broken  # all four were building at once
+    assert [backend.module(s) for s in specs] == modules  # built once, kept
+
+
+def test_one_module_is_built_once_whoever_asks() -> None:
+    spec = ModuleSpec.make("conv/direct.cu", ["k"])
+    backend = _SlowBackend(together=2, wait=0.5)  # a second build never comes
+    with ThreadPoolExecutor(4) as pool:
+        modules = set(map(id, pool.map(lambda _: backend.module(spec), range(4))))
+    assert backend.started == [spec] and len(modules) == 1

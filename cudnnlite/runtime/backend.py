@@ -133,7 +133,10 @@ class Backend(abc.ABC):
 
     def __init__(self) -> None:
         self._modules: dict[tuple[str, ModuleSpec], Module] = {}
-        self._lock = threading.Lock()
+        # One lock per module being built: threads that want one module wait for a single
+        # build of it, while other modules build at the same time (precompile's threads).
+        self._build_locks: dict[tuple[str, ModuleSpec], threading.Lock] = {}
+        self._lock = threading.Lock()  # guards _build_locks
 
     @property
     @abc.abstractmethod
@@ -156,6 +159,8 @@ class Backend(abc.ABC):
         mod = self._modules.get(key)
         if mod is None:
             with self._lock:
+                lock = self._build_locks.setdefault(key, threading.Lock())
+            with lock:
                 mod = self._modules.get(key)
                 if mod is None:
                     mod = self._build(spec)
