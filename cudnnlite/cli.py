@@ -1,4 +1,4 @@
-"""The ``cudnnlite`` command: ``cudnnlite info|demo|tune|db|doctor|resources``.
+"""The ``cudnnlite`` command: ``cudnnlite info|demo|tune|db|doctor|resources|precompile``.
 
 Each subcommand is a pair of functions: ``_add_<name>(subparsers)`` declares its
 arguments and ``_run_<name>(args) -> int`` does the work; ``main`` wires them.
@@ -227,7 +227,8 @@ def _add_demo(sub: Any) -> None:
 
     p = sub.add_parser(
         "demo",
-        help="run the activation layers of a small CNN and check them against the reference",
+        help="run a small CNN's forward pass (convolution, pooling, batch norm, activations, "
+        "softmax) and check each layer against the float64 reference",
         description="Runs each layer's primitives of a small CNN on the chosen backend and "
         "checks every result against the float64 reference. Exit status 1 if any check fails.",
     )
