@@ -15,7 +15,9 @@ compile caches out of the way (a scratch ``CUDNNLITE_CACHE_DIR``, ``CUDNNLITE_CU
 - **first call** of a network: the kernels a cold ResNet-50 forward at batch 1 needs on
   ``--arch`` (every convolution layer's plan, made by the dispatcher as on that GPU, plus
   the batch norm, ReLU, max pool and global average pool kernels), fp32 NCHW and fp16 NHWC,
-  compiled one after another as the forward pass would (goal: <= 5 s each in all);
+  compiled as the forward pass would: each plan's kernels side by side on the build
+  threads (``Backend.prefetch``), plans and the other kernels one after another (goal:
+  <= 5 s each in all);
 - **emulator**: g++ time of family modules (the precompiled header first: a fresh cache
   builds it once).
 
@@ -134,8 +136,9 @@ def _other_layers(dtype: str) -> list[tuple[Any, str]]:
 
 def bench_first_call(arch: str, suite: str, dtype: str, layers: int | None,
                      others: list[tuple[Any, str]]) -> dict[str, Any]:  # fmt: skip
-    """The kernels a cold forward of ``suite`` needs on ``arch``, each compiled in turn;
-    ``others``: the non-convolution kernels (``_other_layers``)."""
+    """The kernels a cold forward of ``suite`` needs on ``arch``, compiled plan by plan
+    (a plan's kernels side by side, as a run builds them); ``others``: the non-convolution
+    kernels (``_other_layers``), each in turn."""
     from cudnnlite.dispatch.plans import Plan
     from cudnnlite.dispatch.select import select
     from cudnnlite.precompile import _suite_problems
@@ -288,7 +291,7 @@ def _print(res: dict[str, Any]) -> None:
         )  # fmt: skip
     if res.get("first_call"):
         _bench.print_table(
-            "first call: a cold forward's compiles, one after another (seconds)",
+            "first call: a cold forward's compiles, plan by plan (seconds)",
             ["suite", "dtype", "conv layers", "kernels", "conv", "other", "total"],
             [[r["suite"], r["dtype"], r["conv_layers"], len(r.get("kernels", [])),
               _bench.fmt(r.get("conv_s")), _bench.fmt(r.get("other_s")),

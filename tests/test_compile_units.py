@@ -11,7 +11,7 @@ from typing import Any
 import pytest
 
 from cudnnlite import dtypes
-from cudnnlite.errors import BadParamError, NotSupportedError
+from cudnnlite.errors import BadParamError, CompileError, NotSupportedError
 from cudnnlite.ops import activation, dropout
 from cudnnlite.runtime import cubin
 from cudnnlite.runtime.cuda import AheadOfTimeBackend, CudaBackend
@@ -88,22 +88,51 @@ def test_bad_arch_and_backend_combinations_are_refused() -> None:
     assert exit_.value.code == 2
 
 
-class _SlowBackend(EmulatorBackend):
-    """Builds a stand-in module after waiting (up to ``wait`` s) until ``together`` builds
-    are under way at once."""
+class _FakeKernel:
+    def __init__(self, name: str) -> None:
+        self.name, self.launches = name, 0
 
-    def __init__(self, together: int, wait: float) -> None:
+    def __call__(self, *args: Any, **kwargs: Any) -> None:
+        self.launches += 1
+
+
+class _FakeModule:
+    def __init__(self, spec: ModuleSpec) -> None:
+        self.kernels = {n: _FakeKernel(n) for n in spec.names}
+
+    def get_function(self, name: str) -> Any:
+        return self.kernels[name]
+
+
+class _SlowBackend(EmulatorBackend):
+    """Builds a stand-in module per kernel (as on a GPU); the first ``together`` builds
+    wait (up to ``wait`` s) until they are all under way at once. The units in
+    ``failing`` fail."""
+
+    per_kernel_modules = True
+
+    def __init__(self, together: int, wait: float, failing: tuple[str, ...] = ()) -> None:
         super().__init__()
         self.started: list[ModuleSpec] = []
+        self.threads: set[str] = set()
+        self.failing = failing
+        self._together = together
         self._all_in = threading.Barrier(together, timeout=wait)
+        self._count = threading.Lock()
 
     def _build(self, spec: ModuleSpec) -> Any:
-        self.started.append(spec)
+        with self._count:
+            self.started.append(spec)
+            first = len(self.started) <= self._together
+        self.threads.add(threading.current_thread().name)
         try:
-            self._all_in.wait()
+            if first:
+                self._all_in.wait()
         except threading.BrokenBarrierError:
             pass
-        return object()
+        if spec.names[0] in self.failing:
+            raise CompileError(f"{spec.names[0]}: planted failure")
+        return _FakeModule(spec)
 
 
 def test_distinct_modules_build_at_the_same_time() -> None:
@@ -123,3 +152,84 @@ def test_one_module_is_built_once_whoever_asks() -> None:
     with ThreadPoolExecutor(4) as pool:
         modules = set(map(id, pool.map(lambda _: backend.module(spec), range(4))))
     assert backend.started == [spec] and len(modules) == 1
+
+
+FAMILY3 = ModuleSpec.make("conv/winograd.cu", ["a", "b", "c"])
+
+
+def _runner(backend: Any, keep: dict[str, Any] | None = None) -> list[Any]:
+    """A runner's preparation: three kernels of one family (Winograd's transforms, say)."""
+    kernels = [backend.kernel(FAMILY3, n) for n in FAMILY3.names]
+    if keep is not None:
+        keep.update(zip(FAMILY3.names, kernels, strict=True))
+    return kernels
+
+
+def test_prefetch_builds_a_runners_kernels_side_by_side() -> None:
+    from cudnnlite.runtime.backend import _build_pool
+
+    together = min(3, _build_pool()._max_workers)  # the pool has a thread per core, up to 8
+    backend = _SlowBackend(together=together, wait=10.0)
+    backend.prefetch(lambda: _runner(backend))
+    assert not backend._all_in.broken  # the units were building at once
+    assert all(t.startswith("cudnnlite-build") for t in backend.threads)
+    kernels = _runner(backend)  # the real preparation: built already, nothing more
+    assert len(backend.started) == 3 and all(isinstance(k, _FakeKernel) for k in kernels)
+
+
+def test_prefetch_dry_run_kernels_that_were_kept_still_work() -> None:
+    backend, kept = _SlowBackend(together=1, wait=0.1), {}
+    backend.prefetch(lambda: _runner(backend, kept))  # a cache kept the dry run's kernels
+    kept["b"]((1,), (32,), ())
+    real = backend.kernel(FAMILY3, "b")
+    assert real.launches == 1 and kept["b"].name == "b" and kept["b"].spec.names == ("b",)
+
+
+def test_prefetch_leaves_errors_to_the_real_call() -> None:
+    backend = _SlowBackend(together=1, wait=0.1, failing=("b",))
+
+    def make() -> None:
+        _runner(backend)
+        raise NotSupportedError("the dry run's own failure is not raised")
+
+    backend.prefetch(make)  # neither the failed build nor make's error escapes
+    assert {s.names[0] for s in backend.started} == {"a", "b", "c"}
+    with pytest.raises(CompileError, match="b: planted failure"):
+        _runner(backend)
+
+
+def test_prefetch_inside_a_dry_run_leaves_the_noting_to_the_outer_one() -> None:
+    backend = _SlowBackend(together=1, wait=0.1)
+
+    def outer() -> None:
+        backend.prefetch(lambda: _runner(backend))  # a nested plan's own prefetch
+        _runner(backend)
+
+    backend.prefetch(outer)
+    assert sorted(s.names[0] for s in backend.started) == ["a", "b", "c"]  # each once
+
+
+def test_a_first_plan_builds_its_units_side_by_side(
+    nvrtc, tmp_path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """A Winograd F(4x4) plan's four kernels (filter, input and output transforms, batched
+    GEMM), compiled for sm_90 on the build threads before the plan takes them."""
+    from cudnnlite.dispatch.plans import get_plan
+    from cudnnlite.problems.conv import ConvProblem
+
+    monkeypatch.setenv("CUDNNLITE_CACHE_DIR", str(tmp_path))
+    backend = AheadOfTimeBackend("sm_90")
+    built_on: list[str] = []
+    build = backend._build
+
+    def recorded_build(spec: ModuleSpec) -> Any:
+        built_on.append(threading.current_thread().name)
+        return build(spec)
+
+    monkeypatch.setattr(backend, "_build", recorded_build)
+    problem = ConvProblem(n=1, c=8, spatial=(12, 12), k=8, filter=(3, 3),
+                          pads=((1, 1), (1, 1)), strides=(1, 1), dilations=(1, 1),
+                          layout="NCHW", dtype="fp32")  # fmt: skip
+    plan = get_plan(backend, problem, "conv_fwd_winograd_f4x4_3x3")
+    assert len(plan.runner.kernel_names) >= 1 and len(built_on) == 4
+    assert all(name.startswith("cudnnlite-build") for name in built_on)

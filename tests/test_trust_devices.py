@@ -303,6 +303,9 @@ class FakeGpuBackend:
         if self.xp.sticky is not None:
             raise self.xp.sticky
 
+    def prefetch(self, make: Any) -> None:
+        make()  # the tuner's dry run of every candidate (nothing to build here)
+
     def kernel(self, spec: ModuleSpec, name: str) -> Any:
         assert (spec.source, name) == ("tuner/spin_wait.cu", "spin_wait")
         cupy = self.xp

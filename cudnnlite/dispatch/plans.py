@@ -28,6 +28,8 @@ class Plan:
         self.choice = choice
         self.solver = choice.solver
         self.config = choice.config
+        # A first call builds the runner's kernels side by side (Backend.prefetch).
+        backend.prefetch(lambda: choice.solver.prepare(backend, problem, choice.config))
         self.runner = choice.solver.prepare(backend, problem, choice.config)
         self.workspace_bytes = choice.solver.workspace_size(problem, choice.config)
         self._workspace: Any = None

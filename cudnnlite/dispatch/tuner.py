@@ -199,44 +199,56 @@ def tune_problem(problem: Any, backend: Backend, *, store: bool = True,
     results: list[Entry] = []
     best: float | None = None
     xp = backend.xp
-    for solver in registry.solvers(family_of(problem)):
-        if not usable(solver, problem, caps):
+    candidates = [
+        (solver, config)
+        for solver in registry.solvers(family_of(problem))
+        if usable(solver, problem, caps)
+        for config in solver.configs(problem, caps)
+        if usable(solver, problem, caps, config)
+    ]
+    backend.prefetch(lambda: [_dry_prepare(s, backend, problem, c) for s, c in candidates])
+    for solver, config in candidates:
+        size = solver.workspace_size(problem, config)
+        workspace = xp.empty(size, dtype=xp.uint8) if size else None
+        try:
+            runner = solver.prepare(backend, problem, config)
+
+            def run(runner: Any = runner, workspace: Any = workspace) -> None:
+                runner(tensors, epilogue, workspace)
+
+            run()  # warm-up (and compile)
+            backend.synchronize()  # an asynchronous CUDA error surfaces here
+            t = _stable_median(timer, run, best, repeats)
+        except Exception as exc:  # a candidate that fails is not a candidate
+            if not isinstance(exc, CudnnliteError) and not is_cuda_error(exc):
+                raise  # a bug of ours, not the candidate's
+            what = f"tuning {problem.key()}: {solver.name} {config.to_dict()}"
+            if timer.gpu and context_is_lost(backend):
+                raise ExecutionError(
+                    f"{what} failed with {type(exc).__name__}: {exc}; the error left "
+                    "the CUDA context unusable (every later CUDA call fails), so tuning "
+                    f"stops here and nothing is stored ({len(results)} candidates were "
+                    "timed); restart the process, and disable this solver "
+                    "(CUDNNLITE_DISABLE_SOLVERS) or report it"
+                ) from exc
+            warnings.warn(f"{what} failed, skipped: {type(exc).__name__}: {exc}",
+                          stacklevel=2)  # fmt: skip
             continue
-        for config in solver.configs(problem, caps):
-            if not usable(solver, problem, caps, config):
-                continue
-            size = solver.workspace_size(problem, config)
-            workspace = xp.empty(size, dtype=xp.uint8) if size else None
-            try:
-                runner = solver.prepare(backend, problem, config)
-
-                def run(runner: Any = runner, workspace: Any = workspace) -> None:
-                    runner(tensors, epilogue, workspace)
-
-                run()  # warm-up (and compile)
-                backend.synchronize()  # an asynchronous CUDA error surfaces here
-                t = _stable_median(timer, run, best, repeats)
-            except Exception as exc:  # a candidate that fails is not a candidate
-                if not isinstance(exc, CudnnliteError) and not is_cuda_error(exc):
-                    raise  # a bug of ours, not the candidate's
-                what = f"tuning {problem.key()}: {solver.name} {config.to_dict()}"
-                if timer.gpu and context_is_lost(backend):
-                    raise ExecutionError(
-                        f"{what} failed with {type(exc).__name__}: {exc}; the error left "
-                        "the CUDA context unusable (every later CUDA call fails), so tuning "
-                        f"stops here and nothing is stored ({len(results)} candidates were "
-                        "timed); restart the process, and disable this solver "
-                        "(CUDNNLITE_DISABLE_SOLVERS) or report it"
-                    ) from exc
-                warnings.warn(f"{what} failed, skipped: {type(exc).__name__}: {exc}",
-                              stacklevel=2)  # fmt: skip
-                continue
-            results.append(Entry(solver.name, config.to_dict(), t, size))
-            best = t if best is None else min(best, t)
+        results.append(Entry(solver.name, config.to_dict(), t, size))
+        best = t if best is None else min(best, t)
     results.sort(key=lambda e: e.time_us if e.time_us is not None else float("inf"))
     if store and results:
         database(caps.arch).record(problem.key(), results)
     return results
+
+
+def _dry_prepare(solver: Any, backend: Backend, problem: Any, config: Any) -> None:
+    """One candidate's preparation in tune_problem's dry run (Backend.prefetch): a
+    candidate that cannot prepare must not stop the others' builds."""
+    try:
+        solver.prepare(backend, problem, config)
+    except Exception:  # (timing it reports it)
+        pass
 
 
 _CUDA_ERRORS = ("CUDADriverError", "CUDARuntimeError", "CUBLASError", "CompileException")

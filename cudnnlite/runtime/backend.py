@@ -14,8 +14,11 @@ not exceed ``backend.max_cooperative_blocks(kernel, block_threads, shared_mem)``
 from __future__ import annotations
 
 import abc
+import contextlib
+import os
 import threading
 from collections.abc import Callable, Sequence
+from concurrent.futures import ThreadPoolExecutor
 from typing import Any
 
 import numpy as np
@@ -113,6 +116,54 @@ def check_cooperative_grid(
         )
 
 
+class _Deferred(Kernel):
+    """What :meth:`Backend.kernel` gives a dry run (:meth:`Backend.prefetch`): the kernel,
+    built on first use. A dry run's objects are dropped, but one that something kept (a
+    cache, say) works all the same."""
+
+    def __init__(self, backend: Backend, unit: ModuleSpec, name: str) -> None:
+        self.name, self.spec = name, unit
+        self._backend = backend
+        self._kernel: Kernel | None = None
+
+    def _resolve(self) -> Kernel:
+        if self._kernel is None:
+            self._kernel = self._backend.module(self.spec).get_function(self.name)
+        return self._kernel
+
+    def __call__(self, grid: Dim, block: Dim, args: Sequence[Any], shared_mem: int = 0,
+                 cooperative: bool = False) -> None:  # fmt: skip
+        self._resolve()(grid, block, args, shared_mem, cooperative)
+
+    def max_cooperative_blocks(self, block_threads: int, shared_mem: int = 0) -> int:
+        return self._resolve().max_cooperative_blocks(block_threads, shared_mem)
+
+    def prepare(self, grid: Dim, block: Dim, args: Sequence[Any], shared_mem: int = 0,
+                vary: int = -1) -> Callable[[Any], None]:  # fmt: skip
+        return self._resolve().prepare(grid, block, args, shared_mem, vary)
+
+    def __getattr__(self, attr: str) -> Any:  # the backend's own attributes (.function, ...)
+        if attr.startswith("_"):
+            raise AttributeError(attr)
+        return getattr(self._resolve(), attr)
+
+
+# The (backend, compile unit) pairs a dry run asks kernel() for, per thread; None outside
+# one (Backend.prefetch).
+_noting = threading.local()
+_pool: ThreadPoolExecutor | None = None
+_pool_lock = threading.Lock()
+
+
+def _build_pool() -> ThreadPoolExecutor:
+    global _pool
+    with _pool_lock:
+        if _pool is None:
+            workers = min(8, os.cpu_count() or 1)
+            _pool = ThreadPoolExecutor(workers, thread_name_prefix="cudnnlite-build")
+        return _pool
+
+
 class Module(abc.ABC):
     spec: ModuleSpec
 
@@ -177,7 +228,49 @@ class Backend(abc.ABC):
 
     def kernel(self, spec: ModuleSpec, name: str) -> Kernel:
         """Kernel ``name`` of ``spec``, built (with its compile unit) once per device."""
-        return self.module(self.compile_unit(spec, name)).get_function(name)
+        unit = self.compile_unit(spec, name)
+        noted = getattr(_noting, "units", None)
+        if noted is not None and (self.device_key(), unit) not in self._modules:
+            noted.append((self, unit))
+            return _Deferred(self, unit, name)
+        return self.module(unit).get_function(name)
+
+    def prefetch(self, make: Callable[[], object]) -> None:
+        """Builds side by side the compile units that ``make()`` (a runner's preparation)
+        asks :meth:`kernel` for and that are not built yet, so that a first call waits for
+        its slowest unit rather than for their sum (NVRTC and g++ run outside the GIL).
+        ``make`` runs once first as a dry run, getting each unbuilt kernel as a stand-in
+        built on first use; its result is dropped and whatever it raises is ignored (the
+        real call after this raises it again, as a build that fails here does). Inside
+        another prefetch's dry run it does nothing: that one notes the units."""
+        if getattr(_noting, "units", None) is not None:
+            return
+        noted: list[tuple[Backend, ModuleSpec]] = []
+        _noting.units = noted
+        try:
+            make()
+        except Exception:  # (the real call raises it)
+            pass
+        finally:
+            _noting.units = None
+        todo = [(b, u) for b, u in dict.fromkeys(noted) if (b.device_key(), u) not in b._modules]
+        if len(todo) < 2:
+            return  # one unit: the real call builds it
+        scopes = {id(b): b._worker_scope() for b, _ in todo}
+
+        def build(item: tuple[Backend, ModuleSpec]) -> None:
+            backend, unit = item
+            try:
+                with scopes[id(backend)]():
+                    backend.module(unit)
+            except Exception:  # (the real call raises it)
+                pass
+
+        list(_build_pool().map(build, todo))
+
+    def _worker_scope(self) -> Callable[[], contextlib.AbstractContextManager]:
+        """What a build on another thread runs under to build for this thread's device."""
+        return contextlib.nullcontext
 
     @abc.abstractmethod
     def synchronize(self) -> None: ...

@@ -16,7 +16,7 @@ Nothing here imports CuPy or touches a GPU until a module is built.
 from __future__ import annotations
 
 import importlib
-from collections.abc import Sequence
+from collections.abc import Callable, Sequence
 from pathlib import Path
 from typing import Any
 
@@ -386,6 +386,10 @@ class CudaBackend(Backend):
 
     def _build(self, spec: ModuleSpec) -> Module:
         return CudaModule(spec, self.xp, self.arch())
+
+    def _worker_scope(self) -> Callable[[], Any]:
+        device = self.xp.cuda.Device()  # this thread's; another thread starts on device 0
+        return lambda: self.xp.cuda.Device(device.id)
 
     def synchronize(self) -> None:
         self.xp.cuda.get_current_stream().synchronize()
