@@ -233,3 +233,28 @@ def test_a_first_plan_builds_its_units_side_by_side(
     plan = get_plan(backend, problem, "conv_fwd_winograd_f4x4_3x3")
     assert len(plan.runner.kernel_names) >= 1 and len(built_on) == 4
     assert all(name.startswith("cudnnlite-build") for name in built_on)
+
+
+def test_a_forked_child_builds_on_threads_of_its_own(tmp_path) -> None:
+    """After a fork (multiprocessing, Dask's process workers) the parent's build threads
+    are gone: a child's prefetch must not wait for them."""
+    import multiprocessing
+
+    from cudnnlite.runtime.backend import _build_pool
+
+    pool_ = _build_pool()  # the parent's pool, every one of its threads started
+    everyone = threading.Barrier(pool_._max_workers, timeout=10)
+    for f in [pool_.submit(everyone.wait) for _ in range(pool_._max_workers)]:
+        f.result()
+    if "fork" not in multiprocessing.get_all_start_methods():
+        pytest.skip("no fork on this platform")
+    ctx = multiprocessing.get_context("fork")
+    with ctx.Pool(1) as pool:
+        started = pool.apply_async(_prefetch_in_child).get(timeout=60)
+    assert sorted(started) == ["a", "b", "c"]
+
+
+def _prefetch_in_child() -> list[str]:
+    backend = _SlowBackend(together=1, wait=0.1)
+    backend.prefetch(lambda: _runner(backend))
+    return [s.names[0] for s in backend.started]

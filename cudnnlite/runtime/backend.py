@@ -164,6 +164,17 @@ def _build_pool() -> ThreadPoolExecutor:
         return _pool
 
 
+def _forget_pool_in_child() -> None:
+    """A forked child has none of the pool's threads (work given to it would wait
+    forever): the child makes a pool of its own when it needs one."""
+    global _pool, _pool_lock
+    _pool, _pool_lock = None, threading.Lock()
+
+
+if hasattr(os, "register_at_fork"):  # (POSIX)
+    os.register_at_fork(after_in_child=_forget_pool_in_child)
+
+
 class Module(abc.ABC):
     spec: ModuleSpec
 
