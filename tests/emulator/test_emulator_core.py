@@ -425,12 +425,14 @@ def test_address_sanitizer_catches_out_of_bounds(
     assert np.all(y == 1.0)
 
 
-def test_address_sanitizer_build_catches_misaligned_accesses(
-    backend: str, emulator_only: None, env: pytest.MonkeyPatch
+@pytest.mark.parametrize("switch", ["CUDNNLITE_EMU_ASAN", "CUDNNLITE_EMU_ALIGNCHECK"])
+def test_checking_builds_catch_misaligned_accesses(
+    backend: str, emulator_only: None, env: pytest.MonkeyPatch, switch: str
 ) -> None:
     # A float4 load 4 bytes past a 16-byte boundary faults on a GPU ("misaligned address");
-    # the ASan build's alignment check makes it a kernel error naming the type and site.
-    env.setenv("CUDNNLITE_EMU_ASAN", "1")
+    # the ASan build's alignment check (or the alignment check alone) makes it a kernel
+    # error naming the type and site.
+    env.setenv(switch, "1")
     x = np.arange(40, dtype=np.float32)
     y = np.zeros((8, 4), np.float32)
     with pytest.raises(ExecutionError, match=r"misaligned access: .*float4.* needs 16-byte"):

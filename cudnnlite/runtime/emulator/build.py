@@ -6,15 +6,18 @@ kernels) in which each kernel with ``__launch_bounds__`` checks its launch's blo
 
 Environment switches (read at each build):
 
-======================  =====================================================
-CUDNNLITE_EMU_OPT       g++'s optimization: ``2`` (default, -O2), ``1`` (-O1 with FMA
-                        contraction: compiles sooner), ``0`` (-O0 -g): :data:`OPT_LEVELS`
-CUDNNLITE_EMU_NO_PCH    ``1``: compile modules without the precompiled emulator header
-CUDNNLITE_EMU_PORTABLE  ``1``: build for the baseline of the architecture instead of
-                        this CPU (``-march=native``, the default)
-CUDNNLITE_CACHE_DIR     where compiled libraries go (default ~/.cache/cudnnlite)
-CUDNNLITE_CXX           the C++ compiler (default g++)
-======================  =====================================================
+========================  ===================================================
+CUDNNLITE_EMU_OPT         g++'s optimization: ``2`` (default, -O2), ``1`` (-O1 with FMA
+                          contraction: compiles sooner), ``0`` (-O0 -g): :data:`OPT_LEVELS`
+CUDNNLITE_EMU_NO_PCH      ``1``: compile modules without the precompiled emulator header
+CUDNNLITE_EMU_PORTABLE    ``1``: build for the baseline of the architecture instead of
+                          this CPU (``-march=native``, the default)
+CUDNNLITE_EMU_ALIGNCHECK  ``1``: a misaligned access (a GPU's "misaligned address" fault)
+                          fails the kernel (:data:`ALIGNCHECK_FLAGS`; always in the
+                          AddressSanitizer and race-check builds)
+CUDNNLITE_CACHE_DIR       where compiled libraries go (default ~/.cache/cudnnlite)
+CUDNNLITE_CXX             the C++ compiler (default g++)
+========================  ===================================================
 """
 
 from __future__ import annotations
@@ -131,18 +134,22 @@ def compile_flags(asan: bool, racecheck: bool = False) -> list[str]:
         flags += [
             "-fsanitize=address",
             "-fsanitize-recover=address",
-            # misaligned accesses fault on a GPU: the module's own handler (cuda_emu.h,
-            # EMU_ALIGNCHECK) makes each one a kernel error
-            "-fsanitize=alignment",
-            "-fsanitize-recover=alignment",
-            "-DEMU_ALIGNCHECK=1",
+            *ALIGNCHECK_FLAGS,
             "-fno-omit-frame-pointer",
             "-O1",
             "-static-libstdc++",
         ]
+    elif _env_flag("CUDNNLITE_EMU_ALIGNCHECK") and not racecheck:
+        flags += ALIGNCHECK_FLAGS
     if racecheck:
         flags += racecheck_mod.COMPILE_FLAGS
     return flags
+
+
+# Misaligned accesses fault on a GPU ("misaligned address"): the module's own handler
+# (cuda_emu.h, EMU_ALIGNCHECK) makes each one a kernel error. In the AddressSanitizer and
+# race-check builds always, in the others with CUDNNLITE_EMU_ALIGNCHECK=1.
+ALIGNCHECK_FLAGS = ["-fsanitize=alignment", "-fsanitize-recover=alignment", "-DEMU_ALIGNCHECK=1"]
 
 
 _EXTERN_SHARED = re.compile(r"extern\s+__shared__")

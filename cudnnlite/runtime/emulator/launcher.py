@@ -543,13 +543,18 @@ class EmulatorModule(Module):
 
 # The switches that pick a module build (their own cache of modules per device key), read
 # by the ops' call caches on every call: raw reads (runtime.env), parsed once per value.
-_read_build_switches = raw_reader(("CUDNNLITE_EMU_ASAN", "CUDNNLITE_EMU_RACECHECK"))
+_read_build_switches = raw_reader(
+    ("CUDNNLITE_EMU_ASAN", "CUDNNLITE_EMU_RACECHECK", "CUDNNLITE_EMU_ALIGNCHECK")
+)
 
 
 @functools.lru_cache(maxsize=16)
-def _device_key(raw: tuple[Any, Any]) -> str:
+def _device_key(raw: tuple[Any, Any, Any]) -> str:
+    """The checking builds' modules apart from the plain ones (a switch flipped in a
+    process gets modules built with it)."""
     key = "cpu-asan" if flag(raw[0]) else "cpu"
-    return key + "-racecheck" if flag(raw[1]) else key
+    key += "-racecheck" if flag(raw[1]) else ""
+    return key + "-aligncheck" if flag(raw[2]) and not flag(raw[0]) else key
 
 
 class EmulatorBackend(Backend):
