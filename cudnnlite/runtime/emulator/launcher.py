@@ -552,9 +552,11 @@ _read_build_switches = raw_reader(
 def _device_key(raw: tuple[Any, Any, Any]) -> str:
     """The checking builds' modules apart from the plain ones (a switch flipped in a
     process gets modules built with it)."""
-    key = "cpu-asan" if flag(raw[0]) else "cpu"
-    key += "-racecheck" if flag(raw[1]) else ""
-    return key + "-aligncheck" if flag(raw[2]) and not flag(raw[0]) else key
+    asan, racecheck, aligncheck = (flag(r) for r in raw)
+    key = "cpu-asan" if asan else "cpu"
+    key += "-racecheck" if racecheck else ""
+    # (the alignment check is part of the ASan and race-check builds)
+    return key + "-aligncheck" if aligncheck and not (asan or racecheck) else key
 
 
 class EmulatorBackend(Backend):
