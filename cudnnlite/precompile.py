@@ -123,12 +123,14 @@ def precompile(
         except Exception as exc:  # reported per module: one failure must not stop the rest
             return label, f"{type(exc).__name__}: {exc}"
 
-    from tqdm import tqdm
-
     with ThreadPoolExecutor(max(1, jobs)) as pool:
-        results = pool.map(build, work)
-        for label, error in tqdm(results, total=len(work), disable=not progress,
-                                 desc=f"precompile ({be.name})", unit="module"):  # fmt: skip
+        results: Any = pool.map(build, work)
+        if progress:  # (tqdm only then: the device check runs where it may be missing)
+            from tqdm import tqdm
+
+            results = tqdm(results, total=len(work), desc=f"precompile ({be.name})",
+                           unit="module")  # fmt: skip
+        for label, error in results:
             if error is None:
                 report.built.append(label)
             else:

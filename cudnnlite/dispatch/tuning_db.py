@@ -33,7 +33,6 @@ from pathlib import Path
 from typing import Any
 
 import yaml
-from filelock import FileLock, Timeout
 
 from ..runtime.sources import tuning_db_dir
 
@@ -204,6 +203,9 @@ class TuningDB:
         self.record_many({key: list(entries)})
 
     def record_many(self, new: dict[str, list[Entry]]) -> None:
+        # (imported here: `import cudnnlite` needs no filelock, a GPU box without it runs)
+        from filelock import FileLock, Timeout
+
         with self._lock:
             self.user.update(new)
             if self.read_only:
