@@ -75,3 +75,43 @@ def test_import_touches_no_gpu_and_compiles_nothing() -> None:
     out = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, check=False)
     assert out.returncode == 0, out.stderr
     assert out.stdout.strip() == "ok"
+
+
+def test_import_and_the_tuning_dbs_need_no_filelock_or_tqdm() -> None:
+    """The lent GPU box has CuPy, PyTorch, NumPy, PyYAML and pytest, nothing else installed
+    (benchmarks/device_check.sh; PyTorch brings filelock, which builds take): importing
+    cudnnlite and reading the tuning DBs must not need filelock or tqdm."""
+    code = (
+        "import sys\n"
+        "sys.modules['filelock'] = sys.modules['tqdm'] = None  # import raises ImportError\n"
+        "import cudnnlite\n"
+        "from cudnnlite.dispatch.tuning_db import database\n"
+        "from cudnnlite.precompile import DTYPES, precompile\n"
+        "database('sm_90').keys()\n"
+        "print('ok')\n"
+    )
+    out = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, check=False)
+    assert out.returncode == 0, out.stderr
+    assert out.stdout.strip() == "ok"
+
+
+def test_a_quiet_precompile_needs_no_tqdm(monkeypatch: pytest.MonkeyPatch) -> None:
+    from cudnnlite import precompile as pc
+
+    built = []
+
+    class Backend:  # builds nothing, notes what it is asked to build
+        name = "cpu"
+
+        def compile_units(self, spec: object) -> list:
+            return [spec]
+
+        def module(self, spec: object) -> None:
+            built.append(spec)
+
+    monkeypatch.setitem(sys.modules, "tqdm", None)  # `import tqdm` raises ImportError
+    monkeypatch.setattr(pc, "_backend", lambda backend, arch: Backend())
+    report = pc.precompile(["dropout"], dtypes_=pc.DTYPES, progress=False)
+    assert report.ok and len(built) == len(report.built) > 0
+    with pytest.raises(ImportError):
+        pc.precompile(["dropout"], dtypes_=pc.DTYPES, progress=True)
