@@ -142,6 +142,24 @@ def test_scripts_parse_and_are_executable(script: str) -> None:
     assert os.access(path, os.X_OK), f"{script} is not executable"
 
 
+def test_the_suite_collects_with_only_the_gpu_boxs_packages() -> None:
+    """The lent GPU box has CuPy, PyTorch, NumPy, PyYAML and pytest, nothing else
+    (device_check.sh). A test file that needs ml_dtypes, hypothesis or tqdm to import must
+    skip, not fail to collect: a collection error stops the whole pytest run there."""
+    code = (
+        "import sys\n"
+        "sys.modules.update(dict.fromkeys(['ml_dtypes', 'hypothesis', 'tqdm'], None))\n"
+        "import pytest\n"
+        "sys.exit(pytest.main(['--collect-only', '-q', '-p', 'no:cacheprovider', 'tests']))\n"
+    )
+    # (no plugins from entry points: hypothesis's and xdist's are not on the box either)
+    env = {**os.environ, "PYTHONPATH": str(REPO), "PYTEST_DISABLE_PLUGIN_AUTOLOAD": "1"}
+    out = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True,
+                         check=False, cwd=REPO, env=env, timeout=300)  # fmt: skip
+    assert out.returncode == 0, (out.stdout + out.stderr)[-3000:]
+    assert "error" not in out.stdout.splitlines()[-1], out.stdout[-3000:]
+
+
 # ------------------------------------------------------------------ benchmarks
 
 
