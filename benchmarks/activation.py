@@ -160,6 +160,8 @@ def bench_bandwidth(setup: Setup, cl: Any) -> list[dict[str, Any]]:
     by_short = {d.short: d.numpy for d in cl_dtypes.FLOAT_TYPES}
     rows = []
     for short in DTYPES:
+        if short not in by_short:
+            continue  # bf16 without ml_dtypes (the GPU box may lack it)
         dtype = by_short[short]
         try:
             x = _random(setup, dtype, 1)
