@@ -23,6 +23,7 @@ from __future__ import annotations
 from typing import Any
 
 import numpy as np
+import pytest
 
 from cudnnlite import dtypes
 from cudnnlite.problems.attention import AttentionProblem
@@ -47,6 +48,8 @@ def operands(problem: AttentionProblem, seed: int = 0, mask_shape: tuple[int, ..
     """Random q, k, v (and dout, a mask of ``mask_shape`` of the problem's kind, lengths)
     as NumPy arrays in the problem's dtype and layout."""
     rng = np.random.default_rng(seed)
+    if problem.dtype not in NUMPY_DTYPE:  # bf16 without ml_dtypes (the GPU box may lack it)
+        pytest.skip(f"{problem.dtype} arrays need ml_dtypes, which is not installed")
     dt = NUMPY_DTYPE[problem.dtype]
 
     def rand(shape: tuple[int, ...]) -> np.ndarray:

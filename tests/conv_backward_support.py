@@ -23,6 +23,7 @@ from __future__ import annotations
 from typing import Any
 
 import numpy as np
+import pytest
 
 from cudnnlite import dtypes
 from cudnnlite.problems.conv import ConvProblem
@@ -55,6 +56,8 @@ def problem(n: int, c: int, hw: tuple, k: int, rs: tuple, pad: Any = 0, stride: 
 
 def rand(shape: tuple, seed: int, dtype: str) -> np.ndarray:
     rng = np.random.default_rng(seed)
+    if dtype not in NUMPY_DTYPE:  # bf16 without ml_dtypes (the GPU box may lack it)
+        pytest.skip(f"{dtype} arrays need ml_dtypes, which is not installed")
     a = rng.standard_normal(shape).astype(np.float32).astype(NUMPY_DTYPE[dtype])
     if dtype == "fp64":
         a += rng.standard_normal(shape) * 2.0**-30  # bits a float32 would drop

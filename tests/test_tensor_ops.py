@@ -46,7 +46,7 @@ def round_once(x: np.ndarray, dst: Any) -> np.ndarray:
     """x converted to dst with one rounding (to nearest even). NumPy converts float64 to
     float32 / float16 directly, but ml_dtypes' bfloat16 goes through float32 (two
     roundings); float32 rounded to odd, then to bfloat16, is the one rounding."""
-    if np.dtype(dst) != dtypes.BFLOAT16.numpy or x.dtype != np.float64:
+    if dtypes.BFLOAT16 is None or np.dtype(dst) != dtypes.BFLOAT16.numpy or x.dtype != np.float64:
         return x.astype(dst)
     f = x.astype(np.float32)
     fix = (f.astype(np.float64) != x) & (f.view(np.uint32) % 2 == 0)
