@@ -64,6 +64,13 @@ def test_environment_forces_a_backend(monkeypatch: pytest.MonkeyPatch) -> None:
         backend_for(np.zeros(1))
 
 
+def _prints_ok(code: str) -> None:
+    """Runs ``code`` in a fresh interpreter, which must succeed and print ``ok``."""
+    out = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, check=False)
+    assert out.returncode == 0, out.stderr
+    assert out.stdout.strip() == "ok"
+
+
 def test_import_touches_no_gpu_and_compiles_nothing() -> None:
     code = (
         "import sys, cudnnlite\n"
@@ -72,9 +79,7 @@ def test_import_touches_no_gpu_and_compiles_nothing() -> None:
         "assert backend_by_name.cache_info().currsize == 0\n"
         "print('ok')\n"
     )
-    out = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, check=False)
-    assert out.returncode == 0, out.stderr
-    assert out.stdout.strip() == "ok"
+    _prints_ok(code)
 
 
 def test_import_and_the_tuning_dbs_need_no_filelock_or_tqdm() -> None:
@@ -90,9 +95,7 @@ def test_import_and_the_tuning_dbs_need_no_filelock_or_tqdm() -> None:
         "database('sm_90').keys()\n"
         "print('ok')\n"
     )
-    out = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, check=False)
-    assert out.returncode == 0, out.stderr
-    assert out.stdout.strip() == "ok"
+    _prints_ok(code)
 
 
 def test_a_quiet_precompile_needs_no_tqdm(monkeypatch: pytest.MonkeyPatch) -> None:
