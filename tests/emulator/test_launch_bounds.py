@@ -76,10 +76,12 @@ def test_every_library_kernel_declares_its_bounds() -> None:
 
 
 # ------------------------------------------------------------------ launches
-def _module(tmp_path: Path, body: str, names: list[str]) -> ModuleSpec:
-    src = tmp_path / "bounded.cu"
-    src.write_text(textwrap.dedent(body))
-    return ModuleSpec.make(str(src), names)
+@pytest.fixture(scope="module")
+def bounded(tmp_path_factory: pytest.TempPathFactory) -> Path:
+    """SOURCE in a file of its own, shared by the tests (one g++ build per backend)."""
+    src = tmp_path_factory.mktemp("bounds") / "bounded.cu"
+    src.write_text(textwrap.dedent(SOURCE))
+    return src
 
 
 SOURCE = """\
@@ -95,8 +97,8 @@ SOURCE = """\
 
 
 @pytest.mark.parametrize("block", [64, (8, 8), 1])
-def test_launches_within_the_bound_run(backend: str, tmp_path: Path, block: object) -> None:
-    spec = _module(tmp_path, SOURCE, ["fill<32>"])
+def test_launches_within_the_bound_run(backend: str, bounded: Path, block: object) -> None:
+    spec = ModuleSpec.make(str(bounded), ["fill<32>", "bwd_filter_reduce<float>"])
     y = to_backend(np.zeros(64, np.float32), backend)
     backend_by_name(backend).kernel(spec, "fill<32>")((1,), block, (y,))
     threads = int(np.prod(block))
@@ -105,9 +107,9 @@ def test_launches_within_the_bound_run(backend: str, tmp_path: Path, block: obje
 
 @pytest.mark.parametrize("block", [65, (8, 9), (2, 2, 32)])
 def test_launches_past_the_bound_are_refused(
-    backend: str, emulator_only: None, tmp_path: Path, block: object
+    backend: str, emulator_only: None, bounded: Path, block: object
 ) -> None:
-    spec = _module(tmp_path, SOURCE, ["fill<32>"])
+    spec = ModuleSpec.make(str(bounded), ["fill<32>", "bwd_filter_reduce<float>"])
     y = np.zeros(1024, np.float32)
     kernel = backend_by_name("cpu").kernel(spec, "fill<32>")
     threads = int(np.prod(block))
@@ -117,11 +119,11 @@ def test_launches_past_the_bound_are_refused(
 
 
 def test_a_kernel_from_a_shared_header_is_checked_too(
-    backend: str, emulator_only: None, tmp_path: Path
+    backend: str, emulator_only: None, bounded: Path
 ) -> None:
     """bwd_filter_reduce lives in conv/splitk_reduce.cuh, which every split-K module
     includes: the build checks the headers' kernels as well."""
-    spec = _module(tmp_path, SOURCE, ["bwd_filter_reduce<float>"])
+    spec = ModuleSpec.make(str(bounded), ["fill<32>", "bwd_filter_reduce<float>"])
     kernel = backend_by_name("cpu").kernel(spec, "bwd_filter_reduce<float>")
     ws, dw = np.arange(8, dtype=np.float32), np.zeros(4, np.float32)
     kernel((1,), (256,), (ws, dw, np.int32(2), np.int64(4)))
