@@ -125,7 +125,6 @@ fi
 # ------------------------------------------------------------------ 3. tests
 STEP="tests"
 echo "== tests on backend(s) $BACKENDS =="
-t0=$SECONDS
 # On the GPU, the tests that run there: those the backend fixture gives "cuda" (their ids
 # say so; about 2,700 of 3,800). The rest (the emulator's own, the NVRTC check, the
 # references, argument checks) do the same on any machine, and CI runs them.

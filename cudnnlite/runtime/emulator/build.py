@@ -293,11 +293,8 @@ def _compile(spec: ModuleSpec, asan: bool, racecheck: bool = False) -> Path:
     cxx = compiler()
     flags = compile_flags(asan, racecheck)
     kernels = " ".join(f"EMU_KERNEL({name})" for name in spec.names)
-    defines = [
-        f'-DCUDNNLITE_EMU_SOURCE="{src}"',
-        f"-DCUDNNLITE_EMU_KERNELS={kernels}",
-        *spec.define_options(),
-    ]
+    # (the source's own define, its checked copy's path, is added by _build_module)
+    defines = [f"-DCUDNNLITE_EMU_KERNELS={kernels}", *spec.define_options()]
     key = hashlib.sha256()
     for part in (
         text,
@@ -320,14 +317,14 @@ def _compile(spec: ModuleSpec, asan: bool, racecheck: bool = False) -> Path:
     with _building(out):
         if out.exists():  # another process built it while this one waited
             return out
-        _build_module(spec, cxx, flags, defines[1:], out, asan, racecheck, (src, text))
+        _build_module(spec, cxx, flags, defines, out, asan, racecheck, (src, text))
     return out
 
 
 def _build_module(spec: ModuleSpec, cxx: str, flags: list[str], defines: list[str], out: Path,
                   asan: bool, racecheck: bool, source: tuple[Path, str]) -> None:  # fmt: skip
     """Compiles ``source`` (its path and text), with its launch-bound checks, into ``out``;
-    ``defines`` are all but the source's."""
+    ``defines``: the kernels' and the module's."""
     with tempfile.TemporaryDirectory(dir=out.parent, prefix=".src-") as checked:
         main = _checked_sources(*source, Path(checked))
         # (the original's folder stays on the quoted-include path, as for the original)
