@@ -19,6 +19,7 @@ import pytest
 from cudnnlite import dtypes
 from cudnnlite import reference as ref
 from cudnnlite.errors import BadParamError
+from cudnnlite.ops._arrays import collapse_dims
 from cudnnlite.ops.reduce import REDUCE_OPS, reduce_tensor
 from cudnnlite.ops.tensor import (
     OP_TENSOR_OPS,
@@ -376,6 +377,58 @@ def test_split_reductions(backend: str, case: int) -> None:
     mag = 0.5 * ref.reduce_tensor(np.abs(x.astype(np.float64)), "sum", axes)[0] + 2 * abs(prior)
     n = x.size // max(1, prior.size)
     assert np.all(np.abs(to_numpy(out) - want) <= (n + 32) * 2.0**-24 * mag + 1e-30)
+
+
+# Views whose reduced dims do not merge (slices, negative steps), one per kernel kind and
+# number of reduced dims left after merging (1-3 have loops of their own, more the general
+# walk): (base shape, the view's index, reduced axes, kernel kind on the emulator, dims).
+# Each kernel's step (1, 32 or 256 elements) crosses dims of other sizes, so the walk
+# carries through several digits at once.
+UNMERGED_CASES = [
+    ((6, 5, 7, 9), np.s_[::2, :, ::-1, 1:], (1, 2, 3), "warp", 3),
+    ((3, 4, 3, 5, 2, 6), np.s_[:, ::-1, :, ::2, :, 1:], (1, 2, 3, 4, 5), "warp", 5),
+    ((8, 3, 7, 9, 11), np.s_[:, :, ::-1, 1:, ::2], (1, 2, 3, 4), "warp", 4),
+    ((64, 2, 40, 120), np.s_[:, 0, :, 5:], (1, 2), "block", 2),
+    ((64, 3, 40, 70), np.s_[:, ::-1, ::2, 1:], (1, 2, 3), "block", 3),
+    ((2, 8, 40, 60), np.s_[:, ::-1, :, 1:], (1, 2, 3), "split_block", 3),
+    ((5, 6, 7, 40), np.s_[::-1, :, ::2, :], (0, 2), "thread", 2),
+    ((6, 10, 9, 40), np.s_[::-1, :, 1:, :], (0, 1, 2), "split_thread", 3),
+    ((2, 3, 300, 40), np.s_[:, :, :, ::-1], (0, 1, 2), "split_thread", 1),
+]
+
+
+def test_collapse_dims_in_order() -> None:
+    """A reduction's dims merge only with their neighbours, in their order (the flattened
+    index stays C order), when the strides of every operand compose; size-1 dims go."""
+    # (axes' sizes, x strides, out strides) -> merged
+    assert collapse_dims([4, 5, 6], [[30, 6, 1]], reorder=False) == ([120], [[1]])
+    assert collapse_dims([4, 1, 5, 6], [[-30, 7, 6, 1]], reorder=False) == ([4, 30], [[-30, 1]])
+    assert collapse_dims([4, 5], [[5, 1], [1, 4]], reorder=False) == ([4, 5], [[5, 1], [1, 4]])
+    assert collapse_dims([4, 5], [[1, 4]], reorder=False) == ([4, 5], [[1, 4]])  # no reorder
+    assert collapse_dims([4, 5], [[1, 4]]) == ([20], [[1]])
+    assert collapse_dims([1, 1], [[3, 1]], reorder=False) == ([], [[]])
+
+
+@pytest.mark.parametrize("case", range(len(UNMERGED_CASES)))
+def test_reduce_unmerged_strided_views(backend: str, case: int) -> None:
+    shape, index, axes, kind, dims = UNMERGED_CASES[case]
+    base = rand(shape, np.float32, seed=70 + case)
+    view = base[index]
+    sizes = [view.shape[a] for a in axes]
+    strides = [[view.strides[a] // view.itemsize for a in axes]]
+    assert len(collapse_dims(sizes, strides, reorder=False)[0]) == dims  # (the case's point)
+    x = np.ascontiguousarray(view)
+    xb = to_backend(base, backend)[index]
+    for op in (*REDUCE_OPS, "max_num"):
+        name = "max" if op == "max_num" else op
+        if op.startswith("mul"):  # products of many elements near 1 stay in range
+            x = np.ascontiguousarray(rand(shape, np.float32, seed=case, lo=0.99, hi=1.01)[index])
+            xb = to_backend(rand(shape, np.float32, seed=case, lo=0.99, hi=1.01), backend)[index]
+        idx = name in ("min", "max", "amax")
+        r = reduce_tensor(xb, name, axes, return_indices=idx, nan_propagation=op != "max_num")
+        if backend == "cpu":  # (a GPU's block counts may choose another kind)
+            assert last_kernel_name() == f"tensor_reduce_{kind}_fp32", op
+        check_reduce(r[0] if idx else r, x, name, axes, idx=r[1] if idx else None)
 
 
 @pytest.mark.parametrize("dtype", DTYPES, ids=lambda d: SHORT[d])

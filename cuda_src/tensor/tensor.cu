@@ -20,14 +20,14 @@
 //                              [N, HW, C]): 32x32 tiles through shared memory (+1 column
 //                              against bank conflicts), coalesced reads AND writes, 32x8
 //                              threads, 4 elements per thread and direction.
-//   tensor_reduce_{thread,warp,block}<T>
+//   tensor_reduce_{thread,warp,block}<T, OP>
 //                              C = alpha * reduce(A over the reduced dims) + beta * C, with
 //                              the flattened (C-order over the reduced axes) index of the
 //                              min / max / amax element when `indices` is not null. thread: one
 //                              output per thread (the contiguous dim is kept: coalesced across
 //                              outputs); warp / block: one output per warp / block (the
 //                              contiguous dim is reduced: coalesced across lanes).
-//   tensor_reduce_split_{block,thread}<T> + tensor_reduce_finish<T>
+//   tensor_reduce_split_{block,thread}<T, OP> + tensor_reduce_finish<T, OP>
 //                              few outputs, long reductions (sum of everything, per-channel
 //                              sums over N, H, W): grid (chunks, outputs or output groups);
 //                              each block reduces one chunk of the reduced range into an
@@ -36,6 +36,9 @@
 //                              partials and stores. Deterministic: no atomics. split_block: lanes walk the
 //                              reduced range; split_thread: threads walk outputs (the kept
 //                              contiguous dim), each over its chunk.
+//                              OP (tens::kR*): one kernel per op, holding that op's code
+//                              only. Threads walk the reduced elements digit by digit
+//                              (tens::ReducedWalk: no division per element).
 // T = float | __half | __nv_bfloat16 | double. Arithmetic runs in cl::acc_t<T> (float, or
 // double for double) with the scalars (alpha, beta) of that type: OpParamsT<A>,
 // ReduceLayoutT<A>, reduction partials in A. A conversion TI -> TO computes in double when
@@ -84,8 +87,9 @@ struct OpParamsT {
 };
 
 // ops/reduce.py: _REDUCE_DTYPE (A = float) and _REDUCE_DTYPE64 (A = double). Kept dims
-// index the outputs; reduced dims (innermost first, in the original axis order) index the
-// elements of one output.
+// index the outputs; reduced dims (innermost first, in the original axis order, neighbours
+// that are contiguous merged) index the elements of one output. The op is the kernels'
+// template parameter OP.
 template <typename A>
 struct ReduceLayoutT {
     cl::index_t ksize[tens::kMaxDims];
@@ -93,14 +97,14 @@ struct ReduceLayoutT {
     cl::index_t kstride_out[tens::kMaxDims];
     cl::index_t rsize[tens::kMaxDims];
     cl::index_t rstride[tens::kMaxDims];
+    cl::index_t rstep[tens::kMaxDims];  // the launched kernel's step over the reduced
+                                        // elements (1, 32 or blockDim.x) in rsize's digits
     cl::index_t outputs;  // product of ksize
     cl::index_t count;    // product of rsize
     A alpha;
     A beta;
     int kndim;
     int rndim;
-    int op;
-    int reserved;
 };
 
 // ops/tensor.py: _CHANNEL_DTYPE. C (n elements, n < 2^31) is contiguous; the vector operand
@@ -424,19 +428,20 @@ __device__ __forceinline__ RAcc<A> shfl_xor(RAcc<A> a, int m) {
     return a;
 }
 
-template <typename A>
-__device__ __forceinline__ cl::index_t reduced_offset(cl::index_t r, const ReduceLayoutT<A>& R) {
-    cl::index_t off = 0;
-#pragma unroll
-    for (int d = 0; d < kMaxDims; ++d) {
-        if (d == R.rndim) break;
-        const cl::index_t c = d + 1 == R.rndim ? r : r % R.rsize[d];
-        r = d + 1 == R.rndim ? 0 : r / R.rsize[d];
-        off += c * R.rstride[d];
+// q = a / b and a % b of non-negative a, b: 32-bit division (inline, a few instructions)
+// when both fit, the 64-bit one (a call of a long routine) only when one does not.
+__device__ __forceinline__ cl::index_t div_mod(cl::index_t a, cl::index_t b, cl::index_t& rem) {
+    if ((((unsigned long long)a | (unsigned long long)b) >> 31) == 0) {
+        const unsigned int q = (unsigned int)a / (unsigned int)b;
+        rem = a - (cl::index_t)q * b;
+        return q;
     }
-    return off;
+    const cl::index_t q = a / b;
+    rem = a - q * b;
+    return q;
 }
 
+// The input and output offsets of output o (kept dims, innermost first).
 template <typename A>
 __device__ __forceinline__ void output_offsets(cl::index_t o, const ReduceLayoutT<A>& R,
                                                cl::index_t& in, cl::index_t& out) {
@@ -445,33 +450,88 @@ __device__ __forceinline__ void output_offsets(cl::index_t o, const ReduceLayout
 #pragma unroll
     for (int d = 0; d < kMaxDims; ++d) {
         if (d == R.kndim) break;
-        const cl::index_t c = d + 1 == R.kndim ? o : o % R.ksize[d];
-        o = d + 1 == R.kndim ? 0 : o / R.ksize[d];
+        cl::index_t c = o;
+        if (d + 1 < R.kndim) o = div_mod(o, R.ksize[d], c);
         in += c * R.kstride_in[d];
         out += c * R.kstride_out[d];
     }
 }
 
-template <typename T>
-__device__ __forceinline__ RAcc<cl::acc_t<T>> reduce_range(const T* base,
-                                                           const ReduceLayoutT<cl::acc_t<T>>& R,
-                                                           cl::index_t r0, cl::index_t step) {
-    RAcc<cl::acc_t<T>> acc = rinit<cl::acc_t<T>>(R.op);
-    for (cl::index_t r = r0; r < R.count; r += step) {
-        radd(R.op, acc, cl::to_acc(base[reduced_offset(r, R)]), r);
+// The offsets of reduced elements r0, r0 + step, r0 + 2 step, ... (step: R.rstep, in
+// digits), walked like an odometer: each step adds the step's digits with carries (an add,
+// a compare and a multiply-add per reduced dim), where recomputing an offset from r would
+// divide by every dim's size. Only the outermost digit grows past its dim (past the last
+// element, whose offset is never read). ND: the reduced dims when known at compile time
+// (the common 1, 2, 3: a short loop without the other dims' steps), 0: R.rndim of them.
+template <int ND, typename A>
+struct ReducedWalk {
+    cl::index_t digit[ND > 0 ? ND : kMaxDims];
+    cl::index_t off;
+
+    __device__ __forceinline__ int dims(const ReduceLayoutT<A>& R) const {
+        return ND > 0 ? ND : R.rndim;
     }
-    return acc;
+
+    __device__ __forceinline__ ReducedWalk(const ReduceLayoutT<A>& R, cl::index_t r) {
+        off = 0;
+#pragma unroll
+        for (int d = 0; d < (ND > 0 ? ND : kMaxDims); ++d) {
+            digit[d] = 0;
+            if (d >= dims(R)) continue;
+            cl::index_t c = r;
+            if (d + 1 < dims(R)) r = div_mod(r, R.rsize[d], c);
+            digit[d] = c;
+            off += c * R.rstride[d];
+        }
+    }
+
+    __device__ __forceinline__ void next(const ReduceLayoutT<A>& R) {
+        cl::index_t carry = 0;
+#pragma unroll
+        for (int d = 0; d < (ND > 0 ? ND : kMaxDims); ++d) {
+            if (d == dims(R)) break;
+            const cl::index_t add = R.rstep[d] + carry;
+            digit[d] += add;
+            off += add * R.rstride[d];
+            carry = 0;
+            if (d + 1 < dims(R) && digit[d] >= R.rsize[d]) {
+                digit[d] -= R.rsize[d];
+                off -= R.rsize[d] * R.rstride[d];
+                carry = 1;
+            }
+        }
+    }
+};
+
+template <int OP, int ND, typename T>
+__device__ __forceinline__ void reduce_walk(RAcc<cl::acc_t<T>>& acc, const T* base,
+                                            const ReduceLayoutT<cl::acc_t<T>>& R,
+                                            cl::index_t r, cl::index_t end, cl::index_t step) {
+    ReducedWalk<ND, cl::acc_t<T>> w(R, r);
+    for (;;) {
+        radd(OP, acc, cl::to_acc(base[w.off]), r);
+        r += step;
+        if (r >= end) break;
+        w.next(R);
+    }
 }
 
-// Elements [r0, end) of one output's reduced range, by `step`.
-template <typename T>
+// Elements [r0, end) of one output's reduced range, by the kernel's step (R.rstep, whose
+// value is `step`). After ops/reduce.py merged contiguous dims, most reductions walk one
+// or two dims.
+template <int OP, typename T>
 __device__ __forceinline__ RAcc<cl::acc_t<T>> reduce_span(const T* base,
                                                           const ReduceLayoutT<cl::acc_t<T>>& R,
                                                           cl::index_t r0, cl::index_t end,
                                                           cl::index_t step) {
-    RAcc<cl::acc_t<T>> acc = rinit<cl::acc_t<T>>(R.op);
-    for (cl::index_t r = r0; r < end; r += step) {
-        radd(R.op, acc, cl::to_acc(base[reduced_offset(r, R)]), r);
+    RAcc<cl::acc_t<T>> acc = rinit<cl::acc_t<T>>(OP);
+    if (r0 >= end) return acc;
+    switch (R.rndim) {
+        case 0:  // (one element: rsize, rstride and rstep are 0)
+        case 1: reduce_walk<OP, 1>(acc, base, R, r0, end, step); break;
+        case 2: reduce_walk<OP, 2>(acc, base, R, r0, end, step); break;
+        case 3: reduce_walk<OP, 3>(acc, base, R, r0, end, step); break;
+        default: reduce_walk<OP, 0>(acc, base, R, r0, end, step);
     }
     return acc;
 }
@@ -483,14 +543,14 @@ __device__ __forceinline__ RAcc<A> warp_reduce(int op, RAcc<A> acc) {
     return acc;
 }
 
-template <typename T>
+template <int OP, typename T>
 __device__ __forceinline__ void reduce_store(RAcc<cl::acc_t<T>> acc,
                                              const ReduceLayoutT<cl::acc_t<T>>& R, T* c,
                                              long long* indices, cl::index_t out) {
     typedef cl::acc_t<T> A;
     A v = acc.v;
-    if (R.op == kRAvg) v = v / (A)R.count;
-    if (R.op == kRNorm2) v = cl::math::sqrt(v);
+    if (OP == kRAvg) v = v / (A)R.count;
+    if (OP == kRNorm2) v = cl::math::sqrt(v);
     A r = R.alpha * v;
     if (R.beta != A(0)) r = cl::math::fma(R.beta, cl::to_acc(c[out]), r);
     c[out] = cl::from_acc<T>(r);
@@ -499,56 +559,56 @@ __device__ __forceinline__ void reduce_store(RAcc<cl::acc_t<T>> acc,
 
 }  // namespace tens
 
-template <typename T>
+template <typename T, int OP>
 __global__ void __launch_bounds__(256) tensor_reduce_thread(
     // pointers (indices: null, or one per output, laid out like c)
     const T* a, T* c, long long* indices,
-    // sizes and parameters
+    // sizes and parameters (R.rstep: 1)
     ReduceLayoutT<cl::acc_t<T>> R) {
     for (cl::index_t o = cl::global_thread_id(); o < R.outputs; o += cl::grid_stride()) {
         cl::index_t in, out;
         tens::output_offsets(o, R, in, out);
-        tens::reduce_store(tens::reduce_range(a + in, R, 0, 1), R, c, indices, out);
+        tens::reduce_store<OP>(tens::reduce_span<OP>(a + in, R, 0, R.count, 1), R, c, indices,
+                               out);
     }
 }
 
-template <typename T>
+template <typename T, int OP>
 __global__ void __launch_bounds__(256) tensor_reduce_warp(
     // pointers
     const T* a, T* c, long long* indices,
-    // sizes and parameters
+    // sizes and parameters (R.rstep: 32)
     ReduceLayoutT<cl::acc_t<T>> R) {
     const cl::index_t warps = (cl::index_t)gridDim.x * (blockDim.x >> 5);
     const int lane = threadIdx.x & 31;
     for (cl::index_t o = cl::global_thread_id() >> 5; o < R.outputs; o += warps) {
         cl::index_t in, out;
         tens::output_offsets(o, R, in, out);
-        RAcc<cl::acc_t<T>> acc = tens::reduce_range(a + in, R, lane, 32);
-#pragma unroll
-        for (int m = 16; m > 0; m >>= 1) acc = tens::rcombine(R.op, acc, tens::shfl_xor(acc, m));
-        if (lane == 0) tens::reduce_store(acc, R, c, indices, out);
+        RAcc<cl::acc_t<T>> acc = tens::reduce_span<OP>(a + in, R, lane, R.count, 32);
+        acc = tens::warp_reduce(OP, acc);
+        if (lane == 0) tens::reduce_store<OP>(acc, R, c, indices, out);
     }
 }
 
-template <typename T>
+template <typename T, int OP>
 __global__ void __launch_bounds__(256) tensor_reduce_block(
     // pointers
     const T* a, T* c, long long* indices,
-    // sizes and parameters
+    // sizes and parameters (R.rstep: blockDim.x)
     ReduceLayoutT<cl::acc_t<T>> R) {
     __shared__ RAcc<cl::acc_t<T>> red[32];
     const int lane = threadIdx.x & 31, warp = threadIdx.x >> 5;
     for (cl::index_t o = blockIdx.x; o < R.outputs; o += gridDim.x) {
         cl::index_t in, out;
         tens::output_offsets(o, R, in, out);
-        RAcc<cl::acc_t<T>> acc = tens::reduce_range(a + in, R, threadIdx.x, blockDim.x);
-#pragma unroll
-        for (int m = 16; m > 0; m >>= 1) acc = tens::rcombine(R.op, acc, tens::shfl_xor(acc, m));
+        RAcc<cl::acc_t<T>> acc =
+            tens::reduce_span<OP>(a + in, R, threadIdx.x, R.count, blockDim.x);
+        acc = tens::warp_reduce(OP, acc);
         if (lane == 0) red[warp] = acc;
         __syncthreads();
         if (threadIdx.x == 0) {
-            for (int w = 1; w < (int)(blockDim.x >> 5); ++w) acc = tens::rcombine(R.op, acc, red[w]);
-            tens::reduce_store(acc, R, c, indices, out);
+            for (int w = 1; w < (int)(blockDim.x >> 5); ++w) acc = tens::rcombine(OP, acc, red[w]);
+            tens::reduce_store<OP>(acc, R, c, indices, out);
         }
         __syncthreads();  // red is reused by the next output
     }
@@ -558,11 +618,11 @@ __global__ void __launch_bounds__(256) tensor_reduce_block(
 
 // grid (chunks, outputs): block (x, y) reduces elements [x * chunk, (x + 1) * chunk) of
 // output y into part[y * chunks + x].
-template <typename T>
+template <typename T, int OP>
 __global__ void __launch_bounds__(256) tensor_reduce_split_block(
     // pointers (partials: outputs * chunks values and indices)
     const T* a, cl::acc_t<T>* part_v, long long* part_i,
-    // sizes and parameters
+    // sizes and parameters (R.rstep: blockDim.x)
     ReduceLayoutT<cl::acc_t<T>> R, cl::index_t chunk) {
     __shared__ RAcc<cl::acc_t<T>> red[32];
     const int lane = threadIdx.x & 31, warp = threadIdx.x >> 5;
@@ -570,12 +630,13 @@ __global__ void __launch_bounds__(256) tensor_reduce_split_block(
     const cl::index_t end = begin + chunk < R.count ? begin + chunk : R.count;
     cl::index_t in, out;
     tens::output_offsets(o, R, in, out);
-    RAcc<cl::acc_t<T>> acc = tens::reduce_span(a + in, R, begin + threadIdx.x, end, blockDim.x);
-    acc = tens::warp_reduce(R.op, acc);
+    RAcc<cl::acc_t<T>> acc =
+        tens::reduce_span<OP>(a + in, R, begin + threadIdx.x, end, blockDim.x);
+    acc = tens::warp_reduce(OP, acc);
     if (lane == 0) red[warp] = acc;
     __syncthreads();
     if (threadIdx.x == 0) {
-        for (int w = 1; w < (int)(blockDim.x >> 5); ++w) acc = tens::rcombine(R.op, acc, red[w]);
+        for (int w = 1; w < (int)(blockDim.x >> 5); ++w) acc = tens::rcombine(OP, acc, red[w]);
         const cl::index_t k = o * gridDim.x + blockIdx.x;
         part_v[k] = acc.v;
         part_i[k] = acc.i;
@@ -584,11 +645,11 @@ __global__ void __launch_bounds__(256) tensor_reduce_split_block(
 
 // grid (chunks, ceil(outputs / blockDim.x)): thread o of the output group reduces its chunk
 // serially; neighbouring threads read neighbouring outputs (the kept contiguous dim).
-template <typename T>
+template <typename T, int OP>
 __global__ void __launch_bounds__(256) tensor_reduce_split_thread(
     // pointers
     const T* a, cl::acc_t<T>* part_v, long long* part_i,
-    // sizes and parameters
+    // sizes and parameters (R.rstep: 1)
     ReduceLayoutT<cl::acc_t<T>> R, cl::index_t chunk) {
     const cl::index_t o = (cl::index_t)blockIdx.y * blockDim.x + threadIdx.x;
     if (o >= R.outputs) return;
@@ -596,7 +657,7 @@ __global__ void __launch_bounds__(256) tensor_reduce_split_thread(
     const cl::index_t end = begin + chunk < R.count ? begin + chunk : R.count;
     cl::index_t in, out;
     tens::output_offsets(o, R, in, out);
-    const RAcc<cl::acc_t<T>> acc = tens::reduce_span(a + in, R, begin, end, 1);
+    const RAcc<cl::acc_t<T>> acc = tens::reduce_span<OP>(a + in, R, begin, end, 1);
     const cl::index_t k = o * gridDim.x + blockIdx.x;
     part_v[k] = acc.v;
     part_i[k] = acc.i;
@@ -639,7 +700,7 @@ __device__ __forceinline__ RAcc<double> combine_row<double>(int op, const double
 
 // One warp per output: lanes combine partials lane, lane + 32, ... then a fixed shuffle
 // tree; the order never depends on timing, so results are reproducible bit for bit.
-template <typename T>
+template <typename T, int OP>
 __global__ void __launch_bounds__(256) tensor_reduce_finish(
     // pointers
     const cl::acc_t<T>* part_v, const long long* part_i, T* c, long long* indices,
@@ -649,12 +710,12 @@ __global__ void __launch_bounds__(256) tensor_reduce_finish(
     const int lane = threadIdx.x & 31;
     for (cl::index_t o = cl::global_thread_id() >> 5; o < R.outputs; o += warps) {
         RAcc<cl::acc_t<T>> acc =
-            tens::combine_row(R.op, part_v + o * chunks, part_i + o * chunks, chunks, lane);
-        acc = tens::warp_reduce(R.op, acc);
+            tens::combine_row(OP, part_v + o * chunks, part_i + o * chunks, chunks, lane);
+        acc = tens::warp_reduce(OP, acc);
         if (lane == 0) {
             cl::index_t in, out;
             tens::output_offsets(o, R, in, out);
-            tens::reduce_store(acc, R, c, indices, out);
+            tens::reduce_store<OP>(acc, R, c, indices, out);
         }
     }
 }

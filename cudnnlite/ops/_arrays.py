@@ -366,13 +366,16 @@ def check_out(
 
 
 def collapse_dims(
-    shape: Sequence[int], strides: list[list[int]]
+    shape: Sequence[int], strides: list[list[int]], reorder: bool = True
 ) -> tuple[list[int], list[list[int]]]:
     """Drops size-1 dims, orders dims by operand 0's stride (outermost first; ties keep
     their order) and merges neighbours that are contiguous in every operand: the fewest
-    (size, per-operand stride) dims of an elementwise launch. Strides are in elements."""
+    (size, per-operand stride) dims of an elementwise launch. Strides are in elements.
+    ``reorder=False`` keeps the dims in their order (outermost first), so that the C-order
+    index over them is unchanged (a reduction's flattened index): only neighbours merge."""
     dims = [d for d, size in enumerate(shape) if size != 1]
-    dims.sort(key=lambda d: -abs(strides[0][d]))
+    if reorder:
+        dims.sort(key=lambda d: -abs(strides[0][d]))
     sizes: list[int] = []
     merged: list[list[int]] = [[] for _ in strides]
     for d in dims:

@@ -13,12 +13,16 @@ exact for float64):
   on ties; NaN propagates and wins). Reducing zero elements is an error for min, max,
   amax and avg (undefined); sum, norm1, norm2 give 0, mul and mul_no_zeros 1.
 
-Kernels (``cuda_src/tensor/tensor.cu``), one module per dtype:
-``tensor_reduce_{thread,warp,block}<T>`` and, for few outputs with long reductions,
-``tensor_reduce_split_{block,thread}<T>`` + ``tensor_reduce_finish<T>`` (two passes through
-a workspace of the arithmetic type, deterministic). Any strides of x are accepted without
-copies (at most 8 dims); reduce_tensor writes a non-C-contiguous ``out`` through a
-contiguous copy. :func:`cudnnlite.ops.tensor.last_kernel_name` names the last launch.
+Kernels (``cuda_src/tensor/tensor.cu``), in the tensor module of each dtype, each kind
+for each op (its number the template parameter OP: the kernel holds that op's code only):
+``tensor_reduce_{thread,warp,block}<T, OP>`` and, for few outputs with long reductions,
+``tensor_reduce_split_{block,thread}<T, OP>`` + ``tensor_reduce_finish<T, OP>`` (two passes
+through a workspace of the arithmetic type, deterministic). Any strides of x are accepted
+without copies (at most 8 dims): size-1 dims are dropped and neighbouring dims that are
+contiguous merged, in axis order (the flattened index is unchanged), and the kernels walk
+the reduced elements digit by digit (no division per element). reduce_tensor writes a
+non-C-contiguous ``out`` through a contiguous copy.
+:func:`cudnnlite.ops.tensor.last_kernel_name` names the last launch.
 """
 
 from __future__ import annotations
@@ -34,10 +38,11 @@ from ..runtime.backend import Backend
 from ..runtime.graph import graph_safe, note_host_work
 from ..runtime.select import backend_for
 from ..runtime.streams import with_stream
-from ._arrays import array_module, as_array, check_out, flag, float_dtype
+from ._arrays import array_module, as_array, check_out, collapse_dims, flag, float_dtype
 from .tensor import (
     BLOCK,
     MAX_DIMS,
+    REDUCE_OP_COUNT,
     _choice,
     _grid,
     _kernel,
@@ -46,6 +51,7 @@ from .tensor import (
     _real,
     _wide,
     _writable,
+    reduce_kernel_name,
 )
 
 SPLIT_MIN_BLOCK_CHUNK = 4096  # split reductions: elements per block (lanes walk them)
@@ -66,14 +72,13 @@ def _reduce_dtype(scalar: str) -> np.dtype:
             ("kstride_out", "<i8", (MAX_DIMS,)),
             ("rsize", "<i8", (MAX_DIMS,)),
             ("rstride", "<i8", (MAX_DIMS,)),
+            ("rstep", "<i8", (MAX_DIMS,)),
             ("outputs", "<i8"),
             ("count", "<i8"),
             ("alpha", scalar),
             ("beta", scalar),
             ("kndim", "<i4"),
             ("rndim", "<i4"),
-            ("op", "<i4"),
-            ("reserved", "<i4"),
         ],
         align=True,
     )
@@ -207,14 +212,22 @@ def _launch_reduce(
     w = _wide(dt)
     r = np.zeros((), _REDUCE_DTYPE64 if w else _REDUCE_DTYPE)
     xs = [s // x.itemsize for s in x.strides]
-    r["kndim"], r["rndim"] = len(kept), len(red)
-    r["ksize"][: len(kept)] = [x.shape[d] for d in kept][::-1]
-    r["kstride_in"][: len(kept)] = [xs[d] for d in kept][::-1]
-    r["kstride_out"][: len(kept)] = out_strides[::-1]
-    r["rsize"][: len(red)] = [x.shape[d] for d in red][::-1]
-    r["rstride"][: len(red)] = [xs[d] for d in red][::-1]
+    # Size-1 dims dropped, neighbours contiguous in x (and, kept, in out) merged, in axis
+    # order: the outputs' order and the reduced elements' flattened index are unchanged.
+    ksize, (kin, kout) = collapse_dims(
+        [x.shape[d] for d in kept], [[xs[d] for d in kept], out_strides], reorder=False
+    )
+    rsize, (rstride,) = collapse_dims(
+        [x.shape[d] for d in red], [[xs[d] for d in red]], reorder=False
+    )
+    r["kndim"], r["rndim"] = len(ksize), len(rsize)
+    r["ksize"][: len(ksize)] = ksize[::-1]
+    r["kstride_in"][: len(ksize)] = kin[::-1]
+    r["kstride_out"][: len(ksize)] = kout[::-1]
+    r["rsize"][: len(rsize)] = rsize[::-1]
+    r["rstride"][: len(rsize)] = rstride[::-1]
     r["outputs"], r["count"] = outputs, count
-    r["alpha"], r["beta"], r["op"] = _real("alpha", alpha, w), beta, op_id
+    r["alpha"], r["beta"] = _real("alpha", alpha, w), beta
     # The contiguous (smallest-stride) axis decides who walks it: threads across outputs
     # when it is kept, lanes of a warp (or a block) when it is reduced.
     live = [d for d in range(x.ndim) if x.shape[d] > 1]
@@ -222,7 +235,7 @@ def _launch_reduce(
     threads_walk_outputs = inner is not None and inner in kept and outputs >= 32
     chunks = _split_chunks(backend, outputs, count, threads_walk_outputs)
     if chunks > 1:
-        _launch_split(backend, dt, x, out, indices, r[()], chunks, threads_walk_outputs)
+        _launch_split(backend, dt, x, out, indices, r, op_id, chunks, threads_walk_outputs)
         return
     if threads_walk_outputs:
         kind, grid = "thread", _grid(backend, outputs)
@@ -230,9 +243,25 @@ def _launch_reduce(
         kind, grid = "block", max(1, min(outputs, _max_blocks(backend) * 4))
     else:
         kind, grid = "warp", _grid(backend, outputs * 32)
-    name = f"tensor_reduce_{kind}<{dt.ctype}>"
+    _set_step(r, _STEP[kind])
+    name = reduce_kernel_name(kind, dt, op_id)
     kernel = _kernel(backend, dt, name, f"tensor_reduce_{kind}_{dt.short}")
     kernel(grid, BLOCK, (x, out, indices, r[()]))
+
+
+# How far each kernel's threads step through an output's reduced elements.
+_STEP = {"thread": 1, "split_thread": 1, "warp": 32, "block": BLOCK, "split_block": BLOCK}
+# The tensor module compiles a kernel of each kind per op number (tens::kR* in the source).
+assert len(REDUCE_OPS) + len(_REDUCE_NUM) == REDUCE_OP_COUNT
+
+
+def _set_step(r: np.ndarray, step: int) -> None:
+    """``step`` in the digits of the reduced dims (innermost first), the kernel's ``rstep``:
+    each digit below its dim's size, the outermost whatever remains."""
+    rndim = int(r["rndim"])
+    for d in range(rndim):
+        size = int(r["rsize"][d])
+        r["rstep"][d], step = (step % size, step // size) if d + 1 < rndim else (step, 0)
 
 
 def _split_target(backend: Backend) -> int:
@@ -265,7 +294,8 @@ def _launch_split(
     x: Any,
     out: Any,
     indices: Any,
-    r: np.void,
+    r: np.ndarray,
+    op_id: int,
     chunks: int,
     threads_walk_outputs: bool,
 ) -> None:
@@ -287,11 +317,13 @@ def _launch_split(
         kind, grid = "split_thread", (chunks, -(-outputs // BLOCK))
     else:
         kind, grid = "split_block", (chunks, outputs)
-    name = f"tensor_reduce_{kind}<{dt.ctype}>"
-    finish = _kernel(backend, dt, f"tensor_reduce_finish<{dt.ctype}>", "")
+    _set_step(r, _STEP[kind])
+    finish = _kernel(backend, dt, reduce_kernel_name("finish", dt, op_id), "")
+    name = reduce_kernel_name(kind, dt, op_id)
     kernel = _kernel(backend, dt, name, f"tensor_reduce_{kind}_{dt.short}")
-    kernel(grid, BLOCK, (x, part_v, part_i, r, np.int64(chunk)))
-    finish(_grid(backend, outputs * 32), BLOCK, (part_v, part_i, out, indices, r, np.int32(chunks)))
+    kernel(grid, BLOCK, (x, part_v, part_i, r[()], np.int64(chunk)))
+    finish(_grid(backend, outputs * 32), BLOCK,
+           (part_v, part_i, out, indices, r[()], np.int32(chunks)))  # fmt: skip
 
 
 __all__ = ["REDUCE_OPS", "reduce_tensor"]

@@ -125,9 +125,20 @@ def _names(dt: dtypes.DType) -> list[str]:
     names += [f"tensor_channel<{t}, {_vec(dt)}>", f"tensor_channel<{t}, 1>"]
     names += [f"tensor_transform<{src.ctype}, {t}>" for src in dtypes.FLOAT_TYPES]
     names += [f"tensor_transpose<{src.ctype}, {t}>" for src in dtypes.FLOAT_TYPES]
-    names += [f"tensor_reduce_{k}<{t}>" for k in ("thread", "warp", "block")]
-    names += [f"tensor_reduce_{k}<{t}>" for k in ("split_block", "split_thread", "finish")]
+    names += [reduce_kernel_name(kind, dt, op) for kind in REDUCE_KINDS
+              for op in range(REDUCE_OP_COUNT)]  # fmt: skip
     return names
+
+
+# reduce_tensor's kernels (ops/reduce.py): each kind for each op number (tens::kR* in the
+# source: its REDUCE_OPS and the three without NaN propagation).
+REDUCE_KINDS = ("thread", "warp", "block", "split_block", "split_thread", "finish")
+REDUCE_OP_COUNT = 12
+
+
+def reduce_kernel_name(kind: str, dt: dtypes.DType, op_id: int) -> str:
+    """The reduction kernel of ``kind`` for ``dt`` and op number ``op_id``."""
+    return f"tensor_reduce_{kind}<{dt.ctype}, {op_id}>"
 
 
 def module_spec(dt: dtypes.DType) -> ModuleSpec:

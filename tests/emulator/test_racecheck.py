@@ -292,6 +292,12 @@ SWEEP = textwrap.dedent(
         "adaptive_avg_pool2d": lambda: cl.adaptive_avg_pool2d(x4, 3),
         "dropout": lambda: cl.dropout(f(1000), 0.5, seed=1),
         "add_tensor": lambda: cl.add_tensor(f(4, 300), f(4, 300)),
+        "reduce_tensor": lambda: (  # block, split block + finish, warp, thread kernels
+            cl.reduce_tensor(f(4, 5000), "max", 1, return_indices=True),
+            cl.reduce_tensor(f(2, 9000)[:, ::-1], "sum", 1),
+            cl.reduce_tensor(f(3, 4, 50), "norm2", (0, 2)),
+            cl.reduce_tensor(f(40, 300), "avg", 0),
+        ),
         "grid_sample": lambda: cl.grid_sample(x4, grid),
         "grid_sample_backward": lambda: cl.grid_sample_backward(f(2, 8, 5, 5), x4, grid),
         "affine_grid": lambda: cl.affine_grid_backward(
@@ -351,7 +357,7 @@ SWEEP_GROUPS = (
     ("relu", "softmax", "softmax_backward", "softmax fp16", "layer_norm bf16", "rms_norm",
      "batch_norm", "batch_norm_backward", "group_norm", "lrn", "ctc_loss"),
     ("max_pool2d", "avg_pool_backward", "adaptive_avg_pool2d", "dropout", "add_tensor",
-     "grid_sample", "grid_sample_backward", "affine_grid", "sdpa", "sdpa fp16",
+     "reduce_tensor", "grid_sample", "grid_sample_backward", "affine_grid", "sdpa", "sdpa fp16",
      "sdpa fp64 dmma"),
     ("conv direct", "conv implicit_gemm", "conv implicit_gemm fp16", "conv winograd",
      "conv gemm", "conv tensor_core fp16"),
