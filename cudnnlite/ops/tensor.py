@@ -125,8 +125,6 @@ def _names(dt: dtypes.DType) -> list[str]:
     names += [f"tensor_channel<{t}, {_vec(dt)}>", f"tensor_channel<{t}, 1>"]
     names += [f"tensor_transform<{src.ctype}, {t}>" for src in dtypes.FLOAT_TYPES]
     names += [f"tensor_transpose<{src.ctype}, {t}>" for src in dtypes.FLOAT_TYPES]
-    names += [reduce_kernel_name(kind, dt, op) for kind in REDUCE_KINDS
-              for op in range(REDUCE_OP_COUNT)]  # fmt: skip
     return names
 
 
@@ -142,13 +140,20 @@ def reduce_kernel_name(kind: str, dt: dtypes.DType, op_id: int) -> str:
 
 
 def module_spec(dt: dtypes.DType) -> ModuleSpec:
-    """Every tensor-op kernel whose output has storage type ``dt``."""
+    """Every elementwise tensor-op kernel whose output has storage type ``dt``."""
     return ModuleSpec.make(SOURCE, _names(dt))
+
+
+def reduce_module_spec(dt: dtypes.DType) -> ModuleSpec:
+    """reduce_tensor's kernels for ``dt``: a module of their own (the same source), so that
+    the emulator builds the 72 of them only for a reduction, not for an elementwise op."""
+    return ModuleSpec.make(SOURCE, [reduce_kernel_name(kind, dt, op) for kind in REDUCE_KINDS
+                                    for op in range(REDUCE_OP_COUNT)])  # fmt: skip
 
 
 @register("tensor")
 def module_specs() -> list[ModuleSpec]:
-    return [module_spec(dt) for dt in dtypes.FLOAT_TYPES]
+    return [make(dt) for make in (module_spec, reduce_module_spec) for dt in dtypes.FLOAT_TYPES]
 
 
 _KERNELS: dict[tuple, Kernel] = {}
@@ -163,7 +168,9 @@ def _kernel(backend: Backend, dt: dtypes.DType, name: str, readable: str) -> Ker
         with _LOCK:
             k = _KERNELS.get(key)
             if k is None:
-                k = _KERNELS[key] = backend.kernel(module_spec(dt), name)
+                reduction = name.startswith("tensor_reduce_")
+                spec = (reduce_module_spec if reduction else module_spec)(dt)
+                k = _KERNELS[key] = backend.kernel(spec, name)
     _LAST.set(readable)
     return k
 
