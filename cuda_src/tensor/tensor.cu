@@ -174,6 +174,19 @@ __device__ __forceinline__ A apply(const OpParamsT<A>& p, A a, A b) {
 
 __device__ __forceinline__ bool reads_b(int op) { return op <= kMax || op >= kMinNum; }
 
+// q = a / b and a % b of non-negative a, b: 32-bit division (inline, a few instructions)
+// when both fit, the 64-bit one (a call of a long routine) only when one does not.
+__device__ __forceinline__ cl::index_t div_mod(cl::index_t a, cl::index_t b, cl::index_t& rem) {
+    if ((((unsigned long long)a | (unsigned long long)b) >> 31) == 0) {
+        const unsigned int q = (unsigned int)a / (unsigned int)b;
+        rem = a - (cl::index_t)q * b;
+        return q;
+    }
+    const cl::index_t q = a / b;
+    rem = a - q * b;
+    return q;
+}
+
 // Offsets of operands 0..NOPS-1 of linear index i (innermost dim first).
 template <int NOPS>
 __device__ __forceinline__ void offsets(cl::index_t i, const TensorLayout& L, cl::index_t (&off)[NOPS]) {
@@ -182,8 +195,8 @@ __device__ __forceinline__ void offsets(cl::index_t i, const TensorLayout& L, cl
 #pragma unroll
     for (int d = 0; d < kMaxDims; ++d) {
         if (d == L.ndim) break;
-        const cl::index_t c = d + 1 == L.ndim ? i : i % L.size[d];
-        i = d + 1 == L.ndim ? 0 : i / L.size[d];
+        cl::index_t c = i;
+        if (d + 1 < L.ndim) i = div_mod(i, L.size[d], c);
 #pragma unroll
         for (int o = 0; o < NOPS; ++o) off[o] += c * L.stride[o][d];
     }
@@ -428,19 +441,6 @@ __device__ __forceinline__ RAcc<A> shfl_xor(RAcc<A> a, int m) {
     return a;
 }
 
-// q = a / b and a % b of non-negative a, b: 32-bit division (inline, a few instructions)
-// when both fit, the 64-bit one (a call of a long routine) only when one does not.
-__device__ __forceinline__ cl::index_t div_mod(cl::index_t a, cl::index_t b, cl::index_t& rem) {
-    if ((((unsigned long long)a | (unsigned long long)b) >> 31) == 0) {
-        const unsigned int q = (unsigned int)a / (unsigned int)b;
-        rem = a - (cl::index_t)q * b;
-        return q;
-    }
-    const cl::index_t q = a / b;
-    rem = a - q * b;
-    return q;
-}
-
 // The input and output offsets of output o (kept dims, innermost first).
 template <typename A>
 __device__ __forceinline__ void output_offsets(cl::index_t o, const ReduceLayoutT<A>& R,
@@ -503,8 +503,8 @@ struct ReducedWalk {
     }
 };
 
-template <int OP, int ND, typename T>
-__device__ __forceinline__ void reduce_walk(RAcc<cl::acc_t<T>>& acc, const T* base,
+template <int ND, typename T>
+__device__ __forceinline__ void reduce_walk(int OP, RAcc<cl::acc_t<T>>& acc, const T* base,
                                             const ReduceLayoutT<cl::acc_t<T>>& R,
                                             cl::index_t r, cl::index_t end, cl::index_t step) {
     ReducedWalk<ND, cl::acc_t<T>> w(R, r);
@@ -519,8 +519,8 @@ __device__ __forceinline__ void reduce_walk(RAcc<cl::acc_t<T>>& acc, const T* ba
 // Elements [r0, end) of one output's reduced range, by the kernel's step (R.rstep, whose
 // value is `step`). After ops/reduce.py merged contiguous dims, most reductions walk one
 // or two dims.
-template <int OP, typename T>
-__device__ __forceinline__ RAcc<cl::acc_t<T>> reduce_span(const T* base,
+template <typename T>
+__device__ __forceinline__ RAcc<cl::acc_t<T>> reduce_span(int OP, const T* base,
                                                           const ReduceLayoutT<cl::acc_t<T>>& R,
                                                           cl::index_t r0, cl::index_t end,
                                                           cl::index_t step) {
@@ -528,10 +528,10 @@ __device__ __forceinline__ RAcc<cl::acc_t<T>> reduce_span(const T* base,
     if (r0 >= end) return acc;
     switch (R.rndim) {
         case 0:  // (one element: rsize, rstride and rstep are 0)
-        case 1: reduce_walk<OP, 1>(acc, base, R, r0, end, step); break;
-        case 2: reduce_walk<OP, 2>(acc, base, R, r0, end, step); break;
-        case 3: reduce_walk<OP, 3>(acc, base, R, r0, end, step); break;
-        default: reduce_walk<OP, 0>(acc, base, R, r0, end, step);
+        case 1: reduce_walk<1>(OP, acc, base, R, r0, end, step); break;
+        case 2: reduce_walk<2>(OP, acc, base, R, r0, end, step); break;
+        case 3: reduce_walk<3>(OP, acc, base, R, r0, end, step); break;
+        default: reduce_walk<0>(OP, acc, base, R, r0, end, step);
     }
     return acc;
 }
@@ -543,8 +543,8 @@ __device__ __forceinline__ RAcc<A> warp_reduce(int op, RAcc<A> acc) {
     return acc;
 }
 
-template <int OP, typename T>
-__device__ __forceinline__ void reduce_store(RAcc<cl::acc_t<T>> acc,
+template <typename T>
+__device__ __forceinline__ void reduce_store(int OP, RAcc<cl::acc_t<T>> acc,
                                              const ReduceLayoutT<cl::acc_t<T>>& R, T* c,
                                              long long* indices, cl::index_t out) {
     typedef cl::acc_t<T> A;
@@ -568,7 +568,7 @@ __global__ void __launch_bounds__(256) tensor_reduce_thread(
     for (cl::index_t o = cl::global_thread_id(); o < R.outputs; o += cl::grid_stride()) {
         cl::index_t in, out;
         tens::output_offsets(o, R, in, out);
-        tens::reduce_store<OP>(tens::reduce_span<OP>(a + in, R, 0, R.count, 1), R, c, indices,
+        tens::reduce_store(OP, tens::reduce_span(OP, a + in, R, 0, R.count, 1), R, c, indices,
                                out);
     }
 }
@@ -584,9 +584,9 @@ __global__ void __launch_bounds__(256) tensor_reduce_warp(
     for (cl::index_t o = cl::global_thread_id() >> 5; o < R.outputs; o += warps) {
         cl::index_t in, out;
         tens::output_offsets(o, R, in, out);
-        RAcc<cl::acc_t<T>> acc = tens::reduce_span<OP>(a + in, R, lane, R.count, 32);
+        RAcc<cl::acc_t<T>> acc = tens::reduce_span(OP, a + in, R, lane, R.count, 32);
         acc = tens::warp_reduce(OP, acc);
-        if (lane == 0) tens::reduce_store<OP>(acc, R, c, indices, out);
+        if (lane == 0) tens::reduce_store(OP, acc, R, c, indices, out);
     }
 }
 
@@ -602,13 +602,13 @@ __global__ void __launch_bounds__(256) tensor_reduce_block(
         cl::index_t in, out;
         tens::output_offsets(o, R, in, out);
         RAcc<cl::acc_t<T>> acc =
-            tens::reduce_span<OP>(a + in, R, threadIdx.x, R.count, blockDim.x);
+            tens::reduce_span(OP, a + in, R, threadIdx.x, R.count, blockDim.x);
         acc = tens::warp_reduce(OP, acc);
         if (lane == 0) red[warp] = acc;
         __syncthreads();
         if (threadIdx.x == 0) {
             for (int w = 1; w < (int)(blockDim.x >> 5); ++w) acc = tens::rcombine(OP, acc, red[w]);
-            tens::reduce_store<OP>(acc, R, c, indices, out);
+            tens::reduce_store(OP, acc, R, c, indices, out);
         }
         __syncthreads();  // red is reused by the next output
     }
@@ -631,7 +631,7 @@ __global__ void __launch_bounds__(256) tensor_reduce_split_block(
     cl::index_t in, out;
     tens::output_offsets(o, R, in, out);
     RAcc<cl::acc_t<T>> acc =
-        tens::reduce_span<OP>(a + in, R, begin + threadIdx.x, end, blockDim.x);
+        tens::reduce_span(OP, a + in, R, begin + threadIdx.x, end, blockDim.x);
     acc = tens::warp_reduce(OP, acc);
     if (lane == 0) red[warp] = acc;
     __syncthreads();
@@ -657,7 +657,7 @@ __global__ void __launch_bounds__(256) tensor_reduce_split_thread(
     const cl::index_t end = begin + chunk < R.count ? begin + chunk : R.count;
     cl::index_t in, out;
     tens::output_offsets(o, R, in, out);
-    const RAcc<cl::acc_t<T>> acc = tens::reduce_span<OP>(a + in, R, begin, end, 1);
+    const RAcc<cl::acc_t<T>> acc = tens::reduce_span(OP, a + in, R, begin, end, 1);
     const cl::index_t k = o * gridDim.x + blockIdx.x;
     part_v[k] = acc.v;
     part_i[k] = acc.i;
@@ -715,7 +715,7 @@ __global__ void __launch_bounds__(256) tensor_reduce_finish(
         if (lane == 0) {
             cl::index_t in, out;
             tens::output_offsets(o, R, in, out);
-            tens::reduce_store<OP>(acc, R, c, indices, out);
+            tens::reduce_store(OP, acc, R, c, indices, out);
         }
     }
 }
