@@ -13,8 +13,8 @@ exact for float64):
   on ties; NaN propagates and wins). Reducing zero elements is an error for min, max,
   amax and avg (undefined); sum, norm1, norm2 give 0, mul and mul_no_zeros 1.
 
-Kernels (``cuda_src/tensor/tensor.cu``), in the tensor module of each dtype, each kind
-for each op (its number the template parameter OP: the kernel holds that op's code only):
+Kernels (``cuda_src/tensor/reduce.cu``), a module per dtype, each kind for each op (its
+number the template parameter OP: the kernel holds that op's code only):
 ``tensor_reduce_{thread,warp,block}<T, OP>`` and, for few outputs with long reductions,
 ``tensor_reduce_split_{block,thread}<T, OP>`` + ``tensor_reduce_finish<T, OP>`` (two passes
 through a workspace of the arithmetic type, deterministic). Any strides of x are accepted

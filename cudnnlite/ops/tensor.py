@@ -23,10 +23,10 @@ Kernels (``cuda_src/tensor/tensor.cu``), one module per dtype: ``tensor_binary<T
 ``tensor_channel<T, VEC>`` (the bias case: contiguous c, a per-channel vector over NCHW or
 NHWC, 32-bit multiply-shift channel index), ``tensor_transform<TI, TO>`` (strided),
 ``tensor_transpose<TI, TO>`` (32x32 shared-memory tiles when the layout change transposes
-the two innermost merged dims, e.g. NCHW <-> NHWC) and the reductions' kernels (see
-:mod:`cudnnlite.ops.reduce`). One module per output dtype (the transforms into it from
-every dtype). Any strides are accepted without copies (up to 8 dims after merging, else
-NotSupportedError).
+the two innermost merged dims, e.g. NCHW <-> NHWC). One module per output dtype (the
+transforms into it from every dtype); the reductions' kernels (``tensor/reduce.cu``, see
+:mod:`cudnnlite.ops.reduce`) are a module per dtype of their own. Any strides are accepted
+without copies (up to 8 dims after merging, else NotSupportedError).
 """
 
 from __future__ import annotations
@@ -58,6 +58,7 @@ from ._arrays import (
 from ._kernels import LastLaunch
 
 SOURCE = "tensor/tensor.cu"
+REDUCE_SOURCE = "tensor/reduce.cu"
 MAX_DIMS = 8
 TRANSPOSE_MIN = 4  # both transposed extents at least this: the tiled kernel
 BLOCK = 256
@@ -145,9 +146,9 @@ def module_spec(dt: dtypes.DType) -> ModuleSpec:
 
 
 def reduce_module_spec(dt: dtypes.DType) -> ModuleSpec:
-    """reduce_tensor's kernels for ``dt``: a module of their own (the same source), so that
-    the emulator builds the 72 of them only for a reduction, not for an elementwise op."""
-    return ModuleSpec.make(SOURCE, [reduce_kernel_name(kind, dt, op) for kind in REDUCE_KINDS
+    """reduce_tensor's kernels for ``dt`` (a source and module of their own: the emulator
+    builds the 72 of them for a reduction only, not for an elementwise op)."""
+    return ModuleSpec.make(REDUCE_SOURCE, [reduce_kernel_name(kind, dt, op) for kind in REDUCE_KINDS
                                     for op in range(REDUCE_OP_COUNT)])  # fmt: skip
 
 
