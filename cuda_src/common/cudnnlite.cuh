@@ -120,4 +120,18 @@ __device__ __forceinline__ index_t global_thread_id() {
 }
 __device__ __forceinline__ index_t grid_stride() { return (index_t)gridDim.x * blockDim.x; }
 
+// q = a / b and a % b (r) of non-negative a and positive b: 32-bit division (inline, about
+// 20 instructions) when both fit, the 64-bit one (a call of a routine several times longer)
+// only when one does not. For index decoding where most tensors have < 2^31 elements.
+__device__ __forceinline__ index_t div_mod(index_t a, index_t b, index_t& r) {
+    if ((((unsigned long long)a | (unsigned long long)b) >> 31) == 0) {
+        const unsigned int q = (unsigned int)a / (unsigned int)b;
+        r = a - (index_t)q * b;
+        return q;
+    }
+    const index_t q = a / b;
+    r = a - q * b;
+    return q;
+}
+
 }  // namespace cl

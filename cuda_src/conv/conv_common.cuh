@@ -73,18 +73,20 @@ __device__ __forceinline__ cl::index_t y_offset(const ConvShape& s, int n, int k
                 : (((cl::index_t)n * s.k + k) * s.p + p) * s.q + q;
 }
 
-// The (n, c, h, w) of linear element i of an input-shaped tensor in either layout.
+// The (n, c, h, w) of linear element i of an input-shaped tensor in either layout (32-bit
+// divisions while i fits: cl::div_mod).
 template <bool NHWC>
 __device__ __forceinline__ void x_coords(const ConvShape& s, cl::index_t i, int& n, int& c, int& h,
                                          int& w) {
+    cl::index_t r;
     if (NHWC) {
-        c = (int)(i % s.c), i /= s.c;
-        w = (int)(i % s.w), i /= s.w;
-        h = (int)(i % s.h), n = (int)(i / s.h);
+        i = cl::div_mod(i, s.c, r), c = (int)r;
+        i = cl::div_mod(i, s.w, r), w = (int)r;
+        n = (int)cl::div_mod(i, s.h, r), h = (int)r;
     } else {
-        w = (int)(i % s.w), i /= s.w;
-        h = (int)(i % s.h), i /= s.h;
-        c = (int)(i % s.c), n = (int)(i / s.c);
+        i = cl::div_mod(i, s.w, r), w = (int)r;
+        i = cl::div_mod(i, s.h, r), h = (int)r;
+        n = (int)cl::div_mod(i, s.c, r), c = (int)r;
     }
 }
 
@@ -145,15 +147,17 @@ __device__ __forceinline__ void x_coords3(const ConvShape& s, cl::index_t i, int
         d = 0;
         x_coords<NHWC>(s, i, n, c, h, w);
     } else if (NHWC) {
-        c = (int)(i % s.c), i /= s.c;
-        w = (int)(i % s.w), i /= s.w;
-        h = (int)(i % s.h), i /= s.h;
-        d = (int)(i % s.d), n = (int)(i / s.d);
+        cl::index_t r;
+        i = cl::div_mod(i, s.c, r), c = (int)r;
+        i = cl::div_mod(i, s.w, r), w = (int)r;
+        i = cl::div_mod(i, s.h, r), h = (int)r;
+        n = (int)cl::div_mod(i, s.d, r), d = (int)r;
     } else {
-        w = (int)(i % s.w), i /= s.w;
-        h = (int)(i % s.h), i /= s.h;
-        d = (int)(i % s.d), i /= s.d;
-        c = (int)(i % s.c), n = (int)(i / s.c);
+        cl::index_t r;
+        i = cl::div_mod(i, s.w, r), w = (int)r;
+        i = cl::div_mod(i, s.h, r), h = (int)r;
+        i = cl::div_mod(i, s.d, r), d = (int)r;
+        n = (int)cl::div_mod(i, s.c, r), c = (int)r;
     }
 }
 

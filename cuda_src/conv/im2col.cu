@@ -44,23 +44,24 @@ __global__ void __launch_bounds__(256) im2col(
     const cl::index_t total = (cl::index_t)images * pq * taps;
     for (cl::index_t i = cl::global_thread_id(); i < total; i += cl::grid_stride()) {
         int img, p, q, c, r, t;
+        cl::index_t rem;  // (32-bit divisions while the index fits: cl::div_mod)
         if (NHWC) {
-            const cl::index_t m = i / taps;
-            int kk = (int)(i - m * taps);
+            const cl::index_t m = cl::div_mod(i, taps, rem);
+            int kk = (int)rem;
             const int cg = kk % s.c_per_group;
             kk /= s.c_per_group;
             t = kk % s.s, kk /= s.s;
             r = kk % s.r;
             c = (kk / s.r) * s.c_per_group + cg;
-            img = (int)(m / pq);
-            const int pix = (int)(m - (cl::index_t)img * pq);
+            img = (int)cl::div_mod(m, pq, rem);
+            const int pix = (int)rem;
             p = pix / s.q, q = pix - p * s.q;
         } else {
-            const cl::index_t row = i / pq;
-            const int pix = (int)(i - row * pq);
+            const cl::index_t row = cl::div_mod(i, pq, rem);
+            const int pix = (int)rem;
             p = pix / s.q, q = pix - p * s.q;
-            img = (int)(row / taps);
-            int kk = (int)(row - (cl::index_t)img * taps);
+            img = (int)cl::div_mod(row, taps, rem);
+            int kk = (int)rem;
             t = kk % s.s, kk /= s.s;
             r = kk % s.r, c = kk / s.r;
         }
@@ -122,8 +123,9 @@ __global__ void __launch_bounds__(256) gemm_epilogue(
     // sizes and epilogue: out[i] for i < count; its channel is ((base + i) / inner) % channels
     EpilogueFor<T> e, cl::index_t base, cl::index_t count, int channels, cl::index_t inner) {
     for (cl::index_t i = cl::global_thread_id(); i < count; i += cl::grid_stride()) {
-        const int k = (int)(((base + i) / inner) % channels);
+        cl::index_t k;
+        cl::div_mod(cl::div_mod(base + i, inner, k), channels, k);  // ((base + i) / inner) % C
         const cl::acc_t<T> v = acc[i];
-        conv::store_output_inline(out, z, bias, e, i, k, v);
+        conv::store_output_inline(out, z, bias, e, i, (int)k, v);
     }
 }

@@ -123,8 +123,9 @@ template <int M>
 __device__ __forceinline__ Tile tile_of(cl::index_t t, int tiles_h, int tiles_w) {
     const int per_image = tiles_h * tiles_w;
     Tile r;
-    r.n = (int)(t / per_image);
-    const int rem = (int)(t - (cl::index_t)r.n * per_image);
+    cl::index_t within;
+    r.n = (int)cl::div_mod(t, per_image, within);
+    const int rem = (int)within;
     r.p0 = (rem / tiles_w) * M;
     r.q0 = (rem % tiles_w) * M;
     return r;
@@ -184,9 +185,10 @@ __global__ void __launch_bounds__(256) wino_filter_transform(const T* __restrict
     const int A = M + 2;
     const cl::index_t total = (cl::index_t)s.c * s.k;
     for (cl::index_t i = cl::global_thread_id(); i < total; i += cl::grid_stride()) {
-        const int c = (int)(i / s.k), k = (int)(i % s.k);
+        cl::index_t k;  // (32-bit division while i fits: cl::div_mod)
+        const int c = (int)cl::div_mod(i, s.k, k);
         float g[3][3], u[A][A];
-        wino::load_filter<T, NHWC>(w, s, k, c, g);
+        wino::load_filter<T, NHWC>(w, s, (int)k, c, g);
         wino::sandwich<A, 3>(wino::GOp<M>(), g, u);
 #pragma unroll
         for (int a = 0; a < A; ++a)
@@ -202,8 +204,9 @@ __global__ void __launch_bounds__(256) wino_input_transform(const T* __restrict_
     const cl::index_t tiles = (cl::index_t)s.n * tiles_h * tiles_w;
     const cl::index_t total = tiles * s.c;
     for (cl::index_t i = cl::global_thread_id(); i < total; i += cl::grid_stride()) {
-        const int c = (int)(i / tiles);
-        const wino::Tile tl = wino::tile_of<M>(i - (cl::index_t)c * tiles, tiles_h, tiles_w);
+        cl::index_t t;  // (32-bit division while i fits: cl::div_mod)
+        const int c = (int)cl::div_mod(i, tiles, t);
+        const wino::Tile tl = wino::tile_of<M>(t, tiles_h, tiles_w);
         float d[A][A], v[A][A];
         wino::load_patch<T, M, NHWC>(x, s, tl, c, d);
         wino::sandwich<A, A>(wino::BtOp<M>(), d, v);
@@ -258,8 +261,9 @@ __global__ void __launch_bounds__(256) wino_output_transform(const float* __rest
     const cl::index_t tiles = (cl::index_t)s.n * tiles_h * tiles_w;
     const cl::index_t total = tiles * s.k;
     for (cl::index_t i = cl::global_thread_id(); i < total; i += cl::grid_stride()) {
-        const int k = (int)(i / tiles);
-        const wino::Tile tl = wino::tile_of<M>(i - (cl::index_t)k * tiles, tiles_h, tiles_w);
+        cl::index_t t;  // (32-bit division while i fits: cl::div_mod)
+        const int k = (int)cl::div_mod(i, tiles, t);
+        const wino::Tile tl = wino::tile_of<M>(t, tiles_h, tiles_w);
         float m[A][A];
 #pragma unroll
         for (int a = 0; a < A; ++a)

@@ -311,10 +311,12 @@ namespace pool {
 __device__ __forceinline__ bool index_ok(long long pos, cl::index_t f, const PoolShape& s) {
     if (pos == -1) return true;
     if (pos < 0 || pos >= s.in_plane) return false;
-    const int o[3] = {(int)(f / ((cl::index_t)s.out[2] * s.out[1])),
-                      (int)((f / s.out[2]) % s.out[1]), (int)(f % s.out[2])};
-    const int i[3] = {(int)(pos / ((long long)s.in[2] * s.in[1])),
-                      (int)((pos / s.in[2]) % s.in[1]), (int)(pos % s.in[2])};
+    // (d, h, w) of both (32-bit divisions while they fit: cl::div_mod)
+    cl::index_t o1, o2, i1, i2;
+    const int o[3] = {(int)cl::div_mod(cl::div_mod(f, s.out[2], o2), s.out[1], o1), (int)o1,
+                      (int)o2};
+    const int i[3] = {(int)cl::div_mod(cl::div_mod(pos, s.in[2], i2), s.in[1], i1), (int)i1,
+                      (int)i2};
     for (int j = 0; j < 3; ++j) {
         const Window w = window(o[j], j, s);
         const int r = i[j] - w.start;  // the window's positions: start + q * step, q < len

@@ -448,18 +448,16 @@ __global__ void __launch_bounds__(256) grid_sample_dx_gather(
     const long long plane = (long long)p.in_size[0] * p.in_size[1] * p.in_size[2];
     const long long total = p.n * p.c * plane;
     for (long long e = cl::global_thread_id(); e < total; e += cl::grid_stride()) {
-        const long long s = e % plane;
-        const long long c = (e / plane) % p.c;
-        const long long n = e / (plane * p.c);
+        cl::index_t s, c;  // (32-bit divisions while e fits: cl::div_mod)
+        const long long n = cl::div_mod(cl::div_mod(e, plane, s), p.c, c);
         const long long key = n * plane + s;
         const long long cy = c * p.y_stride[1];
         cl::acc_t<T> acc = 0;
         for (long long j = start[key]; j < start[key + 1]; ++j)
             acc += weight[j] * cl::to_acc(dy[src[j] + cy]);
-        const int xw = (int)(s % p.in_size[2]);
-        const int yh = (int)((s / p.in_size[2]) % p.in_size[1]);
-        const int zd = (int)(s / ((long long)p.in_size[2] * p.in_size[1]));
-        dx[gs::at(p.dx_stride, n, c, zd, yh, xw)] = cl::from_acc<T>(acc);
+        cl::index_t xw, yh;
+        const int zd = (int)cl::div_mod(cl::div_mod(s, p.in_size[2], xw), p.in_size[1], yh);
+        dx[gs::at(p.dx_stride, n, c, zd, (int)yh, (int)xw)] = cl::from_acc<T>(acc);
     }
 }
 
@@ -504,12 +502,9 @@ __global__ void __launch_bounds__(256) affine_grid_fwd(
     long long points, int d, int h, int w) {
     typedef cl::acc_t<T> A;
     for (long long e = cl::global_thread_id(); e < points; e += cl::grid_stride()) {
-        const int iw = (int)(e % w);
-        const long long r = e / w;
-        const int ih = (int)(r % h);
-        const long long r2 = r / h;
-        const int id = (int)(r2 % d);
-        const long long n = r2 / d;
+        cl::index_t w_, h_, d_;  // (32-bit divisions while e fits: cl::div_mod)
+        const long long n = cl::div_mod(cl::div_mod(cl::div_mod(e, w, w_), h, h_), d, d_);
+        const int iw = (int)w_, ih = (int)h_, id = (int)d_;
         const T* th = theta + n * (NDIM * (NDIM + 1));
 #pragma unroll
         for (int i = 0; i < NDIM; ++i) {
@@ -536,7 +531,9 @@ __global__ void __launch_bounds__(256) affine_grid_bwd(
     const T* g = grad + n * per_image * NDIM + i;
     A sum = A(0);
     for (long long p = threadIdx.x; p < per_image; p += blockDim.x) {
-        const int iw = (int)(p % w), ih = (int)((p / w) % h), id = (int)(p / ((long long)w * h));
+        cl::index_t w_, h_;  // (32-bit divisions while p fits: cl::div_mod)
+        const int id = (int)cl::div_mod(cl::div_mod(p, w, w_), h, h_);
+        const int iw = (int)w_, ih = (int)h_;
         sum = cl::math::fma(cl::to_acc(g[p * NDIM]), gs::base<A, NDIM>(coords, k, iw, ih, id, w, h),
                             sum);
     }

@@ -137,7 +137,7 @@ __device__ __forceinline__ void output_offsets(cl::index_t o, const ReduceLayout
     for (int d = 0; d < kMaxDims; ++d) {
         if (d == R.kndim) break;
         cl::index_t c = o;
-        if (d + 1 < R.kndim) o = div_mod(o, R.ksize[d], c);
+        if (d + 1 < R.kndim) o = cl::div_mod(o, R.ksize[d], c);
         in += c * R.kstride_in[d];
         out += c * R.kstride_out[d];
     }
@@ -165,7 +165,7 @@ struct ReducedWalk {
             digit[d] = 0;
             if (d >= dims(R)) continue;
             cl::index_t c = r;
-            if (d + 1 < dims(R)) r = div_mod(r, R.rsize[d], c);
+            if (d + 1 < dims(R)) r = cl::div_mod(r, R.rsize[d], c);
             digit[d] = c;
             off += c * R.rstride[d];
         }

@@ -125,7 +125,7 @@ __device__ __forceinline__ void offsets(cl::index_t i, const TensorLayout& L, cl
     for (int d = 0; d < kMaxDims; ++d) {
         if (d == L.ndim) break;
         cl::index_t c = i;
-        if (d + 1 < L.ndim) i = div_mod(i, L.size[d], c);
+        if (d + 1 < L.ndim) i = cl::div_mod(i, L.size[d], c);
 #pragma unroll
         for (int o = 0; o < NOPS; ++o) off[o] += c * L.stride[o][d];
     }

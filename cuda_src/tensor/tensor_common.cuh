@@ -1,5 +1,5 @@
 // What the elementwise tensor kernels (tensor.cu) and the reductions (reduce.cu) share: the
-// dims limit, the op numbers and the index division.
+// dims limit and the op numbers.
 #pragma once
 
 namespace tens {
@@ -20,19 +20,5 @@ constexpr int kRSum = 0, kRMul = 1, kRMin = 2, kRMax = 3, kRAmax = 4, kRAvg = 5,
 // kRMin / kRMax / kRAmax with CUDNN_NOT_PROPAGATE_NAN: NaN elements lose to numbers (a
 // range of only NaN still gives NaN)
 constexpr int kRMinNum = 9, kRMaxNum = 10, kRAmaxNum = 11;
-
-
-// q = a / b and a % b of non-negative a, b: 32-bit division (inline, a few instructions)
-// when both fit, the 64-bit one (a call of a long routine) only when one does not.
-__device__ __forceinline__ cl::index_t div_mod(cl::index_t a, cl::index_t b, cl::index_t& rem) {
-    if ((((unsigned long long)a | (unsigned long long)b) >> 31) == 0) {
-        const unsigned int q = (unsigned int)a / (unsigned int)b;
-        rem = a - (cl::index_t)q * b;
-        return q;
-    }
-    const cl::index_t q = a / b;
-    rem = a - q * b;
-    return q;
-}
 
 }  // namespace tens
