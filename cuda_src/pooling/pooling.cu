@@ -17,6 +17,7 @@
 //                             windows do not overlap); the order of additions varies.
 //                             An index outside its window is not followed: it is
 //                             flagged in `bad` (the lowest such output) instead.
+//                             32-bit index math when every offset fits (pool::each_output).
 //   pool_check_indices        one thread per output: flags in `bad` the lowest output
 //                             whose saved index lies outside its window (before the
 //                             gather, which would silently drop it).
@@ -332,25 +333,44 @@ __device__ __forceinline__ void flag_bad(unsigned long long* bad, cl::index_t e)
 
 }  // namespace pool
 
+namespace pool {
+
+// Outputs e of the grid-stride loop, each with its (n, c, flat plane position f); I is
+// unsigned (32-bit division) when every offset fits in 31 bits (fits_32bit).
+template <typename I, typename Body>
+__device__ __forceinline__ void each_output(const PoolShape& s, Body body) {
+    const I total = (I)(s.n * s.c * s.out_plane);
+    const I stride = (I)cl::grid_stride();
+    for (I e = (I)cl::global_thread_id(); e < total; e += stride) {
+        I n, c, f;
+        pool::split<I>(e, (I)s.out_plane, s, n, c, f);
+        body((cl::index_t)e, (cl::index_t)n, (cl::index_t)c, (cl::index_t)f);
+    }
+}
+
+template <typename Body>
+__device__ __forceinline__ void each_output(const PoolShape& s, Body body) {
+    if (fits_32bit(s)) each_output<unsigned>(s, body);
+    else each_output<cl::index_t>(s, body);
+}
+
+}  // namespace pool
+
 template <typename T>
 __global__ void __launch_bounds__(256) maxpool_bwd_scatter(
     // pointers (dx zeroed by the caller; bad: ~0ull, lowered to the first bad output)
     const T* dy, const long long* indices, T* dx, unsigned long long* bad,
     // problem
     PoolShape s) {
-    const cl::index_t total = s.n * s.c * s.out_plane;
-    const cl::index_t stride = cl::grid_stride();
-    for (cl::index_t e = cl::global_thread_id(); e < total; e += stride) {
-        cl::index_t n, c, f;
-        pool::split<cl::index_t>(e, s.out_plane, s, n, c, f);
+    pool::each_output(s, [&](cl::index_t e, cl::index_t n, cl::index_t c, cl::index_t f) {
         const long long pos = indices[e];
         if (!pool::index_ok(pos, f, s)) {
             pool::flag_bad(bad, e);
-            continue;
+            return;
         }
-        if (pos < 0) continue;  // an all-padding window has no input to credit
+        if (pos < 0) return;  // an all-padding window has no input to credit
         atomicAdd(dx + pool::offset<cl::index_t>(n, c, pos, s.in_plane, s), dy[e]);
-    }
+    });
 }
 
 __global__ void __launch_bounds__(256) pool_bwd_prepare(
@@ -368,13 +388,9 @@ __global__ void __launch_bounds__(256) pool_check_indices(
     const long long* indices, unsigned long long* bad,
     // problem
     PoolShape s) {
-    const cl::index_t total = s.n * s.c * s.out_plane;
-    const cl::index_t stride = cl::grid_stride();
-    for (cl::index_t e = cl::global_thread_id(); e < total; e += stride) {
-        cl::index_t n, c, f;
-        pool::split<cl::index_t>(e, s.out_plane, s, n, c, f);
+    pool::each_output(s, [&](cl::index_t e, cl::index_t, cl::index_t, cl::index_t f) {
         if (!pool::index_ok(indices[e], f, s)) pool::flag_bad(bad, e);
-    }
+    });
 }
 
 // ---------------------------------------------------------------- global average pooling
