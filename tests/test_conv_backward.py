@@ -213,6 +213,29 @@ def test_backward_bias_many_splits_is_exact_order(backend: str) -> None:
     assert np.array_equal(got, again)
 
 
+# Shapes whose threads step across image boundaries (P*Q below and above a block's 256
+# positions, not dividing it), over several splits, in 2-D and 3-D.
+BIAS_WALK_SHAPES = [(40, 2, 7, 7), (3, 4, 33, 65), (9, 3, 1, 257), (2, 2, 3, 50, 40)]
+
+
+@pytest.mark.parametrize("shape", BIAS_WALK_SHAPES, ids=str)
+@pytest.mark.parametrize("channels_last", [False, True])
+def test_backward_bias_sums_every_element_once(
+    backend: str, shape: tuple, channels_last: bool
+) -> None:
+    """Small integers sum exactly in float32 (every partial stays below 2^24), so the bias
+    gradient must equal NumPy's sum bit for bit: an element read twice, skipped or taken
+    from the wrong image or channel shows (a summation-error tolerance could hide it)."""
+    dy = np.random.default_rng(sum(shape)).integers(-8, 9, shape).astype(np.float32)
+    if channels_last:
+        dy = np.ascontiguousarray(np.moveaxis(dy, 1, -1))
+    layout = {4: "NHWC" if channels_last else "NCHW", 5: "NDHWC" if channels_last else "NCDHW"}
+    fn = cb.conv2d_backward_bias if dy.ndim == 4 else cb.conv3d_backward_bias
+    got = to_numpy(fn(to_backend(dy, backend), layout[dy.ndim]))
+    axes = tuple(a for a in range(dy.ndim) if a != (dy.ndim - 1 if channels_last else 1))
+    np.testing.assert_array_equal(got, dy.sum(axes, dtype=np.float64).astype(np.float32))
+
+
 @pytest.mark.parametrize("case", [
     # stride, padding, output_padding, dilation, groups, layout
     ((2, 2), (1, 1), (1, 1), (1, 1), 1, "NCHW"),

@@ -36,7 +36,8 @@
 //   bwd_filter_reduce<T>         dw[i] = sum_{split} ws[split][i] in split order, stored as T.
 //   zero_f32, zero_f64           ws[i] = 0 (float, double workspace).
 //   bwd_bias_nchw<T>             a block per (channel k, split of N*P*Q): 256 threads
-//                                (coalesced along P*Q), fixed tree; fp32 partial per split.
+//                                (coalesced along P*Q; (image, pixel) walked by additions),
+//                                fixed tree; fp32 partial per split.
 //   bwd_bias_nhwc<T>             a block per (32 channels, split): 32 x 8 threads (coalesced
 //                                along K), fixed tree over the 8; fp32 partial per split.
 //                                Both are then reduced by bwd_filter_reduce: deterministic.
@@ -421,9 +422,22 @@ __global__ void __launch_bounds__(bwf::kThreads) bwd_bias_nchw(const T* __restri
     const cl::index_t m0 = blockIdx.y * chunk, m1 = m0 + chunk < npq ? m0 + chunk : npq;
     for (int ch = blockIdx.x; ch < k; ch += gridDim.x) {  // uniform per block
         A acc = 0;
+        // element m = img * pq + pix of channel ch (coalesced in pq): (img, pix) and the
+        // offset advance by additions (a carry when pix wraps), no division per element
+        cl::index_t pix, pix_step;
+        const cl::index_t img = cl::div_mod(m0 + threadIdx.x, pq, pix);
+        const cl::index_t img_step = cl::div_mod(bwf::kThreads, pq, pix_step);
+        const cl::index_t plane = (cl::index_t)k * pq;  // one image of dy
+        const cl::index_t off_step = img_step * plane + pix_step;
+        cl::index_t off = img * plane + (cl::index_t)ch * pq + pix;
         for (cl::index_t m = m0 + threadIdx.x; m < m1; m += bwf::kThreads) {
-            const cl::index_t img = m / pq;
-            acc += cl::to_acc(dy[(img * k + ch) * pq + (m - img * pq)]);  // coalesced in pq
+            acc += cl::to_acc(dy[off]);
+            off += off_step;
+            pix += pix_step;
+            if (pix >= pq) {
+                pix -= pq;
+                off += plane - pq;
+            }
         }
         const A sum = bwf::block_sum(acc, red);
         if (threadIdx.x == 0) ws[(cl::index_t)blockIdx.y * k + ch] = sum;
