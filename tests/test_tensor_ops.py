@@ -429,6 +429,12 @@ def test_reduce_unmerged_strided_views(backend: str, case: int) -> None:
         if backend == "cpu":  # (a GPU's block counts may choose another kind)
             assert last_kernel_name() == f"tensor_reduce_{kind}_fp32", op
         check_reduce(r[0] if idx else r, x, name, axes, idx=r[1] if idx else None)
+    # Small integers sum exactly in float32: an element read twice, skipped or taken from a
+    # wrong offset changes the sum (a summation-error tolerance could hide it).
+    ints = np.random.default_rng(case).integers(-8, 9, shape).astype(np.float32)
+    got = reduce_tensor(to_backend(ints, backend)[index], "sum", axes)
+    want = ints[index].sum(axes, dtype=np.float64).astype(np.float32)
+    np.testing.assert_array_equal(to_numpy(got), want)
 
 
 @pytest.mark.parametrize("dtype", DTYPES, ids=lambda d: SHORT[d])
