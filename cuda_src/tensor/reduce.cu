@@ -351,30 +351,16 @@ __global__ void __launch_bounds__(256) tensor_reduce_split_thread(
 
 namespace tens {
 
-// Partials lane, lane + 32, ... of one output's row, in that order.
+// Partials lane, lane + 32, ... of one output's row, in that order. The loop is kept rolled
+// (chunks / 32 iterations, one load each): unrolled, the double kernels spilled around the
+// call of double division's slow path (sm_90).
 template <typename A>
 __device__ __forceinline__ RAcc<A> combine_row(int op, const A* v, const long long* idx,
                                                int chunks, int lane) {
     RAcc<A> acc = rinit<A>(op);
-    for (int k = lane; k < chunks; k += 32) {
-        RAcc<A> part;
-        part.v = v[k];
-        part.i = idx[k];
-        acc = rcombine(op, acc, part);
-    }
-    return acc;
-}
-
-// The same loop kept rolled: unrolled, the double kernel spills around the call of
-// double division's slow path (sm_90).
-template <>
-__device__ __forceinline__ RAcc<double> combine_row<double>(int op, const double* v,
-                                                            const long long* idx, int chunks,
-                                                            int lane) {
-    RAcc<double> acc = rinit<double>(op);
 #pragma unroll 1
     for (int k = lane; k < chunks; k += 32) {
-        RAcc<double> part;
+        RAcc<A> part;
         part.v = v[k];
         part.i = idx[k];
         acc = rcombine(op, acc, part);
