@@ -190,12 +190,12 @@ struct ReducedWalk {
 };
 
 template <int ND, typename T>
-__device__ __forceinline__ void reduce_walk(int OP, RAcc<cl::acc_t<T>>& acc, const T* base,
+__device__ __forceinline__ void reduce_walk(int op, RAcc<cl::acc_t<T>>& acc, const T* base,
                                             const ReduceLayoutT<cl::acc_t<T>>& R,
                                             cl::index_t r, cl::index_t end, cl::index_t step) {
     ReducedWalk<ND, cl::acc_t<T>> w(R, r);
     for (;;) {
-        radd(OP, acc, cl::to_acc(base[w.off]), r);
+        radd(op, acc, cl::to_acc(base[w.off]), r);
         r += step;
         if (r >= end) break;
         w.next(R);
@@ -206,18 +206,18 @@ __device__ __forceinline__ void reduce_walk(int OP, RAcc<cl::acc_t<T>>& acc, con
 // value is `step`). After ops/reduce.py merged contiguous dims, most reductions walk one
 // or two dims.
 template <typename T>
-__device__ __forceinline__ RAcc<cl::acc_t<T>> reduce_span(int OP, const T* base,
+__device__ __forceinline__ RAcc<cl::acc_t<T>> reduce_span(int op, const T* base,
                                                           const ReduceLayoutT<cl::acc_t<T>>& R,
                                                           cl::index_t r0, cl::index_t end,
                                                           cl::index_t step) {
-    RAcc<cl::acc_t<T>> acc = rinit<cl::acc_t<T>>(OP);
+    RAcc<cl::acc_t<T>> acc = rinit<cl::acc_t<T>>(op);
     if (r0 >= end) return acc;
     switch (R.rndim) {
         case 0:  // (one element: rsize, rstride and rstep are 0)
-        case 1: reduce_walk<1>(OP, acc, base, R, r0, end, step); break;
-        case 2: reduce_walk<2>(OP, acc, base, R, r0, end, step); break;
-        case 3: reduce_walk<3>(OP, acc, base, R, r0, end, step); break;
-        default: reduce_walk<0>(OP, acc, base, R, r0, end, step);
+        case 1: reduce_walk<1>(op, acc, base, R, r0, end, step); break;
+        case 2: reduce_walk<2>(op, acc, base, R, r0, end, step); break;
+        case 3: reduce_walk<3>(op, acc, base, R, r0, end, step); break;
+        default: reduce_walk<0>(op, acc, base, R, r0, end, step);
     }
     return acc;
 }
@@ -230,13 +230,13 @@ __device__ __forceinline__ RAcc<A> warp_reduce(int op, RAcc<A> acc) {
 }
 
 template <typename T>
-__device__ __forceinline__ void reduce_store(int OP, RAcc<cl::acc_t<T>> acc,
+__device__ __forceinline__ void reduce_store(int op, RAcc<cl::acc_t<T>> acc,
                                              const ReduceLayoutT<cl::acc_t<T>>& R, T* c,
                                              long long* indices, cl::index_t out) {
     typedef cl::acc_t<T> A;
     A v = acc.v;
-    if (OP == kRAvg) v = v / (A)R.count;
-    if (OP == kRNorm2) v = cl::math::sqrt(v);
+    if (op == kRAvg) v = v / (A)R.count;
+    if (op == kRNorm2) v = cl::math::sqrt(v);
     A r = R.alpha * v;
     if (R.beta != A(0)) r = cl::math::fma(R.beta, cl::to_acc(c[out]), r);
     c[out] = cl::from_acc<T>(r);
@@ -254,8 +254,8 @@ __global__ void __launch_bounds__(256) tensor_reduce_thread(
     for (cl::index_t o = cl::global_thread_id(); o < R.outputs; o += cl::grid_stride()) {
         cl::index_t in, out;
         tens::output_offsets(o, R, in, out);
-        tens::reduce_store(OP, tens::reduce_span(OP, a + in, R, 0, R.count, 1), R, c, indices,
-                               out);
+        const RAcc<cl::acc_t<T>> acc = tens::reduce_span(OP, a + in, R, 0, R.count, 1);
+        tens::reduce_store(OP, acc, R, c, indices, out);
     }
 }
 

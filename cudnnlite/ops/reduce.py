@@ -251,7 +251,7 @@ def _launch_reduce(
 
 # How far each kernel's threads step through an output's reduced elements.
 _STEP = {"thread": 1, "split_thread": 1, "warp": 32, "block": BLOCK, "split_block": BLOCK}
-# The tensor module compiles a kernel of each kind per op number (tens::kR* in the source).
+# The reduce module holds a kernel of each kind per op number (tens::kR* in the source).
 assert len(REDUCE_OPS) + len(_REDUCE_NUM) == REDUCE_OP_COUNT
 
 

@@ -148,8 +148,9 @@ def module_spec(dt: dtypes.DType) -> ModuleSpec:
 def reduce_module_spec(dt: dtypes.DType) -> ModuleSpec:
     """reduce_tensor's kernels for ``dt`` (a source and module of their own: the emulator
     builds the 72 of them for a reduction only, not for an elementwise op)."""
-    return ModuleSpec.make(REDUCE_SOURCE, [reduce_kernel_name(kind, dt, op) for kind in REDUCE_KINDS
-                                    for op in range(REDUCE_OP_COUNT)])  # fmt: skip
+    names = [reduce_kernel_name(kind, dt, op) for kind in REDUCE_KINDS
+             for op in range(REDUCE_OP_COUNT)]  # fmt: skip
+    return ModuleSpec.make(REDUCE_SOURCE, names)
 
 
 @register("tensor")
