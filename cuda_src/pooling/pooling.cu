@@ -5,13 +5,15 @@
 // Kernels (T = float | __half | __nv_bfloat16 | double), one thread per element, grid-stride.
 // Arithmetic (max comparisons, sums, the divisor) runs in cl::acc_t<T>: float for the 16-
 // and 32-bit types, double for double (the divisor, an int, is exact in either).
-//   pool_fwd<T>               one thread per output: y and (max modes, if `indices` is
+//   pool_fwd<T, MAX>          one thread per output: y and (max modes, if `indices` is
 //                             not null) the argmax as a flat position d*H*W + h*W + w of
 //                             the input plane (PyTorch's int64 indices). NaN wins
 //                             (the last one), or with s.nan_skip loses to numbers.
-//   pool_bwd<T>               one thread per input element gathers from the outputs whose
+//   pool_bwd<T, MAX>          one thread per input element gathers from the outputs whose
 //                             windows can hold it: max from the saved indices, average
 //                             divided as the forward did. No atomics: deterministic.
+//                             MAX: the max modes' kernel (the average modes' code left
+//                             out, and the other way round; host: s.mode picks it).
 //   maxpool_bwd_scatter<T>    one thread per output adds dy at its saved index with
 //                             atomicAdd into a zeroed dx (float only: cheapest when the
 //                             windows do not overlap); the order of additions varies.
@@ -165,7 +167,7 @@ __device__ __forceinline__ void window_max(const T* x, cl::index_t fstep, const 
     }
 }
 
-template <typename T, typename I>
+template <typename T, bool MAX, typename I>
 __device__ __forceinline__ void fwd_body(const T* x, T* y, long long* indices,
                                          const PoolShape& s) {
     typedef cl::acc_t<T> A;
@@ -181,7 +183,7 @@ __device__ __forceinline__ void fwd_body(const T* x, T* y, long long* indices,
                            ww = pool::window(ow, 2, s);
         const cl::index_t base = (cl::index_t)pool::offset<I>(n, c, 0, (I)s.in_plane, s);
         const cl::index_t fstep = s.channel_last ? s.c : 1;  // element step of one position
-        if (s.mode == pool::kMax) {
+        if (MAX) {
             A best = A(__int_as_float(0xff800000));  // -inf
             long long arg = -1;
             // one loop per NaN rule: the test stays out of the window loop's registers
@@ -211,14 +213,14 @@ __device__ __forceinline__ void fwd_body(const T* x, T* y, long long* indices,
 
 }  // namespace pool
 
-template <typename T>
+template <typename T, bool MAX>
 __global__ void __launch_bounds__(256) pool_fwd(
     // pointers (indices may be null)
     const T* x, T* y, long long* indices,
-    // problem
+    // problem (MAX: s.mode is pool::kMax; otherwise an average mode)
     PoolShape s) {
-    if (pool::fits_32bit(s)) pool::fwd_body<T, unsigned>(x, y, indices, s);
-    else pool::fwd_body<T, cl::index_t>(x, y, indices, s);
+    if (pool::fits_32bit(s)) pool::fwd_body<T, MAX, unsigned>(x, y, indices, s);
+    else pool::fwd_body<T, MAX, cl::index_t>(x, y, indices, s);
 }
 
 // ---------------------------------------------------------------- backward
@@ -248,7 +250,7 @@ __device__ __forceinline__ bool holds(const Window& w, int i) {
 
 namespace pool {
 
-template <typename T, typename I>
+template <typename T, bool MAX, typename I>
 __device__ __forceinline__ void bwd_body(const T* dy, const long long* indices, T* dx,
                                          const PoolShape& s) {
     typedef cl::acc_t<T> A;
@@ -272,7 +274,7 @@ __device__ __forceinline__ void bwd_body(const T* dy, const long long* indices, 
                 for (int ow = w0; ow < w1; ++ow) {
                     const cl::index_t o =
                         base + (((cl::index_t)od * s.out[1] + oh) * s.out[2] + ow) * fstep;
-                    if (s.mode == pool::kMax) {
+                    if (MAX) {
                         if (indices[o] == (long long)f) acc += cl::to_acc(dy[o]);
                         continue;
                     }
@@ -295,14 +297,14 @@ __device__ __forceinline__ void bwd_body(const T* dy, const long long* indices, 
 
 }  // namespace pool
 
-template <typename T>
+template <typename T, bool MAX>
 __global__ void __launch_bounds__(256) pool_bwd(
     // pointers (indices: max modes only)
     const T* dy, const long long* indices, T* dx,
-    // problem
+    // problem (MAX: s.mode is pool::kMax; otherwise an average mode)
     PoolShape s) {
-    if (pool::fits_32bit(s)) pool::bwd_body<T, unsigned>(dy, indices, dx, s);
-    else pool::bwd_body<T, cl::index_t>(dy, indices, dx, s);
+    if (pool::fits_32bit(s)) pool::bwd_body<T, MAX, unsigned>(dy, indices, dx, s);
+    else pool::bwd_body<T, MAX, cl::index_t>(dy, indices, dx, s);
 }
 
 namespace pool {

@@ -3,8 +3,9 @@ kernels read), the kernel table (one module per dtype) and the forward and backw
 with the check of max backward's saved indices; :mod:`cudnnlite.ops.pooling` holds the
 functions that use them.
 
-Kernels (``cuda_src/pooling/pooling.cu``, one module per dtype): ``pool_fwd<T>``,
-``pool_bwd<T>`` (a gather: deterministic, no atomics) and ``maxpool_bwd_scatter<float>``
+Kernels (``cuda_src/pooling/pooling.cu``, one module per dtype): ``pool_fwd<T, MAX>``,
+``pool_bwd<T, MAX>`` (a gather: deterministic, no atomics; MAX: the max modes' kernel, else
+the average modes') and ``maxpool_bwd_scatter<float>``
 (atomicAdd from the saved indices; used for float32 max backward unless
 ``deterministic=True``). Global average pooling (adaptive average to 1 x ... x 1, e.g.
 :func:`~cudnnlite.ops.pooling.global_avg_pool`) and its backward use per-plane kernels
@@ -58,9 +59,10 @@ _SHAPE_DTYPE = np.dtype(
 
 
 def _names(dt: dtypes.DType) -> dict[str, str]:
-    names = {"pool_fwd": f"pool_fwd<{dt.ctype}>", "pool_bwd": f"pool_bwd<{dt.ctype}>",
-             "pool_check_indices": "pool_check_indices",
-             "pool_bwd_prepare": "pool_bwd_prepare"}  # fmt: skip
+    names = {"pool_check_indices": "pool_check_indices", "pool_bwd_prepare": "pool_bwd_prepare"}
+    for way in ("fwd", "bwd"):  # the max modes' kernel and the average modes'
+        names[f"pool_{way}_max"] = f"pool_{way}<{dt.ctype}, true>"
+        names[f"pool_{way}_avg"] = f"pool_{way}<{dt.ctype}, false>"
     for k in ("gap_fwd_planar", "gap_fwd_chlast", "gap_bwd_planar", "gap_bwd_chlast"):
         names[k] = f"{k}<{dt.ctype}>"
     if dt.short == "fp32":
@@ -88,6 +90,13 @@ class _Table(KernelTable):
 
     def launch(self, key: str, n: int, args: Sequence[Any]) -> None:  # type: ignore[override]
         super().launch(key, (self.grid_for(n, _BLOCK),), (_BLOCK,), args)
+
+    def launch_window(self, way: str, prob: _Problem, n: int, args: Sequence[Any]) -> None:
+        """``pool_fwd`` or ``pool_bwd`` (``way``) for ``prob``'s mode: the max modes' kernel
+        or the average modes', named ``pool_{way}_<dtype>`` either way."""
+        kind = "max" if prob.mode == 0 else "avg"
+        self.get(f"pool_{way}_{kind}")((self.grid_for(n, _BLOCK),), (_BLOCK,), args)
+        self.last.set(f"pool_{way}_{self.dt.short}")
 
     def launch_gap(self, direction: str, prob: _Problem, src: Any, dst: Any) -> None:
         """Global average pooling of ``prob`` (adaptive average to 1 x ... x 1):
@@ -345,7 +354,7 @@ def _launch_forward(table: _Table, x: Any, prob: _Problem, want_indices: bool) -
     if y.size and prob.is_global_avg:
         table.launch_gap("fwd", prob, _dense(x), y)
     elif y.size:
-        table.launch("pool_fwd", y.size, (_dense(x), y, ind, prob.struct))
+        table.launch_window("fwd", prob, y.size, (_dense(x), y, ind, prob.struct))
     return y, ind
 
 
@@ -389,7 +398,7 @@ def _backward(dy: Any, indices: Any, prob: _Problem, deterministic: bool) -> Any
     if dx.size and prob.is_global_avg:
         table.launch_gap("bwd", prob, dyd, dx)
     elif dx.size:
-        table.launch("pool_bwd", dx.size, (dyd, indices, dx, prob.struct))
+        table.launch_window("bwd", prob, dx.size, (dyd, indices, dx, prob.struct))
     return dx
 
 
