@@ -80,18 +80,18 @@ __device__ __forceinline__ void rotate(const T* __restrict__ w, T* __restrict__ 
     const cl::index_t total = (cl::index_t)s.c * s.k_per_group * s.r * s.s * taps_d;
     for (cl::index_t i = cl::global_thread_id(); i < total; i += cl::grid_stride()) {
         int c, kk, td = 0, r, t;
-        cl::index_t rem = i;
+        cl::index_t rem = i, d;  // (32-bit divisions while i fits: cl::div_mod)
         if (NHWC) {  // wr: (C, [T,] R, S, K/g)
-            kk = (int)(rem % s.k_per_group), rem /= s.k_per_group;
-            t = (int)(rem % s.s), rem /= s.s;
-            r = (int)(rem % s.r), rem /= s.r;
-            if (D3) td = (int)(rem % taps_d), rem /= taps_d;
+            rem = cl::div_mod(rem, s.k_per_group, d), kk = (int)d;
+            rem = cl::div_mod(rem, s.s, d), t = (int)d;
+            rem = cl::div_mod(rem, s.r, d), r = (int)d;
+            if (D3) rem = cl::div_mod(rem, taps_d, d), td = (int)d;
             c = (int)rem;
         } else {  // wr: (C, K/g, [T,] R, S)
-            t = (int)(rem % s.s), rem /= s.s;
-            r = (int)(rem % s.r), rem /= s.r;
-            if (D3) td = (int)(rem % taps_d), rem /= taps_d;
-            kk = (int)(rem % s.k_per_group), c = (int)(rem / s.k_per_group);
+            rem = cl::div_mod(rem, s.s, d), t = (int)d;
+            rem = cl::div_mod(rem, s.r, d), r = (int)d;
+            if (D3) rem = cl::div_mod(rem, taps_d, d), td = (int)d;
+            c = (int)cl::div_mod(rem, s.k_per_group, d), kk = (int)d;
         }
         const int g = c / s.c_per_group, cg = c - g * s.c_per_group;
         const int k = g * s.k_per_group + kk;

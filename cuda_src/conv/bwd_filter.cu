@@ -81,24 +81,25 @@ __device__ __forceinline__ void filter_direct(const T* __restrict__ x, const T* 
     const cl::index_t npq = (cl::index_t)s.n * opq;
     for (cl::index_t f = blockIdx.x; f < total; f += gridDim.x) {  // uniform per block
         int k, cg, td = 0, r, t;
-        cl::index_t rem = f;
+        cl::index_t rem = f, d;  // (32-bit divisions while f fits: cl::div_mod)
         if (NHWC) {
-            cg = (int)(rem % s.c_per_group), rem /= s.c_per_group;
-            t = (int)(rem % s.s), rem /= s.s;
-            r = (int)(rem % s.r), rem /= s.r;
-            if (D3) td = (int)(rem % taps_d), rem /= taps_d;
+            rem = cl::div_mod(rem, s.c_per_group, d), cg = (int)d;
+            rem = cl::div_mod(rem, s.s, d), t = (int)d;
+            rem = cl::div_mod(rem, s.r, d), r = (int)d;
+            if (D3) rem = cl::div_mod(rem, taps_d, d), td = (int)d;
             k = (int)rem;
         } else {
-            t = (int)(rem % s.s), rem /= s.s;
-            r = (int)(rem % s.r), rem /= s.r;
-            if (D3) td = (int)(rem % taps_d), rem /= taps_d;
-            cg = (int)(rem % s.c_per_group), k = (int)(rem / s.c_per_group);
+            rem = cl::div_mod(rem, s.s, d), t = (int)d;
+            rem = cl::div_mod(rem, s.r, d), r = (int)d;
+            if (D3) rem = cl::div_mod(rem, taps_d, d), td = (int)d;
+            k = (int)cl::div_mod(rem, s.c_per_group, d), cg = (int)d;
         }
         const int c = (k / s.k_per_group) * s.c_per_group + cg;
         A acc = 0;
         for (cl::index_t m = threadIdx.x; m < npq; m += kThreads) {
-            const int n = (int)(m / opq);
-            int j = (int)(m - (cl::index_t)n * opq), o = 0, dd = 0;
+            cl::index_t within;  // (32-bit division while m fits: cl::div_mod)
+            const int n = (int)cl::div_mod(m, opq, within);
+            int j = (int)within, o = 0, dd = 0;
             if (D3) {
                 o = j / pq, j -= o * pq;
                 dd = o * s.stride_d - s.pad_d + td * s.dil_d;
