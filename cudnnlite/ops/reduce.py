@@ -52,6 +52,7 @@ from .tensor import (
     _wide,
     _writable,
     reduce_kernel_name,
+    reduce_module_spec,
 )
 
 SPLIT_MIN_BLOCK_CHUNK = 4096  # split reductions: elements per block (lanes walk them)
@@ -244,8 +245,7 @@ def _launch_reduce(
     else:
         kind, grid = "warp", _grid(backend, outputs * 32)
     _set_step(r, _STEP[kind])
-    name = reduce_kernel_name(kind, dt, op_id)
-    kernel = _kernel(backend, dt, name, f"tensor_reduce_{kind}_{dt.short}")
+    kernel = _reduce_kernel(backend, dt, kind, op_id)
     kernel(grid, BLOCK, (x, out, indices, r[()]))
 
 
@@ -253,6 +253,14 @@ def _launch_reduce(
 _STEP = {"thread": 1, "split_thread": 1, "warp": 32, "block": BLOCK, "split_block": BLOCK}
 # The reduce module holds a kernel of each kind per op number (tens::kR* in the source).
 assert len(REDUCE_OPS) + len(_REDUCE_NUM) == REDUCE_OP_COUNT
+
+
+def _reduce_kernel(backend: Backend, dt: dtypes.DType, kind: str, op_id: int) -> Any:
+    """The reduce module's kernel of ``kind`` for op number ``op_id`` (named
+    ``tensor_reduce_<kind>_<dtype>`` in last_kernel_name, but for the finishing pass)."""
+    readable = "" if kind == "finish" else f"tensor_reduce_{kind}_{dt.short}"
+    name = reduce_kernel_name(kind, dt, op_id)
+    return _kernel(backend, dt, name, readable, spec=reduce_module_spec)
 
 
 def _set_step(r: np.ndarray, step: int) -> None:
@@ -318,9 +326,8 @@ def _launch_split(
     else:
         kind, grid = "split_block", (chunks, outputs)
     _set_step(r, _STEP[kind])
-    finish = _kernel(backend, dt, reduce_kernel_name("finish", dt, op_id), "")
-    name = reduce_kernel_name(kind, dt, op_id)
-    kernel = _kernel(backend, dt, name, f"tensor_reduce_{kind}_{dt.short}")
+    finish = _reduce_kernel(backend, dt, "finish", op_id)
+    kernel = _reduce_kernel(backend, dt, kind, op_id)
     kernel(grid, BLOCK, (x, part_v, part_i, r[()], np.int64(chunk)))
     finish(_grid(backend, outputs * 32), BLOCK,
            (part_v, part_i, out, indices, r[()], np.int32(chunks)))  # fmt: skip

@@ -163,16 +163,17 @@ _LOCK = threading.Lock()
 _LAST = LastLaunch()
 
 
-def _kernel(backend: Backend, dt: dtypes.DType, name: str, readable: str) -> Kernel:
+def _kernel(backend: Backend, dt: dtypes.DType, name: str, readable: str,
+            spec: Any = module_spec) -> Kernel:  # fmt: skip
+    """Kernel ``name`` of the module ``spec(dt)`` (the elementwise one by default; the
+    reductions pass :func:`reduce_module_spec`)."""
     key = (id(backend), backend.device_key(), dt.short, name)
     k = _KERNELS.get(key)
     if k is None:
         with _LOCK:
             k = _KERNELS.get(key)
             if k is None:
-                reduction = name.startswith("tensor_reduce_")
-                spec = (reduce_module_spec if reduction else module_spec)(dt)
-                k = _KERNELS[key] = backend.kernel(spec, name)
+                k = _KERNELS[key] = backend.kernel(spec(dt), name)
     _LAST.set(readable)
     return k
 
