@@ -38,6 +38,7 @@ def cases(ctx: Context) -> list[Case]:
     big = ctx.target == "cuda" and not ctx.small
     attn = (32, 12, 128, 128) if big else (2, 12, 16, 128)
     vocab = (4096, 30522) if big else (8, 30522)
+    classes = (262144, 10) if big else (512, 10)  # short rows: 16 lanes per row (scalar)
     hidden = (32, 128, 768) if big else (2, 16, 768)
     fmap = (32, 256, 56, 56) if big else (2, 256, 7, 7)
     rows = (8192, 4096) if big else (64, 1024)
@@ -45,7 +46,9 @@ def cases(ctx: Context) -> list[Case]:
     out: list[Case] = []
     for short, dt in _dtypes(ctx):
         item = np.dtype(dt).itemsize
-        for name, shape in (("softmax attention", attn), ("softmax vocab logits", vocab)):
+        named = (("softmax attention", attn), ("softmax vocab logits", vocab),
+                 ("softmax 10 classes", classes))  # fmt: skip
+        for name, shape in named:
             x = ctx.randn(shape, dt, scale=4.0)
             y = sm.softmax(x)
             dy = ctx.randn(shape, dt)

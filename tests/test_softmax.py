@@ -107,6 +107,46 @@ def test_forward_and_backward_row_lengths(backend: str, dtype: Any, length: int,
     check_backward(dx, dy, y, -1, log)
 
 
+# Short rows share a warp: lanes per row = the row's packs (16 bytes; elements when the
+# length is no multiple of a pack) rounded up to a power of two, 1 to 32. Every group
+# size, vector and scalar, with a row count that leaves the last warp partly past the end.
+GROUP_LENGTHS = [1, 2, 3, 4, 5, 8, 10, 16, 17, 24, 64, 100, 127, 128, 129, 256]
+
+
+@pytest.mark.parametrize("dtype", [np.dtype(t) for t in ("f4", "f2", "f8")], ids=lambda d: SHORT[d])
+@pytest.mark.parametrize("length", GROUP_LENGTHS)
+def test_short_rows_share_a_warp(backend: str, dtype: Any, length: int) -> None:
+    rows = 301
+    x = rand((rows, length), dtype, seed=length)
+    # out= is the first rows of a bigger buffer: the lanes of rows past the end write nothing
+    fill = np.full((rows + 40, length), 7, dtype)
+    buf = to_backend(fill, backend)
+    for log in (False, True):
+        y = softmax(to_backend(x, backend), log=log, out=buf[:rows])
+        assert last_kernel_name().startswith("softmax_fwd_warp")
+        check_forward(y, x, -1, log)
+        assert (to_numpy(buf)[rows:] == 7).all()
+        y = to_numpy(y).copy()  # (buf is the backward's out too)
+        dy = rand((rows, length), dtype, seed=length + 1, scale=1.0)
+        dx = softmax_backward(to_backend(dy, backend), to_backend(y, backend), log=log,
+                              out=buf[:rows])  # fmt: skip
+        check_backward(dx, dy, y, -1, log)
+        assert (to_numpy(buf)[rows:] == 7).all()
+
+
+def test_short_rows_group_sizes() -> None:
+    from cudnnlite.ops.softmax import _Plan
+    from cudnnlite.runtime.select import backend_by_name
+
+    cpu, f32 = backend_by_name("cpu"), dtypes.lookup(np.float32)
+    a = np.zeros(4096, np.float32)  # 16-byte aligned (NumPy's allocations are)
+    want = {1: 0, 4: 0, 8: 1, 12: 2, 40: 4, 128: 5, 1024: 5, 3: 2, 33: 5, 17: 5, 9: 4}
+    for length, log2 in want.items():
+        plan = _Plan(cpu, f32, (2, length, 1), [a])
+        assert (plan.kind, plan.group_log2) == ("warp", log2), length
+        assert plan.vec == (4 if length % 4 == 0 else 1)
+
+
 @pytest.mark.parametrize("log", [False, True], ids=["softmax", "log"])
 def test_million_element_row_uses_the_multi_block_path(backend: str, log: bool) -> None:
     x = rand((1, 10**6), np.float32, seed=7, scale=1e4)  # 1e4: a naive exp overflows

@@ -12,8 +12,12 @@
 //
 // Kernels (T = float | __half | __nv_bfloat16 | double; VEC = 16 / sizeof(T) loads one
 // 16-byte pack per access and needs len % VEC == 0 and 16-byte aligned rows, else VEC = 1):
-//   softmax_{fwd,bwd}_warp<T, VEC>      inner == 1, short rows (len <= 1024): one warp per
-//                                       row, 4 rows per 128-thread block, shuffles only.
+//   softmax_{fwd,bwd}_warp<T, VEC>      inner == 1, short rows (len <= 1024): a group of
+//                                       lanes per row, the row's packs rounded up to a
+//                                       power of two up to 32 (one warp: 4 rows per
+//                                       128-thread block; 8 floats, 2 packs: 2 lanes, 64
+//                                       rows a block; 10 classes, scalar: 16 lanes),
+//                                       shuffles only.
 //   softmax_{fwd,bwd}_block<T, VEC>     inner == 1, longer rows: one block per row (256..1024
 //                                       threads), warp shuffles + one shared-memory round.
 //   softmax_{fwd,bwd}_partial<T, VEC>   inner == 1, very long rows with few rows: grid
@@ -41,7 +45,7 @@ struct SoftmaxShapeT {
     int accurate;       // subtract the max (0: cuDNN's "fast" algorithm)
     A alpha;            // y = alpha * result + beta * y_prior
     A beta;             // 0: y is not read
-    int reserved;
+    int group_log2;     // warp kernels: log2 of the lanes per row (0..5)
 };
 template <typename T> using SoftmaxShapeFor = SoftmaxShapeT<cl::acc_t<T>>;
 
@@ -127,6 +131,42 @@ __device__ __forceinline__ V warp_allreduce(V v) {
 #pragma unroll
     for (int k = 16; k > 0; k >>= 1) v = combine(v, shfl_xor(v, k));
     return v;
+}
+
+// The same over aligned groups of `lanes` lanes (a power of two <= 32; every lane of the
+// warp takes part); with 32, warp_allreduce's combines in its order, bit for bit.
+template <typename V>
+__device__ __forceinline__ V group_allreduce(V v, int lanes) {
+#pragma unroll
+    for (int k = 16; k > 0; k >>= 1) {
+        if (k < lanes) v = combine(v, shfl_xor(v, k));  // (lanes: the same in the warp)
+    }
+    return v;
+}
+
+// The row of a warp kernel's thread and its lane within the row's group of lanes; the
+// lanes of rows past the end (in the last warp) take part in the group's shuffles with
+// lane kIdle, past every row's packs (their loops run no iteration: s.len stays the bound,
+// read from the parameters, not a register per lane). False when the thread's whole warp
+// is past the end. The kernels' loops step by 32 packs whatever the group: a group
+// narrower than a warp has at least as many lanes as its row has packs (each lane one
+// pack or none), and the constant step keeps the unrolled loads' addresses immediate
+// offsets of one register (a run-time step took 8-12 more registers and spilled fp64).
+constexpr int kIdle = 1 << 20;  // > 1024 / VEC packs of a warp kernel's row
+struct GroupRow {
+    cl::index_t row;
+    int lane;
+    int lanes;
+};
+template <typename S>
+__device__ __forceinline__ bool group_row(const S& s, GroupRow& g) {
+    const cl::index_t t = (cl::index_t)blockIdx.x * blockDim.x + threadIdx.x;
+    if (((t & ~(cl::index_t)31) >> s.group_log2) >= s.rows) return false;  // whole warps
+    g.lanes = 1 << s.group_log2;
+    g.row = t >> s.group_log2;
+    g.lane = g.row < s.rows ? (int)(threadIdx.x & (g.lanes - 1)) : kIdle;
+    if (g.row >= s.rows) g.row = s.rows - 1;  // (an address inside the tensor, never read)
+    return true;
 }
 
 // Every thread of the block gets the same result; red holds 32 entries. Called once per
@@ -263,12 +303,13 @@ __global__ void __launch_bounds__(128) softmax_fwd_warp(
     // sizes
     SoftmaxShapeFor<T> s) {
     typedef cl::acc_t<T> A;
-    const cl::index_t row = (cl::index_t)blockIdx.x * (blockDim.x >> 5) + (threadIdx.x >> 5);
-    if (row >= s.rows) return;  // whole warps leave together
-    const int lane = threadIdx.x & 31;
-    const T* xr = x + row * s.len;
-    const SmStatT<A> st = sm::warp_allreduce(sm::row_stat<T, VEC>(xr, 0, s.len, lane, 32, s.accurate));
-    sm::row_write<T, VEC>(xr, y + row * s.len, 0, s.len, lane, 32, sm::finish(st, s.log), s.alpha, s.beta);
+    sm::GroupRow g;
+    if (!sm::group_row(s, g)) return;  // whole warps leave together
+    const T* xr = x + g.row * s.len;
+    const SmStatT<A> st = sm::group_allreduce(
+        sm::row_stat<T, VEC>(xr, 0, s.len, g.lane, 32, s.accurate), g.lanes);
+    sm::row_write<T, VEC>(xr, y + g.row * s.len, 0, s.len, g.lane, 32, sm::finish(st, s.log),
+                          s.alpha, s.beta);
 }
 
 template <typename T, int VEC>
@@ -361,12 +402,13 @@ __global__ void __launch_bounds__(128) softmax_bwd_warp(
     // sizes
     SoftmaxShapeFor<T> s) {
     typedef cl::acc_t<T> A;
-    const cl::index_t row = (cl::index_t)blockIdx.x * (blockDim.x >> 5) + (threadIdx.x >> 5);
-    if (row >= s.rows) return;
-    const int lane = threadIdx.x & 31;
-    const cl::index_t o = row * s.len;
-    const A dot = sm::warp_allreduce(sm::row_dot<T, VEC>(dy + o, y + o, 0, s.len, lane, 32, s.log));
-    sm::row_grad<T, VEC>(dy + o, y + o, dx + o, 0, s.len, lane, 32, dot, s.log, s.alpha, s.beta);
+    sm::GroupRow g;
+    if (!sm::group_row(s, g)) return;  // whole warps leave together
+    const cl::index_t o = g.row * s.len;
+    const A dot = sm::group_allreduce(
+        sm::row_dot<T, VEC>(dy + o, y + o, 0, s.len, g.lane, 32, s.log), g.lanes);
+    sm::row_grad<T, VEC>(dy + o, y + o, dx + o, 0, s.len, g.lane, 32, dot, s.log, s.alpha,
+                         s.beta);
 }
 
 template <typename T, int VEC>

@@ -12,7 +12,8 @@ cuDNN's modes: ``mode="instance"`` is over C*H*W of each image (all axes but the
 Kernels (``cuda_src/softmax/softmax.cu``), one module per dtype, chosen by the
 shape [outer, len, inner] around the axis:
 
-- inner == 1, len <= 1024: ``softmax_*_warp`` (one warp per row);
+- inner == 1, len <= 1024: ``softmax_*_warp`` (a group of lanes per row: the row's
+  16-byte packs, or elements when unaligned, rounded up to a power of two up to a warp);
 - inner == 1, longer rows: ``softmax_*_block`` (one block per row, 256..1024 threads);
 - inner == 1, rows of >= 2^17 elements and too few rows to fill the device:
   ``softmax_*_partial`` + ``softmax_*_finish`` (online softmax over chunks of a row,
@@ -79,7 +80,7 @@ _PARTIAL_BLOCK = 256
 def _shape_dtype(real: str) -> np.dtype:
     fields = [("rows", "<i8"), ("len", "<i8"), ("inner", "<i8"), ("chunk", "<i8")]
     fields += [("chunks", "<i4"), ("log", "<i4"), ("accurate", "<i4")]
-    fields += [("alpha", real), ("beta", real), ("reserved", "<i4")]
+    fields += [("alpha", real), ("beta", real), ("group_log2", "<i4")]
     return np.dtype(fields, align=True)
 
 
@@ -222,6 +223,9 @@ class _Plan:
                 if self.chunks > 1:
                     self.kind = "multi"
         self.outer, self.length, self.inner = outer, length, inner
+        # warp kernels: lanes per row, the row's packs rounded up to a power of two <= 32
+        packs = -(-length // max(self.vec, 1))
+        self.group_log2 = min(5, max(0, packs - 1).bit_length())
         self.layout = shape_dtype(dt)
         self.acc = np.float64 if _wide(dt) else np.float32  # the workspace's dtype
 
@@ -237,7 +241,7 @@ class _Plan:
                 accurate,
                 alpha,
                 beta,
-                0,
+                self.group_log2,
             ),
             dtype=self.layout,
         )[()]
@@ -271,7 +275,8 @@ def _run(
     s = plan.struct(log, accurate, *blend)
     t = f"{dt.ctype}, {plan.vec}" if plan.vec else dt.ctype
     if plan.kind == "warp":
-        grid = -(-plan.outer // _WARPS_PER_BLOCK)
+        rows_per_block = (32 * _WARPS_PER_BLOCK) >> plan.group_log2
+        grid = -(-plan.outer // rows_per_block)
         _kernel(backend, dt, f"softmax_{direction}_warp<{t}>")(
             grid, 32 * _WARPS_PER_BLOCK, (*inputs, out, s)
         )
