@@ -80,6 +80,52 @@ def test_layer_norm(backend: str, case, affine: bool, dtype: Any) -> None:
         assert dw is None and db is None
 
 
+def _shifted(a: np.ndarray | None, backend: str) -> Any:
+    """``a`` on ``backend``, its data one element past a 16-byte boundary."""
+    if a is None:
+        return None
+    padded = np.concatenate([np.zeros(1, a.dtype), a.reshape(-1)])
+    return to_backend(padded, backend)[1:].reshape(a.shape)
+
+
+# Row lengths of one pack, of a pack count no multiple of the block, of BERT and of a
+# long row; weight and bias, weight alone, neither.
+@pytest.mark.parametrize("dtype", DTYPES, ids=SHORT.get)
+@pytest.mark.parametrize("cols", [8, 768, 1032, 4104])
+@pytest.mark.parametrize("params", ["wb", "w", "none"])
+def test_row_norms_vector_form(backend: str, dtype: Any, cols: int, params: str) -> None:
+    """Aligned rows whose length is a multiple of the 16-byte pack run rownorm_*_vec;
+    a misaligned x or weight runs the element kernels; both against the reference."""
+    shape, ns = (5, cols), (cols,)
+    x, dy = data(shape, dtype, 5), data(shape, dtype, 6, 0.0, 1.0)
+    w, b = wb(ns, dtype)
+    w, b = (w, b) if params == "wb" else (w, None) if params == "w" else (None, None)
+    ry, rmean, rrstd = rn.layer_norm(x, ns, w, b, 1e-5)
+    rdx, _, _ = rn.layer_norm_backward(dy, x, ns, rmean, rrstd, w)
+    ty, trstd = rn.rms_norm(x, ns, w)
+    tdx, _ = rn.rms_norm_backward(dy, x, ns, trstd, w)
+    tb = lambda a: None if a is None else to_backend(a, backend)  # noqa: E731
+    shifts = [(False, False), (True, False)] + ([(False, True)] if w is not None else [])
+    for shift_x, shift_w in shifts:
+        vec = "" if shift_x or shift_w else "_vec"
+        xs = _shifted(x, backend) if shift_x else tb(x)
+        dys = _shifted(dy, backend) if shift_x else tb(dy)
+        ws = _shifted(w, backend) if shift_w else tb(w)
+        y, mean, rstd = ROW.layer_norm_forward(xs, ns, ws, tb(b))
+        assert last_kernel_name() == f"rownorm_fwd_mean{vec}_{SHORT[dtype]}"
+        check(y, ry, dtype, what="y")
+        check(rstd, rrstd, np.float32)
+        dx, _, _ = ROW.layer_norm_backward(dys, xs, ns, mean, rstd, ws, tb(b))
+        if w is None:  # (with a weight, dweight's kernels launch last)
+            assert last_kernel_name() == f"rownorm_bwd_mean{vec}_{SHORT[dtype]}"
+        check(dx, rdx, dtype, scale=grad_scale(dy, w, rrstd))
+        y, rstd = ROW.rms_norm_forward(xs, ns, ws)
+        assert last_kernel_name() == f"rownorm_fwd_rms{vec}_{SHORT[dtype]}"
+        check(y, ty, dtype, what="rms y")
+        dx, _ = ROW.rms_norm_backward(dys, xs, ns, rstd, ws)
+        check(dx, tdx, dtype, scale=grad_scale(dy, w, trstd))
+
+
 @pytest.mark.parametrize("dtype", DTYPES, ids=SHORT.get)
 @pytest.mark.parametrize("affine", [True, False])
 @pytest.mark.parametrize("case", [((4, 64), (64,)), ((3, 2, 11), (2, 11))], ids=str)
@@ -93,7 +139,8 @@ def test_rms_norm(backend: str, case, affine: bool, dtype: Any) -> None:
     y, rstd = ROW.rms_norm_forward(tb(x), ns, tb(w))
     check(y, ry, dtype)
     check(rstd, rrstd, np.float32)
-    assert last_kernel_name() == f"rownorm_fwd_rms_{SHORT[dtype]}"
+    vec = "_vec" if int(np.prod(ns)) % (16 // np.dtype(dtype).itemsize) == 0 else ""
+    assert last_kernel_name() == f"rownorm_fwd_rms{vec}_{SHORT[dtype]}"
     dx, dw = ROW.rms_norm_backward(tb(dy), tb(x), ns, rstd, tb(w))
     rdx, rdw = rn.rms_norm_backward(dy, x, ns, rrstd, w)
     check(dx, rdx, dtype, scale=grad_scale(dy, w, rrstd))

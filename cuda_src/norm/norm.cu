@@ -44,6 +44,9 @@
 //   rownorm_fwd<T, RMS>        one block per row: exact two-pass mean/variance (the row
 //                              stays in L1/L2 between passes), writes y, mean, rstd
 //   rownorm_bwd<T, RMS>        one block per row: dx
+//   rownorm_fwd_vec<T, RMS>, rownorm_bwd_vec<T, RMS>
+//                              the same with 16-byte packs: weight and bias indexed by
+//                              the column, cols % VEC == 0, aligned rows and parameters
 //   gn_nhwc_fwd<T>, gn_nhwc_bwd<T>
 //                              channels-last group / instance norm (NHWC, no transposed
 //                              copy): a 32 x 16 block per (sample, tile of whole groups),
@@ -767,6 +770,120 @@ __global__ void __launch_bounds__(1024) rownorm_bwd(
         const A gw = cl::to_acc(dy[base + k]) * w;
         const A xhat = (cl::to_acc(x[base + k]) - mean) * rstd;
         dx[base + k] = cl::from_acc<T>(rstd * (gw - mg - xhat * mgx));
+    }
+}
+
+// Vector forms of rownorm_fwd / rownorm_bwd: the same passes over 16-byte packs (VEC =
+// 16 / sizeof(T) elements, one load or store each) for rows whose weight and bias are
+// indexed by the column (layer and RMS norm; or no weight and bias), cols % VEC == 0,
+// cols < 2^31 and every pointer 16-byte aligned (ops/row_norm.py: _row_vec). A thread's
+// partial sums add its packs' elements in order, so the sums' order differs from the
+// scalar kernels' (within the same rounding bounds).
+template <typename T, bool RMS>
+__global__ void __launch_bounds__(1024) rownorm_fwd_vec(
+    // pointers (weight, bias, mean may be null; all 16-byte aligned)
+    const T* x, const T* weight, const T* bias, T* y, cl::acc_t<T>* mean_out,
+    cl::acc_t<T>* rstd_out,
+    // problem
+    RowShapeT<cl::acc_t<T>> s) {
+    typedef cl::acc_t<T> A;
+    constexpr int VEC = nrm::VecOf<T>::value;
+    typedef nrm::Pack<T, VEC> P;
+    __shared__ A sm[32];
+    const cl::index_t r = blockIdx.x;
+    const P* xr = reinterpret_cast<const P*>(x + r * s.cols);
+    P* yr = reinterpret_cast<P*>(y + r * s.cols);
+    const int packs = (int)(s.cols / VEC);
+    const A inv_cols = A(1) / (A)s.cols;
+    A mean = A(0);
+    if constexpr (!RMS) {
+        mean = cl::to_acc(x[r * s.cols]);  // the shift, as rownorm_fwd
+        A t = A(0);
+        for (int k = threadIdx.x; k < packs; k += blockDim.x) {
+            const P v = xr[k];
+#pragma unroll
+            for (int j = 0; j < VEC; ++j) t += cl::to_acc(v.v[j]) - mean;
+        }
+        mean += nrm::block_sum(t, sm) * inv_cols;
+    }
+    A q = A(0);
+    for (int k = threadIdx.x; k < packs; k += blockDim.x) {
+        const P v = xr[k];
+#pragma unroll
+        for (int j = 0; j < VEC; ++j) {
+            const A d = cl::to_acc(v.v[j]) - mean;
+            q = cl::math::fma(d, d, q);
+        }
+    }
+    const A rstd = A(1) / cl::math::sqrt(nrm::block_sum(q, sm) * inv_cols + s.eps);
+    const P* wp = reinterpret_cast<const P*>(weight);
+    const P* bp = reinterpret_cast<const P*>(bias);
+    for (int k = threadIdx.x; k < packs; k += blockDim.x) {
+        const P v = xr[k];
+        P w, b, o;
+        if (s.has_weight) w = wp[k];
+        if (s.has_bias) b = bp[k];
+#pragma unroll
+        for (int j = 0; j < VEC; ++j) {
+            A u = (cl::to_acc(v.v[j]) - mean) * rstd;
+            if (s.has_weight) u *= cl::to_acc(w.v[j]);
+            if (s.has_bias) u += cl::to_acc(b.v[j]);
+            o.v[j] = cl::from_acc<T>(u);
+        }
+        yr[k] = o;
+    }
+    if (threadIdx.x == 0) {
+        if (mean_out != nullptr) mean_out[r] = mean;
+        rstd_out[r] = rstd;
+    }
+}
+
+template <typename T, bool RMS>
+__global__ void __launch_bounds__(1024) rownorm_bwd_vec(
+    // pointers (weight, mean may be null; all 16-byte aligned)
+    const T* dy, const T* x, const T* weight, const cl::acc_t<T>* mean_in,
+    const cl::acc_t<T>* rstd_in, T* dx,
+    // problem
+    RowShapeT<cl::acc_t<T>> s) {
+    typedef cl::acc_t<T> A;
+    constexpr int VEC = nrm::VecOf<T>::value;
+    typedef nrm::Pack<T, VEC> P;
+    __shared__ A sm[32];
+    const cl::index_t r = blockIdx.x;
+    const P* gr = reinterpret_cast<const P*>(dy + r * s.cols);
+    const P* xr = reinterpret_cast<const P*>(x + r * s.cols);
+    P* dr = reinterpret_cast<P*>(dx + r * s.cols);
+    const P* wp = reinterpret_cast<const P*>(weight);
+    const int packs = (int)(s.cols / VEC);
+    const A mean = RMS ? A(0) : mean_in[r];
+    const A rstd = rstd_in[r];
+    A sg = A(0), sgx = A(0);
+    for (int k = threadIdx.x; k < packs; k += blockDim.x) {
+        const P g = gr[k], v = xr[k];
+        P w;
+        if (s.has_weight) w = wp[k];
+#pragma unroll
+        for (int j = 0; j < VEC; ++j) {
+            const A gw = cl::to_acc(g.v[j]) * (s.has_weight ? cl::to_acc(w.v[j]) : A(1));
+            const A xhat = (cl::to_acc(v.v[j]) - mean) * rstd;
+            sg += gw;
+            sgx = cl::math::fma(gw, xhat, sgx);
+        }
+    }
+    const A inv_cols = A(1) / (A)s.cols;
+    const A mg = RMS ? A(0) : nrm::block_sum(sg, sm) * inv_cols;
+    const A mgx = nrm::block_sum(sgx, sm) * inv_cols;
+    for (int k = threadIdx.x; k < packs; k += blockDim.x) {
+        const P g = gr[k], v = xr[k];
+        P w, o;
+        if (s.has_weight) w = wp[k];
+#pragma unroll
+        for (int j = 0; j < VEC; ++j) {
+            const A gw = cl::to_acc(g.v[j]) * (s.has_weight ? cl::to_acc(w.v[j]) : A(1));
+            const A xhat = (cl::to_acc(v.v[j]) - mean) * rstd;
+            o.v[j] = cl::from_acc<T>(rstd * (gw - mg - xhat * mgx));
+        }
+        dr[k] = o;
     }
 }
 

@@ -1,6 +1,9 @@
 """Row norms: layer norm and RMS norm, forward and backward. Each row (the trailing
 ``normalized_shape`` dims) is one block of ``rownorm_fwd`` / ``rownorm_bwd``; the same
-launches serve group norm's NCHW path (:mod:`cudnnlite.ops.group_norm`).
+launches serve group norm's NCHW path (:mod:`cudnnlite.ops.group_norm`). Rows whose
+weight and bias are indexed by the column (layer and RMS norm), a multiple of 16 bytes
+long and aligned, run the kernels' vector forms ``rownorm_*_vec`` (16-byte loads and
+stores: the element kernels' fp16 loops issue a 2-byte load per element).
 """
 
 from __future__ import annotations
@@ -14,6 +17,7 @@ from .. import dtypes
 from ..errors import BadParamError
 from ..runtime.backend import Backend
 from ..runtime.graph import graph_safe
+from ..runtime.pointers import data_pointer
 from ..runtime.select import backend_for
 from ..runtime.streams import with_stream
 from ._arrays import array_module, as_array, float_dtype, same_dtype, same_shape
@@ -35,6 +39,28 @@ from .norm_common import (
 
 def _row_launch_block(cols: int) -> int:
     return 1024 if cols >= 8192 else 512 if cols >= 2048 else 256 if cols >= 512 else 128
+
+
+def _row_vec(dt: dtypes.DType, cols: int, groups: int, inner: int, params: tuple,
+             arrays: tuple) -> int:  # fmt: skip
+    """The elements per 16-byte pack the row kernels can move (``rownorm_*_vec``), or 0:
+    the weight and bias (``params``) indexed by the column (one group of inner 1, or none
+    given), ``cols`` a multiple of the pack below 2^31, every array 16-byte aligned."""
+    vec = 16 // dt.itemsize
+    if cols % vec or cols >= 1 << 31:
+        return 0
+    if (groups != 1 or inner != 1) and any(a is not None for a in params):
+        return 0
+    if any(a is not None and data_pointer(a) % 16 for a in (*params, *arrays)):
+        return 0
+    return vec
+
+
+def _row_launch(table: Any, direction: str, rms: bool, vec: int, rows: int, cols: int,
+                args: tuple) -> None:  # fmt: skip
+    """``rownorm_{direction}`` (its vector form when ``vec``) with a block per row."""
+    name = f"rownorm_{direction}_{'rms' if rms else 'mean'}{'_vec' if vec else ''}"
+    table.launch(name, (rows,), (_row_launch_block(cols // vec if vec else cols),), args)
 
 
 def _row_forward(
@@ -67,12 +93,8 @@ def _row_forward(
         has_bias=int(bias is not None),
     )
     if rows:
-        table.launch(
-            f"rownorm_fwd_{'rms' if rms else 'mean'}",
-            (rows,),
-            (_row_launch_block(cols),),
-            (x, weight, bias, y, mean, rstd, s),
-        )
+        vec = _row_vec(dt, cols, groups, inner, (weight, bias), (x, y))
+        _row_launch(table, "fwd", rms, vec, rows, cols, (x, weight, bias, y, mean, rstd, s))
     return y, mean, rstd
 
 
@@ -107,12 +129,8 @@ def _row_backward(
         has_bias=0,
     )
     if rows:
-        table.launch(
-            f"rownorm_bwd_{'rms' if rms else 'mean'}",
-            (rows,),
-            (_row_launch_block(cols),),
-            (dy, x, weight, mean, rstd, dx, s),
-        )
+        vec = _row_vec(dt, cols, groups, inner, (weight,), (dy, x, dx))
+        _row_launch(table, "bwd", rms, vec, rows, cols, (dy, x, weight, mean, rstd, dx, s))
     dweight = dbias = None
     if weight is not None:
         samples = rows // groups
