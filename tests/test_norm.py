@@ -127,6 +127,40 @@ def test_row_norms_vector_form(backend: str, dtype: Any, cols: int, params: str)
 
 
 @pytest.mark.parametrize("dtype", DTYPES, ids=SHORT.get)
+def test_few_long_rows_take_split_statistics(backend: str, dtype: Any) -> None:
+    """Fewer rows than twice the SMs, each of >= SPLIT_MIN_COLS elements: statistics from
+    split Welford reductions and the output from rownorm_apply (a row one element
+    shorter: one block per row), against the reference; a constant row still
+    normalizes to exactly 0 about its first element."""
+    tb = lambda a: None if a is None else to_backend(a, backend)  # noqa: E731
+    n = ROW.SPLIT_MIN_COLS
+    for (rows, cols), params in (((3, n + 808), "wb"), ((2, n), "none"), ((1, 2 * n + 5), "w"),
+                                 ((2, n - 1), "wb")):  # fmt: skip
+        x = data((rows, cols), dtype, 7, 5.0, 2.0)
+        w, b = wb((cols,), dtype)
+        w, b = (w, b) if params == "wb" else (w, None) if params == "w" else (None, None)
+        y, mean, rstd = ROW.layer_norm_forward(tb(x), (cols,), tb(w), tb(b))
+        want = f"rownorm_apply_{SHORT[dtype]}" if cols >= n else f"rownorm_fwd_mean_{SHORT[dtype]}"
+        assert last_kernel_name() == want
+        ry, rmean, rrstd = rn.layer_norm(x, (cols,), w, b, 1e-5)
+        check(y, ry, dtype, what="y")
+        check(mean, rmean, np.float32, scale=8.0)
+        check(rstd, rrstd, np.float32)
+    # group norm (NCHW): 2 x 2 groups of 4 channels of 48 x 48, each channel's own weight
+    x = data((2, 8, 48, 48), dtype, 8)
+    w, b = wb((8,), dtype)
+    y, mean, rstd = GN.group_norm_forward(tb(x), 2, tb(w), tb(b))
+    assert last_kernel_name() == f"rownorm_apply_{SHORT[dtype]}"
+    ry, rmean, rrstd = rn.group_norm(x, 2, w, b, 1e-5, "NCHW")
+    check(y, ry, dtype)
+    check(rstd, rrstd, np.float32)
+    v = {np.float16: 3e4}.get(dtype, 12345.678)
+    y, mean, _ = ROW.layer_norm_forward(tb(np.full((2, n), v, dtype)), (n,))
+    assert last_kernel_name() == f"rownorm_apply_{SHORT[dtype]}"
+    assert (to_numpy(y) == 0).all() and (to_numpy(mean) == float(np.dtype(dtype).type(v))).all()
+
+
+@pytest.mark.parametrize("dtype", DTYPES, ids=SHORT.get)
 @pytest.mark.parametrize("affine", [True, False])
 @pytest.mark.parametrize("case", [((4, 64), (64,)), ((3, 2, 11), (2, 11))], ids=str)
 def test_rms_norm(backend: str, case, affine: bool, dtype: Any) -> None:

@@ -44,6 +44,8 @@
 //   rownorm_fwd<T, RMS>        one block per row: exact two-pass mean/variance (the row
 //                              stays in L1/L2 between passes), writes y, mean, rstd
 //   rownorm_bwd<T, RMS>        one block per row: dx
+//   rownorm_apply<T>           layer / group norm's output from split statistics (few
+//                              long rows: red_planar<T, 0> + bn_stats_finalize first)
 //   rownorm_fwd_vec<T, RMS>, rownorm_bwd_vec<T, RMS>
 //                              the same with 16-byte packs: weight and bias indexed by
 //                              the column, cols % VEC == 0, aligned rows and parameters
@@ -770,6 +772,33 @@ __global__ void __launch_bounds__(1024) rownorm_bwd(
         const A gw = cl::to_acc(dy[base + k]) * w;
         const A xhat = (cl::to_acc(x[base + k]) - mean) * rstd;
         dx[base + k] = cl::from_acc<T>(rstd * (gw - mg - xhat * mgx));
+    }
+}
+
+// The apply pass of a row norm whose statistics came from split reductions (few long
+// rows: red_planar<T, 0> over (1, rows, cols) and bn_stats_finalize, so that every SM has
+// work where one block per row would leave most idle): y = (x - mean) rstd w + b, a
+// (blockIdx.x, row) block per stretch of a row, grid-stride along the row, the weight's
+// index by additions (WeightWalk).
+template <typename T>
+__global__ void __launch_bounds__(256) rownorm_apply(
+    // pointers (weight, bias may be null)
+    const T* x, const T* weight, const T* bias, T* y, const cl::acc_t<T>* mean,
+    const cl::acc_t<T>* rstd,
+    // problem
+    RowShapeT<cl::acc_t<T>> s) {
+    typedef cl::acc_t<T> A;
+    const cl::index_t r = blockIdx.y;
+    const A m = mean[r], rs = rstd[r];
+    const cl::index_t base = r * s.cols;
+    const cl::index_t k0 = (cl::index_t)blockIdx.x * blockDim.x + threadIdx.x;
+    const cl::index_t step = (cl::index_t)gridDim.x * blockDim.x;
+    nrm::WeightWalk wk(r, k0, step, s);
+    for (cl::index_t k = k0; k < s.cols; k += step, wk.next()) {
+        A v = (cl::to_acc(x[base + k]) - m) * rs;
+        if (s.has_weight) v *= cl::to_acc(weight[wk.idx]);
+        if (s.has_bias) v += cl::to_acc(bias[wk.idx]);
+        y[base + k] = cl::from_acc<T>(v);
     }
 }
 

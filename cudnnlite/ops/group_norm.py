@@ -167,8 +167,10 @@ def group_norm_forward(
 ) -> tuple[Any, Any, Any]:
     """Group norm: ``(y, mean, rstd)``, statistics (float32, float64 for float64 x) of
     shape (N, num_groups). ``layout="NHWC"`` takes ``(N, *spatial, C)`` and runs natively
-    channels-last (``gn_nhwc_fwd``, no transposed copy); NCHW runs ``rownorm_fwd_mean``.
-    x of other strides is copied to a C-contiguous array first."""
+    channels-last (``gn_nhwc_fwd``, no transposed copy); NCHW runs ``rownorm_fwd_mean``
+    (a group is a row), or for few long groups split statistics and ``rownorm_apply``
+    (``row_norm._split_forward``). x of other strides is copied to a C-contiguous array
+    first."""
     backend = backend_for(x, weight, bias, out, names=("x", "weight", "bias", "out"))
     x, dt, g, c, n, spatial, w, b = _group_common(x, num_groups, weight, bias, layout)
     eps = _eps(eps)

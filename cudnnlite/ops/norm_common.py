@@ -149,6 +149,7 @@ def _names(dt: dtypes.DType) -> dict[str, str]:
         b = "true" if chlast else "false"
         names[f"bn_fwd_apply_vec_{tag}"] = f"bn_fwd_apply_vec<{t}, {b}>"
         names[f"bn_bwd_apply_vec_{tag}"] = f"bn_bwd_apply_vec<{t}, {b}>"
+    names["rownorm_apply"] = f"rownorm_apply<{t}>"
     for rms, tag in ((False, "mean"), (True, "rms")):
         b = "true" if rms else "false"
         names[f"rownorm_fwd_{tag}"] = f"rownorm_fwd<{t}, {b}>"

@@ -3,7 +3,10 @@
 launches serve group norm's NCHW path (:mod:`cudnnlite.ops.group_norm`). Rows whose
 weight and bias are indexed by the column (layer and RMS norm), a multiple of 16 bytes
 long and aligned, run the kernels' vector forms ``rownorm_*_vec`` (16-byte loads and
-stores: the element kernels' fp16 loops issue a 2-byte load per element).
+stores: the element kernels' fp16 loops issue a 2-byte load per element). A layer or
+group norm forward of fewer rows than twice the SMs, each of at least SPLIT_MIN_COLS
+elements, takes its statistics from split reductions across the GPU instead
+(:func:`_split_forward`); its backward keeps one block per row.
 """
 
 from __future__ import annotations
@@ -23,6 +26,7 @@ from ..runtime.streams import with_stream
 from ._arrays import array_module, as_array, float_dtype, same_dtype, same_shape
 from .norm_common import (
     _BLOCK,
+    _BN_DTYPE,
     _ROW_DTYPE,
     _acc,
     _check_out,
@@ -37,8 +41,12 @@ from .norm_common import (
 )
 
 
-def _row_launch_block(cols: int) -> int:
-    return 1024 if cols >= 8192 else 512 if cols >= 2048 else 256 if cols >= 512 else 128
+def _row_launch_block(items: int) -> int:
+    """Threads of a row's block for ``items`` elements (or packs) a row: up to 1024 for
+    long rows, and for short ones the warps that give each thread one item (a row of 96
+    packs, BERT's 768 fp16 columns, takes 3 warps, not 4 with one idle)."""
+    cap = 1024 if items >= 8192 else 512 if items >= 2048 else 256 if items >= 512 else 128
+    return min(cap, max(32, -(-items // 32) * 32))
 
 
 def _row_vec(dt: dtypes.DType, cols: int, groups: int, inner: int, params: tuple,
@@ -92,10 +100,43 @@ def _row_forward(
         has_weight=int(weight is not None),
         has_bias=int(bias is not None),
     )
-    if rows:
+    if rows and not rms and _split_rows(table, rows, cols):
+        _split_forward(table, x, y, weight, bias, mean, rstd, s, eps, rows, cols)
+    elif rows:
         vec = _row_vec(dt, cols, groups, inner, (weight, bias), (x, y))
         _row_launch(table, "fwd", rms, vec, rows, cols, (x, weight, bias, y, mean, rstd, s))
     return y, mean, rstd
+
+
+# Rows at least this long, fewer than _SPLIT_ROWS_PER_SM per SM (16 blocks' worth on the
+# emulator), get split statistics: group norm of a diffusion U-Net (2 x 32 rows of 40960)
+# would otherwise run 64 blocks, one per row, on a GPU of 132 SMs.
+SPLIT_MIN_COLS = 8192
+_SPLIT_ROWS_PER_SM = 2
+
+
+def _split_rows(table: Any, rows: int, cols: int) -> bool:
+    """Whether a layer / group norm forward of ``rows`` x ``cols`` takes the split path."""
+    return cols >= SPLIT_MIN_COLS and rows < (table.sm_count or 8) * _SPLIT_ROWS_PER_SM
+
+
+def _split_forward(table: Any, x: Any, y: Any, weight: Any, bias: Any, mean: Any, rstd: Any,
+                   s: np.void, eps: float, rows: int, cols: int) -> None:  # fmt: skip
+    """Layer / group norm forward over few long rows: each row's Welford statistics in
+    chunks across the GPU (batch norm's red_planar with the rows as channels: (1, rows,
+    cols)), combined per row in chunk order (bn_stats_finalize, shifted by the row's first
+    element as rownorm_fwd), then the output in (stretch, row) blocks (rownorm_apply)."""
+    partial, chunks = _reduce(table, "stats", 1, rows, cols, (x, None, None, None, None, None,
+                                                              None))  # fmt: skip
+    bp = _struct(_BN_DTYPE, table.dt, eps=eps, momentum=0.0, update_running=0, chunks=chunks)
+    table.launch(
+        "bn_stats_finalize",
+        (table.grid_each(rows),),
+        (_BLOCK,),
+        (x, partial, mean, rstd, None, None, np.int64(rows), np.int64(cols), bp),
+    )
+    stretches = max(1, min(-(-table.target_blocks // rows), -(-cols // (_BLOCK * 4)), 65535))
+    table.launch("rownorm_apply", (stretches, rows), (_BLOCK,), (x, weight, bias, y, mean, rstd, s))
 
 
 def _row_backward(
