@@ -274,13 +274,26 @@ SWEEP = textwrap.dedent(
     x4, w4, h, d = f(2, 8, 8, 8), f(8, 8, 3, 3), np.float16, np.float64
     q = f(1, 2, 16, 32)
     grid = rng.uniform(-1, 1, (2, 5, 5, 2)).astype(np.float32)
+
+    def layer_norm_both(x):
+        _, mean, rstd = cl.layer_norm_forward(x, x.shape[-1:])
+        return cl.layer_norm_backward(f(*x.shape), x, x.shape[-1:], mean, rstd)
+
     cases = {
         "relu": lambda: cl.relu(f(1000)),
         "softmax": lambda: cl.softmax(f(4, 300), axis=-1),
         "softmax_backward": lambda: cl.softmax_backward(f(4, 300), f(4, 300), axis=-1),
         "softmax fp16": lambda: cl.softmax(f(4, 300).astype(h), axis=-1),
+        "softmax short rows": lambda: (  # 16 lanes a row (scalar); 2 (a pack each)
+            cl.softmax_backward(f(37, 10), cl.softmax(f(37, 10), axis=-1), axis=-1),
+            cl.softmax(f(37, 8), axis=-1),
+        ),
         "layer_norm bf16": lambda: cl.layer_norm(f(4, 300).astype(cl.bfloat16), (300,)),
         "rms_norm": lambda: cl.rms_norm(f(4, 300), (300,)),
+        "layer_norm vec, split": lambda: (
+            layer_norm_both(f(4, 64)),  # 16-byte packs
+            cl.layer_norm(f(2, 8192), (8192,)),  # split statistics + rownorm_apply
+        ),
         "batch_norm": lambda: cl.batch_norm(x4, np.zeros(8, np.float32),
                                             np.ones(8, np.float32), training=True),
         "batch_norm_backward": lambda: cl.batch_norm_backward(
@@ -354,7 +367,8 @@ SWEEP = textwrap.dedent(
 
 
 SWEEP_GROUPS = (
-    ("relu", "softmax", "softmax_backward", "softmax fp16", "layer_norm bf16", "rms_norm",
+    ("relu", "softmax", "softmax_backward", "softmax fp16", "softmax short rows",
+     "layer_norm bf16", "rms_norm", "layer_norm vec, split",
      "batch_norm", "batch_norm_backward", "group_norm", "lrn", "ctc_loss"),
     ("max_pool2d", "avg_pool_backward", "adaptive_avg_pool2d", "dropout", "add_tensor",
      "reduce_tensor", "grid_sample", "grid_sample_backward", "affine_grid", "sdpa", "sdpa fp16",
