@@ -129,9 +129,10 @@ def test_row_norms_vector_form(backend: str, dtype: Any, cols: int, params: str)
 @pytest.mark.parametrize("dtype", DTYPES, ids=SHORT.get)
 def test_few_long_rows_take_split_statistics(backend: str, dtype: Any) -> None:
     """Fewer rows than twice the SMs, each of >= SPLIT_MIN_COLS elements: statistics from
-    split Welford reductions and the output from rownorm_apply (a row one element
-    shorter: one block per row), against the reference; a constant row still
-    normalizes to exactly 0 about its first element."""
+    split Welford reductions and the output from rownorm_apply, the backward from
+    per-stretch sums (layer, RMS and group norm; a row one element shorter: one block
+    per row), against the reference; a constant row still normalizes to exactly 0 about
+    its first element."""
     tb = lambda a: None if a is None else to_backend(a, backend)  # noqa: E731
     n = ROW.SPLIT_MIN_COLS
     for (rows, cols), params in (((3, n + 808), "wb"), ((2, n), "none"), ((1, 2 * n + 5), "w"),
@@ -146,14 +147,36 @@ def test_few_long_rows_take_split_statistics(backend: str, dtype: Any) -> None:
         check(y, ry, dtype, what="y")
         check(mean, rmean, np.float32, scale=8.0)
         check(rstd, rrstd, np.float32)
+        dy = data((rows, cols), dtype, 9, 0.0, 1.0)
+        dx, dw, db = ROW.layer_norm_backward(tb(dy), tb(x), (cols,), mean, rstd, tb(w), tb(b))
+        if w is None:  # (with a weight, dweight's kernels launch last)
+            split = "bwd_apply_mean" if cols >= n else "bwd_mean"
+            assert last_kernel_name() == f"rownorm_{split}_{SHORT[dtype]}"
+        rdx, rdw, rdb = rn.layer_norm_backward(dy, x, (cols,), rmean, rrstd, w)
+        check(dx, rdx, dtype, scale=grad_scale(dy, w, rrstd))
+        if w is not None:
+            check(dw, rdw, dtype, scale=float(np.abs(dy.astype(float)).max()) * 4 * rows)
+        y, rstd = ROW.rms_norm_forward(tb(x), (cols,), tb(w))
+        ty, trstd = rn.rms_norm(x, (cols,), w)
+        check(y, ty, dtype, what="rms y")
+        dx, _ = ROW.rms_norm_backward(tb(dy), tb(x), (cols,), rstd, tb(w))
+        if w is None:
+            split = "bwd_apply_rms" if cols >= n else "bwd_rms"
+            assert last_kernel_name() == f"rownorm_{split}_{SHORT[dtype]}"
+        tdx, _ = rn.rms_norm_backward(dy, x, (cols,), trstd, w)
+        check(dx, tdx, dtype, scale=grad_scale(dy, w, trstd))
     # group norm (NCHW): 2 x 2 groups of 4 channels of 48 x 48, each channel's own weight
-    x = data((2, 8, 48, 48), dtype, 8)
+    x, dy = data((2, 8, 48, 48), dtype, 8), data((2, 8, 48, 48), dtype, 10, 0.0, 1.0)
     w, b = wb((8,), dtype)
     y, mean, rstd = GN.group_norm_forward(tb(x), 2, tb(w), tb(b))
     assert last_kernel_name() == f"rownorm_apply_{SHORT[dtype]}"
     ry, rmean, rrstd = rn.group_norm(x, 2, w, b, 1e-5, "NCHW")
     check(y, ry, dtype)
     check(rstd, rrstd, np.float32)
+    dx, dw, db = GN.group_norm_backward(tb(dy), tb(x), 2, mean, rstd, tb(w), tb(b))
+    rdx, rdw, rdb = rn.group_norm_backward(dy, x, 2, rmean, rrstd, w, "NCHW")
+    check(dx, rdx, dtype, scale=grad_scale(dy, w, rrstd))
+    check(db, rdb, dtype, scale=float(np.abs(dy.astype(float)).max()) * x.size // 8)
     v = {np.float16: 3e4}.get(dtype, 12345.678)
     y, mean, _ = ROW.layer_norm_forward(tb(np.full((2, n), v, dtype)), (n,))
     assert last_kernel_name() == f"rownorm_apply_{SHORT[dtype]}"

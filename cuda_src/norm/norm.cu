@@ -46,6 +46,9 @@
 //   rownorm_bwd<T, RMS>        one block per row: dx
 //   rownorm_apply<T>           layer / group norm's output from split statistics (few
 //                              long rows: red_planar<T, 0> + bn_stats_finalize first)
+//   rownorm_bwd_partial<T, RMS>, rownorm_bwd_apply<T, RMS>
+//                              the backward of few long rows: per-stretch partial sums,
+//                              then dx with each row's sums added in stretch order
 //   rownorm_fwd_vec<T, RMS>, rownorm_bwd_vec<T, RMS>
 //                              the same with 16-byte packs: weight and bias indexed by
 //                              the column, cols % VEC == 0, aligned rows and parameters
@@ -799,6 +802,72 @@ __global__ void __launch_bounds__(256) rownorm_apply(
         if (s.has_weight) v *= cl::to_acc(weight[wk.idx]);
         if (s.has_bias) v += cl::to_acc(bias[wk.idx]);
         y[base + k] = cl::from_acc<T>(v);
+    }
+}
+
+// The backward of few long rows, split as the forward: rownorm_bwd_partial sums a
+// stretch of a row, (blockIdx.x, row) blocks as rownorm_apply, into
+// partial[(row * gridDim.x + blockIdx.x) * 2 + {0, 1}] = (sum gw, sum gw xhat), gw = dy w;
+// rownorm_bwd_apply, on the same grid, adds its row's partials in stretch order (every
+// block of the row the same sums: deterministic) and writes dx for its stretch.
+template <typename T, bool RMS>
+__global__ void __launch_bounds__(256) rownorm_bwd_partial(
+    // pointers (weight, mean may be null)
+    const T* dy, const T* x, const T* weight, const cl::acc_t<T>* mean_in,
+    const cl::acc_t<T>* rstd_in, cl::acc_t<T>* partial,
+    // problem
+    RowShapeT<cl::acc_t<T>> s) {
+    typedef cl::acc_t<T> A;
+    __shared__ A sm[32];
+    const cl::index_t r = blockIdx.y, base = r * s.cols;
+    const A mean = RMS ? A(0) : mean_in[r];
+    const A rstd = rstd_in[r];
+    const cl::index_t k0 = (cl::index_t)blockIdx.x * blockDim.x + threadIdx.x;
+    const cl::index_t step = (cl::index_t)gridDim.x * blockDim.x;
+    nrm::WeightWalk wk(r, k0, step, s);
+    A sg = A(0), sgx = A(0);
+    for (cl::index_t k = k0; k < s.cols; k += step, wk.next()) {
+        const A w = s.has_weight ? cl::to_acc(weight[wk.idx]) : A(1);
+        const A gw = cl::to_acc(dy[base + k]) * w;
+        sg += gw;
+        sgx = cl::math::fma(gw, (cl::to_acc(x[base + k]) - mean) * rstd, sgx);
+    }
+    sg = nrm::block_sum(sg, sm);
+    sgx = nrm::block_sum(sgx, sm);
+    if (threadIdx.x == 0) {
+        const cl::index_t at = (r * gridDim.x + blockIdx.x) * 2;
+        partial[at] = sg;
+        partial[at + 1] = sgx;
+    }
+}
+
+template <typename T, bool RMS>
+__global__ void __launch_bounds__(256) rownorm_bwd_apply(
+    // pointers (weight, mean may be null)
+    const T* dy, const T* x, const T* weight, const cl::acc_t<T>* mean_in,
+    const cl::acc_t<T>* rstd_in, const cl::acc_t<T>* partial, T* dx,
+    // problem
+    RowShapeT<cl::acc_t<T>> s) {
+    typedef cl::acc_t<T> A;
+    const cl::index_t r = blockIdx.y, base = r * s.cols;
+    const A mean = RMS ? A(0) : mean_in[r];
+    const A rstd = rstd_in[r];
+    A sg = A(0), sgx = A(0);
+    for (unsigned c = 0; c < gridDim.x; ++c) {  // the row's stretches, in order
+        sg += partial[(r * gridDim.x + c) * 2];
+        sgx += partial[(r * gridDim.x + c) * 2 + 1];
+    }
+    const A inv_cols = A(1) / (A)s.cols;
+    const A mg = RMS ? A(0) : sg * inv_cols;
+    const A mgx = sgx * inv_cols;
+    const cl::index_t k0 = (cl::index_t)blockIdx.x * blockDim.x + threadIdx.x;
+    const cl::index_t step = (cl::index_t)gridDim.x * blockDim.x;
+    nrm::WeightWalk wk(r, k0, step, s);
+    for (cl::index_t k = k0; k < s.cols; k += step, wk.next()) {
+        const A w = s.has_weight ? cl::to_acc(weight[wk.idx]) : A(1);
+        const A gw = cl::to_acc(dy[base + k]) * w;
+        const A xhat = (cl::to_acc(x[base + k]) - mean) * rstd;
+        dx[base + k] = cl::from_acc<T>(rstd * (gw - mg - xhat * mgx));
     }
 }
 

@@ -154,6 +154,8 @@ def _names(dt: dtypes.DType) -> dict[str, str]:
         b = "true" if rms else "false"
         names[f"rownorm_fwd_{tag}"] = f"rownorm_fwd<{t}, {b}>"
         names[f"rownorm_bwd_{tag}"] = f"rownorm_bwd<{t}, {b}>"
+        names[f"rownorm_bwd_partial_{tag}"] = f"rownorm_bwd_partial<{t}, {b}>"
+        names[f"rownorm_bwd_apply_{tag}"] = f"rownorm_bwd_apply<{t}, {b}>"
         names[f"rownorm_fwd_{tag}_vec"] = f"rownorm_fwd_vec<{t}, {b}>"
         names[f"rownorm_bwd_{tag}_vec"] = f"rownorm_bwd_vec<{t}, {b}>"
     for k in ("lrn_fwd", "lrn_scale", "lrn_bwd"):

@@ -6,7 +6,7 @@ long and aligned, run the kernels' vector forms ``rownorm_*_vec`` (16-byte loads
 stores: the element kernels' fp16 loops issue a 2-byte load per element). A layer or
 group norm forward of fewer rows than twice the SMs, each of at least SPLIT_MIN_COLS
 elements, takes its statistics from split reductions across the GPU instead
-(:func:`_split_forward`); its backward keeps one block per row.
+(:func:`_split_forward`), and so does any row norm's backward (:func:`_split_backward`).
 """
 
 from __future__ import annotations
@@ -116,7 +116,8 @@ _SPLIT_ROWS_PER_SM = 2
 
 
 def _split_rows(table: Any, rows: int, cols: int) -> bool:
-    """Whether a layer / group norm forward of ``rows`` x ``cols`` takes the split path."""
+    """Whether a row norm of ``rows`` x ``cols`` takes the split path (layer and group
+    norm forward, and every row norm's backward)."""
     return cols >= SPLIT_MIN_COLS and rows < (table.sm_count or 8) * _SPLIT_ROWS_PER_SM
 
 
@@ -135,8 +136,28 @@ def _split_forward(table: Any, x: Any, y: Any, weight: Any, bias: Any, mean: Any
         (_BLOCK,),
         (x, partial, mean, rstd, None, None, np.int64(rows), np.int64(cols), bp),
     )
-    stretches = max(1, min(-(-table.target_blocks // rows), -(-cols // (_BLOCK * 4)), 65535))
-    table.launch("rownorm_apply", (stretches, rows), (_BLOCK,), (x, weight, bias, y, mean, rstd, s))
+    grid = (_stretches(table, rows, cols), rows)
+    table.launch("rownorm_apply", grid, (_BLOCK,), (x, weight, bias, y, mean, rstd, s))
+
+
+def _stretches(table: Any, rows: int, cols: int) -> int:
+    """Blocks per row of the split kernels: a few waves over the GPU, >= 4 elements a
+    thread."""
+    return max(1, min(-(-table.target_blocks // rows), -(-cols // (_BLOCK * 4)), 65535))
+
+
+def _split_backward(table: Any, dy: Any, x: Any, weight: Any, mean: Any, rstd: Any, dx: Any,
+                    s: np.void, rms: bool, rows: int, cols: int) -> None:  # fmt: skip
+    """dx of few long rows: the rows' two sums in (stretch, row) blocks
+    (rownorm_bwd_partial), then dx with each row's partial sums added in stretch order
+    (rownorm_bwd_apply). RMS norm too (its sums need no mean)."""
+    tag = "rms" if rms else "mean"
+    grid = (_stretches(table, rows, cols), rows)
+    partial = array_module(x).empty((rows * grid[0] * 2,), _acc(table.dt))
+    table.launch(f"rownorm_bwd_partial_{tag}", grid, (_BLOCK,),
+                 (dy, x, weight, mean, rstd, partial, s))  # fmt: skip
+    table.launch(f"rownorm_bwd_apply_{tag}", grid, (_BLOCK,),
+                 (dy, x, weight, mean, rstd, partial, dx, s))  # fmt: skip
 
 
 def _row_backward(
@@ -169,7 +190,9 @@ def _row_backward(
         has_weight=int(weight is not None),
         has_bias=0,
     )
-    if rows:
+    if rows and _split_rows(table, rows, cols):
+        _split_backward(table, dy, x, weight, mean, rstd, dx, s, rms, rows, cols)
+    elif rows:
         vec = _row_vec(dt, cols, groups, inner, (weight,), (dy, x, dx))
         _row_launch(table, "bwd", rms, vec, rows, cols, (dy, x, weight, mean, rstd, dx, s))
     dweight = dbias = None
