@@ -292,7 +292,7 @@ SWEEP = textwrap.dedent(
         "rms_norm": lambda: cl.rms_norm(f(4, 300), (300,)),
         "layer_norm vec, split": lambda: (
             layer_norm_both(f(4, 64)),  # 16-byte packs
-            cl.layer_norm(f(2, 8192), (8192,)),  # split statistics + rownorm_apply
+            layer_norm_both(f(2, 8192)),  # split statistics, rownorm_apply, split backward
         ),
         "batch_norm": lambda: cl.batch_norm(x4, np.zeros(8, np.float32),
                                             np.ones(8, np.float32), training=True),
