@@ -80,6 +80,16 @@ def test_layer_norm(backend: str, case, affine: bool, dtype: Any) -> None:
         assert dw is None and db is None
 
 
+def _form(dtype: Any, cols: int, aligned: bool = True) -> str:
+    """The suffix of the row kernel a row of ``cols`` elements runs: ``_rows`` (a group of
+    lanes per row: at most 32 16-byte packs), ``_vec`` (longer rows of whole packs), or
+    ``""`` (elements: a row of no whole packs, or misaligned)."""
+    vec = 16 // np.dtype(dtype).itemsize
+    if not aligned or cols % vec:
+        return ""
+    return "_rows" if cols // vec <= 32 else "_vec"
+
+
 def _shifted(a: np.ndarray | None, backend: str) -> Any:
     """``a`` on ``backend``, its data one element past a 16-byte boundary."""
     if a is None:
@@ -88,14 +98,16 @@ def _shifted(a: np.ndarray | None, backend: str) -> Any:
     return to_backend(padded, backend)[1:].reshape(a.shape)
 
 
-# Row lengths of one pack, of a pack count no multiple of the block, of BERT and of a
-# long row; weight and bias, weight alone, neither.
+# Row lengths of one pack, of 32 packs or fewer (fp32: 96; a group of lanes per row), of a
+# pack count no multiple of the block, of BERT and of a long row; weight and bias, weight
+# alone, neither.
 @pytest.mark.parametrize("dtype", DTYPES, ids=SHORT.get)
-@pytest.mark.parametrize("cols", [8, 768, 1032, 4104])
+@pytest.mark.parametrize("cols", [8, 96, 768, 1032, 4104])
 @pytest.mark.parametrize("params", ["wb", "w", "none"])
 def test_row_norms_vector_form(backend: str, dtype: Any, cols: int, params: str) -> None:
-    """Aligned rows whose length is a multiple of the 16-byte pack run rownorm_*_vec;
-    a misaligned x or weight runs the element kernels; both against the reference."""
+    """Aligned rows whose length is a multiple of the 16-byte pack run rownorm_*_rows or
+    rownorm_*_vec; a misaligned x or weight runs the element kernels; all against the
+    reference."""
     shape, ns = (5, cols), (cols,)
     x, dy = data(shape, dtype, 5), data(shape, dtype, 6, 0.0, 1.0)
     w, b = wb(ns, dtype)
@@ -107,7 +119,7 @@ def test_row_norms_vector_form(backend: str, dtype: Any, cols: int, params: str)
     tb = lambda a: None if a is None else to_backend(a, backend)  # noqa: E731
     shifts = [(False, False), (True, False)] + ([(False, True)] if w is not None else [])
     for shift_x, shift_w in shifts:
-        vec = "" if shift_x or shift_w else "_vec"
+        vec = _form(dtype, cols, not (shift_x or shift_w))
         xs = _shifted(x, backend) if shift_x else tb(x)
         dys = _shifted(dy, backend) if shift_x else tb(dy)
         ws = _shifted(w, backend) if shift_w else tb(w)
@@ -196,8 +208,7 @@ def test_rms_norm(backend: str, case, affine: bool, dtype: Any) -> None:
     y, rstd = ROW.rms_norm_forward(tb(x), ns, tb(w))
     check(y, ry, dtype)
     check(rstd, rrstd, np.float32)
-    vec = "_vec" if int(np.prod(ns)) % (16 // np.dtype(dtype).itemsize) == 0 else ""
-    assert last_kernel_name() == f"rownorm_fwd_rms{vec}_{SHORT[dtype]}"
+    assert last_kernel_name() == f"rownorm_fwd_rms{_form(dtype, int(np.prod(ns)))}_{SHORT[dtype]}"
     dx, dw = ROW.rms_norm_backward(tb(dy), tb(x), ns, rstd, tb(w))
     rdx, rdw = rn.rms_norm_backward(dy, x, ns, rrstd, w)
     check(dx, rdx, dtype, scale=grad_scale(dy, w, rrstd))

@@ -134,4 +134,26 @@ __device__ __forceinline__ index_t div_mod(index_t a, index_t b, index_t& r) {
     return q;
 }
 
+// Rows shared by a warp: a group of 2^group_log2 lanes (1 to 32, aligned) per row, rows in
+// thread order across the grid. The row of this thread and its lane in the group; the lanes
+// of rows past `rows` (in the last warp) get lane kIdleLane, past any row's items, so their
+// loops run no iteration while they take part in the group's shuffles (their row is
+// clamped to the last one: an address inside the tensor, never read). False when the
+// thread's whole warp is past the end (it may return: whole warps leave together).
+constexpr int kIdleLane = 1 << 20;
+struct GroupRow {
+    index_t row;
+    int lane;
+    int lanes;
+};
+__device__ __forceinline__ bool group_row(index_t rows, int group_log2, GroupRow& g) {
+    const index_t t = global_thread_id();
+    if (((t & ~(index_t)31) >> group_log2) >= rows) return false;
+    g.lanes = 1 << group_log2;
+    g.row = t >> group_log2;
+    g.lane = g.row < rows ? (int)(threadIdx.x & (g.lanes - 1)) : kIdleLane;
+    if (g.row >= rows) g.row = rows - 1;
+    return true;
+}
+
 }  // namespace cl

@@ -44,6 +44,9 @@
 //   rownorm_fwd<T, RMS>        one block per row: exact two-pass mean/variance (the row
 //                              stays in L1/L2 between passes), writes y, mean, rstd
 //   rownorm_bwd<T, RMS>        one block per row: dx
+//   rownorm_fwd_rows<T, RMS>, rownorm_bwd_rows<T, RMS>
+//                              the vector forms for rows of at most 32 packs: a group
+//                              of lanes per row, several rows a warp, shuffles only
 //   rownorm_apply<T>           layer / group norm's output from split statistics (few
 //                              long rows: red_planar<T, 0> + bn_stats_finalize first)
 //   rownorm_bwd_partial<T, RMS>, rownorm_bwd_apply<T, RMS>
@@ -651,7 +654,7 @@ struct RowShapeT {
     A eps;
     int has_weight;
     int has_bias;
-    int reserved;
+    int group_log2;  // rownorm_*_rows: log2 of the lanes per row (0..5)
 };
 
 namespace nrm {
@@ -775,6 +778,114 @@ __global__ void __launch_bounds__(1024) rownorm_bwd(
         const A gw = cl::to_acc(dy[base + k]) * w;
         const A xhat = (cl::to_acc(x[base + k]) - mean) * rstd;
         dx[base + k] = cl::from_acc<T>(rstd * (gw - mg - xhat * mgx));
+    }
+}
+
+// Short rows (at most 32 packs), several to a warp: each row a group of lanes, the packs
+// rounded up to a power of two (cl::group_row; 64 fp16 columns, RMS norm over a head
+// dimension, 8 packs: 8 lanes, 16 rows a 128-thread block), one pack per lane held in
+// registers, sums by shuffles within the group; otherwise as rownorm_fwd_vec /
+// rownorm_bwd_vec (same conditions, and cols <= 32 * VEC).
+namespace nrm {
+template <typename A>
+__device__ __forceinline__ A group_sum(A v, int lanes) {
+#pragma unroll
+    for (int k = 16; k > 0; k >>= 1) {
+        if (k < lanes) v += __shfl_xor_sync(0xffffffffu, v, k);  // (lanes: warp-uniform)
+    }
+    return v;
+}
+}  // namespace nrm
+
+template <typename T, bool RMS>
+__global__ void __launch_bounds__(128) rownorm_fwd_rows(
+    // pointers (weight, bias, mean may be null; all 16-byte aligned)
+    const T* x, const T* weight, const T* bias, T* y, cl::acc_t<T>* mean_out,
+    cl::acc_t<T>* rstd_out,
+    // problem
+    RowShapeT<cl::acc_t<T>> s) {
+    typedef cl::acc_t<T> A;
+    constexpr int VEC = nrm::VecOf<T>::value;
+    typedef nrm::Pack<T, VEC> P;
+    cl::GroupRow g;
+    if (!cl::group_row(s.rows, s.group_log2, g)) return;
+    const bool mine = g.lane < (int)(s.cols / VEC);  // this lane's pack
+    P v;
+    if (mine) v = reinterpret_cast<const P*>(x + g.row * s.cols)[g.lane];
+    const A inv_cols = A(1) / (A)s.cols;
+    A mean = A(0);
+    if constexpr (!RMS) {
+        mean = cl::to_acc(x[g.row * s.cols]);  // the shift, as rownorm_fwd
+        A t = A(0);
+#pragma unroll
+        for (int j = 0; j < VEC; ++j) t += mine ? cl::to_acc(v.v[j]) - mean : A(0);
+        mean += nrm::group_sum(t, g.lanes) * inv_cols;
+    }
+    A q = A(0);
+#pragma unroll
+    for (int j = 0; j < VEC; ++j) {
+        const A d = mine ? cl::to_acc(v.v[j]) - mean : A(0);
+        q = cl::math::fma(d, d, q);
+    }
+    const A rstd = A(1) / cl::math::sqrt(nrm::group_sum(q, g.lanes) * inv_cols + s.eps);
+    if (mine) {
+        P w, b, o;
+        if (s.has_weight) w = reinterpret_cast<const P*>(weight)[g.lane];
+        if (s.has_bias) b = reinterpret_cast<const P*>(bias)[g.lane];
+#pragma unroll
+        for (int j = 0; j < VEC; ++j) {
+            A u = (cl::to_acc(v.v[j]) - mean) * rstd;
+            if (s.has_weight) u *= cl::to_acc(w.v[j]);
+            if (s.has_bias) u += cl::to_acc(b.v[j]);
+            o.v[j] = cl::from_acc<T>(u);
+        }
+        reinterpret_cast<P*>(y + g.row * s.cols)[g.lane] = o;
+    }
+    if (g.lane == 0) {  // (idle lanes: cl::kIdleLane)
+        if (mean_out != nullptr) mean_out[g.row] = mean;
+        rstd_out[g.row] = rstd;
+    }
+}
+
+template <typename T, bool RMS>
+__global__ void __launch_bounds__(128) rownorm_bwd_rows(
+    // pointers (weight, mean may be null; all 16-byte aligned)
+    const T* dy, const T* x, const T* weight, const cl::acc_t<T>* mean_in,
+    const cl::acc_t<T>* rstd_in, T* dx,
+    // problem
+    RowShapeT<cl::acc_t<T>> s) {
+    typedef cl::acc_t<T> A;
+    constexpr int VEC = nrm::VecOf<T>::value;
+    typedef nrm::Pack<T, VEC> P;
+    cl::GroupRow g;
+    if (!cl::group_row(s.rows, s.group_log2, g)) return;
+    const bool mine = g.lane < (int)(s.cols / VEC);
+    const cl::index_t base = g.row * s.cols;
+    const A mean = RMS ? A(0) : mean_in[g.row];
+    const A rstd = rstd_in[g.row];
+    P gv, v, w;
+    if (mine) {
+        gv = reinterpret_cast<const P*>(dy + base)[g.lane];
+        v = reinterpret_cast<const P*>(x + base)[g.lane];
+        if (s.has_weight) w = reinterpret_cast<const P*>(weight)[g.lane];
+    }
+    A gw[VEC], xhat[VEC];
+    A sg = A(0), sgx = A(0);
+#pragma unroll
+    for (int j = 0; j < VEC; ++j) {
+        gw[j] = mine ? cl::to_acc(gv.v[j]) * (s.has_weight ? cl::to_acc(w.v[j]) : A(1)) : A(0);
+        xhat[j] = mine ? (cl::to_acc(v.v[j]) - mean) * rstd : A(0);
+        sg += gw[j];
+        sgx = cl::math::fma(gw[j], xhat[j], sgx);
+    }
+    const A inv_cols = A(1) / (A)s.cols;
+    const A mg = RMS ? A(0) : nrm::group_sum(sg, g.lanes) * inv_cols;
+    const A mgx = nrm::group_sum(sgx, g.lanes) * inv_cols;
+    if (mine) {
+        P o;
+#pragma unroll
+        for (int j = 0; j < VEC; ++j) o.v[j] = cl::from_acc<T>(rstd * (gw[j] - mg - xhat[j] * mgx));
+        reinterpret_cast<P*>(dx + base)[g.lane] = o;
     }
 }
 

@@ -144,30 +144,12 @@ __device__ __forceinline__ V group_allreduce(V v, int lanes) {
     return v;
 }
 
-// The row of a warp kernel's thread and its lane within the row's group of lanes; the
-// lanes of rows past the end (in the last warp) take part in the group's shuffles with
-// lane kIdle, past every row's packs (their loops run no iteration: s.len stays the bound,
-// read from the parameters, not a register per lane). False when the thread's whole warp
-// is past the end. The kernels' loops step by 32 packs whatever the group: a group
-// narrower than a warp has at least as many lanes as its row has packs (each lane one
-// pack or none), and the constant step keeps the unrolled loads' addresses immediate
+// The warp kernels' rows: cl::group_row (the lanes of rows past the end idle at lane
+// cl::kIdleLane, past every row's packs: s.len stays the loops' bound, read from the
+// parameters, not a register per lane). The loops step by 32 packs whatever the group: a
+// group narrower than a warp has at least as many lanes as its row has packs (each lane
+// one pack or none), and the constant step keeps the unrolled loads' addresses immediate
 // offsets of one register (a run-time step took 8-12 more registers and spilled fp64).
-constexpr int kIdle = 1 << 20;  // > 1024 / VEC packs of a warp kernel's row
-struct GroupRow {
-    cl::index_t row;
-    int lane;
-    int lanes;
-};
-template <typename S>
-__device__ __forceinline__ bool group_row(const S& s, GroupRow& g) {
-    const cl::index_t t = (cl::index_t)blockIdx.x * blockDim.x + threadIdx.x;
-    if (((t & ~(cl::index_t)31) >> s.group_log2) >= s.rows) return false;  // whole warps
-    g.lanes = 1 << s.group_log2;
-    g.row = t >> s.group_log2;
-    g.lane = g.row < s.rows ? (int)(threadIdx.x & (g.lanes - 1)) : kIdle;
-    if (g.row >= s.rows) g.row = s.rows - 1;  // (an address inside the tensor, never read)
-    return true;
-}
 
 // Every thread of the block gets the same result; red holds 32 entries. Called once per
 // kernel (red is not reused after it).
@@ -303,8 +285,8 @@ __global__ void __launch_bounds__(128) softmax_fwd_warp(
     // sizes
     SoftmaxShapeFor<T> s) {
     typedef cl::acc_t<T> A;
-    sm::GroupRow g;
-    if (!sm::group_row(s, g)) return;  // whole warps leave together
+    cl::GroupRow g;
+    if (!cl::group_row(s.rows, s.group_log2, g)) return;  // whole warps leave together
     const T* xr = x + g.row * s.len;
     const SmStatT<A> st = sm::group_allreduce(
         sm::row_stat<T, VEC>(xr, 0, s.len, g.lane, 32, s.accurate), g.lanes);
@@ -402,8 +384,8 @@ __global__ void __launch_bounds__(128) softmax_bwd_warp(
     // sizes
     SoftmaxShapeFor<T> s) {
     typedef cl::acc_t<T> A;
-    sm::GroupRow g;
-    if (!sm::group_row(s, g)) return;  // whole warps leave together
+    cl::GroupRow g;
+    if (!cl::group_row(s.rows, s.group_log2, g)) return;  // whole warps leave together
     const cl::index_t o = g.row * s.len;
     const A dot = sm::group_allreduce(
         sm::row_dot<T, VEC>(dy + o, y + o, 0, s.len, g.lane, 32, s.log), g.lanes);

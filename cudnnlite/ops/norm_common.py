@@ -98,7 +98,7 @@ _ROW_DTYPE = _mirrors(  # RowShapeT<A>
         ("eps", "A"),
         ("has_weight", "<i4"),
         ("has_bias", "<i4"),
-        ("reserved", "<i4"),
+        ("group_log2", "<i4"),
     ]
 )
 _GN_NHWC_DTYPE = _mirrors(  # GnNhwcShapeT<A>
@@ -156,6 +156,8 @@ def _names(dt: dtypes.DType) -> dict[str, str]:
         names[f"rownorm_bwd_{tag}"] = f"rownorm_bwd<{t}, {b}>"
         names[f"rownorm_bwd_partial_{tag}"] = f"rownorm_bwd_partial<{t}, {b}>"
         names[f"rownorm_bwd_apply_{tag}"] = f"rownorm_bwd_apply<{t}, {b}>"
+        names[f"rownorm_fwd_{tag}_rows"] = f"rownorm_fwd_rows<{t}, {b}>"
+        names[f"rownorm_bwd_{tag}_rows"] = f"rownorm_bwd_rows<{t}, {b}>"
         names[f"rownorm_fwd_{tag}_vec"] = f"rownorm_fwd_vec<{t}, {b}>"
         names[f"rownorm_bwd_{tag}_vec"] = f"rownorm_bwd_vec<{t}, {b}>"
     for k in ("lrn_fwd", "lrn_scale", "lrn_bwd"):

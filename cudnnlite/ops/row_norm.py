@@ -3,7 +3,9 @@
 launches serve group norm's NCHW path (:mod:`cudnnlite.ops.group_norm`). Rows whose
 weight and bias are indexed by the column (layer and RMS norm), a multiple of 16 bytes
 long and aligned, run the kernels' vector forms ``rownorm_*_vec`` (16-byte loads and
-stores: the element kernels' fp16 loops issue a 2-byte load per element). A layer or
+stores: the element kernels' fp16 loops issue a 2-byte load per element), and when at
+most 32 packs long ``rownorm_*_rows`` (a group of lanes per row, several rows a warp: RMS
+norm over a 128-wide head dimension no longer leaves most of a block idle). A layer or
 group norm forward of fewer rows than twice the SMs, each of at least SPLIT_MIN_COLS
 elements, takes its statistics from split reductions across the GPU instead
 (:func:`_split_forward`), and so does any row norm's backward (:func:`_split_backward`).
@@ -64,10 +66,23 @@ def _row_vec(dt: dtypes.DType, cols: int, groups: int, inner: int, params: tuple
     return vec
 
 
+_ROWS_BLOCK = 128  # threads of rownorm_*_rows' blocks
+_ROWS_MAX_PACKS = 32  # rows of at most this many packs take rownorm_*_rows
+
+
 def _row_launch(table: Any, direction: str, rms: bool, vec: int, rows: int, cols: int,
                 args: tuple) -> None:  # fmt: skip
-    """``rownorm_{direction}`` (its vector form when ``vec``) with a block per row."""
-    name = f"rownorm_{direction}_{'rms' if rms else 'mean'}{'_vec' if vec else ''}"
+    """``rownorm_{direction}``: its vector form when ``vec``, with a block per row, or for
+    rows of at most 32 packs a group of lanes per row (``_rows``, the packs rounded up to
+    a power of two: the last argument's ``group_log2``)."""
+    name = f"rownorm_{direction}_{'rms' if rms else 'mean'}"
+    if vec and cols // vec <= _ROWS_MAX_PACKS:
+        log2 = max(0, cols // vec - 1).bit_length()
+        args[-1]["group_log2"] = log2
+        grid = -(-rows // (_ROWS_BLOCK >> log2))
+        table.launch(f"{name}_rows", (grid,), (_ROWS_BLOCK,), args)
+        return
+    name += "_vec" if vec else ""
     table.launch(name, (rows,), (_row_launch_block(cols // vec if vec else cols),), args)
 
 

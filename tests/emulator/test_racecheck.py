@@ -291,7 +291,8 @@ SWEEP = textwrap.dedent(
         "layer_norm bf16": lambda: cl.layer_norm(f(4, 300).astype(cl.bfloat16), (300,)),
         "rms_norm": lambda: cl.rms_norm(f(4, 300), (300,)),
         "layer_norm vec, split": lambda: (
-            layer_norm_both(f(4, 64)),  # 16-byte packs
+            layer_norm_both(f(37, 64)),  # 16 lanes a row, the last warp partly past the end
+            layer_norm_both(f(4, 256)),  # 16-byte packs, a block a row
             layer_norm_both(f(2, 8192)),  # split statistics, rownorm_apply, split backward
         ),
         "batch_norm": lambda: cl.batch_norm(x4, np.zeros(8, np.float32),
