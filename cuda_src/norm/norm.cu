@@ -41,20 +41,18 @@
 //                              the same with 16-byte packs for aligned contiguous tensors:
 //                              CHLAST = false one channel per pack (H*W % VEC == 0),
 //                              true consecutive channels (inner 1, C % VEC == 0)
-//   rownorm_fwd<T, RMS>        one block per row: exact two-pass mean/variance (the row
-//                              stays in L1/L2 between passes), writes y, mean, rstd
-//   rownorm_bwd<T, RMS>        one block per row: dx
+//   rownorm_fwd<T, RMS, VEC>   one block per row: exact two-pass mean/variance (the row
+//                              stays in L1/L2 between passes), writes y, mean, rstd;
+//                              VEC 1 elements, VEC 16 / sizeof(T) 16-byte packs (weight
+//                              and bias indexed by the column, cols % VEC == 0, aligned)
+//   rownorm_bwd<T, RMS, VEC>   one block per row: dx
 //   rownorm_fwd_rows<T, RMS>, rownorm_bwd_rows<T, RMS>
-//                              the vector forms for rows of at most 32 packs: a group
+//                              the packed forms for rows of at most 32 packs: a group
 //                              of lanes per row, several rows a warp, shuffles only
-//   rownorm_apply<T>           layer / group norm's output from split statistics (few
-//                              long rows: red_planar<T, 0> + bn_stats_finalize first)
-//   rownorm_bwd_partial<T, RMS>, rownorm_bwd_apply<T, RMS>
-//                              the backward of few long rows: per-stretch partial sums,
-//                              then dx with each row's sums added in stretch order
-//   rownorm_fwd_vec<T, RMS>, rownorm_bwd_vec<T, RMS>
-//                              the same with 16-byte packs: weight and bias indexed by
-//                              the column, cols % VEC == 0, aligned rows and parameters
+//   rownorm_apply<T>, rownorm_bwd_partial<T, RMS>, rownorm_bwd_apply<T, RMS>
+//                              few long rows: layer / group norm's output from split
+//                              statistics (red_planar<T, 0> + bn_stats_finalize first),
+//                              the backward's per-stretch sums, then dx
 //   gn_nhwc_fwd<T>, gn_nhwc_bwd<T>
 //                              channels-last group / instance norm (NHWC, no transposed
 //                              copy): a 32 x 16 block per (sample, tile of whole groups),
@@ -702,7 +700,137 @@ struct WeightWalk {
 
 }  // namespace nrm
 
-template <typename T, bool RMS>
+namespace nrm {
+
+// The weight and bias index of a row's item k: WeightWalk's for elements (VEC 1); for
+// packs (VEC > 1, only where the parameters are indexed by the column) the pack's own.
+template <int VEC>
+struct ParamWalk {
+    cl::index_t idx, step;
+    template <typename A>
+    __device__ __forceinline__ ParamWalk(cl::index_t, cl::index_t k0, cl::index_t step_,
+                                         const RowShapeT<A>&)
+        : idx(k0), step(step_) {}
+    __device__ __forceinline__ void next() { idx += step; }
+};
+template <>
+struct ParamWalk<1> : WeightWalk {
+    using WeightWalk::WeightWalk;
+};
+
+// One item's output, (x - mean) rstd w + b, its weight and bias item `idx`.
+template <typename T, int VEC>
+__device__ __forceinline__ Pack<T, VEC> norm_item(const Pack<T, VEC>& v, const T* weight,
+                                                  const T* bias, cl::index_t idx,
+                                                  cl::acc_t<T> mean, cl::acc_t<T> rstd,
+                                                  const RowShapeT<cl::acc_t<T>>& s) {
+    typedef Pack<T, VEC> P;
+    P w, b, o;
+    if (s.has_weight) w = reinterpret_cast<const P*>(weight)[idx];
+    if (s.has_bias) b = reinterpret_cast<const P*>(bias)[idx];
+#pragma unroll
+    for (int j = 0; j < VEC; ++j) {
+        cl::acc_t<T> u = (cl::to_acc(v.v[j]) - mean) * rstd;
+        if (s.has_weight) u *= cl::to_acc(w.v[j]);
+        if (s.has_bias) u += cl::to_acc(b.v[j]);
+        o.v[j] = cl::from_acc<T>(u);
+    }
+    return o;
+}
+
+// The passes over a row r's items (an item: an element, VEC 1, or a 16-byte pack of VEC
+// elements: nrm::Pack), shared by the block-per-row kernels (the thread's items: from
+// threadIdx.x by blockDim.x) and the split ones (SPLIT: blockIdx.x a stretch of the row,
+// the items from the thread's index in the row's blocks by their threads). The bounds,
+// strides and pointers are read from the parameters where used (a register copy of each
+// held through the loops cost the element backward 8-10 registers and a spill).
+template <typename T, int VEC, bool SPLIT = false>
+struct RowPass {
+    typedef cl::acc_t<T> A;
+    typedef Pack<T, VEC> P;
+    const RowShapeT<A>& s;
+    cl::index_t r;
+
+    __device__ __forceinline__ RowPass(const RowShapeT<A>& s_, cl::index_t r_) : s(s_), r(r_) {}
+    static __device__ __forceinline__ cl::index_t first() {
+        return SPLIT ? (cl::index_t)blockIdx.x * blockDim.x + threadIdx.x : threadIdx.x;
+    }
+    static __device__ __forceinline__ cl::index_t stride() {
+        return SPLIT ? (cl::index_t)gridDim.x * blockDim.x : blockDim.x;
+    }
+    __device__ __forceinline__ cl::index_t items() const { return s.cols / VEC; }
+    // item k of the row in array a (x, y, dy, dx)
+    __device__ __forceinline__ const P& at(const T* a, cl::index_t k) const {
+        return reinterpret_cast<const P*>(a)[r * items() + k];
+    }
+    __device__ __forceinline__ P& at(T* a, cl::index_t k) const {
+        return reinterpret_cast<P*>(a)[r * items() + k];
+    }
+
+    // sum of (x - shift), then of (x - mean)^2
+    __device__ __forceinline__ A sum_shifted(const T* x, A shift) const {
+        A t = A(0);
+        for (cl::index_t k = first(); k < items(); k += stride()) {
+            const P v = at(x, k);
+#pragma unroll
+            for (int j = 0; j < VEC; ++j) t += cl::to_acc(v.v[j]) - shift;
+        }
+        return t;
+    }
+    __device__ __forceinline__ A sum_sq_dev(const T* x, A mean) const {
+        A q = A(0);
+        for (cl::index_t k = first(); k < items(); k += stride()) {
+            const P v = at(x, k);
+#pragma unroll
+            for (int j = 0; j < VEC; ++j) {
+                const A d = cl::to_acc(v.v[j]) - mean;
+                q = cl::math::fma(d, d, q);
+            }
+        }
+        return q;
+    }
+
+    // y = (x - mean) rstd w + b
+    __device__ __forceinline__ void write(const T* x, const T* weight, const T* bias, T* y,
+                                          A mean, A rstd) const {
+        ParamWalk<VEC> wk(r, first(), stride(), s);
+        for (cl::index_t k = first(); k < items(); k += stride(), wk.next())
+            at(y, k) = norm_item<T, VEC>(at(x, k), weight, bias, wk.idx, mean, rstd, s);
+    }
+
+    // the backward: !WRITE adds gw and gw xhat (gw = dy w) to sg and sgx; WRITE writes
+    // dx = rstd (gw - sg - xhat sgx), sg and sgx then the row's means of the two
+    template <bool WRITE>
+    __device__ __forceinline__ void grad(const T* dy, const T* x, const T* weight, A mean, A rstd,
+                                         A& sg, A& sgx, T* dx = nullptr) const {
+        ParamWalk<VEC> wk(r, first(), stride(), s);
+        for (cl::index_t k = first(); k < items(); k += stride(), wk.next()) {
+            const P g = at(dy, k), v = at(x, k);
+            P w, o;
+            if (s.has_weight) w = reinterpret_cast<const P*>(weight)[wk.idx];
+#pragma unroll
+            for (int j = 0; j < VEC; ++j) {
+                const A gw = cl::to_acc(g.v[j]) * (s.has_weight ? cl::to_acc(w.v[j]) : A(1));
+                const A xhat = (cl::to_acc(v.v[j]) - mean) * rstd;
+                if (WRITE) {
+                    o.v[j] = cl::from_acc<T>(rstd * (gw - sg - xhat * sgx));
+                } else {
+                    sg += gw;
+                    sgx = cl::math::fma(gw, xhat, sgx);
+                }
+            }
+            if (WRITE) at(dx, k) = o;
+        }
+    }
+};
+
+}  // namespace nrm
+
+// One block per row: exact two-pass statistics (the row stays in L1/L2 between passes).
+// VEC 1: elements; VEC = 16 / sizeof(T): 16-byte packs, for rows whose weight and bias are
+// indexed by the column (layer and RMS norm; or no weight and bias), cols % VEC == 0,
+// cols < 2^31 and every pointer 16-byte aligned (ops/row_norm.py: _row_vec).
+template <typename T, bool RMS, int VEC>
 __global__ void __launch_bounds__(1024) rownorm_fwd(
     // pointers (weight, bias, mean may be null)
     const T* x, const T* weight, const T* bias, T* y, cl::acc_t<T>* mean_out,
@@ -712,34 +840,20 @@ __global__ void __launch_bounds__(1024) rownorm_fwd(
     typedef cl::acc_t<T> A;
     __shared__ A sm[32];
     const cl::index_t r = blockIdx.x;
-    const T* xr = x + r * s.cols;
-    T* yr = y + r * s.cols;
+    const nrm::RowPass<T, VEC> pass(s, r);
     const A inv_cols = A(1) / (A)s.cols;
     A mean = A(0);
     if constexpr (!RMS) {
         // sum of x - x[0]: a constant row's mean is exactly x[0] (its deviations, y and
         // xhat exactly 0, where sum / n rounds off x), and the sum stays far from overflow
         // for rows of close values
-        mean = cl::to_acc(xr[0]);  // the shift
-        A t = A(0);
-        for (cl::index_t k = threadIdx.x; k < s.cols; k += blockDim.x)
-            t += cl::to_acc(xr[k]) - mean;
-        mean += nrm::block_sum(t, sm) * inv_cols;
+        mean = cl::to_acc(x[r * s.cols]);  // the shift
+        mean += nrm::block_sum(pass.sum_shifted(x, mean), sm) * inv_cols;
     }
     // second pass over the (cached) row: exact deviations, no cancellation
-    A q = A(0);
-    for (cl::index_t k = threadIdx.x; k < s.cols; k += blockDim.x) {
-        const A d = cl::to_acc(xr[k]) - mean;
-        q = cl::math::fma(d, d, q);
-    }
-    const A rstd = A(1) / cl::math::sqrt(nrm::block_sum(q, sm) * inv_cols + s.eps);
-    nrm::WeightWalk wk(r, threadIdx.x, blockDim.x, s);
-    for (cl::index_t k = threadIdx.x; k < s.cols; k += blockDim.x, wk.next()) {
-        A v = (cl::to_acc(xr[k]) - mean) * rstd;
-        if (s.has_weight) v *= cl::to_acc(weight[wk.idx]);
-        if (s.has_bias) v += cl::to_acc(bias[wk.idx]);
-        yr[k] = cl::from_acc<T>(v);
-    }
+    const A rstd = A(1) / cl::math::sqrt(nrm::block_sum(pass.sum_sq_dev(x, mean), sm) * inv_cols
+                                         + s.eps);
+    pass.write(x, weight, bias, y, mean, rstd);
     if (threadIdx.x == 0) {
         if (mean_out != nullptr) mean_out[r] = mean;
         rstd_out[r] = rstd;
@@ -747,8 +861,10 @@ __global__ void __launch_bounds__(1024) rownorm_fwd(
 }
 
 // dx = rstd (gw - mean(gw) - xhat mean(gw xhat)), gw = dy * weight; RMS drops mean(gw).
-template <typename T, bool RMS>
-__global__ void __launch_bounds__(1024) rownorm_bwd(
+// Two blocks an SM: 32 registers (the element form took 37 left to itself, so one 1024-
+// thread block an SM), no spill on sm_90.
+template <typename T, bool RMS, int VEC>
+__global__ void __launch_bounds__(1024, 2) rownorm_bwd(
     // pointers (weight, mean may be null)
     const T* dy, const T* x, const T* weight, const cl::acc_t<T>* mean_in,
     const cl::acc_t<T>* rstd_in, T* dx,
@@ -757,35 +873,22 @@ __global__ void __launch_bounds__(1024) rownorm_bwd(
     typedef cl::acc_t<T> A;
     __shared__ A sm[32];
     const cl::index_t r = blockIdx.x;
-    const cl::index_t base = r * s.cols;
+    const nrm::RowPass<T, VEC> pass(s, r);
     const A mean = RMS ? A(0) : mean_in[r];
     const A rstd = rstd_in[r];
     A sg = A(0), sgx = A(0);
-    nrm::WeightWalk wk(r, threadIdx.x, blockDim.x, s);
-    for (cl::index_t k = threadIdx.x; k < s.cols; k += blockDim.x, wk.next()) {
-        const A w = s.has_weight ? cl::to_acc(weight[wk.idx]) : A(1);
-        const A gw = cl::to_acc(dy[base + k]) * w;
-        const A xhat = (cl::to_acc(x[base + k]) - mean) * rstd;
-        sg += gw;
-        sgx = cl::math::fma(gw, xhat, sgx);
-    }
+    pass.template grad<false>(dy, x, weight, mean, rstd, sg, sgx);
     const A inv_cols = A(1) / (A)s.cols;
-    const A mg = RMS ? A(0) : nrm::block_sum(sg, sm) * inv_cols;
-    const A mgx = nrm::block_sum(sgx, sm) * inv_cols;
-    nrm::WeightWalk wk2(r, threadIdx.x, blockDim.x, s);
-    for (cl::index_t k = threadIdx.x; k < s.cols; k += blockDim.x, wk2.next()) {
-        const A w = s.has_weight ? cl::to_acc(weight[wk2.idx]) : A(1);
-        const A gw = cl::to_acc(dy[base + k]) * w;
-        const A xhat = (cl::to_acc(x[base + k]) - mean) * rstd;
-        dx[base + k] = cl::from_acc<T>(rstd * (gw - mg - xhat * mgx));
-    }
+    A mg = RMS ? A(0) : nrm::block_sum(sg, sm) * inv_cols;
+    A mgx = nrm::block_sum(sgx, sm) * inv_cols;
+    pass.template grad<true>(dy, x, weight, mean, rstd, mg, mgx, dx);
 }
 
 // Short rows (at most 32 packs), several to a warp: each row a group of lanes, the packs
 // rounded up to a power of two (cl::group_row; 64 fp16 columns, RMS norm over a head
 // dimension, 8 packs: 8 lanes, 16 rows a 128-thread block), one pack per lane held in
-// registers, sums by shuffles within the group; otherwise as rownorm_fwd_vec /
-// rownorm_bwd_vec (same conditions, and cols <= 32 * VEC).
+// registers, sums by shuffles within the group; otherwise as rownorm_fwd / rownorm_bwd
+// with VEC > 1 (same conditions, and cols <= 32 * VEC).
 namespace nrm {
 template <typename A>
 __device__ __forceinline__ A group_sum(A v, int lanes) {
@@ -829,17 +932,8 @@ __global__ void __launch_bounds__(128) rownorm_fwd_rows(
     }
     const A rstd = A(1) / cl::math::sqrt(nrm::group_sum(q, g.lanes) * inv_cols + s.eps);
     if (mine) {
-        P w, b, o;
-        if (s.has_weight) w = reinterpret_cast<const P*>(weight)[g.lane];
-        if (s.has_bias) b = reinterpret_cast<const P*>(bias)[g.lane];
-#pragma unroll
-        for (int j = 0; j < VEC; ++j) {
-            A u = (cl::to_acc(v.v[j]) - mean) * rstd;
-            if (s.has_weight) u *= cl::to_acc(w.v[j]);
-            if (s.has_bias) u += cl::to_acc(b.v[j]);
-            o.v[j] = cl::from_acc<T>(u);
-        }
-        reinterpret_cast<P*>(y + g.row * s.cols)[g.lane] = o;
+        reinterpret_cast<P*>(y + g.row * s.cols)[g.lane] =
+            nrm::norm_item<T, VEC>(v, weight, bias, g.lane, mean, rstd, s);
     }
     if (g.lane == 0) {  // (idle lanes: cl::kIdleLane)
         if (mean_out != nullptr) mean_out[g.row] = mean;
@@ -889,11 +983,13 @@ __global__ void __launch_bounds__(128) rownorm_bwd_rows(
     }
 }
 
-// The apply pass of a row norm whose statistics came from split reductions (few long
-// rows: red_planar<T, 0> over (1, rows, cols) and bn_stats_finalize, so that every SM has
-// work where one block per row would leave most idle): y = (x - mean) rstd w + b, a
-// (blockIdx.x, row) block per stretch of a row, grid-stride along the row, the weight's
-// index by additions (WeightWalk).
+// The split path of few long rows (so that every SM has work where one block per row
+// would leave most idle), over (stretch, row) blocks: blockIdx.x a stretch, grid-stride
+// along the row. Forward: the statistics from red_planar<T, 0> over (1, rows, cols) and
+// bn_stats_finalize, then rownorm_apply writes y. Backward: rownorm_bwd_partial sums a
+// stretch into partial[(row * gridDim.x + blockIdx.x) * 2 + {0, 1}] = (sum gw, sum gw
+// xhat); rownorm_bwd_apply adds its row's partials in stretch order (every block of the
+// row the same sums: deterministic) and writes dx for its stretch.
 template <typename T>
 __global__ void __launch_bounds__(256) rownorm_apply(
     // pointers (weight, bias may be null)
@@ -901,26 +997,11 @@ __global__ void __launch_bounds__(256) rownorm_apply(
     const cl::acc_t<T>* rstd,
     // problem
     RowShapeT<cl::acc_t<T>> s) {
-    typedef cl::acc_t<T> A;
     const cl::index_t r = blockIdx.y;
-    const A m = mean[r], rs = rstd[r];
-    const cl::index_t base = r * s.cols;
-    const cl::index_t k0 = (cl::index_t)blockIdx.x * blockDim.x + threadIdx.x;
-    const cl::index_t step = (cl::index_t)gridDim.x * blockDim.x;
-    nrm::WeightWalk wk(r, k0, step, s);
-    for (cl::index_t k = k0; k < s.cols; k += step, wk.next()) {
-        A v = (cl::to_acc(x[base + k]) - m) * rs;
-        if (s.has_weight) v *= cl::to_acc(weight[wk.idx]);
-        if (s.has_bias) v += cl::to_acc(bias[wk.idx]);
-        y[base + k] = cl::from_acc<T>(v);
-    }
+    const nrm::RowPass<T, 1, true> pass(s, r);
+    pass.write(x, weight, bias, y, mean[r], rstd[r]);
 }
 
-// The backward of few long rows, split as the forward: rownorm_bwd_partial sums a
-// stretch of a row, (blockIdx.x, row) blocks as rownorm_apply, into
-// partial[(row * gridDim.x + blockIdx.x) * 2 + {0, 1}] = (sum gw, sum gw xhat), gw = dy w;
-// rownorm_bwd_apply, on the same grid, adds its row's partials in stretch order (every
-// block of the row the same sums: deterministic) and writes dx for its stretch.
 template <typename T, bool RMS>
 __global__ void __launch_bounds__(256) rownorm_bwd_partial(
     // pointers (weight, mean may be null)
@@ -930,19 +1011,10 @@ __global__ void __launch_bounds__(256) rownorm_bwd_partial(
     RowShapeT<cl::acc_t<T>> s) {
     typedef cl::acc_t<T> A;
     __shared__ A sm[32];
-    const cl::index_t r = blockIdx.y, base = r * s.cols;
-    const A mean = RMS ? A(0) : mean_in[r];
-    const A rstd = rstd_in[r];
-    const cl::index_t k0 = (cl::index_t)blockIdx.x * blockDim.x + threadIdx.x;
-    const cl::index_t step = (cl::index_t)gridDim.x * blockDim.x;
-    nrm::WeightWalk wk(r, k0, step, s);
+    const cl::index_t r = blockIdx.y;
+    const nrm::RowPass<T, 1, true> pass(s, r);
     A sg = A(0), sgx = A(0);
-    for (cl::index_t k = k0; k < s.cols; k += step, wk.next()) {
-        const A w = s.has_weight ? cl::to_acc(weight[wk.idx]) : A(1);
-        const A gw = cl::to_acc(dy[base + k]) * w;
-        sg += gw;
-        sgx = cl::math::fma(gw, (cl::to_acc(x[base + k]) - mean) * rstd, sgx);
-    }
+    pass.template grad<false>(dy, x, weight, RMS ? A(0) : mean_in[r], rstd_in[r], sg, sgx);
     sg = nrm::block_sum(sg, sm);
     sgx = nrm::block_sum(sgx, sm);
     if (threadIdx.x == 0) {
@@ -960,140 +1032,17 @@ __global__ void __launch_bounds__(256) rownorm_bwd_apply(
     // problem
     RowShapeT<cl::acc_t<T>> s) {
     typedef cl::acc_t<T> A;
-    const cl::index_t r = blockIdx.y, base = r * s.cols;
-    const A mean = RMS ? A(0) : mean_in[r];
-    const A rstd = rstd_in[r];
+    const cl::index_t r = blockIdx.y;
     A sg = A(0), sgx = A(0);
     for (unsigned c = 0; c < gridDim.x; ++c) {  // the row's stretches, in order
         sg += partial[(r * gridDim.x + c) * 2];
         sgx += partial[(r * gridDim.x + c) * 2 + 1];
     }
     const A inv_cols = A(1) / (A)s.cols;
-    const A mg = RMS ? A(0) : sg * inv_cols;
-    const A mgx = sgx * inv_cols;
-    const cl::index_t k0 = (cl::index_t)blockIdx.x * blockDim.x + threadIdx.x;
-    const cl::index_t step = (cl::index_t)gridDim.x * blockDim.x;
-    nrm::WeightWalk wk(r, k0, step, s);
-    for (cl::index_t k = k0; k < s.cols; k += step, wk.next()) {
-        const A w = s.has_weight ? cl::to_acc(weight[wk.idx]) : A(1);
-        const A gw = cl::to_acc(dy[base + k]) * w;
-        const A xhat = (cl::to_acc(x[base + k]) - mean) * rstd;
-        dx[base + k] = cl::from_acc<T>(rstd * (gw - mg - xhat * mgx));
-    }
-}
-
-// Vector forms of rownorm_fwd / rownorm_bwd: the same passes over 16-byte packs (VEC =
-// 16 / sizeof(T) elements, one load or store each) for rows whose weight and bias are
-// indexed by the column (layer and RMS norm; or no weight and bias), cols % VEC == 0,
-// cols < 2^31 and every pointer 16-byte aligned (ops/row_norm.py: _row_vec). A thread's
-// partial sums add its packs' elements in order, so the sums' order differs from the
-// scalar kernels' (within the same rounding bounds).
-template <typename T, bool RMS>
-__global__ void __launch_bounds__(1024) rownorm_fwd_vec(
-    // pointers (weight, bias, mean may be null; all 16-byte aligned)
-    const T* x, const T* weight, const T* bias, T* y, cl::acc_t<T>* mean_out,
-    cl::acc_t<T>* rstd_out,
-    // problem
-    RowShapeT<cl::acc_t<T>> s) {
-    typedef cl::acc_t<T> A;
-    constexpr int VEC = nrm::VecOf<T>::value;
-    typedef nrm::Pack<T, VEC> P;
-    __shared__ A sm[32];
-    const cl::index_t r = blockIdx.x;
-    const P* xr = reinterpret_cast<const P*>(x + r * s.cols);
-    P* yr = reinterpret_cast<P*>(y + r * s.cols);
-    const int packs = (int)(s.cols / VEC);
-    const A inv_cols = A(1) / (A)s.cols;
-    A mean = A(0);
-    if constexpr (!RMS) {
-        mean = cl::to_acc(x[r * s.cols]);  // the shift, as rownorm_fwd
-        A t = A(0);
-        for (int k = threadIdx.x; k < packs; k += blockDim.x) {
-            const P v = xr[k];
-#pragma unroll
-            for (int j = 0; j < VEC; ++j) t += cl::to_acc(v.v[j]) - mean;
-        }
-        mean += nrm::block_sum(t, sm) * inv_cols;
-    }
-    A q = A(0);
-    for (int k = threadIdx.x; k < packs; k += blockDim.x) {
-        const P v = xr[k];
-#pragma unroll
-        for (int j = 0; j < VEC; ++j) {
-            const A d = cl::to_acc(v.v[j]) - mean;
-            q = cl::math::fma(d, d, q);
-        }
-    }
-    const A rstd = A(1) / cl::math::sqrt(nrm::block_sum(q, sm) * inv_cols + s.eps);
-    const P* wp = reinterpret_cast<const P*>(weight);
-    const P* bp = reinterpret_cast<const P*>(bias);
-    for (int k = threadIdx.x; k < packs; k += blockDim.x) {
-        const P v = xr[k];
-        P w, b, o;
-        if (s.has_weight) w = wp[k];
-        if (s.has_bias) b = bp[k];
-#pragma unroll
-        for (int j = 0; j < VEC; ++j) {
-            A u = (cl::to_acc(v.v[j]) - mean) * rstd;
-            if (s.has_weight) u *= cl::to_acc(w.v[j]);
-            if (s.has_bias) u += cl::to_acc(b.v[j]);
-            o.v[j] = cl::from_acc<T>(u);
-        }
-        yr[k] = o;
-    }
-    if (threadIdx.x == 0) {
-        if (mean_out != nullptr) mean_out[r] = mean;
-        rstd_out[r] = rstd;
-    }
-}
-
-template <typename T, bool RMS>
-__global__ void __launch_bounds__(1024) rownorm_bwd_vec(
-    // pointers (weight, mean may be null; all 16-byte aligned)
-    const T* dy, const T* x, const T* weight, const cl::acc_t<T>* mean_in,
-    const cl::acc_t<T>* rstd_in, T* dx,
-    // problem
-    RowShapeT<cl::acc_t<T>> s) {
-    typedef cl::acc_t<T> A;
-    constexpr int VEC = nrm::VecOf<T>::value;
-    typedef nrm::Pack<T, VEC> P;
-    __shared__ A sm[32];
-    const cl::index_t r = blockIdx.x;
-    const P* gr = reinterpret_cast<const P*>(dy + r * s.cols);
-    const P* xr = reinterpret_cast<const P*>(x + r * s.cols);
-    P* dr = reinterpret_cast<P*>(dx + r * s.cols);
-    const P* wp = reinterpret_cast<const P*>(weight);
-    const int packs = (int)(s.cols / VEC);
-    const A mean = RMS ? A(0) : mean_in[r];
-    const A rstd = rstd_in[r];
-    A sg = A(0), sgx = A(0);
-    for (int k = threadIdx.x; k < packs; k += blockDim.x) {
-        const P g = gr[k], v = xr[k];
-        P w;
-        if (s.has_weight) w = wp[k];
-#pragma unroll
-        for (int j = 0; j < VEC; ++j) {
-            const A gw = cl::to_acc(g.v[j]) * (s.has_weight ? cl::to_acc(w.v[j]) : A(1));
-            const A xhat = (cl::to_acc(v.v[j]) - mean) * rstd;
-            sg += gw;
-            sgx = cl::math::fma(gw, xhat, sgx);
-        }
-    }
-    const A inv_cols = A(1) / (A)s.cols;
-    const A mg = RMS ? A(0) : nrm::block_sum(sg, sm) * inv_cols;
-    const A mgx = nrm::block_sum(sgx, sm) * inv_cols;
-    for (int k = threadIdx.x; k < packs; k += blockDim.x) {
-        const P g = gr[k], v = xr[k];
-        P w, o;
-        if (s.has_weight) w = wp[k];
-#pragma unroll
-        for (int j = 0; j < VEC; ++j) {
-            const A gw = cl::to_acc(g.v[j]) * (s.has_weight ? cl::to_acc(w.v[j]) : A(1));
-            const A xhat = (cl::to_acc(v.v[j]) - mean) * rstd;
-            o.v[j] = cl::from_acc<T>(rstd * (gw - mg - xhat * mgx));
-        }
-        dr[k] = o;
-    }
+    A mg = RMS ? A(0) : sg * inv_cols;
+    A mgx = sgx * inv_cols;
+    const nrm::RowPass<T, 1, true> pass(s, r);
+    pass.template grad<true>(dy, x, weight, RMS ? A(0) : mean_in[r], rstd_in[r], mg, mgx, dx);
 }
 
 // ---------------------------------------------------------------- NHWC group norm

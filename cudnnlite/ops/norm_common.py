@@ -152,14 +152,15 @@ def _names(dt: dtypes.DType) -> dict[str, str]:
     names["rownorm_apply"] = f"rownorm_apply<{t}>"
     for rms, tag in ((False, "mean"), (True, "rms")):
         b = "true" if rms else "false"
-        names[f"rownorm_fwd_{tag}"] = f"rownorm_fwd<{t}, {b}>"
-        names[f"rownorm_bwd_{tag}"] = f"rownorm_bwd<{t}, {b}>"
+        vec = 16 // dt.numpy.itemsize  # (a 16-byte pack)
+        names[f"rownorm_fwd_{tag}"] = f"rownorm_fwd<{t}, {b}, 1>"
+        names[f"rownorm_bwd_{tag}"] = f"rownorm_bwd<{t}, {b}, 1>"
         names[f"rownorm_bwd_partial_{tag}"] = f"rownorm_bwd_partial<{t}, {b}>"
         names[f"rownorm_bwd_apply_{tag}"] = f"rownorm_bwd_apply<{t}, {b}>"
         names[f"rownorm_fwd_{tag}_rows"] = f"rownorm_fwd_rows<{t}, {b}>"
         names[f"rownorm_bwd_{tag}_rows"] = f"rownorm_bwd_rows<{t}, {b}>"
-        names[f"rownorm_fwd_{tag}_vec"] = f"rownorm_fwd_vec<{t}, {b}>"
-        names[f"rownorm_bwd_{tag}_vec"] = f"rownorm_bwd_vec<{t}, {b}>"
+        names[f"rownorm_fwd_{tag}_vec"] = f"rownorm_fwd<{t}, {b}, {vec}>"
+        names[f"rownorm_bwd_{tag}_vec"] = f"rownorm_bwd<{t}, {b}, {vec}>"
     for k in ("lrn_fwd", "lrn_scale", "lrn_bwd"):
         names[k] = f"{k}<{t}>"
     return names
