@@ -9,7 +9,7 @@ import pytest
 
 pytest.importorskip("hypothesis")
 
-from hypothesis import HealthCheck, given, settings  # noqa: E402
+from hypothesis import HealthCheck, example, given, settings  # noqa: E402
 from hypothesis import strategies as st  # noqa: E402
 
 import cudnnlite.ops.batch_norm as BN  # noqa: E402
@@ -92,3 +92,54 @@ def test_group_norm_matches_reference(backend: str, n, g, cg, hw, seed) -> None:
     w = np.linspace(0.5, 2, c).astype(np.float32)
     y = GN.group_norm(to_backend(x, backend), g, to_backend(w, backend))
     np.testing.assert_allclose(to_numpy(y), rn.group_norm(x, g, w)[0], atol=5e-5, rtol=1e-5)
+
+
+@settings(HYPO, max_examples=30, deadline=None)
+# one of each kernel for sure: a group of 16 lanes a row (37 rows: the last warp partly
+# past the end), 16-byte packs with a block a row, elements (one element off), split rows
+@example(rows=37, cols=64, offset=0, affine=True, seed=1)
+@example(rows=5, cols=768, offset=0, affine=True, seed=2)
+@example(rows=5, cols=64, offset=1, affine=False, seed=3)
+@example(rows=3, cols=8192, offset=0, affine=True, seed=4)
+@given(
+    rows=st.integers(1, 40),
+    # any length; whole 16-byte packs (short rows: a group of lanes each); split rows
+    cols=st.one_of(
+        st.integers(1, 300), st.integers(1, 32).map(lambda p: 4 * p), st.integers(8190, 8200)
+    ),
+    offset=st.sampled_from([0, 1]),
+    affine=st.booleans(),
+    seed=st.integers(0, 2**16),
+)
+def test_layer_norm_every_row_kernel_matches_reference(
+    backend: str, rows, cols, offset, affine, seed
+) -> None:
+    """Every row kernel (elements, 16-byte packs, a group of lanes per short row, split
+    statistics for few long rows) over random shapes, aligned or one element off, forward
+    and backward against the float64 reference."""
+    r = np.random.default_rng(seed)
+    if rows * cols > 40000:
+        rows = max(1, 40000 // cols)
+    buf = r.standard_normal(rows * cols + offset).astype(np.float32)
+    dbuf = r.standard_normal(rows * cols + offset).astype(np.float32)
+    x, dy = buf[offset:].reshape(rows, cols), dbuf[offset:].reshape(rows, cols)
+    w = r.uniform(0.5, 1.5, cols).astype(np.float32) if affine else None
+    b = r.standard_normal(cols).astype(np.float32) if affine else None
+
+    def on(a: np.ndarray | None, shifted: bool = False) -> object:
+        """``a`` on the backend; ``shifted``: at the same offset from an aligned start."""
+        if a is None or backend == "cpu":
+            return a
+        if not shifted:
+            return to_backend(a, backend)
+        padded = to_backend(np.concatenate([np.zeros(offset, a.dtype), a.reshape(-1)]), backend)
+        return padded[offset:].reshape(a.shape)
+
+    xs, dys = on(x, True), on(dy, True)
+    y, mean, rstd = ROW.layer_norm_forward(xs, (cols,), on(w), on(b))
+    ry, rmean, rrstd = rn.layer_norm(x, (cols,), w, b, 1e-5)
+    np.testing.assert_allclose(to_numpy(y), ry, atol=1e-4, rtol=1e-4)
+    dx = ROW.layer_norm_backward(dys, xs, (cols,), mean, rstd, on(w), on(b))[0]
+    rdx = rn.layer_norm_backward(dy, x, (cols,), rmean, rrstd, w)[0]
+    scale = float(np.abs(dy).max()) * float(rrstd.max()) * (1.5 if affine else 1.0)
+    np.testing.assert_allclose(to_numpy(dx), rdx, atol=1e-4 * scale * 4, rtol=1e-4)
