@@ -47,6 +47,18 @@ CASES = [
 ]
 
 
+def fwd_kernel(backend: str, shape: tuple, g: int, dtype: Any) -> str:
+    """The NHWC forward's last kernel: gn_nhwc_fwd (a block per (sample, tile)), or
+    gn_nhwc_apply when too few such blocks split H*W into stretches."""
+    from cudnnlite.runtime.select import backend_by_name
+
+    dt = dtypes.lookup(dtype)
+    spatial = int(np.prod(shape[1:-1]))
+    _, tiles = GN._gn_nhwc_shape(shape[-1], g, spatial, 0.0, None, None, dt)
+    split = GN._gn_stretches(GN._table(backend_by_name(backend), dt), shape[0] * tiles, spatial)
+    return f"gn_nhwc_{'apply' if split > 1 else 'fwd'}_{dt.short}"
+
+
 def tb_of(backend: str):
     return lambda a: None if a is None else to_backend(a, backend)
 
@@ -93,7 +105,7 @@ def test_group_norm_nhwc(
     tb = tb_of(backend)
     ry, rmean, rrstd = rn.group_norm(x, g, w, b, 1e-5, "NHWC")
     y, mean, rstd = GN.group_norm_forward(tb(x), g, tb(w), tb(b), layout="NHWC")
-    assert last_kernel_name() == f"gn_nhwc_fwd_{short}"
+    assert last_kernel_name() == fwd_kernel(backend, shape, g, dtype)
     assert y.shape == shape and y.dtype == dtype and mean.shape == (shape[0], g)
     check(y, ry, dtype, what="y")
     check(mean, rmean, np.float32, what="mean")
@@ -121,6 +133,32 @@ def test_group_norm_nhwc(
 
 @pytest.mark.parametrize("dtype", DTYPES, ids=SHORT.get)
 @pytest.mark.parametrize("affine", [True, False])
+def test_small_batch_splits_the_forward_along_hw(backend: str, affine: bool, dtype: Any) -> None:
+    """One sample of 48 x 48 with 4 groups of 10 channels (2 tiles: 2 blocks, far fewer
+    than the SMs): the forward's statistics over stretches of H*W, merged per group
+    (gn_nhwc_stats, gn_nhwc_finalize, gn_nhwc_apply), against the reference, and the
+    backward from its mean and rstd; a constant group still normalizes to exactly 0."""
+    shape, g = (1, 48, 48, 40), 4
+    x, dy = data(shape, dtype, 11, 3.0, 2.0), data(shape, dtype, 12, 0.0, 1.0)
+    w, b = wb(40, dtype) if affine else (None, None)
+    tb = tb_of(backend)
+    assert fwd_kernel(backend, shape, g, dtype).startswith("gn_nhwc_apply")
+    y, mean, rstd = GN.group_norm_forward(tb(x), g, tb(w), tb(b), layout="NHWC")
+    assert last_kernel_name() == fwd_kernel(backend, shape, g, dtype)
+    ry, rmean, rrstd = rn.group_norm(x, g, w, b, 1e-5, "NHWC")
+    check(y, ry, dtype, what="y")
+    check(mean, rmean, np.float32, what="mean", scale=8.0)
+    check(rstd, rrstd, np.float32, what="rstd")
+    dx = GN.group_norm_backward(tb(dy), tb(x), g, mean, rstd, tb(w), tb(b), layout="NHWC")[0]
+    rdx = rn.group_norm_backward(dy, x, g, rmean, rrstd, w, "NHWC")[0]
+    check(dx, rdx, dtype, scale=grad_scale(dy, w, rrstd))
+    v = {np.float16: 3e4}.get(dtype, 12345.678)
+    y, mean, _ = GN.group_norm_forward(tb(np.full(shape, v, dtype)), g, layout="NHWC")
+    assert (to_numpy(y) == 0).all() and (to_numpy(mean) == float(np.dtype(dtype).type(v))).all()
+
+
+@pytest.mark.parametrize("dtype", DTYPES, ids=SHORT.get)
+@pytest.mark.parametrize("affine", [True, False])
 def test_instance_norm_nhwc(backend: str, affine: bool, dtype: Any) -> None:
     # instance norm = group norm with G = C; C = 37 (prime, 2 tiles of 32 + 5 channels)
     shape = (2, 3, 5, 37)
@@ -130,7 +168,7 @@ def test_instance_norm_nhwc(backend: str, affine: bool, dtype: Any) -> None:
     tb = tb_of(backend)
     ry, rmean, rrstd = rn.instance_norm(x, w, b, 1e-5, "NHWC")
     y, mean, rstd = GN.instance_norm_forward(tb(x), tb(w), tb(b), layout="NHWC")
-    assert last_kernel_name() == f"gn_nhwc_fwd_{SHORT[np.dtype(dtype)]}"
+    assert last_kernel_name() == fwd_kernel(backend, shape, 37, dtype)
     assert mean.shape == (2, 37)
     check(y, ry, dtype)
     check(rstd, rrstd, np.float32)

@@ -53,6 +53,9 @@
 //                              few long rows: layer / group norm's output from split
 //                              statistics (red_planar<T, 0> + bn_stats_finalize first),
 //                              the backward's per-stretch sums, then dx
+//   gn_nhwc_stats<T>, gn_nhwc_finalize<T>, gn_nhwc_apply<T>
+//                              the NHWC forward of few (sample, tile) blocks, split along
+//                              H*W: stretch statistics, merged per group, then y
 //   gn_nhwc_fwd<T>, gn_nhwc_bwd<T>
 //                              channels-last group / instance norm (NHWC, no transposed
 //                              copy): a 32 x 16 block per (sample, tile of whole groups),
@@ -1126,6 +1129,62 @@ __device__ __forceinline__ A gn_tile_sum(A v, A (*part)[32], A* tot, const GnTil
 
 }  // namespace nrm
 
+namespace nrm {
+
+// The H*W rows a gn_nhwc_* block covers, as offsets from its tile's first element: all of
+// them, or in a split launch (gridDim.y stretches) its stretch [p0, p1); the thread's
+// first row's offset, the end and the step (blockDim.y rows).
+struct GnRange {
+    cl::index_t p0, p1, off0, end, rstep;
+    template <typename A>
+    __device__ __forceinline__ explicit GnRange(const GnNhwcShapeT<A>& s) {
+        const cl::index_t per = (s.spatial + gridDim.y - 1) / gridDim.y;
+        p0 = (cl::index_t)blockIdx.y * per;
+        p1 = p0 + per < s.spatial ? p0 + per : s.spatial;
+        if (p1 < p0) p1 = p0;  // (a stretch past the end: empty)
+        off0 = (p0 + threadIdx.y) * s.channels;
+        end = p1 * s.channels;
+        rstep = (cl::index_t)blockDim.y * s.channels;
+    }
+};
+
+// sum of x - shift over the thread's elements of the range (channels k of the tile)
+template <typename T>
+__device__ __forceinline__ cl::acc_t<T> gn_sum_dev(const T* xs, cl::acc_t<T> shift,
+                                                   const GnRange& g, const GnTile& t) {
+    cl::acc_t<T> sum = cl::acc_t<T>(0);
+    for (cl::index_t off = g.off0; off < g.end; off += g.rstep)
+        for (cl::index_t k = threadIdx.x; k < t.span; k += 32) sum += cl::to_acc(xs[off + k]) - shift;
+    return sum;
+}
+// sum of (x - mean)^2 likewise
+template <typename T>
+__device__ __forceinline__ cl::acc_t<T> gn_sum_sq(const T* xs, cl::acc_t<T> mean,
+                                                  const GnRange& g, const GnTile& t) {
+    cl::acc_t<T> q = cl::acc_t<T>(0);
+    for (cl::index_t off = g.off0; off < g.end; off += g.rstep)
+        for (cl::index_t k = threadIdx.x; k < t.span; k += 32) {
+            const cl::acc_t<T> d = cl::to_acc(xs[off + k]) - mean;
+            q = cl::math::fma(d, d, q);
+        }
+    return q;
+}
+// y = (x - mean) * rstd [* weight[c]] [+ bias[c]] over the range
+template <typename T>
+__device__ __forceinline__ void gn_write(const T* xs, const T* weight, const T* bias, T* ys,
+                                         cl::acc_t<T> mean, cl::acc_t<T> rstd, const GnRange& g,
+                                         const GnTile& t, const GnNhwcShapeT<cl::acc_t<T>>& s) {
+    for (cl::index_t off = g.off0; off < g.end; off += g.rstep)
+        for (cl::index_t k = threadIdx.x; k < t.span; k += 32) {
+            cl::acc_t<T> v = (cl::to_acc(xs[off + k]) - mean) * rstd;
+            if (s.has_weight) v *= cl::to_acc(weight[t.c0 + k]);
+            if (s.has_bias) v += cl::to_acc(bias[t.c0 + k]);
+            ys[off + k] = cl::from_acc<T>(v);
+        }
+}
+
+}  // namespace nrm
+
 // Forward: exact two-pass mean / variance per (n, group) over spatial * cpg elements (the
 // tile is re-read from L1/L2), then y = (x - mean) * rstd [* weight[c]] [+ bias[c]].
 template <typename T>
@@ -1139,39 +1198,83 @@ __global__ void __launch_bounds__(512) gn_nhwc_fwd(
     __shared__ A part[nrm::kGnRows][32];
     __shared__ A tot[32];
     const nrm::GnTile t(s);
+    const nrm::GnRange g(s);  // (gridDim.y 1: every row)
     const cl::index_t base = t.n * s.spatial * s.channels + t.c0;
-    const T* xs = x + base;
-    T* ys = y + base;
-    const cl::index_t rstep = (cl::index_t)blockDim.y * s.channels;
-    const cl::index_t off0 = (cl::index_t)threadIdx.y * s.channels;
-    const cl::index_t end = s.spatial * s.channels;  // (the rows' offsets: no row counter)
     const A inv_cnt = A(1) / (A)(s.spatial * s.cpg);
     // sums of x - the group's first element (as rownorm_fwd: a constant group is exact)
-    const A shift = cl::to_acc(xs[(cl::index_t)t.lg * s.cpg]);
-    A sum = A(0);
-    for (cl::index_t off = off0; off < end; off += rstep)
-        for (cl::index_t k = threadIdx.x; k < t.span; k += 32)
-            sum += cl::to_acc(xs[off + k]) - shift;
-    const A mean = shift + nrm::gn_tile_sum(sum, part, tot, t, s.cpg) * inv_cnt;
-    A q = A(0);
-    for (cl::index_t off = off0; off < end; off += rstep)
-        for (cl::index_t k = threadIdx.x; k < t.span; k += 32) {
-            const A d = cl::to_acc(xs[off + k]) - mean;
-            q = cl::math::fma(d, d, q);
-        }
-    const A rstd =
-        A(1) / cl::math::sqrt(nrm::gn_tile_sum(q, part, tot, t, s.cpg) * inv_cnt + s.eps);
-    for (cl::index_t off = off0; off < end; off += rstep)
-        for (cl::index_t k = threadIdx.x; k < t.span; k += 32) {
-            A v = (cl::to_acc(xs[off + k]) - mean) * rstd;
-            if (s.has_weight) v *= cl::to_acc(weight[t.c0 + k]);
-            if (s.has_bias) v += cl::to_acc(bias[t.c0 + k]);
-            ys[off + k] = cl::from_acc<T>(v);
-        }
+    const A shift = cl::to_acc(x[base + (cl::index_t)t.lg * s.cpg]);
+    const A mean = shift + nrm::gn_tile_sum(nrm::gn_sum_dev(x + base, shift, g, t), part, tot, t,
+                                            s.cpg) * inv_cnt;
+    const A q = nrm::gn_tile_sum(nrm::gn_sum_sq(x + base, mean, g, t), part, tot, t, s.cpg);
+    const A rstd = A(1) / cl::math::sqrt(q * inv_cnt + s.eps);
+    nrm::gn_write(x + base, weight, bias, y + base, mean, rstd, g, t, s);
     if (t.leader(s)) {
         mean_out[t.row(s)] = mean;
         rstd_out[t.row(s)] = rstd;
     }
+}
+
+// The forward of few (sample, tile) blocks (a small batch: a batch-2 U-Net layer of 32
+// groups of 10 channels is 22 tiles), split along H*W into gridDim.y stretches:
+// gn_nhwc_stats writes each group's stretch statistics, partial[(row * stretches +
+// stretch) * 3 + {0, 1, 2}] = (count, mean less the group's first element, squared
+// deviations about that mean: two passes over the stretch); gn_nhwc_finalize merges a
+// row's stretches in order (Chan et al.: deterministic) into mean and rstd, one thread a
+// row; gn_nhwc_apply writes y over its stretch.
+template <typename T>
+__global__ void __launch_bounds__(512) gn_nhwc_stats(
+    const T* x, cl::acc_t<T>* partial, GnNhwcShapeT<cl::acc_t<T>> s) {
+    typedef cl::acc_t<T> A;
+    __shared__ A part[nrm::kGnRows][32];
+    __shared__ A tot[32];
+    const nrm::GnTile t(s);
+    const nrm::GnRange g(s);
+    const cl::index_t base = t.n * s.spatial * s.channels + t.c0;
+    const A shift = cl::to_acc(x[base + (cl::index_t)t.lg * s.cpg]);  // the same per stretch
+    const A cnt = (A)((g.p1 - g.p0) * s.cpg);
+    const A sum = nrm::gn_tile_sum(nrm::gn_sum_dev(x + base, shift, g, t), part, tot, t, s.cpg);
+    const A m = cnt > A(0) ? sum / cnt : A(0);
+    const A q = nrm::gn_tile_sum(nrm::gn_sum_sq(x + base, shift + m, g, t), part, tot, t, s.cpg);
+    if (t.leader(s)) {
+        const cl::index_t at = (t.row(s) * gridDim.y + blockIdx.y) * 3;
+        partial[at] = cnt;
+        partial[at + 1] = m;
+        partial[at + 2] = q;
+    }
+}
+
+template <typename T>
+__global__ void __launch_bounds__(256) gn_nhwc_finalize(
+    const T* x, const cl::acc_t<T>* partial, cl::acc_t<T>* mean_out, cl::acc_t<T>* rstd_out,
+    cl::index_t rows, int stretches, GnNhwcShapeT<cl::acc_t<T>> s) {
+    typedef cl::acc_t<T> A;
+    const cl::index_t row = cl::global_thread_id();  // (n, g), one thread each
+    if (row >= rows) return;
+    nrm::Welford<A> acc, p;
+    acc.init();
+    for (int k = 0; k < stretches; ++k) {
+        const cl::index_t at = (row * stretches + k) * 3;
+        p.n = partial[at];
+        p.mean = partial[at + 1];
+        p.m2 = partial[at + 2];
+        acc.merge(p);
+    }
+    const cl::index_t n = row / s.groups, grp = row - n * s.groups;
+    mean_out[row] = cl::to_acc(x[n * s.spatial * s.channels + grp * s.cpg]) + acc.mean;
+    rstd_out[row] = A(1) / cl::math::sqrt(acc.m2 / acc.n + s.eps);
+}
+
+template <typename T>
+__global__ void __launch_bounds__(512) gn_nhwc_apply(
+    // pointers (weight, bias may be null)
+    const T* x, const T* weight, const T* bias, T* y, const cl::acc_t<T>* mean,
+    const cl::acc_t<T>* rstd,
+    // problem
+    GnNhwcShapeT<cl::acc_t<T>> s) {
+    const nrm::GnTile t(s);
+    const nrm::GnRange g(s);
+    const cl::index_t base = t.n * s.spatial * s.channels + t.c0;
+    nrm::gn_write(x + base, weight, bias, y + base, mean[t.row(s)], rstd[t.row(s)], g, t, s);
 }
 
 // Backward dx = rstd (gw - mean(gw) - xhat mean(gw xhat)), gw = dy * weight[c].

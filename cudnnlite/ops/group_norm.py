@@ -104,9 +104,27 @@ def _gn_nhwc_forward(
     mean = xp.empty((n * g,), _acc(dt))
     rstd = xp.empty((n * g,), _acc(dt))
     s, tiles = _gn_nhwc_shape(c, g, spatial, eps, w, b, dt)
-    if n * g:
+    stretches = _gn_stretches(table, n * tiles, spatial)
+    if n * g and stretches > 1:
+        # few blocks (a small batch): statistics over stretches of H*W, merged per group
+        partial = xp.empty((n * g * stretches * 3,), _acc(dt))
+        grid = (n * tiles, stretches)
+        table.launch("gn_nhwc_stats", grid, (32, _GN_ROWS), (x, partial, s))
+        table.launch("gn_nhwc_finalize", (table.grid_each(n * g),), (_BLOCK,),
+                     (x, partial, mean, rstd, np.int64(n * g), np.int32(stretches), s))  # fmt: skip
+        table.launch("gn_nhwc_apply", grid, (32, _GN_ROWS), (x, w, b, y, mean, rstd, s))
+    elif n * g:
         table.launch("gn_nhwc_fwd", (n * tiles,), (32, _GN_ROWS), (x, w, b, y, mean, rstd, s))
     return y, mean, rstd
+
+
+def _gn_stretches(table: Any, blocks: int, spatial: int) -> int:
+    """Stretches of H*W the NHWC forward splits into: 1 (a block per (sample, tile) of
+    groups) while there are at least two such blocks per SM (16 on the emulator), else
+    enough to give the GPU a few waves, each of >= 4 rows a thread."""
+    if blocks >= (table.sm_count or 8) * 2:
+        return 1
+    return max(1, min(-(-table.target_blocks // blocks), -(-spatial // (_GN_ROWS * 4)), 65535))
 
 
 def _gn_nhwc_backward(
@@ -167,7 +185,9 @@ def group_norm_forward(
 ) -> tuple[Any, Any, Any]:
     """Group norm: ``(y, mean, rstd)``, statistics (float32, float64 for float64 x) of
     shape (N, num_groups). ``layout="NHWC"`` takes ``(N, *spatial, C)`` and runs natively
-    channels-last (``gn_nhwc_fwd``, no transposed copy); NCHW runs ``rownorm_fwd_mean``
+    channels-last (``gn_nhwc_fwd``, no transposed copy; with fewer (sample, tile of groups)
+    blocks than twice the SMs, statistics over stretches of H*W merged per group,
+    ``gn_nhwc_stats`` / ``gn_nhwc_finalize`` / ``gn_nhwc_apply``); NCHW runs ``rownorm_fwd_mean``
     (a group is a row), or for few long groups split statistics and ``rownorm_apply``
     (``row_norm._split_forward``). x of other strides is copied to a C-contiguous array
     first."""

@@ -299,7 +299,10 @@ SWEEP = textwrap.dedent(
                                             np.ones(8, np.float32), training=True),
         "batch_norm_backward": lambda: cl.batch_norm_backward(
             f(2, 8, 8, 8), x4, np.zeros(8, np.float32), np.ones(8, np.float32)),
-        "group_norm": lambda: cl.group_norm(x4, 2),
+        "group_norm": lambda: (
+            cl.group_norm(x4, 2),
+            cl.group_norm(f(1, 20, 20, 40), 4, layout="NHWC"),  # split along H*W
+        ),
         "lrn": lambda: cl.lrn(x4, 3),
         "max_pool2d": lambda: cl.max_pool2d(x4, 3, 2, 1),
         "avg_pool_backward": lambda: cl.avg_pool_backward(f(2, 8, 4, 4), x4.shape, 2),
