@@ -47,16 +47,18 @@ CASES = [
 ]
 
 
-def fwd_kernel(backend: str, shape: tuple, g: int, dtype: Any) -> str:
-    """The NHWC forward's last kernel: gn_nhwc_fwd (a block per (sample, tile)), or
-    gn_nhwc_apply when too few such blocks split H*W into stretches."""
+def fwd_kernel(backend: str, shape: tuple, g: int, dtype: Any, backward: bool = False) -> str:
+    """The NHWC forward's (``backward``: the backward's dx) last kernel: gn_nhwc_fwd /
+    gn_nhwc_bwd (a block per (sample, tile)), or gn_nhwc_apply / gn_nhwc_bwd_apply when
+    too few such blocks split H*W into stretches."""
     from cudnnlite.runtime.select import backend_by_name
 
     dt = dtypes.lookup(dtype)
     spatial = int(np.prod(shape[1:-1]))
     _, tiles = GN._gn_nhwc_shape(shape[-1], g, spatial, 0.0, None, None, dt)
     split = GN._gn_stretches(GN._table(backend_by_name(backend), dt), shape[0] * tiles, spatial)
-    return f"gn_nhwc_{'apply' if split > 1 else 'fwd'}_{dt.short}"
+    kind = ("bwd_apply" if backward else "apply") if split > 1 else ("bwd" if backward else "fwd")
+    return f"gn_nhwc_{kind}_{dt.short}"
 
 
 def tb_of(backend: str):
@@ -114,7 +116,7 @@ def test_group_norm_nhwc(
     dx, dw, db = GN.group_norm_backward(tb(dy), tb(x), g, mean, rstd, tb(w), tb(b), layout="NHWC")
     rdx, rdw, rdb = rn.group_norm_backward(dy, x, g, rmean, rrstd, w, "NHWC")
     if affine == "none":
-        assert last_kernel_name() == f"gn_nhwc_bwd_{short}"
+        assert last_kernel_name() == fwd_kernel(backend, shape, g, dtype, backward=True)
         assert reduce_names == [] and dw is None and db is None
     else:
         assert reduce_names == [f"red_chlast_params_nhwc_{short}"]
@@ -136,8 +138,9 @@ def test_group_norm_nhwc(
 def test_small_batch_splits_the_forward_along_hw(backend: str, affine: bool, dtype: Any) -> None:
     """One sample of 48 x 48 with 4 groups of 10 channels (2 tiles: 2 blocks, far fewer
     than the SMs): the forward's statistics over stretches of H*W, merged per group
-    (gn_nhwc_stats, gn_nhwc_finalize, gn_nhwc_apply), against the reference, and the
-    backward from its mean and rstd; a constant group still normalizes to exactly 0."""
+    (gn_nhwc_stats, gn_nhwc_finalize, gn_nhwc_apply), and the backward's sums over the
+    same stretches (gn_nhwc_bwd_partial, gn_nhwc_bwd_apply), against the reference; a
+    constant group still normalizes to exactly 0."""
     shape, g = (1, 48, 48, 40), 4
     x, dy = data(shape, dtype, 11, 3.0, 2.0), data(shape, dtype, 12, 0.0, 1.0)
     w, b = wb(40, dtype) if affine else (None, None)
@@ -149,9 +152,16 @@ def test_small_batch_splits_the_forward_along_hw(backend: str, affine: bool, dty
     check(y, ry, dtype, what="y")
     check(mean, rmean, np.float32, what="mean", scale=8.0)
     check(rstd, rrstd, np.float32, what="rstd")
-    dx = GN.group_norm_backward(tb(dy), tb(x), g, mean, rstd, tb(w), tb(b), layout="NHWC")[0]
-    rdx = rn.group_norm_backward(dy, x, g, rmean, rrstd, w, "NHWC")[0]
+    dx, dw, db = GN.group_norm_backward(tb(dy), tb(x), g, mean, rstd, tb(w), tb(b),
+                                        layout="NHWC")  # fmt: skip
+    if not affine:  # (with a weight, dweight's kernels launch last)
+        assert last_kernel_name() == fwd_kernel(backend, shape, g, dtype, backward=True)
+    rdx, rdw, rdb = rn.group_norm_backward(dy, x, g, rmean, rrstd, w, "NHWC")
     check(dx, rdx, dtype, scale=grad_scale(dy, w, rrstd))
+    if affine:
+        per = x.size // 40
+        check(dw, rdw, dtype, scale=float(np.abs(dy.astype(float)).max()) * 4 * per)
+        check(db, rdb, dtype, scale=float(np.abs(dy.astype(float)).max()) * per)
     v = {np.float16: 3e4}.get(dtype, 12345.678)
     y, mean, _ = GN.group_norm_forward(tb(np.full(shape, v, dtype)), g, layout="NHWC")
     assert (to_numpy(y) == 0).all() and (to_numpy(mean) == float(np.dtype(dtype).type(v))).all()

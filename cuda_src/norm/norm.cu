@@ -56,6 +56,8 @@
 //   gn_nhwc_stats<T>, gn_nhwc_finalize<T>, gn_nhwc_apply<T>
 //                              the NHWC forward of few (sample, tile) blocks, split along
 //                              H*W: stretch statistics, merged per group, then y
+//   gn_nhwc_bwd_partial<T>, gn_nhwc_bwd_apply<T>
+//                              its backward: stretch sums, then dx
 //   gn_nhwc_fwd<T>, gn_nhwc_bwd<T>
 //                              channels-last group / instance norm (NHWC, no transposed
 //                              copy): a 32 x 16 block per (sample, tile of whole groups),
@@ -1277,6 +1279,34 @@ __global__ void __launch_bounds__(512) gn_nhwc_apply(
     nrm::gn_write(x + base, weight, bias, y + base, mean[t.row(s)], rstd[t.row(s)], g, t, s);
 }
 
+namespace nrm {
+
+// The backward over a gn_nhwc_* block's range: !WRITE adds gw and gw xhat (gw = dy
+// weight[c]) to sg and sgx; WRITE writes dx = rstd (gw - sg - xhat sgx), sg and sgx then
+// the group's means of the two.
+template <bool WRITE, typename T>
+__device__ __forceinline__ void gn_grad(const T* dy, const T* x, const T* weight,
+                                        cl::acc_t<T> mean, cl::acc_t<T> rstd, cl::acc_t<T>& sg,
+                                        cl::acc_t<T>& sgx, T* dx, cl::index_t base,
+                                        const GnRange& g, const GnTile& t,
+                                        const GnNhwcShapeT<cl::acc_t<T>>& s) {
+    typedef cl::acc_t<T> A;
+    for (cl::index_t off = base + g.off0; off < base + g.end; off += g.rstep)
+        for (cl::index_t k = threadIdx.x; k < t.span; k += 32) {
+            const A w = s.has_weight ? cl::to_acc(weight[t.c0 + k]) : A(1);
+            const A gw = cl::to_acc(dy[off + k]) * w;
+            const A xhat = (cl::to_acc(x[off + k]) - mean) * rstd;
+            if (WRITE) {
+                dx[off + k] = cl::from_acc<T>(rstd * (gw - sg - xhat * sgx));
+            } else {
+                sg += gw;
+                sgx = cl::math::fma(gw, xhat, sgx);
+            }
+        }
+}
+
+}  // namespace nrm
+
 // Backward dx = rstd (gw - mean(gw) - xhat mean(gw xhat)), gw = dy * weight[c].
 template <typename T>
 __global__ void __launch_bounds__(512) gn_nhwc_bwd(
@@ -1289,32 +1319,69 @@ __global__ void __launch_bounds__(512) gn_nhwc_bwd(
     __shared__ A part[nrm::kGnRows][32];
     __shared__ A tot[32];
     const nrm::GnTile t(s);
+    const nrm::GnRange g(s);  // (gridDim.y 1: every row)
     const cl::index_t base = t.n * s.spatial * s.channels + t.c0;
-    const cl::index_t rstep = (cl::index_t)blockDim.y * s.channels;
-    const cl::index_t off0 = (cl::index_t)threadIdx.y * s.channels;
     const A mean = mean_in[t.row(s)];
     const A rstd = rstd_in[t.row(s)];
     A sg = A(0), sgx = A(0);
-    for (cl::index_t p = threadIdx.y, off = base + off0; p < s.spatial;
-         p += blockDim.y, off += rstep)
-        for (cl::index_t k = threadIdx.x; k < t.span; k += 32) {
-            const A w = s.has_weight ? cl::to_acc(weight[t.c0 + k]) : A(1);
-            const A gw = cl::to_acc(dy[off + k]) * w;
-            const A xhat = (cl::to_acc(x[off + k]) - mean) * rstd;
-            sg += gw;
-            sgx = cl::math::fma(gw, xhat, sgx);
-        }
+    nrm::gn_grad<false>(dy, x, weight, mean, rstd, sg, sgx, dx, base, g, t, s);
     const A inv_cnt = A(1) / (A)(s.spatial * s.cpg);
-    const A mg = nrm::gn_tile_sum(sg, part, tot, t, s.cpg) * inv_cnt;
-    const A mgx = nrm::gn_tile_sum(sgx, part, tot, t, s.cpg) * inv_cnt;
-    for (cl::index_t p = threadIdx.y, off = base + off0; p < s.spatial;
-         p += blockDim.y, off += rstep)
-        for (cl::index_t k = threadIdx.x; k < t.span; k += 32) {
-            const A w = s.has_weight ? cl::to_acc(weight[t.c0 + k]) : A(1);
-            const A gw = cl::to_acc(dy[off + k]) * w;
-            const A xhat = (cl::to_acc(x[off + k]) - mean) * rstd;
-            dx[off + k] = cl::from_acc<T>(rstd * (gw - mg - xhat * mgx));
-        }
+    A mg = nrm::gn_tile_sum(sg, part, tot, t, s.cpg) * inv_cnt;
+    A mgx = nrm::gn_tile_sum(sgx, part, tot, t, s.cpg) * inv_cnt;
+    nrm::gn_grad<true>(dy, x, weight, mean, rstd, mg, mgx, dx, base, g, t, s);
+}
+
+// The backward of few (sample, tile) blocks, split along H*W as the forward:
+// gn_nhwc_bwd_partial writes each group's stretch sums, partial[(row * stretches +
+// stretch) * 2 + {0, 1}] = (sum gw, sum gw xhat); gn_nhwc_bwd_apply adds its group's
+// partials in stretch order (every block of the group the same sums: deterministic) and
+// writes dx over its stretch.
+template <typename T>
+__global__ void __launch_bounds__(512) gn_nhwc_bwd_partial(
+    // pointers (weight may be null)
+    const T* dy, const T* x, const T* weight, const cl::acc_t<T>* mean_in,
+    const cl::acc_t<T>* rstd_in, cl::acc_t<T>* partial,
+    // problem
+    GnNhwcShapeT<cl::acc_t<T>> s) {
+    typedef cl::acc_t<T> A;
+    __shared__ A part[nrm::kGnRows][32];
+    __shared__ A tot[32];
+    const nrm::GnTile t(s);
+    const nrm::GnRange g(s);
+    const cl::index_t base = t.n * s.spatial * s.channels + t.c0;
+    A sg = A(0), sgx = A(0);
+    nrm::gn_grad<false>(dy, x, weight, mean_in[t.row(s)], rstd_in[t.row(s)], sg, sgx,
+                        (T*)nullptr, base, g, t, s);
+    sg = nrm::gn_tile_sum(sg, part, tot, t, s.cpg);
+    sgx = nrm::gn_tile_sum(sgx, part, tot, t, s.cpg);
+    if (t.leader(s)) {
+        const cl::index_t at = (t.row(s) * gridDim.y + blockIdx.y) * 2;
+        partial[at] = sg;
+        partial[at + 1] = sgx;
+    }
+}
+
+template <typename T>
+__global__ void __launch_bounds__(512) gn_nhwc_bwd_apply(
+    // pointers (weight may be null)
+    const T* dy, const T* x, const T* weight, const cl::acc_t<T>* mean_in,
+    const cl::acc_t<T>* rstd_in, const cl::acc_t<T>* partial, T* dx,
+    // problem
+    GnNhwcShapeT<cl::acc_t<T>> s) {
+    typedef cl::acc_t<T> A;
+    const nrm::GnTile t(s);
+    const nrm::GnRange g(s);
+    const cl::index_t base = t.n * s.spatial * s.channels + t.c0;
+    const cl::index_t row = t.row(s);
+    A mg = A(0), mgx = A(0);
+    for (unsigned k = 0; k < gridDim.y; ++k) {  // the group's stretches, in order
+        mg += partial[(row * gridDim.y + k) * 2];
+        mgx += partial[(row * gridDim.y + k) * 2 + 1];
+    }
+    const A inv_cnt = A(1) / (A)(s.spatial * s.cpg);
+    mg *= inv_cnt;
+    mgx *= inv_cnt;
+    nrm::gn_grad<true>(dy, x, weight, mean_in[row], rstd_in[row], mg, mgx, dx, base, g, t, s);
 }
 
 // ---------------------------------------------------------------- LRN

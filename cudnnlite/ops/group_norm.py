@@ -145,7 +145,16 @@ def _gn_nhwc_backward(
     xp = array_module(x)
     dx = xp.empty(x.shape, x.dtype)
     s, tiles = _gn_nhwc_shape(c, g, spatial, 0.0, weight, None, dt)
-    if n * g:
+    stretches = _gn_stretches(table, n * tiles, spatial)
+    if n * g and stretches > 1:
+        # few blocks (a small batch): each group's sums over stretches of H*W, then dx
+        partial = xp.empty((n * g * stretches * 2,), _acc(dt))
+        grid = (n * tiles, stretches)
+        table.launch("gn_nhwc_bwd_partial", grid, (32, _GN_ROWS),
+                     (dy, x, weight, mean, rstd, partial, s))  # fmt: skip
+        table.launch("gn_nhwc_bwd_apply", grid, (32, _GN_ROWS),
+                     (dy, x, weight, mean, rstd, partial, dx, s))  # fmt: skip
+    elif n * g:
         table.launch(
             "gn_nhwc_bwd", (n * tiles,), (32, _GN_ROWS), (dy, x, weight, mean, rstd, dx, s)
         )
@@ -187,7 +196,8 @@ def group_norm_forward(
     shape (N, num_groups). ``layout="NHWC"`` takes ``(N, *spatial, C)`` and runs natively
     channels-last (``gn_nhwc_fwd``, no transposed copy; with fewer (sample, tile of groups)
     blocks than twice the SMs, statistics over stretches of H*W merged per group,
-    ``gn_nhwc_stats`` / ``gn_nhwc_finalize`` / ``gn_nhwc_apply``); NCHW runs ``rownorm_fwd_mean``
+    ``gn_nhwc_stats`` / ``gn_nhwc_finalize`` / ``gn_nhwc_apply``, and the backward likewise);
+    NCHW runs ``rownorm_fwd_mean``
     (a group is a row), or for few long groups split statistics and ``rownorm_apply``
     (``row_norm._split_forward``). x of other strides is copied to a C-contiguous array
     first."""

@@ -140,7 +140,8 @@ def _names(dt: dtypes.DType) -> dict[str, str]:
     names["red_chlast_params_nhwc"] = f"red_chlast<{t}, 3>"
     names["gn_nhwc_fwd"] = f"gn_nhwc_fwd<{t}>"
     names["gn_nhwc_bwd"] = f"gn_nhwc_bwd<{t}>"
-    for k in ("gn_nhwc_stats", "gn_nhwc_finalize", "gn_nhwc_apply"):
+    for k in ("gn_nhwc_stats", "gn_nhwc_finalize", "gn_nhwc_apply", "gn_nhwc_bwd_partial",
+              "gn_nhwc_bwd_apply"):  # fmt: skip
         names[k] = f"{k}<{t}>"
     names["bn_stats_finalize"] = f"bn_stats_finalize<{t}>"
     names[f"sum2_finalize_{dt.short}"] = f"sum2_finalize<{t}>"  # row-norm dweight / dbias
