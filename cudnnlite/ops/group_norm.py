@@ -119,12 +119,10 @@ def _gn_nhwc_forward(
 
 
 def _gn_stretches(table: Any, blocks: int, spatial: int) -> int:
-    """Stretches of H*W the NHWC forward splits into: 1 (a block per (sample, tile) of
-    groups) while there are at least two such blocks per SM (16 on the emulator), else
-    enough to give the GPU a few waves, each of >= 4 rows a thread."""
-    if blocks >= (table.sm_count or 8) * 2:
-        return 1
-    return max(1, min(-(-table.target_blocks // blocks), -(-spatial // (_GN_ROWS * 4)), 65535))
+    """Stretches of H*W the NHWC kernels split into: 1 (a block per (sample, tile) of
+    groups) unless those blocks are too few for the GPU (table.too_few), else
+    table.splits' (each of >= 4 rows a thread)."""
+    return table.splits(blocks, spatial, _GN_ROWS * 4) if table.too_few(blocks) else 1
 
 
 def _gn_nhwc_backward(

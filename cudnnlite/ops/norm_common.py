@@ -197,6 +197,18 @@ class _Table(KernelTable):
             self.target_blocks = 16
             self.max_grid = 64
 
+    def too_few(self, blocks: int) -> bool:
+        """Whether ``blocks`` one-per-unit blocks (a row, a (sample, tile)) leave SMs idle:
+        fewer than two an SM (16 on the emulator). Such launches split each unit across
+        blocks instead (:meth:`splits`)."""
+        return blocks < (self.sm_count or 8) * 2
+
+    def splits(self, units: int, items: int, per_block: int) -> int:
+        """Blocks per unit when ``units`` units of ``items`` items each are split: enough
+        for a few waves over the GPU (target_blocks in all), each block at least
+        ``per_block`` items, at most 65535 (a grid dimension)."""
+        return max(1, min(-(-self.target_blocks // units), -(-items // per_block), 65535))
+
     def grid_each(self, n: int) -> int:
         """Blocks for one thread per item, uncapped: the finalize kernels (a thread per
         channel, no grid-stride loop, which cost them registers and a spill)."""
@@ -336,7 +348,7 @@ def _reduce(
         per_block = _CHLAST_ROWS * 4
         col_blocks = -(-channels // 32)
         variant = "chlast"
-    chunks = max(1, min(-(-table.target_blocks // col_blocks), -(-count // per_block), 65535))
+    chunks = table.splits(col_blocks, count, per_block)
     nacc = 3 if kind == "stats" else 2
     partial = xp.empty((nacc * channels * chunks,), _acc(table.dt))
     shape = _struct(

@@ -123,17 +123,16 @@ def _row_forward(
     return y, mean, rstd
 
 
-# Rows at least this long, fewer than _SPLIT_ROWS_PER_SM per SM (16 blocks' worth on the
-# emulator), get split statistics: group norm of a diffusion U-Net (2 x 32 rows of 40960)
-# would otherwise run 64 blocks, one per row, on a GPU of 132 SMs.
+# Rows at least this long, too few for the GPU (table.too_few: fewer than two an SM), get
+# split statistics: group norm of a diffusion U-Net (2 x 32 rows of 40960) would
+# otherwise run 64 blocks, one per row, on a GPU of 132 SMs.
 SPLIT_MIN_COLS = 8192
-_SPLIT_ROWS_PER_SM = 2
 
 
 def _split_rows(table: Any, rows: int, cols: int) -> bool:
     """Whether a row norm of ``rows`` x ``cols`` takes the split path (layer and group
     norm forward, and every row norm's backward)."""
-    return cols >= SPLIT_MIN_COLS and rows < (table.sm_count or 8) * _SPLIT_ROWS_PER_SM
+    return cols >= SPLIT_MIN_COLS and table.too_few(rows)
 
 
 def _split_forward(table: Any, x: Any, y: Any, weight: Any, bias: Any, mean: Any, rstd: Any,
@@ -156,9 +155,8 @@ def _split_forward(table: Any, x: Any, y: Any, weight: Any, bias: Any, mean: Any
 
 
 def _stretches(table: Any, rows: int, cols: int) -> int:
-    """Blocks per row of the split kernels: a few waves over the GPU, >= 4 elements a
-    thread."""
-    return max(1, min(-(-table.target_blocks // rows), -(-cols // (_BLOCK * 4)), 65535))
+    """Blocks per row of the split kernels (>= 4 elements a thread)."""
+    return table.splits(rows, cols, _BLOCK * 4)
 
 
 def _split_backward(table: Any, dy: Any, x: Any, weight: Any, mean: Any, rstd: Any, dx: Any,
