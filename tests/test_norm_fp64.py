@@ -331,3 +331,36 @@ def test_mixed_dtypes_are_rejected(backend: str) -> None:
     for call, match in cases:
         with pytest.raises(BadParamError, match=match):
             call()
+
+
+def test_short_split_and_nhwc_split_kernels_in_double(backend: str) -> None:
+    """float64 through the kernels for short rows (32 packs of 2 doubles: a group of lanes a
+    row), few long rows (split statistics, split backward) and small-batch NHWC group norm
+    (stretches of H*W), forward and backward, against the reference."""
+    for (rows, k), form in (((37, 64), "_rows"), ((3, ROW.SPLIT_MIN_COLS), "split")):
+        x, dy = data((rows, k), 31), data((rows, k), 32, 0.0, 1.0)
+        w, b = data((k,), 33, 1.0, 0.3), data((k,), 34)
+        y, mean, rstd = ROW.layer_norm_forward(tb(x, backend), (k,), tb(w, backend), tb(b, backend))
+        want = "rownorm_apply" if form == "split" else "rownorm_fwd_mean_rows"
+        assert last_kernel_name() == f"{want}_fp64"
+        ry, rmean, rrstd = rn.layer_norm(x, (k,), w, b, 1e-5)
+        close(y, ry, k, absmax(ry) + absmax(b), f"y {form}")
+        close(rstd, rrstd, k, absmax(rrstd), f"rstd {form}")
+        dx = ROW.layer_norm_backward(tb(dy, backend), tb(x, backend), (k,), mean, rstd)[0]
+        want = "rownorm_bwd_apply_mean" if form == "split" else "rownorm_bwd_mean_rows"
+        assert last_kernel_name() == f"{want}_fp64"
+        rdx = rn.layer_norm_backward(dy, x, (k,), rmean, rrstd, None)[0]
+        close(dx, rdx, k, absmax(dy) * absmax(rrstd) * 4, f"dx {form}")
+    shape, g = (1, 48, 48, 40), 4
+    x, dy = data(shape, 35), data(shape, 36, 0.0, 1.0)
+    k = x.size // g
+    y, mean, rstd = GN.group_norm_forward(tb(x, backend), g, layout="NHWC")
+    assert last_kernel_name() == "gn_nhwc_apply_fp64"
+    ry, rmean, rrstd = rn.group_norm(x, g, None, None, 1e-5, "NHWC")
+    close(y, ry, k, absmax(ry), "gn y")
+    close(mean, rmean, k, absmax(x), "gn mean")
+    close(rstd, rrstd, k, absmax(rrstd), "gn rstd")
+    dx = GN.group_norm_backward(tb(dy, backend), tb(x, backend), g, mean, rstd, layout="NHWC")[0]
+    assert last_kernel_name() == "gn_nhwc_bwd_apply_fp64"
+    rdx = rn.group_norm_backward(dy, x, g, rmean, rrstd, None, "NHWC")[0]
+    close(dx, rdx, k, absmax(dy) * absmax(rrstd) * 4, "gn dx")
