@@ -140,9 +140,13 @@ def test_prepared_launches_equal_ordinary_ones(mode, kw, monkeypatch, emulator_o
         return [y, hy, *rest[:-1], *grads[:3], *grads[3].values()]
 
     fast = []  # the prepared launches' runs (Kernel.prepare's fast path, not its fallback)
-    original = EmulatorKernel.launch_recorded
-    monkeypatch.setattr(EmulatorKernel, "launch_recorded",
-                        lambda k, *a: (fast.append(k.name), original(k, *a))[1])  # fmt: skip
+    original = EmulatorKernel.recorded_launcher
+
+    def launcher(kernel: EmulatorKernel, *args: object) -> object:
+        run = original(kernel, *args)
+        return lambda *ptrs: (fast.append(kernel.name), run(*ptrs))[1]
+
+    monkeypatch.setattr(EmulatorKernel, "recorded_launcher", launcher)
     with cl.fast_paths_off():
         prepared = run()
         if os.environ.get("CUDNNLITE_EMU_ASAN", "0") in ("", "0"):  # (ASan: ordinary launches)

@@ -55,20 +55,28 @@ def memo_plans(backend: str) -> list[tuple[Any, Callable[[int], tuple]]]:
     ]  # fmt: skip
 
 
-@pytest.mark.parametrize("check", [False, True], ids=["unchecked", "checked"])
+# How a memo replays: checked against the op (CUDNNLITE_TEMPLATE_CHECK, the test suite's
+# default), Template.replay (unchecked, the emulator's poison on: the suite's default
+# too), or check and plain replay in one function (Template.host_replay: as a user runs).
+MODES = {"checked": {}, "poisoned": {"CUDNNLITE_TEMPLATE_CHECK": None},
+         "plain": {"CUDNNLITE_TEMPLATE_CHECK": None, "CUDNNLITE_EMU_POISON": None}}  # fmt: skip
+
+
+def _mode(monkeypatch: pytest.MonkeyPatch, mode: str) -> None:
+    for name in MODES[mode]:
+        monkeypatch.delenv(name, raising=False)
+
+
+@pytest.mark.parametrize("mode", list(MODES))
 def test_a_plans_repeats_replay_through_its_memo(
-    backend: str, check: bool, monkeypatch: pytest.MonkeyPatch
+    backend: str, mode: str, monkeypatch: pytest.MonkeyPatch
 ) -> None:
     """From a plan's third call on (a record, then a replay that leaves the memo), no call
-    key is built, and every result is the op's own bit for bit on new data; with
-    CUDNNLITE_TEMPLATE_CHECK on (the test suite's default) the memo's replays are checked
-    against the op too. Unchecked, also without the emulator's poison (the suite's
-    default too), as a user runs: the memo's replays of host templates are then
-    Template.replay_plain's."""
-    if not check:
-        monkeypatch.delenv("CUDNNLITE_TEMPLATE_CHECK", raising=False)
-        monkeypatch.delenv("CUDNNLITE_EMU_POISON", raising=False)
+    key is built, and every result is the op's own bit for bit on new data, in each way
+    a memo replays (:data:`MODES`)."""
+    _mode(monkeypatch, mode)
     keys = KeyCount(monkeypatch)
+    replays = Replays(monkeypatch)
     for plan, make in memo_plans(backend):
         before = keys.count
         for seed in range(5):
@@ -78,18 +86,22 @@ def test_a_plans_repeats_replay_through_its_memo(
                 same_bits(got, plan(*args))
         assert keys.count == before + 2, plan
         assert plan._template_memo is not None
-    if not check and backend == "cpu":
+    if backend == "cpu":
         plain = [t for t in templates._cache.values()
-                 if isinstance(t, templates.Template) and t.replay_plain != t.replay]
-        assert plain, "no memo replayed through replay_plain"
+                 if isinstance(t, templates.Template) and t.plain]  # fmt: skip
+        assert bool(plain) == (mode == "plain"), "the plain replay where it applies only"
+        if mode != "plain":  # (Template.replay: counted)
+            assert replays.count >= 3 * 4
 
 
+@pytest.mark.parametrize("mode", list(MODES))
 def test_a_plans_memo_gives_way_to_whatever_changed(
-    monkeypatch: pytest.MonkeyPatch,
+    mode: str, monkeypatch: pytest.MonkeyPatch
 ) -> None:
     """Another layout, alignment, writability, dtype or shape, a switch, a setting, a
     cleared store, a disabled() block: each call takes the usual path (a key is built)
     and gives the op's result or its error, inputs untouched."""
+    _mode(monkeypatch, mode)
     keys = KeyCount(monkeypatch)
     shape = (2, 3, 5, 5)
     plan = cl.activation_plan(shape, "relu", backend="cpu")
@@ -134,10 +146,12 @@ def test_a_plans_memo_gives_way_to_whatever_changed(
     assert replays.count == 0
 
 
-def test_a_plans_memo_checks_every_operand(monkeypatch: pytest.MonkeyPatch) -> None:
+@pytest.mark.parametrize("mode", list(MODES))
+def test_a_plans_memo_checks_every_operand(mode: str, monkeypatch: pytest.MonkeyPatch) -> None:
     """A plan of several arrays: a change in a later one (batch norm's statistics and
     parameters: layout, alignment, writability, dtype; a conv plan's w: layout) misses
     the memo as a change in x does, and the call gives the op's own result or error."""
+    _mode(monkeypatch, mode)
     keys = KeyCount(monkeypatch)
     shape, c = (2, 4, 5, 5), 4
     plan = cl.batch_norm_inference_plan(shape, backend="cpu")

@@ -162,9 +162,9 @@ class Graph:
         self._state = "capturing"
         self._host_work: str | None = None
         self.depth = 0  # public ops being called (the outermost one is checked)
-        # emulator: (kernel.launch_recorded, config, argument array); the arenas and arrays
-        # stay referenced in _keep
-        self._launches: list[tuple[Any, Any, Any]] = []
+        # (emulator: the kernel's recorded_launcher on its config and argument array, or
+        # CUDA: None; the kernel's name); the arenas and arrays stay referenced in _keep
+        self._launches: list[tuple[Any, str]] = []
         self._keep: list[Any] = []
         self._cuda_graph: Any = None
         self._stream: Any = None
@@ -209,7 +209,7 @@ class Graph:
         if keep:
             self._host_work = self._host_work or "a host copy of an argument"
         arena, values = kernel.snapshot_arguments()
-        self._launches.append((kernel.launch_recorded, ctypes.byref(cfg), values))
+        self._launches.append((kernel.recorded_launcher(ctypes.byref(cfg), values), kernel.name))
         self._keep.append((cfg, arena, tuple(args)))
 
     def record_cuda(self, kernel: Any, args: Any, **launch: Any) -> None:
@@ -220,7 +220,7 @@ class Graph:
                 f"a cudnnlite.graph() recording on the emulator got a CUDA launch of "
                 f"{kernel.name}: GPU arrays inside an emulator recording"
             )
-        self._launches.append((kernel.name, None, None))
+        self._launches.append((None, kernel.name))
         self._keep.append(tuple(args))  # (``launch``: what a template keeps; not needed)
 
     # -- replay ------------------------------------------------------------------------
@@ -245,8 +245,8 @@ class Graph:
                 "directly instead"
             )
         with self._replay_lock:
-            for launch, cfg_ref, values in self._launches:
-                launch(cfg_ref, values)
+            for launch, _ in self._launches:
+                launch()
             self._check()
 
     def _check(self) -> None:

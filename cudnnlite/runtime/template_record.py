@@ -315,6 +315,12 @@ def _holds(a: Any, ptr: int) -> bool:
 # ------------------------------------------------------------------ replay
 
 
+#: What a memo's replay answers when a call's arrays are not those its template was
+#: recorded for (None: they are, but the replay could not run; the op's own call then
+#: runs).
+MISS = object()
+
+
 class Template:
     """A recorded call: see :mod:`runtime.templates`' docstring."""
 
@@ -347,11 +353,13 @@ class Template:
         self.poison = kind == "cpu" and flag(_read_poison()[0])  # (a switch of the key)
         self._lock = threading.Lock()
         if kind == "cpu":
-            # (launch_recorded, byref(cfg), argument array, the arena as uint64 words,
-            # patches, cfg): the words view keeps the arena alive, the tuple the config.
+            # Each a function launch(ptrs) (the kernel's recorded_launcher on byref(cfg),
+            # the argument array, the arena as uint64 words and the patches): the words
+            # view keeps the arena alive, the byref the config.
             self._launches = tuple(
-                (kernel.launch_recorded, ctypes.byref(cfg), values,
-                 (ctypes.c_uint64 * (arena.size // 8)).from_buffer(arena), patches, cfg)
+                kernel.recorded_launcher(
+                    ctypes.byref(cfg), values,
+                    (ctypes.c_uint64 * (arena.size // 8)).from_buffer(arena), patches)
                 for _, kernel, cfg, arena, values, patches, _kept in launches
             )  # fmt: skip
         else:
@@ -365,7 +373,7 @@ class Template:
             )  # fmt: skip
         # One replay at a time where launches share state beyond their own arguments (the
         # temporaries, the check flags); otherwise a launch patches its own argument words
-        # under its module's lock (launch_recorded), and replays may overlap.
+        # under its module's lock (recorded_launcher), and replays may overlap.
         self._serial = bool(scratch or checks)
         self._single = None if is_tuple else result[0]  # (the index of a lone result)
         self._empty = np.empty if kind == "cpu" else None  # (CuPy's: looked up per replay)
@@ -376,10 +384,8 @@ class Template:
         # constants.
         plain = kind == "cpu" and self._single is not None
         plain = plain and not (self._serial or self.in_place or self.poison)
-        if plain and all(perm is None for _, perm, _, _ in self.outputs):
-            self.replay_plain = self._plain_replay()
-        else:
-            self.replay_plain = self.replay
+        self.plain = plain and all(perm is None for _, perm, _, _ in self.outputs)
+        self.replay_plain = self.host_replay() if self.plain else self.replay
 
     def __len__(self) -> int:
         return len(self._launches)
@@ -419,8 +425,7 @@ class Template:
                 if self.checks and not self._passed():
                     return None
         elif self.kind == "cpu":
-            for launch, cfg_ref, values, words, patches, _ in self._launches:
-                launch(cfg_ref, values, words, patches, ptrs)
+            self._launch_cpu(ptrs)
         else:
             self._launch_cuda(arrays, ptrs)
         for local, name in self.lasts:
@@ -429,15 +434,38 @@ class Template:
             return arrays[self._single]
         return tuple([None if i is None else arrays[i] for i in self.result])
 
-    def _plain_replay(self) -> Callable[[list, list], Any]:
-        """:meth:`replay` for a host template of one result without a lock, an overlap
-        test, poison or permuted outputs (``replay_plain``), its constants bound."""
+    def host_replay(self, specs: tuple = (), first: int = 0,
+                    then: Callable[[Any, list, list], Any] | None = None,
+                    ) -> Callable[[Any, list], Any]:  # fmt: skip
+        """A host template's replay as one function ``replay(args, ptrs)`` over its
+        constants, launching on ``arrays = list(args[first:])`` (``args`` itself when
+        ``first`` is 0: ``replay_plain``, the call's arrays with their pointers in
+        ``ptrs``). With ``specs`` (a plan's memo, :func:`templates.keep_memo`) it first
+        checks ``args[i]`` against each ``(i, shape, dtype, strides, address % 16,
+        writeable)``, appending its pointer to ``ptrs``, and answers :data:`MISS` at the
+        first that differs. Then ``then(args, arrays, ptrs)`` when given, else the plain
+        replay: the outputs and the launches with no lock, overlap test, poison or
+        permuted outputs, for a template of one result where those do not arise."""
         outputs = tuple((shape, dtype, align) for shape, _, dtype, align in self.outputs)
-        launches = tuple(launch[:5] for launch in self._launches)
+        launches = self._launches
         lasts, single = self.lasts, self._single
-        empty, pointer = np.empty, host_pointer
+        empty, pointer, ndarray = np.empty, host_pointer, np.ndarray
 
-        def replay(arrays: list, ptrs: list) -> Any:
+        def replay(args: Any, ptrs: list) -> Any:
+            # (each dtype compared by identity before ==, the common case)
+            for i, shape, dtype, strides, align, writeable in specs:
+                b = args[i]
+                if type(b) is not ndarray:
+                    return MISS
+                p = pointer(b)
+                if (b.shape != shape or (b.dtype is not dtype and b.dtype != dtype)
+                        or b.strides != strides or p & 15 != align
+                        or b.flags.writeable is not writeable):  # fmt: skip
+                    return MISS
+                ptrs.append(p)
+            arrays = list(args[first:]) if first else args
+            if then is not None:
+                return then(args, arrays, ptrs)
             for shape, dtype, align in outputs:
                 a = empty(shape, dtype)
                 ptr = pointer(a)
@@ -445,8 +473,8 @@ class Template:
                     return None
                 arrays.append(a)
                 ptrs.append(ptr)
-            for launch, cfg_ref, values, words, patches in launches:
-                launch(cfg_ref, values, words, patches, ptrs)
+            for launch in launches:
+                launch(ptrs)
             for local, name in lasts:
                 local.name = name
             return arrays[single]
@@ -454,8 +482,8 @@ class Template:
         return replay
 
     def _launch_cpu(self, ptrs: list) -> None:
-        for launch, cfg_ref, values, words, patches, _ in self._launches:
-            launch(cfg_ref, values, words, patches, ptrs)
+        for launch in self._launches:
+            launch(ptrs)
 
     def _passed(self) -> bool:
         """Whether every device-side check passed (a device sync on CUDA, as the op's own
@@ -474,4 +502,4 @@ def _without(args: tuple, slots: set[int]) -> list:
     return [None if i in slots else a for i, a in enumerate(args)]
 
 
-__all__ = ["Recording", "Refused", "Template", "record"]
+__all__ = ["MISS", "Recording", "Refused", "Template", "record"]

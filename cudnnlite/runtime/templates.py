@@ -80,9 +80,8 @@ from .. import dtypes
 from ..errors import BadParamError, ExecutionError
 from . import graph, template_keys
 from .env import flag
-from .pointers import host_pointer
 from .template_keys import _NO_SWITCHES, _SWITCHES, call_key
-from .template_record import Refused, Template, record
+from .template_record import MISS, Refused, Template, record
 
 
 class _ThreadState(threading.local):
@@ -243,11 +242,8 @@ def keep_memo(key: tuple, template: Template, op: Any, fn: Callable[..., Any], a
     unset = all(v is None for v in switches)
     checked = switches[-1] is not None and flag(switches[-1])  # CUDNNLITE_TEMPLATE_CHECK
     host = kinds == {np.ndarray}
-    check = (_host_check if host else _device_check)(args[1:], ptrs)
-    stream = None if host else key[-3]  # (call_key appends the current stream's pointer)
-    device = None if host else args[1].device.id
-    cuda = None if host else template_keys._cupy_of(type(args[1])).cuda
-    replay, state = template.replay_plain, _state
+    run = (_host_run if host else _device_run)(template, op, fn, args, ptrs, key, checked)
+    state = _state
     # The older memo this one asks when its check fails (its own older one dropped).
     older = getattr(plan, "_template_memo", None)
     if older is not None:
@@ -261,16 +257,12 @@ def keep_memo(key: tuple, template: Template, op: Any, fn: Callable[..., Any], a
         if (called is not op or len(args) != nargs or generation != _generation
                 or graph._active or state.off):  # fmt: skip
             return None
-        ptrs: list = []
-        # (a GPU call: the usual path runs it on its arrays' device and current stream)
-        if (check(args, ptrs) and (cuda is None or (cuda.runtime.getDevice() == device and
-                                                    cuda.get_current_stream().ptr == stream))
-                and (_NO_SWITCHES() if unset else _SWITCHES() == switches)):  # fmt: skip
+        if _NO_SWITCHES() if unset else _SWITCHES() == switches:
             now = template_keys._context_key()
             if now is context or now == context:
-                if checked:
-                    return _checked_replay(template, op, fn, args, {}, list(args[1:]), ptrs)
-                return replay(list(args[1:]), ptrs)
+                result = run(args, [])
+                if result is not MISS:
+                    return result
         other = fallback[0]
         return None if other is None else other(called, args)
 
@@ -278,53 +270,60 @@ def keep_memo(key: tuple, template: Template, op: Any, fn: Callable[..., Any], a
     plan._template_memo = memo
 
 
-def _host_check(arrays: tuple, ptrs: list) -> Callable[[tuple, list], bool]:
-    """A check that a call's ``args[1:]`` are NumPy arrays whose parts of a call key (each
-    one's shape, dtype, strides, address modulo 16 and writability: :func:`_value_key`'s,
-    for float tensors) are those of ``arrays`` (whose pointers are ``ptrs``); it appends
-    their pointers to its ``ptrs`` as it goes. One loop over the arrays' specs (a chain of
-    closures, one per array, cost about 0.1 us more per array), each dtype compared by
-    identity before ``==`` (the common case)."""
+def _host_run(template: Template, op: Any, fn: Callable[..., Any], args: tuple, ptrs: list,
+              key: tuple, checked: bool) -> Callable[[tuple, list], Any]:  # fmt: skip
+    """A plan memo's ``run(args, ptrs)`` for NumPy arrays: :data:`MISS` unless the call's
+    ``args[1:]`` have the parts of a call key ``args[1:]`` had (each one's shape, dtype,
+    strides, address modulo 16 and writability: :func:`_value_key`'s, for float
+    tensors; ``ptrs``: their pointers), else the template's replay on them (checked
+    against the op under ``CUDNNLITE_TEMPLATE_CHECK``): :meth:`Template.host_replay`,
+    check and replay in one function (a chain of closures, one per array, cost about
+    0.1 us more per array)."""
     specs = tuple((i, a.shape, a.dtype, a.strides, p & 15, a.flags.writeable)
-                  for i, (a, p) in enumerate(zip(arrays, ptrs, strict=True), 1))  # fmt: skip
-    ndarray, pointer = np.ndarray, host_pointer
+                  for i, (a, p) in enumerate(zip(args[1:], ptrs, strict=True), 1))  # fmt: skip
+    then = None
+    if checked:
 
-    def check(args: tuple, ptrs: list) -> bool:
-        for i, shape, dtype, strides, align, writeable in specs:
-            b = args[i]
-            if type(b) is not ndarray:
-                return False
-            p = pointer(b)
-            if (b.shape != shape or (b.dtype is not dtype and b.dtype != dtype)
-                    or b.strides != strides or p & 15 != align
-                    or b.flags.writeable is not writeable):  # fmt: skip
-                return False
-            ptrs.append(p)
-        return True
+        def then(args: tuple, arrays: list, ptrs: list) -> Any:
+            return _checked_replay(template, op, fn, args, {}, arrays, ptrs)
+    elif not template.plain:
 
-    return check
+        def then(args: tuple, arrays: list, ptrs: list) -> Any:
+            return template.replay(arrays, ptrs)
+
+    return template.host_replay(specs, 1, then)
 
 
-def _device_check(arrays: tuple, ptrs: list) -> Callable[[tuple, list], bool]:
-    """:func:`_host_check` for GPU arrays (each one's type, device, shape, dtype, strides
-    and address modulo 16)."""
+def _device_run(template: Template, op: Any, fn: Callable[..., Any], args: tuple, ptrs: list,
+                key: tuple, checked: bool) -> Callable[[tuple, list], Any]:  # fmt: skip
+    """:func:`_host_run` for GPU arrays: each one's type, device, shape, dtype, strides
+    and address modulo 16, and CuPy's current device and stream (the usual path runs a
+    call on its arrays' device and current stream)."""
     specs = tuple((i, type(a), a.device.id, a.shape, a.dtype, a.strides, p & 15)
-                  for i, (a, p) in enumerate(zip(arrays, ptrs, strict=True), 1))  # fmt: skip
+                  for i, (a, p) in enumerate(zip(args[1:], ptrs, strict=True), 1))  # fmt: skip
+    stream = key[-3]  # (call_key appends the current stream's pointer)
+    device = args[1].device.id
+    cuda = template_keys._cupy_of(type(args[1])).cuda
+    replay = template.replay_plain
 
-    def check(args: tuple, ptrs: list) -> bool:
-        for i, kind, device, shape, dtype, strides, align in specs:
+    def run(args: tuple, ptrs: list) -> Any:
+        for i, kind, device_id, shape, dtype, strides, align in specs:
             b = args[i]
             if type(b) is not kind:
-                return False
+                return MISS
             data = b.data  # (CuPy's MemoryPointer: its device without making a Device)
             p = data.ptr
-            if (data.device_id != device or b.shape != shape or b.dtype != dtype
+            if (data.device_id != device_id or b.shape != shape or b.dtype != dtype
                     or b.strides != strides or p & 15 != align):  # fmt: skip
-                return False
+                return MISS
             ptrs.append(p)
-        return True
+        if cuda.runtime.getDevice() != device or cuda.get_current_stream().ptr != stream:
+            return MISS
+        if checked:
+            return _checked_replay(template, op, fn, args, {}, list(args[1:]), ptrs)
+        return replay(list(args[1:]), ptrs)
 
-    return check
+    return run
 
 
 def _checked_replay(tmpl: Template, op: Any, fn: Callable[..., Any], args: tuple,

@@ -29,7 +29,7 @@ import ctypes
 import functools
 import os
 import threading
-from collections.abc import Sequence
+from collections.abc import Callable, Sequence
 from typing import Any
 
 import numpy as np
@@ -368,7 +368,8 @@ class EmulatorKernel(Kernel):
             if keep:  # copies made for one launch (a later one would not see new contents):
                 self.module.copy_back(keep)  # released unchanged; the ordinary path, each time
                 return ordinary
-        address, cfg_ref = arena.ctypes.data + self._plan.offsets[index], ctypes.byref(cfg)
+        address = arena.ctypes.data + self._plan.offsets[index]
+        run = self.recorded_launcher(ctypes.byref(cfg), values)
 
         # (the defaults keep the arena, the config and the arrays it points to alive)
         def launch(value: Any, _arena: np.ndarray = arena, _cfg: Any = cfg,
@@ -381,31 +382,40 @@ class EmulatorKernel(Kernel):
                 ordinary(value)  # (a capture or a template sees every launch)
                 return
             ctypes.memmove(address, value.tobytes(), size)
-            self.launch_recorded(cfg_ref, values)
+            run()
 
         return launch
 
-    def launch_recorded(self, cfg_ref: Any, values: ctypes.Array, words: Any = None,
-                        patches: tuple = (), ptrs: list | None = None) -> None:  # fmt: skip
-        """Runs a launch recorded by a graph or a launch template: ``ctypes.byref`` of its
-        config and its own copy of the argument arena (``values`` points into it), whose
-        uint64 ``words`` first get the template's ``patches`` ((word, index into ``ptrs``,
-        byte offset) each), under the module's lock: concurrent replays of one recording
-        each launch with their own pointers."""
-        module = self.module
-        with module.lock:
-            for slot, index, offset in patches:
-                words[slot] = ptrs[index] + offset  # type: ignore[index]
-            if module.racecheck:
-                with racecheck_mod.capture() as races:
-                    rc = module.lib.emu_launch(self.index, cfg_ref, values)
-                if races.reports and rc == 0:
-                    raise racecheck_mod.race_error(self.name, self.spec.label(), races.reports)
-            else:
-                rc = module.lib.emu_launch(self.index, cfg_ref, values)
-            if rc != 0:
-                message = module.lib.emu_last_error().decode(errors="replace")
-                raise ExecutionError(f"kernel {self.name} ({self.spec.label()}) failed: {message}")
+    def recorded_launcher(self, cfg_ref: Any, values: ctypes.Array, words: Any = None,
+                          patches: tuple = ()) -> Callable[[list | None], None]:  # fmt: skip
+        """A launch recorded by a graph or a launch template, as a function ``launch(ptrs)``
+        bound to its constants: ``ctypes.byref`` of its config and its own copy of the
+        argument arena (``values`` points into it), whose uint64 ``words`` first get the
+        template's ``patches`` ((word, index into ``ptrs``, byte offset) each), under the
+        module's lock: concurrent replays of one recording each launch with their own
+        pointers. The module's library and race-check switch are read per launch (a
+        benchmark stubs the library out; the closure keeps the config and arena alive)."""
+        module, index, lock = self.module, self.index, self.module.lock
+
+        def launch(ptrs: list | None = None) -> None:
+            with lock:
+                for slot, i, offset in patches:
+                    words[slot] = ptrs[i] + offset  # type: ignore[index]
+                if module.racecheck:
+                    with racecheck_mod.capture() as races:
+                        rc = module.lib.emu_launch(index, cfg_ref, values)
+                    if races.reports and rc == 0:
+                        raise racecheck_mod.race_error(self.name, self.spec.label(),
+                                                       races.reports)  # fmt: skip
+                else:
+                    rc = module.lib.emu_launch(index, cfg_ref, values)
+                if rc != 0:
+                    message = module.lib.emu_last_error().decode(errors="replace")
+                    raise ExecutionError(
+                        f"kernel {self.name} ({self.spec.label()}) failed: {message}"
+                    )
+
+        return launch
 
     def pointer_slots(self) -> list[int]:
         """The arena's pointer arguments, as indices of its uint64 words."""
