@@ -326,8 +326,8 @@ def _ctc_bwd(dy, log_probs, targets, input_lengths, target_lengths, blank=0, red
 
 def _reduction(op: str) -> Callable:
     def forward(x, dim=None, keepdim=False, dtype=None):
-        if dtype is not None:
-            raise NotMapped("dtype=")
+        if dtype is not None:  # PyTorch: x cast to dtype first (cuDNN: the caller's cast)
+            x = x.astype(torch.empty((), dtype=dtype).numpy().dtype)
         if isinstance(dim, (list, tuple)) and len(dim) == 0:
             dim = None  # PyTorch: dim=() reduces every dim
         return cl.reduce_tensor(x, op, dim, keepdims=keepdim)

@@ -10,7 +10,8 @@ reason); such a sample is asserted to still differ, so the table stays true, and
 counted. ``test_opinfo_summary`` prints "N samples pass, M deliberate differences".
 Ops with many samples (max pooling has hundreds of parameter combinations) are
 subsampled deterministically: every k-th sample, at most :data:`MAX_SAMPLES` per op and
-dtype. Skipped without PyTorch (the ``interop`` extra) or its test helper expecttest.
+dtype (``CUDNNLITE_OPINFO_SAMPLES``; 0: all). Skipped without PyTorch (the ``interop``
+extra) or its test helper expecttest.
 
 Run it as a script (``python tests/test_opinfo_parity.py``) to print every sample's
 outcome.
@@ -19,6 +20,8 @@ outcome.
 from __future__ import annotations
 
 import math
+import os
+import sys
 from collections.abc import Callable
 from dataclasses import dataclass
 from typing import Any
@@ -29,8 +32,9 @@ from opinfo_support import ADAPTERS, NotMapped, _grad_seed, _np, common, torch
 
 from cudnnlite.errors import CudnnliteError
 
-#: at most this many samples per op and dtype (every k-th of op_db's list)
-MAX_SAMPLES = 12
+#: at most this many samples per op and dtype (every k-th of op_db's list);
+#: CUDNNLITE_OPINFO_SAMPLES=0 runs every sample (6,924: about a minute on 2 cores)
+MAX_SAMPLES = int(os.environ.get("CUDNNLITE_OPINFO_SAMPLES", "12")) or sys.maxsize
 DTYPES = (torch.float32, torch.float64)
 # PyTorch's own assert_close defaults are rtol 1.3e-6 / atol 1e-5 (fp32) and 1e-7 / 1e-7
 # (fp64); both sides sum in different orders (conv: up to a few hundred products,
@@ -318,7 +322,6 @@ def test_difference_table_is_used() -> None:
 
 
 if __name__ == "__main__":  # pragma: no cover - exploration aid
-    import sys
     import time
 
     names = sys.argv[1:] or sorted(ADAPTERS)
