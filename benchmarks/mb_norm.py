@@ -3,8 +3,9 @@
 On a GPU: batch norm on a ResNet-50 feature map (32 x 256 x 56 x 56; NCHW fp32 and NHWC
 fp16 as PyTorch's channels_last): training forward, inference forward, backward, and
 the fused add + relu; layer norm and RMS norm on BERT-large hidden states (32*128 rows
-of 1024), group norm (32 groups) on 32 x 256 x 56 x 56. On the emulator the same calls
-on scaled-down shapes. Bytes moved are what a perfect kernel reads plus writes: batch
+of 1024), group norm (32 groups) on 32 x 256 x 56 x 56 and on a diffusion U-Net's
+2 x 320 x 64 x 64 (NCHW, and NHWC against a channels_last tensor). On the emulator the
+same calls on scaled-down shapes. Bytes moved are what a perfect kernel reads plus writes: batch
 norm training reads x twice (statistics, then normalization: a feature map does not
 fit in cache) and writes y; its backward reads dy and x twice and writes dx; the row
 norms read each row once (it stays in cache between passes) and write once.
@@ -207,18 +208,29 @@ def _row_cases(ctx: Context, F: Any) -> list[Case]:
                 else None,
             )
         )
-        for shape, groups in ((gmap, 32), (unet, 32 if big else 4)):
-            gx = ctx.randn(shape, dt)
-            gw, gb = ctx.randn((shape[1],), dt), ctx.randn((shape[1],), dt)
-            tg = (ctx.to_torch(gx), ctx.to_torch(gw), ctx.to_torch(gb)) if torch else None
+        # the U-Net's group norm also channels-last (NHWC: split along H*W at small batch;
+        # PyTorch's side is the same memory as a channels_last tensor)
+        for shape, groups, layout in ((gmap, 32, "NCHW"), (unet, 32 if big else 4, "NCHW"),
+                                      (unet, 32 if big else 4, "NHWC")):  # fmt: skip
+            n, c, h, wd = shape
+            stored = shape if layout == "NCHW" else (n, h, wd, c)
+            gx = ctx.randn(stored, dt)
+            gw, gb = ctx.randn((c,), dt), ctx.randn((c,), dt)
+            tg = (
+                (_torch_nchw(ctx, gx, layout), ctx.to_torch(gw), ctx.to_torch(gb))
+                if torch
+                else None
+            )
             out.append(
                 Case(
                     "group_norm",
-                    f"group_norm G={groups} fwd",
-                    _shape(shape),
+                    f"group_norm G={groups} fwd" + (" NHWC" if layout == "NHWC" else ""),
+                    _shape(stored),
                     short,
                     2 * int(np.prod(shape)) * item,
-                    lambda gx=gx, gw=gw, gb=gb, g=groups: GN.group_norm(gx, g, gw, gb),
+                    lambda gx=gx, gw=gw, gb=gb, g=groups, lay=layout: GN.group_norm(
+                        gx, g, gw, gb, layout=lay
+                    ),
                     (lambda tg=tg, g=groups: F.group_norm(tg[0], g, tg[1], tg[2]))
                     if torch
                     else None,
