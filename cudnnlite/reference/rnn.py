@@ -11,8 +11,9 @@ backward, with the semantics of ``torch.nn.RNN`` / ``LSTM`` / ``GRU``.
   reverse direction in the second half.
 - ``lengths`` (B,) in any order, as packed sequences: entry b has steps t < L_b only,
   y is 0 past them, the forward direction's final state is taken at t = L_b - 1 and the
-  reverse direction starts there from hx. Implemented by letting an inactive step carry
-  the state through unchanged.
+  reverse direction starts there from hx; x past L_b is never read (NaN there reaches no
+  result, as with PyTorch's packed sequences). Implemented by letting an inactive step
+  carry the state through unchanged, on x with zeros past each length.
 - Dropout between layers (training, p > 0): the input of layer k >= 1 is
   ``dropout_forward(y_{k-1}, p, seed, offset=k-1, dtype=dtype)`` on the time-major
   (T, B, D*Hout) output; ``dtype`` is the storage type of the kernels being modelled, which
@@ -149,6 +150,7 @@ def _prepare(x, hx, cx, weights, mode, num_layers, bidirectional, batch_first, p
         if lens.shape != (batch,) or np.any(lens < 1) or np.any(lens > steps):
             raise ValueError(f"lengths: expected {batch} values in [1, {steps}], got {lengths}")
         active = np.arange(steps)[:, None] < lens[None, :]
+        x = np.where(active[:, :, None], x, 0.0)  # (padding, NaN included, is never read)
     drop = float(dropout) if training and num_layers > 1 else 0.0
     return _Prepared(dims, x, hx, cx, active, w, drop, int(seed), dtype)
 

@@ -223,7 +223,13 @@ class BackwardRunner(Runner):
         w, dw = res.weights[layer], tensors.dweights[layer]
         rows = p.t * p.b
         gh = p.gates * p.h
-        x32 = saves.x.reshape(rows, -1).astype(acc)
+        x32 = saves.x.reshape(rows, -1).astype(acc)  # (a copy)
+        if res.lengths is not None:
+            # Steps past a sequence's end do not exist: its x there (padding, any value)
+            # gets a zero gradient, but 0 * NaN would still poison dW_ih.
+            present = xp.arange(p.t)[:, None] < res.lengths[None, :]
+            x3 = x32.reshape(p.t, p.b, -1)
+            x32 = xp.where(present[:, :, None], x3, x3.dtype.type(0)).reshape(rows, -1)
         dgx2 = dgx.reshape(p.dirs, rows, gh)
         dgh2 = dgh.reshape(p.dirs, rows, gh)
         dw_ih = xp.empty(w.w_ih.shape, acc)
