@@ -192,21 +192,34 @@ def heuristic(problem: Any, caps: Capabilities) -> Choice:
     raise NotSupportedError(f"no solver can run {problem.key()}: " + "; ".join(reasons))
 
 
-def select(problem: Any, backend: Backend, algo: str = "auto") -> Choice:
-    caps = capabilities(backend)
+def check_algo(algo: Any, family: str) -> None:
+    """The checks of an ``algo=`` that need no problem: a string, and "auto", an algorithm
+    family or the name of a solver of ``family`` (``conv_fwd``, ...). :func:`select` makes
+    them first; a call without work (an empty batch), which never dispatches, makes them
+    itself, so that a bad ``algo`` raises the same error at any size."""
     if not isinstance(algo, str):
         raise BadParamError(
             f"algo: expected 'auto', an algorithm family ({', '.join(ALGO_FAMILIES)}) or a "
             f"solver name, got {algo!r}"
         )
+    if algo == "auto" or algo in ALGO_FAMILIES:
+        return
+    if algo not in registry.NAMES:
+        raise BadParamError(
+            f"algo: unknown solver {algo!r}, nor an algorithm family (families: "
+            f"{', '.join(ALGO_FAMILIES)}); solvers: {', '.join(registry.NAMES)}"
+        )
+    solver_family = registry.get(algo).family
+    if solver_family != family:
+        raise BadParamError(f"algo: {algo} solves {solver_family}, not {family}")
+
+
+def select(problem: Any, backend: Backend, algo: str = "auto") -> Choice:
+    caps = capabilities(backend)
+    check_algo(algo, family_of(problem))
     if algo in ALGO_FAMILIES:
         return _family_choice(algo, problem, caps)
     if algo != "auto":
-        if algo not in registry.NAMES:
-            raise BadParamError(
-                f"algo: unknown solver {algo!r}, nor an algorithm family (families: "
-                f"{', '.join(ALGO_FAMILIES)}); solvers: {', '.join(registry.NAMES)}"
-            )
         return _explicit(algo, problem, caps, None, "explicit")
     forced = settings.forced_solver()
     if forced is not None:

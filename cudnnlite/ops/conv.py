@@ -18,6 +18,7 @@ import numpy as np
 
 from ..dispatch import registry
 from ..dispatch.plans import Plan, get_plan
+from ..dispatch.select import check_algo
 from ..errors import BadParamError
 from ..runtime.graph import graph_safe, note_host_work
 from ..runtime.kernel import ModuleSpec
@@ -237,6 +238,7 @@ def _forward(
         activation, coef, threshold, alpha, alpha2, bias is not None, z is not None, x.dtype
     )
     if isinstance(problem, EmptyConv):
+        check_algo(algo, "conv_fwd")  # (no dispatch: the algo is checked all the same)
         return _empty_conv(problem, x, w, bias, z, out, epilogue)
     plan = get_plan(backend, problem, algo)
     y = _run(plan, x, w, bias, z, out, epilogue)

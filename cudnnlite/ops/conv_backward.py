@@ -23,6 +23,7 @@ import numpy as np
 
 from .. import dtypes
 from ..dispatch.plans import get_plan
+from ..dispatch.select import check_algo
 from ..errors import BadParamError
 from ..problems.conv import ConvProblem
 from ..runtime.graph import graph_safe, note_host_work
@@ -37,7 +38,7 @@ from ..solvers.conv.common import IDENTITY_MODE, Epilogue
 from ._arrays import array_module, as_array, check_distinct, float_dtype
 from ._kernels import LastLaunch
 from .conv import _contiguous, bias_only, unbatched_view
-from .conv_args import EmptyConv, _ints, check_math, make_problem
+from .conv_args import _LAYOUTS_1D, EmptyConv, _ints, check_math, make_problem
 
 _LAST = LastLaunch()  # the last backward call's kernel names, per thread
 
@@ -169,6 +170,7 @@ def _backward_data(dy: Any, w: Any, x_shape: Any, stride: Any, padding: Any, dil
                        layout=layout, math_mode=math)  # fmt: skip
     if isinstance(problem, EmptyConv):
         _check("dy", dy, problem.y_shape, dy.dtype, _why(stride, padding, dilation))
+        check_algo(algo, "conv_bwd_data")  # (no dispatch: the algo is checked all the same)
         return _zeros(out, problem.x_shape, dy.dtype, {"dy": dy, "w": w}, array_module(dy))
     _check("dy", dy, problem.y_shape(), dy.dtype, _why(stride, padding, dilation))
     problem = dataclasses.replace(problem, direction="bwd_data")
@@ -287,6 +289,7 @@ def _backward_filter(x: Any, dy: Any, w_shape: Any, stride: Any, padding: Any, d
     xp = array_module(x)
     if isinstance(problem, EmptyConv):
         _check("dy", dy, problem.y_shape, x.dtype, _why(stride, padding, dilation))
+        check_algo(algo, "conv_bwd_filter")  # (no dispatch: the algo is checked all the same)
         return _zeros(out, problem.w_shape, x.dtype, {"x": x, "dy": dy}, xp)
     _check("dy", dy, problem.y_shape(), x.dtype, _why(stride, padding, dilation))
     problem = dataclasses.replace(problem, direction="bwd_filter")
@@ -351,6 +354,16 @@ _BIAS_LAYOUTS = {"NCHW": False, "NHWC": True, "NCW": False, "NWC": True, "NCDHW"
 _LAYOUTS = {1: ("NCW", "NWC"), 2: ("NCHW", "NHWC"), 3: ("NCDHW", "NDHWC")}
 
 
+def _layout(layout: Any, nd: int) -> str:
+    """``layout`` checked for ``nd`` spatial dims; 1-D also takes "NCHW" / "NHWC" for
+    "NCW" / "NWC", as the forward and the other backward functions do (make_problem)."""
+    if nd == 1 and isinstance(layout, str):
+        layout = _LAYOUTS_1D.get(layout, layout)
+    if layout not in _LAYOUTS[nd]:
+        raise BadParamError(f"layout: expected one of {_LAYOUTS[nd]}, got {layout!r}")
+    return layout
+
+
 @with_stream
 def conv2d_backward_bias(dy: Any, layout: str = "NCHW", *, out: Any = None) -> Any:
     """The gradient of a convolution's bias: dy summed over N and every spatial position,
@@ -368,9 +381,7 @@ def _backward_bias(dy: Any, layout: str, out: Any, nd: int) -> Any:
     backend = backend_for(dy, out, names=("dy", "out"))
     dy = as_array("dy", dy)
     float_dtype("dy", dy)
-    allowed = _LAYOUTS[nd]
-    if layout not in allowed:
-        raise BadParamError(f"layout: expected one of {allowed}, got {layout!r}")
+    layout = _layout(layout, nd)
     if dy.ndim == nd + 1:
         dy = dy[None]  # unbatched, as the forward
     if dy.ndim != nd + 2:
@@ -407,9 +418,7 @@ def _transpose(x: Any, w: Any, bias: Any, stride: Any, padding: Any, output_padd
     check_math(math, float_dtype("x", x))
     if w.dtype != x.dtype:
         raise BadParamError(f"w: expected dtype {x.dtype} like x, got {w.dtype}")
-    layouts = _LAYOUTS[nd]
-    if layout not in layouts:
-        raise BadParamError(f"layout: expected one of {layouts}, got {layout!r}")
+    layout = _layout(layout, nd)
     if x.ndim != nd + 2:
         raise BadParamError(
             f"x: expected a {nd + 2}-D array ({layout}) or an unbatched {nd + 1}-D one, got "
@@ -466,6 +475,7 @@ def _transpose(x: Any, w: Any, bias: Any, stride: Any, padding: Any, output_padd
     if empty:
         if bias is not None:
             _check("bias", bias, (c_out,), x.dtype)
+        check_algo(algo, "conv_bwd_data")  # (no dispatch: the algo is checked all the same)
         return _bias_fill(out, shape_of(out_spatial), channels_last, bias, x, w)
     run_shape = shape_of(run_spatial)
     problem = _problem(run_shape, w.shape, x.dtype, {"x": "x", "w": "w"}, nd, stride=strides,

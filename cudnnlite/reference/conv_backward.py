@@ -98,7 +98,9 @@ def conv_backward_filter(
         for taps in itertools.product(*[range(f) for f in filter_size]):
             patch = xg[(slice(None), slice(None), *_tap_slices(taps, out, strides, dilations))]
             dw[(slice(g * kg, (g + 1) * kg), slice(None), *taps)] = np.einsum(
-                "nkp,ncp->kc", dyg.reshape(n, kg, -1), patch.reshape(n, cg, -1)
+                "nkp,ncp->kc",
+                dyg.reshape(n, kg, int(np.prod(out))),
+                patch.reshape(n, cg, int(np.prod(out))),
             )
     return np.ascontiguousarray(np.moveaxis(dw, 1, -1) if channels_last else dw)
 
