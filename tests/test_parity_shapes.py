@@ -290,6 +290,35 @@ def test_conv_zero_channels_backward_and_transposed() -> None:
     assert e.shape == (0, 4, 0, 5)
 
 
+def test_calls_without_work_still_check_algo() -> None:
+    """An empty batch (attention: no keys either; RNN: B = 0) dispatches nothing, but a
+    misspelt algo or another direction's solver raises as at any other size."""
+    z = lambda *s: np.zeros(s, np.float32)  # noqa: E731
+    q, kv = z(1, 2, 3, 4), z(1, 2, 0, 4)
+    o, lse = cl.scaled_dot_product_attention(q, kv, kv, return_lse=True)
+    rnn_w = {"weight_ih_l0": z(2, 3), "weight_hh_l0": z(2, 2)}  # (rnn_tanh: hidden 2)
+    y, hy, res = cl.rnn(z(5, 0, 3), None, rnn_w, mode="rnn_tanh", training=True)
+    calls = [
+        ("sdpa_bwd_unfused", lambda a: cl.scaled_dot_product_attention(q, kv, kv, algo=a)),
+        (
+            "sdpa_fwd_unfused",
+            lambda a: cl.scaled_dot_product_attention_backward(q, q, kv, kv, o, lse, algo=a),
+        ),
+        ("rnn_bwd_standard", lambda a: cl.rnn(z(5, 0, 3), None, rnn_w, mode="rnn_tanh", algo=a)),
+        ("rnn_fwd_standard", lambda a: cl.rnn_backward(y, None, None, res, algo=a)),
+        ("conv_bwd_data_direct", lambda a: cl.conv2d(z(0, 3, 5, 5), z(4, 3, 3, 3), algo=a)),
+    ]
+    for other_direction, call in calls:
+        for algo, match in (
+            ("no_such_solver", "algo: unknown solver"),
+            (3, "algo: expected"),
+            (other_direction, f"algo: {other_direction} solves"),
+        ):
+            with pytest.raises(cl.BadParamError, match=match):
+                call(algo)
+        call("auto")
+
+
 def test_conv_empty_shapes_still_validated() -> None:
     """Negative or mismatched channel counts, empty filters and empty spatial dims of a
     non-empty batch with channels are BadParamErrors naming the argument (as PyTorch)."""

@@ -36,6 +36,7 @@ import numpy as np
 
 from .. import dtypes
 from ..dispatch.plans import get_plan
+from ..dispatch.select import check_algo
 from ..errors import BadParamError
 from ..problems.attention import AttentionProblem
 from ..runtime.backend import Backend
@@ -457,6 +458,7 @@ def scaled_dot_product_attention(
     direct = out is not None and out.flags.c_contiguous
     o = out.reshape(p.o_shape()) if direct else xp.empty(p.o_shape(), dtype=call.dtype)
     if p.empty:
+        check_algo(algo, p.family)  # (no dispatch: the algo is checked all the same)
         note_host_work("attention: the result of an attention without work")
         o[...] = 0
         lse = xp.full(p.lse_shape(), -np.inf, dtype=acc_numpy(p))
@@ -545,6 +547,8 @@ def scaled_dot_product_attention_backward(
     # Every solver writes every element (its tests start from NaN): zeros only when
     # there is nothing to compute.
     alloc = xp.zeros if p.empty else xp.empty
+    if p.empty:
+        check_algo(algo, p.family)  # (no dispatch: the algo is checked all the same)
     dq = alloc(p.q_shape(), dtype=call.dtype)
     dk = alloc(p.k_shape(), dtype=call.dtype)
     dv = alloc(p.v_shape(), dtype=call.dtype)

@@ -33,6 +33,7 @@ import numpy as np
 
 from .. import dtypes
 from ..dispatch.plans import get_plan
+from ..dispatch.select import check_algo
 from ..errors import BadParamError
 from ..problems.rnn import GATES, MODES, RnnProblem
 from ..runtime.backend import Backend
@@ -384,6 +385,7 @@ def rnn(
     training = flag("training", training)
     call = _make_call(x, hx, weights, cx, lengths, mode, num_layers, bidirectional,
                       batch_first, dropout, seed, proj_size, training)  # fmt: skip
+    check_algo(algo, call.problem.family)  # (an empty batch never dispatches)
     return _run_forward(call, lambda p: get_plan(call.backend, p, algo), training)
 
 
@@ -453,6 +455,7 @@ def rnn_backward(dy: Any, dhy: Any, dcy: Any, reserve: RnnReserve, *,
                                 dweights)  # fmt: skip
         get_plan(call.backend, p.backward(), algo).launch(tensors, call.scalars)
     else:
+        check_algo(algo, p.backward().family)  # (no dispatch: the algo is checked all the same)
         dx.fill(0), dhx.fill(0)
         if dcx is not None:
             dcx.fill(0)
