@@ -1,7 +1,7 @@
 """README's deliberate differences from PyTorch outside OpInfo's samples (zero channels,
-small 3-D average pools, one-value groups, NaNs on padding, infinite gradients, attention
-without keys, NaN grid coordinates, negative-bit tensors): each is asserted to still
-differ. Skipped without PyTorch or expecttest."""
+small 3-D average pools, padding-only max windows, one-value groups, NaNs on padding,
+infinite gradients, attention without keys, NaN grid coordinates, negative-bit tensors):
+each is asserted to still differ. Skipped without PyTorch or expecttest."""
 
 from __future__ import annotations
 
@@ -39,6 +39,21 @@ def test_small_input_avg_pool3d_still_differs() -> None:
     flat = torch.from_numpy(x.reshape(1, 1, 1, 16))
     want = F.avg_pool2d(flat, (3, 1), stride=1, padding=(1, 0)).numpy()
     np.testing.assert_allclose(mine.reshape(want.shape), want, rtol=1e-6)
+
+
+def test_index_of_a_padding_only_max_window_still_differs() -> None:
+    """README's deliberate difference: a max-pool window of padding only (kernel 3,
+    dilation 2, padding 1 and ceil_mode over one value: the second window's taps all fall
+    on padding). PyTorch saves index 1, past the one-value plane; cudnnlite saves -1, which
+    its backward credits nothing. Both give y = -inf there, and dx gets nothing from it."""
+    x = np.array([[[5.0]]], np.float32)
+    args = (3, 3, 1, 2, True, True)  # kernel, stride, padding, dilation, ceil_mode, indices
+    y, i = F.max_pool1d(torch.from_numpy(x), *args)
+    assert i.tolist() == [[[1]]] and y.tolist() == [[[-np.inf]]]
+    mine, idx = cl.max_pool1d(x, *args)
+    assert idx.tolist() == [[[-1]]] and mine.tolist() == [[[-np.inf]]]
+    dx = cl.max_pool_backward(np.ones_like(mine), idx, x.shape, *args[:5], nd=1)
+    np.testing.assert_array_equal(dx, np.zeros_like(x))
 
 
 def test_one_value_group_norm_still_differs() -> None:

@@ -414,6 +414,12 @@ def _mode(mode: Any) -> str:
     return mode
 
 
+def _no_dilation(dilation: Any) -> None:
+    """The average modes take no dilation (cuDNN's pooling descriptor has none)."""
+    if dilation not in (1, (1,), (1, 1), (1, 1, 1)):
+        raise BadParamError(f"dilation: average pooling takes none, got {dilation!r}")
+
+
 @with_stream
 def pooling_forward(
     x: Any,
@@ -437,8 +443,7 @@ def pooling_forward(
             nan_propagation=nan_propagation,
         )
     _nan_option(nan_propagation)
-    if dilation not in (1, (1,), (1, 1), (1, 1, 1)):
-        raise BadParamError(f"dilation: average pooling takes none, got {dilation!r}")
+    _no_dilation(dilation)
     return avg_pool(
         x,
         kernel_size,
@@ -486,6 +491,7 @@ def pooling_backward(
             layout=layout,
             deterministic=mode == "max_deterministic",
         )
+    _no_dilation(dilation)
     return avg_pool_backward(
         dy,
         x.shape,
@@ -536,8 +542,7 @@ def pooling_plan(
         scalars = scalars_key("max", *args, dilation, ceil_mode, False, layout)
         return OpPlan("max_pool", max_pool, plan_backend(backend), dims, dt, kwargs, _quick,
                       scalars)  # fmt: skip
-    if dilation not in (1, (1,), (1, 1), (1, 1, 1)):
-        raise BadParamError(f"dilation: average pooling takes none, got {dilation!r}")
+    _no_dilation(dilation)
     if return_indices:
         raise BadParamError(f"return_indices: {mode} pooling has no indices (max pooling does)")
     _window_problem(dims, nd, *args, 1, ceil_mode, layout, _MODE_ID[mode], name="shape")

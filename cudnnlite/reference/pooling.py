@@ -11,7 +11,8 @@ Rules (``torch.nn.functional.{max,avg}_pool*d`` and ``adaptive_*``):
   when ``(o - 1) s >= i + p``;
 - max pooling ignores padded positions; NaN wins (propagates; the last NaN of the
   window gives the index); the saved index is the flat position ``((d * H) + h) * W + w``
-  in the input plane of the first maximum;
+  in the input plane of the first maximum (-1 for a window of padding only, which
+  dilation and ceil_mode allow over a small input);
 - average pooling divides by ``divisor_override`` if given, else by the window clipped
   to the padded input (``count_include_pad``) or to the input itself;
 - adaptive windows are ``[floor(o i / O), ceil((o + 1) i / O))``.
@@ -206,7 +207,8 @@ def global_avg_pool(x: Any, spatial_dims: int = 2, layout: str = "NCHW") -> np.n
 def max_pool_backward(
     dy: Any, indices: Any, input_shape: Sequence[int], layout: str = "NCHW"
 ) -> np.ndarray:
-    """Scatters dy to the saved argmax positions (summing where windows share one)."""
+    """Scatters dy to the saved argmax positions (summing where windows share one); an
+    index of -1 (a window of padding only) credits nothing."""
     g = _to_nc(dy, layout)
     ind = np.asarray(indices)
     ind = np.moveaxis(ind, -1, 1) if layout == "NHWC" else ind
@@ -216,11 +218,13 @@ def max_pool_backward(
     n, c = shape[:2]
     plane = math.prod(shape[2:])
     dx = np.zeros((n, c, plane))
-    gi = g.reshape(n, c, -1)
-    ii = ind.reshape(n, c, -1)
+    out_plane = math.prod(g.shape[2:])  # (not -1: an empty batch has no size to infer)
+    gi = g.reshape(n, c, out_plane)
+    ii = ind.reshape(n, c, out_plane)
+    held = ii >= 0  # (a negative index would wrap around to the plane's end)
     for b in range(n):
         for ch in range(c):
-            np.add.at(dx[b, ch], ii[b, ch], gi[b, ch])
+            np.add.at(dx[b, ch], ii[b, ch][held[b, ch]], gi[b, ch][held[b, ch]])
     return _from_nc(dx.reshape(shape), layout)
 
 
