@@ -58,13 +58,19 @@ def test_index_of_a_padding_only_max_window_still_differs() -> None:
 
 def test_one_value_group_norm_still_differs() -> None:
     """README's deliberate difference: PyTorch's group_norm refuses groups of one value
-    ("Expected more than 1 value per channel when training"); cudnnlite normalizes them:
-    x - mean is 0, so the output is the bias."""
+    ("Expected more than 1 value per channel when training"), and instance_norm one
+    spatial element; cudnnlite normalizes them: x - mean is 0, so the output is the bias."""
     x = np.array([[3.0, -2.0, 7.5]], np.float32)
     w, b = np.array([2.0, 3.0, 4.0], np.float32), np.array([0.5, -1.0, 2.0], np.float32)
     with pytest.raises(ValueError, match="more than 1 value per channel"):
         F.group_norm(torch.from_numpy(x), 3, torch.from_numpy(w), torch.from_numpy(b))
     np.testing.assert_array_equal(cl.group_norm(x, 3, w, b), b[None, :])
+    # instance norm from input statistics over one spatial element: the same
+    x1, wt, bt = (torch.from_numpy(a) for a in (x[..., None], w, b))
+    with pytest.raises(ValueError, match="more than 1 spatial element"):
+        F.instance_norm(x1, weight=wt, bias=bt)
+    np.testing.assert_array_equal(cl.instance_norm(x[..., None], weight=w, bias=b),
+                                  b[None, :, None])  # fmt: skip
 
 
 def test_nan_meeting_only_padding_still_differs() -> None:

@@ -121,8 +121,8 @@ def _gn_nhwc_forward(
 def _gn_stretches(table: Any, blocks: int, spatial: int) -> int:
     """Stretches of H*W the NHWC kernels split into: 1 (a block per (sample, tile) of
     groups) unless those blocks are too few for the GPU (table.too_few), else
-    table.splits' (each of >= 4 rows a thread)."""
-    return table.splits(blocks, spatial, _GN_ROWS * 4) if table.too_few(blocks) else 1
+    table.splits' (each of >= 4 rows a thread); 1 for an empty batch (no blocks)."""
+    return table.splits(blocks, spatial, _GN_ROWS * 4) if blocks and table.too_few(blocks) else 1
 
 
 def _gn_nhwc_backward(
@@ -358,6 +358,13 @@ def _update_running_instance(rm: Any, rv: Any, mean: Any, rstd: Any, eps: float,
     the batch mean of the per-instance means and unbiased variances (var = rstd^-2 - eps,
     the variance group_norm_forward normalized with)."""
     note_host_work("instance norm: the running statistics' update, with NumPy/CuPy")
+    if mean.shape[0] == 0:
+        # an empty batch: PyTorch's update with the mean over no instances, NaN (NumPy's
+        # mean would say so with a RuntimeWarning)
+        for r in (rm, rv):
+            if r is not None:
+                r[...] = np.nan
+        return
     if rm is not None:
         m = mean.astype(np.float64).mean(axis=0)
         rm[...] = ((1.0 - momentum) * rm.astype(np.float64) + momentum * m).astype(rm.dtype)
