@@ -16,6 +16,7 @@ torch = pytest.importorskip("torch")
 pytest.importorskip("hypothesis")
 from hypothesis import HealthCheck, settings  # noqa: E402
 from hypothesis import strategies as st  # noqa: E402
+from property_support import OUT_KINDS, assert_within, xp_of  # noqa: E402
 
 from cudnnlite import dtypes  # noqa: E402
 from cudnnlite.testing import to_backend, to_numpy  # noqa: E402
@@ -29,7 +30,6 @@ HYPO = settings(max_examples=EXAMPLES, deadline=None,
 
 SHORTS = ("fp32", "fp16", "bf16", "fp64") if dtypes.HAVE_BFLOAT16 else ("fp32", "fp16", "fp64")
 LAYOUTS = ("NCHW", "NHWC")
-OUT_KINDS = ("none", "fresh", "strided")
 AFFINE = ("wb", "wb", "w", "b", "none")
 ACC_U = {"fp32": 2.0**-24, "fp16": 2.0**-24, "bf16": 2.0**-24, "fp64": 2 * 2.0**-53}
 STORE_U = {"float32": 2.0**-24, "float16": 2.0**-11, "bfloat16": 2.0**-8, "float64": 2.0**-53}
@@ -217,14 +217,6 @@ def operands(case: Case) -> dict[str, np.ndarray | None]:
     }
 
 
-def xp_of(backend: str) -> Any:
-    if backend == "cpu":
-        return np
-    import cupy
-
-    return cupy
-
-
 def on(backend: str, a: np.ndarray | None, view: bool = False) -> Any:
     """a on the backend; ``view``: as a Fortran-ordered array (not C-contiguous)."""
     if a is None:
@@ -243,37 +235,6 @@ def quiet(fn: Any, *args: Any) -> Any:
 
 def f64(a: Any) -> np.ndarray | None:
     return None if a is None else to_numpy(a).astype(np.float64)
-
-
-def snapshot(*arrays: Any) -> list[np.ndarray | None]:
-    return [None if a is None else to_numpy(a).copy() for a in arrays]
-
-
-def assert_untouched(arrays: tuple, before: list) -> None:
-    for i, (a, b) in enumerate(zip(arrays, before, strict=True)):
-        if a is not None:
-            np.testing.assert_array_equal(to_numpy(a), b, err_msg=f"input {i} was modified")
-
-
-def make_out(backend: str, kind: str, shape: tuple[int, ...], dtype: Any) -> tuple[Any, Any]:
-    """(out, the buffer it lies in): None, a NaN-filled array, or every other element of
-    a larger NaN buffer (the gaps must stay NaN)."""
-    xp = xp_of(backend)
-    if kind == "none":
-        return None, None
-    if kind == "fresh" or not shape:
-        out = xp.full(shape, np.nan, dtype=dtype)
-        return out, out
-    big = xp.full((*shape[:-1], 2 * shape[-1]), np.nan, dtype=dtype)
-    return big[..., ::2], big
-
-
-def assert_out_honoured(result: Any, out: Any, big: Any) -> None:
-    if out is None:
-        return
-    assert result is out, "out= given: the result must be out itself"
-    if big is not out:
-        assert np.isnan(to_numpy(big)[..., 1::2]).all(), "out's gaps were written"
 
 
 # ------------------------------------------------------------------ geometry and bounds
@@ -374,25 +335,6 @@ def tol(err: np.ndarray, want: np.ndarray, dtype: Any, ua: float) -> np.ndarray:
     """err plus one rounding to ``dtype`` of want (module docstring)."""
     name = np.dtype(dtype).name
     return err + (2 * STORE_U[name] + ua) * np.abs(want) + FLOOR.get(name, 0.0)
-
-
-def assert_within(got: Any, want: Any, bound: np.ndarray, what: str) -> None:
-    """|got - want| <= bound where want is a number; NaN exactly where want has NaN."""
-    g = to_numpy(got).astype(np.float64)
-    want = np.asarray(want, np.float64)
-    assert g.shape == want.shape, f"{what}: shape {g.shape}, expected {want.shape}"
-    nan = np.isnan(want)
-    leak = np.isnan(g) != nan
-    if leak.any():
-        i = tuple(np.argwhere(leak)[0])
-        raise AssertionError(f"{what}: NaN pattern differs in {leak.sum()} of {leak.size}; "
-                             f"first at {i}: got {g[i]}, expected {want[i]}")  # fmt: skip
-    with np.errstate(invalid="ignore"):
-        bad = ~(np.abs(g - want) <= bound) & ~nan
-    if bad.any():
-        i = tuple(np.argwhere(bad)[0])
-        raise AssertionError(f"{what}: {bad.sum()} of {bad.size} off; first at {i}: got "
-                             f"{g[i]}, expected {want[i]}, tolerance {bound[i]:.3g}")  # fmt: skip
 
 
 def both(got: Any, wants: dict[str, Any], bound: np.ndarray, what: str) -> None:

@@ -42,6 +42,16 @@ hypothesis = pytest.importorskip("hypothesis")
 torch = pytest.importorskip("torch")
 from hypothesis import HealthCheck, example, given, settings  # noqa: E402
 from hypothesis import strategies as st  # noqa: E402
+from property_support import (  # noqa: E402
+    OUT_KINDS,
+    assert_out_honoured,
+    assert_untouched,
+    assert_within,
+    make_out,
+    other_order_view,
+    snapshot,
+    xp_of,
+)
 
 import cudnnlite as cl  # noqa: E402
 from cudnnlite.dispatch import registry  # noqa: E402
@@ -377,73 +387,11 @@ def bound(case: Case, want: np.ndarray, mag: np.ndarray, terms: int,
     return b + 2.0**-14 if s == "fp16" else b
 
 
-def assert_within(got: Any, want: np.ndarray, tol: np.ndarray, what: str) -> None:
-    g = to_numpy(got)
-    assert g.shape == want.shape, f"{what}: shape {g.shape}, expected {want.shape}"
-    err = np.abs(g.astype(np.float64) - want)
-    bad = ~(err <= tol)  # NaN counts as bad
-    if bad.any():
-        i = tuple(np.argwhere(bad)[0])
-        raise AssertionError(f"{what}: {bad.sum()} of {bad.size} off; first at {i}: got "
-                             f"{g[i]}, expected {want[i]}, tolerance {tol[i]:.3g}")  # fmt: skip
-
-
-def xp_of(backend: str) -> Any:
-    if backend == "cpu":
-        return np
-    import cupy
-
-    return cupy
-
-
 def channel_axis(case: Case) -> int:
     """Where x's channels are."""
     if case.channels_last:
         return case.nd if case.n is None else case.nd + 1
     return 0 if case.n is None else 1
-
-
-def other_order_view(a: Any, axis: int) -> Any:
-    """a with the same values, as a view of memory in the other layout's order (a
-    channels-last buffer seen as channels-first, or the converse; ``axis``: a's channels)."""
-    xp = xp_of("cpu" if isinstance(a, np.ndarray) else "cuda")
-    dst = 0 if axis == a.ndim - 1 else a.ndim - 1
-    return xp.moveaxis(xp.ascontiguousarray(xp.moveaxis(a, axis, dst)), dst, axis)
-
-
-OUT_KINDS = ("none", "fresh", "strided")
-
-
-def make_out(backend: str, kind: str, shape: tuple[int, ...], dtype: Any) -> tuple[Any, Any]:
-    """(out, the buffer it lies in): None, a NaN-filled array (an output left unwritten
-    shows), or every other element of a larger NaN buffer (not contiguous: the result is
-    copied in, and the gaps must stay NaN)."""
-    xp = xp_of(backend)
-    if kind == "none":
-        return None, None
-    if kind == "fresh":
-        out = xp.full(shape, np.nan, dtype=dtype)
-        return out, out
-    big = xp.full((*shape[:-1], 2 * shape[-1]), np.nan, dtype=dtype)
-    return big[..., ::2], big
-
-
-def assert_out_honoured(result: Any, out: Any, big: Any) -> None:
-    if out is None:
-        return
-    assert result is out, "out= given: the result must be out itself"
-    if big is not None and big is not out:
-        assert np.isnan(to_numpy(big)[..., 1::2]).all(), "out's gaps were written"
-
-
-def snapshot(*arrays: Any) -> list[np.ndarray | None]:
-    return [None if a is None else to_numpy(a).copy() for a in arrays]
-
-
-def assert_untouched(arrays: tuple, before: list) -> None:
-    for a, b in zip(arrays, before, strict=True):
-        if a is not None:
-            np.testing.assert_array_equal(to_numpy(a), b, err_msg="an input was modified")
 
 
 def run_algos(call: Callable[[str], Any], extra: str) -> dict[str, Any]:

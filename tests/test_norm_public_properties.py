@@ -67,8 +67,6 @@ from norm_public_support import (  # noqa: E402
     F,
     Geo,
     K,
-    assert_out_honoured,
-    assert_untouched,
     bn_cases,
     both,
     check_rows,
@@ -81,16 +79,20 @@ from norm_public_support import (  # noqa: E402
     instance_cases,
     leaf,
     mags,
-    make_out,
     on,
     operands,
     quiet,
     row_cases,
-    snapshot,
     to_nc,
     tol,
     torch_affine,
     y_bound,
+)
+from property_support import (  # noqa: E402
+    assert_out_honoured,
+    assert_untouched,
+    make_out,
+    snapshot,
 )
 
 import cudnnlite as cl  # noqa: E402

@@ -54,6 +54,7 @@ hypothesis = pytest.importorskip("hypothesis")
 torch = pytest.importorskip("torch")
 from hypothesis import HealthCheck, example, given, settings  # noqa: E402
 from hypothesis import strategies as st  # noqa: E402
+from property_support import assert_out_honoured, make_out, other_order_view  # noqa: E402
 
 import cudnnlite as cl  # noqa: E402
 from cudnnlite import dtypes  # noqa: E402
@@ -327,41 +328,9 @@ def channel_axis(case: Case) -> int:
     return 0 if case.n is None else 1
 
 
-def xp_of(a: Any) -> Any:
-    if isinstance(a, np.ndarray):
-        return np
-    import cupy
-
-    return cupy
-
-
-def other_order_view(a: Any, axis: int) -> Any:
-    """a's values as a view of memory in the other layout's order."""
-    xp = xp_of(a)
-    dst = 0 if axis == a.ndim - 1 else a.ndim - 1
-    return xp.moveaxis(xp.ascontiguousarray(xp.moveaxis(a, axis, dst)), dst, axis)
-
-
-def make_out(case: Case, like: Any) -> tuple[Any, Any]:
-    """(out, the buffer it lies in) for case.out: None, NaN-filled, or every other element
-    of a larger NaN buffer (the gaps must stay NaN)."""
-    if case.out == "none":
-        return None, None
-    xp = xp_of(like)
-    shape, dt = case.y_shape, np_dtype(case.dtype)
-    if case.out == "fresh":
-        buf = xp.full(shape, np.nan, dt)
-        return buf, buf
-    buf = xp.full((*shape, 2), np.nan, dt)
-    return buf[..., 0], buf
-
-
-def check_out(case: Case, got: Any, out: Any, buf: Any) -> None:
-    if out is None:
-        return
-    assert got is out
-    if case.out == "strided":
-        assert np.isnan(to_numpy(buf)[..., 1].astype(np.float64)).all(), "out's gaps written"
+def make_case_out(case: Case, like: Any) -> tuple[Any, Any]:
+    """(out, the buffer it lies in) for case.out, on like's backend."""
+    return make_out(like, case.out, case.y_shape, np_dtype(case.dtype))
 
 
 def batched(case: Case, a: np.ndarray) -> np.ndarray:
@@ -542,10 +511,10 @@ def test_max_pool_matches_pytorch(backend: str, case: Case) -> None:
     xb = to_backend(x, backend)
     if case.view:
         xb = other_order_view(xb, channel_axis(case))
-    out, buf = make_out(case, xb)
+    out, buf = make_case_out(case, xb)
     keep = snapshot(xb)
     y, ind = call_forward(case, xb, backend, out)
-    check_out(case, y, out, buf)
+    assert_out_honoured(y, out, buf)
     assert y.dtype == x.dtype
 
     ry, ri = rp.max_pool(batched(case, x), case.k, case.s, case.p, case.d, case.ceil_mode,
@@ -598,10 +567,10 @@ def test_avg_pool_matches_pytorch(backend: str, case: Case) -> None:
     xb = to_backend(x, backend)
     if case.view:
         xb = other_order_view(xb, channel_axis(case))
-    out, buf = make_out(case, xb)
+    out, buf = make_case_out(case, xb)
     keep = snapshot(xb)
     y, _ = call_forward(case, xb, backend, out)
-    check_out(case, y, out, buf)
+    assert_out_honoured(y, out, buf)
     assert y.dtype == x.dtype
 
     args = (case.k, case.s, case.p, case.ceil_mode, case.count_include_pad,
@@ -656,7 +625,7 @@ def test_adaptive_pool_matches_pytorch(backend: str, case: Case) -> None:
     xb = to_backend(x, backend)
     if case.view:
         xb = other_order_view(xb, channel_axis(case))
-    (out_a, buf_a), (out_m, buf_m) = make_out(case, xb), make_out(case, xb)
+    (out_a, buf_a), (out_m, buf_m) = make_case_out(case, xb), make_case_out(case, xb)
     keep = snapshot(xb)
     size, lay, nd = case.output_size, case.layout, case.nd
     if case.api == "fixed":
@@ -665,8 +634,8 @@ def test_adaptive_pool_matches_pytorch(backend: str, case: Case) -> None:
     else:
         ya = cl.adaptive_avg_pool(xb, size, layout=lay, out=out_a, **nd_kw(case))
         ym, ind = cl.adaptive_max_pool(xb, size, True, layout=lay, out=out_m, **nd_kw(case))
-    check_out(case, ya, out_a, buf_a)
-    check_out(case, ym, out_m, buf_m)
+    assert_out_honoured(ya, out_a, buf_a)
+    assert_out_honoured(ym, out_m, buf_m)
     assert ya.dtype == ym.dtype == x.dtype and ind.dtype == np.int64
     if case.n is not None and all(o == 1 for o in case.out_spatial):
         same_bits(cl.global_avg_pool(xb, layout=lay), ya)
