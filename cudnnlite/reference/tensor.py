@@ -22,8 +22,11 @@ def op_tensor(
     alpha2: float = 1.0,
     beta: float = 0.0,
     c: Any = None,
+    nan_propagation: bool = True,
 ) -> np.ndarray:
-    """float64 ``op(alpha1 a, alpha2 b) + beta c`` (c read only when beta != 0)."""
+    """float64 ``op(alpha1 a, alpha2 b) + beta c`` (c read only when beta != 0); min / max
+    give NaN where either operand is NaN (the op's default), or with ``nan_propagation=False``
+    the other operand (NumPy's fmin / fmax)."""
     x = alpha1 * _f64(a)
     with np.errstate(invalid="ignore"):
         if op == "sqrt":
@@ -32,21 +35,26 @@ def op_tensor(
             r = 1.0 - x
         else:
             y = alpha2 * _f64(b)
-            r = {"add": np.add, "mul": np.multiply, "min": np.fmin, "max": np.fmax}[op](x, y)
+            pick = {"min": np.minimum, "max": np.maximum} if nan_propagation else {
+                "min": np.fmin, "max": np.fmax}  # fmt: skip
+            r = {"add": np.add, "mul": np.multiply, **pick}[op](x, y)
     if beta != 0:
         r = r + beta * _f64(c)
     return r
 
 
 def add_tensor(a: Any, c: Any, alpha: float = 1.0, beta: float = 1.0) -> np.ndarray:
-    return alpha * np.broadcast_to(_f64(a), np.shape(c)) + beta * _f64(c)
+    """float64 ``alpha a + beta c``, a broadcast to c (c read only when beta != 0)."""
+    r = alpha * np.broadcast_to(_f64(a), np.shape(c))
+    return r + beta * _f64(c) if beta != 0 else r
 
 
 def _move_last(x: np.ndarray, axes: tuple[int, ...]) -> np.ndarray:
     """x with the reduced axes flattened (C order) into the last axis."""
     kept = [d for d in range(x.ndim) if d not in axes]
     moved = np.transpose(x, kept + list(axes))
-    return moved.reshape([x.shape[d] for d in kept] + [-1])
+    count = int(np.prod([x.shape[d] for d in axes], dtype=np.int64))  # (-1 fails if empty)
+    return moved.reshape([x.shape[d] for d in kept] + [count])
 
 
 def reduce_tensor(
@@ -54,7 +62,7 @@ def reduce_tensor(
 ) -> tuple[np.ndarray, np.ndarray | None]:
     """(float64 values, int64 indices or None) of cuDNN's reduction ``op`` over ``axes``."""
     x64 = _f64(x)
-    if axes is None:
+    if axes is None or x64.ndim == 0:  # (a 0-d x takes axis 0 or -1: the element itself)
         axes_t = tuple(range(x64.ndim))
     else:
         axes_t = tuple(sorted(a % x64.ndim for a in ((axes,) if np.isscalar(axes) else axes)))
