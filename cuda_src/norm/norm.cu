@@ -1460,8 +1460,12 @@ __global__ void __launch_bounds__(256) lrn_bwd(const T* dy, const T* x, const cl
         const cl::index_t hi = hi_ >= s.channels ? s.channels - 1 : hi_;
         A acc = A(0);
         for (cl::index_t j = lo; j <= hi; ++j) acc += t[e + (j - c) * s.cstride];
-        const A v = cl::to_acc(dy[e]) * sp[e] -
-                    A(2) * s.alpha_over_n * s.beta * cl::to_acc(x[e]) * acc;
+        // beta = 0: the scale's power is the constant 1, so the window term is 0 whatever
+        // acc holds (PyTorch's pow backward at exponent 0 gives zeros: a NaN neighbour
+        // does not reach dx); x * 0 keeps x's own NaN or inf a NaN, as PyTorch's 2 x * 0.
+        const A xe = cl::to_acc(x[e]);
+        const A w = s.beta != A(0) ? A(2) * s.alpha_over_n * s.beta * xe * acc : A(0) * xe;
+        const A v = cl::to_acc(dy[e]) * sp[e] - w;
         dx[e] = cl::from_acc<T>(v);
     }
 }

@@ -178,7 +178,9 @@ def _problem(shape: tuple[int, ...], axis: Any, mode: Any) -> tuple[int, int, in
         axis = 1
     if ndim == 0:
         # a 0-d array is one row of one element, as PyTorch (axis 0 or -1): 1, log 0
-        if axis is not None and (isinstance(axis, bool) or axis not in (0, -1)):
+        if axis is not None and (isinstance(axis, bool)
+                                 or not isinstance(axis, (int, np.integer))
+                                 or axis not in (0, -1)):  # fmt: skip
             raise BadParamError(f"axis: a 0-d x takes axis 0, -1 or None, got {axis!r}")
         return 1, 1, 1
     a = _axis(-1 if axis is None else axis, ndim)

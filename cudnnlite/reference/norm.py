@@ -363,7 +363,10 @@ def lrn_backward(
     for i in range(c):  # j ranges over channels whose window holds i
         lo, hi = max(0, i - (size - 1) // 2), min(c, i + size // 2 + 1)
         acc[:, i] = t[:, lo:hi].sum(axis=1)
-    dx = g * scale**-beta - 2.0 * alpha * beta / size * a * acc
+    # beta = 0: the window term is 0 (PyTorch's pow backward at exponent 0), not 0 * a NaN
+    # acc; 0 * a keeps x's own NaN / inf NaN, as PyTorch's 2 x * 0
+    window = 2.0 * alpha * beta / size * a * acc if beta else 0.0 * a
+    dx = g * scale**-beta - window
     return _from_nc(dx, layout)
 
 

@@ -19,6 +19,8 @@ def _axes(ndim: int, axis: int | None, mode: str | None) -> tuple[int, ...]:
         return tuple(range(1, ndim))
     if mode == "channel":
         return (1,)
+    if ndim == 0:  # a 0-d x is a row of one element (axis 0, -1 or None): reduce over none
+        return ()
     return ((-1 if axis is None else axis) % ndim,)
 
 
@@ -34,6 +36,8 @@ def softmax(
     where the kernel's fast algorithm does)."""
     x64 = np.asarray(x).astype(np.float64)
     axes = _axes(x64.ndim, axis, mode)
+    if not x64.size:  # (np.max of an empty row has no identity)
+        return x64
     with np.errstate(invalid="ignore", over="ignore", divide="ignore"):
         m = 0.0 if fast else np.max(x64, axis=axes, keepdims=True)
         z = x64 - m
