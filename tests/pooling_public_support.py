@@ -14,7 +14,13 @@ hypothesis = pytest.importorskip("hypothesis")
 torch = pytest.importorskip("torch")
 from hypothesis import HealthCheck, example, settings  # noqa: E402
 from hypothesis import strategies as st  # noqa: E402
-from property_support import make_out  # noqa: E402
+from property_support import (  # noqa: E402
+    DTYPES,
+    OUT_ROUNDING,
+    SHORT,
+    SUBNORMAL_STEP,
+    make_out,
+)
 
 import cudnnlite as cl  # noqa: E402
 from cudnnlite import dtypes  # noqa: E402
@@ -27,11 +33,6 @@ F = torch.nn.functional
 # compile once, so the profile's example count (30; CUDNNLITE_HYPOTHESIS_EXAMPLES) stands.
 HYPO = settings(suppress_health_check=[HealthCheck.function_scoped_fixture])
 
-DTYPES = ("float32", "float16", "bfloat16", "float64") if dtypes.HAVE_BFLOAT16 else (
-    "float32", "float16", "float64")  # fmt: skip
-SHORT = {"float32": "fp32", "float16": "fp16", "bfloat16": "bf16", "float64": "fp64"}
-OUT_ROUNDING = {"fp32": 0.0, "fp64": 0.0, "fp16": 2.0**-11, "bf16": 2.0**-8}
-SUBNORMAL_STEP = {"fp32": 2.0**-149, "fp64": 2.0**-1074, "fp16": 2.0**-24, "bf16": 2.0**-133}
 
 MAX_FWD = {1: cl.max_pool1d, 2: cl.max_pool2d, 3: cl.max_pool3d}
 AVG_FWD = {1: cl.avg_pool1d, 2: cl.avg_pool2d, 3: cl.avg_pool3d}

@@ -8,7 +8,17 @@ from typing import Any
 
 import numpy as np
 
+from cudnnlite import dtypes
 from cudnnlite.testing import to_numpy
+
+# The storage types a property test draws (bfloat16 with ml_dtypes), their short names,
+# one rounding to each (unit roundoff of the result's type; none for the types whose
+# arithmetic is their own) and each type's subnormal spacing (absolute rounding near 0)
+DTYPES = ("float32", "float16", "bfloat16", "float64") if dtypes.HAVE_BFLOAT16 else (
+    "float32", "float16", "float64")  # fmt: skip
+SHORT = {"float32": "fp32", "float16": "fp16", "bfloat16": "bf16", "float64": "fp64"}
+OUT_ROUNDING = {"fp32": 0.0, "fp64": 0.0, "fp16": 2.0**-11, "bf16": 2.0**-8}
+SUBNORMAL_STEP = {"fp32": 2.0**-149, "fp64": 2.0**-1074, "fp16": 2.0**-24, "bf16": 2.0**-133}
 
 # How a test passes out=: not at all, a fresh NaN-filled array, or every other element of a
 # larger NaN buffer (not contiguous: the result is copied in; the gaps must stay NaN)

@@ -15,6 +15,8 @@ torch = pytest.importorskip("torch")
 from hypothesis import HealthCheck, example, settings  # noqa: E402
 from hypothesis import strategies as st  # noqa: E402
 from property_support import (  # noqa: E402
+    DTYPES,
+    OUT_ROUNDING,
     assert_within,
     other_order_view,
     xp_of,
@@ -28,11 +30,6 @@ from cudnnlite.testing import to_numpy  # noqa: E402
 # (the same modules tests/test_tensor_ops.py builds): the profile's example count stands.
 HYPO = settings(suppress_health_check=[HealthCheck.function_scoped_fixture])
 
-DTYPES = ("float32", "float16", "bfloat16", "float64") if dtypes.HAVE_BFLOAT16 else (
-    "float32", "float16", "float64")  # fmt: skip
-SHORT = {"float32": "fp32", "float16": "fp16", "bfloat16": "bf16", "float64": "fp64"}
-OUT_ROUNDING = {"fp32": 0.0, "fp64": 0.0, "fp16": 2.0**-11, "bf16": 2.0**-8}
-SUBNORMAL_STEP = {"fp32": 2.0**-149, "fp64": 2.0**-1074, "fp16": 2.0**-24, "bf16": 2.0**-133}
 K_ELEM = 8  # roundings of an elementwise op with blending, and headroom (docstring)
 K_BLEND = 3  # alpha * v, beta rounded, the fma with beta * c
 # alpha / beta as users pass them: 0, +-1, powers of two, numbers float32 cannot hold

@@ -51,7 +51,11 @@ from hypothesis import HealthCheck, example, given, settings  # noqa: E402
 from hypothesis import strategies as st  # noqa: E402
 from norm_public_support import quiet  # noqa: E402
 from property_support import (  # noqa: E402
+    DTYPES,
     OUT_KINDS,
+    OUT_ROUNDING,
+    SHORT,
+    SUBNORMAL_STEP,
     assert_out_honoured,
     assert_untouched,
     assert_within,
@@ -73,11 +77,6 @@ F = torch.nn.functional
 # other norm tests compile, so the profile's example count (30) stands.
 HYPO = settings(suppress_health_check=[HealthCheck.function_scoped_fixture])
 
-DTYPES = ("float32", "float16", "bfloat16", "float64") if dtypes.HAVE_BFLOAT16 else (
-    "float32", "float16", "float64")  # fmt: skip
-SHORT = {"float32": "fp32", "float16": "fp16", "bfloat16": "bf16", "float64": "fp64"}
-OUT_ROUNDING = {"fp32": 0.0, "fp64": 0.0, "fp16": 2.0**-11, "bf16": 2.0**-8}
-SUBNORMAL_STEP = {"fp32": 2.0**-149, "fp64": 2.0**-1074, "fp16": 2.0**-24, "bf16": 2.0**-133}
 C_POW = 8  # powf within 4 ulp (CUDA's table; glibc's and double pow are closer)
 K = 2
 

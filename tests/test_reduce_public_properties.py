@@ -17,6 +17,10 @@ torch = pytest.importorskip("torch")
 from hypothesis import given  # noqa: E402
 from hypothesis import strategies as st  # noqa: E402
 from property_support import (  # noqa: E402
+    DTYPES,
+    OUT_ROUNDING,
+    SHORT,
+    SUBNORMAL_STEP,
     assert_out_honoured,
     assert_untouched,
     make_out,
@@ -24,12 +28,8 @@ from property_support import (  # noqa: E402
     xp_of,
 )
 from tensor_ops_public_support import (  # noqa: E402
-    DTYPES,
     HYPO,
     K_BLEND,
-    OUT_ROUNDING,
-    SHORT,
-    SUBNORMAL_STEP,
     as_view,
     close,
     exact,

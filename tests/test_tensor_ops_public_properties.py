@@ -59,6 +59,10 @@ torch = pytest.importorskip("torch")
 from hypothesis import given  # noqa: E402
 from hypothesis import strategies as st  # noqa: E402
 from property_support import (  # noqa: E402
+    DTYPES,
+    OUT_ROUNDING,
+    SHORT,
+    SUBNORMAL_STEP,
     assert_out_honoured,
     assert_untouched,
     make_out,
@@ -67,14 +71,10 @@ from property_support import (  # noqa: E402
     xp_of,
 )
 from tensor_ops_public_support import (  # noqa: E402
-    DTYPES,
     HYPO,
     K_ELEM,
     LOSSLESS,
-    OUT_ROUNDING,
     SCALARS,
-    SHORT,
-    SUBNORMAL_STEP,
     as_view,
     broadcast_operand,
     close,
