@@ -31,7 +31,7 @@ except ImportError:  # the GPU device check machine may lack it: property tests 
 if settings is not None:
     # Kernel launches on the emulator take milliseconds; keep example counts modest
     # and no deadline (the first call of a test compiles its module).
-    # CUDNNLITE_HYPOTHESIS_EXAMPLES=N deepens a local run (tests/README.md).
+    # CUDNNLITE_HYPOTHESIS_EXAMPLES=N deepens a local run (README.md, "Install and run the tests").
     examples = int(os.environ.get("CUDNNLITE_HYPOTHESIS_EXAMPLES", "30"))
     settings.register_profile("cudnnlite", max_examples=examples, deadline=None)
     settings.load_profile("cudnnlite")
