@@ -15,6 +15,7 @@ hypothesis = pytest.importorskip("hypothesis")
 torch = pytest.importorskip("torch")
 from hypothesis import HealthCheck, example, settings  # noqa: E402
 from hypothesis import strategies as st  # noqa: E402
+from property_support import assert_within  # noqa: E402
 
 import cudnnlite as cl  # noqa: E402
 from cudnnlite.dispatch import registry  # noqa: E402
@@ -357,3 +358,22 @@ def run_algos(call: Callable[[str], Any], extra: str) -> dict[str, Any]:
         except NotSupportedError:
             continue
     return results
+
+
+def winograd_may_run(algo: str) -> bool:
+    """Whether ``algo`` may run a Winograd solver (auto may choose one)."""
+    return algo == "auto" or "winograd" in algo
+
+
+def check_algos(auto: Any, call: Callable[[str], Any], extra: str, want: np.ndarray,
+                ref: np.ndarray, tol: Callable[[str], np.ndarray],
+                what: str) -> dict[str, Any]:  # fmt: skip
+    """The result of algo="auto" within ``tol("auto")`` of PyTorch's ``want`` and of the
+    reference's ``ref``; then call(algo) for every family and the solver ``extra`` that
+    apply (:func:`run_algos`), each within ``tol(algo)`` of ``ref``. Returns those results."""
+    assert_within(auto, want, tol("auto"), f"{what} auto vs PyTorch")
+    assert_within(auto, ref, tol("auto"), f"{what} auto vs reference")
+    done = run_algos(call, extra)
+    for algo, got in done.items():
+        assert_within(got, ref, tol(algo), f"{what} algo={algo}")
+    return done

@@ -6,7 +6,6 @@ from __future__ import annotations
 import dataclasses
 import math
 import os
-import warnings
 from typing import Any
 
 import numpy as np
@@ -16,7 +15,11 @@ torch = pytest.importorskip("torch")
 pytest.importorskip("hypothesis")
 from hypothesis import HealthCheck, settings  # noqa: E402
 from hypothesis import strategies as st  # noqa: E402
-from property_support import OUT_KINDS, assert_within, xp_of  # noqa: E402
+from property_support import (  # noqa: E402
+    OUT_KINDS,
+    assert_within,
+    xp_of,
+)
 
 from cudnnlite import dtypes  # noqa: E402
 from cudnnlite.testing import to_backend, to_numpy  # noqa: E402
@@ -223,14 +226,6 @@ def on(backend: str, a: np.ndarray | None, view: bool = False) -> Any:
         return None
     ab = to_backend(a, backend)
     return xp_of(backend).asfortranarray(ab) if view else ab
-
-
-def quiet(fn: Any, *args: Any) -> Any:
-    """A float64 reference call with NumPy's warnings off (the mean of an empty batch, a
-    NaN's row): RuntimeWarnings raised in cudnnlite.* are errors here (pyproject.toml)."""
-    with np.errstate(all="ignore"), warnings.catch_warnings():
-        warnings.simplefilter("ignore", RuntimeWarning)
-        return fn(*args)
 
 
 def f64(a: Any) -> np.ndarray | None:

@@ -20,6 +20,7 @@ from property_support import (  # noqa: E402
     SHORT,
     SUBNORMAL_STEP,
     make_out,
+    same_bits,
 )
 
 import cudnnlite as cl  # noqa: E402
@@ -316,16 +317,6 @@ def to_torch(case: Case, a: np.ndarray) -> Any:
 def from_torch(case: Case, t: Any) -> np.ndarray:
     a = t.detach().numpy()
     return np.moveaxis(a, 0 if case.n is None else 1, -1) if case.channels_last else a
-
-
-def snapshot(*arrays: Any) -> list[bytes]:
-    return [np.ascontiguousarray(to_numpy(a)).tobytes() for a in arrays]
-
-
-def same_bits(a: Any, b: Any) -> None:
-    a, b = to_numpy(a), to_numpy(b)
-    assert a.shape == b.shape and a.dtype == b.dtype
-    assert np.ascontiguousarray(a).tobytes() == np.ascontiguousarray(b).tobytes()
 
 
 # ------------------------------------------------------------------ comparison

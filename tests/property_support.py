@@ -1,9 +1,11 @@
 """Helpers the property tests of the public functions share (convolution, normalization,
-pooling): the array module of a backend, views in the other memory order, ``out=``
-buffers whose gaps must stay untouched, input snapshots and the per-element bound check."""
+pooling, softmax, LRN, tensor operations, replays): the array module of a backend, views
+in the other memory order, ``out=`` buffers whose gaps must stay untouched, input
+snapshots, bitwise equality, quiet float64 references, the per-element bound check."""
 
 from __future__ import annotations
 
+import warnings
 from typing import Any
 
 import numpy as np
@@ -72,10 +74,29 @@ def snapshot(*arrays: Any) -> list[np.ndarray | None]:
 
 
 def assert_untouched(arrays: tuple, before: list) -> None:
-    """Each array still holds its snapshot's values (NaN equal to NaN)."""
+    """Each array still holds its snapshot, bit for bit (a NaN's payload and a zero's sign
+    too)."""
     for i, (a, b) in enumerate(zip(arrays, before, strict=True)):
         if a is not None:
-            np.testing.assert_array_equal(to_numpy(a), b, err_msg=f"input {i} was modified")
+            same_bits(a, b, f"input {i} was modified")
+
+
+def same_bits(a: Any, b: Any, what: str = "") -> None:
+    """a and b (arrays of either backend) have the same shape, dtype and bits."""
+    a, b = to_numpy(a), to_numpy(b)
+    assert a.shape == b.shape and a.dtype == b.dtype, (
+        f"{what}: {a.shape} {a.dtype} vs {b.shape} {b.dtype}"
+    )
+    assert np.ascontiguousarray(a).tobytes() == np.ascontiguousarray(b).tobytes(), what
+
+
+def quiet(fn: Any, *args: Any, **kwargs: Any) -> Any:
+    """A float64 reference computation with NumPy's warnings off (the mean of an empty
+    batch, inf - inf in a +inf's row): RuntimeWarnings raised in cudnnlite.* are errors
+    in this suite (pyproject.toml)."""
+    with np.errstate(all="ignore"), warnings.catch_warnings():
+        warnings.simplefilter("ignore", RuntimeWarning)
+        return fn(*args, **kwargs)
 
 
 def assert_within(got: Any, want: Any, bound: np.ndarray, what: str) -> None:

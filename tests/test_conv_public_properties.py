@@ -57,17 +57,18 @@ from conv_public_support import (  # noqa: E402
     bound,
     cases,
     channel_axis,
+    check_algos,
     data_back,
     data_first,
     filter_first,
     make,
     operands,
     rand,
-    run_algos,
     torch_forward,
     torch_grads,
     unbatched,
     vec,
+    winograd_may_run,
     with_examples,
 )
 from hypothesis import given  # noqa: E402
@@ -128,14 +129,10 @@ def test_forward_matches_pytorch_with_every_algo(backend: str, case: Case, solve
 
     y = call(xb, wb, bb, *case.conv_args(), layout=case.layout)
     assert type(y) is type(xb) and y.dtype == x.dtype and tuple(y.shape) == case.y_shape
-    tol = bound(case, want, mag, terms, winograd=True)  # auto may choose Winograd
-    assert_within(y, want, tol, f"auto vs PyTorch, {case}")
-    assert_within(y, ref, tol, f"auto vs reference, {case}")
-    done = run_algos(lambda a: call(xb, wb, bb, *case.conv_args(), layout=case.layout, algo=a),
-                     solver)  # fmt: skip
-    for algo, got in done.items():
-        tol = bound(case, want, mag, terms, winograd="winograd" in algo)
-        assert_within(got, ref, tol, f"algo={algo}, {case}")
+    done = check_algos(
+        y, lambda a: call(xb, wb, bb, *case.conv_args(), layout=case.layout, algo=a), solver,
+        want, ref, lambda a: bound(case, want, mag, terms, winograd=winograd_may_run(a)),
+        f"{case}")  # fmt: skip
     if case.n != 0:  # (an empty batch launches nothing and consults no solver)
         assert "direct" in done and "implicit_gemm" in done
         if case.winograd_ok:
@@ -187,22 +184,15 @@ def test_backward_matches_autograd_with_every_algo(backend: str, case: Case, dat
     out, big = make_out(backend, out_kind, case.x_shape, x.dtype)
     dx = data("auto", out)
     assert_out_honoured(dx, out, big)
-    tol = bound(case, want_dx, mag_dx, data_terms, winograd=True)
-    assert_within(dx, want_dx, tol, f"dx vs autograd, {case}")
-    assert_within(dx, ref_dx, tol, f"dx vs reference, {case}")
-    for algo, got in run_algos(data, data_solver).items():
-        tol = bound(case, want_dx, mag_dx, data_terms, winograd="winograd" in algo)
-        assert_within(got, ref_dx, tol, f"dx algo={algo}, {case}")
+    check_algos(dx, data, data_solver, want_dx, ref_dx,
+                lambda a: bound(case, want_dx, mag_dx, data_terms, winograd=winograd_may_run(a)),
+                f"dx, {case}")  # fmt: skip
 
     out, big = make_out(backend, out_kind, case.w_shape, x.dtype)
     dw = filt("auto", out)
     assert_out_honoured(dw, out, big)
     tol = bound(case, want_dw, mag_dw, filter_terms)
-    assert_within(dw, want_dw, tol, f"dw vs autograd, {case}")
-    assert_within(dw, ref_dw, tol, f"dw vs reference, {case}")
-    done = run_algos(filt, filter_solver)
-    for algo, got in done.items():
-        assert_within(got, ref_dw, tol, f"dw algo={algo}, {case}")
+    done = check_algos(dw, filt, filter_solver, want_dw, ref_dw, lambda a: tol, f"dw, {case}")
     if case.n != 0:
         assert "direct" in done and "implicit_gemm" in done
 
@@ -250,11 +240,7 @@ def test_conv_transpose_matches_pytorch_with_every_algo(backend: str, case: Case
     assert_out_honoured(y, out, big)
     assert y.dtype == x.dtype and tuple(y.shape) == case.y_shape
     tol = bound(case, want, mag, terms)
-    assert_within(y, want, tol, f"auto vs PyTorch, {case}")
-    assert_within(y, ref, tol, f"auto vs reference, {case}")
-    done = run_algos(call, solver)
-    for algo, got in done.items():
-        assert_within(got, ref, tol, f"algo={algo}, {case}")
+    done = check_algos(y, call, solver, want, ref, lambda a: tol, f"{case}")
     if case.n != 0:
         assert "direct" in done
     assert_untouched((xb, wb, bb), before)

@@ -49,7 +49,6 @@ hypothesis = pytest.importorskip("hypothesis")
 torch = pytest.importorskip("torch")
 from hypothesis import HealthCheck, example, given, settings  # noqa: E402
 from hypothesis import strategies as st  # noqa: E402
-from norm_public_support import quiet  # noqa: E402
 from property_support import (  # noqa: E402
     DTYPES,
     OUT_KINDS,
@@ -61,6 +60,7 @@ from property_support import (  # noqa: E402
     assert_within,
     make_out,
     other_order_view,
+    quiet,
     snapshot,
     xp_of,
 )

@@ -26,7 +26,7 @@ import pytest
 hypothesis = pytest.importorskip("hypothesis")
 from hypothesis import HealthCheck, given, settings  # noqa: E402
 from hypothesis import strategies as st  # noqa: E402
-from property_support import assert_untouched, snapshot, xp_of  # noqa: E402
+from property_support import assert_untouched, same_bits, snapshot, xp_of  # noqa: E402
 
 import cudnnlite as cl  # noqa: E402
 from cudnnlite.errors import BadParamError  # noqa: E402
@@ -137,11 +137,10 @@ def planned(x: Any, p: dict[str, Any], plans: dict[str, Any]) -> list[Any]:
     return [h, bn, r, q, plans["soft"](q)]
 
 
-def same_bits(got: list[Any], want: list[np.ndarray], what: str) -> None:
+def all_same_bits(got: list[Any], want: list[np.ndarray], what: str) -> None:
+    """Each output of a network call has the direct call's bits."""
     for i, (g, w) in enumerate(zip(got, want, strict=True)):
-        g = to_numpy(g)
-        assert g.dtype == w.dtype and g.shape == w.shape, f"{what}: output {i}"
-        assert g.tobytes() == w.tobytes(), f"{what}: output {i} differs from the direct call"
+        same_bits(g, w, f"{what}: output {i} differs from the direct call")
 
 
 def other_net(net: dict[str, Any], alt: tuple[str, bool] | None = None) -> dict[str, Any]:
@@ -150,6 +149,15 @@ def other_net(net: dict[str, Any], alt: tuple[str, bool] | None = None) -> dict[
     dtype, grow = alt or (net["dtype"], True)
     h, w = net["hw"]
     return {**net, "dtype": dtype, "hw": (h + 1, w + 2) if grow else (h, w)}
+
+
+def second_net(backend: str, net: dict[str, Any], alt: tuple[str, bool]) -> tuple:
+    """The network whose calls interleave with ``net``'s (:func:`other_net`): it, its
+    parameters, an input and its direct results."""
+    other = other_net(net, alt)
+    po = params(backend, other)
+    xo = rand(backend, x_shape(other), other["dtype"], net["seed"] + 99)
+    return other, po, xo, reference(xo, po, other)
 
 
 def outcome(fn: Any, *args: Any) -> tuple[str, Any]:
@@ -180,20 +188,17 @@ def test_plans_replay_the_direct_calls_between_other_shapes(
 ) -> None:
     p = params(backend, net)
     plans = make_plans(backend, net)
-    other = other_net(net, alt)
-    po = params(backend, other)
-    xo = rand(backend, x_shape(other), other["dtype"], net["seed"] + 99)
-    want_other = reference(xo, po, other)
+    other, po, xo, want_other = second_net(backend, net, alt)
     for i in range(replays):
         x = rand(backend, x_shape(net), net["dtype"], net["seed"] + 10 + i)
         inputs = (x, xo, *p.values(), *po.values())
         before = snapshot(*inputs)
         want = reference(x, p, net)
-        same_bits(planned(x, p, plans), want, f"plan call {i}")
+        all_same_bits(planned(x, p, plans), want, f"plan call {i}")
         # a direct call of another shape between plan calls: both keep their results
-        same_bits(direct(xo, po, other), want_other, f"direct call of another shape, {i}")
-        same_bits(planned(x, p, plans), want, f"plan call {i} after another shape")
-        same_bits(direct(x, p, net), want, f"direct call {i} after the plans")
+        all_same_bits(direct(xo, po, other), want_other, f"direct call of another shape, {i}")
+        all_same_bits(planned(x, p, plans), want, f"plan call {i} after another shape")
+        all_same_bits(direct(x, p, net), want, f"direct call {i} after the plans")
         assert_untouched(inputs, before)
 
 
@@ -208,7 +213,7 @@ def test_a_plan_refuses_what_it_was_not_made_for(
     plans = make_plans(backend, net)
     x = rand(backend, x_shape(net), net["dtype"], net["seed"] + 10)
     want = reference(x, p, net)
-    same_bits(planned(x, p, plans), want, "first plan call")
+    all_same_bits(planned(x, p, plans), want, "first plan call")
     if change == "shape":
         bad = rand(backend, x_shape(other_net(net)), net["dtype"], 3)
     elif change == "dtype":
@@ -223,7 +228,7 @@ def test_a_plan_refuses_what_it_was_not_made_for(
     with pytest.raises(BadParamError):
         plans["conv"](bad, p["w"], p["b"])
     assert_untouched((x,), before)
-    same_bits(planned(x, p, plans), want, "plan call after a refused one")
+    all_same_bits(planned(x, p, plans), want, "plan call after a refused one")
 
 
 # ------------------------------------------------------------------ the fast path
@@ -237,27 +242,24 @@ def test_repeated_direct_calls_match_the_full_path(
     """Repeated direct calls (launch templates, call caches) on new values give the full
     path's results, interleaved with calls of another shape."""
     p = params(backend, net)
-    other = other_net(net, alt)
-    po = params(backend, other)
-    xo = rand(backend, x_shape(other), other["dtype"], net["seed"] + 99)
-    want_other = reference(xo, po, other)
+    other, po, xo, want_other = second_net(backend, net, alt)
     for i in range(replays):
         x = rand(backend, x_shape(net), net["dtype"], net["seed"] + 10 + i)
         inputs = (x, xo, *p.values(), *po.values())
         before = snapshot(*inputs)
         want = reference(x, p, net)
-        same_bits(direct(x, p, net), want, f"call {i}")
-        same_bits(direct(xo, po, other), want_other, f"call {i} of another shape")
-        same_bits(direct(x, p, net), want, f"call {i} again")
+        all_same_bits(direct(x, p, net), want, f"call {i}")
+        all_same_bits(direct(xo, po, other), want_other, f"call {i} of another shape")
+        all_same_bits(direct(x, p, net), want, f"call {i} again")
         assert isinstance(cl.fast_path(cl.relu, x), str)
         if i == replays - 1:  # process-wide off and on again (the caches emptied)
             try:
                 cl.set_fast_paths(False)
-                same_bits(direct(x, p, net), want, "fast paths off")
+                all_same_bits(direct(x, p, net), want, "fast paths off")
             finally:
                 cl.set_fast_paths(True)
-            same_bits(direct(x, p, net), want, "fast paths on again")
-            same_bits(direct(x, p, net), want, "fast paths on again, repeated")
+            all_same_bits(direct(x, p, net), want, "fast paths on again")
+            all_same_bits(direct(x, p, net), want, "fast paths on again, repeated")
         assert_untouched(inputs, before)
 
 
@@ -345,10 +347,7 @@ def test_graph_replays_on_new_values_match_direct_calls(
     shape in between; the weights and statistics are never modified."""
     p = params(backend, net)
     plans = make_plans(backend, net) if use_plans else None
-    other = other_net(net, alt)
-    po = params(backend, other)
-    xo = rand(backend, x_shape(other), other["dtype"], net["seed"] + 99)
-    want_other = reference(xo, po, other)
+    other, po, xo, want_other = second_net(backend, net, alt)
     x = rand(backend, x_shape(net), net["dtype"], net["seed"] + 10)
     weights = (xo, *p.values(), *po.values())
     before_w = snapshot(*weights)
@@ -356,7 +355,7 @@ def test_graph_replays_on_new_values_match_direct_calls(
         with cl.graph(backend) as g:
             recorded = planned(x, p, plans) if plans else direct(x, p, net)
         if backend == "cpu":  # the emulator ran the calls while recording
-            same_bits(recorded, reference(x, p, net), "capture")
+            all_same_bits(recorded, reference(x, p, net), "capture")
         for i in range(replays):
             fresh = rand(backend, x.shape, net["dtype"], net["seed"] + 20 + i)
             x[...] = fresh
@@ -365,8 +364,8 @@ def test_graph_replays_on_new_values_match_direct_calls(
             if stream is not None:
                 stream.synchronize()
             want = reference(x, p, net)
-            same_bits(recorded, want, f"replay {i}")
-            same_bits(direct(xo, po, other), want_other, f"other shape after replay {i}")
-            same_bits(direct(x, p, net), want, f"direct call after replay {i}")
+            all_same_bits(recorded, want, f"replay {i}")
+            all_same_bits(direct(xo, po, other), want_other, f"other shape after replay {i}")
+            all_same_bits(direct(x, p, net), want, f"direct call after replay {i}")
             assert_untouched((x,), before_x)
     assert_untouched(weights, before_w)

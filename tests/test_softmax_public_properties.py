@@ -47,7 +47,6 @@ from __future__ import annotations
 import dataclasses
 import math
 import os
-import warnings
 from typing import Any
 
 import numpy as np
@@ -68,6 +67,8 @@ from property_support import (  # noqa: E402
     assert_within,
     make_out,
     other_order_view,
+    quiet,
+    same_bits,
     snapshot,
     xp_of,
 )
@@ -246,20 +247,6 @@ def on_backend(case: Case, a: np.ndarray, backend: str) -> Any:
         big[..., ::2] = ab
         return big[..., ::2]
     return ab
-
-
-def same_bits(a: Any, b: Any, what: str) -> None:
-    a, b = to_numpy(a), to_numpy(b)
-    assert a.shape == b.shape and a.dtype == b.dtype, what
-    assert np.ascontiguousarray(a).tobytes() == np.ascontiguousarray(b).tobytes(), what
-
-
-def quiet(fn: Any, *args: Any, **kwargs: Any) -> Any:
-    """A float64 computation with NumPy's warnings off (inf - inf in a +inf's row): a
-    RuntimeWarning raised in cudnnlite.* is an error here (pyproject.toml)."""
-    with np.errstate(all="ignore"), warnings.catch_warnings():
-        warnings.simplefilter("ignore", RuntimeWarning)
-        return fn(*args, **kwargs)
 
 
 # ------------------------------------------------------------------ calls
