@@ -1,5 +1,7 @@
-"""The emulator's precompiled header (build._precompiled_header): built once per
-header content, compiler, CPU and flags; a module compiles the same with or without it."""
+"""The emulator's precompiled header (build._precompiled_header) and runtime object
+(build._runtime_object): each built once per header content, compiler, CPU and flags and
+shared by every module built with them; a module compiles the same with or without the
+header."""
 
 from __future__ import annotations
 
@@ -8,7 +10,7 @@ from pathlib import Path
 import pytest
 
 from cudnnlite.runtime.emulator import build
-from cudnnlite.runtime.selftest import MMA_SELFTEST
+from cudnnlite.runtime.selftest import GRID_SYNC_SELFTEST, MMA_SELFTEST
 
 
 def _compile(monkeypatch: pytest.MonkeyPatch, cache: Path, no_pch: bool) -> Path:
@@ -63,4 +65,13 @@ def test_concurrent_builders_of_one_module_run_the_compiler_once(
     calls = log.read_text().splitlines()
     modules = [c for c in calls if "emu_entry.cpp" in c]
     headers = [c for c in calls if "c++-header" in c]
-    assert len(modules) == 1 and len(headers) == 1, calls
+    runtimes = [c for c in calls if "emu_runtime.cpp" in c]
+    assert len(modules) == 1 and len(headers) == 1 and len(runtimes) == 1, calls
+    # Every module built with these flags links that one runtime object: another module
+    # compiles its own source only.
+    assert build._compile(GRID_SYNC_SELFTEST, False).exists()
+    calls = log.read_text().splitlines()
+    assert len([c for c in calls if "emu_entry.cpp" in c]) == 2, calls
+    assert len([c for c in calls if "emu_runtime.cpp" in c]) == 1, calls
+    (runtime,) = (tmp_path / "cache" / "emu").glob("runtime-*.o")
+    assert all(str(runtime) in c for c in calls if "emu_entry.cpp" in c), calls

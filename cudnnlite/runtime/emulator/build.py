@@ -286,6 +286,39 @@ def _build_precompiled_header(cxx: str, flags: list[str], pch_dir: Path, gch: Pa
     return pch_dir
 
 
+def _runtime_object(cxx: str, flags: list[str]) -> Path:
+    """``emu_runtime.o``: the emulator's execution model (fibers, scheduler, rendezvous,
+    launch) compiled for these flags, once per header content, compiler, CPU and flags,
+    and linked into every module built with them (a second or so of each module's
+    compile when every module compiled it again as inline functions of the header)."""
+    key = hashlib.sha256()
+    for part in (_header_digest(), compiler_version(cxx), _cpu_signature(), *flags):
+        key.update(part.encode())
+        key.update(b"\0")
+    obj = cache_dir().resolve() / f"runtime-{key.hexdigest()[:24]}.o"
+    if obj.exists():
+        return obj
+    obj.parent.mkdir(parents=True, exist_ok=True)
+    with _building(obj):
+        if obj.exists():  # another process built it while this one waited
+            return obj
+        fd, tmp = tempfile.mkstemp(suffix=".o", dir=obj.parent)
+        os.close(fd)
+        object_flags = [f for f in flags if f != "-shared"]
+        cmd = [cxx, *object_flags, f"-I{INCLUDE_DIR}", "-c",
+               str(INCLUDE_DIR / "emu_runtime.cpp"), "-o", tmp]  # fmt: skip
+        proc = subprocess.run(cmd, capture_output=True, text=True, check=False,
+                              env=racecheck_mod.child_env())  # fmt: skip
+        if proc.returncode != 0:
+            Path(tmp).unlink(missing_ok=True)
+            raise CompileError(
+                "g++ failed to compile the emulator's runtime (emu_runtime.cpp)\n"
+                f"  flags: {' '.join(object_flags)}\n{proc.stderr.strip()[-6000:]}"
+            )
+        os.replace(tmp, obj)  # atomic: concurrent builders are harmless
+    return obj
+
+
 def _compile(spec: ModuleSpec, asan: bool, racecheck: bool = False) -> Path:
     src = source_path(spec.source)
     text = src.read_text()
@@ -341,6 +374,7 @@ def _run_compiler(spec: ModuleSpec, cxx: str, flags: list[str], defines: list[st
     # check's (every family in CI's sweep) has its own, keyed on its flags.
     plain = not (asan or _env_flag("CUDNNLITE_EMU_NO_PCH"))
     pch = _precompiled_header(cxx, flags) if plain else None
+    runtime = _runtime_object(cxx, flags)
     cmd = [
         cxx,
         *flags,
@@ -350,6 +384,7 @@ def _run_compiler(spec: ModuleSpec, cxx: str, flags: list[str], defines: list[st
         f"-I{cuda_src_dir()}",
         *defines,
         str(INCLUDE_DIR / "emu_entry.cpp"),
+        str(runtime),
         "-o",
         str(Path(tmp).resolve()),
     ]

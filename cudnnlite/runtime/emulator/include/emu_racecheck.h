@@ -77,7 +77,7 @@ struct RaceState {
     std::string name;
 };
 
-inline void convert_to_fiber_mode(Worker& w);
+void convert_to_fiber_mode(Worker& w);
 
 // Emulator bookkeeping that kernel code reaches outside a barrier or warp operation
 // (the plain loop's conversion to fiber mode, from a tensor-core operation say).
