@@ -252,17 +252,22 @@ def _building(path: Path) -> Iterator[None]:
         lock.release()
 
 
+def _flags_key(cxx: str, flags: list[str]) -> str:
+    """The cache key of what is built once per header content, compiler, CPU and flags."""
+    key = hashlib.sha256()
+    for part in (_header_digest(), compiler_version(cxx), _cpu_signature(), *flags):
+        key.update(part.encode())
+        key.update(b"\0")
+    return key.hexdigest()[:24]
+
+
 def _precompiled_header(cxx: str, flags: list[str]) -> Path | None:
     """A directory holding ``cuda_emu.h.gch``, g++'s precompiled form of the emulator's
     header for these flags (built once per header content, compiler, CPU and flags), or
     None when it cannot be built. Modules compile with ``-include cuda_emu.h`` from that
     directory: g++ takes the .gch when it is valid for the command and otherwise reads the
     header as usual, so the result is the same either way, 1-2 s sooner per module."""
-    key = hashlib.sha256()
-    for part in (_header_digest(), compiler_version(cxx), _cpu_signature(), *flags):
-        key.update(part.encode())
-        key.update(b"\0")
-    pch_dir = cache_dir().resolve() / f"pch-{key.hexdigest()[:24]}"
+    pch_dir = cache_dir().resolve() / f"pch-{_flags_key(cxx, flags)}"
     gch = pch_dir / "cuda_emu.h.gch"
     if gch.exists():
         return pch_dir
@@ -291,11 +296,7 @@ def _runtime_object(cxx: str, flags: list[str]) -> Path:
     launch) compiled for these flags, once per header content, compiler, CPU and flags,
     and linked into every module built with them (a second or so of each module's
     compile when every module compiled it again as inline functions of the header)."""
-    key = hashlib.sha256()
-    for part in (_header_digest(), compiler_version(cxx), _cpu_signature(), *flags):
-        key.update(part.encode())
-        key.update(b"\0")
-    obj = cache_dir().resolve() / f"runtime-{key.hexdigest()[:24]}.o"
+    obj = cache_dir().resolve() / f"runtime-{_flags_key(cxx, flags)}.o"
     if obj.exists():
         return obj
     obj.parent.mkdir(parents=True, exist_ok=True)
