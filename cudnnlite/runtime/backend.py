@@ -190,7 +190,9 @@ class Backend(abc.ABC):
     # with its whole family module: NVRTC's cost grows with the kernels a program
     # instantiates, so a first call on a GPU compiles only what it launches (tenths of a
     # second, not seconds). The emulator keeps family modules: each g++ run has a fixed
-    # cost of seconds, so fewer, larger libraries are cheaper there.
+    # cost (about 0.5 s: the precompiled header, the entry points, the link), so fewer,
+    # larger libraries are cheaper there (per-kernel units took six test files' 869 tests
+    # from 86 s to 184 s on 2 cores, 55 modules becoming 415; 2026-12-07).
     per_kernel_modules: bool = False
 
     def __init__(self) -> None:
