@@ -13,7 +13,7 @@ import pytest
 
 hypothesis = pytest.importorskip("hypothesis")
 torch = pytest.importorskip("torch")
-from hypothesis import HealthCheck, example, settings  # noqa: E402
+from hypothesis import HealthCheck, settings  # noqa: E402
 from hypothesis import strategies as st  # noqa: E402
 from property_support import assert_within  # noqa: E402
 
@@ -238,15 +238,6 @@ TRANSPOSED_EDGE_CASES = (
     make(3, None, 3, 2, (2, 2, 3), (3, 1, 1), stride=(1, 2, 2), output_padding=(0, 1, 0),
          channels_last=True, transposed=True),
 )  # fmt: skip
-
-
-def with_examples(edge: tuple[Case, ...], **fixed: Any) -> Callable:
-    def deco(fn: Callable) -> Callable:
-        for case in edge:
-            fn = example(case=case, **fixed)(fn)
-        return fn
-
-    return deco
 
 
 # ------------------------------------------------------------------ operands and PyTorch

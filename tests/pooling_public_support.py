@@ -12,7 +12,7 @@ import pytest
 
 hypothesis = pytest.importorskip("hypothesis")
 torch = pytest.importorskip("torch")
-from hypothesis import HealthCheck, example, settings  # noqa: E402
+from hypothesis import HealthCheck, settings  # noqa: E402
 from hypothesis import strategies as st  # noqa: E402
 from property_support import (  # noqa: E402
     DTYPES,
@@ -209,16 +209,6 @@ def adaptive_cases(draw: st.DrawFn) -> Case:
                 out=draw(st.sampled_from(("none", "none", "fresh", "strided"))),
                 view=draw(st.booleans()), deterministic=draw(st.booleans()),
                 seed=draw(st.integers(0, 2**16)))  # fmt: skip
-
-
-def with_examples(edge: tuple[Case, ...]) -> Callable:
-    def deco(fn: Callable) -> Callable:
-        for case in edge:
-            if case.dtype in DTYPES:
-                fn = example(case=case)(fn)
-        return fn
-
-    return deco
 
 
 M, A = "max", "avg"

@@ -117,3 +117,18 @@ def assert_within(got: Any, want: Any, bound: np.ndarray, what: str) -> None:
         bound = np.broadcast_to(bound, want.shape)
         raise AssertionError(f"{what}: {bad.sum()} of {bad.size} off; first at {i}: got "
                              f"{g[i]}, expected {want[i]}, tolerance {bound[i]:.3g}")  # fmt: skip
+
+
+def with_examples(edge: tuple, **fixed: Any) -> Any:
+    """A decorator adding each case of ``edge`` (with the ``fixed`` arguments) as a
+    hypothesis example, except cases of a dtype this machine lacks (bfloat16 without
+    ml_dtypes: not in :data:`DTYPES`)."""
+    from hypothesis import example
+
+    def deco(fn: Any) -> Any:
+        for case in edge:
+            if case.dtype in DTYPES:
+                fn = example(case=case, **fixed)(fn)
+        return fn
+
+    return deco

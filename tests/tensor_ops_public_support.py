@@ -4,7 +4,6 @@ tests/test_reduce_public_properties.py)."""
 
 from __future__ import annotations
 
-from collections.abc import Callable
 from typing import Any
 
 import numpy as np
@@ -12,10 +11,9 @@ import pytest
 
 hypothesis = pytest.importorskip("hypothesis")
 torch = pytest.importorskip("torch")
-from hypothesis import HealthCheck, example, settings  # noqa: E402
+from hypothesis import HealthCheck, settings  # noqa: E402
 from hypothesis import strategies as st  # noqa: E402
 from property_support import (  # noqa: E402
-    DTYPES,
     OUT_ROUNDING,
     assert_within,
     other_order_view,
@@ -96,16 +94,6 @@ def exact(got: Any, want: np.ndarray, what: str) -> None:
     g = to_numpy(got)
     assert g.shape == np.shape(want), f"{what}: shape {g.shape}, expected {np.shape(want)}"
     np.testing.assert_array_equal(g.astype(np.float64), want, err_msg=what)  # NaN == NaN
-
-
-def with_examples(edge: tuple) -> Callable:
-    def deco(fn: Callable) -> Callable:
-        for case in edge:
-            if case.dtype in DTYPES:
-                fn = example(case=case)(fn)
-        return fn
-
-    return deco
 
 
 @st.composite

@@ -69,7 +69,6 @@ from conv_public_support import (  # noqa: E402
     unbatched,
     vec,
     winograd_may_run,
-    with_examples,
 )
 from hypothesis import given  # noqa: E402
 from hypothesis import strategies as st  # noqa: E402
@@ -81,6 +80,7 @@ from property_support import (  # noqa: E402
     make_out,
     other_order_view,
     snapshot,
+    with_examples,
     xp_of,
 )
 

@@ -47,7 +47,7 @@ import pytest
 
 hypothesis = pytest.importorskip("hypothesis")
 torch = pytest.importorskip("torch")
-from hypothesis import HealthCheck, example, given, settings  # noqa: E402
+from hypothesis import HealthCheck, given, settings  # noqa: E402
 from hypothesis import strategies as st  # noqa: E402
 from property_support import (  # noqa: E402
     DTYPES,
@@ -62,6 +62,7 @@ from property_support import (  # noqa: E402
     other_order_view,
     quiet,
     snapshot,
+    with_examples,
     xp_of,
 )
 
@@ -156,13 +157,6 @@ EDGE = (
     Case(1, 4, (2, 3, 2), 2, 1.0, 0.75, 1.0, dtype="bfloat16", view="other"),
     Case(2, 1, (5,), 1, 2.5, 1.0, 1.0, "NHWC"),
 )  # fmt: skip
-
-
-def with_examples(fn: Any) -> Any:
-    for case in EDGE:
-        if case.dtype in DTYPES:
-            fn = example(case=case)(fn)
-    return fn
 
 
 # ------------------------------------------------------------------ operands and bounds
@@ -267,7 +261,7 @@ def nan_reach(case: Case, x: np.ndarray, lo: int, hi: int) -> np.ndarray:
 
 
 @HYPO
-@with_examples
+@with_examples(EDGE)
 @given(case=lrn_cases())
 def test_lrn_matches_pytorch(backend: str, case: Case) -> None:
     x, dy, k = operands(case)

@@ -79,7 +79,6 @@ from pooling_public_support import (  # noqa: E402
     unbatched,
     values,
     window_cases,
-    with_examples,
     within,
 )
 from property_support import (  # noqa: E402
@@ -88,6 +87,7 @@ from property_support import (  # noqa: E402
     other_order_view,
     same_bits,
     snapshot,
+    with_examples,
 )
 
 import cudnnlite as cl  # noqa: E402

@@ -25,6 +25,7 @@ from property_support import (  # noqa: E402
     assert_untouched,
     make_out,
     snapshot,
+    with_examples,
     xp_of,
 )
 from tensor_ops_public_support import (  # noqa: E402
@@ -36,7 +37,6 @@ from tensor_ops_public_support import (  # noqa: E402
     np_dtype,
     shapes,
     values,
-    with_examples,
 )
 
 import cudnnlite as cl  # noqa: E402

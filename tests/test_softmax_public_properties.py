@@ -54,7 +54,7 @@ import pytest
 
 hypothesis = pytest.importorskip("hypothesis")
 torch = pytest.importorskip("torch")
-from hypothesis import HealthCheck, example, given, settings  # noqa: E402
+from hypothesis import HealthCheck, given, settings  # noqa: E402
 from hypothesis import strategies as st  # noqa: E402
 from property_support import (  # noqa: E402
     DTYPES,
@@ -70,6 +70,7 @@ from property_support import (  # noqa: E402
     quiet,
     same_bits,
     snapshot,
+    with_examples,
     xp_of,
 )
 
@@ -196,13 +197,6 @@ EDGE = (
     Case((3, 7), api="plan", alpha=-1.0, log=True, out="strided", values="special", seed=7),
     Case((4, 9), log=True, dtype="float16", values="large", cast="float16", seed=8),
 )  # fmt: skip
-
-
-def with_examples(fn: Any) -> Any:
-    for case in EDGE:
-        if case.dtype in DTYPES:
-            fn = example(case=case)(fn)
-    return fn
 
 
 # ------------------------------------------------------------------ operands
@@ -357,7 +351,7 @@ def within(got: Any, want: np.ndarray, bound: np.ndarray, what: str) -> None:
 
 
 @HYPO
-@with_examples
+@with_examples(EDGE)
 @given(case=softmax_cases())
 def test_softmax_matches_pytorch(backend: str, case: Case) -> None:
     rng = np.random.default_rng(case.seed)

@@ -68,6 +68,7 @@ from property_support import (  # noqa: E402
     make_out,
     other_order_view,
     snapshot,
+    with_examples,
     xp_of,
 )
 from tensor_ops_public_support import (  # noqa: E402
@@ -84,7 +85,6 @@ from tensor_ops_public_support import (  # noqa: E402
     shapes,
     u_store,
     values,
-    with_examples,
 )
 from test_tensor_ops import converted  # noqa: E402  (one rounding to the target type)
 
