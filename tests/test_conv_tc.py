@@ -157,6 +157,15 @@ def test_forward_split_k(backend: str, splits: int) -> None:
     _check(backend, p, cfg, epilogue=e, activation="relu", bias=True, z=True)
 
 
+def test_forward_split_k_64_deep(backend: str) -> None:
+    # A 64-deep tile split 4 ways: 9 taps x 3 slices (136 channels: the last slice holds 8,
+    # the rest zero-filled) = 27 reduction tiles, the last split shorter.
+    p = conv(1, 136, 3, 20)
+    cfg = TcConfig(64, 128, 64, 32, 64, 3, 4)
+    assert cfg in SOLVER.configs(p, EMULATOR)
+    _check(backend, p, cfg, epilogue=Epilogue(has_bias=True), bias=True)
+
+
 # ------------------------------------------------------------------ NCHW (layout conversion)
 NCHW_CASES = {
     "resnet_3x3": conv(2, 16, (5, 6), 24, layout="NCHW"),

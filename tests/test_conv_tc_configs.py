@@ -47,6 +47,21 @@ def test_configs_and_names() -> None:
     assert small and all(c.smem_bytes() <= for_sm(75).max_shared_bytes for c in small)
 
 
+def test_default_slice_depth_follows_the_channels() -> None:
+    # A block shape's 64-deep tile where a tap's channels fill 64-deep slices (fewer
+    # instructions per MMA), the 32-deep one where 64 would pad more (32, 96 channels).
+    sm90 = for_sm(90)
+    depth = {c: SOLVER.default_config(conv(32, c, 14, 256), sm90).block_k for c in (64, 96, 256)}
+    assert depth == {64: 64, 96: 32, 256: 64}
+    big = {c: SOLVER.default_config(conv(32, c, 56, 64), sm90) for c in (32, 64)}
+    assert [(big[c].block_m, big[c].block_n, big[c].block_k) for c in (32, 64)] == [
+        (128, 64, 32), (128, 64, 64)]  # fmt: skip
+    assert SOLVER.default_config(conv(32, 96, 56, 256), sm90).block_k == 32  # 128x128 too
+    # backward data reduces over dy's channels (K)
+    bwd = {k: dataclasses.replace(conv(32, 256, 56, k), direction="bwd_data") for k in (96, 256)}
+    assert {k: PHASED.default_config(p, sm90).block_k for k, p in bwd.items()} == {96: 32, 256: 64}
+
+
 def test_backward_filter_configs() -> None:
     p = _bwf(8, 64, 14, 128)
     options = BWF.configs(p, EMULATOR)

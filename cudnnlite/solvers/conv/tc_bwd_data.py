@@ -64,6 +64,7 @@ from .tc_igemm import (
     converted_bytes,
     fits_twice,
     group_tiles,
+    least_padding,
 )
 
 SOURCE = "conv/tc_bwd_data.cu"
@@ -243,15 +244,14 @@ class TcBwdDataPhasedSolver(Solver):
         wide = problem.c_per_group > 64
         block = (128, 128) if phase_rows(problem) >= 8192 and wide else (64, 64)
         item = bwf.dtype_of(problem).itemsize
-        return next(
-            (
-                c
-                for c in options
-                if (c.block_m, c.block_n) == block
-                and fits_twice(c.smem_bytes(item, b_rows_k=True), caps)
-            ),
-            options[0],
-        )
+        fitting = [
+            c
+            for c in options
+            if (c.block_m, c.block_n) == block
+            and fits_twice(c.smem_bytes(item, b_rows_k=True), caps)
+        ]
+        # the reduction runs over dy's channels: slices that pad them least, then deepest
+        return least_padding(fitting, problem.k_per_group) or options[0]
 
     def module_specs(self) -> list[ModuleSpec]:
         return [

@@ -69,7 +69,7 @@ from __future__ import annotations
 import dataclasses
 from collections.abc import Sequence
 from dataclasses import dataclass
-from typing import Any
+from typing import Any, TypeVar
 
 import numpy as np
 
@@ -92,9 +92,12 @@ DTYPES = ("fp16", "bf16")  # 16-bit inputs; fp32 runs too, with math="tf32" (for
 _MAX_GRID_Y = 65535
 
 # (block_m, block_n, block_k, warp_m, warp_n, stages): what the tuner times. Static figures
-# on sm_90 (HMMA share of the main loop's SASS, registers; no tile spills): 128x128x64
-# 36% / 231, 128x256 34% / 209, 256x128 32% / 215, 128x128x32 31% / 215, the smaller
-# tiles 10-20% (fewer MMAs per copied byte; for small layers and split-K).
+# on sm_90 (fp16, 16-byte copies; HMMA share of the main loop's SASS and of its hot path,
+# registers; no tile spills; benchmarks/sass_mix.py, 2026-12-07): 128x128x64 41% / 49% /
+# 225, 128x128x32 36% / 44% / 213, 128x256x32 40% / 46% / 209, 256x128x32 37% / 46% / 213;
+# the 4-warp 128x64 and 64x128 tiles 24-25% / 31% at BK 32 (102 instructions per 32 HMMA
+# on the hot path: the loader's fixed work is shared by half the MMAs) and 28-31% / 36-37%
+# at BK 64 (173-177 per 64); 64x64x32 17% / 23% (small layers and split-K).
 TILES = (
     (128, 128, 64, 64, 64, 3),  # 4 warps of 64x64, BK 64: the most MMA per instruction
     (128, 128, 32, 64, 64, 4),
@@ -104,6 +107,11 @@ TILES = (
     (128, 64, 32, 64, 32, 4),
     (64, 128, 32, 32, 64, 4),
     (64, 64, 32, 32, 32, 4),
+    # BK 64 for the 4-warp rectangles (72 KiB in three stages: two blocks per SM from
+    # sm_80): 15% fewer instructions per MMA and half the barriers of BK 32, the defaults
+    # of their block shapes where the channels per group fill 64-deep slices.
+    (128, 64, 64, 64, 32, 3),
+    (64, 128, 64, 32, 64, 3),
 )
 
 # 4-byte copies need four times the per-thread loader state of 16-byte ones: only these
@@ -118,7 +126,13 @@ TILES_ALIGN2 = (
 # Split-K of the forward: for layers with few output tiles and a long reduction (late
 # layers at small batch); only with the smaller tiles, whose grids need the extra blocks.
 SPLITS = (1, 2, 4, 8, 16)
-SPLIT_TILES = ((64, 64, 32, 32, 32, 4), (64, 128, 32, 32, 64, 4), (128, 64, 32, 64, 32, 4))
+SPLIT_TILES = (
+    (64, 64, 32, 32, 32, 4),
+    (64, 128, 32, 32, 64, 4),
+    (128, 64, 32, 64, 32, 4),
+    (64, 128, 64, 32, 64, 3),
+    (128, 64, 64, 64, 32, 3),
+)
 
 # TF32 (fp32 storage, m16n8k8): a 16-byte chunk holds 4 channels, so BK 16 is the same
 # two chunks per MMA step and the same shared bytes per row as BK 32 of fp16.
@@ -169,12 +183,14 @@ HALF = Variant(TILES, TILES_ALIGN2, SPLIT_TILES, (8, 2), 2)
 TF32 = Variant(TILES_TF32, TILES_TF32_ALIGN1, SPLIT_TILES_TF32, (4, 1), 4)
 
 
-# The tiles compiled as tc_conv_fwd_packed as well: those of block_n 64 and 128 and
-# at most 128 rows, every dtype's copy widths.
+# The tiles compiled as tc_conv_fwd_packed as well: those of block_n 64 and 128, at most
+# 128 rows and BK 32 (TF32: 16), every dtype's copy widths. (A packed block reduces over
+# the window of channels its groups read, a few channels per group: 64-deep slices would
+# mostly be zero fill.)
 PACKED_TILES = frozenset(
     t
     for t in (*TILES, *TILES_ALIGN2, *TILES_TF32, *TILES_TF32_ALIGN1)
-    if t[1] in (64, 128) and t[0] <= 128 and t[0] * t[1] <= 128 * 64
+    if t[1] in (64, 128) and t[0] <= 128 and t[0] * t[1] <= 128 * 64 and t[2] <= 32
 )
 
 
@@ -219,6 +235,9 @@ class TcTile(Config):
         )
 
 
+TcConfigT = TypeVar("TcConfigT", bound=TcTile)
+
+
 @dataclass(frozen=True)
 class TcConfig(TcTile):
     block_m: int = 128
@@ -244,10 +263,19 @@ class TcConfig(TcTile):
                    self.block_m * (self.block_n + 4) * 4)  # fmt: skip
 
 
+def least_padding(configs: Sequence[TcConfigT], channels: int) -> TcConfigT | None:
+    """Of ``configs``, the one whose reduction slices pad a tap's ``channels`` least, then
+    the deepest (fewer instructions per MMA: the loader's and barrier's work is shared by
+    more of them), then the first; None for none."""
+    return min(configs, key=lambda c: (-(-channels // c.block_k) * c.block_k, -c.block_k),
+               default=None)  # fmt: skip
+
+
 def fits_twice(smem: int, caps: Capabilities) -> bool:
-    """Two blocks of ``smem`` shared bytes fit one SM. The 64-deep tiles (96 KiB in three
-    stages) do on sm_90 (227 KiB), not on sm_80 (163): there one block of 4 warps per SM
-    would be left to hide every latency, so the defaults take them only where this holds."""
+    """Two blocks of ``smem`` shared bytes fit one SM. The 64-deep 128x128 tiles (96 KiB in
+    three stages) do on sm_90 (227 KiB), not on sm_80 (163): there one block of 4 warps per
+    SM would be left to hide every latency, so the defaults take them only where this
+    holds. The 64-deep 128x64 and 64x128 tiles (72 KiB) fit twice on both."""
     return 2 * smem <= caps.max_shared_bytes
 
 
@@ -561,18 +589,19 @@ class TcImplicitGemmSolver(Solver):
             pool = [c for c in pool if c.block_n == 64] or pool
             if pool:
                 return next((c for c in pool if c.block_m == block[0]), pool[0])
-        # The variant's first tile of that block shape (16-byte copies: its full table) that
-        # keeps two blocks per SM.
-        tile = next(
-            (
-                c.astuple()
-                for c in options
-                if (c.block_m, c.block_n) == block
-                and c.splits == 1
-                and fits_twice(c.smem_bytes(v.itemsize), caps)
-            ),
-            options[0].astuple(),
-        )
+        # Of the variant's tiles of that block shape (16-byte copies: its full table) that
+        # keep two blocks per SM, the one whose slices pad a tap's channels least, then
+        # the deepest (fewer instructions per MMA), then the table's first: 64-deep slices
+        # for 64 channels or a multiple of 64, 32-deep for 32 or 96.
+        fitting = [
+            c
+            for c in options
+            if (c.block_m, c.block_n) == block
+            and c.splits == 1
+            and fits_twice(c.smem_bytes(v.itemsize), caps)
+        ]
+        cg = padded_channels(problem) // problem.groups
+        tile = (least_padding(fitting, cg) or options[0]).astuple()
         packs = packed(problem, TcConfig(*tile))
         if not caps.emulator and tile in variant(problem.dtype).split_tiles and not packs:
             # Few output tiles (late layers at small batch): split the reduction until
