@@ -17,7 +17,8 @@ import pytest
 
 import cudnnlite.ops.batch_norm as BN
 from cudnnlite import dtypes
-from cudnnlite.ops.norm_common import last_kernel_name
+from cudnnlite.ops.activation import ACTIVATION_MODES
+from cudnnlite.ops.norm_common import VEC_ACT_MODES, last_kernel_name
 from cudnnlite.reference import norm as rn
 from cudnnlite.testing import to_backend, to_numpy
 
@@ -60,8 +61,11 @@ CASES = [
 ]
 
 
-def kernel(direction: str, variant: str, dtype: Any) -> str:
-    return f"bn_{direction}_apply{'_' + variant if variant else ''}_{SHORT[np.dtype(dtype)]}"
+def kernel(direction: str, variant: str, dtype: Any, act: str = "") -> str:
+    """The readable name of the apply kernel: a vector one (``variant``) per activation."""
+    if not variant:
+        return f"bn_{direction}_apply_{SHORT[np.dtype(dtype)]}"
+    return f"bn_{direction}_apply_{variant}{'_' + act if act else ''}_{SHORT[np.dtype(dtype)]}"
 
 
 @pytest.mark.parametrize("dtype", DTYPES, ids=SHORT.get)
@@ -84,13 +88,13 @@ def test_apply_variants(backend: str, case: Any, layout: str, dtype: Any) -> Non
     y, mean, invstd = BN.batch_norm_forward_training(
         xb, wb, bb, z=zb, activation="relu", layout=layout
     )
-    assert last_kernel_name() == kernel("fwd", variant, dtype)
+    assert last_kernel_name() == kernel("fwd", variant, dtype, "relu")
     check(y, ref["y"], dtype)
 
     dx, _, _, dz = BN.batch_norm_backward(
         dyb, xb, mean, invstd, wb, bias=bb, z=zb, activation="relu", layout=layout
     )
-    assert last_kernel_name() == kernel("bwd", variant, dtype)
+    assert last_kernel_name() == kernel("bwd", variant, dtype, "relu")
     g = rn.batch_norm_backward(
         dy, x, w, ref["mean"], ref["invstd"], layout=layout, beta=b, z=z, activation="relu"
     )
@@ -108,7 +112,7 @@ def test_apply_variants(backend: str, case: Any, layout: str, dtype: Any) -> Non
         xb, to_backend(rm, backend), to_backend(rv, backend), wb, bb, z=zb,
         activation="gelu", layout=layout,
     )  # fmt: skip
-    assert last_kernel_name() == kernel("fwd", variant, dtype)
+    assert last_kernel_name() == kernel("fwd", variant, dtype, "gelu")
     check(
         yi, rn.batch_norm_inference(x, w, b, rm, rv, z=z, activation="gelu", layout=layout), dtype
     )
@@ -123,6 +127,62 @@ def test_apply_variants(backend: str, case: Any, layout: str, dtype: Any) -> Non
         dtype,
         scale=float(np.abs(dy.astype(float)).max() * (w * ref["invstd"]).max()) * 4,
     )
+
+
+@pytest.mark.parametrize("mode", VEC_ACT_MODES[1:], ids=lambda m: ACTIVATION_MODES[m])
+def test_every_activation_has_its_vector_kernel(backend: str, mode: int) -> None:
+    # One vector kernel per activation mode (the mode a template argument): each against
+    # the reference, forward (training and inference) and backward with z and dz.
+    act, shape = ACTIVATION_MODES[mode], (2, 8, 4, 6)
+    x, z, dy = data(shape, np.float32, 11), data(shape, np.float32, 12, 0.0, 1.0), data(
+        shape, np.float32, 13, 0.0, 1.0)  # fmt: skip
+    r = np.random.default_rng(14)
+    w, b = r.uniform(0.5, 1.5, 8).astype(np.float32), r.standard_normal(8).astype(np.float32)
+    xb, zb, wb, bb = (to_backend(a, backend) for a in (x, z, w, b))
+    ref = rn.batch_norm_train(x, w, b, 1e-5, z=z, activation=act)
+    y, mean, invstd = BN.batch_norm_forward_training(xb, wb, bb, z=zb, activation=act)
+    assert last_kernel_name() == kernel("fwd", "vec_planar", np.float32, act)
+    check(y, ref["y"], np.float32)
+    dx, _, _, dz = BN.batch_norm_backward(to_backend(dy, backend), xb, mean, invstd, wb,
+                                          bias=bb, z=zb, activation=act)  # fmt: skip
+    assert last_kernel_name() == kernel("bwd", "vec_planar", np.float32, act)
+    g = rn.batch_norm_backward(dy, x, w, ref["mean"], ref["invstd"], beta=b, z=z,
+                               activation=act)  # fmt: skip
+    check(dz, g["dz"], np.float32)
+    check(dx, g["dx"], np.float32,
+          scale=float(np.abs(g["dz"]).max() * (w * ref["invstd"]).max()) * 4)  # fmt: skip
+    rm, rv = np.linspace(-1, 1, 8).astype(np.float32), np.linspace(0.5, 3, 8).astype(np.float32)
+    yi = BN.batch_norm_forward_inference(xb, to_backend(rm, backend), to_backend(rv, backend),
+                                         wb, bb, z=zb, activation=act)  # fmt: skip
+    assert last_kernel_name() == kernel("fwd", "vec_planar", np.float32, act)
+    check(yi, rn.batch_norm_inference(x, w, b, rm, rv, z=z, activation=act), np.float32)
+
+
+@pytest.mark.parametrize("layout", ["NCHW", "NHWC"])
+def test_past_32_bit_indices_the_scalar_kernels(backend: str, layout: str, monkeypatch) -> None:
+    # The vector kernels index in 32 bits: past 2^31 - 1 elements the scalar kernels run
+    # (64-bit indices); with the limit lowered, the same data through both gives the same
+    # bits (the same arithmetic per element).
+    shape = (3, 16, 2, 8) if layout == "NCHW" else (3, 2, 8, 16)
+    x, z, dy = (data(shape, np.float16, s, 0.0, 1.0) for s in (21, 22, 23))
+    w = np.random.default_rng(24).uniform(0.5, 1.5, 16).astype(np.float32)
+    xb, zb, dyb, wb = (to_backend(a, backend) for a in (x, z, dy, w))
+    tag = "vec_planar" if layout == "NCHW" else "vec_chlast"
+
+    def run() -> list[np.ndarray]:
+        y, mean, invstd = BN.batch_norm_forward_training(xb, wb, None, z=zb, activation="silu",
+                                                         layout=layout)  # fmt: skip
+        dx, _, _, dz = BN.batch_norm_backward(dyb, xb, mean, invstd, wb, z=zb,
+                                              activation="silu", layout=layout)  # fmt: skip
+        return [to_numpy(a) for a in (y, dx, dz)]
+
+    narrow = run()
+    assert last_kernel_name() == kernel("bwd", tag, np.float16, "swish")
+    monkeypatch.setattr(BN, "VEC_U32_MAX", 0)
+    wide = run()
+    assert last_kernel_name() == kernel("bwd", "", np.float16)
+    for a, b in zip(narrow, wide, strict=True):
+        np.testing.assert_array_equal(a, b)
 
 
 @pytest.mark.parametrize("dtype", DTYPES, ids=SHORT.get)

@@ -37,10 +37,16 @@
 //   bn_fwd_apply<T>            y = act((x - mean) * gamma * invstd + beta [+ z]);
 //                              inference passes running_var and computes invstd here
 //   bn_bwd_apply<T>            dx (and dz) from the sums
-//   bn_fwd_apply_vec<T, CHLAST>, bn_bwd_apply_vec<T, CHLAST>
+//   bn_fwd_apply_vec<T, CHLAST, ACT>, bn_bwd_apply_vec<T, CHLAST, ACT>
 //                              the same with 16-byte packs for aligned contiguous tensors:
 //                              CHLAST = false one channel per pack (H*W % VEC == 0),
-//                              true consecutive channels (inner 1, C % VEC == 0)
+//                              true consecutive channels (inner 1, C % VEC == 0); ACT the
+//                              activation mode (-1 none) as a template argument, 32-bit
+//                              indices (at most 2^31 - 1 elements; ops/batch_norm.py takes
+//                              the scalar kernels above): one mode's code per kernel (a
+//                              runtime switch over the modes and index widths, inlined
+//                              into every element of the unrolled packs, made each of
+//                              these 0.65-1.6 s of NVRTC on sm_90; now 0.15-0.3 s)
 //   rownorm_fwd<T, RMS, VEC>   one block per row: exact two-pass mean/variance (the row
 //                              stays in L1/L2 between passes), writes y, mean, rstd;
 //                              VEC 1 elements, VEC 16 / sizeof(T) 16-byte packs (weight
@@ -118,6 +124,19 @@ __device__ __forceinline__ A act_bwd(int mode, A g, A u, const ActParamsT<A>& p)
         case act::kHardsigmoid: return act::backward<act::kHardsigmoid>(g, u, A(0), p);
         default: return g;
     }
+}
+
+// The activation as a template argument (-1 none): the vector kernels' form.
+template <int ACT, typename A>
+__device__ __forceinline__ A act_fwd_t(A u, const ActParamsT<A>& p) {
+    if constexpr (ACT < 0) return u;
+    else return act::forward<ACT>(u, p);
+}
+
+template <int ACT, typename A>
+__device__ __forceinline__ A act_bwd_t(A g, A u, const ActParamsT<A>& p) {
+    if constexpr (ACT < 0) return g;
+    else return act::backward<ACT>(g, u, A(0), p);
 }
 
 // Running count, mean and sum of squared deviations.
@@ -548,7 +567,7 @@ struct PackView {
 
 }  // namespace nrm
 
-template <typename T, bool CHLAST, typename I>
+template <typename T, bool CHLAST, int ACT, typename I>
 __device__ __forceinline__ void bn_fwd_vec_loop(
     const T* x, const T* z, T* y, const cl::acc_t<T>* mean, const cl::acc_t<T>* stat,
     const cl::acc_t<T>* gamma, const cl::acc_t<T>* beta, const BnApplyT<cl::acc_t<T>>& a, const ActParamsFor<T>& p) {
@@ -569,26 +588,23 @@ __device__ __forceinline__ void bn_fwd_vec_loop(
             const A inv = a.stats_are_var ? A(1) / cl::math::sqrt(stat[c] + a.eps) : stat[c];
             A u = cl::math::fma((cl::to_acc(xv.v[j]) - mean[c]) * inv, gamma[c], beta[c]);
             if (z != nullptr) u += cl::to_acc(zv.v[j]);
-            yv.v[j] = cl::from_acc<T>(nrm::act_fwd(a.act_mode, u, p));
+            yv.v[j] = cl::from_acc<T>(nrm::act_fwd_t<ACT>(u, p));
         }
         reinterpret_cast<P*>(y)[k] = yv;
     }
 }
 
-template <typename T, bool CHLAST>
+template <typename T, bool CHLAST, int ACT>
 __global__ void __launch_bounds__(256) bn_fwd_apply_vec(
     // pointers (z may be null; all 16-byte aligned)
     const T* x, const T* z, T* y, const cl::acc_t<T>* mean, const cl::acc_t<T>* stat,
     const cl::acc_t<T>* gamma, const cl::acc_t<T>* beta,
     // problem
     BnApplyT<cl::acc_t<T>> a, ActParamsFor<T> p) {
-    if (a.n <= 0x7fffffffLL)
-        bn_fwd_vec_loop<T, CHLAST, unsigned>(x, z, y, mean, stat, gamma, beta, a, p);
-    else
-        bn_fwd_vec_loop<T, CHLAST, cl::index_t>(x, z, y, mean, stat, gamma, beta, a, p);
+    bn_fwd_vec_loop<T, CHLAST, ACT, unsigned>(x, z, y, mean, stat, gamma, beta, a, p);
 }
 
-template <typename T, bool CHLAST, typename I>
+template <typename T, bool CHLAST, int ACT, typename I>
 __device__ __forceinline__ void bn_bwd_vec_loop(
     const T* dy, const T* x, const T* z, T* dx, T* dz, const cl::acc_t<T>* mean,
     const cl::acc_t<T>* invstd, const cl::acc_t<T>* gamma, const cl::acc_t<T>* beta,
@@ -605,16 +621,16 @@ __device__ __forceinline__ void bn_bwd_vec_loop(
         const P xv = reinterpret_cast<const P*>(x)[k];
         const P gv = reinterpret_cast<const P*>(dy)[k];
         P zv, dxv, dzv;
-        if (a.act_mode >= 0 && z != nullptr) zv = reinterpret_cast<const P*>(z)[k];
+        if (ACT >= 0 && z != nullptr) zv = reinterpret_cast<const P*>(z)[k];
 #pragma unroll
         for (int j = 0; j < VEC; ++j) {
             const I c = pv.channel(it.c, j);
             const A xhat = (cl::to_acc(xv.v[j]) - mean[c]) * invstd[c];
             A g = cl::to_acc(gv.v[j]);
-            if (a.act_mode >= 0) {
+            if constexpr (ACT >= 0) {
                 A u = cl::math::fma(xhat, gamma[c], beta[c]);
                 if (z != nullptr) u += cl::to_acc(zv.v[j]);
-                g = nrm::act_bwd(a.act_mode, g, u, p);
+                g = nrm::act_bwd_t<ACT>(g, u, p);
             }
             dzv.v[j] = cl::from_acc<T>(g);
             const A r = a.inv_count != A(0)
@@ -626,7 +642,7 @@ __device__ __forceinline__ void bn_bwd_vec_loop(
     }
 }
 
-template <typename T, bool CHLAST>
+template <typename T, bool CHLAST, int ACT>
 __global__ void __launch_bounds__(256) bn_bwd_apply_vec(
     // pointers (z, dz may be null; all 16-byte aligned)
     const T* dy, const T* x, const T* z, T* dx, T* dz, const cl::acc_t<T>* mean,
@@ -634,12 +650,8 @@ __global__ void __launch_bounds__(256) bn_bwd_apply_vec(
     const cl::acc_t<T>* dgamma, const cl::acc_t<T>* dbeta,
     // problem
     BnApplyT<cl::acc_t<T>> a, ActParamsFor<T> p) {
-    if (a.n <= 0x7fffffffLL)
-        bn_bwd_vec_loop<T, CHLAST, unsigned>(dy, x, z, dx, dz, mean, invstd, gamma, beta, dgamma,
-                                             dbeta, a, p);
-    else
-        bn_bwd_vec_loop<T, CHLAST, cl::index_t>(dy, x, z, dx, dz, mean, invstd, gamma, beta,
-                                                dgamma, dbeta, a, p);
+    bn_bwd_vec_loop<T, CHLAST, ACT, unsigned>(dy, x, z, dx, dz, mean, invstd, gamma, beta,
+                                              dgamma, dbeta, a, p);
 }
 
 // ---------------------------------------------------------------- row norms

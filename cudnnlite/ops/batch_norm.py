@@ -4,10 +4,11 @@ the backward (of either) and ``batch_norm``; kernels and shared checks in
 
 Batch norm runs as a multi-block per-channel reduction (``red_planar`` / ``red_chlast``,
 grid = channels x chunks), a per-channel finalize and an elementwise pass
-(``bn_fwd_apply_vec_planar_fp16`` / ``..._vec_chlast_...``: 16-byte packs when every
-tensor is 16-byte aligned and H*W, or C for channels-fastest data, is a multiple of
-16 / itemsize; the scalar ``bn_fwd_apply_fp16`` otherwise); see the header of
-``cuda_src/norm/norm.cu``.
+(``bn_fwd_apply_vec_planar_fp16`` / ``..._vec_chlast_...``, one kernel per fused
+activation, ``bn_fwd_apply_vec_planar_relu_fp16``: 16-byte packs when every tensor is
+16-byte aligned, H*W, or C for channels-fastest data, is a multiple of 16 / itemsize and
+there are at most 2^31 - 1 elements; the scalar ``bn_fwd_apply_fp16`` otherwise); see the
+header of ``cuda_src/norm/norm.cu``.
 """
 
 from __future__ import annotations
@@ -31,6 +32,7 @@ from .norm_common import (
     _BLOCK,
     _BN_APPLY_DTYPE,
     _BN_DTYPE,
+    VEC_U32_MAX,
     _acc,
     _act,
     _check_out,
@@ -44,6 +46,7 @@ from .norm_common import (
     _sum2_params,
     _Table,
     _table,
+    vec_act_suffix,
 )
 
 BN_MODES = ("spatial", "per_activation")
@@ -212,10 +215,13 @@ def batch_norm_forward_training(
     return _deliver(y, out), mean.reshape(shape), invstd.reshape(shape)
 
 
-def _apply_variant(view: _BnView, dt: dtypes.DType, arrays: Sequence[Any]) -> str:
+def _apply_variant(view: _BnView, dt: dtypes.DType, arrays: Sequence[Any], act_mode: int,
+                   n: int) -> str:  # fmt: skip
     """Suffix of the elementwise kernel: ``_vec_planar`` (a 16-byte pack per channel run,
     H*W % VEC == 0), ``_vec_chlast`` (packs of consecutive channels, C % VEC == 0) when
-    every array is 16-byte aligned (all are C-contiguous here), else ``""`` (scalar)."""
+    every array is 16-byte aligned (all are C-contiguous here) and there are at most
+    VEC_U32_MAX elements (``n``; the vector kernels index in 32 bits), then the activation's
+    name (one vector kernel per mode: ``_vec_planar_relu``); else ``""`` (scalar)."""
     vec = 16 // dt.numpy.itemsize
     if view.inner % vec == 0:
         variant = "_vec_planar"
@@ -223,9 +229,9 @@ def _apply_variant(view: _BnView, dt: dtypes.DType, arrays: Sequence[Any]) -> st
         variant = "_vec_chlast"
     else:
         return ""
-    if any(a is not None and data_pointer(a) % 16 for a in arrays):
+    if n > VEC_U32_MAX or any(a is not None and data_pointer(a) % 16 for a in arrays):
         return ""
-    return variant
+    return variant + vec_act_suffix(act_mode)
 
 
 @functools.lru_cache(maxsize=256)
@@ -258,7 +264,7 @@ def _bn_apply(
         return y
     a = _bn_apply_struct(table.dt, n, view.channels, view.inner, eps, math.copysign(1.0, eps),
                          stats_are_var, act_mode)  # fmt: skip
-    key = "bn_fwd_apply" + _apply_variant(view, table.dt, (x, z, y))
+    key = "bn_fwd_apply" + _apply_variant(view, table.dt, (x, z, y), act_mode, n)
     # a vector thread moves VEC elements: size the grid by packs
     per_thread = 16 // x.itemsize if key != "bn_fwd_apply" else 1
     table.launch(
@@ -485,7 +491,7 @@ def batch_norm_backward(
         stats_are_var=0,
         act_mode=act_mode,
     )
-    key = "bn_bwd_apply" + _apply_variant(view, dt, (dyd, xd, zd, dx, dz))
+    key = "bn_bwd_apply" + _apply_variant(view, dt, (dyd, xd, zd, dx, dz), act_mode, n)
     per_thread = 16 // x.itemsize if key != "bn_bwd_apply" else 1
     table.launch(
         key,

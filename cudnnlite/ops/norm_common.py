@@ -130,6 +130,24 @@ _LRN_DTYPE = _mirrors(  # LrnShapeT<A>
 # ------------------------------------------------------------------ kernels
 
 
+# Activation modes the norm kernels' switch leaves out (cuda_src/norm/norm.cu: nrm::act_fwd).
+_UNFUSED_ACTIVATIONS = ("mish",)
+# The modes of batch norm's vector kernels, one kernel each (the mode a template argument):
+# -1 none, then every fused activation but identity (-1 stands for it).
+VEC_ACT_MODES = (-1, *(i for i, m in enumerate(ACTIVATION_MODES)
+                       if m not in ("identity", *_UNFUSED_ACTIVATIONS)))  # fmt: skip
+
+
+# Batch norm's vector kernels index in 32 bits: up to this many elements (above, the
+# scalar kernels, which have a 64-bit path).
+VEC_U32_MAX = 2**31 - 1
+
+
+def vec_act_suffix(mode: int) -> str:
+    """The readable-name suffix of a vector kernel's activation mode (-1: none, "")."""
+    return "" if mode < 0 else f"_{ACTIVATION_MODES[mode]}"
+
+
 def _names(dt: dtypes.DType) -> dict[str, str]:
     """Readable name -> C++ name expression, for every kernel of the dtype's module."""
     t = dt.ctype
@@ -150,8 +168,10 @@ def _names(dt: dtypes.DType) -> dict[str, str]:
     names["bn_bwd_apply"] = f"bn_bwd_apply<{t}>"
     for chlast, tag in ((False, "planar"), (True, "chlast")):
         b = "true" if chlast else "false"
-        names[f"bn_fwd_apply_vec_{tag}"] = f"bn_fwd_apply_vec<{t}, {b}>"
-        names[f"bn_bwd_apply_vec_{tag}"] = f"bn_bwd_apply_vec<{t}, {b}>"
+        for mode in VEC_ACT_MODES:
+            act = vec_act_suffix(mode)
+            names[f"bn_fwd_apply_vec_{tag}{act}"] = f"bn_fwd_apply_vec<{t}, {b}, {mode}>"
+            names[f"bn_bwd_apply_vec_{tag}{act}"] = f"bn_bwd_apply_vec<{t}, {b}, {mode}>"
     names["rownorm_apply"] = f"rownorm_apply<{t}>"
     for rms, tag in ((False, "mean"), (True, "rms")):
         b = "true" if rms else "false"
@@ -261,10 +281,6 @@ def _required(name: str, a: Any) -> Any:
     if a is None:
         raise BadParamError(f"{name}: the forward's saved statistic is needed, got None")
     return a
-
-
-# Activation modes the norm kernels' switch leaves out (cuda_src/norm/norm.cu: nrm::act_fwd).
-_UNFUSED_ACTIVATIONS = ("mish",)
 
 
 def _act(activation: Any, coef: Any, dt: dtypes.DType) -> tuple[int, np.void]:
