@@ -114,3 +114,27 @@ def test_adaptive_not_global_keeps_generic_kernel(backend: str) -> None:
     assert P.last_kernel_name() == "pool_fwd_fp32"
     P.adaptive_max_pool2d(to_backend(x, backend), 1)
     assert P.last_kernel_name() == "pool_fwd_fp32"
+
+
+@pytest.mark.parametrize("layout", ["NCHW", "NHWC"])
+def test_64_bit_index_kernels(backend: str, layout: str, monkeypatch) -> None:
+    # pool_fwd / pool_bwd index in 64 bits past 2^31 - 1 offsets (kernels of their own,
+    # "_i64"); with the limit lowered, the same data through both gives the same bits.
+    import cudnnlite.ops.pooling_kernels as PK
+
+    shape = (2, 3, 7, 9) if layout == "NCHW" else (2, 7, 9, 3)
+    x = to_backend(eighths(shape, np.float32, 9), backend)
+
+    def run(suffix: str) -> list[np.ndarray]:
+        y, ind = P.max_pool(x, 3, 2, 1, return_indices=True, layout=layout)
+        dx = P.max_pool_backward(y, ind, shape, 3, 2, 1, layout=layout, deterministic=True)
+        assert P.last_kernel_name() == f"pool_bwd{suffix}_fp32"
+        a = P.avg_pool(x, (2, 3), 2, (1, 0), ceil_mode=True, layout=layout)
+        da = P.avg_pool_backward(a, shape, (2, 3), 2, (1, 0), ceil_mode=True, layout=layout)
+        assert P.last_kernel_name() == f"pool_bwd{suffix}_fp32"
+        return [to_numpy(v) for v in (y, ind, dx, a, da)]
+
+    narrow = run("")
+    monkeypatch.setattr(PK, "_U32_MAX", 0)
+    for a, b in zip(narrow, run("_i64"), strict=True):
+        np.testing.assert_array_equal(a, b)

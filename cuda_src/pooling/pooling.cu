@@ -213,14 +213,17 @@ __device__ __forceinline__ void fwd_body(const T* x, T* y, long long* indices,
 
 }  // namespace pool
 
-template <typename T, bool MAX>
+// WIDE: 64-bit index math, for tensors whose offsets pass 31 bits (ops/pooling_kernels.py
+// picks it as fits_32bit would); a kernel per width keeps each compile unit to one copy of
+// the window loops (both in one kernel took 0.6-0.85 s of NVRTC on sm_90).
+template <typename T, bool MAX, bool WIDE>
 __global__ void __launch_bounds__(256) pool_fwd(
     // pointers (indices may be null)
     const T* x, T* y, long long* indices,
     // problem (MAX: s.mode is pool::kMax; otherwise an average mode)
     PoolShape s) {
-    if (pool::fits_32bit(s)) pool::fwd_body<T, MAX, unsigned>(x, y, indices, s);
-    else pool::fwd_body<T, MAX, cl::index_t>(x, y, indices, s);
+    if constexpr (WIDE) pool::fwd_body<T, MAX, cl::index_t>(x, y, indices, s);
+    else pool::fwd_body<T, MAX, unsigned>(x, y, indices, s);
 }
 
 // ---------------------------------------------------------------- backward
@@ -297,14 +300,14 @@ __device__ __forceinline__ void bwd_body(const T* dy, const long long* indices, 
 
 }  // namespace pool
 
-template <typename T, bool MAX>
+template <typename T, bool MAX, bool WIDE>
 __global__ void __launch_bounds__(256) pool_bwd(
     // pointers (indices: max modes only)
     const T* dy, const long long* indices, T* dx,
-    // problem (MAX: s.mode is pool::kMax; otherwise an average mode)
+    // problem (MAX: s.mode is pool::kMax; otherwise an average mode; WIDE: as pool_fwd)
     PoolShape s) {
-    if (pool::fits_32bit(s)) pool::bwd_body<T, MAX, unsigned>(dy, indices, dx, s);
-    else pool::bwd_body<T, MAX, cl::index_t>(dy, indices, dx, s);
+    if constexpr (WIDE) pool::bwd_body<T, MAX, cl::index_t>(dy, indices, dx, s);
+    else pool::bwd_body<T, MAX, unsigned>(dy, indices, dx, s);
 }
 
 namespace pool {

@@ -3,9 +3,10 @@ kernels read), the kernel table (one module per dtype) and the forward and backw
 with the check of max backward's saved indices; :mod:`cudnnlite.ops.pooling` holds the
 functions that use them.
 
-Kernels (``cuda_src/pooling/pooling.cu``, one module per dtype): ``pool_fwd<T, MAX>``,
-``pool_bwd<T, MAX>`` (a gather: deterministic, no atomics; MAX: the max modes' kernel, else
-the average modes') and ``maxpool_bwd_scatter<float>``
+Kernels (``cuda_src/pooling/pooling.cu``, one module per dtype): ``pool_fwd<T, MAX, WIDE>``,
+``pool_bwd<T, MAX, WIDE>`` (a gather: deterministic, no atomics; MAX: the max modes' kernel,
+else the average modes'; WIDE: 64-bit index math, for tensors past 2^31 - 1 elements) and
+``maxpool_bwd_scatter<float>``
 (atomicAdd from the saved indices; used for float32 max backward unless
 ``deterministic=True``). Global average pooling (adaptive average to 1 x ... x 1, e.g.
 :func:`~cudnnlite.ops.pooling.global_avg_pool`) and its backward use per-plane kernels
@@ -61,8 +62,10 @@ _SHAPE_DTYPE = np.dtype(
 def _names(dt: dtypes.DType) -> dict[str, str]:
     names = {"pool_check_indices": "pool_check_indices", "pool_bwd_prepare": "pool_bwd_prepare"}
     for way in ("fwd", "bwd"):  # the max modes' kernel and the average modes'
-        names[f"pool_{way}_max"] = f"pool_{way}<{dt.ctype}, true>"
-        names[f"pool_{way}_avg"] = f"pool_{way}<{dt.ctype}, false>"
+        for wide in ("", _WIDE):  # 32-bit index math, and 64-bit past _U32_MAX
+            w = "true" if wide else "false"
+            names[f"pool_{way}_max{wide}"] = f"pool_{way}<{dt.ctype}, true, {w}>"
+            names[f"pool_{way}_avg{wide}"] = f"pool_{way}<{dt.ctype}, false, {w}>"
     for k in ("gap_fwd_planar", "gap_fwd_chlast", "gap_bwd_planar", "gap_bwd_chlast"):
         names[k] = f"{k}<{dt.ctype}>"
     if dt.short == "fp32":
@@ -93,10 +96,13 @@ class _Table(KernelTable):
 
     def launch_window(self, way: str, prob: _Problem, n: int, args: Sequence[Any]) -> None:
         """``pool_fwd`` or ``pool_bwd`` (``way``) for ``prob``'s mode: the max modes' kernel
-        or the average modes', named ``pool_{way}_<dtype>`` either way."""
+        or the average modes', named ``pool_{way}_<dtype>`` either way (``pool_{way}_i64_``
+        with 64-bit index math)."""
         kind = "max" if prob.mode == 0 else "avg"
-        self.get(f"pool_{way}_{kind}")((self.grid_for(n, _BLOCK),), (_BLOCK,), args)
-        self.last.set(f"pool_{way}_{self.dt.short}")
+        plane = max(math.prod(prob.in_sp), math.prod(prob.out_sp))
+        wide = _WIDE if prob.n * prob.c * plane > _U32_MAX else ""
+        self.get(f"pool_{way}_{kind}{wide}")((self.grid_for(n, _BLOCK),), (_BLOCK,), args)
+        self.last.set(f"pool_{way}{wide}_{self.dt.short}")
 
     def launch_gap(self, direction: str, prob: _Problem, src: Any, dst: Any) -> None:
         """Global average pooling of ``prob`` (adaptive average to 1 x ... x 1):
@@ -128,6 +134,10 @@ def _table(backend: Backend, dt: dtypes.DType) -> _Table:
 
 
 _INT_MAX = 2**31 - 1  # sizes, strides and divisors reach the kernels as 32-bit ints
+# pool_fwd / pool_bwd index in 32 bits while every offset is at most this (pool::fits_32bit),
+# else in 64 (their kernels named with _WIDE)
+_U32_MAX = 2**31 - 1
+_WIDE = "_i64"
 
 
 def _tuple(name: str, v: Any, nd: int, minimum: int) -> tuple[int, ...]:
