@@ -207,6 +207,29 @@ def test_deterministic_and_inputs_untouched(backend: str) -> None:
             np.testing.assert_array_equal(a, kept[name], err_msg=name)
 
 
+@pytest.mark.parametrize("layout", ["NCHW", "NHWC"])
+@pytest.mark.parametrize("ndim", [2, 3])
+def test_64_bit_index_kernel(backend: str, layout: str, ndim: int, monkeypatch) -> None:
+    # From 2^31 outputs the direct kernel decodes its index in 64 bits (a kernel of its
+    # own, "_i64"); with the limit lowered, the same data through both gives the same bits.
+    import cudnnlite.solvers.conv.direct as D
+
+    hw = (5, 6) if ndim == 2 else (3, 4, 5)
+    lay = layout if ndim == 2 else {"NCHW": "NCDHW", "NHWC": "NDHWC"}[layout]
+    p = make(n=2, c=3, hw=hw, k=5, f=(3,) * ndim, stride=2, layout=lay, dtype="fp64")
+    ops = operands(p, bias=True)
+    e = Epilogue(act_mode=ACTIVATION_MODES.index("elu"), coef=1.0, has_bias=True)
+    tag = "_" + (lay.lower() if ndim == 3 else layout.lower())
+    assert DIRECT.prepare(backend_by_name(backend), p, None).kernel_names == [
+        f"conv_direct{tag}_fp64"]  # fmt: skip
+    narrow = run_solver(backend, DIRECT, p, ops, epilogue=e)
+    monkeypatch.setattr(D, "_U32_MAX", 0)
+    assert DIRECT.prepare(backend_by_name(backend), p, None).kernel_names == [
+        f"conv_direct{tag}_i64_fp64"]  # fmt: skip
+    np.testing.assert_array_equal(run_solver(backend, DIRECT, p, ops, epilogue=e), narrow)
+    assert_conv_close(narrow, p, ops, epilogue=e, activation="elu")
+
+
 def test_runner_launches_only_and_names_its_kernel(backend: str) -> None:
     b = backend_by_name(backend)
     problem = make(c=4, k=4, groups=4, hw=(20, 20), layout="NCHW")

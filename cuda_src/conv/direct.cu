@@ -3,11 +3,18 @@
 // Kernels (T = float | __half | __nv_bfloat16 | double; accumulation in cl::acc_t<T>
 // (float, double for double) in a fixed order, so results are bitwise reproducible;
 // fused epilogue of conv_common.cuh for every output):
-//   conv_direct<T, NHWC>            one thread per output element, grid-stride loop over
+//   conv_direct<T, NHWC, WIDE>      one thread per output element, grid-stride loop over
 //                                   y in its memory order (coalesced stores); sums over
 //                                   the taps (r, s) and the group's channels. Any stride,
-//                                   dilation, padding, groups. 64-bit offsets; 32-bit
-//                                   index decoding when y has < 2^31 elements.
+//                                   dilation, padding, groups. 64-bit offsets; index
+//                                   decoding in 32 bits, or in 64 with WIDE (the host
+//                                   takes it when y has 2^31 elements or more): a kernel
+//                                   per width, each with one copy of the epilogue's
+//                                   activation switch (both widths in one kernel took up
+//                                   to 0.67 s of NVRTC for double on sm_90). ptxas keeps a
+//                                   few values of the per-output setup in local memory
+//                                   (20-40 bytes, sm_90) around the activations' division
+//                                   slow-path calls; none in the tap loops.
 //   depthwise_nchw<T, TQ, TP, RPT>  groups == C, K = C * mult. A block computes a TP x TQ
 //                                   tile of output rows/columns for one (img, c) and all
 //                                   mult filters of c: the input tile with its halo and
@@ -89,31 +96,31 @@ __device__ __forceinline__ void loop(const T* __restrict__ x, const T* __restric
     }
 }
 
-template <typename T, bool NHWC, bool D3>
+template <typename T, bool NHWC, bool D3, bool WIDE>
 __device__ __forceinline__ void run(const T* __restrict__ x, const T* __restrict__ w, T* y,
                                     const T* z, const T* bias, const ConvShape& s,
                                     const EpilogueFor<T>& e) {
     const cl::index_t total = (cl::index_t)s.n * s.k * s.p * s.q * (D3 ? s.o : 1);
-    if (total <= 0x7fffffffLL) loop<T, NHWC, D3, unsigned>(x, w, y, z, bias, s, e, (unsigned)total);
-    else loop<T, NHWC, D3, cl::index_t>(x, w, y, z, bias, s, e, total);
+    if constexpr (WIDE) loop<T, NHWC, D3, cl::index_t>(x, w, y, z, bias, s, e, total);
+    else loop<T, NHWC, D3, unsigned>(x, w, y, z, bias, s, e, (unsigned)total);
 }
 
 }  // namespace direct
 
-template <typename T, bool NHWC>
+template <typename T, bool NHWC, bool WIDE>
 __global__ void __launch_bounds__(256) conv_direct(
     // pointers: z may be y and bias may be x when absent (e.has_z / e.has_bias say)
     const T* __restrict__ x, const T* __restrict__ w, T* y, const T* z, const T* bias,
     // sizes and epilogue
     ConvShape s, EpilogueFor<T> e) {
-    direct::run<T, NHWC, false>(x, w, y, z, bias, s, e);
+    direct::run<T, NHWC, false, WIDE>(x, w, y, z, bias, s, e);
 }
 
-template <typename T, bool NHWC>
+template <typename T, bool NHWC, bool WIDE>
 __global__ void __launch_bounds__(256) conv_direct_3d(
     const T* __restrict__ x, const T* __restrict__ w, T* y, const T* z, const T* bias,
     ConvShape s, EpilogueFor<T> e) {
-    direct::run<T, NHWC, true>(x, w, y, z, bias, s, e);
+    direct::run<T, NHWC, true, WIDE>(x, w, y, z, bias, s, e);
 }
 
 namespace dw {

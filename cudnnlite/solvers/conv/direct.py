@@ -112,8 +112,13 @@ def _suffix(d3: bool) -> str:
     return "_3d" if d3 else ""
 
 
-def _direct_expr(dt: dtypes.DType, nhwc: bool, d3: bool = False) -> str:
-    return f"conv_direct{_suffix(d3)}<{dt.ctype}, {str(nhwc).lower()}>"
+# conv_direct decodes its output index in 32 bits up to this many outputs, else in 64 (a
+# kernel of its own: WIDE, named "_i64").
+_U32_MAX = 2**31 - 1
+
+
+def _direct_expr(dt: dtypes.DType, nhwc: bool, d3: bool = False, wide: bool = False) -> str:
+    return f"conv_direct{_suffix(d3)}<{dt.ctype}, {str(nhwc).lower()}, {str(wide).lower()}>"
 
 
 def _dw_nchw_expr(dt: dtypes.DType, tile: str, d3: bool = False) -> str:
@@ -128,7 +133,7 @@ def _dw_nhwc_expr(dt: dtypes.DType, d3: bool = False) -> str:
 def module_spec(dt: dtypes.DType, d3: bool = False) -> ModuleSpec:
     """Every kernel of direct.cu for storage type ``dt``: the 2-D (and 1-D) ones, or the
     3-D ones (their own module, so neither kind compiles the other's)."""
-    names = [_direct_expr(dt, False, d3), _direct_expr(dt, True, d3)]
+    names = [_direct_expr(dt, nhwc, d3, wide) for nhwc in (False, True) for wide in (False, True)]
     names += [_dw_nchw_expr(dt, tile, d3) for tile in DW_NCHW_TILES]
     names.append(_dw_nhwc_expr(dt, d3))
     return ModuleSpec.make(SOURCE, names)
@@ -170,10 +175,12 @@ class DirectSolver(Solver):
             raise NotSupportedError(f"{self.name}: {ok.reason}")
         dt = dtype_of(problem)
         d3 = problem.ndim == 3
-        kernel = backend.kernel(module_spec(dt, d3), _direct_expr(dt, problem.channels_last, d3))
         total = int(np.prod(problem.y_shape()))
+        wide = total > _U32_MAX
+        expr = _direct_expr(dt, problem.channels_last, d3, wide)
+        kernel = backend.kernel(module_spec(dt, d3), expr)
         blocks = max(1, min(-(-total // BLOCK), _GRID_CAP[backend.name]))
-        name = f"conv_direct_{_layout_tag(problem)}_{dt.short}"
+        name = f"conv_direct_{_layout_tag(problem)}{'_i64' if wide else ''}_{dt.short}"
         return LaunchRunner([(kernel, (blocks,), (BLOCK,), 0)], shape_struct(problem), [name],
                             dt=dt)  # fmt: skip
 
