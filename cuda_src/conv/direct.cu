@@ -11,10 +11,7 @@
 //                                   takes it when y has 2^31 elements or more): a kernel
 //                                   per width, each with one copy of the epilogue's
 //                                   activation switch (both widths in one kernel took up
-//                                   to 0.67 s of NVRTC for double on sm_90). ptxas keeps a
-//                                   few values of the per-output setup in local memory
-//                                   (20-40 bytes, sm_90) around the activations' division
-//                                   slow-path calls; none in the tap loops.
+//                                   to 0.67 s of NVRTC for double on sm_90).
 //   depthwise_nchw<T, TQ, TP, RPT>  groups == C, K = C * mult. A block computes a TP x TQ
 //                                   tile of output rows/columns for one (img, c) and all
 //                                   mult filters of c: the input tile with its halo and
@@ -107,8 +104,11 @@ __device__ __forceinline__ void run(const T* __restrict__ x, const T* __restrict
 
 }  // namespace direct
 
+// Five blocks per SM asked (the 3-D kernel four): left to itself, ptxas (sm_90) fitted these
+// kernels into 32-48 registers and kept 20-40 bytes of their per-output setup in local
+// memory around the activations' division slow-path calls; with the hint, 46-64 and none.
 template <typename T, bool NHWC, bool WIDE>
-__global__ void __launch_bounds__(256) conv_direct(
+__global__ void __launch_bounds__(256, 5) conv_direct(
     // pointers: z may be y and bias may be x when absent (e.has_z / e.has_bias say)
     const T* __restrict__ x, const T* __restrict__ w, T* y, const T* z, const T* bias,
     // sizes and epilogue
@@ -117,7 +117,7 @@ __global__ void __launch_bounds__(256) conv_direct(
 }
 
 template <typename T, bool NHWC, bool WIDE>
-__global__ void __launch_bounds__(256) conv_direct_3d(
+__global__ void __launch_bounds__(256, 4) conv_direct_3d(
     const T* __restrict__ x, const T* __restrict__ w, T* y, const T* z, const T* bias,
     ConvShape s, EpilogueFor<T> e) {
     direct::run<T, NHWC, true, WIDE>(x, w, y, z, bias, s, e);
