@@ -642,8 +642,10 @@ __device__ __forceinline__ void bn_bwd_vec_loop(
     }
 }
 
+// double asks for 3 blocks per SM: left to itself, ptxas (sm_90) fitted four modes'
+// kernels into 48-64 registers and spilled 4-8 bytes around the division slow-path calls.
 template <typename T, bool CHLAST, int ACT>
-__global__ void __launch_bounds__(256) bn_bwd_apply_vec(
+__global__ void __launch_bounds__(256, sizeof(T) == 8 ? 3 : 0) bn_bwd_apply_vec(
     // pointers (z, dz may be null; all 16-byte aligned)
     const T* dy, const T* x, const T* z, T* dx, T* dz, const cl::acc_t<T>* mean,
     const cl::acc_t<T>* invstd, const cl::acc_t<T>* gamma, const cl::acc_t<T>* beta,

@@ -215,9 +215,11 @@ __device__ __forceinline__ void fwd_body(const T* x, T* y, long long* indices,
 
 // WIDE: 64-bit index math, for tensors whose offsets pass 31 bits (ops/pooling_kernels.py
 // picks it as fits_32bit would); a kernel per width keeps each compile unit to one copy of
-// the window loops (both in one kernel took 0.6-0.85 s of NVRTC on sm_90).
+// the window loops (both in one kernel took 0.6-0.85 s of NVRTC on sm_90). The 64-bit
+// kernels ask for 4 blocks per SM: left to itself, ptxas (sm_90) fitted them into 32
+// registers and spilled 20-24 bytes around the 64-bit division calls.
 template <typename T, bool MAX, bool WIDE>
-__global__ void __launch_bounds__(256) pool_fwd(
+__global__ void __launch_bounds__(256, WIDE ? 4 : 0) pool_fwd(
     // pointers (indices may be null)
     const T* x, T* y, long long* indices,
     // problem (MAX: s.mode is pool::kMax; otherwise an average mode)
@@ -301,7 +303,7 @@ __device__ __forceinline__ void bwd_body(const T* dy, const long long* indices, 
 }  // namespace pool
 
 template <typename T, bool MAX, bool WIDE>
-__global__ void __launch_bounds__(256) pool_bwd(
+__global__ void __launch_bounds__(256, WIDE ? 4 : 0) pool_bwd(
     // pointers (indices: max modes only)
     const T* dy, const long long* indices, T* dx,
     // problem (MAX: s.mode is pool::kMax; otherwise an average mode; WIDE: as pool_fwd)

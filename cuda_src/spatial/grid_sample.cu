@@ -403,8 +403,12 @@ __device__ __forceinline__ void with_taps(const T* grid, long long goff,
 }
 
 // MODE = 0 bilinear, 1 nearest, 2 bicubic (NDIM = 2 only); p.mode is the same.
+// The 32-bit types' non-bicubic forwards ask for 5 blocks per SM: left to itself, ptxas
+// (sm_90) fitted the float 3-D bilinear one into 48 registers with 8 bytes spilled around
+// the reflection call.
 template <typename T, int NDIM, int MODE>
-__global__ void __launch_bounds__(256) grid_sample_fwd(
+__global__ void __launch_bounds__(256, MODE != gs::BICUBIC && sizeof(T) < 8 ? 5 : 0)
+    grid_sample_fwd(
     // pointers
     const T* x, const T* grid, T* y,
     // sizes, strides and options
