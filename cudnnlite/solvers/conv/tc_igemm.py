@@ -69,7 +69,7 @@ from __future__ import annotations
 import dataclasses
 from collections.abc import Sequence
 from dataclasses import dataclass
-from typing import Any, TypeVar
+from typing import Any
 
 import numpy as np
 
@@ -235,9 +235,6 @@ class TcTile(Config):
         )
 
 
-TcConfigT = TypeVar("TcConfigT", bound=TcTile)
-
-
 @dataclass(frozen=True)
 class TcConfig(TcTile):
     block_m: int = 128
@@ -263,7 +260,7 @@ class TcConfig(TcTile):
                    self.block_m * (self.block_n + 4) * 4)  # fmt: skip
 
 
-def least_padding(configs: Sequence[TcConfigT], channels: int) -> TcConfigT | None:
+def least_padding(configs: Sequence[TcConfig], channels: int) -> TcConfig | None:
     """Of ``configs``, the one whose reduction slices pad a tap's ``channels`` least, then
     the deepest (fewer instructions per MMA: the loader's and barrier's work is shared by
     more of them), then the first; None for none."""
