@@ -3,9 +3,9 @@
     python benchmarks/overhead.py [--small]
 
 1. **Library work only**, on the emulator's NumPy arrays with the kernel launch replaced by
-   a no-op (each compiled module's ``emu_launch`` answers 0 at once): what a call costs in
-   Python, from the arguments to the launcher's packed arguments. It runs, and means the
-   same, on any machine. Rows: conv2d (functional, plan), relu, batch_norm (inference),
+   a no-op (each compiled module's ``emu_launch``, and ``emu_run_list`` that runs a
+   graph's launches, answer 0 at once): what a call costs in Python, from the arguments
+   to the launcher's packed arguments. It runs, and means the same, on any machine. Rows: conv2d (functional, plan), relu, batch_norm (inference),
    softmax, max_pool2d, a 10-op network forward (functional calls, conv plans, graph
    replay) and an 11-call training step (conv, batch norm, relu, max pool and their
    backward: functional calls, graph replay), each against the issue's target; and each
@@ -57,6 +57,10 @@ class _NoopLib:
 
     @staticmethod
     def emu_launch(index: Any, cfg: Any, values: Any) -> int:
+        return 0
+
+    @staticmethod
+    def emu_run_list(n: int, *lists: Any) -> int:  # a graph replay's launches, one call
         return 0
 
     def __getattr__(self, name: str) -> Any:

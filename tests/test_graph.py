@@ -488,3 +488,56 @@ def test_graphs_of_one_problem_replay_at_once_from_threads() -> None:
     for t in threads:
         t.join()
     assert bad == [0, 0, 0]
+
+
+def _selftest_launches(*launches: tuple[str, Any, Any, tuple]) -> tuple[Any, list, list]:
+    """Launch-list entries (kernel, config, argument array) of self-test kernels, as a
+    capture records them, without running them; and what must stay alive with them."""
+    from cudnnlite.runtime import backend_by_name
+    from cudnnlite.runtime.selftest import EMULATOR_SELFTEST
+
+    module = backend_by_name("cpu").module(EMULATOR_SELFTEST)
+    entries, keep = [], []
+    for name, grid, block, args in launches:
+        kernel = module.get_function(name)
+        cfg = kernel._config(grid, block, 0, False)
+        with module.lock:
+            kernel._convert(args, [])
+            arena, values = kernel.snapshot_arguments()
+        entries.append((kernel, cfg, values))
+        keep.append((arena, cfg, args))
+    return module, entries, keep
+
+
+@pytest.mark.parametrize("one_by_one", [False, True])
+def test_an_emulator_replay_stops_at_the_failing_launch_and_names_its_kernel(
+    monkeypatch: pytest.MonkeyPatch, one_by_one: bool
+) -> None:
+    """An emulator graph replays its launches in one C call (launcher.LaunchList): in
+    order, the first that fails stops the list and raises its own kernel's error, and every
+    module lock is free again. A list with a race-check module runs launch by launch in
+    Python (``one_by_one``: the module's flag set; without TSan loaded its capture reports
+    nothing) and behaves the same."""
+    from cudnnlite.errors import ExecutionError
+    from cudnnlite.runtime.emulator.launcher import LaunchList
+
+    before, after = np.full(64, -7, np.int32), np.full(64, -7, np.int32)
+    module, entries, keep = _selftest_launches(
+        ("early_exit_barrier", 1, 64, (before, np.int32(10))),
+        ("trap_if", 2, 8, (np.int32(1),)),
+        ("early_exit_barrier", 1, 64, (after, np.int32(10))),
+    )
+    monkeypatch.setattr(module, "racecheck", one_by_one)
+    launches = LaunchList(entries)
+    assert len(launches) == 3 and (launches._one_by_one is not None) == one_by_one
+    with pytest.raises(ExecutionError, match=r"kernel trap_if \(.*\) failed: .*__trap"):
+        launches()
+    want = np.full(64, -7, np.int32)
+    want[:10] = 3 * (9 - np.arange(10))
+    np.testing.assert_array_equal(before, want)  # the launch before ran
+    np.testing.assert_array_equal(after, np.full(64, -7, np.int32))  # the one after did not
+    assert not module.lock.locked()
+    LaunchList([entries[0], entries[2]])()  # the module works on
+    np.testing.assert_array_equal(after, want)
+    LaunchList([])()  # nothing to run
+    del keep

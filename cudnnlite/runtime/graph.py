@@ -20,13 +20,13 @@ What is recorded is each kernel launch, with its grid, block and arguments, at t
   the outputs after ``replay()``.
 - **cpu (emulator)**: the calls run as usual while recorded, and each launch is kept as
   (kernel, launch config, its own copy of the converted argument bytes). ``replay()`` runs
-  that list, one C call per launch. Work a call does on the host in Python (NumPy GEMM in
-  ``runtime/blas.py``, host copies of GPU arrays, ASan's copies) would be missed by such a
-  replay: those places call :func:`note_host_work`, and ``replay()`` of such a graph raises
-  NotSupportedError naming the work, instead of replaying wrongly. Conservatively, only ops
-  marked :func:`graph_safe` (verified to be kernel launches, with their host copies
-  reported) may be captured on the emulator; any other op makes the graph refuse to
-  replay.
+  that list in one C call (``emulator.launcher.LaunchList``). Work a call does on the host
+  in Python (NumPy GEMM in ``runtime/blas.py``, host copies of GPU arrays, ASan's copies)
+  would be missed by such a replay: those places call :func:`note_host_work`, and
+  ``replay()`` of such a graph raises NotSupportedError naming the work, instead of
+  replaying wrongly. Conservatively, only ops marked :func:`graph_safe` (verified to be
+  kernel launches, with their host copies reported) may be captured on the emulator; any
+  other op makes the graph refuse to replay.
 
 An op that checks its arguments on the device (max pooling backward's saved indices) does so
 through :func:`check_flag`: the graph keeps the check, and each ``replay()`` reads its flag
@@ -43,7 +43,6 @@ raise BadParamError.
 
 from __future__ import annotations
 
-import ctypes
 import threading
 from collections.abc import Iterator
 from contextlib import contextmanager
@@ -162,9 +161,10 @@ class Graph:
         self._state = "capturing"
         self._host_work: str | None = None
         self.depth = 0  # public ops being called (the outermost one is checked)
-        # (emulator: the kernel's recorded_launcher on its config and argument array, or
-        # CUDA: None; the kernel's name); the arenas and arrays stay referenced in _keep
+        # (emulator: (kernel, its launch config, its argument array), or CUDA: None; the
+        # kernel's name); the arenas and arrays stay referenced in _keep
         self._launches: list[tuple[Any, str]] = []
+        self._emulator_list: Any = None  # the emulator's LaunchList, made when capture ends
         self._keep: list[Any] = []
         self._cuda_graph: Any = None
         self._stream: Any = None
@@ -209,8 +209,15 @@ class Graph:
         if keep:
             self._host_work = self._host_work or "a host copy of an argument"
         arena, values = kernel.snapshot_arguments()
-        self._launches.append((kernel.recorded_launcher(ctypes.byref(cfg), values), kernel.name))
+        self._launches.append(((kernel, cfg, values), kernel.name))
         self._keep.append((cfg, arena, tuple(args)))
+
+    def _end_emulator_capture(self) -> None:
+        """The recorded launches as one native list (the modules' own libraries, as the
+        capture's launches used them)."""
+        from .emulator.launcher import LaunchList
+
+        self._emulator_list = LaunchList([entry for entry, _ in self._launches])
 
     def record_cuda(self, kernel: Any, args: Any, **launch: Any) -> None:
         """Keeps the arguments of a captured CUDA launch alive: the graph replays on their
@@ -245,8 +252,7 @@ class Graph:
                 "directly instead"
             )
         with self._replay_lock:
-            for launch, _ in self._launches:
-                launch()
+            self._emulator_list()  # every launch in one C call (launcher.LaunchList)
             self._check()
 
     def _check(self) -> None:
@@ -305,6 +311,8 @@ def graph(backend: str | None = None) -> Iterator[Graph]:
             g._state = "failed"
             raise
         g._stream = stream
+    else:
+        g._end_emulator_capture()
     g._state = "ready"
 
 

@@ -338,11 +338,11 @@ class EmulatorKernel(Kernel):
             if keep:
                 module.copy_back(keep)
             if rc != 0:
-                message = module.lib.emu_last_error().decode(errors="replace")
+                race = ""
                 if module.racecheck and races.reports:  # both: the failure comes first
                     race = racecheck_mod.race_error(self.name, self.spec.label(), races.reports)
-                    message += f"\n{race}"
-                raise ExecutionError(f"kernel {self.name} ({self.spec.label()}) failed: {message}")
+                    race = f"\n{race}"
+                raise self.failure(race)
             if module.racecheck and races.reports:
                 raise racecheck_mod.race_error(self.name, self.spec.label(), races.reports)
 
@@ -410,12 +410,15 @@ class EmulatorKernel(Kernel):
                 else:
                     rc = module.lib.emu_launch(index, cfg_ref, values)
                 if rc != 0:
-                    message = module.lib.emu_last_error().decode(errors="replace")
-                    raise ExecutionError(
-                        f"kernel {self.name} ({self.spec.label()}) failed: {message}"
-                    )
+                    raise self.failure()
 
         return launch
+
+    def failure(self, more: str = "") -> ExecutionError:
+        """The error of this kernel's failed launch, from its module's error slot (read
+        under the module's lock, before another launch can overwrite it)."""
+        message = self.module.lib.emu_last_error().decode(errors="replace")
+        return ExecutionError(f"kernel {self.name} ({self.spec.label()}) failed: {message}{more}")
 
     def pointer_slots(self) -> list[int]:
         """The arena's pointer arguments, as indices of its uint64 words."""
@@ -428,6 +431,64 @@ class EmulatorKernel(Kernel):
         arena, values = self._plan.new_arena()
         arena[:] = self._arena
         return arena, values
+
+
+class LaunchList:
+    """Recorded launches run in order by one C call: what an emulator graph replays
+    (:meth:`Graph.replay <cudnnlite.runtime.graph.Graph.replay>`). Each entry is
+    ``(kernel, config, values)``: a kernel, its launch config and its argument array (into
+    an arena the caller keeps alive, with the config). ``emu_run_list`` of the first
+    kernel's module calls each launch's own module's ``emu_launch`` through its address,
+    with every module's lock held for the whole list (taken in one global order, so two
+    lists cannot deadlock; a single launch takes one lock at a time). The first launch
+    that fails stops the list and raises its kernel's error. A race-check module needs
+    Python around each of its launches, so a list with one runs its launches one by one
+    (:meth:`EmulatorKernel.recorded_launcher`), as every replay did before this class."""
+
+    def __init__(self, launches: Sequence[tuple[EmulatorKernel, LaunchConfig, Any]]) -> None:
+        n = len(launches)
+        self._kernels = [kernel for kernel, _, _ in launches]
+        self._values = [values for _, _, values in launches]  # (alive while the list is)
+        modules = {id(k.module): k.module for k in self._kernels}
+        self._locks = [modules[i].lock for i in sorted(modules)]
+        self._one_by_one = None
+        if any(m.racecheck for m in modules.values()):
+            self._one_by_one = [k.recorded_launcher(ctypes.byref(cfg), values)
+                                for k, cfg, values in launches]  # fmt: skip
+        self._module = self._kernels[0].module if n else None
+        address = ctypes.addressof
+        fns = [ctypes.cast(k.module.lib.emu_launch, ctypes.c_void_p).value for k in self._kernels]
+        self._failed = ctypes.c_int(-1)
+        self._args = (
+            n,
+            (ctypes.c_void_p * n)(*fns),
+            (ctypes.c_int * n)(*[k.index for k in self._kernels]),
+            (ctypes.c_void_p * n)(*[address(cfg) for _, cfg, _ in launches]),
+            (ctypes.c_void_p * n)(*[address(values) for _, _, values in launches]),
+            ctypes.byref(self._failed),
+        )
+        self._keep = [cfg for _, cfg, _ in launches]
+
+    def __len__(self) -> int:
+        return len(self._kernels)
+
+    def __call__(self) -> None:
+        if self._one_by_one is not None:
+            for launch in self._one_by_one:
+                launch()
+            return
+        if self._module is None:
+            return
+        locks = self._locks
+        for lock in locks:
+            lock.acquire()
+        try:
+            # (the module's library read per call: a benchmark stubs it out)
+            if self._module.lib.emu_run_list(*self._args) != 0:
+                raise self._kernels[self._failed.value].failure()
+        finally:
+            for lock in locks:
+                lock.release()
 
 
 def _byte_bounds(arr: np.ndarray) -> tuple[int, int]:
@@ -496,6 +557,9 @@ class EmulatorModule(Module):
         lib.emu_launch.restype = ctypes.c_int
         lib.emu_launch.argtypes = [ctypes.c_int, ctypes.POINTER(LaunchConfig), ctypes.c_void_p]
         lib.emu_last_error.restype = ctypes.c_char_p
+        lib.emu_run_list.restype = ctypes.c_int
+        lib.emu_run_list.argtypes = [ctypes.c_int, *[ctypes.c_void_p] * 4,
+                                     ctypes.POINTER(ctypes.c_int)]  # fmt: skip
         lib.emu_static_shared_bytes.restype = ctypes.c_ulonglong
         lib.emu_asan_poison.argtypes = [ctypes.c_void_p, ctypes.c_ulonglong, ctypes.c_int]
         lib.emu_measure_switch_ns.restype = ctypes.c_double

@@ -69,6 +69,28 @@ __attribute__((visibility("default"))) int emu_launch(int i, const emu::LaunchCo
 
 __attribute__((visibility("default"))) const char* emu_last_error() { return emu::g_error.message; }
 
+// A recorded launch list (an emulator graph's replay, launcher.LaunchList): launch k is
+// fns[k](indices[k], cfgs[k], values[k]), each fns[k] the emu_launch of the launch's own
+// module (any module's list runs any module's launches). The launches run in order, in one
+// call from Python; the first to fail stops the list: its code is returned and its
+// position written to *failed (its module's emu_last_error has the message). 0 when all ran.
+typedef int (*emu_launch_fn)(int, const emu::LaunchConfig*, void* const*);
+
+__attribute__((visibility("default"))) int emu_run_list(int n, void* const* fns, const int* indices,
+                                                        void* const* cfgs, void* const* values,
+                                                        int* failed) {
+    for (int k = 0; k < n; ++k) {
+        int rc = reinterpret_cast<emu_launch_fn>(fns[k])(
+            indices[k], static_cast<const emu::LaunchConfig*>(cfgs[k]),
+            static_cast<void* const*>(values[k]));
+        if (rc != 0) {
+            *failed = k;
+            return rc;
+        }
+    }
+    return 0;
+}
+
 // Bytes of static __shared__ storage in this module (its whole TLS segment).
 __attribute__((visibility("default"))) unsigned long long emu_static_shared_bytes() {
     emu::RaceIgnoreScope race_ignore;
