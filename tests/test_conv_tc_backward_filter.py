@@ -32,7 +32,10 @@ BWF_CASES = {
     # The 64-deep tile: 8 pixels per thread, rows of 8 (fast path) and of 5 (both paths).
     "deep_tile_rows_of_8": (_bwf(3, 16, (7, 8), 24), TcSplitKConfig(128, 128, 64, 64, 64, 3, 2)),
     "deep_tile_rows_of_5": (_bwf(2, 8, 5, 16), TcSplitKConfig(128, 128, 64, 64, 64, 3, 1)),
-}
+    # The 64-deep 64x128 tile (4 warps, 8 pixels per thread too), both paths, split 2.
+    "deep_64x128_rows_of_5_split2": (_bwf(3, 16, (7, 5), 24),
+                                     TcSplitKConfig(64, 128, 64, 32, 64, 3, 2)),
+}  # fmt: skip
 
 
 @pytest.mark.parametrize("case", sorted(BWF_CASES))

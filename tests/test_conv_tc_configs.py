@@ -95,6 +95,12 @@ def test_deep_tiles_only_where_two_blocks_fit() -> None:
         assert BWF.default_config(bwf, caps).block_k == deep
     late = dataclasses.replace(conv(32, 256, 14, 256), direction="bwd_filter")  # Q = 14
     assert BWF.default_config(late, for_sm(90)).block_k == 32
+    # Fewer than 128 filters (ResNet-50's stage 1): the 64x128 tiles, 64-deep under the
+    # same rule (72 KiB of stages: two blocks fit sm_80 too).
+    for q, caps, deep in ((56, for_sm(90), 64), (56, for_sm(80), 64), (14, for_sm(90), 32)):
+        cfg = BWF.default_config(dataclasses.replace(conv(32, 64, q, 64), direction="bwd_filter"),
+                                 caps)  # fmt: skip
+        assert (cfg.block_m, cfg.block_n, cfg.block_k) == (64, 128, deep), (q, caps, cfg)
 
 
 def test_heuristics_put_the_multistage_engine_first_on_a_gpu() -> None:

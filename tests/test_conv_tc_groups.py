@@ -211,6 +211,9 @@ BWF_PACKED_CASES = {
     # 12 groups of 8 filters and 4 channels, stride 2: two row blocks, 64 x 128 tiles
     "g12_kg8_stride2": (grouped(12, 1, 48, (7, 6), 96, stride=2, direction="bwd_filter"),
                         TcSplitKConfig(64, 128, 32, 32, 64, 3, 1)),  # fmt: skip
+    # 4 groups of 16 filters and 8 channels in one row block, the 64-deep 64x128 tile
+    "g4_kg16_deep": (grouped(4, 2, 32, (8, 9), 64, direction="bwd_filter"),
+                     TcSplitKConfig(64, 128, 64, 32, 64, 3, 1)),  # fmt: skip
     # groups straddle the row blocks (24 filters per group), bf16, dilation 2
     "g5_kg24_straddling_bf16": (
         grouped(5, 1, 80, 6, 120, dil=2, pad=2, dtype="bf16", direction="bwd_filter"),

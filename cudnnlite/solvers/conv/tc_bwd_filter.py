@@ -75,11 +75,15 @@ SOURCE = "conv/tc_bwd_filter.cu"
 
 # (block_m (K), block_n (R*S*C), block_k (pixels), warp_m, warp_n, stages). sm_90 hot paths
 # (sass_mix; each thread's pixels on one output row): 128x128x64 307 instructions per 128
-# MMA (42%, 227 registers; the default where two blocks fit an SM and Q % 8 == 0 or Q >=
-# 64), 128x128x32 191 per 64 (34%), 64x128 163 per 32, 64x64 111 per 16.
+# MMA (42%, 227 registers), 128x128x32 191 per 64 (34%), 64x128x64 211 per 64 (30%, 125
+# registers, 72 KiB of stages), 64x128x32 163 per 32 (20%), 64x64 111 per 16 (14%). The
+# 64-deep tiles are the defaults of their block shape where two blocks fit an SM and a
+# thread's 8 pixels stay on one output row (Q % 8 == 0 or Q >= 64); each block shape's
+# deeper tile first.
 TILES = (
     (128, 128, 64, 64, 64, 3),
     (128, 128, 32, 64, 64, 3),
+    (64, 128, 64, 32, 64, 3),
     (64, 128, 32, 32, 64, 3),
     (64, 64, 32, 32, 32, 3),
 )
@@ -367,17 +371,17 @@ class TcBwdFilterSolver(Solver):
     def default_config(self, problem: ConvProblem, caps: Capabilities) -> TcSplitKConfig:
         options = self.configs(problem, caps)
         item = bwf.dtype_of(problem).itemsize
-        # The 64-deep tile where two blocks fit an SM and its 8 consecutive pixels per
-        # thread stay on one output row (the loader's fast path; q: the output width).
+        # A 64-deep tile where two blocks fit an SM and its 8 consecutive pixels per thread
+        # stay on one output row (the loader's fast path; q: the output width).
         q = problem.out_spatial[-1]
         deep_ok = q % 8 == 0 or q >= 64
-        big = [
+        usable = [
             c
             for c in options
-            if c.block_m == 128
-            and (c.block_k < 64 or (deep_ok and fits_twice(c.smem_bytes(item), caps)))
-        ] if problem.k_per_group >= 128 else []  # fmt: skip
-        pool = big or [c for c in options if c.block_m == 64 and c.block_n == 128] or options
+            if c.block_k < 64 or (deep_ok and fits_twice(c.smem_bytes(item), caps))
+        ]
+        big = [c for c in usable if c.block_m == 128] if problem.k_per_group >= 128 else []
+        pool = big or [c for c in usable if c.block_m == 64 and c.block_n == 128] or options
         tile = pool[0]
         columns, rows = _grid(gemm_problem(problem), tile, packed(problem, tile))
         tiles = columns * rows
