@@ -95,6 +95,12 @@ def test_deep_tiles_only_where_two_blocks_fit() -> None:
         assert BWF.default_config(bwf, caps).block_k == deep
     late = dataclasses.replace(conv(32, 256, 14, 256), direction="bwd_filter")  # Q = 14
     assert BWF.default_config(late, for_sm(90)).block_k == 32
+    # sm_120 (RTX 50xx: 99 KiB per block, as sm_86/89): no tile over it
+    caps = for_sm(120)
+    for solver, p in ((SOLVER, fwd), (PHASED, bwd), (BWF, bwf)):
+        configs = solver.configs(p, caps)
+        assert configs and all(c.smem_bytes() <= caps.max_shared_bytes for c in configs)
+        assert solver.default_config(p, caps) in configs
     # Fewer than 128 filters (ResNet-50's stage 1): the 64x128 tiles, 64-deep under the
     # same rule (72 KiB of stages: two blocks fit sm_80 too).
     for q, caps, deep in ((56, for_sm(90), 64), (56, for_sm(80), 64), (14, for_sm(90), 32)):

@@ -403,6 +403,22 @@ def test_multiprocessor_count_is_cached(fake_cupy: types.ModuleType) -> None:
     assert backend.multiprocessor_count() == 132
 
 
+def test_capabilities_take_the_devices_own_shared_memory(fake_cupy: types.ModuleType) -> None:
+    """A device that reports its opt-in shared memory per block sizes the solvers' tiles
+    by it (an arch newer than the table, or a part with less); one that does not gets its
+    arch's table value. Read once per device, with the SM count."""
+    from cudnnlite.runtime.caps import capabilities
+
+    attributes = fake_cupy.cuda.Device().attributes
+    assert capabilities(CudaBackend()).max_shared_bytes == 227 * 1024  # sm_90's row
+    attributes["MaxSharedMemoryPerBlockOptin"] = 99 * 1024
+    backend = CudaBackend()
+    caps = capabilities(backend)
+    assert (caps.arch, caps.max_shared_bytes, caps.sm_count) == ("sm_90", 99 * 1024, 132)
+    attributes["MaxSharedMemoryPerBlockOptin"] = 1
+    assert capabilities(backend).max_shared_bytes == 99 * 1024
+
+
 def test_driver_errors_become_execution_errors(fake_cupy: types.ModuleType) -> None:
     kernel = CudaBackend().module(SPEC).get_function("trap_if")
     kernel.function.kernel.fail = True

@@ -5,7 +5,13 @@ from __future__ import annotations
 import pytest
 
 from cudnnlite.errors import BadParamError
-from cudnnlite.runtime.occupancy import limits, occupancy, regs_per_warp, warps_by_registers
+from cudnnlite.runtime.occupancy import (
+    ARCHS,
+    limits,
+    occupancy,
+    regs_per_warp,
+    warps_by_registers,
+)
 
 
 @pytest.mark.parametrize(
@@ -78,3 +84,20 @@ def test_arch_table() -> None:
         limits("sm_61")
     with pytest.raises(BadParamError):
         occupancy("sm_90", 0, 32)
+
+
+def test_capabilities_take_the_shared_memory_of_the_arch_table() -> None:
+    """One table of per-arch limits: a solver's shared-memory budget on an arch is the
+    occupancy table's opt-in maximum per block, an arch not in it takes the newest before
+    it, and a device's own report wins (a consumer Blackwell, sm_120, has sm_89's 99 KiB,
+    not sm_90's 227 KiB that "newest before it" gave it before it had a row)."""
+    from cudnnlite.runtime.caps import for_sm
+
+    kib = 1024
+    expect = {70: 96, 72: 96, 75: 64, 80: 163, 86: 99, 87: 163, 89: 99, 90: 227, 100: 227,
+              103: 227, 110: 227, 120: 99, 121: 99, 61: 48}  # fmt: skip
+    assert {sm: for_sm(sm).max_shared_bytes // kib for sm in expect} == expect
+    for arch, lim in ARCHS.items():
+        assert for_sm(int(arch[3:])).max_shared_bytes == lim.smem_per_block
+    assert for_sm(120, max_shared=48 * kib).max_shared_bytes == 48 * kib
+    assert for_sm(120).sm_count == 170 and for_sm(90, sm_count=7).sm_count == 7

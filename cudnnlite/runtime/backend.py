@@ -295,6 +295,11 @@ class Backend(abc.ABC):
 
         return os.cpu_count() or 1
 
+    def max_shared_per_block(self) -> int | None:
+        """Shared memory one block may opt in to on the device, as it reports it; None
+        where the arch's table value stands (the emulator, ahead-of-time builds)."""
+        return None
+
     def max_cooperative_blocks(
         self, kernel: Kernel, block_threads: int, shared_mem: int = 0
     ) -> int:

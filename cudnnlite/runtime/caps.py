@@ -27,18 +27,10 @@ class Capabilities:
         return self.emulator or self.sm >= 75
 
 
-_MAX_SMEM = {
-    70: 96 * 1024,
-    75: 64 * 1024,
-    80: 163 * 1024,
-    86: 99 * 1024,
-    89: 99 * 1024,
-    90: 227 * 1024,
-}
-
 # The usual SM count of each arch's flagship (V100, T4, A100, A10/3090-class, L40, H100/
-# H200): grid-sizing defaults when no device is asked (a real device reports its own).
-_TYPICAL_SMS = {70: 80, 75: 40, 80: 108, 86: 84, 89: 128, 90: 132}
+# H200, B200, RTX 5090): grid-sizing defaults when no device is asked (a real device
+# reports its own).
+_TYPICAL_SMS = {70: 80, 75: 40, 80: 108, 86: 84, 89: 128, 90: 132, 100: 148, 120: 170}
 
 # The emulator models every construct the kernels use, WMMA included.
 EMULATOR = Capabilities("cpu", 0, True, True, 227 * 1024, True, 4)
@@ -50,8 +42,19 @@ def _nearest_below(table: dict[int, int], sm: int, default: int) -> int:
     return table[max(older)] if older else default
 
 
-def for_sm(sm: int, sm_count: int | None = None) -> Capabilities:
-    smem = _nearest_below(_MAX_SMEM, sm, 48 * 1024)
+def _max_shared(sm: int) -> int:
+    """Shared memory a block may opt in to on ``sm``: the occupancy table's (one table of
+    per-arch limits), else that of the newest arch before it, else 48 KiB."""
+    from .occupancy import ARCHS
+
+    table = {int(a.removeprefix("sm_")): lim.smem_per_block for a, lim in ARCHS.items()}
+    return _nearest_below(table, sm, 48 * 1024)
+
+
+def for_sm(sm: int, sm_count: int | None = None, max_shared: int | None = None) -> Capabilities:
+    """An arch's capabilities: ``sm_count`` and ``max_shared`` (bytes per block, opt-in)
+    as the device reports them, else the arch's usual ones."""
+    smem = max_shared or _max_shared(sm)
     count = sm_count or _nearest_below(_TYPICAL_SMS, sm, 16)
     return Capabilities(f"sm_{sm}", sm, sm >= 70, sm >= 80, smem, False, count)
 
@@ -59,4 +62,5 @@ def for_sm(sm: int, sm_count: int | None = None) -> Capabilities:
 def capabilities(backend: Backend) -> Capabilities:
     if backend.name == "cpu":
         return EMULATOR
-    return for_sm(int(backend.arch().removeprefix("sm_")), backend.multiprocessor_count())
+    sm = int(backend.arch().removeprefix("sm_"))
+    return for_sm(sm, backend.multiprocessor_count(), backend.max_shared_per_block())

@@ -372,7 +372,7 @@ class CudaBackend(Backend):
 
     def __init__(self) -> None:
         super().__init__()
-        self._sm_counts: dict[int, int] = {}
+        self._limits: dict[int, tuple[int, int | None]] = {}
 
     @property
     def xp(self) -> Any:
@@ -394,14 +394,27 @@ class CudaBackend(Backend):
     def synchronize(self) -> None:
         self.xp.cuda.get_current_stream().synchronize()
 
-    def multiprocessor_count(self) -> int:
-        """SMs of the current device (cached: CuPy's Device.attributes queries every
-        attribute of the device, far too slow for a per-call grid size)."""
+    def _device_limits(self) -> tuple[int, int | None]:
+        """(SMs, opt-in shared bytes per block) of the current device, read once per device
+        (CuPy's Device.attributes queries every attribute of the device, far too slow for a
+        per-call grid size); the second None if the device does not say."""
         device = self.xp.cuda.Device()
-        count = self._sm_counts.get(device.id)
-        if count is None:
-            count = self._sm_counts[device.id] = int(device.attributes["MultiProcessorCount"])
-        return count
+        found = self._limits.get(device.id)
+        if found is None:
+            attributes = device.attributes
+            smem = attributes.get("MaxSharedMemoryPerBlockOptin")
+            found = (int(attributes["MultiProcessorCount"]), int(smem) if smem else None)
+            self._limits[device.id] = found
+        return found
+
+    def multiprocessor_count(self) -> int:
+        """SMs of the current device."""
+        return self._device_limits()[0]
+
+    def max_shared_per_block(self) -> int | None:
+        """The current device's opt-in maximum of shared memory per block (a GPU newer than
+        the arch table, or one of its arch with less, sizes tiles by what it has)."""
+        return self._device_limits()[1]
 
     @staticmethod
     def available() -> bool:

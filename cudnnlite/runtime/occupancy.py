@@ -48,6 +48,7 @@ _KIB = 1024
 ARCHS: dict[str, ArchLimits] = {
     a.arch: a
     for a in (
+        ArchLimits("sm_70", 64, 32, 96 * _KIB, 96 * _KIB, 0),
         ArchLimits("sm_75", 32, 16, 64 * _KIB, 64 * _KIB, 0),
         ArchLimits("sm_80", 64, 32, 164 * _KIB, 163 * _KIB, _KIB),
         ArchLimits("sm_86", 48, 16, 100 * _KIB, 99 * _KIB, _KIB),
@@ -55,6 +56,11 @@ ARCHS: dict[str, ArchLimits] = {
         ArchLimits("sm_89", 48, 24, 100 * _KIB, 99 * _KIB, _KIB),
         ArchLimits("sm_90", 64, 32, 228 * _KIB, 227 * _KIB, _KIB),
         ArchLimits("sm_100", 64, 32, 228 * _KIB, 227 * _KIB, _KIB),
+        ArchLimits("sm_103", 64, 32, 228 * _KIB, 227 * _KIB, _KIB),
+        ArchLimits("sm_110", 48, 24, 228 * _KIB, 227 * _KIB, _KIB),
+        # consumer Blackwell (RTX 50xx, DGX Spark): the shared memory of sm_86/89
+        ArchLimits("sm_120", 48, 24, 100 * _KIB, 99 * _KIB, _KIB),
+        ArchLimits("sm_121", 48, 24, 100 * _KIB, 99 * _KIB, _KIB),
     )
 }
 
