@@ -101,6 +101,31 @@ def test_probe_compiles(nvrtc: cuda_toolkit.NvrtcLibrary, arch: str) -> None:
     assert res.source.endswith("nvrtc_probe.cu")
 
 
+# Kernels whose occupancy hint (__launch_bounds__' minimum blocks) asks for more threads
+# than some SMs hold: 256 x 8 and 1024 x 2 (2048) against sm_86's 1536, 256 x 5 (1280)
+# against sm_75's 1024. CL_MIN_BLOCKS clamps each to the arch being compiled.
+HINTED = ("conv_direct<float, true, false>", "conv_direct<float, false, false>",
+          "conv_direct_3d<float, true, false>", "grid_sample_fwd<float, 2, 0>",
+          "rownorm_bwd<float, false, 4>")  # fmt: skip
+
+
+@pytest.mark.parametrize("arch", ["sm_75", "sm_86"])
+def test_occupancy_hints_fit_every_arch(nvrtc: cuda_toolkit.NvrtcLibrary, arch: str) -> None:
+    """ptxas ignores a minimum-blocks hint whose threads the SM cannot hold (a warning,
+    and no register cap): compiled for the SMs of 1024 and 1536 threads, the hinted
+    kernels draw no such warning."""
+    from cudnnlite.runtime import resources
+    from cudnnlite.runtime.variants import all_module_specs
+
+    parts = {n: part for spec in all_module_specs() for part in spec.parts() for n in part.names
+             if n in HINTED}  # fmt: skip
+    assert set(parts) == set(HINTED)
+    for name, part in parts.items():
+        res = nvrtc_check.compile_to_cubin(part, arch, report_options=(resources.PTXAS_VERBOSE,))
+        assert "out of range" not in (res.log or ""), (name, res.log)
+        assert "minnctapersm" not in (res.log or ""), (name, res.log)
+
+
 BROKEN = """\
 #include "common/cudnnlite.cuh"
 template <typename T>

@@ -109,7 +109,7 @@ __device__ __forceinline__ void run(const T* __restrict__ x, const T* __restrict
 // split kernels into 32-40 registers and kept 20-40 bytes of their per-output setup in
 // local memory around the activations' division slow-path calls; with the hint, none.
 template <typename T, bool NHWC, bool WIDE>
-__global__ void __launch_bounds__(256, NHWC && !WIDE ? 8 : 5) conv_direct(
+__global__ void __launch_bounds__(256, CL_MIN_BLOCKS(256, NHWC && !WIDE ? 8 : 5)) conv_direct(
     // pointers: z may be y and bias may be x when absent (e.has_z / e.has_bias say)
     const T* __restrict__ x, const T* __restrict__ w, T* y, const T* z, const T* bias,
     // sizes and epilogue
@@ -118,7 +118,7 @@ __global__ void __launch_bounds__(256, NHWC && !WIDE ? 8 : 5) conv_direct(
 }
 
 template <typename T, bool NHWC, bool WIDE>
-__global__ void __launch_bounds__(256, NHWC ? 5 : 4) conv_direct_3d(
+__global__ void __launch_bounds__(256, CL_MIN_BLOCKS(256, NHWC ? 5 : 4)) conv_direct_3d(
     const T* __restrict__ x, const T* __restrict__ w, T* y, const T* z, const T* bias,
     ConvShape s, EpilogueFor<T> e) {
     direct::run<T, NHWC, true, WIDE>(x, w, y, z, bias, s, e);

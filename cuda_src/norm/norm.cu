@@ -883,7 +883,7 @@ __global__ void __launch_bounds__(1024) rownorm_fwd(
 // Two blocks an SM: 32 registers (the element form took 37 left to itself, so one 1024-
 // thread block an SM), no spill on sm_90.
 template <typename T, bool RMS, int VEC>
-__global__ void __launch_bounds__(1024, 2) rownorm_bwd(
+__global__ void __launch_bounds__(1024, CL_MIN_BLOCKS(1024, 2)) rownorm_bwd(
     // pointers (weight, mean may be null)
     const T* dy, const T* x, const T* weight, const cl::acc_t<T>* mean_in,
     const cl::acc_t<T>* rstd_in, T* dx,

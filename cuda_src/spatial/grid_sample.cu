@@ -407,7 +407,7 @@ __device__ __forceinline__ void with_taps(const T* grid, long long goff,
 // (sm_90) fitted the float 3-D bilinear one into 48 registers with 8 bytes spilled around
 // the reflection call.
 template <typename T, int NDIM, int MODE>
-__global__ void __launch_bounds__(256, MODE != gs::BICUBIC && sizeof(T) < 8 ? 5 : 0)
+__global__ void __launch_bounds__(256, CL_MIN_BLOCKS(256, MODE != gs::BICUBIC && sizeof(T) < 8 ? 5 : 0))
     grid_sample_fwd(
     // pointers
     const T* x, const T* grid, T* y,
