@@ -315,6 +315,15 @@ def test_every_registered_variant_compiles(nvrtc: cuda_toolkit.NvrtcLibrary, sha
     results = nvrtc_check.check_all(tasks=every[shard::NVRTC_SHARDS], jobs=1, quick=quick)
     failures = [f"{r.spec.label()} {r.arch}:\n{r.error}" for r in results if not r.ok]
     assert not failures, "\n\n".join(failures)
+    # ptxas warns where it drops what a kernel asks for (an occupancy hint an SM cannot
+    # hold, a stack it cannot size): none anywhere
+    warned = [
+        f"{r.spec.label()} {r.arch}: {line}"
+        for r in results
+        for line in (r.log or "").splitlines()
+        if line.startswith("ptxas warning")
+    ]
+    assert not warned, "\n".join(warned)
 
 
 def test_quick_tasks_add_the_fast_compile_level(nvrtc: cuda_toolkit.NvrtcLibrary) -> None:
