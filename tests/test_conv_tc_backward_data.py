@@ -41,8 +41,10 @@ def test_backward_data_any_stride(backend: str, case: str) -> None:
 
 
 @pytest.mark.parametrize(
-    "tile", [(128, 128, 64, 64, 64, 3), (128, 128, 32, 64, 64, 4), (64, 128, 32, 32, 64, 4)]
-)
+    "tile",
+    [(128, 128, 64, 64, 64, 3), (128, 128, 32, 64, 64, 4), (64, 128, 32, 32, 64, 4),
+     (128, 64, 64, 64, 32, 3), (64, 128, 64, 32, 64, 3)],
+)  # fmt: skip
 def test_backward_data_tiles(backend: str, tile) -> None:
     from conv_backward_support import rand, ref_data, run_data
 

@@ -60,6 +60,12 @@ def test_default_slice_depth_follows_the_channels() -> None:
     # backward data reduces over dy's channels (K)
     bwd = {k: dataclasses.replace(conv(32, 256, 56, k), direction="bwd_data") for k in (96, 256)}
     assert {k: PHASED.default_config(p, sm90).block_k for k, p in bwd.items()} == {96: 32, 256: 64}
+    # and takes the forward's block shapes: 128 x 64 for a large layer of 64 dx channels,
+    # 64 x 128 for a small one of many (ResNet-50's 14 x 14 layers at batch 32)
+    for c, hw, shape in ((64, 56, (128, 64, 64)), (256, 14, (64, 128, 64)), (64, 14, (64, 64, 32))):
+        cfg = PHASED.default_config(dataclasses.replace(conv(32, c, hw, 256), direction="bwd_data"),
+                                    sm90)  # fmt: skip
+        assert (cfg.block_m, cfg.block_n, cfg.block_k) == shape, (c, hw, cfg)
 
 
 def test_backward_filter_configs() -> None:

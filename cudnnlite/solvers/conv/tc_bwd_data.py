@@ -69,15 +69,20 @@ from .tc_igemm import (
 
 SOURCE = "conv/tc_bwd_data.cu"
 
-# Five of the forward's tiles (its 8-warp 128x128 spills 4 bytes here on sm_90); 4-byte
+# Seven of the forward's tiles (its 8-warp 128x128 spills 4 bytes here on sm_90); 4-byte
 # copies: one. sm_90 hot paths (sass_mix): 128x128x64 330 instructions per 128 MMA (39%,
 # 236 registers; the default of large layers where two blocks fit an SM: fits_twice),
-# 128x128x32 183 per 64 (35%; each row's phase taps a bit word, one test per copy). BK 64
-# takes 16-byte copies only (its A_RPP keeps the swizzle period) and stays 2-D.
+# 128x128x32 183 per 64 (35%; each row's phase taps a bit word, one test per copy),
+# 128x64x64 207 per 64 (31%, 124 registers), 128x64x32 125 per 32 (26%), 64x128x64 238
+# per 64 (27%), 64x128x32 137 per 32 (23%), 64x64x32 75 per 16 (21%). BK 64 takes 16-byte copies
+# only (its A_RPP keeps the swizzle period), stays 2-D and is not packed (a packed block's
+# window of a few dy channels per group would be mostly zero fill, as the forward's).
 BWD_TILES = (
     (128, 128, 64, 64, 64, 3),
     (128, 128, 32, 64, 64, 4),
+    (128, 64, 64, 64, 32, 3),
     (128, 64, 32, 64, 32, 4),
+    (64, 128, 64, 32, 64, 3),
     (64, 128, 32, 32, 64, 4),
     (64, 64, 32, 32, 32, 4),
 )
@@ -112,11 +117,11 @@ _MAX_GRID = 65535
 
 
 # The tiles compiled as tc_conv_bwd_data_packed too (groups narrower than block_n):
-# those of 64 columns, every dtype's copy widths.
+# those of 64 columns and slices of at most 32, every dtype's copy widths.
 PACKED_TILES = frozenset(
     t
     for t in (*BWD_TILES, *BWD_TILES_ALIGN2, *BWD_TILES_TF32, *BWD_TILES_TF32_ALIGN1)
-    if t[1] == 64
+    if t[1] == 64 and t[2] <= 32
 )
 
 
@@ -241,17 +246,24 @@ class TcBwdDataPhasedSolver(Solver):
             big = phase_rows(problem) >= 8192
             if pool:
                 return next((c for c in pool if (c.block_m == 128) == big), pool[0])
+        # The forward's block shapes: 128 rows for large layers, else 64; 128 columns for
+        # more than 64 dx channels per group, else 64. Where none of that shape is compiled
+        # (the 3-D kernel's and the 4-byte copies' tables) or fits twice, 64 x 64.
         wide = problem.c_per_group > 64
-        block = (128, 128) if phase_rows(problem) >= 8192 and wide else (64, 64)
+        rows = 128 if phase_rows(problem) >= 8192 else 64
         item = bwf.dtype_of(problem).itemsize
-        fitting = [
-            c
-            for c in options
-            if (c.block_m, c.block_n) == block
-            and fits_twice(c.smem_bytes(item, b_rows_k=True), caps)
-        ]
-        # the reduction runs over dy's channels: slices that pad them least, then deepest
-        return least_padding(fitting, problem.k_per_group) or options[0]
+        for block in ((rows, 128 if wide else 64), (64, 64)):
+            fitting = [
+                c
+                for c in options
+                if (c.block_m, c.block_n) == block
+                and fits_twice(c.smem_bytes(item, b_rows_k=True), caps)
+            ]
+            # the reduction runs over dy's channels: slices that pad them least, then deepest
+            best = least_padding(fitting, problem.k_per_group)
+            if best is not None:
+                return best
+        return options[0]
 
     def module_specs(self) -> list[ModuleSpec]:
         return [
