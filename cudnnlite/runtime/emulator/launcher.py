@@ -479,15 +479,16 @@ class LaunchList:
             return
         if self._module is None:
             return
-        locks = self._locks
-        for lock in locks:
-            lock.acquire()
+        locks, held = self._locks, 0
         try:
+            for lock in locks:
+                lock.acquire()
+                held += 1
             # (the module's library read per call: a benchmark stubs it out)
             if self._module.lib.emu_run_list(*self._args) != 0:
                 raise self._kernels[self._failed.value].failure()
         finally:
-            for lock in locks:
+            for lock in locks[:held]:  # (all of them, unless an interrupt came between)
                 lock.release()
 
 
