@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import functools
 from dataclasses import dataclass
 
 from .backend import Backend
@@ -42,6 +43,7 @@ def _nearest_below(table: dict[int, int], sm: int, default: int) -> int:
     return table[max(older)] if older else default
 
 
+@functools.cache
 def _max_shared(sm: int) -> int:
     """Shared memory a block may opt in to on ``sm``: the occupancy table's (one table of
     per-arch limits), else that of the newest arch before it, else 48 KiB."""
