@@ -77,8 +77,10 @@ def test_nvrtc_check_uses_the_runtime_options(arch: str) -> None:
     include = [Path("/opt/cuda/include")]
     options = nvrtc_check.nvrtc_options(arch, defines, include)
     assert options == list(compile_options.runtime_options(arch, defines, include))
+    threads = {"sm_75": 1024, "sm_80": 2048, "sm_90": 2048}[arch]  # resident per SM
     assert options == [
         *compile_options.base_options(defines),
+        f"-DCUDNNLITE_SM_THREADS={threads}",
         "-I/opt/cuda/include",
         f"-arch={arch}",
         "-ftz=false",  # subnormals kept: what CuPy's RawModule would have flipped

@@ -101,3 +101,17 @@ def test_capabilities_take_the_shared_memory_of_the_arch_table() -> None:
         assert for_sm(int(arch[3:])).max_shared_bytes == lim.smem_per_block
     assert for_sm(120, max_shared=48 * kib).max_shared_bytes == 48 * kib
     assert for_sm(120).sm_count == 170 and for_sm(90, sm_count=7).sm_count == 7
+
+
+def test_resident_threads_per_sm_for_the_kernels_hints() -> None:
+    """The ceiling CL_MIN_BLOCKS clamps occupancy hints to (compile_options.arch_defines):
+    the arch's row, a virtual or suffixed name as its arch, a newer GPU as the newest row
+    before it, anything else 2048."""
+    from cudnnlite.runtime.compile_options import arch_defines
+    from cudnnlite.runtime.occupancy import sm_threads
+
+    want = {"sm_75": 1024, "sm_80": 2048, "sm_86": 1536, "sm_89": 1536,
+            "compute_90": 2048, "sm_90a": 2048, "sm_107": 1024, "sm_120": 1536,
+            "sm_130": 1536, "sm_61": 2048, "x": 2048}  # fmt: skip
+    assert {a: sm_threads(a) for a in want} == want
+    assert arch_defines("sm_86") == ("-DCUDNNLITE_SM_THREADS=1536",)

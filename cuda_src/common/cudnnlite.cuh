@@ -24,23 +24,18 @@
     T* name = reinterpret_cast<T*>(cl_dynamic_smem_)
 #endif
 
-// The most resident threads per SM of the architecture being compiled (sm_75 and sm_107
-// 1024; sm_86, sm_87, sm_89, sm_110 and sm_12x 1536; the others 2048: the arch table of
-// runtime/occupancy.py), and an occupancy hint, __launch_bounds__' minimum blocks per SM,
-// clamped to it: ptxas ignores a minimum whose threads the SM cannot hold (a warning, and
+// An occupancy hint, __launch_bounds__' minimum blocks per SM, clamped to the resident
+// threads per SM of the architecture being compiled (CUDNNLITE_SM_THREADS: the runtime's
+// arch table, compile_options.arch_defines; sm_75 1024, sm_86/87/89 and sm_12x 1536, sm_80
+// and sm_90 2048): ptxas ignores a minimum whose threads the SM cannot hold (a warning, and
 // then no register cap at all). CL_MIN_BLOCKS(256, 8) is 8 on sm_90, 6 on sm_86, 4 on
-// sm_75; 0 (no hint) stays 0. The emulator has no __CUDA_ARCH__: 2048.
-#if defined(__CUDA_ARCH__) && (__CUDA_ARCH__ == 750 || __CUDA_ARCH__ == 1070)
-#define CL_SM_THREADS 1024
-#elif defined(__CUDA_ARCH__) && (__CUDA_ARCH__ == 860 || __CUDA_ARCH__ == 870 || \
-                                 __CUDA_ARCH__ == 890 || __CUDA_ARCH__ == 1100 || \
-                                 __CUDA_ARCH__ >= 1200)
-#define CL_SM_THREADS 1536
-#else
-#define CL_SM_THREADS 2048
+// sm_75; 0 (no hint) stays 0. The emulator compiles for no arch: 2048.
+#ifndef CUDNNLITE_SM_THREADS
+#define CUDNNLITE_SM_THREADS 2048
 #endif
-#define CL_MIN_BLOCKS(threads, blocks) \
-    ((blocks) * (threads) <= CL_SM_THREADS ? (blocks) : CL_SM_THREADS / (threads))
+#define CL_MIN_BLOCKS(threads, blocks)                                      \
+    ((blocks) * (threads) <= CUDNNLITE_SM_THREADS ? (blocks)                \
+                                                   : CUDNNLITE_SM_THREADS / (threads))
 
 namespace cl {
 

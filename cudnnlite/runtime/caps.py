@@ -47,10 +47,10 @@ def _nearest_below(table: dict[int, int], sm: int, default: int) -> int:
 def _max_shared(sm: int) -> int:
     """Shared memory a block may opt in to on ``sm``: the occupancy table's (one table of
     per-arch limits), else that of the newest arch before it, else 48 KiB."""
-    from .occupancy import ARCHS
+    from .occupancy import row_at_or_below
 
-    table = {int(a.removeprefix("sm_")): lim.smem_per_block for a, lim in ARCHS.items()}
-    return _nearest_below(table, sm, 48 * 1024)
+    row = row_at_or_below(f"sm_{sm}")
+    return row.smem_per_block if row is not None else 48 * 1024
 
 
 def for_sm(sm: int, sm_count: int | None = None, max_shared: int | None = None) -> Capabilities:

@@ -52,6 +52,18 @@ def base_options(defines: Iterable[str] = ()) -> tuple[str, ...]:
     )
 
 
+def arch_defines(arch: str) -> tuple[str, ...]:
+    """What the kernels know of the target besides ``__CUDA_ARCH__``: its resident threads
+    per SM (``runtime/occupancy.py``'s table), the ceiling of their occupancy hints
+    (``CL_MIN_BLOCKS`` in common/cudnnlite.cuh: ptxas ignores a minimum of blocks whose
+    threads the SM cannot hold). A define rather than ``__CUDA_ARCH__`` tests in the header
+    every source includes, which would make every source look arch-dependent to the NVRTC
+    check's coverage (``nvrtc_check.arch_thresholds``)."""
+    from .occupancy import sm_threads
+
+    return (f"-DCUDNNLITE_SM_THREADS={sm_threads(arch)}",)
+
+
 def codegen_options(arch: str) -> tuple[str, ...]:
     """The target and floating-point options, after the include folders: ``-arch=sm_XX``,
     subnormals kept, and unannotated functions compiled as device code (as CuPy does:
@@ -63,10 +75,11 @@ def runtime_options(
     arch: str, defines: Iterable[str] = (), include_dirs: Iterable[str | PathLike] = ()
 ) -> tuple[str, ...]:
     """EXACTLY the NVRTC options of a module at run time, in order: :func:`base_options`,
-    the CUDA headers' folders (``cuda_toolkit.find_cuda_include_dirs()``), then
-    :func:`codegen_options`. The CUDA backend and the NVRTC check both compile with this."""
+    :func:`arch_defines`, the CUDA headers' folders (``cuda_toolkit.find_cuda_include_dirs()``),
+    then :func:`codegen_options`. The CUDA backend and the NVRTC check both compile with this."""
     return (
         *base_options(defines),
+        *arch_defines(arch),
         *(f"-I{d}" for d in include_dirs),
         *codegen_options(arch),
     )

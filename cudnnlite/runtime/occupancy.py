@@ -57,6 +57,7 @@ ARCHS: dict[str, ArchLimits] = {
         ArchLimits("sm_90", 64, 32, 228 * _KIB, 227 * _KIB, _KIB),
         ArchLimits("sm_100", 64, 32, 228 * _KIB, 227 * _KIB, _KIB),
         ArchLimits("sm_103", 64, 32, 228 * _KIB, 227 * _KIB, _KIB),
+        ArchLimits("sm_107", 32, 16, 228 * _KIB, 227 * _KIB, _KIB),
         ArchLimits("sm_110", 48, 24, 228 * _KIB, 227 * _KIB, _KIB),
         # consumer Blackwell (RTX 50xx, DGX Spark): the shared memory of sm_86/89
         ArchLimits("sm_120", 48, 24, 100 * _KIB, 99 * _KIB, _KIB),
@@ -74,6 +75,25 @@ def limits(arch: str) -> ArchLimits:
         raise BadParamError(
             f"cudnnlite: no occupancy limits for {arch!r}; known: {', '.join(ARCHS)}"
         ) from None
+
+
+def row_at_or_below(arch: str) -> ArchLimits | None:
+    """The row of ``arch`` (``sm_XX`` or ``compute_XX``, an ``a``/``f`` suffix ignored), else
+    of the newest arch before it (a GPU newer than the table); None before the first or for
+    a name that is no arch."""
+    m = re.fullmatch(r"(?:sm|compute)_(\d+)[af]?", arch)
+    if m is None:
+        return None
+    older = [a for a in ARCHS if int(a[3:]) <= int(m.group(1))]
+    return ARCHS[max(older, key=lambda a: int(a[3:]))] if older else None
+
+
+def sm_threads(arch: str) -> int:
+    """Resident threads per SM of ``arch`` (:func:`row_at_or_below`; 2048 where the table
+    has no row): the ceiling the kernels clamp their occupancy hints to (CL_MIN_BLOCKS in
+    common/cudnnlite.cuh, through compile_options.arch_defines)."""
+    row = row_at_or_below(arch)
+    return row.max_warps * WARP if row is not None else 2048
 
 
 @dataclass(frozen=True)
