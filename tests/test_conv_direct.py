@@ -223,7 +223,7 @@ def test_64_bit_index_kernel(backend: str, layout: str, ndim: int, monkeypatch) 
     assert DIRECT.prepare(backend_by_name(backend), p, None).kernel_names == [
         f"conv_direct{tag}_fp64"]  # fmt: skip
     narrow = run_solver(backend, DIRECT, p, ops, epilogue=e)
-    monkeypatch.setattr(D, "_U32_MAX", 0)
+    monkeypatch.setattr(D, "_WIDE_PAST", 0)
     assert DIRECT.prepare(backend_by_name(backend), p, None).kernel_names == [
         f"conv_direct{tag}_i64_fp64"]  # fmt: skip
     np.testing.assert_array_equal(run_solver(backend, DIRECT, p, ops, epilogue=e), narrow)

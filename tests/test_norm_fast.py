@@ -178,7 +178,7 @@ def test_past_32_bit_indices_the_scalar_kernels(backend: str, layout: str, monke
 
     narrow = run()
     assert last_kernel_name() == kernel("bwd", tag, np.float16, "swish")
-    monkeypatch.setattr(BN, "VEC_U32_MAX", 0)
+    monkeypatch.setattr(BN, "VEC_MAX_ELEMENTS", 0)
     wide = run()
     assert last_kernel_name() == kernel("bwd", "", np.float16)
     for a, b in zip(narrow, wide, strict=True):

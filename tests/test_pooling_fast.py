@@ -135,6 +135,6 @@ def test_64_bit_index_kernels(backend: str, layout: str, monkeypatch) -> None:
         return [to_numpy(v) for v in (y, ind, dx, a, da)]
 
     narrow = run("")
-    monkeypatch.setattr(PK, "_U32_MAX", 0)
+    monkeypatch.setattr(PK, "_WIDE_PAST", 0)
     for a, b in zip(narrow, run("_i64"), strict=True):
         np.testing.assert_array_equal(a, b)

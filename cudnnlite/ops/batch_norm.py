@@ -32,7 +32,7 @@ from .norm_common import (
     _BLOCK,
     _BN_APPLY_DTYPE,
     _BN_DTYPE,
-    VEC_U32_MAX,
+    VEC_MAX_ELEMENTS,
     _acc,
     _act,
     _check_out,
@@ -220,7 +220,7 @@ def _apply_variant(view: _BnView, dt: dtypes.DType, arrays: Sequence[Any], act_m
     """Suffix of the elementwise kernel: ``_vec_planar`` (a 16-byte pack per channel run,
     H*W % VEC == 0), ``_vec_chlast`` (packs of consecutive channels, C % VEC == 0) when
     every array is 16-byte aligned (all are C-contiguous here) and there are at most
-    VEC_U32_MAX elements (``n``; the vector kernels index in 32 bits), then the activation's
+    VEC_MAX_ELEMENTS elements (``n``; the vector kernels index in 32 bits), then the activation's
     name (one vector kernel per mode: ``_vec_planar_relu``); else ``""`` (scalar)."""
     vec = 16 // dt.numpy.itemsize
     if view.inner % vec == 0:
@@ -229,7 +229,7 @@ def _apply_variant(view: _BnView, dt: dtypes.DType, arrays: Sequence[Any], act_m
         variant = "_vec_chlast"
     else:
         return ""
-    if n > VEC_U32_MAX or any(a is not None and data_pointer(a) % 16 for a in arrays):
+    if n > VEC_MAX_ELEMENTS or any(a is not None and data_pointer(a) % 16 for a in arrays):
         return ""
     return variant + vec_act_suffix(act_mode)
 

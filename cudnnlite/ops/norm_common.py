@@ -140,7 +140,7 @@ VEC_ACT_MODES = (-1, *(i for i, m in enumerate(ACTIVATION_MODES)
 
 # Batch norm's vector kernels index in 32 bits: up to this many elements (above, the
 # scalar kernels, which have a 64-bit path).
-VEC_U32_MAX = 2**31 - 1
+VEC_MAX_ELEMENTS = 2**31 - 1
 
 
 def vec_act_suffix(mode: int) -> str:

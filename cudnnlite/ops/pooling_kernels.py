@@ -62,7 +62,7 @@ _SHAPE_DTYPE = np.dtype(
 def _names(dt: dtypes.DType) -> dict[str, str]:
     names = {"pool_check_indices": "pool_check_indices", "pool_bwd_prepare": "pool_bwd_prepare"}
     for way in ("fwd", "bwd"):  # the max modes' kernel and the average modes'
-        for wide in ("", _WIDE):  # 32-bit index math, and 64-bit past _U32_MAX
+        for wide in ("", _WIDE):  # 32-bit index math, and 64-bit past _WIDE_PAST
             w = "true" if wide else "false"
             names[f"pool_{way}_max{wide}"] = f"pool_{way}<{dt.ctype}, true, {w}>"
             names[f"pool_{way}_avg{wide}"] = f"pool_{way}<{dt.ctype}, false, {w}>"
@@ -100,7 +100,7 @@ class _Table(KernelTable):
         with 64-bit index math)."""
         kind = "max" if prob.mode == 0 else "avg"
         plane = max(math.prod(prob.in_sp), math.prod(prob.out_sp))
-        wide = _WIDE if prob.n * prob.c * plane > _U32_MAX else ""
+        wide = _WIDE if prob.n * prob.c * plane > _WIDE_PAST else ""
         self.get(f"pool_{way}_{kind}{wide}")((self.grid_for(n, _BLOCK),), (_BLOCK,), args)
         self.last.set(f"pool_{way}{wide}_{self.dt.short}")
 
@@ -135,8 +135,8 @@ def _table(backend: Backend, dt: dtypes.DType) -> _Table:
 
 _INT_MAX = 2**31 - 1  # sizes, strides and divisors reach the kernels as 32-bit ints
 # pool_fwd / pool_bwd index in 32 bits while every offset is at most this (pool::fits_32bit),
-# else in 64 (their kernels named with _WIDE)
-_U32_MAX = 2**31 - 1
+# else in 64 (their kernels named with _WIDE). A name of its own: tests lower it to run WIDE.
+_WIDE_PAST = _INT_MAX
 _WIDE = "_i64"
 
 

@@ -113,8 +113,8 @@ def _suffix(d3: bool) -> str:
 
 
 # conv_direct decodes its output index in 32 bits up to this many outputs, else in 64 (a
-# kernel of its own: WIDE, named "_i64").
-_U32_MAX = 2**31 - 1
+# kernel of its own: WIDE, named "_i64"). A name of its own: tests lower it to run WIDE.
+_WIDE_PAST = INT32_MAX
 
 
 def _direct_expr(dt: dtypes.DType, nhwc: bool, d3: bool = False, wide: bool = False) -> str:
@@ -176,7 +176,7 @@ class DirectSolver(Solver):
         dt = dtype_of(problem)
         d3 = problem.ndim == 3
         total = int(np.prod(problem.y_shape()))
-        wide = total > _U32_MAX
+        wide = total > _WIDE_PAST
         expr = _direct_expr(dt, problem.channels_last, d3, wide)
         kernel = backend.kernel(module_spec(dt, d3), expr)
         blocks = max(1, min(-(-total // BLOCK), _GRID_CAP[backend.name]))
