@@ -567,10 +567,11 @@ struct PackView {
 
 }  // namespace nrm
 
-template <typename T, bool CHLAST, int ACT, typename I>
+template <typename T, bool CHLAST, int ACT>
 __device__ __forceinline__ void bn_fwd_vec_loop(
     const T* x, const T* z, T* y, const cl::acc_t<T>* mean, const cl::acc_t<T>* stat,
     const cl::acc_t<T>* gamma, const cl::acc_t<T>* beta, const BnApplyT<cl::acc_t<T>>& a, const ActParamsFor<T>& p) {
+    typedef unsigned I;  // 32-bit indices: the host takes the scalar kernels past 2^31 - 1
     typedef cl::acc_t<T> A;
     constexpr int VEC = nrm::VecOf<T>::value;
     typedef nrm::Pack<T, VEC> P;
@@ -601,15 +602,16 @@ __global__ void __launch_bounds__(256) bn_fwd_apply_vec(
     const cl::acc_t<T>* gamma, const cl::acc_t<T>* beta,
     // problem
     BnApplyT<cl::acc_t<T>> a, ActParamsFor<T> p) {
-    bn_fwd_vec_loop<T, CHLAST, ACT, unsigned>(x, z, y, mean, stat, gamma, beta, a, p);
+    bn_fwd_vec_loop<T, CHLAST, ACT>(x, z, y, mean, stat, gamma, beta, a, p);
 }
 
-template <typename T, bool CHLAST, int ACT, typename I>
+template <typename T, bool CHLAST, int ACT>
 __device__ __forceinline__ void bn_bwd_vec_loop(
     const T* dy, const T* x, const T* z, T* dx, T* dz, const cl::acc_t<T>* mean,
     const cl::acc_t<T>* invstd, const cl::acc_t<T>* gamma, const cl::acc_t<T>* beta,
     const cl::acc_t<T>* dgamma, const cl::acc_t<T>* dbeta,
     const BnApplyT<cl::acc_t<T>>& a, const ActParamsFor<T>& p) {
+    typedef unsigned I;  // as bn_fwd_vec_loop's
     typedef cl::acc_t<T> A;
     constexpr int VEC = nrm::VecOf<T>::value;
     typedef nrm::Pack<T, VEC> P;
@@ -652,8 +654,8 @@ __global__ void __launch_bounds__(256, sizeof(T) == 8 ? 3 : 0) bn_bwd_apply_vec(
     const cl::acc_t<T>* dgamma, const cl::acc_t<T>* dbeta,
     // problem
     BnApplyT<cl::acc_t<T>> a, ActParamsFor<T> p) {
-    bn_bwd_vec_loop<T, CHLAST, ACT, unsigned>(dy, x, z, dx, dz, mean, invstd, gamma, beta,
-                                              dgamma, dbeta, a, p);
+    bn_bwd_vec_loop<T, CHLAST, ACT>(dy, x, z, dx, dz, mean, invstd, gamma, beta, dgamma, dbeta,
+                                    a, p);
 }
 
 // ---------------------------------------------------------------- row norms
