@@ -82,7 +82,7 @@ def test_nvrtc_check_uses_the_runtime_options(arch: str) -> None:
         *compile_options.base_options(defines),
         f"-DCUDNNLITE_SM_THREADS={threads}",
         "-I/opt/cuda/include",
-        f"-arch={arch}",
+        f"-arch={arch}a" if arch == "sm_90" else f"-arch={arch}",  # (wgmma: sm_90a)
         "-ftz=false",  # subnormals kept: what CuPy's RawModule would have flipped
         "--device-as-default-execution-space",
     ]
@@ -98,7 +98,9 @@ def test_runtime_options_differ_from_cupys_only_in_subnormals() -> None:
     )
     ours = compile_options.codegen_options("sm_90")
     theirs = compile_options.cupy_added_options("sm_90")
-    assert set(ours) ^ set(theirs) == {"-ftz=true", "-ftz=false"}
+    # ... and in the target: sm_90a, the arch-specific one (wgmma), for an sm_90 device.
+    assert set(ours) ^ set(theirs) == {"-ftz=true", "-ftz=false", "-arch=sm_90", "-arch=sm_90a"}
+    assert compile_options.codegen_options("sm_80")[0] == "-arch=sm_80"
     # Our base names a -std, so the language is ours whichever NVRTC compiles.
     assert any(o.startswith("-std=") for o in compile_options.base_options())
     assert not any("ftz" in o or "fast" in o for o in compile_options.base_options())

@@ -154,7 +154,7 @@ def test_module_options_and_name_expressions(
         "sm_90", SPEC.define_options(), ["/opt/cuda/inc"]
     )
     assert f"-I{cuda_src_dir()}" in options and "-DTILE=4" in options
-    assert "-arch=sm_90" in options and "-ftz=false" in options and "-ftz=true" not in options
+    assert "-arch=sm_90a" in options and "-ftz=false" in options and "-ftz=true" not in options
     assert any(o.startswith("-DCUDNNLITE_HEADERS=") for o in options)
     assert FakeModule.loaded[-1].cubin == b"\x7fELFsm_90"
 

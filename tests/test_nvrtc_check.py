@@ -12,7 +12,7 @@ from pathlib import Path
 import pytest
 
 from cudnnlite.errors import BadParamError, CompileError, NotSupportedError
-from cudnnlite.runtime import cuda_toolkit, nvrtc_check
+from cudnnlite.runtime import compile_options, cuda_toolkit, nvrtc_check
 from cudnnlite.runtime.kernel import ModuleSpec
 
 ARCHS = ("sm_75", "sm_80", "sm_90")
@@ -95,7 +95,7 @@ def test_probe_compiles(nvrtc: cuda_toolkit.NvrtcLibrary, arch: str) -> None:
     assert res.lowered_names["probe_plain"] == "probe_plain"
     for sym in res.lowered_names.values():
         assert sym.encode() in res.cubin
-    assert f"-arch={arch}" in res.options
+    assert f"-arch={compile_options.target(arch)}" in res.options
     assert "-DPROBE_SCALE=3" in res.options
     assert any(o.startswith("-DCUDNNLITE_HEADERS=") for o in res.options)
     assert res.source.endswith("nvrtc_probe.cu")

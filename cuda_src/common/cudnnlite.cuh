@@ -22,6 +22,11 @@
 #define DYNAMIC_SHARED(T, name)                                   \
     extern __shared__ __align__(16) unsigned char cl_dynamic_smem_[]; \
     T* name = reinterpret_cast<T*>(cl_dynamic_smem_)
+// The same memory, 1024-byte aligned: the 128-byte-swizzled tiles of wgmma
+// (common/mma.cuh), whose XOR pattern the hardware takes from address bits 7-9.
+#define DYNAMIC_SHARED_1024(T, name)                                        \
+    extern __shared__ __align__(1024) unsigned char cl_dynamic_smem_1024_[]; \
+    T* name = reinterpret_cast<T*>(cl_dynamic_smem_1024_)
 #endif
 
 // An occupancy hint, __launch_bounds__' minimum blocks per SM, clamped to the resident

@@ -313,5 +313,142 @@ __device__ __forceinline__ void cp_async_wait() {
 #endif
 }
 
+
+// ------------------------------------------------------------------ wgmma (sm_90a)
+// Hopper's warpgroup MMA: D (64 x N, fp32) = A (64 x 16) * B (16 x N) [+ D], A and B read
+// from shared memory through matrix descriptors, asynchronously. A warpgroup is 4
+// consecutive warps (threads 128 w .. 128 w + 127); all 128 threads issue each
+// instruction with the same descriptors. Warp i of the group holds rows 16 i .. 16 i + 15
+// of D, each thread N / 2 floats in the m16n8 C layout repeated over N / 8 columns:
+//   d[4 j + v] = D[16 i + g + 8 (v / 2)][8 j + 2 t + v % 2],  g = lane >> 2, t = lane & 3.
+// Protocol: wgmma_fence() before the first wgmma and again after any other access to the
+// accumulators (the emulator asks for one after every wait, the usual loop shape), the
+// MMAs, wgmma_commit(), wgmma_wait<N>() (this thread's groups but the newest N done);
+// shared memory an MMA reads must not change before its wait, and its accumulators are
+// undefined until then (wgmma_fence_acc after the wait keeps the compiler from reading
+// them early).
+//
+// Descriptors (wgmma_desc): K-major operands (transpose bits 0), rows m of A and n of B:
+//   kSwizzleNone: core matrices of 8 rows x 16 bytes (8 rows of 8 16-bit values, 128
+//     contiguous bytes), `lbo` bytes apart along k and `sbo` bytes apart along the rows:
+//     (row, k) at start + (row / 8) sbo + (k / 8) lbo + (row % 8) 16 + (k % 8) 2;
+//   kSwizzle128: rows of 128 bytes (64 values of k), 8-row groups `sbo` bytes apart (lbo
+//     unused), the 16-byte chunk bits (4-6) of each address XORed with its bits 7-9: chunk
+//     c of row r at chunk c ^ (r % 8) of a 1024-byte-aligned group, tc::swizzle's layout
+//     of a [rows][64] tile (conflict-free 16-byte stores from 8 threads along a row).
+// A descriptor's start address is 14 bits of (shared address >> 4); adding (bytes >> 4)
+// moves it (stages, warpgroups' rows, and k-steps: 32 bytes per k16 inside a swizzled row).
+//
+// Only sm_90a has wgmma: modules are compiled for sm_90a on sm_90 devices
+// (compile_options.codegen_options); other targets get a trap the solvers never launch.
+#if defined(CUDNNLITE_EMULATOR) || defined(__CUDA_ARCH_FEAT_SM90_ALL)
+#define CL_WGMMA 1
+#else
+#define CL_WGMMA 0
+#endif
+
+enum WgSwizzle { kSwizzleNone = 0, kSwizzle128 = 1 };
+
+__device__ __forceinline__ unsigned long long wgmma_desc(const void* smem, int lbo, int sbo,
+                                                         WgSwizzle swizzle) {
+#ifdef CUDNNLITE_EMULATOR
+    const unsigned addr = ::emu::tc::shared_offset(smem);
+#else
+    const unsigned addr = smem_addr(smem);
+#endif
+    return (unsigned long long)((addr & 0x3ffffu) >> 4) |
+           ((unsigned long long)((unsigned)lbo >> 4) << 16) |
+           ((unsigned long long)((unsigned)sbo >> 4) << 32) |
+           ((unsigned long long)swizzle << 62);
+}
+
+__device__ __forceinline__ void wgmma_fence() {
+#ifdef CUDNNLITE_EMULATOR
+    ::emu::tc::wgmma_fence();
+#elif CL_WGMMA
+    asm volatile("wgmma.fence.sync.aligned;" ::: "memory");
+#endif
+}
+
+__device__ __forceinline__ void wgmma_commit() {
+#ifdef CUDNNLITE_EMULATOR
+    ::emu::tc::wgmma_commit();
+#elif CL_WGMMA
+    asm volatile("wgmma.commit_group.sync.aligned;" ::: "memory");
+#endif
+}
+
+template <int N>
+__device__ __forceinline__ void wgmma_wait() {
+#ifdef CUDNNLITE_EMULATOR
+    ::emu::tc::wgmma_wait(N);
+#elif CL_WGMMA
+    asm volatile("wgmma.wait_group.sync.aligned %0;" ::"n"(N) : "memory");
+#endif
+}
+
+// After a wait: ties each accumulator register to a point after it, so that the compiler
+// neither reads one earlier nor moves it across (no instruction on the GPU).
+template <int C>
+__device__ __forceinline__ void wgmma_fence_acc(float (&d)[C]) {
+#if !defined(CUDNNLITE_EMULATOR) && CL_WGMMA
+#pragma unroll
+    for (int i = 0; i < C; ++i) asm volatile("" : "+f"(d[i])::"memory");
+#endif
+}
+
+#define CL_WG_D8(i)                                                                        \
+    "+f"(d[i]), "+f"(d[i + 1]), "+f"(d[i + 2]), "+f"(d[i + 3]), "+f"(d[i + 4]), "+f"(d[i + 5]), \
+        "+f"(d[i + 6]), "+f"(d[i + 7])
+#define CL_WG_D32 CL_WG_D8(0), CL_WG_D8(8), CL_WG_D8(16), CL_WG_D8(24)
+#define CL_WG_D64 CL_WG_D32, CL_WG_D8(32), CL_WG_D8(40), CL_WG_D8(48), CL_WG_D8(56)
+#define CL_WG_R32 "{%0, %1, %2, %3, %4, %5, %6, %7, %8, %9, %10, %11, %12, %13, %14, %15, %16, %17, %18, %19, %20, %21, %22, %23, %24, %25, %26, %27, %28, %29, %30, %31}"
+#define CL_WG_R64 "{%0, %1, %2, %3, %4, %5, %6, %7, %8, %9, %10, %11, %12, %13, %14, %15, %16, %17, %18, %19, %20, %21, %22, %23, %24, %25, %26, %27, %28, %29, %30, %31, "  \
+                  "%32, %33, %34, %35, %36, %37, %38, %39, %40, %41, %42, %43, %44, %45, %46, %47, %48, %49, %50, %51, %52, %53, %54, %55, %56, %57, %58, %59, %60, %61, %62, %63}"
+template <typename T> struct WgType;  // (only the two 16-bit float types are defined)
+template <> struct WgType<__half> { static constexpr bool kBF16 = false; };
+template <> struct WgType<__nv_bfloat16> { static constexpr bool kBF16 = true; };
+
+// d (N / 2 floats) = A * B [+ d] for one m64nNk16, N = 64 or 128, T = __half or
+// __nv_bfloat16; `accumulate` is scale-d (false: d = A * B).
+template <typename T, int N>
+__device__ __forceinline__ void wgmma(float (&d)[N / 2], unsigned long long a,
+                                      unsigned long long b, bool accumulate CL_MMA_SITE) {
+    static_assert(N == 64 || N == 128, "wgmma: m64n64k16 or m64n128k16");
+    constexpr bool kBF16 = WgType<T>::kBF16;
+#ifdef CUDNNLITE_EMULATOR
+    ::emu::tc::wgmma(kBF16 ? ::emu::tc::kBF16 : ::emu::tc::kF16, N, d, a, b, accumulate CL_MMA_AT);
+#elif CL_WGMMA
+    const int scale = accumulate ? 1 : 0;
+    if constexpr (N == 64 && !kBF16)
+        asm volatile("{\n.reg .pred p;\nsetp.ne.b32 p, %34, 0;\n"
+                     "wgmma.mma_async.sync.aligned.m64n64k16.f32.f16.f16 " CL_WG_R32
+                     ", %32, %33, p, 1, 1, 0, 0;\n}\n"
+                     : CL_WG_D32 : "l"(a), "l"(b), "r"(scale));
+    if constexpr (N == 64 && kBF16)
+        asm volatile("{\n.reg .pred p;\nsetp.ne.b32 p, %34, 0;\n"
+                     "wgmma.mma_async.sync.aligned.m64n64k16.f32.bf16.bf16 " CL_WG_R32
+                     ", %32, %33, p, 1, 1, 0, 0;\n}\n"
+                     : CL_WG_D32 : "l"(a), "l"(b), "r"(scale));
+    if constexpr (N == 128 && !kBF16)
+        asm volatile("{\n.reg .pred p;\nsetp.ne.b32 p, %66, 0;\n"
+                     "wgmma.mma_async.sync.aligned.m64n128k16.f32.f16.f16 " CL_WG_R64
+                     ", %64, %65, p, 1, 1, 0, 0;\n}\n"
+                     : CL_WG_D64 : "l"(a), "l"(b), "r"(scale));
+    if constexpr (N == 128 && kBF16)
+        asm volatile("{\n.reg .pred p;\nsetp.ne.b32 p, %66, 0;\n"
+                     "wgmma.mma_async.sync.aligned.m64n128k16.f32.bf16.bf16 " CL_WG_R64
+                     ", %64, %65, p, 1, 1, 0, 0;\n}\n"
+                     : CL_WG_D64 : "l"(a), "l"(b), "r"(scale));
+#else
+    __trap();
+#endif
+}
+#undef CL_WG_D8
+#undef CL_WG_D32
+#undef CL_WG_D64
+#undef CL_WG_R32
+#undef CL_WG_R64
+
 }  // namespace mma
 }  // namespace cl

@@ -27,6 +27,12 @@ class Capabilities:
         """The PTX tensor-core layer (common/mma.cuh): ldmatrix and mma.sync, sm_75+."""
         return self.emulator or self.sm >= 75
 
+    @property
+    def wgmma(self) -> bool:
+        """Hopper's warpgroup MMA (common/mma.cuh's wgmma): sm_90, whose modules compile for
+        sm_90a (compile_options.target); not on later archs (sm_100 has other MMAs)."""
+        return self.emulator or self.sm == 90
+
 
 # The usual SM count of each arch's flagship (V100, T4, A100, A10/3090-class, L40, H100/
 # H200, B200, RTX 5090): grid-sizing defaults when no device is asked (a real device

@@ -64,11 +64,23 @@ def arch_defines(arch: str) -> tuple[str, ...]:
     return (f"-DCUDNNLITE_SM_THREADS={sm_threads(arch)}",)
 
 
+# Archs whose cubins are built for the arch-specific target (``sm_90a``): its features
+# (Hopper's wgmma, common/mma.cuh) run only on that arch's devices, which is all a cubin
+# built for one arch runs on anyway.
+ARCH_SPECIFIC = frozenset({"sm_90"})
+
+
+def target(arch: str) -> str:
+    """The ``-arch`` value for a device of ``arch``: ``sm_90a`` for ``sm_90``, else itself."""
+    return f"{arch}a" if arch in ARCH_SPECIFIC else arch
+
+
 def codegen_options(arch: str) -> tuple[str, ...]:
-    """The target and floating-point options, after the include folders: ``-arch=sm_XX``,
-    subnormals kept, and unannotated functions compiled as device code (as CuPy does:
-    helpers in conv/implicit_gemm.cu and others rely on it)."""
-    return (f"-arch={arch}", SUBNORMALS, "--device-as-default-execution-space")
+    """The target and floating-point options, after the include folders: ``-arch`` (the
+    arch-specific target where there is one: :func:`target`), subnormals kept, and
+    unannotated functions compiled as device code (as CuPy does: helpers in
+    conv/implicit_gemm.cu and others rely on it)."""
+    return (f"-arch={target(arch)}", SUBNORMALS, "--device-as-default-execution-space")
 
 
 def runtime_options(

@@ -279,8 +279,10 @@ def _compile_check(spec: ModuleSpec, arch: str, quick: bool) -> CompileResult:
     the code the run time would get."""
     virtual = _VIRTUAL_RE.fullmatch(arch) is not None
     real = "sm_" + arch.split("_", 1)[1] if virtual else arch
-    options = [f"-arch={arch}" if o.startswith("-arch=") else o
-               for o in nvrtc_options(real, spec.define_options())]  # fmt: skip
+    options = nvrtc_options(real, spec.define_options())
+    if virtual:  # (the arch-specific target's virtual arch: compute_90a for sm_90a)
+        target = "compute_" + compile_options.target(real).split("_", 1)[1]
+        options = [f"-arch={target}" if o.startswith("-arch=") else o for o in options]
     if quick:
         options += fast_compile_options()
     path = source_path(spec.source)

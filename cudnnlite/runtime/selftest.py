@@ -60,6 +60,23 @@ MMA_SELFTEST = ModuleSpec.make(
     ],
 )
 
+
+def wgmma_selftest_name(ctype: str, n: int, swizzle: int) -> str:
+    return f"wgmma_tile<{ctype}, {n}, {swizzle}>"
+
+
+# Hopper's warpgroup MMA (common/mma.cuh's wgmma): both input types, N 64 and 128, both
+# shared-memory layouts.
+WGMMA_SELFTEST = ModuleSpec.make(
+    "selftest/wgmma_selftest.cu",
+    [
+        wgmma_selftest_name(t, n, sw)
+        for t in ("__half", "__nv_bfloat16")
+        for n in (64, 128)
+        for sw in (0, 1)
+    ],
+)
+
 # The grid-wide barrier (common/grid_sync.cuh) under cooperative launches.
 GRID_SYNC_SELFTEST = ModuleSpec.make(
     "selftest/grid_sync_selftest.cu", ["grid_exchange", "grid_sync_once"]
@@ -102,6 +119,7 @@ def selftest_specs() -> list[ModuleSpec]:
         EMULATOR_SELFTEST,
         WMMA_SELFTEST,
         MMA_SELFTEST,
+        WGMMA_SELFTEST,
         GRID_SYNC_SELFTEST,
         RACECHECK_SELFTEST,
         *(acc_selftest_spec(t) for t in ACC_SELFTEST_TYPES),

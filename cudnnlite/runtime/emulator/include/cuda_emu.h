@@ -200,6 +200,20 @@ struct PendingCopy {
     long long group;  // -1 until committed
 };
 
+// A wgmma.mma_async a thread has issued and not yet waited for (emu_mma.h): its result,
+// written to d at the wait, and what recomputes it there (the shared memory it read must
+// not change before the wait).
+struct PendingWgmma {
+    float* d;                  // the thread's accumulator registers
+    int count;                 // N / 2 of m64nNk16
+    int kind;                  // emu::tc::Kind
+    bool accumulate;           // scale-d: d = A * B + d (else A * B)
+    unsigned long long a, b;   // matrix descriptors
+    long long group;           // -1 until committed
+    float c[128];              // d at issue
+    float result[128];
+};
+
 struct Fiber {
     void* sp = nullptr;
     Worker* owner = nullptr;      // the OS thread's worker: saves a TLS lookup per switch
@@ -215,6 +229,9 @@ struct Fiber {
     int bar_total = 0;            // threads of that round
     std::vector<PendingCopy> copies;  // cp.async in flight, issue order
     long long copy_groups = 0;        // cp.async groups committed so far
+    std::vector<PendingWgmma> wgmmas; // wgmma.mma_async in flight, issue order
+    long long wgmma_groups = 0;       // wgmma groups committed so far
+    bool wgmma_fenced = false;        // a wgmma.fence since the last wait_group (or start)
     unsigned grid_syncs = 0;          // grid_sync calls this thread has passed
 #if defined(EMU_UCONTEXT)
     ucontext_t uc;
@@ -511,6 +528,8 @@ inline int reduce_max(unsigned mask, int v, const char* f, int l) {
 
 // Dynamic shared memory (see cuda_src/common/cudnnlite.cuh for the CUDA side).
 #define DYNAMIC_SHARED(T, name) T* name = reinterpret_cast<T*>(::emu::dynamic_shared_memory())
+// (wgmma descriptors address it by offset from its start: aligned to everything)
+#define DYNAMIC_SHARED_1024(T, name) DYNAMIC_SHARED(T, name)
 
 // Device-side assert and trap raise an emulator error instead of aborting Python.
 #undef assert

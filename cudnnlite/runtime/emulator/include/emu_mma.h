@@ -19,6 +19,18 @@
 //    is unspecified). TF32 operands keep their top 19 bits, as the hardware reads them.
 //  - mma.sync m8n8k4 f64: d = c, then d = fma(a_k, b_k, d) for k = 0..3 in order.
 //  - ldmatrix: row addresses must be 16-byte aligned and in shared memory.
+//  - wgmma.mma_async (sm_90a, m64nNk16, A and B from shared-memory descriptors): each
+//    warp of a warpgroup (4 consecutive warps, warp w computing rows 16 (w % 4) ..) meets
+//    as for mma.sync, every lane giving the same descriptors, and each lane computes its
+//    D fragment (the m16n8 C layout repeated over N / 8 columns) from shared memory at
+//    issue, in k order from scale-d ? d : 0. It is asynchronous as on the GPU: d holds
+//    NaN from the issue until the thread's wgmma.wait_group covers it (a later wgmma on
+//    the same registers chains on the pending result, as the hardware's in-order
+//    accumulation does), the wait recomputes it and fails if the shared memory it read
+//    changed meanwhile, and a wgmma with no wgmma.fence since the thread's last wait
+//    fails. The no-swizzle and 128-byte-swizzle K-major layouts are modeled (wg_at; the
+//    other modes fail), and descriptors address dynamic shared memory by their offset
+//    from its start (cl::mma::wgmma_desc makes them so on the emulator).
 //  - cp.async: the source is read at issue (nothing when !valid), the destination is
 //    filled with 0xFF at issue (NaN in every float format) and gets the data when the
 //    issuing thread's cp_async_wait covers its group. Other threads see it whenever
@@ -237,6 +249,163 @@ inline void cp_async_commit() {
 inline void cp_async_wait(int n) {
     Fiber* f = worker_checked("cp.async.wait_group").current;
     complete_copies(f, f->copy_groups - n, false);
+}
+
+
+// ------------------------------------------------------------------ wgmma (sm_90a)
+// The emulator's shared-window address: the offset from the block's dynamic shared memory
+// (which is where the kernels' wgmma tiles live; static __shared__ tiles fail here).
+inline unsigned shared_offset(const void* p) {
+    Worker& w = worker_checked("wgmma descriptor");
+    const unsigned char* c = static_cast<const unsigned char*>(p);
+    if (!w.dyn_smem || c < w.dyn_smem || c >= w.dyn_smem + w.cfg->shared_bytes)
+        fail("wgmma descriptor: " + ptr_text(p) +
+             " is not in the block's dynamic shared memory (the only wgmma operand "
+             "memory the emulator models)");
+    return (unsigned)(c - w.dyn_smem);
+}
+
+struct WgDesc {
+    unsigned start;  // shared address (the offset from dynamic shared memory)
+    int lbo, sbo, swizzle;
+};
+
+inline WgDesc wg_decode(unsigned long long desc, const char* which) {
+    const int swizzle = (int)(desc >> 62), base_offset = (int)((desc >> 49) & 7);
+    if ((swizzle != 0 && swizzle != 1) || base_offset != 0)
+        fail(std::string("wgmma: descriptor of ") + which + " has swizzle mode " +
+             std::to_string(swizzle) + ", base offset " + std::to_string(base_offset) +
+             ": the emulator models no swizzle (0) and the 128-byte swizzle (1), base "
+             "offset 0");
+    WgDesc d;
+    d.start = (unsigned)((desc & 0x3fffull) << 4);
+    d.lbo = (int)(((desc >> 16) & 0x3fffull) << 4);
+    d.sbo = (int)(((desc >> 32) & 0x3fffull) << 4);
+    d.swizzle = swizzle;
+    if (swizzle == 1 && (d.start & 127) + 32 > 128)
+        fail(std::string("wgmma: descriptor of ") + which + " starts " +
+             std::to_string(d.start & 127) +
+             " bytes into a 128-byte swizzled row: a k16 slice (32 bytes) must fit in it");
+    return d;
+}
+
+// Element (row, k) of a K-major operand (row: m of A, n of B) of 16-bit values.
+//   No swizzle: core matrices of 8 rows x 16 bytes (8 rows of 8 values, 128 contiguous
+//     bytes), LBO bytes apart along k and SBO bytes apart along the rows.
+//   128-byte swizzle: rows of 128 bytes, 8-row groups SBO bytes apart (LBO unused); the
+//     16-byte chunk bits (4-6) of the address are XORed with its bits 7-9 (the row within
+//     a 1024-byte-aligned group of 8): chunk c of row r lands at chunk c ^ (r % 8) when the
+//     tile starts 1024-byte aligned, as tc::swizzle lays it out.
+inline float wg_at(Kind kind, const WgDesc& d, int row, int k, const char* which) {
+    Worker& w = worker();
+    unsigned addr;
+    if (d.swizzle == 0) {
+        addr = d.start + (row / 8) * d.sbo + (k / 8) * d.lbo + (row % 8) * 16 + (k % 8) * 2;
+    } else {
+        addr = d.start + (row / 8) * d.sbo + (row % 8) * 128 + k * 2;
+        addr ^= ((addr >> 7) & 7u) << 4;
+    }
+    if (addr + 2 > w.cfg->shared_bytes)
+        fail(std::string("wgmma: ") + which + "[" + std::to_string(row) + "][" +
+             std::to_string(k) + "] lies outside the block's dynamic shared memory");
+    unsigned short bits;
+    memcpy(&bits, w.dyn_smem + addr, 2);
+    return element_value(kind, bits, 0);
+}
+
+// This lane's D fragment of m64nNk16 (count = N / 2 values) from shared memory and c.
+inline void wg_compute(const PendingWgmma& p, int warp_in_group, int lane, float* out) {
+    const Kind kind = (Kind)p.kind;
+    const WgDesc a = wg_decode(p.a, "A"), b = wg_decode(p.b, "B");
+    const int g = lane >> 2, t = lane & 3;
+    for (int i = 0; i < p.count; ++i) {
+        const int row = 16 * warp_in_group + g + 8 * ((i % 4) / 2);
+        const int col = 8 * (i / 4) + 2 * t + i % 2;
+        float acc = p.accumulate ? p.c[i] : 0.0f;
+        for (int k = 0; k < 16; ++k) acc = acc + wg_at(kind, a, row, k, "A") * wg_at(kind, b, col, k, "B");
+        out[i] = acc;
+    }
+}
+
+struct WgmmaOperands {
+    unsigned long long a, b;
+    int n, kind;
+    bool accumulate;
+};
+
+inline void wgmma(Kind kind, int n, float* d, unsigned long long a, unsigned long long b,
+                  bool accumulate, const char* file = __builtin_FILE(),
+                  int line = __builtin_LINE()) {
+    const char* what = kind == kF16 ? "wgmma.mma_async.m64nNk16.f32.f16"
+                                    : "wgmma.mma_async.m64nNk16.f32.bf16";
+    Worker& w = worker_checked(what);
+    Fiber* f = w.current;
+    const int warp = f->linear / 32, lane = f->linear % 32;
+    if ((warp - warp % 4 + 4) * 32 > w.nthreads)
+        fail(std::string(what) + ": warp " + std::to_string(warp) +
+             "'s warpgroup (4 consecutive warps) is not whole in a block of " +
+             std::to_string(w.nthreads) + " threads");
+    if (!f->wgmma_fenced)
+        fail(std::string(what) + " with no wgmma.fence since this thread's last wait_group "
+                                 "(the fence orders the accumulator registers before it)");
+    WgmmaOperands mine{a, b, n, (int)kind, accumulate};
+    const void* const* ops = collective_begin(what, &mine, file, line);
+    const WgmmaOperands* first = static_cast<const WgmmaOperands*>(ops[0]);
+    if (first->a != a || first->b != b || first->n != n || first->accumulate != accumulate)
+        fail(std::string(what) + ": lane " + std::to_string(lane) + " of warp " +
+             std::to_string(warp) + " gives other descriptors or scale-d than lane 0 "
+                                    "(they must be warp-uniform)");
+    collective_end("wgmma.mma_async (end)", file, line);
+    PendingWgmma p;
+    p.d = d;
+    p.count = n / 2;
+    p.kind = (int)kind;
+    p.accumulate = accumulate;
+    p.a = a;
+    p.b = b;
+    p.group = -1;
+    // The registers' value as this wgmma sees it: the newest pending result on them.
+    const float* c = d;
+    for (const PendingWgmma& q : f->wgmmas) {
+        if (q.d == d && q.count == p.count) c = q.result;
+        else if (q.d < d + p.count && d < q.d + q.count)
+            fail(std::string(what) + ": accumulators overlapping those of a pending wgmma");
+    }
+    memcpy(p.c, c, sizeof(float) * p.count);
+    wg_compute(p, warp % 4, lane, p.result);
+    memset(d, 0xFF, sizeof(float) * p.count);  // NaN until the wait
+    f->wgmmas.push_back(p);
+}
+
+inline void wgmma_fence() { worker_checked("wgmma.fence").current->wgmma_fenced = true; }
+
+inline void wgmma_commit() {
+    Fiber* f = worker_checked("wgmma.commit_group").current;
+    long long g = ++f->wgmma_groups;
+    for (PendingWgmma& p : f->wgmmas)
+        if (p.group < 0) p.group = g;
+}
+
+inline void wgmma_wait(int n) {
+    Fiber* f = worker_checked("wgmma.wait_group").current;
+    const long long upto = f->wgmma_groups - n;
+    const int warp = f->linear / 32, lane = f->linear % 32;
+    size_t kept = 0;
+    for (size_t i = 0; i < f->wgmmas.size(); ++i) {
+        PendingWgmma& p = f->wgmmas[i];
+        if (p.group >= 0 && p.group <= upto) {
+            float again[128];
+            wg_compute(p, warp % 4, lane, again);
+            if (memcmp(again, p.result, sizeof(float) * p.count) != 0)
+                fail("wgmma.wait_group: the shared memory a wgmma.mma_async read changed "
+                     "before the wait (a stage refilled while the MMA was in flight)");
+            memcpy(p.d, p.result, sizeof(float) * p.count);
+        } else {
+            f->wgmmas[kept++] = p;
+        }
+    }
+    f->wgmmas.resize(kept);
+    f->wgmma_fenced = false;
 }
 
 }  // namespace tc

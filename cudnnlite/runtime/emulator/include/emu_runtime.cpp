@@ -694,6 +694,9 @@ void complete_copies(Fiber* f, long long upto_group, bool all);
 void run_thread_body(Worker& w, Fiber* f) {
     f->copies.clear();
     f->copy_groups = 0;
+    f->wgmmas.clear();  // (an exiting thread's wgmma results die with its registers)
+    f->wgmma_groups = 0;
+    f->wgmma_fenced = false;
     f->grid_syncs = 0;
     race_thread_begin(w, f);
     w.thunk(w.args, w.kfn);
