@@ -104,6 +104,12 @@ struct Gemm {
 
     typedef float Acc[MF][NF][4];
 
+    // The block's dynamic shared memory (the stages, then the epilogue's tile).
+    __device__ static T* shared() {
+        DYNAMIC_SHARED(T, smem);
+        return smem;
+    }
+
     // This lane's ldmatrix addresses, in bytes from a stage's tile: one per-lane offset per
     // operand, computed once; the unrolled k-steps and fragments add compile-time parts:
     //   reduction-contiguous tile ([rows][BK]): fragment i is 16 rows further (+ constant:

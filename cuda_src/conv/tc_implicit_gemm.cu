@@ -43,6 +43,7 @@
 // Dynamic shared memory: max(STAGES * (BM + BN) * BK * 2, BM * (BN + 4) * 4) bytes.
 // grid (ceil(N*P*Q / BM), groups * ceil(K/groups / BN)), block (BM / WM) * (BN / WN) * 32.
 #include "conv/tc_conv.cuh"
+#include "conv/tc_wgmma.cuh"
 
 namespace tcconv {
 
@@ -464,13 +465,15 @@ __device__ void store_tile_nchw(const float* Cs, T* y, const T* z, const T* bias
     }
 }
 
-template <typename T, int BM, int BN, int BK, int WM, int WN, int STAGES, int ALIGN, bool D3,
-          bool PACKED, bool FLAT>
-__device__ __forceinline__ void fwd_body(const T* x, const T* w, T* y, const T* z, const T* bias,
-                                         const ConvShape& s, const ConvEpilogue& e, float* ws,
-                                         int iters_per_split, int out_nchw) {
-    typedef tc::Gemm<T, BM, BN, BK, WM, WN, STAGES, false, false> G;
-    DYNAMIC_SHARED(T, smem);
+// The forward on main loop G: tc::Gemm (mma.sync) or tc::WgGemm (wgmma), whose Loader
+// contract, stage layout and accumulator staging are the same.
+template <class G, int ALIGN, bool D3, bool PACKED, bool FLAT, typename T>
+__device__ __forceinline__ void fwd_gemm_body(const T* x, const T* w, T* y, const T* z,
+                                              const T* bias, const ConvShape& s,
+                                              const ConvEpilogue& e, float* ws,
+                                              int iters_per_split, int out_nchw) {
+    enum { BM = G::BM, BN = G::BN };
+    T* smem = G::shared();
     const cl::index_t m0 = (cl::index_t)blockIdx.x * BM;
     // The block's columns n0.. of its group (k0: the group's first channel of y; kg of them
     // valid), or PACKED n0.. of K and the window of x channels their groups read.
@@ -498,6 +501,15 @@ __device__ __forceinline__ void fwd_body(const T* x, const T* w, T* y, const T* 
     } else {
         store_tile_nhwc<G>(Cs, y + k0, z + k0, bias + k0, e, rows, s.k, kg, m0, n0);
     }
+}
+
+template <typename T, int BM, int BN, int BK, int WM, int WN, int STAGES, int ALIGN, bool D3,
+          bool PACKED, bool FLAT>
+__device__ __forceinline__ void fwd_body(const T* x, const T* w, T* y, const T* z, const T* bias,
+                                         const ConvShape& s, const ConvEpilogue& e, float* ws,
+                                         int iters_per_split, int out_nchw) {
+    fwd_gemm_body<tc::Gemm<T, BM, BN, BK, WM, WN, STAGES, false, false>, ALIGN, D3, PACKED,
+                  FLAT>(x, w, y, z, bias, s, e, ws, iters_per_split, out_nchw);
 }
 
 // bf16 MMA exists from sm_80; older targets get a trapping body the solver never launches.
@@ -589,6 +601,23 @@ __global__ void __launch_bounds__((BM / WM) * (BN / WN) * 32)
                    int iters_per_split, int out_nchw) {
     tcconv::Fwd<T, BM, BN, BK, WM, WN, STAGES, ALIGN, true>::go(x, w, y, z, bias, s, e, ws,
                                                                 iters_per_split, out_nchw);
+}
+
+// Hopper (sm_90a): the forward's loader and epilogue on warpgroup MMAs (conv/tc_wgmma.cuh),
+// 2-D and 1-D NHWC + KRSC (NCHW through the conversion), 16-byte copies (ALIGN 8: C/groups
+// a multiple of 8), split-K as tc_conv_fwd's. Block BM / 64 warpgroups, BK 64. Other
+// targets trap; the solver runs it on sm_90 only.
+template <typename T, int BM, int BN, int STAGES, int ALIGN>
+__global__ void __launch_bounds__(BM * 2)
+    tc_conv_fwd_wgmma(const T* __restrict__ x, const T* __restrict__ w, T* y, const T* z,
+                      const T* __restrict__ bias, ConvShape s, ConvEpilogue e,
+                      float* __restrict__ ws, int iters_per_split, int out_nchw) {
+#if CL_WGMMA
+    tcconv::fwd_gemm_body<tc::WgGemm<T, BM, BN, STAGES>, ALIGN, false, false, false>(
+        x, w, y, z, bias, s, e, ws, iters_per_split, out_nchw);
+#else
+    __trap();
+#endif
 }
 
 // Split-K end of the forward: y = epilogue(sum over splits of ws[z][m][k]), the splits

@@ -343,6 +343,8 @@ SWEEP = textwrap.dedent(
         "conv gemm": lambda: cl.conv2d(x4, w4, padding=1, algo="gemm"),
         "conv tensor_core fp16": lambda: cl.conv2d(x4.astype(h), w4.astype(h), padding=1,
                                                    algo="tensor_core"),
+        "conv wgmma fp16": lambda: cl.conv2d(x4.astype(h), w4.astype(h), padding=1,
+                                             algo="conv_fwd_tc_wgmma"),
         "conv3d": lambda: cl.conv3d(f(1, 4, 5, 5, 5), f(4, 4, 3, 3, 3), padding=1),
         "conv_transpose2d": lambda: cl.conv_transpose2d(x4, f(8, 4, 3, 3), padding=1),
         "conv2d_backward_data": lambda: cl.conv2d_backward_data(f(2, 8, 8, 8), w4, x4.shape,
@@ -382,7 +384,7 @@ SWEEP_GROUPS = (
      "reduce_tensor", "grid_sample", "grid_sample_backward", "affine_grid", "sdpa", "sdpa fp16",
      "sdpa fp64 dmma"),
     ("conv direct", "conv implicit_gemm", "conv implicit_gemm fp16", "conv winograd",
-     "conv gemm", "conv tensor_core fp16"),
+     "conv gemm", "conv tensor_core fp16", "conv wgmma fp16"),
     ("conv3d", "conv_transpose2d", "conv2d_backward_data", "conv2d_backward_filter",
      "conv2d_backward_bias", "conv dmma fp64"),
 )  # fmt: skip

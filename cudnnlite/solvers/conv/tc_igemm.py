@@ -432,19 +432,23 @@ def workspace_layout(problem: ConvProblem, config: TcConfig) -> tuple[int, int, 
 
 
 class _Runner(Runner):
-    def __init__(self, backend: Backend, problem: ConvProblem, config: TcConfig) -> None:
+    #: the main kernel's name expression (kernel_expr's arguments) and readable prefix
+    kernel_expr = staticmethod(kernel_expr)
+    prefix = "tc_igemm_fwd"
+
+    def __init__(self, backend: Backend, problem: ConvProblem, config: TcTile) -> None:
         dt = dtype_of(problem)
         align = align_for(problem)
         assert align is not None
         d3 = problem.ndim == 3
         pack = packed(problem, config)
         self._flat = few = flat(problem)
-        spec = module_spec(dt, config, align, d3, pack, few)
-        self._kernel = backend.kernel(spec, kernel_expr(dt, config, align, d3, pack, few))
+        expr = self.kernel_expr(dt, config, align, d3, pack, few)
+        self._kernel = backend.kernel(ModuleSpec.make(SOURCE, [expr]), expr)
         math = "tf32" if problem.dtype == "fp32" else problem.dtype
         layout = problem.layout.lower() if d3 else "nhwc" if problem.channels_last else "nchw"
         kind = "_flat" if few else "_packed" if pack else ""
-        self._names = [f"tc_igemm_fwd{kind}_{config.label()}_a{align}_{layout}_{math}"]
+        self._names = [f"{self.prefix}{kind}_{config.label()}_a{align}_{layout}_{math}"]
         cp = padded_channels(problem)
         self._shape = shape_struct(dataclasses.replace(problem, c=cp) if few else problem)
         rows = problem.n * int(np.prod(problem.out_spatial))
@@ -568,7 +572,7 @@ class TcImplicitGemmSolver(Solver):
         return out
 
     def workspace_size(self, problem: ConvProblem, config: Config) -> int:
-        assert isinstance(config, TcConfig)
+        assert isinstance(config, TcTile)
         return sum(workspace_layout(problem, config))
 
     def default_config(self, problem: ConvProblem, caps: Capabilities) -> TcConfig:

@@ -1,0 +1,131 @@
+"""The forward convolution on Hopper's warpgroup MMA (cudnnlite/solvers/conv/tc_wgmma.py),
+fp16/bf16, run directly against the float64 reference on the emulator (its exact,
+asynchronous model of wgmma) and on an sm_90 GPU: real layers, odd shapes, every tile,
+groups, the fused epilogue, split-K, NCHW through the layout conversion, 1-D; and where
+it applies. Tolerances: tests/conv_tc_support.py's (fp16/bf16 products exact in fp32,
+fp32 sums in some order: acc_factor 2, then one rounding to the output type)."""
+
+from __future__ import annotations
+
+import dataclasses
+
+import numpy as np
+import pytest
+from conv_tc_support import SHORTS, conv
+
+from cudnnlite.problems.conv import ConvProblem
+from cudnnlite.problems.suites import RESNET50, scaled
+from cudnnlite.runtime.caps import EMULATOR, capabilities, for_sm
+from cudnnlite.runtime.select import backend_by_name
+from cudnnlite.solvers.conv.common import Epilogue
+from cudnnlite.solvers.conv.tc_wgmma import WG_TILES, TcWgmmaSolver, WgConfig
+
+from conv_support import assert_conv_close, operands, run_solver
+
+SOLVER = TcWgmmaSolver()
+SMALL = WgConfig.of(64, 64, 4)
+
+
+@pytest.fixture
+def backend(backend: str) -> str:
+    """conftest's backend, where it has wgmma (the emulator, an sm_90 GPU)."""
+    if not capabilities(backend_by_name(backend)).wgmma:
+        pytest.skip("wgmma needs sm_90")
+    return backend
+
+
+def _check(backend, problem, config=SMALL, seed=0, epilogue=None, activation=None, **extra):
+    if problem.dtype not in SHORTS:
+        pytest.skip("ml_dtypes missing")
+    assert SOLVER.is_applicable(problem, EMULATOR), SOLVER.is_applicable(problem, EMULATOR)
+    ops = operands(problem, seed, **extra)
+    before = {name: a.copy() for name, a in ops.items()}
+    got = run_solver(backend, SOLVER, problem, ops, config, epilogue=epilogue)
+    assert_conv_close(got, problem, ops, acc_factor=2.0, epilogue=epilogue,
+                      activation=activation, what=f"{SOLVER.name} {config.label()}")  # fmt: skip
+    for name, a in ops.items():
+        np.testing.assert_array_equal(a, before[name], err_msg=name)
+
+
+def test_real_layers(backend: str) -> None:
+    for i, name in enumerate(("l1.conv2", "l3.conv2")):
+        layer = next(layer for layer in RESNET50 if layer.name == name)
+        p = scaled(layer, 3).problem(n=1, dtype=("fp16", "bf16")[i], layout="NHWC")
+        _check(backend, p, seed=i)
+
+
+ODD = {
+    "stride3_k1": conv(1, 8, 8, 1, stride=3),
+    "dilation2_big_padding": conv(1, 16, 5, 5, dil=2, pad=3),
+    "even_filter_input_smaller": conv(1, 8, 2, 3, f=4, pad=1),
+    "pointwise_k_over_blocks": conv(2, 24, 3, 70, f=1, pad=0),
+    "c_not_multiple_of_bk": conv(1, 72, 3, 9, f=3, pad=0),
+}
+
+
+@pytest.mark.parametrize("case", sorted(ODD))
+def test_odd_shapes(backend: str, case: str) -> None:
+    _check(backend, ODD[case])
+
+
+@pytest.mark.parametrize("tile", WG_TILES, ids=lambda t: "x".join(map(str, t)))
+def test_every_tile(backend: str, tile) -> None:
+    # rows over two blocks of 64 (N*P*Q = 130), K over two of 64: every warpgroup, edge
+    # rows and columns of every tile shape.
+    _check(backend, conv(2, 16, (5, 13), 70, dtype="bf16" if tile[1] == 64 else "fp16"),
+           WgConfig.of(*tile))  # fmt: skip
+
+
+def test_groups_1d_and_nchw(backend: str) -> None:
+    grouped = dataclasses.replace(conv(1, 32, 5, 48), groups=2)  # 16 in, 24 out per group
+    _check(backend, grouped, WgConfig.of(64, 128, 4))
+    p1 = ConvProblem(n=2, c=8, spatial=(11,), k=5, filter=(3,), pads=((2, 1),), strides=(2,),
+                     dilations=(1,), layout="NWC", dtype="bf16")  # fmt: skip
+    _check(backend, p1)
+    _check(backend, conv(1, 16, (4, 5), 12, stride=2, layout="NCHW"))
+
+
+def test_fused_epilogue_and_split_k(backend: str) -> None:
+    e = Epilogue(alpha=2.0, alpha2=0.5, act_mode=0, has_bias=True, has_z=True)
+    p = conv(1, 136, 3, 20)  # 9 taps x 3 slices: 27 reduction tiles
+    _check(backend, p, epilogue=e, activation="relu", bias=True, z=True)
+    split = WgConfig.of(64, 64, 4, 4)
+    assert split in SOLVER.configs(p, EMULATOR)
+    assert SOLVER.workspace_size(p, split) == 4 * 4 * 9 * 20
+    _check(backend, p, split, epilogue=e, activation="relu", bias=True, z=True)
+
+
+def test_applicability() -> None:
+    ok = conv(1, 16, 5, 8)
+    assert SOLVER.is_applicable(ok, for_sm(90))
+    assert SOLVER.is_applicable(ok, EMULATOR)
+    for caps in (for_sm(80), for_sm(89), for_sm(100)):
+        assert "needs wgmma (sm_90)" in SOLVER.is_applicable(ok, caps).reason
+    assert "fp16 and bf16" in SOLVER.is_applicable(conv(1, 16, 5, 8, dtype="fp32"),
+                                                   EMULATOR).reason  # fmt: skip
+    assert "multiple of 8" in SOLVER.is_applicable(conv(1, 12, 5, 8), EMULATOR).reason
+    assert "multiple of 8" in SOLVER.is_applicable(conv(1, 3, 5, 8), EMULATOR).reason
+    d3 = ConvProblem(n=1, c=8, spatial=(3, 3, 3), k=8, filter=(3, 3, 3),
+                     pads=((1, 1),) * 3, strides=(1,) * 3, dilations=(1,) * 3,
+                     layout="NDHWC", dtype="fp16")  # fmt: skip
+    assert "2-D" in SOLVER.is_applicable(d3, EMULATOR).reason
+    bwd = dataclasses.replace(ok, direction="bwd_data")
+    assert "direction" in SOLVER.is_applicable(bwd, EMULATOR).reason
+
+
+def test_configs_and_defaults() -> None:
+    big = conv(32, 64, 56, 256)  # 100k output pixels, 256 channels
+    assert SOLVER.default_config(big, for_sm(90)) == WgConfig.of(128, 128, 3)
+    narrow = conv(32, 64, 56, 64)
+    assert SOLVER.default_config(narrow, for_sm(90)) == WgConfig.of(128, 64, 4)
+    # A late layer at batch 1: few tiles, so split-K on a GPU (not on the emulator).
+    late = conv(1, 512, 7, 512)
+    assert SOLVER.default_config(late, for_sm(90)).splits > 1
+    assert SOLVER.default_config(late, EMULATOR).splits == 1
+    for c in SOLVER.configs(big, for_sm(90)):
+        assert c.smem_bytes() <= for_sm(90).max_shared_bytes
+        assert c.threads == c.block_m * 2
+    with pytest.raises(ValueError, match="wgmma tile"):
+        WgConfig.of(256, 128, 3)
+    name = SOLVER.prepare(backend_by_name("cpu"), big, WgConfig.of(128, 128, 3)).kernel_names
+    assert name == ["tc_wgmma_fwd_128x128x64_w16x128_s3_a8_nhwc_fp16"]
