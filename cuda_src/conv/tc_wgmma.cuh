@@ -14,9 +14,15 @@
 // (its descriptor: 8-row groups 1024 bytes apart, each k16 step 32 bytes further along
 // the row). The loaders' 16-byte copies along a row go to 8 distinct bank groups.
 //
-// Pipeline: as tc_gemm.cuh (one barrier per tile publishes the landed stage and frees
-// the one refilled next); each tile's MMAs are committed as one group and waited for
-// before the next barrier, so the stage a refill overwrites is never under an MMA.
+// Pipeline: one barrier per tile publishes the landed stage and frees the one refilled
+// next; each tile's MMAs are one wgmma group. Two schedules, by STAGES:
+//   3 stages (two 128 x 128 blocks per SM): loads run 2 tiles ahead (tc_gemm.cuh's), and
+//     each tile's MMAs are waited for before the next barrier (the refill overwrites the
+//     stage just read); the other block on the SM fills the tensor cores meanwhile.
+//   4+ stages (OVERLAP): loads run STAGES - 2 tiles ahead and a tile's MMAs stay in flight
+//     while the next tile's are issued (wait_group 1): the refill at tile i overwrites
+//     the stage tile i - 2 read, whose MMAs the wait at tile i - 1 finished before the
+//     barrier, so the tensor cores never drain between tiles.
 #pragma once
 
 #include "conv/tc_gemm.cuh"
@@ -57,13 +63,14 @@ struct WgGemm {
     // every copy landed and a barrier: shared memory is free for the epilogue.
     template <class Loader>
     __device__ static void mainloop(Loader& ld, int iters, T* smem, Acc& acc) {
+        enum { OVERLAP = STAGES >= 4, AHEAD = OVERLAP ? STAGES - 2 : STAGES - 1 };
 #ifndef CUDNNLITE_EMULATOR
         if (cl::mma::smem_addr(smem) & 1023u) __trap();  // (the swizzle reads address bits)
 #endif
 #pragma unroll
         for (int i = 0; i < ACC; ++i) acc[i] = 0.f;
 #pragma unroll
-        for (int s = 0; s < STAGES - 1; ++s) {
+        for (int s = 0; s < AHEAD; ++s) {
             if (s < iters) ld.load(smem + s * STAGE, smem + s * STAGE + A_TILE);
             cl::mma::cp_async_commit();
         }
@@ -74,11 +81,11 @@ struct WgGemm {
             cl::mma::wgmma_desc(smem + wg * 64 * BK, 16, SBO, cl::mma::kSwizzle128);
         const unsigned long long b0 =
             cl::mma::wgmma_desc(smem + A_TILE, 16, SBO, cl::mma::kSwizzle128);
-        int read = 0, write = STAGES - 1;  // stage indices
+        int read = 0, write = AHEAD;  // stage indices
         for (int left = iters; left > 0; --left) {  // tiles left, this one included
-            cl::mma::cp_async_wait<STAGES - 2>();
+            cl::mma::cp_async_wait<AHEAD - 1>();
             __syncthreads();
-            if (left > STAGES - 1) ld.load(smem + write * STAGE, smem + write * STAGE + A_TILE);
+            if (left > AHEAD) ld.load(smem + write * STAGE, smem + write * STAGE + A_TILE);
             cl::mma::cp_async_commit();
             const unsigned long long at = (unsigned long long)(read * STAGE_DESC);
             cl::mma::wgmma_fence();
@@ -86,11 +93,12 @@ struct WgGemm {
             for (int s = 0; s < BK / 16; ++s)  // k16 step s: 32 bytes along the rows
                 cl::mma::wgmma<T, BN>(acc, a0 + at + 2 * s, b0 + at + 2 * s, true);
             cl::mma::wgmma_commit();
-            cl::mma::wgmma_wait<0>();
-            cl::mma::wgmma_fence_acc(acc);
-            write = read;
+            cl::mma::wgmma_wait<OVERLAP ? 1 : 0>();
+            write = write == STAGES - 1 ? 0 : write + 1;
             read = read == STAGES - 1 ? 0 : read + 1;
         }
+        cl::mma::wgmma_wait<0>();
+        cl::mma::wgmma_fence_acc(acc);
         cl::mma::cp_async_wait<0>();
         __syncthreads();
     }
