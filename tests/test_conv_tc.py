@@ -109,8 +109,12 @@ def test_few_input_channels_epilogue_and_the_stem_dispatch() -> None:
     # it now applies (the WMMA kernel took it before).
     from cudnnlite.dispatch import heuristics as h
 
+    from cudnnlite.dispatch import registry
+
     stem = conv(32, 3, 224, 64, f=7, pad=3, stride=2, layout="NCHW")
-    assert h.conv_fwd_ranking(stem, for_sm(90))[0] == SOLVER.name
+    ranked = h.conv_fwd_ranking(stem, for_sm(90))
+    assert ranked[:2] == [h.WGMMA, SOLVER.name]  # (wgmma needs C a multiple of 8)
+    assert not registry.get(h.WGMMA).is_applicable(stem, for_sm(90))
     assert SOLVER.is_applicable(stem, for_sm(90))
     assert SOLVER.default_config(stem, for_sm(90)).astuple() == (128, 64, 32, 64, 32, 4)
 

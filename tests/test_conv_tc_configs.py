@@ -119,9 +119,18 @@ def test_heuristics_put_the_multistage_engine_first_on_a_gpu() -> None:
     from cudnnlite.dispatch import heuristics as h
 
     fwd = conv(32, 64, 56, 64)
-    assert h.conv_fwd_ranking(fwd, for_sm(90))[0] == h.TC
+    # sm_90: the wgmma forward, then mma.sync for what it does not take; sm_80: mma.sync.
+    assert h.conv_fwd_ranking(fwd, for_sm(90))[:2] == [h.WGMMA, h.TC]
+    assert h.conv_fwd_ranking(fwd, for_sm(80))[0] == h.TC
     assert h.TC not in h.conv_fwd_ranking(fwd, EMULATOR)  # emulator rankings unchanged
-    assert h.conv_fwd_ranking(conv(32, 64, 56, 64, layout="NCHW"), for_sm(90))[0] == h.TC
+    assert h.WGMMA not in h.conv_fwd_ranking(fwd, EMULATOR)
+    nchw = conv(32, 64, 56, 64, layout="NCHW")
+    assert h.conv_fwd_ranking(nchw, for_sm(90))[:2] == [h.WGMMA, h.TC]
+    # A device whose own wgmma check failed ranks mma.sync first.
+    failed = dataclasses.replace(for_sm(90), wgmma_probe=lambda: False)
+    assert h.conv_fwd_ranking(fwd, failed)[0] == h.TC
+    tf32 = dataclasses.replace(conv(32, 64, 56, 64, dtype="fp32"), math="tf32")
+    assert h.conv_fwd_ranking(tf32, for_sm(90))[0] == h.TC
     bwd = dataclasses.replace(fwd, direction="bwd_data")
     assert h.conv_bwd_data_ranking(bwd, for_sm(90))[:2] == [h.BWD_DATA_TC_PHASED, h.BWD_DATA_TC]
     bwf = dataclasses.replace(fwd, direction="bwd_filter")

@@ -21,6 +21,7 @@ WINO_4 = "conv_fwd_winograd_f4x4_3x3"
 WINO_FUSED = "conv_fwd_winograd_fused_f2x2_3x3"
 WMMA = "conv_fwd_wmma_implicit_gemm"
 TC = "conv_fwd_tc_implicit_gemm"
+WGMMA = "conv_fwd_tc_wgmma"
 DMMA = "conv_fwd_dmma_implicit_gemm"
 CUBLAS_1X1 = "conv_fwd_gemm_cublas_1x1"
 BWD_DATA_CUBLAS_1X1 = "conv_bwd_data_gemm_cublas_1x1"
@@ -49,6 +50,15 @@ def _multistage(p: ConvProblem, caps: Capabilities) -> bool:
     where the WMMA forward's are 1-7%. Unmeasured on a GPU so far. Not on the emulator,
     where the rankings stay as they were."""
     return not caps.emulator and (p.dtype in ("fp16", "bf16") or p.math == "tf32")
+
+
+def _wgmma(p: ConvProblem, caps: Capabilities) -> bool:
+    """Hopper's warpgroup MMA before mma.sync on an sm_90 GPU whose own wgmma check passed
+    (``caps.wgmma``), for fp16/bf16 (its solver takes 1-D and 2-D layers with C/groups a
+    multiple of 8; the rest falls through to the mma.sync solver): mma.sync reaches about
+    half of an H100/H200's dense fp16 rate, wgmma the rest. Unmeasured on a GPU so far
+    (a tuning DB's entry overrides it). Not on the emulator (rankings stay as they were)."""
+    return not caps.emulator and p.dtype in ("fp16", "bf16") and caps.wgmma
 
 
 def _winograd_dtype(p: ConvProblem) -> bool:
@@ -89,6 +99,8 @@ def _conv_fwd_ranking(p: ConvProblem, caps: Capabilities) -> list[str]:
         (p.dtype == "bf16" or p.math == "tf32") and caps.bf16_tensor_cores
     )
     tc = [TC] if tensor_cores and _multistage(p, caps) else []
+    if tc and _wgmma(p, caps):
+        tc = [WGMMA, TC]
     winograd_shape = (
         _winograd_dtype(p)
         and p.ndim == 2

@@ -3,7 +3,8 @@
 from __future__ import annotations
 
 import functools
-from dataclasses import dataclass
+from collections.abc import Callable
+from dataclasses import dataclass, field, replace
 
 from .backend import Backend
 
@@ -17,6 +18,12 @@ class Capabilities:
     max_shared_bytes: int  # per block, with the opt-in carve-out
     emulator: bool
     sm_count: int = 0  # streaming multiprocessors (the emulator: its OS threads), grid sizing
+    # A device's own answer to "does wgmma compute what common/mma.cuh says" (a one-time
+    # check on it: runtime/wgmma_check.py), asked on first need; None for an arch's static
+    # capabilities (for_sm), which assume it does.
+    wgmma_probe: Callable[[], bool] | None = field(
+        default=None, compare=False, hash=False, repr=False
+    )
 
     @property
     def tf32_tensor_cores(self) -> bool:
@@ -30,8 +37,11 @@ class Capabilities:
     @property
     def wgmma(self) -> bool:
         """Hopper's warpgroup MMA (common/mma.cuh's wgmma): sm_90, whose modules compile for
-        sm_90a (compile_options.target); not on later archs (sm_100 has other MMAs)."""
-        return self.emulator or self.sm == 90
+        sm_90a (compile_options.target), where the device's check passes (wgmma_probe);
+        not on later archs (sm_100 has other MMAs)."""
+        if self.emulator:
+            return True
+        return self.sm == 90 and (self.wgmma_probe is None or self.wgmma_probe())
 
 
 # The usual SM count of each arch's flagship (V100, T4, A100, A10/3090-class, L40, H100/
@@ -71,4 +81,9 @@ def capabilities(backend: Backend) -> Capabilities:
     if backend.name == "cpu":
         return EMULATOR
     sm = int(backend.arch().removeprefix("sm_"))
-    return for_sm(sm, backend.multiprocessor_count(), backend.max_shared_per_block())
+    caps = for_sm(sm, backend.multiprocessor_count(), backend.max_shared_per_block())
+    if sm == 90:
+        from .wgmma_check import verified
+
+        caps = replace(caps, wgmma_probe=functools.partial(verified, backend))
+    return caps

@@ -2,8 +2,9 @@
 commit / wait protocol) through cuda_src/selftest/wgmma_selftest.cu, on the emulator and
 on an sm_90 GPU.
 
-The expected registers are built here from the PTX ISA's wgmma D fragment (written out
-below, independently of the emulator's code), so these tests pin the layout lane by lane
+The expected registers are built from the PTX ISA's wgmma D fragment, written out in
+Python (runtime/wgmma_check.py, which also checks a GPU before its first use),
+independently of the emulator's code, so these tests pin the layout lane by lane
 and the shared-memory layouts element by element. Inputs are small integers, so every
 product and sum is exact in fp32 and results match bit for bit. The planted misuses (an
 accumulator read before the wait, a missing fence, a tile rewritten under an MMA in
@@ -22,15 +23,17 @@ except ImportError:  # (the GPU box may lack it: the bf16 cases skip)
 
 from cudnnlite.errors import ExecutionError
 from cudnnlite.runtime import backend_by_name
-from cudnnlite.runtime.caps import capabilities
+from cudnnlite.runtime.caps import EMULATOR, capabilities, for_sm
 from cudnnlite.runtime.selftest import WGMMA_SELFTEST, wgmma_selftest_name
-from cudnnlite.testing import to_backend, to_numpy
+from cudnnlite.runtime.wgmma_check import run_tile
 
 
 @pytest.fixture
 def backend(backend: str) -> str:
-    """conftest's backend, where it has wgmma (the emulator, an sm_90 GPU)."""
-    if not capabilities(backend_by_name(backend)).wgmma:
+    """conftest's backend where wgmma exists (the emulator, an sm_90 GPU: run there even
+    if the device's own check failed, so that the failure shows)."""
+    caps = capabilities(backend_by_name(backend))
+    if not (caps.emulator or caps.sm == 90):
         pytest.skip("wgmma needs sm_90")
     return backend
 
@@ -43,48 +46,8 @@ def _dtype(ctype: str):
     return ml_dtypes.bfloat16
 
 
-def _fragment_cells(n: int, warpgroups: int) -> tuple[np.ndarray, np.ndarray]:
-    """(row, column) of D that thread i's accumulator v holds: PTX ISA, wgmma .m64nNk16
-    D fragment: warp w % 4 of a warpgroup holds rows 16 (w % 4) ..; its lane l = 4 g + t
-    holds, for each n8 block j, D[g][8 j + 2 t, + 1] and D[g + 8][8 j + 2 t, + 1]."""
-    threads = np.arange(128 * warpgroups)[:, None]
-    v = np.arange(n // 2)[None, :]
-    lane, warp = threads % 32, threads // 32
-    g, t = lane >> 2, lane & 3
-    rows = 64 * (warp // 4) + 16 * (warp % 4) + g + 8 * ((v % 4) // 2)
-    cols = 8 * (v // 4) + 2 * t + v % 2
-    return rows, cols
-
-
-def _run(backend: str, ctype: str, n: int, swizzle: int, *, warpgroups: int = 1,
-         kstep: int = 0, accumulate: bool = True, plant: int = 0, seed: int = 0):  # fmt: skip
-    rng = np.random.default_rng(seed)
-    dt = _dtype(ctype)
-    m = 64 * warpgroups
-    a = rng.integers(-4, 5, (m, 16)).astype(np.float32)
-    b = rng.integers(-4, 5, (16, n)).astype(np.float32)
-    c = rng.integers(-8, 9, (m, n)).astype(np.float32)
-    rows, cols = _fragment_cells(n, warpgroups)
-    c_regs = c[rows, cols]
-    args = [
-        a.astype(dt).view(np.uint16),
-        np.ascontiguousarray(b.T).astype(dt).view(np.uint16),  # row n: B[:, n]
-        c_regs.astype(np.float32),
-        np.full(c_regs.shape, np.nan, np.float32),
-    ]
-    dev = [to_backend(np.ascontiguousarray(x), backend) for x in args]
-    kernel = (
-        backend_by_name(backend)
-        .module(WGMMA_SELFTEST)
-        .get_function(wgmma_selftest_name(ctype, n, swizzle))
-    )
-    ld = 64 if swizzle else 16
-    smem = (m + n) * ld * 2
-    kernel(1, 128 * warpgroups, (*dev, np.int32(kstep), np.int32(accumulate), np.int32(plant)),
-           shared_mem=smem)  # fmt: skip
-    d_regs = to_numpy(dev[3])
-    expect = a @ b + (c if accumulate else 0)
-    return d_regs, expect[rows, cols]
+def _run(backend: str, ctype: str, n: int, swizzle: int, **kw):
+    return run_tile(backend_by_name(backend), _dtype(ctype), ctype, n, swizzle, **kw)
 
 
 @pytest.mark.parametrize("ctype", ["__half", "__nv_bfloat16"])
@@ -139,3 +102,46 @@ def test_a_partial_warpgroup_fails_on_the_emulator() -> None:
     arrays = [np.zeros(s, t) for s, t in shapes]
     with pytest.raises(ExecutionError, match="warpgroup"):
         kernel(1, 96, (*arrays, np.int32(0), np.int32(1), np.int32(0)), shared_mem=8192)
+
+
+def test_the_device_check() -> None:
+    """capabilities() asks a device's own wgmma_check once; a device that fails it reports
+    no wgmma (its solvers then do not apply), with a warning; not inside a capture."""
+    import dataclasses
+    import warnings
+
+    from cudnnlite.runtime import graph, wgmma_check
+
+    assert wgmma_check._check(backend_by_name("cpu")) is None  # the emulator passes it
+    assert for_sm(90).wgmma and EMULATOR.wgmma and not for_sm(80).wgmma
+    assert not dataclasses.replace(for_sm(90), wgmma_probe=lambda: False).wgmma
+
+    class Device:
+        def __init__(self, key: str) -> None:
+            self.key = key
+
+        def device_key(self) -> str:
+            return self.key
+
+    answers = {"cuda:7": "wgmma_tile<__half, 128, 1>: 3 of 8192 accumulators differ",
+               "cuda:8": None}  # fmt: skip
+    asked = []
+    saved = wgmma_check._check
+    wgmma_check._check = lambda b: asked.append(b.key) or answers[b.key]
+    try:
+        with pytest.warns(RuntimeWarning, match="accumulators differ"):
+            assert not wgmma_check.verified(Device("cuda:7"))
+        with warnings.catch_warnings():
+            warnings.simplefilter("error")
+            assert not wgmma_check.verified(Device("cuda:7"))  # remembered, warned once
+            graph._active += 1
+            try:
+                assert not wgmma_check.verified(Device("cuda:8"))  # a capture: not asked
+            finally:
+                graph._active -= 1
+            assert wgmma_check.verified(Device("cuda:8"))
+        assert asked == ["cuda:7", "cuda:8"]
+    finally:
+        wgmma_check._check = saved
+        for key in answers:
+            wgmma_check._results.pop(key, None)
