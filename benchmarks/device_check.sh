@@ -131,9 +131,11 @@ echo "== tests on backend(s) $BACKENDS =="
 SELECT=()
 [[ "$BACKENDS" == "cuda" ]] && SELECT=(-k cuda)
 # Two passes, so that a slow GPU run still checks every family: first the execution model
-# (the emulator's self-test kernels on the GPU: barriers, warps, MMA fragments, cp.async,
-# grid sync) and one main file per family (80 s), then everything else (70 s).
+# (the emulator's self-test kernels on the GPU: barriers, warps, MMA fragments and wgmma
+# layouts, cp.async, grid sync) and one main file per family (80 s), then everything
+# else (70 s).
 FIRST=(tests/emulator/test_emulator_core.py tests/emulator/test_emu_mma.py
+       tests/emulator/test_emu_wgmma.py tests/test_conv_tc_wgmma.py
        tests/emulator/test_emu_wmma.py tests/emulator/test_grid_sync.py
        tests/emulator/test_launch_bounds.py tests/test_cuda_backend_glue.py
        tests/test_subnormals.py tests/test_conv_api.py tests/test_conv_tc.py

@@ -200,6 +200,30 @@ def _is_mma(base: str) -> bool:
     return base.endswith("MMA")  # HMMA, IMMA, DMMA, BMMA, HGMMA, ...
 
 
+# One HMMA.16816 (m16n8k16) per warp: the unit of the tensor-core target.
+HMMA_16816_MACS = 16 * 8 * 16
+
+
+def mma_macs(opcode: str) -> int:
+    """Multiply-adds one warp's MMA instruction does, from its shape modifier:
+    ``HMMA.16816`` (m16n8k16) 2048, ``HMMA.1688`` 1024, ``DMMA.884`` 256, and a warpgroup
+    MMA's share of its warpgroup's (4 warps): ``HGMMA.64x128x16`` 64 * 128 * 16 / 4. 0 for
+    anything else."""
+    parts = opcode.split(".")
+    if len(parts) < 2 or not _is_mma(parts[0]):
+        return 0
+    shape = parts[1]
+    if "x" in shape:  # warpgroup MMA: MxNxK over 4 warps
+        dims = shape.split("x")
+        if len(dims) == 3 and all(d.isdigit() for d in dims):
+            return int(dims[0]) * int(dims[1]) * int(dims[2]) // 4
+        return 0
+    if not shape.isdigit() or len(shape) < 3:
+        return 0
+    m, rest = (16, shape[2:]) if shape.startswith("16") else (int(shape[0]), shape[1:])
+    return m * int(rest[0]) * int(rest[1:])
+
+
 def kind_of(fn: Function) -> str:
     """"tensor core" (any MMA), "fp64" (CUDA-core double: more DFMA than FFMA) or "fp32"."""
     if any(_is_mma(i.base) for i in fn.instrs):
@@ -286,9 +310,11 @@ class Mix:
     integer: int
     barriers: int
     opcodes: dict[str, int]  # every base opcode, for a closer look
+    mma_macs: int = 0  # multiply-adds of its MMA instructions, per warp (mma_macs)
 
 
 def mix(instrs: Iterable[Instr]) -> Mix:
+    instrs = list(instrs)
     bases = Counter(i.base for i in instrs if i.base != "NOP")
 
     def count(names: Iterable[str]) -> int:
@@ -309,6 +335,7 @@ def mix(instrs: Iterable[Instr]) -> Mix:
         integer=integer,
         barriers=bases["BAR"],
         opcodes=dict(bases.most_common()),
+        mma_macs=sum(mma_macs(i.opcode) for i in instrs),
     )
 
 
@@ -344,6 +371,9 @@ class Row:
         d["per_op"] = "MMA" if self.kind == "tensor core" else _OP_OF[self.kind]
         d["instructions_per_op"] = self.per_op(m.instructions)
         d["mma_fraction"] = m.mma / m.instructions if m.instructions else None
+        # tensor work per issued instruction, comparable across MMA shapes (a loop of
+        # HMMA.16816 only: 2048; a warpgroup MMA carries 16-64 times one HMMA's work)
+        d["macs_per_instruction"] = m.mma_macs / m.instructions if m.instructions else None
         d["ffma_fraction"] = m.ffma / m.instructions if m.instructions else None
         d["dfma_fraction"] = m.dfma / m.instructions if m.instructions else None
         d["shared_loads_per_op"] = self.per_op(m.shared_loads)
@@ -365,6 +395,13 @@ def check_targets(row: Row) -> list[str]:
     m = row.mix
     if row.loop is None:
         misses.append("no main loop found")
+    elif row.kind == "tensor core" and "HGMMA" in m.opcodes:
+        # A warpgroup MMA is 16-64 HMMA.16816s of work in one instruction: the target in
+        # work per instruction, a third of a loop of HMMA.16816s.
+        want = TARGETS["tc_mma_fraction"] * HMMA_16816_MACS
+        if m.mma_macs < want * m.instructions:
+            per = m.mma_macs / m.instructions
+            misses.append(f"{per:.0f} MMA multiply-adds per instruction < {want:.0f}")
     elif row.kind == "tensor core" and m.mma < TARGETS["tc_mma_fraction"] * m.instructions:
         misses.append(f"MMA {m.mma / m.instructions:.0%} of the loop < 33%")
     elif row.kind == "fp32" and m.ffma < TARGETS["fp32_ffma_fraction"] * m.instructions:

@@ -128,6 +128,28 @@ def test_targets(sass_mix: types.ModuleType) -> None:
     assert "tc_conv<x>" in text and "spills 8 B" in text
 
 
+def test_warpgroup_mma_work_per_instruction(sass_mix: types.ModuleType) -> None:
+    """MMA shapes count their multiply-adds per warp (a warpgroup MMA a quarter of its
+    warpgroup's), and a loop of HGMMA meets the tensor-core target by work per
+    instruction: a third of a loop of HMMA.16816's 2048."""
+    shapes = ("HMMA.16816.F32", "HMMA.1688.F32.TF32", "DMMA.884", "HGMMA.64x128x16.F32",
+              "FFMA", "HMMA.F32")  # fmt: skip
+    assert [sass_mix.mma_macs(o) for o in shapes] == [2048, 1024, 256, 32768, 0, 0]
+
+    def loop(hgmma: int, others: int):
+        body = [sass_mix.Instr(16 * i, "HGMMA.64x64x16.F32") for i in range(hgmma)]
+        body += [sass_mix.Instr(16 * (hgmma + i), "IMAD") for i in range(others)]
+        return sass_mix.mix(body)
+
+    def misses(m) -> list[str]:
+        row = sass_mix.Row("m", "k", "s", "tensor core", 96, 0, 256, 2, 16, (0, 1), m)
+        return sass_mix.check_targets(row)
+
+    assert loop(4, 96).mma_macs == 4 * 16384
+    assert misses(loop(4, 90)) == []  # 65536 / 94: 697 per instruction
+    assert misses(loop(4, 96)) == ["655 MMA multiply-adds per instruction < 683"]
+
+
 def test_kernel_selection(sass_mix: types.ModuleType) -> None:
     assert sass_mix.is_gemm_kernel("implicit_gemm<float, false, 128, 128, 8, 8, 8>")
     assert sass_mix.is_gemm_kernel("implicit_precomp_gemm<__half, true, 64, 64, 8, 4, 4>")
