@@ -132,7 +132,9 @@ def test_heuristics_put_the_multistage_engine_first_on_a_gpu() -> None:
     tf32 = dataclasses.replace(conv(32, 64, 56, 64, dtype="fp32"), math="tf32")
     assert h.conv_fwd_ranking(tf32, for_sm(90))[0] == h.TC
     bwd = dataclasses.replace(fwd, direction="bwd_data")
-    assert h.conv_bwd_data_ranking(bwd, for_sm(90))[:2] == [h.BWD_DATA_TC_PHASED, h.BWD_DATA_TC]
+    want = [h.BWD_DATA_WGMMA, h.BWD_DATA_TC_PHASED, h.BWD_DATA_TC]
+    assert h.conv_bwd_data_ranking(bwd, for_sm(90))[:3] == want
+    assert h.conv_bwd_data_ranking(bwd, for_sm(80))[:2] == want[1:]
     bwf = dataclasses.replace(fwd, direction="bwd_filter")
     assert h.conv_bwd_filter_ranking(bwf, for_sm(90))[0] == h.BWD_FILTER_TC
 

@@ -1,9 +1,10 @@
 """The forward convolution on Hopper's warpgroup MMA (cudnnlite/solvers/conv/tc_wgmma.py),
 fp16/bf16, run directly against the float64 reference on the emulator (its exact,
 asynchronous model of wgmma) and on an sm_90 GPU: real layers, odd shapes, every tile,
-groups, the fused epilogue, split-K, NCHW through the layout conversion, 1-D; and where
-it applies. Tolerances: tests/conv_tc_support.py's (fp16/bf16 products exact in fp32,
-fp32 sums in some order: acc_factor 2, then one rounding to the output type)."""
+groups, the fused epilogue, split-K, NCHW through the layout conversion, 1-D; backward
+data through it on rotated filters; and where they apply. Tolerances:
+tests/conv_tc_support.py's (fp16/bf16 products exact in fp32, fp32 sums in some order:
+acc_factor 2, then one rounding to the output type)."""
 
 from __future__ import annotations
 
@@ -11,12 +12,14 @@ import dataclasses
 
 import numpy as np
 import pytest
+from conv_backward_support import check_data
 from conv_tc_support import SHORTS, conv
 
 from cudnnlite.problems.conv import ConvProblem
 from cudnnlite.problems.suites import RESNET50, scaled
 from cudnnlite.runtime.caps import EMULATOR, capabilities, for_sm
 from cudnnlite.runtime.select import backend_by_name
+from cudnnlite.solvers.conv.bwd_data import TcWgmmaSolver as TcWgmmaBwdData
 from cudnnlite.solvers.conv.common import Epilogue
 from cudnnlite.solvers.conv.tc_wgmma import WG_TILES, TcWgmmaSolver, WgConfig
 
@@ -131,3 +134,39 @@ def test_configs_and_defaults() -> None:
         WgConfig.of(256, 128, 3)
     name = SOLVER.prepare(backend_by_name("cpu"), big, WgConfig.of(128, 128, 3)).kernel_names
     assert name == ["tc_wgmma_fwd_128x128x64_w16x128_s3_a8_nhwc_fp16"]
+
+
+# ------------------------------------------------------------------ backward data
+BWD = TcWgmmaBwdData()
+
+
+@pytest.mark.parametrize(
+    "case",
+    [
+        dict(n=2, c=24, hw=(5, 6), k=16),  # ResNet-like 3x3, pad 1
+        dict(n=1, c=9, hw=(4, 4), k=8, f=2, pad=0, dtype="bf16"),  # even filter, odd C
+        dict(n=1, c=16, hw=(6, 5), k=24, dil=2, pad=2, layout="NCHW"),
+    ],
+    ids=["resnet_3x3", "even_filter_bf16", "dilated_nchw"],
+)
+def test_backward_data_on_rotated_filters(backend: str, case: dict) -> None:
+    layout = case.pop("layout", "NHWC")
+    p = dataclasses.replace(conv(**case), direction="bwd_data", layout=layout)
+    if p.dtype not in SHORTS:
+        pytest.skip("ml_dtypes missing")
+    assert BWD.is_applicable(p, EMULATOR)
+    check_data(backend, BWD, p, config=BWD.default_config(p, EMULATOR))
+
+
+def test_backward_data_applicability_and_ranking() -> None:
+    from cudnnlite.dispatch import heuristics as h
+
+    p = dataclasses.replace(conv(32, 64, 56, 64), direction="bwd_data")
+    want = [h.BWD_DATA_WGMMA, h.BWD_DATA_TC_PHASED, h.BWD_DATA_TC]
+    assert h.conv_bwd_data_ranking(p, for_sm(90))[:3] == want
+    assert h.BWD_DATA_WGMMA not in h.conv_bwd_data_ranking(p, for_sm(80))
+    strided = dataclasses.replace(conv(1, 16, 8, 16, stride=2), direction="bwd_data")
+    assert "stride 1" in BWD.is_applicable(strided, EMULATOR).reason
+    odd_k = dataclasses.replace(conv(1, 16, 8, 12), direction="bwd_data")
+    assert "multiple of 8" in BWD.is_applicable(odd_k, EMULATOR).reason
+    assert "wgmma" in BWD.is_applicable(p, for_sm(80)).reason

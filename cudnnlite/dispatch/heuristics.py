@@ -143,6 +143,7 @@ BWD_DATA_IGEMM_PHASED = "conv_bwd_data_implicit_gemm"
 BWD_FILTER_WMMA = "conv_bwd_filter_wmma_implicit_gemm"
 BWD_DATA_TC = "conv_bwd_data_tc_implicit_gemm"
 BWD_DATA_TC_PHASED = "conv_bwd_data_tc_implicit_gemm_phased"
+BWD_DATA_WGMMA = "conv_bwd_data_tc_wgmma"
 BWD_FILTER_TC = "conv_bwd_filter_tc_implicit_gemm"
 BWD_DATA_DMMA = "conv_bwd_data_dmma_implicit_gemm"
 BWD_DATA_DMMA_PHASED = "conv_bwd_data_dmma_implicit_gemm_phased"
@@ -181,6 +182,9 @@ def _conv_bwd_data_ranking(p: ConvProblem, caps: Capabilities) -> list[str]:
     # Phases (any stride, filter read as stored; TF32 through scalar fragment loads), then
     # the rotated-filter forward kernel (stride 1).
     ranked += [BWD_DATA_TC_PHASED, BWD_DATA_TC] if tc and _multistage(p, caps) else []
+    if tc and _multistage(p, caps) and _wgmma(p, caps):
+        # sm_90: the wgmma forward on rotated filters first where it applies (stride 1).
+        ranked.insert(len(ranked) - 2, BWD_DATA_WGMMA)
     ranked += [BWD_DATA_WMMA] if tc else []
     if wino and min(p.c_per_group, p.k_per_group) >= 16:
         big = min(p.spatial) >= 8

@@ -54,6 +54,7 @@ _ENTRIES: tuple[tuple[str, str], ...] = (
     ("conv_fwd_tc_implicit_gemm", "cudnnlite.solvers.conv.tc_igemm:TcImplicitGemmSolver"),
     ("conv_fwd_tc_wgmma", "cudnnlite.solvers.conv.tc_wgmma:TcWgmmaSolver"),  # sm_90
     ("conv_bwd_data_tc_implicit_gemm", "cudnnlite.solvers.conv.bwd_data:TcImplicitGemmSolver"),
+    ("conv_bwd_data_tc_wgmma", "cudnnlite.solvers.conv.bwd_data:TcWgmmaSolver"),  # sm_90
     (
         "conv_bwd_filter_tc_implicit_gemm",
         "cudnnlite.solvers.conv.tc_bwd_filter:TcBwdFilterSolver",

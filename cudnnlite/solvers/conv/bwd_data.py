@@ -300,6 +300,14 @@ class TcImplicitGemmSolver(_RotatedForwardSolver):
     forward_name = "conv_fwd_tc_implicit_gemm"
 
 
+class TcWgmmaSolver(_RotatedForwardSolver):
+    """Hopper's warpgroup MMA (sm_90): the wgmma forward (conv_fwd_tc_wgmma) on the rotated
+    filters, stride 1; fp16/bf16, K/groups a multiple of 8 (the rotated problem's C)."""
+
+    name = "conv_bwd_data_tc_wgmma"
+    forward_name = "conv_fwd_tc_wgmma"
+
+
 class DmmaImplicitGemmSolver(_RotatedForwardSolver):
     """float64 on the fp64 tensor cores (sm_80+): the forward DMMA kernel on the rotated
     filters, stride 1 (any stride: conv_bwd_data_dmma_implicit_gemm_phased)."""
