@@ -1,7 +1,7 @@
 """The forward convolution on Hopper's warpgroup MMA (cudnnlite/solvers/conv/tc_wgmma.py),
 fp16/bf16, run directly against the float64 reference on the emulator (its exact,
 asynchronous model of wgmma) and on an sm_90 GPU: real layers, odd shapes, every tile,
-groups, the fused epilogue, split-K, NCHW through the layout conversion, 1-D; backward
+groups, the fused epilogue, split-K, NCHW through the layout conversion, 1-D, 3-D; backward
 data through it on rotated filters; and where they apply. Tolerances:
 tests/conv_tc_support.py's (fp16/bf16 products exact in fp32, fp32 sums in some order:
 acc_factor 2, then one rounding to the output type)."""
@@ -13,7 +13,7 @@ import dataclasses
 import numpy as np
 import pytest
 from conv_backward_support import check_data
-from conv_tc_support import SHORTS, conv
+from conv_tc_support import SHORTS, _d3, conv
 
 from cudnnlite.problems.conv import ConvProblem
 from cudnnlite.problems.suites import RESNET50, scaled
@@ -90,6 +90,15 @@ def test_groups_1d_and_nchw(backend: str) -> None:
     _check(backend, conv(1, 16, (4, 5), 12, stride=2, layout="NCHW"))
 
 
+def test_3d(backend: str) -> None:
+    # NCDHW through the conversion, strides (1, 2, 1), a depth tap pair; and NDHWC bf16.
+    _check(backend, _d3("fwd"))
+    p = ConvProblem(n=1, c=16, spatial=(3, 4, 5), k=24, filter=(3, 1, 3),
+                    pads=((1, 1), (0, 0), (2, 0)), strides=(1, 1, 2), dilations=(2, 1, 1),
+                    layout="NDHWC", dtype="bf16")  # fmt: skip
+    _check(backend, p, WgConfig.of(128, 64, 4))
+
+
 def test_fused_epilogue_and_split_k(backend: str) -> None:
     e = Epilogue(alpha=2.0, alpha2=0.5, act_mode=0, has_bias=True, has_z=True)
     p = conv(1, 136, 3, 20)  # 9 taps x 3 slices: 27 reduction tiles
@@ -110,10 +119,6 @@ def test_applicability() -> None:
                                                    EMULATOR).reason  # fmt: skip
     assert "multiple of 8" in SOLVER.is_applicable(conv(1, 12, 5, 8), EMULATOR).reason
     assert "multiple of 8" in SOLVER.is_applicable(conv(1, 3, 5, 8), EMULATOR).reason
-    d3 = ConvProblem(n=1, c=8, spatial=(3, 3, 3), k=8, filter=(3, 3, 3),
-                     pads=((1, 1),) * 3, strides=(1,) * 3, dilations=(1,) * 3,
-                     layout="NDHWC", dtype="fp16")  # fmt: skip
-    assert "2-D" in SOLVER.is_applicable(d3, EMULATOR).reason
     bwd = dataclasses.replace(ok, direction="bwd_data")
     assert "direction" in SOLVER.is_applicable(bwd, EMULATOR).reason
 

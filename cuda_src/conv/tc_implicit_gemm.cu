@@ -606,18 +606,35 @@ __global__ void __launch_bounds__((BM / WM) * (BN / WN) * 32)
 // Hopper (sm_90a): the forward's loader and epilogue on warpgroup MMAs (conv/tc_wgmma.cuh),
 // 2-D and 1-D NHWC + KRSC (NCHW through the conversion), 16-byte copies (ALIGN 8: C/groups
 // a multiple of 8), split-K as tc_conv_fwd's. Block BM / 64 warpgroups, BK 64. Other
-// targets trap; the solver runs it on sm_90 only.
+// targets trap; the solver runs it on sm_90 only. _3d: NDHWC + KTRSC, as tc_conv_fwd_3d.
+template <typename T, int BM, int BN, int STAGES, int ALIGN, bool D3>
+__device__ __forceinline__ void fwd_wgmma(const T* x, const T* w, T* y, const T* z,
+                                          const T* bias, const ConvShape& s,
+                                          const ConvEpilogue& e, float* ws, int ips, int nchw) {
+#if CL_WGMMA
+    tcconv::fwd_gemm_body<tc::WgGemm<T, BM, BN, STAGES>, ALIGN, D3, false, false>(
+        x, w, y, z, bias, s, e, ws, ips, nchw);
+#else
+    __trap();
+#endif
+}
+
 template <typename T, int BM, int BN, int STAGES, int ALIGN>
 __global__ void __launch_bounds__(BM * 2)
     tc_conv_fwd_wgmma(const T* __restrict__ x, const T* __restrict__ w, T* y, const T* z,
                       const T* __restrict__ bias, ConvShape s, ConvEpilogue e,
                       float* __restrict__ ws, int iters_per_split, int out_nchw) {
-#if CL_WGMMA
-    tcconv::fwd_gemm_body<tc::WgGemm<T, BM, BN, STAGES>, ALIGN, false, false, false>(
-        x, w, y, z, bias, s, e, ws, iters_per_split, out_nchw);
-#else
-    __trap();
-#endif
+    fwd_wgmma<T, BM, BN, STAGES, ALIGN, false>(x, w, y, z, bias, s, e, ws, iters_per_split,
+                                               out_nchw);
+}
+
+template <typename T, int BM, int BN, int STAGES, int ALIGN>
+__global__ void __launch_bounds__(BM * 2)
+    tc_conv_fwd_wgmma_3d(const T* __restrict__ x, const T* __restrict__ w, T* y, const T* z,
+                         const T* __restrict__ bias, ConvShape s, ConvEpilogue e,
+                         float* __restrict__ ws, int iters_per_split, int out_nchw) {
+    fwd_wgmma<T, BM, BN, STAGES, ALIGN, true>(x, w, y, z, bias, s, e, ws, iters_per_split,
+                                              out_nchw);
 }
 
 // Split-K end of the forward: y = epilogue(sum over splits of ws[z][m][k]), the splits

@@ -7,21 +7,27 @@ Why: on an H100/H200, ``mma.sync`` reaches about half of the tensor cores' dense
 rate; ``wgmma`` is the instruction that reaches the rest. Each warpgroup (4 warps) issues
 ``wgmma.m64nNk16`` (N = ``block_n``: 64 or 128) with A and B read straight from shared
 memory through descriptors (128-byte swizzled 64-deep tiles, the layout the loaders
-already write), so the main loop has no ``ldmatrix`` and no fragment registers: per
-64-deep stage each warp issues 4 HGMMA among about 100 instructions (sm_90a SASS,
-``benchmarks/sass_mix.py``), where the ``mma.sync`` kernel's warps issue 128 HMMA and 32
-LDSM among 261 for a 64 x 64 warp tile.
+already write), so the main loop has no ``ldmatrix`` and no fragment registers. Static
+figures (sm_90a SASS, ``benchmarks/sass_mix.py``, per warp and 64-deep stage on the hot
+path): 128 x 128 tiles 4 HGMMA.64x128x16 among 99 instructions, 1,324 multiply-adds per
+issued instruction (the ``mma.sync`` kernel's 128 x 128 x 64: 128 HMMA and 32 LDSM among
+261, 1,004); 64 x 128 1,120; the n64 tiles 585-642 (128 x 64: 102 instructions).
 
 Scope: sm_90 only (the modules compile for sm_90a: ``compile_options.target``; sm_100's
-tensor cores have other instructions), fp16 and bf16, 1-D and 2-D, NHWC + KRSC (NCHW
-through :mod:`.tc_igemm`'s layout conversion), any stride, dilation, padding and groups
-(one GEMM per group), C/groups a multiple of 8 (16-byte copies), at most 16 taps per dim.
-Not here: TF32, 3-D, the packed (narrow groups) and few-channel kernels; the ``mma.sync``
-solver keeps those. Unmeasured on a GPU so far: the emulator runs its exact model of
-``wgmma`` (common/mma.cuh, emu_mma.h), the tests compare it with the float64 reference,
-and ``benchmarks/device_check.sh`` runs the same tests on an sm_90 GPU first; until a GPU
-has timed it, the heuristics leave the default to :mod:`.tc_igemm` and the tuner times it
-next to the others.
+tensor cores have other instructions), fp16 and bf16, 1-D, 2-D and 3-D (``_3d``: NDHWC +
+KTRSC), channels-last (NCHW / NCDHW through :mod:`.tc_igemm`'s layout conversion), any
+stride, dilation, padding and groups (one GEMM per group), C/groups a multiple of 8
+(16-byte copies), at most 16 taps per dim. Not here: TF32, the packed (narrow groups) and
+few-channel kernels; the ``mma.sync`` solver keeps those. Backward data at stride 1 runs
+it on rotated filters (``conv_bwd_data_tc_wgmma`` in :mod:`.bwd_data`).
+
+Trust: the emulator runs its exact, asynchronous model of ``wgmma`` (common/mma.cuh,
+emu_mma.h) and the tests compare this solver with the float64 reference there; on a GPU,
+an sm_90 device first proves its ``wgmma`` against the same layouts
+(``runtime/wgmma_check.py``: ``Capabilities.wgmma`` is false where it fails, and this
+solver then does not apply), and ``benchmarks/device_check.sh`` runs the tests there
+first. Unmeasured on a GPU so far: the sm_90 heuristics rank it before the ``mma.sync``
+solver on the static figures above; a tuning DB's entry overrides them.
 
 Config (:class:`WgConfig`): ``block_m`` (64 x warpgroups) x ``block_n``, 64-deep stages,
 ``stages``, ``splits`` (split-K as :mod:`.tc_igemm`'s). Readable kernel name
@@ -88,9 +94,9 @@ class WgConfig(TcTile):
 
 def kernel_expr(dt: dtypes.DType, config: TcTile, align: int, d3: bool = False,
                 pack: bool = False, few: bool = False) -> str:  # fmt: skip
-    assert not (d3 or pack or few), "the wgmma forward is 1-D / 2-D, unpacked, C >= 8"
+    assert not (pack or few), "the wgmma forward is unpacked, C/groups a multiple of 8"
     tile = f"{config.block_m}, {config.block_n}, {config.stages}"
-    return f"tc_conv_fwd_wgmma<{dt.ctype}, {tile}, {align}>"
+    return f"tc_conv_fwd_wgmma{'_3d' if d3 else ''}<{dt.ctype}, {tile}, {align}>"
 
 
 def _dtypes() -> list[dtypes.DType]:
@@ -110,7 +116,7 @@ class TcWgmmaSolver(tc_igemm.TcImplicitGemmSolver):
     config_type = WgConfig
 
     def is_applicable(self, problem: ConvProblem, caps: Capabilities) -> Applicability:
-        reason = common_reason(problem)  # (direction, 1-D or 2-D)
+        reason = common_reason(problem, max_ndim=3)
         if reason:
             return not_applicable(reason)
         if not caps.wgmma:
@@ -159,8 +165,9 @@ class TcWgmmaSolver(tc_igemm.TcImplicitGemmSolver):
 
     def module_specs(self) -> list[ModuleSpec]:
         return [
-            ModuleSpec.make(SOURCE, [kernel_expr(dt, WgConfig.of(*t), 8)])
+            ModuleSpec.make(SOURCE, [kernel_expr(dt, WgConfig.of(*t), 8, d3)])
             for dt in _dtypes()
+            for d3 in (False, True)
             for t in WG_TILES
         ] + [tc_igemm.helper_module_spec(dt) for dt in _dtypes()]
 
