@@ -4,7 +4,7 @@ from __future__ import annotations
 
 import functools
 from collections.abc import Callable
-from dataclasses import dataclass, field, replace
+from dataclasses import dataclass, field
 
 from .backend import Backend
 
@@ -69,21 +69,23 @@ def _max_shared(sm: int) -> int:
     return row.smem_per_block if row is not None else 48 * 1024
 
 
-def for_sm(sm: int, sm_count: int | None = None, max_shared: int | None = None) -> Capabilities:
+def for_sm(sm: int, sm_count: int | None = None, max_shared: int | None = None,
+           wgmma_probe: Callable[[], bool] | None = None) -> Capabilities:  # fmt: skip
     """An arch's capabilities: ``sm_count`` and ``max_shared`` (bytes per block, opt-in)
-    as the device reports them, else the arch's usual ones."""
+    as the device reports them, else the arch's usual ones; ``wgmma_probe`` the device's
+    own wgmma check (sm_90)."""
     smem = max_shared or _max_shared(sm)
     count = sm_count or _nearest_below(_TYPICAL_SMS, sm, 16)
-    return Capabilities(f"sm_{sm}", sm, sm >= 70, sm >= 80, smem, False, count)
+    return Capabilities(f"sm_{sm}", sm, sm >= 70, sm >= 80, smem, False, count, wgmma_probe)
 
 
 def capabilities(backend: Backend) -> Capabilities:
     if backend.name == "cpu":
         return EMULATOR
     sm = int(backend.arch().removeprefix("sm_"))
-    caps = for_sm(sm, backend.multiprocessor_count(), backend.max_shared_per_block())
+    probe = None
     if sm == 90:
         from .wgmma_check import verified
 
-        caps = replace(caps, wgmma_probe=functools.partial(verified, backend))
-    return caps
+        probe = functools.partial(verified, backend)
+    return for_sm(sm, backend.multiprocessor_count(), backend.max_shared_per_block(), probe)

@@ -116,12 +116,23 @@ def test_the_device_check() -> None:
     assert for_sm(90).wgmma and EMULATOR.wgmma and not for_sm(80).wgmma
     assert not dataclasses.replace(for_sm(90), wgmma_probe=lambda: False).wgmma
 
-    class Device:
+    class Device:  # an sm_90 CUDA backend, as capabilities() sees one
+        name = "cuda"
+
         def __init__(self, key: str) -> None:
             self.key = key
 
         def device_key(self) -> str:
             return self.key
+
+        def arch(self) -> str:
+            return "sm_90"
+
+        def multiprocessor_count(self) -> int:
+            return 132
+
+        def max_shared_per_block(self) -> int:
+            return 227 * 1024
 
     answers = {"cuda:7": "wgmma_tile<__half, 128, 1>: 3 of 8192 accumulators differ",
                "cuda:8": None}  # fmt: skip
@@ -130,7 +141,7 @@ def test_the_device_check() -> None:
     wgmma_check._check = lambda b: asked.append(b.key) or answers[b.key]
     try:
         with pytest.warns(RuntimeWarning, match="accumulators differ"):
-            assert not wgmma_check.verified(Device("cuda:7"))
+            assert not capabilities(Device("cuda:7")).wgmma
         with warnings.catch_warnings():
             warnings.simplefilter("error")
             assert not wgmma_check.verified(Device("cuda:7"))  # remembered, warned once
@@ -139,7 +150,8 @@ def test_the_device_check() -> None:
                 assert not wgmma_check.verified(Device("cuda:8"))  # a capture: not asked
             finally:
                 graph._active -= 1
-            assert wgmma_check.verified(Device("cuda:8"))
+            assert capabilities(Device("cuda:8")).wgmma
+            assert capabilities(Device("cuda:8")) == for_sm(90, 132, 227 * 1024)
         assert asked == ["cuda:7", "cuda:8"]
     finally:
         wgmma_check._check = saved
