@@ -321,6 +321,9 @@ __device__ __forceinline__ void cp_async_wait() {
 // instruction with the same descriptors. Warp i of the group holds rows 16 i .. 16 i + 15
 // of D, each thread N / 2 floats in the m16n8 C layout repeated over N / 8 columns:
 //   d[4 j + v] = D[16 i + g + 8 (v / 2)][8 j + 2 t + v % 2],  g = lane >> 2, t = lane & 3.
+// wgmma reads shared memory through the async proxy: data written there by the generic
+// proxy (stores, cp.async) reaches it only after the writer's fence_proxy_async() and then
+// a barrier (the emulator checks it for cp.async data).
 // Protocol: wgmma_fence() before the first wgmma and again after any other access to the
 // accumulators (the emulator asks for one after every wait, the usual loop shape), the
 // MMAs, wgmma_commit(), wgmma_wait<N>() (this thread's groups but the newest N done);
@@ -360,6 +363,16 @@ __device__ __forceinline__ unsigned long long wgmma_desc(const void* smem, int l
            ((unsigned long long)((unsigned)lbo >> 4) << 16) |
            ((unsigned long long)((unsigned)sbo >> 4) << 32) |
            ((unsigned long long)swizzle << 62);
+}
+
+// fence.proxy.async.shared::cta: this thread's shared-memory writes so far become visible
+// to the async proxy (wgmma's operand reads) once a barrier follows.
+__device__ __forceinline__ void fence_proxy_async() {
+#ifdef CUDNNLITE_EMULATOR
+    ::emu::tc::fence_proxy_async();
+#elif CL_WGMMA
+    asm volatile("fence.proxy.async.shared::cta;" ::: "memory");
+#endif
 }
 
 __device__ __forceinline__ void wgmma_fence() {

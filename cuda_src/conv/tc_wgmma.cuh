@@ -84,6 +84,7 @@ struct WgGemm {
         int read = 0, write = AHEAD;  // stage indices
         for (int left = iters; left > 0; --left) {  // tiles left, this one included
             cl::mma::cp_async_wait<AHEAD - 1>();
+            cl::mma::fence_proxy_async();  // (the landed copies, to wgmma's async proxy)
             __syncthreads();
             if (left > AHEAD) ld.load(smem + write * STAGE, smem + write * STAGE + A_TILE);
             cl::mma::cp_async_commit();

@@ -13,7 +13,8 @@
 //   accumulate  scale-d (0: d = A * B^T)
 //   plant 0: correct; 1: the accumulators read before the wait; 2: no wgmma.fence;
 //         3: A's tile overwritten before the wait; 4: lane 5 of each warp gives another
-//         A descriptor (the emulator must report 1 as NaN and 2-4 as errors)
+//         A descriptor; 5: thread 0 rewrites A's first values by cp.async and no
+//         fence.proxy.async follows (the emulator must report 1 as NaN and 2-5 as errors)
 // SW: 0 the no-swizzle layout (core matrices of 8 x 16 bytes, LBO 128, SBO 256: the two
 // core matrices of a k16 slice side by side), 1 the 128-byte swizzle (rows of 64 values,
 // SBO 1024), both as common/mma.cuh describes them. Dynamic shared memory:
@@ -42,6 +43,12 @@ __global__ void wgmma_tile(const unsigned short* a, const unsigned short* b, con
         As[tile_offset<SW>(i / 16, k0 + i % 16)] = a[i];
     for (int i = threadIdx.x; i < N * 16; i += blockDim.x)
         Bs[tile_offset<SW>(i / 16, k0 + i % 16)] = b[i];
+    if (plant == 5 && threadIdx.x == 0) {  // A's first 8 values again, by cp.async
+        cp_async<16>(As + tile_offset<SW>(0, k0), a, true);
+        cp_async_commit();
+        cp_async_wait<0>();
+    }
+    if (plant != 5) fence_proxy_async();  // (the stores, to wgmma's async proxy)
     __syncthreads();
     const int wg = threadIdx.x / 128;
     const WgSwizzle sw = SW ? kSwizzle128 : kSwizzleNone;

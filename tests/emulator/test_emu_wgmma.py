@@ -84,6 +84,7 @@ def test_accumulators_read_before_the_wait_are_nan() -> None:
         (2, "no wgmma.fence"),
         (3, "changed before the wait"),
         (4, "warp-uniform"),
+        (5, "no fence.proxy.async"),
     ],
 )
 def test_misuse_fails_on_the_emulator(plant: int, message: str) -> None:

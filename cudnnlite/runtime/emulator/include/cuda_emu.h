@@ -232,6 +232,7 @@ struct Fiber {
     std::vector<PendingWgmma> wgmmas; // wgmma.mma_async in flight, issue order
     long long wgmma_groups = 0;       // wgmma groups committed so far
     bool wgmma_fenced = false;        // a wgmma.fence since the last wait_group (or start)
+    bool copies_unfenced = false;     // cp.async data landed since its last fence.proxy.async
     unsigned grid_syncs = 0;          // grid_sync calls this thread has passed
 #if defined(EMU_UCONTEXT)
     ucontext_t uc;

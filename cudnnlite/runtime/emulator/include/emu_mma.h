@@ -28,7 +28,10 @@
 //    the same registers chains on the pending result, as the hardware's in-order
 //    accumulation does), the wait recomputes it and fails if the shared memory it read
 //    changed meanwhile, and a wgmma with no wgmma.fence since the thread's last wait
-//    fails. The no-swizzle and 128-byte-swizzle K-major layouts are modeled (wg_at; the
+//    fails. wgmma reads shared memory through the async proxy: cp.async data a thread
+//    has waited for reaches it only after that thread's fence.proxy.async (then a
+//    barrier), so a wgmma while any thread of the block has landed copies unfenced fails
+//    (plain stores are not tracked). The no-swizzle and 128-byte-swizzle K-major layouts are modeled (wg_at; the
 //    other modes fail), and descriptors address dynamic shared memory by their offset
 //    from its start (cl::mma::wgmma_desc makes them so on the emulator).
 //  - cp.async: the source is read at issue (nothing when !valid), the destination is
@@ -348,6 +351,11 @@ inline void wgmma(Kind kind, int n, float* d, unsigned long long a, unsigned lon
     if (!f->wgmma_fenced)
         fail(std::string(what) + " with no wgmma.fence since this thread's last wait_group "
                                  "(the fence orders the accumulator registers before it)");
+    for (Fiber* g : w.by_thread)
+        if (g && g->copies_unfenced)
+            fail(std::string(what) + ": thread " + thread_name(g->tid) +
+                 " has cp.async data in shared memory with no fence.proxy.async since "
+                 "(wgmma reads through the async proxy: the writer fences, then a barrier)");
     WgmmaOperands mine{a, b, n, (int)kind, accumulate};
     const void* const* ops = collective_begin(what, &mine, file, line);
     const WgmmaOperands* first = static_cast<const WgmmaOperands*>(ops[0]);
@@ -378,6 +386,10 @@ inline void wgmma(Kind kind, int n, float* d, unsigned long long a, unsigned lon
 }
 
 inline void wgmma_fence() { worker_checked("wgmma.fence").current->wgmma_fenced = true; }
+
+inline void fence_proxy_async() {
+    worker_checked("fence.proxy.async").current->copies_unfenced = false;
+}
 
 inline void wgmma_commit() {
     Fiber* f = worker_checked("wgmma.commit_group").current;

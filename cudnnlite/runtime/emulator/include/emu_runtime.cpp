@@ -697,6 +697,7 @@ void run_thread_body(Worker& w, Fiber* f) {
     f->wgmmas.clear();  // (an exiting thread's wgmma results die with its registers)
     f->wgmma_groups = 0;
     f->wgmma_fenced = false;
+    f->copies_unfenced = false;
     f->grid_syncs = 0;
     race_thread_begin(w, f);
     w.thunk(w.args, w.kfn);
@@ -709,8 +710,12 @@ void complete_copies(Fiber* f, long long upto_group, bool all) {
     size_t kept = 0;
     for (size_t i = 0; i < f->copies.size(); ++i) {
         PendingCopy& c = f->copies[i];
-        if (all || (c.group >= 0 && c.group <= upto_group)) memcpy(c.dst, c.data, c.bytes);
-        else f->copies[kept++] = c;
+        if (all || (c.group >= 0 && c.group <= upto_group)) {
+            memcpy(c.dst, c.data, c.bytes);
+            f->copies_unfenced = true;  // (wgmma reads it only after fence.proxy.async)
+        } else {
+            f->copies[kept++] = c;
+        }
     }
     f->copies.resize(kept);
 }
