@@ -33,7 +33,8 @@
 // shows up as NaN on the CPU.
 //
 // Architectures: ldmatrix sm_75+; mma f16 sm_75+ (two m16n8k8 below sm_80); bf16, tf32
-// and f64 mma sm_80+ (trap below); cp.async sm_80+ (a synchronous copy below).
+// and f64 mma sm_80+ (trap below); cp.async sm_80+ (a synchronous copy below); wgmma
+// sm_90a only (the Hopper section at the end; a trap elsewhere).
 #pragma once
 
 #include "common/cudnnlite.cuh"
