@@ -125,7 +125,9 @@ def test_applicability() -> None:
 
 def test_configs_and_defaults() -> None:
     big = conv(32, 64, 56, 256)  # 100k output pixels, 256 channels
-    assert SOLVER.default_config(big, for_sm(90)) == WgConfig.of(128, 128, 3)
+    assert SOLVER.default_config(big, for_sm(90)) == WgConfig.of(128, 256, 4)
+    mid = conv(32, 64, 56, 128)
+    assert SOLVER.default_config(mid, for_sm(90)) == WgConfig.of(128, 128, 3)
     narrow = conv(32, 64, 56, 64)
     assert SOLVER.default_config(narrow, for_sm(90)) == WgConfig.of(128, 64, 4)
     # A late layer at batch 1: few tiles, so split-K on a GPU (not on the emulator).
@@ -137,7 +139,9 @@ def test_configs_and_defaults() -> None:
         assert c.threads == c.block_m * 2
     with pytest.raises(ValueError, match="wgmma tile"):
         WgConfig.of(256, 128, 3)
-    name = SOLVER.prepare(backend_by_name("cpu"), big, WgConfig.of(128, 128, 3)).kernel_names
+    with pytest.raises(ValueError, match="wgmma tile"):
+        WgConfig.of(128, 256, 3)
+    name = SOLVER.prepare(backend_by_name("cpu"), mid, WgConfig.of(128, 128, 3)).kernel_names
     assert name == ["tc_wgmma_fwd_128x128x64_w16x128_s3_a8_nhwc_fp16"]
 
 

@@ -43,7 +43,8 @@ struct WgGemm {
         STAGE_DESC = STAGE * (int)sizeof(T) / 16,  // a stage, in descriptor units
     };
     static_assert(sizeof(T) == 2, "wgmma main loop: 16-bit inputs");
-    static_assert(BM % 64 == 0 && (BN == 64 || BN == 128), "m64 warpgroups, n64 or n128");
+    static_assert(BM % 64 == 0 && (BN == 64 || BN == 128 || BN == 256),
+                  "m64 warpgroups, n64, n128 or n256");
     static_assert(STAGES >= 2, "at least double buffering");
     static_assert(STAGE * (int)sizeof(T) % 1024 == 0, "stages keep the 1024-byte alignment");
 

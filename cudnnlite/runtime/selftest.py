@@ -65,14 +65,14 @@ def wgmma_selftest_name(ctype: str, n: int, swizzle: int) -> str:
     return f"wgmma_tile<{ctype}, {n}, {swizzle}>"
 
 
-# Hopper's warpgroup MMA (common/mma.cuh's wgmma): both input types, N 64 and 128, both
-# shared-memory layouts.
+# Hopper's warpgroup MMA (common/mma.cuh's wgmma): both input types, N 64, 128 and 256,
+# both shared-memory layouts.
 WGMMA_SELFTEST = ModuleSpec.make(
     "selftest/wgmma_selftest.cu",
     [
         wgmma_selftest_name(t, n, sw)
         for t in ("__half", "__nv_bfloat16")
-        for n in (64, 128)
+        for n in (64, 128, 256)
         for sw in (0, 1)
     ],
 )

@@ -51,7 +51,7 @@ def _run(backend: str, ctype: str, n: int, swizzle: int, **kw):
 
 
 @pytest.mark.parametrize("ctype", ["__half", "__nv_bfloat16"])
-@pytest.mark.parametrize("n", [64, 128])
+@pytest.mark.parametrize("n", [64, 128, 256])
 @pytest.mark.parametrize("swizzle", [0, 1])
 def test_fragment_layout_lane_by_lane(backend: str, ctype: str, n: int, swizzle: int) -> None:
     got, want = _run(backend, ctype, n, swizzle)

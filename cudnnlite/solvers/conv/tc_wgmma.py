@@ -5,13 +5,14 @@ stages, split-K and epilogue) on the main loop of ``cuda_src/conv/tc_wgmma.cuh``
 
 Why: on an H100/H200, ``mma.sync`` reaches about half of the tensor cores' dense fp16
 rate; ``wgmma`` is the instruction that reaches the rest. Each warpgroup (4 warps) issues
-``wgmma.m64nNk16`` (N = ``block_n``: 64 or 128) with A and B read straight from shared
+``wgmma.m64nNk16`` (N = ``block_n``: 64, 128 or 256) with A and B read straight from shared
 memory through descriptors (128-byte swizzled 64-deep tiles, the layout the loaders
 already write), so the main loop has no ``ldmatrix`` and no fragment registers. Static
 figures (sm_90a SASS, ``benchmarks/sass_mix.py``, per warp and 64-deep stage on the hot
 path): 128 x 128 tiles 4 HGMMA.64x128x16 among 99 instructions, 1,324 multiply-adds per
 issued instruction (the ``mma.sync`` kernel's 128 x 128 x 64: 128 HMMA and 32 LDSM among
-261, 1,004); 64 x 128 1,120; the n64 tiles 585-642 (128 x 64: 102 instructions).
+261, 1,004); 128 x 256 4 HGMMA.64x256x16 among 131, 2,001; 64 x 128 1,120; the n64 tiles
+585-642 (128 x 64: 102 instructions).
 
 Scope: sm_90 only (the modules compile for sm_90a: ``compile_options.target``; sm_100's
 tensor cores have other instructions), fp16 and bf16, 1-D, 2-D and 3-D (``_3d``: NDHWC +
@@ -55,8 +56,11 @@ from .direct import common_reason
 from .tc_igemm import SOURCE, SPLITS, TcTile, align_for, flat, least_padding
 
 # (block_m, block_n, stages): 128 x 128 in three stages is 96 KiB of shared memory (two
-# blocks per SM on sm_90's 227 KiB), in four 128 KiB (one); the rest 72-96 KiB.
+# blocks per SM on sm_90's 227 KiB), in four 128 KiB (one); 128 x 256 in four 192 KiB (one
+# block of 8 warps, 128 accumulators a thread: 167 registers, its MMAs overlapping tile
+# to tile); the rest 72-96 KiB.
 WG_TILES = (
+    (128, 256, 4),
     (128, 128, 3),
     (128, 128, 4),
     (128, 64, 4),
@@ -142,12 +146,14 @@ class TcWgmmaSolver(tc_igemm.TcImplicitGemmSolver):
 
     def default_config(self, problem: ConvProblem, caps: Capabilities) -> WgConfig:
         """:mod:`.tc_igemm`'s block shapes (128 x 128 for 8192+ output pixels and more
-        than 64 output channels per group, ...), three stages where two blocks then fit
-        an SM, and its split-K for grids of few tiles on a GPU."""
+        than 64 output channels per group, ...; 128 x 256 for 256 or more), three stages
+        where two blocks then fit an SM, and its split-K for grids of few tiles on a GPU."""
         rows = problem.n * int(np.prod(problem.out_spatial))
         wide = problem.k_per_group > 64
         block = ((128, 128) if wide else (128, 64)) if rows >= 8192 else (
             (64, 128) if wide else (64, 64))  # fmt: skip
+        if rows >= 8192 and problem.k_per_group >= 256:
+            block = (128, 256)  # (one block per SM: its MMAs overlap tile to tile)
         options = [c for c in self.configs(problem, caps) if c.splits == 1]
         fitting = [c for c in options if (c.block_m, c.block_n) == block
                    and tc_igemm.fits_twice(c.smem_bytes(), caps)]  # fmt: skip
