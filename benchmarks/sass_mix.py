@@ -157,7 +157,7 @@ class Function:
 
 _SECTION = re.compile(r"^\s*\.section\s+\.text\.(\S+?),")
 _LABEL = re.compile(r"^(\.L\w+):")
-_INSTR = re.compile(r"^\s*/\*([0-9a-f]+)\*/\s+(@!?U?P\w+\s+)?([A-Z][A-Z0-9_.]*)([^;]*);")
+_INSTR = re.compile(r"^\s*/\*([0-9a-f]+)\*/\s+(@!?U?P\w+\s+)?([A-Z][A-Z0-9_.x]*)([^;]*);")
 _TARGET = re.compile(r"`\((\.L\w+)\)")
 
 

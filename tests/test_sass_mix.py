@@ -145,6 +145,11 @@ def test_warpgroup_mma_work_per_instruction(sass_mix: types.ModuleType) -> None:
         row = sass_mix.Row("m", "k", "s", "tensor core", 96, 0, 256, 2, 16, (0, 1), m)
         return sass_mix.check_targets(row)
 
+    # The parser keeps a warpgroup MMA's whole shape (lower-case x included).
+    listing = (".section .text.k,\"ax\",@progbits\n"
+               "  /*0790*/  HGMMA.64x128x16.F32 R24, gdesc[UR12], R24, gsb0 ;\n")  # fmt: skip
+    (ins,) = sass_mix.parse_sass(listing)["k"].instrs
+    assert ins.opcode == "HGMMA.64x128x16.F32" and sass_mix.mma_macs(ins.opcode) == 32768
     assert loop(4, 96).mma_macs == 4 * 16384
     assert misses(loop(4, 90)) == []  # 65536 / 94: 697 per instruction
     assert misses(loop(4, 96)) == ["655 MMA multiply-adds per instruction < 683"]
