@@ -9,10 +9,10 @@ rate; ``wgmma`` is the instruction that reaches the rest. Each warpgroup (4 warp
 memory through descriptors (128-byte swizzled 64-deep tiles, the layout the loaders
 already write), so the main loop has no ``ldmatrix`` and no fragment registers. Static
 figures (sm_90a SASS, ``benchmarks/sass_mix.py``, per warp and 64-deep stage on the hot
-path): 128 x 128 tiles 4 HGMMA.64x128x16 among 99 instructions, 1,324 multiply-adds per
+path): 128 x 128 tiles 4 HGMMA.64x128x16 among 105 instructions, 1,248 multiply-adds per
 issued instruction (the ``mma.sync`` kernel's 128 x 128 x 64: 128 HMMA and 32 LDSM among
-261, 1,004); 128 x 256 4 HGMMA.64x256x16 among 131, 2,001; 64 x 128 1,120; the n64 tiles
-585-642 (128 x 64: 102 instructions).
+261, 1,004); 128 x 256 4 HGMMA.64x256x16 among 131, 2,001; 64 x 128 1,066; the n64 tiles
+555-607 (128 x 64: 108 instructions).
 
 Scope: sm_90 only (the modules compile for sm_90a: ``compile_options.target``; sm_100's
 tensor cores have other instructions), fp16 and bf16, 1-D, 2-D and 3-D (``_3d``: NDHWC +
