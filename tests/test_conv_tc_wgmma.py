@@ -179,3 +179,17 @@ def test_backward_data_applicability_and_ranking() -> None:
     odd_k = dataclasses.replace(conv(1, 16, 8, 12), direction="bwd_data")
     assert "multiple of 8" in BWD.is_applicable(odd_k, EMULATOR).reason
     assert "wgmma" in BWD.is_applicable(p, for_sm(80)).reason
+
+
+def test_grouped_layers_rank_wgmma_first_only_with_wide_groups() -> None:
+    """Groups of 64+ channels each: the wgmma forward first on sm_90; narrower groups: the
+    mma.sync engine, whose packed kernels share a tile among several groups."""
+    from cudnnlite.dispatch import heuristics as h
+
+    wide = dataclasses.replace(conv(32, 256, 28, 256), groups=2)  # 128 per group
+    narrow = dataclasses.replace(conv(32, 128, 28, 128), groups=8)  # 16 per group
+    assert h.conv_fwd_ranking(wide, for_sm(90))[:2] == [h.WGMMA, h.TC]
+    assert h.conv_fwd_ranking(narrow, for_sm(90))[0] == h.TC
+    assert h.BWD_DATA_WGMMA not in h.conv_bwd_data_ranking(
+        dataclasses.replace(narrow, direction="bwd_data"), for_sm(90)
+    )

@@ -54,11 +54,14 @@ def _multistage(p: ConvProblem, caps: Capabilities) -> bool:
 
 def _wgmma(p: ConvProblem, caps: Capabilities) -> bool:
     """Hopper's warpgroup MMA before mma.sync on an sm_90 GPU whose own wgmma check passed
-    (``caps.wgmma``), for fp16/bf16 (its solver takes 1-D and 2-D layers with C/groups a
-    multiple of 8; the rest falls through to the mma.sync solver): mma.sync reaches about
-    half of an H100/H200's dense fp16 rate, wgmma the rest. Unmeasured on a GPU so far
-    (a tuning DB's entry overrides it). Not on the emulator (rankings stay as they were)."""
-    return not caps.emulator and p.dtype in ("fp16", "bf16") and caps.wgmma
+    (``caps.wgmma``), for fp16/bf16 (its solvers take C/groups a multiple of 8; the rest
+    falls through to the mma.sync solvers): mma.sync reaches about half of an H100/H200's
+    dense fp16 rate, wgmma the rest. Not for groups of fewer than 64 channels, which the
+    mma.sync engine's packed kernels share tiles among (the wgmma ones run one GEMM per
+    group). Unmeasured on a GPU so far (a tuning DB's entry overrides it). Not on the
+    emulator (rankings stay as they were)."""
+    wide = p.groups == 1 or min(p.c_per_group, p.k_per_group) >= 64
+    return not caps.emulator and p.dtype in ("fp16", "bf16") and wide and caps.wgmma
 
 
 def _winograd_dtype(p: ConvProblem) -> bool:

@@ -330,6 +330,14 @@ inline void wg_compute(const PendingWgmma& p, int warp_in_group, int lane, float
     }
 }
 
+// A thread of the block whose landed cp.async data no fence.proxy.async has covered, or
+// null. (The emulator's own bookkeeping of other threads: exempt from the race check.)
+EMU_RACE_EXEMPT inline const Fiber* unfenced_copies(const Worker& w) {
+    for (const Fiber* g : w.by_thread)
+        if (g && g->copies_unfenced) return g;
+    return nullptr;
+}
+
 struct WgmmaOperands {
     unsigned long long a, b;
     int n, kind;
@@ -351,11 +359,10 @@ inline void wgmma(Kind kind, int n, float* d, unsigned long long a, unsigned lon
     if (!f->wgmma_fenced)
         fail(std::string(what) + " with no wgmma.fence since this thread's last wait_group "
                                  "(the fence orders the accumulator registers before it)");
-    for (Fiber* g : w.by_thread)
-        if (g && g->copies_unfenced)
-            fail(std::string(what) + ": thread " + thread_name(g->tid) +
-                 " has cp.async data in shared memory with no fence.proxy.async since "
-                 "(wgmma reads through the async proxy: the writer fences, then a barrier)");
+    if (const Fiber* g = unfenced_copies(w))
+        fail(std::string(what) + ": thread " + thread_name(g->tid) +
+             " has cp.async data in shared memory with no fence.proxy.async since "
+             "(wgmma reads through the async proxy: the writer fences, then a barrier)");
     WgmmaOperands mine{a, b, n, (int)kind, accumulate};
     const void* const* ops = collective_begin(what, &mine, file, line);
     const WgmmaOperands* first = static_cast<const WgmmaOperands*>(ops[0]);
