@@ -348,6 +348,26 @@ def _check_tuning_db(arch: str) -> Check:
     )
 
 
+def _wgmma_failure() -> str | None:
+    """Why the current CUDA device fails the wgmma check (runtime/wgmma_check.py), or None."""
+    from .runtime import wgmma_check
+    from .runtime.select import backend_by_name
+
+    return wgmma_check.failure(backend_by_name("cuda"))
+
+
+def _check_wgmma(gpu: GpuInfo) -> list[Check]:
+    """On an sm_90 GPU: whether its wgmma passed the check the Hopper solvers need."""
+    if not gpu.devices or gpu.devices[0][1] != "sm_90":
+        return []
+    why = _wgmma_failure()
+    if why is None:
+        ok = "this sm_90 GPU computes wgmma as the kernels assume: the Hopper convolution "
+        return [Check("wgmma", OK, ok + "solvers are on", "")]
+    advice = "mma.sync runs instead (correct, slower); please report this output"
+    return [Check("wgmma", WARN, f"the Hopper solvers are off on this GPU: {why}", advice)]
+
+
 def _check_backends(gpu: GpuInfo) -> Check:
     from .runtime.select import forced_backend
 
@@ -429,6 +449,7 @@ def doctor(*, arch: str | None = None, compile: bool = True) -> DoctorReport:
         "tuning dir",
     )
     run(lambda: _check_tuning_db(target or "cpu"), "tuning DB")
+    run(lambda: _check_wgmma(gpu), "wgmma")
     run(lambda: _check_backends(gpu), "backends")
     return DoctorReport(checks)
 

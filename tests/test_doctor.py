@@ -181,3 +181,18 @@ def test_cli_prints_and_exits(dirs: Path, capsys: pytest.CaptureFixture[str]) ->
 
     data = json.loads(capsys.readouterr().out)
     assert {"ok", "checks"} <= set(data)
+
+
+def test_wgmma_check_on_an_sm90_gpu(dirs: Path, monkeypatch: pytest.MonkeyPatch) -> None:
+    """An sm_90 GPU reports its own wgmma check (runtime/wgmma_check.py); other GPUs and no
+    GPU have no such line."""
+    monkeypatch.setattr(doctor_mod, "probe_gpu", _gpu(**H200))
+    monkeypatch.setattr(doctor_mod, "_wgmma_failure", lambda: None)
+    check = cudnnlite.doctor(compile=False)["wgmma"]
+    assert check.status == "ok" and "Hopper convolution solvers are on" in check.message
+    why = "wgmma_tile<__half, 128, 1>: 3 of 8192 accumulators differ"
+    monkeypatch.setattr(doctor_mod, "_wgmma_failure", lambda: why)
+    check = cudnnlite.doctor(compile=False)["wgmma"]
+    assert check.status == "warn" and why in check.message and "mma.sync" in check.advice
+    monkeypatch.setattr(doctor_mod, "probe_gpu", _gpu(**dict(H200, devices=[("A100", "sm_80")])))
+    assert "wgmma" not in cudnnlite.doctor(compile=False).names()

@@ -24,7 +24,7 @@ import numpy as np
 
 from .selftest import WGMMA_SELFTEST, wgmma_selftest_name
 
-_results: dict[str, bool] = {}
+_results: dict[str, str | None] = {}  # device key -> why it failed (None: passed)
 _lock = threading.Lock()
 
 # (ctype, n, swizzle, warpgroups, kstep): both layouts, both widths, a second warpgroup, a
@@ -100,14 +100,20 @@ def _check(backend: Any) -> str | None:
 def verified(backend: Any) -> bool:
     """Whether ``backend``'s device runs wgmma as common/mma.cuh describes it (checked
     once per device; see the module)."""
+    return failure(backend) is None
+
+
+def failure(backend: Any) -> str | None:
+    """Why ``backend``'s device fails the check (checked once per device, with a warning
+    then), or None when it passes; inside a graph capture "not checked inside a graph
+    capture", not remembered."""
     key = backend.device_key()
-    known = _results.get(key)
-    if known is not None:
-        return known
+    if key in _results:
+        return _results[key]
     from . import graph
 
     if graph._active:
-        return False  # (not remembered: launches would join the capture)
+        return "not checked inside a graph capture"  # (launches would join the capture)
     with _lock:
         if key not in _results:
             why = _check(backend)
@@ -117,7 +123,7 @@ def verified(backend: Any) -> bool:
                     f"assumes ({why}); its solvers are off on this device and mma.sync "
                     "runs instead. Please report this with `cudnnlite doctor`'s output.",
                     RuntimeWarning,
-                    stacklevel=3,
+                    stacklevel=4,
                 )
-            _results[key] = why is None
+            _results[key] = why
     return _results[key]
