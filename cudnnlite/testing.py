@@ -24,6 +24,16 @@ def available_backends() -> list[str]:
     return ["cpu", "cuda"] if CudaBackend.available() else ["cpu"]
 
 
+def has_wgmma_arch(backend: str) -> bool:
+    """Whether ``backend`` has Hopper's wgmma to test: the emulator, or an sm_90 GPU, even
+    one whose own wgmma check failed (a test there shows the failure instead of skipping)."""
+    from .runtime.caps import capabilities
+    from .runtime.select import backend_by_name
+
+    caps = capabilities(backend_by_name(backend))
+    return caps.emulator or caps.sm == 90
+
+
 def to_backend(a: np.ndarray, backend: str) -> Any:
     """A copy of NumPy array ``a`` on ``backend`` (``cpu`` keeps NumPy)."""
     if backend == "cpu":

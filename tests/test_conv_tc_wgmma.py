@@ -17,11 +17,12 @@ from conv_tc_support import SHORTS, _d3, conv
 
 from cudnnlite.problems.conv import ConvProblem
 from cudnnlite.problems.suites import RESNET50, scaled
-from cudnnlite.runtime.caps import EMULATOR, capabilities, for_sm
+from cudnnlite.runtime.caps import EMULATOR, for_sm
 from cudnnlite.runtime.select import backend_by_name
 from cudnnlite.solvers.conv.bwd_data import TcWgmmaSolver as TcWgmmaBwdData
 from cudnnlite.solvers.conv.common import Epilogue
 from cudnnlite.solvers.conv.tc_wgmma import WG_TILES, TcWgmmaSolver, WgConfig
+from cudnnlite.testing import has_wgmma_arch
 
 from conv_support import assert_conv_close, operands, run_solver
 
@@ -31,10 +32,8 @@ SMALL = WgConfig.of(64, 64, 4)
 
 @pytest.fixture
 def backend(backend: str) -> str:
-    """conftest's backend where wgmma exists (the emulator, an sm_90 GPU: run there even
-    if the device's own check failed, so that the failure shows)."""
-    caps = capabilities(backend_by_name(backend))
-    if not (caps.emulator or caps.sm == 90):
+    """conftest's backend where wgmma exists (testing.has_wgmma_arch)."""
+    if not has_wgmma_arch(backend):
         pytest.skip("wgmma needs sm_90")
     return backend
 

@@ -419,13 +419,24 @@ __device__ __forceinline__ void wgmma_fence_acc(float (&d)[C]) {
 #define CL_WG_D128                                                                      \
     CL_WG_D64, CL_WG_D8(64), CL_WG_D8(72), CL_WG_D8(80), CL_WG_D8(88), CL_WG_D8(96),      \
         CL_WG_D8(104), CL_WG_D8(112), CL_WG_D8(120)
-#define CL_WG_R32 "{%0, %1, %2, %3, %4, %5, %6, %7, %8, %9, %10, %11, %12, %13, %14, %15, %16, %17, %18, %19, %20, %21, %22, %23, %24, %25, %26, %27, %28, %29, %30, %31}"
-#define CL_WG_R64 "{%0, %1, %2, %3, %4, %5, %6, %7, %8, %9, %10, %11, %12, %13, %14, %15, %16, %17, %18, %19, %20, %21, %22, %23, %24, %25, %26, %27, %28, %29, %30, %31, "  \
-                  "%32, %33, %34, %35, %36, %37, %38, %39, %40, %41, %42, %43, %44, %45, %46, %47, %48, %49, %50, %51, %52, %53, %54, %55, %56, %57, %58, %59, %60, %61, %62, %63}"
-#define CL_WG_R128 "{%0, %1, %2, %3, %4, %5, %6, %7, %8, %9, %10, %11, %12, %13, %14, %15, %16, %17, %18, %19, %20, %21, %22, %23, %24, %25, %26, %27, %28, %29, %30, %31, "  \
-                   "%32, %33, %34, %35, %36, %37, %38, %39, %40, %41, %42, %43, %44, %45, %46, %47, %48, %49, %50, %51, %52, %53, %54, %55, %56, %57, %58, %59, %60, %61, %62, %63, "  \
-                   "%64, %65, %66, %67, %68, %69, %70, %71, %72, %73, %74, %75, %76, %77, %78, %79, %80, %81, %82, %83, %84, %85, %86, %87, %88, %89, %90, %91, %92, %93, %94, %95, "  \
-                   "%96, %97, %98, %99, %100, %101, %102, %103, %104, %105, %106, %107, %108, %109, %110, %111, %112, %113, %114, %115, %116, %117, %118, %119, %120, %121, %122, %123, %124, %125, %126, %127}"
+#define CL_WG_R32 \
+    "{%0, %1, %2, %3, %4, %5, %6, %7, %8, %9, %10, %11, %12, %13, %14, %15, " \
+    "%16, %17, %18, %19, %20, %21, %22, %23, %24, %25, %26, %27, %28, %29, %30, %31}"
+#define CL_WG_R64 \
+    "{%0, %1, %2, %3, %4, %5, %6, %7, %8, %9, %10, %11, %12, %13, %14, %15, " \
+    "%16, %17, %18, %19, %20, %21, %22, %23, %24, %25, %26, %27, %28, %29, %30, %31, " \
+    "%32, %33, %34, %35, %36, %37, %38, %39, %40, %41, %42, %43, %44, %45, %46, %47, " \
+    "%48, %49, %50, %51, %52, %53, %54, %55, %56, %57, %58, %59, %60, %61, %62, %63}"
+#define CL_WG_R128 \
+    "{%0, %1, %2, %3, %4, %5, %6, %7, %8, %9, %10, %11, %12, %13, %14, %15, " \
+    "%16, %17, %18, %19, %20, %21, %22, %23, %24, %25, %26, %27, %28, %29, %30, %31, " \
+    "%32, %33, %34, %35, %36, %37, %38, %39, %40, %41, %42, %43, %44, %45, %46, %47, " \
+    "%48, %49, %50, %51, %52, %53, %54, %55, %56, %57, %58, %59, %60, %61, %62, %63, " \
+    "%64, %65, %66, %67, %68, %69, %70, %71, %72, %73, %74, %75, %76, %77, %78, %79, " \
+    "%80, %81, %82, %83, %84, %85, %86, %87, %88, %89, %90, %91, %92, %93, %94, %95, " \
+    "%96, %97, %98, %99, %100, %101, %102, %103, %104, %105, %106, %107, %108, %109, %110, %111, " \
+    "%112, %113, %114, %115, %116, %117, %118, %119, %120, %121, %122, %123, %124, %125, " \
+    "%126, %127}"
 template <typename T> struct WgType;  // (only the two 16-bit float types are defined)
 template <> struct WgType<__half> { static constexpr bool kBF16 = false; };
 template <> struct WgType<__nv_bfloat16> { static constexpr bool kBF16 = true; };
@@ -441,37 +452,28 @@ __device__ __forceinline__ void wgmma(float (&d)[N / 2], unsigned long long a,
     ::emu::tc::wgmma(kBF16 ? ::emu::tc::kBF16 : ::emu::tc::kF16, N, d, a, b, accumulate CL_MMA_AT);
 #elif CL_WGMMA
     const int scale = accumulate ? 1 : 0;
+// One m64nNk16: SHAPE and TYPE strings, the D registers' operand list (REGS, OUTS) and the
+// operand numbers of A's and B's descriptors and of scale-d after them (AB, S).
+#define CL_WGMMA_ASM(SHAPE, TYPE, REGS, AB, S, OUTS)                                     \
+    asm volatile("{\n.reg .pred p;\nsetp.ne.b32 p, " S ", 0;\n"                          \
+                 "wgmma.mma_async.sync.aligned." SHAPE ".f32." TYPE "." TYPE " " REGS ", " \
+                 AB ", p, 1, 1, 0, 0;\n}\n"                                              \
+                 : OUTS : "l"(a), "l"(b), "r"(scale))
     if constexpr (N == 64 && !kBF16)
-        asm volatile("{\n.reg .pred p;\nsetp.ne.b32 p, %34, 0;\n"
-                     "wgmma.mma_async.sync.aligned.m64n64k16.f32.f16.f16 " CL_WG_R32
-                     ", %32, %33, p, 1, 1, 0, 0;\n}\n"
-                     : CL_WG_D32 : "l"(a), "l"(b), "r"(scale));
+        CL_WGMMA_ASM("m64n64k16", "f16", CL_WG_R32, "%32, %33", "%34", CL_WG_D32);
     if constexpr (N == 64 && kBF16)
-        asm volatile("{\n.reg .pred p;\nsetp.ne.b32 p, %34, 0;\n"
-                     "wgmma.mma_async.sync.aligned.m64n64k16.f32.bf16.bf16 " CL_WG_R32
-                     ", %32, %33, p, 1, 1, 0, 0;\n}\n"
-                     : CL_WG_D32 : "l"(a), "l"(b), "r"(scale));
+        CL_WGMMA_ASM("m64n64k16", "bf16", CL_WG_R32, "%32, %33", "%34", CL_WG_D32);
     if constexpr (N == 128 && !kBF16)
-        asm volatile("{\n.reg .pred p;\nsetp.ne.b32 p, %66, 0;\n"
-                     "wgmma.mma_async.sync.aligned.m64n128k16.f32.f16.f16 " CL_WG_R64
-                     ", %64, %65, p, 1, 1, 0, 0;\n}\n"
-                     : CL_WG_D64 : "l"(a), "l"(b), "r"(scale));
+        CL_WGMMA_ASM("m64n128k16", "f16", CL_WG_R64, "%64, %65", "%66", CL_WG_D64);
     if constexpr (N == 128 && kBF16)
-        asm volatile("{\n.reg .pred p;\nsetp.ne.b32 p, %66, 0;\n"
-                     "wgmma.mma_async.sync.aligned.m64n128k16.f32.bf16.bf16 " CL_WG_R64
-                     ", %64, %65, p, 1, 1, 0, 0;\n}\n"
-                     : CL_WG_D64 : "l"(a), "l"(b), "r"(scale));
+        CL_WGMMA_ASM("m64n128k16", "bf16", CL_WG_R64, "%64, %65", "%66", CL_WG_D64);
     if constexpr (N == 256 && !kBF16)
-        asm volatile("{\n.reg .pred p;\nsetp.ne.b32 p, %130, 0;\n"
-                     "wgmma.mma_async.sync.aligned.m64n256k16.f32.f16.f16 " CL_WG_R128
-                     ", %128, %129, p, 1, 1, 0, 0;\n}\n"
-                     : CL_WG_D128 : "l"(a), "l"(b), "r"(scale));
+        CL_WGMMA_ASM("m64n256k16", "f16", CL_WG_R128, "%128, %129", "%130", CL_WG_D128);
     if constexpr (N == 256 && kBF16)
-        asm volatile("{\n.reg .pred p;\nsetp.ne.b32 p, %130, 0;\n"
-                     "wgmma.mma_async.sync.aligned.m64n256k16.f32.bf16.bf16 " CL_WG_R128
-                     ", %128, %129, p, 1, 1, 0, 0;\n}\n"
-                     : CL_WG_D128 : "l"(a), "l"(b), "r"(scale));
+        CL_WGMMA_ASM("m64n256k16", "bf16", CL_WG_R128, "%128, %129", "%130", CL_WG_D128);
+#undef CL_WGMMA_ASM
 #else
+    (void)kBF16;
     __trap();
 #endif
 }

@@ -3,8 +3,9 @@
 // run the same code, and tests/emulator/test_emu_wgmma.py pins the D fragment layout
 // lane by lane and both shared-memory layouts element by element.
 //
-// Kernel wgmma_tile<T, N, SW> (N = 64, 128, 256): one block of 128 * W threads (W warpgroups), warpgroup w
-// computing rows 64 w .. 64 w + 63 of D = A * B^T [+ C] with one m64nNk16:
+// Kernel wgmma_tile<T, N, SW> (N = 64, 128, 256): one block of 128 * W threads (W
+// warpgroups), warpgroup w computing rows 64 w .. 64 w + 63 of D = A * B^T [+ C] with one
+// m64nNk16:
 //   a     (64 W) x 16 16-bit values, row-major (row m holds A[m][0..15])
 //   b     N x 16, row-major (row n holds B[0..15][n]: the K-major operand)
 //   c, d  thread i's N / 2 accumulators at [i * N / 2 ..] (its fragment, unconverted)

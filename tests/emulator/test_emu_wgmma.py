@@ -26,14 +26,13 @@ from cudnnlite.runtime import backend_by_name
 from cudnnlite.runtime.caps import EMULATOR, capabilities, for_sm
 from cudnnlite.runtime.selftest import WGMMA_SELFTEST, wgmma_selftest_name
 from cudnnlite.runtime.wgmma_check import run_tile
+from cudnnlite.testing import has_wgmma_arch
 
 
 @pytest.fixture
 def backend(backend: str) -> str:
-    """conftest's backend where wgmma exists (the emulator, an sm_90 GPU: run there even
-    if the device's own check failed, so that the failure shows)."""
-    caps = capabilities(backend_by_name(backend))
-    if not (caps.emulator or caps.sm == 90):
+    """conftest's backend where wgmma exists (testing.has_wgmma_arch)."""
+    if not has_wgmma_arch(backend):
         pytest.skip("wgmma needs sm_90")
     return backend
 

@@ -31,9 +31,10 @@
 //    fails. wgmma reads shared memory through the async proxy: cp.async data a thread
 //    has waited for reaches it only after that thread's fence.proxy.async (then a
 //    barrier), so a wgmma while any thread of the block has landed copies unfenced fails
-//    (plain stores are not tracked). The no-swizzle and 128-byte-swizzle K-major layouts are modeled (wg_at; the
-//    other modes fail), and descriptors address dynamic shared memory by their offset
-//    from its start (cl::mma::wgmma_desc makes them so on the emulator).
+//    (plain stores are not tracked). The no-swizzle and 128-byte-swizzle K-major
+//    layouts are modeled (wg_at; the other modes fail), and descriptors address dynamic
+//    shared memory by their offset from its start (cl::mma::wgmma_desc makes them so on
+//    the emulator).
 //  - cp.async: the source is read at issue (nothing when !valid), the destination is
 //    filled with 0xFF at issue (NaN in every float format) and gets the data when the
 //    issuing thread's cp_async_wait covers its group. Other threads see it whenever
@@ -242,11 +243,18 @@ inline void cp_async(void* dst, const void* src, int bytes, bool valid) {
     f->copies.push_back(c);
 }
 
+// Closes a group: the uncommitted entries of `pending` (cp.async copies, wgmmas) join
+// group number ++groups.
+template <class Pending>
+inline void commit_group(std::vector<Pending>& pending, long long& groups) {
+    const long long g = ++groups;
+    for (Pending& p : pending)
+        if (p.group < 0) p.group = g;
+}
+
 inline void cp_async_commit() {
     Fiber* f = worker_checked("cp.async.commit_group").current;
-    long long g = ++f->copy_groups;
-    for (PendingCopy& c : f->copies)
-        if (c.group < 0) c.group = g;
+    commit_group(f->copies, f->copy_groups);
 }
 
 inline void cp_async_wait(int n) {
@@ -325,7 +333,8 @@ inline void wg_compute(const PendingWgmma& p, int warp_in_group, int lane, float
         const int row = 16 * warp_in_group + g + 8 * ((i % 4) / 2);
         const int col = 8 * (i / 4) + 2 * t + i % 2;
         float acc = p.accumulate ? p.c[i] : 0.0f;
-        for (int k = 0; k < 16; ++k) acc = acc + wg_at(kind, a, row, k, "A") * wg_at(kind, b, col, k, "B");
+        for (int k = 0; k < 16; ++k)
+            acc = acc + wg_at(kind, a, row, k, "A") * wg_at(kind, b, col, k, "B");
         out[i] = acc;
     }
 }
@@ -400,9 +409,7 @@ inline void fence_proxy_async() {
 
 inline void wgmma_commit() {
     Fiber* f = worker_checked("wgmma.commit_group").current;
-    long long g = ++f->wgmma_groups;
-    for (PendingWgmma& p : f->wgmmas)
-        if (p.group < 0) p.group = g;
+    commit_group(f->wgmmas, f->wgmma_groups);
 }
 
 inline void wgmma_wait(int n) {
