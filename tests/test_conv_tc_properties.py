@@ -2,9 +2,10 @@
 problems (1-D to 3-D, groups 1/2/4 with packed and depthwise-like groups, a stem's few input
 channels, 16-byte / 4-byte copies and scalar epilogues, strides 1-3, dilation 1-2,
 asymmetric padding up to beyond a tiny image, both layouts, fp16, bf16 and fp32 with TF32
-math), every tensor-core solver of the direction that declares itself applicable matches
-the float64 reference, with a config of its own list or its default; the forward also with
-the fused epilogue (bias, residual z, alpha / alpha2, an exact activation). The draws are
+math), every tensor-core solver of the direction that declares itself applicable (the wgmma
+forward too, on the emulator and an sm_90 GPU) matches the float64 reference, with a config
+of its own list or its default; the forward also with the fused epilogue (bias, residual
+z, alpha / alpha2, an exact activation). The draws are
 steered so that the engine's solver of the direction applies to each of them (a forward
 draw of odd C/groups: the WMMA solver), and the test says so (applicability under the
 backend's capabilities: the emulator's, or a GPU of sm_80+ where all three types run).
@@ -42,11 +43,12 @@ from cudnnlite.solvers.conv.common import Epilogue  # noqa: E402
 from cudnnlite.solvers.conv.tc_bwd_data import TcBwdDataPhasedSolver  # noqa: E402
 from cudnnlite.solvers.conv.tc_bwd_filter import TcBwdFilterSolver, TcSplitKConfig  # noqa: E402
 from cudnnlite.solvers.conv.tc_igemm import TcConfig, TcImplicitGemmSolver, variant  # noqa: E402
+from cudnnlite.solvers.conv.tc_wgmma import TcWgmmaSolver  # noqa: E402
 from cudnnlite.solvers.conv.wmma import WmmaImplicitGemmSolver  # noqa: E402
 
 from conv_support import any_caps, assert_conv_close, operands, run_solver  # noqa: E402
 
-FORWARD = (TcImplicitGemmSolver(), WmmaImplicitGemmSolver())
+FORWARD = (TcImplicitGemmSolver(), WmmaImplicitGemmSolver(), TcWgmmaSolver())
 DATA = (TcBwdDataPhasedSolver(), bwd_data.TcImplicitGemmSolver(), bwd_data.WmmaImplicitGemmSolver())
 FILTER = (TcBwdFilterSolver(), WmmaSplitKSolver())
 DMMA = {
@@ -180,12 +182,14 @@ def _odd_channels(problem: ConvProblem) -> bool:
     return problem.dtype != "fp32" and bool(odd)
 
 
-def _expected_forward(problem: ConvProblem) -> set[str]:
+def _expected_forward(problem: ConvProblem, caps: Capabilities) -> set[str]:
     """The README's table: the engine takes TF32 at any C, 16-bit types at even C/groups or
-    a stem; WMMA ungrouped 1-D/2-D."""
+    a stem; WMMA ungrouped 1-D/2-D; the wgmma engine (the emulator, sm_90) 16-bit types at
+    C/groups a multiple of 8."""
     tc = problem.dtype == "fp32" or problem.c_per_group % 2 == 0 or _stem(problem)
     wmma = problem.groups == 1 and problem.ndim <= 2
-    return {s.name for s, ok in zip(FORWARD, (tc, wmma), strict=True) if ok}
+    wg = caps.wgmma and problem.dtype != "fp32" and problem.c_per_group % 8 == 0
+    return {s.name for s, ok in zip(FORWARD, (tc, wmma, wg), strict=True) if ok}
 
 
 def _fwd(n, c, spatial, k, filt, pads, strides=None, dils=None, groups=1, layout=None,
@@ -229,7 +233,7 @@ def test_forward_solvers_match_reference(backend: str, problem, seed: int, pick,
     """Each applicable forward solver, with or without the fused epilogue (the engine's
     small tiles with split-K); which apply is the README's rule, and at least one does."""
     applied = {s.name for s in FORWARD if s.is_applicable(problem, any_caps(backend))}
-    assert applied == _expected_forward(problem) and applied, problem.key()
+    assert applied == _expected_forward(problem, any_caps(backend)) and applied, problem.key()
     for solver in FORWARD:
         if solver.name in applied:
             _forward(backend, solver, problem, seed, pick, fused, splits)
