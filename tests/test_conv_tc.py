@@ -108,7 +108,6 @@ def test_few_input_channels_epilogue_and_the_stem_dispatch() -> None:
     # ResNet-50's stem (C = 3, odd) in fp16 ranks the multistage engine first on sm_90 and
     # it now applies (the WMMA kernel took it before).
     from cudnnlite.dispatch import heuristics as h
-
     from cudnnlite.dispatch import registry
 
     stem = conv(32, 3, 224, 64, f=7, pad=3, stride=2, layout="NCHW")
