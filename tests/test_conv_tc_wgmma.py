@@ -127,6 +127,8 @@ def test_configs_and_defaults() -> None:
     assert SOLVER.default_config(big, for_sm(90)) == WgConfig.of(128, 256, 4)
     mid = conv(32, 64, 56, 128)
     assert SOLVER.default_config(mid, for_sm(90)) == WgConfig.of(128, 128, 3)
+    # The block shape decides, not the table's order: 64 x 128 for a small wide layer.
+    assert SOLVER.default_config(conv(1, 64, 56, 128), EMULATOR) == WgConfig.of(64, 128, 4)
     narrow = conv(32, 64, 56, 64)
     assert SOLVER.default_config(narrow, for_sm(90)) == WgConfig.of(128, 64, 4)
     # A late layer at batch 1: few tiles, so split-K on a GPU (not on the emulator).

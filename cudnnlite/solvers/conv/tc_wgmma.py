@@ -155,8 +155,9 @@ class TcWgmmaSolver(tc_igemm.TcImplicitGemmSolver):
         if rows >= 8192 and problem.k_per_group >= 256:
             block = (128, 256)  # (one block per SM: its MMAs overlap tile to tile)
         options = [c for c in self.configs(problem, caps) if c.splits == 1]
-        fitting = [c for c in options if (c.block_m, c.block_n) == block
-                   and tc_igemm.fits_twice(c.smem_bytes(), caps)]  # fmt: skip
+        shaped = [c for c in options if (c.block_m, c.block_n) == block]
+        # (128 x 256 is one block per SM whatever its stages)
+        fitting = [c for c in shaped if tc_igemm.fits_twice(c.smem_bytes(), caps)] or shaped
         config = least_padding(fitting, problem.c_per_group) or options[0]
         if not caps.emulator:
             tiles = -(-rows // config.block_m) * tc_igemm.group_tiles(
