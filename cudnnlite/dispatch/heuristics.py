@@ -183,11 +183,11 @@ def _conv_bwd_data_ranking(p: ConvProblem, caps: Capabilities) -> list[str]:
     ranked = [BWD_DATA_CUBLAS_1X1] if _cublas_pointwise(p, caps) else []
     tc = _tensor_cores(p, caps)
     # Phases (any stride, filter read as stored; TF32 through scalar fragment loads), then
-    # the rotated-filter forward kernel (stride 1).
-    ranked += [BWD_DATA_TC_PHASED, BWD_DATA_TC] if tc and _multistage(p, caps) else []
-    if tc and _multistage(p, caps) and _wgmma(p, caps):
-        # sm_90: the wgmma forward on rotated filters first where it applies (stride 1).
-        ranked.insert(len(ranked) - 2, BWD_DATA_WGMMA)
+    # the rotated-filter forward kernel (stride 1); on sm_90 the wgmma forward on rotated
+    # filters before both, where it applies (stride 1).
+    if tc and _multistage(p, caps):
+        ranked += [BWD_DATA_WGMMA] if _wgmma(p, caps) else []
+        ranked += [BWD_DATA_TC_PHASED, BWD_DATA_TC]
     ranked += [BWD_DATA_WMMA] if tc else []
     if wino and min(p.c_per_group, p.k_per_group) >= 16:
         big = min(p.spatial) >= 8
