@@ -314,7 +314,6 @@ __device__ __forceinline__ void cp_async_wait() {
 #endif
 }
 
-
 // ------------------------------------------------------------------ wgmma (sm_90a)
 // Hopper's warpgroup MMA: D (64 x N, fp32) = A (64 x 16) * B (16 x N) [+ D], A and B read
 // from shared memory through matrix descriptors, asynchronously. A warpgroup is 4

@@ -27,13 +27,15 @@ from .selftest import WGMMA_SELFTEST, wgmma_selftest_name
 _results: dict[str, str | None] = {}  # device key -> why it failed (None: passed)
 _lock = threading.Lock()
 
-# (ctype, n, swizzle, warpgroups, kstep): both layouts, both widths, a second warpgroup, a
-# k-step inside a swizzled row.
+# (ctype, n, swizzle, warpgroups, kstep): both layouts, every width, a second warpgroup,
+# k-steps inside a swizzled row, and bf16 (checked where ml_dtypes gives NumPy a bfloat16,
+# which bf16 convolutions need anyway).
 DEVICE_CASES = (
     ("__half", 128, 1, 2, 1),
     ("__half", 64, 0, 1, 0),
     ("__half", 64, 1, 1, 3),
     ("__half", 256, 1, 1, 2),
+    ("__nv_bfloat16", 128, 1, 1, 0),
 )
 
 
@@ -82,10 +84,15 @@ def run_tile(backend: Any, dtype: Any, ctype: str, n: int, swizzle: int, *,
 
 def _check(backend: Any) -> str | None:
     """None if every case of :data:`DEVICE_CASES` matches on ``backend``, else why not."""
+    from .. import dtypes
+
     for ctype, n, swizzle, warpgroups, kstep in DEVICE_CASES:
+        dtype = np.float16 if ctype == "__half" else dtypes.bfloat16
+        if dtype is None:
+            continue  # (no ml_dtypes: no bf16 arrays to run)
         what = f"{wgmma_selftest_name(ctype, n, swizzle)} ({warpgroups} warpgroups, k-step {kstep})"
         try:
-            got, want = run_tile(backend, np.float16, ctype, n, swizzle,
+            got, want = run_tile(backend, dtype, ctype, n, swizzle,
                                  warpgroups=warpgroups, kstep=kstep, seed=kstep)  # fmt: skip
         except Exception as exc:  # noqa: BLE001 (any failure means: do not use it)
             return f"{what} failed: {exc}"
